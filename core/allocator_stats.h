@@ -1,0 +1,44 @@
+// Why this file exists: the numbers users read about memory, with PyTorch's meanings
+// (torch.cuda.memory_stats), so that chunkgrad's figures compare one-to-one with theirs.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+namespace cg {
+
+// One statistic: what it is now, its high-water mark since the last reset_peak, and
+// the running totals of increases and decreases (current == allocated - freed).
+struct Stat {
+  int64_t current = 0;
+  int64_t peak = 0;
+  int64_t allocated = 0;
+  int64_t freed = 0;
+
+  void add(int64_t delta) {
+    current += delta;
+    if (delta > 0) allocated += delta; else freed -= delta;
+    peak = std::max(peak, current);
+  }
+  void reset_peak() { peak = current; }
+};
+
+struct AllocatorStats {
+  Stat allocation;            // number of live (allocated) blocks
+  Stat segment;               // number of segments taken from the source
+  Stat active;                // live blocks (== allocation: chunkgrad has no stream-deferred frees)
+  Stat inactive_split;        // free blocks inside split segments (fragmentation, count)
+  Stat allocated_bytes;       // bytes in live blocks (rounded sizes)
+  Stat reserved_bytes;        // bytes in segments
+  Stat active_bytes;          // == allocated_bytes, see `active`
+  Stat inactive_split_bytes;  // free bytes inside split segments (fragmentation, bytes)
+  Stat requested_bytes;       // bytes callers asked for (before rounding)
+  int64_t num_alloc_retries = 0;  // mallocs that had to free cached segments and retry
+  int64_t num_ooms = 0;           // out-of-memory errors thrown
+
+  void reset_peak();
+  std::string str() const;  // multi-line human-readable summary
+};
+
+}  // namespace cg

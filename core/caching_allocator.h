@@ -1,0 +1,114 @@
+// Why this file exists: chunkgrad's caching allocator, one design for host and device
+// memory, after PyTorch's CUDACachingAllocator (see ../shared/notes and docs/ once they
+// exist). Memory is taken from a SegmentSource in whole segments, carved into blocks,
+// and cached on free, so that every byte the framework holds is counted in one place.
+//
+// Note [Sizes]: requests round up to 512 B. Requests <= 1 MiB come from the small pool,
+// whose segments are 2 MiB; larger ones from the large pool, whose segments are 20 MiB
+// for requests below 10 MiB and the request rounded up to 2 MiB otherwise.
+// Note [Split]: a found block is split when the rest is worth keeping: >= 512 B in the
+// small pool; > 1 MiB in the large pool (and only for requests < max_split_size).
+// Note [OOM]: when the source refuses (or the configured limit would be passed), the
+// allocator frees cached oversize blocks, then every fully free segment, and retries;
+// then it throws OutOfMemoryError stating requested, allocated, reserved and the limit.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/allocator_stats.h"
+#include "core/segment_source.h"
+
+namespace cg {
+
+constexpr size_t kMinBlockSize = 512;                 // every size rounds up to this
+constexpr size_t kSmallSize = size_t{1} << 20;        // <= 1 MiB: small pool
+constexpr size_t kSmallBuffer = size_t{2} << 20;      // small-pool segment size
+constexpr size_t kLargeBuffer = size_t{20} << 20;     // segment for 1-10 MiB requests
+constexpr size_t kMinLargeAlloc = size_t{10} << 20;   // from here, segment = request
+constexpr size_t kRoundLarge = size_t{2} << 20;       // ... rounded up to 2 MiB
+
+struct AllocatorConfig {
+  // Reserved bytes never exceed this (0 = no limit beyond the source's own), so a CPU
+  // run can behave like a 24 GB or 80 GB card.
+  size_t memory_limit = 0;
+  // Blocks at least this large are never split (PyTorch's max_split_size_mb).
+  size_t max_split_size = SIZE_MAX;
+};
+
+// What a block looks like from outside, for snapshots and tests.
+struct BlockInfo {
+  uint64_t addr;
+  size_t size;       // rounded size the block occupies
+  size_t requested;  // what the caller asked for (0 when free)
+  bool allocated;
+};
+struct SegmentInfo {
+  uint64_t addr;
+  size_t size;
+  bool small_pool;
+  std::vector<BlockInfo> blocks;  // tile the segment exactly, in address order
+};
+
+class CachingAllocator {
+ public:
+  explicit CachingAllocator(std::unique_ptr<SegmentSource> source, AllocatorConfig config = {});
+  ~CachingAllocator();  // returns every segment to the source (live blocks included)
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+
+  // Returns memory for `nbytes` (nullptr for 0 bytes). Throws OutOfMemoryError.
+  void* allocate(size_t nbytes);
+  // Returns a block obtained from allocate(). Throws cg::Error on an unknown pointer.
+  void free(void* ptr);
+  // Returns every fully free segment to the source.
+  void empty_cache();
+
+  AllocatorStats stats() const;
+  void reset_peak_stats();
+  void set_memory_limit(size_t bytes);
+  size_t memory_limit() const;
+  Device device() const;
+  SegmentSource& source() { return *source_; }
+  std::vector<SegmentInfo> snapshot() const;  // segments ordered by address
+
+  static size_t round_size(size_t nbytes);
+  static size_t segment_size_for(size_t rounded);
+
+ private:
+  struct Block;
+  struct BlockLess {
+    bool operator()(const Block* a, const Block* b) const;
+  };
+  using Pool = std::set<Block*, BlockLess>;
+
+  Block* find_free_block(Pool& pool, size_t size);
+  Block* alloc_segment(size_t segment_size, bool small);
+  bool release_cached(bool oversize_only);
+  void release_segment(Block* head);
+  Block* split(Block* block, size_t size, Pool& pool);
+  void merge_into_neighbours(Block* block, Pool& pool);
+  [[noreturn]] void throw_oom(size_t nbytes, size_t rounded, size_t segment_size);
+  static bool is_split(const Block* b);
+
+  mutable std::mutex mutex_;
+  std::unique_ptr<SegmentSource> source_;
+  AllocatorConfig config_;
+  Pool small_pool_;
+  Pool large_pool_;
+  std::unordered_map<void*, Block*> live_;   // allocated blocks by address
+  std::vector<Block*> segments_;             // first block of every segment
+  AllocatorStats stats_;
+};
+
+// The process-wide allocator of a device (created on first use, never destroyed so that
+// tensors freed during static destruction stay safe). cuda:N needs the CUDA backend.
+CachingAllocator& allocator_for(Device device);
+
+}  // namespace cg

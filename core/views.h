@@ -1,0 +1,49 @@
+// Why this file exists: the raw (non-differentiable) building blocks that every op and
+// every differentiable view is made of: strided views over the same storage, strided
+// copies with dtype conversion, and moves between devices. Nothing here records a graph;
+// ops/ wraps these with autograd nodes.
+#pragma once
+
+#include "core/tensor.h"
+
+namespace cg::raw {
+
+// A tensor over `storage` with the given geometry (checked against the storage's size).
+Tensor make_tensor(Storage storage, Shape sizes, Shape strides, int64_t offset, DType dtype);
+// A fresh contiguous tensor (uninitialised contents).
+Tensor empty(const Shape& shape, DType dtype, Device device);
+Tensor empty_like(const Tensor& t);  // same shape/dtype/device, contiguous
+
+// ---- views: share storage ----
+Tensor as_strided(const Tensor& t, Shape sizes, Shape strides, int64_t offset);
+Tensor view(const Tensor& t, Shape shape);      // throws when strides don't allow it
+Tensor reshape(const Tensor& t, Shape shape);   // view when possible, else copy
+Tensor transpose(const Tensor& t, int64_t d0, int64_t d1);
+Tensor permute(const Tensor& t, const Shape& dims);
+Tensor narrow(const Tensor& t, int64_t dim, int64_t start, int64_t length);
+Tensor slice(const Tensor& t, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
+Tensor expand(const Tensor& t, const Shape& shape);  // size-1 dims -> stride 0
+Tensor unsqueeze(const Tensor& t, int64_t dim);
+Tensor squeeze(const Tensor& t, int64_t dim);
+// One -1 in `shape` is inferred; throws when numel does not match.
+Shape infer_shape(const Shape& shape, int64_t numel);
+
+// ---- copies ----
+// dst[i] = src[i] elementwise over equal shapes, any strides, any dtypes (converting
+// through double for ints, float for 16-bit floats), any devices.
+void copy_(const Tensor& dst, const Tensor& src);
+Tensor contiguous(const Tensor& t);  // t itself when already contiguous
+Tensor clone(const Tensor& t);       // always a fresh contiguous copy
+Tensor to_dtype(const Tensor& t, DType dtype);     // t itself when dtype matches
+Tensor to_device(const Tensor& t, Device device);  // t itself when device matches
+void fill_(const Tensor& t, double value);
+
+// ---- elements, slow path (printing, item, tests) ----
+double load_element(const void* p, DType dtype);
+void store_element(void* p, DType dtype, double value);
+
+// ---- broadcasting ----
+// The broadcast of two shapes (numpy rules) or a clear error naming `what`.
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* what = "broadcast");
+
+}  // namespace cg::raw
