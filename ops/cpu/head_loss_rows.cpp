@@ -17,13 +17,15 @@ bool head_loss_needs_labels(const HeadRowConfig& c) {
 
 namespace {
 
+template <typename T>
 struct RowMax {
-  float max = -std::numeric_limits<float>::infinity();
+  T max = -std::numeric_limits<T>::infinity();
   int64_t arg = 0;
 };
 
-RowMax row_max(const float* x, int64_t V) {
-  RowMax m;
+template <typename T>
+RowMax<T> row_max(const T* x, int64_t V) {
+  RowMax<T> m;
   for (int64_t j = 0; j < V; ++j) {
     if (x[j] > m.max) {
       m.max = x[j];
@@ -34,21 +36,31 @@ RowMax row_max(const float* x, int64_t V) {
 }
 
 // log sum_j exp(x_j * inv_tau), given max_j x_j.
-double scaled_lse(const float* x, int64_t V, float max, double inv_tau) {
+template <typename T>
+double scaled_lse(const T* x, int64_t V, T max, double inv_tau) {
   double sum = 0.0;
   for (int64_t j = 0; j < V; ++j) sum += std::exp((x[j] - max) * inv_tau);
   return max * inv_tau + std::log(sum);
 }
 
-void softcap_row(float* z, int64_t V, float c) {
+template <typename T>
+void softcap_row(T* z, int64_t V, T c) {
   for (int64_t j = 0; j < V; ++j) z[j] = c * std::tanh(z[j] / c);
 }
 
 }  // namespace
 
-void head_loss_rows(float* logits, float* teacher, const int64_t* labels, int64_t C,
-                    int64_t V, const HeadRowConfig& cfg, const float* grad_scale,
-                    const HeadRowOutputs& out) {
+void check_head_labels(const int64_t* labels, int64_t C, int64_t V, int64_t ignore_index) {
+  for (int64_t i = 0; i < C; ++i) {
+    CG_CHECK(labels[i] == ignore_index || (labels[i] >= 0 && labels[i] < V), "head loss: label ",
+             labels[i], " at row ", i, " is out of range for a vocabulary of ", V,
+             " (labels must be in [0, ", V, ") or ignore_index=", ignore_index, " to skip a row)");
+  }
+}
+
+template <typename T>
+void head_loss_rows(T* logits, T* teacher, const int64_t* labels, int64_t C, int64_t V,
+                    const HeadRowConfig& cfg, const T* grad_scale, const HeadRowOutputs<T>& out) {
   const bool want_teacher = head_loss_needs_teacher(cfg);
   const bool want_ce = cfg.kind == HeadLossKind::cross_entropy || cfg.hard_ce_weight != 0.0f;
   CG_CHECK(!want_teacher || teacher != nullptr, "head loss: this loss kind needs teacher logits");
@@ -60,23 +72,17 @@ void head_loss_rows(float* logits, float* teacher, const int64_t* labels, int64_
   const double kl_scale = cfg.hinton_scale ? tau * tau : 1.0;
   const double eps = cfg.label_smoothing;
 
-  // Labels are checked up front so that a bad one fails before any work.
-  if (labels != nullptr) {
-    for (int64_t i = 0; i < C; ++i) {
-      CG_CHECK(labels[i] == cfg.ignore_index || (labels[i] >= 0 && labels[i] < V),
-               "head loss: label ", labels[i], " at row ", i, " is out of range for a vocabulary of ",
-               V, " (use ignore_index=", cfg.ignore_index, " to skip a row)");
-    }
-  }
+  // Labels are checked up front: no exception may leave the parallel loop.
+  if (labels != nullptr) check_head_labels(labels, C, V, cfg.ignore_index);
 
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < C; ++i) {
-    float* z = logits + i * V;
-    float* t_raw = want_teacher ? teacher + i * V : nullptr;
+    T* z = logits + i * V;
+    T* t_raw = want_teacher ? teacher + i * V : nullptr;
     const bool ignored = labels != nullptr && labels[i] == cfg.ignore_index;
-    if (cfg.softcap > 0.0f) softcap_row(z, V, cfg.softcap);
+    if (cfg.softcap > 0.0f) softcap_row(z, V, static_cast<T>(cfg.softcap));
 
-    const RowMax zm = row_max(z, V);
+    const RowMax<T> zm = row_max(z, V);
     double sum_e = 0.0, sum_ez = 0.0, sum_z = 0.0;
     for (int64_t j = 0; j < V; ++j) {
       const double e = std::exp(static_cast<double>(z[j] - zm.max));
@@ -85,15 +91,15 @@ void head_loss_rows(float* logits, float* teacher, const int64_t* labels, int64_
       sum_z += z[j];
     }
     const double lse = zm.max + std::log(sum_e);
-    if (out.lse) out.lse[i] = static_cast<float>(lse);
+    if (out.lse) out.lse[i] = static_cast<T>(lse);
     if (out.argmax) out.argmax[i] = zm.arg;
-    if (out.entropy) out.entropy[i] = static_cast<float>(lse - sum_ez / sum_e);
+    if (out.entropy) out.entropy[i] = static_cast<T>(lse - sum_ez / sum_e);
 
     double lse_a = 0.0, lse_b = 0.0, kl_loss = 0.0;
-    const float* t = t_raw;
+    const T* t = t_raw;
     if (want_teacher) {
-      if (cfg.softcap > 0.0f) softcap_row(t_raw, V, cfg.softcap);
-      const RowMax tm = row_max(t, V);
+      if (cfg.softcap > 0.0f) softcap_row(t_raw, V, static_cast<T>(cfg.softcap));
+      const RowMax<T> tm = row_max(t, V);
       if (out.teacher_argmax) out.teacher_argmax[i] = tm.arg;
       lse_a = scaled_lse(t, V, tm.max, inv_tau);          // teacher, a = t / tau
       lse_b = tau == 1.0 ? lse : scaled_lse(z, V, zm.max, inv_tau);  // student, b = z / tau
@@ -119,7 +125,7 @@ void head_loss_rows(float* logits, float* teacher, const int64_t* labels, int64_
                 cfg.z_loss * lse * lse;
     }
     const double loss = ignored ? 0.0 : ce_weight * ce_loss + kl_weight * kl_scale * kl_loss;
-    if (out.loss) out.loss[i] = static_cast<float>(loss);
+    if (out.loss) out.loss[i] = static_cast<T>(loss);
 
     if (grad_scale == nullptr) continue;
     const double g = ignored ? 0.0 : grad_scale[i];
@@ -140,9 +146,15 @@ void head_loss_rows(float* logits, float* teacher, const int64_t* labels, int64_
         const double r = zj / cfg.softcap;
         d *= 1.0 - r * r;
       }
-      z[j] = static_cast<float>(g * d);
+      z[j] = static_cast<T>(g * d);
     }
   }
 }
+
+template void head_loss_rows<float>(float*, float*, const int64_t*, int64_t, int64_t,
+                                    const HeadRowConfig&, const float*, const HeadRowOutputs<float>&);
+template void head_loss_rows<double>(double*, double*, const int64_t*, int64_t, int64_t,
+                                     const HeadRowConfig&, const double*,
+                                     const HeadRowOutputs<double>&);
 
 }  // namespace cg::cpu

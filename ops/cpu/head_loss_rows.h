@@ -33,23 +33,28 @@ struct HeadRowConfig {
 };
 
 // Per-row outputs, each [C] and each optional (nullptr = not wanted).
+template <typename T>
 struct HeadRowOutputs {
-  float* loss = nullptr;
-  float* lse = nullptr;             // logsumexp of the (softcapped) student logits, tau = 1
+  T* loss = nullptr;
+  T* lse = nullptr;                 // logsumexp of the (softcapped) student logits, tau = 1
   int64_t* argmax = nullptr;        // student argmax
-  float* entropy = nullptr;         // entropy of softmax(z), nats
+  T* entropy = nullptr;             // entropy of softmax(z), nats
   int64_t* teacher_argmax = nullptr;
 };
 
-// logits  [C, V] fp32 row-major, student raw logits. When grad_scale is given, each row i
+// T is float (every real run) or double (gradient checks).
+// logits  [C, V] row-major, student raw logits. When grad_scale is given, each row i
 //         is overwritten with grad_scale[i] * d loss_i / d logits_raw_i.
-// teacher [C, V] fp32 raw teacher logits, or nullptr (required by the teacher losses);
+// teacher [C, V] raw teacher logits, or nullptr (required by the teacher losses);
 //         softcapped in place when softcap is on.
 // labels  [C] int64, or nullptr (required by CE and by a mix).
 // Rows run in parallel (OpenMP); sums accumulate in double.
-void head_loss_rows(float* logits, float* teacher, const int64_t* labels, int64_t C,
-                    int64_t V, const HeadRowConfig& config, const float* grad_scale,
-                    const HeadRowOutputs& out);
+template <typename T>
+void head_loss_rows(T* logits, T* teacher, const int64_t* labels, int64_t C, int64_t V,
+                    const HeadRowConfig& config, const T* grad_scale, const HeadRowOutputs<T>& out);
+
+// Throws a clear error naming the row when a label is neither ignore_index nor in [0, V).
+void check_head_labels(const int64_t* labels, int64_t C, int64_t V, int64_t ignore_index);
 
 bool head_loss_needs_teacher(const HeadRowConfig& config);
 bool head_loss_needs_labels(const HeadRowConfig& config);
