@@ -57,14 +57,13 @@ class CudaBackend final : public DeviceBackend {
     if (nbytes == 0) return;
     check_device(dst_device, "destination");
     check_device(src_device, "source");
+    // Checked on every path: a device pointer passed as host memory would crash memmove.
+    check_pointer(dst, dst_device, "destination", nbytes);
+    check_pointer(src, src_device, "source", nbytes);
     if (dst_device.is_cpu() && src_device.is_cpu()) {
-      CG_CHECK(dst != nullptr && src != nullptr, "copy of ", nbytes,
-               " bytes between host buffers: null pointer");
       std::memmove(dst, src, nbytes);
       return;
     }
-    check_pointer(dst, dst_device, "destination", nbytes);
-    check_pointer(src, src_device, "source", nbytes);
 
     if (dst_device.is_cuda() && src_device.is_cuda() && dst_device.index != src_device.index) {
       CG_CUDA_CHECK(cudaMemcpyPeer(dst, dst_device.index, src, src_device.index, nbytes));
