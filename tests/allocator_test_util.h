@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <ostream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@ constexpr size_t MiB = size_t{1} << 20;
 
 enum class SourceKind { fake, host, cuda };
 const char* source_kind_name(SourceKind kind);
+inline void PrintTo(SourceKind kind, std::ostream* os) { *os << source_kind_name(kind); }
 
 // What a CountingSource saw; shared so it outlives the allocator that owns the source.
 struct SourceCounters {
