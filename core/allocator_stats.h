@@ -41,4 +41,7 @@ struct AllocatorStats {
   std::string str() const;  // multi-line human-readable summary
 };
 
+// "512 B", "1.50 GiB": the one byte formatter every report uses.
+std::string format_bytes(int64_t bytes);
+
 }  // namespace cg

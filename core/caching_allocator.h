@@ -23,6 +23,8 @@
 #include <vector>
 
 #include "core/allocator_stats.h"
+#include "core/error.h"
+#include "core/memory_trace.h"
 #include "core/segment_source.h"
 
 namespace cg {
@@ -48,6 +50,8 @@ struct BlockInfo {
   size_t size;       // rounded size the block occupies
   size_t requested;  // what the caller asked for (0 when free)
   bool allocated;
+  MemoryCategory category;  // of the allocation (unknown when free)
+  uint32_t scope_id;        // MemoryTrace::scope_name(scope_id) = who allocated it
 };
 struct SegmentInfo {
   uint64_t addr;
@@ -90,10 +94,15 @@ class CachingAllocator {
 
   Block* find_free_block(Pool& pool, size_t size);
   Block* alloc_segment(size_t segment_size, bool small);
+  // Returns fully free segments to the source (only those >= max_split_size when
+  // oversize_only); true when anything was released.
   bool release_cached(bool oversize_only);
   void release_segment(Block* head);
-  Block* split(Block* block, size_t size, Pool& pool);
-  void merge_into_neighbours(Block* block, Pool& pool);
+  void split(Block* block, size_t size, Pool& pool);
+  Block* merge_with_free_neighbours(Block* block, Pool& pool);
+  void pool_insert(Pool& pool, Block* block);
+  void pool_erase(Pool& pool, Block* block);
+  Pool& pool_of(const Block* block);
   [[noreturn]] void throw_oom(size_t nbytes, size_t rounded, size_t segment_size);
   static bool is_split(const Block* b);
 

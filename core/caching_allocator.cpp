@@ -1,0 +1,328 @@
+// Why this file exists: the caching allocator's mechanics (see the Notes in the header):
+// best-fit search, splitting, merging on free, segment release under pressure, stats
+// and trace events. Public methods take the lock; private ones assume it is held.
+#include "core/caching_allocator.h"
+
+#include <algorithm>
+#include <map>
+
+#include "core/backend.h"
+#include "core/error.h"
+
+namespace cg {
+
+struct CachingAllocator::Block {
+  char* ptr = nullptr;
+  size_t size = 0;
+  size_t requested = 0;  // caller's size while allocated
+  bool allocated = false;
+  bool small = false;    // which pool the block's segment belongs to
+  Block* prev = nullptr; // neighbours inside the same segment
+  Block* next = nullptr;
+  MemoryCategory category = MemoryCategory::unknown;
+  uint32_t scope_id = 0;
+};
+
+bool CachingAllocator::BlockLess::operator()(const Block* a, const Block* b) const {
+  if (a->size != b->size) return a->size < b->size;
+  return std::less<char*>()(a->ptr, b->ptr);
+}
+
+CachingAllocator::CachingAllocator(std::unique_ptr<SegmentSource> source, AllocatorConfig config)
+    : source_(std::move(source)), config_(config) {
+  CG_CHECK(source_ != nullptr, "CachingAllocator needs a segment source");
+}
+
+CachingAllocator::~CachingAllocator() {
+  // Tear down without stats or trace: give every segment back, live blocks included.
+  for (Block* head : segments_) {
+    size_t total = 0;
+    for (Block* b = head; b != nullptr;) {
+      Block* next = b->next;
+      total += b->size;
+      if (b != head) delete b;
+      b = next;
+    }
+    source_->free_segment(head->ptr, total);
+    delete head;
+  }
+}
+
+size_t CachingAllocator::round_size(size_t nbytes) {
+  if (nbytes < kMinBlockSize) return kMinBlockSize;
+  return (nbytes + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize;
+}
+
+size_t CachingAllocator::segment_size_for(size_t rounded) {
+  if (rounded <= kSmallSize) return kSmallBuffer;
+  if (rounded < kMinLargeAlloc) return kLargeBuffer;
+  return (rounded + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
+}
+
+bool CachingAllocator::is_split(const Block* b) { return b->prev != nullptr || b->next != nullptr; }
+
+CachingAllocator::Pool& CachingAllocator::pool_of(const Block* b) {
+  return b->small ? small_pool_ : large_pool_;
+}
+
+// A free block is "inactive split" (fragmentation) while it sits in a pool and shares
+// its segment with other blocks. Whether a pooled block is split can only change while
+// it is out of the pool, so counting at insert/erase keeps the stat exact.
+void CachingAllocator::pool_insert(Pool& pool, Block* b) {
+  pool.insert(b);
+  if (is_split(b)) {
+    stats_.inactive_split.add(1);
+    stats_.inactive_split_bytes.add(static_cast<int64_t>(b->size));
+  }
+}
+
+void CachingAllocator::pool_erase(Pool& pool, Block* b) {
+  pool.erase(b);
+  if (is_split(b)) {
+    stats_.inactive_split.add(-1);
+    stats_.inactive_split_bytes.add(-static_cast<int64_t>(b->size));
+  }
+}
+
+CachingAllocator::Block* CachingAllocator::find_free_block(Pool& pool, size_t size) {
+  Block key;
+  key.size = size;
+  auto it = pool.lower_bound(&key);
+  if (it == pool.end()) return nullptr;
+  Block* b = *it;
+  // Large blocks are kept for large requests (PyTorch's max_split_size rules).
+  if (size < config_.max_split_size && b->size >= config_.max_split_size) return nullptr;
+  if (size >= config_.max_split_size && b->size >= size + kLargeBuffer) return nullptr;
+  pool_erase(pool, b);
+  return b;
+}
+
+CachingAllocator::Block* CachingAllocator::alloc_segment(size_t segment_size, bool small) {
+  if (config_.memory_limit != 0 &&
+      static_cast<size_t>(stats_.reserved_bytes.current) + segment_size > config_.memory_limit) {
+    return nullptr;
+  }
+  void* p = source_->allocate_segment(segment_size);
+  if (p == nullptr) return nullptr;
+  Block* b = new Block;
+  b->ptr = static_cast<char*>(p);
+  b->size = segment_size;
+  b->small = small;
+  segments_.push_back(b);
+  stats_.segment.add(1);
+  stats_.reserved_bytes.add(static_cast<int64_t>(segment_size));
+  MemoryTrace::record(TraceAction::segment_alloc, source_->device(),
+                      reinterpret_cast<uint64_t>(p), segment_size, segment_size);
+  return b;
+}
+
+void CachingAllocator::release_segment(Block* head) {
+  pool_erase(pool_of(head), head);
+  source_->free_segment(head->ptr, head->size);
+  stats_.segment.add(-1);
+  stats_.reserved_bytes.add(-static_cast<int64_t>(head->size));
+  MemoryTrace::record(TraceAction::segment_free, source_->device(),
+                      reinterpret_cast<uint64_t>(head->ptr), head->size, head->size);
+  segments_.erase(std::find(segments_.begin(), segments_.end(), head));
+  delete head;
+}
+
+bool CachingAllocator::release_cached(bool oversize_only) {
+  std::vector<Block*> victims;
+  for (Block* head : segments_) {
+    const bool whole_and_free = !head->allocated && head->next == nullptr;
+    if (whole_and_free && (!oversize_only || head->size >= config_.max_split_size)) {
+      victims.push_back(head);
+    }
+  }
+  for (Block* head : victims) release_segment(head);
+  return !victims.empty();
+}
+
+void CachingAllocator::split(Block* b, size_t size, Pool& pool) {
+  Block* rest = new Block;
+  rest->ptr = b->ptr + size;
+  rest->size = b->size - size;
+  rest->small = b->small;
+  rest->prev = b;
+  rest->next = b->next;
+  if (b->next != nullptr) b->next->prev = rest;
+  b->next = rest;
+  b->size = size;
+  pool_insert(pool, rest);
+}
+
+void* CachingAllocator::allocate(size_t nbytes) {
+  if (nbytes == 0) return nullptr;
+  std::lock_guard<std::mutex> lock(mutex_);
+  const size_t size = round_size(nbytes);
+  const bool small = size <= kSmallSize;
+  Pool& pool = small ? small_pool_ : large_pool_;
+
+  Block* b = find_free_block(pool, size);
+  if (b == nullptr) {
+    const size_t segment_size = segment_size_for(size);
+    b = alloc_segment(segment_size, small);
+    if (b == nullptr) {
+      // Note [OOM]: give cached memory back and try again before failing.
+      ++stats_.num_alloc_retries;
+      if (config_.max_split_size != SIZE_MAX && release_cached(true)) {
+        b = alloc_segment(segment_size, small);
+      }
+      if (b == nullptr) {
+        release_cached(false);
+        b = alloc_segment(segment_size, small);
+      }
+      if (b == nullptr) throw_oom(nbytes, size, segment_size);
+    }
+  }
+
+  const size_t remaining = b->size - size;
+  const bool should_split = small ? remaining >= kMinBlockSize
+                                  : (size < config_.max_split_size && remaining > kSmallSize);
+  if (should_split) split(b, size, pool);
+
+  b->allocated = true;
+  b->requested = nbytes;
+  b->category = current_category();
+  b->scope_id = current_scope_id();
+  live_.emplace(b->ptr, b);
+  stats_.allocation.add(1);
+  stats_.active.add(1);
+  stats_.allocated_bytes.add(static_cast<int64_t>(b->size));
+  stats_.active_bytes.add(static_cast<int64_t>(b->size));
+  stats_.requested_bytes.add(static_cast<int64_t>(nbytes));
+  MemoryTrace::record(TraceAction::alloc, source_->device(), reinterpret_cast<uint64_t>(b->ptr),
+                      b->size, nbytes);
+  return b->ptr;
+}
+
+CachingAllocator::Block* CachingAllocator::merge_with_free_neighbours(Block* b, Pool& pool) {
+  if (b->prev != nullptr && !b->prev->allocated) {
+    Block* prev = b->prev;
+    pool_erase(pool, prev);
+    prev->size += b->size;
+    prev->next = b->next;
+    if (b->next != nullptr) b->next->prev = prev;
+    delete b;
+    b = prev;
+  }
+  if (b->next != nullptr && !b->next->allocated) {
+    Block* next = b->next;
+    pool_erase(pool, next);
+    b->size += next->size;
+    b->next = next->next;
+    if (next->next != nullptr) next->next->prev = b;
+    delete next;
+  }
+  return b;
+}
+
+void CachingAllocator::free(void* ptr) {
+  if (ptr == nullptr) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = live_.find(ptr);
+  CG_CHECK(it != live_.end(), "CachingAllocator(", source_->name(), "): free of pointer ", ptr,
+           " that this allocator did not hand out (or that was already freed)");
+  Block* b = it->second;
+  live_.erase(it);
+  stats_.allocation.add(-1);
+  stats_.active.add(-1);
+  stats_.allocated_bytes.add(-static_cast<int64_t>(b->size));
+  stats_.active_bytes.add(-static_cast<int64_t>(b->size));
+  stats_.requested_bytes.add(-static_cast<int64_t>(b->requested));
+  MemoryTrace::record(TraceAction::free, source_->device(), reinterpret_cast<uint64_t>(b->ptr),
+                      b->size, b->requested);
+  b->allocated = false;
+  b->requested = 0;
+  b->category = MemoryCategory::unknown;
+  b->scope_id = 0;
+  Pool& pool = pool_of(b);
+  b = merge_with_free_neighbours(b, pool);
+  pool_insert(pool, b);
+}
+
+void CachingAllocator::empty_cache() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  release_cached(false);
+}
+
+void CachingAllocator::throw_oom(size_t nbytes, size_t rounded, size_t segment_size) {
+  ++stats_.num_ooms;
+  MemoryTrace::record(TraceAction::oom, source_->device(), 0, rounded, nbytes);
+  const int64_t allocated = stats_.allocated_bytes.current;
+  const int64_t reserved = stats_.reserved_bytes.current;
+  const int64_t source_free = source_->free_bytes();
+  std::string limit = config_.memory_limit == 0
+                          ? std::string("none")
+                          : format_bytes(static_cast<int64_t>(config_.memory_limit)) + " (" +
+                                std::to_string(config_.memory_limit) + " bytes)";
+  throw OutOfMemoryError(
+      detail::concat("out of memory on ", source_->device().str(), " (", source_->name(),
+                     "): tried to allocate ", format_bytes(static_cast<int64_t>(nbytes)), " (",
+                     nbytes, " bytes requested, a new segment of ", segment_size,
+                     " bytes needed); allocated ", format_bytes(allocated), " (", allocated,
+                     " bytes), reserved ", format_bytes(reserved), " (", reserved,
+                     " bytes, of which ", format_bytes(reserved - allocated),
+                     " cached but unallocated), memory limit ", limit, ", source free ",
+                     source_free < 0 ? std::string("unknown") : format_bytes(source_free),
+                     ". Lower the batch, sequence or chunk size, or raise the limit."),
+      __FILE__, __LINE__);
+}
+
+AllocatorStats CachingAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+void CachingAllocator::reset_peak_stats() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.reset_peak();
+}
+
+void CachingAllocator::set_memory_limit(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  config_.memory_limit = bytes;
+}
+
+size_t CachingAllocator::memory_limit() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return config_.memory_limit;
+}
+
+Device CachingAllocator::device() const { return source_->device(); }
+
+std::vector<SegmentInfo> CachingAllocator::snapshot() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<SegmentInfo> out;
+  for (const Block* head : segments_) {
+    SegmentInfo seg{reinterpret_cast<uint64_t>(head->ptr), 0, head->small, {}};
+    for (const Block* b = head; b != nullptr; b = b->next) {
+      seg.blocks.push_back(BlockInfo{reinterpret_cast<uint64_t>(b->ptr), b->size, b->requested,
+                                     b->allocated, b->category, b->scope_id});
+      seg.size += b->size;
+    }
+    out.push_back(std::move(seg));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const SegmentInfo& a, const SegmentInfo& b) { return a.addr < b.addr; });
+  return out;
+}
+
+CachingAllocator& allocator_for(Device device) {
+  static std::mutex mutex;
+  // Leaked on purpose: tensors may be freed during static destruction.
+  static auto* allocators = new std::map<std::pair<int, int>, CachingAllocator*>();
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_pair(static_cast<int>(device.type), device.index);
+  auto it = allocators->find(key);
+  if (it != allocators->end()) return *it->second;
+  std::unique_ptr<SegmentSource> source = device.is_cpu()
+                                              ? make_host_segment_source()
+                                              : backend_for(device).make_segment_source(device.index);
+  auto* allocator = new CachingAllocator(std::move(source));
+  allocators->emplace(key, allocator);
+  return *allocator;
+}
+
+}  // namespace cg

@@ -1,0 +1,62 @@
+// Why this file exists: the per-row half of every lm_head loss in chunkgrad. Given one
+// chunk of logits [C, V] (and optionally the teacher's [C, V] and labels [C]) it computes,
+// row by row and without any [C, V] temporary, the loss, the metrics (argmax, logsumexp,
+// entropy, teacher argmax) and -- when asked -- the gradient d loss / d logits, written
+// in place over the logits. The naive, chunked and fused paths all call it, which is why
+// they agree to rounding. The math is in docs/fused_loss.md; short form per row:
+//   CE:          l = lse(z) - (1-eps) z_y - eps/V sum z + zl lse^2
+//                dl/dz = softmax(z)(1 + 2 zl lse) - (1-eps) onehot(y) - eps/V
+//   forward KL:  p = softmax(t/tau), q = softmax(z/tau), l = sum p (log p - log q),
+//                dl/dz = (q - p)/tau              (x tau^2 with Hinton scaling)
+//   soft CE:     l = -sum p log q, same gradient as forward KL
+//   reverse KL:  l = sum q (log q - log p), dl/dz = q ((log q - log p) - l)/tau
+//   mix:         l = a * CE + (1 - a) * teacher loss  (a = hard_ce_weight)
+//   softcap c:   z = c tanh(z_raw / c) applied to student and teacher; dz/dz_raw = 1-(z/c)^2
+// A row whose label is ignore_index contributes nothing (loss 0, gradient 0).
+#pragma once
+
+#include <cstdint>
+
+namespace cg::cpu {
+
+enum class HeadLossKind : int8_t { cross_entropy, forward_kl, reverse_kl, soft_cross_entropy };
+
+struct HeadRowConfig {
+  HeadLossKind kind = HeadLossKind::cross_entropy;
+  int64_t ignore_index = -100;
+  float label_smoothing = 0.0f;  // eps, CE only
+  float z_loss = 0.0f;           // zl, CE only
+  float softcap = 0.0f;          // c; 0 = off
+  float temperature = 1.0f;      // tau, teacher losses only
+  float hard_ce_weight = 0.0f;   // a: mix of hard CE into a teacher loss (needs labels)
+  bool hinton_scale = false;     // multiply teacher loss and gradient by tau^2
+};
+
+// Per-row outputs, each [C] and each optional (nullptr = not wanted).
+template <typename T>
+struct HeadRowOutputs {
+  T* loss = nullptr;
+  T* lse = nullptr;                 // logsumexp of the (softcapped) student logits, tau = 1
+  int64_t* argmax = nullptr;        // student argmax
+  T* entropy = nullptr;             // entropy of softmax(z), nats
+  int64_t* teacher_argmax = nullptr;
+};
+
+// T is float (every real run) or double (gradient checks).
+// logits  [C, V] row-major, student raw logits. When grad_scale is given, each row i
+//         is overwritten with grad_scale[i] * d loss_i / d logits_raw_i.
+// teacher [C, V] raw teacher logits, or nullptr (required by the teacher losses);
+//         softcapped in place when softcap is on.
+// labels  [C] int64, or nullptr (required by CE and by a mix).
+// Rows run in parallel (OpenMP); sums accumulate in double.
+template <typename T>
+void head_loss_rows(T* logits, T* teacher, const int64_t* labels, int64_t C, int64_t V,
+                    const HeadRowConfig& config, const T* grad_scale, const HeadRowOutputs<T>& out);
+
+// Throws a clear error naming the row when a label is neither ignore_index nor in [0, V).
+void check_head_labels(const int64_t* labels, int64_t C, int64_t V, int64_t ignore_index);
+
+bool head_loss_needs_teacher(const HeadRowConfig& config);
+bool head_loss_needs_labels(const HeadRowConfig& config);
+
+}  // namespace cg::cpu

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Why this file exists: the README's two commands must work on a fresh Debian/Ubuntu
+# machine. This installs whatever build dependency is missing (Debian packages only, no
+# downloads of anything else), running apt-get update once, as root (or through sudo).
+set -euo pipefail
+
+packages=(cmake g++ ninja-build libeigen3-dev nlohmann-json3-dev libcli11-dev libgtest-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "chunkgrad: installing ${missing[*]}"
+  sudo_cmd=()
+  if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}"
+fi
