@@ -1,10 +1,10 @@
 // Why this file exists: the entry points and backward nodes of the elementwise ops
-// (declared in ops/elementwise.h). Kernels are in elementwise_cpu.cpp.
+// (declared in ops/elementwise.h). Kernels are in ops/cpu/elementwise.cpp.
 #include "ops/elementwise.h"
 
 #include "autograd/function.h"
 #include "core/views.h"
-#include "ops/cpu_kernels.h"
+#include "ops/cpu/kernels.h"
 #include "ops/op_checks.h"
 #include "ops/reduce.h"
 

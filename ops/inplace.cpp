@@ -5,7 +5,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "core/views.h"
-#include "ops/cpu_kernels.h"
+#include "ops/cpu/kernels.h"
 #include "ops/op_checks.h"
 
 namespace cg {

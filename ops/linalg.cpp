@@ -1,10 +1,10 @@
 // Why this file exists: matmul's entry point, shape rules and backward node (declared
-// in ops/linalg.h). The kernel is in matmul_cpu.cpp.
+// in ops/linalg.h). The kernel is in ops/cpu/matmul.cpp.
 #include "ops/linalg.h"
 
 #include "autograd/function.h"
 #include "core/views.h"
-#include "ops/cpu_kernels.h"
+#include "ops/cpu/kernels.h"
 #include "ops/op_checks.h"
 #include "ops/reduce.h"
 #include "ops/shape_ops.h"

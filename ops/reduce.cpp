@@ -1,10 +1,10 @@
 // Why this file exists: the entry points and backward nodes of sum and mean (declared
-// in ops/reduce.h). The kernel is in reduce_cpu.cpp.
+// in ops/reduce.h). The kernel is in ops/cpu/reduce.cpp.
 #include "ops/reduce.h"
 
 #include "autograd/function.h"
 #include "core/views.h"
-#include "ops/cpu_kernels.h"
+#include "ops/cpu/kernels.h"
 #include "ops/elementwise.h"
 #include "ops/op_checks.h"
 #include "ops/shape_ops.h"

@@ -5,7 +5,7 @@
 #include <Eigen/Core>
 
 #include "core/views.h"
-#include "ops/cpu_kernels.h"
+#include "ops/cpu/kernels.h"
 
 namespace cg::cpu {
 

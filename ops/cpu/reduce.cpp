@@ -1,8 +1,8 @@
 // Why this file exists: the CPU sum (and, with scale = 1/count, mean) over any set of
 // dims, any strides; each output element accumulates its inputs in double.
 #include "core/views.h"
-#include "ops/cpu_kernels.h"
-#include "ops/cpu_loops.h"
+#include "ops/cpu/kernels.h"
+#include "ops/cpu/loops.h"
 
 namespace cg::cpu {
 

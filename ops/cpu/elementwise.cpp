@@ -4,8 +4,8 @@
 #include <algorithm>
 
 #include "core/views.h"
-#include "ops/cpu_kernels.h"
-#include "ops/cpu_loops.h"
+#include "ops/cpu/kernels.h"
+#include "ops/cpu/loops.h"
 
 namespace cg::cpu {
 
