@@ -15,6 +15,7 @@
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "autograd/graph_bytes.h"
+#include "autograd/node.h"
 #include "ops/elementwise.h"
 #include "ops/inplace.h"
 #include "ops/linalg.h"
