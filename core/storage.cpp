@@ -1,0 +1,23 @@
+// Why this file exists: a Storage's lifetime is an allocator block's lifetime. Taking the
+// bytes from allocator_for(device) (never malloc) is what lets the allocator's stats and
+// trace account for every tensor chunkgrad ever makes.
+#include "core/storage.h"
+
+#include "core/backend.h"
+#include "core/caching_allocator.h"
+
+namespace cg {
+
+StorageImpl::StorageImpl(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
+  // An empty tensor on a device that does not exist should still fail loudly.
+  if (device.is_cuda()) backend_for(device);
+  if (nbytes == 0) return;
+  allocator_ = &allocator_for(device);
+  data_ = allocator_->allocate(nbytes);
+}
+
+StorageImpl::~StorageImpl() {
+  if (allocator_ != nullptr && data_ != nullptr) allocator_->free(data_);
+}
+
+}  // namespace cg
