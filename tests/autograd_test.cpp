@@ -6,6 +6,7 @@
 
 #include "core/caching_allocator.h"
 #include "core/factories.h"
+#include "autograd/function.h"
 #include "core/memory_trace.h"
 #include "ops/ops.h"
 #include "tests/gradcheck.h"
@@ -58,6 +59,28 @@ TEST(AutogradGradcheck, SmallMlp) {
         return mean(add(matmul(h, v[3]), v[4]), {1});
       },
       x, w1, b1, w2, b2);
+}
+
+// The harness itself: an op whose backward is deliberately wrong must be caught.
+struct WrongIdentityBackward : Node {
+  std::string name() const override { return "WrongIdentityBackward"; }
+  std::vector<Tensor> backward(std::vector<Tensor>&& grads) override {
+    return {scale(grads[0], 1.001)};  // off by 0.1%
+  }
+};
+
+Tensor wrong_identity(const Tensor& x) {
+  Tensor out = scale(x.detach(), 1.0);
+  if (auto node = make_node<WrongIdentityBackward>({&x})) set_history(node, out);
+  return out;
+}
+
+TEST(AutogradGradcheck, HarnessCatchesAWrongGradient) {
+  Tensor x = make_input({2, 3}, 108);
+  const auto result = testing::gradcheck([](const V& v) { return wrong_identity(v[0]); }, {x});
+  EXPECT_FALSE(result.ok) << result.str();
+  EXPECT_GT(result.worst_ratio, 1.0);
+  EXPECT_TRUE(testing::gradcheck([](const V& v) { return scale(v[0], 1.0); }, {x}).ok);
 }
 
 // ---- memory: saved tensors are freed, graph bytes are honest ------------------------

@@ -77,9 +77,10 @@ TEST(OpsGradcheck, MatmulBatchedAndBroadcast) {
   // A weight shared over the batch ([2, 3, 4] @ [4, 5]) and a transposed batch.
   Tensor w = make_input({4, 5}, 29);
   EXPECT_GRADCHECK([](const V& x) { return matmul(x[0], x[1]); }, a, w);
-  EXPECT_GRADCHECK([](const V& x) { return matmul(transpose(x[0], 1, 2), x[1]); }, b, a);
+  Tensor e = make_input({2, 3, 2}, 37);  // a^T per batch [2, 4, 3] @ [2, 3, 2]
+  EXPECT_GRADCHECK([](const V& x) { return matmul(transpose(x[0], 1, 2), x[1]); }, a, e);
   // A batched right operand with a 2-D left one, and an expanded (stride 0) operand.
-  Tensor m = make_input({3, 2}, 30);
+  Tensor m = make_input({2, 3}, 30);  // [2, 3] @ [2, 3, 4] -> [2, 2, 4]
   EXPECT_GRADCHECK([](const V& x) { return matmul(x[0], x[1]); }, m, a);
   Tensor r = make_input({1, 4}, 31);
   EXPECT_GRADCHECK([](const V& x) { return matmul(expand(x[0], {3, 4}), x[1]); }, r, w);
