@@ -53,6 +53,30 @@ void SavedTensor::release() {
 
 Node::Node() : sequence_nr_(next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {}
 
+// Note [Deep graphs]: dropping the last reference to a graph's root would destroy the
+// chain of nodes recursively (each node's next_edges hold the next ones), and a graph
+// a few hundred thousand ops deep would overflow the stack. Instead each destructor
+// hands its edges to a thread-local list that only the outermost destructor drains, one
+// node at a time.
+namespace {
+thread_local std::vector<std::shared_ptr<Node>> nodes_to_release;
+thread_local bool releasing_nodes = false;
+}  // namespace
+
+Node::~Node() {
+  for (Edge& e : next_edges) {
+    if (e.fn) nodes_to_release.push_back(std::move(e.fn));
+  }
+  if (releasing_nodes) return;
+  releasing_nodes = true;
+  while (!nodes_to_release.empty()) {
+    std::shared_ptr<Node> node = std::move(nodes_to_release.back());
+    nodes_to_release.pop_back();
+    node.reset();  // when this was the last reference, its edges join the list
+  }
+  releasing_nodes = false;
+}
+
 std::vector<Tensor> Node::apply(std::vector<Tensor>&& grad_outputs) {
   // A node that saved nothing can run any number of times (like PyTorch's views).
   if (released_ && !saved_.empty()) CG_FAIL(name(), ": ", kBackwardTwiceMessage);

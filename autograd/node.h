@@ -62,7 +62,7 @@ class SavedTensor {
 class Node : public std::enable_shared_from_this<Node> {
  public:
   Node();
-  virtual ~Node() = default;
+  virtual ~Node();  // iterative, see Note [Deep graphs] in node.cpp
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
 

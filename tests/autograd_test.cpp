@@ -209,6 +209,19 @@ TEST(AutogradEngine, BackwardFromLeafAndThroughUnusedBranches) {
   EXPECT_EQ(a.grad().to_vector(), (std::vector<double>{0, 1, 1, 0}));
 }
 
+TEST(AutogradEngine, DeepGraphRunsAndFreesWithoutRecursion) {
+  // 200k nodes in a chain: backward and destruction must not recurse per node.
+  const int64_t baseline = cpu_allocated_bytes();
+  {
+    Tensor x = from_vector({1}, {}, {.dtype = DType::f64}).requires_grad_();
+    Tensor y = x;
+    for (int i = 0; i < 200000; ++i) y = add_scalar(y, 1e-6);
+    y.backward();
+    EXPECT_EQ(x.grad().item(), 1.0);
+  }
+  EXPECT_EQ(cpu_allocated_bytes(), baseline);
+}
+
 // ---- grad mode, detach, leaves ------------------------------------------------------
 
 TEST(AutogradGradMode, NoGradGuardRecordsNothing) {
