@@ -55,7 +55,13 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b) {
            " don't match: inner dims ", k_a, " vs ", k_b);
   const Shape batch_a(a.shape().begin(), a.shape().end() - 2);
   const Shape batch_b(b.shape().begin(), b.shape().end() - 2);
-  raw::broadcast_shapes(batch_a, batch_b, "matmul (batch dims)");
+  try {
+    raw::broadcast_shapes(batch_a, batch_b, "matmul");
+  } catch (const Error&) {
+    CG_FAIL("matmul: shapes ", shape_str(a.shape()), " and ", shape_str(b.shape()),
+            " don't match: batch dims ", shape_str(batch_a), " and ", shape_str(batch_b),
+            " don't broadcast (sizes must match or be 1, aligned from the last dim)");
+  }
   Tensor out = run_matmul(a, b);
   if (auto node = make_node<MatmulBackward>({&a, &b})) {
     if (node->needs_input_grad(0)) node->b = node->save(b);

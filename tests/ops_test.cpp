@@ -126,7 +126,9 @@ TEST(OpsErrors, ShapeMismatch) {
   EXPECT_NE(error_of([] { mul(ones({2, 3}), ones({2, 4})); }).find("mul"), std::string::npos);
   EXPECT_EQ(error_of([] { matmul(ones({2, 3}), ones({4, 5})); }),
             "matmul: shapes [2, 3] and [4, 5] don't match: inner dims 3 vs 4");
-  EXPECT_THROW(matmul(ones({2, 2, 3}), ones({3, 3, 4})), Error);  // batch 2 vs 3
+  EXPECT_EQ(error_of([] { matmul(ones({2, 2, 3}), ones({3, 3, 4})); }),
+            "matmul: shapes [2, 2, 3] and [3, 3, 4] don't match: batch dims [2] and [3] don't "
+            "broadcast (sizes must match or be 1, aligned from the last dim)");
   EXPECT_THROW(matmul(ones({3}), ones({4})), Error);
   EXPECT_THROW(matmul(ones({}), ones({4})), Error);
   EXPECT_THROW(sum(ones({2, 3}), {2}), Error);
