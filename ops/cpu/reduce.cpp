@@ -1,5 +1,7 @@
 // Why this file exists: the CPU sum (and, with scale = 1/count, mean) over any set of
-// dims, any strides; each output element accumulates its inputs in double.
+// dims, any strides; every output element accumulates its inputs in double. Two walks:
+// per output element over its inputs when the last dim is reduced (rows are read
+// contiguously), or the whole input in memory order into a double buffer otherwise.
 #include "core/views.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/loops.h"
@@ -32,6 +34,25 @@ Tensor sum(const Tensor& a, const std::vector<bool>& reduce, bool keepdim, doubl
       const int64_t n = a.numel();
       for (int64_t i = 0; i < n; ++i) acc += static_cast<double>(load(pa + i));
       store(po, static_cast<C>(acc * scale));
+      return;
+    }
+    if (!reduced_shape.empty() && !reduce[nd - 1]) {
+      // The last dim is kept (e.g. a bias gradient: [B*T, D] -> [D]): walk the input in
+      // memory order and accumulate into a double buffer of the output's size, instead
+      // of striding down columns once per output element.
+      Tensor acc = raw::empty(kept_shape, DType::f64, a.device());
+      raw::fill_(acc, 0.0);
+      double* pacc = acc.data<double>();
+      Shape acc_strides(nd, 0);
+      for (int64_t d = nd - 1, k = static_cast<int64_t>(kept_shape.size()) - 1; d >= 0; --d) {
+        if (!reduce[d]) acc_strides[d] = out_kept_strides[k--];
+      }
+      strided_loop<2>(a.shape(), {a.strides(), acc_strides},
+                      [&](const std::array<int64_t, 2>& o) {
+                        pacc[o[1]] += static_cast<double>(load(pa + o[0]));
+                      });
+      const int64_t n = acc.numel();
+      for (int64_t i = 0; i < n; ++i) store(po + i, static_cast<C>(pacc[i] * scale));
       return;
     }
     strided_loop<2>(kept_shape, {kept_strides, out_kept_strides},
