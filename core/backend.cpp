@@ -60,6 +60,11 @@ void register_backend(DeviceBackend* backend) {
   registry()[slot_of(backend->type())].store(backend);
 }
 
+void unregister_backend(DeviceType type) {
+  CG_CHECK(type != DeviceType::cpu, "unregister_backend: the cpu backend is built in");
+  registry()[slot_of(type)].store(nullptr);
+}
+
 DeviceBackend* find_backend(DeviceType type) { return registry()[slot_of(type)].load(); }
 
 DeviceBackend& backend_for(Device device) {

@@ -29,6 +29,9 @@ class DeviceBackend {
 };
 
 void register_backend(DeviceBackend* backend);  // called once by the backend itself
+// Tests only: forgets the backend of `type` (a fake device backend cleans up with this).
+// Allocators already made for its devices stay; do not use them afterwards.
+void unregister_backend(DeviceType type);
 // The backend of `type`, or nullptr when this build has none.
 DeviceBackend* find_backend(DeviceType type);
 // The backend of `device`; throws a clear error when not built in or the device is absent.

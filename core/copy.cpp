@@ -59,30 +59,59 @@ void convert_contiguous(D* dst, const S* src, int64_t n) {
   }
 }
 
-// The general loop: an odometer over the outer dims, a strided inner loop.
+// One row: n elements, dst stride ds, src stride ss.
+template <typename D, typename S>
+void copy_row(D* d, const S* s, int64_t n, int64_t ds, int64_t ss) {
+  if (ds == 1 && ss == 1) {
+    convert_contiguous(d, s, n);
+  } else if (ss == 0) {
+    const D v = cast_element<D>(s[0]);
+    for (int64_t i = 0; i < n; ++i) d[i * ds] = v;
+  } else {
+    for (int64_t i = 0; i < n; ++i) d[i * ds] = cast_element<D>(s[i * ss]);
+  }
+}
+
+// A transposed 2-D block: d[r * d_row + c] = s[r + c * s_col]. Walking it in square tiles
+// keeps both sides' cache lines in use (a plain row loop reads one element per line).
+template <typename D, typename S>
+void copy_transposed(D* d, const S* s, int64_t rows, int64_t cols, int64_t d_row,
+                     int64_t s_col) {
+  constexpr int64_t kTile = 32;
+  for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
+    const int64_t r1 = std::min(rows, r0 + kTile);
+    for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+      const int64_t c1 = std::min(cols, c0 + kTile);
+      for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t c = c0; c < c1; ++c) d[r * d_row + c] = cast_element<D>(s[r + c * s_col]);
+      }
+    }
+  }
+}
+
+// The general loop: an odometer over the outer dims; per step, either one strided row or
+// (when the source runs along the second-to-last dim and dst along the last, as in
+// contiguous() of a transpose) a tiled 2-D block.
 template <typename D, typename S>
 void strided_copy(D* dst, const S* src, const LoopNest& nest) {
-  const size_t inner = nest.sizes.size() - 1;
-  const int64_t n = nest.sizes[inner];
-  const int64_t ds = nest.dst_strides[inner];
-  const int64_t ss = nest.src_strides[inner];
+  const size_t nd = nest.sizes.size();
+  const bool transposed = nd >= 2 && nest.dst_strides[nd - 1] == 1 &&
+                          nest.src_strides[nd - 2] == 1 && nest.src_strides[nd - 1] > 1;
+  const size_t outer = nd - (transposed ? 2 : 1);  // dims the odometer walks
   int64_t outer_count = 1;
-  for (size_t k = 0; k < inner; ++k) outer_count *= nest.sizes[k];
+  for (size_t k = 0; k < outer; ++k) outer_count *= nest.sizes[k];
 
-  Shape index(inner, 0);
+  Shape index(outer, 0);
   int64_t dst_at = 0, src_at = 0;
   for (int64_t o = 0; o < outer_count; ++o) {
-    D* d = dst + dst_at;
-    const S* s = src + src_at;
-    if (ds == 1 && ss == 1) {
-      convert_contiguous(d, s, n);
-    } else if (ss == 0) {
-      const D v = cast_element<D>(s[0]);
-      for (int64_t i = 0; i < n; ++i) d[i * ds] = v;
+    if (transposed) {
+      copy_transposed(dst + dst_at, src + src_at, nest.sizes[nd - 2], nest.sizes[nd - 1],
+                      nest.dst_strides[nd - 2], nest.src_strides[nd - 1]);
     } else {
-      for (int64_t i = 0; i < n; ++i) d[i * ds] = cast_element<D>(s[i * ss]);
+      copy_row(dst + dst_at, src + src_at, nest.sizes[nd - 1], nest.dst_strides[nd - 1],
+               nest.src_strides[nd - 1]);
     }
-    for (size_t k = inner; k-- > 0;) {  // advance the odometer
+    for (size_t k = outer; k-- > 0;) {  // advance the odometer
       dst_at += nest.dst_strides[k];
       src_at += nest.src_strides[k];
       if (++index[k] < nest.sizes[k]) break;

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/backend.h"
+#include "core/caching_allocator.h"
 #include "core/factories.h"
 #include "core/views.h"
 #include "tensor_test_helpers.h"
@@ -98,6 +99,21 @@ TEST(TensorStorage, SharedByViewsAndFreedWithTheLast) {
   EXPECT_FALSE(watch.expired());
   holder = Tensor();
   EXPECT_FALSE(watch.expired());  // `base` still holds it
+}
+
+TEST(TensorStorage, ComesFromTheCachingAllocator) {
+  CachingAllocator& allocator = allocator_for(kCPU);
+  const int64_t before = allocator.stats().allocated_bytes.current;
+  const int64_t blocks = allocator.stats().allocation.current;
+  {
+    const Tensor t = zeros({1000}, {.dtype = DType::f64});
+    EXPECT_EQ(allocator.stats().allocated_bytes.current,
+              before + static_cast<int64_t>(CachingAllocator::round_size(8000)));
+    const Tensor none = zeros({0, 4});  // no bytes, no block
+    EXPECT_EQ(none.data_ptr(), nullptr);
+    EXPECT_EQ(allocator.stats().allocation.current, blocks + 1);
+  }
+  EXPECT_EQ(allocator.stats().allocated_bytes.current, before);
 }
 
 TEST(TensorBackend, CpuIsAlwaysThereAndMissingCudaIsExplained) {

@@ -255,6 +255,18 @@ TEST(Views, CopyLargeStridedMatchesElementwise) {
         for (int64_t d = 0; d < 4; ++d) EXPECT_EQ(got[k++], ((b * 4 + d) * 5 + a) * 6 + c);
 }
 
+TEST(Views, CopyOfBatchedTransposesIsTiledCorrectly) {
+  // Sizes that are not multiples of the tile, a batch dim, and a conversion.
+  const Tensor src = raw::transpose(iota({3, 37, 45}), 1, 2);  // [3, 45, 37]
+  const Tensor dst = raw::empty({3, 45, 37}, DType::f64, kCPU);
+  raw::copy_(dst, src);
+  const V got = dst.to_vector();
+  size_t k = 0;
+  for (int64_t b = 0; b < 3; ++b)
+    for (int64_t i = 0; i < 45; ++i)
+      for (int64_t j = 0; j < 37; ++j) ASSERT_EQ(got[k++], (b * 37 + j) * 45 + i);
+}
+
 TEST(Views, FillAnyLayout) {
   const Tensor t = zeros({3, 4}, {.dtype = DType::bf16});
   raw::fill_(raw::narrow(t, 1, 1, 2), 1.5);
