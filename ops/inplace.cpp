@@ -1,0 +1,100 @@
+// Why this file exists: the in-place updates of ops/inplace.h -- checks (no graph may
+// be silently bypassed, dst must not be a broadcast view), then the device switch.
+#include "ops/inplace.h"
+
+#include "autograd/grad_mode.h"
+#include "autograd/node.h"
+#include "core/views.h"
+#include "ops/cpu/kernels.h"
+#include "ops/op_checks.h"
+
+namespace cg {
+
+namespace {
+
+void check_no_graph(const char* op, const Tensor& t, const char* arg) {
+  if (!GradMode::is_enabled() || !t.requires_grad()) return;
+  if (t.is_leaf()) {
+    CG_FAIL(op, ": ", arg, " is a leaf tensor that requires grad and grad mode is on; in-place "
+            "updates are not recorded in the graph. Wrap the update in cg::NoGradGuard (as "
+            "optimisers do)");
+  }
+  CG_FAIL(op, ": ", arg, " is part of an autograd graph (made by ", t.grad_fn()->name(),
+          ") and grad mode is on; in-place updates are not recorded. Use the out-of-place op, "
+          "or run under cg::NoGradGuard");
+}
+
+void check_dst(const char* op, const Tensor& dst) {
+  check_defined(op, dst, "dst");
+  check_floating(op, dst);
+  check_no_graph(op, dst, "dst");
+  for (int64_t d = 0; d < dst.dim(); ++d) {
+    CG_CHECK(dst.shape()[d] <= 1 || dst.strides()[d] != 0, op, ": dst of shape ",
+             shape_str(dst.shape()), " is an expanded view (stride 0 in dim ", d,
+             "), so one element would be written many times; write into a contiguous tensor");
+  }
+}
+
+void check_src(const char* op, const Tensor& dst, const Tensor& src, const char* arg) {
+  check_defined(op, src, arg);
+  check_same_device(op, dst, src);
+  check_same_dtype(op, dst, src);
+  check_no_graph(op, src, arg);
+  const Shape b = raw::broadcast_shapes(dst.shape(), src.shape(), op);
+  CG_CHECK(b == dst.shape(), op, ": ", arg, " of shape ", shape_str(src.shape()),
+           " does not broadcast to dst's shape ", shape_str(dst.shape()));
+}
+
+[[noreturn]] void not_here(const char* op, const Tensor& dst) { fail_not_implemented(op, dst.device()); }
+
+void run_inplace(const char* op, InplaceOp kind, const Tensor& dst, const Tensor& src, double alpha) {
+  check_dst(op, dst);
+  check_src(op, dst, src, "src");
+  if (dst.device().is_cpu()) return cpu::inplace(kind, dst, src, alpha);
+  not_here(op, dst);
+}
+
+void run_inplace_scalar(const char* op, UnaryOp kind, const Tensor& dst, double s) {
+  check_dst(op, dst);
+  if (dst.device().is_cpu()) return cpu::inplace_scalar(kind, dst, s);
+  not_here(op, dst);
+}
+
+void run_addc(const char* op, const Tensor& dst, const Tensor& a, const Tensor& b, double value,
+              bool divide) {
+  check_dst(op, dst);
+  check_src(op, dst, a, "the first operand");
+  check_src(op, dst, b, "the second operand");
+  if (dst.device().is_cpu()) return cpu::addcmul_(dst, a, b, value, divide);
+  not_here(op, dst);
+}
+
+}  // namespace
+
+void add_(const Tensor& dst, const Tensor& src, double alpha) {
+  run_inplace("add_", InplaceOp::add, dst, src, alpha);
+}
+void mul_(const Tensor& dst, const Tensor& src) { run_inplace("mul_", InplaceOp::mul, dst, src, 1.0); }
+void mul_(const Tensor& dst, double s) { run_inplace_scalar("mul_", UnaryOp::scale, dst, s); }
+void add_scalar_(const Tensor& dst, double s) {
+  run_inplace_scalar("add_scalar_", UnaryOp::add_scalar, dst, s);
+}
+void copy_(const Tensor& dst, const Tensor& src) {
+  run_inplace("copy_", InplaceOp::copy, dst, src, 1.0);
+}
+void fill_(const Tensor& dst, double value) {
+  check_dst("fill_", dst);
+  raw::fill_(dst, value);
+}
+void zero_(const Tensor& dst) {
+  check_dst("zero_", dst);
+  raw::fill_(dst, 0.0);
+}
+void addcmul_(const Tensor& dst, const Tensor& a, const Tensor& b, double value) {
+  run_addc("addcmul_", dst, a, b, value, false);
+}
+void addcdiv_(const Tensor& dst, const Tensor& a, const Tensor& b, double value) {
+  run_addc("addcdiv_", dst, a, b, value, true);
+}
+
+}  // namespace cg

@@ -1,0 +1,102 @@
+// Why this file exists: matmul's entry point, shape rules and backward node (declared
+// in ops/linalg.h). The kernel is in ops/cpu/matmul.cpp.
+#include "ops/linalg.h"
+
+#include "autograd/function.h"
+#include "core/views.h"
+#include "ops/cpu/kernels.h"
+#include "ops/op_checks.h"
+#include "ops/reduce.h"
+#include "ops/shape_ops.h"
+
+namespace cg {
+
+namespace {
+
+Tensor run_matmul(const Tensor& a, const Tensor& b) {
+  switch (a.device().type) {
+    case DeviceType::cpu: return cpu::matmul(a, b);
+    case DeviceType::cuda: break;
+  }
+  fail_not_implemented("matmul", a.device());
+}
+
+// grad_a = g @ b^T and grad_b = a^T @ g, each summed back over broadcast batch dims.
+// The transposes are views: the kernel maps them as column-major, no copy.
+struct MatmulBackward : Node {
+  size_t a = SIZE_MAX, b = SIZE_MAX;
+  std::string name() const override { return "MatmulBackward"; }
+  std::vector<Tensor> backward(std::vector<Tensor>&& grads) override {
+    const Tensor& g = grads[0];
+    Tensor ga, gb;
+    if (needs_input_grad(0)) {
+      ga = sum_to_shape(run_matmul(g, raw::transpose(saved(b), -1, -2)), input_meta[0].shape);
+    }
+    if (needs_input_grad(1)) {
+      const Tensor& sa = saved(a);
+      const Shape& b_shape = input_meta[1].shape;
+      if (b_shape.size() == 2 && sa.dim() > 2) {
+        // A weight shared over batch dims ([B, T, k] @ [k, m]): fold the batch into the
+        // rows, one [k, B*T] @ [B*T, m] GEMM instead of B products summed afterwards.
+        const int64_t k = sa.shape()[sa.dim() - 1], m = g.shape()[g.dim() - 1];
+        gb = run_matmul(raw::transpose(raw::reshape(sa, {-1, k}), 0, 1), raw::reshape(g, {-1, m}));
+      } else {
+        gb = sum_to_shape(run_matmul(raw::transpose(sa, -1, -2), g), b_shape);
+      }
+    }
+    return {ga, gb};
+  }
+};
+
+// Both operands at least 2-D.
+Tensor matmul_nd(const Tensor& a, const Tensor& b) {
+  const int64_t k_a = a.shape()[a.dim() - 1], k_b = b.shape()[b.dim() - 2];
+  CG_CHECK(k_a == k_b, "matmul: shapes ", shape_str(a.shape()), " and ", shape_str(b.shape()),
+           " don't match: inner dims ", k_a, " vs ", k_b);
+  const Shape batch_a(a.shape().begin(), a.shape().end() - 2);
+  const Shape batch_b(b.shape().begin(), b.shape().end() - 2);
+  try {
+    raw::broadcast_shapes(batch_a, batch_b, "matmul");
+  } catch (const Error&) {
+    CG_FAIL("matmul: shapes ", shape_str(a.shape()), " and ", shape_str(b.shape()),
+            " don't match: batch dims ", shape_str(batch_a), " and ", shape_str(batch_b),
+            " don't broadcast (sizes must match or be 1, aligned from the last dim)");
+  }
+  Tensor out = run_matmul(a, b);
+  if (auto node = make_node<MatmulBackward>({&a, &b})) {
+    if (node->needs_input_grad(0)) node->b = node->save(b);
+    if (node->needs_input_grad(1)) node->a = node->save(a);
+    set_history(node, out);
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  check_binary("matmul", a, b);
+  CG_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both operands need at least 1 dim, got shapes ",
+           shape_str(a.shape()), " and ", shape_str(b.shape()));
+  // 1-D operands become a row / a column through differentiable reshapes, so their
+  // gradients come out 1-D too.
+  if (a.dim() == 1 && b.dim() == 1) {
+    CG_CHECK(a.shape()[0] == b.shape()[0], "matmul: shapes ", shape_str(a.shape()), " and ",
+             shape_str(b.shape()), " don't match: inner dims ", a.shape()[0], " vs ", b.shape()[0]);
+    return reshape(matmul_nd(unsqueeze(a, 0), unsqueeze(b, 1)), Shape{});
+  }
+  if (a.dim() == 1) {
+    CG_CHECK(a.shape()[0] == b.shape()[b.dim() - 2], "matmul: shapes ", shape_str(a.shape()),
+             " and ", shape_str(b.shape()), " don't match: inner dims ", a.shape()[0], " vs ",
+             b.shape()[b.dim() - 2]);
+    return squeeze(matmul_nd(unsqueeze(a, 0), b), -2);
+  }
+  if (b.dim() == 1) {
+    CG_CHECK(a.shape()[a.dim() - 1] == b.shape()[0], "matmul: shapes ", shape_str(a.shape()),
+             " and ", shape_str(b.shape()), " don't match: inner dims ", a.shape()[a.dim() - 1],
+             " vs ", b.shape()[0]);
+    return squeeze(matmul_nd(a, unsqueeze(b, 1)), -1);
+  }
+  return matmul_nd(a, b);
+}
+
+}  // namespace cg

@@ -1,0 +1,23 @@
+// Why this file exists: every op validates its inputs the same way and says what to
+// change in the same words. Ops call these before touching data.
+// Internal to ops/: not a public header.
+#pragma once
+
+#include "core/tensor.h"
+
+namespace cg {
+
+// "add: argument b is an undefined tensor"
+void check_defined(const char* op, const Tensor& t, const char* arg = "the input");
+// "add: dtype i64 is not supported; it computes on f32, f64, bf16 and f16 tensors"
+void check_floating(const char* op, const Tensor& t);
+// "add: tensors are on different devices (cpu and cuda:0); move one with .to(device)"
+void check_same_device(const char* op, const Tensor& a, const Tensor& b);
+// "add: dtypes differ (f32 and bf16); convert one with .to(dtype)"
+void check_same_dtype(const char* op, const Tensor& a, const Tensor& b);
+// All of the above for a two-input floating op.
+void check_binary(const char* op, const Tensor& a, const Tensor& b);
+// "op add is not implemented on cuda yet"
+[[noreturn]] void fail_not_implemented(const char* op, Device device);
+
+}  // namespace cg

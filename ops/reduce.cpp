@@ -1,0 +1,118 @@
+// Why this file exists: the entry points and backward nodes of sum and mean (declared
+// in ops/reduce.h). The kernel is in ops/cpu/reduce.cpp.
+#include "ops/reduce.h"
+
+#include "autograd/function.h"
+#include "core/views.h"
+#include "ops/cpu/kernels.h"
+#include "ops/elementwise.h"
+#include "ops/op_checks.h"
+#include "ops/shape_ops.h"
+
+namespace cg {
+
+namespace {
+
+// reduce[d] for each dim of a tensor of `ndim` dims; dims may be negative, no repeats.
+std::vector<bool> reduce_mask(const char* op, const Shape& dims, int64_t ndim) {
+  std::vector<bool> mask(ndim, false);
+  for (int64_t d : dims) {
+    const int64_t n = normalize_dim(d, ndim, op);
+    CG_CHECK(!mask[n], op, ": dim ", d, " appears twice in dims ", shape_str(dims));
+    mask[n] = true;
+  }
+  return mask;
+}
+
+Tensor run_sum(const char* op, const Tensor& a, const std::vector<bool>& mask, bool keepdim,
+               double scale) {
+  switch (a.device().type) {
+    case DeviceType::cpu: return cpu::sum(a, mask, keepdim, scale);
+    case DeviceType::cuda: break;
+  }
+  fail_not_implemented(op, a.device());
+}
+
+// d(scale * sum)/da = scale, broadcast over the reduced dims. The gradient is returned as
+// an expanded view of the (small) incoming gradient: nothing is saved, nothing copied.
+struct SumBackward : Node {
+  SumBackward(const char* name, std::vector<bool> mask, bool keepdim, double scale)
+      : node_name(name), mask(std::move(mask)), keepdim(keepdim), scale(scale) {}
+  const char* node_name;
+  std::vector<bool> mask;
+  bool keepdim;
+  double scale;
+  std::string name() const override { return node_name; }
+  std::vector<Tensor> backward(std::vector<Tensor>&& grads) override {
+    const Shape& in_shape = input_meta[0].shape;
+    Tensor g = scale == 1.0 ? grads[0] : cg::scale(grads[0], scale);
+    Shape kept(in_shape);  // in_shape with reduced dims as 1
+    for (size_t d = 0; d < kept.size(); ++d) {
+      if (mask[d]) kept[d] = 1;
+    }
+    if (!keepdim) g = raw::reshape(g, kept);
+    return {raw::expand(g, in_shape)};
+  }
+};
+
+Tensor reduce(const char* op, const char* node_name, const Tensor& a,
+              const std::vector<bool>& mask, bool keepdim, bool average) {
+  check_defined(op, a);
+  check_floating(op, a);
+  int64_t count = 1;
+  for (int64_t d = 0; d < a.dim(); ++d) {
+    if (mask[d]) count *= a.shape()[d];
+  }
+  const double scale = average ? 1.0 / static_cast<double>(count) : 1.0;
+  Tensor out = run_sum(op, a, mask, keepdim, scale);
+  if (auto node = make_node<SumBackward>({&a}, node_name, mask, keepdim, scale)) {
+    set_history(node, out);
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& a) {
+  check_defined("sum", a);
+  return reduce("sum", "SumBackward", a, std::vector<bool>(a.dim(), true), false, false);
+}
+
+Tensor sum(const Tensor& a, const Shape& dims, bool keepdim) {
+  check_defined("sum", a);
+  return reduce("sum", "SumBackward", a, reduce_mask("sum", dims, a.dim()), keepdim, false);
+}
+
+Tensor mean(const Tensor& a) {
+  check_defined("mean", a);
+  return reduce("mean", "MeanBackward", a, std::vector<bool>(a.dim(), true), false, true);
+}
+
+Tensor mean(const Tensor& a, const Shape& dims, bool keepdim) {
+  check_defined("mean", a);
+  return reduce("mean", "MeanBackward", a, reduce_mask("mean", dims, a.dim()), keepdim, true);
+}
+
+Tensor sum_to_shape(const Tensor& g, const Shape& shape) {
+  if (g.shape() == shape) return g;
+  const int64_t nd = g.dim(), sd = static_cast<int64_t>(shape.size());
+  CG_CHECK(sd <= nd, "sum_to_shape: cannot reduce a gradient of shape ", shape_str(g.shape()),
+           " to the larger rank of ", shape_str(shape));
+  // Leading dims the input lacked, and dims where the input had 1, are summed.
+  Shape dims;
+  for (int64_t d = 0; d < nd; ++d) {
+    const int64_t sdim = d - (nd - sd);
+    if (sdim < 0) {
+      dims.push_back(d);
+    } else if (shape[sdim] == 1 && g.shape()[d] != 1) {
+      dims.push_back(d);
+    } else {
+      CG_CHECK(shape[sdim] == g.shape()[d], "sum_to_shape: gradient shape ", shape_str(g.shape()),
+               " is not a broadcast of ", shape_str(shape));
+    }
+  }
+  Tensor summed = sum(g, dims, /*keepdim=*/true);
+  return reshape(summed, shape);  // drop the leading dims
+}
+
+}  // namespace cg
