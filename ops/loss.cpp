@@ -139,30 +139,41 @@ RowLosses row_losses(const Tensor& logits, const Tensor& labels, const Tensor& t
   return out;
 }
 
+std::vector<double> row_reduction_scale(int64_t n, const Tensor& weights, const Tensor& labels,
+                                        int64_t ignore_index, Reduction reduction) {
+  CG_CHECK(reduction != Reduction::none, "row_reduction_scale: reduction none has no scale");
+  std::vector<double> scale = weights.defined() ? weights.to_vector() : std::vector<double>(n, 1.0);
+  if (labels.defined()) {
+    const std::vector<double> y = labels.to_vector();
+    for (int64_t i = 0; i < n; ++i) {
+      if (static_cast<int64_t>(y[i]) == ignore_index) scale[i] = 0.0;
+    }
+  }
+  if (reduction == Reduction::mean) {
+    double norm = 0.0;
+    for (double w : scale) norm += w;
+    for (double& w : scale) w = norm == 0.0 ? 0.0 : w / norm;
+  }
+  return scale;
+}
+
 Tensor reduce_rows(const Tensor& per_row, const Tensor& weights, const Tensor& labels,
                    int64_t ignore_index, Reduction reduction) {
   const char* op = "reduce_rows";
   CG_CHECK(per_row.dim() == 1, op, ": per-row losses must be 1-D, got ", shape_str(per_row.shape()));
   const int64_t n = per_row.size(0);
-  Tensor w;
   if (weights.defined()) {
     CG_CHECK(weights.dim() == 1 && weights.size(0) == n, op, ": weights must be [", n,
              "] (one per row), got ", shape_str(weights.shape()));
     check_same_device(op, per_row, weights);
-    w = raw::to_dtype(weights.detach(), per_row.dtype());
   }
-  if (reduction == Reduction::none) return w.defined() ? mul(per_row, w) : per_row;
-  Tensor total = sum(w.defined() ? mul(per_row, w) : per_row);
-  if (reduction == Reduction::sum) return total;
-  // mean: the normaliser is a constant (weights carry no gradient).
-  const std::vector<double> wv = w.defined() ? w.to_vector() : std::vector<double>(n, 1.0);
-  const std::vector<double> yv = labels.defined() ? labels.to_vector() : std::vector<double>();
-  double norm = 0.0;
-  for (int64_t i = 0; i < n; ++i) {
-    if (!yv.empty() && static_cast<int64_t>(yv[i]) == ignore_index) continue;
-    norm += wv[i];
+  if (reduction == Reduction::none) {
+    return weights.defined() ? mul(per_row, raw::to_dtype(weights.detach(), per_row.dtype())) : per_row;
   }
-  return scale(total, norm == 0.0 ? 0.0 : 1.0 / norm);
+  // Constants (weights carry no gradient), so the reduction is one weighted sum.
+  const Tensor scale = from_vector(row_reduction_scale(n, weights, labels, ignore_index, reduction),
+                                   {n}, {.dtype = per_row.dtype(), .device = per_row.device()});
+  return sum(mul(per_row, scale));
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, const CrossEntropyOptions& o) {

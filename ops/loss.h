@@ -9,6 +9,8 @@
 // exactly the memory the fused path avoids.
 #pragma once
 
+#include <vector>
+
 #include "core/tensor.h"
 #include "ops/loss_config.h"
 
@@ -34,6 +36,11 @@ RowLosses row_losses(const Tensor& logits, const Tensor& labels, const Tensor& t
 // over zero total weight is 0, not NaN (a batch with nothing to learn from).
 Tensor reduce_rows(const Tensor& per_row, const Tensor& weights, const Tensor& labels,
                    int64_t ignore_index, Reduction reduction);
+
+// The factor each row's loss is multiplied by in a sum or mean reduction (w_i, or
+// w_i / sum w over rows not ignored; 0 on ignored rows), as [n] host values.
+std::vector<double> row_reduction_scale(int64_t n, const Tensor& weights, const Tensor& labels,
+                                        int64_t ignore_index, Reduction reduction);
 
 struct CrossEntropyOptions {
   int64_t ignore_index = -100;
