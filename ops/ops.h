@@ -26,4 +26,5 @@
 #include "ops/reduce.h"
 #include "ops/rotary.h"
 #include "ops/shape_ops.h"
+#include "ops/softmax.h"
 #include "ops/swiglu.h"
