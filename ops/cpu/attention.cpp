@@ -23,6 +23,9 @@
 //   gradient copies exist. Its parallelism is B * Hkv; when that is below the core count
 //   a FlashAttention-2-style split (a dq pass over query rows, a dk/dv pass over keys)
 //   is the way to use the rest.
+// - Saved for backward (ops/attention.cpp): q, k, v, out and lse -- O(B * H * S * hd)
+//   bytes plus 4 (8 for f64) per query row -- and a dense mask when one was given; never
+//   the probabilities.
 // - A row that sees no key (padded DFlash block, all-false mask row, causal row with
 //   Sq > Sk) has output 0, lse -inf, and contributes no gradient: no NaN.
 #include <Eigen/Core>
