@@ -176,7 +176,8 @@ HeadLossResult recompute(const HeadLossInputs& in, const HeadLossOptions& o, int
   HeadLossResult r = make_outputs(in, o, compute, a);
   cpu::fused_head_chunks(a);
   if (auto node = make_node<FusedHeadRecomputeBackward>({&in.hidden, &in.head})) {
-    node->args = base_args(HeadLossInputs{}, o, chunk);
+    node->args.config = o.loss;
+    node->args.chunk_rows = chunk;
     node->h_i = node->save(a.hidden);
     node->w_i = node->save(a.head);
     if (a.teacher_hidden.defined()) {
