@@ -58,7 +58,7 @@ struct HeadLossOptions {
   // Rows per chunk (chunked and fused). 0: as many as chunk_budget_bytes allows for the
   // chunk's temporaries (logits, teacher logits, fp32 copies of 16-bit hidden rows).
   int64_t chunk_rows = 0;
-  size_t chunk_budget_bytes = size_t{64} << 20;
+  size_t chunk_budget_bytes = size_t{1} << 30;
   bool recompute_in_backward = false;  // fused only
   bool with_metrics = true;
 };
