@@ -81,7 +81,9 @@ DeviceBackend& backend_for(Device device) {
       CG_FAIL(device.str(), " requested but only ", count, " CUDA device",
               count == 1 ? " is" : "s are", " visible",
               reason.empty() ? std::string() : " (" + reason + ")",
-              count > 0 ? "; use cuda:0..cuda:" + std::to_string(count - 1) : std::string());
+              count == 1 ? std::string("; use cuda:0")
+              : count > 1 ? "; use cuda:0..cuda:" + std::to_string(count - 1)
+                          : std::string());
     }
   }
   return *backend;

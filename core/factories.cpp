@@ -118,6 +118,8 @@ void fill_drawn(const Tensor& t, Draw&& draw) {
 
 // Mantissa bits of a dtype (with the implicit one): a uniform draw uses only this many
 // random bits, so that [0, 1) stays below 1 after rounding to the dtype (as PyTorch).
+// For other [low, high) ranges, rounding to a 16-bit dtype can still land on `high`
+// itself, as in PyTorch.
 int uniform_bits(DType dtype) {
   switch (dtype) {
     case DType::f64: return 53;

@@ -24,13 +24,16 @@ Tensor narrow(const Tensor& t, int64_t dim, int64_t start, int64_t length);
 Tensor slice(const Tensor& t, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
 Tensor expand(const Tensor& t, const Shape& shape);  // size-1 dims -> stride 0
 Tensor unsqueeze(const Tensor& t, int64_t dim);
-Tensor squeeze(const Tensor& t, int64_t dim);
+Tensor squeeze(const Tensor& t, int64_t dim);  // unchanged when that dim is not 1, as PyTorch
 // One -1 in `shape` is inferred; throws when numel does not match.
 Shape infer_shape(const Shape& shape, int64_t numel);
 
 // ---- copies ----
-// dst[i] = src[i] elementwise over equal shapes, any strides, any dtypes (converting
-// through double for ints, float for 16-bit floats), any devices.
+// dst[i] = src[i] elementwise, any strides, any dtypes (converting by cast_element's
+// rules, core/dtype_dispatch.h), any devices. src broadcasts to dst's shape; dst may
+// not be expanded (stride 0); overlapping dst/src are handled by reading src first.
+// Copies that touch a GPU and need a cast or a strided layout stage through host memory
+// for now (Note [Device copy] in copy.cpp).
 void copy_(const Tensor& dst, const Tensor& src);
 Tensor contiguous(const Tensor& t);  // t itself when already contiguous
 Tensor clone(const Tensor& t);       // always a fresh contiguous copy
