@@ -1,18 +1,18 @@
-// Why this file exists: the entry points and backward nodes of the elementwise ops
-// (declared in ops/elementwise.h). Kernels are in ops/cpu/elementwise.cpp.
+// Why this file exists: the entry points and backward nodes of the arithmetic and math
+// elementwise ops (declared in ops/elementwise.h), and the device switch they share with
+// ops/activation.cpp and ops/where.cpp (ops/elementwise_dispatch.h). CPU loops are in
+// ops/cpu/elementwise.cpp.
 #include "ops/elementwise.h"
 
 #include "autograd/function.h"
 #include "core/views.h"
-#include "ops/cpu/kernels.h"
+#include "ops/elementwise_dispatch.h"
 #include "ops/op_checks.h"
 #include "ops/reduce.h"
 
 namespace cg {
 
 // ---- device dispatch -------------------------------------------------------------
-
-namespace {
 
 Tensor run_binary(const char* op, BinaryOp kind, const Tensor& a, const Tensor& b) {
   check_binary(op, a, b);
@@ -33,6 +33,25 @@ Tensor run_unary(const char* op, UnaryOp kind, const Tensor& a, double s) {
   }
   fail_not_implemented(op, a.device());
 }
+
+Tensor run_where(const char* op, const Tensor& cond, const Tensor& a, const Tensor& b) {
+  switch (a.device().type) {
+    case DeviceType::cpu: return cpu::where(cond, a, b);
+    case DeviceType::cuda: break;
+  }
+  fail_not_implemented(op, a.device());
+}
+
+Tensor record_pointwise(Tensor out, const Tensor& a, const char* node_name, BinaryOp formula,
+                        const Tensor& to_save) {
+  if (auto node = make_node<PointwiseBackward>({&a}, node_name, formula)) {
+    node->saved_index = node->save(to_save);
+    set_history(node, out);
+  }
+  return out;
+}
+
+namespace {
 
 // ---- backward nodes ----------------------------------------------------------------
 
@@ -63,6 +82,22 @@ struct MulBackward : Node {
   }
 };
 
+// d(a/b)/da = 1/b, d(a/b)/db = -a/b^2.
+struct DivBackward : Node {
+  size_t a = SIZE_MAX, b = SIZE_MAX;
+  std::string name() const override { return "DivBackward"; }
+  std::vector<Tensor> backward(std::vector<Tensor>&& grads) override {
+    const Tensor& g = grads[0];
+    Tensor ga, gb;
+    if (needs_input_grad(0)) ga = sum_to_shape(div(g, saved(b)), input_meta[0].shape);
+    if (needs_input_grad(1)) {
+      const Tensor& sb = saved(b);
+      gb = sum_to_shape(neg(mul(g, div(div(saved(a), sb), sb))), input_meta[1].shape);
+    }
+    return {ga, gb};
+  }
+};
+
 // Covers neg (s = -1), scale (s) and add_scalar (s = 1, a shift has gradient 1).
 struct ScaleBackward : Node {
   ScaleBackward(const char* name, double s) : node_name(name), s(s) {}
@@ -75,11 +110,38 @@ struct ScaleBackward : Node {
   }
 };
 
-struct ReluBackward : Node {
-  size_t out = 0;
-  std::string name() const override { return "ReluBackward"; }
+// d(a^p)/da = p a^(p-1).
+struct PowScalarBackward : Node {
+  explicit PowScalarBackward(double p) : p(p) {}
+  double p;
+  size_t a = SIZE_MAX;
+  std::string name() const override { return "PowBackward"; }
   std::vector<Tensor> backward(std::vector<Tensor>&& grads) override {
-    return {run_binary("relu_backward", BinaryOp::relu_backward, grads[0], saved(out))};
+    const Tensor& g = grads[0];
+    if (p == 0.0) return {scale(g, 0.0)};
+    if (p == 1.0) return {g};
+    const Tensor& x = saved(a);
+    Tensor d = p == 2.0 ? scale(x, 2.0) : scale(pow(x, p - 1.0), p);
+    return {mul(g, d)};
+  }
+};
+
+// d(a^b)/da = b a^(b-1), d(a^b)/db = a^b log a (0 where a^b is 0).
+struct PowBackward : Node {
+  size_t a = SIZE_MAX, b = SIZE_MAX, out = SIZE_MAX;
+  std::string name() const override { return "PowBackward"; }
+  std::vector<Tensor> backward(std::vector<Tensor>&& grads) override {
+    const Tensor& g = grads[0];
+    Tensor ga, gb;
+    if (needs_input_grad(0)) {
+      const Tensor& sb = saved(b);
+      ga = sum_to_shape(mul(g, mul(sb, pow(saved(a), add_scalar(sb, -1.0)))), input_meta[0].shape);
+    }
+    if (needs_input_grad(1)) {
+      Tensor dlog = run_binary("pow_backward", BinaryOp::xlogy, saved(out), saved(a));
+      gb = sum_to_shape(mul(g, dlog), input_meta[1].shape);
+    }
+    return {ga, gb};
   }
 };
 
@@ -114,8 +176,18 @@ Tensor mul(const Tensor& a, const Tensor& b) {
   return out;
 }
 
+Tensor div(const Tensor& a, const Tensor& b) {
+  Tensor out = run_binary("div", BinaryOp::div, a, b);
+  if (auto node = make_node<DivBackward>({&a, &b})) {
+    node->b = node->save(b);
+    if (node->needs_input_grad(1)) node->a = node->save(a);
+    set_history(node, out);
+  }
+  return out;
+}
+
 Tensor neg(const Tensor& a) {
-  return record_scale(run_unary("neg", UnaryOp::neg, a, 0.0), a, "NegBackward", -1.0);
+  return record_scale(run_unary("neg", UnaryOp::neg, a), a, "NegBackward", -1.0);
 }
 
 Tensor scale(const Tensor& a, double s) {
@@ -127,10 +199,40 @@ Tensor add_scalar(const Tensor& a, double s) {
                       1.0);
 }
 
-Tensor relu(const Tensor& a) {
-  Tensor out = run_unary("relu", UnaryOp::relu, a, 0.0);
-  if (auto node = make_node<ReluBackward>({&a})) {
-    node->out = node->save(out);  // the output is the mask's source; the input can go
+Tensor exp(const Tensor& a) {
+  Tensor out = run_unary("exp", UnaryOp::exp, a);
+  return record_pointwise(out, a, "ExpBackward", BinaryOp::mul, out);
+}
+
+Tensor log(const Tensor& a) {
+  return record_pointwise(run_unary("log", UnaryOp::log, a), a, "LogBackward", BinaryOp::div, a);
+}
+
+Tensor sqrt(const Tensor& a) {
+  Tensor out = run_unary("sqrt", UnaryOp::sqrt, a);
+  return record_pointwise(out, a, "SqrtBackward", BinaryOp::sqrt_backward, out);
+}
+
+Tensor rsqrt(const Tensor& a) {
+  Tensor out = run_unary("rsqrt", UnaryOp::rsqrt, a);
+  return record_pointwise(out, a, "RsqrtBackward", BinaryOp::rsqrt_backward, out);
+}
+
+Tensor pow(const Tensor& a, double exponent) {
+  Tensor out = run_unary("pow", UnaryOp::pow, a, exponent);
+  if (auto node = make_node<PowScalarBackward>({&a}, exponent)) {
+    if (exponent != 0.0 && exponent != 1.0) node->a = node->save(a);
+    set_history(node, out);
+  }
+  return out;
+}
+
+Tensor pow(const Tensor& a, const Tensor& b) {
+  Tensor out = run_binary("pow", BinaryOp::pow, a, b);
+  if (auto node = make_node<PowBackward>({&a, &b})) {
+    node->a = node->save(a);
+    if (node->needs_input_grad(0)) node->b = node->save(b);
+    if (node->needs_input_grad(1)) node->out = node->save(out);
     set_history(node, out);
   }
   return out;
@@ -139,6 +241,7 @@ Tensor relu(const Tensor& a) {
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
 Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
 Tensor operator-(const Tensor& a) { return neg(a); }
 Tensor operator+(const Tensor& a, double s) { return add_scalar(a, s); }
 Tensor operator+(double s, const Tensor& a) { return add_scalar(a, s); }
@@ -147,5 +250,6 @@ Tensor operator-(double s, const Tensor& a) { return add_scalar(neg(a), s); }
 Tensor operator*(const Tensor& a, double s) { return scale(a, s); }
 Tensor operator*(double s, const Tensor& a) { return scale(a, s); }
 Tensor operator/(const Tensor& a, double s) { return scale(a, 1.0 / s); }
+Tensor operator/(double s, const Tensor& a) { return scale(pow(a, -1.0), s); }
 
 }  // namespace cg

@@ -21,3 +21,4 @@
 #include "ops/linalg.h"
 #include "ops/reduce.h"
 #include "ops/shape_ops.h"
+#include "ops/softmax.h"

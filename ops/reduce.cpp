@@ -1,10 +1,12 @@
-// Why this file exists: the entry points and backward nodes of sum and mean (declared
-// in ops/reduce.h). The kernel is in ops/cpu/reduce.cpp.
+// Why this file exists: the entry points and backward nodes of the reductions (sum,
+// mean, max, argmax, logsumexp; declared in ops/reduce.h). The kernels are in
+// ops/cpu/reduce.cpp.
 #include "ops/reduce.h"
 
 #include "autograd/function.h"
 #include "core/views.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/reduce.h"
 #include "ops/elementwise.h"
 #include "ops/op_checks.h"
 #include "ops/shape_ops.h"
@@ -71,6 +73,85 @@ Tensor reduce(const char* op, const char* node_name, const Tensor& a,
   return out;
 }
 
+// ---- along one dim: max, argmax, logsumexp ----------------------------------------
+
+// Checks a floating input and its dim; returns the dim in [0, ndim). With
+// need_elements, an empty dim is an error (a maximum needs an element).
+int64_t check_dim_reduce(const char* op, const Tensor& a, int64_t dim, bool need_elements) {
+  check_defined(op, a);
+  check_floating(op, a);
+  const int64_t d = normalize_dim(dim, a.dim(), op);
+  CG_CHECK(!need_elements || a.shape()[d] > 0, op, ": dim ", dim, " of the input of shape ",
+           shape_str(a.shape()), " has size 0, and an empty row has no maximum");
+  return d;
+}
+
+void check_not_empty(const char* op, const Tensor& a) {
+  check_defined(op, a);
+  check_floating(op, a);
+  CG_CHECK(a.numel() > 0, op, ": the input of shape ", shape_str(a.shape()),
+           " is empty, and an empty tensor has no maximum");
+}
+
+Tensor run_max(const char* op, const Tensor& a, int64_t dim, Tensor* values) {
+  switch (a.device().type) {
+    case DeviceType::cpu: return cpu::max_along_dim(a, dim, values);
+    case DeviceType::cuda: break;
+  }
+  fail_not_implemented(op, a.device());
+}
+
+Tensor run_logsumexp(const Tensor& a, int64_t dim) {
+  switch (a.device().type) {
+    case DeviceType::cpu: return cpu::logsumexp_along_dim(a, dim);
+    case DeviceType::cuda: break;
+  }
+  fail_not_implemented("logsumexp", a.device());
+}
+
+Tensor run_scatter(const char* op, const Tensor& src, const Tensor& index, int64_t dim,
+                   const Shape& shape) {
+  switch (src.device().type) {
+    case DeviceType::cpu: return cpu::scatter_along_dim(src, index, dim, shape);
+    case DeviceType::cuda: break;
+  }
+  fail_not_implemented(op, src.device());
+}
+
+// Routes each row's gradient to its argmax position; zeros elsewhere.
+struct MaxBackward : Node {
+  MaxBackward(int64_t dim, bool keepdim) : dim(dim), keepdim(keepdim) {}
+  int64_t dim;
+  bool keepdim;
+  size_t indices = SIZE_MAX;
+  std::string name() const override { return "MaxBackward"; }
+  std::vector<Tensor> backward(std::vector<Tensor>&& grads) override {
+    Tensor g = grads[0], idx = saved(indices);
+    if (!keepdim) {
+      g = raw::unsqueeze(g, dim);
+      idx = raw::unsqueeze(idx, dim);
+    }
+    return {run_scatter("max_backward", g, idx, dim, input_meta[0].shape)};
+  }
+};
+
+// d lse / da = exp(a - lse) (the softmax of the row), recomputed from input and output.
+struct LogsumexpBackward : Node {
+  LogsumexpBackward(int64_t dim, bool keepdim) : dim(dim), keepdim(keepdim) {}
+  int64_t dim;
+  bool keepdim;
+  size_t input = SIZE_MAX, output = SIZE_MAX;
+  std::string name() const override { return "LogsumexpBackward"; }
+  std::vector<Tensor> backward(std::vector<Tensor>&& grads) override {
+    Tensor g = grads[0], out = saved(output);
+    if (!keepdim) {
+      g = raw::unsqueeze(g, dim);
+      out = raw::unsqueeze(out, dim);
+    }
+    return {mul(g, exp(sub(saved(input), out)))};
+  }
+};
+
 }  // namespace
 
 Tensor sum(const Tensor& a) {
@@ -91,6 +172,55 @@ Tensor mean(const Tensor& a) {
 Tensor mean(const Tensor& a, const Shape& dims, bool keepdim) {
   check_defined("mean", a);
   return reduce("mean", "MeanBackward", a, reduce_mask("mean", dims, a.dim()), keepdim, true);
+}
+
+MaxResult max(const Tensor& a, int64_t dim, bool keepdim) {
+  const int64_t d = check_dim_reduce("max", a, dim, /*need_elements=*/true);
+  Tensor values;
+  Tensor indices = run_max("max", a, d, &values);
+  if (!keepdim) {
+    values = raw::squeeze(values, d);
+    indices = raw::squeeze(indices, d);
+  }
+  if (auto node = make_node<MaxBackward>({&a}, d, keepdim)) {
+    node->indices = node->save(indices);
+    set_history(node, values);
+  }
+  return {values, indices};
+}
+
+Tensor max(const Tensor& a) {
+  check_not_empty("max", a);
+  return max(reshape(a, {-1}), 0).values;
+}
+
+Tensor argmax(const Tensor& a, int64_t dim, bool keepdim) {
+  const int64_t d = check_dim_reduce("argmax", a, dim, /*need_elements=*/true);
+  Tensor indices = run_max("argmax", a, d, nullptr);
+  return keepdim ? indices : raw::squeeze(indices, d);
+}
+
+Tensor argmax(const Tensor& a) {
+  check_not_empty("argmax", a);
+  return argmax(raw::reshape(a, {-1}), 0);
+}
+
+Tensor logsumexp(const Tensor& a, int64_t dim, bool keepdim) {
+  const int64_t d = check_dim_reduce("logsumexp", a, dim, /*need_elements=*/false);
+  Tensor out = run_logsumexp(a, d);
+  if (!keepdim) out = raw::squeeze(out, d);
+  if (auto node = make_node<LogsumexpBackward>({&a}, d, keepdim)) {
+    node->input = node->save(a);
+    node->output = node->save(out);
+    set_history(node, out);
+  }
+  return out;
+}
+
+Tensor logsumexp(const Tensor& a) {
+  check_defined("logsumexp", a);
+  check_floating("logsumexp", a);
+  return logsumexp(reshape(a, {-1}), 0);
 }
 
 Tensor sum_to_shape(const Tensor& g, const Shape& shape) {

@@ -1,0 +1,122 @@
+// Why this file exists: the one place CPU kernels decide whether to use threads. A
+// parallel region costs microseconds to start (more when other processes hold the cores),
+// which a small add never earns back: below kParallelMinElements of work everything runs
+// on the calling thread, above it the range is cut into one contiguous piece per thread.
+// Also the strided walk over a sub-range of a shape, so a non-contiguous (transposed,
+// sliced, broadcast) operand can be split between threads like a contiguous one.
+//
+// Note [Deterministic threads]: every split here is of independent outputs; nothing is
+// accumulated across pieces, so a result does not depend on the number of threads.
+// Kernels that reduce across a split (cpu::sum over everything) use fixed-size blocks
+// summed in order instead (see ops/cpu/reduce.cpp).
+// Internal to ops/: not a public header.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "core/tensor.h"
+
+namespace cg::cpu {
+
+// Work (elements touched) below which a kernel stays on one thread.
+inline constexpr int64_t kParallelMinElements = 32768;
+
+// Calls body(begin, end) on disjoint pieces covering [0, n): once on this thread when
+// `work` < kParallelMinElements (or OpenMP is off, or we are already inside a parallel
+// region), else one contiguous piece per OpenMP thread. `work` is the cost estimate in
+// elements (n itself for elementwise loops; all elements of the rows for row loops).
+template <typename F>
+void parallel_range(int64_t n, int64_t work, F&& body) {
+  if (n <= 0) return;
+#ifdef _OPENMP
+  if (work >= kParallelMinElements && n > 1 && !omp_in_parallel() && omp_get_max_threads() > 1) {
+    const int64_t pieces = std::min<int64_t>(n, omp_get_max_threads());
+#pragma omp parallel for schedule(static) num_threads(static_cast<int>(pieces))
+    for (int64_t p = 0; p < pieces; ++p) {
+      const int64_t begin = n * p / pieces, end = n * (p + 1) / pieces;
+      if (begin < end) body(begin, end);
+    }
+    return;
+  }
+#endif
+  body(int64_t{0}, n);
+}
+
+// Calls f(offsets) for the elements [begin, end) of `shape` in row-major order, where
+// offsets[k] is the element offset of operand k (sum of index * strides[k]). The same
+// walk as strided_loop (ops/cpu/loops.h), started part-way through.
+template <size_t N, typename F>
+void strided_loop_range(const Shape& shape, const std::array<Shape, N>& strides, int64_t begin,
+                        int64_t end, F&& f) {
+  if (begin >= end) return;
+  const int64_t nd = static_cast<int64_t>(shape.size());
+  std::array<int64_t, N> offsets{};
+  if (nd == 0) {
+    f(offsets);
+    return;
+  }
+  // Unravel `begin` into an index and the operands' offsets.
+  Shape index(nd, 0);
+  int64_t rest = begin;
+  for (int64_t d = nd - 1; d >= 0; --d) {
+    index[d] = rest % shape[d];
+    rest /= shape[d];
+    for (size_t k = 0; k < N; ++k) offsets[k] += index[d] * strides[k][d];
+  }
+  const int64_t inner = shape[nd - 1];
+  std::array<int64_t, N> inner_stride;
+  for (size_t k = 0; k < N; ++k) inner_stride[k] = strides[k][nd - 1];
+  int64_t remaining = end - begin;
+  while (true) {
+    const int64_t count = std::min(inner - index[nd - 1], remaining);
+    std::array<int64_t, N> o = offsets;
+    for (int64_t i = 0; i < count; ++i) {
+      f(o);
+      for (size_t k = 0; k < N; ++k) o[k] += inner_stride[k];
+    }
+    remaining -= count;
+    if (remaining == 0) return;
+    // Back to the start of the row, then the odometer over the outer dims.
+    for (size_t k = 0; k < N; ++k) offsets[k] -= index[nd - 1] * inner_stride[k];
+    index[nd - 1] = 0;
+    for (int64_t d = nd - 2; d >= 0; --d) {
+      index[d] += 1;
+      for (size_t k = 0; k < N; ++k) offsets[k] += strides[k][d];
+      if (index[d] < shape[d]) break;
+      for (size_t k = 0; k < N; ++k) offsets[k] -= strides[k][d] * shape[d];
+      index[d] = 0;
+    }
+  }
+}
+
+// strided_loop over all of `shape`, split between threads when it is large.
+template <size_t N, typename F>
+void parallel_strided_loop(const Shape& shape, const std::array<Shape, N>& strides, F&& f) {
+  const int64_t n = shape_numel(shape);
+  parallel_range(n, n, [&](int64_t begin, int64_t end) {
+    strided_loop_range<N>(shape, strides, begin, end, f);
+  });
+}
+
+// The rows of `shape` along `dim`: calls row(offsets) once per index of the other dims,
+// with offsets[k] the element offset of operand k at position 0 of the row (the row's
+// elements are then strides[k][dim] apart). Rows run in parallel when the whole shape
+// is large; each row runs on one thread.
+template <size_t N, typename F>
+void for_each_row(const Shape& shape, int64_t dim, const std::array<Shape, N>& strides, F&& row) {
+  Shape rows_shape = shape;
+  rows_shape[dim] = 1;
+  const int64_t rows = shape_numel(rows_shape);
+  if (rows == 0) return;
+  parallel_range(rows, shape_numel(shape), [&](int64_t begin, int64_t end) {
+    strided_loop_range<N>(rows_shape, strides, begin, end, row);
+  });
+}
+
+}  // namespace cg::cpu
