@@ -17,6 +17,8 @@ void check_same_device(const char* op, const Tensor& a, const Tensor& b);
 void check_same_dtype(const char* op, const Tensor& a, const Tensor& b);
 // All of the above for a two-input floating op.
 void check_binary(const char* op, const Tensor& a, const Tensor& b);
+// "gather: index has dtype f32; indices must be i32 or i64 (convert with .to(DType::i64))"
+void check_index_dtype(const char* op, const Tensor& idx, const char* arg = "index");
 // "op add is not implemented on cuda yet"
 [[noreturn]] void fail_not_implemented(const char* op, Device device);
 

@@ -1,0 +1,179 @@
+// Why this file exists: index_select, gather and scatter_add's entry points, shape
+// checks and backward nodes (declared in ops/index_ops.h). The kernels are in
+// ops/cpu/index.cpp.
+#include "ops/index_ops.h"
+
+#include <string>
+
+#include "autograd/function.h"
+#include "core/views.h"
+#include "ops/cpu/index_kernels.h"
+#include "ops/op_checks.h"
+
+namespace cg {
+
+namespace {
+
+std::string dim_bound(int64_t dim, const Tensor& x) {
+  return "dim " + std::to_string(dim) + " of x " + shape_str(x.shape()) + " (size " +
+         std::to_string(x.dim() == 0 ? 1 : x.shape()[dim]) + ")";
+}
+
+Tensor zeros_of(const TensorMeta& m, DType dtype) {
+  Tensor z = raw::empty(m.shape, dtype, m.device);
+  raw::fill_(z, 0.0);
+  return z;
+}
+
+// The gradient of a gather-like op: g scatter-added into zeros of the input's shape.
+struct IndexSelectBackward : Node {
+  explicit IndexSelectBackward(int64_t dim) : dim(dim) {}
+  int64_t dim;
+  size_t idx = SIZE_MAX;
+  std::string name() const override { return "IndexSelectBackward"; }
+  std::vector<Tensor> backward(std::vector<Tensor>&& grads) override {
+    Tensor dx = zeros_of(input_meta[0], grads[0].dtype());
+    switch (dx.device().type) {
+      case DeviceType::cpu: cpu::index_add_(dx, dim, saved(idx), grads[0]); return {dx};
+      case DeviceType::cuda: break;
+    }
+    fail_not_implemented("index_select backward", dx.device());
+  }
+};
+
+struct GatherBackward : Node {
+  explicit GatherBackward(int64_t dim) : dim(dim) {}
+  int64_t dim;
+  size_t idx = SIZE_MAX;
+  std::string name() const override { return "GatherBackward"; }
+  std::vector<Tensor> backward(std::vector<Tensor>&& grads) override {
+    Tensor dx = zeros_of(input_meta[0], grads[0].dtype());
+    switch (dx.device().type) {
+      case DeviceType::cpu: cpu::scatter_add_(dx, dim, saved(idx), grads[0]); return {dx};
+      case DeviceType::cuda: break;
+    }
+    fail_not_implemented("gather backward", dx.device());
+  }
+};
+
+struct ScatterAddBackward : Node {
+  explicit ScatterAddBackward(int64_t dim) : dim(dim) {}
+  int64_t dim;
+  size_t idx = SIZE_MAX;
+  std::string name() const override { return "ScatterAddBackward"; }
+  std::vector<Tensor> backward(std::vector<Tensor>&& grads) override {
+    const Tensor& g = grads[0];
+    Tensor dx, dsrc;
+    if (needs_input_grad(0)) dx = g;
+    if (needs_input_grad(1)) {
+      const Tensor& index = saved(idx);
+      switch (g.device().type) {
+        case DeviceType::cpu: dsrc = cpu::gather(g, dim, index); break;
+        case DeviceType::cuda: fail_not_implemented("scatter_add backward", g.device());
+      }
+      const Shape& src_shape = input_meta[1].shape;
+      if (dsrc.shape() != src_shape) {  // src larger than idx: the rest got no gradient
+        Tensor full = zeros_of(input_meta[1], g.dtype());
+        Tensor region = full;
+        for (int64_t d = 0; d < index.dim(); ++d) region = raw::narrow(region, d, 0, index.shape()[d]);
+        raw::copy_(region, dsrc);
+        dsrc = full;
+      }
+    }
+    return {dx, dsrc};
+  }
+};
+
+// gather and scatter_add: idx has x's rank and fits x in every dim but `dim`.
+void check_gather_shape(const char* op, const Tensor& x, int64_t dim, const Tensor& idx) {
+  CG_CHECK(idx.dim() == x.dim(), op, ": index ", shape_str(idx.shape()), " has rank ",
+           idx.dim(), " but x ", shape_str(x.shape()), " has rank ", x.dim(),
+           "; they must match (unsqueeze/expand the index)");
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    CG_CHECK(d == dim || idx.shape()[d] <= x.shape()[d], op, ": index ",
+             shape_str(idx.shape()), " is larger than x ", shape_str(x.shape()), " in dim ", d,
+             "; outside dim ", dim, " the index must fit in x");
+  }
+}
+
+}  // namespace
+
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& idx) {
+  check_defined("index_select", x, "x");
+  check_defined("index_select", idx, "index");
+  check_index_dtype("index_select", idx);
+  check_same_device("index_select", x, idx);
+  CG_CHECK(x.dim() > 0, "index_select: x is 0-d; there is no dim to index");
+  CG_CHECK(idx.dim() <= 1, "index_select: index has shape ", shape_str(idx.shape()),
+           "; it must be 1-D (use gather for per-element indices)");
+  const int64_t d = normalize_dim(dim, x.dim(), "index_select");
+  Tensor out;
+  switch (x.device().type) {
+    case DeviceType::cpu:
+      cpu::check_indices("index_select", "index", idx, x.shape()[d], dim_bound(d, x));
+      out = cpu::index_select(x, d, idx);
+      break;
+    case DeviceType::cuda: fail_not_implemented("index_select", x.device());
+  }
+  if (auto node = make_node<IndexSelectBackward>({&x}, d)) {
+    node->idx = node->save(idx);
+    set_history(node, out);
+  }
+  return out;
+}
+
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& idx) {
+  check_defined("gather", x, "x");
+  check_defined("gather", idx, "index");
+  check_index_dtype("gather", idx);
+  check_same_device("gather", x, idx);
+  const int64_t d = x.dim() == 0 ? 0 : normalize_dim(dim, x.dim(), "gather");
+  check_gather_shape("gather", x, d, idx);
+  Tensor out;
+  switch (x.device().type) {
+    case DeviceType::cpu:
+      cpu::check_indices("gather", "index", idx, x.dim() == 0 ? 1 : x.shape()[d],
+                         dim_bound(d, x));
+      out = cpu::gather(x, d, idx);
+      break;
+    case DeviceType::cuda: fail_not_implemented("gather", x.device());
+  }
+  if (auto node = make_node<GatherBackward>({&x}, d)) {
+    node->idx = node->save(idx);
+    set_history(node, out);
+  }
+  return out;
+}
+
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& idx, const Tensor& src) {
+  check_binary("scatter_add", x, src);
+  check_defined("scatter_add", idx, "index");
+  check_index_dtype("scatter_add", idx);
+  check_same_device("scatter_add", x, idx);
+  const int64_t d = x.dim() == 0 ? 0 : normalize_dim(dim, x.dim(), "scatter_add");
+  check_gather_shape("scatter_add", x, d, idx);
+  CG_CHECK(src.dim() == idx.dim(), "scatter_add: src ", shape_str(src.shape()), " has rank ",
+           src.dim(), " but index ", shape_str(idx.shape()), " has rank ", idx.dim(),
+           "; they must match");
+  for (int64_t k = 0; k < idx.dim(); ++k) {
+    CG_CHECK(idx.shape()[k] <= src.shape()[k], "scatter_add: index ", shape_str(idx.shape()),
+             " is larger than src ", shape_str(src.shape()), " in dim ", k,
+             "; every index needs a src element");
+  }
+  Tensor out = raw::clone(x);
+  switch (x.device().type) {
+    case DeviceType::cpu:
+      cpu::check_indices("scatter_add", "index", idx, x.dim() == 0 ? 1 : x.shape()[d],
+                         dim_bound(d, x));
+      cpu::scatter_add_(out, d, idx, src);
+      break;
+    case DeviceType::cuda: fail_not_implemented("scatter_add", x.device());
+  }
+  if (auto node = make_node<ScatterAddBackward>({&x, &src}, d)) {
+    if (node->needs_input_grad(1)) node->idx = node->save(idx);
+    set_history(node, out);
+  }
+  return out;
+}
+
+}  // namespace cg
