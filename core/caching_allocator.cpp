@@ -309,20 +309,46 @@ std::vector<SegmentInfo> CachingAllocator::snapshot() const {
   return out;
 }
 
+namespace {
+
+struct AllocatorRegistry {
+  std::mutex mutex;
+  std::map<std::pair<int, int>, CachingAllocator*> allocators;
+};
+
+// Leaked on purpose: tensors may be freed during static destruction.
+AllocatorRegistry& registry() {
+  static auto* r = new AllocatorRegistry();
+  return *r;
+}
+
+std::pair<int, int> registry_key(Device d) { return {static_cast<int>(d.type), d.index}; }
+
+}  // namespace
+
 CachingAllocator& allocator_for(Device device) {
-  static std::mutex mutex;
-  // Leaked on purpose: tensors may be freed during static destruction.
-  static auto* allocators = new std::map<std::pair<int, int>, CachingAllocator*>();
-  std::lock_guard<std::mutex> lock(mutex);
-  const auto key = std::make_pair(static_cast<int>(device.type), device.index);
-  auto it = allocators->find(key);
-  if (it != allocators->end()) return *it->second;
+  AllocatorRegistry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto it = r.allocators.find(registry_key(device));
+  if (it != r.allocators.end()) return *it->second;
   std::unique_ptr<SegmentSource> source = device.is_cpu()
                                               ? make_host_segment_source()
                                               : backend_for(device).make_segment_source(device.index);
   auto* allocator = new CachingAllocator(std::move(source));
-  allocators->emplace(key, allocator);
+  r.allocators.emplace(registry_key(device), allocator);
   return *allocator;
+}
+
+void drop_device_allocator(Device device) {
+  CG_CHECK(!device.is_cpu(), "drop_device_allocator: the CPU allocator is never dropped");
+  AllocatorRegistry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto it = r.allocators.find(registry_key(device));
+  if (it == r.allocators.end()) return;
+  CG_CHECK(it->second->stats().allocation.current == 0, "drop_device_allocator: ",
+           device.str(), " still has live blocks; free every tensor on it first");
+  delete it->second;
+  r.allocators.erase(it);
 }
 
 }  // namespace cg

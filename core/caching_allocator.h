@@ -119,5 +119,8 @@ class CachingAllocator {
 // The process-wide allocator of a device (created on first use, never destroyed so that
 // tensors freed during static destruction stay safe). cuda:N needs the CUDA backend.
 CachingAllocator& allocator_for(Device device);
+// Tests only: forgets (and destroys) a GPU device's allocator so that a backend swapped in
+// afterwards gets a fresh one. Every block of it must be free. The CPU's is never dropped.
+void drop_device_allocator(Device device);
 
 }  // namespace cg

@@ -16,6 +16,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/graph_bytes.h"
 #include "autograd/node.h"
+#include "ops/attention.h"
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
 #include "ops/index_ops.h"

@@ -11,8 +11,10 @@
 #include <map>
 
 #include "core/backend.h"
+#include "core/caching_allocator.h"
 #include "core/factories.h"
 #include "core/views.h"
+#include "ops/ops.h"
 #include "tensor_test_helpers.h"
 
 namespace cg {
@@ -93,26 +95,31 @@ class ViewsOnDevice : public ::testing::Test {
     static FakeDeviceBackend backend;
     return backend;
   }
+  // Without a usable GPU (CPU-only builds, and CUDA builds on machines without one, as
+  // in CI) the fake device stands in for cuda:0; the real backend, if any, comes back after.
   void SetUp() override {
-    if (find_backend(DeviceType::cuda) == nullptr) {
-      register_backend(&fake());
-      using_fake_ = true;
-      device_ = kFake;
-    } else if (!cuda_available()) {
-      GTEST_SKIP() << "CUDA backend without a usable GPU: "
-                   << find_backend(DeviceType::cuda)->unavailable_reason();
-    } else {
+    if (cuda_available()) {
       device_ = cuda_device(0);
+      return;
     }
+    real_ = find_backend(DeviceType::cuda);
+    if (real_ != nullptr) unregister_backend(DeviceType::cuda);
+    register_backend(&fake());
+    using_fake_ = true;
+    device_ = kFake;
   }
   void TearDown() override {
-    if (using_fake_) unregister_backend(DeviceType::cuda);
+    if (!using_fake_) return;
+    drop_device_allocator(kFake);
+    unregister_backend(DeviceType::cuda);
+    if (real_ != nullptr) register_backend(real_);
   }
   // Transfers so far through the fake backend (-1 on a real GPU: not counted there).
   int copies() const { return using_fake_ ? fake().copies : -1; }
   int expected_copies(int before, int more) const { return using_fake_ ? before + more : -1; }
 
   bool using_fake_ = false;
+  DeviceBackend* real_ = nullptr;
   Device device_;
 };
 
@@ -211,6 +218,24 @@ TEST_F(ViewsOnDevice, ItemPrintingAndFactories) {
   EXPECT_EQ(zeros_like(g).device(), device_);
   if (using_fake_) {
     TENSOR_EXPECT_ERROR(zeros({2}, {.device = cuda_device(9)}), "cuda:9 requested", "only 8");
+  }
+}
+
+TEST_F(ViewsOnDevice, CrossDeviceOpsAreRefusedClearly) {
+  const Tensor on_host = ones({2, 3});
+  const Tensor on_device = ones({2, 3}).to(device_);
+  for (auto op : {+[](const Tensor& a, const Tensor& b) { return add(a, b); },
+                  +[](const Tensor& a, const Tensor& b) { return mul(a, b); },
+                  +[](const Tensor& a, const Tensor& b) { return matmul(a, b.transpose(0, 1)); }}) {
+    try {
+      op(on_host, on_device);
+      FAIL() << "an op mixing cpu and " << device_.str() << " tensors did not throw";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("different devices (cpu and " + device_.str() + ")"), std::string::npos)
+          << msg;
+      EXPECT_NE(msg.find(".to(device)"), std::string::npos) << msg;
+    }
   }
 }
 
