@@ -34,8 +34,8 @@ Attention::Attention(const Qwen3Config& config, InitOptions init)
                            std::make_unique<Linear>(num_heads_ * head_dim_, hidden_, no_bias));
   q_norm = register_module("q_norm", std::make_unique<RMSNorm>(head_dim_, config.rms_eps, init));
   k_norm = register_module("k_norm", std::make_unique<RMSNorm>(head_dim_, config.rms_eps, init));
-  rotary_emb =
-      register_module("rotary_emb", std::make_unique<RotaryEmbedding>(head_dim_, config.rope_theta));
+  rotary_emb = register_module("rotary_emb",
+                               std::make_unique<RotaryEmbedding>(head_dim_, config.rope_theta));
 }
 
 std::pair<Tensor, Tensor> Attention::keys_values(const Tensor& hidden,

@@ -321,6 +321,7 @@ const File& Sharded::shard_of(const std::string& name) const {
   auto it = file_of_.find(name);
   CG_CHECK(it != file_of_.end(), "safetensors: the index '", index_path_,
            "' maps no tensor named '", name, "'");
+  std::lock_guard<std::mutex> lock(mutex_);  // loads may come from several threads
   auto opened = opened_.find(it->second);
   if (opened == opened_.end()) {
     auto file = std::make_unique<File>((fs::path(folder_) / it->second).string());

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -114,6 +115,7 @@ class Sharded : public Reader {
   std::vector<std::string> names_;
   std::map<std::string, std::string> file_of_;                   // tensor -> shard file
   std::vector<std::string> shard_files_;
+  mutable std::mutex mutex_;                                      // guards opened_
   mutable std::map<std::string, std::unique_ptr<File>> opened_;  // shard file -> header
   std::map<std::string, std::string> metadata_;
 };

@@ -77,10 +77,11 @@ TEST(NnAttention, ContextInjectionMatchesManualConcatenation) {
   const nn::Qwen3Config c = small_config();
   Generator gen(11);
   nn::Attention attn(c, {.dtype = DType::f64, .generator = &gen});
-  const int64_t B = 2, S = 3, C = 5, Hq = 4, Hkv = 2, hd = 6;
+  // Two DFlash blocks of 2 tokens (anchors 2 and 4) against 5 context keys.
+  const int64_t B = 2, S = 4, C = 5, Hq = 4, Hkv = 2, hd = 6;
   Tensor x = randn({B, S, 16}, {.dtype = DType::f64}, &gen);
   Tensor ctx = randn({B, C, 16}, {.dtype = DType::f64}, &gen);
-  Tensor x_pos = from_ints({7, 8, 9}, {S});  // block tokens at anchor 7 + k
+  Tensor x_pos = from_ints({2, 3, 4, 5}, {S});  // block tokens at anchor + k
   Tensor ctx_pos = arange(C);                // context keys at 0 .. C-1
 
   // Reference: q/k/v through the submodules, keys concatenated by hand on the host.
@@ -110,10 +111,14 @@ TEST(NnAttention, ContextInjectionMatchesManualConcatenation) {
     AttentionMask mask;
     std::function<bool(int64_t, int64_t)> allowed;
   };
+  const int64_t anchors[] = {2, 4};
   const Case cases[] = {
       {AttentionMask::none(), [](int64_t, int64_t) { return true; }},
       // causal aligns bottom-right: query i sees all C context keys and block keys <= i.
       {AttentionMask::causal(), [&](int64_t i, int64_t j) { return j <= C + i; }},
+      // DFlash: block b sees context keys j < anchor_b and its own block, nothing else.
+      {AttentionMask::dflash_blocks(C, 2, from_ints({2, 4}, {2})),
+       [&](int64_t i, int64_t j) { return j < C ? j < anchors[i / 2] : (j - C) / 2 == i / 2; }},
   };
   for (const Case& cs : cases) {
     const auto heads = reference_attention(q, k, v, B, S, C + S, Hq, Hkv, hd, cs.allowed);
@@ -124,7 +129,9 @@ TEST(NnAttention, ContextInjectionMatchesManualConcatenation) {
     const auto e = expected.to_vector(), g = got.to_vector();
     for (size_t i = 0; i < e.size(); ++i) EXPECT_NEAR(g[i], e[i], 1e-10) << cs.mask.str();
 
-    // The same as self-attention over [context; block], keeping the block's rows.
+    // Without DFlash blocks: the same as self-attention over [context; block], keeping
+    // the block's rows.
+    if (cs.mask.kind() == AttentionMask::Kind::dflash_blocks) continue;
     const Tensor joint = attn.forward(cat({ctx, x}, 1), cat({ctx_pos, x_pos}, 0), cs.mask);
     const auto jv = joint.narrow(1, C, S).contiguous().to_vector();
     for (size_t i = 0; i < e.size(); ++i) EXPECT_NEAR(jv[i], e[i], 1e-10);

@@ -14,8 +14,7 @@
 
 #include "core/factories.h"
 #include "core/memory_trace.h"
-#include "nn/checkpoint.h"
-#include "nn/qwen3.h"
+#include "nn/nn.h"
 #include "nn_test_util.h"
 #include "ops/ops.h"
 #include "tensor_test_helpers.h"
@@ -240,6 +239,11 @@ TEST(NnQwen3, OverfitsATinyBatchThenRoundTripsThroughSafetensors) {
   safetensors::save_sharded(named, dir.str(), 16 * 1024);
   other.load_state_dict(nn::read_state_dict(dir.str()));
   EXPECT_TRUE(bit_equal(other.forward(ids).logits, logits));
+  // The decoder alone (what a drafter reads features from) loads from the LM's file
+  // under the "model." prefix, without lm_head.
+  nn::Qwen3Model decoder(tiny_config());
+  nn::load_checkpoint(decoder, dir.file("lm.safetensors"), {.prefix = "model."});
+  EXPECT_TRUE(bit_equal(decoder.forward(ids).hidden, lm.model->forward(ids).hidden));
 }
 
 }  // namespace

@@ -273,6 +273,21 @@ TEST_F(NnTrace, ParametersAllocateAsParameterAndForwardPushesScopes) {
   EXPECT_TRUE(scopes.count("toy/head")) << ::testing::PrintToString(scopes);
 }
 
+TEST_F(NnTrace, ReadStateDictAllocatesParameters) {
+  TempDir dir;
+  Toy toy(6);
+  nn::save_checkpoint(toy, dir.file("toy.safetensors"));
+  MemoryTrace::clear();
+  const nn::StateDict sd = nn::read_state_dict(dir.file("toy.safetensors"));
+  size_t allocs = 0;
+  for (const TraceEvent& e : MemoryTrace::events()) {
+    if (e.action != TraceAction::alloc) continue;
+    EXPECT_EQ(e.category, MemoryCategory::parameter);
+    ++allocs;
+  }
+  EXPECT_EQ(allocs, sd.size());
+}
+
 TEST(NnLinear, ValuesInitBoundsAndGradients) {
   Generator g1(7), g2(7);
   Linear a(16, 8, {.bias = true, .init = {.generator = &g1}});

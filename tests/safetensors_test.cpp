@@ -203,7 +203,8 @@ TEST(Safetensors, ShardedRoundTripThroughIndex) {
   for (const std::string& f : files) {
     EXPECT_LE(std::filesystem::file_size(dir.file(f)), 1000u + 1024u);  // data + header
   }
-  nlohmann::json index = nlohmann::json::parse(std::ifstream(dir.file("model.safetensors.index.json")));
+  nlohmann::json index =
+      nlohmann::json::parse(std::ifstream(dir.file("model.safetensors.index.json")));
   EXPECT_EQ(index["metadata"]["total_size"].get<uint64_t>(), 4u * 512 + 3u * 256);
   EXPECT_EQ(index["weight_map"].size(), tensors.size());
 
