@@ -11,7 +11,7 @@
 
 namespace cg {
 
-GraphMemory graph_retained_bytes(const Tensor& t) {
+GraphMemory graph_retained_bytes(const Tensor& t, const std::vector<Tensor>& held_elsewhere) {
   GraphMemory result;
   if (!t.defined() || !t.grad_fn()) return result;
 
@@ -33,6 +33,9 @@ GraphMemory graph_retained_bytes(const Tensor& t) {
 
   // Parameters: storages of the leaves the graph accumulates into.
   std::unordered_set<const StorageImpl*> parameter_storages;
+  for (const Tensor& held : held_elsewhere) {
+    if (held.defined()) parameter_storages.insert(held.storage().get());
+  }
   for (Node* node : nodes) {
     if (auto* acc = dynamic_cast<AccumulateGrad*>(node)) {
       parameter_storages.insert(acc->leaf()->storage.get());

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -35,6 +36,8 @@ struct GraphMemory {
   std::string str() const;                        // a readable multi-line table
 };
 
-GraphMemory graph_retained_bytes(const Tensor& t);
+// held_elsewhere: tensors the caller keeps alive anyway (a frozen lm_head, the model's
+// buffers); their storages are treated like parameters: reported, not counted.
+GraphMemory graph_retained_bytes(const Tensor& t, const std::vector<Tensor>& held_elsewhere = {});
 
 }  // namespace cg

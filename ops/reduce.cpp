@@ -82,7 +82,8 @@ int64_t check_dim_reduce(const char* op, const Tensor& a, int64_t dim, bool need
   check_floating(op, a);
   const int64_t d = normalize_dim(dim, a.dim(), op);
   CG_CHECK(!need_elements || a.shape()[d] > 0, op, ": dim ", dim, " of the input of shape ",
-           shape_str(a.shape()), " has size 0, and an empty row has no maximum");
+           shape_str(a.shape()), " has size 0, and an empty row has no maximum; reduce over "
+           "a dim with at least one element");
   return d;
 }
 
@@ -90,7 +91,7 @@ void check_not_empty(const char* op, const Tensor& a) {
   check_defined(op, a);
   check_floating(op, a);
   CG_CHECK(a.numel() > 0, op, ": the input of shape ", shape_str(a.shape()),
-           " is empty, and an empty tensor has no maximum");
+           " is empty, and an empty tensor has no maximum; check where its size-0 dim comes from");
 }
 
 Tensor run_max(const char* op, const Tensor& a, int64_t dim, Tensor* values) {

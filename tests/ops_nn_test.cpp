@@ -102,6 +102,38 @@ TEST(OpsNorm, RmsNormGradcheck) {
       xs, w10);
 }
 
+TEST(OpsNorm, RmsNormLargeRowsMatchLoopsAndAreDeterministic) {
+  // 600 x 64 takes the parallel, chunked path; compare both gradients with loops.
+  Generator gen(111);
+  const int64_t R = 600, D = 64;
+  Tensor x = randn({R, D}, {.dtype = DType::f64}, &gen).requires_grad_();
+  Tensor w = randn({D}, {.dtype = DType::f64}, &gen).requires_grad_();
+  Tensor g = randn({R, D}, {.dtype = DType::f64}, &gen);
+  rms_norm(x, w, 1e-6).backward(g);
+  const auto xv = x.to_vector(), wv = w.to_vector(), gv = g.to_vector();
+  const auto dx = x.grad().to_vector(), dw = w.grad().to_vector();
+  std::vector<double> dw_ref(D, 0.0);
+  for (int64_t r = 0; r < R; ++r) {
+    double ms = 0.0, dot = 0.0;
+    for (int64_t j = 0; j < D; ++j) ms += xv[r * D + j] * xv[r * D + j] / D;
+    const double rs = 1.0 / std::sqrt(ms + 1e-6);
+    for (int64_t j = 0; j < D; ++j) dot += gv[r * D + j] * wv[j] * xv[r * D + j];
+    for (int64_t j = 0; j < D; ++j) {
+      const double ref = rs * (gv[r * D + j] * wv[j] - xv[r * D + j] * rs * rs * dot / D);
+      EXPECT_NEAR(dx[r * D + j], ref, 1e-12);
+      dw_ref[j] += gv[r * D + j] * xv[r * D + j] * rs;
+    }
+  }
+  for (int64_t j = 0; j < D; ++j) EXPECT_NEAR(dw[j], dw_ref[j], 1e-10);
+  // The same bits on a second run (dweight's partial sums are added in a fixed order).
+  Tensor xf = x.to(DType::f32).detach().requires_grad_(), wf = w.to(DType::f32).detach().requires_grad_();
+  rms_norm(xf, wf).backward(g.to(DType::f32));
+  const auto first = wf.grad().to_vector();
+  wf.set_grad(Tensor());
+  rms_norm(xf, wf).backward(g.to(DType::f32));
+  EXPECT_EQ(wf.grad().to_vector(), first);
+}
+
 TEST(OpsNorm, RmsNormWeightOnlyAndSavedTensors) {
   Generator gen(108);
   Tensor x = randn({4, 6}, {}, &gen).requires_grad_();
@@ -267,6 +299,21 @@ TEST(OpsRotary, DotProductDependsOnlyOnRelativePosition) {
   EXPECT_LT(max_abs_diff(apply_rotary(apply_rotary(x, p, 1e4), minus_p, 1e4), x), 1e-12);
 }
 
+TEST(OpsRotary, LargeInputTakesParallelPathSameValues) {
+  // [2, 64, 8, 64] = 65536 elements runs rows in parallel; every row still matches the
+  // formula (checked for batch 1, whose positions differ from batch 0's).
+  Generator gen(135);
+  std::vector<int64_t> pos;
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t s = 0; s < 64; ++s) pos.push_back(b == 0 ? s : 3000 + 5 * s);
+  Tensor x = randn({2, 64, 8, 64}, {.dtype = DType::f64}, &gen);
+  Tensor out = apply_rotary(x, from_ints(pos, {2, 64}), 1e6);
+  const std::vector<int64_t> pos1(pos.begin() + 64, pos.end());
+  const auto ref = rotary_reference(raw::reshape(raw::narrow(x, 0, 1, 1), {64, 8, 64}), pos1, 1e6);
+  const auto got = raw::narrow(out, 0, 1, 1).to_vector();
+  for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(got[i], ref[i], 1e-12) << i;
+}
+
 TEST(OpsRotary, Gradcheck) {
   Tensor x = make_input({5, 2, 6}, 132);
   Tensor p = from_ints({3, 0, 9, 4, 21}, {5});
@@ -318,6 +365,22 @@ TEST(OpsSwiGLU, MatchesFormula) {
   EXPECT_NEAR(b[0], 0.0, 1e-30);
   EXPECT_NEAR(b[1], 100.0, 1e-4);
   EXPECT_NEAR(b[2], 0.0, 1e-30);
+}
+
+TEST(OpsSwiGLU, ContiguousParallelPathMatchesStridedPath) {
+  Generator gen(147);
+  Tensor a = randn({64, 1024}, {}, &gen), u = randn({64, 1024}, {}, &gen);
+  Tensor g = randn({64, 1024}, {}, &gen);
+  // The same values through transposed views take the strided loop.
+  Tensor at = a.transpose(0, 1).contiguous().transpose(0, 1);
+  Tensor ut = u.transpose(0, 1).contiguous().transpose(0, 1);
+  EXPECT_EQ(swiglu(a, u).to_vector(), swiglu(at, ut).to_vector());
+  Tensor a1 = a.detach().requires_grad_(), u1 = u.detach().requires_grad_();
+  Tensor a2 = at.detach().requires_grad_(), u2 = ut.detach().requires_grad_();
+  swiglu(a1, u1).backward(g);
+  swiglu(a2, u2).backward(g);
+  EXPECT_EQ(a1.grad().to_vector(), a2.grad().to_vector());
+  EXPECT_EQ(u1.grad().to_vector(), u2.grad().to_vector());
 }
 
 TEST(OpsSwiGLU, Gradcheck) {

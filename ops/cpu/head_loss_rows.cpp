@@ -10,11 +10,6 @@
 
 namespace cg::cpu {
 
-bool head_loss_needs_teacher(const HeadRowConfig& c) { return c.kind != HeadLossKind::cross_entropy; }
-bool head_loss_needs_labels(const HeadRowConfig& c) {
-  return c.kind == HeadLossKind::cross_entropy || c.hard_ce_weight != 0.0f;
-}
-
 namespace {
 
 template <typename T>
@@ -60,14 +55,14 @@ void check_head_labels(const int64_t* labels, int64_t C, int64_t V, int64_t igno
 
 template <typename T>
 void head_loss_rows(T* logits, T* teacher, const int64_t* labels, int64_t C, int64_t V,
-                    const HeadRowConfig& cfg, const T* grad_scale, const HeadRowOutputs<T>& out) {
-  const bool want_teacher = head_loss_needs_teacher(cfg);
-  const bool want_ce = cfg.kind == HeadLossKind::cross_entropy || cfg.hard_ce_weight != 0.0f;
+                    const LossConfig& cfg, const T* grad_scale, const HeadRowOutputs<T>& out) {
+  const bool want_teacher = loss_needs_teacher(cfg);
+  const bool want_ce = loss_needs_labels(cfg);
   CG_CHECK(!want_teacher || teacher != nullptr, "head loss: this loss kind needs teacher logits");
   CG_CHECK(!want_ce || labels != nullptr, "head loss: cross-entropy needs labels");
   CG_CHECK(cfg.temperature > 0.0f, "head loss: temperature must be > 0, got ", cfg.temperature);
-  const double ce_weight = cfg.kind == HeadLossKind::cross_entropy ? 1.0 : cfg.hard_ce_weight;
-  const double kl_weight = cfg.kind == HeadLossKind::cross_entropy ? 0.0 : 1.0 - cfg.hard_ce_weight;
+  const double ce_weight = cfg.kind == LossKind::cross_entropy ? 1.0 : cfg.hard_ce_weight;
+  const double kl_weight = cfg.kind == LossKind::cross_entropy ? 0.0 : 1.0 - cfg.hard_ce_weight;
   const double tau = cfg.temperature, inv_tau = 1.0 / tau;
   const double kl_scale = cfg.hinton_scale ? tau * tau : 1.0;
   const double eps = cfg.label_smoothing;
@@ -75,7 +70,7 @@ void head_loss_rows(T* logits, T* teacher, const int64_t* labels, int64_t C, int
   // Labels are checked up front: no exception may leave the parallel loop.
   if (labels != nullptr) check_head_labels(labels, C, V, cfg.ignore_index);
 
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (C * V >= 32768)
   for (int64_t i = 0; i < C; ++i) {
     T* z = logits + i * V;
     T* t_raw = want_teacher ? teacher + i * V : nullptr;
@@ -108,10 +103,10 @@ void head_loss_rows(T* logits, T* teacher, const int64_t* labels, int64_t C, int
         const double a = t[j] * inv_tau, b = z[j] * inv_tau;
         const double log_p = a - lse_a, log_q = b - lse_b;
         switch (cfg.kind) {
-          case HeadLossKind::forward_kl: acc += std::exp(log_p) * (log_p - log_q); break;
-          case HeadLossKind::soft_cross_entropy: acc -= std::exp(log_p) * log_q; break;
-          case HeadLossKind::reverse_kl: acc += std::exp(log_q) * (log_q - log_p); break;
-          case HeadLossKind::cross_entropy: break;
+          case LossKind::forward_kl: acc += std::exp(log_p) * (log_p - log_q); break;
+          case LossKind::soft_cross_entropy: acc -= std::exp(log_p) * log_q; break;
+          case LossKind::reverse_kl: acc += std::exp(log_q) * (log_q - log_p); break;
+          case LossKind::cross_entropy: break;
         }
       }
       kl_loss = acc;
@@ -139,7 +134,7 @@ void head_loss_rows(T* logits, T* teacher, const int64_t* labels, int64_t C, int
       if (want_teacher) {
         const double log_p = t[j] * inv_tau - lse_a, log_q = zj * inv_tau - lse_b;
         const double q = std::exp(log_q);
-        if (cfg.kind == HeadLossKind::reverse_kl) d += kl_factor * q * ((log_q - log_p) - kl_loss);
+        if (cfg.kind == LossKind::reverse_kl) d += kl_factor * q * ((log_q - log_p) - kl_loss);
         else d += kl_factor * (q - std::exp(log_p));
       }
       if (cfg.softcap > 0.0f) {
@@ -152,9 +147,23 @@ void head_loss_rows(T* logits, T* teacher, const int64_t* labels, int64_t C, int
 }
 
 template void head_loss_rows<float>(float*, float*, const int64_t*, int64_t, int64_t,
-                                    const HeadRowConfig&, const float*, const HeadRowOutputs<float>&);
+                                    const LossConfig&, const float*, const HeadRowOutputs<float>&);
 template void head_loss_rows<double>(double*, double*, const int64_t*, int64_t, int64_t,
-                                     const HeadRowConfig&, const double*,
+                                     const LossConfig&, const double*,
                                      const HeadRowOutputs<double>&);
 
 }  // namespace cg::cpu
+
+namespace cg {
+
+const char* loss_kind_name(LossKind kind) {
+  switch (kind) {
+    case LossKind::cross_entropy: return "cross_entropy";
+    case LossKind::forward_kl: return "forward_kl";
+    case LossKind::reverse_kl: return "reverse_kl";
+    case LossKind::soft_cross_entropy: return "soft_cross_entropy";
+  }
+  return "?";
+}
+
+}  // namespace cg

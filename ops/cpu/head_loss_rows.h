@@ -17,20 +17,9 @@
 
 #include <cstdint>
 
+#include "ops/loss_config.h"
+
 namespace cg::cpu {
-
-enum class HeadLossKind : int8_t { cross_entropy, forward_kl, reverse_kl, soft_cross_entropy };
-
-struct HeadRowConfig {
-  HeadLossKind kind = HeadLossKind::cross_entropy;
-  int64_t ignore_index = -100;
-  float label_smoothing = 0.0f;  // eps, CE only
-  float z_loss = 0.0f;           // zl, CE only
-  float softcap = 0.0f;          // c; 0 = off
-  float temperature = 1.0f;      // tau, teacher losses only
-  float hard_ce_weight = 0.0f;   // a: mix of hard CE into a teacher loss (needs labels)
-  bool hinton_scale = false;     // multiply teacher loss and gradient by tau^2
-};
 
 // Per-row outputs, each [C] and each optional (nullptr = not wanted).
 template <typename T>
@@ -51,12 +40,9 @@ struct HeadRowOutputs {
 // Rows run in parallel (OpenMP); sums accumulate in double.
 template <typename T>
 void head_loss_rows(T* logits, T* teacher, const int64_t* labels, int64_t C, int64_t V,
-                    const HeadRowConfig& config, const T* grad_scale, const HeadRowOutputs<T>& out);
+                    const LossConfig& config, const T* grad_scale, const HeadRowOutputs<T>& out);
 
 // Throws a clear error naming the row when a label is neither ignore_index nor in [0, V).
 void check_head_labels(const int64_t* labels, int64_t C, int64_t V, int64_t ignore_index);
-
-bool head_loss_needs_teacher(const HeadRowConfig& config);
-bool head_loss_needs_labels(const HeadRowConfig& config);
 
 }  // namespace cg::cpu

@@ -9,6 +9,15 @@
 // accumulated across pieces, so a result does not depend on the number of threads.
 // Kernels that reduce across a split (cpu::sum over everything) use fixed-size blocks
 // summed in order instead (see ops/cpu/reduce.cpp).
+//
+// Note [Threads under load]: the threshold keeps small ops off threads, but above it a
+// parallel region still waits for every thread. On a machine whose cores are busy with
+// other processes (a shared dev box: load 8 on 2 cores), libgomp's default spinning
+// workers make that wait a scheduler time slice: a 262k-element add took 13.7 ms on 2
+// threads against 0.19 ms on 1. OMP_WAIT_POLICY=passive (0.23 ms) or OMP_DYNAMIC=true
+// (0.17 ms; libgomp then sizes teams by the load average) remove the stall;
+// OMP_NUM_THREADS=1 avoids threads altogether. On a dedicated machine keep the defaults.
+// These are process-wide settings, so the library leaves them to the user.
 // Internal to ops/: not a public header.
 #pragma once
 

@@ -50,28 +50,32 @@ Tensor sum(const Tensor& a, const std::vector<bool>& reduce, bool keepdim, doubl
     T* po = static_cast<T*>(out.data_ptr());
     if (kept_shape.empty()) {
       // (1) Everything: block sums in parallel, added in block order.
-      const int64_t blocks = (numel + kSumBlock - 1) / kSumBlock;
-      Tensor partial = raw::empty({std::max<int64_t>(blocks, 1)}, DType::f64, a.device());
-      double* pp = partial.data<double>();
-      pp[0] = 0.0;
       const bool flat = a.is_contiguous();
-      parallel_range(blocks, numel, [&](int64_t b0, int64_t b1) {
-        for (int64_t b = b0; b < b1; ++b) {
-          const int64_t begin = b * kSumBlock, end = std::min(numel, begin + kSumBlock);
-          double acc = 0.0;
-          if (flat) {
-            for (int64_t i = begin; i < end; ++i) acc += static_cast<double>(load(pa + i));
-          } else {
-            strided_loop_range<1>(reduced_shape, {reduced_strides}, begin, end,
-                                  [&](const std::array<int64_t, 1>& o) {
-                                    acc += static_cast<double>(load(pa + o[0]));
-                                  });
-          }
-          pp[b] = acc;
+      auto block_sum = [&](int64_t b) {
+        const int64_t begin = b * kSumBlock, end = std::min(numel, begin + kSumBlock);
+        double acc = 0.0;
+        if (flat) {
+          for (int64_t i = begin; i < end; ++i) acc += static_cast<double>(load(pa + i));
+        } else {
+          strided_loop_range<1>(reduced_shape, {reduced_strides}, begin, end,
+                                [&](const std::array<int64_t, 1>& o) {
+                                  acc += static_cast<double>(load(pa + o[0]));
+                                });
         }
-      });
+        return acc;
+      };
+      const int64_t blocks = (numel + kSumBlock - 1) / kSumBlock;
       double total = 0.0;
-      for (int64_t b = 0; b < blocks; ++b) total += pp[b];
+      if (blocks == 1) {
+        total = block_sum(0);
+      } else if (blocks > 1) {
+        Tensor partial = raw::empty({blocks}, DType::f64, a.device());
+        double* pp = partial.data<double>();
+        parallel_range(blocks, numel, [&](int64_t b0, int64_t b1) {
+          for (int64_t b = b0; b < b1; ++b) pp[b] = block_sum(b);
+        });
+        for (int64_t b = 0; b < blocks; ++b) total += pp[b];
+      }
       store(po, static_cast<C>(total * scale));
       return;
     }

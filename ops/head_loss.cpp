@@ -1,0 +1,202 @@
+// Why this file exists: head_loss's checks, chunk sizing, and the naive and chunked paths
+// (ordinary ops under autograd). The fused path is in fused_head_loss.cpp.
+#include "ops/head_loss.h"
+
+#include "autograd/grad_mode.h"
+#include "core/views.h"
+#include "ops/cpu/head_loss_rows.h"
+#include "ops/fused_head_loss.h"
+#include "ops/join_ops.h"
+#include "ops/linalg.h"
+#include "ops/loss.h"
+#include "ops/op_checks.h"
+#include "ops/shape_ops.h"
+
+namespace cg {
+
+const char* head_loss_path_name(HeadLossPath path) {
+  switch (path) {
+    case HeadLossPath::naive: return "naive";
+    case HeadLossPath::chunked: return "chunked";
+    case HeadLossPath::fused: return "fused";
+  }
+  return "?";
+}
+
+HeadLossPath parse_head_loss_path(const std::string& name) {
+  for (HeadLossPath p : {HeadLossPath::naive, HeadLossPath::chunked, HeadLossPath::fused}) {
+    if (name == head_loss_path_name(p)) return p;
+  }
+  CG_FAIL("unknown head-loss path '", name, "': expected naive, chunked or fused");
+}
+
+namespace {
+
+const Tensor& teacher_head_of(const HeadLossInputs& in) {
+  return in.teacher_head.defined() ? in.teacher_head : in.head;
+}
+
+void check_inputs(const HeadLossInputs& in, const HeadLossOptions& o) {
+  const char* op = "head_loss";
+  check_defined(op, in.hidden, "hidden");
+  check_defined(op, in.head, "head");
+  check_floating(op, in.hidden);
+  CG_CHECK(in.hidden.dim() == 2, op, ": hidden must be [T, D], got ", shape_str(in.hidden.shape()),
+           "; flatten batch and sequence dims first");
+  CG_CHECK(in.head.dim() == 2 && in.head.size(1) == in.hidden.size(1), op, ": head must be [V, D=",
+           in.hidden.size(1), "] to match hidden ", shape_str(in.hidden.shape()), ", got ",
+           shape_str(in.head.shape()));
+  check_same_dtype(op, in.hidden, in.head);
+  check_same_device(op, in.hidden, in.head);
+  const int64_t t = in.hidden.size(0);
+  if (loss_needs_labels(o.loss)) {
+    CG_CHECK(in.labels.defined(), op, ": ", loss_kind_name(o.loss.kind),
+             o.loss.kind == LossKind::cross_entropy ? "" : " mixed with hard CE", " needs labels [", t, "]");
+  }
+  if (in.labels.defined()) {
+    CG_CHECK(in.labels.dtype() == DType::i64, op, ": labels must be i64, got ",
+             dtype_name(in.labels.dtype()));
+    CG_CHECK(in.labels.dim() == 1 && in.labels.size(0) == t, op, ": labels must be [T=", t,
+             "] to match hidden ", shape_str(in.hidden.shape()), ", got ", shape_str(in.labels.shape()));
+  }
+  if (in.weights.defined()) {
+    CG_CHECK(in.weights.dim() == 1 && in.weights.size(0) == t, op, ": weights must be [T=", t,
+             "] (one per row of hidden), got ", shape_str(in.weights.shape()));
+  }
+  if (loss_needs_teacher(o.loss)) {
+    const Tensor& th = in.teacher_hidden;
+    CG_CHECK(th.defined(), op, ": ", loss_kind_name(o.loss.kind), " needs teacher_hidden [T, D]");
+    CG_CHECK(th.dim() == 2 && th.size(0) == t, op, ": teacher_hidden has ", th.dim() == 2 ? th.size(0) : -1,
+             " rows but hidden has T=", t, " (", shape_str(th.shape()), " vs ", shape_str(in.hidden.shape()),
+             "); they must be the same positions");
+    const Tensor& wt = teacher_head_of(in);
+    CG_CHECK(wt.dim() == 2 && wt.size(0) == in.head.size(0), op, ": teacher head ", shape_str(wt.shape()),
+             " must have the student's vocabulary V=", in.head.size(0));
+    CG_CHECK(th.size(1) == wt.size(1), op, ": teacher_hidden D=", th.size(1), " does not match the teacher head ",
+             shape_str(wt.shape()));
+    check_same_dtype(op, in.hidden, th);
+    check_same_device(op, in.hidden, th);
+  }
+  CG_CHECK(o.chunk_rows >= 0, op, ": chunk_rows must be >= 0 (0 = from the byte budget), got ", o.chunk_rows);
+}
+
+// The teacher's logits for rows [r0, r0 + c): constants, so no graph.
+Tensor teacher_logits(const HeadLossInputs& in, int64_t r0, int64_t c) {
+  NoGradGuard no_grad;
+  return matmul(narrow(in.teacher_hidden.detach(), 0, r0, c), teacher_head_of(in).detach().transpose(0, 1));
+}
+
+HeadLossResult finish(HeadLossResult r, const HeadLossInputs& in, const HeadLossOptions& o) {
+  r.loss = reduce_rows(r.per_token, in.weights, in.labels, o.loss.ignore_index, o.reduction);
+  return r;
+}
+
+HeadLossResult naive_path(const HeadLossInputs& in, const HeadLossOptions& o) {
+  const int64_t t = in.hidden.size(0);
+  const Tensor logits = matmul(in.hidden, in.head.transpose(0, 1));  // [T, V], kept by the graph
+  const Tensor teacher = loss_needs_teacher(o.loss) ? teacher_logits(in, 0, t) : Tensor();
+  const RowLosses rows = row_losses(logits, in.labels, teacher, o.loss, o.with_metrics);
+  HeadLossResult r;
+  r.per_token = rows.loss;
+  r.argmax = rows.argmax;
+  r.lse = rows.lse;
+  r.entropy = rows.entropy;
+  r.teacher_argmax = rows.teacher_argmax;
+  r.chunk_rows = t;
+  return finish(std::move(r), in, o);
+}
+
+HeadLossResult chunked_path(const HeadLossInputs& in, const HeadLossOptions& o) {
+  const int64_t t = in.hidden.size(0);
+  const int64_t chunk = head_loss_chunk_rows(in, o);
+  std::vector<Tensor> losses, argmax, lse, entropy, teacher_argmax;
+  for (int64_t r0 = 0; r0 < t; r0 += chunk) {
+    const int64_t c = std::min(chunk, t - r0);
+    const Tensor logits = matmul(narrow(in.hidden, 0, r0, c), in.head.transpose(0, 1));  // [c, V]
+    const Tensor teacher = loss_needs_teacher(o.loss) ? teacher_logits(in, r0, c) : Tensor();
+    const Tensor labels = in.labels.defined() ? raw::narrow(in.labels, 0, r0, c) : Tensor();
+    RowLosses rows = row_losses(logits, labels, teacher, o.loss, o.with_metrics);
+    losses.push_back(rows.loss);
+    if (o.with_metrics) {
+      argmax.push_back(rows.argmax);
+      lse.push_back(rows.lse);
+      entropy.push_back(rows.entropy);
+      if (rows.teacher_argmax.defined()) teacher_argmax.push_back(rows.teacher_argmax);
+    }
+  }
+  HeadLossResult r;
+  r.per_token = cat(losses, 0);
+  if (o.with_metrics) {
+    NoGradGuard no_grad;
+    r.argmax = cat(argmax, 0);
+    r.lse = cat(lse, 0);
+    r.entropy = cat(entropy, 0);
+    if (!teacher_argmax.empty()) r.teacher_argmax = cat(teacher_argmax, 0);
+  }
+  r.chunk_rows = chunk;
+  return finish(std::move(r), in, o);
+}
+
+}  // namespace
+
+size_t head_loss_bytes_per_chunk_row(const HeadLossInputs& in, const HeadLossOptions& o) {
+  const size_t compute = in.hidden.dtype() == DType::f64 ? 8 : 4;
+  const size_t v = static_cast<size_t>(in.head.size(0)), d = static_cast<size_t>(in.hidden.size(1));
+  const bool teacher = loss_needs_teacher(o.loss);
+  size_t per_row = v * compute * (teacher ? 2 : 1);  // logits (+ teacher logits)
+  if (is_half(in.hidden.dtype())) per_row += d * compute * (teacher ? 3 : 2);  // fp32 rows: h, dh (+ teacher h)
+  return per_row;
+}
+
+int64_t head_loss_chunk_rows(const HeadLossInputs& in, const HeadLossOptions& o) {
+  const int64_t t = std::max<int64_t>(in.hidden.size(0), 1);
+  if (o.chunk_rows > 0) return std::min(o.chunk_rows, t);
+  const size_t per_row = head_loss_bytes_per_chunk_row(in, o);
+  CG_CHECK(o.chunk_budget_bytes >= per_row, "head_loss: chunk_budget_bytes=", o.chunk_budget_bytes,
+           " is too small for one row: a row of V=", in.head.size(0), " needs ", per_row,
+           " bytes of chunk temporaries; raise the budget or set chunk_rows");
+  return std::min<int64_t>(t, static_cast<int64_t>(o.chunk_budget_bytes / per_row));
+}
+
+HeadLossResult head_loss(const HeadLossInputs& in, const HeadLossOptions& o) {
+  check_inputs(in, o);
+  if (in.labels.defined()) {
+    // A bad label fails before any GEMM, whichever path runs.
+    const Tensor y = raw::contiguous(in.labels);
+    cpu::check_head_labels(y.data<int64_t>(), y.numel(), in.head.size(0), o.loss.ignore_index);
+  }
+  switch (o.path) {
+    case HeadLossPath::naive: return naive_path(in, o);
+    case HeadLossPath::chunked: return chunked_path(in, o);
+    case HeadLossPath::fused: return fused_head_loss(in, o, head_loss_chunk_rows(in, o));
+  }
+  CG_FAIL("head_loss: unknown path");
+}
+
+double token_accuracy(const HeadLossResult& r, const Tensor& labels, int64_t ignore_index) {
+  CG_CHECK(r.argmax.defined(), "token_accuracy: the result has no argmax (run with with_metrics)");
+  const std::vector<double> a = r.argmax.to_vector(), y = labels.to_vector();
+  int64_t n = 0, hit = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (static_cast<int64_t>(y[i]) == ignore_index) continue;
+    ++n;
+    hit += a[i] == y[i];
+  }
+  return n == 0 ? 0.0 : static_cast<double>(hit) / static_cast<double>(n);
+}
+
+double teacher_agreement(const HeadLossResult& r, const Tensor& labels, int64_t ignore_index) {
+  CG_CHECK(r.argmax.defined() && r.teacher_argmax.defined(),
+           "teacher_agreement: the result has no teacher argmax (a teacher loss with with_metrics)");
+  const std::vector<double> a = r.argmax.to_vector(), t = r.teacher_argmax.to_vector();
+  const std::vector<double> y = labels.defined() ? labels.to_vector() : std::vector<double>();
+  int64_t n = 0, hit = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!y.empty() && static_cast<int64_t>(y[i]) == ignore_index) continue;
+    ++n;
+    hit += a[i] == t[i];
+  }
+  return n == 0 ? 0.0 : static_cast<double>(hit) / static_cast<double>(n);
+}
+
+}  // namespace cg

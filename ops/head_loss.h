@@ -1,0 +1,89 @@
+// Why this file exists: the final stage of a drafter or LM -- lm_head + loss -- behind one
+// call, with three implementations chosen by one option. With a large vocabulary the
+// logits [T, V] dominate memory; the three paths give the same numbers and very
+// different peaks (docs/fused_loss.md; examples/memory_lesson.cpp shows them side by side):
+//
+//   naive    logits = h W^T materialised [T, V]; the ordinary loss op on top. The graph
+//            keeps the logits (and the teacher's) until backward.
+//   chunked  the same ops per chunk of rows, autograd as usual. The peak does NOT drop:
+//            every chunk's logits are saved by the graph until backward.
+//   fused    per chunk: logits, loss, d loss/d logits, then dh_chunk = dlogits W (and
+//            dW += dlogits^T h_chunk in fp32 when W trains); the chunk's logits are
+//            overwritten by the next chunk. The graph keeps only dh [T, D] (and dW).
+//
+// Fused modes (chosen from the head and the options):
+//   frozen head (W does not require grad; DFlash shares the target's frozen lm_head):
+//     returns per-token losses [T] whose backward scales the stored rows of dh by the
+//     incoming per-token gradients g_i -- so any weighting built on the per-token losses
+//     (gamma decay, acceptance-aware weights, reduction none) composes at [T] scale.
+//   trainable head, grads in forward (default when W requires grad):
+//     PRECONDITION: the loss is reduced here (sum or mean; never none) and the result is
+//     used once, as a scalar: the per-row gradients are scaled by w_i / N in the forward
+//     pass and backward only multiplies dh and dW by the incoming scalar. Running the
+//     forward twice (activation checkpointing) would compute everything twice.
+//   recompute in backward (recompute_in_backward = true; any head):
+//     keeps only the per-row logsumexp and the inputs; backward recomputes each chunk's
+//     logits. Works for any upstream gradient, reduction none and checkpointing, at the
+//     price of the logits GEMMs twice (8TDV FLOPs instead of 6TDV).
+//
+// Everything the student gets a gradient for is h (and W when it trains); the teacher's
+// hidden states and head are constants.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/tensor.h"
+#include "ops/loss_config.h"
+
+namespace cg {
+
+enum class HeadLossPath : int8_t { naive, chunked, fused };
+const char* head_loss_path_name(HeadLossPath path);
+HeadLossPath parse_head_loss_path(const std::string& name);  // "naive" | "chunked" | "fused"
+
+struct HeadLossInputs {
+  Tensor hidden;          // h [T, D], the student's final hidden states
+  Tensor head;            // W [V, D]; trains when it requires grad
+  Tensor labels;          // [T] i64 (hard CE and mixes); ignore_index skips a row
+  Tensor weights;         // [T] per-token weights (constants), optional
+  Tensor teacher_hidden;  // [T, D] (teacher losses)
+  Tensor teacher_head;    // [V, D] (teacher losses); undefined = `head` (shared frozen head)
+};
+
+struct HeadLossOptions {
+  HeadLossPath path = HeadLossPath::fused;
+  LossConfig loss;
+  Reduction reduction = Reduction::mean;
+  // Rows per chunk (chunked and fused). 0: as many as chunk_budget_bytes allows for the
+  // chunk's temporaries (logits, teacher logits, fp32 copies of 16-bit hidden rows).
+  int64_t chunk_rows = 0;
+  size_t chunk_budget_bytes = size_t{64} << 20;
+  bool recompute_in_backward = false;  // fused only
+  bool with_metrics = true;
+};
+
+struct HeadLossResult {
+  Tensor loss;            // scalar; [T] for Reduction::none
+  Tensor per_token;       // [T] unweighted per-row losses (0 on ignored rows)
+  Tensor argmax;          // [T] i64, student argmax          (with_metrics)
+  Tensor lse;             // [T] student logsumexp            (with_metrics)
+  Tensor entropy;         // [T] student entropy, nats        (with_metrics)
+  Tensor teacher_argmax;  // [T] i64, teacher losses only     (with_metrics)
+  int64_t chunk_rows = 0;  // rows per chunk used (T for naive)
+};
+
+HeadLossResult head_loss(const HeadLossInputs& inputs, const HeadLossOptions& options = {});
+
+// Rows per chunk that fit `budget_bytes` of chunk temporaries; throws when not even one
+// row fits (the error names the bytes one row needs).
+int64_t head_loss_chunk_rows(const HeadLossInputs& inputs, const HeadLossOptions& options);
+// Bytes of chunk temporaries per row of a chunk (what the budget is divided by).
+size_t head_loss_bytes_per_chunk_row(const HeadLossInputs& inputs, const HeadLossOptions& options);
+
+// Metrics from a result, over rows whose label is not ignore_index (and weight != 0).
+double token_accuracy(const HeadLossResult& result, const Tensor& labels, int64_t ignore_index = -100);
+double teacher_agreement(const HeadLossResult& result, const Tensor& labels = Tensor(),
+                         int64_t ignore_index = -100);
+
+}  // namespace cg
