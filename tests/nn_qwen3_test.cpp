@@ -16,6 +16,7 @@
 #include "core/memory_trace.h"
 #include "nn/nn.h"
 #include "nn_test_util.h"
+#include "ops/loss.h"
 #include "ops/ops.h"
 #include "tensor_test_helpers.h"
 
@@ -39,8 +40,15 @@ nn::Qwen3Config tiny_config(bool tie = false) {
   return c;
 }
 
-// Next-token cross-entropy: logits[:, t] predicts ids[:, t + 1] (log_softmax + gather).
+// Next-token cross-entropy: logits[:, t] predicts ids[:, t + 1].
 Tensor next_token_loss(const Tensor& logits, const Tensor& ids) {
+  const int64_t V = logits.size(2), T = logits.size(1) - 1;
+  const Tensor labels = raw::contiguous(raw::narrow(ids, 1, 1, T)).reshape({-1});
+  return cross_entropy(logits.narrow(1, 0, T).reshape({-1, V}), labels);
+}
+
+// The same written with log_softmax + gather, to check cross_entropy where it is used.
+Tensor next_token_loss_by_gather(const Tensor& logits, const Tensor& ids) {
   const int64_t V = logits.size(2), T = logits.size(1) - 1;
   const Tensor lp = log_softmax(logits.narrow(1, 0, T).reshape({-1, V}), -1);
   const Tensor labels = raw::contiguous(raw::narrow(ids, 1, 1, T)).reshape({-1, 1});
@@ -202,6 +210,7 @@ TEST(NnQwen3, OverfitsATinyBatchThenRoundTripsThroughSafetensors) {
 
   TinyAdam adam(lm.parameters(), 1e-2);
   const double initial = next_token_loss(lm.forward(ids).logits, ids).item();
+  EXPECT_NEAR(initial, next_token_loss_by_gather(lm.forward(ids).logits, ids).item(), 1e-5);
   double loss = initial;
   int steps = 0;
   constexpr int kMaxSteps = 100;
