@@ -1,0 +1,61 @@
+// Why this file exists: Qwen3 self-attention, and the one change DFlash makes to it --
+// keys and values from extra "context" hidden states (the target model's fused
+// features) placed before the block's own keys. Both go through the same k_proj/v_proj,
+// k-norm and RoPE, so a drafter layer is this module with a context argument.
+//
+//   x [B, S, hidden] --q_proj--> [B, S, Hq, hd] --q_norm--> RoPE(positions) --+
+//   x          --k_proj/v_proj--> [B, S, Hkv, hd], k_norm, RoPE(positions)    |
+//   context [B, C, hidden] --k_proj/v_proj--> k_norm, RoPE(context_positions)  |
+//   K = cat(k_ctx, k_x) on the sequence dim, V likewise  [B, C + S, Hkv, hd]    |
+//   out = o_proj(sdpa(Q, K, V, mask))  [B, S, hidden]  <---------------------+
+//
+// Parameters (Hugging Face names): q_proj [Hq*hd, hidden], k_proj/v_proj [Hkv*hd,
+// hidden], o_proj [hidden, Hq*hd], all without bias; q_norm/k_norm [hd]. No norm on v.
+#pragma once
+
+#include "nn/config.h"
+#include "nn/layers.h"
+#include "ops/attention_mask.h"
+
+namespace cg::nn {
+
+// Extra keys and values for attention (DFlash context injection).
+struct AttentionContext {
+  Tensor hidden;     // [B, C, hidden]; undefined = no context
+  Tensor positions;  // i64 [C] or [B, C]; undefined = 0 .. C-1
+};
+
+class Attention : public Module {
+ public:
+  Attention(const Qwen3Config& config, InitOptions init = {});
+
+  // x [B, S, hidden] -> [B, S, hidden].
+  //   positions  i64 [S] or [B, S] for RoPE; undefined = 0 .. S-1
+  //   mask       over [B, Hq, S, C + S] keys (context keys first), passed through to
+  //              scaled_dot_product_attention (causal aligns to the bottom right, so
+  //              with a context every query sees all of it)
+  Tensor forward(const Tensor& x, const Tensor& positions = {},
+                 const AttentionMask& mask = AttentionMask::none(),
+                 const AttentionContext& context = {}) const;
+
+  // k (after k_norm and RoPE) and v of `hidden` in [B, L, Hkv, hd] layout -- what the
+  // forward concatenates; exposed for references and KV caches.
+  std::pair<Tensor, Tensor> keys_values(const Tensor& hidden, const Tensor& positions) const;
+
+  int64_t num_heads() const { return num_heads_; }
+  int64_t num_kv_heads() const { return num_kv_heads_; }
+  int64_t head_dim() const { return head_dim_; }
+
+  Linear* q_proj;
+  Linear* k_proj;
+  Linear* v_proj;
+  Linear* o_proj;
+  RMSNorm* q_norm;
+  RMSNorm* k_norm;
+  RotaryEmbedding* rotary_emb;
+
+ private:
+  int64_t hidden_, num_heads_, num_kv_heads_, head_dim_;
+};
+
+}  // namespace cg::nn

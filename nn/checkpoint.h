@@ -1,0 +1,46 @@
+// Why this file exists: a module's parameters to and from safetensors checkpoints --
+// chunkgrad's own and Hugging Face's. Loading reads each parameter's bytes straight
+// into the parameter (no second copy of the model in memory), and only the tensors the
+// module asks for, so a drafter can take embed_tokens and lm_head from a 16 GB target
+// checkpoint without reading the rest.
+//
+//   cg::nn::save_checkpoint(lm, "/tmp/lm.safetensors");
+//   cg::nn::load_checkpoint(lm, "/models/Qwen3-8B", {.strict = false, .convert_dtype = true});
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "nn/module.h"
+#include "nn/safetensors.h"
+
+namespace cg::nn {
+
+struct CheckpointLoadOptions {
+  bool strict = true;          // missing/unexpected keys throw
+  bool convert_dtype = false;  // a bf16 checkpoint may fill an f32 model
+  // Prepended to every module parameter name when looking it up in the checkpoint
+  // ("model." lets a Qwen3Model load from a Qwen3ForCausalLM checkpoint). With a prefix,
+  // checkpoint keys outside it are not "unexpected".
+  std::string prefix{};
+};
+
+// The module's state (shared parameters once, registration order) as one file, with
+// metadata {"format": "pt"} added so transformers accepts it.
+void save_checkpoint(const Module& module, const std::string& path,
+                     std::map<std::string, std::string> metadata = {});
+// As shards of at most max_shard_bytes in `folder` (see safetensors::save_sharded).
+void save_checkpoint_sharded(const Module& module, const std::string& folder,
+                             uint64_t max_shard_bytes,
+                             std::map<std::string, std::string> metadata = {});
+
+// From a file, an index or a folder (safetensors::open). Errors as load_state_dict's.
+LoadResult load_checkpoint(Module& module, const std::string& path,
+                           const CheckpointLoadOptions& options = {});
+LoadResult load_checkpoint(Module& module, const safetensors::Reader& reader,
+                           const CheckpointLoadOptions& options = {});
+
+// Every tensor of a checkpoint as a state dict, allocated as MemoryCategory::parameter.
+StateDict read_state_dict(const std::string& path, Device device = {});
+
+}  // namespace cg::nn

@@ -1,0 +1,42 @@
+// Why this file exists: one struct holds the sizes of a Qwen3-style decoder, shared by
+// the target model and the DFlash drafter, and reads the Hugging Face config.json of a
+// real checkpoint so that the model built from it matches its weights by name and shape.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace cg::nn {
+
+struct Qwen3Config {
+  int64_t vocab_size = 151936;
+  int64_t hidden_size = 4096;
+  int64_t num_layers = 36;          // num_hidden_layers
+  int64_t num_heads = 32;           // num_attention_heads
+  int64_t num_kv_heads = 8;         // num_key_value_heads (grouped-query attention)
+  int64_t head_dim = 128;           // need not equal hidden_size / num_heads (Qwen3 does not)
+  int64_t intermediate_size = 12288;  // the SwiGLU MLP's inner size
+  double rope_theta = 1e6;
+  double rms_eps = 1e-6;
+  bool tie_embeddings = false;      // lm_head shares embed_tokens' weight
+
+  // Throws naming the first inconsistent field (sizes positive, heads % kv_heads == 0,
+  // head_dim even).
+  void validate() const;
+  std::string str() const;
+
+  // Parameter counts by hand (what the modules must add up to).
+  int64_t attention_parameters() const;  // q,k,v,o projections + q/k norms
+  int64_t mlp_parameters() const;        // gate, up, down
+  int64_t layer_parameters() const;      // attention + mlp + two norms
+  int64_t total_parameters() const;      // embed + layers + final norm (+ lm_head unless tied)
+
+  // From a Hugging Face config.json (num_hidden_layers, num_attention_heads, ...).
+  // head_dim defaults to hidden_size / num_attention_heads when absent, as HF does.
+  static Qwen3Config from_hf_json(const nlohmann::json& json);
+  static Qwen3Config from_hf_file(const std::string& path);  // a config.json path
+};
+
+}  // namespace cg::nn

@@ -1,0 +1,51 @@
+// Why this file exists: Linear's PyTorch-style initialisation (under
+// MemoryCategory::parameter, from a seeded generator) and its one-GEMM forward.
+#include "nn/linear.h"
+
+#include <cmath>
+
+#include "ops/elementwise.h"
+#include "ops/linalg.h"
+
+namespace cg::nn {
+
+// ---- Linear ----------------------------------------------------------------------
+
+Linear::Linear(int64_t in_features, int64_t out_features, LinearOptions options)
+    : Module("Linear"), in_(in_features), out_(out_features) {
+  CG_CHECK(in_features > 0 && out_features > 0, "Linear: in_features (", in_features,
+           ") and out_features (", out_features, ") must be positive");
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in_features));
+  CategoryGuard category(MemoryCategory::parameter);
+  if (options.shared_weight.defined()) {
+    CG_CHECK(options.shared_weight.shape() == (Shape{out_features, in_features}),
+             "Linear: the shared weight is ", shape_str(options.shared_weight.shape()),
+             " but a Linear(", in_features, " -> ", out_features, ") needs [", out_features,
+             ", ", in_features, "]");
+    weight = options.shared_weight;
+  } else {
+    weight = rand({out_features, in_features}, options.init.tensor_options(),
+                  options.init.generator, -bound, bound);
+  }
+  register_parameter("weight", &weight);
+  if (options.bias) {
+    bias = rand({out_features}, options.init.tensor_options(), options.init.generator, -bound,
+                bound);
+    register_parameter("bias", &bias);
+  }
+}
+
+Tensor Linear::forward(const Tensor& x) const {
+  auto scope = enter_scope();
+  CG_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == in_, "Linear(", in_, " -> ", out_,
+           ") '", name(), "': the input's last dim must be ", in_, ", got shape ",
+           x.defined() ? shape_str(x.shape()) : "undefined");
+  Shape out_shape = x.shape();
+  out_shape.back() = out_;
+  // One 2-D GEMM over all leading dims: [N, in] @ [in, out].
+  Tensor y = matmul(x.reshape({-1, in_}), weight.transpose(0, 1));
+  if (bias.defined()) y = y + bias;
+  return y.reshape(out_shape);
+}
+
+}  // namespace cg::nn

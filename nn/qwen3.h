@@ -1,0 +1,102 @@
+// Why this file exists: the Qwen3-style decoder -- the target model whose hidden states
+// DFlash reads, and the building blocks (MLP, DecoderLayer) the drafter stacks. Module
+// and parameter names are Hugging Face's Qwen3ForCausalLM names, so a real checkpoint
+// loads by name:
+//   model.embed_tokens.weight
+//   model.layers.{i}.input_layernorm.weight
+//   model.layers.{i}.self_attn.{q,k,v,o}_proj.weight, .self_attn.{q,k}_norm.weight
+//   model.layers.{i}.post_attention_layernorm.weight
+//   model.layers.{i}.mlp.{gate,up,down}_proj.weight
+//   model.norm.weight
+//   lm_head.weight            (absent when tied: it IS model.embed_tokens.weight)
+//
+//   cg::nn::Qwen3ForCausalLM lm(config, {.generator = &gen});
+//   auto out = lm.forward(ids, {.capture_layers = {1, 9, 17, 25, 33}});
+//   out.logits;          // [B, S, vocab]
+//   out.layer_hidden;    // outputs of decoder layers 1, 9, ... ([B, S, hidden] each)
+#pragma once
+
+#include <vector>
+
+#include "nn/attention.h"
+#include "nn/config.h"
+#include "nn/layers.h"
+
+namespace cg::nn {
+
+// down_proj(silu(gate_proj(x)) * up_proj(x)), no biases.
+class Qwen3MLP : public Module {
+ public:
+  Qwen3MLP(int64_t hidden_size, int64_t intermediate_size, InitOptions init = {});
+  Tensor forward(const Tensor& x) const;
+
+  Linear* gate_proj;
+  Linear* up_proj;
+  Linear* down_proj;
+};
+
+// Pre-norm block: h = x + attn(input_layernorm(x)); out = h + mlp(post_attention_layernorm(h)).
+class Qwen3DecoderLayer : public Module {
+ public:
+  Qwen3DecoderLayer(const Qwen3Config& config, InitOptions init = {});
+  // x [B, S, hidden]; positions, mask and context as Attention::forward.
+  Tensor forward(const Tensor& x, const Tensor& positions = {},
+                 const AttentionMask& mask = AttentionMask::none(),
+                 const AttentionContext& context = {}) const;
+
+  RMSNorm* input_layernorm;
+  Attention* self_attn;
+  RMSNorm* post_attention_layernorm;
+  Qwen3MLP* mlp;
+};
+
+struct DecoderForwardOptions {
+  Tensor positions{};                           // i64 [S] or [B, S]; undefined = 0 .. S-1
+  AttentionMask mask = AttentionMask::causal();  // a causal LM by default
+  // Layer ids (0-based) whose outputs to return, in this order; each id in
+  // [0, num_layers). The output of layer L-1 is taken before the final norm.
+  std::vector<int64_t> capture_layers{};
+  bool logits = true;  // Qwen3ForCausalLM only: false skips lm_head (feature extraction)
+};
+
+struct DecoderOutput {
+  Tensor hidden;                    // final-norm output [B, S, hidden]
+  std::vector<Tensor> layer_hidden;  // one per capture_layers entry
+  Tensor logits;                    // [B, S, vocab] (Qwen3ForCausalLM with logits = true)
+};
+
+// Embedding, the decoder layers and the final norm (HF's Qwen3Model).
+class Qwen3Model : public Module {
+ public:
+  Qwen3Model(const Qwen3Config& config, InitOptions init = {});
+  // ids i64 [B, S].
+  DecoderOutput forward(const Tensor& ids, const DecoderForwardOptions& options = {}) const;
+  // The same from embeddings [B, S, hidden] (a drafter feeding its own block inputs).
+  DecoderOutput forward_embeddings(const Tensor& embeddings,
+                                   const DecoderForwardOptions& options = {}) const;
+  Qwen3DecoderLayer& layer(size_t i) const { return layers->at<Qwen3DecoderLayer>(i); }
+
+  Embedding* embed_tokens;
+  ModuleList* layers;
+  RMSNorm* norm;
+
+ private:
+  // The layers and the final norm, inside the caller's scope.
+  DecoderOutput run_layers(const Tensor& embeddings, const DecoderForwardOptions& options) const;
+};
+
+// Qwen3Model plus lm_head (HF's Qwen3ForCausalLM); its trace scope defaults to "lm".
+class Qwen3ForCausalLM : public Module {
+ public:
+  Qwen3ForCausalLM(const Qwen3Config& config, InitOptions init = {});
+  DecoderOutput forward(const Tensor& ids, const DecoderForwardOptions& options = {}) const;
+  const Qwen3Config& config() const { return config_; }
+
+  Qwen3Model* model;
+  Linear* lm_head;  // its weight is model->embed_tokens->weight when tie_embeddings
+
+ private:
+  Qwen3Config config_;
+};
+
+}  // namespace cg::nn

@@ -1,0 +1,467 @@
+// Why this file exists: the safetensors reader and writer (format in safetensors.h).
+// Every check a corrupted or hostile file could fail is made on the header before any
+// data is read, and each failure says which file, which tensor and what is wrong.
+#include "nn/safetensors.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "core/memory_trace.h"
+#include "core/views.h"
+
+namespace cg::safetensors {
+
+static_assert(std::endian::native == std::endian::little,
+              "safetensors data is little-endian; chunkgrad reads it as host memory");
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using ordered_json = nlohmann::ordered_json;
+
+namespace {
+
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // the reference implementation's limit
+constexpr const char* kMetadataKey = "__metadata__";
+constexpr const char* kIndexName = "model.safetensors.index.json";
+constexpr const char* kSingleName = "model.safetensors";
+
+struct DTypeName {
+  DType dtype;
+  const char* name;
+};
+constexpr DTypeName kDTypeNames[] = {
+    {DType::f32, "F32"}, {DType::bf16, "BF16"}, {DType::f16, "F16"}, {DType::f64, "F64"},
+    {DType::i64, "I64"}, {DType::i32, "I32"},   {DType::boolean, "BOOL"}};
+
+uint64_t file_size_of(const std::string& path) {
+  std::error_code ec;
+  const uint64_t size = fs::file_size(path, ec);
+  CG_CHECK(!ec, "safetensors: cannot open '", path, "': ", ec.message());
+  return size;
+}
+
+// numel * element size, or a clear error when it overflows 64 bits.
+uint64_t bytes_of(const Shape& shape, DType dtype, const std::string& where) {
+  uint64_t n = element_size(dtype);
+  for (int64_t d : shape) {
+    const uint64_t u = static_cast<uint64_t>(d);
+    CG_CHECK(u == 0 || n <= UINT64_MAX / u, where, ": shape ", shape_str(shape),
+             " is too large to address");
+    n *= u;
+  }
+  return n;
+}
+
+uint64_t read_u64_le(const unsigned char* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+// A JSON number that must be a non-negative integer (shape dims, offsets).
+uint64_t as_unsigned(const json& v, const std::string& where, const char* what) {
+  CG_CHECK(v.is_number_unsigned(), where, ": ", what, " must be non-negative integers, got ",
+           v.dump());
+  return v.get<uint64_t>();
+}
+
+// Parses the header text, refusing duplicate tensor names (JSON allows them; the format
+// does not, and a silent "last one wins" would hide a corrupted file).
+json parse_header_json(const std::string& text, const std::string& path) {
+  std::set<std::string> seen;
+  std::string duplicate;
+  auto on_event = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::key && depth == 1) {
+      const std::string key = parsed.get<std::string>();
+      if (!seen.insert(key).second && duplicate.empty()) duplicate = key;
+    }
+    return true;
+  };
+  json header;
+  try {
+    header = json::parse(text, on_event);
+  } catch (const json::exception& e) {
+    CG_FAIL("safetensors: the header of '", path, "' is not valid JSON (", e.what(),
+            "); the file is corrupted or not a safetensors file");
+  }
+  CG_CHECK(duplicate.empty(), "safetensors: the header of '", path, "' names tensor '",
+           duplicate, "' twice");
+  CG_CHECK(header.is_object(), "safetensors: the header of '", path,
+           "' must be a JSON object, got ", header.type_name());
+  return header;
+}
+
+void read_exact(std::ifstream& in, char* dst, uint64_t nbytes, uint64_t at,
+                const std::string& path, const std::string& name) {
+  in.seekg(static_cast<std::streamoff>(at));
+  in.read(dst, static_cast<std::streamsize>(nbytes));
+  CG_CHECK(in && static_cast<uint64_t>(in.gcount()) == nbytes, "safetensors: reading ",
+           nbytes, " bytes of '", name, "' at byte ", at, " of '", path,
+           "' failed (file truncated or changed since it was opened?)");
+}
+
+std::string shard_name(size_t i, size_t count) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", i + 1, count);
+  return buf;
+}
+
+}  // namespace
+
+// ---- dtypes ----------------------------------------------------------------------
+
+const char* dtype_to_safetensors(DType dtype) {
+  for (const auto& d : kDTypeNames) {
+    if (d.dtype == dtype) return d.name;
+  }
+  CG_FAIL("safetensors: dtype ", dtype_name(dtype), " has no safetensors name");
+}
+
+DType dtype_from_safetensors(const std::string& name, const std::string& tensor_name) {
+  for (const auto& d : kDTypeNames) {
+    if (name == d.name) return d.dtype;
+  }
+  static const std::set<std::string> known_elsewhere = {
+      "U8", "I8", "U16", "I16", "U32", "U64", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F4", "F6_E2M3",
+      "F6_E3M2", "C64"};
+  CG_CHECK(!known_elsewhere.count(name), "safetensors: tensor '", tensor_name, "' has dtype ",
+           name, ", which chunkgrad cannot hold; it reads F32, BF16, F16, F64, I64, I32 and "
+           "BOOL (convert the checkpoint first)");
+  CG_FAIL("safetensors: tensor '", tensor_name, "' has unknown dtype '", name,
+          "'; expected one of F32, BF16, F16, F64, I64, I32, BOOL");
+}
+
+// ---- Reader ----------------------------------------------------------------------
+
+std::map<std::string, Tensor> Reader::load_all(Device device) const {
+  return load_some(names(), device);
+}
+
+std::map<std::string, Tensor> Reader::load_some(const std::vector<std::string>& wanted,
+                                                Device device) const {
+  std::map<std::string, Tensor> out;
+  for (const std::string& name : wanted) out.emplace(name, load(name, device));
+  return out;
+}
+
+// ---- File ------------------------------------------------------------------------
+
+File::File(std::string path) : path_(std::move(path)) {
+  const uint64_t file_size = file_size_of(path_);
+  CG_CHECK(file_size >= 8, "safetensors: '", path_, "' is ", file_size,
+           " bytes long, shorter than the 8-byte header length; not a safetensors file");
+  std::ifstream in(path_, std::ios::binary);
+  CG_CHECK(in, "safetensors: cannot open '", path_, "' for reading");
+  unsigned char len_bytes[8];
+  in.read(reinterpret_cast<char*>(len_bytes), 8);
+  CG_CHECK(in, "safetensors: cannot read the header length of '", path_, "'");
+  const uint64_t header_len = read_u64_le(len_bytes);
+  CG_CHECK(header_len <= file_size - 8, "safetensors: '", path_, "' declares a header of ",
+           header_len, " bytes but only ", file_size - 8,
+           " bytes follow the length; the file is truncated or not a safetensors file");
+  CG_CHECK(header_len <= kMaxHeaderBytes, "safetensors: '", path_, "' declares a header of ",
+           header_len, " bytes, above the format's limit of ", kMaxHeaderBytes);
+  std::string text(header_len, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(header_len));
+  CG_CHECK(in, "safetensors: cannot read the ", header_len, "-byte header of '", path_, "'");
+  data_start_ = 8 + header_len;
+  const uint64_t data_size = file_size - data_start_;
+
+  const json header = parse_header_json(text, path_);
+  std::vector<TensorInfo> infos;
+  for (const auto& [name, entry] : header.items()) {
+    if (name == kMetadataKey) {
+      CG_CHECK(entry.is_object(), "safetensors: ", kMetadataKey, " in '", path_,
+               "' must be an object of strings, got ", entry.type_name());
+      for (const auto& [key, value] : entry.items()) {
+        CG_CHECK(value.is_string(), "safetensors: ", kMetadataKey, " in '", path_,
+                 "' must map strings to strings; key '", key, "' holds ", value.dump());
+        metadata_[key] = value.get<std::string>();
+      }
+      continue;
+    }
+    const std::string where = "safetensors: tensor '" + name + "' in '" + path_ + "'";
+    CG_CHECK(entry.is_object() && entry.contains("dtype") && entry.contains("shape") &&
+                 entry.contains("data_offsets"),
+             where, " must be an object with dtype, shape and data_offsets, got ",
+             entry.dump());
+    CG_CHECK(entry["dtype"].is_string(), where, ": dtype must be a string, got ",
+             entry["dtype"].dump());
+    TensorInfo info;
+    info.name = name;
+    info.dtype = dtype_from_safetensors(entry["dtype"].get<std::string>(), name);
+    CG_CHECK(entry["shape"].is_array(), where, ": shape must be an array, got ",
+             entry["shape"].dump());
+    for (const json& d : entry["shape"]) {
+      const uint64_t u = as_unsigned(d, where, "shape dims");
+      CG_CHECK(u <= static_cast<uint64_t>(INT64_MAX), where, ": shape dim ", u, " is too large");
+      info.shape.push_back(static_cast<int64_t>(u));
+    }
+    const json& offsets = entry["data_offsets"];
+    CG_CHECK(offsets.is_array() && offsets.size() == 2, where,
+             ": data_offsets must be [begin, end], got ", offsets.dump());
+    info.begin = as_unsigned(offsets[0], where, "data_offsets");
+    info.end = as_unsigned(offsets[1], where, "data_offsets");
+    CG_CHECK(info.begin <= info.end, where, ": data_offsets [", info.begin, ", ", info.end,
+             "] end before they begin");
+    CG_CHECK(info.end <= data_size, where, ": data_offsets [", info.begin, ", ", info.end,
+             "] reach past the data section, which is ", data_size,
+             " bytes long; the file is truncated or its header corrupted");
+    const uint64_t expected = bytes_of(info.shape, info.dtype, where);
+    CG_CHECK(info.nbytes() == expected, where, ": data_offsets [", info.begin, ", ", info.end,
+             "] span ", info.nbytes(), " bytes but shape ", shape_str(info.shape), " of ",
+             entry["dtype"].get<std::string>(), " needs ", expected);
+    infos.push_back(std::move(info));
+  }
+
+  // The data section must be covered exactly: sorted by offset, each tensor starts where
+  // the previous one ended (empty tensors take no room), and the last ends at the end.
+  std::stable_sort(infos.begin(), infos.end(), [](const TensorInfo& a, const TensorInfo& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  uint64_t covered = 0;
+  const TensorInfo* previous = nullptr;
+  for (const TensorInfo& info : infos) {
+    CG_CHECK(info.begin >= covered, "safetensors: tensors '", previous ? previous->name : "",
+             "' and '", info.name, "' in '", path_, "' overlap (bytes [", info.begin, ", ",
+             covered, ") of the data section are claimed by both)");
+    CG_CHECK(info.begin == covered, "safetensors: bytes [", covered, ", ", info.begin,
+             ") of the data section of '", path_, "' belong to no tensor (a hole before '",
+             info.name, "'); the header is corrupted");
+    covered = info.end;
+    if (info.nbytes() > 0) previous = &info;
+  }
+  CG_CHECK(covered == data_size, "safetensors: the tensors of '", path_, "' cover ", covered,
+           " bytes but the data section is ", data_size,
+           " bytes long; the file has trailing bytes or its header is corrupted");
+
+  for (TensorInfo& info : infos) {
+    names_.push_back(info.name);
+    infos_.emplace(info.name, std::move(info));
+  }
+}
+
+bool File::contains(const std::string& name) const { return infos_.count(name) > 0; }
+
+const TensorInfo& File::info(const std::string& name) const {
+  auto it = infos_.find(name);
+  CG_CHECK(it != infos_.end(), "safetensors: '", path_, "' holds no tensor named '", name,
+           "' (it holds ", names_.size(), " tensors)");
+  return it->second;
+}
+
+void File::load_into(const std::string& name, const Tensor& dst) const {
+  const TensorInfo& ti = info(name);
+  CG_CHECK(dst.defined() && dst.device().is_cpu() && dst.is_contiguous(),
+           "safetensors: load_into('", name, "') needs a defined, contiguous CPU tensor");
+  CG_CHECK(dst.dtype() == ti.dtype && dst.shape() == ti.shape, "safetensors: tensor '", name,
+           "' in '", path_, "' is ", dtype_name(ti.dtype), " ", shape_str(ti.shape),
+           " but the destination is ", dtype_name(dst.dtype()), " ", shape_str(dst.shape()));
+  if (ti.nbytes() == 0) return;
+  std::ifstream in(path_, std::ios::binary);
+  CG_CHECK(in, "safetensors: cannot open '", path_, "' for reading");
+  read_exact(in, static_cast<char*>(dst.data_ptr()), ti.nbytes(), data_start_ + ti.begin,
+             path_, name);
+}
+
+Tensor File::load(const std::string& name, Device device) const {
+  const TensorInfo& ti = info(name);
+  Tensor host = raw::empty(ti.shape, ti.dtype, kCPU);
+  load_into(name, host);
+  return raw::to_device(host, device);
+}
+
+// ---- Sharded ---------------------------------------------------------------------
+
+Sharded::Sharded(std::string index_path) : index_path_(std::move(index_path)) {
+  folder_ = fs::path(index_path_).parent_path().string();
+  std::ifstream in(index_path_);
+  CG_CHECK(in, "safetensors: cannot open the index '", index_path_, "'");
+  json index;
+  try {
+    index = json::parse(in);
+  } catch (const json::exception& e) {
+    CG_FAIL("safetensors: the index '", index_path_, "' is not valid JSON (", e.what(), ")");
+  }
+  CG_CHECK(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
+           "safetensors: the index '", index_path_,
+           "' must be an object with a \"weight_map\" object {name: shard file}");
+  if (index.contains("metadata")) {
+    CG_CHECK(index["metadata"].is_object(), "safetensors: \"metadata\" in '", index_path_,
+             "' must be an object");
+    for (const auto& [key, value] : index["metadata"].items()) {
+      metadata_[key] = value.is_string() ? value.get<std::string>() : value.dump();
+    }
+  }
+  std::set<std::string> files;
+  for (const auto& [name, file] : index["weight_map"].items()) {
+    CG_CHECK(file.is_string(), "safetensors: weight_map entry '", name, "' in '", index_path_,
+             "' must name a shard file, got ", file.dump());
+    const std::string f = file.get<std::string>();
+    CG_CHECK(fs::path(f).filename().string() == f, "safetensors: weight_map entry '", name,
+             "' in '", index_path_, "' names '", f,
+             "'; shard files must sit next to the index (a plain file name)");
+    names_.push_back(name);
+    file_of_[name] = f;
+    if (files.insert(f).second) shard_files_.push_back(f);
+  }
+}
+
+Sharded::~Sharded() = default;
+
+bool Sharded::contains(const std::string& name) const { return file_of_.count(name) > 0; }
+
+const File& Sharded::shard_of(const std::string& name) const {
+  auto it = file_of_.find(name);
+  CG_CHECK(it != file_of_.end(), "safetensors: the index '", index_path_,
+           "' maps no tensor named '", name, "'");
+  std::lock_guard<std::mutex> lock(mutex_);  // loads may come from several threads
+  auto opened = opened_.find(it->second);
+  if (opened == opened_.end()) {
+    auto file = std::make_unique<File>((fs::path(folder_) / it->second).string());
+    // Every name the index puts in this shard must be there, with nothing extra.
+    size_t mapped_here = 0;
+    for (const auto& [n, f] : file_of_) {
+      if (f != it->second) continue;
+      ++mapped_here;
+      CG_CHECK(file->contains(n), "safetensors: the index '", index_path_, "' puts '", n,
+               "' in '", f, "', which holds no such tensor");
+    }
+    CG_CHECK(mapped_here == file->names().size(), "safetensors: shard '", it->second,
+             "' holds ", file->names().size(), " tensors but the index '", index_path_,
+             "' maps only ", mapped_here, " to it");
+    opened = opened_.emplace(it->second, std::move(file)).first;
+  }
+  return *opened->second;
+}
+
+const TensorInfo& Sharded::info(const std::string& name) const {
+  return shard_of(name).info(name);
+}
+Tensor Sharded::load(const std::string& name, Device device) const {
+  return shard_of(name).load(name, device);
+}
+void Sharded::load_into(const std::string& name, const Tensor& dst) const {
+  shard_of(name).load_into(name, dst);
+}
+
+std::unique_ptr<Reader> open(const std::string& path) {
+  const fs::path p(path);
+  if (fs::is_directory(p)) {
+    if (fs::exists(p / kIndexName)) return std::make_unique<Sharded>((p / kIndexName).string());
+    if (fs::exists(p / kSingleName)) return std::make_unique<File>((p / kSingleName).string());
+    CG_FAIL("safetensors: folder '", path, "' holds neither ", kSingleName, " nor ", kIndexName);
+  }
+  CG_CHECK(fs::exists(p), "safetensors: '", path, "' does not exist");
+  const std::string name = p.filename().string();
+  if (name.size() >= 5 && name.ends_with(".json")) return std::make_unique<Sharded>(path);
+  return std::make_unique<File>(path);
+}
+
+// ---- writing ---------------------------------------------------------------------
+
+std::string build_header(const std::vector<TensorInfo>& infos,
+                         const std::map<std::string, std::string>& metadata) {
+  ordered_json header = ordered_json::object();
+  if (!metadata.empty()) header[kMetadataKey] = metadata;
+  for (const TensorInfo& info : infos) {
+    header[info.name] = {{"dtype", dtype_to_safetensors(info.dtype)},
+                         {"shape", info.shape},
+                         {"data_offsets", {info.begin, info.end}}};
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // data starts 8-byte aligned
+  std::string out(8, '\0');
+  uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xFF);
+  return out + text;
+}
+
+void save_file(const NamedTensors& tensors, const std::string& path,
+               const std::map<std::string, std::string>& metadata) {
+  std::set<std::string> seen;
+  std::vector<TensorInfo> infos;
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    CG_CHECK(name != kMetadataKey, "safetensors: a tensor cannot be named ", kMetadataKey);
+    CG_CHECK(seen.insert(name).second, "safetensors: tensor name '", name,
+             "' appears twice in what is being saved to '", path, "'");
+    CG_CHECK(t.defined(), "safetensors: tensor '", name, "' saved to '", path,
+             "' is undefined");
+    TensorInfo info{name, t.dtype(), t.shape(), offset, offset + t.nbytes()};
+    offset = info.end;
+    infos.push_back(std::move(info));
+  }
+  // Write next to the target and rename, so a crash never leaves a half-written
+  // checkpoint under the real name.
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    CG_CHECK(out, "safetensors: cannot open '", tmp, "' for writing");
+    const std::string header = build_header(infos, metadata);
+    out.write(header.data(), static_cast<std::streamsize>(header.size()));
+    CategoryGuard category(MemoryCategory::temporary);
+    for (const auto& [name, t] : tensors) {
+      const Tensor host = raw::contiguous(raw::to_device(t, kCPU));
+      out.write(static_cast<const char*>(host.data_ptr()),
+                static_cast<std::streamsize>(host.nbytes()));
+    }
+    out.flush();
+    CG_CHECK(out, "safetensors: writing '", tmp, "' failed (disk full?)");
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  CG_CHECK(!ec, "safetensors: cannot rename '", tmp, "' to '", path, "': ", ec.message());
+}
+
+std::vector<std::string> save_sharded(const NamedTensors& tensors, const std::string& folder,
+                                      uint64_t max_shard_bytes,
+                                      const std::map<std::string, std::string>& metadata) {
+  CG_CHECK(max_shard_bytes > 0, "safetensors: max_shard_bytes must be positive");
+  CG_CHECK(fs::is_directory(folder), "safetensors: '", folder,
+           "' is not a folder; create it before saving shards into it");
+  // Greedy in the given order: a shard is closed when the next tensor would overflow it.
+  std::vector<NamedTensors> shards(1);
+  uint64_t in_shard = 0, total = 0;
+  for (const auto& entry : tensors) {
+    CG_CHECK(entry.second.defined(), "safetensors: tensor '", entry.first, "' is undefined");
+    const uint64_t n = entry.second.nbytes();
+    if (!shards.back().empty() && in_shard + n > max_shard_bytes) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    shards.back().push_back(entry);
+    in_shard += n;
+    total += n;
+  }
+  // One shard: a plain model.safetensors and no index, as Hugging Face writes it.
+  if (shards.size() == 1) {
+    save_file(shards[0], (fs::path(folder) / kSingleName).string(), metadata);
+    return {kSingleName};
+  }
+  std::vector<std::string> files;
+  ordered_json weight_map = ordered_json::object();
+  for (size_t i = 0; i < shards.size(); ++i) {
+    files.push_back(shard_name(i, shards.size()));
+    save_file(shards[i], (fs::path(folder) / files.back()).string(), metadata);
+    for (const auto& entry : shards[i]) weight_map[entry.first] = files.back();
+  }
+  ordered_json index_metadata = ordered_json::object();
+  index_metadata["total_size"] = total;
+  for (const auto& [k, v] : metadata) index_metadata[k] = v;
+  ordered_json index = {{"metadata", index_metadata}, {"weight_map", weight_map}};
+  const std::string index_path = (fs::path(folder) / kIndexName).string();
+  std::ofstream out(index_path, std::ios::trunc);
+  CG_CHECK(out, "safetensors: cannot open '", index_path, "' for writing");
+  out << index.dump(2) << "\n";
+  CG_CHECK(out, "safetensors: writing '", index_path, "' failed");
+  return files;
+}
+
+}  // namespace cg::safetensors

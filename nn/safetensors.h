@@ -1,0 +1,148 @@
+// Why this file exists: checkpoints travel as safetensors, the format Hugging Face
+// models ship in, so that a real Qwen3 checkpoint loads by name and what chunkgrad
+// saves opens in PyTorch. Only the header is parsed up front; a tensor's bytes are read
+// when that tensor is asked for, so a 60 GB checkpoint never has to be loaded whole.
+//
+// The format: 8 bytes little-endian header length N, then N bytes of JSON
+//   {"name": {"dtype": "BF16", "shape": [2, 3], "data_offsets": [begin, end]}, ...,
+//    "__metadata__": {"key": "value"}}   (optional, strings only)
+// then the raw little-endian data; offsets count from the start of the data section.
+// Sharded checkpoints add model.safetensors.index.json:
+//   {"metadata": {"total_size": N}, "weight_map": {"name": "model-00001-of-00002.safetensors"}}
+//
+//   auto ckpt = cg::safetensors::open("/models/Qwen3-8B");   // file, index or folder
+//   cg::Tensor w = ckpt->load("model.layers.0.self_attn.q_proj.weight");
+//
+// Tensors read here are allocated through the caching allocator under the calling
+// thread's memory category (load_state_dict sets MemoryCategory::parameter).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace cg::safetensors {
+
+// "F32", "BF16", ... <-> DType. Names chunkgrad cannot hold (U8, F8_E4M3, ...) throw.
+const char* dtype_to_safetensors(DType dtype);
+DType dtype_from_safetensors(const std::string& name, const std::string& tensor_name);
+
+// One entry of a header. Offsets are relative to the data section.
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::f32;
+  Shape shape;
+  uint64_t begin = 0;
+  uint64_t end = 0;
+  uint64_t nbytes() const { return end - begin; }
+};
+
+// A readable checkpoint: one file or a set of shards behind an index.
+class Reader {
+ public:
+  virtual ~Reader() = default;
+  // Every tensor name, in a stable order (data order within a file, files in index order).
+  virtual const std::vector<std::string>& names() const = 0;
+  virtual bool contains(const std::string& name) const = 0;
+  // Header entry of `name`; throws naming the checkpoint when it has no such tensor.
+  virtual const TensorInfo& info(const std::string& name) const = 0;
+  // Reads one tensor's bytes into a fresh contiguous tensor on `device`.
+  virtual Tensor load(const std::string& name, Device device = kCPU) const = 0;
+  // Reads one tensor's bytes straight into `dst` (CPU, contiguous, same dtype and shape
+  // as the file's; checked), without a temporary.
+  virtual void load_into(const std::string& name, const Tensor& dst) const = 0;
+  // String metadata ("__metadata__" of a file; the index's "metadata" as text).
+  virtual const std::map<std::string, std::string>& metadata() const = 0;
+  virtual std::string path() const = 0;
+
+  // Every tensor (or the named ones) read in one go.
+  std::map<std::string, Tensor> load_all(Device device = kCPU) const;
+  std::map<std::string, Tensor> load_some(const std::vector<std::string>& names,
+                                          Device device = kCPU) const;
+};
+
+// One .safetensors file. The constructor reads and checks the header only:
+// length within the file, JSON object, known dtypes, shapes >= 0, offsets inside the
+// data section, sizes == numel * element size, coverage contiguous without overlap.
+class File : public Reader {
+ public:
+  explicit File(std::string path);
+  const std::vector<std::string>& names() const override { return names_; }
+  bool contains(const std::string& name) const override;
+  const TensorInfo& info(const std::string& name) const override;
+  Tensor load(const std::string& name, Device device = kCPU) const override;
+  void load_into(const std::string& name, const Tensor& dst) const override;
+  const std::map<std::string, std::string>& metadata() const override { return metadata_; }
+  std::string path() const override { return path_; }
+  uint64_t data_start() const { return data_start_; }  // 8 + N
+
+ private:
+  std::string path_;
+  uint64_t data_start_ = 0;
+  std::vector<std::string> names_;
+  std::map<std::string, TensorInfo> infos_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// A checkpoint split over shards, read through its index. A shard's header is parsed
+// the first time one of its tensors is asked for; then its weight_map entries are
+// checked against it.
+class Sharded : public Reader {
+ public:
+  explicit Sharded(std::string index_path);
+  ~Sharded() override;
+  const std::vector<std::string>& names() const override { return names_; }
+  bool contains(const std::string& name) const override;
+  const TensorInfo& info(const std::string& name) const override;
+  Tensor load(const std::string& name, Device device = kCPU) const override;
+  void load_into(const std::string& name, const Tensor& dst) const override;
+  const std::map<std::string, std::string>& metadata() const override { return metadata_; }
+  std::string path() const override { return index_path_; }
+  // Shard file names in the order they first appear in the weight map.
+  const std::vector<std::string>& shard_files() const { return shard_files_; }
+
+ private:
+  const File& shard_of(const std::string& name) const;
+
+  std::string index_path_;
+  std::string folder_;
+  std::vector<std::string> names_;
+  std::map<std::string, std::string> file_of_;                   // tensor -> shard file
+  std::vector<std::string> shard_files_;
+  mutable std::mutex mutex_;                                      // guards opened_
+  mutable std::map<std::string, std::unique_ptr<File>> opened_;  // shard file -> header
+  std::map<std::string, std::string> metadata_;
+};
+
+// Opens a .safetensors file, a *.index.json, or a folder holding model.safetensors or
+// model.safetensors.index.json (the Hugging Face layout).
+std::unique_ptr<Reader> open(const std::string& path);
+
+// Tensors to write, in the order they go into the file.
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+// Writes one file. Tensors may be on any device, any strides (copied to host,
+// contiguous); names must be unique and not "__metadata__".
+void save_file(const NamedTensors& tensors, const std::string& path,
+               const std::map<std::string, std::string>& metadata = {});
+
+// Writes `tensors` into `folder` as shards of at most max_shard_bytes of tensor data
+// each (a tensor larger than that gets a shard of its own), named
+// model-00001-of-0000K.safetensors, plus model.safetensors.index.json. Returns the
+// shard file names. The folder must exist.
+std::vector<std::string> save_sharded(const NamedTensors& tensors, const std::string& folder,
+                                      uint64_t max_shard_bytes,
+                                      const std::map<std::string, std::string>& metadata = {});
+
+// The 8-byte length + padded JSON header save_file writes before the data (exposed for
+// tests that build files by hand and for tools).
+std::string build_header(const std::vector<TensorInfo>& infos,
+                         const std::map<std::string, std::string>& metadata);
+
+}  // namespace cg::safetensors
