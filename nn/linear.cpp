@@ -40,12 +40,7 @@ Tensor Linear::forward(const Tensor& x) const {
   CG_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == in_, "Linear(", in_, " -> ", out_,
            ") '", name(), "': the input's last dim must be ", in_, ", got shape ",
            x.defined() ? shape_str(x.shape()) : "undefined");
-  Shape out_shape = x.shape();
-  out_shape.back() = out_;
-  // One 2-D GEMM over all leading dims: [N, in] @ [in, out].
-  Tensor y = matmul(x.reshape({-1, in_}), weight.transpose(0, 1));
-  if (bias.defined()) y = y + bias;
-  return y.reshape(out_shape);
+  return linear(x, weight, bias);
 }
 
 }  // namespace cg::nn

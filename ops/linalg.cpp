@@ -5,6 +5,7 @@
 #include "autograd/function.h"
 #include "core/views.h"
 #include "ops/cpu/kernels.h"
+#include "ops/elementwise.h"
 #include "ops/op_checks.h"
 #include "ops/reduce.h"
 #include "ops/shape_ops.h"
@@ -97,6 +98,25 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     return squeeze(matmul_nd(a, unsqueeze(b, 1)), -1);
   }
   return matmul_nd(a, b);
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  const char* op = "linear";
+  check_defined(op, x, "x");
+  check_defined(op, weight, "weight");
+  CG_CHECK(weight.dim() == 2, op, ": weight must be [out, in], got ", shape_str(weight.shape()));
+  const int64_t in = weight.size(1), out = weight.size(0);
+  CG_CHECK(x.dim() >= 1 && x.size(-1) == in, op, ": x's last dim must be in=", in, " to match weight ",
+           shape_str(weight.shape()), ", got x ", shape_str(x.shape()));
+  if (bias.defined()) {
+    CG_CHECK(bias.dim() == 1 && bias.size(0) == out, op, ": bias must be [out=", out, "], got ",
+             shape_str(bias.shape()));
+  }
+  Shape out_shape = x.shape();
+  out_shape.back() = out;
+  Tensor y = matmul(reshape(x, {-1, in}), transpose(weight, 0, 1));
+  if (bias.defined()) y = add(y, bias);
+  return reshape(y, out_shape);
 }
 
 }  // namespace cg

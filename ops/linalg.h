@@ -13,4 +13,8 @@ namespace cg {
 // Saves b when a needs a gradient and a when b does (only what backward needs).
 Tensor matmul(const Tensor& a, const Tensor& b);
 
+// PyTorch's F.linear: x [..., in] @ weight[out, in]^T (+ bias [out]) -> [..., out], as one
+// 2-D GEMM over all leading dims (the transposed weight is read in place, not copied).
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
 }  // namespace cg

@@ -171,3 +171,22 @@ TEST(OpsConvert, ToDtypeBackwardConvertsBack) {
 
 }  // namespace
 }  // namespace cg
+
+namespace cg {
+namespace {
+
+TEST(OpsGradcheck, LinearWithAndWithoutBias) {
+  const Tensor x = testing::make_input({2, 3, 5}, 301);
+  const Tensor w = testing::make_input({4, 5}, 302);
+  const Tensor b = testing::make_input({4}, 303);
+  auto with_bias = [](const std::vector<Tensor>& in) { return linear(in[0], in[1], in[2]); };
+  EXPECT_TRUE(testing::gradcheck(with_bias, {x, w, b}).ok);
+  auto no_bias = [](const std::vector<Tensor>& in) { return linear(in[0].transpose(0, 1), in[1]); };
+  EXPECT_TRUE(testing::gradcheck(no_bias, {x, w}).ok);
+  EXPECT_EQ(linear(x.detach(), w.detach(), b.detach()).shape(), (Shape{2, 3, 4}));
+  EXPECT_THROW(linear(x.detach(), testing::make_input({4, 6}, 304).detach()), Error);
+  EXPECT_THROW(linear(x.detach(), w.detach(), ones({5}, {.dtype = DType::f64})), Error);
+}
+
+}  // namespace
+}  // namespace cg
