@@ -4,6 +4,7 @@
 // detach, and the errors users hit.
 #include <gtest/gtest.h>
 
+#include "error_helpers.h"
 #include "core/caching_allocator.h"
 #include "core/factories.h"
 #include "autograd/function.h"
@@ -14,18 +15,10 @@
 namespace cg {
 namespace {
 
+using testing::error_of;
+
 using testing::make_input;
 using V = std::vector<Tensor>;
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.message();
-  }
-  return "";
-}
 
 int64_t cpu_allocated_bytes() { return allocator_for(kCPU).stats().allocated_bytes.current; }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <complex>
 
+#include "error_helpers.h"
 #include "core/factories.h"
 #include "core/views.h"
 #include "ops/ops.h"
@@ -15,28 +16,10 @@
 namespace cg {
 namespace {
 
+using testing::error_of;
+
 using testing::make_input;
 using V = std::vector<Tensor>;
-
-// Message of the cg::Error `f` throws ("" when it does not throw).
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.message();
-  }
-  return "";
-}
-
-#define EXPECT_ERROR_HAS(expr, ...)                                          \
-  do {                                                                       \
-    EXPECT_THROW((void)(expr), Error);                                       \
-    const std::string msg_ = error_of([&] { (void)(expr); });                \
-    for (const char* word : {__VA_ARGS__}) {                                 \
-      EXPECT_NE(msg_.find(word), std::string::npos) << "'" << word << "' not in: " << msg_; \
-    }                                                                        \
-  } while (0)
 
 double max_abs_diff(const Tensor& a, const Tensor& b) {
   const auto x = a.to_vector(), y = b.to_vector();

@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "error_helpers.h"
 #include "core/factories.h"
 #include "core/views.h"
 #include "ops/ops.h"
@@ -14,27 +15,10 @@
 namespace cg {
 namespace {
 
+using testing::error_of;
+
 using testing::make_input;
 using V = std::vector<Tensor>;
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.message();
-  }
-  return "";
-}
-
-#define EXPECT_ERROR_HAS(expr, ...)                                          \
-  do {                                                                       \
-    EXPECT_THROW((void)(expr), Error);                                       \
-    const std::string msg_ = error_of([&] { (void)(expr); });                \
-    for (const char* word : {__VA_ARGS__}) {                                 \
-      EXPECT_NE(msg_.find(word), std::string::npos) << "'" << word << "' not in: " << msg_; \
-    }                                                                        \
-  } while (0)
 
 // ---- cat / stack -------------------------------------------------------------------
 

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "error_helpers.h"
 #include "core/backend.h"
 #include "core/factories.h"
 #include "ops/ops.h"
@@ -11,16 +12,7 @@
 namespace cg {
 namespace {
 
-// Message of the cg::Error `f` throws ("" when it does not throw).
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.message();
-  }
-  return "";
-}
+using testing::error_of;
 
 TEST(OpsForward, BroadcastBinaryValues) {
   Tensor a = from_vector({1, 2, 3, 4, 5, 6}, {2, 3});
