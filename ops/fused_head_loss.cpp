@@ -7,10 +7,13 @@
 //   FusedHeadRecomputeBackward  any head: the inputs only; backward reruns the chunk loop
 #include "ops/fused_head_loss.h"
 
+#include <optional>
+
 #include "autograd/function.h"
 #include "core/factories.h"
 #include "core/memory_trace.h"
 #include "core/views.h"
+#include "ops/cpu/compute_copy.h"
 #include "ops/cpu/fused_head_chunks.h"
 #include "ops/elementwise.h"
 #include "ops/loss.h"
@@ -20,10 +23,6 @@
 namespace cg {
 
 namespace {
-
-const Tensor& teacher_head_of(const HeadLossInputs& in) {
-  return in.teacher_head.defined() ? in.teacher_head : in.head;
-}
 
 cpu::FusedHeadChunkArgs base_args(const HeadLossInputs& in, const HeadLossOptions& o,
                                   int64_t chunk_rows) {
@@ -62,38 +61,42 @@ class FusedHeadRowsBackward : public Node {
 class FusedHeadScalarBackward : public Node {
  public:
   std::string name() const override { return "FusedHeadScalarBackward"; }
-  size_t dh_i = 0, dw_i = 0;
+  std::optional<size_t> dh_i, dw_i;  // set when h / W need a gradient
   DType head_dtype = DType::f32;
 
  protected:
   std::vector<Tensor> backward(std::vector<Tensor>&& grads) override {
     const double g = grads[0].item();
     std::vector<Tensor> out(2);
-    if (needs_input_grad(0)) out[0] = raw::to_dtype(scale(saved(dh_i), g), saved(dh_i).dtype());
-    if (needs_input_grad(1)) out[1] = raw::to_dtype(scale(saved(dw_i), g), head_dtype);
+    if (dh_i) out[0] = raw::to_dtype(scale(saved(*dh_i), g), saved(*dh_i).dtype());
+    if (dw_i) out[1] = raw::to_dtype(scale(saved(*dw_i), g), head_dtype);
     return out;
   }
 };
 
+// Saves the inputs in this order: hidden, head, [teacher hidden, teacher head], [labels].
 class FusedHeadRecomputeBackward : public Node {
  public:
   std::string name() const override { return "FusedHeadRecomputeBackward"; }
-  cpu::FusedHeadChunkArgs args;  // tensors are held through saved(); these are re-bound
-  size_t h_i = 0, w_i = 0, th_i = 0, wt_i = 0, y_i = 0;
-  bool teacher = false, labels = false;
+  LossConfig config;
+  int64_t chunk_rows = 0;
 
  protected:
   std::vector<Tensor> backward(std::vector<Tensor>&& grads) override {
-    cpu::FusedHeadChunkArgs a = args;
-    a.hidden = saved(h_i);
-    a.head = saved(w_i);
-    if (teacher) {
-      a.teacher_hidden = saved(th_i);
-      a.teacher_head = saved(wt_i);
+    cpu::FusedHeadChunkArgs a;
+    a.config = config;
+    a.chunk_rows = chunk_rows;
+    size_t i = 0;
+    a.hidden = saved(i++);
+    a.head = saved(i++);
+    if (loss_needs_teacher(config)) {
+      a.teacher_hidden = saved(i++);
+      a.teacher_head = saved(i++);
     }
-    if (labels) a.labels = saved(y_i);
-    const DType compute = cpu::fused_head_compute_dtype(a.hidden);
-    a.grad_scale = raw::contiguous(raw::to_dtype(grads[0], compute));
+    if (i < saved_tensors().size()) a.labels = saved(i++);
+    const DType compute = cpu::compute_dtype_of(a.hidden.dtype());
+    a.gradients = true;
+    a.grad_scale = cpu::compute_copy(grads[0], compute);
     std::vector<Tensor> out(2);
     if (needs_input_grad(0)) a.grad_hidden = out[0] = raw::empty(a.hidden.shape(), a.hidden.dtype(), a.hidden.device());
     Tensor dw;
@@ -121,13 +124,13 @@ HeadLossResult make_outputs(const HeadLossInputs& in, const HeadLossOptions& o, 
 }
 
 HeadLossResult frozen_head(const HeadLossInputs& in, const HeadLossOptions& o, int64_t chunk) {
-  const DType compute = cpu::fused_head_compute_dtype(in.hidden);
+  const DType compute = cpu::compute_dtype_of(in.hidden.dtype());
   cpu::FusedHeadChunkArgs a = base_args(in, o, chunk);
   HeadLossResult r = make_outputs(in, o, compute, a);
   auto node = make_node<FusedHeadRowsBackward>({&in.hidden});
   if (node) {
-    CategoryGuard saved(MemoryCategory::autograd_saved);
-    a.grad_scale = ones({in.hidden.size(0)}, {.dtype = compute});
+    CategoryGuard saved(MemoryCategory::autograd_saved);  // dh is what the graph keeps
+    a.gradients = true;  // unit row scale: backward applies the real one
     a.grad_hidden = raw::empty(in.hidden.shape(), in.hidden.dtype(), in.hidden.device());
   }
   cpu::fused_head_chunks(a);
@@ -143,7 +146,7 @@ HeadLossResult trainable_head(const HeadLossInputs& in, const HeadLossOptions& o
   CG_CHECK(o.reduction != Reduction::none,
            "head_loss: the fused path with a trainable head computes gradients in the forward "
            "pass and needs a sum or mean reduction; for reduction none set recompute_in_backward");
-  const DType compute = cpu::fused_head_compute_dtype(in.hidden);
+  const DType compute = cpu::compute_dtype_of(in.hidden.dtype());
   const int64_t t = in.hidden.size(0);
   cpu::FusedHeadChunkArgs a = base_args(in, o, chunk);
   HeadLossResult r = make_outputs(in, o, compute, a);
@@ -151,8 +154,12 @@ HeadLossResult trainable_head(const HeadLossInputs& in, const HeadLossOptions& o
       row_reduction_scale(t, in.weights, in.labels, o.loss.ignore_index, o.reduction);
   auto node = make_node<FusedHeadScalarBackward>({&in.hidden, &in.head});
   if (node) {
-    CategoryGuard saved(MemoryCategory::autograd_saved);
-    a.grad_scale = from_vector(scale, {t}, {.dtype = compute});
+    a.gradients = true;
+    {
+      CategoryGuard temporary(MemoryCategory::temporary);
+      a.grad_scale = from_vector(scale, {t}, {.dtype = compute});
+    }
+    CategoryGuard saved(MemoryCategory::autograd_saved);  // dh and dW are what the graph keeps
     if (node->needs_input_grad(0)) a.grad_hidden = raw::empty(in.hidden.shape(), in.hidden.dtype(), in.hidden.device());
     if (node->needs_input_grad(1)) a.grad_head = zeros(in.head.shape(), {.dtype = compute});
   }
@@ -171,24 +178,20 @@ HeadLossResult trainable_head(const HeadLossInputs& in, const HeadLossOptions& o
 }
 
 HeadLossResult recompute(const HeadLossInputs& in, const HeadLossOptions& o, int64_t chunk) {
-  const DType compute = cpu::fused_head_compute_dtype(in.hidden);
+  const DType compute = cpu::compute_dtype_of(in.hidden.dtype());
   cpu::FusedHeadChunkArgs a = base_args(in, o, chunk);
   HeadLossResult r = make_outputs(in, o, compute, a);
   cpu::fused_head_chunks(a);
   if (auto node = make_node<FusedHeadRecomputeBackward>({&in.hidden, &in.head})) {
-    node->args.config = o.loss;
-    node->args.chunk_rows = chunk;
-    node->h_i = node->save(a.hidden);
-    node->w_i = node->save(a.head);
+    node->config = o.loss;
+    node->chunk_rows = chunk;
+    node->save(a.hidden);
+    node->save(a.head);
     if (a.teacher_hidden.defined()) {
-      node->teacher = true;
-      node->th_i = node->save(a.teacher_hidden);
-      node->wt_i = node->save(a.teacher_head);
+      node->save(a.teacher_hidden);
+      node->save(a.teacher_head);
     }
-    if (a.labels.defined()) {
-      node->labels = true;
-      node->y_i = node->save(a.labels);
-    }
+    if (a.labels.defined()) node->save(a.labels);
     set_history(node, r.per_token);
   }
   r.loss = reduce_rows(r.per_token, in.weights, in.labels, o.loss.ignore_index, o.reduction);

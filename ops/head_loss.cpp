@@ -4,6 +4,7 @@
 
 #include "autograd/grad_mode.h"
 #include "core/views.h"
+#include "ops/cpu/fused_head_chunks.h"
 #include "ops/cpu/head_loss_rows.h"
 #include "ops/fused_head_loss.h"
 #include "ops/join_ops.h"
@@ -32,10 +33,6 @@ HeadLossPath parse_head_loss_path(const std::string& name) {
 
 namespace {
 
-const Tensor& teacher_head_of(const HeadLossInputs& in) {
-  return in.teacher_head.defined() ? in.teacher_head : in.head;
-}
-
 void check_inputs(const HeadLossInputs& in, const HeadLossOptions& o) {
   const char* op = "head_loss";
   check_defined(op, in.hidden, "hidden");
@@ -58,10 +55,12 @@ void check_inputs(const HeadLossInputs& in, const HeadLossOptions& o) {
              dtype_name(in.labels.dtype()));
     CG_CHECK(in.labels.dim() == 1 && in.labels.size(0) == t, op, ": labels must be [T=", t,
              "] to match hidden ", shape_str(in.hidden.shape()), ", got ", shape_str(in.labels.shape()));
+    check_same_device(op, in.hidden, in.labels);
   }
   if (in.weights.defined()) {
     CG_CHECK(in.weights.dim() == 1 && in.weights.size(0) == t, op, ": weights must be [T=", t,
              "] (one per row of hidden), got ", shape_str(in.weights.shape()));
+    check_same_device(op, in.hidden, in.weights);
   }
   if (loss_needs_teacher(o.loss)) {
     const Tensor& th = in.teacher_hidden;
@@ -76,6 +75,8 @@ void check_inputs(const HeadLossInputs& in, const HeadLossOptions& o) {
              shape_str(wt.shape()));
     check_same_dtype(op, in.hidden, th);
     check_same_device(op, in.hidden, th);
+    check_same_dtype(op, in.hidden, wt);
+    check_same_device(op, in.hidden, wt);
   }
   CG_CHECK(o.chunk_rows >= 0, op, ": chunk_rows must be >= 0 (0 = from the byte budget), got ", o.chunk_rows);
 }
@@ -139,23 +140,22 @@ HeadLossResult chunked_path(const HeadLossInputs& in, const HeadLossOptions& o) 
 
 }  // namespace
 
-size_t head_loss_bytes_per_chunk_row(const HeadLossInputs& in, const HeadLossOptions& o) {
-  const size_t compute = in.hidden.dtype() == DType::f64 ? 8 : 4;
-  const size_t v = static_cast<size_t>(in.head.size(0)), d = static_cast<size_t>(in.hidden.size(1));
+HeadLossFootprint head_loss_footprint(const HeadLossInputs& in, const HeadLossOptions& o) {
   const bool teacher = loss_needs_teacher(o.loss);
-  size_t per_row = v * compute * (teacher ? 2 : 1);  // logits (+ teacher logits)
-  if (is_half(in.hidden.dtype())) per_row += d * compute * (teacher ? 3 : 2);  // fp32 rows: h, dh (+ teacher h)
-  return per_row;
+  const cpu::FusedHeadFootprint f = cpu::fused_head_footprint(
+      in.hidden, in.head, teacher ? in.teacher_hidden : Tensor(), teacher ? teacher_head_of(in) : Tensor(), teacher);
+  return {f.fixed, f.per_row};
 }
 
 int64_t head_loss_chunk_rows(const HeadLossInputs& in, const HeadLossOptions& o) {
   const int64_t t = std::max<int64_t>(in.hidden.size(0), 1);
   if (o.chunk_rows > 0) return std::min(o.chunk_rows, t);
-  const size_t per_row = head_loss_bytes_per_chunk_row(in, o);
-  CG_CHECK(o.chunk_budget_bytes >= per_row, "head_loss: chunk_budget_bytes=", o.chunk_budget_bytes,
-           " is too small for one row: a row of V=", in.head.size(0), " needs ", per_row,
-           " bytes of chunk temporaries; raise the budget or set chunk_rows");
-  return std::min<int64_t>(t, static_cast<int64_t>(o.chunk_budget_bytes / per_row));
+  const HeadLossFootprint f = head_loss_footprint(in, o);
+  CG_CHECK(o.chunk_budget_bytes >= f.fixed + f.per_row, "head_loss: chunk_budget_bytes=",
+           o.chunk_budget_bytes, " is too small for one row: a row of V=", in.head.size(0), " needs ",
+           f.per_row, " bytes of chunk temporaries (plus ", f.fixed,
+           " fixed bytes of fp32 head tiles); raise the budget or set chunk_rows");
+  return std::min<int64_t>(t, static_cast<int64_t>((o.chunk_budget_bytes - f.fixed) / f.per_row));
 }
 
 HeadLossResult head_loss(const HeadLossInputs& in, const HeadLossOptions& o) {
@@ -173,30 +173,41 @@ HeadLossResult head_loss(const HeadLossInputs& in, const HeadLossOptions& o) {
   CG_FAIL("head_loss: unknown path");
 }
 
+namespace {
+
+// Fraction of rows where a[i] == b[i], over rows whose label (when given) is not ignored.
+double match_rate(const char* op, const Tensor& a, const Tensor& b, const Tensor& labels,
+                  int64_t ignore_index) {
+  const int64_t n = a.numel();
+  CG_CHECK(b.numel() == n && (!labels.defined() || labels.numel() == n), op, ": expected ", n,
+           " rows everywhere, got ", b.numel(), labels.defined() ? " and " + std::to_string(labels.numel()) : "");
+  const Tensor ac = raw::contiguous(raw::to_dtype(a, DType::i64));
+  const Tensor bc = raw::contiguous(raw::to_dtype(b, DType::i64));
+  const Tensor yc = labels.defined() ? raw::contiguous(raw::to_dtype(labels, DType::i64)) : Tensor();
+  const int64_t* av = ac.data<int64_t>();
+  const int64_t* bv = bc.data<int64_t>();
+  const int64_t* yv = yc.defined() ? yc.data<int64_t>() : nullptr;
+  int64_t counted = 0, hits = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (yv != nullptr && yv[i] == ignore_index) continue;
+    ++counted;
+    hits += av[i] == bv[i];
+  }
+  return counted == 0 ? 0.0 : static_cast<double>(hits) / static_cast<double>(counted);
+}
+
+}  // namespace
+
 double token_accuracy(const HeadLossResult& r, const Tensor& labels, int64_t ignore_index) {
   CG_CHECK(r.argmax.defined(), "token_accuracy: the result has no argmax (run with with_metrics)");
-  const std::vector<double> a = r.argmax.to_vector(), y = labels.to_vector();
-  int64_t n = 0, hit = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (static_cast<int64_t>(y[i]) == ignore_index) continue;
-    ++n;
-    hit += a[i] == y[i];
-  }
-  return n == 0 ? 0.0 : static_cast<double>(hit) / static_cast<double>(n);
+  CG_CHECK(labels.defined(), "token_accuracy: labels are needed");
+  return match_rate("token_accuracy", r.argmax, labels, labels, ignore_index);
 }
 
 double teacher_agreement(const HeadLossResult& r, const Tensor& labels, int64_t ignore_index) {
   CG_CHECK(r.argmax.defined() && r.teacher_argmax.defined(),
            "teacher_agreement: the result has no teacher argmax (a teacher loss with with_metrics)");
-  const std::vector<double> a = r.argmax.to_vector(), t = r.teacher_argmax.to_vector();
-  const std::vector<double> y = labels.defined() ? labels.to_vector() : std::vector<double>();
-  int64_t n = 0, hit = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!y.empty() && static_cast<int64_t>(y[i]) == ignore_index) continue;
-    ++n;
-    hit += a[i] == t[i];
-  }
-  return n == 0 ? 0.0 : static_cast<double>(hit) / static_cast<double>(n);
+  return match_rate("teacher_agreement", r.argmax, r.teacher_argmax, labels, ignore_index);
 }
 
 }  // namespace cg

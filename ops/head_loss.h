@@ -22,9 +22,11 @@
 //     pass and backward only multiplies dh and dW by the incoming scalar. Running the
 //     forward twice (activation checkpointing) would compute everything twice.
 //   recompute in backward (recompute_in_backward = true; any head):
-//     keeps only the per-row logsumexp and the inputs; backward recomputes each chunk's
-//     logits. Works for any upstream gradient, reduction none and checkpointing, at the
-//     price of the logits GEMMs twice (8TDV FLOPs instead of 6TDV).
+//     keeps only the inputs -- nothing of size V, not even the per-row logsumexp, which
+//     backward's row pass recomputes next to the GEMM that dominates -- and reruns the
+//     chunk loop with the incoming per-token gradients. Works for any upstream gradient,
+//     reduction none and checkpointing, at the price of the logits GEMMs twice (8TDV
+//     FLOPs instead of 6TDV).
 //
 // Everything the student gets a gradient for is h (and W when it trains); the teacher's
 // hidden states and head are constants.
@@ -75,13 +77,25 @@ struct HeadLossResult {
 
 HeadLossResult head_loss(const HeadLossInputs& inputs, const HeadLossOptions& options = {});
 
-// Rows per chunk that fit `budget_bytes` of chunk temporaries; throws when not even one
-// row fits (the error names the bytes one row needs).
+// The chunk loop's temporaries: `fixed` bytes whatever the chunk (fp32 tiles of a 16-bit
+// head), and `per_row` bytes per row of a chunk (logits, teacher logits, fp32 copies of
+// 16-bit hidden rows). The budget pays for fixed first, then for as many rows as fit.
+struct HeadLossFootprint {
+  size_t fixed = 0;
+  size_t per_row = 0;
+};
+HeadLossFootprint head_loss_footprint(const HeadLossInputs& inputs, const HeadLossOptions& options);
+// Rows per chunk: chunk_rows when set, else as many as chunk_budget_bytes allows; throws
+// when not even one row fits (the error names the bytes one row needs).
 int64_t head_loss_chunk_rows(const HeadLossInputs& inputs, const HeadLossOptions& options);
-// Bytes of chunk temporaries per row of a chunk (what the budget is divided by).
-size_t head_loss_bytes_per_chunk_row(const HeadLossInputs& inputs, const HeadLossOptions& options);
 
-// Metrics from a result, over rows whose label is not ignore_index (and weight != 0).
+// The teacher's head: inputs.teacher_head, or the student's head when it is not given.
+inline const Tensor& teacher_head_of(const HeadLossInputs& inputs) {
+  return inputs.teacher_head.defined() ? inputs.teacher_head : inputs.head;
+}
+
+// Metrics from a result, over rows whose label is not ignore_index (pass the
+// ignore_index the loss ran with). Argmaxes and labels are compared as integers.
 double token_accuracy(const HeadLossResult& result, const Tensor& labels, int64_t ignore_index = -100);
 double teacher_agreement(const HeadLossResult& result, const Tensor& labels = Tensor(),
                          int64_t ignore_index = -100);

@@ -5,6 +5,7 @@
 #include "autograd/function.h"
 #include "core/factories.h"
 #include "core/views.h"
+#include "ops/cpu/compute_copy.h"
 #include "ops/cpu/head_loss_rows.h"
 #include "ops/elementwise.h"
 #include "ops/op_checks.h"
@@ -13,17 +14,6 @@
 namespace cg {
 
 namespace {
-
-DType compute_dtype_for(DType logits) { return logits == DType::f64 ? DType::f64 : DType::f32; }
-
-// A contiguous tensor of the compute dtype holding t's values; a fresh copy when the
-// kernel will write into it (`writable`), else t itself when it already fits.
-Tensor working_copy(const Tensor& t, DType compute, bool writable) {
-  if (!writable && t.dtype() == compute && t.is_contiguous()) return t;
-  Tensor out = raw::empty(t.shape(), compute, t.device());
-  raw::copy_(out, t);
-  return out;
-}
 
 void check_row_loss_inputs(const char* op, const Tensor& logits, const Tensor& labels,
                            const Tensor& teacher, const LossConfig& c) {
@@ -71,7 +61,7 @@ void run_rows(const Tensor& z, const Tensor& t, const Tensor& labels, const Loss
     if (out.argmax.defined()) o.argmax = out.argmax.data<int64_t>();
     if (out.teacher_argmax.defined()) o.teacher_argmax = out.teacher_argmax.data<int64_t>();
     cpu::head_loss_rows<T>(z.data<T>(), t.defined() ? t.data<T>() : nullptr, y, n, v, c,
-                           grad_scale.defined() ? grad_scale.data<T>() : nullptr, o);
+                           grad_scale.defined(), grad_scale.defined() ? grad_scale.data<T>() : nullptr, o);
   };
   if (z.dtype() == DType::f64) run(static_cast<double*>(nullptr));
   else run(static_cast<float*>(nullptr));
@@ -88,10 +78,10 @@ class RowLossBackward : public Node {
  protected:
   std::vector<Tensor> backward(std::vector<Tensor>&& grads) override {
     const Tensor& logits = saved(logits_i);
-    const DType compute = compute_dtype_for(logits.dtype());
-    Tensor z = working_copy(logits, compute, true);  // becomes the gradient
-    Tensor t = has_teacher ? working_copy(saved(teacher_i), compute, config.softcap > 0.0f) : Tensor();
-    Tensor g = working_copy(grads[0], compute, false);
+    const DType compute = cpu::compute_dtype_of(logits.dtype());
+    Tensor z = cpu::compute_copy(logits, compute, true);  // becomes the gradient
+    Tensor t = has_teacher ? cpu::compute_copy(saved(teacher_i), compute, config.softcap > 0.0f) : Tensor();
+    Tensor g = cpu::compute_copy(grads[0], compute, false);
     run_rows(z, t, has_labels ? saved(labels_i) : Tensor(), config, g, RowLosses{});
     return {raw::to_dtype(z, logits.dtype())};
   }
@@ -106,7 +96,7 @@ RowLosses row_losses(const Tensor& logits, const Tensor& labels, const Tensor& t
   if (!logits.device().is_cpu()) fail_not_implemented(op, logits.device());
   const bool use_teacher = loss_needs_teacher(config);
   const bool use_labels = labels.defined();
-  const DType compute = compute_dtype_for(logits.dtype());
+  const DType compute = cpu::compute_dtype_of(logits.dtype());
   const int64_t n = logits.size(0);
 
   RowLosses out;
@@ -119,8 +109,8 @@ RowLosses row_losses(const Tensor& logits, const Tensor& labels, const Tensor& t
   }
   {
     const bool capped = config.softcap > 0.0f;  // the kernel softcaps in place
-    Tensor z = working_copy(logits, compute, capped);
-    Tensor t = use_teacher ? working_copy(teacher_logits, compute, capped) : Tensor();
+    Tensor z = cpu::compute_copy(logits, compute, capped);
+    Tensor t = use_teacher ? cpu::compute_copy(teacher_logits, compute, capped) : Tensor();
     Tensor y = use_labels ? raw::contiguous(labels) : Tensor();
     run_rows(z, t, y, config, Tensor(), out);
   }

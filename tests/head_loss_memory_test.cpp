@@ -80,10 +80,9 @@ TEST(HeadLossMemory, FusedPeakIsOneChunkPlusDh) {
   const Inputs in = make_inputs(false);
   const Measured fused = measure(in, HeadLossPath::fused);
   // Alive together inside the chunk loop (f32, CE, metrics on):
-  //   per-token loss, lse, entropy [T] f32; argmax [T] i64; the unit row scale [T] f32;
+  //   per-token loss, lse, entropy [T] f32; argmax [T] i64;
   //   dh [T, D] f32 (what the graph keeps); one chunk's logits [C, V] f32.
-  const std::vector<size_t> live = {4 * kT, 4 * kT, 4 * kT, 8 * kT, 4 * kT, 4 * kT * kD,
-                                    4 * kChunk * kV};
+  const std::vector<size_t> live = {4 * kT, 4 * kT, 4 * kT, 8 * kT, 4 * kT * kD, 4 * kChunk * kV};
   size_t requested = 0, allocated = 0;
   for (size_t b : live) {
     requested += b;
@@ -123,11 +122,38 @@ TEST(HeadLossMemory, TrainableAndRecomputeRetainWhatTheAnalysisSays) {
   EXPECT_EQ(recompute.retained, static_cast<size_t>(4 * kT));
 }
 
+TEST(HeadLossMemory, Bf16HeadIsConvertedOneTileAtATime) {
+  // A 16-bit head is never copied to fp32 whole: one [4096, D] fp32 tile at a time.
+  constexpr int64_t V = 10000, C = 32;
+  Generator gen(5);
+  const Tensor h = randn({kT, kD}, {.dtype = DType::bf16}, &gen).requires_grad_();
+  const Tensor w = randn({V, kD}, {.dtype = DType::bf16}, &gen, 0.0, 0.1);
+  std::vector<int64_t> y(kT);
+  for (int64_t i = 0; i < kT; ++i) y[i] = static_cast<int64_t>(gen.next_u64() % V);
+  const Tensor labels = from_ints(y, {kT});
+  CachingAllocator& a = allocator_for(kCPU);
+  const int64_t base = a.stats().requested_bytes.current;
+  a.reset_peak_stats();
+  HeadLossOptions o;
+  o.chunk_rows = C;
+  HeadLossResult r = head_loss({h, w, labels, Tensor(), Tensor(), Tensor()}, o);
+  // outputs 20 T; dh [T, D] bf16; logits [C, V] f32; fp32 rows of h and of dh [C, D];
+  // one fp32 tile of W [4096, D].
+  const int64_t expected = 20 * kT + 2 * kT * kD + 4 * C * V + 2 * 4 * C * kD + 4 * 4096 * kD;
+  EXPECT_EQ(a.stats().requested_bytes.peak - base, expected);
+  EXPECT_LT(expected, 4 * V * kD + 4 * C * V);  // what a whole fp32 copy of W would add
+  HeadLossInputs hi{h, w, labels, Tensor(), Tensor(), Tensor()};
+  const HeadLossFootprint f = head_loss_footprint(hi, o);
+  EXPECT_EQ(f.fixed, static_cast<size_t>(4 * 4096 * kD));
+  EXPECT_EQ(f.per_row, static_cast<size_t>(4 * V + 8 * kD));
+}
+
 TEST(HeadLossMemory, BudgetPicksTheChunk) {
   const Inputs in = make_inputs(false);
   HeadLossOptions o;
   HeadLossInputs hi{in.h, in.w, in.labels, Tensor(), Tensor(), Tensor()};
-  EXPECT_EQ(head_loss_bytes_per_chunk_row(hi, o), static_cast<size_t>(4 * kV));
+  EXPECT_EQ(head_loss_footprint(hi, o).per_row, static_cast<size_t>(4 * kV));
+  EXPECT_EQ(head_loss_footprint(hi, o).fixed, 0u);
   o.chunk_budget_bytes = 4 * kV * 100 + 7;
   EXPECT_EQ(head_loss_chunk_rows(hi, o), 100);
   o.chunk_budget_bytes = size_t{1} << 40;

@@ -125,21 +125,54 @@ TEST(HeadLoss, ThreePathsAgreeInBf16WithinTolerance) {
   // them in fp32. Each logit then differs by up to 2^-8 relative: the loss by ~1e-2,
   // gradients by a few percent of their largest element.
   for (bool trainable : {false, true}) {
-    for (LossKind kind : {LossKind::cross_entropy, LossKind::forward_kl}) {
+    for (LossKind kind : {LossKind::cross_entropy, LossKind::forward_kl, LossKind::reverse_kl}) {
       const Problem p = make_problem(DType::bf16, trainable, 8);
       HeadLossOptions o;
       o.loss.kind = kind;
       o.chunk_rows = 16;
       o.path = HeadLossPath::naive;
       const Grads naive = run(p, o);
-      for (HeadLossPath path : {HeadLossPath::chunked, HeadLossPath::fused}) {
+      for (auto [path, recompute] : {std::pair{HeadLossPath::chunked, false}, std::pair{HeadLossPath::fused, false},
+                                     std::pair{HeadLossPath::fused, true}}) {
         o.path = path;
+        o.recompute_in_backward = recompute;
         const Grads g = run(p, o);
-        const std::string w = std::string(loss_kind_name(kind)) + " " + head_loss_path_name(path);
+        const std::string w = std::string(loss_kind_name(kind)) + " " + head_loss_path_name(path) +
+                              (recompute ? " recompute" : "");
         EXPECT_NEAR(g.loss, naive.loss, 2e-2 * std::max(1.0, std::fabs(naive.loss))) << w;
         expect_close(g.dh, naive.dh, 5e-2, w + " dh");
         if (trainable) expect_close(g.dw, naive.dw, 5e-2, w + " dW");
       }
+    }
+  }
+}
+
+TEST(HeadLoss, TeacherOfAnotherWidthWithItsOwnHead) {
+  // A wider teacher (its own [V, Dt] head): every path must agree, the fused one included.
+  constexpr int64_t kDt = 19;
+  for (LossKind kind : {LossKind::forward_kl, LossKind::reverse_kl}) {
+    const Problem p = make_problem(DType::f32, false, 21);
+    Generator gen(22);
+    const Tensor th = randn({kT, kDt}, {}, &gen);
+    const Tensor wt = randn({kV, kDt}, {}, &gen, 0.0, 0.5);
+    HeadLossOptions o;
+    o.loss.kind = kind;
+    o.chunk_rows = 8;
+    auto run_path = [&](HeadLossPath path, bool recompute) {
+      p.h.set_grad(Tensor());
+      o.path = path;
+      o.recompute_in_backward = recompute;
+      HeadLossResult r = head_loss({p.h, p.w, Tensor(), p.weights, th, wt}, o);
+      r.loss.backward();
+      return std::make_pair(r.loss.item(), p.h.grad().to_vector());
+    };
+    const auto naive = run_path(HeadLossPath::naive, false);
+    for (auto [path, recompute] : {std::pair{HeadLossPath::chunked, false}, std::pair{HeadLossPath::fused, false},
+                                   std::pair{HeadLossPath::fused, true}}) {
+      const auto got = run_path(path, recompute);
+      const std::string w = std::string(loss_kind_name(kind)) + " " + head_loss_path_name(path);
+      EXPECT_NEAR(got.first, naive.first, 1e-5 * std::max(1.0, std::fabs(naive.first))) << w;
+      expect_close(got.second, naive.second, 1e-4, w + " dh");
     }
   }
 }
@@ -216,26 +249,49 @@ TEST(HeadLoss, WeightingComposesOnPerTokenLosses) {
   expect_close(weighted(HeadLossPath::fused), weighted(HeadLossPath::naive), 1e-4, "dh");
 }
 
-TEST(HeadLoss, MetricsAgreeAcrossPaths) {
+TEST(HeadLoss, MetricsAgreeAcrossPathsAndAreExact) {
   const Problem p = make_problem(DType::f32, false, 17);
   HeadLossOptions o;
   o.loss.kind = LossKind::forward_kl;
   o.loss.hard_ce_weight = 0.5f;
+  o.loss.ignore_index = -1;
   o.chunk_rows = 9;
-  HeadLossInputs in{p.h, p.w, p.labels, Tensor(), p.th, Tensor()};
+  // Labels: the student's own argmax on even rows, something else on odd rows, and
+  // ignore_index on every 5th row -- so the accuracy is known exactly.
+  const std::vector<double> top = [&] {
+    NoGradGuard no_grad;
+    return argmax(matmul(p.h, p.w.transpose(0, 1)), 1).to_vector();
+  }();
+  std::vector<int64_t> y(kT);
+  int64_t counted = 0, right = 0;
+  for (int64_t i = 0; i < kT; ++i) {
+    const int64_t a = static_cast<int64_t>(top[i]);
+    y[i] = i % 5 == 0 ? -1 : i % 2 == 0 ? a : (a + 1) % kV;
+    if (i % 5 != 0) {
+      ++counted;
+      right += i % 2 == 0;
+    }
+  }
+  const Tensor labels = from_ints(y, {kT});
+  HeadLossInputs in{p.h, p.w, labels, Tensor(), p.th, Tensor()};
   o.path = HeadLossPath::naive;
   const HeadLossResult naive = head_loss(in, o);
-  o.path = HeadLossPath::fused;
-  const HeadLossResult fused = head_loss(in, o);
-  EXPECT_EQ(fused.argmax.to_vector(), naive.argmax.to_vector());
-  EXPECT_EQ(fused.teacher_argmax.to_vector(), naive.teacher_argmax.to_vector());
-  expect_close(fused.lse.to_vector(), naive.lse.to_vector(), 1e-5, "lse");
-  expect_close(fused.entropy.to_vector(), naive.entropy.to_vector(), 1e-4, "entropy");
-  EXPECT_EQ(token_accuracy(fused, p.labels), token_accuracy(naive, p.labels));
-  EXPECT_EQ(teacher_agreement(fused), teacher_agreement(naive));
-  // Agreement of a student with itself as the teacher is 1.
-  HeadLossInputs self{p.h, p.w, p.labels, Tensor(), p.h.detach(), Tensor()};
+  EXPECT_DOUBLE_EQ(token_accuracy(naive, labels, -1), static_cast<double>(right) / counted);
+  for (HeadLossPath path : {HeadLossPath::chunked, HeadLossPath::fused}) {
+    o.path = path;
+    const HeadLossResult r = head_loss(in, o);
+    const std::string w = head_loss_path_name(path);
+    EXPECT_EQ(r.argmax.to_vector(), naive.argmax.to_vector()) << w;
+    EXPECT_EQ(r.teacher_argmax.to_vector(), naive.teacher_argmax.to_vector()) << w;
+    expect_close(r.lse.to_vector(), naive.lse.to_vector(), 1e-5, w + " lse");
+    expect_close(r.entropy.to_vector(), naive.entropy.to_vector(), 1e-4, w + " entropy");
+    EXPECT_DOUBLE_EQ(token_accuracy(r, labels, -1), static_cast<double>(right) / counted) << w;
+    EXPECT_DOUBLE_EQ(teacher_agreement(r, labels, -1), teacher_agreement(naive, labels, -1)) << w;
+  }
+  // A student that is its own teacher agrees with it everywhere.
+  HeadLossInputs self{p.h, p.w, labels, Tensor(), p.h.detach(), Tensor()};
   EXPECT_EQ(teacher_agreement(head_loss(self, o)), 1.0);
+  TENSOR_EXPECT_ERROR(token_accuracy(naive, from_ints({1, 2}, {2})), "rows");
 }
 
 TEST(HeadLoss, BadInputIsExplained) {
@@ -251,7 +307,10 @@ TEST(HeadLoss, BadInputIsExplained) {
   // A teacher of another width needs its own head; with the shared head D must match.
   TENSOR_EXPECT_ERROR(head_loss({p.h, p.w, Tensor(), Tensor(), zeros({kT, kD + 1}), Tensor()}, o),
                       "teacher_hidden D=13", "[53, 12]");
-  EXPECT_NO_THROW(head_loss({p.h, p.w, Tensor(), Tensor(), zeros({kT, kD + 1}), zeros({kV, kD + 1})}, o));
+  TENSOR_EXPECT_ERROR(head_loss({p.h, p.w, Tensor(), Tensor(), p.th, zeros({kV + 1, kD})}, o),
+                      "vocabulary V=53");
+  TENSOR_EXPECT_ERROR(head_loss({p.h, p.w, Tensor(), Tensor(), p.th, zeros({kV, kD}, {.dtype = DType::bf16})}, o),
+                      "dtypes differ");
   TENSOR_EXPECT_ERROR(head_loss({p.h, p.w, Tensor(), Tensor(), p.th, zeros({kV, kD + 1})}, o),
                       "teacher_hidden D=12");
   o.loss.kind = LossKind::cross_entropy;

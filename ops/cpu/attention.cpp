@@ -36,6 +36,7 @@
 #endif
 
 #include "core/views.h"
+#include "ops/cpu/compute_copy.h"
 #include "ops/cpu/attention.h"
 #include "ops/cpu/loops.h"
 
@@ -66,11 +67,6 @@ int thread_id() {
 #else
   return 0;
 #endif
-}
-
-// t as a contiguous tensor of the compute dtype: t itself when it already is one.
-Tensor compute_copy(const Tensor& t, DType compute) {
-  return raw::contiguous(raw::to_dtype(t, compute));
 }
 
 struct AttentionDims {

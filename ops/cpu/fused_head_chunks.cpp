@@ -1,15 +1,19 @@
-// Why this file exists: see fused_head_chunks.h. Shapes per chunk (C rows):
-//   Hc [C, D] = hidden rows (or their fp32 copy)    L [C, V] = Hc W^T, then dlogits in place
-//   Tc [C, D] = teacher rows                        P [C, V] = Tc Wt^T
-//   dHc [C, D] = L W                                dW [V, D] += L^T Hc
-// Temporaries (allocator-accounted, category temporary): L and P; an fp32 copy of W (and
-// of Wt) when they are 16-bit; fp32 row buffers for 16-bit hidden rows and their dh.
+// Why this file exists: see fused_head_chunks.h. Shapes per chunk (C rows), per vocabulary
+// tile [v0, v0 + Vt) of the head:
+//   Hc [C, D]  hidden rows (or their fp32 copy)    L [C, V] = Hc W^T, then dlogits in place
+//   Tc [C, Dt] teacher rows                        P [C, V] = Tc Wt^T
+//   dHc [C, D] = sum over tiles L[:, tile] W[tile]  dW[tile] += L[:, tile]^T Hc
+// Temporaries (allocator-accounted, category temporary): L and P; fp32 tiles of a 16-bit
+// W (and Wt) [Vt, D]; fp32 row buffers for 16-bit hidden rows and their dh.
 #include "ops/cpu/fused_head_chunks.h"
+
+#include <optional>
 
 #include <Eigen/Core>
 
 #include "core/memory_trace.h"
 #include "core/views.h"
+#include "ops/cpu/compute_copy.h"
 #include "ops/cpu/head_loss_rows.h"
 
 namespace cg::cpu {
@@ -23,25 +27,21 @@ using ConstMap = Eigen::Map<const RowMatrix<T>, 0, Eigen::OuterStride<>>;
 template <typename T>
 using MutMap = Eigen::Map<RowMatrix<T>, 0, Eigen::OuterStride<>>;
 
-// t itself when it is already a contiguous tensor of `dtype`, else a converted copy.
-Tensor as_compute(const Tensor& t, DType dtype) {
-  if (t.dtype() == dtype && t.is_contiguous()) return t;
-  Tensor out = raw::empty(t.shape(), dtype, t.device());
-  raw::copy_(out, t);
-  return out;
+// True when x's rows can be read in place as `compute` values (no conversion buffer).
+bool rows_dense(const Tensor& x, DType compute) {
+  return x.dtype() == compute && (x.stride(1) == 1 || x.size(1) == 1);
 }
 
-// Rows [r0, r0 + c) of a [T, D] tensor as a compute-dtype matrix: the tensor's own memory
-// when its rows are dense in that dtype, else copied into `buffer` ([C, D]).
+// Rows [r0, r0 + n) of a 2-D tensor as a compute-dtype matrix: the tensor's own memory
+// when its rows are dense in that dtype, else converted into `buffer` ([>= n, cols]).
 template <typename T>
-ConstMap<T> rows_of(const Tensor& x, int64_t r0, int64_t c, const Tensor& buffer) {
-  const int64_t d = x.size(1);
-  if (x.dtype() == dtype_of<T>() && (x.stride(1) == 1 || d == 1)) {
-    return ConstMap<T>(x.data<T>() + r0 * x.stride(0), c, d, Eigen::OuterStride<>(x.stride(0)));
+ConstMap<T> rows_of(const Tensor& x, int64_t r0, int64_t n, const Tensor& buffer) {
+  const int64_t cols = x.size(1);
+  if (rows_dense(x, dtype_of<T>())) {
+    return ConstMap<T>(x.data<T>() + r0 * x.stride(0), n, cols, Eigen::OuterStride<>(x.stride(0)));
   }
-  Tensor dst = raw::narrow(buffer, 0, 0, c);
-  raw::copy_(dst, raw::narrow(x, 0, r0, c));
-  return ConstMap<T>(buffer.data<T>(), c, d, Eigen::OuterStride<>(d));
+  raw::copy_(raw::narrow(buffer, 0, 0, n), raw::narrow(x, 0, r0, n));
+  return ConstMap<T>(buffer.data<T>(), n, cols, Eigen::OuterStride<>(cols));
 }
 
 template <typename T>
@@ -49,46 +49,55 @@ T* opt(const Tensor& t, int64_t offset) {
   return t.defined() ? t.data<T>() + offset : nullptr;
 }
 
+bool same_tensor_memory(const Tensor& a, const Tensor& b) {
+  return a.storage() == b.storage() && a.offset() == b.offset() && a.shape() == b.shape() &&
+         a.strides() == b.strides() && a.dtype() == b.dtype();
+}
+
 template <typename T>
 void run(const FusedHeadChunkArgs& a) {
   CategoryGuard category(MemoryCategory::temporary);
   const DType cd = dtype_of<T>();
   const Tensor& h = a.hidden;
+  const Device dev = h.device();
   const int64_t rows = h.size(0), d = h.size(1), v = a.head.size(0);
   const int64_t chunk = std::min<int64_t>(a.chunk_rows, std::max<int64_t>(rows, 1));
+  const int64_t tile = std::min(v, kHeadTileRows);
   const bool teacher = loss_needs_teacher(a.config);
-  const bool grads = a.grad_scale.defined();
-
-  const Tensor w = as_compute(a.head, cd);
-  const Tensor& teacher_head = a.teacher_head.defined() ? a.teacher_head : a.head;
-  const Tensor wt = !teacher ? Tensor()
-                    : teacher_head.storage() == a.head.storage() && teacher_head.offset() == a.head.offset()
-                        ? w
-                        : as_compute(teacher_head, cd);
-  const ConstMap<T> W(w.data<T>(), v, d, Eigen::OuterStride<>(d));
-
-  const Tensor logits = raw::empty({chunk, v}, cd, h.device());
-  const Tensor teacher_logits = teacher ? raw::empty({chunk, v}, cd, h.device()) : Tensor();
-  const bool h_direct = h.dtype() == cd && (h.stride(1) == 1 || d == 1);
-  const Tensor h_buf = h_direct ? Tensor() : raw::empty({chunk, d}, cd, h.device());
   const Tensor& th = a.teacher_hidden;
-  const Tensor th_buf = teacher && !(th.dtype() == cd && (th.stride(1) == 1 || d == 1))
-                            ? raw::empty({chunk, d}, cd, h.device()) : Tensor();
+  const Tensor& wt = a.teacher_head.defined() ? a.teacher_head : a.head;
+  const bool shared_head = same_tensor_memory(wt, a.head);
+  const int64_t dt = teacher ? th.size(1) : 0;
+
+  auto buffer_unless_dense = [&](const Tensor& x, Shape shape) {
+    return rows_dense(x, cd) ? Tensor() : raw::empty(shape, cd, dev);
+  };
+  const Tensor logits = raw::empty({chunk, v}, cd, dev);
+  const Tensor teacher_logits = teacher ? raw::empty({chunk, v}, cd, dev) : Tensor();
+  const Tensor w_tile = buffer_unless_dense(a.head, {tile, d});
+  const Tensor wt_tile = teacher && !shared_head ? buffer_unless_dense(wt, {tile, dt}) : Tensor();
+  const Tensor h_buf = buffer_unless_dense(h, {chunk, d});
+  const Tensor th_buf = teacher ? buffer_unless_dense(th, {chunk, dt}) : Tensor();
   const bool dh_direct = a.grad_hidden.defined() && a.grad_hidden.dtype() == cd;
-  const Tensor dh_buf = a.grad_hidden.defined() && !dh_direct ? raw::empty({chunk, d}, cd, h.device()) : Tensor();
+  const Tensor dh_buf = a.grad_hidden.defined() && !dh_direct ? raw::empty({chunk, d}, cd, dev) : Tensor();
 
   for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
     const int64_t c = std::min(chunk, rows - r0);
     const ConstMap<T> Hc = rows_of<T>(h, r0, c, h_buf);
     MutMap<T> L(logits.data<T>(), c, v, Eigen::OuterStride<>(v));
-    L.noalias() = Hc * W.transpose();
     T* p = nullptr;
-    if (teacher) {
-      const ConstMap<T> Tc = rows_of<T>(th, r0, c, th_buf);
-      const ConstMap<T> Wt(wt.data<T>(), v, d, Eigen::OuterStride<>(d));
-      MutMap<T> P(teacher_logits.data<T>(), c, v, Eigen::OuterStride<>(v));
-      P.noalias() = Tc * Wt.transpose();
-      p = P.data();
+    if (teacher) p = teacher_logits.data<T>();
+    MutMap<T> P(p, teacher ? c : 0, v, Eigen::OuterStride<>(v));
+    std::optional<ConstMap<T>> Tc;
+    if (teacher) Tc.emplace(rows_of<T>(th, r0, c, th_buf));
+    for (int64_t v0 = 0; v0 < v; v0 += tile) {
+      const int64_t vt = std::min(tile, v - v0);
+      const ConstMap<T> W = rows_of<T>(a.head, v0, vt, w_tile);
+      L.middleCols(v0, vt).noalias() = Hc * W.transpose();
+      if (teacher) {
+        const ConstMap<T> Wt = shared_head ? W : rows_of<T>(wt, v0, vt, wt_tile);
+        P.middleCols(v0, vt).noalias() = *Tc * Wt.transpose();
+      }
     }
     HeadRowOutputs<T> out;
     out.loss = opt<T>(a.loss, r0);
@@ -96,31 +105,52 @@ void run(const FusedHeadChunkArgs& a) {
     out.entropy = opt<T>(a.entropy, r0);
     out.argmax = opt<int64_t>(a.argmax, r0);
     out.teacher_argmax = opt<int64_t>(a.teacher_argmax, r0);
-    head_loss_rows<T>(L.data(), p, opt<int64_t>(a.labels, r0), c, v, a.config,
-                      grads ? a.grad_scale.data<T>() + r0 : nullptr, out);
-    if (!grads) continue;
-    if (a.grad_hidden.defined()) {
-      T* dst = dh_direct ? a.grad_hidden.data<T>() + r0 * d : dh_buf.data<T>();
-      MutMap<T> dHc(dst, c, d, Eigen::OuterStride<>(d));
-      dHc.noalias() = L * W;
-      if (!dh_direct) raw::copy_(raw::narrow(a.grad_hidden, 0, r0, c), raw::narrow(dh_buf, 0, 0, c));
+    head_loss_rows<T>(L.data(), p, opt<int64_t>(a.labels, r0), c, v, a.config, a.gradients,
+                      opt<T>(a.grad_scale, r0), out);
+    if (!a.gradients || (!a.grad_hidden.defined() && !a.grad_head.defined())) continue;
+
+    T* dh_rows = a.grad_hidden.defined() ? (dh_direct ? a.grad_hidden.data<T>() + r0 * d : dh_buf.data<T>()) : nullptr;
+    MutMap<T> dHc(dh_rows, dh_rows ? c : 0, d, Eigen::OuterStride<>(d));
+    if (dh_rows) dHc.setZero();
+    for (int64_t v0 = 0; v0 < v; v0 += tile) {
+      const int64_t vt = std::min(tile, v - v0);
+      const ConstMap<T> W = rows_of<T>(a.head, v0, vt, w_tile);
+      if (dh_rows) dHc.noalias() += L.middleCols(v0, vt) * W;
+      if (a.grad_head.defined()) {
+        MutMap<T> dW(a.grad_head.data<T>() + v0 * d, vt, d, Eigen::OuterStride<>(d));
+        dW.noalias() += L.middleCols(v0, vt).transpose() * Hc;
+      }
     }
-    if (a.grad_head.defined()) {
-      MutMap<T> dW(a.grad_head.data<T>(), v, d, Eigen::OuterStride<>(d));
-      dW.noalias() += L.transpose() * Hc;
-    }
+    if (dh_rows && !dh_direct) raw::copy_(raw::narrow(a.grad_hidden, 0, r0, c), raw::narrow(dh_buf, 0, 0, c));
   }
 }
 
 }  // namespace
 
-DType fused_head_compute_dtype(const Tensor& hidden) {
-  return hidden.dtype() == DType::f64 ? DType::f64 : DType::f32;
+void fused_head_chunks(const FusedHeadChunkArgs& a) {
+  if (compute_dtype_of(a.hidden.dtype()) == DType::f64) run<double>(a);
+  else run<float>(a);
 }
 
-void fused_head_chunks(const FusedHeadChunkArgs& a) {
-  if (fused_head_compute_dtype(a.hidden) == DType::f64) run<double>(a);
-  else run<float>(a);
+FusedHeadFootprint fused_head_footprint(const Tensor& hidden, const Tensor& head,
+                                        const Tensor& teacher_hidden, const Tensor& teacher_head,
+                                        bool teacher) {
+  const DType cd = compute_dtype_of(hidden.dtype());
+  const size_t cs = element_size(cd);
+  const size_t v = static_cast<size_t>(head.size(0)), d = static_cast<size_t>(hidden.size(1));
+  const size_t tile = std::min<size_t>(v, kHeadTileRows);
+  FusedHeadFootprint f;
+  f.per_row = v * cs * (teacher ? 2 : 1);  // logits (+ teacher logits)
+  if (!rows_dense(hidden, cd)) f.per_row += d * cs;  // converted hidden rows
+  if (hidden.dtype() != cd) f.per_row += d * cs;      // their dh before rounding
+  if (!rows_dense(head, cd)) f.fixed += tile * d * cs;
+  if (teacher) {
+    const Tensor& wt = teacher_head.defined() ? teacher_head : head;
+    const size_t dt = static_cast<size_t>(teacher_hidden.size(1));
+    if (!rows_dense(teacher_hidden, cd)) f.per_row += dt * cs;
+    if (!same_tensor_memory(wt, head) && !rows_dense(wt, cd)) f.fixed += tile * dt * cs;
+  }
+  return f;
 }
 
 }  // namespace cg::cpu

@@ -55,7 +55,8 @@ void check_head_labels(const int64_t* labels, int64_t C, int64_t V, int64_t igno
 
 template <typename T>
 void head_loss_rows(T* logits, T* teacher, const int64_t* labels, int64_t C, int64_t V,
-                    const LossConfig& cfg, const T* grad_scale, const HeadRowOutputs<T>& out) {
+                    const LossConfig& cfg, bool want_grad, const T* grad_scale,
+                    const HeadRowOutputs<T>& out) {
   const bool want_teacher = loss_needs_teacher(cfg);
   const bool want_ce = loss_needs_labels(cfg);
   CG_CHECK(!want_teacher || teacher != nullptr, "head loss: this loss kind needs teacher logits");
@@ -122,8 +123,8 @@ void head_loss_rows(T* logits, T* teacher, const int64_t* labels, int64_t C, int
     const double loss = ignored ? 0.0 : ce_weight * ce_loss + kl_weight * kl_scale * kl_loss;
     if (out.loss) out.loss[i] = static_cast<T>(loss);
 
-    if (grad_scale == nullptr) continue;
-    const double g = ignored ? 0.0 : grad_scale[i];
+    if (!want_grad) continue;
+    const double g = ignored ? 0.0 : grad_scale != nullptr ? static_cast<double>(grad_scale[i]) : 1.0;
     const double ce_soft = ce_weight * (1.0 + 2.0 * cfg.z_loss * lse);
     const double ce_uniform = ce_weight * eps / static_cast<double>(V);
     const double kl_factor = kl_weight * kl_scale * inv_tau;
@@ -147,9 +148,10 @@ void head_loss_rows(T* logits, T* teacher, const int64_t* labels, int64_t C, int
 }
 
 template void head_loss_rows<float>(float*, float*, const int64_t*, int64_t, int64_t,
-                                    const LossConfig&, const float*, const HeadRowOutputs<float>&);
+                                    const LossConfig&, bool, const float*,
+                                    const HeadRowOutputs<float>&);
 template void head_loss_rows<double>(double*, double*, const int64_t*, int64_t, int64_t,
-                                     const LossConfig&, const double*,
+                                     const LossConfig&, bool, const double*,
                                      const HeadRowOutputs<double>&);
 
 }  // namespace cg::cpu

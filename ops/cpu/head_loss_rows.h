@@ -32,15 +32,16 @@ struct HeadRowOutputs {
 };
 
 // T is float (every real run) or double (gradient checks).
-// logits  [C, V] row-major, student raw logits. When grad_scale is given, each row i
-//         is overwritten with grad_scale[i] * d loss_i / d logits_raw_i.
+// logits  [C, V] row-major, student raw logits. With want_grad, each row i is overwritten
+//         with grad_scale[i] * d loss_i / d logits_raw_i (grad_scale nullptr: scale 1).
 // teacher [C, V] raw teacher logits, or nullptr (required by the teacher losses);
 //         softcapped in place when softcap is on.
 // labels  [C] int64, or nullptr (required by CE and by a mix).
 // Rows run in parallel (OpenMP); sums accumulate in double.
 template <typename T>
 void head_loss_rows(T* logits, T* teacher, const int64_t* labels, int64_t C, int64_t V,
-                    const LossConfig& config, const T* grad_scale, const HeadRowOutputs<T>& out);
+                    const LossConfig& config, bool want_grad, const T* grad_scale,
+                    const HeadRowOutputs<T>& out);
 
 // Throws a clear error naming the row when a label is neither ignore_index nor in [0, V).
 void check_head_labels(const int64_t* labels, int64_t C, int64_t V, int64_t ignore_index);

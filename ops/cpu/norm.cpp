@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/views.h"
+#include "ops/cpu/compute_copy.h"
 #include "ops/cpu/loops.h"
 #include "ops/cpu/nn_kernels.h"
 #include "ops/cpu/row_offsets.h"
@@ -19,7 +20,6 @@ namespace {
 // Rows in parallel only when there is enough work to pay for the threads.
 constexpr int64_t kParallelElements = 1 << 15;
 
-DType compute_dtype(DType storage) { return storage == DType::f64 ? DType::f64 : DType::f32; }
 
 }  // namespace
 
@@ -28,7 +28,7 @@ RmsNormForward rms_norm_forward(const Tensor& x, const Tensor& weight, double ep
   const std::vector<int64_t> rows = row_offsets(x);
   const int64_t R = static_cast<int64_t>(rows.size());
   RmsNormForward result{raw::empty(x.shape(), x.dtype(), x.device()),
-                        raw::empty({R}, compute_dtype(x.dtype()), x.device())};
+                        raw::empty({R}, compute_dtype_of(x.dtype()), x.device())};
   const bool has_w = weight.defined();
   dispatch_floating(x.dtype(), "rms_norm", [&]<typename T>() {
     using C = compute_t<T>;

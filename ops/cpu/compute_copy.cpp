@@ -1,0 +1,15 @@
+// Why this file exists: the definition of compute_copy (see the header).
+#include "ops/cpu/compute_copy.h"
+
+#include "core/views.h"
+
+namespace cg::cpu {
+
+Tensor compute_copy(const Tensor& t, DType compute, bool fresh) {
+  if (!fresh && t.dtype() == compute && t.is_contiguous()) return t;
+  Tensor out = raw::empty(t.shape(), compute, t.device());
+  raw::copy_(out, t);
+  return out;
+}
+
+}  // namespace cg::cpu
