@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/memory_trace.h"
 #include "core/views.h"
 #include "ops/cpu/loops.h"
 #include "ops/cpu/nn_kernels.h"
@@ -33,7 +34,15 @@ Tensor rotary(const Tensor& x, const Tensor& positions, double theta, bool inver
   for (int64_t i = 0; i < half; ++i) {
     inv_freq[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
   }
-  std::vector<double> cos_t(P * half), sin_t(P * half);
+  // The tables are [P, hd/2] doubles: allocator-accounted like every other buffer.
+  Tensor cos_table, sin_table;
+  {
+    CategoryGuard temporary(MemoryCategory::temporary);
+    cos_table = raw::empty({P, half}, DType::f64, x.device());
+    sin_table = raw::empty({P, half}, DType::f64, x.device());
+  }
+  double* cos_t = cos_table.data<double>();
+  double* sin_t = sin_table.data<double>();
   const double sign = inverse ? -1.0 : 1.0;
 #pragma omp parallel for schedule(static) if (P * half >= kParallelElements / 8)
   for (int64_t p = 0; p < P; ++p) {
@@ -54,8 +63,8 @@ Tensor rotary(const Tensor& x, const Tensor& positions, double theta, bool inver
     for (int64_t r = 0; r < R; ++r) {
       const T* xr = px + x_rows[r];
       T* yr = po + r * hd;
-      const double* cr = cos_t.data() + pos_of_row[r] * half;
-      const double* sr = sin_t.data() + pos_of_row[r] * half;
+      const double* cr = cos_t + pos_of_row[r] * half;
+      const double* sr = sin_t + pos_of_row[r] * half;
       for (int64_t i = 0; i < half; ++i) {
         const C c = static_cast<C>(cr[i]), s = static_cast<C>(sr[i]);
         const C x1 = load(xr + i * sx), x2 = load(xr + (i + half) * sx);
