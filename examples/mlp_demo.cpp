@@ -105,7 +105,9 @@ int main(int argc, char** argv) {
 
     std::printf("chunkgrad MLP demo: batch %lld, %lld -> %lld -> 1, %d steps of SGD (lr %g)\n",
                 (long long)o.batch, (long long)o.in, (long long)o.hidden, o.steps, o.lr);
-    double first_loss = 0, last_loss = 0;
+    // Each step draws a new batch, so single losses are noisy: compare window means.
+    const int window = std::max(1, std::min(20, o.steps / 2));
+    std::vector<double> losses;
     cg::GraphMemory graph;
     int64_t step_peak = 0;
     for (int step = 0; step < o.steps; ++step) {
@@ -124,13 +126,19 @@ int main(int argc, char** argv) {
         }
       }
       step_peak = allocator.stats().allocated_bytes.peak;
-      last_loss = loss.item();
-      if (step == 0) first_loss = last_loss;
-      if (step % 50 == 0 || step == o.steps - 1 || std::getenv("CG_VERBOSE")) std::printf("  step %4d  loss %.5f\n", step, last_loss);
+      losses.push_back(loss.item());
+      if (step % 50 == 0 || step == o.steps - 1 || std::getenv("CG_VERBOSE")) std::printf("  step %4d  loss %.5f\n", step, losses.back());
     }
 
     const cg::AllocatorStats s = allocator.stats();
-    std::printf("\nloss %.5f -> %.5f (%.1fx lower)\n", first_loss, last_loss, first_loss / last_loss);
+    auto window_mean = [&](size_t begin) {
+      double sum = 0;
+      for (size_t i = begin; i < begin + window; ++i) sum += losses[i];
+      return sum / window;
+    };
+    const double first = window_mean(0), last = window_mean(losses.size() - window);
+    std::printf("\nmean loss of the first %d steps %.5f -> of the last %d steps %.5f (%.1fx lower)\n",
+                window, first, window, last, first / last);
     std::printf("\nmemory (all figures from chunkgrad's caching allocator, CPU):\n");
     std::printf("  parameters                  %s\n", cg::format_bytes(param_bytes).c_str());
     std::printf("  graph retained after forward (last step), by node:\n%s", graph.str().c_str());
