@@ -1,12 +1,12 @@
 // Why this file exists: scaled_dot_product_attention's entry point (declared in
-// ops/attention.h): the input checks, the device switch and the backward node. The CPU
-// kernels are in ops/cpu/attention.cpp.
+// ops/attention.h): the input checks and the backward node; the kernels are the device's
+// attention entries (ops/kernels.h).
 #include "ops/attention.h"
 
 #include <cmath>
 
 #include "autograd/function.h"
-#include "ops/cpu/attention.h"
+#include "ops/kernels.h"
 #include "ops/op_checks.h"
 
 namespace cg {
@@ -29,16 +29,10 @@ struct ScaledDotProductAttentionBackward : Node {
     ResolvedAttentionMask m = mask;
     if (allowed != SIZE_MAX) m.allowed = saved(allowed);
     const Tensor& sq = saved(q);
-    switch (sq.device().type) {
-      case DeviceType::cpu: {
-        cpu::AttentionGrads g = cpu::attention_backward(
-            grads[0], sq, saved(k), saved(v), saved(out), saved(lse), m, scale,
-            needs_input_grad(0), needs_input_grad(1), needs_input_grad(2));
-        return {g.dq, g.dk, g.dv};
-      }
-      case DeviceType::cuda: break;
-    }
-    fail_not_implemented(kOp, sq.device());
+    const AttentionGrads g = kernels_for(sq.device(), kOp).attention_backward(
+        grads[0], sq, saved(k), saved(v), saved(out), saved(lse), m, scale, needs_input_grad(0),
+        needs_input_grad(1), needs_input_grad(2));
+    return {g.dq, g.dk, g.dv};
   }
 };
 
@@ -78,13 +72,10 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   const double s = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(hd, 1)));
   CG_CHECK(std::isfinite(s), kOp, ": scale must be finite, got ", s);
   ResolvedAttentionMask resolved =
-      resolve_attention_mask(mask, q.shape()[0], q.shape()[1], q.shape()[2], k.shape()[2], kOp);
+      resolve_attention_mask(mask, q.shape()[0], q.shape()[1], q.shape()[2], k.shape()[2],
+                             q.device(), kOp);
 
-  cpu::AttentionForward fwd;
-  switch (q.device().type) {
-    case DeviceType::cpu: fwd = cpu::attention_forward(q, k, v, resolved, s); break;
-    case DeviceType::cuda: fail_not_implemented(kOp, q.device());
-  }
+  AttentionForward fwd = kernels_for(q.device(), kOp).attention_forward(q, k, v, resolved, s);
   if (auto node = make_node<ScaledDotProductAttentionBackward>({&q, &k, &v})) {
     node->q = node->save(q);
     node->k = node->save(k);

@@ -26,16 +26,12 @@ AttentionMask AttentionMask::dflash_blocks(int64_t context_len, int64_t block_si
            dtype_name(anchors.dtype()), " (convert with .to(cg::DType::i64))");
   CG_CHECK(anchors.dim() == 1 || anchors.dim() == 2, "AttentionMask::dflash_blocks: anchors must "
            "be [N] or [B, N], got shape ", shape_str(anchors.shape()));
-  CG_CHECK(anchors.device().is_cpu(), "AttentionMask::dflash_blocks: anchors must be on the CPU "
-           "(they are read on the host), got ", anchors.device().str());
   if (padded.defined()) {
     CG_CHECK(padded.dtype() == DType::boolean, "AttentionMask::dflash_blocks: padded must be "
              "bool, got ", dtype_name(padded.dtype()));
     CG_CHECK(padded.shape() == anchors.shape(), "AttentionMask::dflash_blocks: padded has shape ",
              shape_str(padded.shape()), " but anchors ", shape_str(anchors.shape()),
              "; give one flag per block");
-    CG_CHECK(padded.device().is_cpu(), "AttentionMask::dflash_blocks: padded must be on the CPU, "
-             "got ", padded.device().str());
   }
   AttentionMask m;
   m.kind_ = Kind::dflash_blocks;
@@ -86,13 +82,14 @@ void resolve_dflash(const AttentionMask& mask, ResolvedAttentionMask& r, const c
   CG_CHECK(!per_batch || anchors.shape()[0] == r.batch, op, ": anchors have shape ",
            shape_str(anchors.shape()), " but the batch is ", r.batch, "; give [N], [1, N] or [",
            r.batch, ", N]");
-  // Exact int64 values: read through the contiguous storage, not through double.
-  const Tensor ac = raw::contiguous(anchors);
+  // Exact int64 values: read through the contiguous storage, not through double. The N
+  // anchors are rule parameters kept on the host (a small copy when they live elsewhere).
+  const Tensor ac = raw::contiguous(raw::to_device(anchors, kCPU));
   const int64_t* ap = ac.data<int64_t>();
   Tensor pc;
   const bool* pp = nullptr;
   if (mask.padded().defined()) {
-    pc = raw::contiguous(mask.padded());
+    pc = raw::contiguous(raw::to_device(mask.padded(), kCPU));
     pp = pc.data<bool>();
   }
   r.context_len = S;
@@ -109,11 +106,13 @@ void resolve_dflash(const AttentionMask& mask, ResolvedAttentionMask& r, const c
   }
 }
 
-void resolve_dense(const AttentionMask& mask, ResolvedAttentionMask& r, const char* op) {
+void resolve_dense(const AttentionMask& mask, ResolvedAttentionMask& r, Device device,
+                   const char* op) {
   const Tensor& m = mask.allowed();
   const Shape target{r.batch, r.heads, r.q_len, r.k_len};
-  CG_CHECK(m.device().is_cpu(), op, ": the boolean mask is on ", m.device().str(),
-           "; the CPU kernel reads it on the host, move it with .to(cg::kCPU)");
+  CG_CHECK(m.device() == device, op, ": the boolean mask is on ", m.device().str(),
+           " but q, k and v are on ", device.str(), "; the kernel reads it there, move it with "
+           "cg::to_device(mask, ", device.str(), ")");
   bool ok = m.dim() <= 4;
   for (int64_t d = 0; ok && d < m.dim(); ++d) {
     const int64_t o = 4 - m.dim() + d;
@@ -134,7 +133,7 @@ void resolve_dense(const AttentionMask& mask, ResolvedAttentionMask& r, const ch
 
 ResolvedAttentionMask resolve_attention_mask(const AttentionMask& mask, int64_t batch,
                                              int64_t heads, int64_t q_len, int64_t k_len,
-                                             const char* op) {
+                                             Device device, const char* op) {
   ResolvedAttentionMask r;
   r.kind = mask.kind();
   r.batch = batch;
@@ -142,7 +141,7 @@ ResolvedAttentionMask resolve_attention_mask(const AttentionMask& mask, int64_t 
   r.q_len = q_len;
   r.k_len = k_len;
   if (mask.kind() == AttentionMask::Kind::dflash_blocks) resolve_dflash(mask, r, op);
-  if (mask.kind() == AttentionMask::Kind::dense) resolve_dense(mask, r, op);
+  if (mask.kind() == AttentionMask::Kind::dense) resolve_dense(mask, r, device, op);
   return r;
 }
 

@@ -126,9 +126,10 @@ struct ResolvedAttentionMask {
 // Checks `mask` against an attention call of these sizes and resolves it. Throws, naming
 // `op`, when the rule's sizes don't match (dflash: Sq != N * block_size, Sk !=
 // context_len + N * block_size), an anchor is out of range, or a dense mask is not bool,
-// not on the CPU, or doesn't broadcast to [B, Hq, Sq, Sk].
+// not on `device` (q's), or doesn't broadcast to [B, Hq, Sq, Sk]. DFlash anchors may live
+// on any device: they are copied to the host here.
 ResolvedAttentionMask resolve_attention_mask(const AttentionMask& mask, int64_t batch,
                                              int64_t heads, int64_t q_len, int64_t k_len,
-                                             const char* op);
+                                             Device device, const char* op);
 
 }  // namespace cg

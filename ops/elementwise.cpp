@@ -17,29 +17,17 @@ namespace cg {
 Tensor run_binary(const char* op, BinaryOp kind, const Tensor& a, const Tensor& b) {
   check_binary(op, a, b);
   raw::broadcast_shapes(a.shape(), b.shape(), op);  // a clear shape error before any work
-  switch (a.device().type) {
-    case DeviceType::cpu: return cpu::binary(kind, a, b);
-    case DeviceType::cuda: break;
-  }
-  fail_not_implemented(op, a.device());
+  return kernels_for(a.device(), op).binary(kind, a, b);
 }
 
 Tensor run_unary(const char* op, UnaryOp kind, const Tensor& a, double s) {
   check_defined(op, a);
   check_floating(op, a);
-  switch (a.device().type) {
-    case DeviceType::cpu: return cpu::unary(kind, a, s);
-    case DeviceType::cuda: break;
-  }
-  fail_not_implemented(op, a.device());
+  return kernels_for(a.device(), op).unary(kind, a, s);
 }
 
 Tensor run_where(const char* op, const Tensor& cond, const Tensor& a, const Tensor& b) {
-  switch (a.device().type) {
-    case DeviceType::cpu: return cpu::where(cond, a, b);
-    case DeviceType::cuda: break;
-  }
-  fail_not_implemented(op, a.device());
+  return kernels_for(a.device(), op).where(cond, a, b);
 }
 
 Tensor record_pointwise(Tensor out, const Tensor& a, const char* node_name, BinaryOp formula,

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "autograd/node.h"
-#include "ops/cpu/kernels.h"
+#include "ops/kernels.h"
 
 namespace cg {
 

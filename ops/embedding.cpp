@@ -5,7 +5,7 @@
 
 #include "autograd/function.h"
 #include "core/views.h"
-#include "ops/cpu/index_kernels.h"
+#include "ops/kernels.h"
 #include "ops/op_checks.h"
 
 namespace cg {
@@ -24,11 +24,8 @@ struct EmbeddingBackward : Node {
     const Tensor rows = raw::reshape(grads[0], {flat_ids.numel(), w.shape[1]});
     Tensor dw = raw::empty(w.shape, grads[0].dtype(), w.device);
     raw::fill_(dw, 0.0);
-    switch (w.device.type) {
-      case DeviceType::cpu: cpu::index_add_(dw, 0, flat_ids, rows, padding_row); return {dw};
-      case DeviceType::cuda: break;
-    }
-    fail_not_implemented("embedding backward", w.device);
+    kernels_for(w.device, "embedding backward").index_add(dw, 0, flat_ids, rows, padding_row);
+    return {dw};
   }
 };
 
@@ -50,16 +47,9 @@ Tensor embedding(const Tensor& weight, const Tensor& ids, std::optional<int64_t>
   }
   Shape out_shape = ids.shape();
   out_shape.push_back(D);
-  Tensor out;
-  switch (weight.device().type) {
-    case DeviceType::cpu: {
-      cpu::check_indices("embedding", "id", ids, V,
-                         "a weight of V = " + std::to_string(V) + " rows");
-      out = raw::view(cpu::index_select(weight, 0, raw::reshape(ids, {-1})), out_shape);
-      break;
-    }
-    case DeviceType::cuda: fail_not_implemented("embedding", weight.device());
-  }
+  DeviceKernels& k = kernels_for(weight.device(), "embedding");
+  k.check_indices("embedding", "id", ids, V, "a weight of V = " + std::to_string(V) + " rows");
+  Tensor out = raw::view(k.index_select(weight, 0, raw::reshape(ids, {-1})), out_shape);
   if (auto node = make_node<EmbeddingBackward>({&weight}, padding_row)) {
     node->ids = node->save(ids);
     set_history(node, out);

@@ -1,49 +1,53 @@
 // Why this file exists: the fused head loss's three modes as autograd nodes. Each runs
-// the same chunk loop (ops/cpu/fused_head_chunks.h); they differ in what they keep for
-// backward:
+// the same device-neutral chunk loop (ops/fused_head_loop.h); they differ in what they
+// keep for backward:
 //   FusedHeadRowsBackward       frozen head: dh rows [T, D] (unweighted), scaled by g_i
 //   FusedHeadScalarBackward     trainable head: dh [T, D] and dW [V, D] fp32, pre-scaled
 //                               by w_i / N, multiplied by the incoming scalar
 //   FusedHeadRecomputeBackward  any head: the inputs only; backward reruns the chunk loop
+// When no graph is recorded (grad mode off, or nothing requires grad) every mode is the
+// same forward-only loop, whatever the reduction.
+// Nothing here reads a tensor on the host: the loss scalar and the backward scaling are
+// ops on the tensors' device, so a GPU run never waits inside the step.
 #include "ops/fused_head_loss.h"
 
 #include <optional>
 
 #include "autograd/function.h"
-#include "core/factories.h"
 #include "core/memory_trace.h"
 #include "core/views.h"
-#include "ops/cpu/compute_copy.h"
-#include "ops/cpu/fused_head_chunks.h"
+#include "ops/compute_copy.h"
 #include "ops/elementwise.h"
+#include "ops/fused_head_loop.h"
 #include "ops/loss.h"
-#include "ops/op_checks.h"
+#include "ops/reduce.h"
 #include "ops/shape_ops.h"
 
 namespace cg {
 
 namespace {
 
-cpu::FusedHeadChunkArgs base_args(const HeadLossInputs& in, const HeadLossOptions& o,
-                                  int64_t chunk_rows) {
-  cpu::FusedHeadChunkArgs a;
+FusedHeadLoopArgs base_args(const HeadLossInputs& in, const HeadLossOptions& o, int64_t chunk_rows) {
+  FusedHeadLoopArgs a;
   a.hidden = in.hidden.detach();
   a.head = in.head.detach();
   if (loss_needs_teacher(o.loss)) {
     a.teacher_hidden = in.teacher_hidden.detach();
     a.teacher_head = teacher_head_of(in).detach();
   }
-  if (in.labels.defined()) a.labels = raw::contiguous(in.labels);
+  if (in.labels.defined()) a.labels = raw::contiguous(in.labels.detach());
   a.config = o.loss;
   a.chunk_rows = chunk_rows;
   return a;
 }
 
-// g [T] (any float dtype) times each row of rows [T, D], in rows' dtype; fp32 math.
+// rows [T, D] times g: per row (g [T]) or one scalar (g []), in rows' dtype; fp32 math.
 Tensor scale_rows(const Tensor& rows, const Tensor& g) {
-  const DType compute = rows.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  NoGradGuard no_grad;
+  const DType compute = compute_dtype_of(rows.dtype());
   const Tensor r = raw::to_dtype(rows, compute);
-  const Tensor out = mul(r, unsqueeze(raw::to_dtype(g, compute), 1));
+  const Tensor s = raw::to_dtype(g, compute);
+  const Tensor out = mul(r, g.dim() == 0 ? s : unsqueeze(s, 1));
   return raw::to_dtype(out, rows.dtype());
 }
 
@@ -66,10 +70,9 @@ class FusedHeadScalarBackward : public Node {
 
  protected:
   std::vector<Tensor> backward(std::vector<Tensor>&& grads) override {
-    const double g = grads[0].item();
     std::vector<Tensor> out(2);
-    if (dh_i) out[0] = raw::to_dtype(scale(saved(*dh_i), g), saved(*dh_i).dtype());
-    if (dw_i) out[1] = raw::to_dtype(scale(saved(*dw_i), g), head_dtype);
+    if (dh_i) out[0] = scale_rows(saved(*dh_i), grads[0]);
+    if (dw_i) out[1] = raw::to_dtype(scale_rows(saved(*dw_i), grads[0]), head_dtype);
     return out;
   }
 };
@@ -83,7 +86,7 @@ class FusedHeadRecomputeBackward : public Node {
 
  protected:
   std::vector<Tensor> backward(std::vector<Tensor>&& grads) override {
-    cpu::FusedHeadChunkArgs a;
+    FusedHeadLoopArgs a;
     a.config = config;
     a.chunk_rows = chunk_rows;
     size_t i = 0;
@@ -94,14 +97,17 @@ class FusedHeadRecomputeBackward : public Node {
       a.teacher_head = saved(i++);
     }
     if (i < saved_tensors().size()) a.labels = saved(i++);
-    const DType compute = cpu::compute_dtype_of(a.hidden.dtype());
+    const DType compute = compute_dtype_of(a.hidden.dtype());
     a.gradients = true;
-    a.grad_scale = cpu::compute_copy(grads[0], compute);
+    a.grad_scale = compute_copy(grads[0], compute);
     std::vector<Tensor> out(2);
     if (needs_input_grad(0)) a.grad_hidden = out[0] = raw::empty(a.hidden.shape(), a.hidden.dtype(), a.hidden.device());
     Tensor dw;
-    if (needs_input_grad(1)) a.grad_head = dw = zeros(a.head.shape(), {.dtype = compute});
-    cpu::fused_head_chunks(a);
+    if (needs_input_grad(1)) {
+      a.grad_head = dw = raw::empty(a.head.shape(), compute, a.head.device());
+      raw::fill_(dw, 0.0);
+    }
+    fused_head_loop(a);
     if (dw.defined()) out[1] = raw::to_dtype(dw, a.head.dtype());
     return out;
   }
@@ -109,7 +115,7 @@ class FusedHeadRecomputeBackward : public Node {
 
 // Per-token outputs of the forward loop.
 HeadLossResult make_outputs(const HeadLossInputs& in, const HeadLossOptions& o, DType compute,
-                            cpu::FusedHeadChunkArgs& a) {
+                            FusedHeadLoopArgs& a) {
   const int64_t t = in.hidden.size(0);
   const Device dev = in.hidden.device();
   HeadLossResult r;
@@ -123,90 +129,108 @@ HeadLossResult make_outputs(const HeadLossInputs& in, const HeadLossOptions& o, 
   return r;
 }
 
+HeadLossResult reduced(HeadLossResult r, const HeadLossInputs& in, const HeadLossOptions& o) {
+  r.loss = reduce_rows(r.per_token, in.weights, in.labels, o.loss.ignore_index, o.reduction);
+  return r;
+}
+
+// Forward only: no graph will be recorded, so no gradient is computed either.
+HeadLossResult no_graph(const HeadLossInputs& in, const HeadLossOptions& o, int64_t chunk) {
+  FusedHeadLoopArgs a = base_args(in, o, chunk);
+  HeadLossResult r = make_outputs(in, o, compute_dtype_of(in.hidden.dtype()), a);
+  fused_head_loop(a);
+  return reduced(std::move(r), in, o);
+}
+
 HeadLossResult frozen_head(const HeadLossInputs& in, const HeadLossOptions& o, int64_t chunk) {
-  const DType compute = cpu::compute_dtype_of(in.hidden.dtype());
-  cpu::FusedHeadChunkArgs a = base_args(in, o, chunk);
-  HeadLossResult r = make_outputs(in, o, compute, a);
+  FusedHeadLoopArgs a = base_args(in, o, chunk);
+  HeadLossResult r = make_outputs(in, o, compute_dtype_of(in.hidden.dtype()), a);
   auto node = make_node<FusedHeadRowsBackward>({&in.hidden});
-  if (node) {
+  {
     CategoryGuard saved(MemoryCategory::autograd_saved);  // dh is what the graph keeps
     a.gradients = true;  // unit row scale: backward applies the real one
     a.grad_hidden = raw::empty(in.hidden.shape(), in.hidden.dtype(), in.hidden.device());
   }
-  cpu::fused_head_chunks(a);
-  if (node) {
-    node->dh_i = node->save(a.grad_hidden);
-    set_history(node, r.per_token);
-  }
-  r.loss = reduce_rows(r.per_token, in.weights, in.labels, o.loss.ignore_index, o.reduction);
-  return r;
+  fused_head_loop(a);
+  node->dh_i = node->save(a.grad_hidden);
+  set_history(node, r.per_token);
+  return reduced(std::move(r), in, o);
 }
 
 HeadLossResult trainable_head(const HeadLossInputs& in, const HeadLossOptions& o, int64_t chunk) {
   CG_CHECK(o.reduction != Reduction::none,
            "head_loss: the fused path with a trainable head computes gradients in the forward "
            "pass and needs a sum or mean reduction; for reduction none set recompute_in_backward");
-  const DType compute = cpu::compute_dtype_of(in.hidden.dtype());
+  const DType compute = compute_dtype_of(in.hidden.dtype());
   const int64_t t = in.hidden.size(0);
-  cpu::FusedHeadChunkArgs a = base_args(in, o, chunk);
+  FusedHeadLoopArgs a = base_args(in, o, chunk);
   HeadLossResult r = make_outputs(in, o, compute, a);
-  const std::vector<double> scale =
-      row_reduction_scale(t, in.weights, in.labels, o.loss.ignore_index, o.reduction);
   auto node = make_node<FusedHeadScalarBackward>({&in.hidden, &in.head});
-  if (node) {
-    a.gradients = true;
-    {
-      CategoryGuard temporary(MemoryCategory::temporary);
-      a.grad_scale = from_vector(scale, {t}, {.dtype = compute});
-    }
+  {
+    CategoryGuard temporary(MemoryCategory::temporary);
+    a.grad_scale = row_reduction_weights(t, in.weights, in.labels, o.loss.ignore_index, o.reduction,
+                                         compute, in.hidden.device());
+  }
+  a.gradients = true;
+  {
     CategoryGuard saved(MemoryCategory::autograd_saved);  // dh and dW are what the graph keeps
     if (node->needs_input_grad(0)) a.grad_hidden = raw::empty(in.hidden.shape(), in.hidden.dtype(), in.hidden.device());
-    if (node->needs_input_grad(1)) a.grad_head = zeros(in.head.shape(), {.dtype = compute});
+    if (node->needs_input_grad(1)) {
+      a.grad_head = raw::empty(in.head.shape(), compute, in.head.device());
+      raw::fill_(a.grad_head, 0.0);
+    }
   }
-  cpu::fused_head_chunks(a);
-  const std::vector<double> per_token = r.per_token.to_vector();
-  double loss = 0.0;
-  for (int64_t i = 0; i < t; ++i) loss += scale[i] * per_token[i];
-  r.loss = scalar_tensor(loss, {.dtype = compute});
-  if (node) {
-    if (a.grad_hidden.defined()) node->dh_i = node->save(a.grad_hidden);
-    if (a.grad_head.defined()) node->dw_i = node->save(a.grad_head);
-    node->head_dtype = in.head.dtype();
-    set_history(node, r.loss);
+  fused_head_loop(a);
+  {
+    NoGradGuard no_grad;
+    r.loss = sum(mul(r.per_token, a.grad_scale));  // on the device: no host round trip
   }
+  if (a.grad_hidden.defined()) node->dh_i = node->save(a.grad_hidden);
+  if (a.grad_head.defined()) node->dw_i = node->save(a.grad_head);
+  node->head_dtype = in.head.dtype();
+  set_history(node, r.loss);
   return r;
 }
 
 HeadLossResult recompute(const HeadLossInputs& in, const HeadLossOptions& o, int64_t chunk) {
-  const DType compute = cpu::compute_dtype_of(in.hidden.dtype());
-  cpu::FusedHeadChunkArgs a = base_args(in, o, chunk);
-  HeadLossResult r = make_outputs(in, o, compute, a);
-  cpu::fused_head_chunks(a);
-  if (auto node = make_node<FusedHeadRecomputeBackward>({&in.hidden, &in.head})) {
-    node->config = o.loss;
-    node->chunk_rows = chunk;
-    node->save(a.hidden);
-    node->save(a.head);
-    if (a.teacher_hidden.defined()) {
-      node->save(a.teacher_hidden);
-      node->save(a.teacher_head);
-    }
-    if (a.labels.defined()) node->save(a.labels);
-    set_history(node, r.per_token);
+  FusedHeadLoopArgs a = base_args(in, o, chunk);
+  HeadLossResult r = make_outputs(in, o, compute_dtype_of(in.hidden.dtype()), a);
+  fused_head_loop(a);
+  auto node = make_node<FusedHeadRecomputeBackward>({&in.hidden, &in.head});
+  node->config = o.loss;
+  node->chunk_rows = chunk;
+  node->save(a.hidden);
+  node->save(a.head);
+  if (a.teacher_hidden.defined()) {
+    node->save(a.teacher_hidden);
+    node->save(a.teacher_head);
   }
-  r.loss = reduce_rows(r.per_token, in.weights, in.labels, o.loss.ignore_index, o.reduction);
-  return r;
+  if (a.labels.defined()) node->save(a.labels);
+  set_history(node, r.per_token);
+  return reduced(std::move(r), in, o);
 }
 
 }  // namespace
 
 HeadLossResult fused_head_loss(const HeadLossInputs& in, const HeadLossOptions& o, int64_t chunk) {
-  if (!in.hidden.device().is_cpu()) fail_not_implemented("head_loss (fused)", in.hidden.device());
-  HeadLossResult r = o.recompute_in_backward ? recompute(in, o, chunk)
+  const bool records = GradMode::is_enabled() && (in.hidden.requires_grad() || in.head.requires_grad());
+  HeadLossResult r = !records                  ? no_graph(in, o, chunk)
+                     : o.recompute_in_backward ? recompute(in, o, chunk)
                      : in.head.requires_grad() ? trainable_head(in, o, chunk)
                                                : frozen_head(in, o, chunk);
   r.chunk_rows = chunk;
   return r;
+}
+
+size_t fused_head_chunk_bytes(const HeadLossInputs& in, const HeadLossOptions& o, int64_t rows) {
+  FusedHeadLoopArgs a = base_args(in, o, std::max<int64_t>(rows, 1));
+  const bool records = GradMode::is_enabled() && (in.hidden.requires_grad() || in.head.requires_grad());
+  a.gradients = records;
+  if (records && in.hidden.requires_grad()) a.grad_hidden = a.hidden;  // shape and dtype only
+  if (records && in.head.requires_grad()) {
+    a.grad_head = raw::empty({0}, compute_dtype_of(in.head.dtype()), in.head.device());
+  }
+  return fused_head_loop_bytes(a, rows);
 }
 
 }  // namespace cg

@@ -9,4 +9,9 @@ namespace cg {
 HeadLossResult fused_head_loss(const HeadLossInputs& inputs, const HeadLossOptions& options,
                                int64_t chunk_rows);
 
+// Bytes the fused chunk loop allocates with chunks of `rows` rows for these inputs (the
+// chunk's logits, the teacher's, and the largest GEMM's scratch on this device).
+size_t fused_head_chunk_bytes(const HeadLossInputs& inputs, const HeadLossOptions& options,
+                              int64_t rows);
+
 }  // namespace cg

@@ -4,8 +4,7 @@
 
 #include "autograd/grad_mode.h"
 #include "core/views.h"
-#include "ops/cpu/fused_head_chunks.h"
-#include "ops/cpu/head_loss_rows.h"
+#include "ops/kernels.h"
 #include "ops/fused_head_loss.h"
 #include "ops/join_ops.h"
 #include "ops/linalg.h"
@@ -79,6 +78,9 @@ void check_inputs(const HeadLossInputs& in, const HeadLossOptions& o) {
     check_same_device(op, in.hidden, wt);
   }
   CG_CHECK(o.chunk_rows >= 0, op, ": chunk_rows must be >= 0 (0 = from the byte budget), got ", o.chunk_rows);
+  CG_CHECK(o.chunk_rows > 0 || o.chunk_budget_bytes > 0, op,
+           ": chunk_budget_bytes must be > 0 when chunk_rows is 0 (sized from the budget)");
+  check_loss_config(op, o.loss);
 }
 
 // The teacher's logits for rows [r0, r0 + c): constants, so no graph.
@@ -111,7 +113,8 @@ HeadLossResult chunked_path(const HeadLossInputs& in, const HeadLossOptions& o) 
   const int64_t t = in.hidden.size(0);
   const int64_t chunk = head_loss_chunk_rows(in, o);
   std::vector<Tensor> losses, argmax, lse, entropy, teacher_argmax;
-  for (int64_t r0 = 0; r0 < t; r0 += chunk) {
+  // An empty batch still runs one (empty) chunk, so every path returns the same tensors.
+  for (int64_t r0 = 0; r0 < t || (t == 0 && r0 == 0); r0 += chunk) {
     const int64_t c = std::min(chunk, t - r0);
     const Tensor logits = matmul(narrow(in.hidden, 0, r0, c), in.head.transpose(0, 1));  // [c, V]
     const Tensor teacher = loss_needs_teacher(o.loss) ? teacher_logits(in, r0, c) : Tensor();
@@ -140,30 +143,33 @@ HeadLossResult chunked_path(const HeadLossInputs& in, const HeadLossOptions& o) 
 
 }  // namespace
 
-HeadLossFootprint head_loss_footprint(const HeadLossInputs& in, const HeadLossOptions& o) {
-  const bool teacher = loss_needs_teacher(o.loss);
-  const cpu::FusedHeadFootprint f = cpu::fused_head_footprint(
-      in.hidden, in.head, teacher ? in.teacher_hidden : Tensor(), teacher ? teacher_head_of(in) : Tensor(), teacher);
-  return {f.fixed, f.per_row};
+size_t head_loss_chunk_bytes(const HeadLossInputs& in, const HeadLossOptions& o, int64_t rows) {
+  return fused_head_chunk_bytes(in, o, rows);
 }
 
 int64_t head_loss_chunk_rows(const HeadLossInputs& in, const HeadLossOptions& o) {
   const int64_t t = std::max<int64_t>(in.hidden.size(0), 1);
   if (o.chunk_rows > 0) return std::min(o.chunk_rows, t);
-  const HeadLossFootprint f = head_loss_footprint(in, o);
-  CG_CHECK(o.chunk_budget_bytes >= f.fixed + f.per_row, "head_loss: chunk_budget_bytes=",
-           o.chunk_budget_bytes, " is too small for one row: a row of V=", in.head.size(0), " needs ",
-           f.per_row, " bytes of chunk temporaries (plus ", f.fixed,
-           " fixed bytes of fp32 head tiles); raise the budget or set chunk_rows");
-  return std::min<int64_t>(t, static_cast<int64_t>((o.chunk_budget_bytes - f.fixed) / f.per_row));
+  const size_t one_row = head_loss_chunk_bytes(in, o, 1);
+  CG_CHECK(o.chunk_budget_bytes >= one_row, "head_loss: chunk_budget_bytes=", o.chunk_budget_bytes,
+           " is too small for one row: a chunk of one row of V=", in.head.size(0), " needs ", one_row,
+           " bytes of temporaries (logits and GEMM scratch); raise the budget or set chunk_rows");
+  // The bytes grow with the rows: the largest chunk within the budget, by bisection.
+  int64_t lo = 1, hi = t;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    if (head_loss_chunk_bytes(in, o, mid) <= o.chunk_budget_bytes) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
 }
 
 HeadLossResult head_loss(const HeadLossInputs& in, const HeadLossOptions& o) {
   check_inputs(in, o);
   if (in.labels.defined()) {
-    // A bad label fails before any GEMM, whichever path runs.
-    const Tensor y = raw::contiguous(in.labels);
-    cpu::check_head_labels(y.data<int64_t>(), y.numel(), in.head.size(0), o.loss.ignore_index);
+    // A bad label fails before any GEMM, whichever path runs (checked on its device).
+    kernels_for(in.labels.device(), "head_loss").check_labels(in.labels, in.head.size(0),
+                                                             o.loss.ignore_index);
   }
   switch (o.path) {
     case HeadLossPath::naive: return naive_path(in, o);
@@ -181,9 +187,13 @@ double match_rate(const char* op, const Tensor& a, const Tensor& b, const Tensor
   const int64_t n = a.numel();
   CG_CHECK(b.numel() == n && (!labels.defined() || labels.numel() == n), op, ": expected ", n,
            " rows everywhere, got ", b.numel(), labels.defined() ? " and " + std::to_string(labels.numel()) : "");
-  const Tensor ac = raw::contiguous(raw::to_dtype(a, DType::i64));
-  const Tensor bc = raw::contiguous(raw::to_dtype(b, DType::i64));
-  const Tensor yc = labels.defined() ? raw::contiguous(raw::to_dtype(labels, DType::i64)) : Tensor();
+  // A metric is read on the host: the three [n] vectors are copied there once.
+  auto host_i64 = [](const Tensor& x) {
+    return raw::contiguous(raw::to_device(raw::to_dtype(x, DType::i64), kCPU));
+  };
+  const Tensor ac = host_i64(a);
+  const Tensor bc = host_i64(b);
+  const Tensor yc = labels.defined() ? host_i64(labels) : Tensor();
   const int64_t* av = ac.data<int64_t>();
   const int64_t* bv = bc.data<int64_t>();
   const int64_t* yv = yc.defined() ? yc.data<int64_t>() : nullptr;

@@ -77,16 +77,13 @@ struct HeadLossResult {
 
 HeadLossResult head_loss(const HeadLossInputs& inputs, const HeadLossOptions& options = {});
 
-// The chunk loop's temporaries: `fixed` bytes whatever the chunk (fp32 tiles of a 16-bit
-// head), and `per_row` bytes per row of a chunk (logits, teacher logits, fp32 copies of
-// 16-bit hidden rows). The budget pays for fixed first, then for as many rows as fit.
-struct HeadLossFootprint {
-  size_t fixed = 0;
-  size_t per_row = 0;
-};
-HeadLossFootprint head_loss_footprint(const HeadLossInputs& inputs, const HeadLossOptions& options);
-// Rows per chunk: chunk_rows when set, else as many as chunk_budget_bytes allows; throws
-// when not even one row fits (the error names the bytes one row needs).
+// The fused chunk loop's temporaries for chunks of `rows` rows on the inputs' device: the
+// chunk's logits (and the teacher's) in the device's working dtype, plus the largest
+// scratch one of its GEMMs takes (e.g. fp32 tiles of 16-bit operands on the CPU).
+size_t head_loss_chunk_bytes(const HeadLossInputs& inputs, const HeadLossOptions& options,
+                             int64_t rows);
+// Rows per chunk: chunk_rows when set, else the most rows whose head_loss_chunk_bytes fit
+// chunk_budget_bytes; throws when not even one row fits (naming the bytes one row needs).
 int64_t head_loss_chunk_rows(const HeadLossInputs& inputs, const HeadLossOptions& options);
 
 // The teacher's head: inputs.teacher_head, or the student's head when it is not given.

@@ -1,13 +1,13 @@
 // Why this file exists: index_select, gather and scatter_add's entry points, shape
-// checks and backward nodes (declared in ops/index_ops.h). The kernels are in
-// ops/cpu/index.cpp.
+// checks and backward nodes (declared in ops/index_ops.h). The kernels are entries of the
+// device's table (ops/kernels.h), index checks included.
 #include "ops/index_ops.h"
 
 #include <string>
 
 #include "autograd/function.h"
 #include "core/views.h"
-#include "ops/cpu/index_kernels.h"
+#include "ops/kernels.h"
 #include "ops/op_checks.h"
 
 namespace cg {
@@ -33,11 +33,8 @@ struct IndexSelectBackward : Node {
   std::string name() const override { return "IndexSelectBackward"; }
   std::vector<Tensor> backward(std::vector<Tensor>&& grads) override {
     Tensor dx = zeros_of(input_meta[0], grads[0].dtype());
-    switch (dx.device().type) {
-      case DeviceType::cpu: cpu::index_add_(dx, dim, saved(idx), grads[0]); return {dx};
-      case DeviceType::cuda: break;
-    }
-    fail_not_implemented("index_select backward", dx.device());
+    kernels_for(dx.device(), "index_select backward").index_add(dx, dim, saved(idx), grads[0], -1);
+    return {dx};
   }
 };
 
@@ -48,11 +45,8 @@ struct GatherBackward : Node {
   std::string name() const override { return "GatherBackward"; }
   std::vector<Tensor> backward(std::vector<Tensor>&& grads) override {
     Tensor dx = zeros_of(input_meta[0], grads[0].dtype());
-    switch (dx.device().type) {
-      case DeviceType::cpu: cpu::scatter_add_(dx, dim, saved(idx), grads[0]); return {dx};
-      case DeviceType::cuda: break;
-    }
-    fail_not_implemented("gather backward", dx.device());
+    kernels_for(dx.device(), "gather backward").scatter_add(dx, dim, saved(idx), grads[0]);
+    return {dx};
   }
 };
 
@@ -67,10 +61,7 @@ struct ScatterAddBackward : Node {
     if (needs_input_grad(0)) dx = g;
     if (needs_input_grad(1)) {
       const Tensor& index = saved(idx);
-      switch (g.device().type) {
-        case DeviceType::cpu: dsrc = cpu::gather(g, dim, index); break;
-        case DeviceType::cuda: fail_not_implemented("scatter_add backward", g.device());
-      }
+      dsrc = kernels_for(g.device(), "scatter_add backward").gather(g, dim, index);
       const Shape& src_shape = input_meta[1].shape;
       if (dsrc.shape() != src_shape) {  // src larger than idx: the rest got no gradient
         Tensor full = zeros_of(input_meta[1], g.dtype());
@@ -107,14 +98,9 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& idx) {
   CG_CHECK(idx.dim() <= 1, "index_select: index has shape ", shape_str(idx.shape()),
            "; it must be 1-D (use gather for per-element indices)");
   const int64_t d = normalize_dim(dim, x.dim(), "index_select");
-  Tensor out;
-  switch (x.device().type) {
-    case DeviceType::cpu:
-      cpu::check_indices("index_select", "index", idx, x.shape()[d], dim_bound(d, x));
-      out = cpu::index_select(x, d, idx);
-      break;
-    case DeviceType::cuda: fail_not_implemented("index_select", x.device());
-  }
+  DeviceKernels& k = kernels_for(x.device(), "index_select");
+  k.check_indices("index_select", "index", idx, x.shape()[d], dim_bound(d, x));
+  Tensor out = k.index_select(x, d, idx);
   if (auto node = make_node<IndexSelectBackward>({&x}, d)) {
     node->idx = node->save(idx);
     set_history(node, out);
@@ -129,15 +115,9 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& idx) {
   check_same_device("gather", x, idx);
   const int64_t d = x.dim() == 0 ? 0 : normalize_dim(dim, x.dim(), "gather");
   check_gather_shape("gather", x, d, idx);
-  Tensor out;
-  switch (x.device().type) {
-    case DeviceType::cpu:
-      cpu::check_indices("gather", "index", idx, x.dim() == 0 ? 1 : x.shape()[d],
-                         dim_bound(d, x));
-      out = cpu::gather(x, d, idx);
-      break;
-    case DeviceType::cuda: fail_not_implemented("gather", x.device());
-  }
+  DeviceKernels& k = kernels_for(x.device(), "gather");
+  k.check_indices("gather", "index", idx, x.dim() == 0 ? 1 : x.shape()[d], dim_bound(d, x));
+  Tensor out = k.gather(x, d, idx);
   if (auto node = make_node<GatherBackward>({&x}, d)) {
     node->idx = node->save(idx);
     set_history(node, out);
@@ -160,15 +140,10 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& idx, const Tensor
              " is larger than src ", shape_str(src.shape()), " in dim ", k,
              "; every index needs a src element");
   }
+  DeviceKernels& k = kernels_for(x.device(), "scatter_add");
+  k.check_indices("scatter_add", "index", idx, x.dim() == 0 ? 1 : x.shape()[d], dim_bound(d, x));
   Tensor out = raw::clone(x);
-  switch (x.device().type) {
-    case DeviceType::cpu:
-      cpu::check_indices("scatter_add", "index", idx, x.dim() == 0 ? 1 : x.shape()[d],
-                         dim_bound(d, x));
-      cpu::scatter_add_(out, d, idx, src);
-      break;
-    case DeviceType::cuda: fail_not_implemented("scatter_add", x.device());
-  }
+  k.scatter_add(out, d, idx, src);
   if (auto node = make_node<ScatterAddBackward>({&x, &src}, d)) {
     if (node->needs_input_grad(1)) node->idx = node->save(idx);
     set_history(node, out);

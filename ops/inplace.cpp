@@ -1,11 +1,11 @@
 // Why this file exists: the in-place updates of ops/inplace.h -- checks (no graph may
-// be silently bypassed, dst must not be a broadcast view), then the device switch.
+// be silently bypassed, dst must not be a broadcast view), then the device's kernel.
 #include "ops/inplace.h"
 
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "core/views.h"
-#include "ops/cpu/kernels.h"
+#include "ops/kernels.h"
 #include "ops/op_checks.h"
 
 namespace cg {
@@ -45,19 +45,15 @@ void check_src(const char* op, const Tensor& dst, const Tensor& src, const char*
            " does not broadcast to dst's shape ", shape_str(dst.shape()));
 }
 
-[[noreturn]] void not_here(const char* op, const Tensor& dst) { fail_not_implemented(op, dst.device()); }
-
 void run_inplace(const char* op, InplaceOp kind, const Tensor& dst, const Tensor& src, double alpha) {
   check_dst(op, dst);
   check_src(op, dst, src, "src");
-  if (dst.device().is_cpu()) return cpu::inplace(kind, dst, src, alpha);
-  not_here(op, dst);
+  kernels_for(dst.device(), op).inplace(kind, dst, src, alpha);
 }
 
 void run_inplace_scalar(const char* op, UnaryOp kind, const Tensor& dst, double s) {
   check_dst(op, dst);
-  if (dst.device().is_cpu()) return cpu::inplace_scalar(kind, dst, s);
-  not_here(op, dst);
+  kernels_for(dst.device(), op).inplace_scalar(kind, dst, s);
 }
 
 void run_addc(const char* op, const Tensor& dst, const Tensor& a, const Tensor& b, double value,
@@ -65,8 +61,7 @@ void run_addc(const char* op, const Tensor& dst, const Tensor& a, const Tensor& 
   check_dst(op, dst);
   check_src(op, dst, a, "the first operand");
   check_src(op, dst, b, "the second operand");
-  if (dst.device().is_cpu()) return cpu::addcmul_(dst, a, b, value, divide);
-  not_here(op, dst);
+  kernels_for(dst.device(), op).addcmul(dst, a, b, value, divide);
 }
 
 }  // namespace

@@ -4,7 +4,7 @@
 
 #include "autograd/function.h"
 #include "core/views.h"
-#include "ops/cpu/kernels.h"
+#include "ops/kernels.h"
 #include "ops/elementwise.h"
 #include "ops/op_checks.h"
 #include "ops/reduce.h"
@@ -15,11 +15,7 @@ namespace cg {
 namespace {
 
 Tensor run_matmul(const Tensor& a, const Tensor& b) {
-  switch (a.device().type) {
-    case DeviceType::cpu: return cpu::matmul(a, b);
-    case DeviceType::cuda: break;
-  }
-  fail_not_implemented("matmul", a.device());
+  return kernels_for(a.device(), "matmul").matmul(a, b);
 }
 
 // grad_a = g @ b^T and grad_b = a^T @ g, each summed back over broadcast batch dims.

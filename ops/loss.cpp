@@ -2,11 +2,13 @@
 // gradient from the saved logits) and the reductions and wrappers built on it.
 #include "ops/loss.h"
 
+#include <cmath>
+
 #include "autograd/function.h"
 #include "core/factories.h"
 #include "core/views.h"
-#include "ops/cpu/compute_copy.h"
-#include "ops/cpu/head_loss_rows.h"
+#include "ops/compute_copy.h"
+#include "ops/kernels.h"
 #include "ops/elementwise.h"
 #include "ops/op_checks.h"
 #include "ops/reduce.h"
@@ -41,30 +43,27 @@ void check_row_loss_inputs(const char* op, const Tensor& logits, const Tensor& l
     check_same_dtype(op, logits, teacher);
     check_same_device(op, logits, teacher);
   }
-  CG_CHECK(c.temperature > 0.0f, op, ": temperature must be > 0, got ", c.temperature);
-  CG_CHECK(c.label_smoothing >= 0.0f && c.label_smoothing <= 1.0f, op,
-           ": label_smoothing must be in [0, 1], got ", c.label_smoothing);
-  CG_CHECK(c.softcap >= 0.0f, op, ": softcap must be >= 0 (0 = off), got ", c.softcap);
+  check_loss_config(op, c);
 }
 
-// Runs the row kernel on contiguous compute-dtype buffers.
-void run_rows(const Tensor& z, const Tensor& t, const Tensor& labels, const LossConfig& c,
-              const Tensor& grad_scale, const RowLosses& out) {
-  const int64_t n = z.size(0), v = z.size(1);
-  const int64_t* y = labels.defined() ? labels.data<int64_t>() : nullptr;
-  auto run = [&](auto* zero) {
-    using T = std::remove_pointer_t<decltype(zero)>;
-    cpu::HeadRowOutputs<T> o;
-    if (out.loss.defined()) o.loss = out.loss.data<T>();
-    if (out.lse.defined()) o.lse = out.lse.data<T>();
-    if (out.entropy.defined()) o.entropy = out.entropy.data<T>();
-    if (out.argmax.defined()) o.argmax = out.argmax.data<int64_t>();
-    if (out.teacher_argmax.defined()) o.teacher_argmax = out.teacher_argmax.data<int64_t>();
-    cpu::head_loss_rows<T>(z.data<T>(), t.defined() ? t.data<T>() : nullptr, y, n, v, c,
-                           grad_scale.defined(), grad_scale.defined() ? grad_scale.data<T>() : nullptr, o);
-  };
-  if (z.dtype() == DType::f64) run(static_cast<double*>(nullptr));
-  else run(static_cast<float*>(nullptr));
+// The row kernel over one block of logits (and teacher logits), on the logits' device.
+// z and t are fresh or read-only buffers in the device's head_logits_dtype; the kernel
+// softcaps them in place and, with a grad_scale, writes the gradient over z.
+void run_rows(DeviceKernels& k, const Tensor& z, const Tensor& t, const Tensor& labels,
+              const LossConfig& c, const Tensor& grad_scale, const RowLosses& out) {
+  HeadRowsArgs args;
+  args.logits = z;
+  args.teacher = t;
+  args.labels = labels.defined() ? raw::contiguous(labels) : Tensor();
+  args.config = c;
+  args.want_grad = grad_scale.defined();
+  args.grad_scale = grad_scale;
+  args.loss = out.loss;
+  args.lse = out.lse;
+  args.entropy = out.entropy;
+  args.argmax = out.argmax;
+  args.teacher_argmax = out.teacher_argmax;
+  k.head_loss_rows(args);
 }
 
 class RowLossBackward : public Node {
@@ -78,26 +77,42 @@ class RowLossBackward : public Node {
  protected:
   std::vector<Tensor> backward(std::vector<Tensor>&& grads) override {
     const Tensor& logits = saved(logits_i);
-    const DType compute = cpu::compute_dtype_of(logits.dtype());
-    Tensor z = cpu::compute_copy(logits, compute, true);  // becomes the gradient
-    Tensor t = has_teacher ? cpu::compute_copy(saved(teacher_i), compute, config.softcap > 0.0f) : Tensor();
-    Tensor g = cpu::compute_copy(grads[0], compute, false);
-    run_rows(z, t, has_labels ? saved(labels_i) : Tensor(), config, g, RowLosses{});
+    DeviceKernels& k = kernels_for(logits.device(), "row_losses backward");
+    const DType work = k.head_logits_dtype(logits.dtype());
+    Tensor z = compute_copy(logits, work, true);  // becomes the gradient
+    Tensor t = has_teacher ? compute_copy(saved(teacher_i), work, config.softcap > 0.0f) : Tensor();
+    Tensor g = compute_copy(grads[0], compute_dtype_of(logits.dtype()), false);
+    run_rows(k, z, t, has_labels ? saved(labels_i) : Tensor(), config, g, RowLosses{});
     return {raw::to_dtype(z, logits.dtype())};
   }
 };
 
 }  // namespace
 
+void check_loss_config(const char* op, const LossConfig& c) {
+  CG_CHECK(c.temperature > 0.0f && std::isfinite(c.temperature), op,
+           ": temperature must be > 0 (and finite), got ", c.temperature);
+  CG_CHECK(c.label_smoothing >= 0.0f && c.label_smoothing <= 1.0f, op,
+           ": label_smoothing must be in [0, 1], got ", c.label_smoothing);
+  CG_CHECK(c.softcap >= 0.0f && std::isfinite(c.softcap), op,
+           ": softcap must be >= 0 (0 = off; finite), got ", c.softcap);
+  CG_CHECK(c.z_loss >= 0.0f && std::isfinite(c.z_loss), op,
+           ": z_loss must be >= 0 (0 = off; finite), got ", c.z_loss);
+  CG_CHECK(c.hard_ce_weight >= 0.0f && c.hard_ce_weight <= 1.0f, op,
+           ": hard_ce_weight must be in [0, 1], got ", c.hard_ce_weight);
+}
+
 RowLosses row_losses(const Tensor& logits, const Tensor& labels, const Tensor& teacher_logits,
                      const LossConfig& config, bool with_metrics) {
   const char* op = "row_losses";
   check_row_loss_inputs(op, logits, labels, teacher_logits, config);
-  if (!logits.device().is_cpu()) fail_not_implemented(op, logits.device());
+  DeviceKernels& k = kernels_for(logits.device(), op);
   const bool use_teacher = loss_needs_teacher(config);
   const bool use_labels = labels.defined();
-  const DType compute = cpu::compute_dtype_of(logits.dtype());
+  const DType compute = compute_dtype_of(logits.dtype());
+  const DType work = k.head_logits_dtype(logits.dtype());
   const int64_t n = logits.size(0);
+  if (use_labels) k.check_labels(labels, logits.size(1), config.ignore_index);
 
   RowLosses out;
   out.loss = raw::empty({n}, compute, logits.device());
@@ -109,10 +124,9 @@ RowLosses row_losses(const Tensor& logits, const Tensor& labels, const Tensor& t
   }
   {
     const bool capped = config.softcap > 0.0f;  // the kernel softcaps in place
-    Tensor z = cpu::compute_copy(logits, compute, capped);
-    Tensor t = use_teacher ? cpu::compute_copy(teacher_logits, compute, capped) : Tensor();
-    Tensor y = use_labels ? raw::contiguous(labels) : Tensor();
-    run_rows(z, t, y, config, Tensor(), out);
+    Tensor z = compute_copy(logits, work, capped);
+    Tensor t = use_teacher ? compute_copy(teacher_logits, work, capped) : Tensor();
+    run_rows(k, z, t, use_labels ? labels : Tensor(), config, Tensor(), out);
   }
   if (auto node = make_node<RowLossBackward>({&logits}, config)) {
     node->logits_i = node->save(logits);
@@ -129,22 +143,14 @@ RowLosses row_losses(const Tensor& logits, const Tensor& labels, const Tensor& t
   return out;
 }
 
-std::vector<double> row_reduction_scale(int64_t n, const Tensor& weights, const Tensor& labels,
-                                        int64_t ignore_index, Reduction reduction) {
-  CG_CHECK(reduction != Reduction::none, "row_reduction_scale: reduction none has no scale");
-  std::vector<double> scale = weights.defined() ? weights.to_vector() : std::vector<double>(n, 1.0);
-  if (labels.defined()) {
-    const std::vector<double> y = labels.to_vector();
-    for (int64_t i = 0; i < n; ++i) {
-      if (static_cast<int64_t>(y[i]) == ignore_index) scale[i] = 0.0;
-    }
-  }
-  if (reduction == Reduction::mean) {
-    double norm = 0.0;
-    for (double w : scale) norm += w;
-    for (double& w : scale) w = norm == 0.0 ? 0.0 : w / norm;
-  }
-  return scale;
+Tensor row_reduction_weights(int64_t n, const Tensor& weights, const Tensor& labels,
+                             int64_t ignore_index, Reduction reduction, DType dtype, Device device) {
+  CG_CHECK(reduction != Reduction::none, "row_reduction_weights: reduction none has no weights");
+  Tensor out = raw::empty({n}, dtype, device);
+  const Tensor w = weights.defined() ? weights.detach() : Tensor();
+  kernels_for(device, "reduce_rows")
+      .row_weights(labels, w, ignore_index, reduction == Reduction::mean, out);
+  return out;
 }
 
 Tensor reduce_rows(const Tensor& per_row, const Tensor& weights, const Tensor& labels,
@@ -161,8 +167,8 @@ Tensor reduce_rows(const Tensor& per_row, const Tensor& weights, const Tensor& l
     return weights.defined() ? mul(per_row, raw::to_dtype(weights.detach(), per_row.dtype())) : per_row;
   }
   // Constants (weights carry no gradient), so the reduction is one weighted sum.
-  const Tensor scale = from_vector(row_reduction_scale(n, weights, labels, ignore_index, reduction),
-                                   {n}, {.dtype = per_row.dtype(), .device = per_row.device()});
+  const Tensor scale = row_reduction_weights(n, weights, labels, ignore_index, reduction,
+                                             per_row.dtype(), per_row.device());
   return sum(mul(per_row, scale));
 }
 

@@ -38,9 +38,14 @@ Tensor reduce_rows(const Tensor& per_row, const Tensor& weights, const Tensor& l
                    int64_t ignore_index, Reduction reduction);
 
 // The factor each row's loss is multiplied by in a sum or mean reduction (w_i, or
-// w_i / sum w over rows not ignored; 0 on ignored rows), as [n] host values.
-std::vector<double> row_reduction_scale(int64_t n, const Tensor& weights, const Tensor& labels,
-                                        int64_t ignore_index, Reduction reduction);
+// w_i / sum w over rows not ignored; 0 on ignored rows): [n] of `dtype` on `device`,
+// computed there. A constant (no graph).
+Tensor row_reduction_weights(int64_t n, const Tensor& weights, const Tensor& labels,
+                             int64_t ignore_index, Reduction reduction, DType dtype, Device device);
+
+// Throws naming `op` when an option of the loss is out of range (temperature, label
+// smoothing, softcap, z-loss, mix weight). Every path checks the same way.
+void check_loss_config(const char* op, const LossConfig& config);
 
 struct CrossEntropyOptions {
   int64_t ignore_index = -100;

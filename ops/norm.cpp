@@ -1,9 +1,10 @@
 // Why this file exists: rms_norm's entry point, checks and backward node (declared in
-// ops/norm.h). The fused kernels are in ops/cpu/norm.cpp.
+// ops/norm.h). The fused kernels are the device's
+// rms_norm entries (ops/kernels.h).
 #include "ops/norm.h"
 
 #include "autograd/function.h"
-#include "ops/cpu/nn_kernels.h"
+#include "ops/kernels.h"
 #include "ops/op_checks.h"
 
 namespace cg {
@@ -18,15 +19,9 @@ struct RmsNormBackward : Node {
     const Tensor& sx = saved(x);
     // weight is saved only when dx needs it; dweight alone does not read it.
     const Tensor w = weight != SIZE_MAX ? saved(weight) : Tensor();
-    switch (sx.device().type) {
-      case DeviceType::cpu: {
-        cpu::RmsNormGrads g = cpu::rms_norm_backward(grads[0], sx, w, saved(rstd), need_dx,
-                                                     need_dw);
-        return {g.dx, g.dweight};
-      }
-      case DeviceType::cuda: break;
-    }
-    fail_not_implemented("rms_norm backward", sx.device());
+    const RmsNormGrads g = kernels_for(sx.device(), "rms_norm backward")
+                               .rms_norm_backward(grads[0], sx, w, saved(rstd), need_dx, need_dw);
+    return {g.dx, g.dweight};
   }
 };
 
@@ -48,11 +43,7 @@ void check_rms_norm(const Tensor& x, const Tensor& weight, double eps) {
 
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
   check_rms_norm(x, weight, eps);
-  cpu::RmsNormForward fwd;
-  switch (x.device().type) {
-    case DeviceType::cpu: fwd = cpu::rms_norm_forward(x, weight, eps); break;
-    case DeviceType::cuda: fail_not_implemented("rms_norm", x.device());
-  }
+  const RmsNormForward fwd = kernels_for(x.device(), "rms_norm").rms_norm_forward(x, weight, eps);
   if (auto node = make_node<RmsNormBackward>({&x, &weight})) {
     node->x = node->save(x);
     node->rstd = node->save(fwd.rstd);

@@ -38,8 +38,8 @@ void check_index_dtype(const char* op, const Tensor& idx, const char* arg) {
 }
 
 void fail_not_implemented(const char* op, Device device) {
-  CG_FAIL("op ", op, " is not implemented on ", device.is_cuda() ? "cuda" : device.str(),
-          " yet; run it on the CPU (.to(cg::kCPU))");
+  CG_FAIL("op ", op, " is not implemented on ", device.str(), " yet; run it on the CPU "
+          "(.to(cg::kCPU))");
 }
 
 }  // namespace cg

@@ -5,8 +5,7 @@
 
 #include "autograd/function.h"
 #include "core/views.h"
-#include "ops/cpu/kernels.h"
-#include "ops/cpu/reduce.h"
+#include "ops/kernels.h"
 #include "ops/elementwise.h"
 #include "ops/op_checks.h"
 #include "ops/shape_ops.h"
@@ -28,11 +27,7 @@ std::vector<bool> reduce_mask(const char* op, const Shape& dims, int64_t ndim) {
 
 Tensor run_sum(const char* op, const Tensor& a, const std::vector<bool>& mask, bool keepdim,
                double scale) {
-  switch (a.device().type) {
-    case DeviceType::cpu: return cpu::sum(a, mask, keepdim, scale);
-    case DeviceType::cuda: break;
-  }
-  fail_not_implemented(op, a.device());
+  return kernels_for(a.device(), op).sum(a, mask, keepdim, scale);
 }
 
 // d(scale * sum)/da = scale, broadcast over the reduced dims. The gradient is returned as
@@ -95,28 +90,16 @@ void check_not_empty(const char* op, const Tensor& a) {
 }
 
 Tensor run_max(const char* op, const Tensor& a, int64_t dim, Tensor* values) {
-  switch (a.device().type) {
-    case DeviceType::cpu: return cpu::max_along_dim(a, dim, values);
-    case DeviceType::cuda: break;
-  }
-  fail_not_implemented(op, a.device());
+  return kernels_for(a.device(), op).max_along_dim(a, dim, values);
 }
 
 Tensor run_logsumexp(const Tensor& a, int64_t dim) {
-  switch (a.device().type) {
-    case DeviceType::cpu: return cpu::logsumexp_along_dim(a, dim);
-    case DeviceType::cuda: break;
-  }
-  fail_not_implemented("logsumexp", a.device());
+  return kernels_for(a.device(), "logsumexp").logsumexp_along_dim(a, dim);
 }
 
 Tensor run_scatter(const char* op, const Tensor& src, const Tensor& index, int64_t dim,
                    const Shape& shape) {
-  switch (src.device().type) {
-    case DeviceType::cpu: return cpu::scatter_along_dim(src, index, dim, shape);
-    case DeviceType::cuda: break;
-  }
-  fail_not_implemented(op, src.device());
+  return kernels_for(src.device(), op).scatter_along_dim(src, index, dim, shape);
 }
 
 // Routes each row's gradient to its argmax position; zeros elsewhere.

@@ -4,7 +4,7 @@
 
 #include "autograd/function.h"
 #include "core/views.h"
-#include "ops/cpu/nn_kernels.h"
+#include "ops/kernels.h"
 #include "ops/op_checks.h"
 
 namespace cg {
@@ -12,11 +12,7 @@ namespace cg {
 namespace {
 
 Tensor run_rotary(const Tensor& x, const Tensor& positions, double theta, bool inverse) {
-  switch (x.device().type) {
-    case DeviceType::cpu: return cpu::rotary(x, positions, theta, inverse);
-    case DeviceType::cuda: break;
-  }
-  fail_not_implemented(inverse ? "apply_rotary backward" : "apply_rotary", x.device());
+  return kernels_for(x.device(), inverse ? "apply_rotary backward" : "apply_rotary").rotary(x, positions, theta, inverse);
 }
 
 // The gradient of a rotation is the inverse rotation of the gradient.

@@ -4,7 +4,7 @@
 #include "ops/softmax.h"
 
 #include "autograd/function.h"
-#include "ops/cpu/softmax.h"
+#include "ops/kernels.h"
 #include "ops/op_checks.h"
 
 namespace cg {
@@ -12,19 +12,11 @@ namespace cg {
 namespace {
 
 Tensor run_softmax(const char* op, const Tensor& a, int64_t dim, bool log) {
-  switch (a.device().type) {
-    case DeviceType::cpu: return cpu::softmax(a, dim, log);
-    case DeviceType::cuda: break;
-  }
-  fail_not_implemented(op, a.device());
+  return kernels_for(a.device(), op).softmax(a, dim, log);
 }
 
 Tensor run_softmax_backward(const char* op, const Tensor& g, const Tensor& y, int64_t dim, bool log) {
-  switch (y.device().type) {
-    case DeviceType::cpu: return cpu::softmax_backward(g, y, dim, log);
-    case DeviceType::cuda: break;
-  }
-  fail_not_implemented(op, y.device());
+  return kernels_for(y.device(), op).softmax_backward(g, y, dim, log);
 }
 
 struct SoftmaxBackward : Node {

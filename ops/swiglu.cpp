@@ -1,9 +1,10 @@
 // Why this file exists: swiglu's entry point, checks and backward node (declared in
-// ops/swiglu.h). The kernels are in ops/cpu/swiglu.cpp.
+// ops/swiglu.h). The kernels are the device's swiglu
+// entries (ops/kernels.h).
 #include "ops/swiglu.h"
 
 #include "autograd/function.h"
-#include "ops/cpu/nn_kernels.h"
+#include "ops/kernels.h"
 #include "ops/op_checks.h"
 
 namespace cg {
@@ -18,14 +19,9 @@ struct SwigluBackward : Node {
     const Tensor& g = saved(gate);
     // up is saved only for dgate; dup alone reads gate only.
     const Tensor u = up != SIZE_MAX ? saved(up) : g;
-    switch (g.device().type) {
-      case DeviceType::cpu: {
-        cpu::SwigluGrads d = cpu::swiglu_backward(grads[0], g, u, need_dgate, need_dup);
-        return {d.dgate, d.dup};
-      }
-      case DeviceType::cuda: break;
-    }
-    fail_not_implemented("swiglu backward", g.device());
+    const SwigluGrads d =
+        kernels_for(g.device(), "swiglu backward").swiglu_backward(grads[0], g, u, need_dgate, need_dup);
+    return {d.dgate, d.dup};
   }
 };
 
@@ -35,11 +31,7 @@ Tensor swiglu(const Tensor& gate, const Tensor& up) {
   check_binary("swiglu", gate, up);
   CG_CHECK(gate.shape() == up.shape(), "swiglu: gate ", shape_str(gate.shape()), " and up ",
            shape_str(up.shape()), " must have the same shape (both are [..., intermediate])");
-  Tensor out;
-  switch (gate.device().type) {
-    case DeviceType::cpu: out = cpu::swiglu_forward(gate, up); break;
-    case DeviceType::cuda: fail_not_implemented("swiglu", gate.device());
-  }
+  Tensor out = kernels_for(gate.device(), "swiglu").swiglu_forward(gate, up);
   if (auto node = make_node<SwigluBackward>({&gate, &up})) {
     node->gate = node->save(gate);
     if (node->needs_input_grad(0)) node->up = node->save(up);

@@ -1,6 +1,6 @@
 // Why this file exists: where(cond, a, b) and masked_fill(x, mask, value) (declared in
 // ops/elementwise.h): the selections attention masks and padding are built from. Both
-// run on one kernel, cpu::where, and so do both backwards: a gradient is routed to the
+// run on one kernel entry, where, and so do both backwards: a gradient is routed to the
 // side that was selected, zeros elsewhere, then summed back over broadcast dims. They
 // save the bool condition only (one byte an element, often a small broadcast mask).
 #include "ops/elementwise.h"

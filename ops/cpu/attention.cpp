@@ -36,7 +36,7 @@
 #endif
 
 #include "core/views.h"
-#include "ops/cpu/compute_copy.h"
+#include "ops/compute_copy.h"
 #include "ops/cpu/attention.h"
 #include "ops/cpu/loops.h"
 

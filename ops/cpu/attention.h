@@ -6,21 +6,15 @@
 
 #include "core/tensor.h"
 #include "ops/attention_mask.h"
+#include "ops/kernels.h"
 
 namespace cg::cpu {
 
-struct AttentionForward {
-  Tensor out;  // [B, Hq, Sq, hd], q's dtype
-  Tensor lse;  // [B, Hq, Sq], f32 (f64 for f64 inputs); -inf on a row that sees no key
-};
 
 // q [B, Hq, Sq, hd], k and v [B, Hkv, Sk, hd], any strides, one floating dtype.
 AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                    const ResolvedAttentionMask& mask, double scale);
 
-struct AttentionGrads {
-  Tensor dq, dk, dv;  // contiguous, the inputs' shapes and dtype; undefined when not asked
-};
 
 // Recomputes the probabilities row by row from `lse` (no [Sq, Sk] buffer).
 AttentionGrads attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,

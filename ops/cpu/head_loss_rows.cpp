@@ -5,8 +5,10 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "core/error.h"
+#include "core/views.h"
 
 namespace cg::cpu {
 
@@ -153,6 +155,67 @@ template void head_loss_rows<float>(float*, float*, const int64_t*, int64_t, int
 template void head_loss_rows<double>(double*, double*, const int64_t*, int64_t, int64_t,
                                      const LossConfig&, bool, const double*,
                                      const HeadRowOutputs<double>&);
+
+namespace {
+
+template <typename T>
+T* ptr_or_null(const Tensor& t) {
+  return t.defined() ? t.data<T>() : nullptr;
+}
+
+template <typename T>
+void head_loss_rows_typed(const HeadRowsArgs& a) {
+  if (a.logits.size(0) == 0) return;  // an empty batch: nothing to compute, nothing to read
+  HeadRowOutputs<T> o;
+  o.loss = ptr_or_null<T>(a.loss);
+  o.lse = ptr_or_null<T>(a.lse);
+  o.entropy = ptr_or_null<T>(a.entropy);
+  o.argmax = ptr_or_null<int64_t>(a.argmax);
+  o.teacher_argmax = ptr_or_null<int64_t>(a.teacher_argmax);
+  head_loss_rows<T>(a.logits.data<T>(), ptr_or_null<T>(a.teacher), ptr_or_null<int64_t>(a.labels),
+                    a.logits.size(0), a.logits.size(1), a.config, a.want_grad,
+                    ptr_or_null<T>(a.grad_scale), o);
+}
+
+}  // namespace
+
+void head_loss_rows(const HeadRowsArgs& a) {
+  if (a.logits.dtype() == DType::f64) head_loss_rows_typed<double>(a);
+  else head_loss_rows_typed<float>(a);
+}
+
+void check_labels(const Tensor& labels, int64_t vocab, int64_t ignore_index) {
+  const Tensor y = raw::contiguous(labels);
+  check_head_labels(y.data<int64_t>(), y.numel(), vocab, ignore_index);
+}
+
+void row_weights(const Tensor& labels, const Tensor& weights, int64_t ignore_index,
+                 bool normalize, const Tensor& out) {
+  const int64_t n = out.numel();
+  std::vector<double> w(static_cast<size_t>(n), 1.0);
+  if (weights.defined()) {
+    const Tensor wc = raw::contiguous(raw::to_dtype(weights, DType::f64));
+    const double* wv = wc.data<double>();
+    for (int64_t i = 0; i < n; ++i) w[i] = wv[i];
+  }
+  if (labels.defined()) {
+    const Tensor y = raw::contiguous(labels);
+    const int64_t* yv = y.data<int64_t>();
+    for (int64_t i = 0; i < n; ++i) {
+      if (yv[i] == ignore_index) w[i] = 0.0;
+    }
+  }
+  if (normalize) {
+    double total = 0.0;
+    for (double x : w) total += x;
+    for (double& x : w) x = total == 0.0 ? 0.0 : x / total;
+  }
+  char* base = static_cast<char*>(out.data_ptr());
+  const size_t step = element_size(out.dtype()) * static_cast<size_t>(out.stride(0));
+  for (int64_t i = 0; i < n; ++i) {
+    raw::store_element(base + static_cast<size_t>(i) * step, out.dtype(), w[i]);
+  }
+}
 
 }  // namespace cg::cpu
 

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 
+#include "ops/kernels.h"
 #include "ops/loss_config.h"
 
 namespace cg::cpu {
@@ -45,5 +46,11 @@ void head_loss_rows(T* logits, T* teacher, const int64_t* labels, int64_t C, int
 
 // Throws a clear error naming the row when a label is neither ignore_index nor in [0, V).
 void check_head_labels(const int64_t* labels, int64_t C, int64_t V, int64_t ignore_index);
+
+// The CPU table's entries (ops/kernels.h): the tensor-level forms of the above.
+void head_loss_rows(const HeadRowsArgs& args);
+void check_labels(const Tensor& labels, int64_t vocab, int64_t ignore_index);
+void row_weights(const Tensor& labels, const Tensor& weights, int64_t ignore_index,
+                 bool normalize, const Tensor& out);
 
 }  // namespace cg::cpu

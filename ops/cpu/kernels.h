@@ -1,60 +1,16 @@
-// Why this file exists: the CPU kernels behind every op, as plain functions on tensors
-// (no autograd, no dispatch). Each op's entry point (ops/*.cpp) switches on the device
-// and calls cpu::X here; a CUDA kernel with the same signature plugs into the other
-// case of that switch without touching any caller. Inputs have been checked by then
-// (same device, same floating dtype, compatible shapes).
+// Why this file exists: the CPU elementwise, matmul and sum kernels, as plain functions on
+// tensors (no autograd, no dispatch). ops/cpu/cpu_kernels.cpp puts them into the CPU's
+// kernel table (ops/kernels.h), whose contract they follow: inputs checked by the op,
+// outputs contiguous and allocator-accounted.
 // Internal to ops/: not a public header.
 #pragma once
 
 #include <vector>
 
 #include "core/tensor.h"
+#include "ops/kernels.h"
 
 namespace cg {
-
-// Elementwise binary ops; out = op(a, b) with numpy broadcasting.
-enum class BinaryOp {
-  add,            // a + b
-  sub,            // a - b
-  mul,            // a * b
-  relu_backward,  // b > 0 ? a : 0  (a = gradient, b = relu's output)
-  div,            // a / b
-  pow,            // a ^ b
-  xlogy,          // a == 0 ? 0 : a * log(b)  (pow's exponent gradient: out * log(base))
-  // Backward of a unary op: a = the gradient, b = what the op saved (y = its output,
-  // x = its input). Formulas in ops/cpu/elementwise_math.h.
-  sqrt_backward,       // a * 0.5 / y
-  rsqrt_backward,      // a * -0.5 * y^3
-  tanh_backward,       // a * (1 - y^2)
-  sigmoid_backward,    // a * y * (1 - y)
-  silu_backward,       // a * s * (1 + x (1 - s)),  s = sigmoid(x)
-  gelu_backward,       // a * (Phi(x) + x phi(x))
-  gelu_tanh_backward,  // a * d/dx of gelu's tanh approximation
-};
-// Elementwise unary ops with one scalar parameter s.
-enum class UnaryOp {
-  neg,         // -a
-  scale,       // a * s
-  add_scalar,  // a + s
-  relu,        // max(a, 0)
-  exp,         // e^a
-  log,         // ln a
-  sqrt,        // a^(1/2)
-  rsqrt,       // a^(-1/2)
-  pow,         // a^s
-  tanh,        // tanh a
-  sigmoid,     // 1 / (1 + e^-a)
-  silu,        // a * sigmoid(a)
-  gelu,        // 0.5 a (1 + erf(a / sqrt 2))
-  gelu_tanh,   // 0.5 a (1 + tanh(sqrt(2/pi) (a + 0.044715 a^3)))
-};
-// In-place updates of dst (src broadcast to dst's shape).
-enum class InplaceOp {
-  add,      // dst += alpha * src
-  mul,      // dst *= src
-  copy,     // dst = src
-};
-
 namespace cpu {
 
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);

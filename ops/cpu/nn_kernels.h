@@ -1,28 +1,20 @@
 // Why this file exists: the CPU kernels of the fused transformer ops -- rms_norm,
 // rotary embedding, swiglu -- as plain functions on tensors (no autograd, no dispatch).
-// Their entry points (ops/norm.cpp, ops/rotary.cpp, ops/swiglu.cpp) switch on the
-// device and call these; CUDA kernels with the same signatures plug into the other case.
-// Inputs have been checked by then. Inputs may have any strides; outputs are contiguous.
+// They are the CPU table's entries of the same names (ops/kernels.h, result structs
+// there). Inputs have been checked by the ops (ops/norm.cpp, rotary.cpp, swiglu.cpp). Inputs may have any strides; outputs are contiguous.
 // f64 computes in double; f32, bf16 and f16 in float (Note [Compute types], loops.h).
 // Internal to ops/: not a public header.
 #pragma once
 
 #include "core/tensor.h"
+#include "ops/kernels.h"
 
 namespace cg::cpu {
 
 // ---- rms_norm: y = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps) per row ----
-struct RmsNormForward {
-  Tensor out;   // like x, contiguous
-  Tensor rstd;  // [rows] in the compute type: f64 for f64 x, f32 otherwise
-};
 // x [..., D]; weight [D] or undefined (no scale).
 RmsNormForward rms_norm_forward(const Tensor& x, const Tensor& weight, double eps);
 
-struct RmsNormGrads {
-  Tensor dx;       // like x (when asked)
-  Tensor dweight;  // [D] in x's (= weight's) dtype (when asked)
-};
 // With gw = grad * w, per row:  dx = rstd * (gw - x * rstd^2 * mean(gw * x)),
 // dweight = sum over rows of grad * x * rstd (accumulated in double). weight may be
 // undefined when only dweight is asked for (it is not read then).
@@ -36,9 +28,6 @@ Tensor rotary(const Tensor& x, const Tensor& positions, double theta, bool inver
 
 // ---- swiglu: out = silu(gate) * up ----
 Tensor swiglu_forward(const Tensor& gate, const Tensor& up);
-struct SwigluGrads {
-  Tensor dgate, dup;  // each only when asked
-};
 SwigluGrads swiglu_backward(const Tensor& grad, const Tensor& gate, const Tensor& up,
                             bool need_dgate, bool need_dup);
 

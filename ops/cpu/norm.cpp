@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/views.h"
-#include "ops/cpu/compute_copy.h"
+#include "ops/compute_copy.h"
 #include "ops/cpu/loops.h"
 #include "ops/cpu/nn_kernels.h"
 #include "ops/cpu/row_offsets.h"

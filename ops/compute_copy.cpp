@@ -1,9 +1,9 @@
 // Why this file exists: the definition of compute_copy (see the header).
-#include "ops/cpu/compute_copy.h"
+#include "ops/compute_copy.h"
 
 #include "core/views.h"
 
-namespace cg::cpu {
+namespace cg {
 
 Tensor compute_copy(const Tensor& t, DType compute, bool fresh) {
   if (!fresh && t.dtype() == compute && t.is_contiguous()) return t;
@@ -12,4 +12,4 @@ Tensor compute_copy(const Tensor& t, DType compute, bool fresh) {
   return out;
 }
 
-}  // namespace cg::cpu
+}  // namespace cg

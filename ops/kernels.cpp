@@ -1,0 +1,156 @@
+// Why this file exists: the registry of per-device kernel tables (ops/kernels.h) and the
+// defaults of every entry, which say clearly that a device lacks the entry instead of
+// crashing, so that a backend can be filled in one entry at a time.
+#include "ops/kernels.h"
+
+#include <array>
+#include <atomic>
+
+namespace cg {
+
+namespace {
+
+constexpr size_t kDeviceTypes = 2;  // cpu, cuda
+
+std::array<std::atomic<DeviceKernels*>, kDeviceTypes>& tables() {
+  static std::array<std::atomic<DeviceKernels*>, kDeviceTypes> t{};  // C++20: all nullptr
+  return t;
+}
+
+size_t slot_of(DeviceType type) {
+  const auto i = static_cast<size_t>(type);
+  CG_CHECK(i < kDeviceTypes, "unknown device type code ", static_cast<int>(type));
+  return i;
+}
+
+const char* type_name(DeviceType type) { return type == DeviceType::cpu ? "cpu" : "cuda"; }
+
+}  // namespace
+
+void DeviceKernels::missing(const char* entry) const {
+  CG_FAIL("kernel ", entry, " is not implemented on ", type_name(type()),
+          " yet; run this op on the CPU (.to(cg::kCPU))");
+}
+
+const std::vector<std::string>& kernel_entry_names() {
+  static const std::vector<std::string> names = {
+      "binary", "unary", "where", "inplace", "inplace_scalar", "addcmul",
+      "sum", "max_along_dim", "logsumexp_along_dim", "scatter_along_dim",
+      "softmax", "softmax_backward",
+      "head_logits_dtype", "head_loss_rows", "check_labels", "row_weights",
+      "matmul", "gemm", "gemm_scratch_bytes",
+      "rms_norm_forward", "rms_norm_backward", "rotary", "swiglu_forward", "swiglu_backward",
+      "attention_forward", "attention_backward",
+      "index_select", "index_add", "gather", "scatter_add", "check_indices"};
+  return names;
+}
+
+void register_kernels(DeviceKernels* table) {
+  CG_CHECK(table != nullptr, "register_kernels: the table is null");
+  tables()[slot_of(table->type())].store(table);
+}
+
+DeviceKernels* find_kernels(DeviceType type) { return tables()[slot_of(type)].load(); }
+
+DeviceKernels* replace_kernels(DeviceType type, DeviceKernels* table) {
+  CG_CHECK(table == nullptr || table->type() == type, "replace_kernels: a ",
+           type_name(table->type()), " table cannot serve ", type_name(type));
+  return tables()[slot_of(type)].exchange(table);
+}
+
+DeviceKernels& kernels_for(Device device, const char* op) {
+  DeviceKernels* table = find_kernels(device.type);
+  if (table == nullptr) {
+    CG_FAIL("op ", op, " is not implemented on ", device.str(), " yet: this build has no ",
+            type_name(device.type), " kernels; run it on the CPU (.to(cg::kCPU))");
+  }
+  return *table;
+}
+
+// ---- defaults: the entry is missing on this device --------------------------------------
+
+Tensor DeviceKernels::binary(BinaryOp, const Tensor&, const Tensor&) { missing("binary"); }
+Tensor DeviceKernels::unary(UnaryOp, const Tensor&, double) { missing("unary"); }
+Tensor DeviceKernels::where(const Tensor&, const Tensor&, const Tensor&) { missing("where"); }
+void DeviceKernels::inplace(InplaceOp, const Tensor&, const Tensor&, double) { missing("inplace"); }
+void DeviceKernels::inplace_scalar(UnaryOp, const Tensor&, double) { missing("inplace_scalar"); }
+void DeviceKernels::addcmul(const Tensor&, const Tensor&, const Tensor&, double, bool) {
+  missing("addcmul");
+}
+Tensor DeviceKernels::sum(const Tensor&, const std::vector<bool>&, bool, double) { missing("sum"); }
+Tensor DeviceKernels::max_along_dim(const Tensor&, int64_t, Tensor*) { missing("max_along_dim"); }
+Tensor DeviceKernels::logsumexp_along_dim(const Tensor&, int64_t) { missing("logsumexp_along_dim"); }
+Tensor DeviceKernels::scatter_along_dim(const Tensor&, const Tensor&, int64_t, const Shape&) {
+  missing("scatter_along_dim");
+}
+Tensor DeviceKernels::softmax(const Tensor&, int64_t, bool) { missing("softmax"); }
+Tensor DeviceKernels::softmax_backward(const Tensor&, const Tensor&, int64_t, bool) {
+  missing("softmax_backward");
+}
+DType DeviceKernels::head_logits_dtype(DType input) const { return compute_dtype_of(input); }
+void DeviceKernels::head_loss_rows(const HeadRowsArgs&) { missing("head_loss_rows"); }
+void DeviceKernels::check_labels(const Tensor&, int64_t, int64_t) { missing("check_labels"); }
+void DeviceKernels::row_weights(const Tensor&, const Tensor&, int64_t, bool, const Tensor&) {
+  missing("row_weights");
+}
+Tensor DeviceKernels::matmul(const Tensor&, const Tensor&) { missing("matmul"); }
+void DeviceKernels::gemm(const Tensor&, const Tensor&, const Tensor&, double, double) {
+  missing("gemm");
+}
+size_t DeviceKernels::gemm_scratch_bytes(const GemmDesc&) const { return 0; }
+
+namespace {
+bool unit_stride_2d(const Tensor& t) {
+  return t.dim() == 2 && (t.stride(1) == 1 || t.size(1) == 1 || t.stride(0) == 1 || t.size(0) == 1);
+}
+}  // namespace
+
+GemmDesc gemm_desc(const Tensor& a, const Tensor& b, const Tensor& out) {
+  GemmDesc d;
+  d.m = out.size(0);
+  d.n = out.size(1);
+  d.k = a.size(1);
+  d.a = a.dtype();
+  d.b = b.dtype();
+  d.out = out.dtype();
+  d.a_dense = unit_stride_2d(a);
+  d.b_dense = unit_stride_2d(b);
+  d.out_dense = unit_stride_2d(out);
+  return d;
+}
+RmsNormForward DeviceKernels::rms_norm_forward(const Tensor&, const Tensor&, double) {
+  missing("rms_norm_forward");
+}
+RmsNormGrads DeviceKernels::rms_norm_backward(const Tensor&, const Tensor&, const Tensor&,
+                                              const Tensor&, bool, bool) {
+  missing("rms_norm_backward");
+}
+Tensor DeviceKernels::rotary(const Tensor&, const Tensor&, double, bool) { missing("rotary"); }
+Tensor DeviceKernels::swiglu_forward(const Tensor&, const Tensor&) { missing("swiglu_forward"); }
+SwigluGrads DeviceKernels::swiglu_backward(const Tensor&, const Tensor&, const Tensor&, bool, bool) {
+  missing("swiglu_backward");
+}
+AttentionForward DeviceKernels::attention_forward(const Tensor&, const Tensor&, const Tensor&,
+                                                  const ResolvedAttentionMask&, double) {
+  missing("attention_forward");
+}
+AttentionGrads DeviceKernels::attention_backward(const Tensor&, const Tensor&, const Tensor&,
+                                                 const Tensor&, const Tensor&, const Tensor&,
+                                                 const ResolvedAttentionMask&, double, bool, bool,
+                                                 bool) {
+  missing("attention_backward");
+}
+Tensor DeviceKernels::index_select(const Tensor&, int64_t, const Tensor&) { missing("index_select"); }
+void DeviceKernels::index_add(const Tensor&, int64_t, const Tensor&, const Tensor&, int64_t) {
+  missing("index_add");
+}
+Tensor DeviceKernels::gather(const Tensor&, int64_t, const Tensor&) { missing("gather"); }
+void DeviceKernels::scatter_add(const Tensor&, int64_t, const Tensor&, const Tensor&) {
+  missing("scatter_add");
+}
+void DeviceKernels::check_indices(const char*, const char*, const Tensor&, int64_t,
+                                  const std::string&) {
+  missing("check_indices");
+}
+
+}  // namespace cg

@@ -1,0 +1,164 @@
+// Why this file exists: see fake_kernels.h. The fake's memory is ordinary host memory
+// (malloc'd segments), so the CPU kernels can run on it unchanged; the point is that the
+// op layer reaches them only through the kernel table of a device that is not the CPU.
+#include "fake_kernels.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "core/caching_allocator.h"
+
+namespace cg {
+
+namespace {
+
+constexpr int kFakeKernelIndex = 6;  // an index no other test's fake uses
+
+class HostSegments final : public SegmentSource {
+ public:
+  Device device() const override { return cuda_device(kFakeKernelIndex); }
+  void* allocate_segment(size_t bytes) override { return std::malloc(bytes); }
+  void free_segment(void* p, size_t) override { std::free(p); }
+  std::string name() const override { return "fake-kernel-device"; }
+};
+
+class FakeMemory final : public DeviceBackend {
+ public:
+  DeviceType type() const override { return DeviceType::cuda; }
+  int device_count() const override { return kFakeKernelIndex + 1; }
+  std::string unavailable_reason() const override { return ""; }
+  std::unique_ptr<SegmentSource> make_segment_source(int index) override {
+    CG_CHECK(index == kFakeKernelIndex, "the fake kernel device only serves cuda:", kFakeKernelIndex);
+    return std::make_unique<HostSegments>();
+  }
+  void copy(void* dst, Device, const void* src, Device, size_t nbytes) override {
+    if (nbytes > 0) std::memmove(dst, src, nbytes);
+  }
+  void synchronize(int) override {}
+};
+
+// Every entry: count it, then run the CPU's.
+class CountingKernels final : public DeviceKernels {
+ public:
+  explicit CountingKernels(DeviceKernels& cpu) : cpu_(cpu) {}
+  DeviceType type() const override { return DeviceType::cuda; }
+  std::map<std::string, int> calls;
+
+#define CG_FORWARD(entry, ...) \
+  ++calls[#entry];             \
+  return cpu_.entry(__VA_ARGS__)
+
+  Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) override { CG_FORWARD(binary, op, a, b); }
+  Tensor unary(UnaryOp op, const Tensor& a, double s) override { CG_FORWARD(unary, op, a, s); }
+  Tensor where(const Tensor& c, const Tensor& a, const Tensor& b) override { CG_FORWARD(where, c, a, b); }
+  void inplace(InplaceOp op, const Tensor& d, const Tensor& s, double alpha) override {
+    CG_FORWARD(inplace, op, d, s, alpha);
+  }
+  void inplace_scalar(UnaryOp op, const Tensor& d, double s) override { CG_FORWARD(inplace_scalar, op, d, s); }
+  void addcmul(const Tensor& d, const Tensor& a, const Tensor& b, double v, bool div) override {
+    CG_FORWARD(addcmul, d, a, b, v, div);
+  }
+  Tensor sum(const Tensor& a, const std::vector<bool>& r, bool keep, double s) override {
+    CG_FORWARD(sum, a, r, keep, s);
+  }
+  Tensor max_along_dim(const Tensor& a, int64_t dim, Tensor* values) override {
+    CG_FORWARD(max_along_dim, a, dim, values);
+  }
+  Tensor logsumexp_along_dim(const Tensor& a, int64_t dim) override { CG_FORWARD(logsumexp_along_dim, a, dim); }
+  Tensor scatter_along_dim(const Tensor& s, const Tensor& i, int64_t dim, const Shape& shape) override {
+    CG_FORWARD(scatter_along_dim, s, i, dim, shape);
+  }
+  Tensor softmax(const Tensor& a, int64_t dim, bool log) override { CG_FORWARD(softmax, a, dim, log); }
+  Tensor softmax_backward(const Tensor& g, const Tensor& y, int64_t dim, bool log) override {
+    CG_FORWARD(softmax_backward, g, y, dim, log);
+  }
+  DType head_logits_dtype(DType input) const override {
+    ++const_cast<CountingKernels*>(this)->calls["head_logits_dtype"];
+    return cpu_.head_logits_dtype(input);
+  }
+  void head_loss_rows(const HeadRowsArgs& a) override { CG_FORWARD(head_loss_rows, a); }
+  void check_labels(const Tensor& l, int64_t v, int64_t ignore) override { CG_FORWARD(check_labels, l, v, ignore); }
+  void row_weights(const Tensor& l, const Tensor& w, int64_t ignore, bool norm, const Tensor& out) override {
+    CG_FORWARD(row_weights, l, w, ignore, norm, out);
+  }
+  Tensor matmul(const Tensor& a, const Tensor& b) override { CG_FORWARD(matmul, a, b); }
+  void gemm(const Tensor& a, const Tensor& b, const Tensor& out, double alpha, double beta) override {
+    CG_FORWARD(gemm, a, b, out, alpha, beta);
+  }
+  size_t gemm_scratch_bytes(const GemmDesc& d) const override {
+    ++const_cast<CountingKernels*>(this)->calls["gemm_scratch_bytes"];
+    return cpu_.gemm_scratch_bytes(d);
+  }
+  RmsNormForward rms_norm_forward(const Tensor& x, const Tensor& w, double eps) override {
+    CG_FORWARD(rms_norm_forward, x, w, eps);
+  }
+  RmsNormGrads rms_norm_backward(const Tensor& g, const Tensor& x, const Tensor& w, const Tensor& r, bool dx,
+                                 bool dw) override {
+    CG_FORWARD(rms_norm_backward, g, x, w, r, dx, dw);
+  }
+  Tensor rotary(const Tensor& x, const Tensor& p, double theta, bool inv) override {
+    CG_FORWARD(rotary, x, p, theta, inv);
+  }
+  Tensor swiglu_forward(const Tensor& g, const Tensor& u) override { CG_FORWARD(swiglu_forward, g, u); }
+  SwigluGrads swiglu_backward(const Tensor& d, const Tensor& g, const Tensor& u, bool dg, bool du) override {
+    CG_FORWARD(swiglu_backward, d, g, u, dg, du);
+  }
+  AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const ResolvedAttentionMask& m, double s) override {
+    CG_FORWARD(attention_forward, q, k, v, m, s);
+  }
+  AttentionGrads attention_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& o, const Tensor& l, const ResolvedAttentionMask& m, double s,
+                                    bool dq, bool dk, bool dv) override {
+    CG_FORWARD(attention_backward, g, q, k, v, o, l, m, s, dq, dk, dv);
+  }
+  Tensor index_select(const Tensor& x, int64_t dim, const Tensor& i) override { CG_FORWARD(index_select, x, dim, i); }
+  void index_add(const Tensor& d, int64_t dim, const Tensor& i, const Tensor& s, int64_t skip) override {
+    CG_FORWARD(index_add, d, dim, i, s, skip);
+  }
+  Tensor gather(const Tensor& x, int64_t dim, const Tensor& i) override { CG_FORWARD(gather, x, dim, i); }
+  void scatter_add(const Tensor& d, int64_t dim, const Tensor& i, const Tensor& s) override {
+    CG_FORWARD(scatter_add, d, dim, i, s);
+  }
+  void check_indices(const char* op, const char* noun, const Tensor& i, int64_t bound,
+                     const std::string& what) override {
+    CG_FORWARD(check_indices, op, noun, i, bound, what);
+  }
+#undef CG_FORWARD
+
+ private:
+  DeviceKernels& cpu_;
+};
+
+}  // namespace
+
+struct FakeKernelDevice::Impl {
+  FakeMemory memory;
+  CountingKernels kernels{kernels_for(kCPU, "fake device")};
+  DeviceBackend* previous_backend = nullptr;
+  DeviceKernels* previous_kernels = nullptr;
+};
+
+FakeKernelDevice::FakeKernelDevice() : impl_(std::make_unique<Impl>()) {
+  impl_->previous_backend = find_backend(DeviceType::cuda);
+  register_backend(&impl_->memory);
+  impl_->previous_kernels = replace_kernels(DeviceType::cuda, &impl_->kernels);
+}
+
+FakeKernelDevice::~FakeKernelDevice() {
+  allocator_for(device()).empty_cache();
+  replace_kernels(DeviceType::cuda, impl_->previous_kernels);
+  if (impl_->previous_backend != nullptr) register_backend(impl_->previous_backend);
+  else unregister_backend(DeviceType::cuda);
+}
+
+Device FakeKernelDevice::device() const { return cuda_device(kFakeKernelIndex); }
+
+int FakeKernelDevice::calls(const std::string& entry) const {
+  auto it = impl_->kernels.calls.find(entry);
+  return it == impl_->kernels.calls.end() ? 0 : it->second;
+}
+
+void FakeKernelDevice::reset_calls() { impl_->kernels.calls.clear(); }
+
+}  // namespace cg

@@ -1,0 +1,34 @@
+// Why this file exists: a stand-in device for machines without a GPU, so that device code
+// paths -- the kernel-table dispatch, the device-neutral op files, device copies -- run in
+// every CI build. It registers as cuda:6 a memory backend of its own and a kernel table
+// that runs the CPU kernels on that memory and counts the calls per entry (the
+// comparison harness, tests/backend_compare_test.cpp, checks each case reaches the entries
+// it names). Whatever was registered for cuda before comes back when it is destroyed.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "core/backend.h"
+#include "ops/kernels.h"
+
+namespace cg {
+
+class FakeKernelDevice {
+ public:
+  FakeKernelDevice();
+  ~FakeKernelDevice();
+  FakeKernelDevice(const FakeKernelDevice&) = delete;
+  FakeKernelDevice& operator=(const FakeKernelDevice&) = delete;
+
+  Device device() const;
+  int calls(const std::string& entry) const;
+  void reset_calls();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cg
