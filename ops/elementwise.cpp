@@ -1,7 +1,7 @@
 // Why this file exists: the entry points and backward nodes of the arithmetic and math
-// elementwise ops (declared in ops/elementwise.h), and the device switch they share with
-// ops/activation.cpp and ops/where.cpp (ops/elementwise_dispatch.h). CPU loops are in
-// ops/cpu/elementwise.cpp.
+// elementwise ops (declared in ops/elementwise.h), and the checked dispatch to the
+// device's kernel table they share with ops/activation.cpp and ops/where.cpp
+// (ops/elementwise_dispatch.h).
 #include "ops/elementwise.h"
 
 #include "autograd/function.h"

@@ -8,8 +8,8 @@
 // "Saves its output" ops (exp, sqrt, tanh, sigmoid, relu) let the input be freed.
 //
 // Definitions: ops/elementwise.cpp (arithmetic and math), ops/activation.cpp (relu,
-// tanh, sigmoid, silu, gelu), ops/where.cpp (where, masked_fill); CPU loops in
-// ops/cpu/elementwise.cpp.
+// tanh, sigmoid, silu, gelu), ops/where.cpp (where, masked_fill); kernels in each
+// device's table (ops/kernels.h; the CPU's loops in ops/cpu/elementwise.cpp).
 #pragma once
 
 #include "core/tensor.h"

@@ -1,6 +1,6 @@
 // Why this file exists: embedding's entry point, checks and backward node (declared in
-// ops/embedding.h). It is index_select along dim 0 of the weight, on the kernels in
-// ops/cpu/index.cpp, with embedding's own messages and padding rule.
+// ops/embedding.h). It is index_select along dim 0 of the weight, on the device's
+// indexing entries (ops/kernels.h), with embedding's own messages and padding rule.
 #include "ops/embedding.h"
 
 #include "autograd/function.h"

@@ -1,5 +1,5 @@
 // Why this file exists: matmul's entry point, shape rules and backward node (declared
-// in ops/linalg.h). The kernel is in ops/cpu/matmul.cpp.
+// in ops/linalg.h). The kernel is the device's matmul entry (ops/kernels.h).
 #include "ops/linalg.h"
 
 #include "autograd/function.h"

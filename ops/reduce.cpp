@@ -1,6 +1,6 @@
 // Why this file exists: the entry points and backward nodes of the reductions (sum,
-// mean, max, argmax, logsumexp; declared in ops/reduce.h). The kernels are in
-// ops/cpu/reduce.cpp.
+// mean, max, argmax, logsumexp; declared in ops/reduce.h). The kernels are the device's
+// reduction entries (ops/kernels.h).
 #include "ops/reduce.h"
 
 #include "autograd/function.h"

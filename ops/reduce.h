@@ -2,7 +2,7 @@
 // nothing (their backward broadcasts the gradient back as an expanded view); max saves
 // its indices; logsumexp saves its input and output. `dim` may be negative (counts from
 // the end); keepdim keeps reduced dims as size 1. The overall forms reduce every dim to
-// a 0-d tensor. Definitions in ops/reduce.cpp, CPU kernels in ops/cpu/reduce.cpp.
+// a 0-d tensor. Definitions in ops/reduce.cpp, kernels in each device's table (ops/kernels.h).
 #pragma once
 
 #include "core/tensor.h"

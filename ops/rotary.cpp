@@ -1,5 +1,5 @@
 // Why this file exists: apply_rotary's entry point, checks and backward node (declared
-// in ops/rotary.h). The kernel is in ops/cpu/rotary.cpp.
+// in ops/rotary.h). The kernel is the device's rotary entry (ops/kernels.h).
 #include "ops/rotary.h"
 
 #include "autograd/function.h"

@@ -1,6 +1,6 @@
 // Why this file exists: the entry points and backward nodes of softmax and log_softmax
 // (declared in ops/softmax.h). One node serves both: it saves the output and calls the
-// fused backward kernel (ops/cpu/softmax.cpp), so backward makes one tensor.
+// fused backward entry (ops/kernels.h), so backward makes one tensor.
 #include "ops/softmax.h"
 
 #include "autograd/function.h"

@@ -6,7 +6,7 @@
 //   log_softmax: dx = g - exp(y) * sum(g)         (saves y = log_softmax(x))
 // `dim` may be negative (-1 = the last dim). A row of all -inf gives NaN, as in PyTorch;
 // mask with a large negative number instead when a row can be fully masked.
-// Definitions in ops/softmax.cpp, CPU kernels in ops/cpu/softmax.cpp.
+// Definitions in ops/softmax.cpp, kernels in each device's table (ops/kernels.h).
 #pragma once
 
 #include "core/tensor.h"
