@@ -130,9 +130,9 @@ TEST(OpsErrors, ShapeMismatch) {
 
 TEST(OpsErrors, DtypeMismatchAndUnsupported) {
   EXPECT_EQ(error_of([] { add(ones({2}), ones({2}, {.dtype = DType::bf16})); }),
-            "add: dtypes differ (f32 and bf16); convert one with .to(dtype)");
+            "add: dtypes differ (f32 and bf16); convert one with cg::to(t, dtype)");
   EXPECT_EQ(error_of([] { matmul(ones({2, 2}, {.dtype = DType::f64}), ones({2, 2})); }),
-            "matmul: dtypes differ (f64 and f32); convert one with .to(dtype)");
+            "matmul: dtypes differ (f64 and f32); convert one with cg::to(t, dtype)");
   const std::string msg = error_of([] { relu(ones({2}, {.dtype = DType::i64})); });
   EXPECT_NE(msg.find("relu: dtype i64 is not supported"), std::string::npos) << msg;
   EXPECT_THROW(add(Tensor(), ones({2})), Error);

@@ -234,7 +234,7 @@ TEST_F(ViewsOnDevice, CrossDeviceOpsAreRefusedClearly) {
       const std::string msg = e.what();
       EXPECT_NE(msg.find("different devices (cpu and " + device_.str() + ")"), std::string::npos)
           << msg;
-      EXPECT_NE(msg.find(".to(device)"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("cg::to(t, device)"), std::string::npos) << msg;
     }
   }
 }
