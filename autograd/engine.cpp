@@ -78,9 +78,9 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
                shape_str(grad.shape()), " but the tensor has shape ", shape_str(root.shape()),
                "; pass a gradient of the tensor's shape");
       CG_CHECK(grad.dtype() == root.dtype(), "backward: the gradient is ", dtype_name(grad.dtype()),
-               " but the tensor is ", dtype_name(root.dtype()), "; convert it with .to(dtype)");
+               " but the tensor is ", dtype_name(root.dtype()), "; convert it with cg::to(grad, dtype)");
       CG_CHECK(grad.device() == root.device(), "backward: the gradient is on ", grad.device().str(),
-               " but the tensor is on ", root.device().str(), "; move it with .to(device)");
+               " but the tensor is on ", root.device().str(), "; move it with cg::to(grad, device)");
     }
     root_edges.push_back(std::move(edge));
     root_grads.push_back(std::move(grad));

@@ -9,7 +9,7 @@
 // - storage nbytes as requested, NOT the allocator's 512-B-rounded block sizes (those
 //   are in rounded_bytes, as CachingAllocator::round_size gives them);
 // - NOT the storages of leaves that require grad (parameters): the model holds them
-//   anyway. A saved parameter (matmul saves its weight) or a view of one (W.transpose())
+//   anyway. A saved parameter (matmul saves its weight) or a view of one (cg::transpose(W, 0, 1))
 //   goes to parameter_bytes instead. Leaves that don't require grad (input batches) are
 //   counted: the graph keeps them alive after the caller drops them;
 // - nothing for released nodes (backward already ran without retain_graph).

@@ -39,9 +39,9 @@ void Tensor::set_grad(const Tensor& grad) const {
     CG_CHECK(grad.shape() == shape(), "set_grad: the gradient has shape ", shape_str(grad.shape()),
              " but the tensor has shape ", shape_str(shape()));
     CG_CHECK(grad.dtype() == dtype(), "set_grad: the gradient is ", dtype_name(grad.dtype()),
-             " but the tensor is ", dtype_name(dtype()), "; convert it with .to(dtype)");
+             " but the tensor is ", dtype_name(dtype()), "; convert it with cg::to(grad, dtype)");
     CG_CHECK(grad.device() == device(), "set_grad: the gradient is on ", grad.device().str(),
-             " but the tensor is on ", device().str(), "; move it with .to(device)");
+             " but the tensor is on ", device().str(), "; move it with cg::to(grad, device)");
   }
   impl.grad = grad;
 }

@@ -3,10 +3,11 @@
 // shared_ptr); views share storage, copies don't.
 //
 // Layering: core/ knows nothing about autograd or ops. The raw, non-differentiable view
-// and copy functions live in core/views.h. The differentiable methods declared at the
-// end of Tensor (reshape, transpose, to, ...) are defined in ops/tensor_methods.cpp on
-// top of the ops of the same name, so `x.reshape(...)` records a graph like
-// `cg::reshape(x, ...)` does. Autograd methods are defined in autograd/.
+// and copy functions live in core/views.h (cg::raw::reshape, ...). The differentiable
+// views and conversions are free functions of ops/shape_ops.h (cg::reshape(x, ...),
+// cg::transpose, cg::to(x, DType::f64), ...), not methods here: a method would have to
+// be defined in ops/ and make core depend on ops. Autograd methods are declared here and
+// defined in autograd/ (autograd/tensor_autograd.cpp).
 #pragma once
 
 #include <cstdint>
@@ -76,18 +77,6 @@ class Tensor {
   // one of its shape. retain_graph keeps saved tensors for a second backward.
   void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
   Tensor detach() const;                   // same storage, no graph
-
-  // ---- differentiable views and conversions (ops/tensor_methods.cpp) ----
-  Tensor reshape(const Shape& shape) const;  // view when strides allow, copy otherwise
-  Tensor view(const Shape& shape) const;     // view or a clear error
-  Tensor transpose(int64_t d0, int64_t d1) const;
-  Tensor permute(const Shape& dims) const;
-  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
-  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
-  Tensor expand(const Shape& shape) const;
-  Tensor contiguous() const;
-  Tensor to(DType dtype) const;
-  Tensor to(Device device) const;
 
  private:
   std::shared_ptr<TensorImpl> impl_;

@@ -80,7 +80,7 @@ PathReport run_path(cg::HeadLossPath path, const cg::HeadLossInputs& in, cg::Hea
     if (first) {
       rep.forward_peak = alloc.stats().allocated_bytes.peak - base;
       rep.graph = cg::graph_retained_bytes(r.loss, {in.head, in.labels, in.teacher_hidden});
-      rep.loss = r.loss.to(cg::DType::f64).item();
+      rep.loss = cg::to(r.loss, cg::DType::f64).item();
       rep.chunk_rows = r.chunk_rows;
     }
     {

@@ -44,9 +44,9 @@ std::pair<Tensor, Tensor> Attention::keys_values(const Tensor& hidden,
            name(), "': hidden states must be [B, L, ", hidden_, "], got ",
            hidden.defined() ? shape_str(hidden.shape()) : "undefined");
   const int64_t B = hidden.size(0), L = hidden.size(1);
-  Tensor k = k_proj->forward(hidden).view({B, L, num_kv_heads_, head_dim_});
+  Tensor k = view(k_proj->forward(hidden), {B, L, num_kv_heads_, head_dim_});
   k = rotary_emb->forward(k_norm->forward(k), positions_or_default(positions, L, hidden.device()));
-  Tensor v = v_proj->forward(hidden).view({B, L, num_kv_heads_, head_dim_});
+  Tensor v = view(v_proj->forward(hidden), {B, L, num_kv_heads_, head_dim_});
   return {k, v};
 }
 
@@ -59,7 +59,7 @@ Tensor Attention::forward(const Tensor& x, const Tensor& positions, const Attent
   const int64_t B = x.size(0), S = x.size(1);
   const Tensor pos = positions_or_default(positions, S, x.device());
 
-  Tensor q = q_proj->forward(x).view({B, S, num_heads_, head_dim_});
+  Tensor q = view(q_proj->forward(x), {B, S, num_heads_, head_dim_});
   q = rotary_emb->forward(q_norm->forward(q), pos);
   auto [k, v] = keys_values(x, pos);
 
@@ -73,9 +73,9 @@ Tensor Attention::forward(const Tensor& x, const Tensor& positions, const Attent
     v = cat({v_ctx, v}, 1);
   }
   // sdpa wants [B, H, L, hd]; transposed views, no copies.
-  Tensor out = scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
-                                            v.transpose(1, 2), mask);
-  out = out.transpose(1, 2).reshape({B, S, num_heads_ * head_dim_});
+  Tensor out = scaled_dot_product_attention(transpose(q, 1, 2), transpose(k, 1, 2),
+                                            transpose(v, 1, 2), mask);
+  out = reshape(transpose(out, 1, 2), {B, S, num_heads_ * head_dim_});
   return o_proj->forward(out);
 }
 

@@ -43,12 +43,12 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v) {
   CG_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, kOp, ": q, k and v must be 4-D: q [B, "
            "Hq, Sq, hd], k and v [B, Hkv, Sk, hd]; got q ", shape_str(q.shape()), ", k ",
            shape_str(k.shape()), ", v ", shape_str(v.shape()),
-           " (for [B, S, H, hd] tensors pass .transpose(1, 2))");
+           " (for [B, S, H, hd] tensors pass cg::transpose(x, 1, 2))");
   check_same_device(kOp, q, k);
   check_same_device(kOp, q, v);
   CG_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype(), kOp, ": q, k and v must share a "
            "dtype, got q ", dtype_name(q.dtype()), ", k ", dtype_name(k.dtype()), ", v ",
-           dtype_name(v.dtype()), "; convert with .to(dtype)");
+           dtype_name(v.dtype()), "; convert with cg::to(t, dtype)");
   check_floating(kOp, q);
   CG_CHECK(k.shape() == v.shape(), kOp, ": k and v must have the same shape [B, Hkv, Sk, hd], "
            "got k ", shape_str(k.shape()), " and v ", shape_str(v.shape()));

@@ -8,7 +8,7 @@
 //   k, v [B, Hkv, Sk, hd]      Hq % Hkv == 0 (grouped-query attention): query head h
 //                              reads kv head h / (Hq / Hkv); k and v are never repeated.
 //   out  [B, Hq,  Sq, hd]      out = softmax(scale * q k^T + mask) v, row by row.
-// Any strides (a [B, S, H, hd] tensor .transpose(1, 2) is fine). One floating dtype for
+// Any strides (cg::transpose(x, 1, 2) of a [B, S, H, hd] tensor is fine). One floating dtype for
 // all three: f32 and f64 compute in their own precision; bf16 and f16 are stored 16-bit
 // and computed in fp32, the output rounded once (ops/cpu/attention.cpp).
 //

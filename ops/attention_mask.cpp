@@ -23,7 +23,7 @@ AttentionMask AttentionMask::dflash_blocks(int64_t context_len, int64_t block_si
   CG_CHECK(anchors.defined(), "AttentionMask::dflash_blocks: anchors is an undefined tensor; "
            "pass the N anchor positions as an i64 tensor [N] or [B, N]");
   CG_CHECK(anchors.dtype() == DType::i64, "AttentionMask::dflash_blocks: anchors must be i64, got ",
-           dtype_name(anchors.dtype()), " (convert with .to(cg::DType::i64))");
+           dtype_name(anchors.dtype()), " (convert with cg::to(anchors, cg::DType::i64))");
   CG_CHECK(anchors.dim() == 1 || anchors.dim() == 2, "AttentionMask::dflash_blocks: anchors must "
            "be [N] or [B, N], got shape ", shape_str(anchors.shape()));
   if (padded.defined()) {
@@ -47,7 +47,7 @@ AttentionMask AttentionMask::dense(const Tensor& allowed) {
   CG_CHECK(allowed.dtype() == DType::boolean, "AttentionMask::dense: the mask must be bool "
            "(true = may attend), got ", dtype_name(allowed.dtype()), " of shape ",
            shape_str(allowed.shape()), "; an additive float mask is not supported, convert "
-           "with .to(cg::DType::boolean)");
+           "with cg::to(mask, cg::DType::boolean)");
   AttentionMask m;
   m.kind_ = Kind::dense;
   m.allowed_ = allowed;
@@ -112,7 +112,7 @@ void resolve_dense(const AttentionMask& mask, ResolvedAttentionMask& r, Device d
   const Shape target{r.batch, r.heads, r.q_len, r.k_len};
   CG_CHECK(m.device() == device, op, ": the boolean mask is on ", m.device().str(),
            " but q, k and v are on ", device.str(), "; the kernel reads it there, move it with "
-           "cg::to_device(mask, ", device.str(), ")");
+           "cg::to(mask, ", device.str(), ")");
   bool ok = m.dim() <= 4;
   for (int64_t d = 0; ok && d < m.dim(); ++d) {
     const int64_t o = 4 - m.dim() + d;

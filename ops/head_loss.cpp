@@ -86,7 +86,7 @@ void check_inputs(const HeadLossInputs& in, const HeadLossOptions& o) {
 // The teacher's logits for rows [r0, r0 + c): constants, so no graph.
 Tensor teacher_logits(const HeadLossInputs& in, int64_t r0, int64_t c) {
   NoGradGuard no_grad;
-  return matmul(narrow(in.teacher_hidden.detach(), 0, r0, c), teacher_head_of(in).detach().transpose(0, 1));
+  return matmul(narrow(in.teacher_hidden.detach(), 0, r0, c), transpose(teacher_head_of(in).detach(), 0, 1));
 }
 
 HeadLossResult finish(HeadLossResult r, const HeadLossInputs& in, const HeadLossOptions& o) {
@@ -96,7 +96,7 @@ HeadLossResult finish(HeadLossResult r, const HeadLossInputs& in, const HeadLoss
 
 HeadLossResult naive_path(const HeadLossInputs& in, const HeadLossOptions& o) {
   const int64_t t = in.hidden.size(0);
-  const Tensor logits = matmul(in.hidden, in.head.transpose(0, 1));  // [T, V], kept by the graph
+  const Tensor logits = matmul(in.hidden, transpose(in.head, 0, 1));  // [T, V], kept by the graph
   const Tensor teacher = loss_needs_teacher(o.loss) ? teacher_logits(in, 0, t) : Tensor();
   const RowLosses rows = row_losses(logits, in.labels, teacher, o.loss, o.with_metrics);
   HeadLossResult r;
@@ -116,7 +116,7 @@ HeadLossResult chunked_path(const HeadLossInputs& in, const HeadLossOptions& o) 
   // An empty batch still runs one (empty) chunk, so every path returns the same tensors.
   for (int64_t r0 = 0; r0 < t || (t == 0 && r0 == 0); r0 += chunk) {
     const int64_t c = std::min(chunk, t - r0);
-    const Tensor logits = matmul(narrow(in.hidden, 0, r0, c), in.head.transpose(0, 1));  // [c, V]
+    const Tensor logits = matmul(narrow(in.hidden, 0, r0, c), transpose(in.head, 0, 1));  // [c, V]
     const Tensor teacher = loss_needs_teacher(o.loss) ? teacher_logits(in, r0, c) : Tensor();
     const Tensor labels = in.labels.defined() ? raw::narrow(in.labels, 0, r0, c) : Tensor();
     RowLosses rows = row_losses(logits, labels, teacher, o.loss, o.with_metrics);

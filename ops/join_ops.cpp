@@ -80,7 +80,7 @@ void check_list(const char* op, const std::vector<Tensor>& ts) {
     check_defined(op, ts[i], arg.c_str());
     CG_CHECK(ts[i].dtype() == ts[0].dtype(), op, ": tensor ", i, " has dtype ",
              dtype_name(ts[i].dtype()), " but tensor 0 has ", dtype_name(ts[0].dtype()),
-             "; convert with .to(dtype) so all match");
+             "; convert with cg::to(t, dtype) so all match");
     check_same_device(op, ts[0], ts[i]);
   }
 }

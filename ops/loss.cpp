@@ -30,7 +30,7 @@ void check_row_loss_inputs(const char* op, const Tensor& logits, const Tensor& l
   }
   if (labels.defined()) {
     CG_CHECK(labels.dtype() == DType::i64, op, ": labels must be i64, got ",
-             dtype_name(labels.dtype()), "; convert with .to(DType::i64)");
+             dtype_name(labels.dtype()), "; convert with cg::to(labels, DType::i64)");
     CG_CHECK(labels.dim() == 1 && labels.size(0) == n, op, ": labels must be [", n,
              "] to match logits ", shape_str(logits.shape()), ", got ", shape_str(labels.shape()));
     check_same_device(op, logits, labels);

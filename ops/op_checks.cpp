@@ -10,17 +10,17 @@ void check_defined(const char* op, const Tensor& t, const char* arg) {
 void check_floating(const char* op, const Tensor& t) {
   CG_CHECK(is_floating(t.dtype()), op, ": dtype ", dtype_name(t.dtype()),
            " is not supported; it computes on f32, f64, bf16 and f16 tensors (convert with "
-           ".to(dtype))");
+           "cg::to(t, dtype))");
 }
 
 void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
   CG_CHECK(a.device() == b.device(), op, ": tensors are on different devices (", a.device().str(),
-           " and ", b.device().str(), "); move one with .to(device)");
+           " and ", b.device().str(), "); move one with cg::to(t, device)");
 }
 
 void check_same_dtype(const char* op, const Tensor& a, const Tensor& b) {
   CG_CHECK(a.dtype() == b.dtype(), op, ": dtypes differ (", dtype_name(a.dtype()), " and ",
-           dtype_name(b.dtype()), "); convert one with .to(dtype)");
+           dtype_name(b.dtype()), "); convert one with cg::to(t, dtype)");
 }
 
 void check_binary(const char* op, const Tensor& a, const Tensor& b) {
@@ -34,12 +34,12 @@ void check_binary(const char* op, const Tensor& a, const Tensor& b) {
 void check_index_dtype(const char* op, const Tensor& idx, const char* arg) {
   CG_CHECK(idx.dtype() == DType::i64 || idx.dtype() == DType::i32, op, ": ", arg,
            " has dtype ", dtype_name(idx.dtype()), "; indices must be i32 or i64 (convert with "
-           ".to(DType::i64))");
+           "cg::to(t, DType::i64))");
 }
 
 void fail_not_implemented(const char* op, Device device) {
   CG_FAIL("op ", op, " is not implemented on ", device.str(), " yet; run it on the CPU "
-          "(.to(cg::kCPU))");
+          "(cg::to(t, cg::kCPU))");
 }
 
 }  // namespace cg

@@ -18,9 +18,9 @@ namespace {
 void check_condition(const char* op, const char* arg, const Tensor& cond, const Tensor& x) {
   check_defined(op, cond, arg);
   CG_CHECK(cond.dtype() == DType::boolean, op, ": ", arg, " must be a bool tensor but has dtype ",
-           dtype_name(cond.dtype()), "; convert it with .to(DType::boolean) (nonzero is true)");
+           dtype_name(cond.dtype()), "; convert it with cg::to(cond, DType::boolean) (nonzero is true)");
   CG_CHECK(cond.device() == x.device(), op, ": ", arg, " is on ", cond.device().str(),
-           " but the values are on ", x.device().str(), "; move it with .to(device)");
+           " but the values are on ", x.device().str(), "; move it with cg::to(cond, device)");
 }
 
 // A 0-d tensor of t's dtype and device holding `value` (broadcasts against anything).

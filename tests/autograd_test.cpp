@@ -198,7 +198,7 @@ TEST(AutogradEngine, BackwardFromLeafAndThroughUnusedBranches) {
   EXPECT_EQ(x.grad().item(), 1.0);
   // A view of one part of a tensor: the rest of its gradient is zero.
   Tensor a = from_vector({1, 2, 3, 4}, {4}, {.dtype = DType::f64}).requires_grad_();
-  sum(a.narrow(0, 1, 2)).backward();
+  sum(narrow(a, 0, 1, 2)).backward();
   EXPECT_EQ(a.grad().to_vector(), (std::vector<double>{0, 1, 1, 0}));
 }
 

@@ -49,7 +49,7 @@ Grads run(const Problem& p, const HeadLossOptions& o, bool use_weights = true) {
   HeadLossInputs in{p.h, p.w, p.labels, use_weights ? p.weights : Tensor(), p.th, Tensor()};
   HeadLossResult r = head_loss(in, o);
   Grads g;
-  g.loss = r.loss.to(DType::f64).item();
+  g.loss = to(r.loss, DType::f64).item();
   g.per_token = r.per_token.to_vector();
   r.loss.backward();
   g.dh = p.h.grad().to_vector();
@@ -260,7 +260,7 @@ TEST(HeadLoss, MetricsAgreeAcrossPathsAndAreExact) {
   // ignore_index on every 5th row -- so the accuracy is known exactly.
   const std::vector<double> top = [&] {
     NoGradGuard no_grad;
-    return argmax(matmul(p.h, p.w.transpose(0, 1)), 1).to_vector();
+    return argmax(matmul(p.h, transpose(p.w, 0, 1)), 1).to_vector();
   }();
   std::vector<int64_t> y(kT);
   int64_t counted = 0, right = 0;

@@ -68,7 +68,7 @@ TEST(LossRows, GradcheckOnNonContiguousLogits) {
   const Tensor base = make_input({6, 4}, 21);  // logits = base^T: [4, 6], strided
   const Tensor labels = labels_of({5, 1, 0, 3});
   auto f = [&](const std::vector<Tensor>& in) {
-    return cross_entropy(in[0].transpose(0, 1), labels, {.reduction = Reduction::none});
+    return cross_entropy(transpose(in[0], 0, 1), labels, {.reduction = Reduction::none});
   };
   EXPECT_TRUE(gradcheck(f, {base}).ok);
 }
@@ -162,7 +162,7 @@ TEST(LossRows, Bf16MatchesF32WithinTolerance) {
   for (int64_t i = 0; i < 16; ++i) y[i] = (i * 7) % 50;
   const Tensor labels = labels_of(y);
   const Tensor l32 = logits.detach().requires_grad_();
-  const Tensor l16 = logits.to(DType::bf16).detach().requires_grad_();
+  const Tensor l16 = to(logits, DType::bf16).detach().requires_grad_();
   const Tensor loss32 = cross_entropy(l32, labels);
   const Tensor loss16 = cross_entropy(l16, labels);
   loss32.backward();

@@ -88,7 +88,7 @@ TEST(NnAttention, ContextInjectionMatchesManualConcatenation) {
   NoGradGuard no_grad;
   auto qkv = [&](nn::Linear* proj, nn::RMSNorm* norm, const Tensor& h, const Tensor& pos,
                  int64_t heads) {
-    Tensor t = proj->forward(h).reshape({B, h.size(1), heads, hd});
+    Tensor t = reshape(proj->forward(h), {B, h.size(1), heads, hd});
     return norm ? attn.rotary_emb->forward(norm->forward(t), pos) : t;
   };
   const auto q = qkv(attn.q_proj, attn.q_norm, x, x_pos, Hq).to_vector();
@@ -133,7 +133,7 @@ TEST(NnAttention, ContextInjectionMatchesManualConcatenation) {
     // the block's rows.
     if (cs.mask.kind() == AttentionMask::Kind::dflash_blocks) continue;
     const Tensor joint = attn.forward(cat({ctx, x}, 1), cat({ctx_pos, x_pos}, 0), cs.mask);
-    const auto jv = joint.narrow(1, C, S).contiguous().to_vector();
+    const auto jv = contiguous(narrow(joint, 1, C, S)).to_vector();
     for (size_t i = 0; i < e.size(); ++i) EXPECT_NEAR(jv[i], e[i], 1e-10);
   }
 }

@@ -86,7 +86,7 @@ TEST(NnRotary, RotateHalfAtArbitraryPositions) {
     }
   }
   // Position 0 is the identity; the default positions are 0 .. S-1.
-  EXPECT_TRUE(bit_equal(y.narrow(1, 1, 1), x.narrow(1, 1, 1)));
+  EXPECT_TRUE(bit_equal(narrow(y, 1, 1, 1), narrow(x, 1, 1, 1)));
   EXPECT_EQ(nn::RotaryEmbedding::positions(3, 4).to_vector(), (std::vector<double>{3, 4, 5, 6}));
   TENSOR_EXPECT_ERROR(nn::RotaryEmbedding(7, theta), "head_dim must be even");
   TENSOR_EXPECT_ERROR(rope.forward(x, zeros({S})), "positions must be an i64");

@@ -43,15 +43,15 @@ nn::Qwen3Config tiny_config(bool tie = false) {
 // Next-token cross-entropy: logits[:, t] predicts ids[:, t + 1].
 Tensor next_token_loss(const Tensor& logits, const Tensor& ids) {
   const int64_t V = logits.size(2), T = logits.size(1) - 1;
-  const Tensor labels = raw::contiguous(raw::narrow(ids, 1, 1, T)).reshape({-1});
-  return cross_entropy(logits.narrow(1, 0, T).reshape({-1, V}), labels);
+  const Tensor labels = reshape(raw::contiguous(raw::narrow(ids, 1, 1, T)), {-1});
+  return cross_entropy(reshape(narrow(logits, 1, 0, T), {-1, V}), labels);
 }
 
 // The same written with log_softmax + gather, to check cross_entropy where it is used.
 Tensor next_token_loss_by_gather(const Tensor& logits, const Tensor& ids) {
   const int64_t V = logits.size(2), T = logits.size(1) - 1;
-  const Tensor lp = log_softmax(logits.narrow(1, 0, T).reshape({-1, V}), -1);
-  const Tensor labels = raw::contiguous(raw::narrow(ids, 1, 1, T)).reshape({-1, 1});
+  const Tensor lp = log_softmax(reshape(narrow(logits, 1, 0, T), {-1, V}), -1);
+  const Tensor labels = reshape(raw::contiguous(raw::narrow(ids, 1, 1, T)), {-1, 1});
   return -mean(gather(lp, 1, labels));
 }
 

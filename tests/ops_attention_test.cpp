@@ -53,7 +53,7 @@ TEST(OpsAttentionForward, NoMaskMatchesReference) {
   const auto ref = reference_attention(q, k, v, testing::allow_all(), 0.5);
   EXPECT_LE(max_abs_diff(scaled_dot_product_attention(q, k, v).to_vector(), ref), 1e-12);
   // f32 computes in f32.
-  Tensor out32 = scaled_dot_product_attention(q.to(DType::f32), k.to(DType::f32), v.to(DType::f32));
+  Tensor out32 = scaled_dot_product_attention(to(q, DType::f32), to(k, DType::f32), to(v, DType::f32));
   EXPECT_EQ(out32.dtype(), DType::f32);
   EXPECT_LE(max_abs_diff(out32.to_vector(), ref), 1e-5);
 }
@@ -214,12 +214,12 @@ TEST(OpsAttentionHalf, Bf16AndF16WithinToleranceOfF32) {
   for (auto [dt, rel, abs_tol] : {std::tuple{DType::bf16, 1.0 / 256, 3e-2},
                                   std::tuple{DType::f16, 1.0 / 1024, 5e-3}}) {
     SCOPED_TRACE(dtype_name(dt));
-    Tensor qh = q.to(dt), kh = k.to(dt), vh = v.to(dt);
+    Tensor qh = to(q, dt), kh = to(k, dt), vh = to(v, dt);
     Tensor out = scaled_dot_product_attention(qh, kh, vh, AttentionMask::causal());
     ASSERT_EQ(out.dtype(), dt);
     const auto o = out.to_vector();
-    const auto same_inputs = scaled_dot_product_attention(qh.to(DType::f32), kh.to(DType::f32),
-                                                          vh.to(DType::f32), AttentionMask::causal())
+    const auto same_inputs = scaled_dot_product_attention(to(qh, DType::f32), to(kh, DType::f32),
+                                                          to(vh, DType::f32), AttentionMask::causal())
                                  .to_vector();
     for (size_t i = 0; i < o.size(); ++i) {
       ASSERT_LE(std::abs(o[i] - same_inputs[i]), rel * std::abs(same_inputs[i]) + 1e-7) << i;
@@ -227,11 +227,11 @@ TEST(OpsAttentionHalf, Bf16AndF16WithinToleranceOfF32) {
     EXPECT_LE(max_abs_diff(o, exact), abs_tol);
     // Backward runs in fp32 and rounds once: gradients near fp32 ones (5% of their scale).
     Tensor q16 = qh.detach().requires_grad_(), k16 = kh.detach().requires_grad_();
-    Tensor q32 = qh.to(DType::f32).requires_grad_(), k32 = kh.to(DType::f32).requires_grad_();
+    Tensor q32 = to(qh, DType::f32).requires_grad_(), k32 = to(kh, DType::f32).requires_grad_();
     Tensor g = randn(out.shape());
-    scaled_dot_product_attention(q16, k16, vh, AttentionMask::causal()).backward(g.to(dt));
-    scaled_dot_product_attention(q32, k32, vh.to(DType::f32), AttentionMask::causal())
-        .backward(g.to(dt).to(DType::f32));
+    scaled_dot_product_attention(q16, k16, vh, AttentionMask::causal()).backward(to(g, dt));
+    scaled_dot_product_attention(q32, k32, to(vh, DType::f32), AttentionMask::causal())
+        .backward(to(to(g, dt), DType::f32));
     EXPECT_EQ(q16.grad().dtype(), dt);
     EXPECT_LE(max_abs_diff(q16.grad().to_vector(), q32.grad().to_vector()),
               5e-2 * max_abs(q32.grad().to_vector()));
@@ -318,9 +318,9 @@ TEST(OpsAttentionErrors, BadShapesAndDtypes) {
   EXPECT_THROW_WITH(scaled_dot_product_attention(q, k, randn({1, 2, 6, 8})), "same shape");
   EXPECT_THROW_WITH(scaled_dot_product_attention(q, randn({2, 2, 5, 8}), randn({2, 2, 5, 8})),
                     "batch sizes differ");
-  EXPECT_THROW_WITH(scaled_dot_product_attention(q, k.to(DType::f64), v), "share a dtype");
-  EXPECT_THROW_WITH(scaled_dot_product_attention(q.to(DType::i64), k.to(DType::i64),
-                                                 v.to(DType::i64)), "not supported");
+  EXPECT_THROW_WITH(scaled_dot_product_attention(q, to(k, DType::f64), v), "share a dtype");
+  EXPECT_THROW_WITH(scaled_dot_product_attention(to(q, DType::i64), to(k, DType::i64),
+                                                 to(v, DType::i64)), "not supported");
   EXPECT_THROW_WITH(scaled_dot_product_attention(q, k, v, AttentionMask::none(), NAN),
                     "scale must be finite");
 }

@@ -91,7 +91,7 @@ TEST(OpsElemGradcheck, PowScalarEdgeExponents) {
 TEST(OpsElemGradcheck, DivAndPowBroadcastAndNonContiguous) {
   Tensor a = make_input({3, 1, 4}, 4), b = positive_input({2, 4}, 5);
   EXPECT_GRADCHECK([](const V& x) { return div(x[0], x[1]); }, a, b);
-  EXPECT_GRADCHECK([](const V& x) { return x[1] / x[0].expand({3, 2, 4}); }, positive_input({3, 1, 4}, 6), b);
+  EXPECT_GRADCHECK([](const V& x) { return x[1] / expand(x[0], {3, 2, 4}); }, positive_input({3, 1, 4}, 6), b);
   Tensor base = positive_input({4, 3}, 7), e = make_input({3}, 8);
   EXPECT_GRADCHECK([](const V& x) { return pow(x[0], x[1]); }, base, e);
   EXPECT_GRADCHECK([](const V& x) { return pow(transpose(x[0], 0, 1), x[1]); }, base, make_input({4}, 9));
@@ -104,9 +104,9 @@ TEST(OpsElemGradcheck, DivAndPowBroadcastAndNonContiguous) {
 TEST(OpsElemGradcheck, ActivationsBroadcastExpanded) {
   // An expanded (stride 0) input: the gradient sums over the repeats.
   Tensor a = make_input({1, 5}, 13, 0.05);
-  EXPECT_GRADCHECK([](const V& x) { return mul(silu(x[0].expand({3, 5})), tanh(x[0])); }, a);
-  EXPECT_GRADCHECK([](const V& x) { return gelu(x[0].expand({4, 5})); }, a);
-  EXPECT_GRADCHECK([](const V& x) { return sigmoid(x[0].expand({2, 5})); }, a);
+  EXPECT_GRADCHECK([](const V& x) { return mul(silu(expand(x[0], {3, 5})), tanh(x[0])); }, a);
+  EXPECT_GRADCHECK([](const V& x) { return gelu(expand(x[0], {4, 5})); }, a);
+  EXPECT_GRADCHECK([](const V& x) { return sigmoid(expand(x[0], {2, 5})); }, a);
 }
 
 TEST(OpsElemGradcheck, WhereBroadcast) {
@@ -126,7 +126,7 @@ TEST(OpsElemGradcheck, MaskedFill) {
   EXPECT_GRADCHECK([causal](const V& v) { return masked_fill(v[0], causal, -1e4); }, x);
   Tensor row = bools({1, 0}, {2, 1, 1});
   EXPECT_GRADCHECK([row](const V& v) { return masked_fill(v[0], row, 0.0); }, x);
-  EXPECT_GRADCHECK([causal](const V& v) { return masked_fill(v[0].transpose(0, 1), causal.narrow(0, 1, 2).narrow(1, 1, 2), 2.0); },
+  EXPECT_GRADCHECK([causal](const V& v) { return masked_fill(transpose(v[0], 0, 1), narrow(narrow(causal, 0, 1, 2), 1, 1, 2), 2.0); },
                    make_input({2, 3, 2}, 19));
 }
 
@@ -138,7 +138,7 @@ TEST(OpsElemForward, UnaryMatchesReferenceLoops) {
     Tensor x64 = (c.positive_only ? positive_input({5, 7}, 20) : make_input({5, 7}, 20)).detach();
     const std::vector<double> xv = x64.to_vector();
     for (DType dt : {DType::f64, DType::f32}) {
-      Tensor x = x64.to(dt);
+      Tensor x = to(x64, dt);
       const std::vector<double> got = c.op(x).to_vector();
       const std::vector<double> xr = x.to_vector();  // the values as rounded to dt
       const double tol = dt == DType::f64 ? 1e-14 : 2e-6;
@@ -185,7 +185,7 @@ TEST(OpsElemForward, WhereAndMaskedFillValues) {
   EXPECT_EQ(masked_fill(a, mask, -7).to_vector(), (std::vector<double>{1, 2, 3, -7, -7, -7}));
   EXPECT_EQ(masked_fill(a, mask, -7).shape(), a.shape());
   // A mask made by conversion: nonzero is true.
-  Tensor converted = from_vector({0, 2, 0}, {3}).to(DType::boolean);
+  Tensor converted = to(from_vector({0, 2, 0}, {3}), DType::boolean);
   EXPECT_EQ(masked_fill(a, converted, 0).to_vector(), (std::vector<double>{1, 0, 3, 4, 0, 6}));
 }
 
@@ -199,17 +199,17 @@ TEST(OpsElemForward, HalfDtypesWithinRoundingOfFloat) {
     for (const UnaryCase& c : unary_cases()) {
       SCOPED_TRACE(c.name);
       Tensor x64 = (c.positive_only ? positive_input({4, 9}, 21) : make_input({4, 9}, 21)).detach();
-      Tensor xh = x64.to(dt);
+      Tensor xh = to(x64, dt);
       Tensor out = c.op(xh);
       EXPECT_EQ(out.dtype(), dt);
-      const auto got = out.to_vector(), want = c.op(xh.to(DType::f32)).to_vector();
+      const auto got = out.to_vector(), want = c.op(to(xh, DType::f32)).to_vector();
       for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], rel * std::abs(want[i]) + 1e-6);
     }
-    Tensor a = randn({3, 4}).to(dt), b = (randn({4}).to(DType::f64) * 0.1 + 2.0).to(dt);
-    const auto q = div(a, b).to_vector(), qf = div(a.to(DType::f32), b.to(DType::f32)).to_vector();
+    Tensor a = to(randn({3, 4}), dt), b = to(to(randn({4}), DType::f64) * 0.1 + 2.0, dt);
+    const auto q = div(a, b).to_vector(), qf = div(to(a, DType::f32), to(b, DType::f32)).to_vector();
     for (size_t i = 0; i < q.size(); ++i) EXPECT_NEAR(q[i], qf[i], rel * std::abs(qf[i]) + 1e-6);
     Tensor cond = bools({1, 0, 0, 1}, {4});
-    EXPECT_EQ(where(cond, a, -a).to_vector(), where(cond, a.to(DType::f32), -a.to(DType::f32)).to_vector());
+    EXPECT_EQ(where(cond, a, -a).to_vector(), where(cond, to(a, DType::f32), -to(a, DType::f32)).to_vector());
   }
 }
 
@@ -220,7 +220,7 @@ TEST(OpsElemThreads, LargeInputsMatchReference) {
   Tensor a = randn({300, 257}, {.dtype = DType::f64}, &gen), b = randn({257}, {.dtype = DType::f64}, &gen);
   const auto av = a.to_vector(), bv = b.to_vector();
   const auto sum_ab = add(a, b).to_vector(), e = exp(a).to_vector();
-  const auto t = gelu(a.transpose(0, 1)).to_vector();
+  const auto t = gelu(transpose(a, 0, 1)).to_vector();
   for (int64_t i = 0; i < 300; ++i) {
     for (int64_t j = 0; j < 257; ++j) {
       ASSERT_EQ(sum_ab[i * 257 + j], av[i * 257 + j] + bv[j]);

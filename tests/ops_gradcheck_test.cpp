@@ -124,38 +124,38 @@ TEST(OpsGradcheck, ReshapeViewTransposePermute) {
   // reshape of a non-contiguous tensor copies; its gradient must still come back.
   EXPECT_GRADCHECK([](const V& x) { return reshape(transpose(x[0], 1, 2), {2, 12}); }, a);
   EXPECT_GRADCHECK([](const V& x) { return squeeze(unsqueeze(x[0], 1), 1); }, a);
-  EXPECT_GRADCHECK([](const V& x) { return x[0].reshape({3, 8}).transpose(0, 1).contiguous(); }, a);
+  EXPECT_GRADCHECK([](const V& x) { return contiguous(transpose(reshape(x[0], {3, 8}), 0, 1)); }, a);
 }
 
 TEST(OpsGradcheck, NarrowSliceExpand) {
   Tensor a = make_input({5, 7}, 51), b = make_input({3, 1}, 52);
   EXPECT_GRADCHECK([](const V& x) { return narrow(x[0], 1, 2, 3); }, a);
-  EXPECT_GRADCHECK([](const V& x) { return x[0].narrow(0, -3, 2); }, a);
+  EXPECT_GRADCHECK([](const V& x) { return narrow(x[0], 0, -3, 2); }, a);
   EXPECT_GRADCHECK([](const V& x) { return slice(x[0], 1, 1, 7, 3); }, a);
-  EXPECT_GRADCHECK([](const V& x) { return x[0].slice(0, 0, 100); }, a);  // end clamps
+  EXPECT_GRADCHECK([](const V& x) { return slice(x[0], 0, 0, 100); }, a);  // end clamps
   EXPECT_GRADCHECK([](const V& x) { return expand(x[0], {3, 6}); }, b);
-  EXPECT_GRADCHECK([](const V& x) { return x[0].expand({2, 3, 4}); }, b);
+  EXPECT_GRADCHECK([](const V& x) { return expand(x[0], {2, 3, 4}); }, b);
 }
 
 TEST(OpsViews, ShareStorageAndSaveNothing) {
   Tensor a = make_input({4, 6}, 53);
-  for (const Tensor& v : {a.reshape({6, 4}), a.view({24}), a.transpose(0, 1), a.permute({1, 0}),
-                          a.narrow(0, 1, 2), a.slice(1, 0, 6, 2), a.expand({4, 6})}) {
+  for (const Tensor& v : {reshape(a, {6, 4}), view(a, {24}), transpose(a, 0, 1), permute(a, {1, 0}),
+                          narrow(a, 0, 1, 2), slice(a, 1, 0, 6, 2), expand(a, {4, 6})}) {
     EXPECT_EQ(v.storage().get(), a.storage().get());
     ASSERT_TRUE(v.grad_fn());
     EXPECT_EQ(v.grad_fn()->saved_bytes(), 0u) << v.grad_fn()->name();
   }
   // Already contiguous / same dtype / same device: the tensor itself.
-  EXPECT_TRUE(a.contiguous().is_same(a));
-  EXPECT_TRUE(a.to(DType::f64).is_same(a));
-  EXPECT_TRUE(a.to(kCPU).is_same(a));
+  EXPECT_TRUE(contiguous(a).is_same(a));
+  EXPECT_TRUE(to(a, DType::f64).is_same(a));
+  EXPECT_TRUE(to(a, kCPU).is_same(a));
 }
 
 TEST(OpsConvert, ToDtypeBackwardConvertsBack) {
   Generator gen(54);
   Tensor x = randn({3, 4}, {}, &gen).requires_grad_();  // f32
   Tensor w = randn({3, 4}, {.dtype = DType::f64}, &gen);
-  Tensor y = mul(x.to(DType::f64), w);
+  Tensor y = mul(to(x, DType::f64), w);
   EXPECT_EQ(y.dtype(), DType::f64);
   sum(y).backward();
   ASSERT_TRUE(x.grad().defined());
@@ -164,7 +164,7 @@ TEST(OpsConvert, ToDtypeBackwardConvertsBack) {
   for (size_t i = 0; i < g.size(); ++i) EXPECT_FLOAT_EQ(g[i], static_cast<float>(wv[i]));
   // bf16 round trip: the gradient comes back in the leaf's dtype.
   Tensor h = ones({5}, {.dtype = DType::bf16}).requires_grad_();
-  sum(scale(h.to(DType::f32), 3.0)).backward();
+  sum(scale(to(h, DType::f32), 3.0)).backward();
   EXPECT_EQ(h.grad().dtype(), DType::bf16);
   for (double v : h.grad().to_vector()) EXPECT_EQ(v, 3.0);
 }
@@ -181,7 +181,7 @@ TEST(OpsGradcheck, LinearWithAndWithoutBias) {
   const Tensor b = testing::make_input({4}, 303);
   auto with_bias = [](const std::vector<Tensor>& in) { return linear(in[0], in[1], in[2]); };
   EXPECT_TRUE(testing::gradcheck(with_bias, {x, w, b}).ok);
-  auto no_bias = [](const std::vector<Tensor>& in) { return linear(in[0].transpose(0, 1), in[1]); };
+  auto no_bias = [](const std::vector<Tensor>& in) { return linear(transpose(in[0], 0, 1), in[1]); };
   EXPECT_TRUE(testing::gradcheck(no_bias, {x, w}).ok);
   EXPECT_EQ(linear(x.detach(), w.detach(), b.detach()).shape(), (Shape{2, 3, 4}));
   EXPECT_THROW(linear(x.detach(), testing::make_input({4, 6}, 304).detach()), Error);

@@ -61,7 +61,7 @@ TEST(OpsNorm, RmsNormMatchesFormula) {
     const auto ref_nw = rms_norm_reference(x, Tensor(), 1e-5);
     const auto got_nw = rms_norm(x, Tensor(), 1e-5).to_vector();
     for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(got_nw[i], ref_nw[i], tol) << i;
-    Tensor xt = randn({7, 5}, {.dtype = dt}, &gen).transpose(0, 1);
+    Tensor xt = transpose(randn({7, 5}, {.dtype = dt}, &gen), 0, 1);
     const auto ref_t = rms_norm_reference(xt, w, 1e-6);
     const auto got_t = rms_norm(xt, w).to_vector();
     for (size_t i = 0; i < ref_t.size(); ++i) EXPECT_NEAR(got_t[i], ref_t[i], tol) << i;
@@ -76,12 +76,12 @@ TEST(OpsNorm, RmsNormGradcheck) {
   Tensor x3 = make_input({2, 3, 7}, 103), w7 = make_input({7}, 104);
   EXPECT_GRADCHECK([](const V& in) { return rms_norm(in[0], in[1], 1e-6); }, x3, w7);
   Tensor xt = make_input({7, 2, 3}, 105);
-  EXPECT_GRADCHECK([](const V& in) { return rms_norm(in[0].permute({1, 2, 0}), in[1], 1e-6); },
+  EXPECT_GRADCHECK([](const V& in) { return rms_norm(permute(in[0], {1, 2, 0}), in[1], 1e-6); },
                    xt, w7);
   // A sliced x (every other row) and a strided weight.
   Tensor xs = make_input({6, 5}, 106), w10 = make_input({10}, 107);
   EXPECT_GRADCHECK(
-      [](const V& in) { return rms_norm(in[0].slice(0, 0, 6, 2), in[1].slice(0, 1, 10, 2)); },
+      [](const V& in) { return rms_norm(slice(in[0], 0, 0, 6, 2), slice(in[1], 0, 1, 10, 2)); },
       xs, w10);
 }
 
@@ -109,11 +109,11 @@ TEST(OpsNorm, RmsNormLargeRowsMatchLoopsAndAreDeterministic) {
   }
   for (int64_t j = 0; j < D; ++j) EXPECT_NEAR(dw[j], dw_ref[j], 1e-10);
   // The same bits on a second run (dweight's partial sums are added in a fixed order).
-  Tensor xf = x.to(DType::f32).detach().requires_grad_(), wf = w.to(DType::f32).detach().requires_grad_();
-  rms_norm(xf, wf).backward(g.to(DType::f32));
+  Tensor xf = to(x, DType::f32).detach().requires_grad_(), wf = to(w, DType::f32).detach().requires_grad_();
+  rms_norm(xf, wf).backward(to(g, DType::f32));
   const auto first = wf.grad().to_vector();
   wf.set_grad(Tensor());
-  rms_norm(xf, wf).backward(g.to(DType::f32));
+  rms_norm(xf, wf).backward(to(g, DType::f32));
   EXPECT_EQ(wf.grad().to_vector(), first);
 }
 
@@ -137,13 +137,13 @@ TEST(OpsNorm, RmsNormHalfPrecisionNearFp32) {
   Tensor x = randn({8, 64}, {}, &gen), w = randn({64}, {}, &gen, 1.0, 0.1);
   Tensor ref = rms_norm(x, w);
   for (DType dt : {DType::bf16, DType::f16}) {
-    Tensor got = rms_norm(x.to(dt), w.to(dt));
+    Tensor got = rms_norm(to(x, dt), to(w, dt));
     EXPECT_EQ(got.dtype(), dt);
     // Inputs rounded to 16 bits, one rounding of the output: within 2^-7 relative (bf16).
     const auto g = got.to_vector(), r = ref.to_vector();
     for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], r[i], 1.6e-2 * (1 + std::abs(r[i])));
     // The backward runs in fp32 too and comes back in the input's dtype.
-    Tensor xh = x.to(dt).requires_grad_(), wh = w.to(dt).requires_grad_();
+    Tensor xh = to(x, dt).requires_grad_(), wh = to(w, dt).requires_grad_();
     sum(rms_norm(xh, wh)).backward();
     EXPECT_EQ(xh.grad().dtype(), dt);
     EXPECT_EQ(wh.grad().dtype(), dt);
@@ -170,8 +170,8 @@ TEST(OpsEmbed, LooksUpRows) {
   }
   EXPECT_EQ(embedding(w, from_ints({2}, {})).to_vector(), (std::vector<double>{20, 21}));
   // A transposed table and transposed ids are read through their strides.
-  Tensor wt = from_vector({0, 10, 20, 30, 1, 11, 21, 31}, {2, 4}).transpose(0, 1);
-  Tensor ids_t = from_ints({3, 1, 0, 2}, {2, 2}).transpose(0, 1);  // [[3, 0], [1, 2]]
+  Tensor wt = transpose(from_vector({0, 10, 20, 30, 1, 11, 21, 31}, {2, 4}), 0, 1);
+  Tensor ids_t = transpose(from_ints({3, 1, 0, 2}, {2, 2}), 0, 1);  // [[3, 0], [1, 2]]
   EXPECT_EQ(embedding(wt, ids_t).to_vector(),
             (std::vector<double>{30, 31, 0, 1, 10, 11, 20, 21}));
 }
@@ -180,7 +180,7 @@ TEST(OpsEmbed, Gradcheck) {
   Tensor w = make_input({5, 3}, 120), wt = make_input({3, 5}, 121);
   Tensor ids = from_ints({4, 0, 4, 2, 4, 1}, {3, 2});  // 4 repeats
   EXPECT_GRADCHECK([ids](const V& in) { return embedding(in[0], ids); }, w);
-  EXPECT_GRADCHECK([ids](const V& in) { return embedding(in[0].transpose(0, 1), ids); }, wt);
+  EXPECT_GRADCHECK([ids](const V& in) { return embedding(transpose(in[0], 0, 1), ids); }, wt);
   // With padding_idx = 4 the gradient is deliberately not the derivative for row 4 (it
   // stays zero, as in PyTorch): the other rows match the unpadded gradient exactly.
   Generator gen(122);
@@ -304,7 +304,7 @@ TEST(OpsRotary, Gradcheck) {
   // [B, H, S, hd] transposed to [B, S, H, hd] (non-contiguous), per-batch positions [B, S].
   Tensor xh = make_input({2, 3, 4, 4}, 133);
   Tensor pb = from_ints({0, 1, 2, 3, 17, 18, 19, 20}, {2, 4});
-  EXPECT_GRADCHECK([pb](const V& in) { return apply_rotary(in[0].transpose(1, 2), pb, 100.0); },
+  EXPECT_GRADCHECK([pb](const V& in) { return apply_rotary(transpose(in[0], 1, 2), pb, 100.0); },
                    xh);
   // Only positions are saved.
   Tensor leaf = ones({5, 2, 6}).requires_grad_();
@@ -317,7 +317,7 @@ TEST(OpsRotary, HalfPrecisionNearFp32) {
   Tensor p = from_ints({0, 1, 2, 500, 501, 502}, {6});
   Tensor ref = apply_rotary(x, p, 1e6);
   for (DType dt : {DType::bf16, DType::f16}) {
-    const auto g = apply_rotary(x.to(dt), p, 1e6).to_vector(), r = ref.to_vector();
+    const auto g = apply_rotary(to(x, dt), p, 1e6).to_vector(), r = ref.to_vector();
     for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], r[i], 2e-2 * (1 + std::abs(r[i])));
   }
 }
@@ -355,8 +355,8 @@ TEST(OpsSwiGLU, ContiguousParallelPathMatchesStridedPath) {
   Tensor a = randn({64, 1024}, {}, &gen), u = randn({64, 1024}, {}, &gen);
   Tensor g = randn({64, 1024}, {}, &gen);
   // The same values through transposed views take the strided loop.
-  Tensor at = a.transpose(0, 1).contiguous().transpose(0, 1);
-  Tensor ut = u.transpose(0, 1).contiguous().transpose(0, 1);
+  Tensor at = transpose(contiguous(transpose(a, 0, 1)), 0, 1);
+  Tensor ut = transpose(contiguous(transpose(u, 0, 1)), 0, 1);
   EXPECT_EQ(swiglu(a, u).to_vector(), swiglu(at, ut).to_vector());
   Tensor a1 = a.detach().requires_grad_(), u1 = u.detach().requires_grad_();
   Tensor a2 = at.detach().requires_grad_(), u2 = ut.detach().requires_grad_();
@@ -371,7 +371,7 @@ TEST(OpsSwiGLU, Gradcheck) {
   EXPECT_GRADCHECK([](const V& in) { return swiglu(in[0], in[1]); }, a, u);
   Tensor at = make_input({7, 4}, 143), us = make_input({8, 7}, 144);
   EXPECT_GRADCHECK(
-      [](const V& in) { return swiglu(in[0].transpose(0, 1), in[1].slice(0, 0, 8, 2)); }, at, us);
+      [](const V& in) { return swiglu(transpose(in[0], 0, 1), slice(in[1], 0, 0, 8, 2)); }, at, us);
   // Only up trains: gate alone is saved; only gate trains: both.
   Generator gen(145);
   Tensor g = randn({4, 7}, {.dtype = DType::f64}, &gen);
@@ -387,7 +387,7 @@ TEST(OpsSwiGLU, HalfPrecisionNearFp32) {
   Tensor a = randn({16, 33}, {}, &gen), u = randn({16, 33}, {}, &gen);
   Tensor ref = swiglu(a, u);
   const auto r = ref.to_vector();
-  const auto g = swiglu(a.to(DType::bf16), u.to(DType::bf16)).to_vector();
+  const auto g = swiglu(to(a, DType::bf16), to(u, DType::bf16)).to_vector();
   for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], r[i], 2e-2 * (1 + std::abs(r[i])));
 }
 

@@ -41,7 +41,7 @@ TEST(OpsReduceGradcheck, Logsumexp) {
   EXPECT_GRADCHECK([](const V& x) { return logsumexp(x[0], 1, true); }, a);
   EXPECT_GRADCHECK([](const V& x) { return logsumexp(x[0], -3); }, a);
   EXPECT_GRADCHECK([](const V& x) { return logsumexp(transpose(x[0], 1, 2), 1); }, a);
-  EXPECT_GRADCHECK([](const V& x) { return logsumexp(x[0].expand({2, 3, 4, 5}), 0); }, a);
+  EXPECT_GRADCHECK([](const V& x) { return logsumexp(expand(x[0], {2, 3, 4, 5}), 0); }, a);
   EXPECT_GRADCHECK([](const V& x) { return logsumexp(x[0]); }, a);
   EXPECT_GRADCHECK([](const V& x) { return logsumexp(slice(x[0], 0, 0, 3, 2)); }, a);
 }
@@ -87,7 +87,7 @@ TEST(OpsReduceForward, MaxAndArgmaxMatchLoops) {
     EXPECT_EQ(max(a).item(), av[flat]);
     EXPECT_EQ(argmax(a, 0, true).shape(), (Shape{1, 6, 5}));
     // Transposed input: the same answer as its contiguous copy.
-    EXPECT_EQ(argmax(a.transpose(0, 2), 1).to_vector(), argmax(a.transpose(0, 2).contiguous(), 1).to_vector());
+    EXPECT_EQ(argmax(transpose(a, 0, 2), 1).to_vector(), argmax(contiguous(transpose(a, 0, 2)), 1).to_vector());
   }
   const double nan = std::numeric_limits<double>::quiet_NaN();
   EXPECT_EQ(argmax(from_vector({1, nan, 3, nan}, {4})).item(), 1);  // a NaN is the maximum
@@ -116,8 +116,8 @@ TEST(OpsReduceForward, LogsumexpMatchesLoopsAndDoesNotOverflow) {
   EXPECT_EQ(edge[1], inf);
   EXPECT_EQ(logsumexp(zeros({2, 0}), 1).to_vector(), (std::vector<double>{-inf, -inf}));
   // bf16 is computed in fp32 and rounded once: within 2^-8 relative.
-  Tensor h = randn({4, 33}, {}, &gen).to(DType::bf16);
-  const auto lh = logsumexp(h, -1).to_vector(), lf = logsumexp(h.to(DType::f32), -1).to_vector();
+  Tensor h = to(randn({4, 33}, {}, &gen), DType::bf16);
+  const auto lh = logsumexp(h, -1).to_vector(), lf = logsumexp(to(h, DType::f32), -1).to_vector();
   for (size_t i = 0; i < lh.size(); ++i) EXPECT_NEAR(lh[i], lf[i], std::abs(lf[i]) / 256 + 1e-6);
 }
 
@@ -155,8 +155,8 @@ TEST(OpsReduceThreads, SumsAreTheSameForAnyThreadCount) {
   Tensor a = randn({513, 301}, {}, &gen);  // 154k elements: every sum walk goes parallel
   auto sums = [&] {
     return std::vector<std::vector<double>>{
-        sum(a).to_vector(), sum(a.transpose(0, 1)).to_vector(), sum(a, {0}).to_vector(),
-        sum(a, {1}).to_vector(), mean(a.transpose(0, 1), {1}).to_vector(),
+        sum(a).to_vector(), sum(transpose(a, 0, 1)).to_vector(), sum(a, {0}).to_vector(),
+        sum(a, {1}).to_vector(), mean(transpose(a, 0, 1), {1}).to_vector(),
         logsumexp(a, 0).to_vector(), max(a, 0).values.to_vector(), softmax(a, 0).to_vector()};
   };
   const auto one = with_threads(1, sums), four = with_threads(4, sums);
@@ -176,8 +176,8 @@ TEST(OpsReduceThreads, LargeSumsMatchDoubleLoops) {
       rows[i] += av[i * 97 + j];
     }
   EXPECT_NEAR(sum(a).item(), total, 1e-9);
-  EXPECT_NEAR(sum(a.transpose(0, 1)).item(), total, 1e-9);
-  const auto c = sum(a, {0}).to_vector(), r = sum(a.transpose(0, 1), {0}).to_vector();
+  EXPECT_NEAR(sum(transpose(a, 0, 1)).item(), total, 1e-9);
+  const auto c = sum(a, {0}).to_vector(), r = sum(transpose(a, 0, 1), {0}).to_vector();
   for (int j = 0; j < 97; ++j) EXPECT_NEAR(c[j], cols[j], 1e-11);
   for (int i = 0; i < 700; ++i) EXPECT_NEAR(r[i], rows[i], 1e-11);
 }

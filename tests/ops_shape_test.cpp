@@ -25,7 +25,7 @@ using V = std::vector<Tensor>;
 TEST(OpsShape, CatValues) {
   Tensor a = from_vector({1, 2, 3, 4}, {2, 2}), b = from_vector({5, 6}, {2, 1});
   EXPECT_EQ(cat({a, b}, 1).to_vector(), (std::vector<double>{1, 2, 5, 3, 4, 6}));
-  EXPECT_EQ(cat({a, b.transpose(0, 1)}, -2).to_vector(), (std::vector<double>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(cat({a, transpose(b, 0, 1)}, -2).to_vector(), (std::vector<double>{1, 2, 3, 4, 5, 6}));
   // Integer tensors join too (no gradient involved).
   Tensor i = cat({from_ints({1, 2}, {2}), from_ints({3}, {1})});
   EXPECT_EQ(i.dtype(), DType::i64);
@@ -38,7 +38,7 @@ TEST(OpsShape, CatValues) {
 
 TEST(OpsShape, CatStackGradcheck) {
   Tensor a = make_input({2, 3}, 200), b = make_input({2, 5}, 201), c = make_input({4, 2}, 202);
-  EXPECT_GRADCHECK([](const V& x) { return cat({x[0], x[1], x[2].transpose(0, 1)}, -1); }, a, b,
+  EXPECT_GRADCHECK([](const V& x) { return cat({x[0], x[1], transpose(x[2], 0, 1)}, -1); }, a, b,
                    c);
   EXPECT_GRADCHECK([](const V& x) { return cat({x[0], x[0]}, 0); }, a);  // one input twice
   Tensor d = make_input({2, 3}, 203);
@@ -64,7 +64,7 @@ TEST(OpsShape, CatStackErrors) {
 // ---- split / chunk / narrow ----------------------------------------------------------
 
 TEST(OpsShape, SplitAndChunkPieces) {
-  Tensor x = arange(0.0, 14.0).reshape({7, 2});
+  Tensor x = reshape(arange(0.0, 14.0), {7, 2});
   auto pieces = split(x, 3);
   ASSERT_EQ(pieces.size(), 3u);
   EXPECT_EQ(pieces[2].shape(), (Shape{1, 2}));
@@ -93,13 +93,13 @@ TEST(OpsShape, SplitChunkNarrowGradcheck) {
       x);
   EXPECT_GRADCHECK(
       [](const V& in) {
-        auto p = split_with_sizes(in[0].transpose(0, 1), {1, 4, 2}, -1);
+        auto p = split_with_sizes(transpose(in[0], 0, 1), {1, 4, 2}, -1);
         return p[1] * 2.0 + cat({p[0], p[2], p[0]}, 1);
       },
       x);
   EXPECT_GRADCHECK([](const V& in) { return chunk(in[0], 2, 1)[1]; }, x);
   EXPECT_GRADCHECK([](const V& in) { return narrow(in[0], -1, 1, 2); }, x);
-  EXPECT_GRADCHECK([](const V& in) { return in[0].transpose(0, 1).narrow(1, 2, 4); }, x);
+  EXPECT_GRADCHECK([](const V& in) { return narrow(transpose(in[0], 0, 1), 1, 2, 4); }, x);
   Tensor leaf = ones({6}).requires_grad_();
   auto p = split(leaf, 2);
   EXPECT_TRUE(p[0].grad_fn() == p[2].grad_fn());  // one node for all pieces
@@ -128,7 +128,7 @@ TEST(OpsShape, PadValues) {
 TEST(OpsShape, PadGradcheckAndErrors) {
   Tensor x = make_input({3, 4}, 220);
   EXPECT_GRADCHECK([](const V& in) { return pad(in[0], {2, 1}); }, x);
-  EXPECT_GRADCHECK([](const V& in) { return pad(in[0].transpose(0, 1), {0, 3, 1, 2}, 1.5); }, x);
+  EXPECT_GRADCHECK([](const V& in) { return pad(transpose(in[0], 0, 1), {0, 3, 1, 2}, 1.5); }, x);
   EXPECT_GRADCHECK([](const V& in) { return pad(in[0], {}); }, x);
   EXPECT_ERROR_HAS(pad(ones({2, 2}), {1, -1}), "pad", "negative");
   EXPECT_ERROR_HAS(pad(ones({2, 2}), {1}), "pad", "even length");
@@ -155,7 +155,7 @@ TEST(OpsShape, IndexSelectGradcheck) {
   Tensor x = make_input({5, 4}, 231);
   Tensor idx = from_ints({3, 3, 0, 4, 3}, {5});  // repeats accumulate
   EXPECT_GRADCHECK([idx](const V& in) { return index_select(in[0], 0, idx); }, x);
-  EXPECT_GRADCHECK([idx](const V& in) { return index_select(in[0].transpose(0, 1), -1, idx); },
+  EXPECT_GRADCHECK([idx](const V& in) { return index_select(transpose(in[0], 0, 1), -1, idx); },
                    x);
   Tensor idx2 = from_ints({1, 1, 2}, {3});
   EXPECT_GRADCHECK([idx2](const V& in) { return index_select(in[0], 1, idx2); }, x);
@@ -189,7 +189,7 @@ TEST(OpsShape, GatherGradcheck) {
   Tensor idx = from_ints({0, 0, 3, 1, 1, 1, 2, 3, 0}, {3, 3});  // repeats
   EXPECT_GRADCHECK([idx](const V& in) { return gather(in[0], 1, idx); }, x);
   Tensor idx0 = from_ints({2, 0, 1, 2, 2, 2}, {2, 3});
-  EXPECT_GRADCHECK([idx0](const V& in) { return gather(in[0].transpose(0, 1), 0, idx0); }, x);
+  EXPECT_GRADCHECK([idx0](const V& in) { return gather(transpose(in[0], 0, 1), 0, idx0); }, x);
   EXPECT_GRADCHECK([idx0](const V& in) { return gather(in[0], -2, idx0); }, x);
 }
 
@@ -225,7 +225,7 @@ TEST(OpsShape, ScatterAddGradcheck) {
   EXPECT_GRADCHECK([idx](const V& in) { return scatter_add(in[0], 1, idx, in[1]); }, x, src);
   Tensor xt = make_input({5, 3}, 253), s = make_input({3, 3}, 254);
   EXPECT_GRADCHECK(
-      [idx](const V& in) { return scatter_add(in[0].transpose(0, 1), -1, idx, in[1]); }, xt, s);
+      [idx](const V& in) { return scatter_add(transpose(in[0], 0, 1), -1, idx, in[1]); }, xt, s);
   Tensor idx0 = from_ints({2, 0, 2, 2, 1, 0}, {2, 3});
   EXPECT_GRADCHECK([idx0](const V& in) { return scatter_add(in[0], 0, idx0, in[1]); }, x, s);
 }

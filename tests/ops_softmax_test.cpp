@@ -26,7 +26,7 @@ TEST(OpsSoftmaxGradcheck, EveryDimAndLayout) {
     EXPECT_GRADCHECK([dim](const V& x) { return log_softmax(transpose(x[0], 1, 2), dim); }, a);
   }
   EXPECT_GRADCHECK([](const V& x) { return softmax(slice(x[0], 2, 0, 5, 2)); }, a);
-  EXPECT_GRADCHECK([](const V& x) { return log_softmax(x[0].expand({2, 7}), 0); }, make_input({1, 7}, 2));
+  EXPECT_GRADCHECK([](const V& x) { return log_softmax(expand(x[0], {2, 7}), 0); }, make_input({1, 7}, 2));
   EXPECT_GRADCHECK([](const V& x) { return softmax(x[0], 0); }, make_input({11}, 3));
   // Upstream gradients that are not contiguous (softmax feeding a transpose).
   EXPECT_GRADCHECK([](const V& x) { return transpose(softmax(x[0], 1), 0, 1); }, make_input({3, 6}, 4));
@@ -55,7 +55,7 @@ TEST(OpsSoftmaxForward, RowsSumToOneAndMatchTheFormula) {
       EXPECT_NEAR(row_sum, 1.0, 10 * tol);
     }
     // Along dim 0 of a transposed view = along dim 1 of the original, transposed.
-    EXPECT_EQ(softmax(a.transpose(0, 1), 0).to_vector(), softmax(a, 1).transpose(0, 1).contiguous().to_vector());
+    EXPECT_EQ(softmax(transpose(a, 0, 1), 0).to_vector(), contiguous(transpose(softmax(a, 1), 0, 1)).to_vector());
   }
 }
 
@@ -78,7 +78,7 @@ TEST(OpsSoftmaxForward, HalfDtypesWithinRoundingOfFloat) {
   for (DType dt : {DType::bf16, DType::f16}) {
     SCOPED_TRACE(dtype_name(dt));
     const double rel = dt == DType::bf16 ? 1.0 / 256 : 1.0 / 2048;
-    Tensor h = a.to(dt), f = h.to(DType::f32);
+    Tensor h = to(a, dt), f = to(h, DType::f32);
     EXPECT_EQ(softmax(h).dtype(), dt);
     const auto sh = softmax(h).to_vector(), sf = softmax(f).to_vector();
     const auto lh = log_softmax(h, 0).to_vector(), lf = log_softmax(f, 0).to_vector();

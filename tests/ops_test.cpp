@@ -25,7 +25,7 @@ TEST(OpsForward, BroadcastBinaryValues) {
   EXPECT_EQ(relu(a - 3.5).to_vector(), (std::vector<double>{0, 0, 0, 0.5, 1.5, 2.5}));
   EXPECT_EQ((2.0 * a).to_vector(), (std::vector<double>{2, 4, 6, 8, 10, 12}));
   // A transposed operand is read through its strides.
-  EXPECT_EQ(add(a.transpose(0, 1), from_vector({0, 0}, {2})).to_vector(),
+  EXPECT_EQ(add(transpose(a, 0, 1), from_vector({0, 0}, {2})).to_vector(),
             (std::vector<double>{1, 4, 2, 5, 3, 6}));
 }
 
@@ -57,7 +57,7 @@ TEST(OpsForward, SumMeanValues) {
   EXPECT_EQ(sum(a, {0}).to_vector(), (std::vector<double>{5, 7, 9}));
   EXPECT_EQ(sum(a, {1}, true).shape(), (Shape{2, 1}));
   EXPECT_EQ(mean(a, {-1}).to_vector(), (std::vector<double>{2, 5}));
-  EXPECT_EQ(sum(a.transpose(0, 1), {1}).to_vector(), (std::vector<double>{5, 7, 9}));
+  EXPECT_EQ(sum(transpose(a, 0, 1), {1}).to_vector(), (std::vector<double>{5, 7, 9}));
 }
 
 TEST(OpsForward, HalfDtypesComputeInFloat) {
@@ -67,7 +67,7 @@ TEST(OpsForward, HalfDtypesComputeInFloat) {
   const auto ref_add = add(a, a).to_vector();
   for (DType dt : {DType::bf16, DType::f16}) {
     const double tol = dt == DType::bf16 ? 0.1 : 0.02;
-    Tensor ah = a.to(dt), bh = b.to(dt);
+    Tensor ah = to(a, dt), bh = to(b, dt);
     Tensor mm = matmul(ah, bh);
     EXPECT_EQ(mm.dtype(), dt);
     const auto got = mm.to_vector();
@@ -96,10 +96,10 @@ TEST(OpsInplace, UpdatesUnderNoGrad) {
   EXPECT_EQ(m.to_vector(), (std::vector<double>{1.5, 8, 5.5, 12}));
   mul_(m, from_vector({2, 0}, {2}));
   EXPECT_EQ(m.to_vector(), (std::vector<double>{3, 0, 11, 0}));
-  copy_(m.transpose(0, 1), from_vector({1, 2, 3, 4}, {2, 2}));
+  copy_(transpose(m, 0, 1), from_vector({1, 2, 3, 4}, {2, 2}));
   EXPECT_EQ(m.to_vector(), (std::vector<double>{1, 3, 2, 4}));
   add_scalar_(m, 1.0);
-  zero_(m.narrow(0, 0, 1));
+  zero_(narrow(m, 0, 0, 1));
   EXPECT_EQ(m.to_vector(), (std::vector<double>{0, 0, 3, 5}));
 }
 
@@ -109,7 +109,7 @@ TEST(OpsErrors, InplaceOnLeafRequiringGrad) {
   EXPECT_NE(msg.find("add_: dst is a leaf tensor that requires grad"), std::string::npos) << msg;
   EXPECT_NE(msg.find("NoGradGuard"), std::string::npos) << msg;
   EXPECT_THROW(mul_(scale(p, 2.0), 3.0), Error);  // part of a graph
-  EXPECT_THROW(add_(ones({3}).expand({2, 3}), ones({3})), Error);  // stride-0 dst
+  EXPECT_THROW(add_(expand(ones({3}), {2, 3}), ones({3})), Error);  // stride-0 dst
   EXPECT_THROW(add_(ones({3}), ones({2, 3})), Error);              // src larger than dst
 }
 
@@ -125,14 +125,14 @@ TEST(OpsErrors, ShapeMismatch) {
   EXPECT_THROW(matmul(ones({}), ones({4})), Error);
   EXPECT_THROW(sum(ones({2, 3}), {2}), Error);
   EXPECT_THROW(sum(ones({2, 3}), {1, -1}), Error);  // same dim twice
-  EXPECT_THROW(view(ones({2, 3}).transpose(0, 1), {6}), Error);
+  EXPECT_THROW(view(transpose(ones({2, 3}), 0, 1), {6}), Error);
 }
 
 TEST(OpsErrors, DtypeMismatchAndUnsupported) {
   EXPECT_EQ(error_of([] { add(ones({2}), ones({2}, {.dtype = DType::bf16})); }),
-            "add: dtypes differ (f32 and bf16); convert one with .to(dtype)");
+            "add: dtypes differ (f32 and bf16); convert one with cg::to(t, dtype)");
   EXPECT_EQ(error_of([] { matmul(ones({2, 2}, {.dtype = DType::f64}), ones({2, 2})); }),
-            "matmul: dtypes differ (f64 and f32); convert one with .to(dtype)");
+            "matmul: dtypes differ (f64 and f32); convert one with cg::to(t, dtype)");
   const std::string msg = error_of([] { relu(ones({2}, {.dtype = DType::i64})); });
   EXPECT_NE(msg.find("relu: dtype i64 is not supported"), std::string::npos) << msg;
   EXPECT_THROW(add(Tensor(), ones({2})), Error);
@@ -140,7 +140,7 @@ TEST(OpsErrors, DtypeMismatchAndUnsupported) {
 
 TEST(OpsErrors, CudaTensorsWithoutCuda) {
   if (cuda_available()) GTEST_SKIP() << "a GPU is present; this checks the CPU-only build";
-  EXPECT_THROW(ones({2}).to(cuda_device(0)), Error);
+  EXPECT_THROW(to(ones({2}), cuda_device(0)), Error);
 }
 
 }  // namespace
