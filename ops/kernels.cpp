@@ -29,7 +29,7 @@ const char* type_name(DeviceType type) { return type == DeviceType::cpu ? "cpu" 
 
 void DeviceKernels::missing(const char* entry) const {
   CG_FAIL("kernel ", entry, " is not implemented on ", type_name(type()),
-          " yet; run this op on the CPU (.to(cg::kCPU))");
+          " yet; run this op on the CPU (cg::to(t, cg::kCPU))");
 }
 
 const std::vector<std::string>& kernel_entry_names() {
@@ -62,7 +62,7 @@ DeviceKernels& kernels_for(Device device, const char* op) {
   DeviceKernels* table = find_kernels(device.type);
   if (table == nullptr) {
     CG_FAIL("op ", op, " is not implemented on ", device.str(), " yet: this build has no ",
-            type_name(device.type), " kernels; run it on the CPU (.to(cg::kCPU))");
+            type_name(device.type), " kernels; run it on the CPU (cg::to(t, cg::kCPU))");
   }
   return *table;
 }
