@@ -36,18 +36,37 @@ std::string AllocatorStats::str() const {
   return out.str();
 }
 
-std::string format_bytes(int64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+namespace {
+
+// The magnitude in the largest unit below it, with the sign in front: 2^63 bytes is
+// "8.00 EiB" (not a negative TiB count), INT64_MIN formats as "-8.00 EiB".
+std::string format_magnitude(uint64_t bytes, bool negative) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  const char* sign = negative ? "-" : "";
+  char buf[40];
+  if (bytes < 1024) {
+    std::snprintf(buf, sizeof buf, "%s%llu B", sign, static_cast<unsigned long long>(bytes));
+    return buf;
+  }
   double v = static_cast<double>(bytes);
   int u = 0;
-  while ((v >= 1024.0 || v <= -1024.0) && u < 4) {
+  while (v >= 1024.0 && u < 6) {
     v /= 1024.0;
     ++u;
   }
-  char buf[32];
-  if (u == 0) std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
-  else std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
+  std::snprintf(buf, sizeof buf, "%s%.2f %s", sign, v, units[u]);
   return buf;
+}
+
+}  // namespace
+
+std::string format_bytes(uint64_t bytes) { return format_magnitude(bytes, false); }
+
+std::string format_bytes(int64_t bytes) {
+  // -(INT64_MIN) does not fit an int64; its magnitude does fit a uint64.
+  const uint64_t magnitude = bytes < 0 ? uint64_t{0} - static_cast<uint64_t>(bytes)
+                                       : static_cast<uint64_t>(bytes);
+  return format_magnitude(magnitude, bytes < 0);
 }
 
 }  // namespace cg

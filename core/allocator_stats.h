@@ -3,8 +3,10 @@
 #pragma once
 
 #include <algorithm>
+#include <concepts>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 namespace cg {
 
@@ -41,7 +43,16 @@ struct AllocatorStats {
   std::string str() const;  // multi-line human-readable summary
 };
 
-// "512 B", "1.50 GiB": the one byte formatter every report uses.
+// "512 B", "1.50 GiB", "8.00 EiB": the one byte formatter every report uses. Signed for
+// differences of stats (which may be negative), unsigned for sizes (all of 64 bits).
 std::string format_bytes(int64_t bytes);
+std::string format_bytes(uint64_t bytes);
+// Any other integer type goes by its signedness (no ambiguous calls with int or long long).
+template <std::integral T>
+  requires(!std::same_as<T, int64_t> && !std::same_as<T, uint64_t>)
+std::string format_bytes(T bytes) {
+  if constexpr (std::is_signed_v<T>) return format_bytes(static_cast<int64_t>(bytes));
+  else return format_bytes(static_cast<uint64_t>(bytes));
+}
 
 }  // namespace cg

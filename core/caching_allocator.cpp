@@ -19,11 +19,15 @@ struct CachingAllocator::Block {
   bool small = false;    // which pool the block's segment belongs to
   Block* prev = nullptr; // neighbours inside the same segment
   Block* next = nullptr;
-  MemoryCategory category = MemoryCategory::unknown;
+  MemoryCategory category = MemoryCategory::unknown;  // Note [Block owner]
   uint32_t scope_id = 0;
+  StreamId stream = kDefaultStream;  // of the segment (Note [Streams])
 };
 
+// Best fit in PyTorch's (stream, size, address) order: the blocks of one stream are one
+// contiguous run of the pool, so a lookup never lands on another stream's block.
 bool CachingAllocator::BlockLess::operator()(const Block* a, const Block* b) const {
+  if (a->stream != b->stream) return a->stream < b->stream;
   if (a->size != b->size) return a->size < b->size;
   return std::less<char*>()(a->ptr, b->ptr);
 }
@@ -49,11 +53,15 @@ CachingAllocator::~CachingAllocator() {
 }
 
 size_t CachingAllocator::round_size(size_t nbytes) {
+  CG_CHECK(nbytes <= kMaxAllocation, "CachingAllocator: ", nbytes,
+           " bytes is above the largest allocation (", kMaxAllocation, " bytes)");
   if (nbytes < kMinBlockSize) return kMinBlockSize;
   return (nbytes + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize;
 }
 
 size_t CachingAllocator::segment_size_for(size_t rounded) {
+  CG_CHECK(rounded <= kMaxAllocation, "CachingAllocator: ", rounded,
+           " bytes is above the largest allocation (", kMaxAllocation, " bytes)");
   if (rounded <= kSmallSize) return kSmallBuffer;
   if (rounded < kMinLargeAlloc) return kLargeBuffer;
   return (rounded + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
@@ -84,11 +92,13 @@ void CachingAllocator::pool_erase(Pool& pool, Block* b) {
   }
 }
 
-CachingAllocator::Block* CachingAllocator::find_free_block(Pool& pool, size_t size) {
+CachingAllocator::Block* CachingAllocator::find_free_block(Pool& pool, size_t size,
+                                                           StreamId stream) {
   Block key;
   key.size = size;
+  key.stream = stream;
   auto it = pool.lower_bound(&key);
-  if (it == pool.end()) return nullptr;
+  if (it == pool.end() || (*it)->stream != stream) return nullptr;
   Block* b = *it;
   // Large blocks are kept for large requests (PyTorch's max_split_size rules).
   if (size < config_.max_split_size && b->size >= config_.max_split_size) return nullptr;
@@ -97,7 +107,8 @@ CachingAllocator::Block* CachingAllocator::find_free_block(Pool& pool, size_t si
   return b;
 }
 
-CachingAllocator::Block* CachingAllocator::alloc_segment(size_t segment_size, bool small) {
+CachingAllocator::Block* CachingAllocator::alloc_segment(size_t segment_size, bool small,
+                                                         StreamId stream) {
   if (config_.memory_limit != 0 &&
       static_cast<size_t>(stats_.reserved_bytes.current) + segment_size > config_.memory_limit) {
     return nullptr;
@@ -108,11 +119,13 @@ CachingAllocator::Block* CachingAllocator::alloc_segment(size_t segment_size, bo
   b->ptr = static_cast<char*>(p);
   b->size = segment_size;
   b->small = small;
+  b->stream = stream;
   segments_.push_back(b);
   stats_.segment.add(1);
   stats_.reserved_bytes.add(static_cast<int64_t>(segment_size));
   MemoryTrace::record(TraceAction::segment_alloc, source_->device(),
-                      reinterpret_cast<uint64_t>(p), segment_size, segment_size);
+                      reinterpret_cast<uint64_t>(p), segment_size, segment_size,
+                      current_category(), current_scope_id(), stream);
   return b;
 }
 
@@ -122,7 +135,8 @@ void CachingAllocator::release_segment(Block* head) {
   stats_.segment.add(-1);
   stats_.reserved_bytes.add(-static_cast<int64_t>(head->size));
   MemoryTrace::record(TraceAction::segment_free, source_->device(),
-                      reinterpret_cast<uint64_t>(head->ptr), head->size, head->size);
+                      reinterpret_cast<uint64_t>(head->ptr), head->size, head->size,
+                      current_category(), current_scope_id(), head->stream);
   segments_.erase(std::find(segments_.begin(), segments_.end(), head));
   delete head;
 }
@@ -144,6 +158,7 @@ void CachingAllocator::split(Block* b, size_t size, Pool& pool) {
   rest->ptr = b->ptr + size;
   rest->size = b->size - size;
   rest->small = b->small;
+  rest->stream = b->stream;
   rest->prev = b;
   rest->next = b->next;
   if (b->next != nullptr) b->next->prev = rest;
@@ -152,26 +167,27 @@ void CachingAllocator::split(Block* b, size_t size, Pool& pool) {
   pool_insert(pool, rest);
 }
 
-void* CachingAllocator::allocate(size_t nbytes) {
+void* CachingAllocator::allocate(size_t nbytes, StreamId stream) {
   if (nbytes == 0) return nullptr;
   std::lock_guard<std::mutex> lock(mutex_);
+  if (nbytes > kMaxAllocation) throw_too_large(nbytes);
   const size_t size = round_size(nbytes);
   const bool small = size <= kSmallSize;
   Pool& pool = small ? small_pool_ : large_pool_;
 
-  Block* b = find_free_block(pool, size);
+  Block* b = find_free_block(pool, size, stream);
   if (b == nullptr) {
     const size_t segment_size = segment_size_for(size);
-    b = alloc_segment(segment_size, small);
+    b = alloc_segment(segment_size, small, stream);
     if (b == nullptr) {
       // Note [OOM]: give cached memory back and try again before failing.
       ++stats_.num_alloc_retries;
       if (config_.max_split_size != SIZE_MAX && release_cached(true)) {
-        b = alloc_segment(segment_size, small);
+        b = alloc_segment(segment_size, small, stream);
       }
       if (b == nullptr) {
         release_cached(false);
-        b = alloc_segment(segment_size, small);
+        b = alloc_segment(segment_size, small, stream);
       }
       if (b == nullptr) throw_oom(nbytes, size, segment_size);
     }
@@ -193,7 +209,7 @@ void* CachingAllocator::allocate(size_t nbytes) {
   stats_.active_bytes.add(static_cast<int64_t>(b->size));
   stats_.requested_bytes.add(static_cast<int64_t>(nbytes));
   MemoryTrace::record(TraceAction::alloc, source_->device(), reinterpret_cast<uint64_t>(b->ptr),
-                      b->size, nbytes);
+                      b->size, nbytes, b->category, b->scope_id, b->stream);
   return b->ptr;
 }
 
@@ -231,8 +247,9 @@ void CachingAllocator::free(void* ptr) {
   stats_.allocated_bytes.add(-static_cast<int64_t>(b->size));
   stats_.active_bytes.add(-static_cast<int64_t>(b->size));
   stats_.requested_bytes.add(-static_cast<int64_t>(b->requested));
+  // Note [Block owner]: the block's own category and scope, not the thread's.
   MemoryTrace::record(TraceAction::free, source_->device(), reinterpret_cast<uint64_t>(b->ptr),
-                      b->size, b->requested);
+                      b->size, b->requested, b->category, b->scope_id, b->stream);
   b->allocated = false;
   b->requested = 0;
   b->category = MemoryCategory::unknown;
@@ -255,11 +272,11 @@ void CachingAllocator::throw_oom(size_t nbytes, size_t rounded, size_t segment_s
   const int64_t source_free = source_->free_bytes();
   std::string limit = config_.memory_limit == 0
                           ? std::string("none")
-                          : format_bytes(static_cast<int64_t>(config_.memory_limit)) + " (" +
+                          : format_bytes(uint64_t{config_.memory_limit}) + " (" +
                                 std::to_string(config_.memory_limit) + " bytes)";
   throw OutOfMemoryError(
       detail::concat("out of memory on ", source_->device().str(), " (", source_->name(),
-                     "): tried to allocate ", format_bytes(static_cast<int64_t>(nbytes)), " (",
+                     "): tried to allocate ", format_bytes(uint64_t{nbytes}), " (",
                      nbytes, " bytes requested, a new segment of ", segment_size,
                      " bytes needed); allocated ", format_bytes(allocated), " (", allocated,
                      " bytes), reserved ", format_bytes(reserved), " (", reserved,
@@ -267,6 +284,20 @@ void CachingAllocator::throw_oom(size_t nbytes, size_t rounded, size_t segment_s
                      " cached but unallocated), memory limit ", limit, ", source free ",
                      source_free < 0 ? std::string("unknown") : format_bytes(source_free),
                      ". Lower the batch, sequence or chunk size, or raise the limit."),
+      __FILE__, __LINE__);
+}
+
+// A request no rounding can hold is an out-of-memory error like any other (callers that
+// catch OutOfMemoryError to try a smaller size see it), but it never reaches the source.
+void CachingAllocator::throw_too_large(size_t nbytes) {
+  ++stats_.num_ooms;
+  MemoryTrace::record(TraceAction::oom, source_->device(), 0, nbytes, nbytes);
+  throw OutOfMemoryError(
+      detail::concat("out of memory on ", source_->device().str(), " (", source_->name(),
+                     "): tried to allocate ", format_bytes(uint64_t{nbytes}), " (", nbytes,
+                     " bytes), above the largest allocation chunkgrad can make (",
+                     format_bytes(uint64_t{kMaxAllocation}), ", ", kMaxAllocation,
+                     " bytes); the size was probably computed from a wrong shape"),
       __FILE__, __LINE__);
 }
 
@@ -299,7 +330,7 @@ std::vector<SegmentInfo> CachingAllocator::snapshot() const {
     SegmentInfo seg{reinterpret_cast<uint64_t>(head->ptr), 0, head->small, {}};
     for (const Block* b = head; b != nullptr; b = b->next) {
       seg.blocks.push_back(BlockInfo{reinterpret_cast<uint64_t>(b->ptr), b->size, b->requested,
-                                     b->allocated, b->category, b->scope_id});
+                                     b->allocated, b->category, b->scope_id, b->stream});
       seg.size += b->size;
     }
     out.push_back(std::move(seg));

@@ -11,6 +11,22 @@
 // Note [OOM]: when the source refuses (or the configured limit would be passed), the
 // allocator frees cached oversize blocks, then every fully free segment, and retries;
 // then it throws OutOfMemoryError stating requested, allocated, reserved and the limit.
+// A request above kMaxAllocation (which no rounding or int64 stat could hold) is refused
+// with OutOfMemoryError before any arithmetic, so a size that wrapped around 64 bits
+// upstream can never come back as a small block.
+//
+// Note [Streams]: chunkgrad commits to one compute stream per device for now: every op
+// runs on the default stream, so a block freed on the host may be handed out again at
+// once (no cross-stream event or record_stream is needed). The stream is nevertheless a
+// property of every block and segment, as in PyTorch: the best-fit order is
+// (stream, size, address), a request is served only from blocks of its own stream, split
+// remainders keep their segment's stream, and trace events carry it. A second stream
+// (a copy stream, say) is then a change in one place: the deferred reuse of blocks that
+// another stream still reads (PyTorch's record_stream and its event queue), in free().
+//
+// Note [Block owner]: a block keeps the category, scope and stream it was allocated
+// under for its whole life; its free event copies them from the block. (Taking them from
+// the thread at free time would file a gradient freed under no guard as "unknown".)
 #pragma once
 
 #include <cstddef>
@@ -35,6 +51,9 @@ constexpr size_t kSmallBuffer = size_t{2} << 20;      // small-pool segment size
 constexpr size_t kLargeBuffer = size_t{20} << 20;     // segment for 1-10 MiB requests
 constexpr size_t kMinLargeAlloc = size_t{10} << 20;   // from here, segment = request
 constexpr size_t kRoundLarge = size_t{2} << 20;       // ... rounded up to 2 MiB
+// The largest request: INT64_MAX rounded down to kRoundLarge, so that rounding never
+// wraps and every byte count fits the int64 stats.
+constexpr size_t kMaxAllocation = size_t{INT64_MAX} / kRoundLarge * kRoundLarge;
 
 struct AllocatorConfig {
   // Reserved bytes never exceed this (0 = no limit beyond the source's own), so a CPU
@@ -52,6 +71,7 @@ struct BlockInfo {
   bool allocated;
   MemoryCategory category;  // of the allocation (unknown when free)
   uint32_t scope_id;        // MemoryTrace::scope_name(scope_id) = who allocated it
+  StreamId stream;          // of the block's segment (Note [Streams])
 };
 struct SegmentInfo {
   uint64_t addr;
@@ -67,8 +87,9 @@ class CachingAllocator {
   CachingAllocator(const CachingAllocator&) = delete;
   CachingAllocator& operator=(const CachingAllocator&) = delete;
 
-  // Returns memory for `nbytes` (nullptr for 0 bytes). Throws OutOfMemoryError.
-  void* allocate(size_t nbytes);
+  // Returns memory for `nbytes` (nullptr for 0 bytes), from blocks of `stream` only.
+  // Throws OutOfMemoryError (also for nbytes > kMaxAllocation).
+  void* allocate(size_t nbytes, StreamId stream = kDefaultStream);
   // Returns a block obtained from allocate(). Throws cg::Error on an unknown pointer.
   void free(void* ptr);
   // Returns every fully free segment to the source.
@@ -82,6 +103,7 @@ class CachingAllocator {
   SegmentSource& source() { return *source_; }
   std::vector<SegmentInfo> snapshot() const;  // segments ordered by address
 
+  // Both throw cg::Error above kMaxAllocation (where rounding would wrap).
   static size_t round_size(size_t nbytes);
   static size_t segment_size_for(size_t rounded);
 
@@ -92,8 +114,8 @@ class CachingAllocator {
   };
   using Pool = std::set<Block*, BlockLess>;
 
-  Block* find_free_block(Pool& pool, size_t size);
-  Block* alloc_segment(size_t segment_size, bool small);
+  Block* find_free_block(Pool& pool, size_t size, StreamId stream);
+  Block* alloc_segment(size_t segment_size, bool small, StreamId stream);
   // Returns fully free segments to the source (only those >= max_split_size when
   // oversize_only); true when anything was released.
   bool release_cached(bool oversize_only);
@@ -104,6 +126,7 @@ class CachingAllocator {
   void pool_erase(Pool& pool, Block* block);
   Pool& pool_of(const Block* block);
   [[noreturn]] void throw_oom(size_t nbytes, size_t rounded, size_t segment_size);
+  [[noreturn]] void throw_too_large(size_t nbytes);
   static bool is_split(const Block* b);
 
   mutable std::mutex mutex_;

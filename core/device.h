@@ -27,6 +27,12 @@ struct Device {
 };
 
 inline Device kCPU{DeviceType::cpu, 0};
+
+// A device's queue of work (a CUDA stream). chunkgrad runs one compute stream per device
+// for now (Note [Streams] in core/caching_allocator.h); the allocator and the memory trace
+// already carry the id, so that a second stream is a change in one place.
+using StreamId = uint32_t;
+constexpr StreamId kDefaultStream = 0;
 inline Device cuda_device(int index = 0) { return Device{DeviceType::cuda, index}; }
 
 }  // namespace cg

@@ -168,7 +168,11 @@ Tensor arange(double start, double end, double step, TensorOptions options) {
   CG_CHECK(step != 0.0, "arange: step must not be 0 (start ", start, ", end ", end, ")");
   CG_CHECK(end == start || (end > start) == (step > 0), "arange: step ", step,
            " goes away from end (start ", start, ", end ", end, "); flip the sign of step");
-  const auto count = static_cast<int64_t>(std::ceil((end - start) / step));
+  // Checked before the cast: a double count at or above 2^63 has no int64 value.
+  const double steps = std::ceil((end - start) / step);
+  CG_CHECK(steps < 0x1p63, "arange: start ", start, ", end ", end, " and step ", step,
+           " give ", steps, " elements, more than a 64-bit count can hold");
+  const auto count = static_cast<int64_t>(steps);
   Tensor t = raw::empty({count}, options.dtype, kCPU);
   int64_t i = 0;
   fill_drawn(t, [&] { return start + static_cast<double>(i++) * step; });

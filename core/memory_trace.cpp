@@ -102,16 +102,23 @@ void MemoryTrace::clear() {
 
 void MemoryTrace::record(TraceAction action, Device device, uint64_t addr, uint64_t size,
                          uint64_t requested) {
+  record(action, device, addr, size, requested, t_category, t_scope, kDefaultStream);
+}
+
+void MemoryTrace::record(TraceAction action, Device device, uint64_t addr, uint64_t size,
+                         uint64_t requested, MemoryCategory category, uint32_t scope_id,
+                         StreamId stream) {
   if (!enabled()) return;
   TraceEvent e;
   e.time_us = now_us();
   e.addr = addr;
   e.size = size;
   e.requested = requested;
-  e.scope_id = t_scope;
+  e.scope_id = scope_id;
+  e.stream = stream;
   e.device = device;
   e.action = action;
-  e.category = t_category;
+  e.category = category;
   TraceState& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   if (s.ring.empty()) return;
@@ -153,6 +160,7 @@ nlohmann::json MemoryTrace::to_json() {
                       {"size", e.size},
                       {"requested", e.requested},
                       {"device", e.device.str()},
+                      {"stream", e.stream},
                       {"category", category_name(e.category)},
                       {"scope", scope_name(e.scope_id)}});
   }

@@ -31,6 +31,7 @@ struct TraceEvent {
   uint64_t size = 0;      // rounded block size, segment size, or for oom the requested size
   uint64_t requested = 0; // bytes the caller asked for (alloc/free), else == size
   uint32_t scope_id = 0;  // index into MemoryTrace::scope_name
+  StreamId stream = kDefaultStream;  // the stream the block or segment belongs to
   Device device;
   TraceAction action = TraceAction::alloc;
   MemoryCategory category = MemoryCategory::unknown;
@@ -45,15 +46,21 @@ class MemoryTrace {
   static void disable();
   static bool enabled() { return enabled_.load(std::memory_order_relaxed); }
   static void clear();
-  // Called by the allocator; does nothing when disabled. Category and scope are taken
-  // from the calling thread's guards.
+  // Does nothing when disabled. Category and scope are taken from the calling thread's
+  // guards, the stream is the default one (segment and oom events, tests).
   static void record(TraceAction action, Device device, uint64_t addr, uint64_t size,
                      uint64_t requested);
+  // Called by the allocator for block events: the block's own category, scope and stream
+  // (Note [Block owner] in core/caching_allocator.h), not whatever is active at free time.
+  static void record(TraceAction action, Device device, uint64_t addr, uint64_t size,
+                     uint64_t requested, MemoryCategory category, uint32_t scope_id,
+                     StreamId stream);
   static std::vector<TraceEvent> events();  // oldest first
   static uint64_t dropped();                // events overwritten since enable/clear
   static std::string scope_name(uint32_t id);
   static int64_t now_us();
-  // {"events":[{"action","time_us","addr","size","requested","device","category","scope"}],
+  // {"events":[{"action","time_us","addr","size","requested","device","stream","category",
+  //  "scope"}],
   //  "dropped":N} -- the raw form; viewers' formats are built from it elsewhere.
   static nlohmann::json to_json();
 

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "core/checked_math.h"
 #include "core/views.h"
 
 namespace cg {
@@ -25,7 +26,12 @@ const TensorImpl& checked(const Tensor& t, const char* what) {
 
 int64_t shape_numel(const Shape& shape) {
   int64_t n = 1;
-  for (int64_t s : shape) n *= s;
+  for (int64_t s : shape) {
+    const std::optional<int64_t> next = checked_mul(n, s);
+    CG_CHECK(next.has_value(), "shape ", shape_str(shape),
+             " has more elements than a 64-bit count can hold; check the sizes");
+    n = *next;
+  }
   return n;
 }
 
@@ -42,7 +48,13 @@ Shape contiguous_strides(const Shape& shape) {
   int64_t s = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     strides[i] = s;
-    s *= std::max<int64_t>(shape[i], 1);
+    if (i == 0) break;  // the outermost size steps nothing
+    // A size-0 dim keeps the strides of a size-1 dim (PyTorch's rule), so an empty shape
+    // such as {0, 2^62, 4} still has strides that must fit int64.
+    const std::optional<int64_t> next = checked_mul(s, std::max<int64_t>(shape[i], 1));
+    CG_CHECK(next.has_value(), "shape ", shape_str(shape),
+             " is too large: its contiguous strides overflow 64 bits; check the sizes");
+    s = *next;
   }
   return strides;
 }
@@ -83,7 +95,12 @@ bool Tensor::is_contiguous() const {
 }
 
 size_t Tensor::nbytes() const {
-  return static_cast<size_t>(numel()) * element_size(dtype());
+  // An expanded tensor may count more elements than its storage holds bytes.
+  const std::optional<size_t> n =
+      checked_mul(static_cast<size_t>(numel()), element_size(dtype()));
+  CG_CHECK(n.has_value(), "nbytes(): shape ", shape_str(shape()), " of ", dtype_name(dtype()),
+           " spans more bytes than 64 bits can count");
+  return *n;
 }
 
 void* Tensor::data_ptr() const {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "core/checked_math.h"
 #include "core/views.h"
 
 namespace cg::raw {
@@ -13,6 +14,17 @@ namespace {
 
 void check_defined(const Tensor& t, const char* what) {
   CG_CHECK(t.defined(), what, ": the tensor is undefined (default-constructed)");
+}
+
+// t.offset() + index * stride: where a view that starts at `index` along a dim begins.
+// Only an empty tensor (which may carry any strides) can overflow here.
+int64_t view_offset(const Tensor& t, int64_t index, int64_t stride, const char* what) {
+  const std::optional<int64_t> step = checked_mul(index, stride);
+  const std::optional<int64_t> offset = step ? checked_add(t.offset(), *step) : std::nullopt;
+  CG_CHECK(offset.has_value(), what, ": start ", index, " times stride ", stride,
+           " overflows 64 bits (shape ", shape_str(t.shape()), ", strides ",
+           shape_str(t.strides()), ")");
+  return *offset;
 }
 
 // PyTorch's computeStride (aten/src/ATen/TensorUtils.cpp): the strides that let a tensor
@@ -68,11 +80,17 @@ Tensor make_tensor(Storage storage, Shape sizes, Shape strides, int64_t offset, 
     CG_CHECK(strides[i] >= 0, "make_tensor: negative stride in strides ", shape_str(strides),
              " (chunkgrad supports only non-negative strides)");
     empty = empty || sizes[i] == 0;
-    if (sizes[i] > 0) last += (sizes[i] - 1) * strides[i];
+    if (sizes[i] > 0 && last >= 0) {
+      // A reach past int64 is as out of bounds as any other (last = -1 marks it).
+      const std::optional<int64_t> step = checked_mul(sizes[i] - 1, strides[i]);
+      const std::optional<int64_t> next = step ? checked_add(last, *step) : std::nullopt;
+      last = next.value_or(-1);
+    }
   }
   const auto capacity = static_cast<int64_t>(storage->nbytes() / element_size(dtype));
-  CG_CHECK(empty || last < capacity, "make_tensor: shape ", shape_str(sizes), " with strides ",
-           shape_str(strides), " and offset ", offset, " reaches element ", last,
+  CG_CHECK(empty || (last >= 0 && last < capacity), "make_tensor: shape ", shape_str(sizes),
+           " with strides ", shape_str(strides), " and offset ", offset, " reaches element ",
+           last >= 0 ? std::to_string(last) : std::string("beyond 2^63"),
            " but the storage holds only ", capacity, " ", dtype_name(dtype), " elements");
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::move(storage);
@@ -87,8 +105,15 @@ Tensor empty(const Shape& shape, DType dtype, Device device) {
   for (int64_t s : shape) {
     CG_CHECK(s >= 0, "empty: negative size in shape ", shape_str(shape));
   }
-  const size_t nbytes = static_cast<size_t>(shape_numel(shape)) * element_size(dtype);
-  return make_tensor(make_storage(nbytes, device), shape, contiguous_strides(shape), 0, dtype);
+  // numel, strides and bytes are checked: a shape that overflows 64 bits is an error, and
+  // one that fits but no allocator can serve is an OutOfMemoryError from the allocator.
+  const int64_t numel = shape_numel(shape);
+  const std::optional<size_t> nbytes =
+      checked_mul(static_cast<size_t>(numel), element_size(dtype));
+  CG_CHECK(nbytes.has_value(), "empty: shape ", shape_str(shape), " of ", dtype_name(dtype),
+           " needs more bytes than 64 bits can count; check the sizes");
+  Shape strides = contiguous_strides(shape);
+  return make_tensor(make_storage(*nbytes, device), shape, std::move(strides), 0, dtype);
 }
 
 Tensor empty_like(const Tensor& t) {
@@ -114,7 +139,10 @@ Shape infer_shape(const Shape& shape, int64_t numel) {
     } else {
       CG_CHECK(shape[i] >= 0, "shape ", shape_str(shape), " has a negative size (only -1, "
                "meaning 'infer', is allowed)");
-      known *= shape[i];
+      const std::optional<int64_t> next = checked_mul(known, shape[i]);
+      CG_CHECK(next.has_value(), "shape ", shape_str(shape), " has more elements than a "
+               "64-bit count can hold, so it cannot match a tensor of ", numel, " elements");
+      known = *next;
     }
   }
   Shape out = shape;
@@ -187,12 +215,13 @@ Tensor narrow(const Tensor& t, int64_t dim, int64_t start, int64_t length) {
            " out of range for dim ", dim, " of size ", size, " (shape ", shape_str(t.shape()),
            ")");
   if (start < 0) start += size;
-  CG_CHECK(length >= 0 && start + length <= size, "narrow: start ", start, " + length ",
+  CG_CHECK(length >= 0 && length <= size - start, "narrow: start ", start, " + length ",
            length, " exceeds dim ", dim, " of size ", size, " (shape ", shape_str(t.shape()),
            ")");
   Shape sizes = t.shape();
   sizes[dim] = length;
-  return as_strided(t, std::move(sizes), t.strides(), t.offset() + start * t.strides()[dim]);
+  return as_strided(t, std::move(sizes), t.strides(),
+                    view_offset(t, start, t.strides()[dim], "narrow"));
 }
 
 Tensor slice(const Tensor& t, int64_t dim, int64_t start, int64_t end, int64_t step) {
@@ -210,9 +239,16 @@ Tensor slice(const Tensor& t, int64_t dim, int64_t start, int64_t end, int64_t s
   end = std::max(clamp(end), start);
   Shape sizes = t.shape();
   Shape strides = t.strides();
-  sizes[dim] = (end - start + step - 1) / step;
-  const int64_t offset = t.offset() + start * strides[dim];
-  strides[dim] *= step;
+  // ceil((end - start) / step), without forming end - start + step (step may be huge).
+  sizes[dim] = end == start ? 0 : (end - start - 1) / step + 1;
+  const int64_t offset = view_offset(t, start, strides[dim], "slice");
+  // A dim of size 0 or 1 is never stepped over, so its stride may stay when step * stride
+  // does not fit.
+  const std::optional<int64_t> stepped = checked_mul(strides[dim], step);
+  CG_CHECK(stepped.has_value() || sizes[dim] <= 1, "slice: step ", step, " times stride ",
+           strides[dim], " of dim ", dim, " overflows 64 bits (shape ", shape_str(t.shape()),
+           ")");
+  strides[dim] = stepped.value_or(strides[dim]);
   return as_strided(t, std::move(sizes), std::move(strides), offset);
 }
 
@@ -252,7 +288,10 @@ Tensor unsqueeze(const Tensor& t, int64_t dim) {
   dim = normalize_dim(dim, t.dim() + 1, "unsqueeze");
   Shape sizes = t.shape();
   Shape strides = t.strides();
-  const int64_t stride = dim < t.dim() ? sizes[dim] * strides[dim] : 1;
+  // The new dim has size 1 and is never stepped over, so any stride is right; PyTorch's
+  // size * stride is used when it fits (an empty tensor may carry any strides).
+  const int64_t stride =
+      dim < t.dim() ? checked_mul(sizes[dim], strides[dim]).value_or(1) : 1;
   sizes.insert(sizes.begin() + dim, 1);
   strides.insert(strides.begin() + dim, stride);
   return as_strided(t, std::move(sizes), std::move(strides), t.offset());

@@ -33,8 +33,13 @@ struct Qwen3Config {
   int64_t layer_parameters() const;      // attention + mlp + two norms
   int64_t total_parameters() const;      // embed + layers + final norm (+ lm_head unless tied)
 
-  // From a Hugging Face config.json (num_hidden_layers, num_attention_heads, ...).
-  // head_dim defaults to hidden_size / num_attention_heads when absent, as HF does.
+  // From a Hugging Face config.json (num_hidden_layers, num_attention_heads, ...), as
+  // transformers 4 or 5 writes it: the RoPE base from "rope_theta" or from
+  // "rope_parameters" (Note [RoPE fields] in config.cpp). Refused with a clear error rather
+  // than guessed: a missing head_dim or RoPE base, RoPE scaling other than "default", and
+  // architecture options chunkgrad does not implement (attention biases, sliding windows,
+  // an activation other than silu). Absent num_key_value_heads, rms_norm_eps and
+  // tie_word_embeddings take transformers' Qwen3 defaults (num_attention_heads, 1e-6, false).
   static Qwen3Config from_hf_json(const nlohmann::json& json);
   static Qwen3Config from_hf_file(const std::string& path);  // a config.json path
 };

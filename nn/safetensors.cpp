@@ -14,6 +14,7 @@
 
 #include "core/memory_trace.h"
 #include "core/views.h"
+#include "nn/json_input.h"
 
 namespace cg::safetensors {
 
@@ -23,6 +24,7 @@ static_assert(std::endian::native == std::endian::little,
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using ordered_json = nlohmann::ordered_json;
+using nn::describe_json;
 
 namespace {
 
@@ -67,13 +69,15 @@ uint64_t read_u64_le(const unsigned char* p) {
 // A JSON number that must be a non-negative integer (shape dims, offsets).
 uint64_t as_unsigned(const json& v, const std::string& where, const char* what) {
   CG_CHECK(v.is_number_unsigned(), where, ": ", what, " must be non-negative integers, got ",
-           v.dump());
+           describe_json(v));
   return v.get<uint64_t>();
 }
 
 // Parses the header text, refusing duplicate tensor names (JSON allows them; the format
-// does not, and a silent "last one wins" would hide a corrupted file).
+// does not, and a silent "last one wins" would hide a corrupted file) and nesting deeper
+// than any header needs (json_input.h: a deep value would overflow the stack later).
 json parse_header_json(const std::string& text, const std::string& path) {
+  nn::check_json_depth(text, "safetensors: the header of '" + path + "'");
   std::set<std::string> seen;
   std::string duplicate;
   auto on_event = [&](int depth, json::parse_event_t event, json& parsed) {
@@ -181,7 +185,8 @@ File::File(std::string path) : path_(std::move(path)) {
                "' must be an object of strings, got ", entry.type_name());
       for (const auto& [key, value] : entry.items()) {
         CG_CHECK(value.is_string(), "safetensors: ", kMetadataKey, " in '", path_,
-                 "' must map strings to strings; key '", key, "' holds ", value.dump());
+                 "' must map strings to strings; key '", key, "' holds ",
+                 describe_json(value));
         metadata_[key] = value.get<std::string>();
       }
       continue;
@@ -190,14 +195,14 @@ File::File(std::string path) : path_(std::move(path)) {
     CG_CHECK(entry.is_object() && entry.contains("dtype") && entry.contains("shape") &&
                  entry.contains("data_offsets"),
              where, " must be an object with dtype, shape and data_offsets, got ",
-             entry.dump());
+             describe_json(entry));
     CG_CHECK(entry["dtype"].is_string(), where, ": dtype must be a string, got ",
-             entry["dtype"].dump());
+             describe_json(entry["dtype"]));
     TensorInfo info;
     info.name = name;
     info.dtype = dtype_from_safetensors(entry["dtype"].get<std::string>(), name);
     CG_CHECK(entry["shape"].is_array(), where, ": shape must be an array, got ",
-             entry["shape"].dump());
+             describe_json(entry["shape"]));
     for (const json& d : entry["shape"]) {
       const uint64_t u = as_unsigned(d, where, "shape dims");
       CG_CHECK(u <= static_cast<uint64_t>(INT64_MAX), where, ": shape dim ", u, " is too large");
@@ -205,7 +210,7 @@ File::File(std::string path) : path_(std::move(path)) {
     }
     const json& offsets = entry["data_offsets"];
     CG_CHECK(offsets.is_array() && offsets.size() == 2, where,
-             ": data_offsets must be [begin, end], got ", offsets.dump());
+             ": data_offsets must be [begin, end], got ", describe_json(offsets));
     info.begin = as_unsigned(offsets[0], where, "data_offsets");
     info.end = as_unsigned(offsets[1], where, "data_offsets");
     CG_CHECK(info.begin <= info.end, where, ": data_offsets [", info.begin, ", ", info.end,
@@ -281,14 +286,9 @@ Tensor File::load(const std::string& name, Device device) const {
 
 Sharded::Sharded(std::string index_path) : index_path_(std::move(index_path)) {
   folder_ = fs::path(index_path_).parent_path().string();
-  std::ifstream in(index_path_);
-  CG_CHECK(in, "safetensors: cannot open the index '", index_path_, "'");
-  json index;
-  try {
-    index = json::parse(in);
-  } catch (const json::exception& e) {
-    CG_FAIL("safetensors: the index '", index_path_, "' is not valid JSON (", e.what(), ")");
-  }
+  const json index = nn::parse_untrusted_json(
+      nn::read_text_file(index_path_, "safetensors: the index"),
+      "safetensors: the index '" + index_path_ + "'");
   CG_CHECK(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
            "safetensors: the index '", index_path_,
            "' must be an object with a \"weight_map\" object {name: shard file}");
@@ -296,13 +296,14 @@ Sharded::Sharded(std::string index_path) : index_path_(std::move(index_path)) {
     CG_CHECK(index["metadata"].is_object(), "safetensors: \"metadata\" in '", index_path_,
              "' must be an object");
     for (const auto& [key, value] : index["metadata"].items()) {
+      // dump() is safe here: parse_untrusted_json bounded the depth.
       metadata_[key] = value.is_string() ? value.get<std::string>() : value.dump();
     }
   }
   std::set<std::string> files;
   for (const auto& [name, file] : index["weight_map"].items()) {
     CG_CHECK(file.is_string(), "safetensors: weight_map entry '", name, "' in '", index_path_,
-             "' must name a shard file, got ", file.dump());
+             "' must name a shard file, got ", describe_json(file));
     const std::string f = file.get<std::string>();
     CG_CHECK(fs::path(f).filename().string() == f, "safetensors: weight_map entry '", name,
              "' in '", index_path_, "' names '", f,
