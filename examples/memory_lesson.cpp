@@ -171,8 +171,8 @@ std::vector<std::string> explain(const std::vector<PathReport>& reports, const O
          << "); its forward peak " << mib(naive->forward_peak) << " adds " << mib(naive->forward_temporaries())
          << " of temporaries";
     if (half && near_fp32_logits(naive->largest_block)) {
-      line << ": its largest block, " << mib(naive->largest_block) << ", is an fp32 copy of all of [T, V] ("
-           << o.dtype << " logits are computed on in fp32, here for all T rows at once).";
+      line << ": its largest block, " << mib(naive->largest_block) << ", is an fp32 copy of all of [T, V] (the loss "
+           << "works on " << o.dtype << " logits in fp32, and naive converts all " << T << " rows at once).";
     } else {
       line << " (its largest block: " << mib(naive->largest_block) << ").";
     }
@@ -184,7 +184,7 @@ std::vector<std::string> explain(const std::vector<PathReport>& reports, const O
     if (ratio < 0.9) {
       line << " is lower than naive's " << mib(naive->forward_peak) << ", but only by temporaries: chunked makes "
            << (half ? "its fp32 working copies" : "its working rows") << " one chunk (" << chunked->chunk_rows
-           << " rows, largest block " << mib(chunked->largest_block) << ") at a time, naive for all " << T
+           << " rows) at a time, naive for all " << T
            << " rows. What its graph keeps until backward -- every chunk's logits, "
            << mib(chunked->graph.total_bytes) << " -- is what naive's keeps (" << mib(naive->graph.total_bytes)
            << "): chunking under autograd does not lower that.";
@@ -219,8 +219,7 @@ std::vector<std::string> explain(const std::vector<PathReport>& reports, const O
               "several chunks: lower --chunk-budget-mb or --chunk-rows, or raise T.";
     } else if (ref) {
       line << ", but its forward peak " << mib(fused->forward_peak) << " is not below " << ref->path << "'s "
-           << mib(ref->forward_peak) << ": one chunk's temporaries (" << fused->chunk_rows << " rows, largest block "
-           << mib(fused->largest_block) << ") and " << keeps << " are as large as the [T, V] logits at this shape (D = "
+           << mib(ref->forward_peak) << ": one chunk's temporaries (" << fused->chunk_rows << " rows) and " << keeps << " are as large as the [T, V] logits at this shape (D = "
            << D << " next to V = " << V << ").";
     } else {
       line << "; its forward peak is " << mib(fused->forward_peak) << ".";
@@ -240,14 +239,14 @@ void print_table(const std::vector<PathReport>& reports, const Options& o, const
               mib(in.labels.nbytes()).c_str());
   if (in.teacher_hidden.defined()) std::printf(", teacher hidden %s", mib(in.teacher_hidden.nbytes()).c_str());
   std::printf(" (not counted below: peaks are above the inputs)\n\n");
-  std::printf("%-8s %7s %13s %13s %13s %13s %13s %11s %9s\n", "path", "chunk", "forward peak", "= fwd keeps",
+  std::printf("%-8s %7s %14s %14s %14s %14s %14s %11s %9s\n", "path", "chunk", "forward peak", "= fwd keeps",
               "+ temporaries", "largest block", "step peak", "loss", "median ms");
   for (const PathReport& r : reports) {
     if (!r.ok()) {
       std::printf("%-8s %s\n", r.path.c_str(), r.error.c_str());
       continue;
     }
-    std::printf("%-8s %7lld %13s %13s %13s %13s %13s %11.6f %9.1f\n", r.path.c_str(), (long long)r.chunk_rows,
+    std::printf("%-8s %7lld %14s %14s %14s %14s %14s %11.6f %9.1f\n", r.path.c_str(), (long long)r.chunk_rows,
                 mib(r.forward_peak).c_str(), mib(r.forward_kept).c_str(), mib(r.forward_temporaries()).c_str(),
                 mib(r.largest_block).c_str(), mib(r.step_peak).c_str(), r.loss, r.median_ms);
   }

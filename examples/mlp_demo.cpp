@@ -82,8 +82,6 @@ void make_batch(const Options& o, cg::Generator& gen, const cg::Tensor& a, const
   y = cg::from_vector(ys, {o.batch, 1});
 }
 
-}  // namespace
-
 // The bytes the last step's graph keeps, readable: one total, then one indented row per
 // node type (GraphMemory::str() is the raw form, in bytes).
 void print_graph(const cg::GraphMemory& g) {

@@ -19,7 +19,7 @@
 
 namespace {
 
-struct Run {
+struct ProgramRun {
   int exit_code = -1;
   std::string out, err;
 };
@@ -40,12 +40,12 @@ std::string temp_dir() {
 }
 
 // Runs `program args` (one thread, so that runs stay quick on a loaded machine).
-Run run(const std::string& program, const std::string& args) {
+ProgramRun run_program(const std::string& program, const std::string& args) {
   const std::string dir = temp_dir();
   const std::string cmd = "OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive '" + program + "' " + args + " >'" + dir +
                           "/out' 2>'" + dir + "/err'";
   const int status = std::system(cmd.c_str());
-  Run r;
+  ProgramRun r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   r.out = read_file(dir + "/out");
   r.err = read_file(dir + "/err");
@@ -53,8 +53,8 @@ Run run(const std::string& program, const std::string& args) {
   return r;
 }
 
-Run mlp_demo(const std::string& args) { return run(CHUNKGRAD_MLP_DEMO, args); }
-Run memory_lesson(const std::string& args) { return run(CHUNKGRAD_MEMORY_LESSON, args); }
+ProgramRun mlp_demo(const std::string& args) { return run_program(CHUNKGRAD_MLP_DEMO, args); }
+ProgramRun memory_lesson(const std::string& args) { return run_program(CHUNKGRAD_MEMORY_LESSON, args); }
 
 // A lesson small enough to run in well under a second.
 const std::string kTiny = "--T 64 --D 16 --V 512 --repeat 1 ";
@@ -62,7 +62,7 @@ const std::string kTiny = "--T 64 --D 16 --V 512 --repeat 1 ";
 // The program failed the way every program must: exit code 1, one error line on stderr
 // that starts with "chunkgrad <program>: error: " and contains each of `words`, no abort,
 // no build path.
-void expect_clean_failure(const Run& r, const std::string& program, const std::vector<std::string>& words) {
+void expect_clean_failure(const ProgramRun& r, const std::string& program, const std::vector<std::string>& words) {
   SCOPED_TRACE("stderr: " + r.err + "\nstdout: " + r.out);
   EXPECT_EQ(r.exit_code, 1);
   const std::string prefix = "chunkgrad " + program + ": error: ";
@@ -80,15 +80,18 @@ void expect_clean_failure(const Run& r, const std::string& program, const std::v
 // ---- item 9: outputs that cannot be written fail before the work, loudly ----
 
 TEST(Programs, MlpDemoUnwritableTraceFailsBeforeTraining) {
-  const Run r = mlp_demo("--steps 5 --batch 8 --hidden 8 --trace /nonexistent/dir/trace.json");
-  expect_clean_failure(r, "mlp_demo", {"--trace", "/nonexistent/dir/trace.json", "cannot open"});
+  // As /nonexistent/dir/trace.json: a directory that does not exist.
+  const std::string dir = temp_dir();
+  const ProgramRun r = mlp_demo("--steps 5 --batch 8 --hidden 8 --trace '" + dir + "/missing/trace.json'");
+  std::filesystem::remove_all(dir);
+  expect_clean_failure(r, "mlp_demo", {"--trace", "/missing/trace.json", "cannot open", "No such file"});
   EXPECT_EQ(r.out.find("step"), std::string::npos) << "training ran before the path was checked";
   EXPECT_EQ(r.out.find("memory trace:"), std::string::npos);
 }
 
 TEST(Programs, MlpDemoWritesItsTrace) {
   const std::string dir = temp_dir();
-  const Run r = mlp_demo("--steps 3 --batch 8 --hidden 8 --trace '" + dir + "/trace.json'");
+  const ProgramRun r = mlp_demo("--steps 3 --batch 8 --hidden 8 --trace '" + dir + "/trace.json'");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json trace = nlohmann::json::parse(read_file(dir + "/trace.json"));
   EXPECT_GT(trace["events"].size(), 0u);
@@ -97,12 +100,17 @@ TEST(Programs, MlpDemoWritesItsTrace) {
 
 TEST(Programs, MemoryLessonUnwritableTraceDirFails) {
   expect_clean_failure(memory_lesson(kTiny + "--trace-dir /proc/x"), "memory_lesson", {"--trace-dir", "/proc/x"});
-  expect_clean_failure(memory_lesson(kTiny + "--trace-dir /nonexistent/dir/x"), "memory_lesson", {"--trace-dir"});
+  // A directory below a regular file cannot be made (even by root, which /proc/x does not stop).
+  const std::string dir = temp_dir();
+  std::ofstream(dir + "/file") << "x";
+  expect_clean_failure(memory_lesson(kTiny + "--trace-dir '" + dir + "/file/traces'"), "memory_lesson",
+                       {"--trace-dir", "cannot create the directory"});
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Programs, MemoryLessonWritesOneTracePerPath) {
   const std::string dir = temp_dir();
-  const Run r = memory_lesson(kTiny + "--paths naive,fused --trace-dir '" + dir + "/traces'");
+  const ProgramRun r = memory_lesson(kTiny + "--paths naive,fused --trace-dir '" + dir + "/traces'");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   for (const char* path : {"naive", "fused"}) {
     const nlohmann::json trace = nlohmann::json::parse(read_file(dir + "/traces/trace_" + path + ".json"));
@@ -121,7 +129,7 @@ TEST(Programs, NegativeAndHugeSizesAreRefused) {
 
 TEST(Programs, OutOfMemoryWhileMakingTheInputsIsOneLine) {
   // [2^24, 2^24] f32 hidden states: 1 PiB, more than any machine has.
-  const Run r = memory_lesson("--T 16777216 --D 16777216 --V 8 --repeat 1");
+  const ProgramRun r = memory_lesson("--T 16777216 --D 16777216 --V 8 --repeat 1");
   expect_clean_failure(r, "memory_lesson", {"out of memory", "inputs"});
 }
 
@@ -144,14 +152,14 @@ TEST(Programs, BadValuesAreRefusedWithTheOptionsName) {
 }
 
 TEST(Programs, ALossThatDivergesStopsTheRunNamingTheStep) {
-  const Run r = mlp_demo("--steps 200 --batch 16 --hidden 16 --lr 100000");
+  const ProgramRun r = mlp_demo("--steps 200 --batch 16 --hidden 16 --lr 100000");
   expect_clean_failure(r, "mlp_demo", {"the loss became", "at step", "--lr"});
 }
 
 // ---- item 12: readable ranges; sources relative to the project ----
 
 TEST(Programs, RangeErrorsAreReadable) {
-  Run r = mlp_demo("--steps 0");
+  ProgramRun r = mlp_demo("--steps 0");
   expect_clean_failure(r, "mlp_demo", {"--steps: must be an integer from 1 to 1000000000, got 0"});
   EXPECT_LT(r.err.size(), 200u) << r.err;
   r = mlp_demo("--steps abc");
@@ -162,7 +170,7 @@ TEST(Programs, RangeErrorsAreReadable) {
 
 TEST(Programs, LibraryErrorsNameTheirSourceRelativeToTheProject) {
   // Not even one row fits a budget of one byte: the library's error, with its location.
-  const Run r = memory_lesson(kTiny + "--paths chunked --chunk-budget-mb 0.000001");
+  const ProgramRun r = memory_lesson(kTiny + "--paths chunked --chunk-budget-mb 0.000001");
   expect_clean_failure(r, "memory_lesson", {"(at ops/"});
 }
 
@@ -170,14 +178,14 @@ TEST(Programs, LibraryErrorsNameTheirSourceRelativeToTheProject) {
 
 TEST(Programs, MemoryLimitCoversTheInputs) {
   // The default lesson's inputs are about 21 MiB: they cannot fit in a 1 MiB "card".
-  const Run r = memory_lesson("--memory-limit-mb 1 --paths fused --repeat 1");
+  const ProgramRun r = memory_lesson("--memory-limit-mb 1 --paths fused --repeat 1");
   expect_clean_failure(r, "memory_lesson", {"inputs", "--memory-limit-mb 1", "out of memory"});
 }
 
 // ---- item 14: the lesson's text follows its own table ----
 
 TEST(Programs, LessonTextFollowsTheNumbersWith16BitLogits) {
-  const Run r = memory_lesson("--T 256 --D 32 --V 4096 --dtype bf16 --chunk-budget-mb 0.5 --repeat 1 --json");
+  const ProgramRun r = memory_lesson("--T 256 --D 32 --V 4096 --dtype bf16 --chunk-budget-mb 1 --repeat 1 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   const nlohmann::json& naive = j["paths"]["naive"];
@@ -197,7 +205,7 @@ TEST(Programs, LessonTextFollowsTheNumbersWith16BitLogits) {
 
 TEST(Programs, LessonTextExplainsAFusedPeakAboveNaives) {
   // One chunk holds all 64 rows: fused makes the whole [T, V] too (as at --scale 64).
-  const Run r = memory_lesson(kTiny + "--chunk-budget-mb 64");
+  const ProgramRun r = memory_lesson(kTiny + "--chunk-budget-mb 64");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("one chunk holds all 64 rows"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("largest block"), std::string::npos) << r.out;  // the table's column
@@ -207,14 +215,14 @@ TEST(Programs, LessonTextExplainsAFusedPeakAboveNaives) {
 
 TEST(Programs, OutOfMemoryRowsSayItOnce) {
   // naive needs a 4 MiB logits block (a 20 MiB segment); fused fits in small segments.
-  const Run r = memory_lesson("--T 256 --D 32 --V 4096 --chunk-budget-mb 0.5 --repeat 1 --memory-limit-mb 6");
+  const ProgramRun r = memory_lesson("--T 256 --D 32 --V 4096 --chunk-budget-mb 0.5 --repeat 1 --memory-limit-mb 6");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("naive    out of memory"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("out of memory: out of memory"), std::string::npos) << r.out;
 }
 
 TEST(Programs, MlpDemoPrintsRetainedBytesReadablyAndIndented) {
-  const Run r = mlp_demo("--steps 2 --batch 8 --hidden 8");
+  const ProgramRun r = mlp_demo("--steps 2 --batch 8 --hidden 8");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out.find("\ngraph retains"), std::string::npos) << r.out;  // the raw, unindented line
   EXPECT_EQ(r.out.find(" B in saved tensors"), std::string::npos) << r.out;
@@ -222,13 +230,13 @@ TEST(Programs, MlpDemoPrintsRetainedBytesReadablyAndIndented) {
 }
 
 TEST(Programs, KlInputsLineNamesTheTeacher) {
-  const Run r = memory_lesson(kTiny + "--loss kl");
+  const ProgramRun r = memory_lesson(kTiny + "--loss kl");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("teacher hidden"), std::string::npos) << r.out;
 }
 
 TEST(Programs, JsonKeepsTheShapeApartFromThePaths) {
-  const Run r = memory_lesson(kTiny + "--json");
+  const ProgramRun r = memory_lesson(kTiny + "--json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["shape"]["T"], 64);
@@ -240,18 +248,19 @@ TEST(Programs, JsonKeepsTheShapeApartFromThePaths) {
 }
 
 TEST(Programs, HelpShowsDefaults) {
-  Run r = mlp_demo("--help");
+  ProgramRun r = mlp_demo("--help");
   EXPECT_EQ(r.exit_code, 0);
-  EXPECT_NE(r.out.find("[300]"), std::string::npos) << r.out;   // --steps
-  EXPECT_NE(r.out.find("[0.01]"), std::string::npos) << r.out;  // --lr
+  // CLI11 2.1 prints a default as "--steps INT:<range>=300".
+  EXPECT_NE(r.out.find("=300\n"), std::string::npos) << r.out;   // --steps
+  EXPECT_NE(r.out.find("=0.01\n"), std::string::npos) << r.out;  // --lr
   r = memory_lesson("--help");
   EXPECT_EQ(r.exit_code, 0);
-  EXPECT_NE(r.out.find("[16]"), std::string::npos) << r.out;  // --scale
-  EXPECT_NE(r.out.find("[24576 / scale]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("=16\n"), std::string::npos) << r.out;  // --scale
+  EXPECT_NE(r.out.find("=24576 / scale\n"), std::string::npos) << r.out;
 }
 
 TEST(Programs, LessonReportsProgressOnStderr) {
-  const Run r = memory_lesson(kTiny + "--json");
+  const ProgramRun r = memory_lesson(kTiny + "--json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("chunkgrad memory_lesson: naive: step 1 of 1"), std::string::npos) << r.err;
   EXPECT_NO_THROW((void)nlohmann::json::parse(r.out)) << "progress leaked into the JSON on stdout";
