@@ -105,7 +105,7 @@ CLI::Validator number_in(double lo, double hi, bool lo_open) {
         }
         return std::string();
       },
-      (lo_open ? "> " : "from ") + number_str(lo) + (lo_open ? ", <= " : " to ") + number_str(hi));
+      (lo_open ? "greater than " : "from ") + number_str(lo) + (lo_open ? ", at most " : " to ") + number_str(hi));
 }
 
 CLI::Validator one_of(const std::vector<std::string>& allowed) {
