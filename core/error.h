@@ -6,14 +6,37 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace cg {
 
-// The one exception type of the framework. what() = "<message> (at file:line)".
+namespace detail {
+// Note [Error locations]: errors name the file that raised them relative to the project
+// root ("core/views.cpp:88"), not as the build saw it: __FILE__ is whatever path the
+// compiler was given, absolute (/home/me/src/chunkgrad/core/views.cpp, which says where
+// someone's clone is, not where the bug is) or relative to the build folder
+// (../core/views.cpp, when ccache's base_dir rewrites paths). This header lives at
+// <root>/core/error.h, so its own __FILE__ minus "core/error.h" is how the root is spelled
+// in this build, and that prefix is cut from the raising file's path. Every file of one
+// build is compiled with the same spelling of the root; a path that does not start with
+// it (a file outside the project) is kept whole.
+inline const char* project_relative_path(const char* file) {
+  constexpr std::string_view self = __FILE__;
+  constexpr std::string_view tail = "core/error.h";
+  if (!self.ends_with(tail)) return file;
+  const std::string_view root = self.substr(0, self.size() - tail.size());
+  if (!root.empty() && std::string_view(file).starts_with(root)) return file + root.size();
+  return file;
+}
+}  // namespace detail
+
+// The one exception type of the framework. what() = "<message> (at file:line)", the file
+// relative to the project root (Note [Error locations]).
 class Error : public std::runtime_error {
  public:
   Error(const std::string& message, const char* file, int line)
-      : std::runtime_error(message + " (at " + file + ":" + std::to_string(line) + ")"),
+      : std::runtime_error(message + " (at " + detail::project_relative_path(file) + ":" +
+                           std::to_string(line) + ")"),
         message_(message) {}
   // The message without the location, for tests that compare text.
   const std::string& message() const { return message_; }

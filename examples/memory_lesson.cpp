@@ -8,6 +8,16 @@
 //   ./build/examples/memory_lesson                      # table
 //   ./build/examples/memory_lesson --json               # one JSON object keyed by path
 //   ./build/examples/memory_lesson --loss kl --head trainable --trace-dir traces/
+//
+// Besides the peaks, the table splits each forward peak into what forward keeps (the
+// graph's saved tensors and the outputs, alive when it returns) and its temporaries
+// (freed before it returns), and names the largest block forward allocated: that is
+// where naive's fp32 copy of all of [T, V] shows (16-bit logits are computed on in fp32).
+// The closing text is derived from these measured numbers, not written in advance.
+//
+// Bad input (an option out of range, an unwritable --trace-dir, inputs that do not fit
+// under --memory-limit-mb) ends the run with one error line and exit code 1
+// (examples/common/program.h); a path that runs out of memory is a row of the table.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -15,6 +25,8 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
+#include <sstream>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -22,6 +34,7 @@
 #include "core/caching_allocator.h"
 #include "core/factories.h"
 #include "core/memory_trace.h"
+#include "examples/common/program.h"
 #include "ops/head_loss.h"
 #include "ops/ops.h"
 
@@ -29,7 +42,7 @@ namespace {
 
 struct Options {
   int64_t scale = 16;
-  int64_t T = 0, D = 0, V = 0;  // 0: DFlash shape / scale
+  int64_t T = 0, D = 0, V = 0;  // 0: DFlash shape / scale (an explicit 0 is refused)
   std::string loss = "ce";      // ce | kl | rkl | soft_ce
   std::string head = "frozen";  // frozen | trainable
   std::string dtype = "f32";
@@ -46,10 +59,14 @@ struct Options {
 struct PathReport {
   std::string path;
   int64_t forward_peak = 0, step_peak = 0;
+  int64_t forward_kept = 0;    // allocated when forward returns (saved tensors, outputs)
+  int64_t largest_block = 0;   // the largest single block forward allocated
   cg::GraphMemory graph;
   double loss = 0, median_ms = 0;
   int64_t chunk_rows = 0;
-  std::string error;  // e.g. out of memory under --memory-limit-mb
+  std::string error;  // out of memory under --memory-limit-mb
+  bool ok() const { return error.empty(); }
+  int64_t forward_temporaries() const { return forward_peak - forward_kept; }
 };
 
 double median(std::vector<double> v) {
@@ -57,16 +74,29 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// The largest block allocated among the trace's events from index `from` on.
+int64_t largest_alloc_since(size_t from) {
+  const std::vector<cg::TraceEvent> events = cg::MemoryTrace::events();
+  int64_t largest = 0;
+  for (size_t i = from; i < events.size(); ++i) {
+    if (events[i].action == cg::TraceAction::alloc) largest = std::max(largest, int64_t(events[i].size));
+  }
+  return largest;
+}
+
 PathReport run_path(cg::HeadLossPath path, const cg::HeadLossInputs& in, cg::HeadLossOptions o,
-                    const Options& opt) {
+                    const Options& opt, cg::program::OutputFile* trace) {
   PathReport rep;
   rep.path = cg::head_loss_path_name(path);
   o.path = path;
   cg::CachingAllocator& alloc = cg::allocator_for(cg::kCPU);
   std::vector<double> times;
-  for (int i = 0; i < std::max(1, opt.repeat); ++i) {
+  for (int i = 0; i < opt.repeat; ++i) {
     const bool first = i == 0;
-    if (first && !opt.trace_dir.empty()) cg::MemoryTrace::enable();
+    cg::program::progress("memory_lesson", rep.path + ": step " + std::to_string(i + 1) + " of " +
+                                               std::to_string(opt.repeat));
+    // The first step is traced: the largest block comes from the trace (and --trace-dir).
+    if (first) cg::MemoryTrace::enable(trace ? size_t{1} << 20 : size_t{1} << 16);
     in.hidden.set_grad(cg::Tensor());
     if (in.head.requires_grad()) in.head.set_grad(cg::Tensor());
     const int64_t base = alloc.stats().allocated_bytes.current;
@@ -79,19 +109,22 @@ PathReport run_path(cg::HeadLossPath path, const cg::HeadLossInputs& in, cg::Hea
     }
     if (first) {
       rep.forward_peak = alloc.stats().allocated_bytes.peak - base;
+      rep.forward_kept = alloc.stats().allocated_bytes.current - base;
+      rep.largest_block = largest_alloc_since(0);
       rep.graph = cg::graph_retained_bytes(r.loss, {in.head, in.labels, in.teacher_hidden});
       rep.loss = cg::to(r.loss, cg::DType::f64).item();
       rep.chunk_rows = r.chunk_rows;
+      cg::program::check_finite_loss(rep.loss, "the " + rep.path + " path",
+                                     "Try --dtype f32 (16-bit logits can overflow).");
     }
     {
       cg::ScopeGuard scope(std::string("backward/") + rep.path);
       r.loss.backward();
     }
     times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-    if (first) rep.step_peak = alloc.stats().allocated_bytes.peak - base;
-    if (first && !opt.trace_dir.empty()) {
-      std::filesystem::create_directories(opt.trace_dir);
-      std::ofstream(opt.trace_dir + "/trace_" + rep.path + ".json") << cg::MemoryTrace::to_json().dump() << "\n";
+    if (first) {
+      rep.step_peak = alloc.stats().allocated_bytes.peak - base;
+      if (trace) trace->write_json(cg::MemoryTrace::to_json());
       cg::MemoryTrace::disable();
     }
   }
@@ -104,7 +137,96 @@ cg::LossKind parse_kind(const std::string& s) {
   if (s == "kl") return cg::LossKind::forward_kl;
   if (s == "rkl") return cg::LossKind::reverse_kl;
   if (s == "soft_ce") return cg::LossKind::soft_cross_entropy;
-  throw CLI::ValidationError("--loss", "expected ce, kl, rkl or soft_ce");
+  CG_FAIL("--loss: expected ce, kl, rkl or soft_ce, got ", s);
+}
+
+std::string mib(int64_t bytes) { return cg::format_bytes(bytes); }
+
+// Note [The lesson's text]: the closing explanation is derived from the measured numbers,
+// so that it cannot contradict the table: with 16-bit logits naive makes fp32 working
+// copies of all of [T, V] (its largest block) and chunked only of one chunk, so chunked's
+// forward peak drops while what its graph keeps does not; when one chunk holds all T
+// rows, fused makes the whole [T, V] too and its peak is not below naive's.
+std::vector<std::string> explain(const std::vector<PathReport>& reports, const Options& o, int64_t T,
+                                 int64_t D, int64_t V, cg::DType dtype) {
+  auto find = [&](const std::string& name) -> const PathReport* {
+    for (const PathReport& r : reports) {
+      if (r.path == name && r.ok()) return &r;
+    }
+    return nullptr;
+  };
+  const PathReport *naive = find("naive"), *chunked = find("chunked"), *fused = find("fused");
+  const int64_t fp32_logits = 4 * T * V;
+  const bool half = cg::element_size(dtype) == 2;
+  auto near_fp32_logits = [&](int64_t bytes) { return bytes >= fp32_logits && bytes < fp32_logits + fp32_logits / 20 + 4096; };
+  std::vector<std::string> lines;
+  std::ostringstream line;
+  auto flush = [&] {
+    lines.push_back(line.str());
+    line.str("");
+  };
+
+  if (naive) {
+    line << "naive keeps the logits [T, V] until backward (its graph retains " << mib(naive->graph.total_bytes)
+         << "); its forward peak " << mib(naive->forward_peak) << " adds " << mib(naive->forward_temporaries())
+         << " of temporaries";
+    if (half && near_fp32_logits(naive->largest_block)) {
+      line << ": its largest block, " << mib(naive->largest_block) << ", is an fp32 copy of all of [T, V] (the loss "
+           << "works on " << o.dtype << " logits in fp32, and naive converts all " << T << " rows at once).";
+    } else {
+      line << " (its largest block: " << mib(naive->largest_block) << ").";
+    }
+    flush();
+  }
+  if (naive && chunked) {
+    const double ratio = double(chunked->forward_peak) / double(naive->forward_peak);
+    line << "chunked's forward peak " << mib(chunked->forward_peak);
+    if (ratio < 0.9) {
+      line << " is lower than naive's " << mib(naive->forward_peak) << ", but only by temporaries: chunked makes "
+           << (half ? "its fp32 working copies" : "its working rows") << " one chunk (" << chunked->chunk_rows
+           << " rows) at a time, naive for all " << T
+           << " rows. What its graph keeps until backward -- every chunk's logits, "
+           << mib(chunked->graph.total_bytes) << " -- is what naive's keeps (" << mib(naive->graph.total_bytes)
+           << "): chunking under autograd does not lower that.";
+    } else if (ratio <= 1.1) {
+      line << " is about naive's " << mib(naive->forward_peak) << ": its graph keeps every chunk's logits ("
+           << mib(chunked->graph.total_bytes) << ", naive's graph " << mib(naive->graph.total_bytes)
+           << ") until backward, so chunking under autograd does not lower the peak.";
+    } else {
+      line << " is above naive's " << mib(naive->forward_peak) << ": it keeps the same logits ("
+           << mib(chunked->graph.total_bytes) << ") and adds per-chunk temporaries.";
+    }
+    flush();
+    if (chunked->step_peak < naive->step_peak * 0.9) {
+      line << "In backward chunked makes one chunk's gradient at a time, so its step peak "
+           << mib(chunked->step_peak) << " is below naive's " << mib(naive->step_peak) << ".";
+      flush();
+    }
+  }
+  if (fused) {
+    const PathReport* ref = naive ? naive : chunked;
+    const std::string keeps = o.head == "trainable" ? "dh [T, D] and dW [V, D]" : "dh [T, D]";
+    line << "fused's graph keeps only " << keeps << " (" << mib(fused->graph.total_bytes) << ")";
+    if (ref && fused->forward_peak < ref->forward_peak * 0.9) {
+      line << ", and the logits exist one chunk (" << fused->chunk_rows << " of " << T
+           << " rows) at a time, so its forward peak " << mib(fused->forward_peak) << " is "
+           << cg::detail::concat(std::round(10.0 * ref->forward_peak / std::max<int64_t>(1, fused->forward_peak)) / 10)
+           << "x lower than " << ref->path << "'s " << mib(ref->forward_peak) << ".";
+    } else if (ref && fused->chunk_rows >= T) {
+      line << ", but its forward peak " << mib(fused->forward_peak) << " is not below " << ref->path << "'s "
+           << mib(ref->forward_peak) << ": at this size one chunk holds all " << T
+           << " rows, so fused makes the whole [T, V] logits at once too. It lowers the peak when T spans "
+              "several chunks: lower --chunk-budget-mb or --chunk-rows, or raise T.";
+    } else if (ref) {
+      line << ", but its forward peak " << mib(fused->forward_peak) << " is not below " << ref->path << "'s "
+           << mib(ref->forward_peak) << ": one chunk's temporaries (" << fused->chunk_rows << " rows) and " << keeps << " are as large as the [T, V] logits at this shape (D = "
+           << D << " next to V = " << V << ").";
+    } else {
+      line << "; its forward peak is " << mib(fused->forward_peak) << ".";
+    }
+    flush();
+  }
+  return lines;
 }
 
 void print_table(const std::vector<PathReport>& reports, const Options& o, const cg::HeadLossInputs& in) {
@@ -112,72 +234,92 @@ void print_table(const std::vector<PathReport>& reports, const Options& o, const
   const size_t el = cg::element_size(in.hidden.dtype());
   std::printf("lm_head + %s loss, T=%lld D=%lld V=%lld (%s, head %s); logits [T, V] = %s in fp32\n",
               o.loss.c_str(), (long long)T, (long long)D, (long long)V, o.dtype.c_str(), o.head.c_str(),
-              cg::format_bytes(4 * T * V).c_str());
-  std::printf("inputs: hidden %s, head %s (not counted below: peaks are above the inputs)\n\n",
-              cg::format_bytes(T * D * el).c_str(), cg::format_bytes(V * D * el).c_str());
-  std::printf("%-8s %8s %14s %14s %16s %12s %10s\n", "path", "chunk", "forward peak", "step peak",
-              "graph retains", "loss", "median ms");
+              mib(4 * T * V).c_str());
+  std::printf("inputs: hidden %s, head %s, labels %s", mib(T * D * el).c_str(), mib(V * D * el).c_str(),
+              mib(in.labels.nbytes()).c_str());
+  if (in.teacher_hidden.defined()) std::printf(", teacher hidden %s", mib(in.teacher_hidden.nbytes()).c_str());
+  std::printf(" (not counted below: peaks are above the inputs)\n\n");
+  std::printf("%-8s %7s %14s %14s %14s %14s %14s %11s %9s\n", "path", "chunk", "forward peak", "= fwd keeps",
+              "+ temporaries", "largest block", "step peak", "loss", "median ms");
   for (const PathReport& r : reports) {
-    if (!r.error.empty()) {
+    if (!r.ok()) {
       std::printf("%-8s %s\n", r.path.c_str(), r.error.c_str());
       continue;
     }
-    std::printf("%-8s %8lld %14s %14s %16s %12.6f %10.1f\n", r.path.c_str(), (long long)r.chunk_rows,
-                cg::format_bytes(r.forward_peak).c_str(), cg::format_bytes(r.step_peak).c_str(),
-                cg::format_bytes(static_cast<int64_t>(r.graph.total_bytes)).c_str(), r.loss, r.median_ms);
+    std::printf("%-8s %7lld %14s %14s %14s %14s %14s %11.6f %9.1f\n", r.path.c_str(), (long long)r.chunk_rows,
+                mib(r.forward_peak).c_str(), mib(r.forward_kept).c_str(), mib(r.forward_temporaries()).c_str(),
+                mib(r.largest_block).c_str(), mib(r.step_peak).c_str(), r.loss, r.median_ms);
   }
   std::printf("\nwhat each graph retains at the end of forward, by node:\n");
   for (const PathReport& r : reports) {
-    if (!r.error.empty()) continue;
-    std::printf("  %s:", r.path.c_str());
+    if (!r.ok()) continue;
+    std::printf("  %-8s %s:", r.path.c_str(), mib(static_cast<int64_t>(r.graph.total_bytes)).c_str());
     for (const auto& [node, bytes] : r.graph.bytes_by_node) {
-      std::printf("  %s %s", node.c_str(), cg::format_bytes(static_cast<int64_t>(bytes)).c_str());
+      std::printf("  %s %s", node.c_str(), mib(static_cast<int64_t>(bytes)).c_str());
     }
     std::printf("\n");
   }
-  std::printf("\nnaive keeps the logits [T, V]; chunked keeps every chunk's logits -- the same\n"
-              "bytes -- so its forward peak does not drop; fused keeps dh [T, D] (and dW when\n"
-              "the head trains), and its peak is one chunk's logits on top of that.\n");
+  std::printf("\n");
+  for (const std::string& line : explain(reports, o, T, D, V, in.hidden.dtype())) std::printf("%s\n", line.c_str());
 }
 
-}  // namespace
+void print_json(const std::vector<PathReport>& reports, const Options& o, const cg::HeadLossInputs& in) {
+  const int64_t T = in.hidden.size(0), D = in.hidden.size(1), V = in.head.size(0);
+  nlohmann::json paths = nlohmann::json::object();
+  for (const PathReport& r : reports) {
+    if (!r.ok()) {
+      paths[r.path] = {{"error", r.error}};
+      continue;
+    }
+    paths[r.path] = {{"peak_bytes", r.step_peak},
+                     {"forward_peak_bytes", r.forward_peak},
+                     {"forward_kept_bytes", r.forward_kept},
+                     {"forward_temporary_bytes", r.forward_temporaries()},
+                     {"largest_forward_block_bytes", r.largest_block},
+                     {"retained_bytes", r.graph.total_bytes},
+                     {"retained_by_node", r.graph.bytes_by_node},
+                     {"loss", r.loss},
+                     {"median_ms", r.median_ms},
+                     {"chunk_rows", r.chunk_rows}};
+  }
+  nlohmann::json out;
+  out["shape"] = {{"T", T}, {"D", D}, {"V", V}, {"dtype", o.dtype}, {"loss", o.loss}, {"head", o.head}};
+  out["paths"] = paths;
+  out["lesson"] = explain(reports, o, T, D, V, in.hidden.dtype());
+  std::cout << out.dump(2) << "\n";
+}
 
-int main(int argc, char** argv) {
-  Options o;
-  CLI::App app{"chunkgrad memory lesson: naive vs chunked vs fused lm_head + loss"};
-  app.add_option("--scale", o.scale, "divide the DFlash shape 24576 x 5120 x 248320 by this")->check(CLI::PositiveNumber);
-  app.add_option("--T", o.T, "positions (rows); overrides --scale");
-  app.add_option("--D", o.D, "hidden size; overrides --scale");
-  app.add_option("--V", o.V, "vocabulary; overrides --scale");
-  app.add_option("--loss", o.loss, "ce | kl | rkl | soft_ce (teacher losses use a shared frozen head)");
-  app.add_option("--head", o.head, "frozen | trainable")->check(CLI::IsMember({"frozen", "trainable"}));
-  app.add_option("--dtype", o.dtype, "f32 | bf16 | f16 | f64")->check(CLI::IsMember({"f32", "bf16", "f16", "f64"}));
-  app.add_option("--paths", o.paths, "comma-separated subset of naive,chunked,fused");
-  app.add_option("--chunk-rows", o.chunk_rows, "rows per chunk (0: from the budget)");
-  app.add_option("--chunk-budget-mb", o.chunk_budget_mb, "chunk temporaries budget in MiB");
-  app.add_flag("--recompute", o.recompute, "fused: recompute logits in backward");
-  app.add_option("--repeat", o.repeat, "timed repetitions per path (median reported)");
-  app.add_flag("--json", o.json, "print one JSON object keyed by path instead of the table");
-  app.add_option("--trace-dir", o.trace_dir, "write trace_<path>.json (allocator events) here");
-  app.add_option("--memory-limit-mb", o.memory_limit_mb, "cap the CPU allocator like a smaller card");
-  CLI11_PARSE(app, argc, argv);
-
+void run(const Options& o) {
+  // Before anything is allocated: the limit holds for everything the run allocates,
+  // the inputs included.
+  cg::program::set_cpu_memory_limit_mb(o.memory_limit_mb);
   const int64_t T = o.T ? o.T : 24576 / o.scale, D = o.D ? o.D : 5120 / o.scale,
                 V = o.V ? o.V : 248320 / o.scale;
+  CG_CHECK(T > 0 && D > 0 && V > 0, "--scale ", o.scale, " leaves T=", T, " D=", D, " V=", V,
+           ": every size must be at least 1; use a smaller --scale or give --T, --D and --V");
   const cg::DType dtype = cg::parse_dtype(o.dtype);
   cg::HeadLossOptions hopt;
-  try {
-    hopt.loss.kind = parse_kind(o.loss);
-  } catch (const CLI::Error& e) {
-    return app.exit(e);
-  }
+  hopt.loss.kind = parse_kind(o.loss);
   hopt.chunk_rows = o.chunk_rows;
-  if (o.chunk_budget_mb > 0) hopt.chunk_budget_bytes = static_cast<size_t>(o.chunk_budget_mb * (1 << 20));
+  hopt.chunk_budget_bytes = static_cast<size_t>(o.chunk_budget_mb * (1 << 20));
   hopt.recompute_in_backward = o.recompute;
+
+  // Before the work: the trace files are opened now, so an unwritable --trace-dir fails
+  // before minutes of computing.
+  std::vector<std::string> names;
+  std::stringstream list(o.paths);
+  for (std::string name; std::getline(list, name, ',');) names.push_back(name);
+  std::map<std::string, cg::program::OutputFile> traces;
+  if (!o.trace_dir.empty()) {
+    cg::program::make_output_dir(o.trace_dir, "--trace-dir");
+    for (const std::string& name : names) {
+      traces.emplace(name, cg::program::OutputFile(o.trace_dir + "/trace_" + name + ".json", "--trace-dir"));
+    }
+  }
 
   cg::Generator gen(1);
   cg::HeadLossInputs in;
-  {
+  try {
     cg::CategoryGuard category(cg::MemoryCategory::input);
     in.hidden = cg::randn({T, D}, {.dtype = dtype}, &gen).requires_grad_();
     in.head = cg::randn({V, D}, {.dtype = dtype}, &gen, 0.0, 1.0 / std::sqrt(double(D)));
@@ -186,43 +328,62 @@ int main(int argc, char** argv) {
     for (auto& y : labels) y = static_cast<int64_t>(gen.next_u64() % V);
     in.labels = cg::from_ints(labels, {T});
     if (cg::loss_needs_teacher(hopt.loss)) in.teacher_hidden = cg::randn({T, D}, {.dtype = dtype}, &gen);
+  } catch (const cg::OutOfMemoryError& e) {
+    CG_FAIL("the inputs (hidden [", T, ", ", D, "], head [", V, ", ", D, "], labels",
+            cg::loss_needs_teacher(hopt.loss) ? ", teacher hidden" : "", ") do not fit",
+            o.memory_limit_mb ? cg::detail::concat(" under --memory-limit-mb ", o.memory_limit_mb) : std::string(),
+            ": ", e.message());
   }
-  if (o.memory_limit_mb > 0) cg::allocator_for(cg::kCPU).set_memory_limit(size_t(o.memory_limit_mb) << 20);
 
   std::vector<PathReport> reports;
-  std::stringstream list(o.paths);
-  for (std::string name; std::getline(list, name, ',');) {
+  for (const std::string& name : names) {
+    auto trace = traces.find(name);
     try {
-      reports.push_back(run_path(cg::parse_head_loss_path(name), in, hopt, o));
+      reports.push_back(run_path(cg::parse_head_loss_path(name), in, hopt, o,
+                                 trace == traces.end() ? nullptr : &trace->second));
     } catch (const cg::OutOfMemoryError& e) {
+      cg::MemoryTrace::disable();
       PathReport r;
       r.path = name;
-      r.error = std::string("out of memory: ") + e.message();
+      r.error = e.message();  // "out of memory on cpu (...): tried to allocate ..."
       reports.push_back(r);
-    } catch (const cg::Error& e) {
-      std::fprintf(stderr, "%s\n", e.what());
-      return 1;
     }
   }
-
   if (o.json) {
-    nlohmann::json out;
-    for (const PathReport& r : reports) {
-      nlohmann::json j;
-      if (!r.error.empty()) {
-        j["error"] = r.error;
-      } else {
-        j = {{"peak_bytes", r.step_peak},     {"forward_peak_bytes", r.forward_peak},
-             {"retained_bytes", r.graph.total_bytes}, {"retained_by_node", r.graph.bytes_by_node},
-             {"loss", r.loss},                {"median_ms", r.median_ms},
-             {"chunk_rows", r.chunk_rows}};
-      }
-      out[r.path] = j;
-    }
-    out["shape"] = {{"T", T}, {"D", D}, {"V", V}, {"dtype", o.dtype}, {"loss", o.loss}, {"head", o.head}};
-    std::cout << out.dump(2) << "\n";
+    print_json(reports, o, in);
   } else {
     print_table(reports, o, in);
   }
-  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  cg::program::Program program("memory_lesson", "chunkgrad memory lesson: naive vs chunked vs fused lm_head + loss");
+  CLI::App& app = program.app();
+  using cg::program::integer_in;
+  constexpr int64_t kMaxSize = int64_t{1} << 24;
+  app.add_option("--scale", o.scale, "divide the DFlash shape 24576 x 5120 x 248320 by this")
+      ->check(integer_in(1, 5120));
+  app.add_option("--T", o.T, "positions (rows); overrides --scale")->default_str("24576 / scale")->check(integer_in(1, kMaxSize));
+  app.add_option("--D", o.D, "hidden size; overrides --scale")->default_str("5120 / scale")->check(integer_in(1, kMaxSize));
+  app.add_option("--V", o.V, "vocabulary; overrides --scale")->default_str("248320 / scale")->check(integer_in(1, kMaxSize));
+  app.add_option("--loss", o.loss, "ce | kl | rkl | soft_ce (teacher losses use a shared frozen head)")
+      ->check(cg::program::one_of({"ce", "kl", "rkl", "soft_ce"}));
+  app.add_option("--head", o.head, "frozen | trainable")->check(cg::program::one_of({"frozen", "trainable"}));
+  app.add_option("--dtype", o.dtype, "f32 | bf16 | f16 | f64")->check(cg::program::one_of({"f32", "bf16", "f16", "f64"}));
+  app.add_option("--paths", o.paths, "comma-separated subset of naive,chunked,fused")
+      ->check(cg::program::subset_of({"naive", "chunked", "fused"}));
+  app.add_option("--chunk-rows", o.chunk_rows, "rows per chunk (0: from the budget)")->check(integer_in(0, kMaxSize));
+  app.add_option("--chunk-budget-mb", o.chunk_budget_mb, "chunk temporaries budget in MiB")
+      ->check(cg::program::number_in(0, 1 << 20, /*lo_open=*/true));
+  app.add_flag("--recompute", o.recompute, "fused: recompute logits in backward");
+  app.add_option("--repeat", o.repeat, "timed repetitions per path (median reported)")->check(integer_in(1, 1000));
+  app.add_flag("--json", o.json, "print one JSON object {shape, paths, lesson} instead of the table");
+  app.add_option("--trace-dir", o.trace_dir, "write trace_<path>.json (allocator events of the first step) here");
+  app.add_option("--memory-limit-mb", o.memory_limit_mb,
+                 "cap the CPU allocator like a smaller card (0 = none); covers everything the run allocates")
+      ->check(integer_in(0, kMaxSize));
+  return program.run(argc, argv, [&] { run(o); });
 }

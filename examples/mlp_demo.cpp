@@ -5,8 +5,13 @@
 //
 //   bash tools/run.sh                         # defaults
 //   bash tools/run.sh --steps 300 --hidden 1024 --memory-limit-mb 64 --trace trace.json
+//
+// Bad input (an option out of range, an unwritable --trace, out of memory, a loss that
+// becomes NaN) ends the run with one error line and exit code 1 (examples/common/program.h).
+#include <cmath>
 #include <cstdio>
-#include <fstream>
+#include <cstdlib>
+#include <functional>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -15,6 +20,7 @@
 #include "core/caching_allocator.h"
 #include "core/factories.h"
 #include "core/memory_trace.h"
+#include "examples/common/program.h"
 #include "ops/ops.h"
 
 namespace {
@@ -76,82 +82,108 @@ void make_batch(const Options& o, cg::Generator& gen, const cg::Tensor& a, const
   y = cg::from_vector(ys, {o.batch, 1});
 }
 
+// The bytes the last step's graph keeps, readable: one total, then one indented row per
+// node type (GraphMemory::str() is the raw form, in bytes).
+void print_graph(const cg::GraphMemory& g) {
+  std::printf("  graph retained after forward (last step): %s in saved tensors over %zu nodes\n",
+              cg::format_bytes(static_cast<int64_t>(g.total_bytes)).c_str(), g.node_count);
+  std::printf("      (%s as allocator blocks; saved parameters, not counted: %s)\n",
+              cg::format_bytes(static_cast<int64_t>(g.rounded_bytes)).c_str(),
+              cg::format_bytes(static_cast<int64_t>(g.parameter_bytes)).c_str());
+  for (const auto& [name, bytes] : g.bytes_by_node) {
+    auto count = g.nodes_by_name.find(name);
+    const std::string label = name + " x" + std::to_string(count == g.nodes_by_name.end() ? 0 : count->second);
+    std::printf("      %-26s %12s\n", label.c_str(), cg::format_bytes(static_cast<int64_t>(bytes)).c_str());
+  }
+}
+
+void run(const Options& o) {
+  // Before anything is allocated: the limit holds for the whole run.
+  cg::program::set_cpu_memory_limit_mb(o.memory_limit_mb);
+  // Before the work: a trace that cannot be written fails now, not after the run.
+  cg::program::OutputFile trace;
+  if (!o.trace_path.empty()) {
+    trace = cg::program::OutputFile(o.trace_path, "--trace");
+    cg::MemoryTrace::enable();
+  }
+  cg::CachingAllocator& allocator = cg::allocator_for(cg::kCPU);
+
+  cg::Generator gen(o.seed);
+  const cg::Tensor a = cg::randn({o.in}, {}, &gen, 0.0, 1.0 / std::sqrt(double(o.in)));
+  const cg::Tensor b = cg::randn({o.in}, {}, &gen, 0.0, 1.0 / std::sqrt(double(o.in)));
+  Mlp mlp = make_mlp(o, gen);
+  const int64_t param_bytes = allocator.stats().allocated_bytes.current;
+
+  std::printf("chunkgrad MLP demo: batch %lld, %lld -> %lld -> 1, %d steps of SGD (lr %g)\n",
+              (long long)o.batch, (long long)o.in, (long long)o.hidden, o.steps, o.lr);
+  // Each step draws a new batch, so single losses are noisy: compare window means.
+  const int window = std::max(1, std::min(20, o.steps / 2));
+  std::vector<double> losses;
+  cg::GraphMemory graph;
+  int64_t step_peak = 0;
+  for (int step = 0; step < o.steps; ++step) {
+    cg::Tensor x, y;
+    make_batch(o, gen, a, b, x, y);
+    allocator.reset_peak_stats();
+    cg::Tensor diff = forward(mlp, x) - y;
+    cg::Tensor loss = cg::mean(diff * diff);
+    losses.push_back(loss.item());
+    cg::program::check_finite_loss(losses.back(), "step " + std::to_string(step),
+                                   cg::detail::concat("Lower --lr (it is ", o.lr, ")."));
+    if (step == o.steps - 1) graph = cg::graph_retained_bytes(loss);
+    loss.backward();
+    {
+      cg::NoGradGuard no_grad;
+      for (cg::Tensor& p : {std::ref(mlp.w1), std::ref(mlp.b1), std::ref(mlp.w2), std::ref(mlp.b2)}) {
+        cg::add_(p, p.grad(), -o.lr);
+        p.set_grad(cg::Tensor());
+      }
+    }
+    step_peak = allocator.stats().allocated_bytes.peak;
+    if (step % 50 == 0 || step == o.steps - 1 || std::getenv("CG_VERBOSE")) {
+      std::printf("  step %4d  loss %.5f\n", step, losses.back());
+      std::fflush(stdout);
+    }
+  }
+
+  const cg::AllocatorStats s = allocator.stats();
+  auto window_mean = [&](size_t begin) {
+    double sum = 0;
+    for (size_t i = begin; i < begin + window; ++i) sum += losses[i];
+    return sum / window;
+  };
+  const double first = window_mean(0), last = window_mean(losses.size() - window);
+  std::printf("\nmean loss of the first %d steps %.5f -> of the last %d steps %.5f (%.1fx lower)\n",
+              window, first, window, last, first / last);
+  std::printf("\nmemory (all figures from chunkgrad's caching allocator, CPU):\n");
+  std::printf("  parameters                  %s\n", cg::format_bytes(param_bytes).c_str());
+  print_graph(graph);
+  std::printf("  peak allocated in one training step: %s\n", cg::format_bytes(step_peak).c_str());
+  std::printf("  allocator now:\n%s", s.str().c_str());
+  if (trace.is_open()) {
+    const size_t events = cg::MemoryTrace::events().size();
+    trace.write_json(cg::MemoryTrace::to_json());
+    std::printf("  memory trace: %zu events -> %s\n", events, trace.path().c_str());
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Options o;
-  CLI::App app{"chunkgrad demo: a 2-layer MLP trained on the CPU, with its memory story"};
-  app.add_option("--steps", o.steps, "training steps")->check(CLI::PositiveNumber);
-  app.add_option("--batch", o.batch, "rows per batch")->check(CLI::PositiveNumber);
-  app.add_option("--in", o.in, "input features")->check(CLI::PositiveNumber);
-  app.add_option("--hidden", o.hidden, "hidden units")->check(CLI::PositiveNumber);
-  app.add_option("--lr", o.lr, "SGD learning rate");
-  app.add_option("--seed", o.seed, "random seed");
+  cg::program::Program program("mlp_demo", "chunkgrad demo: a 2-layer MLP trained on the CPU, with its memory story");
+  CLI::App& app = program.app();
+  using cg::program::integer_in;
+  app.add_option("--steps", o.steps, "training steps")->check(integer_in(1, 1000000000));
+  app.add_option("--batch", o.batch, "rows per batch")->check(integer_in(1, int64_t{1} << 24));
+  app.add_option("--in", o.in, "input features")->check(integer_in(1, int64_t{1} << 20));
+  app.add_option("--hidden", o.hidden, "hidden units")->check(integer_in(1, int64_t{1} << 24));
+  app.add_option("--lr", o.lr, "SGD learning rate")->check(cg::program::number_in(0, 1e6, /*lo_open=*/true));
+  app.add_option("--seed", o.seed, "random seed")->check(integer_in(0, INT64_MAX));
   app.add_option("--memory-limit-mb", o.memory_limit_mb,
-                 "cap the CPU allocator's reserved memory (0 = none), like a smaller card");
+                 "cap the CPU allocator's reserved memory (0 = none), like a smaller card; "
+                 "covers everything the run allocates")
+      ->check(integer_in(0, int64_t{1} << 24));
   app.add_option("--trace", o.trace_path, "write the allocator's memory trace (JSON) here");
-  CLI11_PARSE(app, argc, argv);
-
-  cg::CachingAllocator& allocator = cg::allocator_for(cg::kCPU);
-  if (o.memory_limit_mb > 0) allocator.set_memory_limit(static_cast<size_t>(o.memory_limit_mb) << 20);
-  if (!o.trace_path.empty()) cg::MemoryTrace::enable();
-
-  try {
-    cg::Generator gen(o.seed);
-    const cg::Tensor a = cg::randn({o.in}, {}, &gen, 0.0, 1.0 / std::sqrt(double(o.in)));
-    const cg::Tensor b = cg::randn({o.in}, {}, &gen, 0.0, 1.0 / std::sqrt(double(o.in)));
-    Mlp mlp = make_mlp(o, gen);
-    const int64_t param_bytes = allocator.stats().allocated_bytes.current;
-
-    std::printf("chunkgrad MLP demo: batch %lld, %lld -> %lld -> 1, %d steps of SGD (lr %g)\n",
-                (long long)o.batch, (long long)o.in, (long long)o.hidden, o.steps, o.lr);
-    // Each step draws a new batch, so single losses are noisy: compare window means.
-    const int window = std::max(1, std::min(20, o.steps / 2));
-    std::vector<double> losses;
-    cg::GraphMemory graph;
-    int64_t step_peak = 0;
-    for (int step = 0; step < o.steps; ++step) {
-      cg::Tensor x, y;
-      make_batch(o, gen, a, b, x, y);
-      allocator.reset_peak_stats();
-      cg::Tensor diff = forward(mlp, x) - y;
-      cg::Tensor loss = cg::mean(diff * diff);
-      if (step == o.steps - 1) graph = cg::graph_retained_bytes(loss);
-      loss.backward();
-      {
-        cg::NoGradGuard no_grad;
-        for (cg::Tensor& p : {std::ref(mlp.w1), std::ref(mlp.b1), std::ref(mlp.w2), std::ref(mlp.b2)}) {
-          cg::add_(p, p.grad(), -o.lr);
-          p.set_grad(cg::Tensor());
-        }
-      }
-      step_peak = allocator.stats().allocated_bytes.peak;
-      losses.push_back(loss.item());
-      if (step % 50 == 0 || step == o.steps - 1 || std::getenv("CG_VERBOSE")) std::printf("  step %4d  loss %.5f\n", step, losses.back());
-    }
-
-    const cg::AllocatorStats s = allocator.stats();
-    auto window_mean = [&](size_t begin) {
-      double sum = 0;
-      for (size_t i = begin; i < begin + window; ++i) sum += losses[i];
-      return sum / window;
-    };
-    const double first = window_mean(0), last = window_mean(losses.size() - window);
-    std::printf("\nmean loss of the first %d steps %.5f -> of the last %d steps %.5f (%.1fx lower)\n",
-                window, first, window, last, first / last);
-    std::printf("\nmemory (all figures from chunkgrad's caching allocator, CPU):\n");
-    std::printf("  parameters                  %s\n", cg::format_bytes(param_bytes).c_str());
-    std::printf("  graph retained after forward (last step), by node:\n%s", graph.str().c_str());
-    std::printf("  peak allocated in one training step: %s\n", cg::format_bytes(step_peak).c_str());
-    std::printf("  allocator now:\n%s", s.str().c_str());
-    if (!o.trace_path.empty()) {
-      std::ofstream(o.trace_path) << cg::MemoryTrace::to_json().dump() << "\n";
-      std::printf("  memory trace: %zu events -> %s\n", cg::MemoryTrace::events().size(),
-                  o.trace_path.c_str());
-    }
-  } catch (const cg::OutOfMemoryError& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return 2;
-  }
-  return 0;
+  return program.run(argc, argv, [&] { run(o); });
 }

@@ -1,0 +1,182 @@
+// Why this file exists: the one implementation of the rules in program.h that every
+// chunkgrad program follows with bad input (validate up front, write-check outputs
+// first, one error line and exit code 1 instead of an abort).
+#include "examples/common/program.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <new>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/caching_allocator.h"
+#include "core/error.h"
+
+namespace cg::program {
+namespace {
+
+// "1e+06" would read badly in a range; integers print as integers, the rest with %g.
+std::string number_str(double v) {
+  if (std::abs(v) < 1e15 && v == std::floor(v)) return std::to_string(static_cast<int64_t>(v));
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+void print_error_line(const std::string& program, const std::string& message) {
+  std::string line = message;
+  for (char& c : line) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  std::fprintf(stderr, "chunkgrad %s: error: %s\n", program.c_str(), line.c_str());
+  std::fflush(stderr);
+}
+
+}  // namespace
+
+Program::Program(std::string name, std::string description)
+    : name_(std::move(name)), app_(std::move(description), name_) {
+  // --help shows each option's default ("[300]"), captured when the option is added.
+  app_.option_defaults()->always_capture_default();
+}
+
+int Program::run(int argc, char** argv, const std::function<void()>& body) {
+  try {
+    app_.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app_.exit(e);  // --help
+    print_error_line(name_, std::string(e.what()) + " (run with --help to see the options)");
+    return kExitError;
+  }
+  try {
+    body();
+    return 0;
+  } catch (const cg::Error& e) {  // OutOfMemoryError included; what() ends in "(at file:line)"
+    print_error_line(name_, e.what());
+  } catch (const CLI::Error& e) {  // a check made after parsing, on the parsed values
+    print_error_line(name_, e.what());
+  } catch (const std::bad_alloc&) {
+    print_error_line(name_, "out of host memory (std::bad_alloc): lower the sizes or the number of steps");
+  } catch (const std::exception& e) {
+    print_error_line(name_, e.what());
+  } catch (...) {
+    print_error_line(name_, "unknown exception");
+  }
+  return kExitError;
+}
+
+CLI::Validator integer_in(int64_t lo, int64_t hi) {
+  const std::string range = "an integer from " + std::to_string(lo) + " to " + std::to_string(hi);
+  return CLI::Validator(
+      [lo, hi, range](std::string& text) -> std::string {
+        int64_t value = 0;
+        const char* first = text.data();
+        const char* last = text.data() + text.size();
+        if (first != last && *first == '+') ++first;
+        const auto [end, ec] = std::from_chars(first, last, value);
+        if (ec != std::errc() || end != last || first == last || value < lo || value > hi) {
+          return "must be " + range + ", got " + text;
+        }
+        return std::string();
+      },
+      "from " + std::to_string(lo) + " to " + std::to_string(hi));
+}
+
+CLI::Validator number_in(double lo, double hi, bool lo_open) {
+  const std::string range = "a finite number " +
+                            (lo_open ? "greater than " + number_str(lo) : "from " + number_str(lo)) +
+                            (lo_open ? " and at most " : " to ") + number_str(hi);
+  return CLI::Validator(
+      [lo, hi, lo_open, range](std::string& text) -> std::string {
+        errno = 0;
+        char* end = nullptr;
+        const double value = std::strtod(text.c_str(), &end);
+        const bool parsed = !text.empty() && end == text.c_str() + text.size() && errno != ERANGE;
+        if (!parsed || !std::isfinite(value) || value > hi || (lo_open ? value <= lo : value < lo)) {
+          return "must be " + range + ", got " + text;
+        }
+        return std::string();
+      },
+      (lo_open ? "greater than " : "from ") + number_str(lo) + (lo_open ? ", at most " : " to ") + number_str(hi));
+}
+
+CLI::Validator one_of(const std::vector<std::string>& allowed) {
+  std::string names;
+  for (const std::string& a : allowed) names += (names.empty() ? "" : ", ") + a;
+  return CLI::Validator(
+      [allowed, names](std::string& text) -> std::string {
+        if (std::find(allowed.begin(), allowed.end(), text) != allowed.end()) return std::string();
+        return "must be one of " + names + ", got '" + text + "'";
+      },
+      "one of " + names);
+}
+
+CLI::Validator subset_of(const std::vector<std::string>& allowed) {
+  std::string names;
+  for (const std::string& a : allowed) names += (names.empty() ? "" : ",") + a;
+  return CLI::Validator(
+      [allowed, names](std::string& text) -> std::string {
+        std::set<std::string> seen;
+        std::stringstream list(text);
+        std::string name;
+        int count = 0;
+        while (std::getline(list, name, ',')) {
+          ++count;
+          if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
+            return "'" + name + "' is not one of " + names + " (got " + text + ")";
+          }
+          if (!seen.insert(name).second) return "'" + name + "' is listed twice (got " + text + ")";
+        }
+        if (count == 0 || text.back() == ',') return "must be a comma-separated subset of " + names + ", got '" + text + "'";
+        return std::string();
+      },
+      "subset of " + names);
+}
+
+void set_cpu_memory_limit_mb(int64_t mb) {
+  CG_CHECK(mb >= 0, "--memory-limit-mb must be 0 (no limit) or a positive number of MiB, got ", mb);
+  if (mb > 0) allocator_for(kCPU).set_memory_limit(static_cast<size_t>(mb) << 20);
+}
+
+OutputFile::OutputFile(const std::string& path, const std::string& option) : path_(path), option_(option) {
+  errno = 0;
+  out_.open(path, std::ios::out | std::ios::trunc);
+  const int err = errno;
+  CG_CHECK(out_.is_open(), option, ": cannot open ", path, " for writing",
+           err ? std::string(": ") + std::strerror(err) : std::string(),
+           ". Give a path in an existing, writable directory.");
+}
+
+void OutputFile::write_json(const nlohmann::json& j) {
+  CG_CHECK(out_.is_open(), option_, ": ", path_, " is not open for writing (written twice?)");
+  out_ << j.dump() << "\n";
+  out_.close();
+  CG_CHECK(!out_.fail(), option_, ": writing ", path_, " failed (disk full?)");
+}
+
+void make_output_dir(const std::string& dir, const std::string& option) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  CG_CHECK(!ec, option, ": cannot create the directory ", dir, ": ", ec.message(),
+           ". Give a writable directory.");
+  CG_CHECK(std::filesystem::is_directory(dir, ec), option, ": ", dir, " is not a directory");
+}
+
+void check_finite_loss(double loss, const std::string& what, const std::string& advice) {
+  CG_CHECK(std::isfinite(loss), "the loss became ", loss, " at ", what, "; stopping. ", advice);
+}
+
+void progress(const std::string& name, const std::string& line) {
+  std::fprintf(stderr, "chunkgrad %s: %s\n", name.c_str(), line.c_str());
+  std::fflush(stderr);
+}
+
+}  // namespace cg::program

@@ -1,0 +1,90 @@
+// Why this file exists: every chunkgrad program follows the same rules with bad input,
+// and they live here once instead of in each main():
+//
+// - options are validated up front, before anything is allocated, by validators whose
+//   errors name the option and say the allowed range in words ("--steps: must be an
+//   integer from 1 to 1000000000, got 0"), and `--help` shows every default;
+// - output files are opened for writing before the work starts, so that a run of an
+//   hour does not end by failing to write its result (or, worse, reporting success);
+// - a memory limit (--memory-limit-mb) is set before the first allocation, so that it
+//   holds for everything the run allocates;
+// - a loss that becomes NaN or inf stops the run with an error that names the step;
+// - main() runs inside Program::run, which turns any failure -- a bad option, cg::Error,
+//   out of memory, std::bad_alloc -- into ONE line on stderr,
+//       chunkgrad <program>: error: <what happened and what to change>
+//   and exit code 1 (0 on success and for --help). Nothing aborts.
+//
+// Progress goes to stderr, results to stdout (so `--json > out.json` stays clean).
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json_fwd.hpp>
+
+namespace cg::program {
+
+constexpr int kExitError = 1;  // every failure; 0 is success (and --help)
+
+class Program {
+ public:
+  // name: the executable's name, used in error lines ("chunkgrad <name>: error: ...").
+  Program(std::string name, std::string description);
+  CLI::App& app() { return app_; }
+  const std::string& name() const { return name_; }
+
+  // Parses the command line, then runs body. Returns the exit code for main: 0 on
+  // success or --help, kExitError after printing one error line for any failure.
+  int run(int argc, char** argv, const std::function<void()>& body);
+
+ private:
+  std::string name_;
+  CLI::App app_;
+};
+
+// Validators. Each parses the option's text itself (so "abc" and "1.5" fail with the
+// same readable message as an out-of-range number) and describes its range in --help.
+CLI::Validator integer_in(int64_t lo, int64_t hi);
+// A finite number in [lo, hi]; lo_open excludes lo itself ("greater than 0").
+CLI::Validator number_in(double lo, double hi, bool lo_open = false);
+// Exactly one of `allowed` ("must be one of f32, bf16, f16, f64, got f8").
+CLI::Validator one_of(const std::vector<std::string>& allowed);
+// One of the comma-separated names in `allowed`, each at most once ("naive,fused").
+CLI::Validator subset_of(const std::vector<std::string>& allowed);
+
+// Caps the CPU allocator's reserved bytes at `mb` MiB (0: no limit). Call it before the
+// program allocates anything: the limit then covers the whole run.
+void set_cpu_memory_limit_mb(int64_t mb);
+
+// An output file opened for writing when constructed (throws cg::Error naming the option
+// and the reason when it cannot be), written at the end with checks.
+class OutputFile {
+ public:
+  OutputFile() = default;
+  OutputFile(const std::string& path, const std::string& option);
+  bool is_open() const { return out_.is_open(); }
+  const std::string& path() const { return path_; }
+  // Writes the JSON (one line, then a newline) and closes; throws when the write fails.
+  void write_json(const nlohmann::json& j);
+
+ private:
+  std::string path_, option_;
+  std::ofstream out_;
+};
+
+// Makes `dir` (and its parents); throws cg::Error naming the option when it cannot. Open
+// the files to go in it (OutputFile) before the work starts, too.
+void make_output_dir(const std::string& dir, const std::string& option);
+
+// Throws cg::Error when the loss is NaN or inf: "the loss became nan at step 12 ...".
+// what: "step 12", "the fused path", ...; advice: what to change.
+void check_finite_loss(double loss, const std::string& what, const std::string& advice);
+
+// One progress line on stderr ("chunkgrad <name>: ..."), flushed at once.
+void progress(const std::string& name, const std::string& line);
+
+}  // namespace cg::program

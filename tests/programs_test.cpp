@@ -1,0 +1,271 @@
+// Why this file exists: the programs (examples/) are what a new user runs first, and what
+// they do with bad input is part of chunkgrad: validate every option up front, fail with
+// ONE line "chunkgrad <program>: error: ..." and exit code 1 -- never an abort, never a
+// silent success (examples/common/program.h). These tests run the built programs
+// (tests/CMakeLists.txt passes their paths) with each bad input that once broke them.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+struct ProgramRun {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string temp_dir() {
+  static int counter = 0;
+  const std::string dir = ::testing::TempDir() + "chunkgrad_programs_" + std::to_string(::getpid()) + "_" +
+                          std::to_string(counter++);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// Runs `env program args` (one thread, so that runs stay quick on a loaded machine).
+ProgramRun run_program(const std::string& program, const std::string& args, const std::string& env = "") {
+  const std::string dir = temp_dir();
+  const std::string cmd = "OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive " + env + " '" + program + "' " + args +
+                          " >'" + dir + "/out' 2>'" + dir + "/err'";
+  const int status = std::system(cmd.c_str());
+  ProgramRun r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = read_file(dir + "/out");
+  r.err = read_file(dir + "/err");
+  std::filesystem::remove_all(dir);
+  return r;
+}
+
+ProgramRun mlp_demo(const std::string& args) { return run_program(CHUNKGRAD_MLP_DEMO, args); }
+ProgramRun memory_lesson(const std::string& args) { return run_program(CHUNKGRAD_MEMORY_LESSON, args); }
+
+// A lesson small enough to run in well under a second.
+const std::string kTiny = "--T 64 --D 16 --V 512 --repeat 1 ";
+
+// The program failed the way every program must: exit code 1, one error line on stderr
+// that starts with "chunkgrad <program>: error: " and contains each of `words`, no abort,
+// no build path.
+void expect_clean_failure(const ProgramRun& r, const std::string& program, const std::vector<std::string>& words) {
+  SCOPED_TRACE("stderr: " + r.err + "\nstdout: " + r.out);
+  EXPECT_EQ(r.exit_code, 1);
+  const std::string prefix = "chunkgrad " + program + ": error: ";
+  const size_t at = r.err.find(prefix);
+  ASSERT_NE(at, std::string::npos);
+  const std::string line = r.err.substr(at);
+  EXPECT_EQ(line.find('\n'), line.size() - 1) << "the error is not one line ending the output";
+  for (const std::string& w : words) EXPECT_NE(line.find(w), std::string::npos) << "missing: " << w;
+  EXPECT_EQ(r.err.find("terminate called"), std::string::npos);
+  EXPECT_EQ(line.find("(at /"), std::string::npos) << "an absolute build path";
+  EXPECT_EQ(line.find("(at ../"), std::string::npos) << "a build-folder path";
+  EXPECT_LT(line.size(), 600u) << "not a readable line";
+}
+
+// ---- item 9: outputs that cannot be written fail before the work, loudly ----
+
+TEST(Programs, MlpDemoUnwritableTraceFailsBeforeTraining) {
+  // As /nonexistent/dir/trace.json: a directory that does not exist.
+  const std::string dir = temp_dir();
+  const ProgramRun r = mlp_demo("--steps 5 --batch 8 --hidden 8 --trace '" + dir + "/missing/trace.json'");
+  std::filesystem::remove_all(dir);
+  expect_clean_failure(r, "mlp_demo", {"--trace", "/missing/trace.json", "cannot open", "No such file"});
+  EXPECT_EQ(r.out.find("step"), std::string::npos) << "training ran before the path was checked";
+  EXPECT_EQ(r.out.find("memory trace:"), std::string::npos);
+}
+
+TEST(Programs, MlpDemoWritesItsTrace) {
+  const std::string dir = temp_dir();
+  const ProgramRun r = mlp_demo("--steps 3 --batch 8 --hidden 8 --trace '" + dir + "/trace.json'");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json trace = nlohmann::json::parse(read_file(dir + "/trace.json"));
+  EXPECT_GT(trace["events"].size(), 0u);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Programs, MemoryLessonUnwritableTraceDirFails) {
+  expect_clean_failure(memory_lesson(kTiny + "--trace-dir /proc/x"), "memory_lesson", {"--trace-dir", "/proc/x"});
+  // A directory below a regular file cannot be made (even by root, which /proc/x does not stop).
+  const std::string dir = temp_dir();
+  std::ofstream(dir + "/file") << "x";
+  expect_clean_failure(memory_lesson(kTiny + "--trace-dir '" + dir + "/file/traces'"), "memory_lesson",
+                       {"--trace-dir", "cannot create the directory"});
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Programs, MemoryLessonWritesOneTracePerPath) {
+  const std::string dir = temp_dir();
+  const ProgramRun r = memory_lesson(kTiny + "--paths naive,fused --trace-dir '" + dir + "/traces'");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  for (const char* path : {"naive", "fused"}) {
+    const nlohmann::json trace = nlohmann::json::parse(read_file(dir + "/traces/trace_" + path + ".json"));
+    EXPECT_GT(trace["events"].size(), 0u) << path;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// ---- item 10: bad values and failures end in one line, never an abort ----
+
+TEST(Programs, NegativeAndHugeSizesAreRefused) {
+  expect_clean_failure(memory_lesson("--T -5"), "memory_lesson", {"--T", "must be an integer from 1 to", "-5"});
+  expect_clean_failure(mlp_demo("--batch 4611686018427387904"), "mlp_demo", {"--batch", "4611686018427387904"});
+  expect_clean_failure(memory_lesson("--T 5 --D 4 --scale 300000"), "memory_lesson", {"--scale", "300000"});
+}
+
+TEST(Programs, OutOfMemoryWhileMakingTheInputsIsOneLine) {
+  // [2^24, 2^24] f32 hidden states: 1 PiB, more than any machine has. (Under ASan the
+  // host allocation must return null, as it does without, instead of aborting.)
+  const ProgramRun r = run_program(CHUNKGRAD_MEMORY_LESSON, "--T 16777216 --D 16777216 --V 8 --repeat 1",
+                                   "ASAN_OPTIONS=allocator_may_return_null=1");
+  expect_clean_failure(r, "memory_lesson", {"out of memory", "inputs"});
+}
+
+// ---- item 11: bad values are refused, not silently replaced ----
+
+TEST(Programs, BadValuesAreRefusedWithTheOptionsName) {
+  expect_clean_failure(mlp_demo("--memory-limit-mb -5"), "mlp_demo", {"--memory-limit-mb", "-5"});
+  expect_clean_failure(memory_lesson("--memory-limit-mb -5"), "memory_lesson", {"--memory-limit-mb", "-5"});
+  expect_clean_failure(memory_lesson("--repeat 0"), "memory_lesson", {"--repeat", "from 1 to"});
+  expect_clean_failure(memory_lesson("--chunk-budget-mb -1"), "memory_lesson", {"--chunk-budget-mb", "-1"});
+  expect_clean_failure(memory_lesson("--chunk-budget-mb nan"), "memory_lesson", {"--chunk-budget-mb", "finite"});
+  expect_clean_failure(memory_lesson("--T 0"), "memory_lesson", {"--T", "got 0"});
+  expect_clean_failure(memory_lesson("--paths naive,naive"), "memory_lesson", {"--paths", "twice"});
+  expect_clean_failure(memory_lesson("--paths naive,fast"), "memory_lesson", {"--paths", "fast"});
+  expect_clean_failure(memory_lesson("--loss mse"), "memory_lesson", {"--loss", "ce, kl, rkl, soft_ce"});
+  expect_clean_failure(mlp_demo("--lr nan"), "mlp_demo", {"--lr", "finite", "nan"});
+  expect_clean_failure(mlp_demo("--lr inf"), "mlp_demo", {"--lr"});
+  expect_clean_failure(mlp_demo("--lr 0"), "mlp_demo", {"--lr", "greater than 0"});
+  expect_clean_failure(mlp_demo("--seed -1"), "mlp_demo", {"--seed"});
+}
+
+TEST(Programs, ALossThatDivergesStopsTheRunNamingTheStep) {
+  const ProgramRun r = mlp_demo("--steps 200 --batch 16 --hidden 16 --lr 100000");
+  expect_clean_failure(r, "mlp_demo", {"the loss became", "at step", "--lr"});
+}
+
+// ---- item 12: readable ranges; sources relative to the project ----
+
+TEST(Programs, RangeErrorsAreReadable) {
+  ProgramRun r = mlp_demo("--steps 0");
+  expect_clean_failure(r, "mlp_demo", {"--steps: must be an integer from 1 to 1000000000, got 0"});
+  EXPECT_LT(r.err.size(), 200u) << r.err;
+  r = mlp_demo("--steps abc");
+  expect_clean_failure(r, "mlp_demo", {"--steps", "got abc"});
+  EXPECT_LT(r.err.size(), 200u) << r.err;
+  expect_clean_failure(mlp_demo("--steps 1.5"), "mlp_demo", {"--steps", "got 1.5"});
+}
+
+TEST(Programs, LibraryErrorsNameTheirSourceRelativeToTheProject) {
+  // Not even one row fits a budget of one byte: the library's error, with its location.
+  const ProgramRun r = memory_lesson(kTiny + "--paths chunked --chunk-budget-mb 0.000001");
+  expect_clean_failure(r, "memory_lesson", {"(at ops/"});
+}
+
+// ---- item 13: the memory limit covers everything, the inputs included ----
+
+TEST(Programs, MemoryLimitCoversTheInputs) {
+  // The default lesson's inputs are about 21 MiB: they cannot fit in a 1 MiB "card".
+  const ProgramRun r = memory_lesson("--memory-limit-mb 1 --paths fused --repeat 1");
+  expect_clean_failure(r, "memory_lesson", {"inputs", "--memory-limit-mb 1", "out of memory"});
+}
+
+// ---- item 14: the lesson's text follows its own table ----
+
+TEST(Programs, LessonTextFollowsTheNumbersWith16BitLogits) {
+  const ProgramRun r = memory_lesson("--T 256 --D 32 --V 4096 --dtype bf16 --chunk-budget-mb 1 --repeat 1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const nlohmann::json& naive = j["paths"]["naive"];
+  const nlohmann::json& chunked = j["paths"]["chunked"];
+  // naive's extra fp32 copy of all of [T, V] is visible: its largest block.
+  const int64_t fp32_logits = 4 * 256 * 4096;
+  EXPECT_GE(naive["largest_forward_block_bytes"].get<int64_t>(), fp32_logits);
+  EXPECT_LT(chunked["largest_forward_block_bytes"].get<int64_t>(), fp32_logits / 2);
+  EXPECT_LT(chunked["forward_peak_bytes"].get<int64_t>(), naive["forward_peak_bytes"].get<int64_t>() * 9 / 10);
+  std::string lesson;
+  for (const auto& line : j["lesson"]) lesson += line.get<std::string>() + "\n";
+  EXPECT_NE(lesson.find("fp32 copy of all of [T, V]"), std::string::npos) << lesson;
+  EXPECT_NE(lesson.find("chunked's forward peak"), std::string::npos) << lesson;
+  EXPECT_NE(lesson.find("is lower than naive's"), std::string::npos) << lesson;
+  EXPECT_EQ(lesson.find("does not drop"), std::string::npos) << lesson;
+}
+
+TEST(Programs, LessonTextExplainsAFusedPeakAboveNaives) {
+  // One chunk holds all 64 rows: fused makes the whole [T, V] too (as at --scale 64).
+  const ProgramRun r = memory_lesson(kTiny + "--chunk-budget-mb 64");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("one chunk holds all 64 rows"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("largest block"), std::string::npos) << r.out;  // the table's column
+}
+
+// ---- item 17: the small ones ----
+
+TEST(Programs, OutOfMemoryRowsSayItOnce) {
+  // naive needs a 4 MiB logits block (a 20 MiB segment); fused fits in small segments.
+  const ProgramRun r = memory_lesson("--T 256 --D 32 --V 4096 --chunk-budget-mb 0.5 --repeat 1 --memory-limit-mb 6");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("naive    out of memory"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("out of memory: out of memory"), std::string::npos) << r.out;
+}
+
+TEST(Programs, MlpDemoPrintsRetainedBytesReadablyAndIndented) {
+  const ProgramRun r = mlp_demo("--steps 2 --batch 8 --hidden 8");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.find("\ngraph retains"), std::string::npos) << r.out;  // the raw, unindented line
+  EXPECT_EQ(r.out.find(" B in saved tensors"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\n      MatmulBackward x2"), std::string::npos) << r.out;
+}
+
+TEST(Programs, KlInputsLineNamesTheTeacher) {
+  const ProgramRun r = memory_lesson(kTiny + "--loss kl");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("teacher hidden"), std::string::npos) << r.out;
+}
+
+TEST(Programs, JsonKeepsTheShapeApartFromThePaths) {
+  const ProgramRun r = memory_lesson(kTiny + "--json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["shape"]["T"], 64);
+  ASSERT_TRUE(j.contains("paths"));
+  for (const auto& [name, path] : j["paths"].items()) {
+    EXPECT_TRUE(name == "naive" || name == "chunked" || name == "fused") << name;
+    EXPECT_TRUE(path.contains("forward_peak_bytes")) << name;
+  }
+}
+
+TEST(Programs, HelpShowsDefaults) {
+  ProgramRun r = mlp_demo("--help");
+  EXPECT_EQ(r.exit_code, 0);
+  // CLI11 2.1 prints a default as "--steps INT:<range>=300".
+  EXPECT_NE(r.out.find("=300\n"), std::string::npos) << r.out;   // --steps
+  EXPECT_NE(r.out.find("=0.01\n"), std::string::npos) << r.out;  // --lr
+  r = memory_lesson("--help");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("=16\n"), std::string::npos) << r.out;  // --scale
+  EXPECT_NE(r.out.find("=24576 / scale\n"), std::string::npos) << r.out;
+}
+
+TEST(Programs, LessonReportsProgressOnStderr) {
+  const ProgramRun r = memory_lesson(kTiny + "--json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("chunkgrad memory_lesson: naive: step 1 of 1"), std::string::npos) << r.err;
+  EXPECT_NO_THROW((void)nlohmann::json::parse(r.out)) << "progress leaked into the JSON on stdout";
+}
+
+}  // namespace
