@@ -40,21 +40,21 @@ struct Block {
 CG_HOST_DEVICE inline Block philox4x32_10(Block counter, uint32_t key0, uint32_t key1) {
   constexpr uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
   constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
-  uint32_t* c = counter.w;
+  // Scalars, not an array: compilers then keep the state in registers at -O2.
+  uint32_t c0 = counter.w[0], c1 = counter.w[1], c2 = counter.w[2], c3 = counter.w[3];
   for (int round = 0; round < 10; ++round) {
     if (round > 0) {
       key0 += kWeyl0;
       key1 += kWeyl1;
     }
-    const uint64_t p0 = static_cast<uint64_t>(kMul0) * c[0];
-    const uint64_t p1 = static_cast<uint64_t>(kMul1) * c[2];
-    const uint32_t next[4] = {static_cast<uint32_t>(p1 >> 32) ^ c[1] ^ key0,
-                              static_cast<uint32_t>(p1),
-                              static_cast<uint32_t>(p0 >> 32) ^ c[3] ^ key1,
-                              static_cast<uint32_t>(p0)};
-    for (int k = 0; k < 4; ++k) c[k] = next[k];
+    const uint64_t p0 = static_cast<uint64_t>(kMul0) * c0;
+    const uint64_t p1 = static_cast<uint64_t>(kMul1) * c2;
+    c0 = static_cast<uint32_t>(p1 >> 32) ^ c1 ^ key0;
+    c1 = static_cast<uint32_t>(p1);
+    c2 = static_cast<uint32_t>(p0 >> 32) ^ c3 ^ key1;
+    c3 = static_cast<uint32_t>(p0);
   }
-  return counter;
+  return Block{{c0, c1, c2, c3}};
 }
 
 // The block of counter `counter` under `seed`: the counter fills the first two words,
@@ -75,7 +75,9 @@ CG_HOST_DEVICE inline uint64_t high_u64(const Block& b) {
 // `bits` is the dtype's mantissa width (uniform_bits in core/factories.cpp), so that
 // [0, 1) stays below 1 after rounding to the dtype, as in PyTorch.
 CG_HOST_DEVICE inline double uniform_value(uint64_t x, int bits, double low, double high) {
-  const double u = static_cast<double>(x >> (64 - bits)) * ldexp(1.0, -bits);
+  // 2^-bits is exact, and so is scaling by it (no libm call, unlike ldexp).
+  const double unit = 1.0 / static_cast<double>(uint64_t{1} << bits);
+  const double u = static_cast<double>(x >> (64 - bits)) * unit;
   return fma(high - low, u, low);
 }
 
