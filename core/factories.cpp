@@ -30,11 +30,15 @@ uint64_t Generator::advance(uint64_t n) {
   return first;
 }
 
-uint64_t Generator::next_u64() { return philox::low_u64(philox::random_block(seed_, advance(1))); }
+uint64_t Generator::next_u64() {
+  return philox::low_u64(philox::random_block(seed_, advance(1)));
+}
 
 double Generator::uniform() { return philox::uniform_value(next_u64(), 53, 0.0, 1.0); }
 
-double Generator::normal() { return philox::normal_value(philox::random_block(seed_, advance(1)), 0.0, 1.0); }
+double Generator::normal() {
+  return philox::normal_value(philox::random_block(seed_, advance(1)), 0.0, 1.0);
+}
 
 // Static initialisation is thread-safe; concurrent draws are not (seed per thread with
 // your own Generator when that matters).

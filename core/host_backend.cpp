@@ -288,8 +288,8 @@ class HostBackend final : public DeviceBackend {
         T* row = p + at[0];
         const uint64_t counter = offset + static_cast<uint64_t>(first);
         for (int64_t i = 0; i < n; ++i) {
-          row[i * step[0]] =
-              cast_element<T>(value(philox::random_block(seed, counter + static_cast<uint64_t>(i))));
+          const uint64_t c = counter + static_cast<uint64_t>(i);
+          row[i * step[0]] = cast_element<T>(value(philox::random_block(seed, c)));
         }
       });
     });
