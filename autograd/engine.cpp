@@ -5,7 +5,6 @@
 #include <unordered_map>
 
 #include "autograd/grad_mode.h"
-#include "autograd/gradient_math.h"
 #include "autograd/node.h"
 #include "core/memory_trace.h"
 #include "core/views.h"
@@ -115,7 +114,10 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
     if (!buffer[slot].defined()) {
       buffer[slot] = std::move(grad);
     } else {
-      buffer[slot] = gradient_math::add(buffer[slot], grad);
+      // A fresh sum: either gradient may alias another node's (or the user's) tensor.
+      Tensor sum = raw::clone(buffer[slot]);
+      raw::add_(sum, grad);
+      buffer[slot] = std::move(sum);
     }
   };
 

@@ -6,7 +6,6 @@
 #include <atomic>
 #include <unordered_set>
 
-#include "autograd/gradient_math.h"
 #include "core/memory_trace.h"
 #include "core/views.h"
 
@@ -133,14 +132,18 @@ std::vector<Tensor> AccumulateGrad::backward(std::vector<Tensor>&& grad_outputs)
   Tensor grad = std::move(grad_outputs[0]);
   Tensor leaf(leaf_);
   CategoryGuard category(MemoryCategory::gradient);
-  if (grad.shape() != leaf.shape()) grad = gradient_math::sum_to_shape(grad, leaf.shape());
+  // Every op's backward returns its input's shape (the engine checks it): a gradient of
+  // another shape here is a bug, not something to sum away.
+  CG_CHECK(grad.shape() == leaf.shape(), name(), ": the gradient for a leaf of shape ",
+           shape_str(leaf.shape()), " has shape ", shape_str(grad.shape()),
+           " (a bug in the backward that produced it: it must return its input's shape)");
   if (grad.device() != leaf.device()) grad = raw::to_device(grad, leaf.device());
   if (grad.dtype() != leaf.dtype()) grad = raw::to_dtype(grad, leaf.dtype());
   if (!leaf_->grad.defined()) {
     // A fresh tensor owned by the leaf alone (the incoming gradient may alias others').
     leaf_->grad = raw::clone(grad);
   } else {
-    gradient_math::add_into(leaf_->grad, grad);
+    raw::add_(leaf_->grad, grad);
   }
   return {};
 }

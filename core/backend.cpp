@@ -1,12 +1,12 @@
 // Why this file exists: the registry through which a device backend (cuda/) makes itself
 // known to core/ without core/ linking against it. Backends register from static
 // initialisers of their own translation units, so the table is a function-local static
-// (constructed on first use, whatever the initialisation order).
+// (constructed on first use, whatever the initialisation order). The host backend
+// itself is in host_backend.cpp.
 #include "core/backend.h"
 
 #include <array>
 #include <atomic>
-#include <cstring>
 
 #include "core/error.h"
 
@@ -14,33 +14,12 @@ namespace cg {
 
 namespace {
 
-// Host memory as a backend: lets code treat "cpu" like any other device (copies are a
-// memcpy, segments come from the host segment source). Registered by default.
-class HostBackend final : public DeviceBackend {
- public:
-  DeviceType type() const override { return DeviceType::cpu; }
-  int device_count() const override { return 1; }
-  std::string unavailable_reason() const override { return ""; }
-  std::unique_ptr<SegmentSource> make_segment_source(int index) override {
-    CG_CHECK(index == 0, "the cpu device has only index 0, not ", index);
-    return make_host_segment_source();
-  }
-  void copy(void* dst, Device dst_device, const void* src, Device src_device,
-            size_t nbytes) override {
-    CG_CHECK(dst_device.is_cpu() && src_device.is_cpu(), "the cpu backend cannot copy ",
-             src_device.str(), " -> ", dst_device.str(), ": that needs the CUDA backend");
-    if (nbytes > 0) std::memcpy(dst, src, nbytes);
-  }
-  void synchronize(int) override {}
-};
-
 constexpr size_t kDeviceTypes = 2;  // cpu, cuda
 
 std::array<std::atomic<DeviceBackend*>, kDeviceTypes>& registry() {
-  static HostBackend host;
   static std::array<std::atomic<DeviceBackend*>, kDeviceTypes> table{};  // C++20: nullptr
   static const bool host_registered = [] {
-    table[static_cast<size_t>(DeviceType::cpu)].store(&host);
+    table[static_cast<size_t>(DeviceType::cpu)].store(&host_backend());
     return true;
   }();
   (void)host_registered;

@@ -1,14 +1,30 @@
 // Why this file exists: core/ must not depend on cuda/, yet tensors must move to and
-// from GPUs and the allocator must get device segments. The CUDA backend registers
-// itself here when the library is built with CUDA; without it, asking for a cuda
-// device gives a clear error instead of a link failure.
+// from GPUs, be filled and copied where they live, and the allocator must get device
+// segments. The CUDA backend registers itself here when the library is built with CUDA;
+// without it, asking for a cuda device gives a clear error instead of a link failure.
+// The host is a backend too (core/host_backend.cpp), so core calls one interface for
+// every device.
+//
+// Note [Device primitives]: the five data primitives below are what core/ needs to make
+// and copy tensors without moving a GPU's data through host memory: factories (zeros,
+// full, arange, rand, randn), copies (copy_, contiguous, clone, to_dtype, the device
+// side of to_device) and gradient accumulation (raw::add_). They take raw pointers,
+// dtypes and element sizes/strides (no Tensor), so cuda/ implements them with kernels
+// and never includes the tensor header. Pointers point at the first element; sizes and
+// strides have one entry per dim, strides in elements, never negative; a stride-0
+// source broadcasts. All pointers are memory of `device`, which belongs to this
+// backend. A device may run them asynchronously, in order on its one compute stream
+// (cuda/compute_stream.h); copy() and synchronize() wait for them.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/device.h"
+#include "core/dtype.h"
 #include "core/segment_source.h"
 
 namespace cg {
@@ -26,7 +42,39 @@ class DeviceBackend {
   virtual void copy(void* dst, Device dst_device, const void* src, Device src_device,
                     size_t nbytes) = 0;
   virtual void synchronize(int index) = 0;
+
+  // ---- data primitives (Note [Device primitives]) ----
+  using Dims = std::vector<int64_t>;
+  // dst[i] = value + i * step for the elements in row-major order (step 0: a constant;
+  // arange otherwise), computed in double and cast to `dtype` by cast_element's rules.
+  virtual void fill(Device device, void* dst, DType dtype, const Dims& sizes,
+                    const Dims& strides, double value, double step) = 0;
+  // dst[i] = cast(src[i]) by cast_element's rules (core/dtype_dispatch.h); dst must not
+  // overlap src, and no two dst elements may share an address.
+  virtual void copy_strided(Device device, void* dst, DType dst_dtype, const Dims& sizes,
+                            const Dims& dst_strides, const void* src, DType src_dtype,
+                            const Dims& src_strides) = 0;
+  // dst[i] += src[i]; both dtypes floating (possibly different, e.g. f32 += bf16), the
+  // sum taken in f64 when either is f64, in f32 otherwise, then rounded to dst's dtype.
+  virtual void accumulate(Device device, void* dst, DType dst_dtype, const Dims& sizes,
+                          const Dims& dst_strides, const void* src, DType src_dtype,
+                          const Dims& src_strides) = 0;
+  // Element i (row-major) = philox::uniform_value / normal_value of counter offset + i
+  // under `seed` (core/philox.h); `dtype` floating.
+  virtual void random_uniform(Device device, void* dst, DType dtype, const Dims& sizes,
+                              const Dims& strides, uint64_t seed, uint64_t offset, double low,
+                              double high) = 0;
+  virtual void random_normal(Device device, void* dst, DType dtype, const Dims& sizes,
+                             const Dims& strides, uint64_t seed, uint64_t offset, double mean,
+                             double std) = 0;
 };
+
+// The host backend (always registered), for backends and tests that run the host loops
+// on memory they have made host-accessible (tests/fake_device.h).
+DeviceBackend& host_backend();
+// Mantissa bits (with the implicit one) that a uniform draw of `dtype` uses:
+// 53 f64, 24 f32, 11 f16, 8 bf16 (see philox::uniform_value).
+int uniform_bits(DType dtype);
 
 void register_backend(DeviceBackend* backend);  // called once by the backend itself
 // Tests only: forgets the backend of `type` (a fake device backend cleans up with this).

@@ -1,70 +1,43 @@
-// Why this file exists: constants, ranges, host data and seeded random tensors. Every
-// factory builds its values on the host and then moves them to the requested device,
-// so a seed gives the same numbers on CPU and GPU.
+// Why this file exists: constants, ranges, host data and seeded random tensors. Each
+// factory makes its tensor on the requested device and fills it there through that
+// device's backend (Note [Device primitives], core/backend.h); only from_vector and
+// from_ints build on the host and upload. Random numbers are counter-based (Note
+// [Counter-based random numbers], core/philox.h), so a seed gives the same numbers on
+// CPU and GPU.
 #include "core/factories.h"
 
 #include <cmath>
-#include <cstring>
-#include <numbers>
 
+#include "core/backend.h"
 #include "core/dtype_dispatch.h"
+#include "core/philox.h"
 #include "core/views.h"
 
 namespace cg {
 
 // ---- Generator -----------------------------------------------------------------------
 
-namespace {
-
-uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-}  // namespace
-
 Generator::Generator(uint64_t seed) { this->seed(seed); }
 
 void Generator::seed(uint64_t seed) {
-  uint64_t state = seed;
-  for (uint64_t& word : s_) word = splitmix64(state);  // never all zero
-  has_spare_ = false;
-  spare_ = 0.0;
+  seed_ = seed;
+  offset_ = 0;
 }
 
-// xoshiro256** (Blackman and Vigna, 2018).
+uint64_t Generator::advance(uint64_t n) {
+  const uint64_t first = offset_;
+  offset_ += n;
+  return first;
+}
+
 uint64_t Generator::next_u64() {
-  const uint64_t result = rotl(s_[1] * 5, 7) * 9;
-  const uint64_t t = s_[1] << 17;
-  s_[2] ^= s_[0];
-  s_[3] ^= s_[1];
-  s_[1] ^= s_[2];
-  s_[0] ^= s_[3];
-  s_[2] ^= t;
-  s_[3] = rotl(s_[3], 45);
-  return result;
+  return philox::low_u64(philox::random_block(seed_, advance(1)));
 }
 
-double Generator::uniform() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
+double Generator::uniform() { return philox::uniform_value(next_u64(), 53, 0.0, 1.0); }
 
-// Box-Muller: two uniforms give two independent normals; the second is kept for the
-// next call.
 double Generator::normal() {
-  if (has_spare_) {
-    has_spare_ = false;
-    return spare_;
-  }
-  const double u1 = 1.0 - uniform();  // (0, 1]: log() stays finite
-  const double u2 = uniform();
-  const double r = std::sqrt(-2.0 * std::log(u1));
-  const double theta = 2.0 * std::numbers::pi * u2;
-  spare_ = r * std::sin(theta);
-  has_spare_ = true;
-  return r * std::cos(theta);
+  return philox::normal_value(philox::random_block(seed_, advance(1)), 0.0, 1.0);
 }
 
 // Static initialisation is thread-safe; concurrent draws are not (seed per thread with
@@ -86,18 +59,22 @@ void check_requires_grad(const TensorOptions& options) {
            ": only floating-point tensors can have gradients");
 }
 
-// Moves a host-built tensor to options.device and marks it as requiring grad.
-Tensor finish(Tensor host, const TensorOptions& options) {
+// Marks a tensor made for `options` as requiring grad.
+Tensor finish(Tensor t, const TensorOptions& options) {
   check_requires_grad(options);
-  Tensor out = raw::to_device(host, options.device);
-  out.impl()->requires_grad = options.requires_grad;
-  return out;
+  t.impl()->requires_grad = options.requires_grad;
+  return t;
 }
 
-Tensor host_full(const Shape& shape, double value, DType dtype) {
-  Tensor t = raw::empty(shape, dtype, kCPU);
-  raw::fill_(t, value);
-  return t;
+// A fresh contiguous tensor for `options`, filled by its device with value + i * step.
+Tensor filled(const Shape& shape, const TensorOptions& options, double value, double step) {
+  check_requires_grad(options);
+  Tensor t = raw::empty(shape, options.dtype, options.device);
+  if (t.numel() > 0) {
+    backend_for(t.device())
+        .fill(t.device(), t.data_ptr(), t.dtype(), t.shape(), t.strides(), value, step);
+  }
+  return finish(t, options);
 }
 
 void check_floating(DType dtype, const char* what) {
@@ -116,18 +93,10 @@ void fill_drawn(const Tensor& t, Draw&& draw) {
   });
 }
 
-// Mantissa bits of a dtype (with the implicit one): a uniform draw uses only this many
-// random bits, so that [0, 1) stays below 1 after rounding to the dtype (as PyTorch).
-// For other [low, high) ranges, rounding to a 16-bit dtype can still land on `high`
-// itself, as in PyTorch.
-int uniform_bits(DType dtype) {
-  switch (dtype) {
-    case DType::f64: return 53;
-    case DType::f32: return 24;
-    case DType::f16: return 11;
-    case DType::bf16: return 8;
-    default: return 53;
-  }
+// Uploads a host-built tensor to options.device and marks it as requiring grad.
+Tensor upload(const Tensor& host, const TensorOptions& options) {
+  check_requires_grad(options);
+  return finish(raw::to_device(host, options.device), options);
 }
 
 }  // namespace
@@ -139,17 +108,14 @@ Tensor empty(const Shape& shape, TensorOptions options) {
   return t;
 }
 
-Tensor zeros(const Shape& shape, TensorOptions options) {
-  Tensor t = raw::empty(shape, options.dtype, kCPU);
-  // Zero is all-zero bits in every dtype (0.0f, bf16/f16 +0, false, 0).
-  if (t.nbytes() > 0) std::memset(t.data_ptr(), 0, t.nbytes());
-  return finish(t, options);
-}
+// Zero is all-zero bits in every dtype (0.0f, bf16/f16 +0, false, 0): the backend's
+// constant fill of 0 is a memset where it can be.
+Tensor zeros(const Shape& shape, TensorOptions options) { return filled(shape, options, 0.0, 0.0); }
 
 Tensor ones(const Shape& shape, TensorOptions options) { return full(shape, 1.0, options); }
 
 Tensor full(const Shape& shape, double value, TensorOptions options) {
-  return finish(host_full(shape, value, options.dtype), options);
+  return filled(shape, options, value, 0.0);
 }
 
 Tensor zeros_like(const Tensor& t) {
@@ -172,11 +138,7 @@ Tensor arange(double start, double end, double step, TensorOptions options) {
   const double steps = std::ceil((end - start) / step);
   CG_CHECK(steps < 0x1p63, "arange: start ", start, ", end ", end, " and step ", step,
            " give ", steps, " elements, more than a 64-bit count can hold");
-  const auto count = static_cast<int64_t>(steps);
-  Tensor t = raw::empty({count}, options.dtype, kCPU);
-  int64_t i = 0;
-  fill_drawn(t, [&] { return start + static_cast<double>(i++) * step; });
-  return finish(t, options);
+  return filled({static_cast<int64_t>(steps)}, options, start, step);
 }
 
 Tensor arange(int64_t end, TensorOptions options) {
@@ -187,14 +149,15 @@ Tensor arange(int64_t end, TensorOptions options) {
 Tensor rand(const Shape& shape, TensorOptions options, Generator* gen, double low, double high) {
   check_floating(options.dtype, "rand");
   CG_CHECK(low < high, "rand: low (", low, ") must be below high (", high, ")");
+  check_requires_grad(options);
   Generator& g = gen != nullptr ? *gen : default_generator();
-  const int bits = uniform_bits(options.dtype);
-  const double unit = std::ldexp(1.0, -bits);
-  Tensor t = raw::empty(shape, options.dtype, kCPU);
-  fill_drawn(t, [&] {
-    const double u = static_cast<double>(g.next_u64() >> (64 - bits)) * unit;
-    return low + (high - low) * u;
-  });
+  Tensor t = raw::empty(shape, options.dtype, options.device);
+  const uint64_t offset = g.advance(static_cast<uint64_t>(t.numel()));
+  if (t.numel() > 0) {
+    backend_for(t.device())
+        .random_uniform(t.device(), t.data_ptr(), t.dtype(), t.shape(), t.strides(),
+                        g.initial_seed(), offset, low, high);
+  }
   return finish(t, options);
 }
 
@@ -202,9 +165,15 @@ Tensor randn(const Shape& shape, TensorOptions options, Generator* gen, double m
              double std) {
   check_floating(options.dtype, "randn");
   CG_CHECK(std >= 0.0, "randn: std must be >= 0, got ", std);
+  check_requires_grad(options);
   Generator& g = gen != nullptr ? *gen : default_generator();
-  Tensor t = raw::empty(shape, options.dtype, kCPU);
-  fill_drawn(t, [&] { return mean + std * g.normal(); });
+  Tensor t = raw::empty(shape, options.dtype, options.device);
+  const uint64_t offset = g.advance(static_cast<uint64_t>(t.numel()));
+  if (t.numel() > 0) {
+    backend_for(t.device())
+        .random_normal(t.device(), t.data_ptr(), t.dtype(), t.shape(), t.strides(),
+                       g.initial_seed(), offset, mean, std);
+  }
   return finish(t, options);
 }
 
@@ -216,7 +185,7 @@ Tensor from_vector(const std::vector<double>& values, const Shape& shape,
            " elements");
   size_t i = 0;
   fill_drawn(t, [&] { return values[i++]; });
-  return finish(t, options);
+  return upload(t, options);
 }
 
 Tensor from_ints(const std::vector<int64_t>& values, const Shape& shape,
@@ -227,7 +196,7 @@ Tensor from_ints(const std::vector<int64_t>& values, const Shape& shape,
            " elements");
   size_t i = 0;
   fill_drawn(t, [&] { return values[i++]; });  // int64 -> T directly: exact for i64
-  return finish(t, options);
+  return upload(t, options);
 }
 
 Tensor scalar_tensor(double value, TensorOptions options) {

@@ -1,6 +1,8 @@
 // Why this file exists: the ways to make a tensor from nothing -- constants, ranges,
-// host data and seeded random numbers. Randomness comes from cg::Generator so that a
-// seed reproduces a run exactly, on any machine.
+// host data and seeded random numbers. Every factory fills its tensor on the requested
+// device (from_vector/from_ints upload host data, which is their job). Randomness comes
+// from cg::Generator, a counter-based generator, so that a seed reproduces a run
+// exactly, on any machine and any device.
 #pragma once
 
 #include <cstdint>
@@ -10,20 +12,28 @@
 
 namespace cg {
 
-// Seeded random source: splitmix64-seeded xoshiro256**; normal() by Box-Muller.
-// The stream of numbers for a seed is fixed by this code, not by the C++ library.
+// A seed and an offset (Note [Counter-based random numbers], core/philox.h): the n
+// numbers of one draw are Philox4x32-10 blocks of counters offset .. offset + n - 1
+// under the seed, and the draw advances the offset by n. rand/randn on any device and
+// the scalar draws below share that one counter sequence; the numbers for a seed are
+// fixed by this code, not by the C++ library.
 class Generator {
  public:
   explicit Generator(uint64_t seed = 0x5eed);
-  void seed(uint64_t seed);
+  void seed(uint64_t seed);  // restarts: offset 0
+  uint64_t initial_seed() const { return seed_; }
+  uint64_t offset() const { return offset_; }
+  // Reserves n counters for one draw; returns the first.
+  uint64_t advance(uint64_t n);
+  // Host scalar draws, one counter each: the first 64 bits of its block, a uniform in
+  // [0, 1) with 53 bits, a standard normal (philox::normal_value).
   uint64_t next_u64();
-  double uniform();  // [0, 1)
-  double normal();   // mean 0, std 1
+  double uniform();
+  double normal();
 
  private:
-  uint64_t s_[4];
-  bool has_spare_ = false;
-  double spare_ = 0.0;
+  uint64_t seed_ = 0;
+  uint64_t offset_ = 0;
 };
 
 Generator& default_generator();

@@ -1,7 +1,7 @@
 // Why this file exists: the raw (non-differentiable) building blocks that every op and
 // every differentiable view is made of: strided views over the same storage, strided
-// copies with dtype conversion, and moves between devices. Nothing here records a graph;
-// ops/ wraps these with autograd nodes.
+// copies with dtype conversion, moves between devices and accumulation. Nothing here
+// records a graph; ops/ wraps these with autograd nodes.
 #pragma once
 
 #include "core/tensor.h"
@@ -32,14 +32,19 @@ Shape infer_shape(const Shape& shape, int64_t numel);
 // dst[i] = src[i] elementwise, any strides, any dtypes (converting by cast_element's
 // rules, core/dtype_dispatch.h), any devices. src broadcasts to dst's shape; dst may
 // not be expanded (stride 0); overlapping dst/src are handled by reading src first.
-// Copies that touch a GPU and need a cast or a strided layout stage through host memory
-// for now (Note [Device copy] in copy.cpp).
+// The work runs on the tensors' device; a copy between devices moves one contiguous
+// buffer (Note [Device copy] in copy.cpp).
 void copy_(const Tensor& dst, const Tensor& src);
 Tensor contiguous(const Tensor& t);  // t itself when already contiguous
 Tensor clone(const Tensor& t);       // always a fresh contiguous copy
 Tensor to_dtype(const Tensor& t, DType dtype);     // t itself when dtype matches
 Tensor to_device(const Tensor& t, Device device);  // t itself when device matches
 void fill_(const Tensor& t, double value);
+// dst += src elementwise on their (common) device, both floating; src broadcasts to
+// dst's shape and may have another floating dtype (f32 += bf16); the sum is taken in
+// f64 when either is f64, in f32 otherwise. Records no graph: autograd adds gradients
+// with it (a fresh sum is clone(a) then add_).
+void add_(const Tensor& dst, const Tensor& src);
 
 // ---- elements, slow path (printing, item, tests) ----
 double load_element(const void* p, DType dtype);

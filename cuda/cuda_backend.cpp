@@ -1,7 +1,10 @@
 // Why this file exists: the glue that lets core/ use GPUs without depending on cuda/.
 // A static object registers the CUDA DeviceBackend when libchunkgrad is loaded (the
 // library is shared, so this file is always linked in); core then asks it for segment
-// sources (one per device, for allocator_for) and for copies between host and devices.
+// sources (one per device, for allocator_for), for copies between host and devices, and
+// for the data primitives of Note [Device primitives] (core/backend.h), which run as
+// kernels (cuda/copy_kernels.cu) on the device's one compute stream (Note [One compute
+// stream], cuda/compute_stream.h).
 #include <cstring>
 #include <memory>
 #include <string>
@@ -10,6 +13,9 @@
 
 #include "core/backend.h"
 #include "core/error.h"
+#include "core/loop_nest.h"
+#include "cuda/compute_stream.h"
+#include "cuda/copy_kernels.h"
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_segment_source.h"
 #include "cuda/device_info.h"
@@ -66,8 +72,11 @@ class CudaBackend final : public DeviceBackend {
     }
 
     if (dst_device.is_cuda() && src_device.is_cuda() && dst_device.index != src_device.index) {
-      CG_CUDA_CHECK(cudaMemcpyPeer(dst, dst_device.index, src, src_device.index, nbytes));
-      CG_CUDA_CHECK(cudaDeviceSynchronize());
+      // The source's pending work first, then the transfer in the destination's order.
+      CG_CUDA_CHECK(cudaStreamSynchronize(compute_stream(src_device.index)));
+      CG_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device.index, src, src_device.index, nbytes,
+                                        compute_stream(dst_device.index)));
+      CG_CUDA_CHECK(cudaStreamSynchronize(compute_stream(dst_device.index)));
       return;
     }
     const int index = dst_device.is_cuda() ? dst_device.index : src_device.index;
@@ -75,19 +84,70 @@ class CudaBackend final : public DeviceBackend {
     cudaMemcpyKind kind = cudaMemcpyDeviceToDevice;
     if (src_device.is_cpu()) kind = cudaMemcpyHostToDevice;
     else if (dst_device.is_cpu()) kind = cudaMemcpyDeviceToHost;
-    CG_CUDA_CHECK(cudaMemcpy(dst, src, nbytes, kind));
-    // cudaMemcpy does not block the host for device-to-device copies (nor, for pageable
-    // memory, always for host-to-device); this interface promises a finished copy.
-    if (kind != cudaMemcpyDeviceToHost) CG_CUDA_CHECK(cudaDeviceSynchronize());
+    // In order after the kernels that wrote the source; this interface promises a
+    // finished copy (the host may read or free its buffer right after).
+    const cudaStream_t stream = compute_stream(index);
+    CG_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, kind, stream));
+    CG_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
 
   void synchronize(int index) override {
     check_device(Device{DeviceType::cuda, index}, "synchronize");
     CG_CUDA_CHECK(cudaSetDevice(index));
+    CG_CUDA_CHECK(cudaStreamSynchronize(compute_stream(index)));
     CG_CUDA_CHECK(cudaDeviceSynchronize());
   }
 
+  // ---- data primitives: kernels on the compute stream, not waited for ----
+
+  void fill(Device device, void* dst, DType dtype, const Dims& sizes, const Dims& strides,
+            double value, double step) override {
+    const cudaStream_t stream = enter(device, "fill");
+    launch_fill(dst, dtype, simplify_loops<1>(sizes, {&strides}), value, step, stream);
+  }
+
+  void copy_strided(Device device, void* dst, DType dst_dtype, const Dims& sizes,
+                    const Dims& dst_strides, const void* src, DType src_dtype,
+                    const Dims& src_strides) override {
+    const cudaStream_t stream = enter(device, "copy_strided");
+    launch_copy(dst, dst_dtype, src, src_dtype,
+                simplify_loops<2>(sizes, {&dst_strides, &src_strides}), stream);
+  }
+
+  void accumulate(Device device, void* dst, DType dst_dtype, const Dims& sizes,
+                  const Dims& dst_strides, const void* src, DType src_dtype,
+                  const Dims& src_strides) override {
+    const cudaStream_t stream = enter(device, "accumulate");
+    launch_accumulate(dst, dst_dtype, src, src_dtype,
+                      simplify_loops<2>(sizes, {&dst_strides, &src_strides}), stream);
+  }
+
+  void random_uniform(Device device, void* dst, DType dtype, const Dims& sizes,
+                      const Dims& strides, uint64_t seed, uint64_t offset, double low,
+                      double high) override {
+    const cudaStream_t stream = enter(device, "random_uniform");
+    launch_random_uniform(dst, dtype, simplify_loops<1>(sizes, {&strides}), seed, offset,
+                          uniform_bits(dtype), low, high, stream);
+  }
+
+  void random_normal(Device device, void* dst, DType dtype, const Dims& sizes,
+                     const Dims& strides, uint64_t seed, uint64_t offset, double mean,
+                     double std) override {
+    const cudaStream_t stream = enter(device, "random_normal");
+    launch_random_normal(dst, dtype, simplify_loops<1>(sizes, {&strides}), seed, offset, mean,
+                         std, stream);
+  }
+
  private:
+  // Makes `device` current and returns its compute stream.
+  cudaStream_t enter(Device device, const char* what) {
+    CG_CHECK(device.is_cuda(), "the CUDA backend's ", what, " was asked to run on ",
+             device.str(), " (a dispatch bug: use that device's backend)");
+    check_device(device, what);
+    CG_CUDA_CHECK(cudaSetDevice(device.index));
+    return compute_stream(device.index);
+  }
+
   void check_device(Device d, const char* role) const {
     if (d.is_cpu()) return;
     const int n = cuda::device_count();

@@ -7,7 +7,9 @@
 #include "error_helpers.h"
 #include "core/caching_allocator.h"
 #include "core/factories.h"
+#include "autograd/engine.h"
 #include "autograd/function.h"
+#include "autograd/node.h"
 #include "core/memory_trace.h"
 #include "ops/ops.h"
 #include "tests/gradcheck.h"
@@ -295,6 +297,32 @@ TEST(AutogradErrors, RequiresGradOnNonLeafOrIntegers) {
   EXPECT_NE(msg.find("only floating-point tensors"), std::string::npos) << msg;
   EXPECT_THROW(x.set_grad(ones({3})), Error);
   EXPECT_THROW(x.set_grad(ones({2}, {.dtype = DType::f64})), Error);
+}
+
+TEST(AutogradErrors, AGradientOfTheWrongShapeForALeafIsABug) {
+  // Every op's backward returns its input's shape; AccumulateGrad does not sum a
+  // broadcast gradient away but names the node and both shapes.
+  Tensor x = ones({2, 3}).requires_grad_();
+  const std::shared_ptr<Node> acc = grad_accumulator(x);
+  std::vector<Tensor> wrong;
+  wrong.push_back(ones({4, 2, 3}));
+  const std::string msg = error_of([&] { acc->apply(std::move(wrong)); });
+  EXPECT_NE(msg.find("AccumulateGrad"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[2, 3]"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[4, 2, 3]"), std::string::npos) << msg;
+  EXPECT_FALSE(x.grad().defined());
+}
+
+TEST(AutogradEngine, GradientsFromTwoPathsAreSummedIntoAFreshTensor) {
+  // The engine sums both paths' gradients (clone + raw::add_), leaving each path's own
+  // gradient tensor untouched; .grad then accumulates across backward calls.
+  Tensor x = full({3}, 2.0).requires_grad_();
+  Tensor y = add(scale(x, 3.0), mul(x, x));  // dy/dx = 3 + 2x = 7
+  y.backward(ones({3}));
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<double>(3, 7.0)));
+  Tensor z = scale(x, 0.5);
+  z.backward(ones({3}));
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<double>(3, 7.5)));
 }
 
 }  // namespace

@@ -1,10 +1,13 @@
 // Why this file exists: factories must produce exactly the values asked for, and random
-// ones must be reproducible from a seed (the same numbers on every machine).
+// ones must be reproducible from a seed (the same numbers on every machine and device:
+// Philox4x32-10 by counter, Note [Counter-based random numbers] in core/philox.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
 
+#include "core/backend.h"
 #include "core/factories.h"
+#include "core/philox.h"
 #include "core/views.h"
 #include "tensor_test_helpers.h"
 
@@ -119,40 +122,79 @@ TEST(Factories, SameSeedSameNumbers) {
   const V d2 = rand({16}).to_vector();
   EXPECT_EQ(d1, d2);
   EXPECT_NE(d1, rand({16}).to_vector());
-  // Reseeding also drops a cached Box-Muller spare.
+  // Reseeding restarts the counter.
   Generator g(5);
   const double first = g.normal();
   g.normal();
-  g.normal();  // leaves a spare
+  EXPECT_EQ(g.offset(), 2u);
   g.seed(5);
+  EXPECT_EQ(g.offset(), 0u);
   EXPECT_EQ(g.normal(), first);
+  EXPECT_EQ(g.initial_seed(), 5u);
+}
+
+TEST(Factories, PhiloxMatchesRandom123KnownAnswers) {
+  // Random123's kat_vectors, the three philox4x32 10 lines: counter, key, result.
+  struct Case {
+    philox::Block counter;
+    uint32_t key0, key1;
+    philox::Block want;
+  };
+  const Case cases[] = {
+      {{{0, 0, 0, 0}}, 0, 0, {{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}}},
+      {{{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}}, 0xffffffff, 0xffffffff,
+       {{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}}},
+      {{{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}}, 0xa4093822, 0x299f31d0,
+       {{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}}},
+  };
+  for (const Case& c : cases) {
+    const philox::Block got = philox::philox4x32_10(c.counter, c.key0, c.key1);
+    for (int k = 0; k < 4; ++k) EXPECT_EQ(got.w[k], c.want.w[k]) << k;
+  }
 }
 
 TEST(Factories, GeneratorStreamIsFixed) {
-  // The stream for a seed is part of the contract (checkpoints and tests rely on it).
-  // Reference: splitmix64 seeding + xoshiro256** as in Vigna's reference C code.
-  Generator g(0);
-  uint64_t state = 0;
-  auto splitmix = [&state] {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  };
-  uint64_t s[4] = {splitmix(), splitmix(), splitmix(), splitmix()};
-  auto rotl = [](uint64_t x, int k) { return (x << k) | (x >> (64 - k)); };
-  for (int i = 0; i < 100; ++i) {
-    const uint64_t expected = rotl(s[1] * 5, 7) * 9;
-    const uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    ASSERT_EQ(g.next_u64(), expected) << i;
+  // The stream for a seed is part of the contract (checkpoints and tests rely on it):
+  // draw k of a generator is the Philox block of counter k under the seed.
+  Generator g(0x0123456789abcdefull);
+  for (uint64_t k = 0; k < 100; ++k) {
+    const philox::Block b = philox::philox4x32_10(
+        {{static_cast<uint32_t>(k), static_cast<uint32_t>(k >> 32), 0, 0}}, 0x89abcdefu,
+        0x01234567u);
+    ASSERT_EQ(g.next_u64(), uint64_t{b.w[0]} | (uint64_t{b.w[1]} << 32)) << k;
   }
+  EXPECT_EQ(g.offset(), 100u);
   EXPECT_EQ(Generator(0).uniform(), static_cast<double>(Generator(0).next_u64() >> 11) * 0x1.0p-53);
+  // rand's element i is counter offset + i: the same as the scalar draws.
+  Generator a(3), b(3);
+  const V u = rand({4}, {.dtype = DType::f64}, &a).to_vector();
+  for (double x : u) EXPECT_EQ(x, b.uniform());
+}
+
+TEST(Factories, RandomValuesDoNotDependOnHowTheDrawIsSplit) {
+  Generator one(8), two(8);
+  V whole = randn({50}, {.dtype = DType::f64}, &one).to_vector();
+  V parts = randn({20}, {.dtype = DType::f64}, &two).to_vector();
+  const V rest = randn({5, 6}, {.dtype = DType::f64}, &two).to_vector();
+  parts.insert(parts.end(), rest.begin(), rest.end());
+  EXPECT_EQ(whole, parts);
+  EXPECT_EQ(one.offset(), 50u);
+  EXPECT_EQ(two.offset(), 50u);
+  // Empty draws take no counters.
+  rand({0, 3}, {}, &one);
+  EXPECT_EQ(one.offset(), 50u);
+}
+
+TEST(Factories, RandomFillOfAStridedViewNumbersElementsInTheViewsOrder) {
+  // The backend primitive on a transposed destination: element (i, j) of the view gets
+  // counter offset + i * cols + j, wherever it sits in memory.
+  const Tensor t = zeros({3, 4});
+  const Tensor view = raw::transpose(t, 0, 1);  // [4, 3], strides [1, 4]
+  host_backend().random_uniform(kCPU, view.data_ptr(), DType::f32, view.shape(),
+                                view.strides(), 11, 100, 0.0, 1.0);
+  Generator g(11);
+  g.advance(100);
+  EXPECT_EQ(view.to_vector(), rand({4, 3}, {}, &g).to_vector());
 }
 
 }  // namespace

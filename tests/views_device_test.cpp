@@ -1,19 +1,20 @@
-// Why this file exists: copies that touch a GPU take their own path (Note [Device copy]
-// in core/copy.cpp). These tests drive that path on cuda:0 when a GPU is there, and on
-// any other machine with a fake device backend whose memory is mapped PROT_NONE except
-// inside backend.copy(): host code that touches "device" memory directly crashes here,
-// as it would on a GPU. (A build with a CUDA backend but no GPU skips them.)
+// Why this file exists: copies, conversions and factories on a GPU run on the device
+// (Note [Device copy] in core/copy.cpp, Note [Device primitives] in core/backend.h).
+// These tests drive those paths on cuda:0 when a GPU is there, and on any other machine
+// on the fake device (tests/fake_device.h), whose memory the host cannot touch: host
+// code that reads or writes "device" memory directly crashes here, as it would on a
+// GPU, and the fake counts every byte transfer, so a hidden round trip through the host
+// shows. (A build with a CUDA backend but no GPU uses the fake too.)
 #include <gtest/gtest.h>
-#include <sys/mman.h>
 
 #include <cstdio>
 #include <cstring>
-#include <map>
 
 #include "core/backend.h"
 #include "core/caching_allocator.h"
 #include "core/factories.h"
 #include "core/views.h"
+#include "fake_device.h"
 #include "ops/ops.h"
 #include "tensor_test_helpers.h"
 
@@ -22,79 +23,10 @@ namespace {
 
 using V = std::vector<double>;
 
-constexpr int kFakeIndex = 7;  // an index no other test uses for its allocator
-const Device kFake = cuda_device(kFakeIndex);
-
-// Every fake-device segment: start -> bytes.
-std::map<char*, size_t>& device_segments() {
-  static std::map<char*, size_t> segments;
-  return segments;
-}
-
-// The segment that holds [p, p + n), or nullptr.
-const std::pair<char* const, size_t>* segment_of(const void* p, size_t n) {
-  auto& segments = device_segments();
-  auto it = segments.upper_bound(static_cast<char*>(const_cast<void*>(p)));
-  if (it == segments.begin()) return nullptr;
-  --it;
-  const char* c = static_cast<const char*>(p);
-  return c + n <= it->first + it->second ? &*it : nullptr;
-}
-
-class NoAccessSegments final : public SegmentSource {
- public:
-  Device device() const override { return kFake; }
-  void* allocate_segment(size_t bytes) override {
-    void* p = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return nullptr;
-    device_segments()[static_cast<char*>(p)] = bytes;
-    return p;
-  }
-  void free_segment(void* p, size_t bytes) override {
-    device_segments().erase(static_cast<char*>(p));
-    munmap(p, bytes);
-  }
-  std::string name() const override { return "fake-device"; }
-};
-
-class FakeDeviceBackend final : public DeviceBackend {
- public:
-  DeviceType type() const override { return DeviceType::cuda; }
-  int device_count() const override { return kFakeIndex + 1; }
-  std::string unavailable_reason() const override { return ""; }
-  std::unique_ptr<SegmentSource> make_segment_source(int index) override {
-    CG_CHECK(index == kFakeIndex, "the fake backend only serves cuda:", kFakeIndex);
-    return std::make_unique<NoAccessSegments>();
-  }
-  void copy(void* dst, Device dst_device, const void* src, Device src_device,
-            size_t nbytes) override {
-    ++copies;
-    std::vector<const std::pair<char* const, size_t>*> opened;
-    for (auto [p, device] : {std::pair<const void*, Device>{dst, dst_device}, {src, src_device}}) {
-      const auto* segment = segment_of(p, nbytes);
-      if (device.is_cuda()) {
-        CG_CHECK(device == kFake && segment != nullptr, "fake backend: ", nbytes,
-                 " bytes at a pointer said to be on ", device.str(), " are not device memory");
-        opened.push_back(segment);
-      } else {
-        CG_CHECK(segment == nullptr, "fake backend: a 'host' pointer is device memory");
-      }
-    }
-    for (const auto* s : opened) mprotect(s->first, s->second, PROT_READ | PROT_WRITE);
-    std::memmove(dst, src, nbytes);
-    for (const auto* s : opened) mprotect(s->first, s->second, PROT_NONE);
-  }
-  void synchronize(int) override {}
-
-  int copies = 0;
-};
+const Device kFake = fake::fake_device();
 
 class ViewsOnDevice : public ::testing::Test {
  protected:
-  static FakeDeviceBackend& fake() {
-    static FakeDeviceBackend backend;
-    return backend;
-  }
   // Without a usable GPU (CPU-only builds, and CUDA builds on machines without one, as
   // in CI) the fake device stands in for cuda:0; the real backend, if any, comes back after.
   void SetUp() override {
@@ -102,24 +34,20 @@ class ViewsOnDevice : public ::testing::Test {
       device_ = cuda_device(0);
       return;
     }
-    real_ = find_backend(DeviceType::cuda);
-    if (real_ != nullptr) unregister_backend(DeviceType::cuda);
-    register_backend(&fake());
-    using_fake_ = true;
+    fake_ = &fake::install();
     device_ = kFake;
   }
   void TearDown() override {
-    if (!using_fake_) return;
-    drop_device_allocator(kFake);
-    unregister_backend(DeviceType::cuda);
-    if (real_ != nullptr) register_backend(real_);
+    if (fake_ != nullptr) fake::uninstall();
   }
-  // Transfers so far through the fake backend (-1 on a real GPU: not counted there).
-  int copies() const { return using_fake_ ? fake().copies : -1; }
-  int expected_copies(int before, int more) const { return using_fake_ ? before + more : -1; }
+  // Byte transfers so far through the fake backend (-1 on a real GPU: not counted there).
+  int copies() const { return fake_ != nullptr ? fake_->counts.transfers : -1; }
+  int expected_copies(int before, int more) const {
+    return fake_ != nullptr ? before + more : -1;
+  }
+  bool using_fake() const { return fake_ != nullptr; }
 
-  bool using_fake_ = false;
-  DeviceBackend* real_ = nullptr;
+  fake::FakeDeviceBackend* fake_ = nullptr;
   Device device_;
 };
 
@@ -129,7 +57,7 @@ Tensor iota(const Shape& shape, DType dtype = DType::f32) {
 }
 
 TEST_F(ViewsOnDevice, DeviceMemoryIsReallyOffLimitsToTheHost) {
-  if (!using_fake_) GTEST_SKIP() << "checks the fake device only";
+  if (!using_fake()) GTEST_SKIP() << "checks the fake device only";
   const Tensor dev = zeros({4}, {.device = kFake});
   EXPECT_DEATH({ std::printf("%f", *static_cast<volatile float*>(dev.data_ptr())); }, "");
 }
@@ -163,7 +91,7 @@ TEST_F(ViewsOnDevice, StridedTensorsMoveBothWays) {
   EXPECT_EQ(narrowed.to_vector(), (V{1, 4, 7}));
 }
 
-TEST_F(ViewsOnDevice, ConversionsStageThroughTheHost) {
+TEST_F(ViewsOnDevice, ConversionsRunOnTheDevice) {
   const V values{0.1, -1.7, 2.9, 1.0 + 1.0 / 256};
   const Tensor dev = raw::to_device(from_vector(values, {4}), device_);
   const Tensor half = raw::to_dtype(dev, DType::bf16);
@@ -216,7 +144,7 @@ TEST_F(ViewsOnDevice, ItemPrintingAndFactories) {
   EXPECT_TRUE(g.impl()->requires_grad);
   EXPECT_EQ(g.device(), device_);
   EXPECT_EQ(zeros_like(g).device(), device_);
-  if (using_fake_) {
+  if (using_fake()) {
     TENSOR_EXPECT_ERROR(zeros({2}, {.device = cuda_device(9)}), "cuda:9 requested", "only 8");
   }
 }
@@ -237,6 +165,154 @@ TEST_F(ViewsOnDevice, CrossDeviceOpsAreRefusedClearly) {
       EXPECT_NE(msg.find("cg::to(t, device)"), std::string::npos) << msg;
     }
   }
+}
+
+// ---- the work stays on the device -------------------------------------------------
+
+const DType kFloating[] = {DType::f32, DType::f64, DType::f16, DType::bf16};
+const DType kAll[] = {DType::f32, DType::f64, DType::f16,    DType::bf16,
+                      DType::i32, DType::i64, DType::boolean};
+
+// Values every dtype holds exactly (0/1 for bool).
+Tensor exact_host(const Shape& shape, DType dtype) {
+  std::vector<double> v(static_cast<size_t>(shape_numel(shape)));
+  for (size_t i = 0; i < v.size(); ++i) {
+    v[i] = dtype == DType::boolean ? double(i % 3 == 0) : double(int64_t(i * 37 % 101) - 50);
+  }
+  return from_vector(v, shape, {.dtype = dtype});
+}
+
+TEST_F(ViewsOnDevice, DeviceMemoryIsReadableOnlyInsideTheGuard) {
+  if (!using_fake()) GTEST_SKIP() << "checks the fake device only";
+  const Tensor dev = full({4}, 2.5, {.device = kFake});
+  {
+    fake::DeviceMemoryAccessible open;
+    fake::DeviceMemoryAccessible nested;
+    EXPECT_EQ(*static_cast<const float*>(dev.data_ptr()), 2.5f);
+  }
+  EXPECT_DEATH({ std::printf("%f", *static_cast<volatile float*>(dev.data_ptr())); }, "");
+  EXPECT_TRUE(fake::is_device_memory(dev.data_ptr(), dev.nbytes()));
+  EXPECT_FALSE(fake::is_device_memory(ones({4}).data_ptr(), 16));
+}
+
+TEST_F(ViewsOnDevice, FactoriesFillOnTheDevice) {
+  const int before = copies();
+  std::vector<Tensor> made;
+  for (DType dt : kAll) {
+    made.push_back(zeros({3, 5}, {.dtype = dt, .device = device_}));
+    made.push_back(full({3, 5}, 3.0, {.dtype = dt, .device = device_}));
+    made.push_back(ones({7}, {.dtype = dt, .device = device_}));
+    made.push_back(arange(0.0, 9.0, 2.0, {.dtype = dt, .device = device_}));
+  }
+  EXPECT_EQ(copies(), expected_copies(before, 0));  // no upload: filled where they live
+  if (using_fake()) EXPECT_EQ(fake_->counts.fills, static_cast<int>(made.size()));
+  size_t k = 0;
+  for (DType dt : kAll) {
+    SCOPED_TRACE(dtype_name(dt));
+    EXPECT_EQ(made[k++].to_vector(), zeros({3, 5}, {.dtype = dt}).to_vector());
+    EXPECT_EQ(made[k++].to_vector(), full({3, 5}, 3.0, {.dtype = dt}).to_vector());
+    EXPECT_EQ(made[k++].to_vector(), ones({7}, {.dtype = dt}).to_vector());
+    EXPECT_EQ(made[k++].to_vector(), arange(0.0, 9.0, 2.0, {.dtype = dt}).to_vector());
+  }
+}
+
+TEST_F(ViewsOnDevice, RandomFillsOnTheDeviceMatchTheHost) {
+  for (DType dt : kFloating) {
+    SCOPED_TRACE(dtype_name(dt));
+    Generator on_device(21), on_host(21);
+    const int before = copies();
+    const Tensor u = rand({5, 7}, {.dtype = dt, .device = device_}, &on_device, -2.0, 3.0);
+    const Tensor n = randn({33}, {.dtype = dt, .device = device_}, &on_device, 1.0, 0.5);
+    EXPECT_EQ(copies(), expected_copies(before, 0));
+    EXPECT_EQ(on_device.offset(), 35u + 33u);
+    EXPECT_EQ(u.to_vector(), rand({5, 7}, {.dtype = dt}, &on_host, -2.0, 3.0).to_vector());
+    const V got = n.to_vector();
+    const V want = randn({33}, {.dtype = dt}, &on_host, 1.0, 0.5).to_vector();
+    if (dt == DType::f64 && !using_fake()) {  // CUDA's log/cos may differ in the last ulp
+      for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-14) << i;
+    } else {
+      EXPECT_EQ(got, want);
+    }
+  }
+}
+
+TEST_F(ViewsOnDevice, StridedBroadcastAndConvertingCopiesStayOnTheDevice) {
+  for (DType to : kAll) {
+    for (DType from : kAll) {
+      SCOPED_TRACE(std::string(dtype_name(from)) + " -> " + dtype_name(to));
+      const Tensor host_src = exact_host({3, 4, 5}, from);
+      const Tensor dev_src = raw::to_device(host_src, device_);
+      const Tensor host_row = exact_host({1, 5}, from);
+      const Tensor dev_row = raw::to_device(host_row, device_);
+      const int before = copies();
+      // Strided source (a permutation with a step), strided destination, broadcast row.
+      const Tensor dev_perm =
+          raw::to_dtype(raw::slice(raw::permute(dev_src, {2, 0, 1}), 2, 1, 4, 2), to);
+      const Tensor dev_dst = zeros({4, 5}, {.dtype = to, .device = device_});
+      raw::copy_(raw::transpose(dev_dst, 0, 1),
+                 raw::squeeze(raw::transpose(raw::narrow(dev_src, 0, 1, 1), 1, 2), 0));
+      const Tensor dev_bcast = zeros({6, 5}, {.dtype = to, .device = device_});
+      raw::copy_(dev_bcast, dev_row);
+      EXPECT_EQ(copies(), expected_copies(before, 0));
+
+      const Tensor host_perm =
+          raw::to_dtype(raw::slice(raw::permute(host_src, {2, 0, 1}), 2, 1, 4, 2), to);
+      const Tensor host_dst = zeros({4, 5}, {.dtype = to});
+      raw::copy_(raw::transpose(host_dst, 0, 1),
+                 raw::squeeze(raw::transpose(raw::narrow(host_src, 0, 1, 1), 1, 2), 0));
+      const Tensor host_bcast = zeros({6, 5}, {.dtype = to});
+      raw::copy_(host_bcast, host_row);
+      EXPECT_EQ(dev_perm.to_vector(), host_perm.to_vector());
+      EXPECT_EQ(dev_dst.to_vector(), host_dst.to_vector());
+      EXPECT_EQ(dev_bcast.to_vector(), host_bcast.to_vector());
+    }
+  }
+}
+
+TEST_F(ViewsOnDevice, CrossDeviceCopiesMoveOneContiguousBuffer) {
+  const Tensor host = iota({4, 6});
+  const Tensor dev = raw::to_device(host, device_);
+  int before = copies();
+  // Download of a strided, converted view: packed and converted on the device, one transfer.
+  const Tensor down = raw::to_device(raw::to_dtype(raw::transpose(dev, 0, 1), DType::bf16), kCPU);
+  const Tensor down_direct = empty({6, 4}, {.dtype = DType::bf16});
+  raw::copy_(down_direct, raw::transpose(dev, 0, 1));
+  EXPECT_EQ(copies(), expected_copies(before, 2));
+  const V want = raw::to_dtype(raw::transpose(host, 0, 1), DType::bf16).to_vector();
+  EXPECT_EQ(down.to_vector(), want);
+  EXPECT_EQ(down_direct.to_vector(), want);
+  // Upload into a strided device view with a cast and a broadcast: one transfer of the
+  // small source, the rest on the device.
+  const Tensor target = zeros({6, 4}, {.dtype = DType::f64, .device = device_});
+  before = copies();
+  raw::copy_(raw::transpose(target, 0, 1), from_vector({1, 2, 3, 4, 5, 6}, {1, 6}));
+  EXPECT_EQ(copies(), expected_copies(before, 1));
+  EXPECT_EQ(raw::transpose(target, 0, 1).to_vector(),
+            raw::expand(from_vector({1, 2, 3, 4, 5, 6}, {1, 6}), {4, 6}).to_vector());
+}
+
+TEST_F(ViewsOnDevice, AccumulateRunsOnTheDevice) {
+  const Tensor host_dst = raw::to_dtype(iota({3, 4}), DType::f32);
+  const Tensor host_src = raw::to_dtype(from_vector({0.5, -1.25, 3.0, 8.0}, {4}), DType::bf16);
+  const Tensor dev_dst = raw::to_device(host_dst, device_);
+  const Tensor dev_src = raw::to_device(host_src, device_);
+  const int before = copies();
+  raw::add_(raw::transpose(dev_dst, 0, 1), raw::unsqueeze(dev_src, 1));  // f32 += bf16, broadcast
+  raw::add_(raw::transpose(host_dst, 0, 1), raw::unsqueeze(host_src, 1));
+  EXPECT_EQ(copies(), expected_copies(before, 0));
+  if (using_fake()) EXPECT_EQ(fake_->counts.accumulates, 1);
+  EXPECT_EQ(dev_dst.to_vector(), host_dst.to_vector());
+  EXPECT_EQ(host_dst.to_vector(), (V{0.5, -0.25, 5, 11, 4.5, 3.75, 9, 15, 8.5, 7.75, 13, 19}));
+}
+
+TEST_F(ViewsOnDevice, GradientsAccumulateOnTheDevice) {
+  // The second backward adds into the .grad the first one made (raw::add_ on the device).
+  const Tensor leaf = ones({2, 3}, {.device = device_, .requires_grad = true});
+  const Tensor g = full({2, 3}, 0.25, {.device = device_});
+  leaf.backward(g);
+  leaf.backward(g);
+  EXPECT_EQ(leaf.grad().device(), device_);
+  EXPECT_EQ(leaf.grad().to_vector(), V(6, 0.5));
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // every stride pattern, dtype pair and overlap right. These tests pin both down.
 #include <gtest/gtest.h>
 
+#include "core/backend.h"
 #include "core/factories.h"
 #include "core/views.h"
 #include "tensor_test_helpers.h"
@@ -273,6 +274,44 @@ TEST(Views, FillAnyLayout) {
   EXPECT_EQ(t.to_vector(), (V{0, 1.5, 1.5, 0, 0, 1.5, 1.5, 0, 0, 1.5, 1.5, 0}));
   raw::fill_(t, -2);
   EXPECT_EQ(t.to_vector(), V(12, -2));
+}
+
+TEST(Views, FillAndArangeThroughTheHostBackend) {
+  // fill's step makes arange: value + i * step in the destination's row-major order.
+  const Tensor t = zeros({3, 4}, {.dtype = DType::i64});
+  host_backend().fill(kCPU, raw::transpose(t, 0, 1).data_ptr(), DType::i64, {4, 3}, {1, 4},
+                      10.0, 2.0);
+  EXPECT_EQ(t.to_vector(), (V{10, 16, 22, 28, 12, 18, 24, 30, 14, 20, 26, 32}));
+  TENSOR_EXPECT_ERROR(host_backend().fill(cuda_device(0), t.data_ptr(), DType::i64, {12}, {1},
+                                          0.0, 0.0),
+                      "cpu backend", "cuda:0");
+}
+
+TEST(Views, AddAccumulatesAcrossDtypesLayoutsAndBroadcasts) {
+  const Tensor acc = zeros({2, 3});
+  raw::add_(acc, iota({2, 3}, DType::bf16));                      // f32 += bf16
+  raw::add_(raw::transpose(acc, 0, 1), from_vector({0.5, -0.5}, {2}, {.dtype = DType::f64}));
+  EXPECT_EQ(acc.to_vector(), (V{0.5, 1.5, 2.5, 2.5, 3.5, 4.5}));
+  raw::add_(acc, acc);  // x += x
+  EXPECT_EQ(acc.to_vector(), (V{1, 3, 5, 5, 7, 9}));
+  // Overlapping views: the source is read before anything is written.
+  const Tensor row = from_vector({1, 2, 3, 4}, {4});
+  raw::add_(raw::narrow(row, 0, 1, 3), raw::narrow(row, 0, 0, 3));
+  EXPECT_EQ(row.to_vector(), (V{1, 3, 5, 7}));
+  // bf16 += bf16 sums in f32 and rounds once: 256 + 1 is not a bf16 (ties to even).
+  const Tensor h = full({1}, 256.0, {.dtype = DType::bf16});
+  raw::add_(h, full({1}, 1.0, {.dtype = DType::bf16}));
+  EXPECT_EQ(h.item(), 256.0);
+  raw::add_(h, full({1}, 1.5, {.dtype = DType::f32}));
+  EXPECT_EQ(h.item(), 258.0);
+
+  TENSOR_EXPECT_ERROR(raw::add_(zeros({2}, {.dtype = DType::i32}), zeros({2})), "add_",
+                      "floating", "i32");
+  TENSOR_EXPECT_ERROR(raw::add_(zeros({2, 3}), zeros({3, 2})), "add_", "[3, 2]",
+                      "cannot be broadcast", "[2, 3]");
+  TENSOR_EXPECT_ERROR(raw::add_(raw::expand(zeros({1}), {3}), zeros({3})), "add_",
+                      "expanded", "clone()");
+  TENSOR_EXPECT_ERROR(raw::add_(Tensor(), zeros({3})), "add_", "undefined");
 }
 
 TEST(Views, BroadcastShapes) {

@@ -1,0 +1,25 @@
+// Why this file exists: the one place that says on which CUDA stream chunkgrad's work for
+// a device runs, so that kernels, copies and (later) cuBLAS calls agree on it and a
+// second stream later is a change here.
+//
+// Note [One compute stream]: each device has one compute stream, created by the
+// backend on first use (non-blocking with respect to the legacy default stream) and
+// never destroyed (tensors freed during static destruction may still need it). Every
+// kernel and every cudaMemcpyAsync for that device is issued on it, so work on one
+// device runs in issue order and the caching allocator may hand a freed block to the
+// next request at once: the next user of the block is ordered after the last one on
+// the same stream. Kernels return before they finish; the host waits only where it
+// must read or hand over memory: DeviceBackend::copy() (a device-to-host copy must have
+// its bytes; a host-to-device copy must be done with the host buffer) and synchronize().
+// Not cudaStreamPerThread: its stream depends on the calling host thread, and two
+// threads would then race on one device's blocks.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+namespace cg::cuda {
+
+// The compute stream of CUDA device `index` (Note [One compute stream]).
+cudaStream_t compute_stream(int index);
+
+}  // namespace cg::cuda

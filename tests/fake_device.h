@@ -1,0 +1,96 @@
+// Why this file exists: a device backend for machines without a GPU that still proves
+// device code paths right. It stands in for the CUDA backend on cuda:7; its memory is
+// mapped PROT_NONE except inside its own backend calls, so host code that touches
+// "device" memory directly crashes, as it would on a GPU. Its data primitives (Note
+// [Device primitives], core/backend.h) open the memory, run the host backend's loops
+// and close it again, so results must equal the host's. Tests of copies and factories
+// (views_device_test.cpp) and the backend-comparison harness use it.
+//
+//   FakeDeviceScope scope;                 // installs it; the real backend comes back after
+//   Tensor t = zeros({4}, {.device = fake_device()});
+//   { DeviceMemoryAccessible open; read t.data_ptr() directly; }
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "core/backend.h"
+
+namespace cg::fake {
+
+constexpr int kDeviceIndex = 7;  // an index no other test uses for its allocator
+inline Device fake_device() { return cuda_device(kDeviceIndex); }
+
+// What went through the fake backend since it was installed.
+struct Counts {
+  int transfers = 0;   // copy(): byte copies, host <-> device and device <-> device
+  int fills = 0;
+  int strided_copies = 0;
+  int accumulates = 0;
+  int random_fills = 0;
+};
+
+class FakeDeviceBackend final : public DeviceBackend {
+ public:
+  DeviceType type() const override { return DeviceType::cuda; }
+  int device_count() const override { return kDeviceIndex + 1; }
+  std::string unavailable_reason() const override { return ""; }
+  std::unique_ptr<SegmentSource> make_segment_source(int index) override;
+  void copy(void* dst, Device dst_device, const void* src, Device src_device,
+            size_t nbytes) override;
+  void synchronize(int) override {}
+
+  void fill(Device device, void* dst, DType dtype, const Dims& sizes, const Dims& strides,
+            double value, double step) override;
+  void copy_strided(Device device, void* dst, DType dst_dtype, const Dims& sizes,
+                    const Dims& dst_strides, const void* src, DType src_dtype,
+                    const Dims& src_strides) override;
+  void accumulate(Device device, void* dst, DType dst_dtype, const Dims& sizes,
+                  const Dims& dst_strides, const void* src, DType src_dtype,
+                  const Dims& src_strides) override;
+  void random_uniform(Device device, void* dst, DType dtype, const Dims& sizes,
+                      const Dims& strides, uint64_t seed, uint64_t offset, double low,
+                      double high) override;
+  void random_normal(Device device, void* dst, DType dtype, const Dims& sizes,
+                     const Dims& strides, uint64_t seed, uint64_t offset, double mean,
+                     double std) override;
+
+  Counts counts;
+};
+
+// Registers the fake as the cuda backend (remembering any real one) and returns it,
+// with its counts reset. uninstall() drops cuda:7's allocator and puts the real one back.
+FakeDeviceBackend& install();
+void uninstall();
+bool installed();
+
+// RAII form of install()/uninstall().
+class FakeDeviceScope {
+ public:
+  FakeDeviceScope() : backend_(&install()) {}
+  ~FakeDeviceScope() { uninstall(); }
+  FakeDeviceScope(const FakeDeviceScope&) = delete;
+  FakeDeviceScope& operator=(const FakeDeviceScope&) = delete;
+  FakeDeviceBackend& backend() const { return *backend_; }
+
+ private:
+  FakeDeviceBackend* backend_;
+};
+
+// While one is alive, every fake-device segment is readable and writable (nests).
+class DeviceMemoryAccessible {
+ public:
+  DeviceMemoryAccessible();
+  ~DeviceMemoryAccessible();
+  DeviceMemoryAccessible(const DeviceMemoryAccessible&) = delete;
+  DeviceMemoryAccessible& operator=(const DeviceMemoryAccessible&) = delete;
+};
+
+// Every fake-device segment: start -> bytes.
+const std::map<char*, size_t>& segments();
+// Whether [p, p + nbytes) lies inside one fake-device segment.
+bool is_device_memory(const void* p, size_t nbytes);
+
+}  // namespace cg::fake
