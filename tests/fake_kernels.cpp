@@ -1,41 +1,15 @@
-// Why this file exists: see fake_kernels.h. The fake's memory is ordinary host memory
-// (malloc'd segments), so the CPU kernels can run on it unchanged; the point is that the
-// op layer reaches them only through the kernel table of a device that is not the CPU.
+// Why this file exists: see fake_kernels.h. The memory is the fake device's of
+// tests/fake_device.h: mapped PROT_NONE except while a DeviceMemoryAccessible guard is
+// alive. Each entry opens it for exactly the CPU kernel's run, so any host code outside a
+// kernel entry that reads or writes device memory (an op file reading labels through a
+// host pointer, say) crashes here as it would on a GPU.
 #include "fake_kernels.h"
 
-#include <cstdlib>
-#include <cstring>
-
-#include "core/caching_allocator.h"
+#include "fake_device.h"
 
 namespace cg {
 
 namespace {
-
-constexpr int kFakeKernelIndex = 6;  // an index no other test's fake uses
-
-class HostSegments final : public SegmentSource {
- public:
-  Device device() const override { return cuda_device(kFakeKernelIndex); }
-  void* allocate_segment(size_t bytes) override { return std::malloc(bytes); }
-  void free_segment(void* p, size_t) override { std::free(p); }
-  std::string name() const override { return "fake-kernel-device"; }
-};
-
-class FakeMemory final : public DeviceBackend {
- public:
-  DeviceType type() const override { return DeviceType::cuda; }
-  int device_count() const override { return kFakeKernelIndex + 1; }
-  std::string unavailable_reason() const override { return ""; }
-  std::unique_ptr<SegmentSource> make_segment_source(int index) override {
-    CG_CHECK(index == kFakeKernelIndex, "the fake kernel device only serves cuda:", kFakeKernelIndex);
-    return std::make_unique<HostSegments>();
-  }
-  void copy(void* dst, Device, const void* src, Device, size_t nbytes) override {
-    if (nbytes > 0) std::memmove(dst, src, nbytes);
-  }
-  void synchronize(int) override {}
-};
 
 // Every entry: count it, then run the CPU's.
 class CountingKernels final : public DeviceKernels {
@@ -44,8 +18,9 @@ class CountingKernels final : public DeviceKernels {
   DeviceType type() const override { return DeviceType::cuda; }
   std::map<std::string, int> calls;
 
-#define CG_FORWARD(entry, ...) \
-  ++calls[#entry];             \
+#define CG_FORWARD(entry, ...)     \
+  ++calls[#entry];                 \
+  fake::DeviceMemoryAccessible open; \
   return cpu_.entry(__VA_ARGS__)
 
   Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) override { CG_FORWARD(binary, op, a, b); }
@@ -133,26 +108,18 @@ class CountingKernels final : public DeviceKernels {
 }  // namespace
 
 struct FakeKernelDevice::Impl {
-  FakeMemory memory;
+  fake::FakeDeviceScope memory;
   CountingKernels kernels{kernels_for(kCPU, "fake device")};
-  DeviceBackend* previous_backend = nullptr;
   DeviceKernels* previous_kernels = nullptr;
 };
 
 FakeKernelDevice::FakeKernelDevice() : impl_(std::make_unique<Impl>()) {
-  impl_->previous_backend = find_backend(DeviceType::cuda);
-  register_backend(&impl_->memory);
   impl_->previous_kernels = replace_kernels(DeviceType::cuda, &impl_->kernels);
 }
 
-FakeKernelDevice::~FakeKernelDevice() {
-  allocator_for(device()).empty_cache();
-  replace_kernels(DeviceType::cuda, impl_->previous_kernels);
-  if (impl_->previous_backend != nullptr) register_backend(impl_->previous_backend);
-  else unregister_backend(DeviceType::cuda);
-}
+FakeKernelDevice::~FakeKernelDevice() { replace_kernels(DeviceType::cuda, impl_->previous_kernels); }
 
-Device FakeKernelDevice::device() const { return cuda_device(kFakeKernelIndex); }
+Device FakeKernelDevice::device() const { return fake::fake_device(); }
 
 int FakeKernelDevice::calls(const std::string& entry) const {
   auto it = impl_->kernels.calls.find(entry);
