@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "ops/cpu/parallel.h"
 
 namespace cg::cpu {
 
@@ -71,8 +72,8 @@ void head_loss_rows(T* logits, T* teacher, const int64_t* labels, int64_t C, int
   // Labels are checked up front: no exception may leave the parallel loop.
   if (labels != nullptr) check_head_labels(labels, C, V, cfg.ignore_index);
 
-#pragma omp parallel for schedule(static) if (C * V >= 32768)
-  for (int64_t i = 0; i < C; ++i) {
+  parallel_range(C, C * V, [&](int64_t row_begin, int64_t row_end) {
+  for (int64_t i = row_begin; i < row_end; ++i) {
     T* z = logits + i * V;
     T* t_raw = want_teacher ? teacher + i * V : nullptr;
     const bool ignored = labels != nullptr && labels[i] == cfg.ignore_index;
@@ -145,6 +146,7 @@ void head_loss_rows(T* logits, T* teacher, const int64_t* labels, int64_t C, int
       z[j] = static_cast<T>(g * d);
     }
   }
+  });
 }
 
 template void head_loss_rows<float>(float*, float*, const int64_t*, int64_t, int64_t,

@@ -11,17 +11,10 @@
 #include "ops/cpu/compute_copy.h"
 #include "ops/cpu/loops.h"
 #include "ops/cpu/nn_kernels.h"
+#include "ops/cpu/parallel.h"
 #include "ops/cpu/row_offsets.h"
 
 namespace cg::cpu {
-
-namespace {
-
-// Rows in parallel only when there is enough work to pay for the threads.
-constexpr int64_t kParallelElements = 1 << 15;
-
-
-}  // namespace
 
 RmsNormForward rms_norm_forward(const Tensor& x, const Tensor& weight, double eps) {
   const int64_t D = x.shape().back();
@@ -37,22 +30,23 @@ RmsNormForward rms_norm_forward(const Tensor& x, const Tensor& weight, double ep
     const int64_t sx = x.strides().back(), sw = has_w ? weight.strides()[0] : 0;
     T* po = static_cast<T*>(result.out.data_ptr());
     C* pr = static_cast<C*>(result.rstd.data_ptr());
-#pragma omp parallel for schedule(static) if (R * D >= kParallelElements)
-    for (int64_t r = 0; r < R; ++r) {
-      const T* xr = px + rows[r];
-      double sumsq = 0.0;
-      for (int64_t j = 0; j < D; ++j) {
-        const double v = load(xr + j * sx);
-        sumsq += v * v;
+    parallel_range(R, R * D, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const T* xr = px + rows[r];
+        double sumsq = 0.0;
+        for (int64_t j = 0; j < D; ++j) {
+          const double v = load(xr + j * sx);
+          sumsq += v * v;
+        }
+        const C rstd = static_cast<C>(1.0 / std::sqrt(sumsq / static_cast<double>(D) + eps));
+        pr[r] = rstd;
+        T* yr = po + r * D;
+        for (int64_t j = 0; j < D; ++j) {
+          const C w = has_w ? load(pw + j * sw) : C(1);
+          store(yr + j, load(xr + j * sx) * rstd * w);
+        }
       }
-      const C rstd = static_cast<C>(1.0 / std::sqrt(sumsq / static_cast<double>(D) + eps));
-      pr[r] = rstd;
-      T* yr = po + r * D;
-      for (int64_t j = 0; j < D; ++j) {
-        const C w = has_w ? load(pw + j * sw) : C(1);
-        store(yr + j, load(xr + j * sx) * rstd * w);
-      }
-    }
+    });
   });
   return result;
 }
@@ -68,7 +62,7 @@ RmsNormGrads rms_norm_backward(const Tensor& grad, const Tensor& x, const Tensor
   // Rows are cut into a fixed number of chunks (independent of the thread count), each
   // with its own [D] double buffer for dweight; the buffers are added in order, so the
   // result is the same on every run and machine.
-  const int64_t chunks = R * D >= kParallelElements ? std::min<int64_t>(R, 32) : 1;
+  const int64_t chunks = R * D >= kParallelMinElements ? std::min<int64_t>(R, 32) : 1;
   std::vector<std::vector<double>> dw_parts(chunks);
   dispatch_floating(x.dtype(), "rms_norm backward", [&]<typename T>() {
     using C = compute_t<T>;
@@ -79,8 +73,8 @@ RmsNormGrads rms_norm_backward(const Tensor& grad, const Tensor& x, const Tensor
     const int64_t sx = x.strides().back(), sg = grad.strides().back();
     const int64_t sw = has_w ? weight.strides()[0] : 0;
     T* pdx = need_dx ? static_cast<T*>(grads.dx.data_ptr()) : nullptr;
-#pragma omp parallel for schedule(static) if (chunks > 1)
-    for (int64_t c = 0; c < chunks; ++c) {
+    parallel_for(chunks, [&](int64_t chunk_begin, int64_t chunk_end) {
+    for (int64_t c = chunk_begin; c < chunk_end; ++c) {
       std::vector<double>& dw_local = dw_parts[c];
       dw_local.assign(need_dweight ? D : 0, 0.0);
       for (int64_t r = c * R / chunks; r < (c + 1) * R / chunks; ++r) {
@@ -108,6 +102,7 @@ RmsNormGrads rms_norm_backward(const Tensor& grad, const Tensor& x, const Tensor
         }
       }
     }
+    });
   });
   if (need_dweight) {
     Tensor dw = raw::empty({D}, DType::f64, x.device());
