@@ -2,7 +2,8 @@
 // ops/cpu/nn_kernels.h for the formulas). One pass computes sum(x^2) in double, a second
 // writes y; the backward needs only x and the saved per-row rstd -- never the normalised
 // output -- and builds dweight in double buffers, one per chunk of rows, added in a fixed
-// order (the same bits on every run). Rows run in parallel.
+// order (the same bits on every run). Rows run in parallel; the sums over a contiguous
+// f32/f64 row use row_math.h's vectorised block sums.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "ops/cpu/loops.h"
 #include "ops/cpu/nn_kernels.h"
 #include "ops/cpu/parallel.h"
+#include "ops/cpu/row_math.h"
 #include "ops/cpu/row_offsets.h"
 
 namespace cg::cpu {
@@ -34,9 +36,18 @@ RmsNormForward rms_norm_forward(const Tensor& x, const Tensor& weight, double ep
       for (int64_t r = begin; r < end; ++r) {
         const T* xr = px + rows[r];
         double sumsq = 0.0;
-        for (int64_t j = 0; j < D; ++j) {
-          const double v = load(xr + j * sx);
-          sumsq += v * v;
+        bool summed = false;
+        if constexpr (std::is_same_v<T, C>) {
+          if (sx == 1) {
+            sumsq = block_sum<C>(D, [&](int64_t j) { return xr[j] * xr[j]; });
+            summed = true;
+          }
+        }
+        if (!summed) {
+          for (int64_t j = 0; j < D; ++j) {
+            const double v = load(xr + j * sx);
+            sumsq += v * v;
+          }
         }
         const C rstd = static_cast<C>(1.0 / std::sqrt(sumsq / static_cast<double>(D) + eps));
         pr[r] = rstd;
@@ -88,9 +99,19 @@ RmsNormGrads rms_norm_backward(const Tensor& grad, const Tensor& x, const Tensor
         }
         if (need_dx) {
           double dot = 0.0;  // sum_j g_j w_j x_j
-          for (int64_t j = 0; j < D; ++j) {
-            const double w = has_w ? static_cast<double>(load(pw + j * sw)) : 1.0;
-            dot += static_cast<double>(load(gr + j * sg)) * w * load(xr + j * sx);
+          bool summed = false;
+          if constexpr (std::is_same_v<T, C>) {
+            if (sx == 1 && sg == 1 && (!has_w || sw == 1)) {
+              dot = has_w ? block_sum<C>(D, [&](int64_t j) { return gr[j] * pw[j] * xr[j]; })
+                          : block_sum<C>(D, [&](int64_t j) { return gr[j] * xr[j]; });
+              summed = true;
+            }
+          }
+          if (!summed) {
+            for (int64_t j = 0; j < D; ++j) {
+              const double w = has_w ? static_cast<double>(load(pw + j * sw)) : 1.0;
+              dot += static_cast<double>(load(gr + j * sg)) * w * load(xr + j * sx);
+            }
           }
           const C k = static_cast<C>(rs * rs * dot / static_cast<double>(D));
           const C rsc = static_cast<C>(rs);
