@@ -4,16 +4,20 @@
 //   Tc [C, Dt] teacher rows                        P [C, V] = Tc Wt^T
 //   dHc [C, D] = sum over tiles L[:, tile] W[tile]  dW[tile] += L[:, tile]^T Hc
 // Temporaries (allocator-accounted, category temporary): L and P; fp32 tiles of a 16-bit
-// W (and Wt) [Vt, D]; fp32 row buffers for 16-bit hidden rows and their dh.
+// W (and Wt) [Vt, D]; fp32 row buffers for 16-bit hidden rows and their dh. Every product
+// is a cpu::gemm on these compute-dtype views (read in place: no scratch), so it runs on
+// all the pool's threads.
 #include "ops/cpu/fused_head_chunks.h"
 
 #include <optional>
+#include <utility>
 
 #include <Eigen/Core>
 
 #include "core/memory_trace.h"
 #include "core/views.h"
 #include "ops/cpu/compute_copy.h"
+#include "ops/cpu/gemm.h"
 #include "ops/cpu/head_loss_rows.h"
 
 namespace cg::cpu {
@@ -42,6 +46,18 @@ ConstMap<T> rows_of(const Tensor& x, int64_t r0, int64_t n, const Tensor& buffer
   }
   raw::copy_(raw::narrow(buffer, 0, 0, n), raw::narrow(x, 0, r0, n));
   return ConstMap<T>(buffer.data<T>(), n, cols, Eigen::OuterStride<>(cols));
+}
+
+// A compute-dtype matrix view for cpu::gemm, and its transpose.
+template <typename M>
+GemmMatrix gemm_view(const M& m) {
+  using T = typename M::Scalar;
+  return {const_cast<T*>(m.data()), dtype_of<T>(), m.rows(), m.cols(), m.outerStride(), 1};
+}
+GemmMatrix transposed(GemmMatrix m) {
+  std::swap(m.rows, m.cols);
+  std::swap(m.row_stride, m.col_stride);
+  return m;
 }
 
 template <typename T>
@@ -93,10 +109,10 @@ void run(const FusedHeadChunkArgs& a) {
     for (int64_t v0 = 0; v0 < v; v0 += tile) {
       const int64_t vt = std::min(tile, v - v0);
       const ConstMap<T> W = rows_of<T>(a.head, v0, vt, w_tile);
-      L.middleCols(v0, vt).noalias() = Hc * W.transpose();
+      gemm(gemm_view(Hc), transposed(gemm_view(W)), gemm_view(L.middleCols(v0, vt)), 1.0, 0.0);
       if (teacher) {
         const ConstMap<T> Wt = shared_head ? W : rows_of<T>(wt, v0, vt, wt_tile);
-        P.middleCols(v0, vt).noalias() = *Tc * Wt.transpose();
+        gemm(gemm_view(*Tc), transposed(gemm_view(Wt)), gemm_view(P.middleCols(v0, vt)), 1.0, 0.0);
       }
     }
     HeadRowOutputs<T> out;
@@ -115,10 +131,10 @@ void run(const FusedHeadChunkArgs& a) {
     for (int64_t v0 = 0; v0 < v; v0 += tile) {
       const int64_t vt = std::min(tile, v - v0);
       const ConstMap<T> W = rows_of<T>(a.head, v0, vt, w_tile);
-      if (dh_rows) dHc.noalias() += L.middleCols(v0, vt) * W;
+      if (dh_rows) gemm(gemm_view(L.middleCols(v0, vt)), gemm_view(W), gemm_view(dHc), 1.0, 1.0);
       if (a.grad_head.defined()) {
         MutMap<T> dW(a.grad_head.data<T>() + v0 * d, vt, d, Eigen::OuterStride<>(d));
-        dW.noalias() += L.middleCols(v0, vt).transpose() * Hc;
+        gemm(transposed(gemm_view(L.middleCols(v0, vt))), gemm_view(Hc), gemm_view(dW), 1.0, 1.0);
       }
     }
     if (dh_rows && !dh_direct) raw::copy_(raw::narrow(a.grad_hidden, 0, r0, c), raw::narrow(dh_buf, 0, 0, c));
