@@ -15,10 +15,13 @@
 // (ops/cpu/thread_pool.h), not OpenMP's: libgomp's workers spin between regions, and on
 // a machine whose cores are busy with other processes that spinning takes the time slices
 // the serial parts need. Measured on a 2-core machine already running other builds
-// (load average 8-11), 300 steps of examples/mlp_demo:
-//     OpenMP (before)          5.3 s;  with two `yes >/dev/null` busy loops added: 56-69 s
-//     OpenMP, OMP_NUM_THREADS=1 1.0 s;                                              3.6 s
-//     this pool                 (see README / commit message for the final figures)
+// (load average 8-11), 300 steps of examples/mlp_demo, wall time:
+//                                   as is     + two `yes >/dev/null` busy loops
+//     OpenMP (before)               5.3 s     56-69 s
+//     OpenMP, OMP_NUM_THREADS=1     1.0 s     3.6 s
+//     OpenMP, OMP_WAIT_POLICY=passive         6.3 s
+//     this pool                     1.2 s     2.2-3.1 s
+//     this pool, 1 thread           1.1 s     3.2 s
 // The pool's workers spin for at most 50 us, then sleep on a condition variable, and the
 // calling thread takes the pieces no worker has started yet, so a worker the scheduler
 // has not run holds nothing up. CHUNKGRAD_NUM_THREADS (or OMP_NUM_THREADS) sets the
