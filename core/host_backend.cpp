@@ -274,10 +274,9 @@ class HostBackend final : public DeviceBackend {
       auto* p = static_cast<T*>(dst);
       if (nest.dims() == 1) {
         // One run (every factory's case): elements are independent (Note [Counter-based
-        // random numbers]), so threads may split it without changing a value.
+        // random numbers]), so a split between threads would not change a value.
         const int64_t n = nest.sizes[0];
         const int64_t stride = nest.strides[0][0];
-#pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 18))
         for (int64_t i = 0; i < n; ++i) {
           p[i * stride] = cast_element<T>(
               value(philox::random_block(seed, offset + static_cast<uint64_t>(i))));

@@ -7,11 +7,8 @@
 #include <cmath>
 #include <limits>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include "ops/ops.h"
+#include "ops/threads.h"
 #include "tests/gradcheck.h"
 #include "tests/tensor_test_helpers.h"
 
@@ -133,24 +130,17 @@ TEST(OpsReduceSaved, MaxSavesIndicesLogsumexpInputAndOutput) {
 
 // ---- threads ----------------------------------------------------------------------------
 
-// Runs f with OpenMP limited to `threads`, restoring the previous limit.
+// Runs f with the pool at `threads` threads, restoring the previous count.
 template <typename F>
 auto with_threads(int threads, F&& f) {
-#ifdef _OPENMP
-  const int before = omp_get_max_threads();
-  omp_set_num_threads(threads);
+  const int before = get_num_threads();
+  set_num_threads(threads);
   auto result = f();
-  omp_set_num_threads(before);
+  set_num_threads(before);
   return result;
-#else
-  return f();
-#endif
 }
 
 TEST(OpsReduceThreads, SumsAreTheSameForAnyThreadCount) {
-#ifndef _OPENMP
-  GTEST_SKIP() << "built without OpenMP (CMake did not find it): every kernel runs on one thread";
-#endif
   Generator gen(7);
   Tensor a = randn({513, 301}, {}, &gen);  // 154k elements: every sum walk goes parallel
   auto sums = [&] {

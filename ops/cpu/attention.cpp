@@ -17,7 +17,9 @@
 //   16-bit inputs. A dense bool mask is read in place (strided, broadcast).
 // - Compute type: f64 for f64 inputs, f32 otherwise (bf16/f16 are converted on entry and
 //   the output rounded once at the end), as in ops/cpu/loops.h's Note [Compute types].
-// - Threads: the forward splits over (batch, head, query row). The backward splits over
+// - Threads: the forward splits over (batch, head, query row), dealt out round-robin
+//   (thread w takes rows w, w + threads, ...) so that a causal mask's long rows are shared
+//   evenly; the scratch slot is the pool's worker index. The backward splits over
 //   (batch, kv head): one thread owns a kv head's dk/dv rows and the dq rows of every
 //   query head in its group, so nothing is written by two threads and no per-thread
 //   gradient copies exist. Its parallelism is B * Hkv; when that is below the core count
@@ -31,14 +33,12 @@
 #include <Eigen/Core>
 #include <cmath>
 #include <limits>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include "core/views.h"
 #include "ops/compute_copy.h"
 #include "ops/cpu/attention.h"
 #include "ops/cpu/loops.h"
+#include "ops/cpu/thread_pool.h"
 
 namespace cg::cpu {
 
@@ -53,21 +53,8 @@ using ConstVec = Eigen::Map<const Eigen::Matrix<C, Eigen::Dynamic, 1>>;
 template <typename C>
 using Vec = Eigen::Map<Eigen::Matrix<C, Eigen::Dynamic, 1>>;
 
-int max_threads() {
-#ifdef _OPENMP
-  return omp_get_max_threads();
-#else
-  return 1;
-#endif
-}
-
-int thread_id() {
-#ifdef _OPENMP
-  return omp_get_thread_num();
-#else
-  return 0;
-#endif
-}
+// Multiply-adds (rows x keys x head dim) below which a call stays on one thread.
+constexpr int64_t kParallelWork = int64_t{1} << 15;
 
 struct AttentionDims {
   int64_t B, Hq, Hkv, group, Sq, Sk, hd;
@@ -119,7 +106,8 @@ AttentionForward forward_typed(const Tensor& q, const Tensor& k, const Tensor& v
   result.out = raw::empty({d.B, d.Hq, d.Sq, d.hd}, q.dtype(), q.device());
   result.lse = raw::empty({d.B, d.Hq, d.Sq}, cd, q.device());
   const int64_t stride = d.Sk + d.hd;  // per thread: scores [Sk], accumulator [hd]
-  const Tensor scratch = raw::empty({max_threads(), stride}, cd, q.device());
+  const int64_t threads = num_threads();
+  const Tensor scratch = raw::empty({threads, stride}, cd, q.device());
 
   const C* qp = qc.data<C>();
   const C* kp = kc.data<C>();
@@ -131,11 +119,14 @@ AttentionForward forward_typed(const Tensor& q, const Tensor& k, const Tensor& v
   const C scale = static_cast<C>(scale_d);
   const int64_t rows = d.B * d.Hq * d.Sq, hd = d.hd;
 
-#pragma omp parallel for schedule(dynamic, 8)
-  for (int64_t row = 0; row < rows; ++row) {
+  // Piece w of [0, lanes) handles the rows congruent to w modulo `lanes`.
+  const int64_t lanes = rows * std::max<int64_t>(d.Sk, 1) * hd >= kParallelWork ? std::min(rows, threads) : 1;
+  parallel_for(lanes, [&](int64_t lane_begin, int64_t lane_end, int worker) {
+  for (int64_t lane = lane_begin; lane < lane_end; ++lane)
+  for (int64_t row = lane; row < rows; row += lanes) {
     const int64_t i = row % d.Sq, h = (row / d.Sq) % d.Hq, b = row / (d.Sq * d.Hq);
     const int64_t kv_offset = (b * d.Hkv + h / d.group) * d.Sk * hd;
-    C* s = sp + thread_id() * stride;
+    C* s = sp + worker * stride;
     C* acc = s + d.Sk;
     T* o = op + row * hd;
     const KeyRanges ranges = mask.key_ranges(b, i);
@@ -164,6 +155,7 @@ AttentionForward forward_typed(const Tensor& q, const Tensor& k, const Tensor& v
     for (int64_t e = 0; e < hd; ++e) store(o + e, acc[e] * inv_l);
     lsep[row] = m + std::log(l);
   }
+  });
   return result;
 }
 
@@ -182,7 +174,7 @@ AttentionGrads backward_typed(const Tensor& grad_out, const Tensor& q, const Ten
   if (need_dq) dq = raw::empty(q.shape(), cd, q.device());
   if (need_dk) { dk = raw::empty(k.shape(), cd, k.device()); raw::fill_(dk, 0.0); }
   if (need_dv) { dv = raw::empty(v.shape(), cd, v.device()); raw::fill_(dv, 0.0); }
-  const Tensor scratch = raw::empty({max_threads(), 2 * d.Sk}, cd, q.device());
+  const Tensor scratch = raw::empty({num_threads(), 2 * d.Sk}, cd, q.device());
 
   const C* qp = qc.data<C>();
   const C* kp = kc.data<C>();
@@ -198,11 +190,11 @@ AttentionGrads backward_typed(const Tensor& grad_out, const Tensor& q, const Ten
   const C scale = static_cast<C>(scale_d);
   const int64_t hd = d.hd, kv_heads = d.B * d.Hkv;
 
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t pair = 0; pair < kv_heads; ++pair) {
+  auto kv_head_pairs = [&](int64_t pair_begin, int64_t pair_end, int worker) {
+  for (int64_t pair = pair_begin; pair < pair_end; ++pair) {
     const int64_t b = pair / d.Hkv, hk = pair % d.Hkv;
     const int64_t kv_offset = pair * d.Sk * hd;
-    C* p_buf = sp + thread_id() * 2 * d.Sk;
+    C* p_buf = sp + worker * 2 * d.Sk;
     C* ds_buf = p_buf + d.Sk;
     for (int64_t g = 0; g < d.group; ++g) {
       const int64_t h = hk * d.group + g;
@@ -244,6 +236,12 @@ AttentionGrads backward_typed(const Tensor& grad_out, const Tensor& q, const Ten
         }
       }
     }
+  }
+  };
+  if (kv_heads * d.group * d.Sq * std::max<int64_t>(d.Sk, 1) * hd >= kParallelWork) {
+    parallel_for(kv_heads, kv_head_pairs);
+  } else {
+    kv_head_pairs(0, kv_heads, 0);
   }
   AttentionGrads grads;
   if (need_dq) grads.dq = raw::to_dtype(dq, q.dtype());

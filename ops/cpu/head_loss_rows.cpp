@@ -1,48 +1,89 @@
 // Why this file exists: the CPU implementation of head_loss_rows (see the header for the
-// math). Each row takes a few streaming passes over V: softcap, max/argmax, sums of
-// exponentials, the teacher terms, then the gradient written in place.
+// math). Each row takes a few streaming passes over V -- softcap, max, sums of
+// exponentials, the teacher terms, then the gradient written in place -- each a simple
+// loop over a contiguous row that compiles to packed vector code (ops/cpu/row_math.h:
+// a polynomial exp, float lanes summed into double per block, Note [Row sums]).
 #include "ops/cpu/head_loss_rows.h"
 
+#include <Eigen/Core>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "core/error.h"
 #include "core/views.h"
+#include "ops/cpu/parallel.h"
+#include "ops/cpu/row_math.h"
 
 namespace cg::cpu {
 
 namespace {
 
+// z = c tanh(z / c), Eigen's vectorised tanh.
 template <typename T>
-struct RowMax {
-  T max = -std::numeric_limits<T>::infinity();
-  int64_t arg = 0;
-};
-
-template <typename T>
-RowMax<T> row_max(const T* x, int64_t V) {
-  RowMax<T> m;
-  for (int64_t j = 0; j < V; ++j) {
-    if (x[j] > m.max) {
-      m.max = x[j];
-      m.arg = j;
-    }
-  }
-  return m;
+void softcap_row(T* z, int64_t V, T c) {
+  Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> a(z, V);
+  a = c * (a * (T(1) / c)).tanh();
 }
 
-// log sum_j exp(x_j * inv_tau), given max_j x_j.
+// log sum_j exp((x_j - max) * inv_tau) + max * inv_tau.
 template <typename T>
 double scaled_lse(const T* x, int64_t V, T max, double inv_tau) {
-  double sum = 0.0;
-  for (int64_t j = 0; j < V; ++j) sum += std::exp((x[j] - max) * inv_tau);
+  const T s = static_cast<T>(inv_tau);
+  const double sum = block_sum<T>(V, [&](int64_t j) { return exp_fast((x[j] - max) * s); });
   return max * inv_tau + std::log(sum);
 }
 
+// What the gradient pass needs, per row.
 template <typename T>
-void softcap_row(T* z, int64_t V, T c) {
-  for (int64_t j = 0; j < V; ++j) z[j] = c * std::tanh(z[j] / c);
+struct GradTerms {
+  T g_soft;      // g * ce_soft: times e^(z - lse)
+  T g_uniform;   // g * ce_uniform: subtracted everywhere
+  T lse;
+  T g_kl;        // g * kl_factor
+  T inv_tau, lse_a, lse_b, kl_loss;
+  T inv_cap;     // 1 / softcap
+};
+
+// z_j <- g * d loss / d z_raw_j for every j but the label's one-hot term (added after).
+template <typename T, bool kCE, bool kTeacher, bool kReverse, bool kSoftcap>
+void grad_row(T* z, const T* t, int64_t V, const GradTerms<T>& k) {
+  for (int64_t j = 0; j < V; ++j) {
+    const T zj = z[j];
+    T d = 0;
+    if constexpr (kCE) d += k.g_soft * exp_fast(zj - k.lse) - k.g_uniform;
+    if constexpr (kTeacher) {
+      const T log_p = t[j] * k.inv_tau - k.lse_a, log_q = zj * k.inv_tau - k.lse_b;
+      const T q = exp_fast(log_q);
+      if constexpr (kReverse) d += k.g_kl * q * ((log_q - log_p) - k.kl_loss);
+      else d += k.g_kl * (q - exp_fast(log_p));
+    }
+    if constexpr (kSoftcap) {
+      const T r = zj * k.inv_cap;
+      d *= T(1) - r * r;
+    }
+    z[j] = d;
+  }
+}
+
+template <typename T, bool kCE, bool kTeacher>
+void grad_row_for(T* z, const T* t, int64_t V, const GradTerms<T>& k, bool reverse, bool softcap) {
+  if (reverse) {
+    if (softcap) grad_row<T, kCE, kTeacher, true, true>(z, t, V, k);
+    else grad_row<T, kCE, kTeacher, true, false>(z, t, V, k);
+  } else {
+    if (softcap) grad_row<T, kCE, kTeacher, false, true>(z, t, V, k);
+    else grad_row<T, kCE, kTeacher, false, false>(z, t, V, k);
+  }
+}
+
+template <typename T>
+void grad_row_any(T* z, const T* t, int64_t V, const GradTerms<T>& k, bool ce, bool teacher,
+                  bool reverse, bool softcap) {
+  if (ce && teacher) grad_row_for<T, true, true>(z, t, V, k, reverse, softcap);
+  else if (ce) grad_row_for<T, true, false>(z, t, V, k, false, softcap);
+  else if (teacher) grad_row_for<T, false, true>(z, t, V, k, reverse, softcap);
+  else grad_row_for<T, false, false>(z, t, V, k, false, softcap);
 }
 
 }  // namespace
@@ -69,57 +110,68 @@ void head_loss_rows(T* logits, T* teacher, const int64_t* labels, int64_t C, int
   const double tau = cfg.temperature, inv_tau = 1.0 / tau;
   const double kl_scale = cfg.hinton_scale ? tau * tau : 1.0;
   const double eps = cfg.label_smoothing;
+  const bool softcap = cfg.softcap > 0.0f;
+  const T cap = static_cast<T>(cfg.softcap);
 
   // Labels are checked up front: no exception may leave the parallel loop.
   if (labels != nullptr) check_head_labels(labels, C, V, cfg.ignore_index);
 
-#pragma omp parallel for schedule(static) if (C * V >= 32768)
-  for (int64_t i = 0; i < C; ++i) {
+  parallel_range(C, C * V, [&](int64_t row_begin, int64_t row_end) {
+  for (int64_t i = row_begin; i < row_end; ++i) {
     T* z = logits + i * V;
     T* t_raw = want_teacher ? teacher + i * V : nullptr;
     const bool ignored = labels != nullptr && labels[i] == cfg.ignore_index;
-    if (cfg.softcap > 0.0f) softcap_row(z, V, static_cast<T>(cfg.softcap));
+    if (softcap) softcap_row(z, V, cap);
 
-    const RowMax<T> zm = row_max(z, V);
-    double sum_e = 0.0, sum_ez = 0.0, sum_z = 0.0;
-    for (int64_t j = 0; j < V; ++j) {
-      const double e = std::exp(static_cast<double>(z[j] - zm.max));
-      sum_e += e;
-      sum_ez += e * z[j];
-      sum_z += z[j];
-    }
-    const double lse = zm.max + std::log(sum_e);
+    const T zmax = row_max(z, V);
+    const auto [sum_e, sum_ez, sum_z] = block_sums<T, 3>(V, [&](int64_t j) {
+      const T e = exp_fast(z[j] - zmax);
+      return std::array<T, 3>{e, e * z[j], z[j]};
+    });
+    const double lse = zmax + std::log(sum_e);
     if (out.lse) out.lse[i] = static_cast<T>(lse);
-    if (out.argmax) out.argmax[i] = zm.arg;
+    if (out.argmax) out.argmax[i] = first_index_of(z, V, zmax);
     if (out.entropy) out.entropy[i] = static_cast<T>(lse - sum_ez / sum_e);
 
     double lse_a = 0.0, lse_b = 0.0, kl_loss = 0.0;
     const T* t = t_raw;
     if (want_teacher) {
-      if (cfg.softcap > 0.0f) softcap_row(t_raw, V, static_cast<T>(cfg.softcap));
-      const RowMax<T> tm = row_max(t, V);
-      if (out.teacher_argmax) out.teacher_argmax[i] = tm.arg;
-      lse_a = scaled_lse(t, V, tm.max, inv_tau);          // teacher, a = t / tau
-      lse_b = tau == 1.0 ? lse : scaled_lse(z, V, zm.max, inv_tau);  // student, b = z / tau
-      double acc = 0.0;
-      for (int64_t j = 0; j < V; ++j) {
-        const double a = t[j] * inv_tau, b = z[j] * inv_tau;
-        const double log_p = a - lse_a, log_q = b - lse_b;
-        switch (cfg.kind) {
-          case LossKind::forward_kl: acc += std::exp(log_p) * (log_p - log_q); break;
-          case LossKind::soft_cross_entropy: acc -= std::exp(log_p) * log_q; break;
-          case LossKind::reverse_kl: acc += std::exp(log_q) * (log_q - log_p); break;
-          case LossKind::cross_entropy: break;
-        }
+      if (softcap) softcap_row(t_raw, V, cap);
+      const T tmax = row_max(t, V);
+      if (out.teacher_argmax) out.teacher_argmax[i] = first_index_of(t, V, tmax);
+      lse_a = scaled_lse(t, V, tmax, inv_tau);                      // teacher, a = t / tau
+      lse_b = tau == 1.0 ? lse : scaled_lse(z, V, zmax, inv_tau);  // student, b = z / tau
+      // log p - log q = (t - z) / tau - (lse_a - lse_b): the difference of the row
+      // constants is taken in double, so a near-zero KL keeps its digits in float.
+      const T s = static_cast<T>(inv_tau), la = static_cast<T>(lse_a), lb = static_cast<T>(lse_b);
+      const T dl = static_cast<T>(lse_a - lse_b);
+      switch (cfg.kind) {
+        case LossKind::forward_kl:
+          kl_loss = block_sum<T>(V, [&](int64_t j) {
+            return exp_fast(t[j] * s - la) * ((t[j] - z[j]) * s - dl);
+          });
+          break;
+        case LossKind::soft_cross_entropy:
+          kl_loss = -block_sum<T>(V, [&](int64_t j) {
+            return exp_fast(t[j] * s - la) * (z[j] * s - lb);
+          });
+          break;
+        case LossKind::reverse_kl:
+          kl_loss = block_sum<T>(V, [&](int64_t j) {
+            return exp_fast(z[j] * s - lb) * ((z[j] - t[j]) * s + dl);
+          });
+          break;
+        case LossKind::cross_entropy: break;
       }
-      kl_loss = acc;
     }
 
     double ce_loss = 0.0;
     int64_t y = -1;
+    T zy = 0;
     if (want_ce && !ignored) {
       y = labels[i];
-      ce_loss = lse - (1.0 - eps) * z[y] - eps / static_cast<double>(V) * sum_z +
+      zy = z[y];
+      ce_loss = lse - (1.0 - eps) * zy - eps / static_cast<double>(V) * sum_z +
                 cfg.z_loss * lse * lse;
     }
     const double loss = ignored ? 0.0 : ce_weight * ce_loss + kl_weight * kl_scale * kl_loss;
@@ -130,23 +182,21 @@ void head_loss_rows(T* logits, T* teacher, const int64_t* labels, int64_t C, int
     const double ce_soft = ce_weight * (1.0 + 2.0 * cfg.z_loss * lse);
     const double ce_uniform = ce_weight * eps / static_cast<double>(V);
     const double kl_factor = kl_weight * kl_scale * inv_tau;
-    for (int64_t j = 0; j < V; ++j) {
-      const double zj = z[j];
-      double d = 0.0;
-      if (want_ce) d += ce_soft * std::exp(zj - lse) - ce_uniform - (j == y ? ce_weight * (1.0 - eps) : 0.0);
-      if (want_teacher) {
-        const double log_p = t[j] * inv_tau - lse_a, log_q = zj * inv_tau - lse_b;
-        const double q = std::exp(log_q);
-        if (cfg.kind == LossKind::reverse_kl) d += kl_factor * q * ((log_q - log_p) - kl_loss);
-        else d += kl_factor * (q - std::exp(log_p));
+    const GradTerms<T> terms{static_cast<T>(g * ce_soft), static_cast<T>(g * ce_uniform),
+                             static_cast<T>(lse), static_cast<T>(g * kl_factor),
+                             static_cast<T>(inv_tau), static_cast<T>(lse_a), static_cast<T>(lse_b),
+                             static_cast<T>(kl_loss), softcap ? T(1) / cap : T(0)};
+    grad_row_any<T>(z, t, V, terms, want_ce, want_teacher, cfg.kind == LossKind::reverse_kl, softcap);
+    if (y >= 0) {  // the one-hot term of CE, with the softcap factor at the label
+      double onehot = g * ce_weight * (1.0 - eps);
+      if (softcap) {
+        const double r = static_cast<double>(zy) / cfg.softcap;
+        onehot *= 1.0 - r * r;
       }
-      if (cfg.softcap > 0.0f) {
-        const double r = zj / cfg.softcap;
-        d *= 1.0 - r * r;
-      }
-      z[j] = static_cast<T>(g * d);
+      z[y] = static_cast<T>(static_cast<double>(z[y]) - onehot);
     }
   }
+  });
 }
 
 template void head_loss_rows<float>(float*, float*, const int64_t*, int64_t, int64_t,

@@ -38,7 +38,8 @@ struct HeadRowOutputs {
 // teacher [C, V] raw teacher logits, or nullptr (required by the teacher losses);
 //         softcapped in place when softcap is on.
 // labels  [C] int64, or nullptr (required by CE and by a mix).
-// Rows run in parallel (OpenMP); sums accumulate in double.
+// Rows run in parallel (ops/cpu/parallel.h); sums accumulate in float lanes added into
+// double per block of 256 (Note [Row sums] in ops/cpu/row_math.h).
 template <typename T>
 void head_loss_rows(T* logits, T* teacher, const int64_t* labels, int64_t C, int64_t V,
                     const LossConfig& config, bool want_grad, const T* grad_scale,

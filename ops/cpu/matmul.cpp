@@ -1,68 +1,36 @@
-// Why this file exists: the CPU matrix product, via Eigen's GEMM on the tensors' own
-// memory (Eigen::Map; a transposed operand maps as column-major, no copy). Batch dims
-// broadcast; each batch is one GEMM. bf16/f16 are converted to f32, multiplied, and
-// rounded back (the conversions are allocator-accounted temporaries).
-#include <Eigen/Core>
-
+// Why this file exists: the CPU matrix product: batch dims broadcast, each batch one
+// cpu::gemm (ops/cpu/gemm.h) on the tensors' own memory -- transposed operands are read
+// as they are, and bf16/f16 operands are converted one tile at a time, never whole.
+// When b has no batch dims and a's batch dims fold into its rows (a [B, S, K] contiguous
+// @ w [K, N]), the whole product is one GEMM of B*S rows. Many small GEMMs go to the
+// pool one batch per piece instead.
 #include "core/views.h"
+#include "ops/cpu/gemm.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/thread_pool.h"
 
 namespace cg::cpu {
 
 namespace {
 
-template <typename T, int Order>
-using MatMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>, 0,
-                          Eigen::OuterStride<>>;
-
-// How a [rows, cols] matrix with strides (row_stride, col_stride) maps onto Eigen.
-enum class Layout { row_major, col_major, other };
-struct MatrixLayout {
-  Layout layout;
-  int64_t outer_stride;
-};
-
-MatrixLayout layout_of(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride) {
-  // Size-1 dims may carry any stride; give them the one a dense layout would have.
-  const int64_t cs = cols == 1 ? 1 : col_stride;
-  const int64_t rs = rows == 1 ? std::max<int64_t>(cols, 1) : row_stride;
-  if (cs == 1 && rs >= std::max<int64_t>(cols, 1)) return {Layout::row_major, rs};
-  const int64_t rs2 = rows == 1 ? 1 : row_stride;
-  const int64_t cs2 = cols == 1 ? std::max<int64_t>(rows, 1) : col_stride;
-  if (rs2 == 1 && cs2 >= std::max<int64_t>(rows, 1)) return {Layout::col_major, cs2};
-  return {Layout::other, 0};
-}
-
-MatrixLayout matrix_layout(const Tensor& t) {
-  const int64_t nd = t.dim();
-  return layout_of(t.shape()[nd - 2], t.shape()[nd - 1], t.strides()[nd - 2], t.strides()[nd - 1]);
-}
-
-template <typename T, int OrderA, int OrderB>
-void gemm(const T* a, const T* b, T* c, int64_t n, int64_t k, int64_t m, int64_t lda,
-          int64_t ldb) {
-  MatMap<T, OrderA> A(a, n, k, Eigen::OuterStride<>(lda));
-  MatMap<T, OrderB> B(b, k, m, Eigen::OuterStride<>(ldb));
-  Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> C(c, n, m);
-  if (k == 0) {
-    C.setZero();
-  } else {
-    C.noalias() = A * B;
+// The row stride of t seen as one matrix [prod(dims before the last), cols] when its
+// batch dims fold into its rows (a contiguous [B, S, K], a row slice of one), else -1.
+int64_t folded_row_stride(const Tensor& t) {
+  int64_t stride = -1, expected = 0;
+  for (int64_t d = t.dim() - 2; d >= 0; --d) {
+    if (t.shape()[d] == 1) continue;
+    if (stride >= 0 && t.strides()[d] != expected) return -1;
+    if (stride < 0) stride = t.strides()[d];
+    expected = t.strides()[d] * t.shape()[d];
   }
+  return stride < 0 ? 1 : stride;  // every dim 1: a single row, any stride
 }
 
-template <typename T>
-void gemm_any(const T* a, MatrixLayout la, const T* b, MatrixLayout lb, T* c, int64_t n,
-              int64_t k, int64_t m) {
-  const bool ra = la.layout == Layout::row_major, rb = lb.layout == Layout::row_major;
-  if (ra && rb) gemm<T, Eigen::RowMajor, Eigen::RowMajor>(a, b, c, n, k, m, la.outer_stride, lb.outer_stride);
-  if (ra && !rb) gemm<T, Eigen::RowMajor, Eigen::ColMajor>(a, b, c, n, k, m, la.outer_stride, lb.outer_stride);
-  if (!ra && rb) gemm<T, Eigen::ColMajor, Eigen::RowMajor>(a, b, c, n, k, m, la.outer_stride, lb.outer_stride);
-  if (!ra && !rb) gemm<T, Eigen::ColMajor, Eigen::ColMajor>(a, b, c, n, k, m, la.outer_stride, lb.outer_stride);
-}
+}  // namespace
 
-template <typename T>
-Tensor matmul_typed(Tensor a, Tensor b) {
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  CG_CHECK(is_floating(a.dtype()), "matmul: dtype ", dtype_name(a.dtype()), " is not supported; "
+           "it computes on f32, f64, bf16 and f16 tensors");
   const int64_t na = a.dim(), nb = b.dim();
   const int64_t n = a.shape()[na - 2], k = a.shape()[na - 1], m = b.shape()[nb - 1];
   const Shape batch_a(a.shape().begin(), a.shape().end() - 2);
@@ -72,11 +40,17 @@ Tensor matmul_typed(Tensor a, Tensor b) {
   out_shape.push_back(n);
   out_shape.push_back(m);
   Tensor out = raw::empty(out_shape, a.dtype(), a.device());
+  const int64_t count = shape_numel(batch);
+  if (n * m == 0 || count == 0) return out;
 
-  // Matrices whose strides Eigen cannot map (e.g. a stride-0 expand) are made dense.
-  MatrixLayout la = matrix_layout(a), lb = matrix_layout(b);
-  if (la.layout == Layout::other) { a = raw::clone(a); la = matrix_layout(a); }
-  if (lb.layout == Layout::other) { b = raw::clone(b); lb = matrix_layout(b); }
+  const GemmMatrix b0{b.data_ptr(), b.dtype(), k, m, b.strides()[nb - 2], b.strides()[nb - 1]};
+  const int64_t a_rows_stride = nb == 2 ? folded_row_stride(a) : -1;
+  if (a_rows_stride >= 0) {  // one GEMM over every row of a
+    const int64_t rows = count * n;
+    const GemmMatrix a0{a.data_ptr(), a.dtype(), rows, k, a_rows_stride, a.strides()[na - 1]};
+    gemm(a0, b0, {out.data_ptr(), out.dtype(), rows, m, m, 1}, 1.0, 0.0);
+    return out;
+  }
 
   // Batch strides of a and b at the broadcast batch shape (0 where broadcast).
   const int64_t nbatch = static_cast<int64_t>(batch.size());
@@ -89,39 +63,42 @@ Tensor matmul_typed(Tensor a, Tensor b) {
     const int64_t o = nbatch - (nb - 2) + i;
     sb[o] = b.shape()[i] == 1 ? 0 : b.strides()[i];
   }
-  const T* pa = static_cast<const T*>(a.data_ptr());
-  const T* pb = static_cast<const T*>(b.data_ptr());
-  T* pc = static_cast<T*>(out.data_ptr());
-  const int64_t count = shape_numel(batch);
-  if (n * m == 0) return out;
-  Shape index(nbatch, 0);
-  for (int64_t bi = 0; bi < count; ++bi) {
-    int64_t oa = 0, ob = 0;
-    for (int64_t d = 0; d < nbatch; ++d) { oa += index[d] * sa[d]; ob += index[d] * sb[d]; }
-    gemm_any<T>(pa + oa, la, pb + ob, lb, pc + bi * n * m, n, k, m);
+  const size_t ea = element_size(a.dtype()), eb = element_size(b.dtype()), eo = element_size(out.dtype());
+  auto matrices = [&](int64_t bi) {
+    int64_t oa = 0, ob = 0, rest = bi;
     for (int64_t d = nbatch - 1; d >= 0; --d) {
-      if (++index[d] < batch[d]) break;
-      index[d] = 0;
+      const int64_t index = rest % batch[d];
+      rest /= batch[d];
+      oa += index * sa[d];
+      ob += index * sb[d];
     }
+    struct { GemmMatrix a, b, out; } mats{
+        {static_cast<char*>(a.data_ptr()) + oa * static_cast<int64_t>(ea), a.dtype(), n, k,
+         a.strides()[na - 2], a.strides()[na - 1]},
+        {static_cast<char*>(b.data_ptr()) + ob * static_cast<int64_t>(eb), b.dtype(), k, m,
+         b.strides()[nb - 2], b.strides()[nb - 1]},
+        {static_cast<char*>(out.data_ptr()) + bi * n * m * static_cast<int64_t>(eo), out.dtype(), n, m, m, 1}};
+    return mats;
+  };
+  // Small GEMMs that need no scratch: one batch per piece (each gemm then runs inline).
+  const auto first = matrices(0);
+  const bool small = static_cast<double>(n) * static_cast<double>(m) * static_cast<double>(k) <
+                     static_cast<double>(kGemmParallelWork);
+  if (count > 1 && gemm_in_place(first.a, first.b, first.out) &&
+      (small || count >= num_threads())) {
+    parallel_for(count, [&](int64_t begin, int64_t end) {
+      for (int64_t bi = begin; bi < end; ++bi) {
+        const auto mats = matrices(bi);
+        gemm(mats.a, mats.b, mats.out, 1.0, 0.0);
+      }
+    });
+    return out;
+  }
+  for (int64_t bi = 0; bi < count; ++bi) {
+    const auto mats = matrices(bi);
+    gemm(mats.a, mats.b, mats.out, 1.0, 0.0);
   }
   return out;
-}
-
-}  // namespace
-
-Tensor matmul(const Tensor& a, const Tensor& b) {
-  switch (a.dtype()) {
-    case DType::f32: return matmul_typed<float>(a, b);
-    case DType::f64: return matmul_typed<double>(a, b);
-    case DType::bf16:
-    case DType::f16: {
-      Tensor out = matmul_typed<float>(raw::to_dtype(a, DType::f32), raw::to_dtype(b, DType::f32));
-      return raw::to_dtype(out, a.dtype());
-    }
-    default: break;
-  }
-  CG_FAIL("matmul: dtype ", dtype_name(a.dtype()), " is not supported; it computes on f32, f64, "
-          "bf16 and f16 tensors");
 }
 
 }  // namespace cg::cpu

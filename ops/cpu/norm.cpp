@@ -2,7 +2,8 @@
 // ops/cpu/nn_kernels.h for the formulas). One pass computes sum(x^2) in double, a second
 // writes y; the backward needs only x and the saved per-row rstd -- never the normalised
 // output -- and builds dweight in double buffers, one per chunk of rows, added in a fixed
-// order (the same bits on every run). Rows run in parallel.
+// order (the same bits on every run). Rows run in parallel; the sums over a contiguous
+// f32/f64 row use row_math.h's vectorised block sums.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -11,17 +12,11 @@
 #include "ops/compute_copy.h"
 #include "ops/cpu/loops.h"
 #include "ops/cpu/nn_kernels.h"
+#include "ops/cpu/parallel.h"
+#include "ops/cpu/row_math.h"
 #include "ops/cpu/row_offsets.h"
 
 namespace cg::cpu {
-
-namespace {
-
-// Rows in parallel only when there is enough work to pay for the threads.
-constexpr int64_t kParallelElements = 1 << 15;
-
-
-}  // namespace
 
 RmsNormForward rms_norm_forward(const Tensor& x, const Tensor& weight, double eps) {
   const int64_t D = x.shape().back();
@@ -37,22 +32,32 @@ RmsNormForward rms_norm_forward(const Tensor& x, const Tensor& weight, double ep
     const int64_t sx = x.strides().back(), sw = has_w ? weight.strides()[0] : 0;
     T* po = static_cast<T*>(result.out.data_ptr());
     C* pr = static_cast<C*>(result.rstd.data_ptr());
-#pragma omp parallel for schedule(static) if (R * D >= kParallelElements)
-    for (int64_t r = 0; r < R; ++r) {
-      const T* xr = px + rows[r];
-      double sumsq = 0.0;
-      for (int64_t j = 0; j < D; ++j) {
-        const double v = load(xr + j * sx);
-        sumsq += v * v;
+    parallel_range(R, R * D, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const T* xr = px + rows[r];
+        double sumsq = 0.0;
+        bool summed = false;
+        if constexpr (std::is_same_v<T, C>) {
+          if (sx == 1) {
+            sumsq = block_sum<C>(D, [&](int64_t j) { return xr[j] * xr[j]; });
+            summed = true;
+          }
+        }
+        if (!summed) {
+          for (int64_t j = 0; j < D; ++j) {
+            const double v = load(xr + j * sx);
+            sumsq += v * v;
+          }
+        }
+        const C rstd = static_cast<C>(1.0 / std::sqrt(sumsq / static_cast<double>(D) + eps));
+        pr[r] = rstd;
+        T* yr = po + r * D;
+        for (int64_t j = 0; j < D; ++j) {
+          const C w = has_w ? load(pw + j * sw) : C(1);
+          store(yr + j, load(xr + j * sx) * rstd * w);
+        }
       }
-      const C rstd = static_cast<C>(1.0 / std::sqrt(sumsq / static_cast<double>(D) + eps));
-      pr[r] = rstd;
-      T* yr = po + r * D;
-      for (int64_t j = 0; j < D; ++j) {
-        const C w = has_w ? load(pw + j * sw) : C(1);
-        store(yr + j, load(xr + j * sx) * rstd * w);
-      }
-    }
+    });
   });
   return result;
 }
@@ -68,7 +73,7 @@ RmsNormGrads rms_norm_backward(const Tensor& grad, const Tensor& x, const Tensor
   // Rows are cut into a fixed number of chunks (independent of the thread count), each
   // with its own [D] double buffer for dweight; the buffers are added in order, so the
   // result is the same on every run and machine.
-  const int64_t chunks = R * D >= kParallelElements ? std::min<int64_t>(R, 32) : 1;
+  const int64_t chunks = R * D >= kParallelMinElements ? std::min<int64_t>(R, 32) : 1;
   std::vector<std::vector<double>> dw_parts(chunks);
   dispatch_floating(x.dtype(), "rms_norm backward", [&]<typename T>() {
     using C = compute_t<T>;
@@ -79,8 +84,8 @@ RmsNormGrads rms_norm_backward(const Tensor& grad, const Tensor& x, const Tensor
     const int64_t sx = x.strides().back(), sg = grad.strides().back();
     const int64_t sw = has_w ? weight.strides()[0] : 0;
     T* pdx = need_dx ? static_cast<T*>(grads.dx.data_ptr()) : nullptr;
-#pragma omp parallel for schedule(static) if (chunks > 1)
-    for (int64_t c = 0; c < chunks; ++c) {
+    parallel_for(chunks, [&](int64_t chunk_begin, int64_t chunk_end) {
+    for (int64_t c = chunk_begin; c < chunk_end; ++c) {
       std::vector<double>& dw_local = dw_parts[c];
       dw_local.assign(need_dweight ? D : 0, 0.0);
       for (int64_t r = c * R / chunks; r < (c + 1) * R / chunks; ++r) {
@@ -94,9 +99,19 @@ RmsNormGrads rms_norm_backward(const Tensor& grad, const Tensor& x, const Tensor
         }
         if (need_dx) {
           double dot = 0.0;  // sum_j g_j w_j x_j
-          for (int64_t j = 0; j < D; ++j) {
-            const double w = has_w ? static_cast<double>(load(pw + j * sw)) : 1.0;
-            dot += static_cast<double>(load(gr + j * sg)) * w * load(xr + j * sx);
+          bool summed = false;
+          if constexpr (std::is_same_v<T, C>) {
+            if (sx == 1 && sg == 1 && (!has_w || sw == 1)) {
+              dot = has_w ? block_sum<C>(D, [&](int64_t j) { return gr[j] * pw[j] * xr[j]; })
+                          : block_sum<C>(D, [&](int64_t j) { return gr[j] * xr[j]; });
+              summed = true;
+            }
+          }
+          if (!summed) {
+            for (int64_t j = 0; j < D; ++j) {
+              const double w = has_w ? static_cast<double>(load(pw + j * sw)) : 1.0;
+              dot += static_cast<double>(load(gr + j * sg)) * w * load(xr + j * sx);
+            }
           }
           const C k = static_cast<C>(rs * rs * dot / static_cast<double>(D));
           const C rsc = static_cast<C>(rs);
@@ -108,6 +123,7 @@ RmsNormGrads rms_norm_backward(const Tensor& grad, const Tensor& x, const Tensor
         }
       }
     }
+    });
   });
   if (need_dweight) {
     Tensor dw = raw::empty({D}, DType::f64, x.device());

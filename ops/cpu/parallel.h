@@ -11,13 +11,23 @@
 // summed in order instead (see ops/cpu/reduce.cpp).
 //
 // Note [Threads under load]: the threshold keeps small ops off threads, but above it a
-// parallel region still waits for every thread. On a machine whose cores are busy with
-// other processes (a shared dev box: load 8 on 2 cores), libgomp's default spinning
-// workers make that wait a scheduler time slice: a 262k-element add took 13.7 ms on 2
-// threads against 0.19 ms on 1. OMP_WAIT_POLICY=passive (0.23 ms) or OMP_DYNAMIC=true
-// (0.17 ms; libgomp then sizes teams by the load average) remove the stall;
-// OMP_NUM_THREADS=1 avoids threads altogether. On a dedicated machine keep the defaults.
-// These are process-wide settings, so the library leaves them to the user.
+// parallel region still waits for every piece. The threads are the library's own
+// (ops/cpu/thread_pool.h), not OpenMP's: libgomp's workers spin between regions, and on
+// a machine whose cores are busy with other processes that spinning takes the time slices
+// the serial parts need. Measured on a 2-core machine already running other builds
+// (load average 8-11), 300 steps of examples/mlp_demo, wall time:
+//                                   as is     + two `yes >/dev/null` busy loops
+//     OpenMP (before)               5.3 s     56-69 s
+//     OpenMP, OMP_NUM_THREADS=1     1.0 s     3.6 s
+//     OpenMP, OMP_WAIT_POLICY=passive         6.3 s
+//     this pool                     1.2 s     2.2-3.1 s
+//     this pool, 1 thread           1.1 s     3.2 s
+// A later run (load average 6, row kernels vectorised): OpenMP 24.9 s against the pool's
+// 0.44-0.60 s with the two busy loops (1 thread: 1.36 s).
+// The pool's workers spin for at most 50 us, then sleep on a condition variable, and the
+// calling thread takes the pieces no worker has started yet, so a worker the scheduler
+// has not run holds nothing up. CHUNKGRAD_NUM_THREADS (or OMP_NUM_THREADS) sets the
+// count; cg::set_num_threads changes it at run time.
 // Internal to ops/: not a public header.
 #pragma once
 
@@ -25,11 +35,8 @@
 #include <array>
 #include <cstdint>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include "core/tensor.h"
+#include "ops/cpu/thread_pool.h"
 
 namespace cg::cpu {
 
@@ -37,23 +44,17 @@ namespace cg::cpu {
 inline constexpr int64_t kParallelMinElements = 32768;
 
 // Calls body(begin, end) on disjoint pieces covering [0, n): once on this thread when
-// `work` < kParallelMinElements (or OpenMP is off, or we are already inside a parallel
-// region), else one contiguous piece per OpenMP thread. `work` is the cost estimate in
-// elements (n itself for elementwise loops; all elements of the rows for row loops).
+// `work` < kParallelMinElements (or there is one thread, or we are already inside a
+// parallel region), else one contiguous piece per thread (parallel_for). `work` is the
+// cost estimate in elements (n itself for elementwise loops; all elements of the rows for
+// row loops).
 template <typename F>
 void parallel_range(int64_t n, int64_t work, F&& body) {
   if (n <= 0) return;
-#ifdef _OPENMP
-  if (work >= kParallelMinElements && n > 1 && !omp_in_parallel() && omp_get_max_threads() > 1) {
-    const int64_t pieces = std::min<int64_t>(n, omp_get_max_threads());
-#pragma omp parallel for schedule(static) num_threads(static_cast<int>(pieces))
-    for (int64_t p = 0; p < pieces; ++p) {
-      const int64_t begin = n * p / pieces, end = n * (p + 1) / pieces;
-      if (begin < end) body(begin, end);
-    }
+  if (work >= kParallelMinElements && n > 1) {
+    parallel_for(n, [&](int64_t begin, int64_t end) { body(begin, end); });
     return;
   }
-#endif
   body(int64_t{0}, n);
 }
 

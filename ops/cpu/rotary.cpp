@@ -10,13 +10,10 @@
 #include "core/views.h"
 #include "ops/cpu/loops.h"
 #include "ops/cpu/nn_kernels.h"
+#include "ops/cpu/parallel.h"
 #include "ops/cpu/row_offsets.h"
 
 namespace cg::cpu {
-
-namespace {
-constexpr int64_t kParallelElements = 1 << 15;
-}  // namespace
 
 Tensor rotary(const Tensor& x, const Tensor& positions, double theta, bool inverse) {
   const int64_t hd = x.shape().back(), half = hd / 2;
@@ -44,14 +41,16 @@ Tensor rotary(const Tensor& x, const Tensor& positions, double theta, bool inver
   double* cos_t = cos_table.data<double>();
   double* sin_t = sin_table.data<double>();
   const double sign = inverse ? -1.0 : 1.0;
-#pragma omp parallel for schedule(static) if (P * half >= kParallelElements / 8)
-  for (int64_t p = 0; p < P; ++p) {
-    for (int64_t i = 0; i < half; ++i) {
-      const double angle = static_cast<double>(pp[p]) * inv_freq[i];
-      cos_t[p * half + i] = std::cos(angle);
-      sin_t[p * half + i] = sign * std::sin(angle);
+  // A cos and a sin cost about as much as 8 elements of a plain loop.
+  parallel_range(P, 8 * P * half, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      for (int64_t i = 0; i < half; ++i) {
+        const double angle = static_cast<double>(pp[p]) * inv_freq[i];
+        cos_t[p * half + i] = std::cos(angle);
+        sin_t[p * half + i] = sign * std::sin(angle);
+      }
     }
-  }
+  });
 
   Tensor out = raw::empty(x.shape(), x.dtype(), x.device());
   dispatch_floating(x.dtype(), "apply_rotary", [&]<typename T>() {
@@ -59,19 +58,20 @@ Tensor rotary(const Tensor& x, const Tensor& positions, double theta, bool inver
     const T* px = static_cast<const T*>(x.data_ptr());
     T* po = static_cast<T*>(out.data_ptr());
     const int64_t sx = x.strides().back();
-#pragma omp parallel for schedule(static) if (R * hd >= kParallelElements)
-    for (int64_t r = 0; r < R; ++r) {
-      const T* xr = px + x_rows[r];
-      T* yr = po + r * hd;
-      const double* cr = cos_t + pos_of_row[r] * half;
-      const double* sr = sin_t + pos_of_row[r] * half;
-      for (int64_t i = 0; i < half; ++i) {
-        const C c = static_cast<C>(cr[i]), s = static_cast<C>(sr[i]);
-        const C x1 = load(xr + i * sx), x2 = load(xr + (i + half) * sx);
-        store(yr + i, x1 * c - x2 * s);
-        store(yr + i + half, x2 * c + x1 * s);
+    parallel_range(R, R * hd, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const T* xr = px + x_rows[r];
+        T* yr = po + r * hd;
+        const double* cr = cos_t + pos_of_row[r] * half;
+        const double* sr = sin_t + pos_of_row[r] * half;
+        for (int64_t i = 0; i < half; ++i) {
+          const C c = static_cast<C>(cr[i]), s = static_cast<C>(sr[i]);
+          const C x1 = load(xr + i * sx), x2 = load(xr + (i + half) * sx);
+          store(yr + i, x1 * c - x2 * s);
+          store(yr + i + half, x2 * c + x1 * s);
+        }
       }
-    }
+    });
   });
   return out;
 }

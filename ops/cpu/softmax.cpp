@@ -2,6 +2,9 @@
 // ops/cpu/softmax.h for the formulas). Stable: every exponent is x - max <= 0, so 1e4
 // logits do not overflow. f32 and f64 rows write exp(x - max) and rescale in place;
 // 16-bit rows recompute the exponential instead, so the output is rounded only once.
+// f32/f64 rows take simple loops over the row that compile to vector code when the row is
+// contiguous (ops/cpu/row_math.h; a strided row runs the same arithmetic, so a transposed
+// input gives the same bits); rows run in parallel.
 #include "ops/cpu/softmax.h"
 
 #include <cmath>
@@ -11,6 +14,7 @@
 #include "core/views.h"
 #include "ops/cpu/loops.h"
 #include "ops/cpu/parallel.h"
+#include "ops/cpu/row_math.h"
 
 namespace cg::cpu {
 
@@ -25,6 +29,19 @@ Tensor softmax(const Tensor& a, int64_t dim, bool log) {
                     [&](const std::array<int64_t, 2>& o) {
                       const T* x = pa + o[0];
                       T* y = po + o[1];
+                      if constexpr (std::is_same_v<T, C>) {
+                        const C m = sa == 1 ? row_max(x, n) : row_max_strided(x, n, sa);
+                        if (log) {
+                          const double s = block_sum<C>(n, [&](int64_t j) { return exp_fast(x[j * sa] - m); });
+                          const C log_s = static_cast<C>(std::log(s));
+                          for (int64_t j = 0; j < n; ++j) y[j * so] = (x[j * sa] - m) - log_s;
+                        } else {
+                          for (int64_t j = 0; j < n; ++j) y[j * so] = exp_fast(x[j * sa] - m);
+                          const C inv = static_cast<C>(1.0 / block_sum<C>(n, [&](int64_t j) { return y[j * so]; }));
+                          for (int64_t j = 0; j < n; ++j) y[j * so] *= inv;
+                        }
+                        return;
+                      }
                       C m = -std::numeric_limits<C>::infinity();
                       for (int64_t j = 0; j < n; ++j) {
                         const C v = load(x + j * sa);
@@ -73,6 +90,16 @@ Tensor softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim, bool l
                       const T* g = pg + o[0];
                       const T* yr = py + o[1];
                       T* gx = po + o[2];
+                      if constexpr (std::is_same_v<T, C>) {
+                        if (log) {
+                          const C total = static_cast<C>(block_sum<C>(n, [&](int64_t j) { return g[j * sg]; }));
+                          for (int64_t j = 0; j < n; ++j) gx[j * so] = g[j * sg] - exp_fast(yr[j * sy]) * total;
+                        } else {
+                          const C dot = static_cast<C>(block_sum<C>(n, [&](int64_t j) { return g[j * sg] * yr[j * sy]; }));
+                          for (int64_t j = 0; j < n; ++j) gx[j * so] = yr[j * sy] * (g[j * sg] - dot);
+                        }
+                        return;
+                      }
                       double s = 0.0;
                       if (log) {
                         for (int64_t j = 0; j < n; ++j) s += static_cast<double>(load(g + j * sg));

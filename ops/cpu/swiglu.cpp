@@ -8,11 +8,11 @@
 #include "core/views.h"
 #include "ops/cpu/loops.h"
 #include "ops/cpu/nn_kernels.h"
+#include "ops/cpu/parallel.h"
 
 namespace cg::cpu {
 
 namespace {
-constexpr int64_t kParallelElements = 1 << 15;
 
 template <typename C>
 inline C sigmoid(C v) {
@@ -29,11 +29,12 @@ Tensor swiglu_forward(const Tensor& gate, const Tensor& up) {
     T* po = static_cast<T*>(out.data_ptr());
     if (gate.is_contiguous() && up.is_contiguous()) {  // the common case, in parallel
       const int64_t n = gate.numel();
-#pragma omp parallel for schedule(static) if (n >= kParallelElements)
-      for (int64_t i = 0; i < n; ++i) {
-        const C a = load(pg + i);
-        store(po + i, a * sigmoid(a) * load(pu + i));
-      }
+      parallel_range(n, n, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          const C a = load(pg + i);
+          store(po + i, a * sigmoid(a) * load(pu + i));
+        }
+      });
       return;
     }
     strided_loop<3>(gate.shape(), {out.strides(), gate.strides(), up.strides()},
@@ -65,13 +66,14 @@ SwigluGrads swiglu_backward(const Tensor& grad, const Tensor& gate, const Tensor
     if (grad.is_contiguous() && gate.is_contiguous() && up.is_contiguous()) {
       const int64_t n = gate.numel();
       const int64_t da = need_dgate ? 1 : 0, du = need_dup ? 1 : 0;
-#pragma omp parallel for schedule(static) if (n >= kParallelElements)
-      for (int64_t i = 0; i < n; ++i) {
-        const C g = load(pg + i), a = load(pa + i), u = load(pu + i);
-        const C s = sigmoid(a);
-        if (da) store(pda + i, g * u * s * (C(1) + a * (C(1) - s)));
-        if (du) store(pdu + i, g * a * s);
-      }
+      parallel_range(n, n, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          const C g = load(pg + i), a = load(pa + i), u = load(pu + i);
+          const C s = sigmoid(a);
+          if (da) store(pda + i, g * u * s * (C(1) + a * (C(1) - s)));
+          if (du) store(pdu + i, g * a * s);
+        }
+      });
       return;
     }
     strided_loop<5>(gate.shape(),

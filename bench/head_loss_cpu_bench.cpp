@@ -1,0 +1,117 @@
+// Why this file exists: the CPU speed target of chunkgrad, measured in one run. For
+// lm_head + cross-entropy with a frozen head (hidden h [T, D] trains, head W [V, D] does
+// not) it times, on this machine:
+//   gemm            logits = h W^T, one [T, D] x [D, V] product (the floor for the rest)
+//   naive           cg::head_loss path naive: logits [T, V], loss, backward to h
+//   fused/<rows>    cg::head_loss path fused with that many rows per chunk
+// and prints medians over --repeats and their ratios to the GEMM. The defaults are
+// memory_lesson --scale 4's shape (T=6144, D=1280, V=62080); head_loss_cpu_torch.py prints
+// the same rows for PyTorch, and run_cpu_bench.sh runs both.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "core/factories.h"
+#include "ops/head_loss.h"
+#include "ops/ops.h"
+#include "ops/threads.h"
+
+namespace {
+
+struct Options {
+  int64_t T = 6144, D = 1280, V = 62080;
+  std::string dtype = "f32";
+  int repeats = 3;
+  std::string chunks = "256,512,1024,2048";
+  int threads = 0;  // 0: the library's default
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Median seconds of f() over `repeats` runs, after one untimed warm-up run.
+template <typename F>
+double time_median(int repeats, F&& f) {
+  f();
+  std::vector<double> times;
+  for (int i = 0; i < std::max(1, repeats); ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return median(times);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"chunkgrad CPU benchmark: GEMM, naive and fused lm_head + CE (frozen head)"};
+  app.add_option("--T", o.T, "positions (rows of h)")->check(CLI::PositiveNumber);
+  app.add_option("--D", o.D, "hidden size")->check(CLI::PositiveNumber);
+  app.add_option("--V", o.V, "vocabulary")->check(CLI::PositiveNumber);
+  app.add_option("--dtype", o.dtype, "f32 | bf16 | f16 | f64")->check(CLI::IsMember({"f32", "bf16", "f16", "f64"}));
+  app.add_option("--repeats", o.repeats, "timed runs per row (median reported)")->check(CLI::PositiveNumber);
+  app.add_option("--chunks", o.chunks, "comma-separated rows per chunk for the fused path");
+  app.add_option("--threads", o.threads, "threads (0: CHUNKGRAD_NUM_THREADS, OMP_NUM_THREADS or every core)");
+  CLI11_PARSE(app, argc, argv);
+  if (o.threads > 0) cg::set_num_threads(o.threads);
+
+  const cg::DType dtype = cg::parse_dtype(o.dtype);
+  cg::Generator gen(1);
+  const cg::Tensor hidden = cg::randn({o.T, o.D}, {.dtype = dtype}, &gen).requires_grad_();
+  const cg::Tensor head = cg::randn({o.V, o.D}, {.dtype = dtype}, &gen, 0.0, 1.0 / std::sqrt(double(o.D)));
+  std::vector<int64_t> label_values(o.T);
+  for (auto& y : label_values) y = static_cast<int64_t>(gen.next_u64() % o.V);
+  const cg::Tensor labels = cg::from_ints(label_values, {o.T});
+  const cg::HeadLossInputs in{hidden, head, labels};
+
+  std::printf("chunkgrad CPU: lm_head + CE, frozen head, T=%lld D=%lld V=%lld, %s, %d threads, "
+              "median of %d\n", (long long)o.T, (long long)o.D, (long long)o.V, o.dtype.c_str(),
+              cg::get_num_threads(), o.repeats);
+  std::printf("%-14s %10s %10s %12s\n", "row", "seconds", "x gemm", "GFLOP/s");
+  const double gemm_flops = 2.0 * double(o.T) * double(o.D) * double(o.V);
+  auto row = [&](const std::string& name, double s, double gemm_s, double flops) {
+    std::printf("%-14s %10.3f %10.2f %12.1f\n", name.c_str(), s, s / gemm_s, flops / s * 1e-9);
+    std::fflush(stdout);
+  };
+
+  const double gemm_s = time_median(o.repeats, [&] {
+    cg::NoGradGuard no_grad;
+    cg::Tensor logits = cg::matmul(hidden, head.transpose(0, 1));
+  });
+  row("gemm", gemm_s, gemm_s, gemm_flops);
+
+  // Forward + backward to h: three [T, D, V] GEMMs' worth of work for the naive path
+  // (logits, dh = dlogits W) -- 2 GEMMs -- plus the row pass.
+  auto loss_step = [&](cg::HeadLossOptions opt) {
+    hidden.set_grad(cg::Tensor());
+    cg::HeadLossResult r = cg::head_loss(in, opt);
+    r.loss.backward();
+  };
+  cg::HeadLossOptions naive;
+  naive.path = cg::HeadLossPath::naive;
+  naive.with_metrics = false;
+  const double naive_s = time_median(o.repeats, [&] { loss_step(naive); });
+  row("naive", naive_s, gemm_s, 2 * gemm_flops);
+
+  std::stringstream list(o.chunks);
+  for (std::string item; std::getline(list, item, ',');) {
+    cg::HeadLossOptions fused;
+    fused.path = cg::HeadLossPath::fused;
+    fused.with_metrics = false;
+    fused.chunk_rows = std::stoll(item);
+    const double s = time_median(o.repeats, [&] { loss_step(fused); });
+    row("fused/" + item, s, gemm_s, 2 * gemm_flops);
+  }
+  std::printf("(GFLOP/s counts 2 T D V per GEMM: 1 for gemm, 2 for the loss rows -- logits and dh)\n");
+  return 0;
+}
