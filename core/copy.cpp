@@ -15,6 +15,7 @@
 
 #include "core/backend.h"
 #include "core/dtype_dispatch.h"
+#include "core/overlap.h"
 #include "core/views.h"
 
 namespace cg::raw {
@@ -207,19 +208,18 @@ void copy_(const Tensor& dst, const Tensor& src) {
     }
   }
   if (dst.numel() == 0) return;
-  for (int64_t i = 0; i < dst.dim(); ++i) {
-    CG_CHECK(dst.strides()[i] != 0 || dst.shape()[i] == 1, "copy_: the destination (shape ",
-             shape_str(dst.shape()), ", strides ", shape_str(dst.strides()),
-             ") has several elements at one memory location (an expanded tensor); "
-             "clone() it before writing to it");
+  check_no_internal_overlap("copy_", dst);
+  // Note [raw::copy_ and overlap]: unlike the public in-place ops (ops/inplace.h, which
+  // refuse a partial overlap as PyTorch does), raw::copy_ has memmove semantics: a source
+  // that shares memory with the destination is read in full before anything is written.
+  // Kernels rely on that when they shift data inside one buffer, and the answer is the one
+  // a user expects (copy 1 2 3 4 onto 2 3 4 5 of 1 2 3 4 5 gives 1 1 2 3 4).
+  switch (memory_overlap(dst, source)) {
+    case MemOverlap::full: return;  // copying a tensor onto itself
+    case MemOverlap::partial: source = clone(source); break;
+    case MemOverlap::none: break;
   }
-  if (dst.storage() == source.storage()) {
-    if (dst.offset() == source.offset() && dst.strides() == source.strides() &&
-        dst.dtype() == source.dtype()) {
-      return;  // copying a tensor onto itself
-    }
-    source = clone(source);  // the two may overlap: read everything before writing
-  }
+  dst.storage()->bump_version();  // Note [Version counter] in core/storage.h
   if (dst.device().is_cpu() && source.device().is_cpu()) {
     host_copy(dst, source);
   } else {
@@ -259,12 +259,14 @@ Tensor to_device(const Tensor& t, Device device) {
 void fill_(const Tensor& t, double value) {
   CG_CHECK(t.defined(), "fill_: the tensor is undefined (default-constructed)");
   if (t.numel() == 0) return;
+  check_no_internal_overlap("fill_", t);
   if (!t.device().is_cpu()) {
     const Tensor scalar = empty({}, t.dtype(), kCPU);
     store_element(scalar.data_ptr(), t.dtype(), value);
     copy_(t, scalar);  // broadcast, staged through the host
     return;
   }
+  t.storage()->bump_version();  // Note [Version counter] in core/storage.h
   visit_dtype(t.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T v = cast_element<T>(value);
