@@ -125,20 +125,24 @@ bool has_internal_overlap(const Tensor& t) {
 
 void check_no_internal_overlap(const char* op, const Tensor& dst) {
   CG_CHECK(!has_internal_overlap(dst), op, ": the tensor written to (shape ", shape_str(dst.shape()),
-           ", strides ", shape_str(dst.strides()),
-           ") has several elements at one memory location (an expanded view?), so one location "
-           "would be written many times; write into a tensor that owns its elements (make one "
-           "with cg::raw::clone())");
+           ", strides ", shape_str(dst.strides()), ") has several elements at one memory location",
+           dst.numel() > kOverlapExactLimit ? " (or is too large to check element by element)" : "",
+           ", e.g. an expanded view, so one location would be written many times; write into a "
+           "tensor that owns its elements (cg::raw::clone makes one)");
 }
 
 void check_no_partial_overlap(const char* op, const Tensor& dst, const Tensor& src,
                               const char* arg) {
-  CG_CHECK(memory_overlap(dst, src) != MemOverlap::partial, op, ": ", arg, " (shape ",
-           shape_str(src.shape()), ", strides ", shape_str(src.strides()), ", offset ",
-           src.offset(), ") shares memory with the tensor written to (shape ",
-           shape_str(dst.shape()), ", strides ", shape_str(dst.strides()), ", offset ",
-           dst.offset(), ") without being the same elements, so the op would read values it has "
-           "already overwritten. Pass a copy of ", arg, " instead (cg::raw::clone makes one)");
+  if (memory_overlap(dst, src) != MemOverlap::partial) return;
+  const bool checked = dst.numel() <= kOverlapExactLimit && src.numel() <= kOverlapExactLimit;
+  CG_FAIL(op, ": ", arg, " (shape ", shape_str(src.shape()), ", strides ",
+          shape_str(src.strides()), ", offset ", src.offset(),
+          checked ? ") shares memory with" : ") may share memory with",
+          " the tensor written to (shape ", shape_str(dst.shape()), ", strides ",
+          shape_str(dst.strides()), ", offset ", dst.offset(), ") without being the same elements",
+          checked ? "" : " (too large to check element by element)",
+          ", so the op could read values it has already overwritten. Pass a copy of ", arg,
+          " instead (cg::raw::clone makes one)");
 }
 
 }  // namespace cg

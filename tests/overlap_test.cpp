@@ -127,6 +127,18 @@ TEST(InplaceOverlap, ViewsThatShareNoElementAreFine) {
   EXPECT_EQ(x.to_vector(), (V{16, 8, 9, 10, 5, 6, 16, 8, 9}));
 }
 
+TEST(InplaceOverlap, BeyondTheExactLimitTheCheckIsConservative) {
+  // Two interleaved columns share no element, but above kOverlapExactLimit elements they
+  // are not listed one by one: the in-place op refuses and says why; raw::copy_ copies.
+  const int64_t rows = kOverlapExactLimit + 1;
+  const Tensor x = zeros({rows, 2});
+  raw::fill_(x.narrow(1, 1, 1), 1.0);
+  EXPECT_ERROR_HAS(add_(x.narrow(1, 0, 1), x.narrow(1, 1, 1)), "may share memory",
+                   "too large to check");
+  raw::copy_(x.narrow(1, 0, 1), x.narrow(1, 1, 1));
+  EXPECT_EQ(sum(x).item(), static_cast<double>(2 * rows));
+}
+
 TEST(InplaceOverlap, WritesIntoSelfOverlappingTensorsAreRefused) {
   const Tensor base = one_to(6, {6});
   const Tensor expanded = base.narrow(0, 0, 3).expand({2, 3});
