@@ -27,11 +27,22 @@ SavedTensor::SavedTensor(const Tensor& t) {
   if (t.defined()) {
     // A fresh impl over the same storage: values only, no grad_fn (no reference cycle).
     data_ = raw::as_strided(t, t.shape(), t.strides(), t.offset());
+    version_ = t.version();
   }
 }
 
-const Tensor& SavedTensor::get(const std::string& node_name) const {
+const Tensor& SavedTensor::get(const std::string& node_name, size_t index) const {
   if (released_) CG_FAIL(node_name, ": ", kBackwardTwiceMessage);
+  if (data_.defined() && data_.version() != version_) {
+    CG_FAIL("one of the variables needed for gradient computation has been modified by an "
+            "inplace operation: saved tensor ", index, " of ", node_name, " (",
+            shape_str(data_.shape()), " ", dtype_name(data_.dtype()), ") is at version ",
+            data_.version(), "; expected version ", version_,
+            " (its version when it was saved). Something wrote into it, or into a view of the "
+            "same memory, between the forward pass and backward (add_, copy_, fill_, an "
+            "optimizer step, loading weights, ...). Do that write after backward, or give the "
+            "forward pass a clone() of the tensor");
+  }
   return data_;
 }
 
@@ -103,7 +114,7 @@ size_t Node::save(const Tensor& t) {
 const Tensor& Node::saved(size_t i) const {
   CG_CHECK(i < saved_.size(), name(), ": saved tensor ", i, " does not exist (", saved_.size(),
            " saved)");
-  return saved_[i].get(name());
+  return saved_[i].get(name(), i);
 }
 
 size_t Node::saved_bytes() const {

@@ -9,6 +9,13 @@
 // the same storage, without grad_fn. Saving an op's own output (relu saves its output)
 // therefore makes no reference cycle output -> node -> output, and backward formulas only
 // ever need the values. The storage is what is kept alive, and what saved_bytes counts.
+//
+// Note [Saved tensor versions]: a SavedTensor also records its storage's version (Note
+// [Version counter] in core/storage.h) when it is saved. If an in-place write changed the
+// bytes before backward reads them -- through the saved tensor itself, any view of it,
+// under NoGradGuard or not -- the gradient would be computed from the new values and be
+// silently wrong; get() throws instead, naming the saved tensor and the node, as
+// PyTorch does ("... has been modified by an inplace operation").
 #pragma once
 
 #include <cstdint>
@@ -46,8 +53,13 @@ class SavedTensor {
   explicit SavedTensor(const Tensor& t);
 
   bool defined() const { return data_.defined(); }
-  // The saved values. Throws the "backward a second time" error when released.
-  const Tensor& get(const std::string& node_name) const;
+  // The saved values. Throws the "backward a second time" error when released, and the
+  // "modified by an inplace operation" error (Note [Saved tensor versions]) when the
+  // values changed since they were saved. `index` is this tensor's place among the node's
+  // saved tensors, for the message.
+  const Tensor& get(const std::string& node_name, size_t index) const;
+  // The storage's version when the tensor was saved.
+  uint64_t saved_version() const { return version_; }
   // Bytes of the storage kept alive (the whole storage, even when a view was saved).
   size_t storage_nbytes() const;
   const StorageImpl* storage() const;
@@ -56,6 +68,7 @@ class SavedTensor {
 
  private:
   Tensor data_;
+  uint64_t version_ = 0;
   bool released_ = false;
 };
 

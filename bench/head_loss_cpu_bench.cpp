@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
 
   const double gemm_s = time_median(o.repeats, [&] {
     cg::NoGradGuard no_grad;
-    cg::Tensor logits = cg::matmul(hidden, head.transpose(0, 1));
+    cg::Tensor logits = cg::matmul(hidden, cg::transpose(head, 0, 1));
   });
   row("gemm", gemm_s, gemm_s, gemm_flops);
 

@@ -16,6 +16,7 @@
 
 #include "core/backend.h"
 #include "core/dtype_dispatch.h"
+#include "core/overlap.h"
 #include "core/views.h"
 
 namespace cg::raw {
@@ -53,15 +54,6 @@ void cross_device_copy(const Tensor& dst, const Tensor& src) {
   copy_(dst, landed);  // layout, broadcast and conversion on dst's device
 }
 
-void check_not_expanded(const Tensor& dst, const char* what) {
-  for (int64_t i = 0; i < dst.dim(); ++i) {
-    CG_CHECK(dst.strides()[i] != 0 || dst.shape()[i] == 1, what, ": the destination (shape ",
-             shape_str(dst.shape()), ", strides ", shape_str(dst.strides()),
-             ") has several elements at one memory location (an expanded tensor); "
-             "clone() it before writing to it");
-  }
-}
-
 // src expanded to dst's shape, or a clear error naming `what`.
 Tensor broadcast_source(const Tensor& src, const Tensor& dst, const char* what) {
   if (src.shape() == dst.shape()) return src;
@@ -80,18 +72,23 @@ void copy_(const Tensor& dst, const Tensor& src) {
            " tensor is undefined");
   Tensor source = broadcast_source(src, dst, "copy_");
   if (dst.numel() == 0) return;
-  check_not_expanded(dst, "copy_");
+  check_no_internal_overlap("copy_", dst);
   if (dst.device() != src.device()) {
-    cross_device_copy(dst, src);  // different storages: no overlap
+    dst.storage()->bump_version();  // Note [Version counter] in core/storage.h
+    cross_device_copy(dst, src);    // different storages: no overlap
     return;
   }
-  if (dst.storage() == source.storage()) {
-    if (dst.offset() == source.offset() && dst.strides() == source.strides() &&
-        dst.dtype() == source.dtype()) {
-      return;  // copying a tensor onto itself
-    }
-    source = clone(source);  // the two may overlap: read everything before writing
+  // Note [raw::copy_ and overlap]: unlike the public in-place ops (ops/inplace.h, which
+  // refuse a partial overlap as PyTorch does), raw::copy_ has memmove semantics: a source
+  // that shares memory with the destination is read in full before anything is written.
+  // Kernels rely on that when they shift data inside one buffer, and the answer is the one
+  // a user expects (copy 1 2 3 4 onto 2 3 4 5 of 1 2 3 4 5 gives 1 1 2 3 4).
+  switch (memory_overlap(dst, source)) {
+    case MemOverlap::full: return;  // copying a tensor onto itself
+    case MemOverlap::partial: source = clone(source); break;
+    case MemOverlap::none: break;
   }
+  dst.storage()->bump_version();  // Note [Version counter] in core/storage.h
   same_device_copy(dst, source);
 }
 
@@ -104,7 +101,8 @@ void add_(const Tensor& dst, const Tensor& src) {
            "tensors only, got ", dtype_name(dst.dtype()), " += ", dtype_name(src.dtype()));
   Tensor source = broadcast_source(src, dst, "add_");
   if (dst.numel() == 0) return;
-  check_not_expanded(dst, "add_");
+  check_no_internal_overlap("add_", dst);
+  dst.storage()->bump_version();
   // Overlapping but not identical geometry: read the source before writing. (Identical
   // geometry is x += x, which each element reads before it writes.)
   if (dst.storage() == source.storage() &&
@@ -147,6 +145,8 @@ Tensor to_device(const Tensor& t, Device device) {
 void fill_(const Tensor& t, double value) {
   CG_CHECK(t.defined(), "fill_: the tensor is undefined (default-constructed)");
   if (t.numel() == 0) return;
+  check_no_internal_overlap("fill_", t);
+  t.storage()->bump_version();  // Note [Version counter] in core/storage.h
   backend_for(t.device())
       .fill(t.device(), t.data_ptr(), t.dtype(), t.shape(), t.strides(), value, 0.0);
 }

@@ -3,7 +3,9 @@
 // the last holder lets go, so the allocator's stats see every tensor's lifetime.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "core/device.h"
@@ -25,7 +27,18 @@ class StorageImpl {
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
 
+  // Note [Version counter]: how many in-place writes went into these bytes through the
+  // public API (ops/inplace.h, raw::copy_ / raw::fill_, loading a checkpoint into a
+  // module). Autograd records it when it saves a tensor for backward and checks it when
+  // backward uses the tensor, so a saved value changed in place -- through any view, even
+  // under NoGradGuard -- is an error instead of a silently wrong gradient. One counter per
+  // storage is PyTorch's per-"base" counter: every view of the bytes shares it. Writing
+  // into a fresh output before anyone saved it bumps it harmlessly.
+  uint64_t version() const { return version_.load(std::memory_order_relaxed); }
+  void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
+
  private:
+  std::atomic<uint64_t> version_{0};
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;

@@ -58,6 +58,7 @@ class Tensor {
   size_t nbytes() const;            // numel * element_size (not the storage's size)
   const Storage& storage() const;
   void* data_ptr() const;           // first element (storage data + offset)
+  uint64_t version() const;         // in-place writes to the storage (Note [Version counter])
   template <typename T>
   T* data() const;                  // checks that T matches dtype()
 
@@ -114,6 +115,7 @@ inline int64_t Tensor::offset() const { return impl_->offset; }
 inline DType Tensor::dtype() const { return impl_->dtype; }
 inline Device Tensor::device() const { return impl_->storage->device(); }
 inline const Storage& Tensor::storage() const { return impl_->storage; }
+inline uint64_t Tensor::version() const { return impl_->storage->version(); }
 
 template <typename T> constexpr DType dtype_of();
 template <> constexpr DType dtype_of<float>() { return DType::f32; }

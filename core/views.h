@@ -31,7 +31,9 @@ Shape infer_shape(const Shape& shape, int64_t numel);
 // ---- copies ----
 // dst[i] = src[i] elementwise, any strides, any dtypes (converting by cast_element's
 // rules, core/dtype_dispatch.h), any devices. src broadcasts to dst's shape; dst may
-// not be expanded (stride 0); overlapping dst/src are handled by reading src first.
+// not have elements that share memory (an expanded view); a src that overlaps dst is
+// read in full first (memmove semantics, Note [raw::copy_ and overlap] in copy.cpp).
+// copy_, fill_ and add_ count as in-place writes (Note [Version counter], core/storage.h).
 // The work runs on the tensors' device; a copy between devices moves one contiguous
 // buffer (Note [Device copy] in copy.cpp).
 void copy_(const Tensor& dst, const Tensor& src);

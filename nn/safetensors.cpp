@@ -271,6 +271,7 @@ void File::load_into(const std::string& name, const Tensor& dst) const {
   if (ti.nbytes() == 0) return;
   std::ifstream in(path_, std::ios::binary);
   CG_CHECK(in, "safetensors: cannot open '", path_, "' for reading");
+  dst.storage()->bump_version();  // an in-place write (Note [Version counter], core/storage.h)
   read_exact(in, static_cast<char*>(dst.data_ptr()), ti.nbytes(), data_start_ + ti.begin,
              path_, name);
 }
