@@ -47,12 +47,12 @@ enum class Layout { row_major, transposed, strided, padded };
 Tensor make(int64_t rows, int64_t cols, DType dt, Layout layout, uint64_t seed) {
   Generator gen(seed);
   switch (layout) {
-    case Layout::row_major: return randn({rows, cols}, {}, &gen).to(dt);
-    case Layout::transposed: return randn({cols, rows}, {}, &gen).to(dt).transpose(0, 1);
+    case Layout::row_major: return to(randn({rows, cols}, {}, &gen), dt);
+    case Layout::transposed: return transpose(to(randn({cols, rows}, {}, &gen), dt), 0, 1);
     case Layout::strided:  // no unit stride at all
-      return randn({rows, 2 * cols}, {}, &gen).to(dt).slice(1, 0, 2 * cols, 2);
+      return slice(to(randn({rows, 2 * cols}, {}, &gen), dt), 1, 0, 2 * cols, 2);
     case Layout::padded:   // row major with a leading dimension larger than cols
-      return randn({rows, cols + 3}, {}, &gen).to(dt).narrow(1, 1, cols);
+      return narrow(to(randn({rows, cols + 3}, {}, &gen), dt), 1, 1, cols);
   }
   return Tensor();
 }
@@ -147,7 +147,7 @@ TEST(Gemm, SameBitsForAnyThreadCount) {
   for (int threads : {1, 2, 3, 5}) {
     set_num_threads(threads);
     Tensor out1 = zeros({301, 1000}), out2 = zeros({301, 500}), out3 = zeros({700, 190});
-    Tensor out4 = zeros({190, 700}).transpose(0, 1);  // column-major output
+    Tensor out4 = transpose(zeros({190, 700}), 0, 1);  // column-major output
     cpu::gemm(a, b, out1, 1.0, 0.0);
     cpu::gemm(a, c, out2, 1.0, 0.0);
     cpu::gemm(a3, c3, out3, 1.0, 0.0);
@@ -180,10 +180,10 @@ TEST(Gemm, ScratchStaysWithinItsBound) {
   EXPECT_LE(alloc.stats().allocated_bytes.peak - before, static_cast<int64_t>(bound));
   EXPECT_GT(alloc.stats().allocated_bytes.peak - before, 0);
   // Operands read in place need none.
-  const Tensor af = a.to(DType::f32), bf = b.to(DType::f32);
+  const Tensor af = to(a, DType::f32), bf = to(b, DType::f32);
   Tensor of = zeros({700, 900});
   EXPECT_EQ(cpu::gemm_scratch_bytes(af, bf, of), 0u);
-  EXPECT_EQ(cpu::gemm_scratch_bytes(af, bf.transpose(0, 1).contiguous().transpose(0, 1), of), 0u);
+  EXPECT_EQ(cpu::gemm_scratch_bytes(af, transpose(contiguous(transpose(bf, 0, 1)), 0, 1), of), 0u);
 }
 
 TEST(Gemm, ErrorsNameTheShapes) {
@@ -202,20 +202,20 @@ TEST(Gemm, ErrorsNameTheShapes) {
 TEST(Gemm, MatmulBatchedAndFoldedMatchLoops) {
   for (DType dt : {DType::f64, DType::f32, DType::bf16}) {
     Generator gen(9);
-    const Tensor a = randn({3, 5, 70, 33}, {}, &gen).to(dt);
-    const Tensor w = randn({33, 41}, {}, &gen).to(dt);
-    const Tensor bb = randn({5, 41, 33}, {}, &gen).to(dt).transpose(1, 2);  // [5, 33, 41]
+    const Tensor a = to(randn({3, 5, 70, 33}, {}, &gen), dt);
+    const Tensor w = to(randn({33, 41}, {}, &gen), dt);
+    const Tensor bb = transpose(to(randn({5, 41, 33}, {}, &gen), dt), 1, 2);  // [5, 33, 41]
     const double tol = dt == DType::bf16 ? 2e-2 : dt == DType::f32 ? 1e-4 : 1e-12;
     for (const Tensor& b : {w, bb}) {
       // a2: a's values in a layout whose batch dims do not fold into rows.
-      const Tensor a2 = a.transpose(0, 1).contiguous().transpose(0, 1);
+      const Tensor a2 = transpose(contiguous(transpose(a, 0, 1)), 0, 1);
       const Tensor got = matmul(a, b), got_t = matmul(a2, b);
       ASSERT_EQ(got.shape(), (Shape{3, 5, 70, 41}));
       const auto gv = got.to_vector(), tv = got_t.to_vector();
       for (int64_t i = 0; i < 3; ++i) {
         for (int64_t h = 0; h < 5; ++h) {
-          const Tensor bm = b.dim() == 2 ? b : b.narrow(0, h, 1).reshape({33, 41});
-          const Tensor am = a.narrow(0, i, 1).narrow(1, h, 1).reshape({70, 33});
+          const Tensor bm = b.dim() == 2 ? b : reshape(narrow(b, 0, h, 1), {33, 41});
+          const Tensor am = reshape(narrow(narrow(a, 0, i, 1), 1, h, 1), {70, 33});
           const auto want = reference(am, bm, {}, 1.0, 0.0);
           for (int64_t e = 0; e < 70 * 41; ++e) {
             const double w_e = want[e];

@@ -1,5 +1,5 @@
 // Why this file exists: an in-place op whose source shares memory with its destination
-// used to give silently wrong values (add_(x, x.transpose(0, 1)) read elements it had
+// used to give silently wrong values (add_(x, transpose(x, 0, 1)) read elements it had
 // already overwritten; copy_(z[1:], z[:4]) on 1..5 gave 1 1 1 1 1). These tests pin down
 // core/overlap.h (Note [Memory overlap]) and that every in-place entry point asks it:
 // partial overlap and writes into self-overlapping tensors are refused with an error that
@@ -71,30 +71,30 @@ TEST(MemoryOverlap, InternalOverlap) {
 
 TEST(InplaceOverlap, AddOfOwnTransposeIsRefused) {
   const Tensor x = one_to(9, {3, 3});
-  EXPECT_ERROR_HAS(add_(x, x.transpose(0, 1)), "add_", "src", "shares memory", "clone");
+  EXPECT_ERROR_HAS(add_(x, transpose(x, 0, 1)), "add_", "src", "shares memory", "clone");
   EXPECT_EQ(x.to_vector(), (V{1, 2, 3, 4, 5, 6, 7, 8, 9}));  // untouched
-  add_(x, raw::clone(x.transpose(0, 1)));  // what the error says to do
+  add_(x, raw::clone(transpose(x, 0, 1)));  // what the error says to do
   EXPECT_EQ(x.to_vector(), (V{2, 6, 10, 6, 10, 14, 10, 14, 18}));
 }
 
 TEST(InplaceOverlap, ShiftedCopyIsRefusedButRawCopyReadsFirst) {
   const Tensor z = one_to(5, {5});
-  EXPECT_ERROR_HAS(copy_(z.slice(0, 1, 5), z.slice(0, 0, 4)), "copy_", "shares memory", "clone");
+  EXPECT_ERROR_HAS(copy_(slice(z, 0, 1, 5), slice(z, 0, 0, 4)), "copy_", "shares memory", "clone");
   EXPECT_EQ(z.to_vector(), (V{1, 2, 3, 4, 5}));
-  EXPECT_ERROR_HAS(add_(z.slice(0, 1, 5), z.slice(0, 0, 4)), "add_", "shares memory");
-  EXPECT_ERROR_HAS(mul_(z.slice(0, 0, 4), z.slice(0, 1, 5)), "mul_", "shares memory");
+  EXPECT_ERROR_HAS(add_(slice(z, 0, 1, 5), slice(z, 0, 0, 4)), "add_", "shares memory");
+  EXPECT_ERROR_HAS(mul_(slice(z, 0, 0, 4), slice(z, 0, 1, 5)), "mul_", "shares memory");
   EXPECT_EQ(z.to_vector(), (V{1, 2, 3, 4, 5}));
   // raw::copy_ has memmove semantics (Note [raw::copy_ and overlap]).
-  raw::copy_(z.slice(0, 1, 5), z.slice(0, 0, 4));
+  raw::copy_(slice(z, 0, 1, 5), slice(z, 0, 0, 4));
   EXPECT_EQ(z.to_vector(), (V{1, 1, 2, 3, 4}));
-  raw::copy_(z.slice(0, 0, 4), z.slice(0, 1, 5));
+  raw::copy_(slice(z, 0, 0, 4), slice(z, 0, 1, 5));
   EXPECT_EQ(z.to_vector(), (V{1, 2, 3, 4, 4}));
 }
 
 TEST(InplaceOverlap, EveryEntryPointWithASourceChecks) {
   const Tensor x = one_to(9, {3, 3});
-  const Tensor t = x.transpose(0, 1);
-  const Tensor row0 = x.narrow(0, 0, 1);  // broadcast over x: read after written
+  const Tensor t = transpose(x, 0, 1);
+  const Tensor row0 = narrow(x, 0, 0, 1);  // broadcast over x: read after written
   EXPECT_ERROR_HAS(add_(x, row0), "add_", "shares memory");
   EXPECT_ERROR_HAS(mul_(x, t), "mul_", "shares memory");
   EXPECT_ERROR_HAS(copy_(x, t), "copy_", "shares memory");
@@ -108,9 +108,9 @@ TEST(InplaceOverlap, ExactAliasingIsCorrect) {
   const Tensor x = one_to(4, {2, 2});
   add_(x, x);
   EXPECT_EQ(x.to_vector(), (V{2, 4, 6, 8}));
-  mul_(x, x.view({2, 2}));  // another handle on the same elements
+  mul_(x, view(x, {2, 2}));  // another handle on the same elements
   EXPECT_EQ(x.to_vector(), (V{4, 16, 36, 64}));
-  copy_(x.transpose(0, 1), x.transpose(0, 1));
+  copy_(transpose(x, 0, 1), transpose(x, 0, 1));
   EXPECT_EQ(x.to_vector(), (V{4, 16, 36, 64}));
   const Tensor y = one_to(3, {3});
   addcmul_(y, y, y, 1.0);   // y + y * y
@@ -121,9 +121,9 @@ TEST(InplaceOverlap, ExactAliasingIsCorrect) {
 
 TEST(InplaceOverlap, ViewsThatShareNoElementAreFine) {
   const Tensor x = one_to(9, {3, 3});
-  add_(x.narrow(1, 0, 1), x.narrow(1, 2, 1));  // columns: ranges meet, elements do not
+  add_(narrow(x, 1, 0, 1), narrow(x, 1, 2, 1));  // columns: ranges meet, elements do not
   EXPECT_EQ(x.to_vector(), (V{4, 2, 3, 10, 5, 6, 16, 8, 9}));
-  copy_(x.narrow(0, 0, 1), x.narrow(0, 2, 1));  // rows: disjoint ranges
+  copy_(narrow(x, 0, 0, 1), narrow(x, 0, 2, 1));  // rows: disjoint ranges
   EXPECT_EQ(x.to_vector(), (V{16, 8, 9, 10, 5, 6, 16, 8, 9}));
 }
 
@@ -132,16 +132,16 @@ TEST(InplaceOverlap, BeyondTheExactLimitTheCheckIsConservative) {
   // are not listed one by one: the in-place op refuses and says why; raw::copy_ copies.
   const int64_t rows = kOverlapExactLimit + 1;
   const Tensor x = zeros({rows, 2});
-  raw::fill_(x.narrow(1, 1, 1), 1.0);
-  EXPECT_ERROR_HAS(add_(x.narrow(1, 0, 1), x.narrow(1, 1, 1)), "may share memory",
+  raw::fill_(narrow(x, 1, 1, 1), 1.0);
+  EXPECT_ERROR_HAS(add_(narrow(x, 1, 0, 1), narrow(x, 1, 1, 1)), "may share memory",
                    "too large to check");
-  raw::copy_(x.narrow(1, 0, 1), x.narrow(1, 1, 1));
+  raw::copy_(narrow(x, 1, 0, 1), narrow(x, 1, 1, 1));
   EXPECT_EQ(sum(x).item(), static_cast<double>(2 * rows));
 }
 
 TEST(InplaceOverlap, WritesIntoSelfOverlappingTensorsAreRefused) {
   const Tensor base = one_to(6, {6});
-  const Tensor expanded = base.narrow(0, 0, 3).expand({2, 3});
+  const Tensor expanded = expand(narrow(base, 0, 0, 3), {2, 3});
   EXPECT_ERROR_HAS(add_(expanded, ones({2, 3})), "add_", "one memory location", "clone");
   EXPECT_ERROR_HAS(fill_(expanded, 1.0), "fill_", "one memory location");
   EXPECT_ERROR_HAS(zero_(expanded), "zero_", "one memory location");

@@ -20,28 +20,28 @@ using V = std::vector<double>;
 
 TEST(VersionCounter, EveryInPlaceWriteBumpsTheSharedCounter) {
   const Tensor x = zeros({2, 3});
-  const Tensor t = x.transpose(0, 1);  // a view: the same counter
+  const Tensor t = transpose(x, 0, 1);  // a view: the same counter
   const uint64_t v0 = x.version();
   add_(x, ones({2, 3}));
   EXPECT_EQ(x.version(), v0 + 1);
   EXPECT_EQ(t.version(), v0 + 1);
   mul_(t, 2.0);
   add_scalar_(x, 1.0);
-  copy_(x.narrow(0, 0, 1), ones({1, 3}));
+  copy_(narrow(x, 0, 0, 1), ones({1, 3}));
   fill_(x, 3.0);
   zero_(t);
   addcmul_(x, ones({3}), ones({3}));
   EXPECT_EQ(x.version(), v0 + 7);
   raw::copy_(t, ones({3, 2}));
-  raw::fill_(x.narrow(1, 1, 1), 0.0);
+  raw::fill_(narrow(x, 1, 1, 1), 0.0);
   EXPECT_EQ(x.version(), v0 + 9);
   EXPECT_EQ(x.detach().version(), x.version());  // detach shares the storage
   // Out-of-place ops and views write nothing into x.
   (void)add(x, x);
-  (void)x.reshape({6});
+  (void)reshape(x, {6});
   EXPECT_EQ(x.version(), v0 + 9);
   // A refused write counts nothing.
-  EXPECT_THROW(add_(x, t.transpose(0, 1).narrow(1, 0, 2).expand({2, 2})), Error);
+  EXPECT_THROW(add_(x, expand(narrow(transpose(t, 0, 1), 1, 0, 2), {2, 2})), Error);
   EXPECT_EQ(x.version(), v0 + 9);
 }
 
@@ -72,14 +72,14 @@ TEST(VersionCounter, ViewOfASavedTensorChangedInPlace) {
   const Tensor w = from_vector({1, 2, 3, 4}, {2, 2}).requires_grad_();
   const Tensor x = from_vector({4, 5, 6, 7}, {2, 2});
   // A view is saved; its base is written through another view.
-  const Tensor loss = sum(mul(w, x.transpose(0, 1)));
-  fill_(x.narrow(0, 1, 1), 0.0);
+  const Tensor loss = sum(mul(w, transpose(x, 0, 1)));
+  fill_(narrow(x, 0, 1, 1), 0.0);
   EXPECT_ERROR_HAS(loss.backward(), "modified by an inplace operation", "MulBackward",
                    "[2, 2] f32");
   // The base is saved; a view of it is written with raw::copy_.
   const Tensor y = from_vector({4, 5, 6, 7}, {2, 2});
   const Tensor loss2 = sum(mul(w, y));
-  raw::copy_(y.narrow(1, 0, 1), zeros({2, 1}));
+  raw::copy_(narrow(y, 1, 0, 1), zeros({2, 1}));
   EXPECT_ERROR_HAS(loss2.backward(), "modified by an inplace operation", "MulBackward");
 }
 
