@@ -61,11 +61,32 @@ DType compute_dtype(const GemmMatrix& a, const GemmMatrix& b, const GemmMatrix& 
 struct Plan {
   DType compute;
   bool a_conv, b_conv, o_conv;  // walked in converted tiles
-  bool split_n;                 // pieces are column ranges (else row ranges)
-  int64_t panels;               // whole panels along the split dim (>= 1)
+  // Pieces form a grid_m x grid_n grid over out; its cuts fall on multiples of kGemmCut
+  // (Note [GEMM blocking]); the last row and column of pieces take the rest.
+  int64_t units_m, units_n;     // whole kGemmCut units along M and N (>= 1)
+  int64_t grid_m, grid_n;
   int64_t pieces;
   int64_t a_elems, b_elems, o_elems;  // scratch elements per piece
 };
+
+// The grid with the smallest largest piece (in kGemmCut x kGemmCut units) using at most
+// `threads` pieces; among equals, the one whose pieces are least thin (Eigen packs a
+// piece's operands: a thin piece spends its time packing).
+void choose_grid(Plan& p, int64_t threads) {
+  p.grid_m = p.grid_n = 1;
+  int64_t best_area = p.units_m * p.units_n, best_side = std::min(p.units_m, p.units_n);
+  for (int64_t gm = 1; gm <= std::min(threads, p.units_m); ++gm) {
+    const int64_t gn = std::min(threads / gm, p.units_n);
+    const int64_t um = (p.units_m + gm - 1) / gm, un = (p.units_n + gn - 1) / gn;
+    const int64_t area = um * un, side = std::min(um, un);
+    if (area < best_area || (area == best_area && side > best_side)) {
+      best_area = area;
+      best_side = side;
+      p.grid_m = gm;
+      p.grid_n = gn;
+    }
+  }
+}
 
 Plan plan_of(const GemmMatrix& a, const GemmMatrix& b, const GemmMatrix& out) {
   const int64_t M = out.rows, N = out.cols, K = a.cols;
@@ -74,12 +95,12 @@ Plan plan_of(const GemmMatrix& a, const GemmMatrix& b, const GemmMatrix& out) {
   p.a_conv = !readable_in_place(a, p.compute);
   p.b_conv = !readable_in_place(b, p.compute);
   p.o_conv = !readable_in_place(out, p.compute);
-  p.split_n = N >= M;
-  p.panels = std::max<int64_t>((p.split_n ? N : M) / kGemmPanel, 1);  // the last takes the rest
+  p.units_m = std::max<int64_t>(M / kGemmCut, 1);
+  p.units_n = std::max<int64_t>(N / kGemmCut, 1);
   const double work = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
-  p.pieces = work >= static_cast<double>(kGemmParallelWork)
-                 ? std::min<int64_t>(p.panels, num_threads())
-                 : 1;
+  p.grid_m = p.grid_n = 1;
+  if (work >= static_cast<double>(kGemmParallelWork)) choose_grid(p, num_threads());
+  p.pieces = p.grid_m * p.grid_n;
   const int64_t tm = std::min(kGemmTileRows, M), tn = std::min(kGemmTileRows, N),
                 tk = std::min(kGemmTileRows, K);
   p.a_elems = p.a_conv ? tm * tk : 0;
@@ -249,14 +270,17 @@ void scale_output(const GemmMatrix& out, double beta) {
 template <typename C>
 void run(const Plan& p, const GemmMatrix& a, const GemmMatrix& b, const GemmMatrix& out,
          double alpha, double beta, C* scratch) {
-  const int64_t M = out.rows, N = out.cols, dim = p.split_n ? N : M;
+  const int64_t M = out.rows, N = out.cols;
   const int64_t per_piece = p.a_elems + p.b_elems + p.o_elems;
+  // Cut i of `grid` pieces over `units` units of a dim of `size` elements.
+  auto cut = [](int64_t i, int64_t grid, int64_t units, int64_t size) {
+    return i == grid ? size : units * i / grid * kGemmCut;
+  };
   parallel_for(p.pieces, [&](int64_t begin, int64_t end, int worker) {
     for (int64_t piece = begin; piece < end; ++piece) {
-      const int64_t lo = p.panels * piece / p.pieces * kGemmPanel;
-      const int64_t hi = piece + 1 == p.pieces ? dim : p.panels * (piece + 1) / p.pieces * kGemmPanel;
-      const int64_t m0 = p.split_n ? 0 : lo, m1 = p.split_n ? M : hi;
-      const int64_t n0 = p.split_n ? lo : 0, n1 = p.split_n ? hi : N;
+      const int64_t pi = piece / p.grid_n, pj = piece % p.grid_n;
+      const int64_t m0 = cut(pi, p.grid_m, p.units_m, M), m1 = cut(pi + 1, p.grid_m, p.units_m, M);
+      const int64_t n0 = cut(pj, p.grid_n, p.units_n, N), n1 = cut(pj + 1, p.grid_n, p.units_n, N);
       run_piece<C>(p, a, b, out, static_cast<C>(alpha), static_cast<C>(beta), m0, m1, n0, n1,
                    scratch + worker * per_piece);
     }
