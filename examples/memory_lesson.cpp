@@ -48,7 +48,7 @@ struct Options {
   std::string dtype = "f32";
   std::string paths = "naive,chunked,fused";
   int64_t chunk_rows = 0;
-  double chunk_budget_mb = 8;  // small, so that the CPU-sized lesson runs several chunks
+  double chunk_budget_mb = 0;  // 0: what kLessonChunkRows rows need (see run())
   bool recompute = false;
   int repeat = 3;
   bool json = false;
@@ -289,6 +289,8 @@ void print_json(const std::vector<PathReport>& reports, const Options& o, const 
   std::cout << out.dump(2) << "\n";
 }
 
+constexpr int64_t kLessonChunkRows = 512;
+
 void run(const Options& o) {
   // Before anything is allocated: the limit holds for everything the run allocates,
   // the inputs included.
@@ -335,6 +337,16 @@ void run(const Options& o) {
             ": ", e.message());
   }
 
+  // Note [The lesson's chunk]: by default the budget is what a chunk of kLessonChunkRows
+  // rows needs at this shape (or T rows when fewer). A fixed byte budget picked tiny
+  // chunks at large scales (33 rows at --scale 4, where fused ran 7x slower than with 1024)
+  // and refused 16-bit trainable heads outright; 512 rows is the smallest chunk that ran
+  // within ~10% of the best on the CPU (bench/head_loss_cpu_bench), so the lesson shows
+  // fused at GEMM speed and its peak falls with T/512 at every --scale.
+  if (o.chunk_rows == 0 && o.chunk_budget_mb == 0) {
+    hopt.chunk_budget_bytes = cg::head_loss_chunk_bytes(in, hopt, std::min<int64_t>(T, kLessonChunkRows));
+  }
+
   std::vector<PathReport> reports;
   for (const std::string& name : names) {
     auto trace = traces.find(name);
@@ -376,8 +388,9 @@ int main(int argc, char** argv) {
   app.add_option("--paths", o.paths, "comma-separated subset of naive,chunked,fused")
       ->check(cg::program::subset_of({"naive", "chunked", "fused"}));
   app.add_option("--chunk-rows", o.chunk_rows, "rows per chunk (0: from the budget)")->check(integer_in(0, kMaxSize));
-  app.add_option("--chunk-budget-mb", o.chunk_budget_mb, "chunk temporaries budget in MiB")
-      ->check(cg::program::number_in(0, 1 << 20, /*lo_open=*/true));
+  app.add_option("--chunk-budget-mb", o.chunk_budget_mb,
+                 "chunk temporaries budget in MiB (0: what a chunk of 512 rows needs)")
+      ->check(cg::program::number_in(0, 1 << 20));
   app.add_flag("--recompute", o.recompute, "fused: recompute logits in backward");
   app.add_option("--repeat", o.repeat, "timed repetitions per path (median reported)")->check(integer_in(1, 1000));
   app.add_flag("--json", o.json, "print one JSON object {shape, paths, lesson} instead of the table");
