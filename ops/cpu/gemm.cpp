@@ -302,7 +302,10 @@ size_t gemm_scratch_bytes(const GemmMatrix& a, const GemmMatrix& b, const GemmMa
   if (out.rows == 0 || out.cols == 0) return 0;
   const Plan p = plan_of(a, b, out);
   const size_t bytes = static_cast<size_t>(scratch_elements(p, a)) * element_size(p.compute);
-  return (bytes + 511) / 512 * 512;  // the caching allocator's rounding
+  // The caching allocator's block sizes (Note [Sizes], core/caching_allocator.h): 512 B
+  // multiples, and 2 MiB multiples from 10 MiB on (such a request is a segment of its own).
+  if (bytes >= (size_t{10} << 20)) return (bytes + (size_t{2} << 20) - 1) / (size_t{2} << 20) * (size_t{2} << 20);
+  return (bytes + 511) / 512 * 512;
 }
 
 void gemm(const GemmMatrix& a, const GemmMatrix& b, const GemmMatrix& out, double alpha, double beta) {
