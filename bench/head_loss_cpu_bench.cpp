@@ -52,7 +52,7 @@ double time_median(int repeats, F&& f) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run_bench(int argc, char** argv) {
   Options o;
   CLI::App app{"chunkgrad CPU benchmark: GEMM, naive and fused lm_head + CE (frozen head)"};
   app.add_option("--T", o.T, "positions (rows of h)")->check(CLI::PositiveNumber);
@@ -114,4 +114,15 @@ int main(int argc, char** argv) {
   }
   std::printf("(GFLOP/s counts 2 T D V per GEMM: 1 for gemm, 2 for the loss rows -- logits and dh)\n");
   return 0;
+}
+
+// Bad input (an unparsable --chunks entry, a thread count the pool refuses) is one line
+// and exit 1, as for every program (README: "The programs with bad input").
+int main(int argc, char** argv) {
+  try {
+    return run_bench(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "chunkgrad head_loss_cpu_bench: error: %s\n", e.what());
+  }
+  return 1;
 }

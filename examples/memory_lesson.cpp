@@ -346,6 +346,14 @@ void run(const Options& o) {
   if (o.chunk_rows == 0 && o.chunk_budget_mb == 0) {
     hopt.chunk_budget_bytes = cg::head_loss_chunk_bytes(in, hopt, std::min<int64_t>(T, kLessonChunkRows));
   }
+  // A --chunk-budget-mb too small for one row fails here, before any path runs.
+  if (o.chunk_rows == 0 && o.chunk_budget_mb > 0) {
+    const size_t one_row = cg::head_loss_chunk_bytes(in, hopt, 1);
+    CG_CHECK(hopt.chunk_budget_bytes >= one_row, "--chunk-budget-mb ", o.chunk_budget_mb,
+             " is too small: one row of a chunk needs ", cg::format_bytes(one_row),
+             " at this shape; give at least ", static_cast<double>(one_row) / (1 << 20),
+             " or 0 for the default");
+  }
 
   std::vector<PathReport> reports;
   for (const std::string& name : names) {

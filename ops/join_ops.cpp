@@ -4,9 +4,11 @@
 #include "ops/join_ops.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 
 #include "autograd/function.h"
+#include "core/checked_math.h"
 #include "core/views.h"
 #include "ops/op_checks.h"
 
@@ -134,7 +136,10 @@ Tensor cat(const std::vector<Tensor>& ts, int64_t dim) {
     }
     CG_CHECK(match, "cat: tensor ", i, " has shape ", shape_str(s), " but tensor 0 has shape ",
              shape_str(first.shape()), "; all sizes must match except along dim ", d);
-    out_shape[d] += s[d];
+    const std::optional<int64_t> grown = checked_add(out_shape[d], s[d]);
+    CG_CHECK(grown.has_value(), "cat: the sizes along dim ", d, " add up to more than 64 bits hold (",
+             out_shape[d], " + ", s[d], " at tensor ", i, ")");
+    out_shape[d] = *grown;
   }
   Tensor out = raw::empty(out_shape, first.dtype(), first.device());
   return join("cat", "CatBackward", ts, out, d, /*stacked=*/false);

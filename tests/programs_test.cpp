@@ -171,9 +171,9 @@ TEST(Programs, RangeErrorsAreReadable) {
 }
 
 TEST(Programs, LibraryErrorsNameTheirSourceRelativeToTheProject) {
-  // Not even one row fits a budget of one byte: the library's error, with its location.
+  // Not even one row fits a budget of one byte: a cg::Error, with its location.
   const ProgramRun r = memory_lesson(kTiny + "--paths chunked --chunk-budget-mb 0.000001");
-  expect_clean_failure(r, "memory_lesson", {"(at ops/"});
+  expect_clean_failure(r, "memory_lesson", {"(at examples/memory_lesson.cpp:"});
 }
 
 // ---- item 13: the memory limit covers everything, the inputs included ----
@@ -247,6 +247,27 @@ TEST(Programs, JsonKeepsTheShapeApartFromThePaths) {
     EXPECT_TRUE(name == "naive" || name == "chunked" || name == "fused") << name;
     EXPECT_TRUE(path.contains("forward_peak_bytes")) << name;
   }
+}
+
+TEST(Programs, TooSmallChunkBudgetFailsBeforeAnyPathRuns) {
+  const ProgramRun r = memory_lesson(kTiny + "--chunk-budget-mb 0.001");
+  expect_clean_failure(r, "memory_lesson", {"--chunk-budget-mb", "too small"});
+  EXPECT_EQ(r.err.find("step 1 of 1"), std::string::npos) << "a path ran before the check";
+}
+
+TEST(Programs, ABadThreadCountFailsEvenWhenNoKernelWouldStartThePool) {
+  const ProgramRun r = run_program(CHUNKGRAD_MLP_DEMO, "--steps 2 --batch 4 --hidden 4", "CHUNKGRAD_NUM_THREADS=abc");
+  expect_clean_failure(r, "mlp_demo", {"CHUNKGRAD_NUM_THREADS", "abc"});
+}
+
+TEST(Programs, AFailedWriteToStdoutIsAFailedRun) {
+  if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full here";
+  const std::string err = ::testing::TempDir() + "chunkgrad_devfull_err";
+  const std::string cmd = std::string("'") + CHUNKGRAD_MLP_DEMO + "' --steps 2 >/dev/full 2>'" + err + "'";
+  const int status = std::system(cmd.c_str());
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status;
+  EXPECT_NE(read_file(err).find("standard output failed"), std::string::npos) << read_file(err);
+  std::filesystem::remove(err);
 }
 
 // The line of `help` that describes `option` ("" when none does).

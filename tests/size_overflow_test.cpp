@@ -16,6 +16,7 @@
 #include "core/factories.h"
 #include "core/segment_source.h"
 #include "core/views.h"
+#include "ops/join_ops.h"
 #include "tests/error_helpers.h"
 
 namespace cg {
@@ -124,6 +125,12 @@ TEST(SizeOverflow, ViewBoundsThatOverflowAreAnError) {
 TEST(SizeOverflow, ArangeCountThatOverflowsIsAnError) {
   EXPECT_ERROR_HAS(arange(0.0, 1e300, 1.0), "more than a 64-bit count");
   EXPECT_ERROR_HAS(arange(0.0, 1e19, 1.0), "more than a 64-bit count");
+}
+
+TEST(SizeOverflow, CatSizesThatOverflowAreAnError) {
+  // Four views of 2^62 elements and a fifth of 5 used to wrap to a 5-element output.
+  const Tensor big = raw::expand(zeros({1}), {int64_t{1} << 62});
+  EXPECT_ERROR_HAS(cat({big, big, big, big, ones({5})}, 0), "cat", "64 bits");
 }
 
 }  // namespace

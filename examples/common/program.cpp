@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <iostream>
 #include <new>
 #include <set>
 #include <sstream>
@@ -19,6 +20,7 @@
 
 #include "core/caching_allocator.h"
 #include "core/error.h"
+#include "ops/threads.h"
 
 namespace cg::program {
 namespace {
@@ -57,7 +59,15 @@ int Program::run(int argc, char** argv, const std::function<void()>& body) {
     return kExitError;
   }
   try {
+    // The thread count from the environment is an option too: refuse a bad one before any
+    // work, not when a kernel first starts the pool (or never, in a small run).
+    (void)cg::get_num_threads();
     body();
+    // Results go to stdout: a failed write there (a full disk behind "> out.json") is a
+    // failed run, not a truncated file and exit 0.
+    std::cout.flush();
+    CG_CHECK(!std::cout.fail() && std::fflush(stdout) == 0 && !std::ferror(stdout),
+             "writing the results to standard output failed (disk full, or a closed pipe?)");
     return 0;
   } catch (const cg::Error& e) {  // OutOfMemoryError included; what() ends in "(at file:line)"
     print_error_line(name_, e.what());
