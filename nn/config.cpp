@@ -82,6 +82,15 @@ void check_default_rope_type(const json& rope, const char* field) {
              "frequency scaling), so it would compute a different model than transformers. "
              "Use a checkpoint without RoPE scaling");
   }
+  // A scaling parameter without a type is scaling all the same (transformers infers the
+  // type); only the base and the type may be there for plain RoPE.
+  for (const auto& [key, value] : rope.items()) {
+    CG_CHECK(key == "rope_theta" || key == "rope_type" || key == "type" || value.is_null(),
+             "Qwen3Config: config.json has ", field, ".", key, " = ", describe_json(value),
+             "; that is a RoPE scaling parameter, and chunkgrad implements only the default "
+             "RoPE (no yarn, linear, dynamic or llama3 scaling), so it would compute a different "
+             "model than transformers. Use a checkpoint without RoPE scaling");
+  }
 }
 
 double rope_theta_of(const json& j) {

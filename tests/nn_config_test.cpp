@@ -95,6 +95,13 @@ TEST(NnConfig, RefusesWhatWouldChangeTheNumbers) {
   linear_old["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
   EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(linear_old), "rope_scaling.type",
                    "\"linear\"");
+  // A scaling factor without a type is still scaling (transformers infers the type).
+  json untyped = hf4_config();
+  untyped["rope_scaling"] = {{"factor", 8.0}, {"original_max_position_embeddings", 4096}};
+  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(untyped), "rope_scaling.factor", "scaling");
+  json untyped5 = hf5_config();
+  untyped5["rope_parameters"]["factor"] = 8.0;
+  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(untyped5), "rope_parameters.factor");
   json bad_type = hf4_config();
   bad_type["rope_theta"] = "1e6";
   EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(bad_type), "rope_theta\" must be a number");
