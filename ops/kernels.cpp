@@ -98,26 +98,6 @@ void DeviceKernels::gemm(const Tensor&, const Tensor&, const Tensor&, double, do
   missing("gemm");
 }
 size_t DeviceKernels::gemm_scratch_bytes(const GemmDesc&) const { return 0; }
-
-namespace {
-bool unit_stride_2d(const Tensor& t) {
-  return t.dim() == 2 && (t.stride(1) == 1 || t.size(1) == 1 || t.stride(0) == 1 || t.size(0) == 1);
-}
-}  // namespace
-
-GemmDesc gemm_desc(const Tensor& a, const Tensor& b, const Tensor& out) {
-  GemmDesc d;
-  d.m = out.size(0);
-  d.n = out.size(1);
-  d.k = a.size(1);
-  d.a = a.dtype();
-  d.b = b.dtype();
-  d.out = out.dtype();
-  d.a_dense = unit_stride_2d(a);
-  d.b_dense = unit_stride_2d(b);
-  d.out_dense = unit_stride_2d(out);
-  return d;
-}
 RmsNormForward DeviceKernels::rms_norm_forward(const Tensor&, const Tensor&, double) {
   missing("rms_norm_forward");
 }

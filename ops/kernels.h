@@ -115,7 +115,6 @@ struct GemmDesc {
   DType a = DType::f32, b = DType::f32, out = DType::f32;
   bool a_dense = true, b_dense = true, out_dense = true;
 };
-GemmDesc gemm_desc(const Tensor& a, const Tensor& b, const Tensor& out);
 
 // One chunk of lm_head loss rows (ops/cpu/head_loss_rows.h has the math per row).
 struct HeadRowsArgs {
