@@ -38,7 +38,10 @@ void print_error_line(const std::string& program, const std::string& message) {
   for (char& c : line) {
     if (c == '\n' || c == '\r') c = ' ';
   }
-  std::fprintf(stderr, "chunkgrad %s: error: %s\n", program.c_str(), line.c_str());
+  // `program` is "mlp_demo", or for the one program with subcommands "train" (or "" when
+  // no subcommand was chosen): the line starts "chunkgrad train: error:".
+  std::fprintf(stderr, "chunkgrad%s%s: error: %s\n", program.empty() ? "" : " ", program.c_str(),
+               line.c_str());
   std::fflush(stderr);
 }
 
@@ -50,12 +53,18 @@ Program::Program(std::string name, std::string description)
   app_.option_defaults()->always_capture_default();
 }
 
+std::string Program::error_name() const {
+  if (name_ != "chunkgrad") return name_;
+  const auto chosen = app_.get_subcommands();
+  return chosen.empty() ? std::string() : chosen.front()->get_name();
+}
+
 int Program::run(int argc, char** argv, const std::function<void()>& body) {
   try {
     app_.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app_.exit(e);  // --help
-    print_error_line(name_, std::string(e.what()) + " (run with --help to see the options)");
+    print_error_line(error_name(), std::string(e.what()) + " (run with --help to see the options)");
     return kExitError;
   }
   try {
@@ -70,15 +79,15 @@ int Program::run(int argc, char** argv, const std::function<void()>& body) {
              "writing the results to standard output failed (disk full, or a closed pipe?)");
     return 0;
   } catch (const cg::Error& e) {  // OutOfMemoryError included; what() ends in "(at file:line)"
-    print_error_line(name_, e.what());
+    print_error_line(error_name(), e.what());
   } catch (const CLI::Error& e) {  // a check made after parsing, on the parsed values
-    print_error_line(name_, e.what());
+    print_error_line(error_name(), e.what());
   } catch (const std::bad_alloc&) {
-    print_error_line(name_, "out of host memory (std::bad_alloc): lower the sizes or the number of steps");
+    print_error_line(error_name(), "out of host memory (std::bad_alloc): lower the sizes or the number of steps");
   } catch (const std::exception& e) {
-    print_error_line(name_, e.what());
+    print_error_line(error_name(), e.what());
   } catch (...) {
-    print_error_line(name_, "unknown exception");
+    print_error_line(error_name(), "unknown exception");
   }
   return kExitError;
 }

@@ -42,6 +42,9 @@ class Program {
   int run(int argc, char** argv, const std::function<void()>& body);
 
  private:
+  // The name in error lines: the program's, or the chosen subcommand's for `chunkgrad`.
+  std::string error_name() const;
+
   std::string name_;
   CLI::App app_;
 };

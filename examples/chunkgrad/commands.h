@@ -1,0 +1,22 @@
+// Why this file exists: `chunkgrad` is the project's one command-line program, with a
+// subcommand per job (`chunkgrad train ...`, `chunkgrad trace ...`), as users of git or
+// cargo expect. Each subcommand lives in its own file and registers itself here; main.cpp
+// only lists them. The rules for bad input are Program's (examples/common/program.h):
+// options validated up front, one error line "chunkgrad <subcommand>: error: ...", exit 1.
+#pragma once
+
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+namespace cg::cli {
+
+// The work a subcommand does once the command line is parsed and validated. A command's
+// add_* function adds its CLI11 subcommand to `app` and, from that subcommand's callback,
+// stores its work in `run`; main runs it inside Program::run.
+using CommandBody = std::function<void()>;
+
+void add_train_command(CLI::App& app, CommandBody& run);  // train_command.cpp
+void add_trace_command(CLI::App& app, CommandBody& run);  // trace_command.cpp
+
+}  // namespace cg::cli

@@ -1,0 +1,20 @@
+// Why this file exists: the entry point of `chunkgrad`; it lists the subcommands
+// (commands.h) and runs the chosen one inside Program::run, so every failure becomes one
+// error line and exit code 1.
+#include "core/error.h"
+#include "examples/chunkgrad/commands.h"
+#include "examples/common/program.h"
+
+int main(int argc, char** argv) {
+  cg::program::Program program("chunkgrad",
+                               "chunkgrad: train DFlash-style drafters and read memory traces");
+  CLI::App& app = program.app();
+  app.require_subcommand(1, 1);
+  cg::cli::CommandBody run;
+  cg::cli::add_train_command(app, run);
+  cg::cli::add_trace_command(app, run);
+  return program.run(argc, argv, [&] {
+    CG_CHECK(run, "no subcommand ran");
+    run();
+  });
+}
