@@ -1,0 +1,517 @@
+// Why this file exists: the flash attention backward on tensor cores (FlashAttention-2's
+// recipe, with dq in its own pass instead of fp32 atomics: deterministic, and no dq
+// accumulator buffer). Before both passes, delta = rowsum(dO * O) (launch_attention_delta).
+//   - dq pass: a CTA per query tile, like the forward (same tiles, same key ranges):
+//     S = Q K^T, P = exp(S * scale - lse), dP = dO V^T, dS = P (dP - delta), dQ += dS K.
+//   - dk/dv pass: a CTA per 64 keys of one kv head, walking every query tile that sees
+//     them (Note [Flash tiles]), across the query heads of its GQA group, so each dk/dv
+//     row is written once: S^T = K Q^T, P^T, dV += P^T dO, dP^T = V dO^T,
+//     dS^T = P^T (dP^T - delta), dK += dS^T Q.
+// Both recompute P from lse: no [Sq, Sk] buffer. Accumulation is fp32 in registers; P
+// and dS are rounded to bf16/f16 as mma operands (as in FlashAttention).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/error.h"
+#include "cuda/attention_flash_common.cuh"
+#include "cuda/attention_kernels.h"
+#include "cuda/cuda_check.h"
+
+namespace cg::cuda {
+
+namespace {
+
+using namespace flash;
+
+struct BwdArgs {
+  AttnShape s;
+  AttnOperand q, k, v, g;  // g = grad_out
+  const float* lse;        // (B, Hq, Sq)
+  const float* delta;      // (B, Hq, Sq)
+  void* dq;                // (B, Hq, Sq, hd) contiguous
+  void* dk;                // (B, Hkv, Sk, hd) contiguous, or null
+  void* dv;                // (B, Hkv, Sk, hd) contiguous, or null
+  AttnMaskArgs m;
+  float scale, scale_log2;
+  int64_t tiles_per_unit;
+};
+
+// lse * log2 e, with rows that see nothing (-inf) made +inf so that every p is 0.
+__device__ inline float lse_log2(const float* lse, int64_t row) {
+  const float L = lse[row];
+  return L == -INFINITY ? INFINITY : L * kLog2e;
+}
+
+// ---------------------------------------------------------------------------------------
+// dq pass
+
+template <int HD>
+constexpr int dq_smem_bytes() {
+  return 6 * kTile * (HD + kPad) * 2;  // Q, dO, then K and V in two stages
+}
+
+template <typename T, int HD>
+__global__ void __launch_bounds__(kThreads) flash_dq_kernel(BwdArgs a) {
+  constexpr int LD = HD + kPad;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);  // (kTile, LD)
+  T* sG = sQ + kTile * LD;                 // (kTile, LD) grad_out
+  T* sK = sG + kTile * LD;                 // (2, kTile, LD)
+  T* sV = sK + 2 * kTile * LD;             // (2, kTile, LD)
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t b = blockIdx.z;
+  const AttnShape& s = a.s;
+
+  QueryTile qt;
+  KeyPlan kp;
+  query_tile_of(s, a.m, a.tiles_per_unit, blockIdx.x, blockIdx.y, b, qt, kp);
+  const int64_t kv_head = qt.packed ? blockIdx.y : qt.head / (s.Hq / s.Hkv);
+  const T* kbase = static_cast<const T*>(a.k.data) + b * a.k.sb + kv_head * a.k.sh;
+  const T* vbase = static_cast<const T*>(a.v.data) + b * a.v.sb + kv_head * a.v.sh;
+  const int64_t ntiles = kp.total_tiles();
+
+  auto load_kv = [&](int64_t t, int stage) {
+    int64_t j0, jend;
+    kp.tile(t, j0, jend);
+    load_rows_async<T, kTile, HD>(sK + stage * kTile * LD, a.k.data, [&](int r) -> const T* {
+      return j0 + r < jend ? kbase + (j0 + r) * a.k.ss : nullptr;
+    });
+    load_rows_async<T, kTile, HD>(sV + stage * kTile * LD, a.v.data, [&](int r) -> const T* {
+      return j0 + r < jend ? vbase + (j0 + r) * a.v.ss : nullptr;
+    });
+  };
+  load_rows_async<T, kTile, HD>(sQ, a.q.data, [&](int r) -> const T* {
+    int64_t h = 0, i = 0;
+    if (!qt.row(r, h, i)) return nullptr;
+    return static_cast<const T*>(a.q.data) + b * a.q.sb + h * a.q.sh + i * a.q.ss;
+  });
+  load_rows_async<T, kTile, HD>(sG, a.g.data, [&](int r) -> const T* {
+    int64_t h = 0, i = 0;
+    if (!qt.row(r, h, i)) return nullptr;
+    return static_cast<const T*>(a.g.data) + b * a.g.sb + h * a.g.sh + i * a.g.ss;
+  });
+  if (ntiles > 0) load_kv(0, 0);
+  cp_async_commit();
+  cp_async_wait_all();
+  __syncthreads();
+
+  int64_t h0 = 0, i0 = 0, h1 = 0, i1 = 0;
+  const int r0 = warp * 16 + lane / 4;
+  const bool ok0 = qt.row(r0, h0, i0), ok1 = qt.row(r0 + 8, h1, i1);
+  int64_t hw, iw;
+  const bool warp_active = qt.row(warp * 16, hw, iw);
+  const bool causal = a.m.kind == AttnMaskKind::causal;
+  const int64_t diag = s.Sk - s.Sq;
+  const int64_t row0 = (b * s.Hq + h0) * s.Sq + i0, row1 = (b * s.Hq + h1) * s.Sq + i1;
+  const float L0 = ok0 ? lse_log2(a.lse, row0) : INFINITY;
+  const float L1 = ok1 ? lse_log2(a.lse, row1) : INFINITY;
+  const float D0 = ok0 ? a.delta[row0] : 0.f, D1 = ok1 ? a.delta[row1] : 0.f;
+
+  uint32_t qf[HD / 16][4];
+#pragma unroll
+  for (int ks = 0; ks < HD / 16; ++ks) {
+    ldsm_x4(qf[ks], smem_addr(sQ + (warp * 16 + lane % 16) * LD + ks * 16 + (lane / 16) * 8));
+  }
+  float dq[HD / 8][4];
+#pragma unroll
+  for (int n = 0; n < HD / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.f;
+
+  for (int64_t t = 0; t < ntiles; ++t) {
+    const int stage = t & 1;
+    if (t + 1 < ntiles) load_kv(t + 1, stage ^ 1);
+    cp_async_commit();
+    int64_t j0, jend;
+    kp.tile(t, j0, jend);
+    if (warp_active) {
+      const T* tK = sK + stage * kTile * LD;
+      const T* tV = sV + stage * kTile * LD;
+      float p[kTile / 8][4], dp[kTile / 8][4];
+#pragma unroll
+      for (int n = 0; n < kTile / 8; ++n) {
+        p[n][0] = p[n][1] = p[n][2] = p[n][3] = 0.f;
+        dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.f;
+      }
+#pragma unroll
+      for (int ks = 0; ks < HD / 16; ++ks) {
+        uint32_t ga[4];
+        ldsm_x4(ga, smem_addr(sG + (warp * 16 + lane % 16) * LD + ks * 16 + (lane / 16) * 8));
+#pragma unroll
+        for (int np = 0; np < kTile / 16; ++np) {
+          const int off = (np * 16 + lane % 8 + (lane / 16) * 8) * LD + ks * 16 +
+                          ((lane / 8) % 2) * 8;
+          uint32_t kb[4], vb[4];
+          ldsm_x4(kb, smem_addr(tK + off));
+          ldsm_x4(vb, smem_addr(tV + off));
+          mma<T>(p[2 * np], qf[ks], kb[0], kb[1]);
+          mma<T>(p[2 * np + 1], qf[ks], kb[2], kb[3]);
+          mma<T>(dp[2 * np], ga, vb[0], vb[1]);
+          mma<T>(dp[2 * np + 1], ga, vb[2], vb[3]);
+        }
+      }
+      // p = exp(scale s - lse) where visible; ds = p (dp - delta), kept in p.
+#pragma unroll
+      for (int n = 0; n < kTile / 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int64_t j = j0 + n * 8 + (lane % 4) * 2 + (e & 1);
+          const int64_t i = e < 2 ? i0 : i1;
+          const bool vis = j < jend && !(causal && j > i + diag);
+          const float pe = vis ? exp2f(p[n][e] * a.scale_log2 - (e < 2 ? L0 : L1)) : 0.f;
+          p[n][e] = pe * (dp[n][e] - (e < 2 ? D0 : D1));
+        }
+      }
+#pragma unroll
+      for (int kk = 0; kk < kTile / 16; ++kk) {
+        const uint32_t da[4] = {pack2<T>(p[2 * kk][0], p[2 * kk][1]),
+                                pack2<T>(p[2 * kk][2], p[2 * kk][3]),
+                                pack2<T>(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                                pack2<T>(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+#pragma unroll
+        for (int dd = 0; dd < HD / 16; ++dd) {
+          uint32_t kb[4];
+          ldsm_x4_trans(kb, smem_addr(tK + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * LD +
+                                      dd * 16 + (lane / 16) * 8));
+          mma<T>(dq[2 * dd], da, kb[0], kb[1]);
+          mma<T>(dq[2 * dd + 1], da, kb[2], kb[3]);
+        }
+      }
+    }
+    cp_async_wait_all();
+    __syncthreads();
+  }
+
+  T* out = static_cast<T*>(a.dq);
+  const int col = (lane % 4) * 2;
+  if (ok0) {
+    T* dst = out + row0 * HD + col;
+#pragma unroll
+    for (int n = 0; n < HD / 8; ++n) {
+      *reinterpret_cast<uint32_t*>(dst + n * 8) = pack2<T>(dq[n][0] * a.scale, dq[n][1] * a.scale);
+    }
+  }
+  if (ok1) {
+    T* dst = out + row1 * HD + col;
+#pragma unroll
+    for (int n = 0; n < HD / 8; ++n) {
+      *reinterpret_cast<uint32_t*>(dst + n * 8) = pack2<T>(dq[n][2] * a.scale, dq[n][3] * a.scale);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// dk/dv pass
+
+// The query tiles that see one key tile [j0, jend) of kv head hk (Note [Flash tiles]):
+// segments (a query head, or a DFlash block) of seg_tiles tiles of QT rows each.
+struct KeyTileWork {
+  int mode = 0;           // 0: none/causal; 1: a DFlash block's own keys; 2: DFlash context keys
+  int64_t j0 = 0, jend = 0;
+  int64_t nseg = 0, seg_tiles = 0;
+  int64_t block = 0;      // mode 1: the block
+  int64_t qlo = 0;        // mode 0: first query row that sees j0 (causal)
+};
+
+template <int QT>
+__device__ inline KeyTileWork key_tile_work(const AttnShape& s, const AttnMaskArgs& m,
+                                            int64_t x) {
+  KeyTileWork w;
+  const int64_t group = s.Hq / s.Hkv;
+  if (m.kind != AttnMaskKind::dflash) {
+    w.j0 = x * kTile;
+    w.jend = min(s.Sk, w.j0 + kTile);
+    w.nseg = group;
+    if (m.kind == AttnMaskKind::causal) w.qlo = min(s.Sq, max(int64_t{0}, w.j0 - (s.Sk - s.Sq)));
+    w.seg_tiles = (s.Sq - w.qlo + QT - 1) / QT;
+    return w;
+  }
+  const int64_t ctx_tiles = (m.context_len + kTile - 1) / kTile;
+  w.seg_tiles = (group * m.block_size + QT - 1) / QT;
+  if (x < ctx_tiles) {
+    w.mode = 2;
+    w.j0 = x * kTile;
+    w.jend = min(m.context_len, w.j0 + kTile);
+    w.nseg = m.num_blocks;
+  } else {
+    const int64_t per_block = (m.block_size + kTile - 1) / kTile;
+    const int64_t y = x - ctx_tiles;
+    w.mode = 1;
+    w.block = y / per_block;
+    w.j0 = m.context_len + w.block * m.block_size + (y % per_block) * kTile;
+    w.jend = min(m.context_len + (w.block + 1) * m.block_size, w.j0 + kTile);
+    w.nseg = 1;
+  }
+  return w;
+}
+
+// Whether segment seg of the work has any row that sees the key tile.
+__device__ inline bool segment_active(const KeyTileWork& w, const AttnMaskArgs& m, int64_t b,
+                                      int64_t seg) {
+  if (w.mode == 0) return w.seg_tiles > 0;
+  if (w.mode == 1) return attn::dflash_anchor(m, b, w.block) >= 0;
+  return attn::dflash_anchor(m, b, seg) > w.j0;
+}
+
+// Advances (seg, qt) to the next query tile of an active segment; false when none is left.
+__device__ inline bool next_query_tile(const KeyTileWork& w, const AttnMaskArgs& m, int64_t b,
+                                       int64_t& seg, int64_t& qt) {
+  ++qt;
+  if (seg >= 0 && qt < w.seg_tiles) return true;
+  qt = 0;
+  for (++seg; seg < w.nseg; ++seg) {
+    if (segment_active(w, m, b, seg)) return true;
+  }
+  return false;
+}
+
+template <int HD, int QT>
+constexpr int dkdv_smem_bytes() {
+  return (2 * kTile + 4 * QT) * (HD + kPad) * 2 + 4 * QT * 4;  // K, V; Q, dO x2; L, D x2
+}
+
+template <typename T, int HD, int QT>
+__global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
+  constexpr int LD = HD + kPad;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sK = reinterpret_cast<T*>(smem_raw);  // (kTile, LD)
+  T* sV = sK + kTile * LD;                 // (kTile, LD)
+  T* sQ = sV + kTile * LD;                 // (2, QT, LD)
+  T* sG = sQ + 2 * QT * LD;                // (2, QT, LD)
+  float* sL = reinterpret_cast<float*>(sG + 2 * QT * LD);  // (2, QT) lse * log2 e
+  float* sD = sL + 2 * QT;                                  // (2, QT) delta
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t b = blockIdx.z, hk = blockIdx.y;
+  const AttnShape& s = a.s;
+  const AttnMaskArgs& m = a.m;
+  const int64_t group = s.Hq / s.Hkv;
+  const KeyTileWork w = key_tile_work<QT>(s, m, blockIdx.x);
+  const T* kbase = static_cast<const T*>(a.k.data) + b * a.k.sb + hk * a.k.sh;
+  const T* vbase = static_cast<const T*>(a.v.data) + b * a.v.sb + hk * a.v.sh;
+
+  load_rows_async<T, kTile, HD>(sK, a.k.data, [&](int r) -> const T* {
+    return w.j0 + r < w.jend ? kbase + (w.j0 + r) * a.k.ss : nullptr;
+  });
+  load_rows_async<T, kTile, HD>(sV, a.v.data, [&](int r) -> const T* {
+    return w.j0 + r < w.jend ? vbase + (w.j0 + r) * a.v.ss : nullptr;
+  });
+
+  // Row r of query tile (seg, qt): its head and query row, false past the tile's end.
+  auto row_of = [&](int64_t seg, int64_t qt, int r, int64_t& h, int64_t& i) -> bool {
+    if (w.mode == 0) {
+      i = w.qlo + qt * QT + r;
+      h = hk * group + seg;
+      return i < s.Sq;
+    }
+    const int64_t blk = w.mode == 1 ? w.block : seg;
+    const int64_t v = qt * QT + r;
+    if (v >= group * m.block_size) return false;
+    h = hk * group + v / m.block_size;
+    i = blk * m.block_size + v % m.block_size;
+    return true;
+  };
+  auto load_q_tile = [&](int64_t seg, int64_t qt, int stage) {
+    load_rows_async<T, QT, HD>(sQ + stage * QT * LD, a.q.data, [&](int r) -> const T* {
+      int64_t h = 0, i = 0;
+      if (!row_of(seg, qt, r, h, i)) return nullptr;
+      return static_cast<const T*>(a.q.data) + b * a.q.sb + h * a.q.sh + i * a.q.ss;
+    });
+    load_rows_async<T, QT, HD>(sG + stage * QT * LD, a.g.data, [&](int r) -> const T* {
+      int64_t h = 0, i = 0;
+      if (!row_of(seg, qt, r, h, i)) return nullptr;
+      return static_cast<const T*>(a.g.data) + b * a.g.sb + h * a.g.sh + i * a.g.ss;
+    });
+    for (int r = threadIdx.x; r < QT; r += kThreads) {
+      int64_t h = 0, i = 0;
+      const bool ok = row_of(seg, qt, r, h, i);
+      const int64_t row = (b * s.Hq + h) * s.Sq + i;
+      sL[stage * QT + r] = ok ? lse_log2(a.lse, row) : INFINITY;
+      sD[stage * QT + r] = ok ? a.delta[row] : 0.f;
+    }
+  };
+
+  int64_t seg = -1, qt = -1;
+  bool have = next_query_tile(w, m, b, seg, qt);
+  if (have) load_q_tile(seg, qt, 0);
+  cp_async_commit();
+  cp_async_wait_all();
+  __syncthreads();
+
+  const bool warp_active = w.j0 + warp * 16 < w.jend;
+  const bool causal = m.kind == AttnMaskKind::causal;
+  const int64_t diag = s.Sk - s.Sq;
+  const int64_t kj0 = w.j0 + warp * 16 + lane / 4;  // this thread's keys: kj0, kj0 + 8
+  float dk[HD / 8][4], dv[HD / 8][4];
+#pragma unroll
+  for (int n = 0; n < HD / 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.f;
+  }
+
+  int stage = 0;
+  while (have) {
+    const int64_t cseg = seg, cqt = qt;
+    have = next_query_tile(w, m, b, seg, qt);
+    if (have) load_q_tile(seg, qt, stage ^ 1);
+    cp_async_commit();
+    if (warp_active) {
+      const T* tQ = sQ + stage * QT * LD;
+      const T* tG = sG + stage * QT * LD;
+      const float* tL = sL + stage * QT;
+      const float* tD = sD + stage * QT;
+      // Keys this tile's rows may see: j < jend, causal j <= i + diag, context j < anchor.
+      const int64_t anchor = w.mode == 2 ? attn::dflash_anchor(m, b, cseg) : INT64_MAX;
+      const int64_t qrow0 = w.qlo + cqt * QT;  // mode 0: query row of tile row 0
+      float p[QT / 8][4], dp[QT / 8][4];
+#pragma unroll
+      for (int n = 0; n < QT / 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) p[n][e] = dp[n][e] = 0.f;
+      }
+#pragma unroll
+      for (int ks = 0; ks < HD / 16; ++ks) {
+        const int aoff = (warp * 16 + lane % 16) * LD + ks * 16 + (lane / 16) * 8;
+        uint32_t ka[4], va[4];
+        ldsm_x4(ka, smem_addr(sK + aoff));
+        ldsm_x4(va, smem_addr(sV + aoff));
+#pragma unroll
+        for (int np = 0; np < QT / 16; ++np) {
+          const int boff = (np * 16 + lane % 8 + (lane / 16) * 8) * LD + ks * 16 +
+                           ((lane / 8) % 2) * 8;
+          uint32_t qb[4], gb[4];
+          ldsm_x4(qb, smem_addr(tQ + boff));
+          ldsm_x4(gb, smem_addr(tG + boff));
+          mma<T>(p[2 * np], ka, qb[0], qb[1]);
+          mma<T>(p[2 * np + 1], ka, qb[2], qb[3]);
+          mma<T>(dp[2 * np], va, gb[0], gb[1]);
+          mma<T>(dp[2 * np + 1], va, gb[2], gb[3]);
+        }
+      }
+      // p^T = exp(scale s - lse) where visible; dp^T becomes ds^T = p^T (dp^T - delta).
+#pragma unroll
+      for (int n = 0; n < QT / 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int c = n * 8 + (lane % 4) * 2 + (e & 1);  // query row in the tile
+          const int64_t j = kj0 + (e < 2 ? 0 : 8);
+          const bool vis = j < w.jend && j < anchor && !(causal && j > qrow0 + c + diag);
+          const float pe = vis ? exp2f(p[n][e] * a.scale_log2 - tL[c]) : 0.f;
+          p[n][e] = pe;
+          dp[n][e] = pe * (dp[n][e] - tD[c]);
+        }
+      }
+#pragma unroll
+      for (int kk = 0; kk < QT / 16; ++kk) {
+        const uint32_t pa[4] = {pack2<T>(p[2 * kk][0], p[2 * kk][1]),
+                                pack2<T>(p[2 * kk][2], p[2 * kk][3]),
+                                pack2<T>(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                                pack2<T>(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+        const uint32_t da[4] = {pack2<T>(dp[2 * kk][0], dp[2 * kk][1]),
+                                pack2<T>(dp[2 * kk][2], dp[2 * kk][3]),
+                                pack2<T>(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
+                                pack2<T>(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+#pragma unroll
+        for (int dd = 0; dd < HD / 16; ++dd) {
+          const int off = (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * LD + dd * 16 +
+                          (lane / 16) * 8;
+          uint32_t gb[4], qb[4];
+          ldsm_x4_trans(gb, smem_addr(tG + off));
+          ldsm_x4_trans(qb, smem_addr(tQ + off));
+          mma<T>(dv[2 * dd], pa, gb[0], gb[1]);
+          mma<T>(dv[2 * dd + 1], pa, gb[2], gb[3]);
+          mma<T>(dk[2 * dd], da, qb[0], qb[1]);
+          mma<T>(dk[2 * dd + 1], da, qb[2], qb[3]);
+        }
+      }
+    }
+    cp_async_wait_all();
+    __syncthreads();
+    stage ^= 1;
+  }
+
+  const int col = (lane % 4) * 2;
+  T* dkp = static_cast<T*>(a.dk);
+  T* dvp = static_cast<T*>(a.dv);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int64_t j = kj0 + half * 8;
+    if (j >= w.jend) continue;
+    const int64_t row = (b * s.Hkv + hk) * s.Sk + j;
+#pragma unroll
+    for (int n = 0; n < HD / 8; ++n) {
+      if (dkp != nullptr) {
+        *reinterpret_cast<uint32_t*>(dkp + row * HD + n * 8 + col) =
+            pack2<T>(dk[n][2 * half] * a.scale, dk[n][2 * half + 1] * a.scale);
+      }
+      if (dvp != nullptr) {
+        *reinterpret_cast<uint32_t*>(dvp + row * HD + n * 8 + col) =
+            pack2<T>(dv[n][2 * half], dv[n][2 * half + 1]);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// launchers
+
+template <typename T, int HD>
+void launch_backward_typed(const BwdArgs& a, cudaStream_t stream) {
+  const AttnShape& s = a.s;
+  CG_CHECK(s.B < 65536 && s.Hq < 65536, "scaled_dot_product_attention: batch ", s.B,
+           " or heads ", s.Hq, " too large for one launch on cuda");
+  if (a.dq != nullptr) {
+    const QueryGrid g = query_grid(s, a.m);
+    CG_CHECK(g.x_tiles < (int64_t{1} << 31), "scaled_dot_product_attention: too many tiles");
+    constexpr int smem = dq_smem_bytes<HD>();
+    CG_CUDA_CHECK(cudaFuncSetAttribute(flash_dq_kernel<T, HD>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    BwdArgs args = a;
+    args.tiles_per_unit = g.tiles_per_unit;
+    const dim3 grid(static_cast<unsigned>(g.x_tiles), static_cast<unsigned>(g.units),
+                    static_cast<unsigned>(s.B));
+    flash_dq_kernel<T, HD><<<grid, kThreads, smem, stream>>>(args);
+    CG_CUDA_CHECK(cudaGetLastError());
+  }
+  if (a.dk != nullptr || a.dv != nullptr) {
+    constexpr int QT = HD >= 128 ? 32 : 64;  // query rows per step: registers bound it
+    int64_t key_tiles;
+    if (a.m.kind == AttnMaskKind::dflash) {
+      key_tiles = (a.m.context_len + kTile - 1) / kTile +
+                  a.m.num_blocks * ((a.m.block_size + kTile - 1) / kTile);
+    } else {
+      key_tiles = (s.Sk + kTile - 1) / kTile;
+    }
+    if (key_tiles == 0) return;
+    CG_CHECK(key_tiles < (int64_t{1} << 31), "scaled_dot_product_attention: too many tiles");
+    constexpr int smem = dkdv_smem_bytes<HD, QT>();
+    CG_CUDA_CHECK(cudaFuncSetAttribute(flash_dkdv_kernel<T, HD, QT>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    const dim3 grid(static_cast<unsigned>(key_tiles), static_cast<unsigned>(s.Hkv),
+                    static_cast<unsigned>(s.B));
+    flash_dkdv_kernel<T, HD, QT><<<grid, kThreads, smem, stream>>>(a);
+    CG_CUDA_CHECK(cudaGetLastError());
+  }
+}
+
+}  // namespace
+
+void launch_flash_attention_backward(DType dtype, const AttnShape& s, AttnOperand q, AttnOperand k,
+                                     AttnOperand v, AttnOperand grad_out, const float* lse,
+                                     const float* delta, const AttnMaskArgs& m, double scale,
+                                     void* dq, void* dk, void* dv, cudaStream_t stream) {
+  CG_CHECK(flash_attention_supports(dtype, s.hd, m.kind),
+           "flash attention backward on cuda takes bf16/f16, head_dim 64 or 128 and masks none, "
+           "causal or dflash_blocks; got ", dtype_name(dtype), ", head_dim ", s.hd);
+  BwdArgs a{s, q, k, v, grad_out, lse, delta, dq, dk, dv, m, static_cast<float>(scale),
+            static_cast<float>(scale) * kLog2e, 0};
+  if (dtype == DType::bf16) {
+    if (s.hd == 64) launch_backward_typed<__nv_bfloat16, 64>(a, stream);
+    else launch_backward_typed<__nv_bfloat16, 128>(a, stream);
+  } else {
+    if (s.hd == 64) launch_backward_typed<__half, 64>(a, stream);
+    else launch_backward_typed<__half, 128>(a, stream);
+  }
+}
+
+}  // namespace cg::cuda
