@@ -9,7 +9,8 @@
 // For each: forward, backward (dq, dk, dv) and forward + backward, medians over --repeats
 // (CUDA events on the compute stream, after a warm-up), in ms and TFLOP/s. FLOPs count
 // the visible (query, key) pairs only: 4 hd per pair forward, 10 hd backward (2.5x), as
-// FlashAttention's benchmarks do.
+// FlashAttention's benchmarks do. The "dq only" and "dk, dv only" rows time one of the
+// two backward passes (plus delta); their TFLOP/s count 2 and 3 of the 5 backward GEMMs.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -99,6 +100,14 @@ void bench_shape(const Options& o, const std::string& name, int64_t Sq, int64_t 
     cg::cuda::cuda_attention_backward(g, q, k, v, f.out, f.lse, m, scale, true, true, true);
   });
   row(name + " bwd", bwd, 2.5 * fwd_flops);
+  const double bwd_dq = time_ms(o.repeats, [&] {
+    cg::cuda::cuda_attention_backward(g, q, k, v, f.out, f.lse, m, scale, true, false, false);
+  });
+  row(name + " bwd (dq only)", bwd_dq, 1.0 * fwd_flops);
+  const double bwd_dkdv = time_ms(o.repeats, [&] {
+    cg::cuda::cuda_attention_backward(g, q, k, v, f.out, f.lse, m, scale, false, true, true);
+  });
+  row(name + " bwd (dk, dv only)", bwd_dkdv, 1.5 * fwd_flops);
   const double both = time_ms(o.repeats, [&] {
     const cg::AttentionForward r = cg::cuda::cuda_attention_forward(q, k, v, m, scale);
     cg::cuda::cuda_attention_backward(g, q, k, v, r.out, r.lse, m, scale, true, true, true);

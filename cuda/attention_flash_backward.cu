@@ -279,7 +279,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
   T* sV = sK + kTile * LD;                 // (kTile, LD)
   T* sQ = sV + kTile * LD;                 // (2, QT, LD)
   T* sG = sQ + 2 * QT * LD;                // (2, QT, LD)
-  float* sL = reinterpret_cast<float*>(sG + 2 * QT * LD);  // (2, QT) lse * log2 e
+  float* sL = reinterpret_cast<float*>(sG + 2 * QT * LD);  // (2, QT) lse
   float* sD = sL + 2 * QT;                                  // (2, QT) delta
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t b = blockIdx.z, hk = blockIdx.y;
@@ -298,6 +298,9 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
   });
 
   // Row r of query tile (seg, qt): its head and query row, false past the tile's end.
+  // Row r of query tile (seg, qt): its head and query row, false past the tile's end.
+  // (32-bit division: this runs for every row of every tile.)
+  const int bs32 = static_cast<int>(m.block_size), packed_rows = static_cast<int>(group) * bs32;
   auto row_of = [&](int64_t seg, int64_t qt, int r, int64_t& h, int64_t& i) -> bool {
     if (w.mode == 0) {
       i = w.qlo + qt * QT + r;
@@ -305,29 +308,39 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
       return i < s.Sq;
     }
     const int64_t blk = w.mode == 1 ? w.block : seg;
-    const int64_t v = qt * QT + r;
-    if (v >= group * m.block_size) return false;
-    h = hk * group + v / m.block_size;
-    i = blk * m.block_size + v % m.block_size;
+    const int v = static_cast<int>(qt) * QT + r;
+    if (v >= packed_rows) return false;
+    const int hh = v / bs32;
+    h = hk * group + hh;
+    i = blk * m.block_size + (v - hh * bs32);
     return true;
   };
+  // Valid rows of query tile qt (a prefix of its QT rows).
+  auto rows_in = [&](int64_t qt) -> int {
+    const int64_t left = w.mode == 0 ? s.Sq - (w.qlo + qt * QT) : packed_rows - qt * QT;
+    return static_cast<int>(min(static_cast<int64_t>(QT), left));
+  };
+  // Q, dO rows (16-byte chunks), lse and delta of query tile (seg, qt) into `stage`; each
+  // thread maps its rows once for all four.
   auto load_q_tile = [&](int64_t seg, int64_t qt, int stage) {
-    load_rows_async<T, QT, HD>(sQ + stage * QT * LD, a.q.data, [&](int r) -> const T* {
-      int64_t h = 0, i = 0;
-      if (!row_of(seg, qt, r, h, i)) return nullptr;
-      return static_cast<const T*>(a.q.data) + b * a.q.sb + h * a.q.sh + i * a.q.ss;
-    });
-    load_rows_async<T, QT, HD>(sG + stage * QT * LD, a.g.data, [&](int r) -> const T* {
-      int64_t h = 0, i = 0;
-      if (!row_of(seg, qt, r, h, i)) return nullptr;
-      return static_cast<const T*>(a.g.data) + b * a.g.sb + h * a.g.sh + i * a.g.ss;
-    });
-    for (int r = threadIdx.x; r < QT; r += kThreads) {
+    constexpr int kChunks = HD / 8, kRowsPerPass = kThreads / kChunks;
+    const int x = threadIdx.x % kChunks;
+    T* tq = sQ + stage * QT * LD;
+    T* tg = sG + stage * QT * LD;
+    for (int r = threadIdx.x / kChunks; r < QT; r += kRowsPerPass) {
       int64_t h = 0, i = 0;
       const bool ok = row_of(seg, qt, r, h, i);
-      const int64_t row = (b * s.Hq + h) * s.Sq + i;
-      sL[stage * QT + r] = ok ? lse_log2(a.lse, row) : INFINITY;
-      sD[stage * QT + r] = ok ? a.delta[row] : 0.f;
+      const T* qsrc = static_cast<const T*>(a.q.data) +
+                      (ok ? b * a.q.sb + h * a.q.sh + i * a.q.ss + x * 8 : 0);
+      const T* gsrc = static_cast<const T*>(a.g.data) +
+                      (ok ? b * a.g.sb + h * a.g.sh + i * a.g.ss + x * 8 : 0);
+      cp_async16(smem_addr(tq + r * LD + x * 8), qsrc, ok);
+      cp_async16(smem_addr(tg + r * LD + x * 8), gsrc, ok);
+      if (x == 0) {
+        const int64_t row = ok ? (b * s.Hq + h) * s.Sq + i : 0;
+        cp_async4(smem_addr(sL + stage * QT + r), a.lse + row, ok);
+        cp_async4(smem_addr(sD + stage * QT + r), a.delta + row, ok);
+      }
     }
   };
 
@@ -363,6 +376,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
       // Keys this tile's rows may see: j < jend, causal j <= i + diag, context j < anchor.
       const int64_t anchor = w.mode == 2 ? attn::dflash_anchor(m, b, cseg) : INT64_MAX;
       const int64_t qrow0 = w.qlo + cqt * QT;  // mode 0: query row of tile row 0
+      const int nrows = rows_in(cqt);
       float p[QT / 8][4], dp[QT / 8][4];
 #pragma unroll
       for (int n = 0; n < QT / 8; ++n) {
@@ -395,8 +409,10 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
         for (int e = 0; e < 4; ++e) {
           const int c = n * 8 + (lane % 4) * 2 + (e & 1);  // query row in the tile
           const int64_t j = kj0 + (e < 2 ? 0 : 8);
-          const bool vis = j < w.jend && j < anchor && !(causal && j > qrow0 + c + diag);
-          const float pe = vis ? exp2f(p[n][e] * a.scale_log2 - tL[c]) : 0.f;
+          const bool vis = c < nrows && j < w.jend && j < anchor &&
+                           !(causal && j > qrow0 + c + diag);
+          // (a visited row always sees a key, so its lse is finite)
+          const float pe = vis ? exp2f(p[n][e] * a.scale_log2 - tL[c] * kLog2e) : 0.f;
           p[n][e] = pe;
           dp[n][e] = pe * (dp[n][e] - tD[c]);
         }
