@@ -377,32 +377,52 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
       const int64_t anchor = w.mode == 2 ? attn::dflash_anchor(m, b, cseg) : INT64_MAX;
       const int64_t qrow0 = w.qlo + cqt * QT;  // mode 0: query row of tile row 0
       const int nrows = rows_in(cqt);
-      float p[QT / 8][4], dp[QT / 8][4];
+      // acc (16 keys x QT rows) = rows warp*16.. of sA (keys) times the tile's rows of tB.
+      auto key_by_row = [&](const T* sA, const T* tB, float (&acc)[QT / 8][4]) {
 #pragma unroll
-      for (int n = 0; n < QT / 8; ++n) {
+        for (int n = 0; n < QT / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
 #pragma unroll
-        for (int e = 0; e < 4; ++e) p[n][e] = dp[n][e] = 0.f;
-      }
+        for (int ks = 0; ks < HD / 16; ++ks) {
+          uint32_t fa[4];
+          ldsm_x4(fa, smem_addr(sA + (warp * 16 + lane % 16) * LD + ks * 16 + (lane / 16) * 8));
 #pragma unroll
-      for (int ks = 0; ks < HD / 16; ++ks) {
-        const int aoff = (warp * 16 + lane % 16) * LD + ks * 16 + (lane / 16) * 8;
-        uint32_t ka[4], va[4];
-        ldsm_x4(ka, smem_addr(sK + aoff));
-        ldsm_x4(va, smem_addr(sV + aoff));
-#pragma unroll
-        for (int np = 0; np < QT / 16; ++np) {
-          const int boff = (np * 16 + lane % 8 + (lane / 16) * 8) * LD + ks * 16 +
-                           ((lane / 8) % 2) * 8;
-          uint32_t qb[4], gb[4];
-          ldsm_x4(qb, smem_addr(tQ + boff));
-          ldsm_x4(gb, smem_addr(tG + boff));
-          mma<T>(p[2 * np], ka, qb[0], qb[1]);
-          mma<T>(p[2 * np + 1], ka, qb[2], qb[3]);
-          mma<T>(dp[2 * np], va, gb[0], gb[1]);
-          mma<T>(dp[2 * np + 1], va, gb[2], gb[3]);
+          for (int np = 0; np < QT / 16; ++np) {
+            uint32_t fb[4];
+            ldsm_x4(fb, smem_addr(tB + (np * 16 + lane % 8 + (lane / 16) * 8) * LD + ks * 16 +
+                                  ((lane / 8) % 2) * 8));
+            mma<T>(acc[2 * np], fa, fb[0], fb[1]);
+            mma<T>(acc[2 * np + 1], fa, fb[2], fb[3]);
+          }
         }
-      }
-      // p^T = exp(scale s - lse) where visible; dp^T becomes ds^T = p^T (dp^T - delta).
+      };
+      // out (16 keys x HD) += pk (16 keys x QT rows, packed A fragments) times tB (QT x HD).
+      auto accumulate = [&](const uint32_t (&pk)[QT / 16][4], const T* tB, float (&out)[HD / 8][4]) {
+#pragma unroll
+        for (int kk = 0; kk < QT / 16; ++kk) {
+#pragma unroll
+          for (int dd = 0; dd < HD / 16; ++dd) {
+            uint32_t fb[4];
+            ldsm_x4_trans(fb, smem_addr(tB + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * LD +
+                                        dd * 16 + (lane / 16) * 8));
+            mma<T>(out[2 * dd], pk[kk], fb[0], fb[1]);
+            mma<T>(out[2 * dd + 1], pk[kk], fb[2], fb[3]);
+          }
+        }
+      };
+      auto pack_fragments = [&](const float (&acc)[QT / 8][4], uint32_t (&pk)[QT / 16][4]) {
+#pragma unroll
+        for (int kk = 0; kk < QT / 16; ++kk) {
+          pk[kk][0] = pack2<T>(acc[2 * kk][0], acc[2 * kk][1]);
+          pk[kk][1] = pack2<T>(acc[2 * kk][2], acc[2 * kk][3]);
+          pk[kk][2] = pack2<T>(acc[2 * kk + 1][0], acc[2 * kk + 1][1]);
+          pk[kk][3] = pack2<T>(acc[2 * kk + 1][2], acc[2 * kk + 1][3]);
+        }
+      };
+      // One score-sized accumulator at a time (registers): S^T -> P^T -> dV, then
+      // dP^T -> dS^T = P^T (dP^T - delta) -> dK, with P^T kept as packed 16-bit values.
+      float acc[QT / 8][4];
+      uint32_t pk[QT / 16][4];
+      key_by_row(sK, tQ, acc);
 #pragma unroll
       for (int n = 0; n < QT / 8; ++n) {
 #pragma unroll
@@ -412,34 +432,23 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
           const bool vis = c < nrows && j < w.jend && j < anchor &&
                            !(causal && j > qrow0 + c + diag);
           // (a visited row always sees a key, so its lse is finite)
-          const float pe = vis ? exp2f(p[n][e] * a.scale_log2 - tL[c] * kLog2e) : 0.f;
-          p[n][e] = pe;
-          dp[n][e] = pe * (dp[n][e] - tD[c]);
+          acc[n][e] = vis ? exp2f(acc[n][e] * a.scale_log2 - tL[c] * kLog2e) : 0.f;
         }
       }
+      pack_fragments(acc, pk);
+      accumulate(pk, tG, dv);
+      key_by_row(sV, tG, acc);
 #pragma unroll
-      for (int kk = 0; kk < QT / 16; ++kk) {
-        const uint32_t pa[4] = {pack2<T>(p[2 * kk][0], p[2 * kk][1]),
-                                pack2<T>(p[2 * kk][2], p[2 * kk][3]),
-                                pack2<T>(p[2 * kk + 1][0], p[2 * kk + 1][1]),
-                                pack2<T>(p[2 * kk + 1][2], p[2 * kk + 1][3])};
-        const uint32_t da[4] = {pack2<T>(dp[2 * kk][0], dp[2 * kk][1]),
-                                pack2<T>(dp[2 * kk][2], dp[2 * kk][3]),
-                                pack2<T>(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
-                                pack2<T>(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+      for (int n = 0; n < QT / 8; ++n) {
 #pragma unroll
-        for (int dd = 0; dd < HD / 16; ++dd) {
-          const int off = (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * LD + dd * 16 +
-                          (lane / 16) * 8;
-          uint32_t gb[4], qb[4];
-          ldsm_x4_trans(gb, smem_addr(tG + off));
-          ldsm_x4_trans(qb, smem_addr(tQ + off));
-          mma<T>(dv[2 * dd], pa, gb[0], gb[1]);
-          mma<T>(dv[2 * dd + 1], pa, gb[2], gb[3]);
-          mma<T>(dk[2 * dd], da, qb[0], qb[1]);
-          mma<T>(dk[2 * dd + 1], da, qb[2], qb[3]);
+        for (int e = 0; e < 4; ++e) {
+          const int c = n * 8 + (lane % 4) * 2 + (e & 1);
+          const float pe = unpack<T>(pk[n / 2][(n % 2) * 2 + e / 2], e & 1);
+          acc[n][e] = pe * (acc[n][e] - tD[c]);
         }
       }
+      pack_fragments(acc, pk);
+      accumulate(pk, tQ, dk);
     }
     cp_async_wait_all();
     __syncthreads();
@@ -490,7 +499,7 @@ void launch_backward_typed(const BwdArgs& a, cudaStream_t stream) {
     CG_CUDA_CHECK(cudaGetLastError());
   }
   if (a.dk != nullptr || a.dv != nullptr) {
-    constexpr int QT = HD >= 128 ? 32 : 64;  // query rows per step: registers bound it
+    constexpr int QT = 64;  // query rows per step
     int64_t key_tiles;
     if (a.m.kind == AttnMaskKind::dflash) {
       key_tiles = (a.m.context_len + kTile - 1) / kTile +
