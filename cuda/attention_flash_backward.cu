@@ -36,7 +36,7 @@ struct BwdArgs {
   void* dv;                // (B, Hkv, Sk, hd) contiguous, or null
   AttnMaskArgs m;
   float scale, scale_log2;
-  int64_t tiles_per_unit;
+  int64_t tiles_per_unit, units;
 };
 
 // lse * log2 e, with rows that see nothing (-inf) made +inf so that every p is 0.
@@ -67,8 +67,9 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BwdArgs a) {
 
   QueryTile qt;
   KeyPlan kp;
-  query_tile_of(s, a.m, a.tiles_per_unit, blockIdx.x, blockIdx.y, b, qt, kp);
-  const int64_t kv_head = qt.packed ? blockIdx.y : qt.head / (s.Hq / s.Hkv);
+  const int64_t unit = blockIdx.x % a.units, tile = blockIdx.x / a.units;
+  query_tile_of(s, a.m, a.tiles_per_unit, tile, unit, b, qt, kp);
+  const int64_t kv_head = qt.packed ? unit : qt.head / (s.Hq / s.Hkv);
   const T* kbase = static_cast<const T*>(a.k.data) + b * a.k.sb + kv_head * a.k.sh;
   const T* vbase = static_cast<const T*>(a.v.data) + b * a.v.sb + kv_head * a.v.sh;
   const int64_t ntiles = kp.total_tiles();
@@ -282,11 +283,13 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
   float* sL = reinterpret_cast<float*>(sG + 2 * QT * LD);  // (2, QT) lse
   float* sD = sL + 2 * QT;                                  // (2, QT) delta
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t b = blockIdx.z, hk = blockIdx.y;
+  // Every kv head's key tile t before any head's tile t + 1: the heavy tiles (causal's
+  // first keys, DFlash's first context keys) start first.
   const AttnShape& s = a.s;
+  const int64_t b = blockIdx.z, hk = blockIdx.x % s.Hkv;
   const AttnMaskArgs& m = a.m;
   const int64_t group = s.Hq / s.Hkv;
-  const KeyTileWork w = key_tile_work<QT>(s, m, blockIdx.x);
+  const KeyTileWork w = key_tile_work<QT>(s, m, blockIdx.x / s.Hkv);
   const T* kbase = static_cast<const T*>(a.k.data) + b * a.k.sb + hk * a.k.sh;
   const T* vbase = static_cast<const T*>(a.v.data) + b * a.v.sb + hk * a.v.sh;
 
@@ -487,14 +490,15 @@ void launch_backward_typed(const BwdArgs& a, cudaStream_t stream) {
            " or heads ", s.Hq, " too large for one launch on cuda");
   if (a.dq != nullptr) {
     const QueryGrid g = query_grid(s, a.m);
-    CG_CHECK(g.x_tiles < (int64_t{1} << 31), "scaled_dot_product_attention: too many tiles");
+    CG_CHECK(g.x_tiles * g.units < (int64_t{1} << 31),
+             "scaled_dot_product_attention: too many tiles");
     constexpr int smem = dq_smem_bytes<HD>();
     CG_CUDA_CHECK(cudaFuncSetAttribute(flash_dq_kernel<T, HD>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     BwdArgs args = a;
     args.tiles_per_unit = g.tiles_per_unit;
-    const dim3 grid(static_cast<unsigned>(g.x_tiles), static_cast<unsigned>(g.units),
-                    static_cast<unsigned>(s.B));
+    args.units = g.units;
+    const dim3 grid(static_cast<unsigned>(g.x_tiles * g.units), 1, static_cast<unsigned>(s.B));
     flash_dq_kernel<T, HD><<<grid, kThreads, smem, stream>>>(args);
     CG_CUDA_CHECK(cudaGetLastError());
   }
@@ -508,12 +512,12 @@ void launch_backward_typed(const BwdArgs& a, cudaStream_t stream) {
       key_tiles = (s.Sk + kTile - 1) / kTile;
     }
     if (key_tiles == 0) return;
-    CG_CHECK(key_tiles < (int64_t{1} << 31), "scaled_dot_product_attention: too many tiles");
+    CG_CHECK(key_tiles * s.Hkv < (int64_t{1} << 31),
+             "scaled_dot_product_attention: too many tiles");
     constexpr int smem = dkdv_smem_bytes<HD, QT>();
     CG_CUDA_CHECK(cudaFuncSetAttribute(flash_dkdv_kernel<T, HD, QT>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    const dim3 grid(static_cast<unsigned>(key_tiles), static_cast<unsigned>(s.Hkv),
-                    static_cast<unsigned>(s.B));
+    const dim3 grid(static_cast<unsigned>(key_tiles * s.Hkv), 1, static_cast<unsigned>(s.B));
     flash_dkdv_kernel<T, HD, QT><<<grid, kThreads, smem, stream>>>(a);
     CG_CUDA_CHECK(cudaGetLastError());
   }
@@ -529,7 +533,7 @@ void launch_flash_attention_backward(DType dtype, const AttnShape& s, AttnOperan
            "flash attention backward on cuda takes bf16/f16, head_dim 64 or 128 and masks none, "
            "causal or dflash_blocks; got ", dtype_name(dtype), ", head_dim ", s.hd);
   BwdArgs a{s, q, k, v, grad_out, lse, delta, dq, dk, dv, m, static_cast<float>(scale),
-            static_cast<float>(scale) * kLog2e, 0};
+            static_cast<float>(scale) * kLog2e, 0, 0};
   if (dtype == DType::bf16) {
     if (s.hd == 64) launch_backward_typed<__nv_bfloat16, 64>(a, stream);
     else launch_backward_typed<__nv_bfloat16, 128>(a, stream);

@@ -163,11 +163,12 @@ struct KeyPlan {
   }
 };
 
-// Grid (tiles, units, B) for the query-side kernels (forward, dq).
+// Grid (x_tiles * units, 1, B) for the query-side kernels (forward, dq); blockIdx.x =
+// tile * units + unit, so every head's tile t is launched before any head's tile t + 1.
 struct QueryGrid {
   int64_t tiles_per_unit = 0;  // standard: per head; packed: per block
-  int64_t x_tiles = 0;         // gridDim.x
-  int64_t units = 0;           // gridDim.y: Hq (standard) or Hkv (packed)
+  int64_t x_tiles = 0;         // tiles per unit
+  int64_t units = 0;           // Hq (standard) or Hkv (packed)
 };
 
 inline QueryGrid query_grid(const AttnShape& s, const AttnMaskArgs& m) {

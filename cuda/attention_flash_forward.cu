@@ -31,7 +31,7 @@ struct FwdArgs {
   float* lse;  // (B, Hq, Sq)
   AttnMaskArgs m;
   float scale, scale_log2;
-  int64_t tiles_per_unit;
+  int64_t tiles_per_unit, units;
 };
 
 template <int HD>
@@ -53,8 +53,9 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdArgs a) {
 
   QueryTile qt;
   KeyPlan kp;
-  query_tile_of(s, a.m, a.tiles_per_unit, blockIdx.x, blockIdx.y, b, qt, kp);
-  const int64_t kv_head = qt.packed ? blockIdx.y : qt.head / hk_group;
+  const int64_t unit = blockIdx.x % a.units, tile = blockIdx.x / a.units;
+  query_tile_of(s, a.m, a.tiles_per_unit, tile, unit, b, qt, kp);
+  const int64_t kv_head = qt.packed ? unit : qt.head / hk_group;
   const T* kbase = static_cast<const T*>(a.k.data) + b * a.k.sb + kv_head * a.k.sh;
   const T* vbase = static_cast<const T*>(a.v.data) + b * a.v.sb + kv_head * a.v.sh;
   const int64_t ntiles = kp.total_tiles();
@@ -226,7 +227,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdArgs a) {
 template <typename T, int HD>
 void launch_forward_typed(const FwdArgs& a, cudaStream_t stream) {
   const QueryGrid g = query_grid(a.s, a.m);
-  CG_CHECK(g.x_tiles < (int64_t{1} << 31) && g.units < 65536 && a.s.B < 65536,
+  CG_CHECK(g.x_tiles * g.units < (int64_t{1} << 31) && a.s.B < 65536,
            "scaled_dot_product_attention: too many tiles for one launch on cuda (", g.x_tiles,
            " x ", g.units, " x ", a.s.B, ")");
   constexpr int smem = fwd_smem_bytes<HD>();
@@ -234,8 +235,8 @@ void launch_forward_typed(const FwdArgs& a, cudaStream_t stream) {
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   FwdArgs args = a;
   args.tiles_per_unit = g.tiles_per_unit;
-  const dim3 grid(static_cast<unsigned>(g.x_tiles), static_cast<unsigned>(g.units),
-                  static_cast<unsigned>(a.s.B));
+  args.units = g.units;
+  const dim3 grid(static_cast<unsigned>(g.x_tiles * g.units), 1, static_cast<unsigned>(a.s.B));
   flash_forward_kernel<T, HD><<<grid, kThreads, smem, stream>>>(args);
   CG_CUDA_CHECK(cudaGetLastError());
 }
@@ -255,7 +256,7 @@ void launch_flash_attention_forward(DType dtype, const AttnShape& s, AttnOperand
            "or dflash_blocks; got ", dtype_name(dtype), ", head_dim ", s.hd);
   if (s.B * s.Hq * s.Sq == 0) return;
   FwdArgs a{s, q, k, v, out, lse, m, static_cast<float>(scale),
-            static_cast<float>(scale) * kLog2e, 0};
+            static_cast<float>(scale) * kLog2e, 0, 0};
   if (dtype == DType::bf16) {
     if (s.hd == 64) launch_forward_typed<__nv_bfloat16, 64>(a, stream);
     else launch_forward_typed<__nv_bfloat16, 128>(a, stream);
