@@ -121,6 +121,26 @@ __device__ inline void load_rows_async(T* smem, const void* any_valid, RowOf row
   }
 }
 
+// Rows [j0, j0 + kTile) of one head's K and V (rows past jend zero-filled) into
+// smem (kTile, HD + kPad) each: the key tiles of the forward and the dq pass.
+template <typename T, int HD>
+__device__ inline void load_kv_tile_async(T* sK, T* sV, const AttnOperand& k, const AttnOperand& v,
+                                          const T* kbase, const T* vbase, int64_t j0,
+                                          int64_t jend) {
+  load_rows_async<T, kTile, HD>(sK, k.data, [&](int r) -> const T* {
+    return j0 + r < jend ? kbase + (j0 + r) * k.ss : nullptr;
+  });
+  load_rows_async<T, kTile, HD>(sV, v.data, [&](int r) -> const T* {
+    return j0 + r < jend ? vbase + (j0 + r) * v.ss : nullptr;
+  });
+}
+
+// Query row (b, h, i) of operand x.
+template <typename T>
+__device__ inline const T* query_row(const AttnOperand& x, int64_t b, int64_t h, int64_t i) {
+  return static_cast<const T*>(x.data) + b * x.sb + h * x.sh + i * x.ss;
+}
+
 // Which (head, query row) row r of a query tile is (Note [Flash tiles]).
 struct QueryTile {
   bool packed = false;  // dflash: virtual rows of one block across a head group

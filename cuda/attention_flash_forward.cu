@@ -63,18 +63,13 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdArgs a) {
   auto load_kv = [&](int64_t t, int stage) {
     int64_t j0, jend;
     kp.tile(t, j0, jend);
-    load_rows_async<T, kTile, HD>(sK + stage * kTile * LD, a.k.data, [&](int r) -> const T* {
-      return j0 + r < jend ? kbase + (j0 + r) * a.k.ss : nullptr;
-    });
-    load_rows_async<T, kTile, HD>(sV + stage * kTile * LD, a.v.data, [&](int r) -> const T* {
-      return j0 + r < jend ? vbase + (j0 + r) * a.v.ss : nullptr;
-    });
+    load_kv_tile_async<T, HD>(sK + stage * kTile * LD, sV + stage * kTile * LD, a.k, a.v, kbase,
+                              vbase, j0, jend);
   };
 
   load_rows_async<T, kTile, HD>(sQ, a.q.data, [&](int r) -> const T* {
     int64_t h = 0, i = 0;
-    if (!qt.row(r, h, i)) return nullptr;
-    return static_cast<const T*>(a.q.data) + b * a.q.sb + h * a.q.sh + i * a.q.ss;
+    return qt.row(r, h, i) ? query_row<T>(a.q, b, h, i) : nullptr;
   });
   if (ntiles > 0) load_kv(0, 0);
   cp_async_commit();
