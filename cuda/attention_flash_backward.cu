@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BwdArgs a) {
   QueryTile qt;
   KeyPlan kp;
   const int64_t unit = blockIdx.x % a.units, tile = blockIdx.x / a.units;
-  query_tile_of(s, a.m, a.tiles_per_unit, tile, unit, b, qt, kp);
+  query_tile_of(s, a.m, kTile, a.tiles_per_unit, tile, unit, b, qt, kp);
   const int64_t kv_head = qt.packed ? unit : qt.head / (s.Hq / s.Hkv);
   const T* kbase = static_cast<const T*>(a.k.data) + b * a.k.sb + kv_head * a.k.sh;
   const T* vbase = static_cast<const T*>(a.v.data) + b * a.v.sb + kv_head * a.v.sh;
@@ -483,7 +483,7 @@ void launch_backward_typed(const BwdArgs& a, cudaStream_t stream) {
   CG_CHECK(s.B < 65536 && s.Hq < 65536, "scaled_dot_product_attention: batch ", s.B,
            " or heads ", s.Hq, " too large for one launch on cuda");
   if (a.dq != nullptr) {
-    const QueryGrid g = query_grid(s, a.m);
+    const QueryGrid g = query_grid(s, a.m, kTile);
     CG_CHECK(g.x_tiles * g.units < (int64_t{1} << 31),
              "scaled_dot_product_attention: too many tiles");
     constexpr int smem = dq_smem_bytes<HD>();

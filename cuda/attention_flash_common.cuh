@@ -191,15 +191,16 @@ struct QueryGrid {
   int64_t units = 0;           // Hq (standard) or Hkv (packed)
 };
 
-inline QueryGrid query_grid(const AttnShape& s, const AttnMaskArgs& m) {
+// rows: query rows per tile (a multiple of 16 * kWarps).
+inline QueryGrid query_grid(const AttnShape& s, const AttnMaskArgs& m, int64_t rows_per_tile) {
   QueryGrid g;
   if (m.kind == AttnMaskKind::dflash) {
     const int64_t rows = (s.Hq / s.Hkv) * m.block_size;
-    g.tiles_per_unit = (rows + kTile - 1) / kTile;
+    g.tiles_per_unit = (rows + rows_per_tile - 1) / rows_per_tile;
     g.x_tiles = g.tiles_per_unit * m.num_blocks;
     g.units = s.Hkv;
   } else {
-    g.tiles_per_unit = (s.Sq + kTile - 1) / kTile;
+    g.tiles_per_unit = (s.Sq + rows_per_tile - 1) / rows_per_tile;
     g.x_tiles = g.tiles_per_unit;
     g.units = s.Hq;
   }
@@ -208,14 +209,14 @@ inline QueryGrid query_grid(const AttnShape& s, const AttnMaskArgs& m) {
 
 // The query tile of CTA (x, unit, b) and the key ranges its rows may see.
 __device__ inline void query_tile_of(const AttnShape& s, const AttnMaskArgs& m,
-                                     int64_t tiles_per_unit, int64_t x, int64_t unit, int64_t b,
-                                     QueryTile& qt, KeyPlan& kp) {
+                                     int64_t rows_per_tile, int64_t tiles_per_unit, int64_t x,
+                                     int64_t unit, int64_t b, QueryTile& qt, KeyPlan& kp) {
   if (m.kind == AttnMaskKind::dflash) {
     const int64_t group = s.Hq / s.Hkv;
     const int64_t block = x / tiles_per_unit;
     qt.packed = true;
     qt.head = unit * group;
-    qt.first = (x % tiles_per_unit) * kTile;
+    qt.first = (x % tiles_per_unit) * rows_per_tile;
     qt.block_row = block * m.block_size;
     qt.limit = group * m.block_size;
     qt.block_size = m.block_size;
@@ -233,11 +234,11 @@ __device__ inline void query_tile_of(const AttnShape& s, const AttnMaskArgs& m,
   // Causal: later query tiles see more keys; launch them first (x = 0 is the last tile).
   const int64_t t = m.kind == AttnMaskKind::causal ? tiles_per_unit - 1 - x : x;
   qt.head = unit;
-  qt.first = t * kTile;
+  qt.first = t * rows_per_tile;
   qt.limit = s.Sq;
   int64_t end = s.Sk;
   if (m.kind == AttnMaskKind::causal) {
-    const int64_t last = min(s.Sq, qt.first + kTile) - 1;
+    const int64_t last = min(s.Sq, qt.first + rows_per_tile) - 1;
     end = min(s.Sk, last + (s.Sk - s.Sq) + 1);
   }
   if (end > 0) {

@@ -1,10 +1,10 @@
 // Why this file exists: the flash attention forward on tensor cores (FlashAttention-2's
-// recipe): a CTA holds 64 query rows in registers, streams K/V tiles of 64 keys through
+// recipe): a CTA holds 128 query rows (32 per warp), streams K/V tiles of 64 keys through
 // shared memory (cp.async, two stages, so the next tile loads while this one computes),
 // keeps an online softmax per row and writes out and lse once. No [Sq, Sk] buffer; each
 // tile visits only the keys its rows may see (Note [Flash tiles]).
 //
-// Per warp (16 query rows), per key tile: S = Q K^T (16 x 64, fp32 in registers), masked,
+// Per warp (2 x 16 query rows), per key tile: S = Q K^T (32 x 64, fp32 registers), masked,
 // P = exp2(S * scale * log2 e - m), rounded to bf16/f16 and fed straight back as the A
 // operand of O += P V (the C-fragment layout of m16n8k16 is the A layout of the next mma).
 #include <cuda_bf16.h>
@@ -34,17 +34,23 @@ struct FwdArgs {
   int64_t tiles_per_unit, units;
 };
 
+// Each warp owns MT m16 slices (16 * MT query rows): every K/V fragment read from shared
+// memory feeds MT mma instead of one (the forward is bound by ldmatrix traffic and
+// latency, not by the tensor cores).
+constexpr int kForwardMTiles = 2;
+constexpr int kForwardRows = 16 * kWarps * kForwardMTiles;  // query rows per CTA
+
 template <int HD>
 constexpr int fwd_smem_bytes() {
-  return (kTile + 4 * kTile) * (HD + kPad) * 2;  // Q, then K and V in two stages
+  return (kForwardRows + 4 * kTile) * (HD + kPad) * 2;  // Q, then K and V in two stages
 }
 
 template <typename T, int HD>
 __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdArgs a) {
-  constexpr int LD = HD + kPad;
+  constexpr int LD = HD + kPad, MT = kForwardMTiles, BM = kForwardRows;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* sQ = reinterpret_cast<T*>(smem_raw);  // (kTile, LD)
-  T* sK = sQ + kTile * LD;                 // (2, kTile, LD)
+  T* sQ = reinterpret_cast<T*>(smem_raw);  // (BM, LD)
+  T* sK = sQ + BM * LD;                    // (2, kTile, LD)
   T* sV = sK + 2 * kTile * LD;             // (2, kTile, LD)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t b = blockIdx.z;
@@ -54,7 +60,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdArgs a) {
   QueryTile qt;
   KeyPlan kp;
   const int64_t unit = blockIdx.x % a.units, tile = blockIdx.x / a.units;
-  query_tile_of(s, a.m, a.tiles_per_unit, tile, unit, b, qt, kp);
+  query_tile_of(s, a.m, BM, a.tiles_per_unit, tile, unit, b, qt, kp);
   const int64_t kv_head = qt.packed ? unit : qt.head / hk_group;
   const T* kbase = static_cast<const T*>(a.k.data) + b * a.k.sb + kv_head * a.k.sh;
   const T* vbase = static_cast<const T*>(a.v.data) + b * a.v.sb + kv_head * a.v.sh;
@@ -67,7 +73,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdArgs a) {
                               vbase, j0, jend);
   };
 
-  load_rows_async<T, kTile, HD>(sQ, a.q.data, [&](int r) -> const T* {
+  load_rows_async<T, BM, HD>(sQ, a.q.data, [&](int r) -> const T* {
     int64_t h = 0, i = 0;
     return qt.row(r, h, i) ? query_row<T>(a.q, b, h, i) : nullptr;
   });
@@ -76,26 +82,35 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdArgs a) {
   cp_async_wait_all();
   __syncthreads();
 
-  // This thread's two rows (r0 = warp * 16 + lane / 4, r1 = r0 + 8).
-  int64_t h0 = 0, i0 = 0, h1 = 0, i1 = 0;
-  const int r0 = warp * 16 + lane / 4;
-  const bool ok0 = qt.row(r0, h0, i0), ok1 = qt.row(r0 + 8, h1, i1);
+  // This thread's rows: slice mt, half hf -> tile row warp * 16 * MT + mt * 16 + hf * 8 + lane / 4.
+  // (Only the query index is kept, as 32 bits, for the causal test: registers are scarce.)
+  const int row_base = warp * 16 * MT + lane / 4;
+  int ir[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      int64_t h = 0, i = 0;
+      qt.row(row_base + mt * 16 + hf * 8, h, i);
+      ir[mt][hf] = static_cast<int>(i);
+    }
+  }
   int64_t hw, iw;
-  const bool warp_active = qt.row(warp * 16, hw, iw);  // valid rows are a prefix
+  const bool warp_active = qt.row(warp * 16 * MT, hw, iw);  // valid rows are a prefix
   const bool causal = a.m.kind == AttnMaskKind::causal;
   const int64_t diag = s.Sk - s.Sq;
   int64_t first_i = 0, fh;
   qt.row(0, fh, first_i);
 
-  uint32_t qf[HD / 16][4];
+  float o[MT][HD / 8][4];
+  float mrow[MT][2], lrow[MT][2];
 #pragma unroll
-  for (int ks = 0; ks < HD / 16; ++ks) {
-    ldsm_x4(qf[ks], smem_addr(sQ + (warp * 16 + lane % 16) * LD + ks * 16 + (lane / 16) * 8));
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int n = 0; n < HD / 8; ++n) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.f;
+    mrow[mt][0] = mrow[mt][1] = -INFINITY;
+    lrow[mt][0] = lrow[mt][1] = 0.f;
   }
-  float o[HD / 8][4];
-#pragma unroll
-  for (int n = 0; n < HD / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
-  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
 
   for (int64_t t = 0; t < ntiles; ++t) {
     const int stage = t & 1;
@@ -106,83 +121,95 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdArgs a) {
     if (warp_active) {
       const T* tK = sK + stage * kTile * LD;
       const T* tV = sV + stage * kTile * LD;
-      float sc[kTile / 8][4];
+      float sc[MT][kTile / 8][4];
 #pragma unroll
-      for (int n = 0; n < kTile / 8; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.f;
+      for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-      for (int np = 0; np < kTile / 16; ++np) {
+        for (int n = 0; n < kTile / 8; ++n) sc[mt][n][0] = sc[mt][n][1] = sc[mt][n][2] = sc[mt][n][3] = 0.f;
+      }
 #pragma unroll
-        for (int ks = 0; ks < HD / 16; ++ks) {
+      for (int ks = 0; ks < HD / 16; ++ks) {
+        uint32_t qa[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          ldsm_x4(qa[mt], smem_addr(sQ + (warp * 16 * MT + mt * 16 + lane % 16) * LD + ks * 16 +
+                                    (lane / 16) * 8));
+        }
+#pragma unroll
+        for (int np = 0; np < kTile / 16; ++np) {
           uint32_t kb[4];
           ldsm_x4(kb, smem_addr(tK + (np * 16 + lane % 8 + (lane / 16) * 8) * LD + ks * 16 +
                                 ((lane / 8) % 2) * 8));
-          mma<T>(sc[2 * np], qf[ks], kb[0], kb[1]);
-          mma<T>(sc[2 * np + 1], qf[ks], kb[2], kb[3]);
-        }
-      }
-      const bool need_mask = j0 + kTile > jend || (causal && j0 + kTile - 1 > first_i + diag);
-      if (need_mask) {
 #pragma unroll
-        for (int n = 0; n < kTile / 8; ++n) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int64_t j = j0 + n * 8 + (lane % 4) * 2 + (e & 1);
-            const int64_t i = e < 2 ? i0 : i1;
-            if (j >= jend || (causal && j > i + diag)) sc[n][e] = -INFINITY;
+          for (int mt = 0; mt < MT; ++mt) {
+            mma<T>(sc[mt][2 * np], qa[mt], kb[0], kb[1]);
+            mma<T>(sc[mt][2 * np + 1], qa[mt], kb[2], kb[3]);
           }
         }
       }
-      float mx0 = -INFINITY, mx1 = -INFINITY;
+      const bool need_mask = j0 + kTile > jend || (causal && j0 + kTile - 1 > first_i + diag);
+      uint32_t pa[MT][kTile / 16][4];
 #pragma unroll
-      for (int n = 0; n < kTile / 8; ++n) {
-        mx0 = fmaxf(mx0, fmaxf(sc[n][0], sc[n][1]));
-        mx1 = fmaxf(mx1, fmaxf(sc[n][2], sc[n][3]));
-      }
+      for (int mt = 0; mt < MT; ++mt) {
+        if (need_mask) {
 #pragma unroll
-      for (int off = 1; off <= 2; off <<= 1) {
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
-      }
-      const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-      // Nothing seen yet (-inf): keep every term at 0 rather than NaN.
-      const float base0 = mn0 == -INFINITY ? 0.f : mn0 * a.scale_log2;
-      const float base1 = mn1 == -INFINITY ? 0.f : mn1 * a.scale_log2;
-      const float corr0 = exp2f(m0 * a.scale_log2 - base0);  // m0 = -inf -> 0
-      const float corr1 = exp2f(m1 * a.scale_log2 - base1);
-      m0 = mn0;
-      m1 = mn1;
-      float rs0 = 0.f, rs1 = 0.f;
+          for (int n = 0; n < kTile / 8; ++n) {
 #pragma unroll
-      for (int n = 0; n < kTile / 8; ++n) {
-        sc[n][0] = exp2f(sc[n][0] * a.scale_log2 - base0);
-        sc[n][1] = exp2f(sc[n][1] * a.scale_log2 - base0);
-        sc[n][2] = exp2f(sc[n][2] * a.scale_log2 - base1);
-        sc[n][3] = exp2f(sc[n][3] * a.scale_log2 - base1);
-        rs0 += sc[n][0] + sc[n][1];
-        rs1 += sc[n][2] + sc[n][3];
-      }
-      l0 = l0 * corr0 + rs0;
-      l1 = l1 * corr1 + rs1;
+            for (int e = 0; e < 4; ++e) {
+              const int64_t j = j0 + n * 8 + (lane % 4) * 2 + (e & 1);
+              const int64_t i = ir[mt][e / 2];  // (Sq < 2^31: checked at launch)
+              if (j >= jend || (causal && j > i + diag)) sc[mt][n][e] = -INFINITY;
+            }
+          }
+        }
 #pragma unroll
-      for (int n = 0; n < HD / 8; ++n) {
-        o[n][0] *= corr0;
-        o[n][1] *= corr0;
-        o[n][2] *= corr1;
-        o[n][3] *= corr1;
+        for (int hf = 0; hf < 2; ++hf) {
+          float mx = -INFINITY;
+#pragma unroll
+          for (int n = 0; n < kTile / 8; ++n) {
+            mx = fmaxf(mx, fmaxf(sc[mt][n][2 * hf], sc[mt][n][2 * hf + 1]));
+          }
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const float mn = fmaxf(mrow[mt][hf], mx);
+          // Nothing seen yet (-inf): keep every term at 0 rather than NaN.
+          const float base = mn == -INFINITY ? 0.f : mn * a.scale_log2;
+          const float corr = exp2f(mrow[mt][hf] * a.scale_log2 - base);  // -inf -> 0
+          mrow[mt][hf] = mn;
+          float rs = 0.f;
+#pragma unroll
+          for (int n = 0; n < kTile / 8; ++n) {
+            sc[mt][n][2 * hf] = exp2f(sc[mt][n][2 * hf] * a.scale_log2 - base);
+            sc[mt][n][2 * hf + 1] = exp2f(sc[mt][n][2 * hf + 1] * a.scale_log2 - base);
+            rs += sc[mt][n][2 * hf] + sc[mt][n][2 * hf + 1];
+          }
+          lrow[mt][hf] = lrow[mt][hf] * corr + rs;
+#pragma unroll
+          for (int n = 0; n < HD / 8; ++n) {
+            o[mt][n][2 * hf] *= corr;
+            o[mt][n][2 * hf + 1] *= corr;
+          }
+        }
+#pragma unroll
+        for (int kk = 0; kk < kTile / 16; ++kk) {
+          pa[mt][kk][0] = pack2<T>(sc[mt][2 * kk][0], sc[mt][2 * kk][1]);
+          pa[mt][kk][1] = pack2<T>(sc[mt][2 * kk][2], sc[mt][2 * kk][3]);
+          pa[mt][kk][2] = pack2<T>(sc[mt][2 * kk + 1][0], sc[mt][2 * kk + 1][1]);
+          pa[mt][kk][3] = pack2<T>(sc[mt][2 * kk + 1][2], sc[mt][2 * kk + 1][3]);
+        }
       }
 #pragma unroll
       for (int kk = 0; kk < kTile / 16; ++kk) {
-        const uint32_t pa[4] = {pack2<T>(sc[2 * kk][0], sc[2 * kk][1]),
-                                pack2<T>(sc[2 * kk][2], sc[2 * kk][3]),
-                                pack2<T>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
-                                pack2<T>(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
 #pragma unroll
         for (int dp = 0; dp < HD / 16; ++dp) {
           uint32_t vb[4];
           ldsm_x4_trans(vb, smem_addr(tV + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * LD +
                                       dp * 16 + (lane / 16) * 8));
-          mma<T>(o[2 * dp], pa, vb[0], vb[1]);
-          mma<T>(o[2 * dp + 1], pa, vb[2], vb[3]);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            mma<T>(o[mt][2 * dp], pa[mt][kk], vb[0], vb[1]);
+            mma<T>(o[mt][2 * dp + 1], pa[mt][kk], vb[2], vb[3]);
+          }
         }
       }
     }
@@ -191,38 +218,36 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdArgs a) {
   }
 
   // Row sums across the quad, then out = o / l and lse = m * scale + ln l.
-#pragma unroll
-  for (int off = 1; off <= 2; off <<= 1) {
-    l0 += __shfl_xor_sync(0xffffffffu, l0, off);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, off);
-  }
   T* out = static_cast<T*>(a.out);
-  const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
   const int col = (lane % 4) * 2;
-  if (ok0) {
-    const int64_t row = (b * s.Hq + h0) * s.Sq + i0;
-    T* dst = out + row * HD + col;
 #pragma unroll
-    for (int n = 0; n < HD / 8; ++n) {
-      *reinterpret_cast<uint32_t*>(dst + n * 8) = pack2<T>(o[n][0] * inv0, o[n][1] * inv0);
-    }
-    if (lane % 4 == 0) a.lse[row] = l0 > 0.f ? m0 * a.scale + logf(l0) : -INFINITY;
-  }
-  if (ok1) {
-    const int64_t row = (b * s.Hq + h1) * s.Sq + i1;
-    T* dst = out + row * HD + col;
+  for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-    for (int n = 0; n < HD / 8; ++n) {
-      *reinterpret_cast<uint32_t*>(dst + n * 8) = pack2<T>(o[n][2] * inv1, o[n][3] * inv1);
+    for (int hf = 0; hf < 2; ++hf) {
+      float l = lrow[mt][hf];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      int64_t h = 0, i = 0;
+      if (!qt.row(row_base + mt * 16 + hf * 8, h, i)) continue;
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      const int64_t row = (b * s.Hq + h) * s.Sq + i;
+      T* dst = out + row * HD + col;
+#pragma unroll
+      for (int n = 0; n < HD / 8; ++n) {
+        *reinterpret_cast<uint32_t*>(dst + n * 8) =
+            pack2<T>(o[mt][n][2 * hf] * inv, o[mt][n][2 * hf + 1] * inv);
+      }
+      if (lane % 4 == 0) {
+        a.lse[row] = l > 0.f ? mrow[mt][hf] * a.scale + logf(l) : -INFINITY;
+      }
     }
-    if (lane % 4 == 0) a.lse[row] = l1 > 0.f ? m1 * a.scale + logf(l1) : -INFINITY;
   }
 }
 
 template <typename T, int HD>
 void launch_forward_typed(const FwdArgs& a, cudaStream_t stream) {
-  const QueryGrid g = query_grid(a.s, a.m);
-  CG_CHECK(g.x_tiles * g.units < (int64_t{1} << 31) && a.s.B < 65536,
+  const QueryGrid g = query_grid(a.s, a.m, kForwardRows);
+  CG_CHECK(g.x_tiles * g.units < (int64_t{1} << 31) && a.s.B < 65536 && a.s.Sq < (int64_t{1} << 31),
            "scaled_dot_product_attention: too many tiles for one launch on cuda (", g.x_tiles,
            " x ", g.units, " x ", a.s.B, ")");
   constexpr int smem = fwd_smem_bytes<HD>();
