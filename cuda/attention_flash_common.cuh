@@ -3,18 +3,19 @@
 // tensor-core helpers (ldmatrix, mma.sync m16n8k16, cp.async in inline PTX, sm_80+) and
 // the tiling of queries and keys under a mask.
 //
-// Note [Flash tiles]: a CTA of 4 warps owns a tile of 64 query rows (forward, dq) or of
-// 64 keys (dk/dv); each warp owns 16 of them (one m16 slice of every mma).
-//   - none / causal: a query tile is 64 consecutive rows of one head. Causal tiles stop at
+// Note [Flash tiles]: a CTA of 4 warps owns a tile of query rows -- 128 in the forward
+// (2 m16 slices per warp), 64 in the dq pass -- or of 64 keys (dk/dv, 16 per warp); key
+// tiles (forward, dq) are 64 keys.
+//   - none / causal: a query tile is consecutive rows of one head. Causal tiles stop at
 //     the key tile holding the last row's diagonal; only tiles that cross a diagonal or a
 //     range end are masked element by element.
 //   - dflash_blocks: every query row of block b -- in every query head that shares a kv
 //     head (GQA) -- sees the same keys: [0, anchor_b) and block b's own keys. So a query
 //     tile packs "virtual rows" v = head_in_group * block_size + row_in_block of one block
-//     and one kv head (group * block_size of them, e.g. 5 * 24 = 120 -> 2 tiles). The tile
-//     then visits exactly its block's two key ranges, starting each range at its first
-//     key (not at a multiple of 64): work is proportional to the keys the block sees,
-//     and K/V tiles are shared by the whole head group.
+//     and one kv head (group * block_size of them, e.g. 5 * 24 = 120: one forward tile,
+//     two dq tiles). The tile then visits exactly its block's two key ranges, starting
+//     each range at its first key (not at a multiple of 64): work is proportional to the
+//     keys the block sees, and K/V tiles are shared by the whole head group.
 //   - dk/dv (backward): a CTA owns 64 keys of one kv head and walks the query tiles that
 //     see them: causal rows from the key's diagonal on; for a DFlash context key tile, the
 //     blocks whose anchor is past its first key; for a block's own keys, that block.

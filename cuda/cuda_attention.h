@@ -15,8 +15,9 @@
 //
 // Note [Attention speed on the H200] (bash bench/run_attention_bench.sh, bf16, hd 128, GQA
 // 40/8, fwd + bwd, ms; 2026-11-30):
-//   causal, 4096 tokens:                 flash 4.27   torch SDPA 1.33 (cuDNN/FA3-class)
-//   DFlash, 1024 blocks x 24, 4096 ctx:  flash 29.9   torch flex_attention 35.2
+//   causal, 4096 tokens:                 flash 4.21   torch SDPA 1.33 (cuDNN/FA3-class)
+//   DFlash, 1024 blocks x 24, 4096 ctx:  flash 29.3   torch flex_attention 35.2
+// (flash split: causal fwd 0.82, dq 1.45, dk/dv 1.99; DFlash fwd 5.4, dq 9.6, dk/dv 14.7.)
 // So the block rule is faster here than FlexAttention, while the causal target runs at
 // about a third of PyTorch's fused SDPA: mma.sync kernels without wgmma/TMA; cuDNN's
 // fused SDPA through the backend graph API is the way to close that gap (not done).
