@@ -43,6 +43,10 @@ struct AttnMaskArgs {
   int64_t allowed_strides[4] = {0, 0, 0, 0};
 };
 
+// dst[0, n) = host[0, n) on the stream, without a host synchronisation: the values travel
+// as kernel parameters (Note [Anchors as kernel parameters] in attention_rows.cu).
+void launch_upload_int64(int64_t* dst, const int64_t* host, int64_t n, cudaStream_t stream);
+
 // ---- rows: every dtype, every mask (slow fallback) ----
 
 // out [B, Hq, Sq, hd] (contiguous, q's dtype), lse [B, Hq, Sq] (f32, or f64 for f64).

@@ -13,8 +13,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "core/error.h"
 #include "cuda/attention_common.cuh"
@@ -243,6 +245,24 @@ __global__ void rows_dkdv_kernel(AttnShape s, AttnOperand q, AttnOperand k, Attn
   if (dv != nullptr) store_row<T, C, PL>(dv + krow * s.hd, dva, C(1), s.hd, lane);
 }
 
+// Note [Anchors as kernel parameters]: a DFlash mask's N anchors live on the host
+// (ResolvedAttentionMask) and the kernels read them on the device. cudaMemcpyAsync from
+// pageable host memory may wait for the stream; a kernel's parameters are copied at launch
+// and ordered on the stream, so the anchors go as parameters of a tiny copy kernel, in
+// chunks that keep each launch under the classic 4 KB parameter limit.
+constexpr int kUploadChunk = 496;
+struct UploadChunk {
+  int64_t* dst;
+  int64_t count;
+  int64_t values[kUploadChunk];
+};
+static_assert(sizeof(UploadChunk) <= 4096, "kernel parameters above 4 KB need CUDA 12.1+");
+
+// dst: (count,) = values.
+__global__ void upload_kernel(UploadChunk c) {
+  for (int64_t i = threadIdx.x; i < c.count; i += blockDim.x) c.dst[i] = c.values[i];
+}
+
 // ---------------------------------------------------------------------------------------
 // launchers
 
@@ -275,6 +295,17 @@ void dispatch_rows(DType dtype, int64_t hd, F&& f) {
 }
 
 }  // namespace
+
+void launch_upload_int64(int64_t* dst, const int64_t* host, int64_t n, cudaStream_t stream) {
+  for (int64_t at = 0; at < n; at += kUploadChunk) {
+    UploadChunk c;
+    c.dst = dst + at;
+    c.count = std::min<int64_t>(kUploadChunk, n - at);
+    std::memcpy(c.values, host + at, static_cast<size_t>(c.count) * sizeof(int64_t));
+    upload_kernel<<<1, 128, 0, stream>>>(c);
+  }
+  CG_CUDA_CHECK(cudaGetLastError());
+}
 
 void launch_attention_rows_forward(DType dtype, const AttnShape& s, AttnOperand q, AttnOperand k,
                                    AttnOperand v, void* out, void* lse, const AttnMaskArgs& m,

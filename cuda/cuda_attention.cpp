@@ -4,8 +4,9 @@
 // in cuda_attention.h), makes a contiguous copy only of an operand the kernels cannot
 // read in place (a non-unit stride in hd; for flash also strides not multiples of 8 or
 // data not 16-byte aligned), allocates results and scratch through the caching
-// allocator, copies the DFlash anchors (N integers) to the device and launches on the
-// device's one compute stream, without waiting for it.
+// allocator, copies the DFlash anchors (N integers) to the device (as kernel parameters:
+// Note [Anchors as kernel parameters], attention_rows.cu) and launches on the device's one
+// compute stream, without waiting for it.
 #include "cuda/cuda_attention.h"
 
 #include <cuda_runtime_api.h>
@@ -97,11 +98,7 @@ AttnMaskArgs mask_args(const ResolvedAttentionMask& m, Device device, cudaStream
     const int64_t n = static_cast<int64_t>(m.visible_context.size());
     if (n > 0) {
       anchors = raw::empty({n}, DType::i64, device);
-      // From pageable memory: the driver stages the bytes before returning, without
-      // waiting for the stream.
-      CG_CUDA_CHECK(cudaMemcpyAsync(anchors.data_ptr(), m.visible_context.data(),
-                                    static_cast<size_t>(n) * sizeof(int64_t),
-                                    cudaMemcpyHostToDevice, stream));
+      launch_upload_int64(anchors.data<int64_t>(), m.visible_context.data(), n, stream);
       a.visible_context = static_cast<const int64_t*>(anchors.data_ptr());
     }
   } else if (m.kind == AttentionMask::Kind::dense) {
