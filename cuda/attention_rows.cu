@@ -298,7 +298,7 @@ void dispatch_rows(DType dtype, int64_t hd, F&& f) {
 
 void launch_upload_int64(int64_t* dst, const int64_t* host, int64_t n, cudaStream_t stream) {
   for (int64_t at = 0; at < n; at += kUploadChunk) {
-    UploadChunk c;
+    UploadChunk c{};  // (zeroed: no uninitialised bytes go to the launch)
     c.dst = dst + at;
     c.count = std::min<int64_t>(kUploadChunk, n - at);
     std::memcpy(c.values, host + at, static_cast<size_t>(c.count) * sizeof(int64_t));
