@@ -206,13 +206,8 @@ void launch_dq_typed(const BwdArgs& a, cudaStream_t stream) {
 }  // namespace
 
 void launch_flash_dq(DType dtype, const BwdArgs& a, cudaStream_t stream) {
-  if (dtype == DType::bf16) {
-    if (a.s.hd == 64) launch_dq_typed<__nv_bfloat16, 64>(a, stream);
-    else launch_dq_typed<__nv_bfloat16, 128>(a, stream);
-  } else {
-    if (a.s.hd == 64) launch_dq_typed<__half, 64>(a, stream);
-    else launch_dq_typed<__half, 128>(a, stream);
-  }
+  dispatch_flash(dtype, a.s.hd,
+                 [&]<typename T, int HD>() { launch_dq_typed<T, HD>(a, stream); });
 }
 
 }  // namespace flash

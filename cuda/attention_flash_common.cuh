@@ -249,4 +249,16 @@ __device__ inline void query_tile_of(const AttnShape& s, const AttnMaskArgs& m,
   }
 }
 
+// Calls f.template operator()<T, HD>() for a flash dtype (bf16, f16) and head dim (64, 128).
+template <typename F>
+void dispatch_flash(DType dtype, int64_t hd, F&& f) {
+  if (dtype == DType::bf16) {
+    if (hd == 64) f.template operator()<__nv_bfloat16, 64>();
+    else f.template operator()<__nv_bfloat16, 128>();
+  } else {
+    if (hd == 64) f.template operator()<__half, 64>();
+    else f.template operator()<__half, 128>();
+  }
+}
+
 }  // namespace cg::cuda::flash

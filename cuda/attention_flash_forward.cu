@@ -277,13 +277,8 @@ void launch_flash_attention_forward(DType dtype, const AttnShape& s, AttnOperand
   if (s.B * s.Hq * s.Sq == 0) return;
   FwdArgs a{s, q, k, v, out, lse, m, static_cast<float>(scale),
             static_cast<float>(scale) * kLog2e, 0, 0};
-  if (dtype == DType::bf16) {
-    if (s.hd == 64) launch_forward_typed<__nv_bfloat16, 64>(a, stream);
-    else launch_forward_typed<__nv_bfloat16, 128>(a, stream);
-  } else {
-    if (s.hd == 64) launch_forward_typed<__half, 64>(a, stream);
-    else launch_forward_typed<__half, 128>(a, stream);
-  }
+  dispatch_flash(dtype, s.hd,
+                 [&]<typename T, int HD>() { launch_forward_typed<T, HD>(a, stream); });
 }
 
 }  // namespace cg::cuda
