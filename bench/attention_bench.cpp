@@ -1,0 +1,165 @@
+// Why this file exists: the GPU attention speed of issue 11, measured in one run, next to
+// PyTorch (bench/attention_torch.py prints the same rows; run_attention_bench.sh runs
+// both). Two shapes, bf16, head_dim 128, GQA 40/8:
+//   causal   the target LM's attention: 4096 tokens, causal mask
+//   dflash   the drafter's block rule: 1024 blocks x 24 query slots over 4096 context keys
+//            (Sk = 4096 + 24576); block b's anchor is 4 * (1 + (389 b mod 1024)), so the
+//            anchors are 4, 8, ..., 4096 in a fixed shuffled order (the same formula as
+//            the PyTorch script)
+// For each: forward, backward (dq, dk, dv) and forward + backward, medians over --repeats
+// (CUDA events on the compute stream, after a warm-up), in ms and TFLOP/s. FLOPs count
+// the visible (query, key) pairs only: 4 hd per pair forward, 10 hd backward (2.5x), as
+// FlashAttention's benchmarks do. The "dq only" and "dk, dv only" rows time one of the
+// two backward passes (plus delta); their TFLOP/s count 2 and 3 of the 5 backward GEMMs.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <cuda_runtime_api.h>
+
+#include "core/factories.h"
+#include "cuda/compute_stream.h"
+#include "cuda/cuda_attention.h"
+#include "cuda/cuda_check.h"
+#include "cuda/device_info.h"
+#include "ops/attention_mask.h"
+
+namespace {
+
+struct Options {
+  int64_t batch = 1, hq = 40, hkv = 8, hd = 128, tokens = 4096;
+  int64_t context = 4096, blocks = 1024, block_size = 24;
+  std::string dtype = "bf16";
+  std::string which = "causal,dflash";
+  int repeats = 10;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Median milliseconds of f() on the compute stream, after one warm-up run.
+double time_ms(int repeats, const std::function<void()>& f) {
+  const cudaStream_t stream = cg::cuda::compute_stream(0);
+  f();
+  CG_CUDA_CHECK(cudaStreamSynchronize(stream));
+  cudaEvent_t start, stop;
+  CG_CUDA_CHECK(cudaEventCreate(&start));
+  CG_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<double> ms;
+  for (int i = 0; i < std::max(1, repeats); ++i) {
+    CG_CUDA_CHECK(cudaEventRecord(start, stream));
+    f();
+    CG_CUDA_CHECK(cudaEventRecord(stop, stream));
+    CG_CUDA_CHECK(cudaEventSynchronize(stop));
+    float t = 0;
+    CG_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+    ms.push_back(t);
+  }
+  CG_CUDA_CHECK(cudaEventDestroy(start));
+  CG_CUDA_CHECK(cudaEventDestroy(stop));
+  return median(ms);
+}
+
+void row(const std::string& name, double ms, double flops) {
+  std::printf("%-26s %10.3f %10.1f\n", name.c_str(), ms, flops / (ms * 1e-3) / 1e12);
+}
+
+// Times forward, backward and both for one shape and mask; pairs = visible (query, key)
+// pairs per (batch, query head).
+void bench_shape(const Options& o, const std::string& name, int64_t Sq, int64_t Sk,
+                 const cg::AttentionMask& mask, double pairs) {
+  const cg::Device d = cg::cuda_device(0);
+  const cg::DType dt = cg::parse_dtype(o.dtype);
+  cg::Generator gen(7);
+  const cg::Tensor q = cg::randn({o.batch, o.hq, Sq, o.hd}, {.dtype = dt, .device = d}, &gen);
+  const cg::Tensor k = cg::randn({o.batch, o.hkv, Sk, o.hd}, {.dtype = dt, .device = d}, &gen);
+  const cg::Tensor v = cg::randn({o.batch, o.hkv, Sk, o.hd}, {.dtype = dt, .device = d}, &gen);
+  const cg::Tensor g = cg::randn({o.batch, o.hq, Sq, o.hd}, {.dtype = dt, .device = d}, &gen);
+  const cg::ResolvedAttentionMask m =
+      cg::resolve_attention_mask(mask, o.batch, o.hq, Sq, Sk, d, "attention_bench");
+  const double scale = 1.0 / std::sqrt(static_cast<double>(o.hd));
+  const double fwd_flops = 4.0 * o.hd * pairs * o.batch * o.hq;
+  const cg::AttentionForward f = cg::cuda::cuda_attention_forward(q, k, v, m, scale);
+
+  std::printf("\n%s: B=%lld Hq=%lld Hkv=%lld Sq=%lld Sk=%lld hd=%lld %s, path %s, "
+              "%.1f%% of the [Sq, Sk] pairs visible, median of %d\n",
+              name.c_str(), (long long)o.batch, (long long)o.hq, (long long)o.hkv,
+              (long long)Sq, (long long)Sk, (long long)o.hd, o.dtype.c_str(),
+              cg::cuda::cuda_attention_path(dt, o.hd, m, scale),
+              100.0 * pairs / (double(Sq) * double(Sk)), o.repeats);
+  std::printf("%-26s %10s %10s\n", "row", "ms", "TFLOP/s");
+  const double fwd = time_ms(o.repeats, [&] { cg::cuda::cuda_attention_forward(q, k, v, m, scale); });
+  row(name + " fwd", fwd, fwd_flops);
+  const double bwd = time_ms(o.repeats, [&] {
+    cg::cuda::cuda_attention_backward(g, q, k, v, f.out, f.lse, m, scale, true, true, true);
+  });
+  row(name + " bwd", bwd, 2.5 * fwd_flops);
+  const double bwd_dq = time_ms(o.repeats, [&] {
+    cg::cuda::cuda_attention_backward(g, q, k, v, f.out, f.lse, m, scale, true, false, false);
+  });
+  row(name + " bwd (dq only)", bwd_dq, 1.0 * fwd_flops);
+  const double bwd_dkdv = time_ms(o.repeats, [&] {
+    cg::cuda::cuda_attention_backward(g, q, k, v, f.out, f.lse, m, scale, false, true, true);
+  });
+  row(name + " bwd (dk, dv only)", bwd_dkdv, 1.5 * fwd_flops);
+  const double both = time_ms(o.repeats, [&] {
+    const cg::AttentionForward r = cg::cuda::cuda_attention_forward(q, k, v, m, scale);
+    cg::cuda::cuda_attention_backward(g, q, k, v, r.out, r.lse, m, scale, true, true, true);
+  });
+  row(name + " fwd+bwd", both, 3.5 * fwd_flops);
+}
+
+}  // namespace
+
+int run_bench(int argc, char** argv) {
+  Options o;
+  CLI::App app{"chunkgrad GPU attention benchmark: causal and DFlash block rule, fwd and bwd"};
+  app.add_option("--which", o.which, "comma-separated: causal, dflash");
+  app.add_option("--batch", o.batch, "batch")->check(CLI::PositiveNumber);
+  app.add_option("--hq", o.hq, "query heads")->check(CLI::PositiveNumber);
+  app.add_option("--hkv", o.hkv, "key/value heads")->check(CLI::PositiveNumber);
+  app.add_option("--hd", o.hd, "head dim")->check(CLI::PositiveNumber);
+  app.add_option("--tokens", o.tokens, "causal: sequence length")->check(CLI::PositiveNumber);
+  app.add_option("--context", o.context, "dflash: context keys")->check(CLI::PositiveNumber);
+  app.add_option("--blocks", o.blocks, "dflash: blocks")->check(CLI::PositiveNumber);
+  app.add_option("--block-size", o.block_size, "dflash: query slots per block")->check(CLI::PositiveNumber);
+  app.add_option("--dtype", o.dtype, "bf16 | f16 | f32")->check(CLI::IsMember({"bf16", "f16", "f32"}));
+  app.add_option("--repeats", o.repeats, "timed runs per row (median)")->check(CLI::PositiveNumber);
+  CLI11_PARSE(app, argc, argv);
+  CG_CHECK(cg::cuda::device_count() > 0, "no CUDA device: ", cg::cuda::unavailable_reason());
+  CG_CHECK(o.hq % o.hkv == 0, "--hq must be a multiple of --hkv");
+  std::printf("chunkgrad GPU attention on %s\n", cg::cuda::device_properties(0).summary().c_str());
+
+  if (o.which.find("causal") != std::string::npos) {
+    const double S = static_cast<double>(o.tokens);
+    bench_shape(o, "causal", o.tokens, o.tokens, cg::AttentionMask::causal(), S * (S + 1) / 2);
+  }
+  if (o.which.find("dflash") != std::string::npos) {
+    std::vector<int64_t> anchors(o.blocks);
+    double pairs = 0;
+    for (int64_t b = 0; b < o.blocks; ++b) {
+      anchors[b] = std::min(o.context, 4 * (1 + (389 * b) % 1024));
+      pairs += static_cast<double>(o.block_size) * static_cast<double>(anchors[b] + o.block_size);
+    }
+    const cg::Tensor a = cg::from_ints(anchors, {o.blocks});
+    bench_shape(o, "dflash", o.blocks * o.block_size, o.context + o.blocks * o.block_size,
+                cg::AttentionMask::dflash_blocks(o.context, o.block_size, a), pairs);
+  }
+  std::printf("\n(TFLOP/s: 4 hd flops per visible (query, key) pair forward, 2.5x that backward)\n");
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run_bench(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "chunkgrad attention_bench: error: %s\n", e.what());
+  }
+  return 1;
+}

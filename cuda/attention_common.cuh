@@ -1,0 +1,79 @@
+// Why this file exists: what the attention kernels (cuda/attention_rows.cu and
+// cuda/attention_flash*.cu) share on the device: element conversions and the mask rule
+// of ops/attention_mask.h -- which keys a query row sees -- written once so both kernel
+// families agree with the CPU reference (ops/cpu/attention.cpp) to the key.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/attention_kernels.h"
+
+namespace cg::cuda::attn {
+
+__device__ inline float to_float(float x) { return x; }
+__device__ inline double to_float(double x) { return x; }
+__device__ inline float to_float(__half x) { return __half2float(x); }
+__device__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T, typename C>
+__device__ inline T from_compute(C x) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return __float2half_rn(static_cast<float>(x));
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __float2bfloat16_rn(static_cast<float>(x));
+  } else {
+    return static_cast<T>(x);
+  }
+}
+
+// The keys query row i of batch row b sees: at most two ranges [begin, end), ascending
+// (ResolvedAttentionMask::key_ranges). dense gives [0, Sk), refined by dense_allows().
+struct DevKeyRanges {
+  int64_t begin[2];
+  int64_t end[2];
+  int count;
+};
+
+__device__ inline int64_t dflash_anchor(const AttnMaskArgs& m, int64_t b, int64_t block) {
+  return m.visible_context[b * m.context_batch_stride + block];
+}
+
+__device__ inline DevKeyRanges key_ranges(const AttnMaskArgs& m, int64_t Sq, int64_t Sk,
+                                          int64_t b, int64_t i) {
+  DevKeyRanges r;
+  r.count = 0;
+  switch (m.kind) {
+    case AttnMaskKind::none:
+    case AttnMaskKind::dense:
+      if (Sk > 0) { r.begin[0] = 0; r.end[0] = Sk; r.count = 1; }
+      break;
+    case AttnMaskKind::causal: {
+      const int64_t e = min(Sk, i + (Sk - Sq) + 1);
+      if (e > 0) { r.begin[0] = 0; r.end[0] = e; r.count = 1; }
+      break;
+    }
+    case AttnMaskKind::dflash: {
+      const int64_t block = i / m.block_size;
+      const int64_t anchor = dflash_anchor(m, b, block);
+      if (anchor < 0) break;
+      if (anchor > 0) { r.begin[0] = 0; r.end[0] = anchor; r.count = 1; }
+      r.begin[r.count] = m.context_len + block * m.block_size;
+      r.end[r.count] = m.context_len + (block + 1) * m.block_size;
+      ++r.count;
+      break;
+    }
+  }
+  return r;
+}
+
+__device__ inline bool dense_allows(const AttnMaskArgs& m, int64_t b, int64_t h, int64_t i,
+                                    int64_t j) {
+  return m.allowed[b * m.allowed_strides[0] + h * m.allowed_strides[1] +
+                   i * m.allowed_strides[2] + j * m.allowed_strides[3]];
+}
+
+}  // namespace cg::cuda::attn

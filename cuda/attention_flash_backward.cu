@@ -1,0 +1,229 @@
+// Why this file exists: the flash attention backward on tensor cores (FlashAttention-2's
+// recipe, with dq in its own pass instead of fp32 atomics: deterministic, and no dq
+// accumulator buffer). Before both passes, delta = rowsum(dO * O) (launch_attention_delta).
+//   - dq pass: a CTA per query tile, like the forward (same tiles, same key ranges):
+//     S = Q K^T, P = exp(S * scale - lse), dP = dO V^T, dS = P (dP - delta), dQ += dS K.
+//   - dk/dv pass: a CTA per 64 keys of one kv head, walking every query tile that sees
+//     them (Note [Flash tiles]), across the query heads of its GQA group, so each dk/dv
+//     row is written once: S^T = K Q^T, P^T, dV += P^T dO, dP^T = V dO^T,
+//     dS^T = P^T (dP^T - delta), dK += dS^T Q.
+// Both recompute P from lse: no [Sq, Sk] buffer. Accumulation is fp32 in registers; P
+// and dS are rounded to bf16/f16 as mma operands (as in FlashAttention).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/error.h"
+#include "cuda/attention_flash_backward.cuh"
+#include "cuda/attention_flash_common.cuh"
+#include "cuda/attention_kernels.h"
+#include "cuda/cuda_check.h"
+
+namespace cg::cuda {
+
+namespace flash {
+namespace {
+
+// lse * log2 e, with rows that see nothing (-inf) made +inf so that every p is 0.
+__device__ inline float lse_log2(const float* lse, int64_t row) {
+  const float L = lse[row];
+  return L == -INFINITY ? INFINITY : L * kLog2e;
+}
+
+// ---------------------------------------------------------------------------------------
+// dq pass
+
+template <int HD>
+constexpr int dq_smem_bytes() {
+  return 6 * kTile * (HD + kPad) * 2;  // Q, dO, then K and V in two stages
+}
+
+template <typename T, int HD>
+__global__ void __launch_bounds__(kThreads) flash_dq_kernel(BwdArgs a) {
+  constexpr int LD = HD + kPad;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);  // (kTile, LD)
+  T* sG = sQ + kTile * LD;                 // (kTile, LD) grad_out
+  T* sK = sG + kTile * LD;                 // (2, kTile, LD)
+  T* sV = sK + 2 * kTile * LD;             // (2, kTile, LD)
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t b = blockIdx.z;
+  const AttnShape& s = a.s;
+
+  QueryTile qt;
+  KeyPlan kp;
+  const int64_t unit = blockIdx.x % a.units, tile = blockIdx.x / a.units;
+  query_tile_of(s, a.m, kTile, a.tiles_per_unit, tile, unit, b, qt, kp);
+  const int64_t kv_head = qt.packed ? unit : qt.head / (s.Hq / s.Hkv);
+  const T* kbase = static_cast<const T*>(a.k.data) + b * a.k.sb + kv_head * a.k.sh;
+  const T* vbase = static_cast<const T*>(a.v.data) + b * a.v.sb + kv_head * a.v.sh;
+  const int64_t ntiles = kp.total_tiles();
+
+  auto load_kv = [&](int64_t t, int stage) {
+    int64_t j0, jend;
+    kp.tile(t, j0, jend);
+    load_kv_tile_async<T, HD>(sK + stage * kTile * LD, sV + stage * kTile * LD, a.k, a.v, kbase,
+                              vbase, j0, jend);
+  };
+  load_rows_async<T, kTile, HD>(sQ, a.q.data, [&](int r) -> const T* {
+    int64_t h = 0, i = 0;
+    return qt.row(r, h, i) ? query_row<T>(a.q, b, h, i) : nullptr;
+  });
+  load_rows_async<T, kTile, HD>(sG, a.g.data, [&](int r) -> const T* {
+    int64_t h = 0, i = 0;
+    return qt.row(r, h, i) ? query_row<T>(a.g, b, h, i) : nullptr;
+  });
+  if (ntiles > 0) load_kv(0, 0);
+  cp_async_commit();
+  cp_async_wait_all();
+  __syncthreads();
+
+  int64_t h0 = 0, i0 = 0, h1 = 0, i1 = 0;
+  const int r0 = warp * 16 + lane / 4;
+  const bool ok0 = qt.row(r0, h0, i0), ok1 = qt.row(r0 + 8, h1, i1);
+  int64_t hw, iw;
+  const bool warp_active = qt.row(warp * 16, hw, iw);
+  const bool causal = a.m.kind == AttnMaskKind::causal;
+  const int64_t diag = s.Sk - s.Sq;
+  const int64_t row0 = (b * s.Hq + h0) * s.Sq + i0, row1 = (b * s.Hq + h1) * s.Sq + i1;
+  const float L0 = ok0 ? lse_log2(a.lse, row0) : INFINITY;
+  const float L1 = ok1 ? lse_log2(a.lse, row1) : INFINITY;
+  const float D0 = ok0 ? a.delta[row0] : 0.f, D1 = ok1 ? a.delta[row1] : 0.f;
+
+  uint32_t qf[HD / 16][4];
+#pragma unroll
+  for (int ks = 0; ks < HD / 16; ++ks) {
+    ldsm_x4(qf[ks], smem_addr(sQ + (warp * 16 + lane % 16) * LD + ks * 16 + (lane / 16) * 8));
+  }
+  float dq[HD / 8][4];
+#pragma unroll
+  for (int n = 0; n < HD / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.f;
+
+  for (int64_t t = 0; t < ntiles; ++t) {
+    const int stage = t & 1;
+    if (t + 1 < ntiles) load_kv(t + 1, stage ^ 1);
+    cp_async_commit();
+    int64_t j0, jend;
+    kp.tile(t, j0, jend);
+    if (warp_active) {
+      const T* tK = sK + stage * kTile * LD;
+      const T* tV = sV + stage * kTile * LD;
+      float p[kTile / 8][4], dp[kTile / 8][4];
+#pragma unroll
+      for (int n = 0; n < kTile / 8; ++n) {
+        p[n][0] = p[n][1] = p[n][2] = p[n][3] = 0.f;
+        dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.f;
+      }
+#pragma unroll
+      for (int ks = 0; ks < HD / 16; ++ks) {
+        uint32_t ga[4];
+        ldsm_x4(ga, smem_addr(sG + (warp * 16 + lane % 16) * LD + ks * 16 + (lane / 16) * 8));
+#pragma unroll
+        for (int np = 0; np < kTile / 16; ++np) {
+          const int off = (np * 16 + lane % 8 + (lane / 16) * 8) * LD + ks * 16 +
+                          ((lane / 8) % 2) * 8;
+          uint32_t kb[4], vb[4];
+          ldsm_x4(kb, smem_addr(tK + off));
+          ldsm_x4(vb, smem_addr(tV + off));
+          mma<T>(p[2 * np], qf[ks], kb[0], kb[1]);
+          mma<T>(p[2 * np + 1], qf[ks], kb[2], kb[3]);
+          mma<T>(dp[2 * np], ga, vb[0], vb[1]);
+          mma<T>(dp[2 * np + 1], ga, vb[2], vb[3]);
+        }
+      }
+      // p = exp(scale s - lse) where visible; ds = p (dp - delta), kept in p.
+#pragma unroll
+      for (int n = 0; n < kTile / 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int64_t j = j0 + n * 8 + (lane % 4) * 2 + (e & 1);
+          const int64_t i = e < 2 ? i0 : i1;
+          const bool vis = j < jend && !(causal && j > i + diag);
+          const float pe = vis ? exp2f(p[n][e] * a.scale_log2 - (e < 2 ? L0 : L1)) : 0.f;
+          p[n][e] = pe * (dp[n][e] - (e < 2 ? D0 : D1));
+        }
+      }
+#pragma unroll
+      for (int kk = 0; kk < kTile / 16; ++kk) {
+        const uint32_t da[4] = {pack2<T>(p[2 * kk][0], p[2 * kk][1]),
+                                pack2<T>(p[2 * kk][2], p[2 * kk][3]),
+                                pack2<T>(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                                pack2<T>(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+#pragma unroll
+        for (int dd = 0; dd < HD / 16; ++dd) {
+          uint32_t kb[4];
+          ldsm_x4_trans(kb, smem_addr(tK + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * LD +
+                                      dd * 16 + (lane / 16) * 8));
+          mma<T>(dq[2 * dd], da, kb[0], kb[1]);
+          mma<T>(dq[2 * dd + 1], da, kb[2], kb[3]);
+        }
+      }
+    }
+    cp_async_wait_all();
+    __syncthreads();
+  }
+
+  T* out = static_cast<T*>(a.dq);
+  const int col = (lane % 4) * 2;
+  if (ok0) {
+    T* dst = out + row0 * HD + col;
+#pragma unroll
+    for (int n = 0; n < HD / 8; ++n) {
+      *reinterpret_cast<uint32_t*>(dst + n * 8) = pack2<T>(dq[n][0] * a.scale, dq[n][1] * a.scale);
+    }
+  }
+  if (ok1) {
+    T* dst = out + row1 * HD + col;
+#pragma unroll
+    for (int n = 0; n < HD / 8; ++n) {
+      *reinterpret_cast<uint32_t*>(dst + n * 8) = pack2<T>(dq[n][2] * a.scale, dq[n][3] * a.scale);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// launchers
+
+template <typename T, int HD>
+void launch_dq_typed(const BwdArgs& a, cudaStream_t stream) {
+  const AttnShape& s = a.s;
+  const QueryGrid g = query_grid(s, a.m, kTile);
+  CG_CHECK(g.x_tiles * g.units < (int64_t{1} << 31) && s.B < 65536,
+           "scaled_dot_product_attention: too many tiles for one launch on cuda");
+  constexpr int smem = dq_smem_bytes<HD>();
+  CG_CUDA_CHECK(cudaFuncSetAttribute(flash_dq_kernel<T, HD>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  BwdArgs args = a;
+  args.tiles_per_unit = g.tiles_per_unit;
+  args.units = g.units;
+  const dim3 grid(static_cast<unsigned>(g.x_tiles * g.units), 1, static_cast<unsigned>(s.B));
+  flash_dq_kernel<T, HD><<<grid, kThreads, smem, stream>>>(args);
+  CG_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void launch_flash_dq(DType dtype, const BwdArgs& a, cudaStream_t stream) {
+  dispatch_flash(dtype, a.s.hd,
+                 [&]<typename T, int HD>() { launch_dq_typed<T, HD>(a, stream); });
+}
+
+}  // namespace flash
+
+void launch_flash_attention_backward(DType dtype, const AttnShape& s, AttnOperand q, AttnOperand k,
+                                     AttnOperand v, AttnOperand grad_out, const float* lse,
+                                     const float* delta, const AttnMaskArgs& m, double scale,
+                                     void* dq, void* dk, void* dv, cudaStream_t stream) {
+  CG_CHECK(flash_attention_supports(dtype, s.hd, m.kind),
+           "flash attention backward on cuda takes bf16/f16, head_dim 64 or 128 and masks none, "
+           "causal or dflash_blocks; got ", dtype_name(dtype), ", head_dim ", s.hd);
+  const flash::BwdArgs a{s, q, k, v, grad_out, lse, delta, dq, dk, dv, m,
+                         static_cast<float>(scale), static_cast<float>(scale) * flash::kLog2e, 0,
+                         0};
+  if (dq != nullptr) flash::launch_flash_dq(dtype, a, stream);
+  if (dk != nullptr || dv != nullptr) flash::launch_flash_dkdv(dtype, a, stream);
+}
+
+}  // namespace cg::cuda

@@ -1,0 +1,34 @@
+// Why this file exists: what the two passes of the flash attention backward share -- their
+// argument block and their launchers -- so that the dq pass (attention_flash_backward.cu,
+// which also holds the public launcher) and the dk/dv pass (attention_flash_dkdv.cu) live
+// in files of their own.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "core/dtype.h"
+#include "cuda/attention_kernels.h"
+
+namespace cg::cuda::flash {
+
+struct BwdArgs {
+  AttnShape s;
+  AttnOperand q, k, v, g;  // g = grad_out
+  const float* lse;        // (B, Hq, Sq)
+  const float* delta;      // (B, Hq, Sq)
+  void* dq;                // (B, Hq, Sq, hd) contiguous
+  void* dk;                // (B, Hkv, Sk, hd) contiguous, or null
+  void* dv;                // (B, Hkv, Sk, hd) contiguous, or null
+  AttnMaskArgs m;
+  float scale, scale_log2;
+  int64_t tiles_per_unit, units;
+};
+
+// dq pass (a.dq set): launches on `stream`. dtype bf16 or f16, hd 64 or 128.
+void launch_flash_dq(DType dtype, const BwdArgs& a, cudaStream_t stream);
+// dk/dv pass (a.dk or a.dv set).
+void launch_flash_dkdv(DType dtype, const BwdArgs& a, cudaStream_t stream);
+
+}  // namespace cg::cuda::flash

@@ -1,0 +1,264 @@
+// Why this file exists: the pieces the flash attention kernels (forward in
+// cuda/attention_flash_forward.cu, backward in cuda/attention_flash_backward.cu) share:
+// tensor-core helpers (ldmatrix, mma.sync m16n8k16, cp.async in inline PTX, sm_80+) and
+// the tiling of queries and keys under a mask.
+//
+// Note [Flash tiles]: a CTA of 4 warps owns a tile of query rows -- 128 in the forward
+// (2 m16 slices per warp), 64 in the dq pass -- or of 64 keys (dk/dv, 16 per warp); key
+// tiles (forward, dq) are 64 keys.
+//   - none / causal: a query tile is consecutive rows of one head. Causal tiles stop at
+//     the key tile holding the last row's diagonal; only tiles that cross a diagonal or a
+//     range end are masked element by element.
+//   - dflash_blocks: every query row of block b -- in every query head that shares a kv
+//     head (GQA) -- sees the same keys: [0, anchor_b) and block b's own keys. So a query
+//     tile packs "virtual rows" v = head_in_group * block_size + row_in_block of one block
+//     and one kv head (group * block_size of them, e.g. 5 * 24 = 120: one forward tile,
+//     two dq tiles). The tile then visits exactly its block's two key ranges, starting
+//     each range at its first key (not at a multiple of 64): work is proportional to the
+//     keys the block sees, and K/V tiles are shared by the whole head group.
+//   - dk/dv (backward): a CTA owns 64 keys of one kv head and walks the query tiles that
+//     see them: causal rows from the key's diagonal on; for a DFlash context key tile, the
+//     blocks whose anchor is past its first key; for a block's own keys, that block.
+// Rows past the end of a tile are zero-filled (cp.async with src-size 0) and never stored.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/attention_common.cuh"
+#include "cuda/attention_kernels.h"
+
+namespace cg::cuda::flash {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kTile = 64;  // query rows (forward, dq) or keys (dk/dv) per CTA
+constexpr int kPad = 8;    // elements of padding per smem row: ldmatrix without bank conflicts
+constexpr float kLog2e = 1.4426950408889634f;
+
+__device__ inline uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Four 8x8 b16 matrices; lanes 8m..8m+7 give the row addresses of matrix m.
+__device__ inline void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ inline void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// c (16x8 f32) += a (16x16, row) * b (16x8, col).
+template <typename T>
+__device__ inline void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Two floats as two packed 16-bit values, lo in the low half (the lower column).
+template <typename T>
+__device__ inline uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  } else {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+}
+
+// Value `hi ? high : low` of two packed 16-bit values, as float.
+template <typename T>
+__device__ inline float unpack(uint32_t packed, int hi) {
+  const uint16_t bits = static_cast<uint16_t>(hi ? packed >> 16 : packed & 0xffffu);
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __uint_as_float(static_cast<uint32_t>(bits) << 16);
+  } else {
+    return __half2float(__ushort_as_half(bits));
+  }
+}
+
+// 16 bytes global -> shared, or 16 zero bytes when !valid (src is then not read).
+__device__ inline void cp_async16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+// 4 bytes global -> shared, or 4 zero bytes when !valid.
+__device__ inline void cp_async4(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 4 : 0));
+}
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ inline void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+// Copies R rows of HD elements into smem [R][HD + kPad]; row_of(r) gives a row's global
+// address, or nullptr for a row past the tile's end (zero-filled).
+template <typename T, int R, int HD, typename RowOf>
+__device__ inline void load_rows_async(T* smem, const void* any_valid, RowOf row_of) {
+  constexpr int kChunks = HD / 8;  // 16-byte chunks per row
+  for (int c = threadIdx.x; c < R * kChunks; c += kThreads) {
+    const int r = c / kChunks, x = c % kChunks;
+    const T* src = row_of(r);
+    cp_async16(smem_addr(smem + r * (HD + kPad) + x * 8),
+               src != nullptr ? static_cast<const void*>(src + x * 8) : any_valid, src != nullptr);
+  }
+}
+
+// Rows [j0, j0 + kTile) of one head's K and V (rows past jend zero-filled) into
+// smem (kTile, HD + kPad) each: the key tiles of the forward and the dq pass.
+template <typename T, int HD>
+__device__ inline void load_kv_tile_async(T* sK, T* sV, const AttnOperand& k, const AttnOperand& v,
+                                          const T* kbase, const T* vbase, int64_t j0,
+                                          int64_t jend) {
+  load_rows_async<T, kTile, HD>(sK, k.data, [&](int r) -> const T* {
+    return j0 + r < jend ? kbase + (j0 + r) * k.ss : nullptr;
+  });
+  load_rows_async<T, kTile, HD>(sV, v.data, [&](int r) -> const T* {
+    return j0 + r < jend ? vbase + (j0 + r) * v.ss : nullptr;
+  });
+}
+
+// Query row (b, h, i) of operand x.
+template <typename T>
+__device__ inline const T* query_row(const AttnOperand& x, int64_t b, int64_t h, int64_t i) {
+  return static_cast<const T*>(x.data) + b * x.sb + h * x.sh + i * x.ss;
+}
+
+// Which (head, query row) row r of a query tile is (Note [Flash tiles]).
+struct QueryTile {
+  bool packed = false;  // dflash: virtual rows of one block across a head group
+  int64_t head = 0;     // standard: the head; packed: the group's first head
+  int64_t first = 0;    // standard: first query row; packed: first virtual row
+  int64_t block_row = 0;  // packed: the block's first query row
+  int64_t limit = 0;    // standard: Sq; packed: group * block_size
+  int64_t block_size = 1;
+
+  __device__ bool row(int r, int64_t& h, int64_t& i) const {
+    const int64_t x = first + r;
+    if (x >= limit) return false;
+    if (!packed) {
+      h = head;
+      i = x;
+    } else {
+      h = head + x / block_size;
+      i = block_row + x % block_size;
+    }
+    return true;
+  }
+};
+
+// Up to two key ranges a tile visits, in key tiles of kTile starting at each begin.
+struct KeyPlan {
+  int64_t begin[2] = {0, 0}, end[2] = {0, 0};
+  int count = 0;
+  __device__ int64_t tiles(int r) const { return (end[r] - begin[r] + kTile - 1) / kTile; }
+  __device__ int64_t total_tiles() const {
+    int64_t n = 0;
+    for (int r = 0; r < count; ++r) n += tiles(r);
+    return n;
+  }
+  // Key tile t of the plan: its first key and the end of its range.
+  __device__ void tile(int64_t t, int64_t& j0, int64_t& jend) const {
+    const int64_t n0 = count > 0 ? tiles(0) : 0;
+    const int r = t < n0 ? 0 : 1;
+    j0 = begin[r] + (t - (r == 0 ? 0 : n0)) * kTile;
+    jend = end[r];
+  }
+};
+
+// Grid (x_tiles * units, 1, B) for the query-side kernels (forward, dq); blockIdx.x =
+// tile * units + unit, so every head's tile t is launched before any head's tile t + 1.
+struct QueryGrid {
+  int64_t tiles_per_unit = 0;  // standard: per head; packed: per block
+  int64_t x_tiles = 0;         // tiles per unit
+  int64_t units = 0;           // Hq (standard) or Hkv (packed)
+};
+
+// rows: query rows per tile (a multiple of 16 * kWarps).
+inline QueryGrid query_grid(const AttnShape& s, const AttnMaskArgs& m, int64_t rows_per_tile) {
+  QueryGrid g;
+  if (m.kind == AttnMaskKind::dflash) {
+    const int64_t rows = (s.Hq / s.Hkv) * m.block_size;
+    g.tiles_per_unit = (rows + rows_per_tile - 1) / rows_per_tile;
+    g.x_tiles = g.tiles_per_unit * m.num_blocks;
+    g.units = s.Hkv;
+  } else {
+    g.tiles_per_unit = (s.Sq + rows_per_tile - 1) / rows_per_tile;
+    g.x_tiles = g.tiles_per_unit;
+    g.units = s.Hq;
+  }
+  return g;
+}
+
+// The query tile of CTA (x, unit, b) and the key ranges its rows may see.
+__device__ inline void query_tile_of(const AttnShape& s, const AttnMaskArgs& m,
+                                     int64_t rows_per_tile, int64_t tiles_per_unit, int64_t x,
+                                     int64_t unit, int64_t b, QueryTile& qt, KeyPlan& kp) {
+  if (m.kind == AttnMaskKind::dflash) {
+    const int64_t group = s.Hq / s.Hkv;
+    const int64_t block = x / tiles_per_unit;
+    qt.packed = true;
+    qt.head = unit * group;
+    qt.first = (x % tiles_per_unit) * rows_per_tile;
+    qt.block_row = block * m.block_size;
+    qt.limit = group * m.block_size;
+    qt.block_size = m.block_size;
+    const int64_t anchor = attn::dflash_anchor(m, b, block);
+    if (anchor >= 0) {
+      if (anchor > 0) {
+        kp.begin[kp.count] = 0;
+        kp.end[kp.count++] = anchor;
+      }
+      kp.begin[kp.count] = m.context_len + block * m.block_size;
+      kp.end[kp.count++] = m.context_len + (block + 1) * m.block_size;
+    }
+    return;
+  }
+  // Causal: later query tiles see more keys; launch them first (x = 0 is the last tile).
+  const int64_t t = m.kind == AttnMaskKind::causal ? tiles_per_unit - 1 - x : x;
+  qt.head = unit;
+  qt.first = t * rows_per_tile;
+  qt.limit = s.Sq;
+  int64_t end = s.Sk;
+  if (m.kind == AttnMaskKind::causal) {
+    const int64_t last = min(s.Sq, qt.first + rows_per_tile) - 1;
+    end = min(s.Sk, last + (s.Sk - s.Sq) + 1);
+  }
+  if (end > 0) {
+    kp.begin[0] = 0;
+    kp.end[0] = end;
+    kp.count = 1;
+  }
+}
+
+// Calls f.template operator()<T, HD>() for a flash dtype (bf16, f16) and head dim (64, 128).
+template <typename F>
+void dispatch_flash(DType dtype, int64_t hd, F&& f) {
+  if (dtype == DType::bf16) {
+    if (hd == 64) f.template operator()<__nv_bfloat16, 64>();
+    else f.template operator()<__nv_bfloat16, 128>();
+  } else {
+    if (hd == 64) f.template operator()<__half, 64>();
+    else f.template operator()<__half, 128>();
+  }
+}
+
+}  // namespace cg::cuda::flash

@@ -1,0 +1,329 @@
+// Why this file exists: the dk/dv pass of the flash attention backward (the overview is
+// in attention_flash_backward.cu): a CTA per 64 keys of one kv head walks every query tile
+// that sees them (Note [Flash tiles]), across the query heads of its GQA group, so each
+// dk/dv row is written once, without atomics: S^T = K Q^T, P^T = exp(S^T scale - lse),
+// dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/error.h"
+#include "cuda/attention_flash_backward.cuh"
+#include "cuda/attention_flash_common.cuh"
+#include "cuda/attention_kernels.h"
+#include "cuda/cuda_check.h"
+
+namespace cg::cuda::flash {
+
+namespace {
+
+// ---------------------------------------------------------------------------------------
+// dk/dv pass
+
+// The query tiles that see one key tile [j0, jend) of kv head hk (Note [Flash tiles]):
+// segments (a query head, or a DFlash block) of seg_tiles tiles of QT rows each.
+struct KeyTileWork {
+  int mode = 0;           // 0: none/causal; 1: a DFlash block's own keys; 2: DFlash context keys
+  int64_t j0 = 0, jend = 0;
+  int64_t nseg = 0, seg_tiles = 0;
+  int64_t block = 0;      // mode 1: the block
+  int64_t qlo = 0;        // mode 0: first query row that sees j0 (causal)
+};
+
+template <int QT>
+__device__ inline KeyTileWork key_tile_work(const AttnShape& s, const AttnMaskArgs& m,
+                                            int64_t x) {
+  KeyTileWork w;
+  const int64_t group = s.Hq / s.Hkv;
+  if (m.kind != AttnMaskKind::dflash) {
+    w.j0 = x * kTile;
+    w.jend = min(s.Sk, w.j0 + kTile);
+    w.nseg = group;
+    if (m.kind == AttnMaskKind::causal) w.qlo = min(s.Sq, max(int64_t{0}, w.j0 - (s.Sk - s.Sq)));
+    w.seg_tiles = (s.Sq - w.qlo + QT - 1) / QT;
+    return w;
+  }
+  const int64_t ctx_tiles = (m.context_len + kTile - 1) / kTile;
+  w.seg_tiles = (group * m.block_size + QT - 1) / QT;
+  if (x < ctx_tiles) {
+    w.mode = 2;
+    w.j0 = x * kTile;
+    w.jend = min(m.context_len, w.j0 + kTile);
+    w.nseg = m.num_blocks;
+  } else {
+    const int64_t per_block = (m.block_size + kTile - 1) / kTile;
+    const int64_t y = x - ctx_tiles;
+    w.mode = 1;
+    w.block = y / per_block;
+    w.j0 = m.context_len + w.block * m.block_size + (y % per_block) * kTile;
+    w.jend = min(m.context_len + (w.block + 1) * m.block_size, w.j0 + kTile);
+    w.nseg = 1;
+  }
+  return w;
+}
+
+// Whether segment seg of the work has any row that sees the key tile.
+__device__ inline bool segment_active(const KeyTileWork& w, const AttnMaskArgs& m, int64_t b,
+                                      int64_t seg) {
+  if (w.mode == 0) return w.seg_tiles > 0;
+  if (w.mode == 1) return attn::dflash_anchor(m, b, w.block) >= 0;
+  return attn::dflash_anchor(m, b, seg) > w.j0;
+}
+
+// Advances (seg, qt) to the next query tile of an active segment; false when none is left.
+__device__ inline bool next_query_tile(const KeyTileWork& w, const AttnMaskArgs& m, int64_t b,
+                                       int64_t& seg, int64_t& qt) {
+  ++qt;
+  if (seg >= 0 && qt < w.seg_tiles) return true;
+  qt = 0;
+  for (++seg; seg < w.nseg; ++seg) {
+    if (segment_active(w, m, b, seg)) return true;
+  }
+  return false;
+}
+
+template <int HD, int QT>
+constexpr int dkdv_smem_bytes() {
+  return (2 * kTile + 4 * QT) * (HD + kPad) * 2 + 4 * QT * 4;  // K, V; Q, dO x2; L, D x2
+}
+
+template <typename T, int HD, int QT>
+__global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
+  constexpr int LD = HD + kPad;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sK = reinterpret_cast<T*>(smem_raw);  // (kTile, LD)
+  T* sV = sK + kTile * LD;                 // (kTile, LD)
+  T* sQ = sV + kTile * LD;                 // (2, QT, LD)
+  T* sG = sQ + 2 * QT * LD;                // (2, QT, LD)
+  float* sL = reinterpret_cast<float*>(sG + 2 * QT * LD);  // (2, QT) lse
+  float* sD = sL + 2 * QT;                                  // (2, QT) delta
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // Every kv head's key tile t before any head's tile t + 1: the heavy tiles (causal's
+  // first keys, DFlash's first context keys) start first.
+  const AttnShape& s = a.s;
+  const int64_t b = blockIdx.z, hk = blockIdx.x % s.Hkv;
+  const AttnMaskArgs& m = a.m;
+  const int64_t group = s.Hq / s.Hkv;
+  const KeyTileWork w = key_tile_work<QT>(s, m, blockIdx.x / s.Hkv);
+  const T* kbase = static_cast<const T*>(a.k.data) + b * a.k.sb + hk * a.k.sh;
+  const T* vbase = static_cast<const T*>(a.v.data) + b * a.v.sb + hk * a.v.sh;
+
+  load_rows_async<T, kTile, HD>(sK, a.k.data, [&](int r) -> const T* {
+    return w.j0 + r < w.jend ? kbase + (w.j0 + r) * a.k.ss : nullptr;
+  });
+  load_rows_async<T, kTile, HD>(sV, a.v.data, [&](int r) -> const T* {
+    return w.j0 + r < w.jend ? vbase + (w.j0 + r) * a.v.ss : nullptr;
+  });
+
+  // Row r of query tile (seg, qt): its head and query row, false past the tile's end.
+  // Row r of query tile (seg, qt): its head and query row, false past the tile's end.
+  // (32-bit division: this runs for every row of every tile.)
+  const int bs32 = static_cast<int>(m.block_size), packed_rows = static_cast<int>(group) * bs32;
+  auto row_of = [&](int64_t seg, int64_t qt, int r, int64_t& h, int64_t& i) -> bool {
+    if (w.mode == 0) {
+      i = w.qlo + qt * QT + r;
+      h = hk * group + seg;
+      return i < s.Sq;
+    }
+    const int64_t blk = w.mode == 1 ? w.block : seg;
+    const int v = static_cast<int>(qt) * QT + r;
+    if (v >= packed_rows) return false;
+    const int hh = v / bs32;
+    h = hk * group + hh;
+    i = blk * m.block_size + (v - hh * bs32);
+    return true;
+  };
+  // Valid rows of query tile qt (a prefix of its QT rows).
+  auto rows_in = [&](int64_t qt) -> int {
+    const int64_t left = w.mode == 0 ? s.Sq - (w.qlo + qt * QT) : packed_rows - qt * QT;
+    return static_cast<int>(min(static_cast<int64_t>(QT), left));
+  };
+  // Q, dO rows (16-byte chunks), lse and delta of query tile (seg, qt) into `stage`; each
+  // thread maps its rows once for all four.
+  auto load_q_tile = [&](int64_t seg, int64_t qt, int stage) {
+    constexpr int kChunks = HD / 8, kRowsPerPass = kThreads / kChunks;
+    const int x = threadIdx.x % kChunks;
+    T* tq = sQ + stage * QT * LD;
+    T* tg = sG + stage * QT * LD;
+    for (int r = threadIdx.x / kChunks; r < QT; r += kRowsPerPass) {
+      int64_t h = 0, i = 0;
+      const bool ok = row_of(seg, qt, r, h, i);
+      const T* qsrc = static_cast<const T*>(a.q.data) +
+                      (ok ? b * a.q.sb + h * a.q.sh + i * a.q.ss + x * 8 : 0);
+      const T* gsrc = static_cast<const T*>(a.g.data) +
+                      (ok ? b * a.g.sb + h * a.g.sh + i * a.g.ss + x * 8 : 0);
+      cp_async16(smem_addr(tq + r * LD + x * 8), qsrc, ok);
+      cp_async16(smem_addr(tg + r * LD + x * 8), gsrc, ok);
+      if (x == 0) {
+        const int64_t row = ok ? (b * s.Hq + h) * s.Sq + i : 0;
+        cp_async4(smem_addr(sL + stage * QT + r), a.lse + row, ok);
+        cp_async4(smem_addr(sD + stage * QT + r), a.delta + row, ok);
+      }
+    }
+  };
+
+  int64_t seg = -1, qt = -1;
+  bool have = next_query_tile(w, m, b, seg, qt);
+  if (have) load_q_tile(seg, qt, 0);
+  cp_async_commit();
+  cp_async_wait_all();
+  __syncthreads();
+
+  const bool warp_active = w.j0 + warp * 16 < w.jend;
+  const bool causal = m.kind == AttnMaskKind::causal;
+  const int64_t diag = s.Sk - s.Sq;
+  const int64_t kj0 = w.j0 + warp * 16 + lane / 4;  // this thread's keys: kj0, kj0 + 8
+  float dk[HD / 8][4], dv[HD / 8][4];
+#pragma unroll
+  for (int n = 0; n < HD / 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.f;
+  }
+
+  int stage = 0;
+  while (have) {
+    const int64_t cseg = seg, cqt = qt;
+    have = next_query_tile(w, m, b, seg, qt);
+    if (have) load_q_tile(seg, qt, stage ^ 1);
+    cp_async_commit();
+    if (warp_active) {
+      const T* tQ = sQ + stage * QT * LD;
+      const T* tG = sG + stage * QT * LD;
+      const float* tL = sL + stage * QT;
+      const float* tD = sD + stage * QT;
+      // Keys this tile's rows may see: j < jend, causal j <= i + diag, context j < anchor.
+      const int64_t anchor = w.mode == 2 ? attn::dflash_anchor(m, b, cseg) : INT64_MAX;
+      const int64_t qrow0 = w.qlo + cqt * QT;  // mode 0: query row of tile row 0
+      const int nrows = rows_in(cqt);
+      // acc (16 keys x QT rows) = rows warp*16.. of sA (keys) times the tile's rows of tB.
+      auto key_by_row = [&](const T* sA, const T* tB, float (&acc)[QT / 8][4]) {
+#pragma unroll
+        for (int n = 0; n < QT / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+#pragma unroll
+        for (int ks = 0; ks < HD / 16; ++ks) {
+          uint32_t fa[4];
+          ldsm_x4(fa, smem_addr(sA + (warp * 16 + lane % 16) * LD + ks * 16 + (lane / 16) * 8));
+#pragma unroll
+          for (int np = 0; np < QT / 16; ++np) {
+            uint32_t fb[4];
+            ldsm_x4(fb, smem_addr(tB + (np * 16 + lane % 8 + (lane / 16) * 8) * LD + ks * 16 +
+                                  ((lane / 8) % 2) * 8));
+            mma<T>(acc[2 * np], fa, fb[0], fb[1]);
+            mma<T>(acc[2 * np + 1], fa, fb[2], fb[3]);
+          }
+        }
+      };
+      // out (16 keys x HD) += pk (16 keys x QT rows, packed A fragments) times tB (QT x HD).
+      auto accumulate = [&](const uint32_t (&pk)[QT / 16][4], const T* tB, float (&out)[HD / 8][4]) {
+#pragma unroll
+        for (int kk = 0; kk < QT / 16; ++kk) {
+#pragma unroll
+          for (int dd = 0; dd < HD / 16; ++dd) {
+            uint32_t fb[4];
+            ldsm_x4_trans(fb, smem_addr(tB + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * LD +
+                                        dd * 16 + (lane / 16) * 8));
+            mma<T>(out[2 * dd], pk[kk], fb[0], fb[1]);
+            mma<T>(out[2 * dd + 1], pk[kk], fb[2], fb[3]);
+          }
+        }
+      };
+      auto pack_fragments = [&](const float (&acc)[QT / 8][4], uint32_t (&pk)[QT / 16][4]) {
+#pragma unroll
+        for (int kk = 0; kk < QT / 16; ++kk) {
+          pk[kk][0] = pack2<T>(acc[2 * kk][0], acc[2 * kk][1]);
+          pk[kk][1] = pack2<T>(acc[2 * kk][2], acc[2 * kk][3]);
+          pk[kk][2] = pack2<T>(acc[2 * kk + 1][0], acc[2 * kk + 1][1]);
+          pk[kk][3] = pack2<T>(acc[2 * kk + 1][2], acc[2 * kk + 1][3]);
+        }
+      };
+      // One score-sized accumulator at a time (registers): S^T -> P^T -> dV, then
+      // dP^T -> dS^T = P^T (dP^T - delta) -> dK, with P^T kept as packed 16-bit values.
+      float acc[QT / 8][4];
+      uint32_t pk[QT / 16][4];
+      key_by_row(sK, tQ, acc);
+#pragma unroll
+      for (int n = 0; n < QT / 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int c = n * 8 + (lane % 4) * 2 + (e & 1);  // query row in the tile
+          const int64_t j = kj0 + (e < 2 ? 0 : 8);
+          const bool vis = c < nrows && j < w.jend && j < anchor &&
+                           !(causal && j > qrow0 + c + diag);
+          // (a visited row always sees a key, so its lse is finite)
+          acc[n][e] = vis ? exp2f(acc[n][e] * a.scale_log2 - tL[c] * kLog2e) : 0.f;
+        }
+      }
+      pack_fragments(acc, pk);
+      accumulate(pk, tG, dv);
+      key_by_row(sV, tG, acc);
+#pragma unroll
+      for (int n = 0; n < QT / 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int c = n * 8 + (lane % 4) * 2 + (e & 1);
+          const float pe = unpack<T>(pk[n / 2][(n % 2) * 2 + e / 2], e & 1);
+          acc[n][e] = pe * (acc[n][e] - tD[c]);
+        }
+      }
+      pack_fragments(acc, pk);
+      accumulate(pk, tQ, dk);
+    }
+    cp_async_wait_all();
+    __syncthreads();
+    stage ^= 1;
+  }
+
+  const int col = (lane % 4) * 2;
+  T* dkp = static_cast<T*>(a.dk);
+  T* dvp = static_cast<T*>(a.dv);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int64_t j = kj0 + half * 8;
+    if (j >= w.jend) continue;
+    const int64_t row = (b * s.Hkv + hk) * s.Sk + j;
+#pragma unroll
+    for (int n = 0; n < HD / 8; ++n) {
+      if (dkp != nullptr) {
+        *reinterpret_cast<uint32_t*>(dkp + row * HD + n * 8 + col) =
+            pack2<T>(dk[n][2 * half] * a.scale, dk[n][2 * half + 1] * a.scale);
+      }
+      if (dvp != nullptr) {
+        *reinterpret_cast<uint32_t*>(dvp + row * HD + n * 8 + col) =
+            pack2<T>(dv[n][2 * half], dv[n][2 * half + 1]);
+      }
+    }
+  }
+}
+
+template <typename T, int HD>
+void launch_dkdv_typed(const BwdArgs& a, cudaStream_t stream) {
+  const AttnShape& s = a.s;
+  constexpr int QT = 64;  // query rows per step
+  int64_t key_tiles;
+  if (a.m.kind == AttnMaskKind::dflash) {
+    key_tiles = (a.m.context_len + kTile - 1) / kTile +
+                a.m.num_blocks * ((a.m.block_size + kTile - 1) / kTile);
+  } else {
+    key_tiles = (s.Sk + kTile - 1) / kTile;
+  }
+  if (key_tiles == 0) return;
+  CG_CHECK(key_tiles * s.Hkv < (int64_t{1} << 31) && s.B < 65536,
+           "scaled_dot_product_attention: too many tiles for one launch on cuda");
+  constexpr int smem = dkdv_smem_bytes<HD, QT>();
+  CG_CUDA_CHECK(cudaFuncSetAttribute(flash_dkdv_kernel<T, HD, QT>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const dim3 grid(static_cast<unsigned>(key_tiles * s.Hkv), 1, static_cast<unsigned>(s.B));
+  flash_dkdv_kernel<T, HD, QT><<<grid, kThreads, smem, stream>>>(a);
+  CG_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void launch_flash_dkdv(DType dtype, const BwdArgs& a, cudaStream_t stream) {
+  dispatch_flash(dtype, a.s.hd,
+                 [&]<typename T, int HD>() { launch_dkdv_typed<T, HD>(a, stream); });
+}
+
+}  // namespace cg::cuda::flash

@@ -1,0 +1,82 @@
+// Why this file exists: the launchers of the CUDA attention kernels, in raw pointers and
+// sizes (cuda/cuda_attention.cpp turns tensors into these). Two families:
+//   - flash (cuda/attention_flash*.cu): tiled, tensor cores (mma.sync m16n8k16), online
+//     softmax, no [Sq, Sk] buffer; bf16/f16 with fp32 math, head_dim 64 or 128, masks
+//     none / causal / dflash_blocks. Each query tile visits only the key tiles its rows
+//     may see (Note [Flash tiles] in attention_flash_common.cuh).
+//   - rows (cuda/attention_rows.cu): one warp per query row (forward, dq) or key row (dk,
+//     dv); every dtype (f32, f64, bf16, f16), head_dim up to 256, every mask kind
+//     including dense. The slow, simple fallback (and the only path for dense masks).
+// All launch on the stream given and return without waiting.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "core/dtype.h"
+
+namespace cg::cuda {
+
+// [B, H, S, hd] operand with element strides for B, H and S; the hd stride is 1.
+struct AttnOperand {
+  const void* data = nullptr;
+  int64_t sb = 0, sh = 0, ss = 0;
+};
+
+struct AttnShape {
+  int64_t B = 0, Hq = 0, Hkv = 0, Sq = 0, Sk = 0, hd = 0;
+};
+
+enum class AttnMaskKind : int { none = 0, causal = 1, dflash = 2, dense = 3 };
+
+// The resolved mask (ops/attention_mask.h) in device-readable form.
+struct AttnMaskArgs {
+  AttnMaskKind kind = AttnMaskKind::none;
+  // dflash: block b of batch row bb sees context keys j < visible_context[bb * stride + b]
+  // and its own block's keys; -1 marks a padded block (sees nothing).
+  int64_t context_len = 0, block_size = 1, num_blocks = 0;
+  const int64_t* visible_context = nullptr;  // device memory
+  int64_t context_batch_stride = 0;
+  // dense: allowed[b * s0 + h * s1 + i * s2 + j * s3] (device memory).
+  const bool* allowed = nullptr;
+  int64_t allowed_strides[4] = {0, 0, 0, 0};
+};
+
+// dst[0, n) = host[0, n) on the stream, without a host synchronisation: the values travel
+// as kernel parameters (Note [Anchors as kernel parameters] in attention_rows.cu).
+void launch_upload_int64(int64_t* dst, const int64_t* host, int64_t n, cudaStream_t stream);
+
+// ---- rows: every dtype, every mask (slow fallback) ----
+
+// out [B, Hq, Sq, hd] (contiguous, q's dtype), lse [B, Hq, Sq] (f32, or f64 for f64).
+void launch_attention_rows_forward(DType dtype, const AttnShape& s, AttnOperand q, AttnOperand k,
+                                   AttnOperand v, void* out, void* lse, const AttnMaskArgs& m,
+                                   double scale, cudaStream_t stream);
+// delta [B, Hq, Sq] (lse's dtype) = rowsum(grad_out * out). Used by both families.
+void launch_attention_delta(DType dtype, const AttnShape& s, AttnOperand grad_out, AttnOperand out,
+                            void* delta, cudaStream_t stream);
+// dq [B, Hq, Sq, hd], dk / dv [B, Hkv, Sk, hd] (contiguous, q's dtype; null = not wanted).
+// lse and delta contiguous [B, Hq, Sq].
+void launch_attention_rows_backward(DType dtype, const AttnShape& s, AttnOperand q, AttnOperand k,
+                                    AttnOperand v, AttnOperand grad_out, const void* lse,
+                                    const void* delta, const AttnMaskArgs& m, double scale,
+                                    void* dq, void* dk, void* dv, cudaStream_t stream);
+// The largest head_dim the rows kernels take.
+constexpr int64_t kAttnRowsMaxHeadDim = 256;
+
+// ---- flash: bf16/f16, head_dim 64/128, masks none/causal/dflash ----
+
+bool flash_attention_supports(DType dtype, int64_t head_dim, AttnMaskKind kind);
+// Operands: hd stride 1, the other strides multiples of 8 elements, 16-byte aligned data.
+// out contiguous (q's dtype); lse f32 contiguous.
+void launch_flash_attention_forward(DType dtype, const AttnShape& s, AttnOperand q, AttnOperand k,
+                                    AttnOperand v, void* out, float* lse, const AttnMaskArgs& m,
+                                    double scale, cudaStream_t stream);
+// dq / dk / dv contiguous (null = not wanted); lse, delta f32 contiguous [B, Hq, Sq].
+void launch_flash_attention_backward(DType dtype, const AttnShape& s, AttnOperand q, AttnOperand k,
+                                     AttnOperand v, AttnOperand grad_out, const float* lse,
+                                     const float* delta, const AttnMaskArgs& m, double scale,
+                                     void* dq, void* dk, void* dv, cudaStream_t stream);
+
+}  // namespace cg::cuda

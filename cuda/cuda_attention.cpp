@@ -1,0 +1,199 @@
+// Why this file exists: tensors in, tensors out for the CUDA attention entries -- the
+// table's contracts (ops/kernels.h) on top of the raw-pointer launchers of
+// cuda/attention_kernels.h. It picks the path (Note [Which attention path runs on cuda]
+// in cuda_attention.h), makes a contiguous copy only of an operand the kernels cannot
+// read in place (a non-unit stride in hd; for flash also strides not multiples of 8 or
+// data not 16-byte aligned), allocates results and scratch through the caching
+// allocator, copies the DFlash anchors (N integers) to the device (as kernel parameters:
+// Note [Anchors as kernel parameters], attention_rows.cu) and launches on the device's one
+// compute stream, without waiting for it.
+#include "cuda/cuda_attention.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/views.h"
+#include "cuda/attention_kernels.h"
+#include "cuda/compute_stream.h"
+#include "cuda/cuda_check.h"
+
+namespace cg::cuda {
+
+namespace {
+
+constexpr const char* kOp = "scaled_dot_product_attention";
+
+AttnMaskKind kind_of(AttentionMask::Kind k) {
+  switch (k) {
+    case AttentionMask::Kind::none: return AttnMaskKind::none;
+    case AttentionMask::Kind::causal: return AttnMaskKind::causal;
+    case AttentionMask::Kind::dflash_blocks: return AttnMaskKind::dflash;
+    case AttentionMask::Kind::dense: return AttnMaskKind::dense;
+  }
+  return AttnMaskKind::none;
+}
+
+bool use_flash(DType dtype, int64_t hd, const ResolvedAttentionMask& mask, double scale) {
+  // The flash kernels take the row max of unscaled scores: a positive scale keeps it the max.
+  return flash_attention_supports(dtype, hd, kind_of(mask.kind)) && scale > 0.0;
+}
+
+bool pick_flash(AttentionPath path, DType dtype, int64_t hd, const ResolvedAttentionMask& mask,
+                double scale) {
+  if (path == AttentionPath::rows) return false;
+  const bool fits = use_flash(dtype, hd, mask, scale);
+  CG_CHECK(fits || path != AttentionPath::flash, kOp, ": the flash path on cuda takes bf16/f16, "
+           "head_dim 64 or 128, masks none/causal/dflash_blocks and scale > 0; got ",
+           dtype_name(dtype), ", head_dim ", hd, ", mask kind ", static_cast<int>(mask.kind));
+  return fits;
+}
+
+void check_supported(const Tensor& q, const char* what) {
+  CG_CHECK(q.device().is_cuda(), kOp, ": cuda attention got ", what, " on ", q.device().str());
+  const DType dt = q.dtype();
+  CG_CHECK(dt == DType::f32 || dt == DType::f64 || dt == DType::f16 || dt == DType::bf16, kOp,
+           ": dtype ", dtype_name(dt), " is not supported on cuda (f32, f64, f16, bf16)");
+  CG_CHECK(q.shape()[3] <= kAttnRowsMaxHeadDim, kOp, ": head_dim ", q.shape()[3],
+           " is not supported on cuda (at most ", kAttnRowsMaxHeadDim,
+           "; the flash path takes 64 and 128); run it on the CPU");
+}
+
+// t itself when the kernels can read it in place, else a fresh contiguous copy.
+Tensor readable(const Tensor& t, bool flash) {
+  bool ok = t.shape()[3] <= 1 || t.stride(3) == 1;
+  if (flash) {
+    for (int d = 0; d < 3; ++d) ok = ok && (t.shape()[d] == 1 || t.stride(d) % 8 == 0);
+    ok = ok && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+  }
+  return ok ? t : raw::clone(t);
+}
+
+AttnOperand operand(const Tensor& t) {
+  AttnOperand o;
+  o.data = t.data_ptr();
+  o.sb = t.shape()[0] == 1 ? 0 : t.stride(0);
+  o.sh = t.shape()[1] == 1 ? 0 : t.stride(1);
+  o.ss = t.shape()[2] == 1 ? 0 : t.stride(2);
+  return o;
+}
+
+AttnShape shape_of(const Tensor& q, const Tensor& k) {
+  return AttnShape{q.shape()[0], q.shape()[1], k.shape()[1], q.shape()[2], k.shape()[2],
+                   q.shape()[3]};
+}
+
+// The mask in device-readable form; `anchors` keeps the device copy of the DFlash anchors
+// alive until the launches are queued (the allocator orders its reuse on the stream).
+AttnMaskArgs mask_args(const ResolvedAttentionMask& m, Device device, cudaStream_t stream,
+                       Tensor& anchors) {
+  AttnMaskArgs a;
+  a.kind = kind_of(m.kind);
+  if (m.kind == AttentionMask::Kind::dflash_blocks) {
+    a.context_len = m.context_len;
+    a.block_size = m.block_size;
+    a.num_blocks = m.num_blocks;
+    a.context_batch_stride = m.context_batch_stride;
+    const int64_t n = static_cast<int64_t>(m.visible_context.size());
+    if (n > 0) {
+      anchors = raw::empty({n}, DType::i64, device);
+      launch_upload_int64(anchors.data<int64_t>(), m.visible_context.data(), n, stream);
+      a.visible_context = static_cast<const int64_t*>(anchors.data_ptr());
+    }
+  } else if (m.kind == AttentionMask::Kind::dense) {
+    a.allowed = static_cast<const bool*>(m.allowed.data_ptr());
+    for (int d = 0; d < 4; ++d) a.allowed_strides[d] = m.allowed_strides[d];
+  }
+  return a;
+}
+
+cudaStream_t enter(const Tensor& q) {
+  const int index = q.device().index;
+  CG_CUDA_CHECK(cudaSetDevice(index));
+  return compute_stream(index);
+}
+
+}  // namespace
+
+const char* cuda_attention_path(DType dtype, int64_t head_dim, const ResolvedAttentionMask& mask,
+                                double scale) {
+  return use_flash(dtype, head_dim, mask, scale) ? "flash" : "rows";
+}
+
+AttentionForward cuda_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const ResolvedAttentionMask& mask, double scale,
+                                        AttentionPath path) {
+  check_supported(q, "q");
+  const AttnShape s = shape_of(q, k);
+  const DType cd = compute_dtype_of(q.dtype());
+  AttentionForward result;
+  result.out = raw::empty({s.B, s.Hq, s.Sq, s.hd}, q.dtype(), q.device());
+  result.lse = raw::empty({s.B, s.Hq, s.Sq}, cd, q.device());
+  if (s.B * s.Hq * s.Sq == 0) return result;
+  if (s.Sk == 0) {  // no keys: every row sees nothing
+    raw::fill_(result.out, 0.0);
+    raw::fill_(result.lse, -INFINITY);
+    return result;
+  }
+  const cudaStream_t stream = enter(q);
+  const bool flash = pick_flash(path, q.dtype(), s.hd, mask, scale);
+  const Tensor qr = readable(q, flash), kr = readable(k, flash), vr = readable(v, flash);
+  Tensor anchors;
+  const AttnMaskArgs m = mask_args(mask, q.device(), stream, anchors);
+  if (flash) {
+    launch_flash_attention_forward(q.dtype(), s, operand(qr), operand(kr), operand(vr),
+                                   result.out.data_ptr(), result.lse.data<float>(), m, scale,
+                                   stream);
+  } else {
+    launch_attention_rows_forward(q.dtype(), s, operand(qr), operand(kr), operand(vr),
+                                  result.out.data_ptr(), result.lse.data_ptr(), m, scale, stream);
+  }
+  return result;
+}
+
+AttentionGrads cuda_attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
+                                       const Tensor& v, const Tensor& out, const Tensor& lse,
+                                       const ResolvedAttentionMask& mask, double scale,
+                                       bool need_dq, bool need_dk, bool need_dv,
+                                       AttentionPath path) {
+  check_supported(q, "q");
+  const AttnShape s = shape_of(q, k);
+  const DType cd = compute_dtype_of(q.dtype());
+  AttentionGrads grads;
+  if (need_dq) grads.dq = raw::empty(q.shape(), q.dtype(), q.device());
+  if (need_dk) grads.dk = raw::empty(k.shape(), k.dtype(), k.device());
+  if (need_dv) grads.dv = raw::empty(v.shape(), v.dtype(), v.device());
+  if (!need_dq && !need_dk && !need_dv) return grads;
+  if (s.B * s.Hq * s.Sq == 0 || s.Sk == 0 || s.hd == 0) {  // nothing attends: all zero
+    for (const Tensor* t : {&grads.dq, &grads.dk, &grads.dv}) {
+      if (t->defined()) raw::fill_(*t, 0.0);
+    }
+    return grads;
+  }
+  const cudaStream_t stream = enter(q);
+  const bool flash = pick_flash(path, q.dtype(), s.hd, mask, scale);
+  const Tensor qr = readable(q, flash), kr = readable(k, flash), vr = readable(v, flash);
+  const Tensor gr = readable(grad_out, flash), orr = readable(out, false);
+  const Tensor lr = raw::contiguous(raw::to_dtype(lse, cd));
+  Tensor anchors;
+  const AttnMaskArgs m = mask_args(mask, q.device(), stream, anchors);
+  // delta = rowsum(dO * O), [B, Hq, Sq] in the compute dtype: both paths read it.
+  const Tensor delta = raw::empty({s.B, s.Hq, s.Sq}, cd, q.device());
+  launch_attention_delta(q.dtype(), s, operand(gr), operand(orr), delta.data_ptr(), stream);
+  void* dq = need_dq ? grads.dq.data_ptr() : nullptr;
+  void* dk = need_dk ? grads.dk.data_ptr() : nullptr;
+  void* dv = need_dv ? grads.dv.data_ptr() : nullptr;
+  if (flash) {
+    launch_flash_attention_backward(q.dtype(), s, operand(qr), operand(kr), operand(vr),
+                                    operand(gr), lr.data<float>(), delta.data<float>(), m, scale,
+                                    dq, dk, dv, stream);
+  } else {
+    launch_attention_rows_backward(q.dtype(), s, operand(qr), operand(kr), operand(vr),
+                                   operand(gr), lr.data_ptr(), delta.data_ptr(), m, scale, dq, dk,
+                                   dv, stream);
+  }
+  return grads;
+}
+
+}  // namespace cg::cuda

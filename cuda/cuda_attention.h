@@ -1,0 +1,51 @@
+// Why this file exists: the CUDA implementations of the kernel table's two attention
+// entries (DeviceKernels::attention_forward / attention_backward in ops/kernels.h), as
+// free functions with exactly those contracts, so cuda/cuda_kernels.cpp's overrides are
+// one line each and tests and benchmarks can call them (and pick a path) directly.
+//
+// Note [Which attention path runs on cuda]:
+//   - flash (tensor cores, cuda/attention_flash_*.cu): bf16 or f16, head_dim 64 or 128,
+//     masks none / causal / dflash_blocks, scale > 0. Work proportional to the keys each
+//     query may see; nothing [Sq, Sk] in memory.
+//   - rows (cuda/attention_rows.cu): everything else -- f32, f64, dense boolean masks,
+//     other head dims up to 256. Correct but slow (no tensor cores): a warp per row.
+//   - head_dim above 256 throws "... not supported on cuda ..." (move the tensors to the
+//     CPU for those).
+// cuda_attention_path() says which one a call takes.
+//
+// Note [Attention speed on the H200] (bash bench/run_attention_bench.sh, bf16, hd 128, GQA
+// 40/8, fwd + bwd, ms; 2026-11-30):
+//   causal, 4096 tokens:                 flash 4.21   torch SDPA 1.33 (cuDNN/FA3-class)
+//   DFlash, 1024 blocks x 24, 4096 ctx:  flash 29.3   torch flex_attention 35.2
+// (flash split: causal fwd 0.82, dq 1.45, dk/dv 1.99; DFlash fwd 5.4, dq 9.6, dk/dv 14.7.)
+// So the block rule is faster here than FlexAttention, while the causal target runs at
+// about a third of PyTorch's fused SDPA: mma.sync kernels without wgmma/TMA; cuDNN's
+// fused SDPA through the backend graph API is the way to close that gap (not done).
+#pragma once
+
+#include "core/tensor.h"
+#include "ops/attention_mask.h"
+#include "ops/kernels.h"
+
+namespace cg::cuda {
+
+enum class AttentionPath { automatic, flash, rows };
+
+// "flash" or "rows": the path an automatic call with these arguments takes.
+const char* cuda_attention_path(DType dtype, int64_t head_dim, const ResolvedAttentionMask& mask,
+                                double scale);
+
+// DeviceKernels::attention_forward on a CUDA device. `path` forces a path (tests); flash
+// throws when the arguments don't fit it.
+AttentionForward cuda_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const ResolvedAttentionMask& mask, double scale,
+                                        AttentionPath path = AttentionPath::automatic);
+
+// DeviceKernels::attention_backward on a CUDA device.
+AttentionGrads cuda_attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
+                                       const Tensor& v, const Tensor& out, const Tensor& lse,
+                                       const ResolvedAttentionMask& mask, double scale,
+                                       bool need_dq, bool need_dk, bool need_dv,
+                                       AttentionPath path = AttentionPath::automatic);
+
+}  // namespace cg::cuda
