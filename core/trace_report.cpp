@@ -2,6 +2,7 @@
 #include "core/trace_report.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -31,6 +32,13 @@ std::string escape(const std::string& s) {
       default: out += c;
     }
   }
+  return out;
+}
+
+// An SVG id from a trace name (ids cannot hold spaces or quotes).
+std::string id_of(const std::string& name) {
+  std::string out = "plot-";
+  for (char c : name) out += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
   return out;
 }
 
@@ -121,7 +129,7 @@ const char* category_colour(MemoryCategory c) {
 int64_t common_scale(const std::vector<ReportTrace>& traces) {
   int64_t top = 0;
   for (const ReportTrace& t : traces) {
-    for (const TimelinePoint& p : t.analysis.timeline) top = std::max({top, p.allocated, p.reserved});
+    for (const TimelinePoint& p : t.analysis.timeline) top = std::max(top, p.allocated);
   }
   return nice_ceiling(top);
 }
@@ -147,8 +155,8 @@ std::string timeline_svg(const ReportTrace& t, int64_t y_max, bool standalone) {
       << "\" stroke=\"#ddd\"/><text x=\"" << kLeft - 6 << "\" y=\"" << num(y + 4) << "\" text-anchor=\"end\">"
       << bytes(b) << "</text>\n";
   }
-  s << "<text x=\"" << kLeft << "\" y=\"" << kHeight - 8 << "\">0</text><text x=\"" << num(kWidth - kRight)
-    << "\" y=\"" << kHeight - 8 << "\" text-anchor=\"end\">" << ms(ax.t1 - ax.t0) << "</text>\n";
+  s << "<text x=\"" << kLeft << "\" y=\"" << kHeight - 6 << "\">0</text><text x=\"" << num(kWidth - kRight)
+    << "\" y=\"" << kHeight - 6 << "\" text-anchor=\"end\">" << ms(ax.t1 - ax.t0) << "</text>\n";
   // stacked areas
   int legend = 0;
   constexpr size_t kCats = sizeof(kStackOrder) / sizeof(kStackOrder[0]);
@@ -173,7 +181,30 @@ std::string timeline_svg(const ReportTrace& t, int64_t y_max, bool standalone) {
     r << (i == 0 ? "M" : "L") << num(ax.x(p.time_us)) << "," << num(ax.y(p.reserved)) << "L" << num(x1) << ","
       << num(ax.y(p.reserved));
   }
-  s << "<path class=\"reserved\" fill=\"none\" stroke=\"#333\" stroke-dasharray=\"4 3\" d=\"" << r.str() << "\"/>\n";
+  // Reserved is often far above allocated (a 20 MiB segment for a 2 MiB block): the scale
+  // is allocated's, and reserved is cut at the top with its maximum written there.
+  int64_t reserved_max = 0;
+  for (const TimelinePoint& p : a.timeline) reserved_max = std::max(reserved_max, p.reserved);
+  s << "<clipPath id=\"" << id_of(t.name) << "\"><rect x=\"" << kLeft << "\" y=\"" << kTop - 2 << "\" width=\""
+    << kWidth - kLeft - kRight << "\" height=\"" << kHeight - kTop - kBottom + 2 << "\"/></clipPath>\n";
+  s << "<path class=\"reserved\" clip-path=\"url(#" << id_of(t.name) << ")\" fill=\"none\" stroke=\"#333\" stroke-dasharray=\"4 3\" d=\"" << r.str() << "\"/>\n";
+  if (reserved_max > y_max) {
+    s << "<text x=\"" << num(kWidth - kRight) << "\" y=\"" << kTop - 4 << "\" text-anchor=\"end\" fill=\"#333\">reserved up to "
+      << bytes(reserved_max) << " (above the scale)</text>\n";
+  }
+  // the phases, as a strip under the time axis (nested ones lower)
+  for (const PhaseSpan& p : a.phases) {
+    const double x0 = ax.x(std::max(p.begin_us, ax.t0)), x1 = ax.x(std::min(p.end_us, ax.t1));
+    const double y = kHeight - kBottom + 3 + 6.0 * std::min(p.depth, 1);
+    s << "<rect class=\"phase\" x=\"" << num(x0) << "\" y=\"" << num(y) << "\" width=\"" << num(std::max(1.0, x1 - x0))
+      << "\" height=\"" << (p.depth == 0 ? 11 : 5) << "\" fill=\"" << (p.depth % 2 ? "#cfd8e3" : "#e3e8ef")
+      << "\" stroke=\"white\"><title>" << escape(p.name) << "</title></rect>";
+    if (p.depth == 0 && x1 - x0 > 40) {
+      s << "<text x=\"" << num((x0 + x1) / 2) << "\" y=\"" << num(y + 9) << "\" text-anchor=\"middle\" font-size=\"9\">"
+        << escape(p.name) << "</text>";
+    }
+    s << "\n";
+  }
   // the peak
   const double px = ax.x(a.peak.time_us), py = ax.y(a.peak.allocated);
   const bool right_half = px > (kLeft + kWidth - kRight) / 2;
@@ -189,7 +220,8 @@ std::string timeline_svg(const ReportTrace& t, int64_t y_max, bool standalone) {
       << "\" text-anchor=\"" << (right_half ? "end" : "start") << "\" fill=\"#c00\">held: " << escape(h->name) << " "
       << bytes(h->bytes) << "</text>\n";
   }
-  s << "<text class=\"cursor\" x=\"" << num(kWidth - kRight) << "\" y=\"28\" text-anchor=\"end\" fill=\"#333\"></text>\n";
+  s << "<text class=\"cursor\" x=\"" << num(kWidth - kRight + 12) << "\" y=\"" << kHeight - 8
+    << "\" fill=\"#333\"></text>\n";
   s << "</svg>\n";
   return s.str();
 }

@@ -98,7 +98,12 @@ PathReport run_path(cg::HeadLossPath path, const cg::HeadLossInputs& in, cg::Hea
     cg::program::progress("memory_lesson", rep.path + ": step " + std::to_string(i + 1) + " of " +
                                                std::to_string(opt.repeat));
     // The first step is traced: the largest block comes from the trace (and --trace-dir).
-    if (first) cg::MemoryTrace::enable(trace ? size_t{1} << 20 : size_t{1} << 16);
+    if (first) {
+      // Each path's trace starts from an empty cache, so that its reserved bytes (and
+      // fragmentation) are its own, not the segments an earlier path left cached.
+      alloc.empty_cache();
+      cg::MemoryTrace::enable(trace ? size_t{1} << 20 : size_t{1} << 16);
+    }
     in.hidden.set_grad(cg::Tensor());
     if (in.head.requires_grad()) in.head.set_grad(cg::Tensor());
     const int64_t base = alloc.stats().allocated_bytes.current;
