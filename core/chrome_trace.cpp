@@ -19,13 +19,13 @@ nlohmann::json chrome_trace(const TraceFile& file) {
                       {"args", {{"name", "chunkgrad memory (" + a.device + ")"}}}});
     for (const TimelinePoint& p : a.timeline) {
       const int64_t ts = p.time_us - t0;
-      events.push_back({{"name", "memory"}, {"ph", "C"}, {"ts", ts}, {"pid", pid},
+      events.push_back({{"name", "memory"}, {"ph", "C"}, {"ts", ts}, {"pid", pid}, {"tid", 0},
                         {"args", {{"allocated", p.allocated}, {"reserved", p.reserved}}}});
       nlohmann::json by_category = nlohmann::json::object();
       for (int c = 0; c < kNumMemoryCategories; ++c) {
         by_category[category_name(static_cast<MemoryCategory>(c))] = p.by_category[c];
       }
-      events.push_back({{"name", "allocated by category"}, {"ph", "C"}, {"ts", ts}, {"pid", pid},
+      events.push_back({{"name", "allocated by category"}, {"ph", "C"}, {"ts", ts}, {"pid", pid}, {"tid", 0},
                         {"args", std::move(by_category)}});
     }
     for (const TraceRecord& e : a.ooms) {

@@ -274,6 +274,23 @@ TEST(TraceExport, PickleAndJsonCarryTheSameSnapshot) {
   std::filesystem::remove_all(dir);
 }
 
+// PyTorch's own Python reader of snapshots (torch.cuda._memory_viz: segsum, trace,
+// memory, segments -- what `python -m torch.cuda._memory_viz` runs) reads the pickle
+// without an error, where torch is installed.
+TEST(TraceExport, PyTorchsSnapshotReaderReadsThePickle) {
+  if (std::system("python3 -c 'import torch.cuda._memory_viz' >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "python3 with torch is not on PATH";
+  }
+  const std::string path = ::testing::TempDir() + "chunkgrad_snapshot_" + std::to_string(::getpid()) + ".pickle";
+  std::ofstream(path, std::ios::binary) << to_pickle(memory_viz_snapshot(parse_trace_file(traced_run().file)));
+  const std::string cmd = "python3 -c \"import pickle,sys; from torch.cuda import _memory_viz as mv; "
+                          "d=pickle.load(open(sys.argv[1],'rb')); mv.segsum(d); mv.trace(d); "
+                          "mv.memory(d, format_flamegraph=lambda x: x); mv.segments(d, format_flamegraph=lambda x: x)\" '" +
+                          path + "' >/dev/null";
+  EXPECT_EQ(std::system(cmd.c_str()), 0);
+  std::filesystem::remove(path);
+}
+
 TEST(TraceExport, PerfettoHasCountersSpansAndOomInstants) {
   const nlohmann::json j = chrome_trace(parse_trace_file(traced_run().file));
   ASSERT_TRUE(j["traceEvents"].is_array());
