@@ -333,6 +333,8 @@ TEST(Programs, ChunkgradTraceNamesTheHoldersAtThePeak) {
                              "/trace_fused.json'";
   // An unwritable output fails before any trace is read.
   expect_clean_failure(chunkgrad("trace " + traces + " --html /proc/x/report.html"), "trace", {"--html", "/proc/x"});
+  expect_clean_failure(chunkgrad("trace " + traces + " --device cuda:0"), "trace",
+                       {"--device cuda:0", "has no events on it", "it has: cpu"});
   const ProgramRun r = chunkgrad("trace " + traces + " --html '" + dir + "/report.html' --svg-dir '" + dir +
                                  "/svg' --snapshot-dir '" + dir + "/snap' --perfetto-dir '" + dir + "/perfetto'");
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -142,6 +142,33 @@ TEST_F(TraceAnalysisTest, FileRoundTripKeepsTheAllocatorsEndState) {
   EXPECT_NE(a.notes.front().find("no end state"), std::string::npos);
 }
 
+TEST_F(TraceAnalysisTest, DevicesAreReplayedApart) {
+  // A host block and two device blocks at the same address: each device its own state.
+  const nlohmann::json j = nlohmann::json::parse(R"({"events":[
+    {"action":"segment_alloc","time_us":0,"addr":4096,"size":2097152,"device":"cuda:0"},
+    {"action":"alloc","time_us":1,"addr":4096,"size":1024,"device":"cuda:0","category":"activation"},
+    {"action":"alloc","time_us":2,"addr":4096,"size":512,"device":"cpu"},
+    {"action":"alloc","time_us":3,"addr":5120,"size":2048,"device":"cuda:0","category":"gradient"},
+    {"action":"free","time_us":4,"addr":4096,"size":1024,"device":"cuda:0","category":"activation"}]})");
+  const TraceFile file = parse_trace_file(j);
+  ASSERT_EQ(file.devices, (std::vector<std::string>{"cuda:0", "cpu"}));
+  const TraceAnalysis gpu = analyse_trace(file);  // the device with the most allocations
+  EXPECT_EQ(gpu.device, "cuda:0");
+  EXPECT_EQ(gpu.peak.allocated, 3072);
+  EXPECT_EQ(gpu.peak.reserved, 2097152);
+  EXPECT_EQ(gpu.fragmentation(), 2097152 - 3072);
+  EXPECT_EQ(gpu.inconsistencies, 0u);
+  const TraceAnalysis cpu = analyse_trace(file, 1);
+  EXPECT_EQ(cpu.device, "cpu");
+  EXPECT_EQ(cpu.peak.allocated, 512);
+  EXPECT_EQ(cpu.inconsistencies, 0u);  // a block outside any segment the trace saw
+  // The rebuilt end state (no "segments" in the file) tiles the device's segment.
+  ASSERT_EQ(file.segments.size(), 1u);
+  uint64_t covered = 0;
+  for (const BlockRecord& b : file.segments[0].blocks) covered += b.size;
+  EXPECT_EQ(covered, 2097152u);
+}
+
 // ---- bad input ----
 
 std::string write_temp(const std::string& name, const std::string& text) {

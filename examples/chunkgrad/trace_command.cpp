@@ -37,6 +37,7 @@ struct TraceOptions {
   std::vector<std::string> files;
   std::string names;
   int top = 5;
+  std::string device;  // "" = the device with the most allocations
   std::string html, svg_dir, snapshot_dir, perfetto_dir;
 };
 
@@ -160,6 +161,21 @@ void print_comparison(const std::vector<ReportTrace>& traces) {
   });
 }
 
+std::string device_list(const TraceFile& file) {
+  std::string all;
+  for (const std::string& d : file.devices) all += (all.empty() ? "" : ", ") + d;
+  return all.empty() ? "none" : all;
+}
+
+// --device's index in the file; -1 (the one with the most allocations) when not given.
+int device_index(const TraceFile& file, const std::string& device) {
+  if (device.empty()) return -1;
+  for (size_t i = 0; i < file.devices.size(); ++i) {
+    if (file.devices[i] == device) return static_cast<int>(i);
+  }
+  CG_FAIL("--device ", device, ": ", file.source, " has no events on it (it has: ", device_list(file), ")");
+}
+
 void run_trace(const TraceOptions& o) {
   const std::vector<std::string> names = split_names(o);
   // Outputs first: an unwritable path fails before any trace is read.
@@ -184,8 +200,12 @@ void run_trace(const TraceOptions& o) {
   std::vector<ReportTrace> traces;
   for (size_t i = 0; i < o.files.size(); ++i) {
     files.push_back(read_trace_file(o.files[i]));
-    ReportTrace t{names[i], o.files[i], analyse_trace(files.back()), {}};
+    ReportTrace t{names[i], o.files[i], analyse_trace(files.back(), device_index(files.back(), o.device)), {}};
     t.notes = t.analysis.notes;
+    if (files.back().devices.size() > 1 && o.device.empty()) {
+      t.notes.push_back("the trace has events on " + device_list(files.back()) + "; this is " + t.analysis.device +
+                        " (pick another with --device)");
+    }
     traces.push_back(std::move(t));
   }
   for (size_t i = 0; i < traces.size(); ++i) print_trace(traces[i], files[i], o.top);
@@ -222,6 +242,8 @@ void add_trace_command(CLI::App& app, CommandBody& run) {
       ->check(CLI::ExistingFile);
   sub->add_option("--names", o->names, "comma-separated names for the traces (default: file names without trace_)");
   sub->add_option("--top", o->top, "rows per table")->check(program::integer_in(1, 1000));
+  sub->add_option("--device", o->device, "the device to report on, cpu or cuda:N (default: the one with the most "
+                                         "allocations)");
   sub->add_option("--html", o->html, "write a self-contained HTML report (timelines, holders, comparison) here");
   sub->add_option("--svg-dir", o->svg_dir, "write memory_<name>.svg timelines (one byte scale for all) here");
   sub->add_option("--snapshot-dir", o->snapshot_dir,
