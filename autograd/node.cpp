@@ -106,9 +106,16 @@ std::vector<Tensor> Node::apply(std::vector<Tensor>&& grad_outputs) {
   return grads;
 }
 
-size_t Node::save(const Tensor& t) {
+size_t Node::save(const Tensor& t, const char* what) {
   saved_.emplace_back(t);
-  return saved_.size() - 1;
+  const size_t index = saved_.size() - 1;
+  if (MemoryTrace::enabled() && t.defined() && t.storage() && t.storage()->data()) {
+    const StorageImpl& storage = *t.storage();
+    MemoryTrace::record_saved(storage.device(), reinterpret_cast<uint64_t>(storage.data()),
+                              storage.nbytes(),
+                              name() + ":" + (what ? std::string(what) : "saved" + std::to_string(index)));
+  }
+  return index;
 }
 
 const Tensor& Node::saved(size_t i) const {

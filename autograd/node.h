@@ -97,8 +97,11 @@ class Node : public std::enable_shared_from_this<Node> {
   uint64_t sequence_nr() const { return sequence_nr_; }
 
   // ---- saved tensors ----
-  // Stores t for backward; returns its index for saved(i).
-  size_t save(const Tensor& t);
+  // Stores t for backward; returns its index for saved(i). `what` names the tensor
+  // ("logits", "dh") for memory traces: while tracing, its block is marked as held by
+  // "<name()>:<what>" (or "<name()>:saved<i>"), Note [Who holds a block] in
+  // core/trace_analysis.h.
+  size_t save(const Tensor& t, const char* what = nullptr);
   const Tensor& saved(size_t i) const;
   const std::vector<SavedTensor>& saved_tensors() const { return saved_; }
   size_t saved_bytes() const;  // sum of saved storages' nbytes (a storage counted once)

@@ -32,6 +32,9 @@ const char* action_name(TraceAction a) {
     case TraceAction::segment_alloc: return "segment_alloc";
     case TraceAction::segment_free: return "segment_free";
     case TraceAction::oom: return "oom";
+    case TraceAction::saved: return "saved";
+    case TraceAction::phase_begin: return "phase_begin";
+    case TraceAction::phase_end: return "phase_end";
   }
   return "?";
 }
@@ -119,6 +122,35 @@ void MemoryTrace::record(TraceAction action, Device device, uint64_t addr, uint6
   e.device = device;
   e.action = action;
   e.category = category;
+  push(e);
+}
+
+void MemoryTrace::record_saved(Device device, uint64_t addr, uint64_t size,
+                               const std::string& holder) {
+  if (!enabled()) return;
+  TraceEvent e;
+  e.time_us = now_us();
+  e.addr = addr;
+  e.size = e.requested = size;
+  e.scope_id = t_scope;
+  e.label_id = intern(holder);
+  e.device = device;
+  e.action = TraceAction::saved;
+  e.category = t_category;
+  push(e);
+}
+
+void MemoryTrace::record_phase(TraceAction begin_or_end, const std::string& name) {
+  if (!enabled()) return;
+  TraceEvent e;
+  e.time_us = now_us();
+  e.scope_id = t_scope;
+  e.label_id = intern(name);
+  e.action = begin_or_end;
+  push(e);
+}
+
+void MemoryTrace::push(const TraceEvent& e) {
   TraceState& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   if (s.ring.empty()) return;
@@ -145,6 +177,14 @@ uint64_t MemoryTrace::dropped() {
   return s.recorded > s.ring.size() ? s.recorded - s.ring.size() : 0;
 }
 
+size_t MemoryTrace::capacity() {
+  TraceState& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.ring.size();
+}
+
+uint32_t MemoryTrace::intern(const std::string& text) { return scopes().intern(text); }
+
 std::string MemoryTrace::scope_name(uint32_t id) {
   ScopeTable& t = scopes();
   std::lock_guard<std::mutex> lock(t.mutex);
@@ -154,7 +194,7 @@ std::string MemoryTrace::scope_name(uint32_t id) {
 nlohmann::json MemoryTrace::to_json() {
   nlohmann::json events = nlohmann::json::array();
   for (const TraceEvent& e : MemoryTrace::events()) {
-    events.push_back({{"action", action_name(e.action)},
+    nlohmann::json& j = events.emplace_back(nlohmann::json{{"action", action_name(e.action)},
                       {"time_us", e.time_us},
                       {"addr", e.addr},
                       {"size", e.size},
@@ -163,8 +203,10 @@ nlohmann::json MemoryTrace::to_json() {
                       {"stream", e.stream},
                       {"category", category_name(e.category)},
                       {"scope", scope_name(e.scope_id)}});
+    if (e.label_id != 0) j["label"] = scope_name(e.label_id);
   }
-  return {{"events", std::move(events)}, {"dropped", dropped()}};
+  return {{"format", "chunkgrad.memory_trace"}, {"version", 1},        {"capacity", capacity()},
+          {"dropped", dropped()},               {"events", std::move(events)}};
 }
 
 MemoryCategory current_category() { return t_category; }
@@ -181,5 +223,10 @@ ScopeGuard::ScopeGuard(const std::string& name) : saved_(t_scope) {
   t_scope = scopes().intern(parent.empty() ? name : parent + "/" + name);
 }
 ScopeGuard::~ScopeGuard() { t_scope = saved_; }
+
+TracePhase::TracePhase(std::string name) : name_(std::move(name)) {
+  MemoryTrace::record_phase(TraceAction::phase_begin, name_);
+}
+TracePhase::~TracePhase() { MemoryTrace::record_phase(TraceAction::phase_end, name_); }
 
 }  // namespace cg

@@ -22,7 +22,14 @@ enum class MemoryCategory : uint8_t {
 };
 const char* category_name(MemoryCategory c);
 
-enum class TraceAction : uint8_t { alloc, free, segment_alloc, segment_free, oom };
+// saved, phase_begin and phase_end allocate nothing; they annotate the timeline:
+// - saved: the autograd node `label` ("RowLossBackward:logits") saved the block at addr
+//   for backward (Note [Who holds a block] in core/trace_analysis.h);
+// - phase_begin / phase_end: a training loop's phase `label` ("forward", "backward", ...)
+//   starts or ends (TracePhase below).
+enum class TraceAction : uint8_t {
+  alloc, free, segment_alloc, segment_free, oom, saved, phase_begin, phase_end
+};
 const char* action_name(TraceAction a);
 
 struct TraceEvent {
@@ -31,6 +38,7 @@ struct TraceEvent {
   uint64_t size = 0;      // rounded block size, segment size, or for oom the requested size
   uint64_t requested = 0; // bytes the caller asked for (alloc/free), else == size
   uint32_t scope_id = 0;  // index into MemoryTrace::scope_name
+  uint32_t label_id = 0;  // saved / phase events: their holder or phase name (same table)
   StreamId stream = kDefaultStream;  // the stream the block or segment belongs to
   Device device;
   TraceAction action = TraceAction::alloc;
@@ -55,16 +63,25 @@ class MemoryTrace {
   static void record(TraceAction action, Device device, uint64_t addr, uint64_t size,
                      uint64_t requested, MemoryCategory category, uint32_t scope_id,
                      StreamId stream);
+  // Annotations (nothing is allocated): `holder` saved the block at addr for backward;
+  // a phase starts or ends. Both do nothing when disabled.
+  static void record_saved(Device device, uint64_t addr, uint64_t size, const std::string& holder);
+  static void record_phase(TraceAction begin_or_end, const std::string& name);
   static std::vector<TraceEvent> events();  // oldest first
   static uint64_t dropped();                // events overwritten since enable/clear
-  static std::string scope_name(uint32_t id);
+  static size_t capacity();                 // of the ring (0 before the first enable)
+  static std::string scope_name(uint32_t id);  // also names label_id
+  static uint32_t intern(const std::string& text);
   static int64_t now_us();
-  // {"events":[{"action","time_us","addr","size","requested","device","stream","category",
-  //  "scope"}],
-  //  "dropped":N} -- the raw form; viewers' formats are built from it elsewhere.
+  // {"format":"chunkgrad.memory_trace","version":1,"capacity":C,"dropped":N,
+  //  "events":[{"action","time_us","addr","size","requested","device","stream","category",
+  //  "scope"[,"label"]}]} -- the raw form. A trace file adds the allocators' end state
+  //  (core/trace_file.h); viewers' formats are built from that (core/memory_snapshot.h,
+  //  core/chrome_trace.h).
   static nlohmann::json to_json();
 
  private:
+  static void push(const TraceEvent& e);
   static std::atomic<bool> enabled_;
 };
 
@@ -96,6 +113,21 @@ class ScopeGuard {
 
  private:
   uint32_t saved_;
+};
+
+// RAII: marks a phase of a training loop ("forward", "loss", "backward", "optimizer
+// step") in the trace, so that reports can say in which phase the peak fell and Perfetto
+// shows the phase as a span. Phases may nest. Costs nothing when tracing is off.
+//   { cg::TracePhase phase("forward"); logits = model(x); }
+class TracePhase {
+ public:
+  explicit TracePhase(std::string name);
+  ~TracePhase();
+  TracePhase(const TracePhase&) = delete;
+  TracePhase& operator=(const TracePhase&) = delete;
+
+ private:
+  std::string name_;
 };
 
 }  // namespace cg

@@ -8,6 +8,7 @@
 //   ./build/examples/memory_lesson                      # table
 //   ./build/examples/memory_lesson --json               # one JSON object keyed by path
 //   ./build/examples/memory_lesson --loss kl --head trainable --trace-dir traces/
+//   ./build/examples/chunkgrad trace traces/trace_{naive,chunked,fused}.json --html report.html
 //
 // Besides the peaks, the table splits each forward peak into what forward keeps (the
 // graph's saved tensors and the outputs, alive when it returns) and its temporaries
@@ -34,6 +35,7 @@
 #include "core/caching_allocator.h"
 #include "core/factories.h"
 #include "core/memory_trace.h"
+#include "core/trace_file.h"
 #include "examples/common/program.h"
 #include "ops/head_loss.h"
 #include "ops/ops.h"
@@ -96,7 +98,12 @@ PathReport run_path(cg::HeadLossPath path, const cg::HeadLossInputs& in, cg::Hea
     cg::program::progress("memory_lesson", rep.path + ": step " + std::to_string(i + 1) + " of " +
                                                std::to_string(opt.repeat));
     // The first step is traced: the largest block comes from the trace (and --trace-dir).
-    if (first) cg::MemoryTrace::enable(trace ? size_t{1} << 20 : size_t{1} << 16);
+    if (first) {
+      // Each path's trace starts from an empty cache, so that its reserved bytes (and
+      // fragmentation) are its own, not the segments an earlier path left cached.
+      alloc.empty_cache();
+      cg::MemoryTrace::enable(trace ? size_t{1} << 20 : size_t{1} << 16);
+    }
     in.hidden.set_grad(cg::Tensor());
     if (in.head.requires_grad()) in.head.set_grad(cg::Tensor());
     const int64_t base = alloc.stats().allocated_bytes.current;
@@ -104,6 +111,10 @@ PathReport run_path(cg::HeadLossPath path, const cg::HeadLossInputs& in, cg::Hea
     const auto t0 = std::chrono::steady_clock::now();
     cg::HeadLossResult r;
     {
+      cg::TracePhase phase("forward");  // lm_head + loss: one op here
+      // What forward makes is activations, unless the op files it otherwise (fused's
+      // temporaries and the dh it keeps for backward).
+      cg::CategoryGuard category(cg::MemoryCategory::activation);
       cg::ScopeGuard scope(std::string("head_loss/") + rep.path);
       r = cg::head_loss(in, o);
     }
@@ -118,13 +129,15 @@ PathReport run_path(cg::HeadLossPath path, const cg::HeadLossInputs& in, cg::Hea
                                      "Try --dtype f32 (16-bit logits can overflow).");
     }
     {
+      cg::TracePhase phase("backward");
       cg::ScopeGuard scope(std::string("backward/") + rep.path);
       r.loss.backward();
     }
     times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     if (first) {
       rep.step_peak = alloc.stats().allocated_bytes.peak - base;
-      if (trace) trace->write_json(cg::MemoryTrace::to_json());
+      // With the allocator's end state: what `chunkgrad trace` and memory_viz replay from.
+      if (trace) trace->write_json(cg::memory_trace_file());
       cg::MemoryTrace::disable();
     }
   }

@@ -20,6 +20,7 @@
 #include "core/caching_allocator.h"
 #include "core/factories.h"
 #include "core/memory_trace.h"
+#include "core/trace_file.h"
 #include "examples/common/program.h"
 #include "ops/ops.h"
 
@@ -125,14 +126,27 @@ void run(const Options& o) {
     cg::Tensor x, y;
     make_batch(o, gen, a, b, x, y);
     allocator.reset_peak_stats();
-    cg::Tensor diff = forward(mlp, x) - y;
-    cg::Tensor loss = cg::mean(diff * diff);
+    cg::Tensor prediction;
+    {
+      cg::TracePhase phase("forward");
+      prediction = forward(mlp, x);
+    }
+    cg::Tensor loss;
+    {
+      cg::TracePhase phase("loss");
+      cg::Tensor diff = prediction - y;
+      loss = cg::mean(diff * diff);
+    }
     losses.push_back(loss.item());
     cg::program::check_finite_loss(losses.back(), "step " + std::to_string(step),
                                    cg::detail::concat("Lower --lr (it is ", o.lr, ")."));
     if (step == o.steps - 1) graph = cg::graph_retained_bytes(loss);
-    loss.backward();
     {
+      cg::TracePhase phase("backward");
+      loss.backward();
+    }
+    {
+      cg::TracePhase phase("optimizer step");
       cg::NoGradGuard no_grad;
       for (cg::Tensor& p : {std::ref(mlp.w1), std::ref(mlp.b1), std::ref(mlp.w2), std::ref(mlp.b2)}) {
         cg::add_(p, p.grad(), -o.lr);
@@ -162,7 +176,7 @@ void run(const Options& o) {
   std::printf("  allocator now:\n%s", s.str().c_str());
   if (trace.is_open()) {
     const size_t events = cg::MemoryTrace::events().size();
-    trace.write_json(cg::MemoryTrace::to_json());
+    trace.write_json(cg::memory_trace_file());  // events + the allocator's end state
     std::printf("  memory trace: %zu events -> %s\n", events, trace.path().c_str());
   }
 }

@@ -152,7 +152,7 @@ HeadLossResult frozen_head(const HeadLossInputs& in, const HeadLossOptions& o, i
     a.grad_hidden = raw::empty(in.hidden.shape(), in.hidden.dtype(), in.hidden.device());
   }
   fused_head_loop(a);
-  node->dh_i = node->save(a.grad_hidden);
+  node->dh_i = node->save(a.grad_hidden, "dh");
   set_history(node, r.per_token);
   return reduced(std::move(r), in, o);
 }
@@ -185,8 +185,8 @@ HeadLossResult trainable_head(const HeadLossInputs& in, const HeadLossOptions& o
     NoGradGuard no_grad;
     r.loss = sum(mul(r.per_token, a.grad_scale));  // on the device: no host round trip
   }
-  if (a.grad_hidden.defined()) node->dh_i = node->save(a.grad_hidden);
-  if (a.grad_head.defined()) node->dw_i = node->save(a.grad_head);
+  if (a.grad_hidden.defined()) node->dh_i = node->save(a.grad_hidden, "dh");
+  if (a.grad_head.defined()) node->dw_i = node->save(a.grad_head, "dW");
   node->head_dtype = in.head.dtype();
   set_history(node, r.loss);
   return r;

@@ -129,13 +129,13 @@ RowLosses row_losses(const Tensor& logits, const Tensor& labels, const Tensor& t
     run_rows(k, z, t, use_labels ? labels : Tensor(), config, Tensor(), out);
   }
   if (auto node = make_node<RowLossBackward>({&logits}, config)) {
-    node->logits_i = node->save(logits);
+    node->logits_i = node->save(logits, "logits");
     if (use_teacher) {
-      node->teacher_i = node->save(teacher_logits);
+      node->teacher_i = node->save(teacher_logits, "teacher_logits");
       node->has_teacher = true;
     }
     if (use_labels) {
-      node->labels_i = node->save(labels);
+      node->labels_i = node->save(labels, "labels");
       node->has_labels = true;
     }
     set_history(node, out.loss);

@@ -300,3 +300,58 @@ TEST(Programs, LessonReportsProgressOnStderr) {
 }
 
 }  // namespace
+
+// ---- chunkgrad trace: the memory lesson's traces read back ----
+
+ProgramRun chunkgrad(const std::string& args) { return run_program(CHUNKGRAD_CLI, args); }
+
+TEST(Programs, ChunkgradTraceHelpShowsItsOptions) {
+  const ProgramRun r = chunkgrad("trace --help");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  for (const char* option : {"--html", "--svg-dir", "--snapshot-dir", "--perfetto-dir", "--names", "--top"}) {
+    EXPECT_NE(r.out.find(option), std::string::npos) << option;
+  }
+}
+
+TEST(Programs, ChunkgradTraceRefusesBadFilesInOneLine) {
+  const std::string dir = temp_dir();
+  expect_clean_failure(chunkgrad("trace '" + dir + "/missing.json'"), "trace", {"missing.json"});
+  std::ofstream(dir + "/empty.json") << "";
+  expect_clean_failure(chunkgrad("trace '" + dir + "/empty.json'"), "trace", {"empty.json", "is empty"});
+  std::ofstream(dir + "/cut.json") << R"({"events":[{"action":"alloc","time_us":1,)";
+  expect_clean_failure(chunkgrad("trace '" + dir + "/cut.json'"), "trace", {"cut.json", "truncated"});
+  std::ofstream(dir + "/other.json") << R"({"traceEvents":[]})";
+  expect_clean_failure(chunkgrad("trace '" + dir + "/other.json'"), "trace", {"not a chunkgrad memory trace"});
+  expect_clean_failure(chunkgrad("trace"), "trace", {"files"});
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Programs, ChunkgradTraceNamesTheHoldersAtThePeak) {
+  const std::string dir = temp_dir();
+  ASSERT_EQ(memory_lesson(kTiny + "--chunk-rows 16 --trace-dir '" + dir + "'").exit_code, 0);
+  const std::string traces = "'" + dir + "/trace_naive.json' '" + dir + "/trace_chunked.json' '" + dir +
+                             "/trace_fused.json'";
+  // An unwritable output fails before any trace is read.
+  expect_clean_failure(chunkgrad("trace " + traces + " --html /proc/x/report.html"), "trace", {"--html", "/proc/x"});
+  expect_clean_failure(chunkgrad("trace " + traces + " --device cuda:0"), "trace",
+                       {"--device cuda:0", "has no events on it", "it has: cpu"});
+  const ProgramRun r = chunkgrad("trace " + traces + " --html '" + dir + "/report.html' --svg-dir '" + dir +
+                                 "/svg' --snapshot-dir '" + dir + "/snap' --perfetto-dir '" + dir + "/perfetto'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  SCOPED_TRACE(r.out);
+  for (const char* words : {"naive (", "chunked (", "fused (", "peak allocated", "fragmentation",
+                            "RowLossBackward:logits", "FusedHeadRowsBackward:dh", "side by side", "(phase "}) {
+    EXPECT_NE(r.out.find(words), std::string::npos) << words;
+  }
+  // The comparison's holder row names the logits for naive and chunked, dh for fused.
+  const size_t row = r.out.find("largest autograd holder");
+  ASSERT_NE(row, std::string::npos);
+  const std::string line = r.out.substr(row, r.out.find('\n', row) - row);
+  EXPECT_NE(line.find("RowLossBackward:logits"), std::string::npos) << line;
+  EXPECT_NE(line.find("FusedHeadRowsBackward:dh"), std::string::npos) << line;
+  for (const char* file : {"/report.html", "/svg/memory_naive.svg", "/svg/memory_fused.svg", "/snap/chunked.pickle",
+                           "/snap/chunked.json", "/perfetto/fused.perfetto.json"}) {
+    EXPECT_GT(std::filesystem::file_size(dir + file), 100u) << file;
+  }
+  std::filesystem::remove_all(dir);
+}

@@ -1,13 +1,255 @@
-// Why this file exists: `chunkgrad trace`, which reads allocator traces (placeholder until
-// the trace readers land).
+// Why this file exists: `chunkgrad trace FILE...` reads allocator traces and answers the
+// question people open them for -- what held the memory at the peak, and why was it
+// still alive -- in text, and writes the files other tools open:
+//
+//   chunkgrad trace traces/trace_naive.json                 # the peak and its holders
+//   chunkgrad trace trace_naive.json trace_chunked.json trace_fused.json   # + side by side
+//     --html report.html        one self-contained page (timelines, holders, comparison)
+//     --svg-dir docs/img        memory_<name>.svg per trace (the pictures of docs/)
+//     --snapshot-dir DIR        <name>.pickle and <name>.json for pytorch.org/memory_viz
+//     --perfetto-dir DIR        <name>.perfetto.json for ui.perfetto.dev
+//
+// The reading, analysis and formats are library code in core/ (trace_file, trace_analysis,
+// memory_snapshot, chrome_trace, trace_report); this file is options and printing. Every
+// output is opened before any trace is read (examples/common/program.h).
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/allocator_stats.h"
+#include "core/chrome_trace.h"
 #include "core/error.h"
+#include "core/memory_snapshot.h"
+#include "core/trace_report.h"
 #include "examples/chunkgrad/commands.h"
+#include "examples/common/program.h"
 
 namespace cg::cli {
 
+namespace {
+
+struct TraceOptions {
+  std::vector<std::string> files;
+  std::string names;
+  int top = 5;
+  std::string device;  // "" = the device with the most allocations
+  std::string html, svg_dir, snapshot_dir, perfetto_dir;
+};
+
+// A file opened for writing up front; written once at the end, with checks.
+class TextOut {
+ public:
+  TextOut(std::string path, std::string option) : path_(std::move(path)), option_(std::move(option)) {
+    errno = 0;
+    out_.open(path_, std::ios::out | std::ios::trunc | std::ios::binary);
+    const int err = errno;
+    CG_CHECK(out_.is_open(), option_, ": cannot open ", path_, " for writing",
+             err ? std::string(": ") + std::strerror(err) : std::string(), ". Give a path in a writable directory.");
+  }
+  void write(const std::string& text) {
+    out_ << text;
+    out_.close();
+    CG_CHECK(!out_.fail(), option_, ": writing ", path_, " failed (disk full?)");
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_, option_;
+  std::ofstream out_;
+};
+
+// "traces/trace_naive.json" -> "naive".
+std::string default_name(const std::string& file) {
+  std::string stem = std::filesystem::path(file).stem().string();
+  if (stem.rfind("trace_", 0) == 0 && stem.size() > 6) stem = stem.substr(6);
+  return stem;
+}
+
+std::vector<std::string> split_names(const TraceOptions& o) {
+  std::vector<std::string> names;
+  if (o.names.empty()) {
+    for (const std::string& f : o.files) names.push_back(default_name(f));
+  } else {
+    std::stringstream list(o.names);
+    for (std::string n; std::getline(list, n, ',');) names.push_back(n);
+    CG_CHECK(names.size() == o.files.size(), "--names: ", names.size(), " names for ", o.files.size(),
+             " trace files; give one name per file, comma-separated");
+  }
+  for (size_t i = 0; i < names.size(); ++i) {
+    CG_CHECK(!names[i].empty() && names[i].find_first_of("/\\") == std::string::npos, "--names: \"", names[i],
+             "\" cannot name output files; use letters, digits, - and _");
+    for (size_t k = 0; k < i; ++k) {
+      CG_CHECK(names[k] != names[i], "two traces are both called \"", names[i],
+               "\" (their output files would collide); give --names");
+    }
+  }
+  return names;
+}
+
+void print_groups(const char* title, const std::vector<MemoryGroup>& groups, int top) {
+  std::printf("  %s:\n", title);
+  int n = 0;
+  for (const MemoryGroup& g : groups) {
+    if (n++ == top) {
+      std::printf("    ... %zu more\n", groups.size() - static_cast<size_t>(top));
+      break;
+    }
+    std::printf("    %12s  %5lld block%s  %s\n", format_bytes(g.bytes).c_str(), static_cast<long long>(g.blocks),
+                g.blocks == 1 ? " " : "s", g.name.c_str());
+  }
+}
+
+void print_trace(const ReportTrace& t, const TraceFile& file, int top) {
+  const TraceAnalysis& a = t.analysis;
+  std::printf("%s (%s): %zu events over %.2f ms on %s\n", t.name.c_str(), t.source.c_str(), a.events,
+              static_cast<double>(a.end_us - a.start_us) / 1000.0, a.device.c_str());
+  for (const std::string& n : t.notes) std::printf("  NOTE: %s\n", n.c_str());
+  std::printf("  peak allocated %s at %.2f ms%s; reserved then %s: fragmentation (reserved - allocated) %s\n",
+              format_bytes(a.peak.allocated).c_str(), static_cast<double>(a.peak.time_us - a.start_us) / 1000.0,
+              a.peak_phase.empty() ? "" : (" (phase " + a.peak_phase + ")").c_str(),
+              format_bytes(a.peak.reserved).c_str(), format_bytes(a.fragmentation()).c_str());
+  print_groups("live at the peak, by the autograd node that saved them", a.by_holder, top);
+  print_groups("by category", a.by_category, top);
+  print_groups("by scope", a.by_scope, top);
+  std::printf("  largest blocks at the peak:\n");
+  int n = 0;
+  for (const LiveBlock& b : a.live_at_peak) {
+    if (n++ == top) break;
+    std::printf("    %12s  %-15s %s%s%s\n", format_bytes(static_cast<int64_t>(b.size)).c_str(), category_name(b.category),
+                b.scope == 0 ? "(top level)" : file.name(b.scope).c_str(),
+                b.holders.empty() ? "" : ("  saved by " + file.name(b.holders.front())).c_str(),
+                b.before_trace ? "  (allocated before the trace)" : "");
+  }
+  for (const TraceRecord& e : a.ooms) {
+    std::printf("  out of memory at %.2f ms: %s requested\n", static_cast<double>(e.time_us - a.start_us) / 1000.0,
+                format_bytes(static_cast<int64_t>(e.size)).c_str());
+  }
+  std::printf("\n");
+}
+
+void print_comparison(const std::vector<ReportTrace>& traces) {
+  std::printf("side by side:\n  %-28s", "");
+  for (const ReportTrace& t : traces) std::printf(" %24s", t.name.c_str());
+  std::printf("\n");
+  auto row = [&](const char* label, auto cell) {
+    std::printf("  %-28s", label);
+    for (const ReportTrace& t : traces) std::printf(" %24s", cell(t.analysis).c_str());
+    std::printf("\n");
+  };
+  row("peak allocated", [](const TraceAnalysis& a) { return format_bytes(a.peak.allocated); });
+  row("reserved at the peak", [](const TraceAnalysis& a) { return format_bytes(a.peak.reserved); });
+  row("fragmentation at the peak", [](const TraceAnalysis& a) { return format_bytes(a.fragmentation()); });
+  row("phase of the peak", [](const TraceAnalysis& a) { return a.peak_phase.empty() ? std::string("-") : a.peak_phase; });
+  row("largest autograd holder", [](const TraceAnalysis& a) {
+    const MemoryGroup* h = a.top_saved_holder();
+    return h ? h->name : std::string("none");
+  });
+  row("  its bytes", [](const TraceAnalysis& a) {
+    const MemoryGroup* h = a.top_saved_holder();
+    return h ? format_bytes(h->bytes) : std::string("-");
+  });
+  const int64_t base = traces.front().analysis.peak.allocated;
+  row("peak vs the first", [&](const TraceAnalysis& a) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.2fx", base > 0 ? static_cast<double>(a.peak.allocated) / base : 0.0);
+    return std::string(buf);
+  });
+}
+
+std::string device_list(const TraceFile& file) {
+  std::string all;
+  for (const std::string& d : file.devices) all += (all.empty() ? "" : ", ") + d;
+  return all.empty() ? "none" : all;
+}
+
+// --device's index in the file; -1 (the one with the most allocations) when not given.
+int device_index(const TraceFile& file, const std::string& device) {
+  if (device.empty()) return -1;
+  for (size_t i = 0; i < file.devices.size(); ++i) {
+    if (file.devices[i] == device) return static_cast<int>(i);
+  }
+  CG_FAIL("--device ", device, ": ", file.source, " has no events on it (it has: ", device_list(file), ")");
+}
+
+void run_trace(const TraceOptions& o) {
+  const std::vector<std::string> names = split_names(o);
+  // Outputs first: an unwritable path fails before any trace is read.
+  std::unique_ptr<TextOut> html;
+  if (!o.html.empty()) html = std::make_unique<TextOut>(o.html, "--html");
+  std::vector<std::unique_ptr<TextOut>> svgs, pickles, snapshots, perfettos;
+  if (!o.svg_dir.empty()) program::make_output_dir(o.svg_dir, "--svg-dir");
+  if (!o.snapshot_dir.empty()) program::make_output_dir(o.snapshot_dir, "--snapshot-dir");
+  if (!o.perfetto_dir.empty()) program::make_output_dir(o.perfetto_dir, "--perfetto-dir");
+  for (const std::string& n : names) {
+    if (!o.svg_dir.empty()) svgs.push_back(std::make_unique<TextOut>(o.svg_dir + "/memory_" + n + ".svg", "--svg-dir"));
+    if (!o.snapshot_dir.empty()) {
+      pickles.push_back(std::make_unique<TextOut>(o.snapshot_dir + "/" + n + ".pickle", "--snapshot-dir"));
+      snapshots.push_back(std::make_unique<TextOut>(o.snapshot_dir + "/" + n + ".json", "--snapshot-dir"));
+    }
+    if (!o.perfetto_dir.empty()) {
+      perfettos.push_back(std::make_unique<TextOut>(o.perfetto_dir + "/" + n + ".perfetto.json", "--perfetto-dir"));
+    }
+  }
+
+  std::vector<TraceFile> files;
+  std::vector<ReportTrace> traces;
+  for (size_t i = 0; i < o.files.size(); ++i) {
+    files.push_back(read_trace_file(o.files[i]));
+    ReportTrace t{names[i], o.files[i], analyse_trace(files.back(), device_index(files.back(), o.device)), {}};
+    t.notes = t.analysis.notes;
+    if (files.back().devices.size() > 1 && o.device.empty()) {
+      t.notes.push_back("the trace has events on " + device_list(files.back()) + "; this is " + t.analysis.device +
+                        " (pick another with --device)");
+    }
+    traces.push_back(std::move(t));
+  }
+  for (size_t i = 0; i < traces.size(); ++i) print_trace(traces[i], files[i], o.top);
+  if (traces.size() >= 2) print_comparison(traces);
+
+  const int64_t scale = common_scale(traces);
+  for (size_t i = 0; i < traces.size(); ++i) {
+    if (!svgs.empty()) svgs[i]->write(timeline_svg(traces[i], scale));
+    if (!snapshots.empty()) {
+      const nlohmann::json snapshot = memory_viz_snapshot(files[i]);
+      pickles[i]->write(to_pickle(snapshot));
+      snapshots[i]->write(snapshot.dump() + "\n");
+    }
+    if (!perfettos.empty()) perfettos[i]->write(chrome_trace(files[i]).dump() + "\n");
+  }
+  if (html) html->write(html_report(traces, o.top));
+  auto wrote = [](const char* what, const std::string& where) {
+    if (!where.empty()) std::fprintf(stderr, "chunkgrad trace: wrote %s to %s\n", what, where.c_str());
+  };
+  wrote("the HTML report", o.html);
+  wrote("SVG timelines", o.svg_dir);
+  wrote("memory_viz snapshots (pickle and JSON)", o.snapshot_dir);
+  wrote("Perfetto traces", o.perfetto_dir);
+}
+
+}  // namespace
+
 void add_trace_command(CLI::App& app, CommandBody& run) {
+  auto o = std::make_shared<TraceOptions>();
   CLI::App* sub = app.add_subcommand("trace", "read allocator traces: the peak and what held it");
-  sub->callback([&run] { run = [] { CG_CHECK(false, "chunkgrad trace is not built yet"); }; });
+  sub->add_option("files", o->files, "trace files (memory_lesson --trace-dir, mlp_demo --trace); two or three are "
+                                     "compared side by side")
+      ->required()
+      ->check(CLI::ExistingFile);
+  sub->add_option("--names", o->names, "comma-separated names for the traces (default: file names without trace_)");
+  sub->add_option("--top", o->top, "rows per table")->check(program::integer_in(1, 1000));
+  sub->add_option("--device", o->device, "the device to report on, cpu or cuda:N (default: the one with the most "
+                                         "allocations)");
+  sub->add_option("--html", o->html, "write a self-contained HTML report (timelines, holders, comparison) here");
+  sub->add_option("--svg-dir", o->svg_dir, "write memory_<name>.svg timelines (one byte scale for all) here");
+  sub->add_option("--snapshot-dir", o->snapshot_dir,
+                  "write <name>.pickle and <name>.json snapshots for pytorch.org/memory_viz here");
+  sub->add_option("--perfetto-dir", o->perfetto_dir, "write <name>.perfetto.json for ui.perfetto.dev here");
+  sub->callback([&run, o] { run = [o] { run_trace(*o); }; });
 }
 
 }  // namespace cg::cli
