@@ -10,6 +10,7 @@
 
 #include "autograd/grad_mode.h"
 #include "core/factories.h"
+#include "decode_test_util.h"
 #include "error_helpers.h"
 #include "nn/qwen3.h"
 #include "ops/ops.h"
@@ -17,24 +18,7 @@
 namespace cg {
 namespace {
 
-nn::Qwen3Config tiny_config() {
-  nn::Qwen3Config c;
-  c.vocab_size = 40;
-  c.hidden_size = 16;
-  c.num_layers = 3;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 6;
-  c.intermediate_size = 24;
-  c.rope_theta = 1e4;
-  return c;
-}
-
-std::vector<int64_t> random_ids(int64_t n, int64_t vocab, Generator& gen) {
-  std::vector<int64_t> ids(static_cast<size_t>(n));
-  for (auto& id : ids) id = static_cast<int64_t>(gen.next_u64() % static_cast<uint64_t>(vocab));
-  return ids;
-}
+using testing_decode::random_ids;
 
 Tensor ids_tensor(const std::vector<int64_t>& ids, size_t begin, size_t end) {
   std::vector<int64_t> part(ids.begin() + static_cast<std::ptrdiff_t>(begin),
@@ -65,7 +49,7 @@ std::vector<int64_t> argmax_rows(const Tensor& logits) {
 
 struct Fixture {
   Generator gen{1234};
-  nn::Qwen3Config config = tiny_config();
+  nn::Qwen3Config config = testing_decode::tiny_target_config();
   nn::Qwen3ForCausalLM lm{config, {.generator = &gen}};
 };
 
