@@ -249,7 +249,8 @@ TEST(SpeculativeDecoding, EvaluateReportsTauSpeedupAndLossless) {
 
   ScriptedDrafter oracle(f.layers, f.config.vocab_size, 1.0);
   f.arm(oracle, prompts[1], 12, 4);
-  const auto o = train::evaluate_speculative(f.lm, oracle, {prompts[1]}, {.block_size = 4, .max_new_tokens = 12});
+  const auto o = train::evaluate_speculative(f.lm, oracle, {prompts[1]},
+                                            {.block_size = 4, .max_new_tokens = 12, .repeats = 3});
   EXPECT_TRUE(o.identical);
   EXPECT_DOUBLE_EQ(o.tau, 11.0 / 3.0);  // blocks of 4, 4, 3 after the prompt's token
   EXPECT_EQ(o.acceptance_histogram[4], 2);
@@ -327,6 +328,7 @@ TEST(SpeculativeDecoding, BadDraftersAndOptionsAreRefused) {
   EXPECT_ERROR_HAS(train::speculative_generate(f.lm, bad_layer, prompt, {}), "layer 5");
   EXPECT_ERROR_HAS(train::evaluate_speculative(f.lm, ok, {}, {}), "no prompts");
   EXPECT_ERROR_HAS(train::evaluate_speculative(f.lm, ok, {{1}, {}}, {}), "prompt 1 is empty");
+  EXPECT_ERROR_HAS(train::evaluate_speculative(f.lm, ok, {{1}}, {.repeats = 0}), "repeats");
 }
 
 }  // namespace

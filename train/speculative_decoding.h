@@ -84,6 +84,9 @@ struct EvaluateOptions {
   int64_t max_new_tokens = 64;
   int64_t eos_id = -1;
   bool warmup = true;             // one untimed run of the first prompt by each decoder
+  // Each prompt is decoded this many times by each decoder, alternating; the fastest run of
+  // each counts (on a shared machine, noise only ever adds time).
+  int64_t repeats = 1;
   bool throw_on_mismatch = true;  // a divergence that is not a near tie throws
   double tie_tolerance = 1e-4;    // Note [Near ties]
 };
@@ -109,9 +112,10 @@ struct SpeculativeReport {
   nlohmann::json json() const;
 };
 
-// Target-only greedy decoding (generate, no features) of every prompt, timed; then
-// speculative decoding of every prompt, timed (drafter time included); then the
-// comparison. Both decoders use a KV cache sized once for the longest prompt.
+// Each prompt is decoded by target-only greedy decoding (generate, no features) and then
+// by speculative decoding (drafter time included), each timed; the decoders alternate
+// prompt by prompt so that a change in machine load hits both alike. Then the comparison.
+// Both decoders use a KV cache sized once for the longest prompt.
 SpeculativeReport evaluate_speculative(const nn::Qwen3ForCausalLM& target,
                                        BlockDrafter& drafter,
                                        const std::vector<std::vector<int64_t>>& prompts,
