@@ -253,6 +253,14 @@ TEST(SpeculativeDecoding, EvaluateReportsTauSpeedupAndLossless) {
                                             {.block_size = 4, .max_new_tokens = 12, .repeats = 3});
   EXPECT_TRUE(o.identical);
   EXPECT_DOUBLE_EQ(o.tau, 11.0 / 3.0);  // blocks of 4, 4, 3 after the prompt's token
+  EXPECT_DOUBLE_EQ(o.ceiling_tau, 11.0 / 3.0);  // the replayed greedy output: an oracle too
+  EXPECT_GT(o.ceiling_speedup, 0);
+  EXPECT_DOUBLE_EQ(r.ceiling_tau, 11.0 / 3.0);  // whatever the real drafter does
+  EXPECT_NE(r.str().find("ceiling"), std::string::npos);
+  const auto no_ceiling = train::evaluate_speculative(
+      f.lm, oracle, {prompts[1]}, {.block_size = 4, .max_new_tokens = 12, .measure_ceiling = false});
+  EXPECT_EQ(no_ceiling.ceiling_seconds, 0);
+  EXPECT_EQ(no_ceiling.ceiling_tau, 0);
   EXPECT_EQ(o.acceptance_histogram[4], 2);
   EXPECT_EQ(o.acceptance_histogram[3], 1);
 }

@@ -150,6 +150,33 @@ bool is_near_tie(const nn::Qwen3ForCausalLM& target, const std::vector<int64_t>&
   return near_top(a) && near_top(b);
 }
 
+// Note [Speedup ceiling]: proposes the tokens the greedy decoder emitted, for free.
+class ReplayDrafter : public BlockDrafter {
+ public:
+  explicit ReplayDrafter(std::vector<int64_t> layers) : layers_(std::move(layers)) {}
+  void set_tokens(const std::vector<int64_t>* tokens) { tokens_ = tokens; }
+  const std::vector<int64_t>& target_layers() const override { return layers_; }
+  void reset() override { length_ = 0; }
+  void append_context(const Tensor& features, int64_t first) override {
+    length_ = first + features.size(0);
+  }
+  void truncate_context(int64_t length) override { length_ = std::min(length_, length); }
+  int64_t context_length() const override { return length_; }
+  std::vector<int64_t> propose(int64_t, int64_t anchor_position, int64_t block_size) override {
+    std::vector<int64_t> draft(static_cast<size_t>(block_size - 1), 0);
+    for (int64_t i = 1; i < block_size; ++i) {
+      const size_t at = static_cast<size_t>(anchor_position + i);
+      if (at < tokens_->size()) draft[static_cast<size_t>(i - 1)] = (*tokens_)[at];
+    }
+    return draft;
+  }
+
+ private:
+  std::vector<int64_t> layers_;
+  const std::vector<int64_t>* tokens_ = nullptr;
+  int64_t length_ = 0;
+};
+
 std::string describe_tokens(const std::vector<int64_t>& tokens, size_t from, size_t count) {
   std::ostringstream s;
   s << "[";
@@ -216,6 +243,29 @@ SpeculativeReport evaluate_speculative(const nn::Qwen3ForCausalLM& target,
     results.push_back(std::move(*fastest_spec));
     r.greedy_seconds += best_greedy;
     r.speculative_seconds += best_spec;
+  }
+
+  if (options.measure_ceiling) {
+    ReplayDrafter replay(drafter.target_layers());
+    int64_t steps = 0, emitted = 0;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      replay.set_tokens(&reference[i].tokens);
+      double best = 0;
+      for (int64_t rep = 0; rep < options.repeats; ++rep) {
+        const auto start = Clock::now();
+        const SpeculativeGeneration s =
+            speculative_generate(target, replay, prompts[i], spec, &spec_cache);
+        const double seconds = seconds_since(start);
+        if (rep == 0 || seconds < best) best = seconds;
+        if (rep == 0) {
+          steps += static_cast<int64_t>(s.emitted_per_verify.size());
+          for (int64_t n : s.emitted_per_verify) emitted += n;
+        }
+      }
+      r.ceiling_seconds += best;
+    }
+    r.ceiling_tau = steps > 0 ? static_cast<double>(emitted) / steps : 0.0;
+    r.ceiling_speedup = r.ceiling_seconds > 0 ? r.greedy_seconds / r.ceiling_seconds : 0.0;
   }
 
   r.acceptance_histogram.assign(static_cast<size_t>(options.block_size + 1), 0);
@@ -296,6 +346,11 @@ std::string SpeculativeReport::str() const {
                 : lossless ? "equal up to floating-point near ties"
                            : "DIFFERENT (not lossless)");
   s << buf;
+  if (ceiling_seconds > 0) {
+    std::snprintf(buf, sizeof buf, "  ceiling (a free drafter that is always right): tau %.2f, "
+                  "speedup %.2fx\n", ceiling_tau, ceiling_speedup);
+    s << buf;
+  }
   if (tie_divergences > 0) s << "  prompts diverged at near ties: " << tie_divergences << "\n";
   if (!mismatch.empty()) s << "  first mismatch: " << mismatch << "\n";
   return s.str();
@@ -317,6 +372,9 @@ nlohmann::json SpeculativeReport::json() const {
           {"speedup", speedup},
           {"greedy_tokens_per_second", greedy_tokens_per_second},
           {"speculative_tokens_per_second", speculative_tokens_per_second},
+          {"ceiling_tau", ceiling_tau},
+          {"ceiling_seconds", ceiling_seconds},
+          {"ceiling_speedup", ceiling_speedup},
           {"identical", identical},
           {"lossless", lossless},
           {"tie_divergences", tie_divergences},

@@ -89,6 +89,9 @@ struct EvaluateOptions {
   int64_t repeats = 1;
   bool throw_on_mismatch = true;  // a divergence that is not a near tie throws
   double tie_tolerance = 1e-4;    // Note [Near ties]
+  // Also time speculative decoding with a free, perfect drafter that replays the greedy
+  // output (Note [Speedup ceiling]).
+  bool measure_ceiling = true;
 };
 
 struct SpeculativeReport {
@@ -103,6 +106,12 @@ struct SpeculativeReport {
   double greedy_seconds = 0, speculative_seconds = 0, drafter_seconds = 0;
   double speedup = 0;                  // greedy_seconds / speculative_seconds
   double greedy_tokens_per_second = 0, speculative_tokens_per_second = 0;
+  // Note [Speedup ceiling]: the same prompts decoded with a drafter that costs nothing and
+  // is always right (it replays the greedy output), so tau is block_size up to cuts. What
+  // is left between speedup and ceiling_speedup is the drafter's accuracy and cost; what
+  // separates ceiling_speedup from block_size is the verify forward costing more than a
+  // one-token step. 0 when not measured.
+  double ceiling_tau = 0, ceiling_seconds = 0, ceiling_speedup = 0;
   bool identical = false;    // every prompt's output equal token for token
   bool lossless = false;     // identical, or diverged only at near ties (Note [Near ties])
   int64_t tie_divergences = 0;  // prompts that diverged at a near tie
