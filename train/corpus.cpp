@@ -9,24 +9,6 @@
 
 namespace cg::train {
 
-std::vector<int64_t> ByteVocab::encode(const std::string& text) {
-  std::vector<int64_t> ids;
-  ids.reserve(text.size());
-  for (unsigned char c : text) ids.push_back(c);
-  return ids;
-}
-
-std::string ByteVocab::decode(const std::vector<int64_t>& ids) {
-  std::string out;
-  for (int64_t id : ids) {
-    if (id >= 0 && id < 256) out.push_back(static_cast<char>(id));
-    else if (id == kMask) out += "<mask>";
-    else if (id == kBos) out += "<bos>";
-    else out += "<?>";
-  }
-  return out;
-}
-
 namespace {
 
 const std::vector<std::string> kNouns = {"cat", "dog", "bird", "fish", "horse", "mouse", "tiger",

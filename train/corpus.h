@@ -7,10 +7,8 @@
 // lists, numbers and templates give real variety, so the target has to read its prompt.
 // Any UTF-8 file can replace it (TrainConfig corpus.path).
 //
-// Tokens are bytes (ids 0..255) plus reserved ids: why bytes and not BPE -- no tokenizer
-// to train or ship, every UTF-8 text encodes losslessly, and the vocabulary stays small so
-// the toy's lm_head does not dominate its cost; the large-vocabulary story is told
-// separately by the memory report.
+// Tokens: train/tokenizer.h's ByteTokenizer (Note [Why byte-level] there); the
+// large-vocabulary story is told separately by the memory report.
 #pragma once
 
 #include <cstdint>
@@ -18,16 +16,6 @@
 #include <vector>
 
 namespace cg::train {
-
-// Byte-level vocabulary: ids 0..255 are bytes; then the reserved ids.
-struct ByteVocab {
-  static constexpr int64_t kMask = 256;  // the drafter's MASK token
-  static constexpr int64_t kBos = 257;   // starts every sequence
-  static constexpr int64_t kSize = 258;  // vocab_size
-  static std::vector<int64_t> encode(const std::string& text);
-  // Bytes for ids < 256; reserved ids as "<mask>", "<bos>".
-  static std::string decode(const std::vector<int64_t>& ids);
-};
 
 // One generated line, split where the prompt ends (after ": ").
 struct CorpusLine {

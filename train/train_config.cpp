@@ -49,7 +49,7 @@ struct Reader {
     if (it == j.end()) return;
     CG_CHECK(it->is_object(), "train config: ", path, name, ": must be an object, got ",
              nn::describe_json(*it));
-    Reader sub{*it, path + name + "."};
+    Reader sub{*it, path + name + ".", {}};
     body(sub);
     sub.check_unknown();
   }
@@ -250,7 +250,7 @@ nlohmann::json TrainConfig::to_json() const {
 TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
   CG_CHECK(j.is_object(), "train config: must be a JSON object, got ", nn::describe_json(j));
   TrainConfig c;
-  Reader r{j, ""};
+  Reader r{j, "", {}};
   visit_fields(r, c);
   r.check_unknown();
   c.validate();
