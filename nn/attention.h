@@ -14,6 +14,7 @@
 #pragma once
 
 #include "nn/config.h"
+#include "nn/kv_cache.h"
 #include "nn/layers.h"
 #include "ops/attention_mask.h"
 
@@ -37,6 +38,13 @@ class Attention : public Module {
   Tensor forward(const Tensor& x, const Tensor& positions = {},
                  const AttentionMask& mask = AttentionMask::none(),
                  const AttentionContext& context = {}) const;
+
+  // Decoding with a KV cache (kv_cache.h): x [B, n, hidden] holds the n positions after
+  // the cache.length() cached ones, at RoPE positions cache.length() .. +n-1. Their keys
+  // and values are written into `layer`'s slots of the cache (the caller advances it
+  // after the last layer); each new query sees every cached key and the new keys up to
+  // its own (causal). -> [B, n, hidden]. An inference path: call it under NoGradGuard.
+  Tensor forward_cached(const Tensor& x, KVCache& cache, int64_t layer) const;
 
   // k (after k_norm and RoPE) and v of `hidden` in [B, L, Hkv, hd] layout -- what the
   // forward concatenates; exposed for references and KV caches.

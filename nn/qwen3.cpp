@@ -4,7 +4,9 @@
 
 #include <set>
 
+#include "autograd/grad_mode.h"
 #include "ops/elementwise.h"
+#include "ops/shape_ops.h"
 #include "ops/swiglu.h"
 
 namespace cg::nn {
@@ -50,6 +52,12 @@ Tensor Qwen3DecoderLayer::forward(const Tensor& x, const Tensor& positions,
   return h + mlp->forward(post_attention_layernorm->forward(h));
 }
 
+Tensor Qwen3DecoderLayer::forward_cached(const Tensor& x, KVCache& cache, int64_t layer) const {
+  auto scope = enter_scope();
+  const Tensor h = x + self_attn->forward_cached(input_layernorm->forward(x), cache, layer);
+  return h + mlp->forward(post_attention_layernorm->forward(h));
+}
+
 // ---- Qwen3Model ------------------------------------------------------------------
 
 Qwen3Model::Qwen3Model(const Qwen3Config& config, InitOptions init) : Module("Qwen3Model") {
@@ -64,14 +72,63 @@ Qwen3Model::Qwen3Model(const Qwen3Config& config, InitOptions init) : Module("Qw
                          std::make_unique<RMSNorm>(config.hidden_size, config.rms_eps, init));
 }
 
-DecoderOutput Qwen3Model::forward(const Tensor& ids, const DecoderForwardOptions& options) const {
-  auto scope = enter_scope();
+namespace {
+void check_ids(const Tensor& ids) {
   CG_CHECK(ids.defined() && ids.dim() == 2 &&
                (ids.dtype() == DType::i64 || ids.dtype() == DType::i32),
            "Qwen3Model: ids must be i64 [B, S], got ",
            ids.defined() ? dtype_name(ids.dtype()) + std::string(" ") + shape_str(ids.shape())
                          : std::string("undefined"));
+}
+
+void check_capture_layers(const std::vector<int64_t>& capture_layers, int64_t num_layers) {
+  for (int64_t id : capture_layers) {
+    CG_CHECK(id >= 0 && id < num_layers, "Qwen3Model: capture_layers asks for layer ", id,
+             " but the model has layers 0..", num_layers - 1);
+  }
+}
+
+// Stores h (the output of layer i) in every slot of `out` that asked for layer i.
+void capture(const std::vector<int64_t>& capture_layers, int64_t i, const Tensor& h,
+             std::vector<Tensor>& out) {
+  for (size_t c = 0; c < capture_layers.size(); ++c) {
+    if (capture_layers[c] == i) out[c] = h;
+  }
+}
+}  // namespace
+
+DecoderOutput Qwen3Model::forward(const Tensor& ids, const DecoderForwardOptions& options) const {
+  auto scope = enter_scope();
+  check_ids(ids);
   return run_layers(embed_tokens->forward(ids), options);
+}
+
+DecoderOutput Qwen3Model::forward_cached(const Tensor& ids, KVCache& cache,
+                                         const CachedForwardOptions& options) const {
+  auto scope = enter_scope();
+  NoGradGuard no_grad;
+  check_ids(ids);
+  const int64_t n = static_cast<int64_t>(layers->size());
+  check_capture_layers(options.capture_layers, n);
+  CG_CHECK(ids.size(1) >= 1, "Qwen3Model::forward_cached: ids must hold at least one new "
+           "position, got ", shape_str(ids.shape()));
+  CG_CHECK(ids.size(0) == cache.batch(), "Qwen3Model::forward_cached: ids ",
+           shape_str(ids.shape()), " has batch ", ids.size(0), " but the cache was made for ",
+           cache.batch());
+  CG_CHECK(cache.num_layers() == n, "Qwen3Model::forward_cached: the cache has ",
+           cache.num_layers(), " layers but the model has ", n,
+           "; make it with this model's make_cache");
+  DecoderOutput out;
+  out.layer_hidden.resize(options.capture_layers.size());
+  Tensor h = embed_tokens->forward(ids);
+  for (int64_t i = 0; i < n; ++i) {
+    h = layer(static_cast<size_t>(i)).forward_cached(h, cache, i);
+    capture(options.capture_layers, i, h, out.layer_hidden);
+  }
+  cache.advance(ids.size(1));
+  if (options.last_logits_only) h = narrow(h, 1, ids.size(1) - 1, 1);
+  out.hidden = norm->forward(h);
+  return out;
 }
 
 DecoderOutput Qwen3Model::forward_embeddings(const Tensor& embeddings,
@@ -83,18 +140,13 @@ DecoderOutput Qwen3Model::forward_embeddings(const Tensor& embeddings,
 DecoderOutput Qwen3Model::run_layers(const Tensor& embeddings,
                                      const DecoderForwardOptions& options) const {
   const int64_t n = static_cast<int64_t>(layers->size());
-  for (int64_t id : options.capture_layers) {
-    CG_CHECK(id >= 0 && id < n, "Qwen3Model: capture_layers asks for layer ", id,
-             " but the model has layers 0..", n - 1);
-  }
+  check_capture_layers(options.capture_layers, n);
   DecoderOutput out;
   out.layer_hidden.resize(options.capture_layers.size());
   Tensor h = embeddings;
   for (int64_t i = 0; i < n; ++i) {
     h = layer(static_cast<size_t>(i)).forward(h, options.positions, options.mask);
-    for (size_t c = 0; c < options.capture_layers.size(); ++c) {
-      if (options.capture_layers[c] == i) out.layer_hidden[c] = h;
-    }
+    capture(options.capture_layers, i, h, out.layer_hidden);
   }
   out.hidden = norm->forward(h);
   return out;
@@ -118,6 +170,20 @@ DecoderOutput Qwen3ForCausalLM::forward(const Tensor& ids,
   DecoderOutput out = model->forward(ids, options);
   if (options.logits) out.logits = lm_head->forward(out.hidden);
   return out;
+}
+
+DecoderOutput Qwen3ForCausalLM::forward_cached(const Tensor& ids, KVCache& cache,
+                                               const CachedForwardOptions& options) const {
+  auto scope = enter_scope();
+  NoGradGuard no_grad;
+  DecoderOutput out = model->forward_cached(ids, cache, options);
+  if (options.logits) out.logits = lm_head->forward(out.hidden);
+  return out;
+}
+
+KVCache Qwen3ForCausalLM::make_cache(int64_t max_length, int64_t batch) const {
+  const Tensor& w = model->embed_tokens->weight;
+  return KVCache(config_, max_length, {.batch = batch, .dtype = w.dtype(), .device = w.device()});
 }
 
 }  // namespace cg::nn

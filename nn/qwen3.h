@@ -14,6 +14,11 @@
 //   auto out = lm.forward(ids, {.capture_layers = {1, 9, 17, 25, 33}});
 //   out.logits;          // [B, S, vocab]
 //   out.layer_hidden;    // outputs of decoder layers 1, 9, ... ([B, S, hidden] each)
+//
+// Decoding with a KV cache (kv_cache.h): forward_cached runs only the new positions.
+//   cg::nn::KVCache cache = lm.make_cache(512);
+//   auto out = lm.forward_cached(prompt, cache, {.last_logits_only = true});  // [1, 1, vocab]
+//   auto next = lm.forward_cached(token, cache);  // appends one position
 #pragma once
 
 #include <vector>
@@ -43,6 +48,8 @@ class Qwen3DecoderLayer : public Module {
   Tensor forward(const Tensor& x, const Tensor& positions = {},
                  const AttentionMask& mask = AttentionMask::none(),
                  const AttentionContext& context = {}) const;
+  // x [B, n, hidden] after cache.length() cached positions (Attention::forward_cached).
+  Tensor forward_cached(const Tensor& x, KVCache& cache, int64_t layer) const;
 
   RMSNorm* input_layernorm;
   Attention* self_attn;
@@ -57,6 +64,19 @@ struct DecoderForwardOptions {
   // [0, num_layers). The output of layer L-1 is taken before the final norm.
   std::vector<int64_t> capture_layers{};
   bool logits = true;  // Qwen3ForCausalLM only: false skips lm_head (feature extraction)
+};
+
+// Note [Cached forward]: forward_cached(ids [B, n], cache) runs the n positions that
+// follow the cache.length() cached ones, at positions cache.length() .. +n-1: causal
+// among the new tokens, every cached position visible. Each layer's keys and values of
+// the new positions are appended to the cache, whose length grows by n. Rejected
+// speculative positions are dropped with cache.truncate(length) afterwards. It records no
+// autograd graph (it turns grad mode off itself): decoding never trains. The outputs
+// cover the n new positions only.
+struct CachedForwardOptions {
+  std::vector<int64_t> capture_layers{};  // as DecoderForwardOptions: [B, n, hidden] each
+  bool logits = true;                     // Qwen3ForCausalLM only
+  bool last_logits_only = false;          // lm_head on the last new position: [B, 1, vocab]
 };
 
 struct DecoderOutput {
@@ -74,6 +94,9 @@ class Qwen3Model : public Module {
   // The same from embeddings [B, S, hidden] (a drafter feeding its own block inputs).
   DecoderOutput forward_embeddings(const Tensor& embeddings,
                                    const DecoderForwardOptions& options = {}) const;
+  // Note [Cached forward]. ids i64 [B, n], B == cache.batch(), n >= 1.
+  DecoderOutput forward_cached(const Tensor& ids, KVCache& cache,
+                               const CachedForwardOptions& options = {}) const;
   Qwen3DecoderLayer& layer(size_t i) const { return layers->at<Qwen3DecoderLayer>(i); }
 
   Embedding* embed_tokens;
@@ -90,6 +113,11 @@ class Qwen3ForCausalLM : public Module {
  public:
   Qwen3ForCausalLM(const Qwen3Config& config, InitOptions init = {});
   DecoderOutput forward(const Tensor& ids, const DecoderForwardOptions& options = {}) const;
+  // Note [Cached forward]; logits [B, n, vocab] (or [B, 1, vocab]) for the new positions.
+  DecoderOutput forward_cached(const Tensor& ids, KVCache& cache,
+                               const CachedForwardOptions& options = {}) const;
+  // An empty cache for this model's layers, dtype and device (its parameters').
+  KVCache make_cache(int64_t max_length, int64_t batch = 1) const;
   const Qwen3Config& config() const { return config_; }
 
   Qwen3Model* model;

@@ -1,0 +1,307 @@
+// Why this file exists: the speculative decoding loop (Note [Speculative step] in
+// speculative_decoding.h) and its evaluation against target-only greedy decoding.
+#include "train/speculative_decoding.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <optional>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "autograd/grad_mode.h"
+#include "ops/shape_ops.h"
+#include "train/generate.h"
+
+namespace cg::train {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+void check_options(int64_t block_size, int64_t max_new_tokens, const char* what) {
+  CG_CHECK(block_size >= 2, what, ": block_size must be >= 2 (the anchor plus at least one "
+           "drafted token), got ", block_size);
+  CG_CHECK(max_new_tokens >= 0, what, ": max_new_tokens must be >= 0, got ", max_new_tokens);
+}
+
+// The drafter's guesses, checked: block_size - 1 tokens, each a token id of the target.
+std::vector<int64_t> checked_draft(BlockDrafter& drafter, int64_t anchor, int64_t position,
+                                   int64_t block_size, int64_t vocab) {
+  std::vector<int64_t> draft = drafter.propose(anchor, position, block_size);
+  CG_CHECK(static_cast<int64_t>(draft.size()) == block_size - 1, "speculative decoding: the "
+           "drafter proposed ", draft.size(), " tokens for block_size ", block_size,
+           "; propose() must return block_size - 1 = ", block_size - 1);
+  for (size_t i = 0; i < draft.size(); ++i) {
+    CG_CHECK(draft[i] >= 0 && draft[i] < vocab, "speculative decoding: the drafter proposed "
+             "token ", draft[i], " (slot ", i + 1, ") outside the target's vocabulary [0, ",
+             vocab, ")");
+  }
+  return draft;
+}
+
+}  // namespace
+
+SpeculativeGeneration speculative_generate(const nn::Qwen3ForCausalLM& target,
+                                           BlockDrafter& drafter,
+                                           const std::vector<int64_t>& prompt,
+                                           const SpeculativeOptions& options,
+                                           nn::KVCache* cache) {
+  check_options(options.block_size, options.max_new_tokens, "speculative_generate");
+  CG_CHECK(!prompt.empty(), "speculative_generate: the prompt is empty; start it with at "
+           "least one token (e.g. BOS)");
+  CG_CHECK(!drafter.target_layers().empty(), "speculative_generate: the drafter reads no "
+           "target layers (target_layers() is empty)");
+  NoGradGuard no_grad;
+  const int64_t P = static_cast<int64_t>(prompt.size()), B = options.block_size;
+  const int64_t max_new = options.max_new_tokens, vocab = target.config().vocab_size;
+  const int64_t needed = P + max_new + B;
+  std::optional<nn::KVCache> own;
+  if (cache == nullptr) {
+    own.emplace(target.make_cache(needed));
+    cache = &*own;
+  }
+  CG_CHECK(cache->max_length() >= needed, "speculative_generate: the cache holds ",
+           cache->max_length(), " positions but prompt (", P, ") + max_new_tokens (", max_new,
+           ") + block_size (", B, ") needs ", needed);
+  cache->clear();
+
+  SpeculativeGeneration g;
+  g.tokens = prompt;
+  g.prompt_length = P;
+  if (max_new == 0) return g;
+  auto timed = [&g](auto&& call) {
+    const auto start = Clock::now();
+    call();
+    g.drafter_seconds += seconds_since(start);
+  };
+
+  // The prompt: its features become the drafter's context, its last logits the first token.
+  nn::CachedForwardOptions forward{.capture_layers = drafter.target_layers(),
+                                   .last_logits_only = true};
+  nn::DecoderOutput out = target.forward_cached(from_ints(prompt, {1, P}), *cache, forward);
+  ++g.target_forwards;
+  timed([&] {
+    drafter.reset();
+    drafter.append_context(concat_features(out.layer_hidden), 0);
+  });
+  int64_t anchor = greedy_tokens(out.logits)[0];
+  g.tokens.push_back(anchor);
+  int64_t produced = 1;
+  g.stopped_at_eos = anchor == options.eos_id;
+
+  forward.last_logits_only = false;
+  std::vector<int64_t> block;
+  for (int64_t a = P; !g.stopped_at_eos && produced < max_new;) {
+    const int64_t L = std::min(B, max_new - produced);  // emits at most L tokens
+    block.assign(1, anchor);
+    if (L >= 2) {
+      std::vector<int64_t> draft;
+      timed([&] { draft = checked_draft(drafter, anchor, a, B, vocab); });
+      block.insert(block.end(), draft.begin(), draft.begin() + (L - 1));
+    }
+    out = target.forward_cached(from_ints(block, {1, L}), *cache, forward);  // positions a..a+L-1
+    ++g.target_forwards;
+    const std::vector<int64_t> verified = greedy_tokens(out.logits);  // [L]
+    int64_t k = 0;  // accepted drafts
+    while (k < L - 1 && block[static_cast<size_t>(k + 1)] == verified[static_cast<size_t>(k)]) ++k;
+    int64_t emitted = 0;
+    for (int64_t i = 0; i <= k && !g.stopped_at_eos; ++i) {
+      g.tokens.push_back(verified[static_cast<size_t>(i)]);
+      ++emitted;
+      g.stopped_at_eos = verified[static_cast<size_t>(i)] == options.eos_id;
+    }
+    produced += emitted;
+    g.emitted_per_verify.push_back(emitted);
+    if (g.stopped_at_eos || produced >= max_new) break;
+    // Keep positions a .. a+k (anchor + accepted drafts); the bonus is the next anchor.
+    cache->truncate(a + k + 1);
+    timed([&] {
+      drafter.append_context(narrow(concat_features(out.layer_hidden), 0, 0, k + 1), a);
+    });
+    anchor = verified[static_cast<size_t>(k)];
+    a += k + 1;
+  }
+  return g;
+}
+
+namespace {
+
+// Note [Near ties]: whether greedy decoding's pick `a` and speculative decoding's pick `b`
+// after `prefix` are both within tolerance of the prefix's largest logit.
+bool is_near_tie(const nn::Qwen3ForCausalLM& target, const std::vector<int64_t>& prefix,
+                 int64_t a, int64_t b, double tolerance) {
+  NoGradGuard no_grad;
+  const int64_t S = static_cast<int64_t>(prefix.size());
+  const auto out = target.forward(from_ints(prefix, {1, S}));
+  const std::vector<double> row = narrow(out.logits, 1, S - 1, 1).to_vector();
+  const double top = *std::max_element(row.begin(), row.end());
+  const double slack = tolerance * (1.0 + std::abs(top));
+  auto near_top = [&](int64_t t) {
+    return t >= 0 && t < static_cast<int64_t>(row.size()) &&
+           top - row[static_cast<size_t>(t)] <= slack;
+  };
+  return near_top(a) && near_top(b);
+}
+
+std::string describe_tokens(const std::vector<int64_t>& tokens, size_t from, size_t count) {
+  std::ostringstream s;
+  s << "[";
+  for (size_t i = from; i < std::min(tokens.size(), from + count); ++i) {
+    s << (i > from ? ", " : "") << tokens[i];
+  }
+  s << (from + count < tokens.size() ? ", ...]" : "]");
+  return s.str();
+}
+
+}  // namespace
+
+SpeculativeReport evaluate_speculative(const nn::Qwen3ForCausalLM& target,
+                                       BlockDrafter& drafter,
+                                       const std::vector<std::vector<int64_t>>& prompts,
+                                       const EvaluateOptions& options) {
+  check_options(options.block_size, options.max_new_tokens, "evaluate_speculative");
+  CG_CHECK(!prompts.empty(), "evaluate_speculative: no prompts");
+  int64_t longest = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    CG_CHECK(!prompts[i].empty(), "evaluate_speculative: prompt ", i, " is empty");
+    longest = std::max(longest, static_cast<int64_t>(prompts[i].size()));
+  }
+  const GenerateOptions greedy{.max_new_tokens = options.max_new_tokens, .eos_id = options.eos_id};
+  const SpeculativeOptions spec{.block_size = options.block_size,
+                                .max_new_tokens = options.max_new_tokens,
+                                .eos_id = options.eos_id};
+  nn::KVCache greedy_cache = target.make_cache(longest + options.max_new_tokens + 1);
+  nn::KVCache spec_cache = target.make_cache(longest + options.max_new_tokens + options.block_size);
+  if (options.warmup) {
+    generate(target, prompts[0], greedy, &greedy_cache);
+    speculative_generate(target, drafter, prompts[0], spec, &spec_cache);
+  }
+
+  SpeculativeReport r;
+  r.block_size = options.block_size;
+  r.max_new_tokens = options.max_new_tokens;
+  r.num_prompts = static_cast<int64_t>(prompts.size());
+  std::vector<Generation> reference;
+  auto start = Clock::now();
+  for (const auto& p : prompts) reference.push_back(generate(target, p, greedy, &greedy_cache));
+  r.greedy_seconds = seconds_since(start);
+  std::vector<SpeculativeGeneration> results;
+  start = Clock::now();
+  for (const auto& p : prompts) {
+    results.push_back(speculative_generate(target, drafter, p, spec, &spec_cache));
+  }
+  r.speculative_seconds = seconds_since(start);
+
+  r.acceptance_histogram.assign(static_cast<size_t>(options.block_size + 1), 0);
+  int64_t verified_tokens = 0;
+  for (const auto& g : reference) {
+    r.greedy_new_tokens += static_cast<int64_t>(g.new_tokens().size());
+    r.greedy_forwards += g.target_forwards;
+  }
+  for (const auto& s : results) {
+    r.new_tokens += static_cast<int64_t>(s.new_tokens().size());
+    r.verify_forwards += static_cast<int64_t>(s.emitted_per_verify.size());
+    r.drafter_seconds += s.drafter_seconds;
+    for (int64_t n : s.emitted_per_verify) {
+      ++r.acceptance_histogram[static_cast<size_t>(n)];
+      verified_tokens += n;
+    }
+  }
+  r.tau = r.verify_forwards > 0 ? static_cast<double>(verified_tokens) / r.verify_forwards : 0.0;
+  r.speedup = r.speculative_seconds > 0 ? r.greedy_seconds / r.speculative_seconds : 0.0;
+  r.greedy_tokens_per_second = r.greedy_seconds > 0 ? r.greedy_new_tokens / r.greedy_seconds : 0;
+  r.speculative_tokens_per_second =
+      r.speculative_seconds > 0 ? r.new_tokens / r.speculative_seconds : 0;
+
+  r.identical = true;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const auto& want = reference[i].tokens;
+    const auto& got = results[i].tokens;
+    if (want == got) continue;
+    r.identical = false;
+    size_t j = 0;
+    while (j < want.size() && j < got.size() && want[j] == got[j]) ++j;
+    const bool both_continue = j < want.size() && j < got.size();
+    if (both_continue &&
+        is_near_tie(target, {want.begin(), want.begin() + static_cast<std::ptrdiff_t>(j)},
+                    want[j], got[j], options.tie_tolerance)) {
+      ++r.tie_divergences;
+      continue;
+    }
+    if (r.mismatch.empty()) {
+      std::ostringstream s;
+      s << "prompt " << i << " (length " << prompts[i].size() << "): speculative decoding "
+        << "differs from greedy decoding at new token " << static_cast<int64_t>(j) - static_cast<int64_t>(prompts[i].size())
+        << ": greedy " << describe_tokens(want, j, 6) << ", speculative "
+        << describe_tokens(got, j, 6) << " (not a near tie of the logits)";
+      r.mismatch = s.str();
+    }
+  }
+  r.lossless = r.mismatch.empty();
+  CG_CHECK(r.lossless || !options.throw_on_mismatch, "evaluate_speculative: output is not "
+           "lossless: ", r.mismatch, ". This is a bug in the decoding loop or the KV cache, "
+           "not in the drafter");
+  return r;
+}
+
+std::string SpeculativeReport::str() const {
+  std::ostringstream s;
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "speculative decoding: block_size %lld, %lld prompts, "
+                "max_new_tokens %lld\n", static_cast<long long>(block_size),
+                static_cast<long long>(num_prompts), static_cast<long long>(max_new_tokens));
+  s << buf;
+  std::snprintf(buf, sizeof buf, "  tau %.3f tokens per verify forward (bonus included), "
+                "%lld verify forwards\n", tau, static_cast<long long>(verify_forwards));
+  s << buf << "  emitted per verify forward:";
+  for (size_t n = 1; n < acceptance_histogram.size(); ++n) {
+    s << " " << n << ":" << acceptance_histogram[n];
+  }
+  std::snprintf(buf, sizeof buf, "\n  greedy      %lld tokens in %.3f s (%.1f tokens/s)\n",
+                static_cast<long long>(greedy_new_tokens), greedy_seconds,
+                greedy_tokens_per_second);
+  s << buf;
+  std::snprintf(buf, sizeof buf, "  speculative %lld tokens in %.3f s (%.1f tokens/s; "
+                "drafter %.3f s)\n", static_cast<long long>(new_tokens), speculative_seconds,
+                speculative_tokens_per_second, drafter_seconds);
+  s << buf;
+  std::snprintf(buf, sizeof buf, "  speedup %.2fx; outputs %s\n", speedup,
+                identical ? "identical token for token"
+                : lossless ? "equal up to floating-point near ties"
+                           : "DIFFERENT (not lossless)");
+  s << buf;
+  if (tie_divergences > 0) s << "  prompts diverged at near ties: " << tie_divergences << "\n";
+  if (!mismatch.empty()) s << "  first mismatch: " << mismatch << "\n";
+  return s.str();
+}
+
+nlohmann::json SpeculativeReport::json() const {
+  return {{"block_size", block_size},
+          {"max_new_tokens", max_new_tokens},
+          {"num_prompts", num_prompts},
+          {"tau", tau},
+          {"acceptance_histogram", acceptance_histogram},
+          {"verify_forwards", verify_forwards},
+          {"greedy_forwards", greedy_forwards},
+          {"new_tokens", new_tokens},
+          {"greedy_new_tokens", greedy_new_tokens},
+          {"greedy_seconds", greedy_seconds},
+          {"speculative_seconds", speculative_seconds},
+          {"drafter_seconds", drafter_seconds},
+          {"speedup", speedup},
+          {"greedy_tokens_per_second", greedy_tokens_per_second},
+          {"speculative_tokens_per_second", speculative_tokens_per_second},
+          {"identical", identical},
+          {"lossless", lossless},
+          {"tie_divergences", tie_divergences},
+          {"mismatch", mismatch}};
+}
+
+}  // namespace cg::train

@@ -1,0 +1,120 @@
+// Why this file exists: the measurement the whole project is for -- does the drafter make
+// decoding faster without changing a single output token? DFlash-style speculative
+// decoding: the drafter (train/block_drafter.h) proposes block_size - 1 tokens after the
+// anchor, the target verifies [anchor, draft...] in ONE cached forward, and greedy
+// acceptance keeps the longest prefix where the draft equals the target's own argmax,
+// plus the target's next token (the bonus). evaluate_speculative() runs it and
+// target-only greedy decoding (train/generate.h, also with a KV cache) on the same
+// prompts, times both, and checks that the outputs are equal token for token.
+//
+//   auto report = cg::train::evaluate_speculative(target, drafter, prompts,
+//                                                 {.block_size = 8, .max_new_tokens = 128});
+//   report.tau; report.speedup; report.lossless;  std::cout << report.str();
+//
+// Note [Speculative step]: with the anchor (the last emitted token, not yet in the target
+// cache) at position a and the drafter's guesses d_1..d_{L-1}:
+//   logits = target.forward_cached([anchor, d_1, ..., d_{L-1}])  // positions a .. a+L-1
+//   t_i = argmax(logits[i])                                      // greedy_tokens
+//   k = the largest k with d_j == t_{j-1} for all j <= k         // accepted drafts
+//   emitted = t_0 .. t_k                                         // k accepted + the bonus
+// Positions a .. a+k now hold tokens the greedy decoder would also have fed (anchor and
+// the accepted drafts), so the target cache is truncated to a+k+1 and those k+1
+// positions' features go to the drafter; t_k becomes the next anchor at a+k+1. The block
+// is cut to L = min(block_size, tokens still allowed) so max_new_tokens is never passed;
+// emitted tokens stop after an EOS exactly as greedy decoding stops. By induction every
+// emitted token is the greedy token of its prefix -- up to floating point: the verify
+// forward multiplies L rows at once where greedy decoding multiplies one, so logits agree
+// to fp32 rounding, not bit for bit (Note [Near ties]).
+//
+// Note [Near ties]: when two logits are within rounding of each other, the two decoders
+// may pick different tokens and then (correctly) continue differently. evaluate_speculative
+// tells this apart from a bug: at the first differing token it recomputes the prefix's
+// logits and calls the divergence a near tie only when both picks are within
+// tie_tolerance * (1 + |max logit|) of the maximum. Anything else is a mismatch: flagged,
+// and thrown unless throw_on_mismatch is false.
+//
+// Note [tau]: tau = tokens emitted by verify forwards / verify forwards (bonus included;
+// the prompt's forward, which yields the first new token in both decoders, is not a
+// verify forward). A drafter that is always wrong gives tau = 1; an oracle gives
+// block_size until max_new_tokens or EOS cuts a block short.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "nn/qwen3.h"
+#include "train/block_drafter.h"
+
+namespace cg::train {
+
+struct SpeculativeOptions {
+  int64_t block_size = 8;       // >= 2: the anchor and block_size - 1 drafted tokens
+  int64_t max_new_tokens = 64;  // >= 0
+  int64_t eos_id = -1;          // stop after this token; -1: never stop early
+};
+
+struct SpeculativeGeneration {
+  std::vector<int64_t> tokens;  // prompt + new tokens
+  int64_t prompt_length = 0;
+  bool stopped_at_eos = false;
+  int64_t target_forwards = 0;               // the prompt's forward + verify forwards
+  std::vector<int64_t> emitted_per_verify;   // tokens each verify forward emitted (1 .. B)
+  double drafter_seconds = 0;                // in propose and append_context
+
+  std::vector<int64_t> new_tokens() const {
+    return {tokens.begin() + prompt_length, tokens.end()};
+  }
+};
+
+// One prompt (Note [Speculative step]). The cache, if given, is reused (cleared first;
+// it must hold prompt + max_new_tokens + block_size positions); nullptr makes one.
+// Throws when the drafter breaks its protocol (a draft of the wrong length, a token
+// outside the vocabulary).
+SpeculativeGeneration speculative_generate(const nn::Qwen3ForCausalLM& target,
+                                           BlockDrafter& drafter,
+                                           const std::vector<int64_t>& prompt,
+                                           const SpeculativeOptions& options,
+                                           nn::KVCache* cache = nullptr);
+
+struct EvaluateOptions {
+  int64_t block_size = 8;
+  int64_t max_new_tokens = 64;
+  int64_t eos_id = -1;
+  bool warmup = true;             // one untimed run of the first prompt by each decoder
+  bool throw_on_mismatch = true;  // a divergence that is not a near tie throws
+  double tie_tolerance = 1e-4;    // Note [Near ties]
+};
+
+struct SpeculativeReport {
+  int64_t block_size = 0, max_new_tokens = 0, num_prompts = 0;
+  int64_t new_tokens = 0;         // emitted by speculative decoding, all prompts
+  int64_t greedy_new_tokens = 0;  // emitted by target-only greedy decoding
+  int64_t verify_forwards = 0;    // target forwards of speculative decoding, prompts excluded
+  int64_t greedy_forwards = 0;    // target forwards of greedy decoding, prompts included
+  double tau = 0;                 // Note [tau]
+  // histogram[n] = verify forwards that emitted n tokens, n = 0 .. block_size (0 unused).
+  std::vector<int64_t> acceptance_histogram;
+  double greedy_seconds = 0, speculative_seconds = 0, drafter_seconds = 0;
+  double speedup = 0;                  // greedy_seconds / speculative_seconds
+  double greedy_tokens_per_second = 0, speculative_tokens_per_second = 0;
+  bool identical = false;    // every prompt's output equal token for token
+  bool lossless = false;     // identical, or diverged only at near ties (Note [Near ties])
+  int64_t tie_divergences = 0;  // prompts that diverged at a near tie
+  std::string mismatch;      // the first real mismatch, described; empty when none
+
+  std::string str() const;   // a few readable lines
+  nlohmann::json json() const;
+};
+
+// Target-only greedy decoding (generate, no features) of every prompt, timed; then
+// speculative decoding of every prompt, timed (drafter time included); then the
+// comparison. Both decoders use a KV cache sized once for the longest prompt.
+SpeculativeReport evaluate_speculative(const nn::Qwen3ForCausalLM& target,
+                                       BlockDrafter& drafter,
+                                       const std::vector<std::vector<int64_t>>& prompts,
+                                       const EvaluateOptions& options);
+
+}  // namespace cg::train
