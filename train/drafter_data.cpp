@@ -1,60 +1,30 @@
 // Why this file exists: drafter data from the target's own generations (drafter_data.h).
 #include "train/drafter_data.h"
 
-#include <map>
-
 #include "autograd/grad_mode.h"
 #include "core/factories.h"
 #include "ops/join_ops.h"
 #include "ops/reduce.h"
 #include "ops/shape_ops.h"
+#include "train/generate.h"
 #include "train/tokenizer.h"
 
 namespace cg::train {
 
-GenerateFn default_generate_fn() {
-  // Until the KV-cache generation lands: prompts of one length go as one batch, and each
-  // new token reruns the prefix (quadratic; fine for CI-sized runs only).
-  return [](const nn::Qwen3ForCausalLM& lm, const std::vector<std::vector<int64_t>>& prompts,
-            int64_t max_new) {
-    NoGradGuard no_grad;
-    std::vector<std::vector<int64_t>> out(prompts.size());
-    std::map<size_t, std::vector<size_t>> by_length;
-    for (size_t i = 0; i < prompts.size(); ++i) by_length[prompts[i].size()].push_back(i);
-    for (const auto& [len, rows] : by_length) {
-      const int64_t B = static_cast<int64_t>(rows.size());
-      std::vector<std::vector<int64_t>> seqs;
-      for (size_t r : rows) seqs.push_back(prompts[r]);
-      for (int64_t t = 0; t < max_new; ++t) {
-        const int64_t S = static_cast<int64_t>(seqs[0].size());
-        std::vector<int64_t> flat;
-        for (const auto& s : seqs) flat.insert(flat.end(), s.begin(), s.end());
-        nn::DecoderOutput o = lm.forward(from_ints(flat, {B, S}));
-        const Tensor next = argmax(narrow(o.logits, 1, S - 1, 1), -1);
-        const std::vector<double> v = next.to_vector();
-        for (int64_t b = 0; b < B; ++b) seqs[static_cast<size_t>(b)].push_back(static_cast<int64_t>(v[static_cast<size_t>(b)]));
-      }
-      for (size_t k = 0; k < rows.size(); ++k) out[rows[k]].assign(seqs[k].begin() + static_cast<int64_t>(len), seqs[k].end());
-    }
-    return out;
-  };
-}
-
 std::vector<DrafterSequence> make_drafter_sequences(const nn::Qwen3ForCausalLM& lm,
                                                     const std::vector<std::string>& prompts,
-                                                    int64_t max_new_tokens, const GenerateFn& generate) {
+                                                    int64_t max_new_tokens) {
   ByteTokenizer tok;
   std::vector<std::vector<int64_t>> ids;
   for (const auto& p : prompts) ids.push_back(tok.encode(p, {.bos = true}));
-  const auto generated = generate(lm, ids, max_new_tokens);
-  CG_CHECK(generated.size() == ids.size(), "drafter data: the generator returned ", generated.size(),
-           " continuations for ", ids.size(), " prompts");
+  const std::vector<Generation> generated = generate_all(lm, ids, {.max_new_tokens = max_new_tokens});
   std::vector<DrafterSequence> out;
   for (size_t i = 0; i < ids.size(); ++i) {
     DrafterSequence s;
     s.ids = ids[i];
     s.loss_mask.assign(ids[i].size(), 0);
-    s.ids.insert(s.ids.end(), generated[i].begin(), generated[i].end());
+    const std::vector<int64_t> fresh = generated[i].new_tokens();
+    s.ids.insert(s.ids.end(), fresh.begin(), fresh.end());
     s.loss_mask.resize(s.ids.size(), 1);
     out.push_back(std::move(s));
   }

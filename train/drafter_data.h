@@ -7,7 +7,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -16,18 +15,11 @@
 
 namespace cg::train {
 
-// Greedy continuation of each prompt (token ids, BOS included) by max_new tokens; returns
-// only the generated ids per prompt.
-using GenerateFn = std::function<std::vector<std::vector<int64_t>>(
-    const nn::Qwen3ForCausalLM& lm, const std::vector<std::vector<int64_t>>& prompts, int64_t max_new)>;
-
-// The generator the pipeline uses (the decode branch's KV-cache generation).
-GenerateFn default_generate_fn();
-
-// [BOS] + prompt + the target's continuation; loss mask 1 on the continuation.
+// [BOS] + prompt + the target's greedy continuation (train/generate.h, with the KV cache);
+// loss mask 1 on the continuation.
 std::vector<DrafterSequence> make_drafter_sequences(const nn::Qwen3ForCausalLM& lm,
                                                     const std::vector<std::string>& prompts,
-                                                    int64_t max_new_tokens, const GenerateFn& generate);
+                                                    int64_t max_new_tokens);
 
 // The target's view of the sequences, padded to the longest (pad id, loss mask 0).
 struct TargetFeatures {

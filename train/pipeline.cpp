@@ -20,8 +20,9 @@
 #include "train/drafter_trainer.h"
 #include "train/memory_report.h"
 #include "train/progress.h"
-#include "train/spec_eval.h"
+#include "train/speculative_decoding.h"
 #include "train/target_lm.h"
+#include "train/generate.h"
 #include "train/tokenizer.h"
 
 namespace cg::train {
@@ -116,9 +117,8 @@ nlohmann::json run_pipeline(const TrainConfig& config) {
 
   // 3. Drafter data: the target's own continuations.
   auto t0 = std::chrono::steady_clock::now();
-  const GenerateFn generate = default_generate_fn();
   const std::vector<DrafterSequence> train_seqs = make_drafter_sequences(
-      lm, train_prompts(config, text, config.data.num_sequences), config.data.max_new_tokens, generate);
+      lm, train_prompts(config, text, config.data.num_sequences), config.data.max_new_tokens);
   auto drafter = make_drafter(lm, config.drafter, ByteTokenizer::kMask, config.seed + 23);
   const std::vector<int64_t>& layers = drafter->config().target_layers;
   const bool teacher = config.drafter.loss.kind != "ce";
@@ -145,11 +145,17 @@ nlohmann::json run_pipeline(const TrainConfig& config) {
   const std::vector<std::string> prompts = eval_prompts(config, text, config.eval.prompts);
   std::vector<std::string> acc_prompts = eval_prompts(config, text, config.eval.prompts + config.eval.accuracy_sequences);
   acc_prompts.erase(acc_prompts.begin(), acc_prompts.begin() + config.eval.prompts);
-  const std::vector<DrafterSequence> held = make_drafter_sequences(lm, acc_prompts, config.data.max_new_tokens, generate);
+  const std::vector<DrafterSequence> held = make_drafter_sequences(lm, acc_prompts, config.data.max_new_tokens);
   const TargetFeatures held_features = compute_target_features(lm, held, layers, false, ByteTokenizer::kPad);
   const SlotMetrics slots = slot_metrics(*drafter, held, held_features, config.drafter.block_size);
   DFlashBlockDrafter block_drafter(*drafter);
-  const SpecEvalResult spec = evaluate_speculative(lm, block_drafter, prompts, config.eval.max_new_tokens, eval_block);
+  std::vector<std::vector<int64_t>> prompt_ids;
+  for (const auto& p : prompts) prompt_ids.push_back(tok.encode(p, {.bos = true}));
+  say(config, "speculative decoding of " + std::to_string(prompts.size()) + " held-out prompts, block " +
+                  std::to_string(eval_block));
+  const SpeculativeReport spec = evaluate_speculative(
+      lm, block_drafter, prompt_ids,
+      {.block_size = eval_block, .max_new_tokens = config.eval.max_new_tokens, .throw_on_mismatch = false});
   const double eval_seconds = seconds_since(t0);
 
   // 6. Memory story.
@@ -184,8 +190,16 @@ nlohmann::json run_pipeline(const TrainConfig& config) {
   summary["speedup"] = spec.speedup;
   summary["lossless"] = spec.lossless;
   summary["eval_block_size"] = eval_block;
-  summary["target_tokens_per_s"] = spec.target_tokens_per_s;
-  summary["speculative_tokens_per_s"] = spec.speculative_tokens_per_s;
+  summary["identical"] = spec.identical;
+  summary["mismatch"] = spec.mismatch;
+  summary["target_tokens_per_s"] = spec.greedy_tokens_per_second;
+  summary["speculative_tokens_per_s"] = spec.speculative_tokens_per_second;
+  summary["speculative"] = spec.json();
+  {
+    const std::vector<int64_t> sample(prompt_ids[0].begin(), prompt_ids[0].end());
+    const Generation g = generate(lm, sample, {.max_new_tokens = config.eval.max_new_tokens});
+    summary["sample"] = {{"prompt", prompts[0]}, {"target_greedy", tok.decode(g.new_tokens())}};
+  }
   summary["per_slot_accuracy"] = slots.accuracy();
   summary["expected_acceptance_length"] = slots.expected_acceptance_length();
   summary["measured_acceptance_length"] = slots.mean_acceptance_length();
