@@ -87,11 +87,6 @@ nlohmann::json run_pipeline(const TrainConfig& config) {
   if (config.threads > 0) set_num_threads(static_cast<int>(config.threads));
   std::filesystem::create_directories(config.run_dir);
   MetricsLog log(config.run_dir + "/metrics.jsonl");
-  {
-    std::ofstream out(config.run_dir + "/config.json");
-    out << config.to_json().dump(2) << "\n";
-    CG_CHECK(out.good(), "cannot write ", config.run_dir, "/config.json");
-  }
   ByteTokenizer tok;
 
   // 1. Corpus.
@@ -133,6 +128,11 @@ nlohmann::json run_pipeline(const TrainConfig& config) {
   if (!ckpt.empty()) {
     trainer.load_checkpoint(ckpt);
     say(config, "resumed from " + ckpt + " at step " + std::to_string(trainer.step()));
+  }
+  {  // after the resume check: a failed resume leaves the run directory as it was
+    std::ofstream out(config.run_dir + "/config.json");
+    out << config.to_json().dump(2) << "\n";
+    CG_CHECK(out.good(), "cannot write ", config.run_dir, "/config.json");
   }
   t0 = std::chrono::steady_clock::now();
   const double train_tokens_per_s = trainer.run(&log);
