@@ -1,6 +1,7 @@
 // Why this file exists: the main job's stages in order, and its summary (pipeline.h).
 #include "train/pipeline.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -153,9 +154,23 @@ nlohmann::json run_pipeline(const TrainConfig& config) {
   for (const auto& p : prompts) prompt_ids.push_back(tok.encode(p, {.bos = true}));
   say(config, "speculative decoding of " + std::to_string(prompts.size()) + " held-out prompts, block " +
                   std::to_string(eval_block));
-  const SpeculativeReport spec = evaluate_speculative(
-      lm, block_drafter, prompt_ids,
-      {.block_size = eval_block, .max_new_tokens = config.eval.max_new_tokens, .throw_on_mismatch = false});
+  // Note [Timing on a shared machine]: the two decoders run one after the other, so a
+  // burst of load from other processes lands on one of them. Each evaluation is repeated
+  // and the speedup is the fastest greedy time over the fastest speculative time; tau and
+  // the token-for-token check are deterministic and come from the first run.
+  SpeculativeReport spec;
+  double best_greedy = 0, best_spec = 0;
+  for (int64_t rep = 0; rep < config.eval.timing_repeats; ++rep) {
+    SpeculativeReport r = evaluate_speculative(
+        lm, block_drafter, prompt_ids,
+        {.block_size = eval_block, .max_new_tokens = config.eval.max_new_tokens, .throw_on_mismatch = false});
+    best_greedy = rep == 0 ? r.greedy_seconds : std::min(best_greedy, r.greedy_seconds);
+    best_spec = rep == 0 ? r.speculative_seconds : std::min(best_spec, r.speculative_seconds);
+    if (rep == 0) spec = r;
+  }
+  spec.speedup = best_spec > 0 ? best_greedy / best_spec : 0.0;
+  spec.greedy_tokens_per_second = best_greedy > 0 ? static_cast<double>(spec.greedy_new_tokens) / best_greedy : 0.0;
+  spec.speculative_tokens_per_second = best_spec > 0 ? static_cast<double>(spec.new_tokens) / best_spec : 0.0;
   const double eval_seconds = seconds_since(t0);
 
   // 6. Memory story.

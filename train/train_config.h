@@ -34,11 +34,11 @@ struct OptimConfig {
 struct TargetConfig {
   std::string checkpoint;  // a safetensors file/folder to load instead of training ("" = train)
   std::string hf_config;   // its config.json when the checkpoint is a Hugging Face model
-  int64_t hidden_size = 128, num_layers = 6, num_heads = 4, num_kv_heads = 2, head_dim = 32;
-  int64_t intermediate_size = 384;
+  int64_t hidden_size = 64, num_layers = 8, num_heads = 2, num_kv_heads = 1, head_dim = 32;
+  int64_t intermediate_size = 192;
   double rope_theta = 10000.0;
   int64_t seq_len = 128;  // training window (bytes)
-  OptimConfig optim;
+  OptimConfig optim{.steps = 400, .batch_size = 16, .lr = 4e-3};
 };
 
 struct LossSpec {
@@ -49,7 +49,7 @@ struct LossSpec {
 
 struct DrafterConfig {
   int64_t num_layers = 1;
-  int64_t intermediate_size = 384;
+  int64_t intermediate_size = 192;
   int64_t num_target_features = 3;        // n of the public layer rule
   std::vector<int64_t> target_layers;     // explicit ids instead of the rule ([] = rule)
   int64_t block_size = 8;
@@ -58,8 +58,8 @@ struct DrafterConfig {
   LossSpec loss;
   std::string head_loss_path = "fused";   // "naive" | "chunked" | "fused"
   std::string dtype = "f32";              // compute dtype: "f32" | "bf16" (fp32 masters)
-  int64_t checkpoint_every = 100;         // steps between checkpoints (0 = only the last)
-  OptimConfig optim;
+  int64_t checkpoint_every = 250;         // steps between checkpoints (0 = only the last)
+  OptimConfig optim{.steps = 1000};
 };
 
 struct DataConfig {
@@ -72,6 +72,7 @@ struct EvalConfig {
   int64_t max_new_tokens = 96;   // per prompt, both decoders
   int64_t block_size = 8;        // speculative decoding block (0 = drafter.block_size)
   int64_t accuracy_sequences = 32;  // sequences for per-slot accuracy (from held-out data)
+  int64_t timing_repeats = 3;    // speculative evaluations; speedup from the fastest of each decoder
 };
 
 struct MemoryConfig {

@@ -22,6 +22,7 @@ struct TrainOptions {
   bool json = false;
   bool no_progress = false;
   bool fresh = false;
+  bool print_config = false;
   int64_t memory_limit_mb = 0;
 };
 }  // namespace
@@ -35,6 +36,7 @@ void add_train_command(CLI::App& app, CommandBody& run) {
   sub->add_flag("--json", o.json, "print the summary as JSON on stdout instead of text");
   sub->add_flag("--no-progress", o.no_progress, "no progress bar or stage lines on stderr");
   sub->add_flag("--fresh", o.fresh, "do not resume from the run directory's drafter checkpoint");
+  sub->add_flag("--print-config", o.print_config, "print the effective config as JSON and exit");
   sub->add_option("--memory-limit-mb", o.memory_limit_mb, "cap the CPU allocator (0: no limit)")
       ->check(program::integer_in(0, int64_t{1} << 40));
   sub->callback([&run] {
@@ -45,6 +47,10 @@ void add_train_command(CLI::App& app, CommandBody& run) {
       if (o.no_progress) config.progress = false;
       if (o.fresh) config.resume = false;
       config.validate();
+      if (o.print_config) {
+        std::cout << config.to_json().dump(2) << "\n";
+        return;
+      }
       program::make_output_dir(config.run_dir, "run_dir");
       const nlohmann::json summary = train::run_pipeline(config);
       if (o.json) {
