@@ -274,7 +274,7 @@ train::TrainConfig ci_config(const std::string& run_dir) {
   t.head_dim = 16;
   t.intermediate_size = 64;
   t.seq_len = 48;
-  t.optim.steps = 40;
+  t.optim.steps = 80;
   t.optim.batch_size = 4;
   t.optim.lr = 1e-2;
   c.data.num_sequences = 12;
@@ -285,13 +285,15 @@ train::TrainConfig ci_config(const std::string& run_dir) {
   d.num_target_features = 1;
   d.block_size = 4;
   d.max_anchors = 8;
-  d.optim.steps = 30;
+  d.optim.steps = 80;
   d.optim.batch_size = 4;
   d.optim.lr = 1e-2;
   d.checkpoint_every = 10;
   c.eval.prompts = 3;
   c.eval.max_new_tokens = 24;
   c.eval.accuracy_sequences = 4;
+  c.eval.block_size = 0;  // the drafter's
+  c.eval.timing_repeats = 1;
   c.memory.enabled = false;
   return c;
 }
@@ -302,10 +304,24 @@ TEST(DFlashPipeline, ACiSizedRunLearns) {
   const nlohmann::json s = train::run_pipeline(c);
   const auto acc = s["per_slot_accuracy"].get<std::vector<double>>();
   EXPECT_GT(acc[1], 0.2) << "slot-1 accuracy (chance: 1/260)";
+  EXPECT_GT(s["tau"].get<double>(), 1.3);
+  EXPECT_TRUE(s["lossless"].get<bool>());
   EXPECT_TRUE(std::filesystem::exists(dir.file("run/summary.json")));
   EXPECT_TRUE(std::filesystem::exists(dir.file("run/metrics.jsonl")));
   EXPECT_TRUE(std::filesystem::exists(dir.file("run/target/model.safetensors")));
   EXPECT_EQ(s["target_source"], "trained");
+}
+
+// bf16 compute with fp32 masters runs the whole pipeline and still learns something.
+TEST(DFlashPipeline, Bf16ComputeWithFp32Masters) {
+  TempDir dir;
+  train::TrainConfig c = ci_config(dir.file("run"));
+  c.drafter.dtype = "bf16";
+  c.drafter.loss.kind = "mix";
+  c.drafter.optim.grad_accum = 2;
+  const nlohmann::json s = train::run_pipeline(c);
+  EXPECT_GT(s["per_slot_accuracy"][1].get<double>(), 0.1);
+  EXPECT_TRUE(s["lossless"].get<bool>());
 }
 
 // Resume gives the same next-step loss as an uninterrupted run; a corrupt checkpoint is

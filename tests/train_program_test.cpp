@@ -16,7 +16,7 @@
 
 namespace {
 
-struct Run {
+struct TrainRun {
   int exit_code = -1;
   std::string out, err;
 };
@@ -44,18 +44,18 @@ class TrainProgram : public ::testing::Test {
     std::ofstream(path(name)) << text;
     return path(name);
   }
-  Run train(const std::string& args) const {
+  TrainRun train(const std::string& args) const {
     const std::string cmd = std::string("CHUNKGRAD_NUM_THREADS=1 '") + CHUNKGRAD_CLI + "' train " + args +
                             " >'" + path("out") + "' 2>'" + path("err") + "'";
     const int status = std::system(cmd.c_str());
-    Run r;
+    TrainRun r;
     r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     r.out = slurp(path("out"));
     r.err = slurp(path("err"));
     return r;
   }
   // One error line naming `what`, exit code 1.
-  void expect_error(const Run& r, const std::string& what) const {
+  void expect_error(const TrainRun& r, const std::string& what) const {
     EXPECT_EQ(r.exit_code, 1) << r.err;
     EXPECT_EQ(r.err.rfind("chunkgrad train: error: ", 0), 0u) << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
@@ -108,7 +108,7 @@ TEST_F(TrainProgram, MissingCorpusFileIsNamed) {
 TEST_F(TrainProgram, CorruptCheckpointFailsAndLeavesTheRunDirectoryIntact) {
   const std::string run = path("run");
   const std::string config = write("c.json", tiny(run));
-  const Run ok = train("--config " + config);
+  const TrainRun ok = train("--config " + config);
   ASSERT_EQ(ok.exit_code, 0) << ok.err;
   EXPECT_NE(ok.out.find("tau"), std::string::npos) << ok.out;
   const std::string ckpt = run + "/drafter/step_00000002.safetensors";

@@ -62,6 +62,22 @@ SlotMetrics slot_metrics(const nn::DFlashDrafter& drafter, const std::vector<Dra
   return m;
 }
 
+// Text for the summary: printable ASCII and newlines as they are, other bytes as \xNN
+// (a small target may emit bytes that are not UTF-8, which JSON cannot hold).
+std::string printable(const std::string& text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (c == '\n' || (c >= 0x20 && c < 0x7f)) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02X", c);
+      out += buf;
+    }
+  }
+  return out;
+}
+
 std::vector<std::string> train_prompts(const TrainConfig& c, const std::string& text, int64_t count) {
   if (c.corpus.path.empty()) {
     std::vector<std::string> p;
@@ -213,7 +229,7 @@ nlohmann::json run_pipeline(const TrainConfig& config) {
   {
     const std::vector<int64_t> sample(prompt_ids[0].begin(), prompt_ids[0].end());
     const Generation g = generate(lm, sample, {.max_new_tokens = config.eval.max_new_tokens});
-    summary["sample"] = {{"prompt", prompts[0]}, {"target_greedy", tok.decode(g.new_tokens())}};
+    summary["sample"] = {{"prompt", printable(prompts[0])}, {"target_greedy", printable(tok.decode(g.new_tokens()))}};
   }
   summary["per_slot_accuracy"] = slots.accuracy();
   summary["expected_acceptance_length"] = slots.expected_acceptance_length();
