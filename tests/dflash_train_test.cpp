@@ -415,6 +415,9 @@ TEST(DFlashConfig, BadConfigsAreClearErrors) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("/nonexistent/toy.json"), std::string::npos) << e.what();
   }
+  // configs/toy.json (what tools/run.sh runs) is the built-in default, field for field.
+  EXPECT_EQ(train::TrainConfig::from_file(std::string(CHUNKGRAD_TEST_DATA_DIR) + "/../../configs/toy.json").to_json(),
+            train::TrainConfig().to_json());
   // The written form reads back to the same config.
   train::TrainConfig c;
   c.drafter.block_size = 16;

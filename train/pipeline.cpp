@@ -174,6 +174,13 @@ nlohmann::json run_pipeline(const TrainConfig& config) {
   // burst of load from other processes lands on one of them. Each evaluation is repeated
   // and the speedup is the fastest greedy time over the fastest speculative time; tau and
   // the token-for-token check are deterministic and come from the first run.
+  // Note [Decoding threads]: a decoding step is a few hundred small ops (one to eight rows
+  // each); on two cores shared with other work, waking a second thread for the verify's
+  // GEMMs costs more than it saves, and it would tilt the comparison (one-token greedy
+  // steps stay below the threading threshold, verify steps do not). Both decoders run
+  // with eval.threads threads (1 by default), training keeps its own count.
+  const int training_threads = get_num_threads();
+  if (config.eval.threads > 0) set_num_threads(static_cast<int>(config.eval.threads));
   SpeculativeReport spec;
   double best_greedy = 0, best_spec = 0;
   for (int64_t rep = 0; rep < config.eval.timing_repeats; ++rep) {
@@ -184,6 +191,7 @@ nlohmann::json run_pipeline(const TrainConfig& config) {
     best_spec = rep == 0 ? r.speculative_seconds : std::min(best_spec, r.speculative_seconds);
     if (rep == 0) spec = r;
   }
+  set_num_threads(training_threads);
   spec.speedup = best_spec > 0 ? best_greedy / best_spec : 0.0;
   spec.greedy_tokens_per_second = best_greedy > 0 ? static_cast<double>(spec.greedy_new_tokens) / best_greedy : 0.0;
   spec.speculative_tokens_per_second = best_spec > 0 ? static_cast<double>(spec.new_tokens) / best_spec : 0.0;

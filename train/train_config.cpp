@@ -148,6 +148,7 @@ void visit_fields(V& v, TrainConfig& c) {
     s.field("block_size", c.eval.block_size);
     s.field("accuracy_sequences", c.eval.accuracy_sequences);
     s.field("timing_repeats", c.eval.timing_repeats);
+    s.field("threads", c.eval.threads);
   });
   v.object("memory", [&](auto& s) {
     auto& m = c.memory;
@@ -233,6 +234,7 @@ void TrainConfig::validate() const {
            "(drafter.block_size) or >= 2, got ", eval.block_size);
   in_range("eval.accuracy_sequences", static_cast<double>(eval.accuracy_sequences), 1, 1e6);
   in_range("eval.timing_repeats", static_cast<double>(eval.timing_repeats), 1, 100);
+  in_range("eval.threads", static_cast<double>(eval.threads), 0, 1024);
   in_range("memory.large_vocab", static_cast<double>(memory.large_vocab), 2, 1 << 22);
   in_range("memory.large_hidden", static_cast<double>(memory.large_hidden), 8, 65536);
   in_range("memory.large_anchors", static_cast<double>(memory.large_anchors), 1, 1 << 16);
