@@ -50,13 +50,15 @@ std::pair<Tensor, Tensor> Attention::keys_values(const Tensor& hidden,
   return {k, v};
 }
 
-Tensor Attention::forward_cached(const Tensor& x, KVCache& cache, int64_t layer) const {
+Tensor Attention::forward_cached(const Tensor& x, KVCache& cache, int64_t layer,
+                                 const Tensor& positions) const {
   auto scope = enter_scope();
   CG_CHECK(x.defined() && x.dim() == 3 && x.size(2) == hidden_, "Attention '", name(),
            "': x must be [B, n, ", hidden_, "], got ",
            x.defined() ? shape_str(x.shape()) : "undefined");
   const int64_t B = x.size(0), n = x.size(1);
-  const Tensor pos = RotaryEmbedding::positions(cache.length(), n, x.device());
+  const Tensor pos =
+      positions.defined() ? positions : RotaryEmbedding::positions(cache.length(), n, x.device());
   Tensor q = view(q_proj->forward(x), {B, n, num_heads_, head_dim_});
   q = rotary_emb->forward(q_norm->forward(q), pos);
   const auto [k_new, v_new] = keys_values(x, pos);

@@ -44,7 +44,10 @@ class Attention : public Module {
   // and values are written into `layer`'s slots of the cache (the caller advances it
   // after the last layer); each new query sees every cached key and the new keys up to
   // its own (causal). -> [B, n, hidden]. An inference path: call it under NoGradGuard.
-  Tensor forward_cached(const Tensor& x, KVCache& cache, int64_t layer) const;
+  // positions: those RoPE positions as i64 [n] when the caller already made them (one
+  // tensor for every layer of a step); undefined: made here.
+  Tensor forward_cached(const Tensor& x, KVCache& cache, int64_t layer,
+                        const Tensor& positions = {}) const;
 
   // k (after k_norm and RoPE) and v of `hidden` in [B, L, Hkv, hd] layout -- what the
   // forward concatenates; exposed for references and KV caches.

@@ -52,9 +52,11 @@ Tensor Qwen3DecoderLayer::forward(const Tensor& x, const Tensor& positions,
   return h + mlp->forward(post_attention_layernorm->forward(h));
 }
 
-Tensor Qwen3DecoderLayer::forward_cached(const Tensor& x, KVCache& cache, int64_t layer) const {
+Tensor Qwen3DecoderLayer::forward_cached(const Tensor& x, KVCache& cache, int64_t layer,
+                                         const Tensor& positions) const {
   auto scope = enter_scope();
-  const Tensor h = x + self_attn->forward_cached(input_layernorm->forward(x), cache, layer);
+  const Tensor h =
+      x + self_attn->forward_cached(input_layernorm->forward(x), cache, layer, positions);
   return h + mlp->forward(post_attention_layernorm->forward(h));
 }
 
@@ -121,8 +123,9 @@ DecoderOutput Qwen3Model::forward_cached(const Tensor& ids, KVCache& cache,
   DecoderOutput out;
   out.layer_hidden.resize(options.capture_layers.size());
   Tensor h = embed_tokens->forward(ids);
+  const Tensor positions = RotaryEmbedding::positions(cache.length(), ids.size(1), ids.device());
   for (int64_t i = 0; i < n; ++i) {
-    h = layer(static_cast<size_t>(i)).forward_cached(h, cache, i);
+    h = layer(static_cast<size_t>(i)).forward_cached(h, cache, i, positions);
     capture(options.capture_layers, i, h, out.layer_hidden);
   }
   cache.advance(ids.size(1));

@@ -49,7 +49,8 @@ class Qwen3DecoderLayer : public Module {
                  const AttentionMask& mask = AttentionMask::none(),
                  const AttentionContext& context = {}) const;
   // x [B, n, hidden] after cache.length() cached positions (Attention::forward_cached).
-  Tensor forward_cached(const Tensor& x, KVCache& cache, int64_t layer) const;
+  Tensor forward_cached(const Tensor& x, KVCache& cache, int64_t layer,
+                        const Tensor& positions = {}) const;
 
   RMSNorm* input_layernorm;
   Attention* self_attn;

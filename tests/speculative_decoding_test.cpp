@@ -249,9 +249,18 @@ TEST(SpeculativeDecoding, EvaluateReportsTauSpeedupAndLossless) {
 
   ScriptedDrafter oracle(f.layers, f.config.vocab_size, 1.0);
   f.arm(oracle, prompts[1], 12, 4);
-  const auto o = train::evaluate_speculative(f.lm, oracle, {prompts[1]}, {.block_size = 4, .max_new_tokens = 12});
+  const auto o = train::evaluate_speculative(f.lm, oracle, {prompts[1]},
+                                            {.block_size = 4, .max_new_tokens = 12, .repeats = 3});
   EXPECT_TRUE(o.identical);
   EXPECT_DOUBLE_EQ(o.tau, 11.0 / 3.0);  // blocks of 4, 4, 3 after the prompt's token
+  EXPECT_DOUBLE_EQ(o.ceiling_tau, 11.0 / 3.0);  // the replayed greedy output: an oracle too
+  EXPECT_GT(o.ceiling_speedup, 0);
+  EXPECT_DOUBLE_EQ(r.ceiling_tau, 11.0 / 3.0);  // whatever the real drafter does
+  EXPECT_NE(r.str().find("ceiling"), std::string::npos);
+  const auto no_ceiling = train::evaluate_speculative(
+      f.lm, oracle, {prompts[1]}, {.block_size = 4, .max_new_tokens = 12, .measure_ceiling = false});
+  EXPECT_EQ(no_ceiling.ceiling_seconds, 0);
+  EXPECT_EQ(no_ceiling.ceiling_tau, 0);
   EXPECT_EQ(o.acceptance_histogram[4], 2);
   EXPECT_EQ(o.acceptance_histogram[3], 1);
 }
@@ -327,6 +336,7 @@ TEST(SpeculativeDecoding, BadDraftersAndOptionsAreRefused) {
   EXPECT_ERROR_HAS(train::speculative_generate(f.lm, bad_layer, prompt, {}), "layer 5");
   EXPECT_ERROR_HAS(train::evaluate_speculative(f.lm, ok, {}, {}), "no prompts");
   EXPECT_ERROR_HAS(train::evaluate_speculative(f.lm, ok, {{1}, {}}, {}), "prompt 1 is empty");
+  EXPECT_ERROR_HAS(train::evaluate_speculative(f.lm, ok, {{1}}, {.repeats = 0}), "repeats");
 }
 
 }  // namespace
