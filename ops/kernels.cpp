@@ -41,7 +41,8 @@ const std::vector<std::string>& kernel_entry_names() {
       "matmul", "gemm", "gemm_scratch_bytes",
       "rms_norm_forward", "rms_norm_backward", "rotary", "swiglu_forward", "swiglu_backward",
       "attention_forward", "attention_backward",
-      "index_select", "index_add", "gather", "scatter_add", "check_indices"};
+      "index_select", "index_add", "gather", "scatter_add", "check_indices",
+      "adamw_step"};
   return names;
 }
 
@@ -131,6 +132,11 @@ void DeviceKernels::scatter_add(const Tensor&, int64_t, const Tensor&, const Ten
 void DeviceKernels::check_indices(const char*, const char*, const Tensor&, int64_t,
                                   const std::string&) {
   missing("check_indices");
+}
+void DeviceKernels::adamw_step(const std::vector<Tensor>&, const std::vector<Tensor>&,
+                               const std::vector<Tensor>&, const std::vector<Tensor>&,
+                               const std::vector<Tensor>&, const Tensor&, const AdamWArgs&) {
+  missing("adamw_step");
 }
 
 }  // namespace cg

@@ -117,6 +117,9 @@ struct GemmDesc {
 };
 
 // One chunk of lm_head loss rows (ops/cpu/head_loss_rows.h has the math per row).
+// One AdamW update (entry adamw_step). Defaults are PyTorch's.
+struct AdamWArgs { double lr = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0; int64_t step = 1; };
+
 struct HeadRowsArgs {
   Tensor logits;      // [C, V] contiguous, dtype head_logits_dtype(); softcapped in place,
                       // then overwritten with grad_scale[i] * d loss_i / d logits_i
@@ -213,6 +216,13 @@ class DeviceKernels {
   // value, its position and `what` the bound is. `noun` names one index ("id").
   virtual void check_indices(const char* op, const char* noun, const Tensor& idx, int64_t bound,
                              const std::string& what);
+
+  // -- optimiser --
+  // For each i: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; w -= lr * (m/(1-b1^step) / (sqrt(v/(1-b2^step)) + eps) + wd * w),
+  // in fp32 on masters[i] (fp32) when defined, then params[i] = cast(master); else on params[i] (fp32) directly.
+  // grads[i]: params[i]'s shape, any float dtype; grad_scale: undefined or a 1-element fp32 tensor on the device that multiplies every grad (clipping / accumulation), so no host sync.
+  // params, masters, exp_avgs (fp32) and exp_avg_sqs (fp32) contiguous; grads any strides.
+  virtual void adamw_step(const std::vector<Tensor>& params, const std::vector<Tensor>& masters, const std::vector<Tensor>& grads, const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs, const Tensor& grad_scale, const AdamWArgs& args);
 
  protected:
   [[noreturn]] void missing(const char* entry) const;

@@ -25,6 +25,7 @@
 #include "ops/kernels.h"
 #include "ops/loss.h"
 #include "ops/ops.h"
+#include "ops/optim.h"
 
 namespace cg {
 namespace {
@@ -230,6 +231,25 @@ std::vector<Case> all_cases() {
   c.push_back({"embedding", {"index_select", "index_add", "check_indices"}, kAllFloat,
                {f({9, 4}), idx({2, 5}, 9)},
                [](auto& x) { return std::vector<Tensor>{embedding(x[0], x[1], 3)}; }});
+  // Moments, master and weight after two steps (a 16-bit or f64 parameter keeps an fp32
+  // master); the gradient is a transposed view of another dtype, scaled on the device.
+  InputSpec grad_view = constant({5, 3});
+  grad_view.transposed = true;
+  c.push_back({"adamw", {"adamw_step"}, kAllFloat,
+               {constant({5, 3}), grad_view, constant({5, 3}), weights({5, 3})},
+               [](auto& x) {
+                 const Tensor p = raw::contiguous(x[0]);
+                 const bool master = p.dtype() != DType::f32;
+                 const Tensor w = master ? raw::contiguous(raw::to_dtype(p, DType::f32)) : Tensor();
+                 const Tensor m = raw::contiguous(raw::to_dtype(x[2], DType::f32));
+                 const Tensor v = raw::contiguous(raw::to_dtype(x[3], DType::f32));
+                 const Tensor s = full({1}, 0.5, {.device = p.device()});
+                 for (int64_t step = 1; step <= 2; ++step) {
+                   adamw_step({p}, {w}, {x[1]}, {m}, {v}, s,
+                              {.lr = 0.1, .beta1 = 0.8, .beta2 = 0.9, .eps = 1e-3, .weight_decay = 0.1, .step = step});
+                 }
+                 return std::vector<Tensor>{p, m, v, master ? w : p};
+               }});
   return c;
 }
 

@@ -99,6 +99,11 @@ class CountingKernels final : public DeviceKernels {
                      const std::string& what) override {
     CG_FORWARD(check_indices, op, noun, i, bound, what);
   }
+  void adamw_step(const std::vector<Tensor>& p, const std::vector<Tensor>& m,
+                  const std::vector<Tensor>& g, const std::vector<Tensor>& a,
+                  const std::vector<Tensor>& v, const Tensor& scale, const AdamWArgs& args) override {
+    CG_FORWARD(adamw_step, p, m, g, a, v, scale, args);
+  }
 #undef CG_FORWARD
 
  private:

@@ -114,6 +114,12 @@ class CpuKernels final : public DeviceKernels {
                      const std::string& what) override {
     cpu::check_indices(op, noun, idx, bound, what);
   }
+  void adamw_step(const std::vector<Tensor>& params, const std::vector<Tensor>& masters,
+                  const std::vector<Tensor>& grads, const std::vector<Tensor>& exp_avgs,
+                  const std::vector<Tensor>& exp_avg_sqs, const Tensor& grad_scale,
+                  const AdamWArgs& args) override {
+    cpu::adamw_step(params, masters, grads, exp_avgs, exp_avg_sqs, grad_scale, args);
+  }
 };
 
 CpuKernels& cpu_table() {

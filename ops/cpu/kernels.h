@@ -30,5 +30,11 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // scale * sum of a over the dims where reduce[d] is true; keepdim keeps them as 1.
 Tensor sum(const Tensor& a, const std::vector<bool>& reduce, bool keepdim, double scale);
 
+// ops/kernels.h's adamw_step (ops/cpu/adamw.cpp).
+void adamw_step(const std::vector<Tensor>& params, const std::vector<Tensor>& masters,
+                const std::vector<Tensor>& grads, const std::vector<Tensor>& exp_avgs,
+                const std::vector<Tensor>& exp_avg_sqs, const Tensor& grad_scale,
+                const AdamWArgs& args);
+
 }  // namespace cpu
 }  // namespace cg

@@ -1,0 +1,111 @@
+// Why this file exists: construction and the training / inference forwards of the DFlash
+// drafter (dflash_drafter.h).
+#include "nn/dflash_drafter.h"
+
+#include <cmath>
+
+#include "ops/attention.h"
+#include "ops/elementwise.h"
+#include "ops/embedding.h"
+#include "ops/join_ops.h"
+#include "ops/shape_ops.h"
+
+namespace cg::nn {
+
+std::vector<int64_t> dflash_target_layers(int64_t num_target_layers, int64_t n) {
+  CG_CHECK(n >= 1, "dflash target layers: need at least 1 feature layer, got ", n);
+  CG_CHECK(num_target_layers >= 1, "dflash target layers: the target has no layers");
+  if (n == 1) return {num_target_layers / 2};
+  CG_CHECK(num_target_layers >= 5, "dflash target layers: the rule round(1 + i*(L-4)/(n-1)) needs L >= 5 "
+           "target layers for n = ", n, " feature layers, got L = ", num_target_layers,
+           "; use 1 feature layer or list target_layers explicitly");
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < n; ++i) {
+    ids.push_back(static_cast<int64_t>(
+        std::llround(1.0 + static_cast<double>(i) * static_cast<double>(num_target_layers - 4) /
+                               static_cast<double>(n - 1))));
+  }
+  return ids;
+}
+
+void DFlashDrafterConfig::validate() const {
+  layers.validate();
+  CG_CHECK(!target_layers.empty(), "DFlash drafter: target_layers is empty");
+  CG_CHECK(mask_token_id >= 0 && mask_token_id < layers.vocab_size, "DFlash drafter: mask_token_id ",
+           mask_token_id, " is not in the vocabulary [0, ", layers.vocab_size, ")");
+}
+
+DFlashDrafter::DFlashDrafter(const DFlashDrafterConfig& config, Tensor embed_weight,
+                             Tensor head_weight, InitOptions init)
+    : Module("DFlashDrafter"), config_(config),
+      embed_weight_(std::move(embed_weight)), head_weight_(std::move(head_weight)) {
+  config.validate();
+  set_name("drafter");
+  const int64_t H = config.layers.hidden_size;
+  const Shape table{config.layers.vocab_size, H};
+  CG_CHECK(embed_weight_.defined() && embed_weight_.shape() == table && head_weight_.defined() &&
+               head_weight_.shape() == table,
+           "DFlash drafter: the target's embedding and lm_head must be ", shape_str(table));
+  const int64_t n = static_cast<int64_t>(config.target_layers.size());
+  fc = register_module("fc", std::make_unique<Linear>(n * H, H, LinearOptions{.bias = false, .init = init}));
+  hidden_norm = register_module("hidden_norm", std::make_unique<RMSNorm>(H, config.layers.rms_eps, init));
+  layers = register_module("layers", std::make_unique<ModuleList>());
+  for (int64_t i = 0; i < config.layers.num_layers; ++i) {
+    layers->push_back(std::make_unique<Qwen3DecoderLayer>(config.layers, init));
+  }
+  norm = register_module("norm", std::make_unique<RMSNorm>(H, config.layers.rms_eps, init));
+}
+
+Tensor DFlashDrafter::fuse(const Tensor& features) const {
+  auto scope = enter_scope();
+  const int64_t want = fc->in_features();
+  CG_CHECK(features.defined() && features.dim() == 3 && features.size(2) == want,
+           "DFlash drafter: features must be [B, S, ", want, "] (", config_.target_layers.size(),
+           " target layers x hidden), got ", features.defined() ? shape_str(features.shape()) : "undefined");
+  return hidden_norm->forward(fc->forward(features));
+}
+
+Tensor DFlashDrafter::embed(const Tensor& ids) const { return embedding(embed_weight_, ids); }
+
+Tensor DFlashDrafter::forward(const Tensor& x, const Tensor& block_positions,
+                              const AttentionMask& mask, const Tensor& context) const {
+  auto scope = enter_scope();
+  const AttentionContext ctx{context, RotaryEmbedding::positions(0, context.size(1), context.device())};
+  Tensor h = x;
+  for (size_t i = 0; i < layers->size(); ++i) h = layer(i).forward(h, block_positions, mask, ctx);
+  return norm->forward(h);
+}
+
+DrafterLayerCache DFlashDrafter::context_keys_values(size_t i, const Tensor& context,
+                                                     const Tensor& positions) const {
+  auto [k, v] = layer(i).self_attn->keys_values(context, positions);
+  return {k, v};
+}
+
+Tensor DFlashDrafter::forward_cached(const Tensor& x, const Tensor& block_positions,
+                                     const std::vector<DrafterLayerCache>& cache) const {
+  auto scope = enter_scope();
+  CG_CHECK(cache.size() == layers->size(), "DFlash drafter: a cache of ", cache.size(),
+           " layers for ", layers->size(), " layers");
+  const int64_t B = x.size(0), T = x.size(1);
+  Tensor h = x;
+  for (size_t i = 0; i < layers->size(); ++i) {
+    const Qwen3DecoderLayer& L = layer(i);
+    const Attention& a = *L.self_attn;
+    const Tensor xn = L.input_layernorm->forward(h);
+    Tensor q = view(a.q_proj->forward(xn), {B, T, a.num_heads(), a.head_dim()});
+    q = a.rotary_emb->forward(a.q_norm->forward(q), block_positions);
+    auto [k, v] = a.keys_values(xn, block_positions);
+    if (cache[i].k.defined() && cache[i].k.size(1) > 0) {
+      k = cat({cache[i].k, k}, 1);
+      v = cat({cache[i].v, v}, 1);
+    }
+    Tensor o = scaled_dot_product_attention(transpose(q, 1, 2), transpose(k, 1, 2), transpose(v, 1, 2));
+    o = a.o_proj->forward(reshape(transpose(o, 1, 2), {B, T, a.num_heads() * a.head_dim()}));
+    h = h + o;
+    h = h + L.mlp->forward(L.post_attention_layernorm->forward(h));
+  }
+  return norm->forward(h);
+}
+
+}  // namespace cg::nn

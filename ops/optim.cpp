@@ -1,0 +1,77 @@
+// Why this file exists: checks and dispatch of the optimiser ops (optim.h).
+#include "ops/optim.h"
+
+#include "autograd/grad_mode.h"
+#include "ops/elementwise.h"
+#include "core/factories.h"
+#include "ops/reduce.h"
+#include "ops/shape_ops.h"
+
+namespace cg {
+
+void adamw_step(const std::vector<Tensor>& params, const std::vector<Tensor>& masters,
+                const std::vector<Tensor>& grads, const std::vector<Tensor>& exp_avgs,
+                const std::vector<Tensor>& exp_avg_sqs, const Tensor& grad_scale,
+                const AdamWArgs& args) {
+  const size_t n = params.size();
+  CG_CHECK(grads.size() == n && exp_avgs.size() == n && exp_avg_sqs.size() == n &&
+               (masters.empty() || masters.size() == n),
+           "adamw_step: the lists differ in length (params ", n, ", grads ", grads.size(),
+           ", exp_avgs ", exp_avgs.size(), ", exp_avg_sqs ", exp_avg_sqs.size(), ", masters ",
+           masters.size(), ")");
+  CG_CHECK(args.step >= 1, "adamw_step: step counts from 1, got ", args.step);
+  if (n == 0) return;
+  const Device device = params[0].device();
+  auto fp32_like = [&](const Tensor& t, const Tensor& p, const char* what, size_t i) {
+    CG_CHECK(t.defined() && t.dtype() == DType::f32 && t.shape() == p.shape() &&
+                 t.is_contiguous() && t.device() == device,
+             "adamw_step: ", what, "[", i, "] must be a contiguous f32 tensor of shape ",
+             shape_str(p.shape()), " on ", device.str());
+  };
+  for (size_t i = 0; i < n; ++i) {
+    const Tensor& p = params[i];
+    CG_CHECK(p.defined() && is_floating(p.dtype()) && p.is_contiguous() && p.device() == device,
+             "adamw_step: params[", i, "] must be a contiguous floating tensor on ", device.str());
+    const bool master = !masters.empty() && masters[i].defined();
+    if (master) fp32_like(masters[i], p, "masters", i);
+    else CG_CHECK(p.dtype() == DType::f32, "adamw_step: params[", i, "] is ", dtype_name(p.dtype()),
+                  ": a 16-bit parameter needs an fp32 master copy");
+    fp32_like(exp_avgs[i], p, "exp_avgs", i);
+    fp32_like(exp_avg_sqs[i], p, "exp_avg_sqs", i);
+    CG_CHECK(grads[i].defined() && is_floating(grads[i].dtype()) && grads[i].shape() == p.shape() &&
+                 grads[i].device() == device,
+             "adamw_step: grads[", i, "] must be a floating tensor of shape ", shape_str(p.shape()));
+  }
+  CG_CHECK(!grad_scale.defined() || (grad_scale.numel() == 1 && grad_scale.dtype() == DType::f32 &&
+                                     grad_scale.device() == device),
+           "adamw_step: grad_scale must be a 1-element f32 tensor on ", device.str());
+  const Tensor scale = grad_scale.defined() ? contiguous(grad_scale.detach()) : Tensor();
+  kernels_for(device, "adamw_step").adamw_step(params, masters, grads, exp_avgs, exp_avg_sqs, scale, args);
+}
+
+Tensor global_grad_norm(const std::vector<Tensor>& grads, const Tensor& scale) {
+  NoGradGuard no_grad;
+  Tensor total;
+  for (const Tensor& g : grads) {
+    if (!g.defined()) continue;
+    const Tensor g32 = to_dtype(g.detach(), DType::f32);
+    const Tensor sq = sum(mul(g32, g32));
+    total = total.defined() ? add(total, sq) : sq;
+  }
+  CG_CHECK(total.defined(), "global_grad_norm: no gradient is defined");
+  Tensor norm = reshape(sqrt(total), {1});
+  if (scale.defined()) norm = mul(norm, reshape(scale.detach(), {1}));
+  return norm;
+}
+
+Tensor clip_coefficient(const Tensor& norm, double max_norm) {
+  CG_CHECK(max_norm > 0, "clip_coefficient: max_norm must be > 0, got ", max_norm);
+  NoGradGuard no_grad;
+  // min(1, x) = (1 + x - |1 - x|) / 2, with |y| = sqrt(y^2): device ops only, no compare.
+  const Tensor x = div(full(norm.shape(), max_norm, {.dtype = norm.dtype(), .device = norm.device()}),
+                       add_scalar(norm.detach(), 1e-6));
+  const Tensor d = add_scalar(neg(x), 1.0);
+  return scale(add(add_scalar(x, 1.0), neg(sqrt(mul(d, d)))), 0.5);
+}
+
+}  // namespace cg

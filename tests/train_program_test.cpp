@@ -1,0 +1,130 @@
+// Why this file exists: `chunkgrad train` with bad configs must stop with one error line
+// naming the problem and exit code 1 (examples/common/program.h), and a failed resume must
+// leave the run directory as it was. These run the built program (tests/CMakeLists.txt
+// passes its path) with tiny configs, so each case takes well under a second.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+
+namespace {
+
+struct TrainRun {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class TrainProgram : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("chunkgrad_train_program_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string write(const std::string& name, const std::string& text) const {
+    std::ofstream(path(name)) << text;
+    return path(name);
+  }
+  TrainRun train(const std::string& args) const {
+    const std::string cmd = std::string("CHUNKGRAD_NUM_THREADS=1 '") + CHUNKGRAD_CLI + "' train " + args +
+                            " >'" + path("out") + "' 2>'" + path("err") + "'";
+    const int status = std::system(cmd.c_str());
+    TrainRun r;
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r.out = slurp(path("out"));
+    r.err = slurp(path("err"));
+    return r;
+  }
+  // One error line naming `what`, exit code 1.
+  void expect_error(const TrainRun& r, const std::string& what) const {
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_EQ(r.err.rfind("chunkgrad train: error: ", 0), 0u) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find(what), std::string::npos) << r.err;
+  }
+  // A config that trains everything in a fraction of a second.
+  std::string tiny(const std::string& run_dir, const std::string& corpus_path = "") const {
+    return R"({"run_dir": ")" + run_dir + R"(", "progress": false, "corpus": {"lines": 200, "path": ")" +
+           corpus_path + R"("},
+      "target": {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1, "head_dim": 8,
+                 "intermediate_size": 32, "seq_len": 32, "optim": {"steps": 3, "batch_size": 2}},
+      "data": {"num_sequences": 2, "max_new_tokens": 12},
+      "drafter": {"num_layers": 1, "intermediate_size": 32, "num_target_features": 1, "block_size": 4,
+                  "max_anchors": 4, "optim": {"steps": 2, "batch_size": 2}},
+      "eval": {"prompts": 1, "max_new_tokens": 8, "accuracy_sequences": 1},
+      "memory": {"enabled": false}})";
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_F(TrainProgram, UnknownFieldIsNamed) {
+  expect_error(train("--config " + write("c.json", R"({"drafter": {"blok_size": 8}})")),
+               "unknown field 'drafter.blok_size'");
+}
+
+TEST_F(TrainProgram, BlockSizeBelowTwoIsRefused) {
+  expect_error(train("--config " + write("c.json", R"({"drafter": {"block_size": 1}})")),
+               "drafter.block_size: must be >= 2");
+}
+
+TEST_F(TrainProgram, AnchorsBeyondTheSequenceAreRefused) {
+  expect_error(train("--config " + write("c.json", R"({"drafter": {"max_anchors": 200}, "data": {"max_new_tokens": 64}})")),
+               "beyond the sequence");
+}
+
+TEST_F(TrainProgram, MissingConfigFileIsNamed) {
+  expect_error(train("--config " + path("nope.json")), "nope.json");
+}
+
+TEST_F(TrainProgram, MalformedJsonIsAnError) {
+  expect_error(train("--config " + write("c.json", "{\"seed\": ")), "c.json");
+}
+
+TEST_F(TrainProgram, MissingCorpusFileIsNamed) {
+  const std::string run = path("run");
+  expect_error(train("--config " + write("c.json", tiny(run, "/nonexistent/corpus.txt"))),
+               "/nonexistent/corpus.txt");
+}
+
+TEST_F(TrainProgram, CorruptCheckpointFailsAndLeavesTheRunDirectoryIntact) {
+  const std::string run = path("run");
+  const std::string config = write("c.json", tiny(run));
+  const TrainRun ok = train("--config " + config);
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_NE(ok.out.find("tau"), std::string::npos) << ok.out;
+  const std::string ckpt = run + "/drafter/step_00000002.safetensors";
+  ASSERT_TRUE(std::filesystem::exists(ckpt));
+  std::ofstream(ckpt, std::ios::trunc) << "garbage";
+  std::map<std::string, std::string> before, after;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(run)) {
+    if (e.is_regular_file()) before[e.path().string()] = slurp(e.path().string());
+  }
+  expect_error(train("--config " + config), "step_00000002.safetensors");
+  for (const auto& e : std::filesystem::recursive_directory_iterator(run)) {
+    if (e.is_regular_file()) after[e.path().string()] = slurp(e.path().string());
+  }
+  EXPECT_EQ(before, after);
+  // --fresh starts over instead.
+  EXPECT_EQ(train("--config " + config + " --fresh").exit_code, 0);
+}
+
+}  // namespace

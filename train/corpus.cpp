@@ -1,0 +1,121 @@
+// Why this file exists: the generated default corpus and byte tokens (corpus.h).
+#include "train/corpus.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/factories.h"
+
+namespace cg::train {
+
+namespace {
+
+const std::vector<std::string> kNouns = {"cat", "dog", "bird", "fish", "horse", "mouse", "tiger",
+                                         "rabbit", "farmer", "doctor", "teacher", "baker", "sailor",
+                                         "child", "king", "robot"};
+const std::vector<std::string> kAdjectives = {"small", "big", "happy", "quiet", "old", "young",
+                                              "brave", "tired", "clever", "lazy"};
+const std::vector<std::string> kVerbs = {"walks", "runs", "sleeps", "sings", "reads", "waits", "eats",
+                                         "works", "plays", "swims"};
+const std::vector<std::string> kPlaces = {"the park", "the river", "the market", "the house",
+                                          "the garden", "the school", "the forest", "the city"};
+const std::vector<std::string> kTimes = {"every morning", "at night", "in the evening",
+                                         "on sunday", "after lunch", "before dinner"};
+
+struct Pick {
+  Generator& gen;
+  int64_t below(int64_t n) { return static_cast<int64_t>(gen.next_u64() % static_cast<uint64_t>(n)); }
+  const std::string& of(const std::vector<std::string>& v) { return v[static_cast<size_t>(below(static_cast<int64_t>(v.size())))]; }
+};
+
+CorpusLine make_line(Pick& pick) {
+  CorpusLine line;
+  std::ostringstream p, r;
+  switch (pick.below(5)) {
+    case 0: {  // counting
+      const int64_t a = pick.below(80), n = 4 + pick.below(8);
+      p << "count from " << a << " to " << a + n << ": ";
+      for (int64_t i = a; i <= a + n; ++i) r << i << (i == a + n ? "." : " ");
+      break;
+    }
+    case 1: {  // letter ranges
+      const int64_t a = pick.below(16), n = 4 + pick.below(8);
+      p << "letters from " << static_cast<char>('a' + a) << " to " << static_cast<char>('a' + a + n) << ": ";
+      for (int64_t i = a; i <= a + n; ++i) r << static_cast<char>('a' + i) << (i == a + n ? "." : " ");
+      break;
+    }
+    case 2: {  // sums
+      const int64_t a = pick.below(50), b = pick.below(50);
+      p << "add " << a << " and " << b << ": ";
+      r << a << " plus " << b << " is " << a + b << ".";
+      break;
+    }
+    case 3: {  // copies
+      const std::string adj = pick.of(kAdjectives), noun = pick.of(kNouns), verb = pick.of(kVerbs);
+      p << "say twice: the " << adj << " " << noun << " " << verb << ": ";
+      r << "the " << adj << " " << noun << " " << verb << ", the " << adj << " " << noun << " " << verb << ".";
+      break;
+    }
+    default: {  // templated sentences
+      const std::string noun = pick.of(kNouns), place = pick.of(kPlaces);
+      p << "the " << pick.of(kAdjectives) << " " << noun << ": ";
+      r << "the " << noun << " " << pick.of(kVerbs) << " to " << place << " " << pick.of(kTimes)
+        << " and then the " << noun << " goes back to " << place << ".";
+      break;
+    }
+  }
+  line.prompt = p.str();
+  line.response = r.str();
+  return line;
+}
+
+}  // namespace
+
+std::vector<CorpusLine> generate_corpus_lines(uint64_t seed, int64_t count) {
+  CG_CHECK(count >= 0, "corpus: line count must be >= 0, got ", count);
+  Generator gen(seed);
+  Pick pick{gen};
+  std::vector<CorpusLine> lines;
+  lines.reserve(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) lines.push_back(make_line(pick));
+  return lines;
+}
+
+std::string corpus_text(const std::vector<CorpusLine>& lines) {
+  std::string text;
+  for (const auto& l : lines) text += l.prompt + l.response + "\n";
+  return text;
+}
+
+std::string read_corpus_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  CG_CHECK(in.good(), "corpus file '", path, "' cannot be opened (missing or unreadable); "
+           "give an existing UTF-8 text file, or leave corpus.path empty for the generated corpus");
+  std::ostringstream s;
+  s << in.rdbuf();
+  CG_CHECK(!s.str().empty(), "corpus file '", path, "' is empty");
+  return s.str();
+}
+
+std::vector<std::string> prompts_from_text(const std::string& text, int64_t count,
+                                           int64_t prompt_bytes, uint64_t seed) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) {
+    if (static_cast<int64_t>(l.size()) >= 2) lines.push_back(l);
+  }
+  CG_CHECK(!lines.empty(), "corpus: no line of at least 2 bytes to take prompts from");
+  Generator gen(seed);
+  std::vector<std::string> prompts;
+  for (int64_t i = 0; i < count; ++i) {
+    const std::string& l = lines[gen.next_u64() % lines.size()];
+    const size_t colon = l.find(": ");
+    const size_t cut = colon != std::string::npos ? colon + 2
+                                                  : std::min(l.size() - 1, static_cast<size_t>(prompt_bytes));
+    prompts.push_back(l.substr(0, cut));
+  }
+  return prompts;
+}
+
+}  // namespace cg::train

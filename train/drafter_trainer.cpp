@@ -1,0 +1,247 @@
+// Why this file exists: the drafter's training loop and checkpoints (drafter_trainer.h).
+#include "train/drafter_trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <regex>
+#include <algorithm>
+
+#include "autograd/grad_mode.h"
+#include "core/factories.h"
+#include "core/views.h"
+#include "nn/checkpoint.h"
+#include "nn/json_input.h"
+#include "nn/safetensors.h"
+#include "ops/index_ops.h"
+#include "ops/elementwise.h"
+#include "ops/shape_ops.h"
+#include "train/tokenizer.h"
+
+namespace cg::train {
+
+std::unique_ptr<nn::DFlashDrafter> make_drafter(const nn::Qwen3ForCausalLM& target,
+                                                const DrafterConfig& config, int64_t mask_id,
+                                                uint64_t seed) {
+  const nn::Qwen3Config& tc = target.config();
+  nn::DFlashDrafterConfig dc;
+  dc.layers = tc;
+  dc.layers.num_layers = config.num_layers;
+  dc.layers.intermediate_size = config.intermediate_size;
+  dc.target_layers = config.target_layers.empty()
+                         ? nn::dflash_target_layers(tc.num_layers, config.num_target_features)
+                         : config.target_layers;
+  dc.mask_token_id = mask_id;
+  const DType dtype = config.dtype == "bf16" ? DType::bf16 : DType::f32;
+  Tensor embed = target.model->embed_tokens->weight.detach();
+  Tensor head = target.lm_head->weight.detach();
+  if (dtype != embed.dtype()) {
+    CategoryGuard category(MemoryCategory::parameter);
+    embed = raw::contiguous(raw::to_dtype(embed, dtype));
+    head = raw::contiguous(raw::to_dtype(head, dtype));
+  }
+  Generator gen(seed);
+  auto d = std::make_unique<nn::DFlashDrafter>(dc, embed, head, nn::InitOptions{.generator = &gen});
+  if (dtype != DType::f32) d->to(dtype);
+  return d;
+}
+
+namespace {
+
+uint64_t step_seed(uint64_t seed, int64_t step) {
+  return seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(step) * 0xBF58476D1CE4E5B9ull + 17;
+}
+
+}  // namespace
+
+DrafterTrainer::DrafterTrainer(nn::DFlashDrafter& drafter, const TrainConfig& config, DrafterTrainData data)
+    : drafter_(drafter), config_(config), data_(std::move(data)),
+      opt_(drafter.parameters(), {.beta1 = config.drafter.optim.beta1, .beta2 = config.drafter.optim.beta2,
+                                  .eps = config.drafter.optim.eps,
+                                  .weight_decay = config.drafter.optim.weight_decay,
+                                  .grad_clip = config.drafter.optim.grad_clip}),
+      loss_(drafter_loss_config(config.drafter.loss)),
+      path_(parse_head_loss_path(config.drafter.head_loss_path)) {
+  CG_CHECK(data_.sequences != nullptr && !data_.sequences->empty(), "drafter training: no sequences");
+  CG_CHECK(!loss_needs_teacher(loss_) || data_.features.final_hidden.defined(),
+           "drafter training: a KL loss needs the target's final hidden states");
+}
+
+std::vector<BlockBatch> DrafterTrainer::step_batches(int64_t step) const {
+  const DrafterConfig& d = config_.drafter;
+  Generator gen(step_seed(config_.seed, step));
+  const auto& seqs = *data_.sequences;
+  std::vector<BlockBatch> out;
+  for (int64_t micro = 0; micro < d.optim.grad_accum; ++micro) {
+    std::vector<const DrafterSequence*> rows;
+    std::vector<std::vector<int64_t>> anchors;
+    std::vector<int64_t> source;
+    for (int64_t b = 0; b < d.optim.batch_size; ++b) {
+      source.push_back(static_cast<int64_t>(gen.next_u64() % seqs.size()));
+      rows.push_back(&seqs[static_cast<size_t>(source.back())]);
+      anchors.push_back(sample_anchors(rows.back()->loss_mask, d.max_anchors, gen));
+    }
+    out.push_back(build_block_batch(rows, anchors, d.max_anchors, d.block_size, d.gamma,
+                                    drafter_.config().mask_token_id, ByteTokenizer::kPad,
+                                    data_.features.seq_len));
+    out.back().source = std::move(source);
+  }
+  return out;
+}
+
+StepRecord DrafterTrainer::train_step() {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t step = opt_.steps_taken() + 1;
+  const DrafterConfig& d = config_.drafter;
+  const std::vector<BlockBatch> batches = step_batches(step);
+  double total_weight = 0;
+  for (const auto& b : batches) total_weight += b.weight_sum();
+  StepRecord rec;
+  rec.step = step;
+  SlotMetrics slots(d.block_size);
+  drafter_.train();
+  for (const BlockBatch& b : batches) {
+    const Tensor idx = from_ints(b.source, {b.batch});
+    DrafterLossInputs in{&b, index_select(data_.features.features, 0, idx), Tensor()};
+    if (loss_needs_teacher(loss_)) {
+      in.teacher_hidden = reshape(index_select(data_.features.final_hidden, 0, idx),
+                                  {b.batch * b.seq_len, data_.features.final_hidden.size(2)});
+    }
+    HeadLossResult r = drafter_loss(drafter_, in, loss_, path_);
+    const double share = total_weight > 0 ? b.weight_sum() / total_weight : 0.0;
+    // sum_m share_m * mean_m = sum(w l) / sum(w) over the whole step (Note: accumulation).
+    (r.loss * share).backward();
+    rec.loss += r.loss.item() * share;
+    const std::vector<double> am = r.argmax.to_vector();
+    slots.add(b, std::vector<int64_t>(am.begin(), am.end()));
+    rec.tokens += static_cast<int64_t>(std::count_if(b.weights.begin(), b.weights.end(), [](double w) { return w > 0; }));
+  }
+  const int64_t warmup = static_cast<int64_t>(d.optim.warmup_ratio * static_cast<double>(d.optim.steps));
+  rec.lr = warmup_cosine_lr(step, d.optim.steps, warmup, d.optim.lr, d.optim.min_lr_ratio);
+  opt_.step(rec.lr, 1.0);
+  rec.grad_norm = opt_.last_grad_norm();
+  rec.slot1_accuracy = slots.accuracy().size() > 1 ? slots.accuracy()[1] : 0.0;
+  rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CG_CHECK(std::isfinite(rec.loss), "the drafter loss became ", rec.loss, " at step ", step,
+           "; lower drafter.optim.lr or raise drafter.optim.warmup_ratio");
+  return rec;
+}
+
+std::string DrafterTrainer::latest_checkpoint() const {
+  const std::filesystem::path dir = std::filesystem::path(config_.run_dir) / "drafter";
+  if (!std::filesystem::is_directory(dir)) return "";
+  static const std::regex name(R"(step_(\d+)\.safetensors)");
+  int64_t best = -1;
+  std::string path;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    std::smatch m;
+    const std::string f = e.path().filename().string();
+    if (!std::regex_match(f, m, name)) continue;
+    const int64_t s = std::stoll(m[1].str());
+    if (s > best) {
+      best = s;
+      path = e.path().string();
+    }
+  }
+  return path;
+}
+
+void DrafterTrainer::save_checkpoint() const {
+  const std::filesystem::path dir = std::filesystem::path(config_.run_dir) / "drafter";
+  std::filesystem::create_directories(dir);
+  safetensors::NamedTensors tensors;
+  for (auto& [n, t] : drafter_.named_parameters()) tensors.emplace_back("drafter." + n, t.detach());
+  for (auto& [n, t] : opt_.state()) tensors.emplace_back("optim." + n, t);
+  char name[64];
+  std::snprintf(name, sizeof name, "step_%08lld.safetensors", static_cast<long long>(step()));
+  const std::filesystem::path final_path = dir / name;
+  const std::string tmp = final_path.string() + ".tmp";
+  safetensors::save_file(tensors, tmp, {{"format", "chunkgrad-dflash-drafter-1"},
+                                            {"step", std::to_string(step())},
+                                            {"config", config_.to_json().dump()}});
+  std::filesystem::rename(tmp, final_path);
+}
+
+namespace {
+
+// The config fields a resumed run may change (how long, how often to save, how to show).
+nlohmann::json resumable_part(nlohmann::json j) {
+  j["drafter"]["optim"].erase("steps");
+  j["drafter"].erase("checkpoint_every");
+  j.erase("progress");
+  j.erase("resume");
+  j.erase("threads");
+  j.erase("eval");
+  j.erase("memory");
+  return j;
+}
+
+}  // namespace
+
+void DrafterTrainer::load_checkpoint(const std::string& path) {
+  auto fail = [&](const std::string& why) {
+    CG_FAIL("resume: checkpoint '", path, "' ", why,
+            "; the run directory is unchanged (delete the checkpoint or set \"resume\": false to start over)");
+  };
+  std::unique_ptr<safetensors::Reader> reader;
+  try {
+    reader = safetensors::open(path);
+  } catch (const Error& e) {
+    fail(std::string("is unreadable: ") + e.what());
+  }
+  const auto& meta = reader->metadata();
+  auto get = [&](const char* key) {
+    auto it = meta.find(key);
+    if (it == meta.end()) fail(std::string("has no '") + key + "' metadata (not a chunkgrad drafter checkpoint)");
+    return it->second;
+  };
+  if (get("format") != "chunkgrad-dflash-drafter-1") fail("has an unknown format '" + get("format") + "'");
+  int64_t step = 0;
+  nlohmann::json saved;
+  try {
+    step = std::stoll(get("step"));
+    saved = nn::parse_untrusted_json(get("config"), "its config");
+  } catch (const std::exception& e) {
+    fail(std::string("has damaged metadata: ") + e.what());
+  }
+  if (resumable_part(saved) != resumable_part(config_.to_json())) {
+    fail("was trained with another config (only drafter.optim.steps, drafter.checkpoint_every, eval, "
+         "memory, threads and progress may change on resume)");
+  }
+  // Read everything first; change nothing until every tensor is known to be good.
+  std::vector<std::pair<std::string, Tensor>> params, optim;
+  try {
+    for (auto& [n, t] : drafter_.named_parameters()) params.emplace_back(n, reader->load("drafter." + n));
+    for (auto& [n, t] : opt_.state()) optim.emplace_back(n, reader->load("optim." + n));
+  } catch (const Error& e) {
+    fail(std::string("is damaged: ") + e.what());
+  }
+  nn::StateDict state(params.begin(), params.end());
+  try {
+    drafter_.load_state_dict(state);
+  } catch (const Error& e) {
+    fail(std::string("does not fit this drafter: ") + e.what());
+  }
+  opt_.load_state(optim, step);
+}
+
+double DrafterTrainer::run(MetricsLog* log) {
+  const DrafterConfig& d = config_.drafter;
+  ProgressBar bar("drafter", d.optim.steps, config_.progress, step());
+  while (step() < d.optim.steps) {
+    const StepRecord r = train_step();
+    bar.update(r.step, r.loss, r.tokens);
+    if (log) {
+      log->write({{"phase", "drafter"}, {"step", r.step}, {"loss", r.loss}, {"lr", r.lr},
+                  {"grad_norm", r.grad_norm}, {"slot1_accuracy", r.slot1_accuracy},
+                  {"label_tokens", r.tokens}, {"seconds", r.seconds}});
+    }
+    if ((d.checkpoint_every > 0 && r.step % d.checkpoint_every == 0) || r.step == d.optim.steps) {
+      save_checkpoint();
+    }
+  }
+  bar.finish();
+  return bar.tokens_per_second();
+}
+
+}  // namespace cg::train

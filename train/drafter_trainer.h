@@ -1,0 +1,75 @@
+// Why this file exists: the drafter's training loop -- batches of the target's own
+// sequences, anchors resampled every step, AdamW with warmup + cosine, clipping and
+// accumulation -- with checkpoints that make a run resumable. Everything a step draws
+// (which sequences, which anchors) comes from a generator seeded by (seed, step), so a
+// resumed run takes exactly the steps an uninterrupted one would: resume gives the same
+// next-step loss.
+//
+// Checkpoints: <run_dir>/drafter/step_<N>.safetensors, written to a temporary name and
+// renamed, holding "drafter.<param>" and "optim.<state>" tensors and metadata {format,
+// step, config}. A resume that fails (corrupt file, another config) throws before it
+// changes anything in the run directory.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nn/dflash_drafter.h"
+#include "ops/head_loss.h"
+#include "train/drafter_data.h"
+#include "train/drafter_step.h"
+#include "train/optimizer.h"
+#include "train/progress.h"
+#include "train/train_config.h"
+
+namespace cg::train {
+
+// The drafter for a target: width and RoPE of the target, the config's depth and MLP,
+// target layers by the public rule (or the explicit list), the tokenizer's MASK id;
+// compute dtype f32 or bf16 (then the frozen embed/head are bf16 copies).
+std::unique_ptr<nn::DFlashDrafter> make_drafter(const nn::Qwen3ForCausalLM& target,
+                                                const DrafterConfig& config, int64_t mask_id,
+                                                uint64_t seed);
+
+struct DrafterTrainData {
+  const std::vector<DrafterSequence>* sequences = nullptr;
+  TargetFeatures features;  // of *sequences
+};
+
+struct StepRecord {
+  int64_t step = 0;
+  double loss = 0, lr = 0, grad_norm = 0, slot1_accuracy = 0, seconds = 0;
+  int64_t tokens = 0;  // weighted slots (labels) this step
+};
+
+class DrafterTrainer {
+ public:
+  DrafterTrainer(nn::DFlashDrafter& drafter, const TrainConfig& config, DrafterTrainData data);
+
+  // The blocks of step `step` (deterministic in seed and step).
+  std::vector<BlockBatch> step_batches(int64_t step) const;
+  StepRecord train_step();  // the next step
+  int64_t step() const { return opt_.steps_taken(); }
+
+  // Latest checkpoint in the run directory ("" when none).
+  std::string latest_checkpoint() const;
+  void save_checkpoint() const;
+  // Loads a checkpoint (params, optimiser state, step); throws naming the file and the
+  // problem, without changing the drafter when the file is unreadable or does not match.
+  void load_checkpoint(const std::string& path);
+
+  // Runs to drafter.optim.steps with the progress bar and metrics log; returns tokens/s.
+  double run(MetricsLog* log);
+
+ private:
+  nn::DFlashDrafter& drafter_;
+  const TrainConfig& config_;
+  DrafterTrainData data_;
+  AdamW opt_;
+  LossConfig loss_;
+  HeadLossPath path_;
+};
+
+}  // namespace cg::train

@@ -1,0 +1,155 @@
+// Why this file exists: one measured drafter step per head-loss path (memory_report.h).
+#include "train/memory_report.h"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "autograd/graph_bytes.h"
+#include "core/allocator_stats.h"
+#include "core/caching_allocator.h"
+#include "core/factories.h"
+#include "core/memory_trace.h"
+#include "ops/shape_ops.h"
+#include "train/drafter_step.h"
+
+namespace cg::train {
+
+double MemoryReport::naive_over_fused() const {
+  int64_t naive = 0, fused = 0;
+  for (const auto& p : paths) {
+    if (p.path == "naive") naive = p.step_peak;
+    if (p.path == "fused") fused = p.step_peak;
+  }
+  return fused > 0 ? static_cast<double>(naive) / static_cast<double>(fused) : 0.0;
+}
+
+MemoryReport measure_drafter_step_memory(const MemoryShape& s, const std::string& trace_dir,
+                                         uint64_t seed) {
+  MemoryReport report;
+  report.shape = s;
+  Generator gen(seed);
+  nn::DFlashDrafterConfig dc;
+  dc.layers.vocab_size = s.vocab;
+  dc.layers.hidden_size = s.hidden;
+  dc.layers.num_layers = s.drafter_layers;
+  dc.layers.num_heads = s.heads;
+  dc.layers.num_kv_heads = s.kv_heads;
+  dc.layers.head_dim = s.head_dim;
+  dc.layers.intermediate_size = s.intermediate;
+  for (int64_t i = 0; i < s.target_features; ++i) dc.target_layers.push_back(i);
+  dc.mask_token_id = s.vocab - 1;
+  Tensor embed, head;
+  {
+    CategoryGuard category(MemoryCategory::parameter);
+    embed = randn({s.vocab, s.hidden}, {}, &gen, 0.0, 0.02);
+    head = randn({s.vocab, s.hidden}, {}, &gen, 0.0, 0.02);
+  }
+  nn::DFlashDrafter drafter(dc, embed, head, {.generator = &gen});
+  // A batch of one sequence per row whose second half is "generated".
+  std::vector<DrafterSequence> seqs(static_cast<size_t>(s.batch));
+  std::vector<const DrafterSequence*> rows;
+  std::vector<std::vector<int64_t>> anchors;
+  for (auto& q : seqs) {
+    for (int64_t t = 0; t < s.seq_len; ++t) {
+      q.ids.push_back(static_cast<int64_t>(gen.next_u64() % static_cast<uint64_t>(s.vocab - 1)));
+      q.loss_mask.push_back(t >= s.seq_len / 2 ? 1 : 0);
+    }
+    rows.push_back(&q);
+    std::vector<uint8_t> all(static_cast<size_t>(s.seq_len), 1);  // anchors anywhere
+    anchors.push_back(sample_anchors(all, s.anchors, gen));
+  }
+  const BlockBatch batch = build_block_batch(rows, anchors, s.anchors, s.block_size, 4.0, dc.mask_token_id, 0);
+  Tensor features;
+  {
+    CategoryGuard category(MemoryCategory::input);
+    features = randn({s.batch, s.seq_len, s.target_features * s.hidden}, {}, &gen);
+  }
+  CachingAllocator& alloc = allocator_for(kCPU);
+  LossConfig loss;
+  loss.ignore_index = kIgnoreLabel;
+  for (HeadLossPath path : {HeadLossPath::naive, HeadLossPath::chunked, HeadLossPath::fused}) {
+    PathMemory pm;
+    pm.path = head_loss_path_name(path);
+    drafter.zero_grad();
+    const bool trace = !trace_dir.empty();
+    if (trace) MemoryTrace::enable(size_t{1} << 20);
+    const int64_t base = alloc.stats().allocated_bytes.current;
+    alloc.reset_peak_stats();
+    HeadLossResult r;
+    {
+      ScopeGuard scope("drafter_step/" + pm.path + "/forward");
+      r = drafter_loss(drafter, {&batch, features, Tensor()}, loss, path, s.chunk_rows);
+    }
+    pm.forward_peak = alloc.stats().allocated_bytes.peak - base;
+    const GraphMemory g = graph_retained_bytes(r.loss, {embed, head, features});
+    pm.graph_bytes = static_cast<int64_t>(g.total_bytes);
+    pm.graph_by_node = g.bytes_by_node;
+    pm.loss = r.loss.item();
+    {
+      ScopeGuard scope("drafter_step/" + pm.path + "/backward");
+      r.loss.backward();
+    }
+    r = HeadLossResult();
+    pm.step_peak = alloc.stats().allocated_bytes.peak - base;
+    if (trace) {
+      pm.trace_file = trace_dir + "/trace_" + s.name + "_" + pm.path + ".json";
+      std::ofstream out(pm.trace_file);
+      out << MemoryTrace::to_json().dump() << "\n";
+      CG_CHECK(out.good(), "writing the trace '", pm.trace_file, "' failed");
+      MemoryTrace::disable();
+    }
+    report.paths.push_back(pm);
+  }
+  drafter.zero_grad();
+  return report;
+}
+
+nlohmann::json to_json(const MemoryReport& r) {
+  nlohmann::json paths = nlohmann::json::object();
+  for (const auto& p : r.paths) {
+    paths[p.path] = {{"forward_peak_bytes", p.forward_peak}, {"step_peak_bytes", p.step_peak},
+                     {"graph_retained_bytes", p.graph_bytes}, {"graph_bytes_by_node", p.graph_by_node},
+                     {"loss", p.loss}, {"trace", p.trace_file}};
+  }
+  const MemoryShape& s = r.shape;
+  return {{"shape", {{"name", s.name}, {"vocab", s.vocab}, {"hidden", s.hidden}, {"seq_len", s.seq_len},
+                     {"anchors", s.anchors}, {"block_size", s.block_size}, {"batch", s.batch},
+                     {"drafter_layers", s.drafter_layers}, {"chunk_rows", s.chunk_rows},
+                     {"positions", s.batch * s.anchors * s.block_size}}},
+          {"paths", paths},
+          {"naive_over_fused_step_peak", r.naive_over_fused()}};
+}
+
+std::string memory_table(const std::vector<MemoryReport>& reports) {
+  std::ostringstream o;
+  char line[256];
+  std::snprintf(line, sizeof line, "%-12s %-8s %14s %14s %14s  %s\n", "config", "path", "forward peak",
+                "step peak", "graph keeps", "largest graph node");
+  o << line;
+  for (const auto& r : reports) {
+    for (const auto& p : r.paths) {
+      std::string top = "-";
+      size_t top_bytes = 0;
+      for (const auto& [n, b] : p.graph_by_node) {
+        if (b > top_bytes) {
+          top = n + " " + format_bytes(b);
+          top_bytes = b;
+        }
+      }
+      std::snprintf(line, sizeof line, "%-12s %-8s %14s %14s %14s  %s\n", r.shape.name.c_str(),
+                    p.path.c_str(), format_bytes(p.forward_peak).c_str(), format_bytes(p.step_peak).c_str(),
+                    format_bytes(p.graph_bytes).c_str(), top.c_str());
+      o << line;
+    }
+    std::snprintf(line, sizeof line, "%-12s V=%lld H=%lld positions=%lld: naive / fused step peak = %.1fx\n",
+                  r.shape.name.c_str(), static_cast<long long>(r.shape.vocab),
+                  static_cast<long long>(r.shape.hidden),
+                  static_cast<long long>(r.shape.batch * r.shape.anchors * r.shape.block_size),
+                  r.naive_over_fused());
+    o << line;
+  }
+  return o.str();
+}
+
+}  // namespace cg::train

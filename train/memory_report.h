@@ -1,0 +1,50 @@
+// Why this file exists: the memory story of the drafter's own training step, measured by
+// the caching allocator: one step (forward, backward) under each head-loss path (naive,
+// chunked, fused), at the toy config and at a large-vocabulary config the CPU can still
+// hold, with the forward peak, the step peak and the bytes the autograd graph retains by
+// node at the end of forward, plus one allocator trace per path.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "train/train_config.h"
+
+namespace cg::train {
+
+struct MemoryShape {
+  std::string name;  // "toy", "large_vocab"
+  int64_t vocab = 0, hidden = 0, heads = 0, kv_heads = 0, head_dim = 0, intermediate = 0;
+  int64_t drafter_layers = 1, target_features = 3;
+  int64_t seq_len = 0, anchors = 0, block_size = 0, batch = 1;
+  int64_t chunk_rows = 256;  // chunked / fused
+};
+
+struct PathMemory {
+  std::string path;
+  int64_t forward_peak = 0;  // bytes above the step's base during forward
+  int64_t step_peak = 0;     // ... during forward + backward
+  int64_t graph_bytes = 0;   // retained by the graph after forward (parameters excluded)
+  std::map<std::string, size_t> graph_by_node;
+  double loss = 0;
+  std::string trace_file;  // "" when not traced
+};
+
+struct MemoryReport {
+  MemoryShape shape;
+  std::vector<PathMemory> paths;  // naive, chunked, fused
+  double naive_over_fused() const;  // step peak ratio
+};
+
+// trace_dir: where to write trace_<shape>_<path>.json ("" = none).
+MemoryReport measure_drafter_step_memory(const MemoryShape& shape, const std::string& trace_dir,
+                                         uint64_t seed);
+
+nlohmann::json to_json(const MemoryReport& r);
+std::string memory_table(const std::vector<MemoryReport>& reports);
+
+}  // namespace cg::train

@@ -1,0 +1,23 @@
+// Why this file exists: the main job end to end -- corpus, target (trained or cached or
+// loaded), drafter data from the target's own generations, drafter training (resumable),
+// evaluation (per-slot accuracy, expected acceptance length, real speculative decoding
+// against target-only greedy decoding, both with a KV cache, checked token for token),
+// the memory story of a drafter step under each head-loss path, and the summary
+// (printed, and summary.json in the run directory). `chunkgrad train` is this function.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "train/train_config.h"
+
+namespace cg::train {
+
+// Runs everything; returns the summary (also written to <run_dir>/summary.json).
+nlohmann::json run_pipeline(const TrainConfig& config);
+
+// The summary as the lines printed at the end of a run.
+std::string summary_text(const nlohmann::json& summary);
+
+}  // namespace cg::train

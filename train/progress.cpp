@@ -1,0 +1,68 @@
+// Why this file exists: the progress bar and metrics log (progress.h).
+#include "train/progress.h"
+
+#include <cstdio>
+
+#include "core/error.h"
+
+namespace cg::train {
+
+namespace {
+std::string clock_str(double seconds) {
+  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%lld:%02lld", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
+  return buf;
+}
+}  // namespace
+
+ProgressBar::ProgressBar(std::string phase, int64_t total, bool enabled, int64_t first_step)
+    : phase_(std::move(phase)), total_(total), first_(first_step), enabled_(enabled),
+      start_(std::chrono::steady_clock::now()) {}
+
+double ProgressBar::seconds() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+double ProgressBar::tokens_per_second() const {
+  const double s = seconds();
+  return s > 0 ? static_cast<double>(tokens_) / s : 0.0;
+}
+
+void ProgressBar::update(int64_t step, double loss, int64_t tokens) {
+  tokens_ += tokens;
+  if (!enabled_) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (step != total_ && now - last_draw_ < std::chrono::milliseconds(200)) return;
+  last_draw_ = now;
+  const int64_t done = step - first_;
+  const double elapsed = seconds();
+  const double eta = done > 0 ? elapsed / static_cast<double>(done) * static_cast<double>(total_ - step) : 0.0;
+  constexpr int kWidth = 24;
+  const int filled = total_ > 0 ? static_cast<int>(kWidth * step / total_) : kWidth;
+  std::string bar(static_cast<size_t>(filled), '#');
+  bar.resize(kWidth, '.');
+  std::fprintf(stderr, "\r%-8s [%s] %lld/%lld loss %.4f  %.0f tok/s  ETA %s ", phase_.c_str(), bar.c_str(),
+               static_cast<long long>(step), static_cast<long long>(total_), loss, tokens_per_second(),
+               clock_str(eta).c_str());
+  std::fflush(stderr);
+}
+
+void ProgressBar::finish() {
+  if (!enabled_) return;
+  std::fprintf(stderr, " %s\n", clock_str(seconds()).c_str());
+  std::fflush(stderr);
+}
+
+MetricsLog::MetricsLog(const std::string& path) : path_(path), out_(path, std::ios::app) {
+  CG_CHECK(out_.good(), "metrics log '", path, "' cannot be opened for writing");
+}
+
+void MetricsLog::write(const nlohmann::json& record) {
+  if (!out_.is_open()) return;
+  out_ << record.dump() << "\n";
+  out_.flush();
+  CG_CHECK(out_.good(), "writing the metrics log '", path_, "' failed (disk full?)");
+}
+
+}  // namespace cg::train

@@ -1,0 +1,44 @@
+// Why this file exists: a long run must say how it is doing -- a progress bar on stderr
+// (phase, step/total, loss, tokens/s, ETA) redrawn in place -- and leave a record a script
+// can read: one JSON object per line in metrics.jsonl.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace cg::train {
+
+class ProgressBar {
+ public:
+  ProgressBar(std::string phase, int64_t total, bool enabled, int64_t first_step = 0);
+  // Redraws after step `step` (1-based) with the step's loss and token count.
+  void update(int64_t step, double loss, int64_t tokens);
+  void finish();  // ends the line
+  double tokens_per_second() const;
+  double seconds() const;
+
+ private:
+  std::string phase_;
+  int64_t total_, first_;
+  bool enabled_;
+  std::chrono::steady_clock::time_point start_, last_draw_{};
+  int64_t tokens_ = 0;
+};
+
+// Appends JSON lines to `path` (created when missing); throws naming the path when it cannot.
+class MetricsLog {
+ public:
+  MetricsLog() = default;
+  explicit MetricsLog(const std::string& path);
+  void write(const nlohmann::json& record);
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
+}  // namespace cg::train

@@ -1,0 +1,270 @@
+// Why this file exists: reading, checking and writing TrainConfig (train_config.h). One
+// list of fields (visit_fields) serves both directions, so the file a run writes and the
+// file it reads cannot drift apart.
+#include "train/train_config.h"
+
+#include <cmath>
+#include <set>
+
+#include "core/error.h"
+#include "nn/json_input.h"
+
+namespace cg::train {
+namespace {
+
+// Reads fields of one JSON object, remembering which it consumed; unknown() lists the rest.
+struct Reader {
+  const nlohmann::json& j;
+  std::string path;  // "drafter." for messages
+  std::set<std::string> seen;
+
+  template <typename T>
+  void field(const char* name, T& value) {
+    seen.insert(name);
+    auto it = j.find(name);
+    if (it == j.end()) return;
+    const std::string where = path + name;
+    try {
+      if constexpr (std::is_same_v<T, bool>) {
+        CG_CHECK(it->is_boolean(), "must be true or false");
+      } else if constexpr (std::is_same_v<T, std::string>) {
+        CG_CHECK(it->is_string(), "must be a string");
+      } else if constexpr (std::is_floating_point_v<T>) {
+        CG_CHECK(it->is_number(), "must be a number");
+      } else if constexpr (std::is_integral_v<T>) {
+        CG_CHECK(it->is_number_integer() || it->is_number_unsigned(), "must be an integer");
+      } else {
+        CG_CHECK(it->is_array(), "must be an array of integers");
+        for (const auto& e : *it) CG_CHECK(e.is_number_integer(), "must be an array of integers");
+      }
+      value = it->template get<T>();
+    } catch (const Error& e) {
+      CG_FAIL("train config: ", where, ": ", e.what(), ", got ", nn::describe_json(*it));
+    }
+  }
+  template <typename F>
+  void object(const char* name, F&& body) {
+    seen.insert(name);
+    auto it = j.find(name);
+    if (it == j.end()) return;
+    CG_CHECK(it->is_object(), "train config: ", path, name, ": must be an object, got ",
+             nn::describe_json(*it));
+    Reader sub{*it, path + name + ".", {}};
+    body(sub);
+    sub.check_unknown();
+  }
+  void check_unknown() const {
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (seen.count(it.key())) continue;
+      std::string known;
+      for (const auto& s : seen) known += (known.empty() ? "" : ", ") + s;
+      CG_FAIL("train config: unknown field '", path, it.key(), "' (known fields here: ", known,
+              "; docs/train_config.md lists them all)");
+    }
+  }
+};
+
+// Writes fields into a JSON object.
+struct Writer {
+  nlohmann::json& j;
+  template <typename T>
+  void field(const char* name, T& value) { j[name] = value; }
+  template <typename F>
+  void object(const char* name, F&& body) {
+    nlohmann::json sub = nlohmann::json::object();
+    Writer w{sub};
+    body(w);
+    j[name] = sub;
+  }
+};
+
+template <typename V>
+void visit_optim(V& v, OptimConfig& o) {
+  v.field("steps", o.steps);
+  v.field("batch_size", o.batch_size);
+  v.field("grad_accum", o.grad_accum);
+  v.field("lr", o.lr);
+  v.field("warmup_ratio", o.warmup_ratio);
+  v.field("min_lr_ratio", o.min_lr_ratio);
+  v.field("beta1", o.beta1);
+  v.field("beta2", o.beta2);
+  v.field("eps", o.eps);
+  v.field("weight_decay", o.weight_decay);
+  v.field("grad_clip", o.grad_clip);
+}
+
+template <typename V>
+void visit_fields(V& v, TrainConfig& c) {
+  v.field("run_dir", c.run_dir);
+  v.field("seed", c.seed);
+  v.field("threads", c.threads);
+  v.field("resume", c.resume);
+  v.field("progress", c.progress);
+  v.object("corpus", [&](auto& s) {
+    s.field("path", c.corpus.path);
+    s.field("lines", c.corpus.lines);
+    s.field("seed", c.corpus.seed);
+  });
+  v.object("target", [&](auto& s) {
+    auto& t = c.target;
+    s.field("checkpoint", t.checkpoint);
+    s.field("hf_config", t.hf_config);
+    s.field("hidden_size", t.hidden_size);
+    s.field("num_layers", t.num_layers);
+    s.field("num_heads", t.num_heads);
+    s.field("num_kv_heads", t.num_kv_heads);
+    s.field("head_dim", t.head_dim);
+    s.field("intermediate_size", t.intermediate_size);
+    s.field("rope_theta", t.rope_theta);
+    s.field("seq_len", t.seq_len);
+    s.object("optim", [&](auto& o) { visit_optim(o, t.optim); });
+  });
+  v.object("data", [&](auto& s) {
+    s.field("num_sequences", c.data.num_sequences);
+    s.field("max_new_tokens", c.data.max_new_tokens);
+  });
+  v.object("drafter", [&](auto& s) {
+    auto& d = c.drafter;
+    s.field("num_layers", d.num_layers);
+    s.field("intermediate_size", d.intermediate_size);
+    s.field("num_target_features", d.num_target_features);
+    s.field("target_layers", d.target_layers);
+    s.field("block_size", d.block_size);
+    s.field("max_anchors", d.max_anchors);
+    s.field("gamma", d.gamma);
+    s.object("loss", [&](auto& l) {
+      l.field("kind", d.loss.kind);
+      l.field("mix_ce_weight", d.loss.mix_ce_weight);
+      l.field("temperature", d.loss.temperature);
+    });
+    s.field("head_loss_path", d.head_loss_path);
+    s.field("dtype", d.dtype);
+    s.field("checkpoint_every", d.checkpoint_every);
+    s.object("optim", [&](auto& o) { visit_optim(o, d.optim); });
+  });
+  v.object("eval", [&](auto& s) {
+    s.field("prompts", c.eval.prompts);
+    s.field("max_new_tokens", c.eval.max_new_tokens);
+    s.field("block_size", c.eval.block_size);
+    s.field("accuracy_sequences", c.eval.accuracy_sequences);
+    s.field("timing_repeats", c.eval.timing_repeats);
+    s.field("threads", c.eval.threads);
+  });
+  v.object("memory", [&](auto& s) {
+    auto& m = c.memory;
+    s.field("enabled", m.enabled);
+    s.field("large_vocab", m.large_vocab);
+    s.field("large_hidden", m.large_hidden);
+    s.field("large_anchors", m.large_anchors);
+    s.field("large_block_size", m.large_block_size);
+    s.field("large_seq_len", m.large_seq_len);
+    s.field("trace_dir", m.trace_dir);
+  });
+}
+
+void in_range(const char* name, double v, double lo, double hi) {
+  CG_CHECK(std::isfinite(v) && v >= lo && v <= hi, "train config: ", name, ": must be from ", lo,
+           " to ", hi, ", got ", v);
+}
+
+void check_optim(const std::string& p, const OptimConfig& o) {
+  in_range((p + "steps").c_str(), static_cast<double>(o.steps), 1, 1e9);
+  in_range((p + "batch_size").c_str(), static_cast<double>(o.batch_size), 1, 1e6);
+  in_range((p + "grad_accum").c_str(), static_cast<double>(o.grad_accum), 1, 1e6);
+  in_range((p + "lr").c_str(), o.lr, 0, 10);
+  in_range((p + "warmup_ratio").c_str(), o.warmup_ratio, 0, 1);
+  in_range((p + "min_lr_ratio").c_str(), o.min_lr_ratio, 0, 1);
+  in_range((p + "beta1").c_str(), o.beta1, 0, 0.999999);
+  in_range((p + "beta2").c_str(), o.beta2, 0, 0.999999);
+  in_range((p + "eps").c_str(), o.eps, 1e-30, 1);
+  in_range((p + "weight_decay").c_str(), o.weight_decay, 0, 10);
+  in_range((p + "grad_clip").c_str(), o.grad_clip, 0, 1e9);
+}
+
+}  // namespace
+
+void TrainConfig::validate() const {
+  CG_CHECK(!run_dir.empty(), "train config: run_dir: must not be empty");
+  in_range("threads", static_cast<double>(threads), 0, 1024);
+  in_range("corpus.lines", static_cast<double>(corpus.lines), 1, 1e8);
+  const TargetConfig& t = target;
+  in_range("target.hidden_size", static_cast<double>(t.hidden_size), 1, 65536);
+  in_range("target.num_layers", static_cast<double>(t.num_layers), 1, 1024);
+  in_range("target.num_heads", static_cast<double>(t.num_heads), 1, 1024);
+  in_range("target.num_kv_heads", static_cast<double>(t.num_kv_heads), 1, 1024);
+  in_range("target.head_dim", static_cast<double>(t.head_dim), 2, 4096);
+  in_range("target.intermediate_size", static_cast<double>(t.intermediate_size), 1, 1 << 20);
+  in_range("target.rope_theta", t.rope_theta, 1, 1e12);
+  in_range("target.seq_len", static_cast<double>(t.seq_len), 2, 1 << 20);
+  check_optim("target.optim.", t.optim);
+  in_range("data.num_sequences", static_cast<double>(data.num_sequences), 1, 1e7);
+  in_range("data.max_new_tokens", static_cast<double>(data.max_new_tokens), 2, 1 << 20);
+  const DrafterConfig& d = drafter;
+  CG_CHECK(d.block_size >= 2, "train config: drafter.block_size: must be >= 2 (the anchor and at "
+           "least one predicted token), got ", d.block_size);
+  in_range("drafter.block_size", static_cast<double>(d.block_size), 2, 4096);
+  in_range("drafter.num_layers", static_cast<double>(d.num_layers), 1, 1024);
+  in_range("drafter.intermediate_size", static_cast<double>(d.intermediate_size), 1, 1 << 20);
+  in_range("drafter.num_target_features", static_cast<double>(d.num_target_features), 1, 1024);
+  in_range("drafter.max_anchors", static_cast<double>(d.max_anchors), 1, 1 << 20);
+  // Anchor candidates lie in the generated part of a sequence: prompt + max_new_tokens
+  // tokens, of which at most max_new_tokens - 1 have a successor inside it.
+  CG_CHECK(d.max_anchors <= data.max_new_tokens - 1, "train config: drafter.max_anchors ",
+           d.max_anchors, " is beyond the sequence: a sequence has at most data.max_new_tokens - 1 = ",
+           data.max_new_tokens - 1, " anchor positions; lower max_anchors or raise max_new_tokens");
+  in_range("drafter.gamma", d.gamma, 0, 1e6);
+  CG_CHECK(d.loss.kind == "ce" || d.loss.kind == "kl" || d.loss.kind == "mix",
+           "train config: drafter.loss.kind: must be one of ce, kl, mix, got '", d.loss.kind, "'");
+  in_range("drafter.loss.mix_ce_weight", d.loss.mix_ce_weight, 0, 1);
+  in_range("drafter.loss.temperature", d.loss.temperature, 1e-3, 1e3);
+  CG_CHECK(d.head_loss_path == "naive" || d.head_loss_path == "chunked" || d.head_loss_path == "fused",
+           "train config: drafter.head_loss_path: must be one of naive, chunked, fused, got '",
+           d.head_loss_path, "'");
+  CG_CHECK(d.dtype == "f32" || d.dtype == "bf16", "train config: drafter.dtype: must be f32 or bf16, got '",
+           d.dtype, "'");
+  in_range("drafter.checkpoint_every", static_cast<double>(d.checkpoint_every), 0, 1e9);
+  check_optim("drafter.optim.", d.optim);
+  for (int64_t id : d.target_layers) {
+    CG_CHECK(id >= 0 && id < t.num_layers, "train config: drafter.target_layers: layer ", id,
+             " is not a target layer (0..", t.num_layers - 1, ")");
+  }
+  in_range("eval.prompts", static_cast<double>(eval.prompts), 1, 1e6);
+  in_range("eval.max_new_tokens", static_cast<double>(eval.max_new_tokens), 1, 1 << 20);
+  CG_CHECK(eval.block_size == 0 || eval.block_size >= 2, "train config: eval.block_size: must be 0 "
+           "(drafter.block_size) or >= 2, got ", eval.block_size);
+  in_range("eval.accuracy_sequences", static_cast<double>(eval.accuracy_sequences), 1, 1e6);
+  in_range("eval.timing_repeats", static_cast<double>(eval.timing_repeats), 1, 100);
+  in_range("eval.threads", static_cast<double>(eval.threads), 0, 1024);
+  in_range("memory.large_vocab", static_cast<double>(memory.large_vocab), 2, 1 << 22);
+  in_range("memory.large_hidden", static_cast<double>(memory.large_hidden), 8, 65536);
+  in_range("memory.large_anchors", static_cast<double>(memory.large_anchors), 1, 1 << 16);
+  in_range("memory.large_block_size", static_cast<double>(memory.large_block_size), 2, 1024);
+  in_range("memory.large_seq_len", static_cast<double>(memory.large_seq_len), 2, 1 << 20);
+  CG_CHECK(memory.large_anchors < memory.large_seq_len, "train config: memory.large_anchors ",
+           memory.large_anchors, " is beyond the sequence (memory.large_seq_len ", memory.large_seq_len, ")");
+}
+
+nlohmann::json TrainConfig::to_json() const {
+  nlohmann::json j = nlohmann::json::object();
+  Writer w{j};
+  visit_fields(w, const_cast<TrainConfig&>(*this));
+  return j;
+}
+
+TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
+  CG_CHECK(j.is_object(), "train config: must be a JSON object, got ", nn::describe_json(j));
+  TrainConfig c;
+  Reader r{j, "", {}};
+  visit_fields(r, c);
+  r.check_unknown();
+  c.validate();
+  return c;
+}
+
+TrainConfig TrainConfig::from_file(const std::string& path) {
+  const std::string what = "train config '" + path + "'";
+  const std::string text = nn::read_text_file(path, what);
+  return from_json(nn::parse_untrusted_json(text, what));
+}
+
+}  // namespace cg::train

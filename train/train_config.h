@@ -1,0 +1,110 @@
+// Why this file exists: everything `chunkgrad train` does is set by one JSON file, and a
+// typo in it must be an error, not a silently ignored default. TrainConfig holds every
+// field with its default (the toy run); from_json refuses unknown fields, wrong types and
+// out-of-range values, naming the field ("drafter.block_size: must be >= 2, got 1").
+// docs/train_config.md documents each field; configs/toy.json is the default file.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace cg::train {
+
+struct CorpusConfig {
+  std::string path;       // a UTF-8 text file; "" = the generated corpus
+  int64_t lines = 20000;  // generated corpus: number of lines
+  uint64_t seed = 7;      // generated corpus: its seed (eval prompts use seed + 1)
+};
+
+struct OptimConfig {
+  int64_t steps = 100;
+  int64_t batch_size = 8;   // sequences per micro-batch
+  int64_t grad_accum = 1;   // micro-batches per optimiser step
+  double lr = 3e-3;
+  double warmup_ratio = 0.04;  // linear warmup over this fraction of the steps
+  double min_lr_ratio = 0.1;   // cosine decays to lr * this
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  double weight_decay = 0.0;
+  double grad_clip = 1.0;  // max global grad norm; 0 = no clipping
+};
+
+struct TargetConfig {
+  std::string checkpoint;  // a safetensors file/folder to load instead of training ("" = train)
+  std::string hf_config;   // its config.json when the checkpoint is a Hugging Face model
+  int64_t hidden_size = 64, num_layers = 8, num_heads = 2, num_kv_heads = 1, head_dim = 32;
+  int64_t intermediate_size = 192;
+  double rope_theta = 10000.0;
+  int64_t seq_len = 128;  // training window (bytes)
+  OptimConfig optim{.steps = 400, .batch_size = 16, .lr = 4e-3};
+};
+
+struct LossSpec {
+  std::string kind = "ce";  // "ce" | "kl" | "mix"
+  double mix_ce_weight = 0.5;  // mix: ce_weight * CE + (1 - ce_weight) * KL
+  double temperature = 1.0;    // kl / mix: teacher temperature
+};
+
+struct DrafterConfig {
+  int64_t num_layers = 1;
+  int64_t intermediate_size = 192;
+  int64_t num_target_features = 3;        // n of the public layer rule
+  std::vector<int64_t> target_layers;     // explicit ids instead of the rule ([] = rule)
+  int64_t block_size = 8;
+  int64_t max_anchors = 16;               // anchors sampled per sequence per step
+  double gamma = 4.0;                     // slot weight exp(-(k-1)/gamma); 0 = all 1
+  LossSpec loss;
+  std::string head_loss_path = "fused";   // "naive" | "chunked" | "fused"
+  std::string dtype = "f32";              // compute dtype: "f32" | "bf16" (fp32 masters)
+  int64_t checkpoint_every = 250;         // steps between checkpoints (0 = only the last)
+  OptimConfig optim{.steps = 1000};
+};
+
+struct DataConfig {
+  int64_t num_sequences = 256;  // target generations the drafter trains on
+  int64_t max_new_tokens = 96;  // tokens generated per prompt
+};
+
+struct EvalConfig {
+  int64_t prompts = 16;          // held-out prompts (another seed)
+  int64_t max_new_tokens = 96;   // per prompt, both decoders
+  int64_t block_size = 8;        // speculative decoding block (0 = drafter.block_size)
+  int64_t accuracy_sequences = 32;  // sequences for per-slot accuracy (from held-out data)
+  int64_t timing_repeats = 3;    // speculative evaluations; speedup from the fastest of each decoder
+  int64_t threads = 1;           // CPU threads while decoding (both decoders); 0 = as training
+};
+
+struct MemoryConfig {
+  bool enabled = true;
+  int64_t large_vocab = 65536;   // the large-vocabulary config: V
+  int64_t large_hidden = 512;    //                               H
+  int64_t large_anchors = 64;    //                               anchors per step
+  int64_t large_block_size = 16;  //                              block size
+  int64_t large_seq_len = 1024;  //                               context length
+  std::string trace_dir = "traces";  // inside the run dir; "" = no traces
+};
+
+struct TrainConfig {
+  std::string run_dir = "runs/toy";
+  uint64_t seed = 1;
+  int64_t threads = 0;         // 0 = the library's default (CHUNKGRAD_NUM_THREADS or cores)
+  bool resume = true;          // continue from run_dir's last drafter checkpoint if any
+  bool progress = true;        // progress bar on stderr
+  CorpusConfig corpus;
+  TargetConfig target;
+  DataConfig data;
+  DrafterConfig drafter;
+  EvalConfig eval;
+  MemoryConfig memory;
+
+  // Every field checked (ranges, known names); throws naming the first bad one.
+  void validate() const;
+  nlohmann::json to_json() const;
+  // Unknown fields, wrong types and bad values are errors naming the field.
+  static TrainConfig from_json(const nlohmann::json& j);
+  static TrainConfig from_file(const std::string& path);
+};
+
+}  // namespace cg::train
