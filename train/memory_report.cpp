@@ -10,6 +10,8 @@
 #include "core/caching_allocator.h"
 #include "core/factories.h"
 #include "core/memory_trace.h"
+#include "core/trace_file.h"
+#include "core/trace_report.h"
 #include "ops/shape_ops.h"
 #include "train/drafter_step.h"
 
@@ -73,11 +75,16 @@ MemoryReport measure_drafter_step_memory(const MemoryShape& s, const std::string
     pm.path = head_loss_path_name(path);
     drafter.zero_grad();
     const bool trace = !trace_dir.empty();
+    // Each path's trace starts from an empty cache, so that its reserved bytes are its own.
+    alloc.empty_cache();
     if (trace) MemoryTrace::enable(size_t{1} << 20);
     const int64_t base = alloc.stats().allocated_bytes.current;
     alloc.reset_peak_stats();
     HeadLossResult r;
     {
+      TracePhase phase("forward");
+      // What forward makes is activations unless an op files it otherwise.
+      CategoryGuard category(MemoryCategory::activation);
       ScopeGuard scope("drafter_step/" + pm.path + "/forward");
       r = drafter_loss(drafter, {&batch, features, Tensor()}, loss, path, s.chunk_rows);
     }
@@ -87,6 +94,7 @@ MemoryReport measure_drafter_step_memory(const MemoryShape& s, const std::string
     pm.graph_by_node = g.bytes_by_node;
     pm.loss = r.loss.item();
     {
+      TracePhase phase("backward");
       ScopeGuard scope("drafter_step/" + pm.path + "/backward");
       r.loss.backward();
     }
@@ -94,14 +102,23 @@ MemoryReport measure_drafter_step_memory(const MemoryShape& s, const std::string
     pm.step_peak = alloc.stats().allocated_bytes.peak - base;
     if (trace) {
       pm.trace_file = trace_dir + "/trace_" + s.name + "_" + pm.path + ".json";
-      std::ofstream out(pm.trace_file);
-      out << MemoryTrace::to_json().dump() << "\n";
-      CG_CHECK(out.good(), "writing the trace '", pm.trace_file, "' failed");
+      write_memory_trace_file(pm.trace_file);  // events + the allocator's end state
       MemoryTrace::disable();
     }
     report.paths.push_back(pm);
   }
   drafter.zero_grad();
+  if (!trace_dir.empty()) {
+    std::vector<ReportTrace> traces;
+    for (const PathMemory& p : report.paths) {
+      traces.push_back({p.path, p.trace_file, analyse_trace(read_trace_file(p.trace_file)), {}});
+      traces.back().notes = traces.back().analysis.notes;
+    }
+    report.report_file = trace_dir + "/report_" + s.name + ".html";
+    std::ofstream out(report.report_file);
+    out << html_report(traces);
+    CG_CHECK(out.good(), "writing the memory report '", report.report_file, "' failed");
+  }
   return report;
 }
 
@@ -118,7 +135,8 @@ nlohmann::json to_json(const MemoryReport& r) {
                      {"drafter_layers", s.drafter_layers}, {"chunk_rows", s.chunk_rows},
                      {"positions", s.batch * s.anchors * s.block_size}}},
           {"paths", paths},
-          {"naive_over_fused_step_peak", r.naive_over_fused()}};
+          {"naive_over_fused_step_peak", r.naive_over_fused()},
+          {"report", r.report_file}};
 }
 
 std::string memory_table(const std::vector<MemoryReport>& reports) {

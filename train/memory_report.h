@@ -37,10 +37,12 @@ struct PathMemory {
 struct MemoryReport {
   MemoryShape shape;
   std::vector<PathMemory> paths;  // naive, chunked, fused
+  std::string report_file;        // the three traces' HTML report ("" when not traced)
   double naive_over_fused() const;  // step peak ratio
 };
 
-// trace_dir: where to write trace_<shape>_<path>.json ("" = none).
+// trace_dir: where to write trace_<shape>_<path>.json and their HTML report
+// report_<shape>.html (core/trace_report.h) ("" = none).
 MemoryReport measure_drafter_step_memory(const MemoryShape& shape, const std::string& trace_dir,
                                          uint64_t seed);
 

@@ -285,6 +285,14 @@ std::string summary_text(const nlohmann::json& s) {
                 s["drafter_train_tokens_per_s"].get<double>(), s["seconds"]["total"].get<double>());
   o << line;
   o << "memory of one drafter training step (caching allocator):\n" << s["memory_table"].get<std::string>();
+  // The traces' HTML reports (timelines by category, the holders at the peak), when traced.
+  if (s.contains("memory") && s["memory"].is_array()) {
+    for (const auto& m : s["memory"]) {
+      if (m.contains("report") && !m["report"].get<std::string>().empty()) {
+        o << "memory timeline: " << m["report"].get<std::string>() << "\n";
+      }
+    }
+  }
   return o.str();
 }
 
