@@ -104,6 +104,15 @@ uint32_t alignment_of(const void* p, int64_t batch_stride_bytes) {
   return static_cast<uint32_t>(v & (~v + 1));
 }
 
+// Note [Workspace size]: the workspace cuBLASLt may take grows with the output (split-K
+// keeps fp32 partial tiles of it), up to kLtWorkspaceBytes: a one-row GEMM of a fused-loss
+// chunk under a small budget must not be charged 32 MiB, a large GEMM gets the full amount.
+uint64_t workspace_limit(int64_t M, int64_t N) {
+  const double want = 4.0 * static_cast<double>(M) * static_cast<double>(N);
+  return want >= static_cast<double>(kLtWorkspaceBytes) ? kLtWorkspaceBytes
+                                                        : static_cast<uint64_t>(want) / 256 * 256;
+}
+
 // ---- per-device handle and plan cache --------------------------------------------------
 
 struct Plan {
@@ -212,9 +221,16 @@ void run_lt(int index, const LtMatrix& a, const LtMatrix& b, const LtMatrix& out
       p->c = make_layout(out.dtype, m, n, ldc, batch, out.batch_stride);
       cublasLtMatmulPreference_t pref = nullptr;
       CG_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-      const uint64_t ws = kLtWorkspaceBytes;
+      const uint64_t ws = workspace_limit(M, N);
       CG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
           pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+      // Note [Split-K reductions]: split-K kernels may add their partial sums in the
+      // output's dtype (in place or in a bf16 buffer), which rounds every partial to 8 bits
+      // of mantissa; only reductions in the compute type (fp32) are allowed.
+      const uint32_t reduction_mask = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+      CG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+          pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction_mask,
+          sizeof(reduction_mask)));
       CG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
           pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
       CG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
@@ -414,7 +430,8 @@ size_t lt_gemm_scratch_bytes(const GemmDesc& d) {
   const bool all_f64 = d.a == DType::f64 && d.b == DType::f64 && d.out == DType::f64;
   const bool convert_in = !all_f64 && (d.a != d.b || !lt_input_dtype(d.a));
   const DType in = convert_in ? DType::f32 : d.a;
-  size_t total = allocator_rounded(kLtWorkspaceBytes);
+  const uint64_t ws = workspace_limit(d.m, d.n);
+  size_t total = ws > 0 ? allocator_rounded(ws) : 0;
   auto add = [&](int64_t rows, int64_t cols, DType dtype) {
     total += allocator_rounded(static_cast<size_t>(rows * cols) * element_size(dtype));
   };

@@ -24,7 +24,8 @@ Tensor lt_matmul(const Tensor& a, const Tensor& b);
 // Upper bound of the allocator bytes lt_gemm takes for such operands.
 size_t lt_gemm_scratch_bytes(const GemmDesc& desc);
 
-// The workspace cuBLASLt may use per call (bytes): 32 MiB, cuBLAS's advice for Hopper.
+// The most workspace cuBLASLt may use per call (bytes): 32 MiB, cuBLAS's advice for Hopper
+// (smaller outputs get less: Note [Workspace size] in lt_gemm.cpp).
 constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
 
 }  // namespace cg::cuda

@@ -1,7 +1,7 @@
 // Why this file exists: the CUDA rms_norm and rotary kernels (see norm_kernels.h). rms_norm
 // takes one block per row (sums of squares in double, as the CPU); its dweight is a column
-// sum over rows: each thread sums a column over one slice of the rows in fp32 into a
-// [splits, D] scratch, and a second kernel adds the slices in order in double, so the
+// sum over rows: each thread sums a column over one slice of the rows in fp32 (f64 for
+// f64) into a [splits, D] double scratch, and a second kernel adds the slices in order in double, so the
 // result is the same on every run. rotary takes a thread per (row, pair) and computes its
 // angle in double, as the CPU's table does.
 #include "cuda/norm_kernels.h"
@@ -72,31 +72,32 @@ __global__ void rms_dx_kernel(const T* grad, const T* x, const T* w, const compu
   }
 }
 
-// Grid (column blocks, splits): partial[s, j] = sum over rows of slice s of g x rstd, fp32.
+// Grid (column blocks, splits): partial[s, j] = sum over rows of slice s of g x rstd, in the
+// compute type (fp32; f64 for f64).
 template <typename T>
 __global__ void rms_dw_partial_kernel(const T* grad, const T* x, const compute_t<T>* rstd,
-                                      float* partial, Strided rows, int64_t D, int64_t sx,
+                                      double* partial, Strided rows, int64_t D, int64_t sx,
                                       int64_t sg, int splits) {
+  using A = compute_t<T>;
   const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int s = blockIdx.y;
   if (j >= D) return;
   const int64_t per = (rows.numel + splits - 1) / splits;
   const int64_t begin = s * per, end = min(rows.numel, begin + per);
-  float acc = 0.f;
+  A acc = 0;
   for (int64_t r = begin; r < end; ++r) {
     int64_t o[2];
     offsets_of<2>(rows, r, o);
-    acc += static_cast<float>(ld(grad + o[1] + j * sg)) * static_cast<float>(ld(x + o[0] + j * sx)) *
-           static_cast<float>(rstd[r]);
+    acc += ld(grad + o[1] + j * sg) * ld(x + o[0] + j * sx) * rstd[r];
   }
-  partial[static_cast<int64_t>(s) * D + j] = acc;
+  partial[static_cast<int64_t>(s) * D + j] = static_cast<double>(acc);
 }
 
 template <typename T>
-__global__ void rms_dw_finish_kernel(const float* partial, T* dweight, int64_t D, int splits) {
+__global__ void rms_dw_finish_kernel(const double* partial, T* dweight, int64_t D, int splits) {
   for (int64_t j = first_index(); j < D; j += grid_stride()) {
     double acc = 0.0;
-    for (int s = 0; s < splits; ++s) acc += static_cast<double>(partial[static_cast<int64_t>(s) * D + j]);
+    for (int s = 0; s < splits; ++s) acc += partial[static_cast<int64_t>(s) * D + j];
     st(dweight + j, static_cast<compute_t<T>>(acc));
   }
 }
@@ -144,7 +145,7 @@ void launch_rms_norm_forward(DType dtype, const void* x, const void* weight, voi
 }
 
 void launch_rms_norm_backward(DType dtype, const void* grad, const void* x, const void* weight,
-                              const void* rstd, void* dx, void* dweight, float* dw_partial,
+                              const void* rstd, void* dx, void* dweight, double* dw_partial,
                               int splits, const Strided& rows, int64_t D, int64_t sx, int64_t sg,
                               int64_t sw, cudaStream_t stream) {
   visit_floating(dtype, "rms_norm backward", [&](auto tag) {

@@ -17,9 +17,9 @@ void launch_rms_norm_forward(DType dtype, const void* x, const void* weight, voi
                              void* rstd, const Strided& rows, int64_t D, int64_t sx, int64_t sw,
                              double eps, cudaStream_t stream);
 // rows {x, grad}; dx contiguous rows (may be null: not asked); dweight [D] contiguous in
-// x's dtype (may be null). dw_partial: splits * D floats of scratch when dweight is asked.
+// x's dtype (may be null). dw_partial: splits * D doubles of scratch when dweight is asked.
 void launch_rms_norm_backward(DType dtype, const void* grad, const void* x, const void* weight,
-                              const void* rstd, void* dx, void* dweight, float* dw_partial,
+                              const void* rstd, void* dx, void* dweight, double* dw_partial,
                               int splits, const Strided& rows, int64_t D, int64_t sx, int64_t sg,
                               int64_t sw, cudaStream_t stream);
 // Pieces the rows are cut into for dweight (the scratch's first dim).

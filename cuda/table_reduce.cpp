@@ -126,14 +126,14 @@ RmsNormGrads rms_norm_backward(const Tensor& grad, const Tensor& x, const Tensor
   const int splits = rms_norm_dweight_splits(rows.numel);
   if (need_dweight) {
     grads.dweight = raw::empty({D}, x.dtype(), x.device());
-    partial = scratch(static_cast<int64_t>(splits) * D, DType::f32, x.device());
+    partial = scratch(static_cast<int64_t>(splits) * D, DType::f64, x.device());
   }
   const bool has_w = weight.defined();
   launch_rms_norm_backward(x.dtype(), grad.data_ptr(), x.data_ptr(),
                            has_w ? weight.data_ptr() : nullptr, rstd.data_ptr(),
                            need_dx ? grads.dx.data_ptr() : nullptr,
                            need_dweight ? grads.dweight.data_ptr() : nullptr,
-                           need_dweight ? partial.data<float>() : nullptr, splits, rows, D,
+                           need_dweight ? partial.data<double>() : nullptr, splits, rows, D,
                            x.strides().back(), grad.strides().back(),
                            has_w ? weight.strides()[0] : 0, stream_of(x));
   return grads;
