@@ -70,7 +70,8 @@ __device__ __forceinline__ double rescale(double from, double to, double s) {
 //   soft CE    = -sum_j p_j z_j s + lse_b
 //   reverse KL = sum_j q_j (z_j - t_j) s + (lse_a - lse_b)     q = softmax(z s)
 // A second pass writes the gradient. Sums run in double per thread (cheap next to the
-// memory traffic); exponentials in the compute type.
+// memory traffic), each pack's terms first added in the compute type; exponentials in the
+// compute type.
 constexpr int kHeadThreads = 512;  // the most threads per row (register budget: 128 each)
 
 template <typename T, int N, bool kTeacher>
@@ -87,6 +88,7 @@ __global__ void __launch_bounds__(kHeadThreads) head_rows_kernel(T* logits, T* t
   const bool forward = static_cast<LossKind>(p.kind) == LossKind::forward_kl;
   const bool soft = static_cast<LossKind>(p.kind) == LossKind::soft_cross_entropy;
   const bool reverse = static_cast<LossKind>(p.kind) == LossKind::reverse_kl;
+  const bool unit_tau = p.tau == 1.0;  // then e^((z - m) / tau) is e^(z - m)
   const int64_t step = static_cast<int64_t>(blockDim.x) * N;
   for (int64_t i = blockIdx.x; i < C; i += gridDim.x) {
     T* z = logits + i * V;
@@ -148,30 +150,43 @@ __global__ void __launch_bounds__(kHeadThreads) head_rows_kernel(T* logits, T* t
           tm = tvmax;
         }
       }
+      // Sums of the pack in the compute type, added to the double totals once per pack
+      // (a float-to-double conversion per element would cost more than the exponential).
+      A pz = 0, pe = 0, pez = 0, pb = 0, pkb = 0, pa = 0, pka = 0;
 #pragma unroll
       for (int k = 0; k < N; ++k) {
         const A zk = zv[k];
-        sz += static_cast<double>(zk);
+        pz += zk;
         // A -inf logit adds e = 0 (computed, e * z would be 0 * -inf = NaN).
         const bool z_finite_below = !(m_isinf(zk) && zk < A(0));
+        A e = 0;
         if (z_finite_below) {
-          const A e = m_exp(zk - m);
-          se += static_cast<double>(e);
-          sez += static_cast<double>(e * zk);
+          e = m_exp(zk - m);
+          pe += e;
+          pez += e * zk;
         }
         if (kTeacher) {
           const A tk = tv[k];
           if (z_finite_below) {
-            const A es = m_exp((zk - m) * s);
-            sb += static_cast<double>(es);
-            kb += static_cast<double>(es * ((zk - tk) * s));
+            const A es = unit_tau ? e : m_exp((zk - m) * s);
+            pb += es;
+            pkb += es * ((zk - tk) * s);
           }
           if (!(m_isinf(tk) && tk < A(0))) {
             const A et = m_exp((tk - tm) * s);
-            sa += static_cast<double>(et);
-            ka += static_cast<double>(et * (soft ? zk * s : (tk - zk) * s));
+            pa += et;
+            pka += et * (soft ? zk * s : (tk - zk) * s);
           }
         }
+      }
+      sz += static_cast<double>(pz);
+      se += static_cast<double>(pe);
+      sez += static_cast<double>(pez);
+      if (kTeacher) {
+        sb += static_cast<double>(pb);
+        kb += static_cast<double>(pkb);
+        sa += static_cast<double>(pa);
+        ka += static_cast<double>(pka);
       }
     }
 

@@ -231,8 +231,10 @@ __global__ void softmax_backward_rows_kernel(bool log_out, const T* grad, const 
 
 }  // namespace
 
-int sum_splits(int64_t outputs, int64_t reduced) {
-  if (outputs >= 4096 || reduced <= 64) return 1;
+int sum_splits(int64_t outputs, int64_t reduced, bool coalesced) {
+  // A thread per output: short sums, or many outputs whose neighbours are neighbours in
+  // memory (a bias gradient [rows, D] -> [D]: each step of the threads reads one row).
+  if (reduced <= 64 || (outputs >= 4096 && coalesced)) return 0;
   const int64_t want = std::max<int64_t>(1, 1024 / std::max<int64_t>(outputs, 1));
   const int64_t cap = std::max<int64_t>(1, reduced / 4096);
   return static_cast<int>(std::min<int64_t>({want, cap, 1024}));
@@ -246,7 +248,7 @@ void launch_sum(DType dtype, const void* a, void* out, const Strided& kept,
     using T = typename decltype(tag)::type;
     const T* pa = static_cast<const T*>(a);
     T* po = static_cast<T*>(out);
-    if (kept.numel >= 4096 || reduced.numel <= 64) {
+    if (splits == 0) {
       sum_thread_kernel<T><<<blocks_for(kept.numel), kThreads, 0, stream>>>(pa, po, kept, reduced,
                                                                            scale);
       return;

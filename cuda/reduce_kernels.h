@@ -14,13 +14,15 @@
 namespace cg::cuda {
 
 // out (outputs,) = scale * sum of a over `reduced` (operand 0: a's strides) at each output;
-// kept: geometry over the outputs, operands {a, out}. partial: outputs * splits doubles of
-// scratch, or null when splits == 1. Sums accumulate in double, in a fixed order.
+// kept: geometry over the outputs, operands {a, out}. splits from sum_splits: 0 = a thread
+// per output, else a block per (output, piece) with partial: outputs * splits doubles of
+// scratch (null when splits == 1). Sums accumulate in double, in a fixed order.
 void launch_sum(DType dtype, const void* a, void* out, const Strided& kept,
                 const Strided& reduced, double scale, double* partial, int splits,
                 cudaStream_t stream);
-// How many pieces launch_sum cuts each output's sum into (the partial buffer's width).
-int sum_splits(int64_t outputs, int64_t reduced);
+// How launch_sum cuts the work: 0 (a thread per output) or the pieces per output.
+// coalesced: neighbouring outputs are neighbours in a's memory.
+int sum_splits(int64_t outputs, int64_t reduced, bool coalesced);
 
 // rows {a, indices, values}: indices[r] (i64) = first argmax (a NaN wins), values[r] =
 // a at it (copied as stored); values may be null.

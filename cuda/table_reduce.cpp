@@ -42,8 +42,9 @@ Tensor sum(const Tensor& a, const std::vector<bool>& reduce, bool keepdim, doubl
   Tensor out = raw::empty(out_shape, a.dtype(), a.device());
   const Shape out_kept_strides = contiguous_strides(kept_shape);
   const Strided kept = strided_of<2>(kept_shape, {&kept_strides, &out_kept_strides}, "sum");
-  Strided reduced = strided_of<1>(reduced_shape, {&reduced_strides}, "sum");
-  const int splits = sum_splits(kept.numel, reduced.numel);
+  const Strided reduced = strided_of<1>(reduced_shape, {&reduced_strides}, "sum");
+  const bool coalesced = kept.strides[0][kept.ndim - 1] == 1;
+  const int splits = sum_splits(kept.numel, reduced.numel, coalesced);
   const Tensor partial = splits > 1 ? scratch(kept.numel * splits, DType::f64, a.device()) : Tensor();
   launch_sum(a.dtype(), a.data_ptr(), out.data_ptr(), kept, reduced, scale,
              splits > 1 ? partial.data<double>() : nullptr, splits, stream_of(a));
