@@ -75,16 +75,20 @@ __device__ __forceinline__ void st(T* p, compute_t<T> v) {
   }
 }
 
-// Offsets of row-major element i in the first N operands of g.
+// Offsets of row-major element i (< g.numel) in the first N operands of g. One 64-bit
+// division per dim but the outermost (where what is left of i is the index itself), so a
+// flat loop (ndim 1, the common contiguous case) divides nothing.
 template <int N>
 __device__ __forceinline__ void offsets_of(const Strided& g, int64_t i, int64_t (&off)[N]) {
   for (int k = 0; k < N; ++k) off[k] = 0;
-  for (int d = g.ndim - 1; d >= 0; --d) {
+  for (int d = g.ndim - 1; d > 0; --d) {
     const int64_t size = g.sizes[d];
-    const int64_t index = i % size;
-    i /= size;
+    const int64_t q = i / size;
+    const int64_t index = i - q * size;
+    i = q;
     for (int k = 0; k < N; ++k) off[k] += index * g.strides[k][d];
   }
+  for (int k = 0; k < N; ++k) off[k] += i * g.strides[k][0];
 }
 
 __device__ __forceinline__ int64_t first_index() {

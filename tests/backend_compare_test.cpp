@@ -241,6 +241,40 @@ std::vector<Case> all_cases() {
   c.push_back({"embedding", {"index_select", "index_add", "check_indices"}, kAllFloat,
                {f({9, 4}), idx({2, 5}, 9)},
                [](auto& x) { return std::vector<Tensor>{embedding(x[0], x[1], 3)}; }});
+  // Sizes and layouts the cases above do not reach: long sums cut into pieces and added in
+  // order, long softmax rows, a vocabulary wide enough for the 16-byte row packs and one
+  // that is odd (no packs), rms_norm without a weight over strided rows, i32 indices.
+  c.push_back({"reductions_long", {"sum"}, kAllFloat, {f({2, 9000}), f({3, 700}, true)},
+               [](auto& x) {
+                 return std::vector<Tensor>{sum(x[0], {1}), sum(x[0]), mean(x[1], {0}, true), sum(x[1], {1})};
+               }});
+  c.push_back({"softmax_long_rows", {"softmax", "softmax_backward"}, kAllFloat, {f({2, 3000})},
+               [](auto& x) { return std::vector<Tensor>{softmax(x[0], -1), log_softmax(x[0], -1)}; }});
+  c.push_back({"cross_entropy_wide_vocab", {"head_loss_rows", "check_labels", "row_weights"}, kAllFloat,
+               {f({3, 16384}), idx({3}, 16384), f({2, 20001}), idx({2}, 20001)},
+               [](auto& x) {
+                 CrossEntropyOptions o;
+                 o.label_smoothing = 0.05f;
+                 return std::vector<Tensor>{cross_entropy(x[0], x[1], o), cross_entropy(x[2], x[3])};
+               }});
+  c.push_back({"kl_div_wide_vocab", {"head_loss_rows", "row_weights"}, kAllFloat,
+               {f({2, 16384}), constant({2, 16384})},
+               [](auto& x) {
+                 KlDivOptions o;
+                 Tensor a = kl_div(x[0], x[1], o);
+                 o.reverse = true;
+                 o.temperature = 1.5f;
+                 return std::vector<Tensor>{a, kl_div(x[0], x[1], o)};
+               }});
+  c.push_back({"rms_norm_strided_no_weight", {"rms_norm_forward", "rms_norm_backward"}, kAllFloat,
+               {f({4, 24, 3}, true)},
+               [](auto& x) { return std::vector<Tensor>{rms_norm(x[0], Tensor(), 1e-6)}; }});
+  c.push_back({"indexing_i32", {"index_select", "index_add", "gather", "check_indices"}, kAllFloat,
+               {f({7, 5}, true), idx({9}, 7), idx({7, 4}, 5)},
+               [](auto& x) {
+                 const Tensor i1 = to_dtype(x[1], DType::i32), i2 = to_dtype(x[2], DType::i32);
+                 return std::vector<Tensor>{index_select(x[0], 0, i1), gather(x[0], 1, i2)};
+               }});
   return c;
 }
 
