@@ -108,6 +108,32 @@ inline unsigned blocks_for(int64_t n) {
   return static_cast<unsigned>(wanted);
 }
 
+// N consecutive elements as compute values: one 16-byte load (store) when N > 1; p must
+// then be 16-byte aligned.
+template <typename T, int N>
+__device__ __forceinline__ void load_pack(const T* p, compute_t<T> (&v)[N]) {
+  if constexpr (N == 1) {
+    v[0] = ld(p);
+  } else {
+    static_assert(N * sizeof(T) == 16, "a pack is 16 bytes");
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    const T* e = reinterpret_cast<const T*>(&u);
+#pragma unroll
+    for (int k = 0; k < N; ++k) v[k] = ld(e + k);
+  }
+}
+template <typename T, int N>
+__device__ __forceinline__ void store_pack(T* p, const compute_t<T> (&v)[N]) {
+  if constexpr (N == 1) {
+    st(p, v[0]);
+  } else {
+    uint4 u;
+    T* e = reinterpret_cast<T*>(&u);
+#pragma unroll
+    for (int k = 0; k < N; ++k) st(e + k, v[k]);
+    *reinterpret_cast<uint4*>(p) = u;
+  }
+}
 // ---- math in the compute type -----------------------------------------------------------
 
 __device__ __forceinline__ float m_exp(float x) { return expf(x); }

@@ -23,31 +23,6 @@ struct HeadParams {
   double ce_weight, kl_weight, kl_scale, tau, inv_tau, eps, z_loss, cap;
 };
 
-// N consecutive elements of a row as compute values: one 16-byte load when N > 1.
-template <typename T, int N>
-__device__ __forceinline__ void load_pack(const T* p, compute_t<T> (&v)[N]) {
-  if constexpr (N == 1) {
-    v[0] = ld(p);
-  } else {
-    static_assert(N * sizeof(T) == 16, "a pack is 16 bytes");
-    const uint4 u = *reinterpret_cast<const uint4*>(p);
-    const T* e = reinterpret_cast<const T*>(&u);
-#pragma unroll
-    for (int k = 0; k < N; ++k) v[k] = ld(e + k);
-  }
-}
-template <typename T, int N>
-__device__ __forceinline__ void store_pack(T* p, const compute_t<T> (&v)[N]) {
-  if constexpr (N == 1) {
-    st(p, v[0]);
-  } else {
-    uint4 u;
-    T* e = reinterpret_cast<T*>(&u);
-#pragma unroll
-    for (int k = 0; k < N; ++k) st(e + k, v[k]);
-    *reinterpret_cast<uint4*>(p) = u;
-  }
-}
 // x rounded to T and read back (what a later pass reads after x is stored).
 template <typename T>
 __device__ __forceinline__ compute_t<T> rounded(compute_t<T> x) {

@@ -243,7 +243,8 @@ std::vector<Case> all_cases() {
                [](auto& x) { return std::vector<Tensor>{embedding(x[0], x[1], 3)}; }});
   // Sizes and layouts the cases above do not reach: long sums cut into pieces and added in
   // order, long softmax rows, a vocabulary wide enough for the 16-byte row packs and one
-  // that is odd (no packs), rms_norm without a weight over strided rows, i32 indices.
+  // that is odd (no packs), rms_norm without a weight over strided rows, contiguous swiglu
+  // (the flat kernels, with a tail), i32 indices.
   c.push_back({"reductions_long", {"sum"}, kAllFloat, {f({2, 9000}), f({3, 700}, true)},
                [](auto& x) {
                  return std::vector<Tensor>{sum(x[0], {1}), sum(x[0]), mean(x[1], {0}, true), sum(x[1], {1})};
@@ -269,6 +270,9 @@ std::vector<Case> all_cases() {
   c.push_back({"rms_norm_strided_no_weight", {"rms_norm_forward", "rms_norm_backward"}, kAllFloat,
                {f({4, 24, 3}, true)},
                [](auto& x) { return std::vector<Tensor>{rms_norm(x[0], Tensor(), 1e-6)}; }});
+  c.push_back({"swiglu_contiguous", {"swiglu_forward", "swiglu_backward", "unary"}, kAllFloat,
+               {f({4, 37}), f({4, 37})},
+               [](auto& x) { return std::vector<Tensor>{swiglu(x[0], x[1]), silu(x[0])}; }});
   c.push_back({"indexing_i32", {"index_select", "index_add", "gather", "check_indices"}, kAllFloat,
                {f({7, 5}, true), idx({9}, 7), idx({7, 4}, 5)},
                [](auto& x) {
