@@ -1,6 +1,6 @@
 // Why this file exists: the CUDA reductions and row kernels (see reduce_kernels.h). Sums
-// accumulate in double as the CPU's (ops/cpu/reduce.cpp): many outputs with short sums take
-// a thread each; few outputs with long sums take one block per (output, piece) and a
+// accumulate in double as the CPU's (ops/cpu/reduce.cpp): short sums, and outputs adjacent
+// in memory, take a thread per (output, piece); the rest a block per (output, piece); a
 // second kernel adds the pieces in order, so the result does not depend on scheduling.
 // Row kernels (max, logsumexp, softmax) take one block per row: a warp for short rows,
 // 256 threads for long ones.
@@ -17,19 +17,26 @@ namespace {
 
 // ---- sum ------------------------------------------------------------------------------
 
-// One thread per output: out[o] = scale * sum over the reduced geometry.
+// Thread (output o, piece s), e = s * outputs + o (neighbouring threads take neighbouring
+// outputs), sums piece s of o's reduced range; splits == 1 stores directly.
 template <typename T>
-__global__ void sum_thread_kernel(const T* a, T* out, Strided kept, Strided reduced, double scale) {
-  for (int64_t o = first_index(); o < kept.numel; o += grid_stride()) {
+__global__ void sum_thread_kernel(const T* a, T* out, Strided kept, Strided reduced, double scale,
+                                  double* partial, int splits) {
+  const int64_t work = kept.numel * splits;
+  const int64_t per = (reduced.numel + splits - 1) / splits;
+  for (int64_t e = first_index(); e < work; e += grid_stride()) {
+    const int64_t s = e / kept.numel, o = e - s * kept.numel;
     int64_t ko[2];
     offsets_of<2>(kept, o, ko);
+    const int64_t begin = s * per, end = min(reduced.numel, begin + per);
     double acc = 0.0;
-    for (int64_t r = 0; r < reduced.numel; ++r) {
+    for (int64_t r = begin; r < end; ++r) {
       int64_t ro[1];
       offsets_of<1>(reduced, r, ro);
       acc += static_cast<double>(ld(a + ko[0] + ro[0]));
     }
-    st(out + ko[1], static_cast<compute_t<T>>(acc * scale));
+    if (splits == 1) st(out + ko[1], static_cast<compute_t<T>>(acc * scale));
+    else partial[o * splits + s] = acc;
   }
 }
 
@@ -231,31 +238,42 @@ __global__ void softmax_backward_rows_kernel(bool log_out, const T* grad, const 
 
 }  // namespace
 
-int sum_splits(int64_t outputs, int64_t reduced, bool coalesced) {
-  // A thread per output: short sums, or many outputs whose neighbours are neighbours in
-  // memory (a bias gradient [rows, D] -> [D]: each step of the threads reads one row).
-  if (reduced <= 64 || (outputs >= 4096 && coalesced)) return 0;
+SumPlan sum_plan(int64_t outputs, int64_t reduced, bool coalesced) {
+  SumPlan plan;
+  // A thread per output (and piece): short sums, or outputs whose neighbours are neighbours
+  // in memory (a bias gradient [rows, D] -> [D]: each step of a warp reads one row). Long
+  // sums are cut into pieces until about 2^18 threads run.
+  if (reduced <= 64 || (outputs >= 1024 && coalesced)) {
+    plan.per_thread = true;
+    const int64_t want = std::max<int64_t>(1, (int64_t{1} << 18) / std::max<int64_t>(outputs, 1));
+    const int64_t cap = std::max<int64_t>(1, reduced / 64);
+    plan.splits = static_cast<int>(std::min<int64_t>({want, cap, 4096}));
+    return plan;
+  }
+  // Otherwise a block per output (and piece), the pieces filling about 1024 blocks.
   const int64_t want = std::max<int64_t>(1, 1024 / std::max<int64_t>(outputs, 1));
   const int64_t cap = std::max<int64_t>(1, reduced / 4096);
-  return static_cast<int>(std::min<int64_t>({want, cap, 1024}));
+  plan.splits = static_cast<int>(std::min<int64_t>({want, cap, 1024}));
+  return plan;
 }
 
 void launch_sum(DType dtype, const void* a, void* out, const Strided& kept,
-                const Strided& reduced, double scale, double* partial, int splits,
+                const Strided& reduced, double scale, double* partial, const SumPlan& plan,
                 cudaStream_t stream) {
   if (kept.numel == 0) return;
+  const int splits = plan.splits;
   visit_floating(dtype, "sum", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* pa = static_cast<const T*>(a);
     T* po = static_cast<T*>(out);
-    if (splits == 0) {
-      sum_thread_kernel<T><<<blocks_for(kept.numel), kThreads, 0, stream>>>(pa, po, kept, reduced,
-                                                                           scale);
-      return;
+    if (plan.per_thread) {
+      sum_thread_kernel<T><<<blocks_for(kept.numel * splits), kThreads, 0, stream>>>(
+          pa, po, kept, reduced, scale, partial, splits);
+    } else {
+      const int64_t blocks = std::min<int64_t>(kept.numel * splits, 1 << 20);
+      sum_block_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+          pa, po, kept, reduced, scale, partial, splits);
     }
-    const int64_t blocks = std::min<int64_t>(kept.numel * splits, 1 << 20);
-    sum_block_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-        pa, po, kept, reduced, scale, partial, splits);
     if (splits > 1) {
       CG_CUDA_CHECK(cudaGetLastError());
       sum_finish_kernel<T><<<blocks_for(kept.numel), kThreads, 0, stream>>>(partial, po, kept,

@@ -13,16 +13,20 @@
 
 namespace cg::cuda {
 
+// How launch_sum cuts the work: a thread or a block per (output, piece), `splits` pieces
+// per output. coalesced: neighbouring outputs are neighbours in a's memory.
+struct SumPlan {
+  bool per_thread = false;
+  int splits = 1;
+};
+SumPlan sum_plan(int64_t outputs, int64_t reduced, bool coalesced);
+
 // out (outputs,) = scale * sum of a over `reduced` (operand 0: a's strides) at each output;
-// kept: geometry over the outputs, operands {a, out}. splits from sum_splits: 0 = a thread
-// per output, else a block per (output, piece) with partial: outputs * splits doubles of
-// scratch (null when splits == 1). Sums accumulate in double, in a fixed order.
+// kept: geometry over the outputs, operands {a, out}. partial: outputs * plan.splits
+// doubles of scratch (null when splits == 1). Sums accumulate in double, in a fixed order.
 void launch_sum(DType dtype, const void* a, void* out, const Strided& kept,
-                const Strided& reduced, double scale, double* partial, int splits,
+                const Strided& reduced, double scale, double* partial, const SumPlan& plan,
                 cudaStream_t stream);
-// How launch_sum cuts the work: 0 (a thread per output) or the pieces per output.
-// coalesced: neighbouring outputs are neighbours in a's memory.
-int sum_splits(int64_t outputs, int64_t reduced, bool coalesced);
 
 // rows {a, indices, values}: indices[r] (i64) = first argmax (a NaN wins), values[r] =
 // a at it (copied as stored); values may be null.

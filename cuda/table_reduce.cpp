@@ -44,10 +44,11 @@ Tensor sum(const Tensor& a, const std::vector<bool>& reduce, bool keepdim, doubl
   const Strided kept = strided_of<2>(kept_shape, {&kept_strides, &out_kept_strides}, "sum");
   const Strided reduced = strided_of<1>(reduced_shape, {&reduced_strides}, "sum");
   const bool coalesced = kept.strides[0][kept.ndim - 1] == 1;
-  const int splits = sum_splits(kept.numel, reduced.numel, coalesced);
-  const Tensor partial = splits > 1 ? scratch(kept.numel * splits, DType::f64, a.device()) : Tensor();
+  const SumPlan plan = sum_plan(kept.numel, reduced.numel, coalesced);
+  const Tensor partial =
+      plan.splits > 1 ? scratch(kept.numel * plan.splits, DType::f64, a.device()) : Tensor();
   launch_sum(a.dtype(), a.data_ptr(), out.data_ptr(), kept, reduced, scale,
-             splits > 1 ? partial.data<double>() : nullptr, splits, stream_of(a));
+             plan.splits > 1 ? partial.data<double>() : nullptr, plan, stream_of(a));
   return out;
 }
 

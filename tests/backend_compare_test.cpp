@@ -245,9 +245,10 @@ std::vector<Case> all_cases() {
   // order, long softmax rows, a vocabulary wide enough for the 16-byte row packs and one
   // that is odd (no packs), rms_norm without a weight over strided rows, contiguous swiglu
   // (the flat kernels, with a tail), i32 indices.
-  c.push_back({"reductions_long", {"sum"}, kAllFloat, {f({2, 9000}), f({3, 700}, true)},
+  c.push_back({"reductions_long", {"sum"}, kAllFloat, {f({2, 9000}), f({3, 700}, true), f({130, 1030})},
                [](auto& x) {
-                 return std::vector<Tensor>{sum(x[0], {1}), sum(x[0]), mean(x[1], {0}, true), sum(x[1], {1})};
+                 return std::vector<Tensor>{sum(x[0], {1}), sum(x[0]), mean(x[1], {0}, true), sum(x[1], {1}),
+                                            sum(x[2], {0})};
                }});
   c.push_back({"softmax_long_rows", {"softmax", "softmax_backward"}, kAllFloat, {f({2, 3000})},
                [](auto& x) { return std::vector<Tensor>{softmax(x[0], -1), log_softmax(x[0], -1)}; }});
