@@ -5,6 +5,7 @@
 # loss row kernel (bench/head_rows_bench, its default drafter shape).
 #   bash bench/run_gpu_bench.sh                        # bf16, M=24576, the drafter's (K, N)
 #   bash bench/run_gpu_bench.sh --layout nn --repeats 20
+#   CHUNKGRAD_LT_AUTOTUNE=1 bash bench/run_gpu_bench.sh   # time 8 cuBLASLt candidates per shape
 # Options --M --shapes --dtype --layout --repeats go to both sides.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -27,6 +27,7 @@
 #include "cuda/compute_stream.h"
 #include "cuda/cuda_check.h"
 #include "cuda/elementwise_kernels.h"
+#include "cuda/lt_autotune.h"
 #include "cuda/kernel_args.h"
 
 namespace cg::cuda {
@@ -239,18 +240,27 @@ void run_lt(int index, const LtMatrix& a, const LtMatrix& b, const LtMatrix& out
           pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof(align_c)));
       CG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
           pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c)));
-      cublasLtMatmulHeuristicResult_t result{};
+      cublasLtMatmulHeuristicResult_t results[kLtAutotuneCandidates] = {};
       int found = 0;
+      const bool tune = lt_autotune_enabled() && beta == 0.0 &&
+                        2.0 * static_cast<double>(M) * static_cast<double>(N) *
+                                static_cast<double>(K) * static_cast<double>(batch) >= 1e10;
       const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(
-          handle, p->desc, p->a, p->b, p->c, p->c, pref, 1, &result, &found);
+          handle, p->desc, p->a, p->b, p->c, p->c, pref, tune ? kLtAutotuneCandidates : 1, results,
+          &found);
       cublasLtMatmulPreferenceDestroy(pref);
       CG_CHECK(hs == CUBLAS_STATUS_SUCCESS && found > 0,
                "gemm: cuBLASLt has no algorithm for out [", M, ", ", N, "] = a [", M, ", ", K,
                "] @ b [", K, ", ", N, "] in ", dtype_name(a.dtype), " -> ",
                dtype_name(out.dtype), " (batch ", batch, "; status ",
                cublas_status_name(hs), "); make the operands contiguous");
-      p->algo = result.algo;
-      p->workspace = result.workspaceSize;
+      int best = 0;
+      if (tune && found > 1) {
+        best = lt_fastest_algorithm(handle, p->desc, p->a, p->b, p->c, results, found, index,
+                                    stream, first.data, second.data, out.data, f64);
+      }
+      p->algo = results[best].algo;
+      p->workspace = results[best].workspaceSize;
       it = st.plans.emplace(key, std::move(p)).first;
     }
     plan = it->second.get();
