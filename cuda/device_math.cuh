@@ -1,0 +1,326 @@
+// Why this file exists: what every kernel-table CUDA kernel (cuda/*.cu) needs per element:
+// the storage type of a DType, loads and stores through the compute type (fp32 for
+// bf16/f16/f32, fp64 for f64: Note [Compute types] in ops/cpu/loops.h, rounded once on
+// store), the offsets of a row-major element in a Strided geometry, block reductions, and
+// the elementwise formulas of ops/cpu/elementwise_math.h written for the device (the CPU
+// header calls std:: functions nvcc cannot run on the device; the formulas are the same).
+// Included by .cu files only.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "cuda/kernel_args.h"
+#include "ops/kernels.h"
+
+namespace cg::cuda {
+
+template <typename T>
+struct Tag {
+  using type = T;
+};
+
+// Calls f(Tag<T>{}) with T the device storage type of a floating `dtype`.
+template <typename F>
+void visit_floating(DType dtype, const char* what, F&& f) {
+  switch (dtype) {
+    case DType::f32: return f(Tag<float>{});
+    case DType::f64: return f(Tag<double>{});
+    case DType::f16: return f(Tag<__half>{});
+    case DType::bf16: return f(Tag<__nv_bfloat16>{});
+    default: break;
+  }
+  CG_FAIL(what, ": dtype ", dtype_name(dtype), " is not supported; it computes on f32, f64, "
+          "bf16 and f16 tensors");
+}
+
+// Calls f(Tag<I>{}) with I the C++ type of an index dtype.
+template <typename F>
+void visit_index(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::i64: return f(Tag<int64_t>{});
+    case DType::i32: return f(Tag<int32_t>{});
+    default: break;
+  }
+  CG_FAIL("index op: indices have dtype ", dtype_name(dtype), "; they must be i32 or i64");
+}
+
+template <typename T>
+using compute_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+template <typename T>
+__device__ __forceinline__ compute_t<T> ld(const T* p) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return __half2float(*p);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __bfloat162float(*p);
+  } else {
+    return *p;
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void st(T* p, compute_t<T> v) {
+  if constexpr (std::is_same_v<T, __half>) {
+    *p = __float2half_rn(v);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    *p = __float2bfloat16_rn(v);
+  } else {
+    *p = v;
+  }
+}
+
+// Offsets of row-major element i (< g.numel) in the first N operands of g. One 64-bit
+// division per dim but the outermost (where what is left of i is the index itself), so a
+// flat loop (ndim 1, the common contiguous case) divides nothing.
+template <int N>
+__device__ __forceinline__ void offsets_of(const Strided& g, int64_t i, int64_t (&off)[N]) {
+  for (int k = 0; k < N; ++k) off[k] = 0;
+  for (int d = g.ndim - 1; d > 0; --d) {
+    const int64_t size = g.sizes[d];
+    const int64_t q = i / size;
+    const int64_t index = i - q * size;
+    i = q;
+    for (int k = 0; k < N; ++k) off[k] += index * g.strides[k][d];
+  }
+  for (int k = 0; k < N; ++k) off[k] += i * g.strides[k][0];
+}
+
+__device__ __forceinline__ int64_t first_index() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ int64_t grid_stride() {
+  return static_cast<int64_t>(gridDim.x) * blockDim.x;
+}
+
+constexpr int kThreads = 256;
+
+// Enough blocks of kThreads for one element per thread, capped (kernels grid-stride).
+inline unsigned blocks_for(int64_t n) {
+  int64_t wanted = (n + kThreads - 1) / kThreads;
+  if (wanted < 1) wanted = 1;
+  if (wanted > 65536) wanted = 65536;
+  return static_cast<unsigned>(wanted);
+}
+
+// N consecutive elements as compute values: one 16-byte load (store) when N > 1; p must
+// then be 16-byte aligned.
+template <typename T, int N>
+__device__ __forceinline__ void load_pack(const T* p, compute_t<T> (&v)[N]) {
+  if constexpr (N == 1) {
+    v[0] = ld(p);
+  } else {
+    static_assert(N * sizeof(T) == 16, "a pack is 16 bytes");
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    const T* e = reinterpret_cast<const T*>(&u);
+#pragma unroll
+    for (int k = 0; k < N; ++k) v[k] = ld(e + k);
+  }
+}
+template <typename T, int N>
+__device__ __forceinline__ void store_pack(T* p, const compute_t<T> (&v)[N]) {
+  if constexpr (N == 1) {
+    st(p, v[0]);
+  } else {
+    uint4 u;
+    T* e = reinterpret_cast<T*>(&u);
+#pragma unroll
+    for (int k = 0; k < N; ++k) st(e + k, v[k]);
+    *reinterpret_cast<uint4*>(p) = u;
+  }
+}
+// ---- math in the compute type -----------------------------------------------------------
+
+__device__ __forceinline__ float m_exp(float x) { return expf(x); }
+__device__ __forceinline__ double m_exp(double x) { return exp(x); }
+__device__ __forceinline__ float m_log(float x) { return logf(x); }
+__device__ __forceinline__ double m_log(double x) { return log(x); }
+__device__ __forceinline__ float m_sqrt(float x) { return sqrtf(x); }
+__device__ __forceinline__ double m_sqrt(double x) { return sqrt(x); }
+__device__ __forceinline__ float m_tanh(float x) { return tanhf(x); }
+__device__ __forceinline__ double m_tanh(double x) { return tanh(x); }
+__device__ __forceinline__ float m_erf(float x) { return erff(x); }
+__device__ __forceinline__ double m_erf(double x) { return erf(x); }
+__device__ __forceinline__ float m_pow(float a, float b) { return powf(a, b); }
+__device__ __forceinline__ double m_pow(double a, double b) { return pow(a, b); }
+__device__ __forceinline__ bool m_isnan(float x) { return isnan(x); }
+__device__ __forceinline__ bool m_isnan(double x) { return isnan(x); }
+__device__ __forceinline__ bool m_isinf(float x) { return isinf(x); }
+__device__ __forceinline__ bool m_isinf(double x) { return isinf(x); }
+template <typename C>
+__device__ __forceinline__ C m_inf() {
+  if constexpr (std::is_same_v<C, double>) return __longlong_as_double(0x7ff0000000000000LL);
+  else return __int_as_float(0x7f800000);
+}
+
+template <typename C>
+__device__ __forceinline__ C sigmoid_of(C x) {
+  if (x >= C(0)) return C(1) / (C(1) + m_exp(-x));
+  const C e = m_exp(x);
+  return e / (C(1) + e);
+}
+
+template <typename C>
+__device__ __forceinline__ C pow_of(C a, C s) {
+  if (s == C(2)) return a * a;
+  if (s == C(1)) return a;
+  if (s == C(0.5)) return m_sqrt(a);
+  if (s == C(-1)) return C(1) / a;
+  if (s == C(3)) return a * a * a;
+  return m_pow(a, s);
+}
+
+template <typename C>
+__device__ __forceinline__ C gelu_of(C x) {
+  return C(0.5) * x * (C(1) + m_erf(x * C(0.70710678118654752440)));
+}
+template <typename C>
+__device__ __forceinline__ C gelu_tanh_of(C x) {
+  const C u = C(0.79788456080286535588) * (x + C(0.044715) * x * x * x);
+  return C(0.5) * x * (C(1) + m_tanh(u));
+}
+template <typename C>
+__device__ __forceinline__ C gelu_grad_of(C x) {
+  const C cdf = C(0.5) * (C(1) + m_erf(x * C(0.70710678118654752440)));
+  const C pdf = C(0.39894228040143267794) * m_exp(C(-0.5) * x * x);
+  return cdf + x * pdf;
+}
+template <typename C>
+__device__ __forceinline__ C gelu_tanh_grad_of(C x) {
+  const C k = C(0.79788456080286535588), c = C(0.044715);
+  const C u = k * (x + c * x * x * x);
+  const C t = m_tanh(u);
+  const C du = k * (C(1) + C(3) * c * x * x);
+  return C(0.5) * (C(1) + t) + C(0.5) * x * (C(1) - t * t) * du;
+}
+
+template <typename C>
+__device__ __forceinline__ C apply_unary(UnaryOp op, C a, C s) {
+  switch (op) {
+    case UnaryOp::neg: return -a;
+    case UnaryOp::scale: return a * s;
+    case UnaryOp::add_scalar: return a + s;
+    case UnaryOp::relu: return a > C(0) ? a : C(0);
+    case UnaryOp::exp: return m_exp(a);
+    case UnaryOp::log: return m_log(a);
+    case UnaryOp::sqrt: return m_sqrt(a);
+    case UnaryOp::rsqrt: return C(1) / m_sqrt(a);
+    case UnaryOp::pow: return pow_of(a, s);
+    case UnaryOp::tanh: return m_tanh(a);
+    case UnaryOp::sigmoid: return sigmoid_of(a);
+    case UnaryOp::silu: return a * sigmoid_of(a);
+    case UnaryOp::gelu: return gelu_of(a);
+    case UnaryOp::gelu_tanh: return gelu_tanh_of(a);
+  }
+  return C(0);
+}
+
+template <typename C>
+__device__ __forceinline__ C apply_binary(BinaryOp op, C a, C b) {
+  switch (op) {
+    case BinaryOp::add: return a + b;
+    case BinaryOp::sub: return a - b;
+    case BinaryOp::mul: return a * b;
+    case BinaryOp::relu_backward: return b > C(0) ? a : C(0);
+    case BinaryOp::div: return a / b;
+    case BinaryOp::pow: return m_pow(a, b);
+    case BinaryOp::xlogy: return a == C(0) ? C(0) : a * m_log(b);
+    case BinaryOp::sqrt_backward: return a * C(0.5) / b;
+    case BinaryOp::rsqrt_backward: return a * C(-0.5) * b * b * b;
+    case BinaryOp::tanh_backward: return a * (C(1) - b * b);
+    case BinaryOp::sigmoid_backward: return a * b * (C(1) - b);
+    case BinaryOp::silu_backward: {
+      const C s = sigmoid_of(b);
+      return a * s * (C(1) + b * (C(1) - s));
+    }
+    case BinaryOp::gelu_backward: return a * gelu_grad_of(b);
+    case BinaryOp::gelu_tanh_backward: return a * gelu_tanh_grad_of(b);
+  }
+  return C(0);
+}
+
+// ---- block reductions (blockDim.x a multiple of 32, at most 1024) ------------------------
+
+template <typename A>
+__device__ __forceinline__ A warp_sum(A v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+template <typename A>
+__device__ __forceinline__ A warp_max(A v) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const A w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = w > v ? w : v;
+  }
+  return v;
+}
+
+// Sum of v over the block, returned to every thread. `scratch`: 32 A of shared memory;
+// every thread of the block must call it (it synchronises twice).
+template <typename A>
+__device__ __forceinline__ A block_sum(A v, A* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  A t = lane < warps ? scratch[lane] : A(0);
+  return warp_sum(t);
+}
+// Max of v over the block, to every thread (as `>`: a NaN never wins over a number).
+template <typename A>
+__device__ __forceinline__ A block_max(A v, A* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  A t = lane < warps ? scratch[lane] : -m_inf<A>();
+  return warp_max(t);
+}
+
+}  // namespace cg::cuda
+
+namespace cg::cuda {
+
+// The element at p[i] of a floating `dtype` (a runtime switch: for small helper kernels
+// that take operands of any dtype without an instantiation per pair).
+__device__ __forceinline__ double load_any(const void* p, DType dtype, int64_t i) {
+  switch (dtype) {
+    case DType::f32: return static_cast<const float*>(p)[i];
+    case DType::f64: return static_cast<const double*>(p)[i];
+    case DType::f16: return __half2float(static_cast<const __half*>(p)[i]);
+    case DType::bf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    default: return 0.0;
+  }
+}
+__device__ __forceinline__ void store_any(void* p, DType dtype, int64_t i, double v) {
+  switch (dtype) {
+    case DType::f32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
+    case DType::f64: static_cast<double*>(p)[i] = v; break;
+    case DType::f16: static_cast<__half*>(p)[i] = __float2half_rn(static_cast<float>(v)); break;
+    case DType::bf16:
+      static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(static_cast<float>(v));
+      break;
+    default: break;
+  }
+}
+
+// Smallest v over the block, to every thread (32 int64 of shared scratch).
+__device__ __forceinline__ int64_t block_min_i64(int64_t v, int64_t* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+  for (int o = 16; o > 0; o >>= 1) v = min(v, static_cast<int64_t>(__shfl_xor_sync(0xffffffffu, v, o)));
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  int64_t t = lane < warps ? scratch[lane] : INT64_MAX;
+  for (int o = 16; o > 0; o >>= 1) t = min(t, static_cast<int64_t>(__shfl_xor_sync(0xffffffffu, t, o)));
+  return t;
+}
+
+}  // namespace cg::cuda

@@ -1,0 +1,371 @@
+// Why this file exists: the CUDA lm_head loss row kernel (see head_loss_kernels.h; the math
+// per row is in ops/cpu/head_loss_rows.h and docs/fused_loss.md). One block per row, two
+// streaming passes over the row's V logits (16-bit storage read through fp32, 16-byte
+// loads): softcap in place with every statistic at once (Note [One-pass row statistics]),
+// then the gradient written over the logits; each element is always visited by the same
+// thread, block reductions in between.
+#include "cuda/head_loss_kernels.h"
+
+#include <algorithm>
+
+#include "cuda/cuda_check.h"
+#include "cuda/device_math.cuh"
+
+namespace cg::cuda {
+
+namespace {
+
+// The loss configuration as the kernel reads it.
+struct HeadParams {
+  int kind;  // LossKind
+  bool want_ce, want_teacher, want_grad, softcap;
+  int64_t ignore_index;
+  double ce_weight, kl_weight, kl_scale, tau, inv_tau, eps, z_loss, cap;
+};
+
+// x rounded to T and read back (what a later pass reads after x is stored).
+template <typename T>
+__device__ __forceinline__ compute_t<T> rounded(compute_t<T> x) {
+  T t;
+  st(&t, x);
+  return ld(&t);
+}
+
+// exp(from - to) for rescaling a running sum to a new max; 0 when nothing was summed yet.
+__device__ __forceinline__ double rescale(double from, double to, double s) {
+  return isinf(from) && from < 0 ? 0.0 : exp((from - to) * s);
+}
+
+// Note [One-pass row statistics]: every statistic of a row is a sum of exponentials
+// relative to a max, so each thread keeps running sums relative to its running max and
+// rescales them when the max grows (the online softmax); the block then rescales each
+// thread's sums to the row max before adding them. One read of the row (two with the
+// teacher's) gives lse, entropy, argmax, the teacher's lse and argmax and the KL sum:
+//   forward KL = sum_j p_j (t_j - z_j) s - (lse_a - lse_b)     p = softmax(t s)
+//   soft CE    = -sum_j p_j z_j s + lse_b
+//   reverse KL = sum_j q_j (z_j - t_j) s + (lse_a - lse_b)     q = softmax(z s)
+// A second pass writes the gradient. Sums run in double per thread (cheap next to the
+// memory traffic), each pack's terms first added in the compute type; exponentials in the
+// compute type.
+constexpr int kHeadThreads = 512;  // the most threads per row (register budget: 128 each)
+
+template <typename T, int N, bool kTeacher>
+__global__ void __launch_bounds__(kHeadThreads) head_rows_kernel(T* logits, T* teacher, const int64_t* labels, int64_t C, int64_t V,
+                                 HeadParams p, const compute_t<T>* grad_scale, compute_t<T>* out_loss,
+                                 compute_t<T>* out_lse, compute_t<T>* out_entropy,
+                                 int64_t* out_argmax, int64_t* out_targmax) {
+  using A = compute_t<T>;
+  __shared__ double sd[32];
+  __shared__ A sa_max[32];
+  __shared__ int64_t si[32];
+  const A cap = static_cast<A>(p.cap), inv_cap = p.softcap ? A(1) / cap : A(0);
+  const A s = static_cast<A>(p.inv_tau);
+  const bool forward = static_cast<LossKind>(p.kind) == LossKind::forward_kl;
+  const bool soft = static_cast<LossKind>(p.kind) == LossKind::soft_cross_entropy;
+  const bool reverse = static_cast<LossKind>(p.kind) == LossKind::reverse_kl;
+  const bool unit_tau = p.tau == 1.0;  // then e^((z - m) / tau) is e^(z - m)
+  const int64_t step = static_cast<int64_t>(blockDim.x) * N;
+  for (int64_t i = blockIdx.x; i < C; i += gridDim.x) {
+    T* z = logits + i * V;
+    T* t = kTeacher ? teacher + i * V : nullptr;
+    const bool ignored = labels != nullptr && labels[i] == p.ignore_index;
+
+    // ---- pass 1: softcap in place and the running statistics of this thread ----
+    A m = -m_inf<A>(), tm = -m_inf<A>();
+    int64_t arg = INT64_MAX, targ = INT64_MAX;
+    double se = 0, sez = 0, sz = 0;  // relative to m: sum e, sum e z; sum z
+    double sb = 0, kb = 0;           // relative to m at temperature: sum e_s, sum e_s (z - t) s
+    double sa = 0, ka = 0;           // relative to tm: sum e_t, sum e_t w
+    for (int64_t j0 = static_cast<int64_t>(threadIdx.x) * N; j0 < V; j0 += step) {
+      A zv[N], tv[N];
+      load_pack<T, N>(z + j0, zv);
+      if (p.softcap) {
+#pragma unroll
+        for (int k = 0; k < N; ++k) zv[k] = rounded<T>(cap * m_tanh(zv[k] * inv_cap));
+        store_pack<T, N>(z + j0, zv);
+      }
+      A vmax = m;
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        if (zv[k] > vmax) {
+          vmax = zv[k];
+          arg = j0 + k;
+        }
+      }
+      if (vmax > m) {
+        const double f = rescale(m, vmax, 1.0);
+        se *= f;
+        sez *= f;
+        if (kTeacher) {
+          const double fs = rescale(m, vmax, p.inv_tau);
+          sb *= fs;
+          kb *= fs;
+        }
+        m = vmax;
+      }
+      if (kTeacher) {
+        load_pack<T, N>(t + j0, tv);
+        if (p.softcap) {
+#pragma unroll
+          for (int k = 0; k < N; ++k) tv[k] = rounded<T>(cap * m_tanh(tv[k] * inv_cap));
+          store_pack<T, N>(t + j0, tv);
+        }
+        A tvmax = tm;
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+          if (tv[k] > tvmax) {
+            tvmax = tv[k];
+            targ = j0 + k;
+          }
+        }
+        if (tvmax > tm) {
+          const double f = rescale(tm, tvmax, p.inv_tau);
+          sa *= f;
+          ka *= f;
+          tm = tvmax;
+        }
+      }
+      // Sums of the pack in the compute type, added to the double totals once per pack
+      // (a float-to-double conversion per element would cost more than the exponential).
+      A pz = 0, pe = 0, pez = 0, pb = 0, pkb = 0, pa = 0, pka = 0;
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const A zk = zv[k];
+        pz += zk;
+        // A -inf logit adds e = 0 (computed, e * z would be 0 * -inf = NaN).
+        const bool z_finite_below = !(m_isinf(zk) && zk < A(0));
+        A e = 0;
+        if (z_finite_below) {
+          e = m_exp(zk - m);
+          pe += e;
+          pez += e * zk;
+        }
+        if (kTeacher) {
+          const A tk = tv[k];
+          if (z_finite_below) {
+            const A es = unit_tau ? e : m_exp((zk - m) * s);
+            pb += es;
+            pkb += es * ((zk - tk) * s);
+          }
+          if (!(m_isinf(tk) && tk < A(0))) {
+            const A et = m_exp((tk - tm) * s);
+            pa += et;
+            pka += et * (soft ? zk * s : (tk - zk) * s);
+          }
+        }
+      }
+      sz += static_cast<double>(pz);
+      se += static_cast<double>(pe);
+      sez += static_cast<double>(pez);
+      if (kTeacher) {
+        sb += static_cast<double>(pb);
+        kb += static_cast<double>(pkb);
+        sa += static_cast<double>(pa);
+        ka += static_cast<double>(pka);
+      }
+    }
+
+    // ---- the block's statistics ----
+    const A zmax = block_max(m, sa_max);
+    const int64_t first = block_min_i64(m == zmax ? arg : INT64_MAX, si);
+    const double f = rescale(m, zmax, 1.0);
+    const double sum_e = block_sum(se * f, sd);
+    const double sum_ez = block_sum(sez * f, sd);
+    const double sum_z = block_sum(sz, sd);
+    const double lse = static_cast<double>(zmax) + log(sum_e);
+
+    double lse_a = 0.0, lse_b = 0.0, kl_loss = 0.0;
+    if (kTeacher) {
+      const double fs = rescale(m, zmax, p.inv_tau);
+      const double sum_b = block_sum(sb * fs, sd);
+      const double sum_kb = block_sum(kb * fs, sd);
+      const A tmax = block_max(tm, sa_max);
+      const int64_t tfirst = block_min_i64(tm == tmax ? targ : INT64_MAX, si);
+      const double ft = rescale(tm, tmax, p.inv_tau);
+      const double sum_a = block_sum(sa * ft, sd);
+      const double sum_ka = block_sum(ka * ft, sd);
+      lse_a = static_cast<double>(tmax) * p.inv_tau + log(sum_a);
+      lse_b = p.tau == 1.0 ? lse : static_cast<double>(zmax) * p.inv_tau + log(sum_b);
+      if (forward) kl_loss = sum_ka / sum_a - (lse_a - lse_b);
+      else if (soft) kl_loss = -sum_ka / sum_a + lse_b;
+      else if (reverse) kl_loss = sum_kb / sum_b + (lse_a - lse_b);
+      if (threadIdx.x == 0 && out_targmax) out_targmax[i] = tfirst == INT64_MAX ? 0 : tfirst;
+    }
+
+    double ce_loss = 0.0;
+    int64_t y = -1;
+    A zy = 0;
+    if (p.want_ce && !ignored) {
+      y = labels[i];
+      zy = ld(z + y);  // written (softcapped) in pass 1; the block reductions synchronised
+      ce_loss = lse - (1.0 - p.eps) * static_cast<double>(zy) -
+                p.eps / static_cast<double>(V) * sum_z + p.z_loss * lse * lse;
+    }
+    if (threadIdx.x == 0) {
+      const double loss = ignored ? 0.0 : p.ce_weight * ce_loss + p.kl_weight * p.kl_scale * kl_loss;
+      if (out_loss) out_loss[i] = static_cast<A>(loss);
+      if (out_lse) out_lse[i] = static_cast<A>(lse);
+      if (out_entropy) out_entropy[i] = static_cast<A>(lse - sum_ez / sum_e);
+      if (out_argmax) out_argmax[i] = first == INT64_MAX ? 0 : first;
+    }
+    if (!p.want_grad) continue;
+    __syncthreads();  // every thread has read z[y] before any gradient overwrites it
+
+    // ---- pass 2: the gradient over the logits ----
+    const double g = ignored ? 0.0 : grad_scale != nullptr ? static_cast<double>(grad_scale[i]) : 1.0;
+    const A g_soft = static_cast<A>(g * p.ce_weight * (1.0 + 2.0 * p.z_loss * lse));
+    const A g_uniform = static_cast<A>(g * p.ce_weight * p.eps / static_cast<double>(V));
+    const A g_kl = static_cast<A>(g * p.kl_weight * p.kl_scale * p.inv_tau);
+    const A lse_c = static_cast<A>(lse), lse_ac = static_cast<A>(lse_a),
+            lse_bc = static_cast<A>(lse_b), kl_c = static_cast<A>(kl_loss);
+    double onehot = g * p.ce_weight * (1.0 - p.eps);
+    if (p.softcap) {
+      const double r = static_cast<double>(zy) / p.cap;
+      onehot *= 1.0 - r * r;
+    }
+    for (int64_t j0 = static_cast<int64_t>(threadIdx.x) * N; j0 < V; j0 += step) {
+      A zv[N], tv[N], d[N];
+      load_pack<T, N>(z + j0, zv);
+      if (kTeacher) load_pack<T, N>(t + j0, tv);
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const A zj = zv[k];
+        A dk = 0;
+        if (p.want_ce) dk += g_soft * m_exp(zj - lse_c) - g_uniform;
+        if (kTeacher) {
+          const A log_p = tv[k] * s - lse_ac, log_q = zj * s - lse_bc;
+          const A q = m_exp(log_q);
+          if (reverse) dk += g_kl * q * ((log_q - log_p) - kl_c);
+          else dk += g_kl * (q - m_exp(log_p));
+        }
+        if (p.softcap) {
+          const A r = zj * inv_cap;
+          dk *= A(1) - r * r;
+        }
+        if (j0 + k == y) dk = static_cast<A>(static_cast<double>(dk) - onehot);
+        d[k] = dk;
+      }
+      store_pack<T, N>(z + j0, d);
+    }
+  }
+}
+
+__global__ void init_bad_kernel(int64_t* first_bad) {
+  first_bad[0] = INT64_MAX;
+  first_bad[1] = 0;
+}
+
+__global__ void find_bad_label_kernel(const int64_t* labels, int64_t n, int64_t stride, int64_t V,
+                                      int64_t ignore_index, int64_t* first_bad) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    const int64_t y = labels[i * stride];
+    if (!(y == ignore_index || (y >= 0 && y < V))) {
+      atomicMin(reinterpret_cast<unsigned long long*>(first_bad), static_cast<unsigned long long>(i));
+    }
+  }
+}
+
+__global__ void bad_label_value_kernel(const int64_t* labels, int64_t stride, int64_t* first_bad) {
+  if (first_bad[0] != INT64_MAX) first_bad[1] = labels[first_bad[0] * stride];
+}
+
+__global__ void row_weights_kernel(const int64_t* labels, int64_t label_stride, const void* weights,
+                                   DType weights_dtype, int64_t weight_stride, int64_t ignore_index,
+                                   bool normalize, void* out, DType out_dtype, int64_t out_stride,
+                                   int64_t n) {
+  __shared__ double sd[32];
+  auto weight = [&](int64_t i) {
+    double w = weights ? load_any(weights, weights_dtype, i * weight_stride) : 1.0;
+    if (labels && labels[i * label_stride] == ignore_index) w = 0.0;
+    return w;
+  };
+  double total = 1.0;
+  if (normalize) {
+    double s = 0.0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += weight(i);
+    total = block_sum(s, sd);
+  }
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const double w = weight(i);
+    const double v = !normalize ? w : (total == 0.0 ? 0.0 : w / total);
+    store_any(out, out_dtype, i * out_stride, v);
+  }
+}
+
+}  // namespace
+
+void launch_head_loss_rows(DType dtype, void* logits, void* teacher, const int64_t* labels,
+                           int64_t C, int64_t V, const LossConfig& cfg, bool want_grad,
+                           const void* grad_scale, const HeadRowPointers& out,
+                           cudaStream_t stream) {
+  if (C == 0) return;
+  HeadParams p;
+  p.kind = static_cast<int>(cfg.kind);
+  p.want_teacher = loss_needs_teacher(cfg);
+  p.want_ce = loss_needs_labels(cfg);
+  p.want_grad = want_grad;
+  p.softcap = cfg.softcap > 0.0f;
+  p.ignore_index = cfg.ignore_index;
+  p.ce_weight = cfg.kind == LossKind::cross_entropy ? 1.0 : cfg.hard_ce_weight;
+  p.kl_weight = cfg.kind == LossKind::cross_entropy ? 0.0 : 1.0 - cfg.hard_ce_weight;
+  p.tau = cfg.temperature;
+  p.inv_tau = 1.0 / p.tau;
+  p.kl_scale = cfg.hinton_scale ? p.tau * p.tau : 1.0;
+  p.eps = cfg.label_smoothing;
+  p.z_loss = cfg.z_loss;
+  p.cap = cfg.softcap;
+  CG_CHECK(!p.want_teacher || teacher != nullptr, "head loss: this loss kind needs teacher logits");
+  CG_CHECK(!p.want_ce || labels != nullptr, "head loss: cross-entropy needs labels");
+  CG_CHECK(cfg.temperature > 0.0f, "head loss: temperature must be > 0, got ", cfg.temperature);
+  const int threads = V >= 8192 ? kHeadThreads : (V >= 2048 ? 256 : 32);
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(C, 1 << 20));
+  visit_floating(dtype, "head loss", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = compute_t<T>;
+    constexpr int kPack = static_cast<int>(16 / sizeof(T));
+    // 16-byte packs when every row starts 16-byte aligned (Note [One-pass row statistics]).
+    const bool packed = V % kPack == 0 && reinterpret_cast<uintptr_t>(logits) % 16 == 0 &&
+                        (teacher == nullptr || reinterpret_cast<uintptr_t>(teacher) % 16 == 0);
+    auto launch = [&](auto kernel) {
+      kernel<<<blocks, threads, 0, stream>>>(
+          static_cast<T*>(logits), static_cast<T*>(teacher), labels, C, V, p,
+          static_cast<const A*>(grad_scale), static_cast<A*>(out.loss), static_cast<A*>(out.lse),
+          static_cast<A*>(out.entropy), out.argmax, out.teacher_argmax);
+    };
+    // The teacher's statistics are a separate instantiation: cross-entropy alone then needs
+    // fewer registers per thread, so more rows run at once.
+    if (p.want_teacher) {
+      if (packed) launch(head_rows_kernel<T, kPack, true>);
+      else launch(head_rows_kernel<T, 1, true>);
+    } else {
+      if (packed) launch(head_rows_kernel<T, kPack, false>);
+      else launch(head_rows_kernel<T, 1, false>);
+    }
+  });
+  CG_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_find_bad_label(const int64_t* labels, int64_t n, int64_t stride, int64_t V,
+                           int64_t ignore_index, int64_t* first_bad, cudaStream_t stream) {
+  init_bad_kernel<<<1, 1, 0, stream>>>(first_bad);
+  CG_CUDA_CHECK(cudaGetLastError());
+  if (n == 0) return;
+  find_bad_label_kernel<<<blocks_for(n), kThreads, 0, stream>>>(labels, n, stride, V, ignore_index,
+                                                               first_bad);
+  CG_CUDA_CHECK(cudaGetLastError());
+  bad_label_value_kernel<<<1, 1, 0, stream>>>(labels, stride, first_bad);
+  CG_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_row_weights(const int64_t* labels, int64_t label_stride, const void* weights,
+                        DType weights_dtype, int64_t weight_stride, int64_t ignore_index,
+                        bool normalize, void* out, DType out_dtype, int64_t out_stride, int64_t n,
+                        cudaStream_t stream) {
+  if (n == 0) return;
+  row_weights_kernel<<<1, 1024, 0, stream>>>(labels, label_stride, weights, weights_dtype,
+                                             weight_stride, ignore_index, normalize, out,
+                                             out_dtype, out_stride, n);
+  CG_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace cg::cuda
