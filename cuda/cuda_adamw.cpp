@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "core/views.h"
 #include "cuda/adamw_kernels.h"
 #include "cuda/table_entries.h"
 
@@ -12,11 +13,11 @@ namespace cg::cuda {
 namespace {
 
 void check_tensor(const Tensor& t, const char* what, size_t i, Device device, int64_t numel,
-                  bool must_be_f32) {
+                  bool must_be_f32, bool may_be_strided = false) {
   CG_CHECK(t.defined(), "adamw_step: ", what, "[", i, "] is undefined");
   CG_CHECK(t.device() == device, "adamw_step: ", what, "[", i, "] is on ", t.device().str(),
            " but params[0] is on ", device.str(), "; move every tensor to one device");
-  CG_CHECK(t.is_contiguous(), "adamw_step: ", what, "[", i, "] is not contiguous; pass "
+  CG_CHECK(may_be_strided || t.is_contiguous(), "adamw_step: ", what, "[", i, "] is not contiguous; pass "
            "contiguous parameters and optimizer state");
   CG_CHECK(t.numel() == numel, "adamw_step: ", what, "[", i, "] has ", t.numel(),
            " elements but params[", i, "] has ", numel);
@@ -45,7 +46,10 @@ void cuda_adamw_step(const std::vector<Tensor>& params, const std::vector<Tensor
   for (size_t i = 0; i < count; ++i) {
     const int64_t n = params[i].numel();
     check_tensor(params[i], "params", i, device, n, false);
-    check_tensor(grads[i], "grads", i, device, n, false);
+    // A gradient may be any view (the CPU entry reads any layout): strided ones are copied
+    // to contiguous scratch below; parameters and state are updated in place, so they
+    // must be contiguous.
+    check_tensor(grads[i], "grads", i, device, n, false, /*may_be_strided=*/true);
     check_tensor(exp_avgs[i], "exp_avgs", i, device, n, true);
     check_tensor(exp_avg_sqs[i], "exp_avg_sqs", i, device, n, true);
     if (!masters.empty() && masters[i].defined()) check_tensor(masters[i], "masters", i, device, n, true);
@@ -66,6 +70,10 @@ void cuda_adamw_step(const std::vector<Tensor>& params, const std::vector<Tensor
   s.grad_scale = grad_scale.defined() ? grad_scale.data_ptr() : nullptr;
   s.grad_scale_dtype = grad_scale.defined() ? grad_scale.dtype() : DType::f32;
   const cudaStream_t stream = stream_of(params[0]);
+  std::vector<Tensor> dense_grads(count);  // kept alive until every launch is queued
+  for (size_t i = 0; i < count; ++i) {
+    dense_grads[i] = grads[i].is_contiguous() ? grads[i] : raw::contiguous(grads[i]);
+  }
   AdamWBatch batch;
   auto flush = [&] {
     launch_adamw(batch, s, stream);
@@ -77,12 +85,12 @@ void cuda_adamw_step(const std::vector<Tensor>& params, const std::vector<Tensor
     const int k = batch.count;
     batch.param[k] = params[i].data_ptr();
     batch.master[k] = !masters.empty() && masters[i].defined() ? masters[i].data<float>() : nullptr;
-    batch.grad[k] = grads[i].data_ptr();
+    batch.grad[k] = dense_grads[i].data_ptr();
     batch.m[k] = exp_avgs[i].data<float>();
     batch.v[k] = exp_avg_sqs[i].data<float>();
     batch.n[k] = n;
     batch.param_dtype[k] = params[i].dtype();
-    batch.grad_dtype[k] = grads[i].dtype();
+    batch.grad_dtype[k] = dense_grads[i].dtype();
     batch.first_chunk[k + 1] = batch.first_chunk[k] + (n + kAdamWChunk - 1) / kAdamWChunk;
     batch.count = k + 1;
     if (batch.count == kAdamWTensors) flush();
