@@ -6,6 +6,8 @@
 // learns, and bad configs / checkpoints failing clearly without touching the run dir.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -22,6 +24,7 @@
 #include "train/drafter_step.h"
 #include "train/drafter_trainer.h"
 #include "train/optimizer.h"
+#include "train/corpus.h"
 #include "train/pipeline.h"
 #include "train/train_config.h"
 
@@ -401,6 +404,29 @@ std::string config_error(const std::string& json) {
   return "no error";
 }
 
+TEST(DFlashConfig, CorpusFileMustBeUtf8Text) {
+  const std::string dir = std::filesystem::temp_directory_path() / ("cg_corpus_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto error = [](const std::string& path) {
+    try {
+      train::read_corpus_file(path);
+    } catch (const Error& e) {
+      return e.message();
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error(dir).find("is a directory"), std::string::npos) << error(dir);  // was "is empty"
+  std::ofstream(dir + "/latin1.txt", std::ios::binary) << "caf\xe9 au lait\n";
+  EXPECT_NE(error(dir + "/latin1.txt").find("not UTF-8 text (byte 3"), std::string::npos) << error(dir + "/latin1.txt");
+  std::ofstream(dir + "/binary", std::ios::binary) << std::string("PK\x03\x04\xff\xfe\x00", 7);
+  EXPECT_NE(error(dir + "/binary").find("not UTF-8"), std::string::npos);
+  std::ofstream(dir + "/cut.txt", std::ios::binary) << "ok \xe2\x82";  // a character cut short
+  EXPECT_NE(error(dir + "/cut.txt").find("byte 3"), std::string::npos);
+  std::ofstream(dir + "/good.txt", std::ios::binary) << "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\n";
+  EXPECT_EQ(error(dir + "/good.txt"), "no error");
+  std::filesystem::remove_all(dir);
+}
+
 TEST(DFlashConfig, BadConfigsAreClearErrors) {
   EXPECT_NE(config_error(R"({"drafter": {"blok_size": 8}})").find("unknown field 'drafter.blok_size'"), std::string::npos);
   EXPECT_NE(config_error(R"({"drafter": {"block_size": 1}})").find("drafter.block_size: must be >= 2"), std::string::npos);
@@ -409,6 +435,19 @@ TEST(DFlashConfig, BadConfigsAreClearErrors) {
   EXPECT_NE(config_error(R"({"drafter": {"loss": {"kind": "jsd"}}})").find("drafter.loss.kind"), std::string::npos);
   EXPECT_NE(config_error(R"([1])").find("must be a JSON object"), std::string::npos);
   EXPECT_EQ(config_error(R"({"drafter": {"block_size": 16, "max_anchors": 32}})"), "no error");
+  // Integers that do not fit are refused, not wrapped (-1 became a seed of 2^64 - 1, and
+  // 2^64 - 1 steps were reported as "got -1"); the line names one location, not two.
+  const std::string negative_seed = config_error(R"({"corpus": {"seed": -5}})");
+  EXPECT_NE(negative_seed.find("corpus.seed: must be a non-negative integer, got -5"), std::string::npos) << negative_seed;
+  EXPECT_EQ(negative_seed.find("(at "), negative_seed.rfind("(at ")) << negative_seed;
+  EXPECT_NE(config_error(R"({"drafter": {"optim": {"steps": 18446744073709551615}}})").find("at most 9223372036854775807"),
+            std::string::npos);
+  // Ranges read as written: "from 1 to 1048576, got 0", not "1.04858e+06".
+  EXPECT_NE(config_error(R"({"drafter": {"max_anchors": 0}})").find("must be from 1 to 1048576, got 0"),
+            std::string::npos);
+  // A block longer than the generated part has slots that never get a label.
+  EXPECT_NE(config_error(R"({"drafter": {"block_size": 200}})").find("longer than the generated part"),
+            std::string::npos);
   try {
     train::TrainConfig::from_file("/nonexistent/toy.json");
     FAIL() << "no error";

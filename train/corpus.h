@@ -26,7 +26,8 @@ struct CorpusLine {
 std::vector<CorpusLine> generate_corpus_lines(uint64_t seed, int64_t count);
 // The lines joined as one text.
 std::string corpus_text(const std::vector<CorpusLine>& lines);
-// Reads a UTF-8 text file; throws naming the path when it is missing or empty.
+// Reads a UTF-8 text file; throws naming the path when it is missing, a directory, empty or
+// not UTF-8 (naming the first bad byte).
 std::string read_corpus_file(const std::string& path);
 // Prompts for the drafter data or for evaluation: from a generated corpus, its prompts;
 // from a user text, the first `prompt_bytes` bytes of lines taken every few lines.
