@@ -13,6 +13,8 @@
 #include <fstream>
 
 #include "autograd/grad_mode.h"
+#include "core/allocator_stats.h"
+#include "core/caching_allocator.h"
 #include "core/factories.h"
 #include "core/views.h"
 #include "nn/dflash_drafter.h"
@@ -25,6 +27,7 @@
 #include "train/drafter_trainer.h"
 #include "train/optimizer.h"
 #include "train/corpus.h"
+#include "train/memory_report.h"
 #include "train/pipeline.h"
 #include "train/train_config.h"
 
@@ -402,6 +405,40 @@ std::string config_error(const std::string& json) {
     return e.what();
   }
   return "no error";
+}
+
+// Note [Out of memory is a row] (train/memory_report.h): under a memory limit the path that
+// does not fit is a row of the memory story, not the end of a run that already trained.
+TEST(DFlashMemoryReport, APathThatRunsOutOfMemoryIsARow) {
+  // Logits [256, 32768] are 32 MiB (each their own segment); fused's chunk is 4 MiB.
+  train::MemoryShape s{"small", 32768, 64, 1, 1, 64, 64, 1, 1, 64, 16, 16, 1, 32};
+  CachingAllocator& alloc = allocator_for(kCPU);
+  const train::MemoryReport free_run = train::measure_drafter_step_memory(s, "", 5);
+  ASSERT_EQ(free_run.paths.size(), 3u);
+  const int64_t naive = free_run.paths[0].step_peak, fused = free_run.paths[2].step_peak;
+  ASSERT_GT(naive, fused + (48 << 20));  // the logits and their gradient
+  alloc.empty_cache();
+  // Room for the weights and data (16.5 MiB, in 20 MiB segments) and fused's step, not naive's.
+  const size_t limit = static_cast<size_t>(alloc.stats().reserved_bytes.current) + (80 << 20);
+  alloc.set_memory_limit(limit);
+  train::MemoryReport r;
+  EXPECT_NO_THROW(r = train::measure_drafter_step_memory(s, "", 5));
+  alloc.set_memory_limit(0);
+  ASSERT_EQ(r.paths.size(), 3u);
+  EXPECT_EQ(r.paths[0].oom_phase, "backward") << "limit " << limit;  // the logits' gradient
+  EXPECT_NE(r.paths[0].oom_message.find("out of memory"), std::string::npos);
+  EXPECT_EQ(r.paths[2].oom_phase, "") << r.paths[2].oom_message;
+  EXPECT_EQ(r.paths[2].step_peak, fused);
+  EXPECT_EQ(r.naive_over_fused(), 0.0);
+  const std::string table = train::memory_table({r});
+  EXPECT_NE(table.find("ran out of memory in backward"), std::string::npos) << table;
+  EXPECT_EQ(train::to_json(r)["paths"]["naive"]["out_of_memory"]["phase"], "backward");
+  // A limit below the weights themselves: every path says so.
+  alloc.empty_cache();
+  alloc.set_memory_limit(static_cast<size_t>(alloc.stats().reserved_bytes.current) + (1 << 20));
+  EXPECT_NO_THROW(r = train::measure_drafter_step_memory(s, "", 5));
+  alloc.set_memory_limit(0);
+  for (const auto& p : r.paths) EXPECT_EQ(p.oom_phase, "setup");
 }
 
 TEST(DFlashConfig, CorpusFileMustBeUtf8Text) {

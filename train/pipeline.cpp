@@ -236,7 +236,7 @@ nlohmann::json run_pipeline(const TrainConfig& config) {
   nlohmann::json peaks = nlohmann::json::object();
   for (const auto& r : memory) {
     nlohmann::json p = nlohmann::json::object();
-    for (const auto& pm : r.paths) p[pm.path] = pm.step_peak;
+    for (const auto& pm : r.paths) p[pm.path] = pm.oom_phase.empty() ? nlohmann::json(pm.step_peak) : nlohmann::json();
     peaks[r.shape.name] = p;
   }
   summary["peak_bytes"] = peaks;
