@@ -342,6 +342,23 @@ TEST(Programs, ChunkgradTraceNeverWritesOverItsInput) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(Programs, ChunkgradTraceComparesTracesOfTheSameName) {
+  const std::string dir = temp_dir();
+  for (const char* run : {"/a", "/b"}) {
+    ASSERT_EQ(memory_lesson(kTiny + "--paths fused --trace-dir '" + dir + run + "'").exit_code, 0);
+  }
+  // Two runs' trace_fused.json: fused and fused_2, not "give --names".
+  const ProgramRun r = chunkgrad("trace '" + dir + "/a/trace_fused.json' '" + dir + "/b/trace_fused.json' --svg-dir '" +
+                                 dir + "/svg'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("fused_2 ("), std::string::npos) << r.out;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/svg/memory_fused_2.svg"));
+  // Names given twice on purpose are still refused (their files would collide).
+  expect_clean_failure(chunkgrad("trace '" + dir + "/a/trace_fused.json' '" + dir + "/b/trace_fused.json' --names x,x"),
+                       "trace", {"both called \"x\""});
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Programs, ChunkgradTraceNamesTheHoldersAtThePeak) {
   const std::string dir = temp_dir();
   ASSERT_EQ(memory_lesson(kTiny + "--chunk-rows 16 --trace-dir '" + dir + "'").exit_code, 0);

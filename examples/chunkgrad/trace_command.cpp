@@ -12,6 +12,7 @@
 // The reading, analysis and formats are library code in core/ (trace_file, trace_analysis,
 // memory_snapshot, chrome_trace, trace_report); this file is options and printing. Every
 // output is opened before any trace is read (examples/common/program.h).
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -82,7 +83,17 @@ std::string default_name(const std::string& file) {
 std::vector<std::string> split_names(const TraceOptions& o) {
   std::vector<std::string> names;
   if (o.names.empty()) {
-    for (const std::string& f : o.files) names.push_back(default_name(f));
+    // The same file name in two runs (runA/trace_naive.json runB/trace_naive.json) is the
+    // usual way to compare runs: the later ones become naive_2, naive_3 (text, columns and
+    // output files stay apart) instead of an error asking for --names.
+    for (const std::string& f : o.files) {
+      const std::string base = default_name(f);
+      std::string name = base;
+      for (int k = 2; std::find(names.begin(), names.end(), name) != names.end(); ++k) {
+        name = base + "_" + std::to_string(k);
+      }
+      names.push_back(name);
+    }
   } else {
     std::stringstream list(o.names);
     for (std::string n; std::getline(list, n, ',');) names.push_back(n);
