@@ -16,6 +16,8 @@
 #include "core/allocator_stats.h"
 #include "core/caching_allocator.h"
 #include "core/factories.h"
+#include "core/trace_analysis.h"
+#include "core/trace_file.h"
 #include "core/views.h"
 #include "nn/dflash_drafter.h"
 #include "nn_test_util.h"
@@ -413,8 +415,16 @@ TEST(DFlashMemoryReport, APathThatRunsOutOfMemoryIsARow) {
   // Logits [256, 32768] are 32 MiB (each their own segment); fused's chunk is 4 MiB.
   train::MemoryShape s{"small", 32768, 64, 1, 1, 64, 64, 1, 1, 64, 16, 16, 1, 32};
   CachingAllocator& alloc = allocator_for(kCPU);
-  const train::MemoryReport free_run = train::measure_drafter_step_memory(s, "", 5);
+  const std::string traces = std::filesystem::temp_directory_path() / ("cg_mem_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(traces);
+  const train::MemoryReport free_run = train::measure_drafter_step_memory(s, traces, 5);
   ASSERT_EQ(free_run.paths.size(), 3u);
+  // The table's step peak is above the base; the trace's peak is base + step peak.
+  for (const train::PathMemory& p : free_run.paths) {
+    EXPECT_EQ(analyse_trace(read_trace_file(p.trace_file)).peak.allocated, p.base + p.step_peak) << p.path;
+  }
+  EXPECT_NE(train::memory_table({free_run}).find("allocated before the step"), std::string::npos);
+  std::filesystem::remove_all(traces);
   const int64_t naive = free_run.paths[0].step_peak, fused = free_run.paths[2].step_peak;
   ASSERT_GT(naive, fused + (48 << 20));  // the logits and their gradient
   alloc.empty_cache();

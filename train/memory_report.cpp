@@ -81,6 +81,7 @@ MemoryReport measure_paths(const MemoryShape& s, const std::string& trace_dir, u
     alloc.empty_cache();
     if (trace) MemoryTrace::enable(size_t{1} << 20);
     const int64_t base = alloc.stats().allocated_bytes.current;
+    pm.base = base;
     alloc.reset_peak_stats();
     pm.oom_phase = "forward";
     try {
@@ -155,7 +156,8 @@ MemoryReport measure_drafter_step_memory(const MemoryShape& s, const std::string
 nlohmann::json to_json(const MemoryReport& r) {
   nlohmann::json paths = nlohmann::json::object();
   for (const auto& p : r.paths) {
-    paths[p.path] = {{"forward_peak_bytes", p.forward_peak}, {"step_peak_bytes", p.step_peak},
+    paths[p.path] = {{"allocated_before_step_bytes", p.base}, {"forward_peak_bytes", p.forward_peak},
+                     {"step_peak_bytes", p.step_peak},
                      {"graph_retained_bytes", p.graph_bytes}, {"graph_bytes_by_node", p.graph_by_node},
                      {"loss", p.loss}, {"trace", p.trace_file}};
     if (!p.oom_phase.empty()) {  // the peaks are what it reached before running out
@@ -203,6 +205,11 @@ std::string memory_table(const std::vector<MemoryReport>& reports) {
                   static_cast<long long>(r.shape.hidden),
                   static_cast<long long>(r.shape.batch * r.shape.anchors * r.shape.block_size), ratio);
     o << line;
+    if (!r.paths.empty() && r.paths.front().oom_phase != "setup") {  // Note [Step peaks are above the base]
+      std::snprintf(line, sizeof line, "%-12s peaks above the %s allocated before the step (weights, data); "
+                    "its traces' peaks include them\n", r.shape.name.c_str(), format_bytes(r.paths.front().base).c_str());
+      o << line;
+    }
   }
   return o.str();
 }

@@ -26,6 +26,10 @@ struct MemoryShape {
 
 struct PathMemory {
   std::string path;
+  // Note [Step peaks are above the base]: the peaks count bytes above `base`, what was
+  // allocated when the step began (weights, data, the run's other tensors), so that paths
+  // compare; an allocator trace of the step (chunkgrad trace) shows base + step_peak.
+  int64_t base = 0;
   int64_t forward_peak = 0;  // bytes above the step's base during forward
   int64_t step_peak = 0;     // ... during forward + backward
   int64_t graph_bytes = 0;   // retained by the graph after forward (parameters excluded)
