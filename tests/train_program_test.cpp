@@ -127,4 +127,18 @@ TEST_F(TrainProgram, CorruptCheckpointFailsAndLeavesTheRunDirectoryIntact) {
   EXPECT_EQ(train("--config " + config + " --fresh").exit_code, 0);
 }
 
+TEST_F(TrainProgram, AResumeWithAnotherConfigNamesTheField) {
+  const std::string run = path("run");
+  ASSERT_EQ(train("--config " + write("c.json", tiny(run))).exit_code, 0);
+  std::string changed = tiny(run);
+  changed.replace(changed.find(R"("block_size": 4)"), 15, R"("block_size": 4, "gamma": 2)");
+  const TrainRun r = train("--config " + write("d.json", changed));
+  expect_error(r, "another config (drafter.gamma: 4.0 then, 2.0 now;");
+  // The checkpoint's own reading error inside the line keeps one location, not two.
+  std::ofstream(run + "/drafter/step_00000002.safetensors", std::ios::trunc) << "garbage";
+  const TrainRun bad = train("--config " + path("c.json"));
+  expect_error(bad, "is unreadable");
+  EXPECT_EQ(bad.err.find("(at "), bad.err.rfind("(at ")) << bad.err;
+}
+
 }  // namespace

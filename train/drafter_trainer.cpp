@@ -187,7 +187,7 @@ void DrafterTrainer::load_checkpoint(const std::string& path) {
   try {
     reader = safetensors::open(path);
   } catch (const Error& e) {
-    fail(std::string("is unreadable: ") + e.what());
+    fail(std::string("is unreadable: ") + e.message());
   }
   const auto& meta = reader->metadata();
   auto get = [&](const char* key) {
@@ -202,11 +202,24 @@ void DrafterTrainer::load_checkpoint(const std::string& path) {
     step = std::stoll(get("step"));
     saved = nn::parse_untrusted_json(get("config"), "its config");
   } catch (const std::exception& e) {
-    fail(std::string("has damaged metadata: ") + e.what());
+    const auto* error = dynamic_cast<const Error*>(&e);  // one "(at ...)" per line
+    fail(std::string("has damaged metadata: ") + (error ? error->message() : std::string(e.what())));
   }
-  if (resumable_part(saved) != resumable_part(config_.to_json())) {
-    fail("was trained with another config (only drafter.optim.steps, drafter.checkpoint_every, eval, "
-         "memory, threads and progress may change on resume)");
+  const nlohmann::json was = resumable_part(saved), now = resumable_part(config_.to_json());
+  if (was != now) {
+    // Name the first field that differs ("drafter.gamma: 4 then, 2 now"), so that the user
+    // knows which edit to undo instead of diffing config.json by hand.
+    std::string field = "?", then = "-", here = "-";
+    const nlohmann::json patch = nlohmann::json::diff(was, now);
+    if (!patch.empty()) {
+      const nlohmann::json::json_pointer at(patch[0]["path"].get<std::string>());
+      field = at.to_string().substr(1);
+      std::replace(field.begin(), field.end(), '/', '.');
+      if (was.contains(at)) then = was[at].dump();
+      if (now.contains(at)) here = now[at].dump();
+    }
+    fail("was trained with another config (" + field + ": " + then + " then, " + here + " now; only "
+         "drafter.optim.steps, drafter.checkpoint_every, eval, memory, threads and progress may change on resume)");
   }
   // Read everything first; change nothing until every tensor is known to be good.
   std::vector<std::pair<std::string, Tensor>> params, optim;
@@ -214,13 +227,13 @@ void DrafterTrainer::load_checkpoint(const std::string& path) {
     for (auto& [n, t] : drafter_.named_parameters()) params.emplace_back(n, reader->load("drafter." + n));
     for (auto& [n, t] : opt_.state()) optim.emplace_back(n, reader->load("optim." + n));
   } catch (const Error& e) {
-    fail(std::string("is damaged: ") + e.what());
+    fail(std::string("is damaged: ") + e.message());
   }
   nn::StateDict state(params.begin(), params.end());
   try {
     drafter_.load_state_dict(state);
   } catch (const Error& e) {
-    fail(std::string("does not fit this drafter: ") + e.what());
+    fail(std::string("does not fit this drafter: ") + e.message());
   }
   opt_.load_state(optim, step);
 }
