@@ -127,6 +127,17 @@ TEST_F(TrainProgram, CorruptCheckpointFailsAndLeavesTheRunDirectoryIntact) {
   EXPECT_EQ(train("--config " + config + " --fresh").exit_code, 0);
 }
 
+TEST_F(TrainProgram, AFreshRunLeavesNoStaleCheckpointForTheNextResume) {
+  const std::string run = path("run");
+  const std::string config = write("c.json", tiny(run));
+  ASSERT_EQ(train("--config " + config).exit_code, 0);
+  // As if an earlier run had trained 9 steps: the next resume would load it, not this run's.
+  std::filesystem::copy_file(run + "/drafter/step_00000002.safetensors", run + "/drafter/step_00000009.safetensors");
+  ASSERT_EQ(train("--config " + config + " --fresh").exit_code, 0);
+  EXPECT_FALSE(std::filesystem::exists(run + "/drafter/step_00000009.safetensors"));
+  EXPECT_TRUE(std::filesystem::exists(run + "/drafter/step_00000002.safetensors"));
+}
+
 TEST_F(TrainProgram, AResumeWithAnotherConfigNamesTheField) {
   const std::string run = path("run");
   ASSERT_EQ(train("--config " + write("c.json", tiny(run))).exit_code, 0);

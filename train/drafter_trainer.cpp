@@ -127,23 +127,45 @@ StepRecord DrafterTrainer::train_step() {
   return rec;
 }
 
-std::string DrafterTrainer::latest_checkpoint() const {
-  const std::filesystem::path dir = std::filesystem::path(config_.run_dir) / "drafter";
-  if (!std::filesystem::is_directory(dir)) return "";
-  static const std::regex name(R"(step_(\d+)\.safetensors)");
-  int64_t best = -1;
-  std::string path;
+namespace {
+
+// run_dir/drafter/step_<N>.safetensors, with N.
+std::vector<std::pair<int64_t, std::filesystem::path>> checkpoint_files(const std::string& run_dir) {
+  const std::filesystem::path dir = std::filesystem::path(run_dir) / "drafter";
+  std::vector<std::pair<int64_t, std::filesystem::path>> files;
+  if (!std::filesystem::is_directory(dir)) return files;
+  static const std::regex name(R"(step_(\d{1,18})\.safetensors)");
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     std::smatch m;
     const std::string f = e.path().filename().string();
-    if (!std::regex_match(f, m, name)) continue;
-    const int64_t s = std::stoll(m[1].str());
+    if (std::regex_match(f, m, name)) files.emplace_back(std::stoll(m[1].str()), e.path());
+  }
+  return files;
+}
+
+}  // namespace
+
+std::string DrafterTrainer::latest_checkpoint() const {
+  int64_t best = -1;
+  std::string path;
+  for (const auto& [s, p] : checkpoint_files(config_.run_dir)) {
     if (s > best) {
       best = s;
-      path = e.path().string();
+      path = p.string();
     }
   }
   return path;
+}
+
+int64_t DrafterTrainer::remove_checkpoints() const {
+  int64_t n = 0;
+  for (const auto& [s, p] : checkpoint_files(config_.run_dir)) {
+    std::error_code ec;
+    std::filesystem::remove(p, ec);
+    CG_CHECK(!ec, "fresh run: cannot remove the old checkpoint ", p.string(), ": ", ec.message());
+    ++n;
+  }
+  return n;
 }
 
 void DrafterTrainer::save_checkpoint() const {

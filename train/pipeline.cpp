@@ -151,6 +151,10 @@ nlohmann::json run_pipeline(const TrainConfig& config) {
     out << config.to_json().dump(2) << "\n";
     CG_CHECK(out.good(), "cannot write ", config.run_dir, "/config.json");
   }
+  if (!config.resume) {  // --fresh: the old run's checkpoints must not outlive it
+    const int64_t removed = trainer.remove_checkpoints();
+    if (removed > 0) say(config, "fresh: removed " + std::to_string(removed) + " checkpoints of the earlier run");
+  }
   t0 = std::chrono::steady_clock::now();
   const double train_tokens_per_s = trainer.run(&log);
   const double drafter_seconds = seconds_since(t0);
