@@ -136,6 +136,11 @@ TEST_F(TrainProgram, AFreshRunLeavesNoStaleCheckpointForTheNextResume) {
   ASSERT_EQ(train("--config " + config + " --fresh").exit_code, 0);
   EXPECT_FALSE(std::filesystem::exists(run + "/drafter/step_00000009.safetensors"));
   EXPECT_TRUE(std::filesystem::exists(run + "/drafter/step_00000002.safetensors"));
+  // A resume at the last step trains nothing, and says so instead of "0 label tokens/s".
+  const TrainRun again = train("--config " + config);
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_NE(again.out.find("drafter training: none (resumed at step 2, the last)"), std::string::npos) << again.out;
+  EXPECT_EQ(again.out.find("0 label tokens/s"), std::string::npos) << again.out;
 }
 
 TEST_F(TrainProgram, AResumeWithAnotherConfigNamesTheField) {

@@ -155,6 +155,11 @@ nlohmann::json run_pipeline(const TrainConfig& config) {
     const int64_t removed = trainer.remove_checkpoints();
     if (removed > 0) say(config, "fresh: removed " + std::to_string(removed) + " checkpoints of the earlier run");
   }
+  const int64_t first_step = trainer.step();
+  if (first_step >= config.drafter.optim.steps) {
+    say(config, "drafter: the checkpoint is at step " + std::to_string(first_step) + ", drafter.optim.steps is " +
+                    std::to_string(config.drafter.optim.steps) + ": nothing to train (raise steps, or --fresh)");
+  }
   t0 = std::chrono::steady_clock::now();
   const double train_tokens_per_s = trainer.run(&log);
   const double drafter_seconds = seconds_since(t0);
@@ -249,6 +254,8 @@ nlohmann::json run_pipeline(const TrainConfig& config) {
   summary["memory"] = mem;
   summary["memory_table"] = memory_table(memory);
   summary["drafter_train_tokens_per_s"] = train_tokens_per_s;
+  summary["drafter_steps"] = {{"resumed_at", first_step}, {"trained", trainer.step() - first_step},
+                              {"final", trainer.step()}};
   summary["target_source"] = target.source;
   summary["seconds"] = {{"target", target.seconds}, {"drafter_data", data_seconds},
                         {"drafter_training", drafter_seconds}, {"evaluation", eval_seconds},
@@ -285,8 +292,15 @@ std::string summary_text(const nlohmann::json& s) {
   std::snprintf(line, sizeof line, "\nexpected acceptance length %.2f (measured per block %.2f)\n",
                 s["expected_acceptance_length"].get<double>(), s["measured_acceptance_length"].get<double>());
   o << line;
-  std::snprintf(line, sizeof line, "drafter training: %.0f label tokens/s; total %.1f s\n",
-                s["drafter_train_tokens_per_s"].get<double>(), s["seconds"]["total"].get<double>());
+  const nlohmann::json& steps = s["drafter_steps"];
+  if (steps["trained"].get<int64_t>() > 0) {
+    std::snprintf(line, sizeof line, "drafter training: %lld steps, %.0f label tokens/s; total %.1f s\n",
+                  static_cast<long long>(steps["trained"].get<int64_t>()), s["drafter_train_tokens_per_s"].get<double>(),
+                  s["seconds"]["total"].get<double>());
+  } else {  // resumed at or past the last step: there is no training speed to report
+    std::snprintf(line, sizeof line, "drafter training: none (resumed at step %lld, the last); total %.1f s\n",
+                  static_cast<long long>(steps["final"].get<int64_t>()), s["seconds"]["total"].get<double>());
+  }
   o << line;
   o << "memory of one drafter training step (caching allocator):\n" << s["memory_table"].get<std::string>();
   // The traces' HTML reports (timelines by category, the holders at the peak), when traced.
