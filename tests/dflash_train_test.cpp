@@ -474,6 +474,20 @@ TEST(DFlashConfig, CorpusFileMustBeUtf8Text) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(DFlashConfig, PromptsFromAUserTextAreHeldOutForEvaluation) {
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "line " + std::to_string(i) + ": body\n";
+  const auto train_p = train::prompts_from_text(text, 200, 16, 1, train::PromptSplit::training);
+  const auto eval_p = train::prompts_from_text(text, 200, 16, 2, train::PromptSplit::evaluation);
+  for (const std::string& p : eval_p) {  // before: both drew from all 40 lines
+    EXPECT_EQ(std::count(train_p.begin(), train_p.end(), p), 0) << p;
+  }
+  EXPECT_EQ(eval_p.front().substr(0, 5), "line ");
+  // A one-line file cannot hold a line out; both share it.
+  EXPECT_EQ(train::prompts_from_text("only: one\n", 1, 16, 1, train::PromptSplit::evaluation),
+            std::vector<std::string>{"only: "});
+}
+
 TEST(DFlashConfig, BadConfigsAreClearErrors) {
   EXPECT_NE(config_error(R"({"drafter": {"blok_size": 8}})").find("unknown field 'drafter.blok_size'"), std::string::npos);
   EXPECT_NE(config_error(R"({"drafter": {"block_size": 1}})").find("drafter.block_size: must be >= 2"), std::string::npos);

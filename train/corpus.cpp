@@ -137,13 +137,21 @@ std::string read_corpus_file(const std::string& path) {
 }
 
 std::vector<std::string> prompts_from_text(const std::string& text, int64_t count,
-                                           int64_t prompt_bytes, uint64_t seed) {
-  std::vector<std::string> lines;
+                                           int64_t prompt_bytes, uint64_t seed, PromptSplit split) {
+  std::vector<std::string> all, lines;
   std::istringstream in(text);
   for (std::string l; std::getline(in, l);) {
-    if (static_cast<int64_t>(l.size()) >= 2) lines.push_back(l);
+    if (static_cast<int64_t>(l.size()) >= 2) all.push_back(l);
   }
-  CG_CHECK(!lines.empty(), "corpus: no line of at least 2 bytes to take prompts from");
+  CG_CHECK(!all.empty(), "corpus: no line of at least 2 bytes to take prompts from");
+  // Note [Held-out lines]: every 10th line (the last line when there are fewer than 10) is
+  // kept for evaluation and never prompts the drafter's data, so evaluation prompts are
+  // held out from the drafter as with the generated corpus. A one-line file shares it.
+  const size_t n = all.size();
+  auto held_out = [n](size_t i) { return n >= 10 ? i % 10 == 9 : i == n - 1; };
+  for (size_t i = 0; i < n; ++i) {
+    if (n == 1 || held_out(i) == (split == PromptSplit::evaluation)) lines.push_back(all[i]);
+  }
   Generator gen(seed);
   std::vector<std::string> prompts;
   for (int64_t i = 0; i < count; ++i) {

@@ -84,7 +84,7 @@ std::vector<std::string> train_prompts(const TrainConfig& c, const std::string& 
     for (const auto& l : generate_corpus_lines(c.corpus.seed, count)) p.push_back(l.prompt);
     return p;
   }
-  return prompts_from_text(text, count, 16, c.seed);
+  return prompts_from_text(text, count, 16, c.seed, PromptSplit::training);
 }
 
 std::vector<std::string> eval_prompts(const TrainConfig& c, const std::string& text, int64_t count) {
@@ -93,7 +93,7 @@ std::vector<std::string> eval_prompts(const TrainConfig& c, const std::string& t
     for (const auto& l : generate_corpus_lines(c.corpus.seed + 1000003, count)) p.push_back(l.prompt);
     return p;
   }
-  return prompts_from_text(text, count, 16, c.seed + 1000003);
+  return prompts_from_text(text, count, 16, c.seed + 1000003, PromptSplit::evaluation);
 }
 
 }  // namespace
