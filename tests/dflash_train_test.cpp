@@ -503,6 +503,9 @@ TEST(DFlashConfig, BadConfigsAreClearErrors) {
   EXPECT_EQ(negative_seed.find("(at "), negative_seed.rfind("(at ")) << negative_seed;
   EXPECT_NE(config_error(R"({"drafter": {"optim": {"steps": 18446744073709551615}}})").find("at most 9223372036854775807"),
             std::string::npos);
+  // hf_config describes a checkpoint; alone it silently replaced the sizes of the target to train.
+  EXPECT_NE(config_error(R"({"target": {"hf_config": "config.json"}})").find("target.checkpoint, which is empty"),
+            std::string::npos);
   // Ranges read as written: "from 1 to 1048576, got 0", not "1.04858e+06".
   EXPECT_NE(config_error(R"({"drafter": {"max_anchors": 0}})").find("must be from 1 to 1048576, got 0"),
             std::string::npos);

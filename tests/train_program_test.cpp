@@ -143,6 +143,15 @@ TEST_F(TrainProgram, AFreshRunLeavesNoStaleCheckpointForTheNextResume) {
   EXPECT_EQ(again.out.find("0 label tokens/s"), std::string::npos) << again.out;
 }
 
+TEST_F(TrainProgram, ABadHfConfigIsNamedByItsPath) {
+  const std::string run = path("run");
+  const std::string hf = write("hf.json", R"({"hidden_size": 16})");
+  std::string config = tiny(run);
+  config.replace(config.find(R"("target": {)"), 11,
+                 R"("target": {"checkpoint": ")" + path("none.safetensors") + R"(", "hf_config": ")" + hf + R"(", )");
+  expect_error(train("--config " + write("c.json", config)), "target.hf_config '" + hf + "': ");
+}
+
 TEST_F(TrainProgram, AResumeWithAnotherConfigNamesTheField) {
   const std::string run = path("run");
   ASSERT_EQ(train("--config " + write("c.json", tiny(run))).exit_code, 0);

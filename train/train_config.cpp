@@ -206,6 +206,9 @@ void TrainConfig::validate() const {
   in_range("threads", static_cast<double>(threads), 0, 1024);
   in_range("corpus.lines", static_cast<double>(corpus.lines), 1, 1e8);
   const TargetConfig& t = target;
+  CG_CHECK(t.hf_config.empty() || !t.checkpoint.empty(), "train config: target.hf_config describes the model in "
+           "target.checkpoint, which is empty; give the checkpoint too, or describe a target to train with "
+           "target.hidden_size, num_layers, ...");
   in_range("target.hidden_size", static_cast<double>(t.hidden_size), 1, 65536);
   in_range("target.num_layers", static_cast<double>(t.num_layers), 1, 1024);
   in_range("target.num_heads", static_cast<double>(t.num_heads), 1, 1024);
