@@ -506,6 +506,9 @@ TEST(DFlashConfig, BadConfigsAreClearErrors) {
   // hf_config describes a checkpoint; alone it silently replaced the sizes of the target to train.
   EXPECT_NE(config_error(R"({"target": {"hf_config": "config.json"}})").find("target.checkpoint, which is empty"),
             std::string::npos);
+  // trace_dir lives under run_dir: "/tmp/x" used to become "runs/toy//tmp/x".
+  EXPECT_NE(config_error(R"({"memory": {"trace_dir": "/tmp/x"}})").find("memory.trace_dir: must be a folder inside run_dir"),
+            std::string::npos);
   // Ranges read as written: "from 1 to 1048576, got 0", not "1.04858e+06".
   EXPECT_NE(config_error(R"({"drafter": {"max_anchors": 0}})").find("must be from 1 to 1048576, got 0"),
             std::string::npos);

@@ -152,6 +152,17 @@ TEST_F(TrainProgram, ABadHfConfigIsNamedByItsPath) {
   expect_error(train("--config " + write("c.json", config)), "target.hf_config '" + hf + "': ");
 }
 
+TEST_F(TrainProgram, AnUnusableTraceDirFailsBeforeTraining) {
+  const std::string run = path("run");
+  std::string config = tiny(run);
+  config.replace(config.find(R"("memory": {"enabled": false})"), 28, R"("memory": {"enabled": true})");
+  std::filesystem::create_directories(run);
+  std::ofstream(run + "/traces") << "a file where the trace folder goes";
+  const TrainRun r = train("--config " + write("c.json", config));
+  expect_error(r, "memory.trace_dir: cannot create the directory");
+  EXPECT_FALSE(std::filesystem::exists(run + "/target")) << "it trained first";
+}
+
 TEST_F(TrainProgram, AResumeWithAnotherConfigNamesTheField) {
   const std::string run = path("run");
   ASSERT_EQ(train("--config " + write("c.json", tiny(run))).exit_code, 0);

@@ -104,6 +104,15 @@ nlohmann::json run_pipeline(const TrainConfig& config) {
   if (config.threads > 0) set_num_threads(static_cast<int>(config.threads));
   std::filesystem::create_directories(config.run_dir);
   MetricsLog log(config.run_dir + "/metrics.jsonl");
+  if (config.memory.enabled && !config.memory.trace_dir.empty()) {
+    // Made now, not at the memory stage: a path that cannot be a directory (a file called
+    // "traces" in run_dir) fails before the minutes of training, not after them.
+    const std::string dir = config.run_dir + "/" + config.memory.trace_dir;
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    CG_CHECK(!ec && std::filesystem::is_directory(dir), "memory.trace_dir: cannot create the directory ", dir, ": ",
+             ec ? ec.message() : std::string("a file is in the way"), "; give another trace_dir or \"\" for no traces");
+  }
   ByteTokenizer tok;
 
   // 1. Corpus.

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <limits>
 #include <set>
 
@@ -266,6 +267,10 @@ void TrainConfig::validate() const {
   in_range("memory.large_anchors", static_cast<double>(memory.large_anchors), 1, 1 << 16);
   in_range("memory.large_block_size", static_cast<double>(memory.large_block_size), 2, 1024);
   in_range("memory.large_seq_len", static_cast<double>(memory.large_seq_len), 2, 1 << 20);
+  CG_CHECK(memory.trace_dir.empty() || (std::filesystem::path(memory.trace_dir).is_relative() &&
+                                        memory.trace_dir.find("..") == std::string::npos),
+           "train config: memory.trace_dir: must be a folder inside run_dir (relative, without ..), got '",
+           memory.trace_dir, "'");
   CG_CHECK(memory.large_anchors < memory.large_seq_len, "train config: memory.large_anchors ",
            memory.large_anchors, " is beyond the sequence (memory.large_seq_len ", memory.large_seq_len, ")");
 }
