@@ -141,6 +141,16 @@ TEST_F(TrainProgram, AFreshRunLeavesNoStaleCheckpointForTheNextResume) {
   ASSERT_EQ(again.exit_code, 0) << again.err;
   EXPECT_NE(again.out.find("drafter training: none (resumed at step 2, the last)"), std::string::npos) << again.out;
   EXPECT_EQ(again.out.find("0 label tokens/s"), std::string::npos) << again.out;
+  // metrics.jsonl: three runs, yet each drafter step and the summary once (a killed run's
+  // steps after its checkpoint, or an earlier run's, were kept beside the new ones).
+  std::istringstream log(slurp(run + "/metrics.jsonl"));
+  int drafter_records = 0, summaries = 0;
+  for (std::string line; std::getline(log, line);) {
+    drafter_records += line.find(R"("phase":"drafter")") != std::string::npos;
+    summaries += line.find(R"("phase":"summary")") != std::string::npos;
+  }
+  EXPECT_EQ(drafter_records, 2);
+  EXPECT_EQ(summaries, 1);
 }
 
 TEST_F(TrainProgram, ABadHfConfigIsNamedByItsPath) {

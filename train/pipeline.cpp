@@ -165,6 +165,7 @@ nlohmann::json run_pipeline(const TrainConfig& config) {
     if (removed > 0) say(config, "fresh: removed " + std::to_string(removed) + " checkpoints of the earlier run");
   }
   const int64_t first_step = trainer.step();
+  log.drop_after("drafter", first_step);  // MetricsLog::drop_after: each step once, this run's
   if (first_step >= config.drafter.optim.steps) {
     say(config, "drafter: the checkpoint is at step " + std::to_string(first_step) + ", drafter.optim.steps is " +
                     std::to_string(config.drafter.optim.steps) + ": nothing to train (raise steps, or --fresh)");
