@@ -67,6 +67,15 @@ struct Reader {
              "\" must be a non-negative integer, got ", v.dump());
     return v.get<uint64_t>();
   }
+  // A block or segment size: at most kMaxAllocation, the largest the allocator hands out.
+  // A larger one (2^64 - 1) would wrap the int64 byte counts of the replay into silently
+  // wrong peaks. (An "oom" event's request may be larger: it is what was refused.)
+  static uint64_t bytes(const nlohmann::json& j, const char* key, const std::string& where) {
+    const uint64_t v = u64(j, key, where);
+    CG_CHECK(v <= kMaxAllocation, where, ": \"", key, "\" ", v, " is larger than any allocation (at most ",
+             kMaxAllocation, " bytes): the file is damaged");
+    return v;
+  }
   static std::string str(const nlohmann::json& j, const char* key, const std::string& where) {
     const nlohmann::json& v = field(j, key, where);
     CG_CHECK(v.is_string(), where, ": \"", key, "\" must be a string, got ", v.dump());
@@ -202,8 +211,13 @@ TraceFile parse_trace_file(const nlohmann::json& j, const std::string& source) {
              "): events must be oldest first");
     last_time = rec.time_us;
     rec.addr = Reader::u64(e, "addr", where);
-    rec.size = Reader::u64(e, "size", where);
-    rec.requested = e.contains("requested") ? Reader::u64(e, "requested", where) : rec.size;
+    if (rec.action == TraceAction::oom) {
+      rec.size = Reader::u64(e, "size", where);
+      rec.requested = e.contains("requested") ? Reader::u64(e, "requested", where) : rec.size;
+    } else {
+      rec.size = Reader::bytes(e, "size", where);
+      rec.requested = e.contains("requested") ? Reader::bytes(e, "requested", where) : rec.size;
+    }
     rec.device = r.device_id(Reader::str_or(e, "device", "cpu"), where);
     rec.stream = e.contains("stream") ? static_cast<StreamId>(Reader::u64(e, "stream", where)) : kDefaultStream;
     rec.category = parse_category(Reader::str_or(e, "category", "unknown"));
@@ -220,7 +234,7 @@ TraceFile parse_trace_file(const nlohmann::json& j, const std::string& source) {
       SegmentRecord seg;
       seg.device = r.device_id(Reader::str(s, "device", where), where);
       seg.addr = Reader::u64(s, "addr", where);
-      seg.size = Reader::u64(s, "size", where);
+      seg.size = Reader::bytes(s, "size", where);
       seg.small_pool = Reader::field(s, "small_pool", where).is_boolean() && s["small_pool"].get<bool>();
       seg.stream = s.contains("stream") ? static_cast<StreamId>(Reader::u64(s, "stream", where)) : kDefaultStream;
       const nlohmann::json& blocks = Reader::field(s, "blocks", where);
@@ -229,8 +243,8 @@ TraceFile parse_trace_file(const nlohmann::json& j, const std::string& source) {
       for (const nlohmann::json& b : blocks) {
         BlockRecord block;
         block.addr = Reader::u64(b, "addr", where);
-        block.size = Reader::u64(b, "size", where);
-        block.requested = Reader::u64(b, "requested", where);
+        block.size = Reader::bytes(b, "size", where);
+        block.requested = Reader::bytes(b, "requested", where);
         const nlohmann::json& allocated = Reader::field(b, "allocated", where);
         CG_CHECK(allocated.is_boolean(), where, ": a block's \"allocated\" must be true or false");
         block.allocated = allocated.get<bool>();

@@ -6,12 +6,18 @@
 // learns, and bad configs / checkpoints failing clearly without touching the run dir.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 
 #include "autograd/grad_mode.h"
+#include "core/allocator_stats.h"
+#include "core/caching_allocator.h"
 #include "core/factories.h"
+#include "core/trace_analysis.h"
+#include "core/trace_file.h"
 #include "core/views.h"
 #include "nn/dflash_drafter.h"
 #include "nn_test_util.h"
@@ -22,6 +28,8 @@
 #include "train/drafter_step.h"
 #include "train/drafter_trainer.h"
 #include "train/optimizer.h"
+#include "train/corpus.h"
+#include "train/memory_report.h"
 #include "train/pipeline.h"
 #include "train/train_config.h"
 
@@ -358,7 +366,7 @@ TEST(DFlashPipeline, ResumeIsExactAndAFailedResumeChangesNothing) {
       if (j["phase"] == "drafter") losses2.push_back(j["loss"].get<double>());
     }
   }
-  ASSERT_EQ(losses2.size(), 13u);
+  ASSERT_EQ(losses2.size(), 11u);  // steps 1..10 kept, 11 and 12 of the first run dropped, 11 again
   EXPECT_EQ(losses2.back(), losses[10]) << "step 11 after resuming from step 10";
   EXPECT_EQ(s2["target_source"], "cache");
 
@@ -401,6 +409,85 @@ std::string config_error(const std::string& json) {
   return "no error";
 }
 
+// Note [Out of memory is a row] (train/memory_report.h): under a memory limit the path that
+// does not fit is a row of the memory story, not the end of a run that already trained.
+TEST(DFlashMemoryReport, APathThatRunsOutOfMemoryIsARow) {
+  // Logits [256, 32768] are 32 MiB (each their own segment); fused's chunk is 4 MiB.
+  train::MemoryShape s{"small", 32768, 64, 1, 1, 64, 64, 1, 1, 64, 16, 16, 1, 32};
+  CachingAllocator& alloc = allocator_for(kCPU);
+  const std::string traces = std::filesystem::temp_directory_path() / ("cg_mem_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(traces);
+  const train::MemoryReport free_run = train::measure_drafter_step_memory(s, traces, 5);
+  ASSERT_EQ(free_run.paths.size(), 3u);
+  // The table's step peak is above the base; the trace's peak is base + step peak.
+  for (const train::PathMemory& p : free_run.paths) {
+    EXPECT_EQ(analyse_trace(read_trace_file(p.trace_file)).peak.allocated, p.base + p.step_peak) << p.path;
+  }
+  EXPECT_NE(train::memory_table({free_run}).find("allocated before the step"), std::string::npos);
+  std::filesystem::remove_all(traces);
+  const int64_t naive = free_run.paths[0].step_peak, fused = free_run.paths[2].step_peak;
+  ASSERT_GT(naive, fused + (48 << 20));  // the logits and their gradient
+  alloc.empty_cache();
+  // Room for the weights and data (16.5 MiB, in 20 MiB segments) and fused's step, not naive's.
+  const size_t limit = static_cast<size_t>(alloc.stats().reserved_bytes.current) + (80 << 20);
+  alloc.set_memory_limit(limit);
+  train::MemoryReport r;
+  EXPECT_NO_THROW(r = train::measure_drafter_step_memory(s, "", 5));
+  alloc.set_memory_limit(0);
+  ASSERT_EQ(r.paths.size(), 3u);
+  EXPECT_EQ(r.paths[0].oom_phase, "backward") << "limit " << limit;  // the logits' gradient
+  EXPECT_NE(r.paths[0].oom_message.find("out of memory"), std::string::npos);
+  EXPECT_EQ(r.paths[2].oom_phase, "") << r.paths[2].oom_message;
+  EXPECT_EQ(r.paths[2].step_peak, fused);
+  EXPECT_EQ(r.naive_over_fused(), 0.0);
+  const std::string table = train::memory_table({r});
+  EXPECT_NE(table.find("ran out of memory in backward"), std::string::npos) << table;
+  EXPECT_EQ(train::to_json(r)["paths"]["naive"]["out_of_memory"]["phase"], "backward");
+  // A limit below the weights themselves: every path says so.
+  alloc.empty_cache();
+  alloc.set_memory_limit(static_cast<size_t>(alloc.stats().reserved_bytes.current) + (1 << 20));
+  EXPECT_NO_THROW(r = train::measure_drafter_step_memory(s, "", 5));
+  alloc.set_memory_limit(0);
+  for (const auto& p : r.paths) EXPECT_EQ(p.oom_phase, "setup");
+}
+
+TEST(DFlashConfig, CorpusFileMustBeUtf8Text) {
+  const std::string dir = std::filesystem::temp_directory_path() / ("cg_corpus_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto error = [](const std::string& path) {
+    try {
+      train::read_corpus_file(path);
+    } catch (const Error& e) {
+      return e.message();
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error(dir).find("is a directory"), std::string::npos) << error(dir);  // was "is empty"
+  std::ofstream(dir + "/latin1.txt", std::ios::binary) << "caf\xe9 au lait\n";
+  EXPECT_NE(error(dir + "/latin1.txt").find("not UTF-8 text (byte 3"), std::string::npos) << error(dir + "/latin1.txt");
+  std::ofstream(dir + "/binary", std::ios::binary) << std::string("PK\x03\x04\xff\xfe\x00", 7);
+  EXPECT_NE(error(dir + "/binary").find("not UTF-8"), std::string::npos);
+  std::ofstream(dir + "/cut.txt", std::ios::binary) << "ok \xe2\x82";  // a character cut short
+  EXPECT_NE(error(dir + "/cut.txt").find("byte 3"), std::string::npos);
+  std::ofstream(dir + "/good.txt", std::ios::binary) << "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\n";
+  EXPECT_EQ(error(dir + "/good.txt"), "no error");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(DFlashConfig, PromptsFromAUserTextAreHeldOutForEvaluation) {
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "line " + std::to_string(i) + ": body\n";
+  const auto train_p = train::prompts_from_text(text, 200, 16, 1, train::PromptSplit::training);
+  const auto eval_p = train::prompts_from_text(text, 200, 16, 2, train::PromptSplit::evaluation);
+  for (const std::string& p : eval_p) {  // before: both drew from all 40 lines
+    EXPECT_EQ(std::count(train_p.begin(), train_p.end(), p), 0) << p;
+  }
+  EXPECT_EQ(eval_p.front().substr(0, 5), "line ");
+  // A one-line file cannot hold a line out; both share it.
+  EXPECT_EQ(train::prompts_from_text("only: one\n", 1, 16, 1, train::PromptSplit::evaluation),
+            std::vector<std::string>{"only: "});
+}
+
 TEST(DFlashConfig, BadConfigsAreClearErrors) {
   EXPECT_NE(config_error(R"({"drafter": {"blok_size": 8}})").find("unknown field 'drafter.blok_size'"), std::string::npos);
   EXPECT_NE(config_error(R"({"drafter": {"block_size": 1}})").find("drafter.block_size: must be >= 2"), std::string::npos);
@@ -409,6 +496,25 @@ TEST(DFlashConfig, BadConfigsAreClearErrors) {
   EXPECT_NE(config_error(R"({"drafter": {"loss": {"kind": "jsd"}}})").find("drafter.loss.kind"), std::string::npos);
   EXPECT_NE(config_error(R"([1])").find("must be a JSON object"), std::string::npos);
   EXPECT_EQ(config_error(R"({"drafter": {"block_size": 16, "max_anchors": 32}})"), "no error");
+  // Integers that do not fit are refused, not wrapped (-1 became a seed of 2^64 - 1, and
+  // 2^64 - 1 steps were reported as "got -1"); the line names one location, not two.
+  const std::string negative_seed = config_error(R"({"corpus": {"seed": -5}})");
+  EXPECT_NE(negative_seed.find("corpus.seed: must be a non-negative integer, got -5"), std::string::npos) << negative_seed;
+  EXPECT_EQ(negative_seed.find("(at "), negative_seed.rfind("(at ")) << negative_seed;
+  EXPECT_NE(config_error(R"({"drafter": {"optim": {"steps": 18446744073709551615}}})").find("at most 9223372036854775807"),
+            std::string::npos);
+  // hf_config describes a checkpoint; alone it silently replaced the sizes of the target to train.
+  EXPECT_NE(config_error(R"({"target": {"hf_config": "config.json"}})").find("target.checkpoint, which is empty"),
+            std::string::npos);
+  // trace_dir lives under run_dir: "/tmp/x" used to become "runs/toy//tmp/x".
+  EXPECT_NE(config_error(R"({"memory": {"trace_dir": "/tmp/x"}})").find("memory.trace_dir: must be a folder inside run_dir"),
+            std::string::npos);
+  // Ranges read as written: "from 1 to 1048576, got 0", not "1.04858e+06".
+  EXPECT_NE(config_error(R"({"drafter": {"max_anchors": 0}})").find("must be from 1 to 1048576, got 0"),
+            std::string::npos);
+  // A block longer than the generated part has slots that never get a label.
+  EXPECT_NE(config_error(R"({"drafter": {"block_size": 200}})").find("longer than the generated part"),
+            std::string::npos);
   try {
     train::TrainConfig::from_file("/nonexistent/toy.json");
     FAIL() << "no error";

@@ -326,6 +326,39 @@ TEST(Programs, ChunkgradTraceRefusesBadFilesInOneLine) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(Programs, ChunkgradTraceNeverWritesOverItsInput) {
+  const std::string dir = temp_dir();
+  ASSERT_EQ(memory_lesson(kTiny + "--paths fused --trace-dir '" + dir + "'").exit_code, 0);
+  const std::string trace = dir + "/trace_fused.json";
+  const std::string before = read_file(trace);
+  ASSERT_GT(before.size(), 100u);
+  // Opening the output truncated the trace, which then read as "empty".
+  expect_clean_failure(chunkgrad("trace '" + trace + "' --html '" + trace + "'"), "trace",
+                       {"--html", "is the input trace", "Give another output path"});
+  // <dir>/<name>.json from --snapshot-dir, with the trace named after its own file.
+  expect_clean_failure(chunkgrad("trace '" + trace + "' --names trace_fused --snapshot-dir '" + dir + "'"), "trace",
+                       {"--snapshot-dir", "is the input trace"});
+  EXPECT_EQ(read_file(trace), before);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Programs, ChunkgradTraceComparesTracesOfTheSameName) {
+  const std::string dir = temp_dir();
+  for (const char* run : {"/a", "/b"}) {
+    ASSERT_EQ(memory_lesson(kTiny + "--paths fused --trace-dir '" + dir + run + "'").exit_code, 0);
+  }
+  // Two runs' trace_fused.json: fused and fused_2, not "give --names".
+  const ProgramRun r = chunkgrad("trace '" + dir + "/a/trace_fused.json' '" + dir + "/b/trace_fused.json' --svg-dir '" +
+                                 dir + "/svg'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("fused_2 ("), std::string::npos) << r.out;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/svg/memory_fused_2.svg"));
+  // Names given twice on purpose are still refused (their files would collide).
+  expect_clean_failure(chunkgrad("trace '" + dir + "/a/trace_fused.json' '" + dir + "/b/trace_fused.json' --names x,x"),
+                       "trace", {"both called \"x\""});
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Programs, ChunkgradTraceNamesTheHoldersAtThePeak) {
   const std::string dir = temp_dir();
   ASSERT_EQ(memory_lesson(kTiny + "--chunk-rows 16 --trace-dir '" + dir + "'").exit_code, 0);

@@ -203,6 +203,9 @@ TEST_F(TraceAnalysisTest, BadFilesGiveClearErrors) {
                {"event 0", "unknown action", "malloc"});
   expect_error(write_temp("negative.json", R"({"events":[{"action":"alloc","time_us":0,"addr":16,"size":-1}]})"),
                {"non-negative"});
+  // 2^64 - 1 bytes wrapped the replay's int64 counts into a lower, wrong peak, silently.
+  expect_error(write_temp("huge.json", R"({"events":[{"action":"alloc","time_us":0,"addr":16,"size":18446744073709551615}]})"),
+               {"event 0", "larger than any allocation", "damaged"});
   expect_error(write_temp("time.json",
                           R"({"events":[{"action":"alloc","time_us":5,"addr":16,"size":1},)"
                           R"({"action":"free","time_us":4,"addr":16,"size":1}]})"),

@@ -127,4 +127,64 @@ TEST_F(TrainProgram, CorruptCheckpointFailsAndLeavesTheRunDirectoryIntact) {
   EXPECT_EQ(train("--config " + config + " --fresh").exit_code, 0);
 }
 
+TEST_F(TrainProgram, AFreshRunLeavesNoStaleCheckpointForTheNextResume) {
+  const std::string run = path("run");
+  const std::string config = write("c.json", tiny(run));
+  ASSERT_EQ(train("--config " + config).exit_code, 0);
+  // As if an earlier run had trained 9 steps: the next resume would load it, not this run's.
+  std::filesystem::copy_file(run + "/drafter/step_00000002.safetensors", run + "/drafter/step_00000009.safetensors");
+  ASSERT_EQ(train("--config " + config + " --fresh").exit_code, 0);
+  EXPECT_FALSE(std::filesystem::exists(run + "/drafter/step_00000009.safetensors"));
+  EXPECT_TRUE(std::filesystem::exists(run + "/drafter/step_00000002.safetensors"));
+  // A resume at the last step trains nothing, and says so instead of "0 label tokens/s".
+  const TrainRun again = train("--config " + config);
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_NE(again.out.find("drafter training: none (resumed at step 2, the last)"), std::string::npos) << again.out;
+  EXPECT_EQ(again.out.find("0 label tokens/s"), std::string::npos) << again.out;
+  // metrics.jsonl: three runs, yet each drafter step and the summary once (a killed run's
+  // steps after its checkpoint, or an earlier run's, were kept beside the new ones).
+  std::istringstream log(slurp(run + "/metrics.jsonl"));
+  int drafter_records = 0, summaries = 0;
+  for (std::string line; std::getline(log, line);) {
+    drafter_records += line.find(R"("phase":"drafter")") != std::string::npos;
+    summaries += line.find(R"("phase":"summary")") != std::string::npos;
+  }
+  EXPECT_EQ(drafter_records, 2);
+  EXPECT_EQ(summaries, 1);
+}
+
+TEST_F(TrainProgram, ABadHfConfigIsNamedByItsPath) {
+  const std::string run = path("run");
+  const std::string hf = write("hf.json", R"({"hidden_size": 16})");
+  std::string config = tiny(run);
+  config.replace(config.find(R"("target": {)"), 11,
+                 R"("target": {"checkpoint": ")" + path("none.safetensors") + R"(", "hf_config": ")" + hf + R"(", )");
+  expect_error(train("--config " + write("c.json", config)), "target.hf_config '" + hf + "': ");
+}
+
+TEST_F(TrainProgram, AnUnusableTraceDirFailsBeforeTraining) {
+  const std::string run = path("run");
+  std::string config = tiny(run);
+  config.replace(config.find(R"("memory": {"enabled": false})"), 28, R"("memory": {"enabled": true})");
+  std::filesystem::create_directories(run);
+  std::ofstream(run + "/traces") << "a file where the trace folder goes";
+  const TrainRun r = train("--config " + write("c.json", config));
+  expect_error(r, "memory.trace_dir: cannot create the directory");
+  EXPECT_FALSE(std::filesystem::exists(run + "/target")) << "it trained first";
+}
+
+TEST_F(TrainProgram, AResumeWithAnotherConfigNamesTheField) {
+  const std::string run = path("run");
+  ASSERT_EQ(train("--config " + write("c.json", tiny(run))).exit_code, 0);
+  std::string changed = tiny(run);
+  changed.replace(changed.find(R"("block_size": 4)"), 15, R"("block_size": 4, "gamma": 2)");
+  const TrainRun r = train("--config " + write("d.json", changed));
+  expect_error(r, "another config (drafter.gamma: 4.0 then, 2.0 now;");
+  // The checkpoint's own reading error inside the line keeps one location, not two.
+  std::ofstream(run + "/drafter/step_00000002.safetensors", std::ios::trunc) << "garbage";
+  const TrainRun bad = train("--config " + path("c.json"));
+  expect_error(bad, "is unreadable");
+  EXPECT_EQ(bad.err.find("(at "), bad.err.rfind("(at ")) << bad.err;
+}
+
 }  // namespace

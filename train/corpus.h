@@ -26,11 +26,14 @@ struct CorpusLine {
 std::vector<CorpusLine> generate_corpus_lines(uint64_t seed, int64_t count);
 // The lines joined as one text.
 std::string corpus_text(const std::vector<CorpusLine>& lines);
-// Reads a UTF-8 text file; throws naming the path when it is missing or empty.
+// Reads a UTF-8 text file; throws naming the path when it is missing, a directory, empty or
+// not UTF-8 (naming the first bad byte).
 std::string read_corpus_file(const std::string& path);
-// Prompts for the drafter data or for evaluation: from a generated corpus, its prompts;
-// from a user text, the first `prompt_bytes` bytes of lines taken every few lines.
+// Prompts for the drafter data or for evaluation from a user text: each is a line up to
+// its first ": " or its first `prompt_bytes` bytes, lines drawn at random from the split's
+// lines (Note [Held-out lines] in corpus.cpp: evaluation lines never prompt drafter data).
+enum class PromptSplit { training, evaluation };
 std::vector<std::string> prompts_from_text(const std::string& text, int64_t count,
-                                           int64_t prompt_bytes, uint64_t seed);
+                                           int64_t prompt_bytes, uint64_t seed, PromptSplit split);
 
 }  // namespace cg::train

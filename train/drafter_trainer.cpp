@@ -127,23 +127,45 @@ StepRecord DrafterTrainer::train_step() {
   return rec;
 }
 
-std::string DrafterTrainer::latest_checkpoint() const {
-  const std::filesystem::path dir = std::filesystem::path(config_.run_dir) / "drafter";
-  if (!std::filesystem::is_directory(dir)) return "";
-  static const std::regex name(R"(step_(\d+)\.safetensors)");
-  int64_t best = -1;
-  std::string path;
+namespace {
+
+// run_dir/drafter/step_<N>.safetensors, with N.
+std::vector<std::pair<int64_t, std::filesystem::path>> checkpoint_files(const std::string& run_dir) {
+  const std::filesystem::path dir = std::filesystem::path(run_dir) / "drafter";
+  std::vector<std::pair<int64_t, std::filesystem::path>> files;
+  if (!std::filesystem::is_directory(dir)) return files;
+  static const std::regex name(R"(step_(\d{1,18})\.safetensors)");
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     std::smatch m;
     const std::string f = e.path().filename().string();
-    if (!std::regex_match(f, m, name)) continue;
-    const int64_t s = std::stoll(m[1].str());
+    if (std::regex_match(f, m, name)) files.emplace_back(std::stoll(m[1].str()), e.path());
+  }
+  return files;
+}
+
+}  // namespace
+
+std::string DrafterTrainer::latest_checkpoint() const {
+  int64_t best = -1;
+  std::string path;
+  for (const auto& [s, p] : checkpoint_files(config_.run_dir)) {
     if (s > best) {
       best = s;
-      path = e.path().string();
+      path = p.string();
     }
   }
   return path;
+}
+
+int64_t DrafterTrainer::remove_checkpoints() const {
+  int64_t n = 0;
+  for (const auto& [s, p] : checkpoint_files(config_.run_dir)) {
+    std::error_code ec;
+    std::filesystem::remove(p, ec);
+    CG_CHECK(!ec, "fresh run: cannot remove the old checkpoint ", p.string(), ": ", ec.message());
+    ++n;
+  }
+  return n;
 }
 
 void DrafterTrainer::save_checkpoint() const {
@@ -187,7 +209,7 @@ void DrafterTrainer::load_checkpoint(const std::string& path) {
   try {
     reader = safetensors::open(path);
   } catch (const Error& e) {
-    fail(std::string("is unreadable: ") + e.what());
+    fail(std::string("is unreadable: ") + e.message());
   }
   const auto& meta = reader->metadata();
   auto get = [&](const char* key) {
@@ -202,11 +224,24 @@ void DrafterTrainer::load_checkpoint(const std::string& path) {
     step = std::stoll(get("step"));
     saved = nn::parse_untrusted_json(get("config"), "its config");
   } catch (const std::exception& e) {
-    fail(std::string("has damaged metadata: ") + e.what());
+    const auto* error = dynamic_cast<const Error*>(&e);  // one "(at ...)" per line
+    fail(std::string("has damaged metadata: ") + (error ? error->message() : std::string(e.what())));
   }
-  if (resumable_part(saved) != resumable_part(config_.to_json())) {
-    fail("was trained with another config (only drafter.optim.steps, drafter.checkpoint_every, eval, "
-         "memory, threads and progress may change on resume)");
+  const nlohmann::json was = resumable_part(saved), now = resumable_part(config_.to_json());
+  if (was != now) {
+    // Name the first field that differs ("drafter.gamma: 4 then, 2 now"), so that the user
+    // knows which edit to undo instead of diffing config.json by hand.
+    std::string field = "?", then = "-", here = "-";
+    const nlohmann::json patch = nlohmann::json::diff(was, now);
+    if (!patch.empty()) {
+      const nlohmann::json::json_pointer at(patch[0]["path"].get<std::string>());
+      field = at.to_string().substr(1);
+      std::replace(field.begin(), field.end(), '/', '.');
+      if (was.contains(at)) then = was[at].dump();
+      if (now.contains(at)) here = now[at].dump();
+    }
+    fail("was trained with another config (" + field + ": " + then + " then, " + here + " now; only "
+         "drafter.optim.steps, drafter.checkpoint_every, eval, memory, threads and progress may change on resume)");
   }
   // Read everything first; change nothing until every tensor is known to be good.
   std::vector<std::pair<std::string, Tensor>> params, optim;
@@ -214,13 +249,13 @@ void DrafterTrainer::load_checkpoint(const std::string& path) {
     for (auto& [n, t] : drafter_.named_parameters()) params.emplace_back(n, reader->load("drafter." + n));
     for (auto& [n, t] : opt_.state()) optim.emplace_back(n, reader->load("optim." + n));
   } catch (const Error& e) {
-    fail(std::string("is damaged: ") + e.what());
+    fail(std::string("is damaged: ") + e.message());
   }
   nn::StateDict state(params.begin(), params.end());
   try {
     drafter_.load_state_dict(state);
   } catch (const Error& e) {
-    fail(std::string("does not fit this drafter: ") + e.what());
+    fail(std::string("does not fit this drafter: ") + e.message());
   }
   opt_.load_state(optim, step);
 }

@@ -55,6 +55,10 @@ class DrafterTrainer {
 
   // Latest checkpoint in the run directory ("" when none).
   std::string latest_checkpoint() const;
+  // Deletes run_dir/drafter/step_<N>.safetensors; returns how many. A fresh run calls it
+  // before training: a stale step_<N> of an earlier, longer run would otherwise be the
+  // "newest checkpoint" the next resume loads, instead of this run's last.
+  int64_t remove_checkpoints() const;
   void save_checkpoint() const;
   // Loads a checkpoint (params, optimiser state, step); throws naming the file and the
   // problem, without changing the drafter when the file is unreadable or does not match.

@@ -20,14 +20,16 @@ namespace cg::train {
 double MemoryReport::naive_over_fused() const {
   int64_t naive = 0, fused = 0;
   for (const auto& p : paths) {
+    if (!p.oom_phase.empty()) return 0.0;
     if (p.path == "naive") naive = p.step_peak;
     if (p.path == "fused") fused = p.step_peak;
   }
   return fused > 0 ? static_cast<double>(naive) / static_cast<double>(fused) : 0.0;
 }
 
-MemoryReport measure_drafter_step_memory(const MemoryShape& s, const std::string& trace_dir,
-                                         uint64_t seed) {
+namespace {
+
+MemoryReport measure_paths(const MemoryShape& s, const std::string& trace_dir, uint64_t seed) {
   MemoryReport report;
   report.shape = s;
   Generator gen(seed);
@@ -79,26 +81,34 @@ MemoryReport measure_drafter_step_memory(const MemoryShape& s, const std::string
     alloc.empty_cache();
     if (trace) MemoryTrace::enable(size_t{1} << 20);
     const int64_t base = alloc.stats().allocated_bytes.current;
+    pm.base = base;
     alloc.reset_peak_stats();
-    HeadLossResult r;
-    {
-      TracePhase phase("forward");
-      // What forward makes is activations unless an op files it otherwise.
-      CategoryGuard category(MemoryCategory::activation);
-      ScopeGuard scope("drafter_step/" + pm.path + "/forward");
-      r = drafter_loss(drafter, {&batch, features, Tensor()}, loss, path, s.chunk_rows);
+    pm.oom_phase = "forward";
+    try {
+      HeadLossResult r;
+      {
+        TracePhase phase("forward");
+        // What forward makes is activations unless an op files it otherwise.
+        CategoryGuard category(MemoryCategory::activation);
+        ScopeGuard scope("drafter_step/" + pm.path + "/forward");
+        r = drafter_loss(drafter, {&batch, features, Tensor()}, loss, path, s.chunk_rows);
+      }
+      pm.forward_peak = alloc.stats().allocated_bytes.peak - base;
+      const GraphMemory g = graph_retained_bytes(r.loss, {embed, head, features});
+      pm.graph_bytes = static_cast<int64_t>(g.total_bytes);
+      pm.graph_by_node = g.bytes_by_node;
+      pm.loss = r.loss.item();
+      pm.oom_phase = "backward";
+      {
+        TracePhase phase("backward");
+        ScopeGuard scope("drafter_step/" + pm.path + "/backward");
+        r.loss.backward();
+      }
+      pm.oom_phase.clear();
+    } catch (const OutOfMemoryError& e) {  // Note [Out of memory is a row]
+      pm.oom_message = e.message();
+      if (pm.oom_phase == "forward") pm.forward_peak = alloc.stats().allocated_bytes.peak - base;
     }
-    pm.forward_peak = alloc.stats().allocated_bytes.peak - base;
-    const GraphMemory g = graph_retained_bytes(r.loss, {embed, head, features});
-    pm.graph_bytes = static_cast<int64_t>(g.total_bytes);
-    pm.graph_by_node = g.bytes_by_node;
-    pm.loss = r.loss.item();
-    {
-      TracePhase phase("backward");
-      ScopeGuard scope("drafter_step/" + pm.path + "/backward");
-      r.loss.backward();
-    }
-    r = HeadLossResult();
     pm.step_peak = alloc.stats().allocated_bytes.peak - base;
     if (trace) {
       pm.trace_file = trace_dir + "/trace_" + s.name + "_" + pm.path + ".json";
@@ -122,12 +132,37 @@ MemoryReport measure_drafter_step_memory(const MemoryShape& s, const std::string
   return report;
 }
 
+}  // namespace
+
+MemoryReport measure_drafter_step_memory(const MemoryShape& s, const std::string& trace_dir,
+                                         uint64_t seed) {
+  try {
+    return measure_paths(s, trace_dir, seed);
+  } catch (const OutOfMemoryError& e) {  // the weights and data alone do not fit
+    MemoryTrace::disable();
+    MemoryReport report;
+    report.shape = s;
+    for (HeadLossPath path : {HeadLossPath::naive, HeadLossPath::chunked, HeadLossPath::fused}) {
+      PathMemory pm;
+      pm.path = head_loss_path_name(path);
+      pm.oom_phase = "setup";
+      pm.oom_message = e.message();
+      report.paths.push_back(pm);
+    }
+    return report;
+  }
+}
+
 nlohmann::json to_json(const MemoryReport& r) {
   nlohmann::json paths = nlohmann::json::object();
   for (const auto& p : r.paths) {
-    paths[p.path] = {{"forward_peak_bytes", p.forward_peak}, {"step_peak_bytes", p.step_peak},
+    paths[p.path] = {{"allocated_before_step_bytes", p.base}, {"forward_peak_bytes", p.forward_peak},
+                     {"step_peak_bytes", p.step_peak},
                      {"graph_retained_bytes", p.graph_bytes}, {"graph_bytes_by_node", p.graph_by_node},
                      {"loss", p.loss}, {"trace", p.trace_file}};
+    if (!p.oom_phase.empty()) {  // the peaks are what it reached before running out
+      paths[p.path]["out_of_memory"] = {{"phase", p.oom_phase}, {"message", p.oom_message}};
+    }
   }
   const MemoryShape& s = r.shape;
   return {{"shape", {{"name", s.name}, {"vocab", s.vocab}, {"hidden", s.hidden}, {"seq_len", s.seq_len},
@@ -155,17 +190,26 @@ std::string memory_table(const std::vector<MemoryReport>& reports) {
           top_bytes = b;
         }
       }
+      const bool oom = !p.oom_phase.empty(), fwd_oom = oom && p.oom_phase != "backward";
       std::snprintf(line, sizeof line, "%-12s %-8s %14s %14s %14s  %s\n", r.shape.name.c_str(),
-                    p.path.c_str(), format_bytes(p.forward_peak).c_str(), format_bytes(p.step_peak).c_str(),
-                    format_bytes(p.graph_bytes).c_str(), top.c_str());
+                    p.path.c_str(), fwd_oom ? "out of memory" : format_bytes(p.forward_peak).c_str(),
+                    oom ? "out of memory" : format_bytes(p.step_peak).c_str(),
+                    fwd_oom ? "-" : format_bytes(p.graph_bytes).c_str(),
+                    oom ? ("ran out of memory in " + p.oom_phase).c_str() : top.c_str());
       o << line;
     }
-    std::snprintf(line, sizeof line, "%-12s V=%lld H=%lld positions=%lld: naive / fused step peak = %.1fx\n",
+    char ratio[64] = "- (a path ran out of memory)";
+    if (r.naive_over_fused() > 0) std::snprintf(ratio, sizeof ratio, "%.1fx", r.naive_over_fused());
+    std::snprintf(line, sizeof line, "%-12s V=%lld H=%lld positions=%lld: naive / fused step peak = %s\n",
                   r.shape.name.c_str(), static_cast<long long>(r.shape.vocab),
                   static_cast<long long>(r.shape.hidden),
-                  static_cast<long long>(r.shape.batch * r.shape.anchors * r.shape.block_size),
-                  r.naive_over_fused());
+                  static_cast<long long>(r.shape.batch * r.shape.anchors * r.shape.block_size), ratio);
     o << line;
+    if (!r.paths.empty() && r.paths.front().oom_phase != "setup") {  // Note [Step peaks are above the base]
+      std::snprintf(line, sizeof line, "%-12s peaks above the %s allocated before the step (weights, data); "
+                    "its traces' peaks include them\n", r.shape.name.c_str(), format_bytes(r.paths.front().base).c_str());
+      o << line;
+    }
   }
   return o.str();
 }

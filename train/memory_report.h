@@ -26,21 +26,31 @@ struct MemoryShape {
 
 struct PathMemory {
   std::string path;
+  // Note [Step peaks are above the base]: the peaks count bytes above `base`, what was
+  // allocated when the step began (weights, data, the run's other tensors), so that paths
+  // compare; an allocator trace of the step (chunkgrad trace) shows base + step_peak.
+  int64_t base = 0;
   int64_t forward_peak = 0;  // bytes above the step's base during forward
   int64_t step_peak = 0;     // ... during forward + backward
   int64_t graph_bytes = 0;   // retained by the graph after forward (parameters excluded)
   std::map<std::string, size_t> graph_by_node;
   double loss = 0;
   std::string trace_file;  // "" when not traced
+  // Note [Out of memory is a row]: under a memory limit (--memory-limit-mb) a path that does
+  // not fit is the lesson, not a failure of the run: its row says so, like memory_lesson's.
+  // "" when it fit; otherwise "forward", "backward" or "setup" (the config's weights and data
+  // alone do not fit), and the allocator's message. The peaks are then what it reached.
+  std::string oom_phase, oom_message;
 };
 
 struct MemoryReport {
   MemoryShape shape;
   std::vector<PathMemory> paths;  // naive, chunked, fused
   std::string report_file;        // the three traces' HTML report ("" when not traced)
-  double naive_over_fused() const;  // step peak ratio
+  double naive_over_fused() const;  // step peak ratio (0 when either ran out of memory)
 };
 
+// A path that runs out of memory is recorded (PathMemory::oom_phase), never thrown.
 // trace_dir: where to write trace_<shape>_<path>.json and their HTML report
 // report_<shape>.html (core/trace_report.h) ("" = none).
 MemoryReport measure_drafter_step_memory(const MemoryShape& shape, const std::string& trace_dir,

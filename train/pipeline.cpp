@@ -84,7 +84,7 @@ std::vector<std::string> train_prompts(const TrainConfig& c, const std::string& 
     for (const auto& l : generate_corpus_lines(c.corpus.seed, count)) p.push_back(l.prompt);
     return p;
   }
-  return prompts_from_text(text, count, 16, c.seed);
+  return prompts_from_text(text, count, 16, c.seed, PromptSplit::training);
 }
 
 std::vector<std::string> eval_prompts(const TrainConfig& c, const std::string& text, int64_t count) {
@@ -93,7 +93,7 @@ std::vector<std::string> eval_prompts(const TrainConfig& c, const std::string& t
     for (const auto& l : generate_corpus_lines(c.corpus.seed + 1000003, count)) p.push_back(l.prompt);
     return p;
   }
-  return prompts_from_text(text, count, 16, c.seed + 1000003);
+  return prompts_from_text(text, count, 16, c.seed + 1000003, PromptSplit::evaluation);
 }
 
 }  // namespace
@@ -104,6 +104,15 @@ nlohmann::json run_pipeline(const TrainConfig& config) {
   if (config.threads > 0) set_num_threads(static_cast<int>(config.threads));
   std::filesystem::create_directories(config.run_dir);
   MetricsLog log(config.run_dir + "/metrics.jsonl");
+  if (config.memory.enabled && !config.memory.trace_dir.empty()) {
+    // Made now, not at the memory stage: a path that cannot be a directory (a file called
+    // "traces" in run_dir) fails before the minutes of training, not after them.
+    const std::string dir = config.run_dir + "/" + config.memory.trace_dir;
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    CG_CHECK(!ec && std::filesystem::is_directory(dir), "memory.trace_dir: cannot create the directory ", dir, ": ",
+             ec ? ec.message() : std::string("a file is in the way"), "; give another trace_dir or \"\" for no traces");
+  }
   ByteTokenizer tok;
 
   // 1. Corpus.
@@ -150,6 +159,16 @@ nlohmann::json run_pipeline(const TrainConfig& config) {
     std::ofstream out(config.run_dir + "/config.json");
     out << config.to_json().dump(2) << "\n";
     CG_CHECK(out.good(), "cannot write ", config.run_dir, "/config.json");
+  }
+  if (!config.resume) {  // --fresh: the old run's checkpoints must not outlive it
+    const int64_t removed = trainer.remove_checkpoints();
+    if (removed > 0) say(config, "fresh: removed " + std::to_string(removed) + " checkpoints of the earlier run");
+  }
+  const int64_t first_step = trainer.step();
+  log.drop_after("drafter", first_step);  // MetricsLog::drop_after: each step once, this run's
+  if (first_step >= config.drafter.optim.steps) {
+    say(config, "drafter: the checkpoint is at step " + std::to_string(first_step) + ", drafter.optim.steps is " +
+                    std::to_string(config.drafter.optim.steps) + ": nothing to train (raise steps, or --fresh)");
   }
   t0 = std::chrono::steady_clock::now();
   const double train_tokens_per_s = trainer.run(&log);
@@ -236,7 +255,7 @@ nlohmann::json run_pipeline(const TrainConfig& config) {
   nlohmann::json peaks = nlohmann::json::object();
   for (const auto& r : memory) {
     nlohmann::json p = nlohmann::json::object();
-    for (const auto& pm : r.paths) p[pm.path] = pm.step_peak;
+    for (const auto& pm : r.paths) p[pm.path] = pm.oom_phase.empty() ? nlohmann::json(pm.step_peak) : nlohmann::json();
     peaks[r.shape.name] = p;
   }
   summary["peak_bytes"] = peaks;
@@ -245,6 +264,8 @@ nlohmann::json run_pipeline(const TrainConfig& config) {
   summary["memory"] = mem;
   summary["memory_table"] = memory_table(memory);
   summary["drafter_train_tokens_per_s"] = train_tokens_per_s;
+  summary["drafter_steps"] = {{"resumed_at", first_step}, {"trained", trainer.step() - first_step},
+                              {"final", trainer.step()}};
   summary["target_source"] = target.source;
   summary["seconds"] = {{"target", target.seconds}, {"drafter_data", data_seconds},
                         {"drafter_training", drafter_seconds}, {"evaluation", eval_seconds},
@@ -281,8 +302,15 @@ std::string summary_text(const nlohmann::json& s) {
   std::snprintf(line, sizeof line, "\nexpected acceptance length %.2f (measured per block %.2f)\n",
                 s["expected_acceptance_length"].get<double>(), s["measured_acceptance_length"].get<double>());
   o << line;
-  std::snprintf(line, sizeof line, "drafter training: %.0f label tokens/s; total %.1f s\n",
-                s["drafter_train_tokens_per_s"].get<double>(), s["seconds"]["total"].get<double>());
+  const nlohmann::json& steps = s["drafter_steps"];
+  if (steps["trained"].get<int64_t>() > 0) {
+    std::snprintf(line, sizeof line, "drafter training: %lld steps, %.0f label tokens/s; total %.1f s\n",
+                  static_cast<long long>(steps["trained"].get<int64_t>()), s["drafter_train_tokens_per_s"].get<double>(),
+                  s["seconds"]["total"].get<double>());
+  } else {  // resumed at or past the last step: there is no training speed to report
+    std::snprintf(line, sizeof line, "drafter training: none (resumed at step %lld, the last); total %.1f s\n",
+                  static_cast<long long>(steps["final"].get<int64_t>()), s["seconds"]["total"].get<double>());
+  }
   o << line;
   o << "memory of one drafter training step (caching allocator):\n" << s["memory_table"].get<std::string>();
   // The traces' HTML reports (timelines by category, the holders at the peak), when traced.

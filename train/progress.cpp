@@ -65,4 +65,30 @@ void MetricsLog::write(const nlohmann::json& record) {
   CG_CHECK(out_.good(), "writing the metrics log '", path_, "' failed (disk full?)");
 }
 
+void MetricsLog::drop_after(const std::string& phase, int64_t step) {
+  if (!out_.is_open()) return;
+  out_.close();
+  std::string kept;
+  {
+    std::ifstream in(path_);
+    for (std::string line; std::getline(in, line);) {
+      const nlohmann::json r = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      const bool drop = r.is_object() && r.contains("phase") &&
+                        (r["phase"] == "summary" ||
+                         (r["phase"] == phase && r.contains("step") && r["step"].is_number_integer() &&
+                          r["step"].get<int64_t>() > step));
+      if (!drop) kept += line + "\n";  // lines it cannot read stay as they were
+    }
+  }
+  const std::string tmp = path_ + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << kept;
+    CG_CHECK(out.good(), "rewriting the metrics log '", path_, "' failed (disk full?)");
+  }
+  std::filesystem::rename(tmp, path_);
+  out_.open(path_, std::ios::app);
+  CG_CHECK(out_.good(), "metrics log '", path_, "' cannot be opened for writing");
+}
+
 }  // namespace cg::train

@@ -35,6 +35,10 @@ class MetricsLog {
   MetricsLog() = default;
   explicit MetricsLog(const std::string& path);
   void write(const nlohmann::json& record);
+  // Drops the records of `phase` with a step above `step`, and every "summary" record: what a
+  // killed run logged after its last checkpoint (a resume logs those steps again) or what an
+  // earlier run logged (--fresh restarts at 0), so that each step appears once, this run's.
+  void drop_after(const std::string& phase, int64_t step);
 
  private:
   std::string path_;

@@ -78,8 +78,17 @@ TargetResult obtain_target(const TrainConfig& config, const std::vector<int64_t>
   const auto t0 = std::chrono::steady_clock::now();
   TargetResult r;
   const TargetConfig& t = config.target;
-  nn::Qwen3Config mc = !t.hf_config.empty() ? nn::Qwen3Config::from_hf_file(t.hf_config)
-                                            : target_model_config(t, ByteTokenizer::kVocabSize);
+  nn::Qwen3Config mc = target_model_config(t, ByteTokenizer::kVocabSize);
+  if (!t.hf_config.empty()) {
+    try {  // Qwen3Config's messages say "config.json"; name the file the user gave
+      mc = nn::Qwen3Config::from_hf_file(t.hf_config);
+    } catch (const Error& e) {
+      CG_FAIL("target.hf_config '", t.hf_config, "': ", e.message());
+    }
+    CG_CHECK(mc.vocab_size >= ByteTokenizer::kVocabSize, "target.hf_config '", t.hf_config, "': vocab_size ",
+             mc.vocab_size, " is smaller than the byte tokenizer's ", ByteTokenizer::kVocabSize,
+             " ids (train/tokenizer.h): the target must read byte-level tokens");
+  }
   Generator init_gen(config.seed);
   r.lm = std::make_unique<nn::Qwen3ForCausalLM>(mc, nn::InitOptions{.generator = &init_gen});
   const std::string dir = config.run_dir + "/target";

@@ -4,6 +4,9 @@
 #include "train/train_config.h"
 
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
 #include <set>
 
 #include "core/error.h"
@@ -33,13 +36,22 @@ struct Reader {
         CG_CHECK(it->is_number(), "must be a number");
       } else if constexpr (std::is_integral_v<T>) {
         CG_CHECK(it->is_number_integer() || it->is_number_unsigned(), "must be an integer");
+        // get<T>() would wrap silently: -1 into a uint64 seed of 18446744073709551615, and
+        // 2^64 - 1 into an int64 of -1 ("steps: must be from 1 ..., got -1").
+        if constexpr (std::is_unsigned_v<T>) {
+          CG_CHECK(it->is_number_unsigned(), "must be a non-negative integer");
+        } else {
+          CG_CHECK(!it->is_number_unsigned() ||
+                       it->template get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max()),
+                   "must be an integer of at most ", std::numeric_limits<T>::max());
+        }
       } else {
         CG_CHECK(it->is_array(), "must be an array of integers");
         for (const auto& e : *it) CG_CHECK(e.is_number_integer(), "must be an array of integers");
       }
       value = it->template get<T>();
-    } catch (const Error& e) {
-      CG_FAIL("train config: ", where, ": ", e.what(), ", got ", nn::describe_json(*it));
+    } catch (const Error& e) {  // message(): one "(at ...)" in the line, not two
+      CG_FAIL("train config: ", where, ": ", e.message(), ", got ", nn::describe_json(*it));
     }
   }
   template <typename F>
@@ -162,9 +174,16 @@ void visit_fields(V& v, TrainConfig& c) {
   });
 }
 
+// A bound or value as people write it: 1048576 and 1000000000, not 1.04858e+06 and 1e+09.
+std::string number(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.15g", v);
+  return buf;
+}
+
 void in_range(const char* name, double v, double lo, double hi) {
-  CG_CHECK(std::isfinite(v) && v >= lo && v <= hi, "train config: ", name, ": must be from ", lo,
-           " to ", hi, ", got ", v);
+  CG_CHECK(std::isfinite(v) && v >= lo && v <= hi, "train config: ", name, ": must be from ", number(lo),
+           " to ", number(hi), ", got ", number(v));
 }
 
 void check_optim(const std::string& p, const OptimConfig& o) {
@@ -188,6 +207,9 @@ void TrainConfig::validate() const {
   in_range("threads", static_cast<double>(threads), 0, 1024);
   in_range("corpus.lines", static_cast<double>(corpus.lines), 1, 1e8);
   const TargetConfig& t = target;
+  CG_CHECK(t.hf_config.empty() || !t.checkpoint.empty(), "train config: target.hf_config describes the model in "
+           "target.checkpoint, which is empty; give the checkpoint too, or describe a target to train with "
+           "target.hidden_size, num_layers, ...");
   in_range("target.hidden_size", static_cast<double>(t.hidden_size), 1, 65536);
   in_range("target.num_layers", static_cast<double>(t.num_layers), 1, 1024);
   in_range("target.num_heads", static_cast<double>(t.num_heads), 1, 1024);
@@ -212,6 +234,11 @@ void TrainConfig::validate() const {
   CG_CHECK(d.max_anchors <= data.max_new_tokens - 1, "train config: drafter.max_anchors ",
            d.max_anchors, " is beyond the sequence: a sequence has at most data.max_new_tokens - 1 = ",
            data.max_new_tokens - 1, " anchor positions; lower max_anchors or raise max_new_tokens");
+  // A block's labels are tokens anchor+1 .. anchor+block_size-1 of the generated part, so a
+  // longer block has slots that never get a label (and no accuracy to report).
+  CG_CHECK(d.block_size <= data.max_new_tokens, "train config: drafter.block_size ", d.block_size,
+           " is longer than the generated part of a sequence (data.max_new_tokens ", data.max_new_tokens,
+           "): its last slots would never have a label; lower block_size or raise max_new_tokens");
   in_range("drafter.gamma", d.gamma, 0, 1e6);
   CG_CHECK(d.loss.kind == "ce" || d.loss.kind == "kl" || d.loss.kind == "mix",
            "train config: drafter.loss.kind: must be one of ce, kl, mix, got '", d.loss.kind, "'");
@@ -240,6 +267,10 @@ void TrainConfig::validate() const {
   in_range("memory.large_anchors", static_cast<double>(memory.large_anchors), 1, 1 << 16);
   in_range("memory.large_block_size", static_cast<double>(memory.large_block_size), 2, 1024);
   in_range("memory.large_seq_len", static_cast<double>(memory.large_seq_len), 2, 1 << 20);
+  CG_CHECK(memory.trace_dir.empty() || (std::filesystem::path(memory.trace_dir).is_relative() &&
+                                        memory.trace_dir.find("..") == std::string::npos),
+           "train config: memory.trace_dir: must be a folder inside run_dir (relative, without ..), got '",
+           memory.trace_dir, "'");
   CG_CHECK(memory.large_anchors < memory.large_seq_len, "train config: memory.large_anchors ",
            memory.large_anchors, " is beyond the sequence (memory.large_seq_len ", memory.large_seq_len, ")");
 }

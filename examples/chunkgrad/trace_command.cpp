@@ -12,6 +12,7 @@
 // The reading, analysis and formats are library code in core/ (trace_file, trace_analysis,
 // memory_snapshot, chrome_trace, trace_report); this file is options and printing. Every
 // output is opened before any trace is read (examples/common/program.h).
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -41,10 +42,19 @@ struct TraceOptions {
   std::string html, svg_dir, snapshot_dir, perfetto_dir;
 };
 
-// A file opened for writing up front; written once at the end, with checks.
+// A file opened for writing up front; written once at the end, with checks. Opening
+// truncates, so a path that is one of the input traces (`--html trace.json`, or
+// `--snapshot-dir .` next to a trace called <name>.json) is refused first: the trace would
+// be gone before it was read.
 class TextOut {
  public:
-  TextOut(std::string path, std::string option) : path_(std::move(path)), option_(std::move(option)) {
+  TextOut(std::string path, std::string option, const std::vector<std::string>& inputs)
+      : path_(std::move(path)), option_(std::move(option)) {
+    for (const std::string& in : inputs) {
+      std::error_code ec;
+      CG_CHECK(!std::filesystem::equivalent(path_, in, ec), option_, ": ", path_, " is the input trace ", in,
+               "; writing it would destroy the trace. Give another output path.");
+    }
     errno = 0;
     out_.open(path_, std::ios::out | std::ios::trunc | std::ios::binary);
     const int err = errno;
@@ -73,7 +83,17 @@ std::string default_name(const std::string& file) {
 std::vector<std::string> split_names(const TraceOptions& o) {
   std::vector<std::string> names;
   if (o.names.empty()) {
-    for (const std::string& f : o.files) names.push_back(default_name(f));
+    // The same file name in two runs (runA/trace_naive.json runB/trace_naive.json) is the
+    // usual way to compare runs: the later ones become naive_2, naive_3 (text, columns and
+    // output files stay apart) instead of an error asking for --names.
+    for (const std::string& f : o.files) {
+      const std::string base = default_name(f);
+      std::string name = base;
+      for (int k = 2; std::find(names.begin(), names.end(), name) != names.end(); ++k) {
+        name = base + "_" + std::to_string(k);
+      }
+      names.push_back(name);
+    }
   } else {
     std::stringstream list(o.names);
     for (std::string n; std::getline(list, n, ',');) names.push_back(n);
@@ -180,19 +200,19 @@ void run_trace(const TraceOptions& o) {
   const std::vector<std::string> names = split_names(o);
   // Outputs first: an unwritable path fails before any trace is read.
   std::unique_ptr<TextOut> html;
-  if (!o.html.empty()) html = std::make_unique<TextOut>(o.html, "--html");
+  if (!o.html.empty()) html = std::make_unique<TextOut>(o.html, "--html", o.files);
   std::vector<std::unique_ptr<TextOut>> svgs, pickles, snapshots, perfettos;
   if (!o.svg_dir.empty()) program::make_output_dir(o.svg_dir, "--svg-dir");
   if (!o.snapshot_dir.empty()) program::make_output_dir(o.snapshot_dir, "--snapshot-dir");
   if (!o.perfetto_dir.empty()) program::make_output_dir(o.perfetto_dir, "--perfetto-dir");
   for (const std::string& n : names) {
-    if (!o.svg_dir.empty()) svgs.push_back(std::make_unique<TextOut>(o.svg_dir + "/memory_" + n + ".svg", "--svg-dir"));
+    if (!o.svg_dir.empty()) svgs.push_back(std::make_unique<TextOut>(o.svg_dir + "/memory_" + n + ".svg", "--svg-dir", o.files));
     if (!o.snapshot_dir.empty()) {
-      pickles.push_back(std::make_unique<TextOut>(o.snapshot_dir + "/" + n + ".pickle", "--snapshot-dir"));
-      snapshots.push_back(std::make_unique<TextOut>(o.snapshot_dir + "/" + n + ".json", "--snapshot-dir"));
+      pickles.push_back(std::make_unique<TextOut>(o.snapshot_dir + "/" + n + ".pickle", "--snapshot-dir", o.files));
+      snapshots.push_back(std::make_unique<TextOut>(o.snapshot_dir + "/" + n + ".json", "--snapshot-dir", o.files));
     }
     if (!o.perfetto_dir.empty()) {
-      perfettos.push_back(std::make_unique<TextOut>(o.perfetto_dir + "/" + n + ".perfetto.json", "--perfetto-dir"));
+      perfettos.push_back(std::make_unique<TextOut>(o.perfetto_dir + "/" + n + ".perfetto.json", "--perfetto-dir", o.files));
     }
   }
 
