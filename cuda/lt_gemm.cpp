@@ -29,6 +29,7 @@
 #include "cuda/elementwise_kernels.h"
 #include "cuda/lt_autotune.h"
 #include "cuda/kernel_args.h"
+#include "ops/kernel_shapes.h"
 
 namespace cg::cuda {
 
@@ -351,15 +352,10 @@ Tensor lt_matmul(const Tensor& a_in, const Tensor& b_in) {
   const Tensor b0 = raw::to_dtype(b_in, a.dtype());
   const Tensor b = in_place(b0) ? b0 : raw::contiguous(b0);
   const int64_t na = a.dim(), nb = b.dim();
-  const int64_t n = a.shape()[na - 2], k = a.shape()[na - 1], m = b.shape()[nb - 1];
-  const Shape batch_a(a.shape().begin(), a.shape().end() - 2);
-  const Shape batch_b(b.shape().begin(), b.shape().end() - 2);
-  const Shape batch = raw::broadcast_shapes(batch_a, batch_b, "matmul");
-  Shape out_shape = batch;
-  out_shape.push_back(n);
-  out_shape.push_back(m);
-  Tensor out = raw::empty(out_shape, a.dtype(), a.device());
-  const int64_t count = shape_numel(batch);
+  const MatmulShape ms = matmul_shape(a, b);
+  const int64_t n = ms.n, k = ms.k, m = ms.m, count = ms.count;
+  const Shape& batch = ms.batch;
+  Tensor out = raw::empty(ms.out_shape, a.dtype(), a.device());
   if (n * m == 0 || count == 0) return out;
   if (k == 0) {
     raw::fill_(out, 0.0);
@@ -370,36 +366,20 @@ Tensor lt_matmul(const Tensor& a_in, const Tensor& b_in) {
   const int64_t bs = b.strides()[nb - 2], bc = b.strides()[nb - 1];
 
   // b without batch dims and a's batch dims folding into its rows: one GEMM of count*n rows.
-  if (nb == 2) {
-    int64_t stride = -1, expected = 0;
-    bool folds = true;
-    for (int64_t d = na - 2; d >= 0 && folds; --d) {
-      if (a.shape()[d] == 1) continue;
-      if (stride >= 0 && a.strides()[d] != expected) folds = false;
-      if (stride < 0) stride = a.strides()[d];
-      expected = a.strides()[d] * a.shape()[d];
-    }
-    if (folds) {
-      const LtMatrix fa{a.data_ptr(), a.dtype(), count * n, k, stride < 0 ? 1 : stride, ac, 0};
-      bool rm;
-      int64_t ld;
-      if (layout_of(fa, rm, ld)) {
-        run_lt(index, fa, {b.data_ptr(), b.dtype(), k, m, bs, bc, 0},
-               {out.data_ptr(), out.dtype(), count * n, m, m, 1, 0}, 1, 1.0, 0.0);
-        return out;
-      }
+  if (ms.folded_a_row_stride >= 0) {
+    const LtMatrix fa{a.data_ptr(), a.dtype(), count * n, k, ms.folded_a_row_stride, ac, 0};
+    bool rm;
+    int64_t ld;
+    if (layout_of(fa, rm, ld)) {
+      run_lt(index, fa, {b.data_ptr(), b.dtype(), k, m, bs, bc, 0},
+             {out.data_ptr(), out.dtype(), count * n, m, m, 1, 0}, 1, 1.0, 0.0);
+      return out;
     }
   }
 
   // Batch strides at the broadcast batch shape (0 where broadcast), merged into runs.
   const int64_t nbatch = static_cast<int64_t>(batch.size());
-  Shape sa(nbatch, 0), sb(nbatch, 0), so(nbatch, 0);
-  for (int64_t i = 0; i < na - 2; ++i) {
-    sa[nbatch - (na - 2) + i] = a.shape()[i] == 1 ? 0 : a.strides()[i];
-  }
-  for (int64_t i = 0; i < nb - 2; ++i) {
-    sb[nbatch - (nb - 2) + i] = b.shape()[i] == 1 ? 0 : b.strides()[i];
-  }
+  Shape sa = ms.batch_strides_a, sb = ms.batch_strides_b, so(nbatch, 0);
   for (int64_t d = nbatch - 1, s = n * m; d >= 0; --d) {
     so[d] = s;
     s *= batch[d];

@@ -8,6 +8,7 @@
 #include "cuda/norm_kernels.h"
 #include "cuda/reduce_kernels.h"
 #include "cuda/table_entries.h"
+#include "ops/kernel_shapes.h"
 
 namespace cg::cuda {
 
@@ -26,23 +27,13 @@ Tensor scratch(int64_t n, DType dtype, Device device) {
 }  // namespace
 
 Tensor sum(const Tensor& a, const std::vector<bool>& reduce, bool keepdim, double scale) {
-  const int64_t nd = a.dim();
-  Shape kept_shape, kept_strides, reduced_shape, reduced_strides, out_shape;
-  for (int64_t d = 0; d < nd; ++d) {
-    if (reduce[d]) {
-      reduced_shape.push_back(a.shape()[d]);
-      reduced_strides.push_back(a.strides()[d]);
-      if (keepdim) out_shape.push_back(1);
-    } else {
-      kept_shape.push_back(a.shape()[d]);
-      kept_strides.push_back(a.strides()[d]);
-      out_shape.push_back(a.shape()[d]);
-    }
-  }
-  Tensor out = raw::empty(out_shape, a.dtype(), a.device());
-  const Shape out_kept_strides = contiguous_strides(kept_shape);
-  const Strided kept = strided_of<2>(kept_shape, {&kept_strides, &out_kept_strides}, "sum");
-  const Strided reduced = strided_of<1>(reduced_shape, {&reduced_strides}, "sum");
+  const ReductionSplit split = split_reduction(a, reduce, keepdim);
+  const Shape& kept_shape = split.kept_shape;
+  const Shape& reduced_shape = split.reduced_shape;
+  Tensor out = raw::empty(split.out_shape, a.dtype(), a.device());
+  const Strided kept =
+      strided_of<2>(kept_shape, {&split.kept_strides, &split.out_kept_strides}, "sum");
+  const Strided reduced = strided_of<1>(reduced_shape, {&split.reduced_strides}, "sum");
   const bool coalesced = kept.strides[0][kept.ndim - 1] == 1;
   const SumPlan plan = sum_plan(kept.numel, reduced.numel, coalesced);
   const Tensor partial =

@@ -8,43 +8,22 @@
 #include "ops/cpu/gemm.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/thread_pool.h"
+#include "ops/kernel_shapes.h"
 
 namespace cg::cpu {
-
-namespace {
-
-// The row stride of t seen as one matrix [prod(dims before the last), cols] when its
-// batch dims fold into its rows (a contiguous [B, S, K], a row slice of one), else -1.
-int64_t folded_row_stride(const Tensor& t) {
-  int64_t stride = -1, expected = 0;
-  for (int64_t d = t.dim() - 2; d >= 0; --d) {
-    if (t.shape()[d] == 1) continue;
-    if (stride >= 0 && t.strides()[d] != expected) return -1;
-    if (stride < 0) stride = t.strides()[d];
-    expected = t.strides()[d] * t.shape()[d];
-  }
-  return stride < 0 ? 1 : stride;  // every dim 1: a single row, any stride
-}
-
-}  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   CG_CHECK(is_floating(a.dtype()), "matmul: dtype ", dtype_name(a.dtype()), " is not supported; "
            "it computes on f32, f64, bf16 and f16 tensors");
   const int64_t na = a.dim(), nb = b.dim();
-  const int64_t n = a.shape()[na - 2], k = a.shape()[na - 1], m = b.shape()[nb - 1];
-  const Shape batch_a(a.shape().begin(), a.shape().end() - 2);
-  const Shape batch_b(b.shape().begin(), b.shape().end() - 2);
-  const Shape batch = raw::broadcast_shapes(batch_a, batch_b, "matmul");
-  Shape out_shape = batch;
-  out_shape.push_back(n);
-  out_shape.push_back(m);
-  Tensor out = raw::empty(out_shape, a.dtype(), a.device());
-  const int64_t count = shape_numel(batch);
+  const MatmulShape ms = matmul_shape(a, b);
+  const int64_t n = ms.n, k = ms.k, m = ms.m, count = ms.count;
+  const Shape& batch = ms.batch;
+  Tensor out = raw::empty(ms.out_shape, a.dtype(), a.device());
   if (n * m == 0 || count == 0) return out;
 
   const GemmMatrix b0{b.data_ptr(), b.dtype(), k, m, b.strides()[nb - 2], b.strides()[nb - 1]};
-  const int64_t a_rows_stride = nb == 2 ? folded_row_stride(a) : -1;
+  const int64_t a_rows_stride = ms.folded_a_row_stride;
   if (a_rows_stride >= 0) {  // one GEMM over every row of a
     const int64_t rows = count * n;
     const GemmMatrix a0{a.data_ptr(), a.dtype(), rows, k, a_rows_stride, a.strides()[na - 1]};
@@ -54,15 +33,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 
   // Batch strides of a and b at the broadcast batch shape (0 where broadcast).
   const int64_t nbatch = static_cast<int64_t>(batch.size());
-  Shape sa(nbatch, 0), sb(nbatch, 0);
-  for (int64_t i = 0; i < na - 2; ++i) {
-    const int64_t o = nbatch - (na - 2) + i;
-    sa[o] = a.shape()[i] == 1 ? 0 : a.strides()[i];
-  }
-  for (int64_t i = 0; i < nb - 2; ++i) {
-    const int64_t o = nbatch - (nb - 2) + i;
-    sb[o] = b.shape()[i] == 1 ? 0 : b.strides()[i];
-  }
+  const Shape& sa = ms.batch_strides_a;
+  const Shape& sb = ms.batch_strides_b;
   const size_t ea = element_size(a.dtype()), eb = element_size(b.dtype()), eo = element_size(out.dtype());
   auto matrices = [&](int64_t bi) {
     int64_t oa = 0, ob = 0, rest = bi;

@@ -17,6 +17,7 @@
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/loops.h"
 #include "ops/cpu/parallel.h"
+#include "ops/kernel_shapes.h"
 
 namespace cg::cpu {
 
@@ -28,21 +29,13 @@ constexpr int64_t kSumBlock = 32768;
 
 Tensor sum(const Tensor& a, const std::vector<bool>& reduce, bool keepdim, double scale) {
   const int64_t nd = a.dim();
-  Shape kept_shape, kept_strides, reduced_shape, reduced_strides, out_shape;
-  for (int64_t d = 0; d < nd; ++d) {
-    if (reduce[d]) {
-      reduced_shape.push_back(a.shape()[d]);
-      reduced_strides.push_back(a.strides()[d]);
-      if (keepdim) out_shape.push_back(1);
-    } else {
-      kept_shape.push_back(a.shape()[d]);
-      kept_strides.push_back(a.strides()[d]);
-      out_shape.push_back(a.shape()[d]);
-    }
-  }
-  Tensor out = raw::empty(out_shape, a.dtype(), a.device());
-  // The output is contiguous and its kept dims are in the same order as the input's.
-  const Shape out_kept_strides = contiguous_strides(kept_shape);
+  const ReductionSplit split = split_reduction(a, reduce, keepdim);
+  const Shape& kept_shape = split.kept_shape;
+  const Shape& reduced_shape = split.reduced_shape;
+  Tensor out = raw::empty(split.out_shape, a.dtype(), a.device());
+  const Shape& kept_strides = split.kept_strides;
+  const Shape& reduced_strides = split.reduced_strides;
+  const Shape& out_kept_strides = split.out_kept_strides;
   const int64_t numel = a.numel();
   dispatch_floating(a.dtype(), "sum", [&]<typename T>() {
     using C = compute_t<T>;
