@@ -7,6 +7,9 @@
 #include "cuda/head_loss_kernels.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <type_traits>
 
 #include "cuda/cuda_check.h"
 #include "cuda/device_math.cuh"
@@ -47,15 +50,83 @@ __device__ __forceinline__ double rescale(double from, double to, double s) {
 // A second pass writes the gradient. Sums run in double per thread (cheap next to the
 // memory traffic), each pack's terms first added in the compute type; exponentials in the
 // compute type.
-constexpr int kHeadThreads = 512;  // the most threads per row (register budget: 128 each)
+//
+// Note [Row kernel bandwidth]: the kernel is bound by HBM (a row of V = 248320 bf16 is
+// 485 KiB; a 2048-row chunk 1 GiB, read twice and written once). What keeps it at
+// bandwidth: (1) each thread issues kUnroll 16-byte loads (per operand) before using any,
+// so enough bytes are in flight per SM; (2) for cross-entropy two blocks per SM
+// (__launch_bounds__, 64 registers), so one block's reductions between the passes overlap
+// the other's streaming -- the teacher's variant needs ~100 registers and runs one 512-
+// thread block per SM (CHUNKGRAD_HEAD_ROWS_BLOCKS=1|2 overrides both, for measuring); (3) the block's
+// statistics are reduced together (one pair of barriers for all sums, not one per sum);
+// (4) pass 2 walks the row backwards: what pass 1 read last is the likeliest still in L2.
+constexpr int kHeadThreads = 512;  // the most threads per row
 
-template <typename T, int N, bool kTeacher>
-__global__ void __launch_bounds__(kHeadThreads) head_rows_kernel(T* logits, T* teacher, const int64_t* labels, int64_t C, int64_t V,
-                                 HeadParams p, const compute_t<T>* grad_scale, compute_t<T>* out_loss,
-                                 compute_t<T>* out_lse, compute_t<T>* out_entropy,
-                                 int64_t* out_argmax, int64_t* out_targmax) {
+// The per-thread running sums of pass 1 (Note [One-pass row statistics]).
+struct RowSums {
+  double se = 0, sez = 0, sz = 0;  // relative to m: sum e, sum e z; sum z
+  double sb = 0, kb = 0;           // relative to m at temperature: sum e_s, sum e_s (z - t) s
+  double sa = 0, ka = 0;           // relative to tm: sum e_t, sum e_t w
+};
+
+// A pack of N elements as loaded: 16 raw bytes (N > 1), or the element (N == 1). Kept raw
+// until used, so kUnroll packs in flight cost 4 registers each whatever the dtype.
+template <typename T, int N>
+using RawPack = std::conditional_t<N == 1, T, uint4>;
+
+template <typename T, int N>
+__device__ __forceinline__ RawPack<T, N> load_raw(const T* p) {
+  return *reinterpret_cast<const RawPack<T, N>*>(p);
+}
+
+template <typename T, int N>
+__device__ __forceinline__ void unpack(const RawPack<T, N>& raw, compute_t<T> (&v)[N]) {
+  const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int k = 0; k < N; ++k) v[k] = ld(e + k);
+}
+
+// Group g of a thread's packs (packs g * U * stride + u * stride + threadIdx.x), every
+// load issued before any is used (Note [Row kernel bandwidth]); packs past the row's end
+// are left unset.
+template <typename T, int N, int U, bool kTeacher>
+__device__ __forceinline__ void load_group(const T* z, const T* t, int64_t g, int64_t stride, int64_t packs,
+                                           RawPack<T, N> (&zr)[U], RawPack<T, N> (&tr)[U]) {
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int64_t pk = (g * U + u) * stride + threadIdx.x;
+    if (pk < packs) {
+      zr[u] = load_raw<T, N>(z + pk * N);
+      if (kTeacher) tr[u] = load_raw<T, N>(t + pk * N);
+    }
+  }
+}
+
+// Sums of K doubles over the block with one pair of barriers, to every thread.
+// scratch: 32 * K doubles of shared memory.
+template <int K>
+__device__ __forceinline__ void block_sums(double (&v)[K], double* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+#pragma unroll
+  for (int k = 0; k < K; ++k) v[k] = warp_sum(v[k]);
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) scratch[k * 32 + warp] = v[k];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < K; ++k) v[k] = warp_sum(lane < warps ? scratch[k * 32 + lane] : 0.0);
+}
+
+template <typename T, int N, bool kTeacher, int kBlocksPerSm>
+__global__ void __launch_bounds__(kHeadThreads, kBlocksPerSm)
+    head_rows_kernel(T* logits, T* teacher, const int64_t* labels, int64_t C, int64_t V, HeadParams p,
+                     const compute_t<T>* grad_scale, compute_t<T>* out_loss, compute_t<T>* out_lse,
+                     compute_t<T>* out_entropy, int64_t* out_argmax, int64_t* out_targmax) {
   using A = compute_t<T>;
-  __shared__ double sd[32];
+  constexpr int kUnroll = kTeacher ? 2 : 4;  // packs in flight per operand per thread
+  __shared__ double sd[32 * 7];
   __shared__ A sa_max[32];
   __shared__ int64_t si[32];
   const A cap = static_cast<A>(p.cap), inv_cap = p.softcap ? A(1) / cap : A(0);
@@ -64,7 +135,9 @@ __global__ void __launch_bounds__(kHeadThreads) head_rows_kernel(T* logits, T* t
   const bool soft = static_cast<LossKind>(p.kind) == LossKind::soft_cross_entropy;
   const bool reverse = static_cast<LossKind>(p.kind) == LossKind::reverse_kl;
   const bool unit_tau = p.tau == 1.0;  // then e^((z - m) / tau) is e^(z - m)
-  const int64_t step = static_cast<int64_t>(blockDim.x) * N;
+  const int64_t packs = V / N;         // V % N == 0 (the launcher picks N so)
+  const int64_t stride = static_cast<int64_t>(blockDim.x);
+  const int64_t groups = (packs + stride * kUnroll - 1) / (stride * kUnroll);
   for (int64_t i = blockIdx.x; i < C; i += gridDim.x) {
     T* z = logits + i * V;
     T* t = kTeacher ? teacher + i * V : nullptr;
@@ -73,124 +146,131 @@ __global__ void __launch_bounds__(kHeadThreads) head_rows_kernel(T* logits, T* t
     // ---- pass 1: softcap in place and the running statistics of this thread ----
     A m = -m_inf<A>(), tm = -m_inf<A>();
     int64_t arg = INT64_MAX, targ = INT64_MAX;
-    double se = 0, sez = 0, sz = 0;  // relative to m: sum e, sum e z; sum z
-    double sb = 0, kb = 0;           // relative to m at temperature: sum e_s, sum e_s (z - t) s
-    double sa = 0, ka = 0;           // relative to tm: sum e_t, sum e_t w
-    for (int64_t j0 = static_cast<int64_t>(threadIdx.x) * N; j0 < V; j0 += step) {
-      A zv[N], tv[N];
-      load_pack<T, N>(z + j0, zv);
-      if (p.softcap) {
+    RowSums r;
+    for (int64_t g = 0; g < groups; ++g) {
+      RawPack<T, N> zr[kUnroll], tr[kUnroll];
+      load_group<T, N, kUnroll, kTeacher>(z, t, g, stride, packs, zr, tr);
 #pragma unroll
-        for (int k = 0; k < N; ++k) zv[k] = rounded<T>(cap * m_tanh(zv[k] * inv_cap));
-        store_pack<T, N>(z + j0, zv);
-      }
-      A vmax = m;
-#pragma unroll
-      for (int k = 0; k < N; ++k) {
-        if (zv[k] > vmax) {
-          vmax = zv[k];
-          arg = j0 + k;
-        }
-      }
-      if (vmax > m) {
-        const double f = rescale(m, vmax, 1.0);
-        se *= f;
-        sez *= f;
-        if (kTeacher) {
-          const double fs = rescale(m, vmax, p.inv_tau);
-          sb *= fs;
-          kb *= fs;
-        }
-        m = vmax;
-      }
-      if (kTeacher) {
-        load_pack<T, N>(t + j0, tv);
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t pk = (g * kUnroll + u) * stride + threadIdx.x;
+        if (pk >= packs) continue;
+        const int64_t j0 = pk * N;
+        A zv[N], tv[N];
+        unpack<T, N>(zr[u], zv);
+        if (kTeacher) unpack<T, N>(tr[u], tv);
         if (p.softcap) {
 #pragma unroll
-          for (int k = 0; k < N; ++k) tv[k] = rounded<T>(cap * m_tanh(tv[k] * inv_cap));
-          store_pack<T, N>(t + j0, tv);
+          for (int k = 0; k < N; ++k) zv[k] = rounded<T>(cap * m_tanh(zv[k] * inv_cap));
+          store_pack<T, N>(z + j0, zv);
         }
-        A tvmax = tm;
+        A vmax = m;
 #pragma unroll
         for (int k = 0; k < N; ++k) {
-          if (tv[k] > tvmax) {
-            tvmax = tv[k];
-            targ = j0 + k;
+          if (zv[k] > vmax) {
+            vmax = zv[k];
+            arg = j0 + k;
           }
         }
-        if (tvmax > tm) {
-          const double f = rescale(tm, tvmax, p.inv_tau);
-          sa *= f;
-          ka *= f;
-          tm = tvmax;
-        }
-      }
-      // Sums of the pack in the compute type, added to the double totals once per pack
-      // (a float-to-double conversion per element would cost more than the exponential).
-      A pz = 0, pe = 0, pez = 0, pb = 0, pkb = 0, pa = 0, pka = 0;
-#pragma unroll
-      for (int k = 0; k < N; ++k) {
-        const A zk = zv[k];
-        pz += zk;
-        // A -inf logit adds e = 0 (computed, e * z would be 0 * -inf = NaN).
-        const bool z_finite_below = !(m_isinf(zk) && zk < A(0));
-        A e = 0;
-        if (z_finite_below) {
-          e = m_exp(zk - m);
-          pe += e;
-          pez += e * zk;
+        if (vmax > m) {
+          const double f = rescale(m, vmax, 1.0);
+          r.se *= f;
+          r.sez *= f;
+          if (kTeacher) {
+            const double fs = unit_tau ? f : rescale(m, vmax, p.inv_tau);
+            r.sb *= fs;
+            r.kb *= fs;
+          }
+          m = vmax;
         }
         if (kTeacher) {
-          const A tk = tv[k];
-          if (z_finite_below) {
-            const A es = unit_tau ? e : m_exp((zk - m) * s);
-            pb += es;
-            pkb += es * ((zk - tk) * s);
+          if (p.softcap) {
+#pragma unroll
+            for (int k = 0; k < N; ++k) tv[k] = rounded<T>(cap * m_tanh(tv[k] * inv_cap));
+            store_pack<T, N>(t + j0, tv);
           }
-          if (!(m_isinf(tk) && tk < A(0))) {
-            const A et = m_exp((tk - tm) * s);
-            pa += et;
-            pka += et * (soft ? zk * s : (tk - zk) * s);
+          A tvmax = tm;
+#pragma unroll
+          for (int k = 0; k < N; ++k) {
+            if (tv[k] > tvmax) {
+              tvmax = tv[k];
+              targ = j0 + k;
+            }
+          }
+          if (tvmax > tm) {
+            const double f = rescale(tm, tvmax, p.inv_tau);
+            r.sa *= f;
+            r.ka *= f;
+            tm = tvmax;
           }
         }
-      }
-      sz += static_cast<double>(pz);
-      se += static_cast<double>(pe);
-      sez += static_cast<double>(pez);
-      if (kTeacher) {
-        sb += static_cast<double>(pb);
-        kb += static_cast<double>(pkb);
-        sa += static_cast<double>(pa);
-        ka += static_cast<double>(pka);
+        // Sums of the pack in the compute type, added to the double totals once per pack
+        // (a float-to-double conversion per element would cost more than the exponential).
+        A pz = 0, pe = 0, pez = 0, pb = 0, pkb = 0, pa = 0, pka = 0;
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+          const A zk = zv[k];
+          pz += zk;
+          // A -inf logit adds e = 0 (computed, e * z would be 0 * -inf = NaN).
+          const bool z_finite_below = !(m_isinf(zk) && zk < A(0));
+          A e = 0;
+          if (z_finite_below) {
+            e = m_exp(zk - m);
+            pe += e;
+            pez += e * zk;
+          }
+          if (kTeacher) {
+            const A tk = tv[k];
+            if (z_finite_below) {
+              const A es = unit_tau ? e : m_exp((zk - m) * s);
+              pb += es;
+              pkb += es * ((zk - tk) * s);
+            }
+            if (!(m_isinf(tk) && tk < A(0))) {
+              const A et = m_exp((tk - tm) * s);
+              pa += et;
+              pka += et * (soft ? zk * s : (tk - zk) * s);
+            }
+          }
+        }
+        r.sz += static_cast<double>(pz);
+        r.se += static_cast<double>(pe);
+        r.sez += static_cast<double>(pez);
+        if (kTeacher) {
+          r.sb += static_cast<double>(pb);
+          r.kb += static_cast<double>(pkb);
+          r.sa += static_cast<double>(pa);
+          r.ka += static_cast<double>(pka);
+        }
       }
     }
 
-    // ---- the block's statistics ----
+    // ---- the block's statistics: maxima, then first argmaxes, then every sum at once ----
     const A zmax = block_max(m, sa_max);
+    const A tmax = kTeacher ? block_max(tm, sa_max) : A(0);
     const int64_t first = block_min_i64(m == zmax ? arg : INT64_MAX, si);
+    const int64_t tfirst = kTeacher ? block_min_i64(tm == tmax ? targ : INT64_MAX, si) : 0;
     const double f = rescale(m, zmax, 1.0);
-    const double sum_e = block_sum(se * f, sd);
-    const double sum_ez = block_sum(sez * f, sd);
-    const double sum_z = block_sum(sz, sd);
-    const double lse = static_cast<double>(zmax) + log(sum_e);
-
-    double lse_a = 0.0, lse_b = 0.0, kl_loss = 0.0;
+    double lse_a = 0.0, lse_b = 0.0, kl_loss = 0.0, sum_e = 0.0, sum_ez = 0.0, sum_z = 0.0;
     if (kTeacher) {
-      const double fs = rescale(m, zmax, p.inv_tau);
-      const double sum_b = block_sum(sb * fs, sd);
-      const double sum_kb = block_sum(kb * fs, sd);
-      const A tmax = block_max(tm, sa_max);
-      const int64_t tfirst = block_min_i64(tm == tmax ? targ : INT64_MAX, si);
+      const double fs = unit_tau ? f : rescale(m, zmax, p.inv_tau);
       const double ft = rescale(tm, tmax, p.inv_tau);
-      const double sum_a = block_sum(sa * ft, sd);
-      const double sum_ka = block_sum(ka * ft, sd);
+      double v[7] = {r.se * f, r.sez * f, r.sz, r.sb * fs, r.kb * fs, r.sa * ft, r.ka * ft};
+      block_sums<7>(v, sd);
+      sum_e = v[0], sum_ez = v[1], sum_z = v[2];
+      const double sum_b = v[3], sum_kb = v[4], sum_a = v[5], sum_ka = v[6];
+      const double lse0 = static_cast<double>(zmax) + log(sum_e);
       lse_a = static_cast<double>(tmax) * p.inv_tau + log(sum_a);
-      lse_b = p.tau == 1.0 ? lse : static_cast<double>(zmax) * p.inv_tau + log(sum_b);
+      lse_b = unit_tau ? lse0 : static_cast<double>(zmax) * p.inv_tau + log(sum_b);
       if (forward) kl_loss = sum_ka / sum_a - (lse_a - lse_b);
       else if (soft) kl_loss = -sum_ka / sum_a + lse_b;
       else if (reverse) kl_loss = sum_kb / sum_b + (lse_a - lse_b);
       if (threadIdx.x == 0 && out_targmax) out_targmax[i] = tfirst == INT64_MAX ? 0 : tfirst;
+    } else {
+      double v[3] = {r.se * f, r.sez * f, r.sz};
+      block_sums<3>(v, sd);
+      sum_e = v[0], sum_ez = v[1], sum_z = v[2];
     }
+    const double lse = static_cast<double>(zmax) + log(sum_e);
 
     double ce_loss = 0.0;
     int64_t y = -1;
@@ -211,41 +291,49 @@ __global__ void __launch_bounds__(kHeadThreads) head_rows_kernel(T* logits, T* t
     if (!p.want_grad) continue;
     __syncthreads();  // every thread has read z[y] before any gradient overwrites it
 
-    // ---- pass 2: the gradient over the logits ----
-    const double g = ignored ? 0.0 : grad_scale != nullptr ? static_cast<double>(grad_scale[i]) : 1.0;
-    const A g_soft = static_cast<A>(g * p.ce_weight * (1.0 + 2.0 * p.z_loss * lse));
-    const A g_uniform = static_cast<A>(g * p.ce_weight * p.eps / static_cast<double>(V));
-    const A g_kl = static_cast<A>(g * p.kl_weight * p.kl_scale * p.inv_tau);
+    // ---- pass 2: the gradient over the logits, last group first (Note [Row kernel bandwidth]) ----
+    const double gs = ignored ? 0.0 : grad_scale != nullptr ? static_cast<double>(grad_scale[i]) : 1.0;
+    const A g_soft = static_cast<A>(gs * p.ce_weight * (1.0 + 2.0 * p.z_loss * lse));
+    const A g_uniform = static_cast<A>(gs * p.ce_weight * p.eps / static_cast<double>(V));
+    const A g_kl = static_cast<A>(gs * p.kl_weight * p.kl_scale * p.inv_tau);
     const A lse_c = static_cast<A>(lse), lse_ac = static_cast<A>(lse_a),
             lse_bc = static_cast<A>(lse_b), kl_c = static_cast<A>(kl_loss);
-    double onehot = g * p.ce_weight * (1.0 - p.eps);
+    double onehot = gs * p.ce_weight * (1.0 - p.eps);
     if (p.softcap) {
-      const double r = static_cast<double>(zy) / p.cap;
-      onehot *= 1.0 - r * r;
+      const double rr = static_cast<double>(zy) / p.cap;
+      onehot *= 1.0 - rr * rr;
     }
-    for (int64_t j0 = static_cast<int64_t>(threadIdx.x) * N; j0 < V; j0 += step) {
-      A zv[N], tv[N], d[N];
-      load_pack<T, N>(z + j0, zv);
-      if (kTeacher) load_pack<T, N>(t + j0, tv);
+    for (int64_t g = groups - 1; g >= 0; --g) {
+      RawPack<T, N> zr[kUnroll], tr[kUnroll];
+      load_group<T, N, kUnroll, kTeacher>(z, t, g, stride, packs, zr, tr);
 #pragma unroll
-      for (int k = 0; k < N; ++k) {
-        const A zj = zv[k];
-        A dk = 0;
-        if (p.want_ce) dk += g_soft * m_exp(zj - lse_c) - g_uniform;
-        if (kTeacher) {
-          const A log_p = tv[k] * s - lse_ac, log_q = zj * s - lse_bc;
-          const A q = m_exp(log_q);
-          if (reverse) dk += g_kl * q * ((log_q - log_p) - kl_c);
-          else dk += g_kl * (q - m_exp(log_p));
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t pk = (g * kUnroll + u) * stride + threadIdx.x;
+        if (pk >= packs) continue;
+        const int64_t j0 = pk * N;
+        A zv[N], tv[N], d[N];
+        unpack<T, N>(zr[u], zv);
+        if (kTeacher) unpack<T, N>(tr[u], tv);
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+          const A zj = zv[k];
+          A dk = 0;
+          if (p.want_ce) dk += g_soft * m_exp(zj - lse_c) - g_uniform;
+          if (kTeacher) {
+            const A log_p = tv[k] * s - lse_ac, log_q = zj * s - lse_bc;
+            const A q = m_exp(log_q);
+            if (reverse) dk += g_kl * q * ((log_q - log_p) - kl_c);
+            else dk += g_kl * (q - m_exp(log_p));
+          }
+          if (p.softcap) {
+            const A rr = zj * inv_cap;
+            dk *= A(1) - rr * rr;
+          }
+          if (j0 + k == y) dk = static_cast<A>(static_cast<double>(dk) - onehot);
+          d[k] = dk;
         }
-        if (p.softcap) {
-          const A r = zj * inv_cap;
-          dk *= A(1) - r * r;
-        }
-        if (j0 + k == y) dk = static_cast<A>(static_cast<double>(dk) - onehot);
-        d[k] = dk;
+        store_pack<T, N>(z + j0, d);
       }
-      store_pack<T, N>(z + j0, d);
     }
   }
 }
@@ -292,6 +380,17 @@ __global__ void row_weights_kernel(const int64_t* labels, int64_t label_stride, 
   }
 }
 
+// CHUNKGRAD_HEAD_ROWS_BLOCKS=1 or 2 (0 when unset or anything else): read once.
+int blocks_per_sm_override() {
+  static const int v = [] {
+    const char* e = std::getenv("CHUNKGRAD_HEAD_ROWS_BLOCKS");
+    if (e == nullptr) return 0;
+    const std::string s(e);
+    return s == "1" ? 1 : s == "2" ? 2 : 0;
+  }();
+  return v;
+}
+
 }  // namespace
 
 void launch_head_loss_rows(DType dtype, void* logits, void* teacher, const int64_t* labels,
@@ -334,12 +433,16 @@ void launch_head_loss_rows(DType dtype, void* logits, void* teacher, const int64
     };
     // The teacher's statistics are a separate instantiation: cross-entropy alone then needs
     // fewer registers per thread, so more rows run at once.
+    // Blocks per SM: Note [Row kernel bandwidth].
+    const int per_sm = blocks_per_sm_override() ? blocks_per_sm_override() : (p.want_teacher ? 1 : 2);
     if (p.want_teacher) {
-      if (packed) launch(head_rows_kernel<T, kPack, true>);
-      else launch(head_rows_kernel<T, 1, true>);
+      if (!packed) launch(head_rows_kernel<T, 1, true, 1>);
+      else if (per_sm == 2) launch(head_rows_kernel<T, kPack, true, 2>);
+      else launch(head_rows_kernel<T, kPack, true, 1>);
     } else {
-      if (packed) launch(head_rows_kernel<T, kPack, false>);
-      else launch(head_rows_kernel<T, 1, false>);
+      if (!packed) launch(head_rows_kernel<T, 1, false, 1>);
+      else if (per_sm == 2) launch(head_rows_kernel<T, kPack, false, 2>);
+      else launch(head_rows_kernel<T, kPack, false, 1>);
     }
   });
   CG_CUDA_CHECK(cudaGetLastError());
