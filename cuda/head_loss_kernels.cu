@@ -86,6 +86,13 @@ __device__ __forceinline__ void unpack(const RawPack<T, N>& raw, compute_t<T> (&
   for (int k = 0; k < N; ++k) v[k] = ld(e + k);
 }
 
+// e^x for the row passes: exp2 of x log2(e) in fp32 (one multiply and the hardware's
+// exp2, ~2 ulp, where expf's range reduction costs several instructions -- the KL passes
+// take four exponentials per logit and would otherwise be bound by them, not by memory);
+// exp in f64.
+__device__ __forceinline__ float fast_exp(float x) { return exp2f(x * 1.4426950408889634f); }
+__device__ __forceinline__ double fast_exp(double x) { return exp(x); }
+
 // Group g of a thread's packs (packs g * U * stride + u * stride + threadIdx.x), every
 // load issued before any is used (Note [Row kernel bandwidth]); packs past the row's end
 // are left unset.
@@ -214,19 +221,19 @@ __global__ void __launch_bounds__(kHeadThreads, kBlocksPerSm)
           const bool z_finite_below = !(m_isinf(zk) && zk < A(0));
           A e = 0;
           if (z_finite_below) {
-            e = m_exp(zk - m);
+            e = fast_exp(zk - m);
             pe += e;
             pez += e * zk;
           }
           if (kTeacher) {
             const A tk = tv[k];
             if (z_finite_below) {
-              const A es = unit_tau ? e : m_exp((zk - m) * s);
+              const A es = unit_tau ? e : fast_exp((zk - m) * s);
               pb += es;
               pkb += es * ((zk - tk) * s);
             }
             if (!(m_isinf(tk) && tk < A(0))) {
-              const A et = m_exp((tk - tm) * s);
+              const A et = fast_exp((tk - tm) * s);
               pa += et;
               pka += et * (soft ? zk * s : (tk - zk) * s);
             }
@@ -318,12 +325,14 @@ __global__ void __launch_bounds__(kHeadThreads, kBlocksPerSm)
         for (int k = 0; k < N; ++k) {
           const A zj = zv[k];
           A dk = 0;
-          if (p.want_ce) dk += g_soft * m_exp(zj - lse_c) - g_uniform;
+          // q = softmax(z / tau)_j; at tau 1 it is CE's softmax too (lse_b is lse then).
+          const A log_q = kTeacher ? zj * s - lse_bc : A(0);
+          const A q = kTeacher ? fast_exp(log_q) : A(0);
+          if (p.want_ce) dk += g_soft * (kTeacher && unit_tau ? q : fast_exp(zj - lse_c)) - g_uniform;
           if (kTeacher) {
-            const A log_p = tv[k] * s - lse_ac, log_q = zj * s - lse_bc;
-            const A q = m_exp(log_q);
+            const A log_p = tv[k] * s - lse_ac;
             if (reverse) dk += g_kl * q * ((log_q - log_p) - kl_c);
-            else dk += g_kl * (q - m_exp(log_p));
+            else dk += g_kl * (q - fast_exp(log_p));
           }
           if (p.softcap) {
             const A rr = zj * inv_cap;
