@@ -234,8 +234,10 @@ int main(int argc, char** argv) {
                 o.loss == "kl" && o.ce_weight > 0 ? (" + " + std::to_string(o.ce_weight) + " CE").c_str() : "",
                 o.head.c_str(), (long long)chunk, o.repeats);
     const int64_t in_bytes = alloc.stats().allocated_bytes.current;
-    std::printf("inputs %.2f GiB; grads (dh%s) %.2f GiB\n", in_bytes / kGiB,
-                in.head.requires_grad() ? ", dW bf16 + fp32" : "", grad_bytes(in) / kGiB);
+    std::printf("inputs %.2f GiB; peak = allocated peak above them; peak-grads = peak less the gradients "
+                "(Note [What the grads column subtracts]): dh [T, D] bf16%s = %.2f GiB\n", in_bytes / kGiB,
+                in.head.requires_grad() ? ", W.grad [V, D] bf16 and fused's fp32 dW accumulator [V, D]" : "",
+                grad_bytes(in) / kGiB);
 
     std::printf("%-30s %7s %10s %9s %12s %16s\n", "path", "chunk", "ms", "x floor", "peak GiB", "peak-grads GiB");
     // Rows print as they are measured (line-buffered), so a run cut short keeps its rows.

@@ -142,6 +142,8 @@ __global__ void __launch_bounds__(kHeadThreads, kBlocksPerSm)
   const bool soft = static_cast<LossKind>(p.kind) == LossKind::soft_cross_entropy;
   const bool reverse = static_cast<LossKind>(p.kind) == LossKind::reverse_kl;
   const bool unit_tau = p.tau == 1.0;  // then e^((z - m) / tau) is e^(z - m)
+  // The sums at temperature (sb, kb) serve reverse KL and lse_b at tau != 1 only.
+  const bool need_b = reverse || !unit_tau;
   const int64_t packs = V / N;         // V % N == 0 (the launcher picks N so)
   const int64_t stride = static_cast<int64_t>(blockDim.x);
   const int64_t groups = (packs + stride * kUnroll - 1) / (stride * kUnroll);
@@ -218,7 +220,7 @@ __global__ void __launch_bounds__(kHeadThreads, kBlocksPerSm)
           const A zk = zv[k];
           pz += zk;
           // A -inf logit adds e = 0 (computed, e * z would be 0 * -inf = NaN).
-          const bool z_finite_below = !(m_isinf(zk) && zk < A(0));
+          const bool z_finite_below = zk != -m_inf<A>();
           A e = 0;
           if (z_finite_below) {
             e = fast_exp(zk - m);
@@ -227,12 +229,12 @@ __global__ void __launch_bounds__(kHeadThreads, kBlocksPerSm)
           }
           if (kTeacher) {
             const A tk = tv[k];
-            if (z_finite_below) {
+            if (need_b && z_finite_below) {
               const A es = unit_tau ? e : fast_exp((zk - m) * s);
               pb += es;
               pkb += es * ((zk - tk) * s);
             }
-            if (!(m_isinf(tk) && tk < A(0))) {
+            if (tk != -m_inf<A>()) {
               const A et = fast_exp((tk - tm) * s);
               pa += et;
               pka += et * (soft ? zk * s : (tk - zk) * s);
