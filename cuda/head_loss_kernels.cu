@@ -54,11 +54,13 @@ __device__ __forceinline__ double rescale(double from, double to, double s) {
 // Note [Row kernel bandwidth]: the kernel is bound by HBM (a row of V = 248320 bf16 is
 // 485 KiB; a 2048-row chunk 1 GiB, read twice and written once). What keeps it at
 // bandwidth: (1) each thread issues kUnroll 16-byte loads (per operand) before using any,
-// so enough bytes are in flight per SM; (2) for cross-entropy two blocks per SM
-// (__launch_bounds__, 64 registers), so one block's reductions between the passes overlap
-// the other's streaming -- the teacher's variant needs ~100 registers and runs one 512-
-// thread block per SM (CHUNKGRAD_HEAD_ROWS_BLOCKS=1|2 overrides both, for measuring); (3) the block's
-// statistics are reduced together (one pair of barriers for all sums, not one per sum);
+// so enough bytes are in flight per SM; (2) several blocks per SM (__launch_bounds__), so
+// one block's reductions between the passes overlap another's streaming: cross-entropy
+// runs 2 blocks of 512 threads (64 registers), the teacher's variant (~100 registers) 2
+// blocks of 256 (CHUNKGRAD_HEAD_ROWS_THREADS=256|512 overrides both, for measuring:
+// 256 gives cross-entropy 4 blocks of 256, 512 the teacher's one block of 512); (3) the
+// block's statistics are reduced together (one pair of barriers for all sums, and one
+// for both maxima and both argmaxes);
 // (4) pass 2 walks the row backwards: what pass 1 read last is the likeliest still in L2.
 constexpr int kHeadThreads = 512;  // the most threads per row
 
@@ -109,6 +111,38 @@ __device__ __forceinline__ void load_group(const T* z, const T* t, int64_t g, in
   }
 }
 
+// Two reductions over the block with one pair of barriers, to every thread: a and b
+// each replaced by op over the block (scratch: 64 V of shared memory). Op: MaxOp, MinOp.
+struct MaxOp {
+  template <typename V>
+  __device__ V operator()(V x, V y) const { return y > x ? y : x; }  // a NaN never wins
+};
+struct MinOp {
+  template <typename V>
+  __device__ V operator()(V x, V y) const { return y < x ? y : x; }
+};
+
+template <typename V, typename Op>
+__device__ __forceinline__ V warp_reduce(V v, Op op) {
+  for (int o = 16; o > 0; o >>= 1) v = op(v, static_cast<V>(__shfl_xor_sync(0xffffffffu, v, o)));
+  return v;
+}
+
+template <typename V, typename Op>
+__device__ __forceinline__ void block_reduce2(V& a, V& b, V* scratch, V identity, Op op) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+  a = warp_reduce(a, op);
+  b = warp_reduce(b, op);
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0) {
+    scratch[warp] = a;
+    scratch[32 + warp] = b;
+  }
+  __syncthreads();
+  a = warp_reduce(lane < warps ? scratch[lane] : identity, op);
+  b = warp_reduce(lane < warps ? scratch[32 + lane] : identity, op);
+}
+
 // Sums of K doubles over the block with one pair of barriers, to every thread.
 // scratch: 32 * K doubles of shared memory.
 template <int K>
@@ -126,16 +160,16 @@ __device__ __forceinline__ void block_sums(double (&v)[K], double* scratch) {
   for (int k = 0; k < K; ++k) v[k] = warp_sum(lane < warps ? scratch[k * 32 + lane] : 0.0);
 }
 
-template <typename T, int N, bool kTeacher, int kBlocksPerSm>
-__global__ void __launch_bounds__(kHeadThreads, kBlocksPerSm)
+template <typename T, int N, bool kTeacher, int kThreads, int kBlocksPerSm>
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     head_rows_kernel(T* logits, T* teacher, const int64_t* labels, int64_t C, int64_t V, HeadParams p,
                      const compute_t<T>* grad_scale, compute_t<T>* out_loss, compute_t<T>* out_lse,
                      compute_t<T>* out_entropy, int64_t* out_argmax, int64_t* out_targmax) {
   using A = compute_t<T>;
   constexpr int kUnroll = kTeacher ? 2 : 4;  // packs in flight per operand per thread
   __shared__ double sd[32 * 7];
-  __shared__ A sa_max[32];
-  __shared__ int64_t si[32];
+  __shared__ A sa_max[64];
+  __shared__ int64_t si[64];
   const A cap = static_cast<A>(p.cap), inv_cap = p.softcap ? A(1) / cap : A(0);
   const A s = static_cast<A>(p.inv_tau);
   const bool forward = static_cast<LossKind>(p.kind) == LossKind::forward_kl;
@@ -254,10 +288,17 @@ __global__ void __launch_bounds__(kHeadThreads, kBlocksPerSm)
     }
 
     // ---- the block's statistics: maxima, then first argmaxes, then every sum at once ----
-    const A zmax = block_max(m, sa_max);
-    const A tmax = kTeacher ? block_max(tm, sa_max) : A(0);
-    const int64_t first = block_min_i64(m == zmax ? arg : INT64_MAX, si);
-    const int64_t tfirst = kTeacher ? block_min_i64(tm == tmax ? targ : INT64_MAX, si) : 0;
+    A zmax = m, tmax = tm;
+    int64_t first = INT64_MAX, tfirst = INT64_MAX;
+    if (kTeacher) {  // both rows' maxima, then both argmaxes, one pair of barriers each
+      block_reduce2(zmax, tmax, sa_max, -m_inf<A>(), MaxOp{});
+      first = m == zmax ? arg : INT64_MAX;
+      tfirst = tm == tmax ? targ : INT64_MAX;
+      block_reduce2(first, tfirst, si, int64_t{INT64_MAX}, MinOp{});
+    } else {
+      zmax = block_max(m, sa_max);
+      first = block_min_i64(m == zmax ? arg : INT64_MAX, si);
+    }
     const double f = rescale(m, zmax, 1.0);
     double lse_a = 0.0, lse_b = 0.0, kl_loss = 0.0, sum_e = 0.0, sum_ez = 0.0, sum_z = 0.0;
     if (kTeacher) {
@@ -391,13 +432,13 @@ __global__ void row_weights_kernel(const int64_t* labels, int64_t label_stride, 
   }
 }
 
-// CHUNKGRAD_HEAD_ROWS_BLOCKS=1 or 2 (0 when unset or anything else): read once.
-int blocks_per_sm_override() {
+// CHUNKGRAD_HEAD_ROWS_THREADS=256 or 512 (0 when unset or anything else): read once.
+int threads_override() {
   static const int v = [] {
-    const char* e = std::getenv("CHUNKGRAD_HEAD_ROWS_BLOCKS");
+    const char* e = std::getenv("CHUNKGRAD_HEAD_ROWS_THREADS");
     if (e == nullptr) return 0;
     const std::string s(e);
-    return s == "1" ? 1 : s == "2" ? 2 : 0;
+    return s == "256" ? 256 : s == "512" ? 512 : 0;
   }();
   return v;
 }
@@ -427,7 +468,9 @@ void launch_head_loss_rows(DType dtype, void* logits, void* teacher, const int64
   CG_CHECK(!p.want_teacher || teacher != nullptr, "head loss: this loss kind needs teacher logits");
   CG_CHECK(!p.want_ce || labels != nullptr, "head loss: cross-entropy needs labels");
   CG_CHECK(cfg.temperature > 0.0f, "head loss: temperature must be > 0, got ", cfg.temperature);
-  const int threads = V >= 8192 ? kHeadThreads : (V >= 2048 ? 256 : 32);
+  // Threads per row (block): Note [Row kernel bandwidth]; short rows take fewer.
+  const int wide = threads_override() ? threads_override() : (p.want_teacher ? 256 : kHeadThreads);
+  const int threads = V >= 8192 ? wide : (V >= 2048 ? 256 : 32);
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(C, 1 << 20));
   visit_floating(dtype, "head loss", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -436,7 +479,8 @@ void launch_head_loss_rows(DType dtype, void* logits, void* teacher, const int64
     // 16-byte packs when every row starts 16-byte aligned (Note [One-pass row statistics]).
     const bool packed = V % kPack == 0 && reinterpret_cast<uintptr_t>(logits) % 16 == 0 &&
                         (teacher == nullptr || reinterpret_cast<uintptr_t>(teacher) % 16 == 0);
-    auto launch = [&](auto kernel) {
+    auto launch = [&](auto kernel, int most_threads) {
+      CG_CHECK(threads <= most_threads, "head loss: ", threads, " threads for a kernel built for ", most_threads);
       kernel<<<blocks, threads, 0, stream>>>(
           static_cast<T*>(logits), static_cast<T*>(teacher), labels, C, V, p,
           static_cast<const A*>(grad_scale), static_cast<A*>(out.loss), static_cast<A*>(out.lse),
@@ -444,16 +488,17 @@ void launch_head_loss_rows(DType dtype, void* logits, void* teacher, const int64
     };
     // The teacher's statistics are a separate instantiation: cross-entropy alone then needs
     // fewer registers per thread, so more rows run at once.
-    // Blocks per SM: Note [Row kernel bandwidth].
-    const int per_sm = blocks_per_sm_override() ? blocks_per_sm_override() : (p.want_teacher ? 1 : 2);
+    // 512 threads per SM for the teacher's variant (~100 registers each), 1024 for
+    // cross-entropy's (64): Note [Row kernel bandwidth].
+    const bool narrow = wide == 256;
     if (p.want_teacher) {
-      if (!packed) launch(head_rows_kernel<T, 1, true, 1>);
-      else if (per_sm == 2) launch(head_rows_kernel<T, kPack, true, 2>);
-      else launch(head_rows_kernel<T, kPack, true, 1>);
+      if (!packed) launch(head_rows_kernel<T, 1, true, 512, 1>, 512);
+      else if (narrow) launch(head_rows_kernel<T, kPack, true, 256, 2>, 256);
+      else launch(head_rows_kernel<T, kPack, true, 512, 1>, 512);
     } else {
-      if (!packed) launch(head_rows_kernel<T, 1, false, 1>);
-      else if (per_sm == 2) launch(head_rows_kernel<T, kPack, false, 2>);
-      else launch(head_rows_kernel<T, kPack, false, 1>);
+      if (!packed) launch(head_rows_kernel<T, 1, false, 512, 1>, 512);
+      else if (narrow) launch(head_rows_kernel<T, kPack, false, 256, 4>, 256);
+      else launch(head_rows_kernel<T, kPack, false, 512, 2>, 512);
     }
   });
   CG_CUDA_CHECK(cudaGetLastError());
