@@ -156,10 +156,9 @@ TEST_F(CudaHeadLoss, BudgetChunksAccumulateDwInFp32) {
   st.dtype = DType::bf16;
   st.trainable = true;
   st.o = ce_options();
-  st.o.chunk_budget_bytes = size_t{80} << 20;  // ~1200 rows of bf16 logits -> 1152
   const HeadLossInputs in = make_inputs(st, gpu(), 7);
-  EXPECT_EQ(head_loss_chunk_rows(in, st.o) % 128, 0);
-  EXPECT_LT(head_loss_chunk_rows(in, st.o), 2500);
+  st.o.chunk_budget_bytes = head_loss_chunk_bytes(in, st.o, 1200);  // 1200 rows fit: 1152 run
+  EXPECT_EQ(head_loss_chunk_rows(in, st.o), 1152);
   expect_close(run(st, gpu(), HeadLossPath::fused), run(st, gpu(), HeadLossPath::naive), st.dtype,
                "bf16 CE trainable, budget chunks");
 }
