@@ -2,8 +2,9 @@
 // For one shape (T, D, V) and loss it times chunkgrad's three head-loss paths as a user
 // calls them (ops/head_loss.h: head_loss forward, then loss.backward()), next to the GEMM
 // floor: the same kernel-table gemm calls the fused chunk loop makes (per chunk: the
-// logits GEMM -- student and teacher rows stacked in one when they share a frozen head --
-// then dh = dlogits W, and dW += dlogits^T h in fp32 for a trainable head), timed in the
+// logits GEMM and the teacher's, then dh = dlogits W, and dW += dlogits^T h in fp32 for a
+// trainable head; with a shared frozen head also the stacked [2c, D] variant, printed to
+// show why the loop does not use it: Note [Separate teacher GEMM]), timed in the
 // same process on the same buffers' shapes. Medians of --repeats (CUDA events on the
 // compute stream, after one untimed warm-up). Memory: the caching allocator's allocated
 // peak minus the bytes alive before the call (the inputs), and that peak less the
@@ -81,15 +82,17 @@ struct Row {
   std::string error;
 };
 
-// Note [What the grads column subtracts]: dh [T, D] (hidden's dtype) is what any path hands
-// back; with a trainable head so is W.grad [V, D] (head's dtype), and the fused path's
-// fp32 accumulator of dW [V, D] lives next to it while backward converts it -- the issue
-// counts "dh and dW" as outputs, so both copies of dW are subtracted for every path
-// (a path that does not make the fp32 copy gets the same allowance).
-int64_t grad_bytes(const cg::HeadLossInputs& in) {
-  int64_t b = in.hidden.numel() * static_cast<int64_t>(cg::element_size(in.hidden.dtype()));
+// Note [What the grads column subtracts]: the issue counts the gradients as outputs: dh
+// [T, D] (hidden's dtype) and, with a trainable head, dW. peak-grads is the larger of
+//   forward peak - what fused's forward holds of them (dh; the fp32 dW accumulator [V, D])
+//   step peak    - dh - W.grad [V, D] (head's dtype) - fused's fp32 accumulator
+// (naive and chunked hold no gradient in forward, so nothing is subtracted there).
+int64_t grad_bytes(const cg::HeadLossInputs& in, cg::HeadLossPath path, bool forward) {
+  const bool fused = path == cg::HeadLossPath::fused;
+  int64_t b = forward && !fused ? 0 : in.hidden.numel() * static_cast<int64_t>(cg::element_size(in.hidden.dtype()));
   if (in.head.requires_grad()) {
-    b += in.head.numel() * static_cast<int64_t>(cg::element_size(in.head.dtype()) + 4);
+    if (fused) b += in.head.numel() * 4;
+    if (!forward) b += in.head.numel() * static_cast<int64_t>(cg::element_size(in.head.dtype()));
   }
   return b;
 }
@@ -108,8 +111,10 @@ Row run_path(cg::HeadLossPath path, const cg::HeadLossInputs& in, cg::HeadLossOp
       const int64_t base = alloc.stats().allocated_bytes.current;
       alloc.reset_peak_stats();
       timer.begin();
+      int64_t forward_peak = 0;
       {
         cg::HeadLossResult res = cg::head_loss(in, o);
+        forward_peak = alloc.stats().allocated_bytes.peak - base;
         res.loss.backward();
         row.chunk = res.chunk_rows;
       }
@@ -117,7 +122,8 @@ Row run_path(cg::HeadLossPath path, const cg::HeadLossInputs& in, cg::HeadLossOp
       if (r > 0) ms.push_back(t);
       const int64_t peak = alloc.stats().allocated_bytes.peak - base;
       row.peak = static_cast<double>(peak) / kGiB;
-      row.peak_less_grads = static_cast<double>(peak - grad_bytes(in)) / kGiB;
+      row.peak_less_grads = static_cast<double>(std::max(forward_peak - grad_bytes(in, path, true),
+                                                         peak - grad_bytes(in, path, false))) / kGiB;
     }
   } catch (const cg::OutOfMemoryError& e) {
     row.error = e.message();
@@ -234,10 +240,9 @@ int main(int argc, char** argv) {
                 o.loss == "kl" && o.ce_weight > 0 ? (" + " + std::to_string(o.ce_weight) + " CE").c_str() : "",
                 o.head.c_str(), (long long)chunk, o.repeats);
     const int64_t in_bytes = alloc.stats().allocated_bytes.current;
-    std::printf("inputs %.2f GiB; peak = allocated peak above them; peak-grads = peak less the gradients "
-                "(Note [What the grads column subtracts]): dh [T, D] bf16%s = %.2f GiB\n", in_bytes / kGiB,
-                in.head.requires_grad() ? ", W.grad [V, D] bf16 and fused's fp32 dW accumulator [V, D]" : "",
-                grad_bytes(in) / kGiB);
+    std::printf("inputs %.2f GiB; peak = allocated peak above them; peak-grads = the larger of forward peak and "
+                "step peak less the gradients alive then (Note [What the grads column subtracts]): dh [T, D] bf16%s\n",
+                in_bytes / kGiB, in.head.requires_grad() ? ", W.grad [V, D] bf16, fused's fp32 dW accumulator [V, D]" : "");
 
     std::printf("%-30s %7s %10s %9s %12s %16s\n", "path", "chunk", "ms", "x floor", "peak GiB", "peak-grads GiB");
     // Rows print as they are measured (line-buffered), so a run cut short keeps its rows.
@@ -246,17 +251,14 @@ int main(int argc, char** argv) {
     for (std::string n; std::getline(list, n, ',');) {
       Row r;
       if (n == "floor") {
-        // The floor is the cheaper of the two ways to make the teacher's logits.
-        const bool both = cg::loss_needs_teacher(hopt.loss) && !in.teacher_head.defined();
-        if (both) {
-          const Row separate = gemm_floor(in, hopt, chunk, false, o.repeats, timer);
-          std::printf("%-30s %7lld %10.2f %9s %12s %16s\n", separate.name.c_str(), (long long)chunk, separate.ms, "",
-                      "-", "-");
-          floor_ms = separate.ms;
+        // The floor is the loop's own GEMMs; the stacked variant is shown next to it.
+        r = gemm_floor(in, hopt, chunk, false, o.repeats, timer);
+        floor_ms = r.ms;
+        if (cg::loss_needs_teacher(hopt.loss) && !in.teacher_head.defined()) {
+          std::printf("%-30s %7lld %10.2f %9.3f %12s %16s\n", r.name.c_str(), (long long)chunk, r.ms, 1.0, "-", "-");
+          r = gemm_floor(in, hopt, chunk, true, o.repeats, timer);
         }
-        r = gemm_floor(in, hopt, chunk, true, o.repeats, timer);
         alloc.empty_cache();
-        floor_ms = floor_ms > 0 ? std::min(floor_ms, r.ms) : r.ms;
       } else {
         r = run_path(cg::parse_head_loss_path(n), in, hopt, o.repeats, alloc, timer);
       }

@@ -88,12 +88,37 @@ __device__ __forceinline__ void unpack(const RawPack<T, N>& raw, compute_t<T> (&
   for (int k = 0; k < N; ++k) v[k] = ld(e + k);
 }
 
-// e^x for the row passes: exp2 of x log2(e) in fp32 (one multiply and the hardware's
-// exp2, ~2 ulp, where expf's range reduction costs several instructions -- the KL passes
-// take four exponentials per logit and would otherwise be bound by them, not by memory);
-// exp in f64.
-__device__ __forceinline__ float fast_exp(float x) { return exp2f(x * 1.4426950408889634f); }
-__device__ __forceinline__ double fast_exp(double x) { return exp(x); }
+// e^x for the row passes: exp_fma(x, a, b) = e^(x a' + b') written as base^(x a + b), a and
+// b pre-multiplied by kExpScale (log2 e for fp32's exp2, 1 for f64's exp): one fma and the
+// hardware's exp2 (~2 ulp) where expf's range reduction costs several instructions -- the
+// KL passes take four exponentials per logit and are bound by instructions, not memory.
+template <typename A>
+constexpr A kExpScale = std::is_same_v<A, float> ? A(1.4426950408889634) : A(1);
+__device__ __forceinline__ float exp_fma(float x, float a, float b) { return exp2f(fmaf(x, a, b)); }
+__device__ __forceinline__ double exp_fma(double x, double a, double b) { return exp(fma(x, a, b)); }
+
+// Largest of v (NaN never wins, as fmax), a tree of N - 1 steps.
+template <typename A, int N>
+__device__ __forceinline__ A pack_max(const A (&v)[N]) {
+  A w[N];
+#pragma unroll
+  for (int k = 0; k < N; ++k) w[k] = v[k];
+#pragma unroll
+  for (int h = N / 2; h >= 1; h /= 2) {
+#pragma unroll
+    for (int k = 0; k < h; ++k) w[k] = fmax(w[k], w[k + h]);
+  }
+  return w[0];
+}
+
+// The first k with v[k] == x (N when none).
+template <typename A, int N>
+__device__ __forceinline__ int first_equal(const A (&v)[N], A x) {
+  int at = N;
+#pragma unroll
+  for (int k = N - 1; k >= 0; --k) at = v[k] == x ? k : at;
+  return at;
+}
 
 // Group g of a thread's packs (packs g * U * stride + u * stride + threadIdx.x), every
 // load issued before any is used (Note [Row kernel bandwidth]); packs past the row's end
@@ -176,6 +201,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   const bool soft = static_cast<LossKind>(p.kind) == LossKind::soft_cross_entropy;
   const bool reverse = static_cast<LossKind>(p.kind) == LossKind::reverse_kl;
   const bool unit_tau = p.tau == 1.0;  // then e^((z - m) / tau) is e^(z - m)
+  const A as = s * kExpScale<A>;       // exponent scale at temperature
   // The sums at temperature (sb, kb) serve reverse KL and lse_b at tau != 1 only.
   const bool need_b = reverse || !unit_tau;
   const int64_t packs = V / N;         // V % N == 0 (the launcher picks N so)
@@ -189,6 +215,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     // ---- pass 1: softcap in place and the running statistics of this thread ----
     A m = -m_inf<A>(), tm = -m_inf<A>();
     int64_t arg = INT64_MAX, targ = INT64_MAX;
+    A bz = m_inf<A>(), bt = m_inf<A>();  // -m, -tm s, times kExpScale (set with the maxima)
     RowSums r;
     for (int64_t g = 0; g < groups; ++g) {
       RawPack<T, N> zr[kUnroll], tr[kUnroll];
@@ -206,15 +233,11 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
           for (int k = 0; k < N; ++k) zv[k] = rounded<T>(cap * m_tanh(zv[k] * inv_cap));
           store_pack<T, N>(z + j0, zv);
         }
-        A vmax = m;
-#pragma unroll
-        for (int k = 0; k < N; ++k) {
-          if (zv[k] > vmax) {
-            vmax = zv[k];
-            arg = j0 + k;
-          }
-        }
+        // The pack's max first; the argmax is looked for only when the max grows (rare
+        // after the first packs of a row), not tracked per element.
+        const A vmax = pack_max<A, N>(zv);
         if (vmax > m) {
+          arg = j0 + first_equal<A, N>(zv, vmax);
           const double f = rescale(m, vmax, 1.0);
           r.se *= f;
           r.sez *= f;
@@ -224,6 +247,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
             r.kb *= fs;
           }
           m = vmax;
+          bz = -m * kExpScale<A>;
         }
         if (kTeacher) {
           if (p.softcap) {
@@ -231,19 +255,14 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
             for (int k = 0; k < N; ++k) tv[k] = rounded<T>(cap * m_tanh(tv[k] * inv_cap));
             store_pack<T, N>(t + j0, tv);
           }
-          A tvmax = tm;
-#pragma unroll
-          for (int k = 0; k < N; ++k) {
-            if (tv[k] > tvmax) {
-              tvmax = tv[k];
-              targ = j0 + k;
-            }
-          }
+          const A tvmax = pack_max<A, N>(tv);
           if (tvmax > tm) {
+            targ = j0 + first_equal<A, N>(tv, tvmax);
             const double f = rescale(tm, tvmax, p.inv_tau);
             r.sa *= f;
             r.ka *= f;
             tm = tvmax;
+            bt = -tm * as;
           }
         }
         // Sums of the pack in the compute type, added to the double totals once per pack
@@ -257,21 +276,21 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
           const bool z_finite_below = zk != -m_inf<A>();
           A e = 0;
           if (z_finite_below) {
-            e = fast_exp(zk - m);
+            e = exp_fma(zk, kExpScale<A>, bz);
             pe += e;
             pez += e * zk;
           }
           if (kTeacher) {
             const A tk = tv[k];
             if (need_b && z_finite_below) {
-              const A es = unit_tau ? e : fast_exp((zk - m) * s);
+              const A es = unit_tau ? e : exp_fma(zk, as, -m * as);
               pb += es;
               pkb += es * ((zk - tk) * s);
             }
             if (tk != -m_inf<A>()) {
-              const A et = fast_exp((tk - tm) * s);
+              const A et = exp_fma(tk, as, bt);
               pa += et;
-              pka += et * (soft ? zk * s : (tk - zk) * s);
+              pka += et * (soft ? zk : tk - zk);  // times s once per pack, below
             }
           }
         }
@@ -282,7 +301,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
           r.sb += static_cast<double>(pb);
           r.kb += static_cast<double>(pkb);
           r.sa += static_cast<double>(pa);
-          r.ka += static_cast<double>(pka);
+          r.ka += static_cast<double>(pka * s);
         }
       }
     }
@@ -348,6 +367,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     const A g_kl = static_cast<A>(gs * p.kl_weight * p.kl_scale * p.inv_tau);
     const A lse_c = static_cast<A>(lse), lse_ac = static_cast<A>(lse_a),
             lse_bc = static_cast<A>(lse_b), kl_c = static_cast<A>(kl_loss);
+    const A b_ce = -lse_c * kExpScale<A>, b_q = -lse_bc * kExpScale<A>, b_p = -lse_ac * kExpScale<A>;
     double onehot = gs * p.ce_weight * (1.0 - p.eps);
     if (p.softcap) {
       const double rr = static_cast<double>(zy) / p.cap;
@@ -361,6 +381,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
         const int64_t pk = (g * kUnroll + u) * stride + threadIdx.x;
         if (pk >= packs) continue;
         const int64_t j0 = pk * N;
+        const int64_t y_at = y - j0;  // the label's place in this pack, when in [0, N)
+        const int yk = y_at >= 0 && y_at < N ? static_cast<int>(y_at) : -1;
         A zv[N], tv[N], d[N];
         unpack<T, N>(zr[u], zv);
         if (kTeacher) unpack<T, N>(tr[u], tv);
@@ -369,19 +391,21 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
           const A zj = zv[k];
           A dk = 0;
           // q = softmax(z / tau)_j; at tau 1 it is CE's softmax too (lse_b is lse then).
-          const A log_q = kTeacher ? zj * s - lse_bc : A(0);
-          const A q = kTeacher ? fast_exp(log_q) : A(0);
-          if (p.want_ce) dk += g_soft * (kTeacher && unit_tau ? q : fast_exp(zj - lse_c)) - g_uniform;
+          const A q = kTeacher ? exp_fma(zj, as, b_q) : A(0);
+          if (p.want_ce) dk += g_soft * (kTeacher && unit_tau ? q : exp_fma(zj, kExpScale<A>, b_ce)) - g_uniform;
           if (kTeacher) {
-            const A log_p = tv[k] * s - lse_ac;
-            if (reverse) dk += g_kl * q * ((log_q - log_p) - kl_c);
-            else dk += g_kl * (q - fast_exp(log_p));
+            if (reverse) {
+              const A log_p = tv[k] * s - lse_ac, log_q = zj * s - lse_bc;
+              dk += g_kl * q * ((log_q - log_p) - kl_c);
+            } else {
+              dk += g_kl * (q - exp_fma(tv[k], as, b_p));
+            }
           }
           if (p.softcap) {
             const A rr = zj * inv_cap;
             dk *= A(1) - rr * rr;
           }
-          if (j0 + k == y) dk = static_cast<A>(static_cast<double>(dk) - onehot);
+          if (k == yk) dk = static_cast<A>(static_cast<double>(dk) - onehot);
           d[k] = dk;
         }
         store_pack<T, N>(z + j0, d);

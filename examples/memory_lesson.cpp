@@ -337,7 +337,8 @@ void run(const Options& o) {
   hopt.loss.kind = parse_kind(o.loss);
   hopt.loss.hard_ce_weight = static_cast<float>(o.ce_weight);
   hopt.chunk_rows = o.chunk_rows;
-  hopt.chunk_budget_bytes = static_cast<size_t>(o.chunk_budget_mb * (1 << 20));
+  // 0: the lesson's default below (CPU), or head_loss's own (GPU).
+  if (o.chunk_budget_mb > 0) hopt.chunk_budget_bytes = static_cast<size_t>(o.chunk_budget_mb * (1 << 20));
   hopt.recompute_in_backward = o.recompute;
 
   // Before the work: the trace files are opened now, so an unwritable --trace-dir fails

@@ -23,19 +23,11 @@ Tensor rows_of(const Tensor& t, int64_t r0, int64_t c) {
   return t.defined() ? raw::narrow(t, 0, r0, c) : Tensor();
 }
 
-// Note [Stacked logits GEMM]: when the teacher's head is the student's (the DFlash drafter
-// shares the target's frozen lm_head), a chunk's student and teacher rows are copied into
-// one [2c, D] operand and one GEMM makes both logits, [2c, V] = [Hc; Tc] W^T, into one
-// buffer whose first c rows are the student's and last c the teacher's (each a
-// contiguous [c, V]). One GEMM of twice the rows reads W once instead of twice and fills
-// the GPU's last wave better; the copy is 2 c D elements next to the GEMM's 2 c D V FLOPs.
-bool stacks_rows(const FusedHeadLoopArgs& a) {
-  if (!loss_needs_teacher(a.config)) return false;
-  const Tensor& wt = teacher_head_or_head(a);
-  return wt.data_ptr() == a.head.data_ptr() && wt.shape() == a.head.shape() && wt.strides() == a.head.strides() &&
-         wt.dtype() == a.head.dtype() && a.teacher_hidden.dtype() == a.hidden.dtype() &&
-         a.teacher_hidden.size(1) == a.hidden.size(1);
-}
+// Note [Separate teacher GEMM]: with a shared frozen head the student's and the teacher's
+// chunk rows could be stacked into one [2c, D] x [D, V] GEMM. Measured on the H200 at the
+// DFlash shape (bench/fused_loss_bench's two floors), cuBLASLt ran the stacked GEMM 2-3%
+// slower than two [c, D] ones (283 vs 274 ms for the whole loop's GEMMs at c = 1536), so
+// the loop makes two GEMMs into one [2c, V] buffer (student rows, then teacher rows).
 
 }  // namespace
 
@@ -48,11 +40,8 @@ size_t fused_head_loop_bytes(const FusedHeadLoopArgs& a, int64_t rows) {
   const size_t logits = static_cast<size_t>(rows) * static_cast<size_t>(v) * element_size(work);
   size_t gemm = 0;
   auto need = [&](GemmDesc g) { gemm = std::max(gemm, k.gemm_scratch_bytes(g)); };
-  const bool stack = stacks_rows(a);
   need({rows, v, d, a.hidden.dtype(), a.head.dtype(), work, a.hidden.stride(1) == 1, true, true});
-  if (stack) {
-    need({2 * rows, v, d, a.hidden.dtype(), a.head.dtype(), work, true, true, true});
-  } else if (teacher) {
+  if (teacher) {
     const Tensor& wt = teacher_head_or_head(a);
     need({rows, v, a.teacher_hidden.size(1), a.teacher_hidden.dtype(), wt.dtype(), work,
           a.teacher_hidden.stride(1) == 1, true, true});
@@ -63,8 +52,7 @@ size_t fused_head_loop_bytes(const FusedHeadLoopArgs& a, int64_t rows) {
   if (a.gradients && a.grad_head.defined()) {
     need({v, d, rows, work, a.hidden.dtype(), compute, true, a.hidden.stride(1) == 1, true});
   }
-  const size_t stacked = stack ? 2 * static_cast<size_t>(rows) * static_cast<size_t>(d) * element_size(a.hidden.dtype()) : 0;
-  return logits * (teacher ? 2 : 1) + stacked + gemm;
+  return logits * (teacher ? 2 : 1) + gemm;
 }
 
 void fused_head_loop(const FusedHeadLoopArgs& a) {
@@ -77,32 +65,23 @@ void fused_head_loop(const FusedHeadLoopArgs& a) {
   if (rows == 0) return;
   const int64_t chunk = std::clamp<int64_t>(a.chunk_rows, 1, rows);
   const bool teacher = loss_needs_teacher(a.config);
-  const bool stack = stacks_rows(a);
   const Tensor head_t = raw::transpose(a.head, 0, 1);                        // [D, V]
   const Tensor teacher_head_t = teacher ? raw::transpose(teacher_head_or_head(a), 0, 1) : Tensor();
-  // Reused per chunk: [chunk, V] student logits, then [chunk, V] teacher logits.
+  // Reused per chunk: [chunk, V] student logits, then [chunk, V] teacher logits
+  // (Note [Separate teacher GEMM]).
   const Tensor logits = raw::empty({teacher ? 2 * chunk : chunk, v}, work, dev);
-  const Tensor stacked_rows = stack ? raw::empty({2 * chunk, h.size(1)}, h.dtype(), dev) : Tensor();
 
   for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
     const int64_t c = std::min(chunk, rows - r0);
     const Tensor hc = raw::narrow(h, 0, r0, c);
-    HeadRowsArgs rows_args;
-    if (stack) {  // Note [Stacked logits GEMM]
-      const Tensor both = raw::narrow(stacked_rows, 0, 0, 2 * c);
-      raw::copy_(raw::narrow(both, 0, 0, c), hc);
-      raw::copy_(raw::narrow(both, 0, c, c), raw::narrow(a.teacher_hidden, 0, r0, c));
-      k.gemm(both, head_t, raw::narrow(logits, 0, 0, 2 * c), 1.0, 0.0);
-      rows_args.teacher = raw::narrow(logits, 0, c, c);
-    } else {
-      k.gemm(hc, head_t, raw::narrow(logits, 0, 0, c), 1.0, 0.0);
-      if (teacher) {
-        rows_args.teacher = raw::narrow(logits, 0, chunk, c);
-        k.gemm(raw::narrow(a.teacher_hidden, 0, r0, c), teacher_head_t, rows_args.teacher, 1.0, 0.0);
-      }
-    }
     const Tensor lc = raw::narrow(logits, 0, 0, c);
+    k.gemm(hc, head_t, lc, 1.0, 0.0);
+    HeadRowsArgs rows_args;
     rows_args.logits = lc;
+    if (teacher) {
+      rows_args.teacher = raw::narrow(logits, 0, chunk, c);
+      k.gemm(raw::narrow(a.teacher_hidden, 0, r0, c), teacher_head_t, rows_args.teacher, 1.0, 0.0);
+    }
     rows_args.labels = rows_of(a.labels, r0, c);
     rows_args.config = a.config;
     rows_args.want_grad = a.gradients;

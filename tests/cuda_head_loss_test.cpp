@@ -1,6 +1,5 @@
 // Why this file exists: issue 12's correctness on the device. The GPU's fused head loss
-// (cuBLASLt GEMMs, the bandwidth row kernel of cuda/head_loss_kernels.cu, the stacked
-// student+teacher GEMM, fp32 dW) against the GPU's naive path at a shape where naive fits
+// (cuBLASLt GEMMs, the bandwidth row kernel of cuda/head_loss_kernels.cu, fp32 dW) against the GPU's naive path at a shape where naive fits
 // (T=1000, D=256, V=50000: several chunks, rows of many 16-byte packs with a ragged last
 // group), and against the CPU at small shapes with every option (label smoothing, z-loss,
 // softcap, ignore_index rows, per-token weights, teacher losses mixed with CE). Loss and
@@ -57,7 +56,7 @@ struct LossCase {
   Shape3 s;
   DType dtype = DType::f32;
   bool trainable = false;
-  bool separate_teacher_head = false;  // a distinct tensor equal to the head (no stacking)
+  bool separate_teacher_head = false;  // a distinct tensor equal to the head
   HeadLossOptions o;
   bool weights = false;
 };
@@ -163,8 +162,9 @@ TEST_F(CudaHeadLoss, BudgetChunksAccumulateDwInFp32) {
                "bf16 CE trainable, budget chunks");
 }
 
-// The stacked student+teacher GEMM (shared head) gives what two GEMMs give.
-TEST_F(CudaHeadLoss, StackedTeacherGemmMatchesSeparateHead) {
+// A shared frozen head (the teacher's logits from the student's head) gives what a
+// separate, equal teacher head gives.
+TEST_F(CudaHeadLoss, SharedTeacherHeadMatchesASeparateOne) {
   for (DType dt : {DType::f32, DType::bf16}) {
     LossCase st;
     st.s = {600, 192, 20000};
@@ -174,7 +174,7 @@ TEST_F(CudaHeadLoss, StackedTeacherGemmMatchesSeparateHead) {
     const Grads shared = run(st, gpu(), HeadLossPath::fused);
     st.separate_teacher_head = true;
     const Grads separate = run(st, gpu(), HeadLossPath::fused);
-    expect_close(shared, separate, DType::f32, std::string(dtype_name(dt)) + " stacked vs separate");
+    expect_close(shared, separate, DType::f32, std::string(dtype_name(dt)) + " shared vs separate head");
   }
 }
 
