@@ -25,8 +25,8 @@ Tensor rows_of(const Tensor& t, int64_t r0, int64_t c) {
 
 // Note [Separate teacher GEMM]: with a shared frozen head the student's and the teacher's
 // chunk rows could be stacked into one [2c, D] x [D, V] GEMM. Measured on the H200 at the
-// DFlash shape (bench/fused_loss_bench's two floors), cuBLASLt ran the stacked GEMM 2-3%
-// slower than two [c, D] ones (283 vs 274 ms for the whole loop's GEMMs at c = 1536), so
+// DFlash shape (bench/fused_loss_bench's two floors), cuBLASLt ran the stacked GEMM 2-4%
+// slower than two [c, D] ones (280 vs 270 ms for the whole loop's GEMMs at c = 1536), so
 // the loop makes two GEMMs into one [2c, V] buffer (student rows, then teacher rows).
 
 }  // namespace
