@@ -7,13 +7,19 @@
 #include "cuda/head_loss_kernels.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <type_traits>
 
 #include "cuda/cuda_check.h"
 #include "cuda/device_math.cuh"
+#include "cuda/head_rows_device.cuh"
 
 namespace cg::cuda {
 
 namespace {
+
+using namespace head_rows;  // cuda/head_rows_device.cuh
 
 // The loss configuration as the kernel reads it.
 struct HeadParams {
@@ -47,24 +53,49 @@ __device__ __forceinline__ double rescale(double from, double to, double s) {
 // A second pass writes the gradient. Sums run in double per thread (cheap next to the
 // memory traffic), each pack's terms first added in the compute type; exponentials in the
 // compute type.
-constexpr int kHeadThreads = 512;  // the most threads per row (register budget: 128 each)
+//
+// Note [Row kernel bandwidth]: the kernel is bound by HBM (a row of V = 248320 bf16 is
+// 485 KiB; a 2048-row chunk 1 GiB, read twice and written once). What keeps it at
+// bandwidth: (1) each thread issues kUnroll 16-byte loads (per operand) before using any,
+// so enough bytes are in flight per SM; (2) several blocks per SM (__launch_bounds__), so
+// one block's reductions between the passes overlap another's streaming: cross-entropy
+// runs 2 blocks of 512 threads (64 registers), the teacher's variant (~100 registers) 2
+// blocks of 256 (CHUNKGRAD_HEAD_ROWS_THREADS=256|512 overrides both, for measuring:
+// 256 gives cross-entropy 4 blocks of 256, 512 the teacher's one block of 512); (3) the
+// block's statistics are reduced together (one pair of barriers for all sums, and one
+// for both maxima and both argmaxes);
+// (4) pass 2 walks the row backwards: what pass 1 read last is the likeliest still in L2.
+constexpr int kHeadThreads = 512;  // the most threads per row
 
-template <typename T, int N, bool kTeacher>
-__global__ void __launch_bounds__(kHeadThreads) head_rows_kernel(T* logits, T* teacher, const int64_t* labels, int64_t C, int64_t V,
-                                 HeadParams p, const compute_t<T>* grad_scale, compute_t<T>* out_loss,
-                                 compute_t<T>* out_lse, compute_t<T>* out_entropy,
-                                 int64_t* out_argmax, int64_t* out_targmax) {
+// The per-thread running sums of pass 1 (Note [One-pass row statistics]).
+struct RowSums {
+  double se = 0, sez = 0, sz = 0;  // relative to m: sum e, sum e z; sum z
+  double sb = 0, kb = 0;           // relative to m at temperature: sum e_s, sum e_s (z - t) s
+  double sa = 0, ka = 0;           // relative to tm: sum e_t, sum e_t w
+};
+
+template <typename T, int N, bool kTeacher, int kThreads, int kBlocksPerSm>
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+    head_rows_kernel(T* logits, T* teacher, const int64_t* labels, int64_t C, int64_t V, HeadParams p,
+                     const compute_t<T>* grad_scale, compute_t<T>* out_loss, compute_t<T>* out_lse,
+                     compute_t<T>* out_entropy, int64_t* out_argmax, int64_t* out_targmax) {
   using A = compute_t<T>;
-  __shared__ double sd[32];
-  __shared__ A sa_max[32];
-  __shared__ int64_t si[32];
+  constexpr int kUnroll = kTeacher ? 2 : 4;  // packs in flight per operand per thread
+  __shared__ double sd[32 * 7];
+  __shared__ A sa_max[64];
+  __shared__ int64_t si[64];
   const A cap = static_cast<A>(p.cap), inv_cap = p.softcap ? A(1) / cap : A(0);
   const A s = static_cast<A>(p.inv_tau);
   const bool forward = static_cast<LossKind>(p.kind) == LossKind::forward_kl;
   const bool soft = static_cast<LossKind>(p.kind) == LossKind::soft_cross_entropy;
   const bool reverse = static_cast<LossKind>(p.kind) == LossKind::reverse_kl;
   const bool unit_tau = p.tau == 1.0;  // then e^((z - m) / tau) is e^(z - m)
-  const int64_t step = static_cast<int64_t>(blockDim.x) * N;
+  const A as = s * kExpScale<A>;       // exponent scale at temperature
+  // The sums at temperature (sb, kb) serve reverse KL and lse_b at tau != 1 only.
+  const bool need_b = reverse || !unit_tau;
+  const int64_t packs = V / N;         // V % N == 0 (the launcher picks N so)
+  const int64_t stride = static_cast<int64_t>(blockDim.x);
+  const int64_t groups = (packs + stride * kUnroll - 1) / (stride * kUnroll);
   for (int64_t i = blockIdx.x; i < C; i += gridDim.x) {
     T* z = logits + i * V;
     T* t = kTeacher ? teacher + i * V : nullptr;
@@ -73,124 +104,131 @@ __global__ void __launch_bounds__(kHeadThreads) head_rows_kernel(T* logits, T* t
     // ---- pass 1: softcap in place and the running statistics of this thread ----
     A m = -m_inf<A>(), tm = -m_inf<A>();
     int64_t arg = INT64_MAX, targ = INT64_MAX;
-    double se = 0, sez = 0, sz = 0;  // relative to m: sum e, sum e z; sum z
-    double sb = 0, kb = 0;           // relative to m at temperature: sum e_s, sum e_s (z - t) s
-    double sa = 0, ka = 0;           // relative to tm: sum e_t, sum e_t w
-    for (int64_t j0 = static_cast<int64_t>(threadIdx.x) * N; j0 < V; j0 += step) {
-      A zv[N], tv[N];
-      load_pack<T, N>(z + j0, zv);
-      if (p.softcap) {
+    A bz = m_inf<A>(), bt = m_inf<A>();  // -m, -tm s, times kExpScale (set with the maxima)
+    RowSums r;
+    for (int64_t g = 0; g < groups; ++g) {
+      RawPack<T, N> zr[kUnroll], tr[kUnroll];
+      load_group<T, N, kUnroll, kTeacher>(z, t, g, stride, packs, zr, tr);
 #pragma unroll
-        for (int k = 0; k < N; ++k) zv[k] = rounded<T>(cap * m_tanh(zv[k] * inv_cap));
-        store_pack<T, N>(z + j0, zv);
-      }
-      A vmax = m;
-#pragma unroll
-      for (int k = 0; k < N; ++k) {
-        if (zv[k] > vmax) {
-          vmax = zv[k];
-          arg = j0 + k;
-        }
-      }
-      if (vmax > m) {
-        const double f = rescale(m, vmax, 1.0);
-        se *= f;
-        sez *= f;
-        if (kTeacher) {
-          const double fs = rescale(m, vmax, p.inv_tau);
-          sb *= fs;
-          kb *= fs;
-        }
-        m = vmax;
-      }
-      if (kTeacher) {
-        load_pack<T, N>(t + j0, tv);
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t pk = (g * kUnroll + u) * stride + threadIdx.x;
+        if (pk >= packs) continue;
+        const int64_t j0 = pk * N;
+        A zv[N], tv[N];
+        unpack<T, N>(zr[u], zv);
+        if (kTeacher) unpack<T, N>(tr[u], tv);
         if (p.softcap) {
 #pragma unroll
-          for (int k = 0; k < N; ++k) tv[k] = rounded<T>(cap * m_tanh(tv[k] * inv_cap));
-          store_pack<T, N>(t + j0, tv);
+          for (int k = 0; k < N; ++k) zv[k] = rounded<T>(cap * m_tanh(zv[k] * inv_cap));
+          store_pack<T, N>(z + j0, zv);
         }
-        A tvmax = tm;
-#pragma unroll
-        for (int k = 0; k < N; ++k) {
-          if (tv[k] > tvmax) {
-            tvmax = tv[k];
-            targ = j0 + k;
+        // The pack's max first; the argmax is looked for only when the max grows (rare
+        // after the first packs of a row), not tracked per element.
+        const A vmax = pack_max<A, N>(zv);
+        if (vmax > m) {
+          arg = j0 + first_equal<A, N>(zv, vmax);
+          const double f = rescale(m, vmax, 1.0);
+          r.se *= f;
+          r.sez *= f;
+          if (kTeacher) {
+            const double fs = unit_tau ? f : rescale(m, vmax, p.inv_tau);
+            r.sb *= fs;
+            r.kb *= fs;
           }
-        }
-        if (tvmax > tm) {
-          const double f = rescale(tm, tvmax, p.inv_tau);
-          sa *= f;
-          ka *= f;
-          tm = tvmax;
-        }
-      }
-      // Sums of the pack in the compute type, added to the double totals once per pack
-      // (a float-to-double conversion per element would cost more than the exponential).
-      A pz = 0, pe = 0, pez = 0, pb = 0, pkb = 0, pa = 0, pka = 0;
-#pragma unroll
-      for (int k = 0; k < N; ++k) {
-        const A zk = zv[k];
-        pz += zk;
-        // A -inf logit adds e = 0 (computed, e * z would be 0 * -inf = NaN).
-        const bool z_finite_below = !(m_isinf(zk) && zk < A(0));
-        A e = 0;
-        if (z_finite_below) {
-          e = m_exp(zk - m);
-          pe += e;
-          pez += e * zk;
+          m = vmax;
+          bz = -m * kExpScale<A>;
         }
         if (kTeacher) {
-          const A tk = tv[k];
-          if (z_finite_below) {
-            const A es = unit_tau ? e : m_exp((zk - m) * s);
-            pb += es;
-            pkb += es * ((zk - tk) * s);
+          if (p.softcap) {
+#pragma unroll
+            for (int k = 0; k < N; ++k) tv[k] = rounded<T>(cap * m_tanh(tv[k] * inv_cap));
+            store_pack<T, N>(t + j0, tv);
           }
-          if (!(m_isinf(tk) && tk < A(0))) {
-            const A et = m_exp((tk - tm) * s);
-            pa += et;
-            pka += et * (soft ? zk * s : (tk - zk) * s);
+          const A tvmax = pack_max<A, N>(tv);
+          if (tvmax > tm) {
+            targ = j0 + first_equal<A, N>(tv, tvmax);
+            const double f = rescale(tm, tvmax, p.inv_tau);
+            r.sa *= f;
+            r.ka *= f;
+            tm = tvmax;
+            bt = -tm * as;
           }
         }
-      }
-      sz += static_cast<double>(pz);
-      se += static_cast<double>(pe);
-      sez += static_cast<double>(pez);
-      if (kTeacher) {
-        sb += static_cast<double>(pb);
-        kb += static_cast<double>(pkb);
-        sa += static_cast<double>(pa);
-        ka += static_cast<double>(pka);
+        // Sums of the pack in the compute type, added to the double totals once per pack
+        // (a float-to-double conversion per element would cost more than the exponential).
+        A pz = 0, pe = 0, pez = 0, pb = 0, pkb = 0, pa = 0, pka = 0;
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+          const A zk = zv[k];
+          pz += zk;
+          // A -inf logit adds e = 0 (computed, e * z would be 0 * -inf = NaN).
+          const bool z_finite_below = zk != -m_inf<A>();
+          A e = 0;
+          if (z_finite_below) {
+            e = exp_fma(zk, kExpScale<A>, bz);
+            pe += e;
+            pez += e * zk;
+          }
+          if (kTeacher) {
+            const A tk = tv[k];
+            if (need_b && z_finite_below) {
+              const A es = unit_tau ? e : exp_fma(zk, as, -m * as);
+              pb += es;
+              pkb += es * ((zk - tk) * s);
+            }
+            if (tk != -m_inf<A>()) {
+              const A et = exp_fma(tk, as, bt);
+              pa += et;
+              pka += et * (soft ? zk : tk - zk);  // times s once per pack, below
+            }
+          }
+        }
+        r.sz += static_cast<double>(pz);
+        r.se += static_cast<double>(pe);
+        r.sez += static_cast<double>(pez);
+        if (kTeacher) {
+          r.sb += static_cast<double>(pb);
+          r.kb += static_cast<double>(pkb);
+          r.sa += static_cast<double>(pa);
+          r.ka += static_cast<double>(pka * s);
+        }
       }
     }
 
-    // ---- the block's statistics ----
-    const A zmax = block_max(m, sa_max);
-    const int64_t first = block_min_i64(m == zmax ? arg : INT64_MAX, si);
+    // ---- the block's statistics: maxima, then first argmaxes, then every sum at once ----
+    A zmax = m, tmax = tm;
+    int64_t first = INT64_MAX, tfirst = INT64_MAX;
+    if (kTeacher) {  // both rows' maxima, then both argmaxes, one pair of barriers each
+      block_reduce2(zmax, tmax, sa_max, -m_inf<A>(), MaxOp{});
+      first = m == zmax ? arg : INT64_MAX;
+      tfirst = tm == tmax ? targ : INT64_MAX;
+      block_reduce2(first, tfirst, si, int64_t{INT64_MAX}, MinOp{});
+    } else {
+      zmax = block_max(m, sa_max);
+      first = block_min_i64(m == zmax ? arg : INT64_MAX, si);
+    }
     const double f = rescale(m, zmax, 1.0);
-    const double sum_e = block_sum(se * f, sd);
-    const double sum_ez = block_sum(sez * f, sd);
-    const double sum_z = block_sum(sz, sd);
-    const double lse = static_cast<double>(zmax) + log(sum_e);
-
-    double lse_a = 0.0, lse_b = 0.0, kl_loss = 0.0;
+    double lse_a = 0.0, lse_b = 0.0, kl_loss = 0.0, sum_e = 0.0, sum_ez = 0.0, sum_z = 0.0;
     if (kTeacher) {
-      const double fs = rescale(m, zmax, p.inv_tau);
-      const double sum_b = block_sum(sb * fs, sd);
-      const double sum_kb = block_sum(kb * fs, sd);
-      const A tmax = block_max(tm, sa_max);
-      const int64_t tfirst = block_min_i64(tm == tmax ? targ : INT64_MAX, si);
+      const double fs = unit_tau ? f : rescale(m, zmax, p.inv_tau);
       const double ft = rescale(tm, tmax, p.inv_tau);
-      const double sum_a = block_sum(sa * ft, sd);
-      const double sum_ka = block_sum(ka * ft, sd);
+      double v[7] = {r.se * f, r.sez * f, r.sz, r.sb * fs, r.kb * fs, r.sa * ft, r.ka * ft};
+      block_sums<7>(v, sd);
+      sum_e = v[0], sum_ez = v[1], sum_z = v[2];
+      const double sum_b = v[3], sum_kb = v[4], sum_a = v[5], sum_ka = v[6];
+      const double lse0 = static_cast<double>(zmax) + log(sum_e);
       lse_a = static_cast<double>(tmax) * p.inv_tau + log(sum_a);
-      lse_b = p.tau == 1.0 ? lse : static_cast<double>(zmax) * p.inv_tau + log(sum_b);
+      lse_b = unit_tau ? lse0 : static_cast<double>(zmax) * p.inv_tau + log(sum_b);
       if (forward) kl_loss = sum_ka / sum_a - (lse_a - lse_b);
       else if (soft) kl_loss = -sum_ka / sum_a + lse_b;
       else if (reverse) kl_loss = sum_kb / sum_b + (lse_a - lse_b);
       if (threadIdx.x == 0 && out_targmax) out_targmax[i] = tfirst == INT64_MAX ? 0 : tfirst;
+    } else {
+      double v[3] = {r.se * f, r.sez * f, r.sz};
+      block_sums<3>(v, sd);
+      sum_e = v[0], sum_ez = v[1], sum_z = v[2];
     }
+    const double lse = static_cast<double>(zmax) + log(sum_e);
 
     double ce_loss = 0.0;
     int64_t y = -1;
@@ -211,41 +249,56 @@ __global__ void __launch_bounds__(kHeadThreads) head_rows_kernel(T* logits, T* t
     if (!p.want_grad) continue;
     __syncthreads();  // every thread has read z[y] before any gradient overwrites it
 
-    // ---- pass 2: the gradient over the logits ----
-    const double g = ignored ? 0.0 : grad_scale != nullptr ? static_cast<double>(grad_scale[i]) : 1.0;
-    const A g_soft = static_cast<A>(g * p.ce_weight * (1.0 + 2.0 * p.z_loss * lse));
-    const A g_uniform = static_cast<A>(g * p.ce_weight * p.eps / static_cast<double>(V));
-    const A g_kl = static_cast<A>(g * p.kl_weight * p.kl_scale * p.inv_tau);
+    // ---- pass 2: the gradient over the logits, last group first (Note [Row kernel bandwidth]) ----
+    const double gs = ignored ? 0.0 : grad_scale != nullptr ? static_cast<double>(grad_scale[i]) : 1.0;
+    const A g_soft = static_cast<A>(gs * p.ce_weight * (1.0 + 2.0 * p.z_loss * lse));
+    const A g_uniform = static_cast<A>(gs * p.ce_weight * p.eps / static_cast<double>(V));
+    const A g_kl = static_cast<A>(gs * p.kl_weight * p.kl_scale * p.inv_tau);
     const A lse_c = static_cast<A>(lse), lse_ac = static_cast<A>(lse_a),
             lse_bc = static_cast<A>(lse_b), kl_c = static_cast<A>(kl_loss);
-    double onehot = g * p.ce_weight * (1.0 - p.eps);
+    const A b_ce = -lse_c * kExpScale<A>, b_q = -lse_bc * kExpScale<A>, b_p = -lse_ac * kExpScale<A>;
+    double onehot = gs * p.ce_weight * (1.0 - p.eps);
     if (p.softcap) {
-      const double r = static_cast<double>(zy) / p.cap;
-      onehot *= 1.0 - r * r;
+      const double rr = static_cast<double>(zy) / p.cap;
+      onehot *= 1.0 - rr * rr;
     }
-    for (int64_t j0 = static_cast<int64_t>(threadIdx.x) * N; j0 < V; j0 += step) {
-      A zv[N], tv[N], d[N];
-      load_pack<T, N>(z + j0, zv);
-      if (kTeacher) load_pack<T, N>(t + j0, tv);
+    for (int64_t g = groups - 1; g >= 0; --g) {
+      RawPack<T, N> zr[kUnroll], tr[kUnroll];
+      load_group<T, N, kUnroll, kTeacher>(z, t, g, stride, packs, zr, tr);
 #pragma unroll
-      for (int k = 0; k < N; ++k) {
-        const A zj = zv[k];
-        A dk = 0;
-        if (p.want_ce) dk += g_soft * m_exp(zj - lse_c) - g_uniform;
-        if (kTeacher) {
-          const A log_p = tv[k] * s - lse_ac, log_q = zj * s - lse_bc;
-          const A q = m_exp(log_q);
-          if (reverse) dk += g_kl * q * ((log_q - log_p) - kl_c);
-          else dk += g_kl * (q - m_exp(log_p));
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t pk = (g * kUnroll + u) * stride + threadIdx.x;
+        if (pk >= packs) continue;
+        const int64_t j0 = pk * N;
+        const int64_t y_at = y - j0;  // the label's place in this pack, when in [0, N)
+        const int yk = y_at >= 0 && y_at < N ? static_cast<int>(y_at) : -1;
+        A zv[N], tv[N], d[N];
+        unpack<T, N>(zr[u], zv);
+        if (kTeacher) unpack<T, N>(tr[u], tv);
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+          const A zj = zv[k];
+          A dk = 0;
+          // q = softmax(z / tau)_j; at tau 1 it is CE's softmax too (lse_b is lse then).
+          const A q = kTeacher ? exp_fma(zj, as, b_q) : A(0);
+          if (p.want_ce) dk += g_soft * (kTeacher && unit_tau ? q : exp_fma(zj, kExpScale<A>, b_ce)) - g_uniform;
+          if (kTeacher) {
+            if (reverse) {
+              const A log_p = tv[k] * s - lse_ac, log_q = zj * s - lse_bc;
+              dk += g_kl * q * ((log_q - log_p) - kl_c);
+            } else {
+              dk += g_kl * (q - exp_fma(tv[k], as, b_p));
+            }
+          }
+          if (p.softcap) {
+            const A rr = zj * inv_cap;
+            dk *= A(1) - rr * rr;
+          }
+          if (k == yk) dk = static_cast<A>(static_cast<double>(dk) - onehot);
+          d[k] = dk;
         }
-        if (p.softcap) {
-          const A r = zj * inv_cap;
-          dk *= A(1) - r * r;
-        }
-        if (j0 + k == y) dk = static_cast<A>(static_cast<double>(dk) - onehot);
-        d[k] = dk;
+        store_pack<T, N>(z + j0, d);
       }
-      store_pack<T, N>(z + j0, d);
     }
   }
 }
@@ -292,6 +345,17 @@ __global__ void row_weights_kernel(const int64_t* labels, int64_t label_stride, 
   }
 }
 
+// CHUNKGRAD_HEAD_ROWS_THREADS=256 or 512 (0 when unset or anything else): read once.
+int threads_override() {
+  static const int v = [] {
+    const char* e = std::getenv("CHUNKGRAD_HEAD_ROWS_THREADS");
+    if (e == nullptr) return 0;
+    const std::string s(e);
+    return s == "256" ? 256 : s == "512" ? 512 : 0;
+  }();
+  return v;
+}
+
 }  // namespace
 
 void launch_head_loss_rows(DType dtype, void* logits, void* teacher, const int64_t* labels,
@@ -317,7 +381,9 @@ void launch_head_loss_rows(DType dtype, void* logits, void* teacher, const int64
   CG_CHECK(!p.want_teacher || teacher != nullptr, "head loss: this loss kind needs teacher logits");
   CG_CHECK(!p.want_ce || labels != nullptr, "head loss: cross-entropy needs labels");
   CG_CHECK(cfg.temperature > 0.0f, "head loss: temperature must be > 0, got ", cfg.temperature);
-  const int threads = V >= 8192 ? kHeadThreads : (V >= 2048 ? 256 : 32);
+  // Threads per row (block): Note [Row kernel bandwidth]; short rows take fewer.
+  const int wide = threads_override() ? threads_override() : (p.want_teacher ? 256 : kHeadThreads);
+  const int threads = V >= 8192 ? wide : (V >= 2048 ? 256 : 32);
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(C, 1 << 20));
   visit_floating(dtype, "head loss", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -326,7 +392,8 @@ void launch_head_loss_rows(DType dtype, void* logits, void* teacher, const int64
     // 16-byte packs when every row starts 16-byte aligned (Note [One-pass row statistics]).
     const bool packed = V % kPack == 0 && reinterpret_cast<uintptr_t>(logits) % 16 == 0 &&
                         (teacher == nullptr || reinterpret_cast<uintptr_t>(teacher) % 16 == 0);
-    auto launch = [&](auto kernel) {
+    auto launch = [&](auto kernel, int most_threads) {
+      CG_CHECK(threads <= most_threads, "head loss: ", threads, " threads for a kernel built for ", most_threads);
       kernel<<<blocks, threads, 0, stream>>>(
           static_cast<T*>(logits), static_cast<T*>(teacher), labels, C, V, p,
           static_cast<const A*>(grad_scale), static_cast<A*>(out.loss), static_cast<A*>(out.lse),
@@ -334,12 +401,17 @@ void launch_head_loss_rows(DType dtype, void* logits, void* teacher, const int64
     };
     // The teacher's statistics are a separate instantiation: cross-entropy alone then needs
     // fewer registers per thread, so more rows run at once.
+    // 512 threads per SM for the teacher's variant (~100 registers each), 1024 for
+    // cross-entropy's (64): Note [Row kernel bandwidth].
+    const bool narrow = wide == 256;
     if (p.want_teacher) {
-      if (packed) launch(head_rows_kernel<T, kPack, true>);
-      else launch(head_rows_kernel<T, 1, true>);
+      if (!packed) launch(head_rows_kernel<T, 1, true, 512, 1>, 512);
+      else if (narrow) launch(head_rows_kernel<T, kPack, true, 256, 2>, 256);
+      else launch(head_rows_kernel<T, kPack, true, 512, 1>, 512);
     } else {
-      if (packed) launch(head_rows_kernel<T, kPack, false>);
-      else launch(head_rows_kernel<T, 1, false>);
+      if (!packed) launch(head_rows_kernel<T, 1, false, 512, 1>, 512);
+      else if (narrow) launch(head_rows_kernel<T, kPack, false, 256, 4>, 256);
+      else launch(head_rows_kernel<T, kPack, false, 512, 2>, 512);
     }
   });
   CG_CUDA_CHECK(cudaGetLastError());

@@ -3,11 +3,13 @@
 // three head-loss paths and the caching allocator reports, for each: the forward peak,
 // the step peak (forward + backward), the bytes the autograd graph retains at the end of
 // forward (by node type), the loss, and the median time. Sizes default to the DFlash
-// shape (24576 x 5120 x 248320) divided by --scale so that it runs on a CPU.
+// shape (24576 x 5120 x 248320) divided by --scale so that it runs on a CPU; with
+// --device cuda it runs on a GPU, at full scale (--scale 1) on one H200.
 //
 //   ./build/examples/memory_lesson                      # table
 //   ./build/examples/memory_lesson --json               # one JSON object keyed by path
 //   ./build/examples/memory_lesson --loss kl --head trainable --trace-dir traces/
+//   ./build-gpu/examples/memory_lesson --device cuda --scale 1 --loss kl --ce-weight 0.1
 //   ./build/examples/chunkgrad trace traces/trace_{naive,chunked,fused}.json --html report.html
 //
 // Besides the peaks, the table splits each forward peak into what forward keeps (the
@@ -32,10 +34,12 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "core/backend.h"
 #include "core/caching_allocator.h"
 #include "core/factories.h"
 #include "core/memory_trace.h"
 #include "core/trace_file.h"
+#include "core/views.h"
 #include "examples/common/program.h"
 #include "ops/head_loss.h"
 #include "ops/ops.h"
@@ -48,6 +52,8 @@ struct Options {
   std::string loss = "ce";      // ce | kl | rkl | soft_ce
   std::string head = "frozen";  // frozen | trainable
   std::string dtype = "f32";
+  std::string device = "cpu";
+  double ce_weight = 0;  // teacher losses: loss = a CE + (1 - a) teacher loss
   std::string paths = "naive,chunked,fused";
   int64_t chunk_rows = 0;
   double chunk_budget_mb = 0;  // 0: what kLessonChunkRows rows need (see run())
@@ -91,7 +97,8 @@ PathReport run_path(cg::HeadLossPath path, const cg::HeadLossInputs& in, cg::Hea
   PathReport rep;
   rep.path = cg::head_loss_path_name(path);
   o.path = path;
-  cg::CachingAllocator& alloc = cg::allocator_for(cg::kCPU);
+  const cg::Device dev = in.hidden.device();
+  cg::CachingAllocator& alloc = cg::allocator_for(dev);
   std::vector<double> times;
   for (int i = 0; i < opt.repeat; ++i) {
     const bool first = i == 0;
@@ -133,6 +140,7 @@ PathReport run_path(cg::HeadLossPath path, const cg::HeadLossInputs& in, cg::Hea
       cg::ScopeGuard scope(std::string("backward/") + rep.path);
       r.loss.backward();
     }
+    cg::backend_for(dev).synchronize(dev.index);  // a GPU's step is done when its work is
     times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     if (first) {
       rep.step_peak = alloc.stats().allocated_bytes.peak - base;
@@ -245,9 +253,10 @@ std::vector<std::string> explain(const std::vector<PathReport>& reports, const O
 void print_table(const std::vector<PathReport>& reports, const Options& o, const cg::HeadLossInputs& in) {
   const int64_t T = in.hidden.size(0), D = in.hidden.size(1), V = in.head.size(0);
   const size_t el = cg::element_size(in.hidden.dtype());
-  std::printf("lm_head + %s loss, T=%lld D=%lld V=%lld (%s, head %s); logits [T, V] = %s in fp32\n",
-              o.loss.c_str(), (long long)T, (long long)D, (long long)V, o.dtype.c_str(), o.head.c_str(),
-              mib(4 * T * V).c_str());
+  std::printf("lm_head + %s loss%s, T=%lld D=%lld V=%lld (%s, head %s, on %s); logits [T, V] = %s in fp32\n",
+              o.loss.c_str(), o.ce_weight > 0 ? cg::detail::concat(" + ", o.ce_weight, " CE").c_str() : "",
+              (long long)T, (long long)D, (long long)V, o.dtype.c_str(), o.head.c_str(),
+              in.hidden.device().str().c_str(), mib(4 * T * V).c_str());
   std::printf("inputs: hidden %s, head %s, labels %s", mib(T * D * el).c_str(), mib(V * D * el).c_str(),
               mib(in.labels.nbytes()).c_str());
   if (in.teacher_hidden.defined()) std::printf(", teacher hidden %s", mib(in.teacher_hidden.nbytes()).c_str());
@@ -296,7 +305,8 @@ void print_json(const std::vector<PathReport>& reports, const Options& o, const 
                      {"chunk_rows", r.chunk_rows}};
   }
   nlohmann::json out;
-  out["shape"] = {{"T", T}, {"D", D}, {"V", V}, {"dtype", o.dtype}, {"loss", o.loss}, {"head", o.head}};
+  out["shape"] = {{"T", T}, {"D", D}, {"V", V}, {"dtype", o.dtype}, {"loss", o.loss}, {"head", o.head},
+                  {"ce_weight", o.ce_weight}, {"device", in.hidden.device().str()}};
   out["paths"] = paths;
   out["lesson"] = explain(reports, o, T, D, V, in.hidden.dtype());
   std::cout << out.dump(2) << "\n";
@@ -305,6 +315,16 @@ void print_json(const std::vector<PathReport>& reports, const Options& o, const 
 constexpr int64_t kLessonChunkRows = 512;
 
 void run(const Options& o) {
+  // The device first: no GPU (or a CPU-only build) is one error line before any work.
+  const cg::Device dev = cg::Device::parse(o.device);
+  try {
+    cg::backend_for(dev);
+  } catch (const cg::Error& e) {
+    CG_FAIL("--device ", o.device, ": ", e.message());
+  }
+  CG_CHECK(o.memory_limit_mb == 0 || !dev.is_cuda(), "--memory-limit-mb caps the CPU allocator; it does not apply "
+           "to --device ", o.device, " (the GPU's own memory is the limit there)");
+  CG_CHECK(o.ce_weight == 0 || o.loss != "ce", "--ce-weight mixes hard CE into a teacher loss; --loss ce is CE already");
   // Before anything is allocated: the limit holds for everything the run allocates,
   // the inputs included.
   cg::program::set_cpu_memory_limit_mb(o.memory_limit_mb);
@@ -315,8 +335,10 @@ void run(const Options& o) {
   const cg::DType dtype = cg::parse_dtype(o.dtype);
   cg::HeadLossOptions hopt;
   hopt.loss.kind = parse_kind(o.loss);
+  hopt.loss.hard_ce_weight = static_cast<float>(o.ce_weight);
   hopt.chunk_rows = o.chunk_rows;
-  hopt.chunk_budget_bytes = static_cast<size_t>(o.chunk_budget_mb * (1 << 20));
+  // 0: the lesson's default below (CPU), or head_loss's own (GPU).
+  if (o.chunk_budget_mb > 0) hopt.chunk_budget_bytes = static_cast<size_t>(o.chunk_budget_mb * (1 << 20));
   hopt.recompute_in_backward = o.recompute;
 
   // Before the work: the trace files are opened now, so an unwritable --trace-dir fails
@@ -336,13 +358,15 @@ void run(const Options& o) {
   cg::HeadLossInputs in;
   try {
     cg::CategoryGuard category(cg::MemoryCategory::input);
-    in.hidden = cg::randn({T, D}, {.dtype = dtype}, &gen).requires_grad_();
-    in.head = cg::randn({V, D}, {.dtype = dtype}, &gen, 0.0, 1.0 / std::sqrt(double(D)));
+    in.hidden = cg::randn({T, D}, {.dtype = dtype, .device = dev}, &gen).requires_grad_();
+    in.head = cg::randn({V, D}, {.dtype = dtype, .device = dev}, &gen, 0.0, 1.0 / std::sqrt(double(D)));
     if (o.head == "trainable") in.head.requires_grad_();
     std::vector<int64_t> labels(T);
     for (auto& y : labels) y = static_cast<int64_t>(gen.next_u64() % V);
-    in.labels = cg::from_ints(labels, {T});
-    if (cg::loss_needs_teacher(hopt.loss)) in.teacher_hidden = cg::randn({T, D}, {.dtype = dtype}, &gen);
+    in.labels = cg::raw::to_device(cg::from_ints(labels, {T}), dev);
+    if (cg::loss_needs_teacher(hopt.loss)) {
+      in.teacher_hidden = cg::randn({T, D}, {.dtype = dtype, .device = dev}, &gen);
+    }
   } catch (const cg::OutOfMemoryError& e) {
     CG_FAIL("the inputs (hidden [", T, ", ", D, "], head [", V, ", ", D, "], labels",
             cg::loss_needs_teacher(hopt.loss) ? ", teacher hidden" : "", ") do not fit",
@@ -355,8 +379,9 @@ void run(const Options& o) {
   // chunks at large scales (33 rows at --scale 4, where fused ran 7x slower than with 1024)
   // and refused 16-bit trainable heads outright; 512 rows is the smallest chunk that ran
   // within ~10% of the best on the CPU (bench/head_loss_cpu_bench), so the lesson shows
-  // fused at GEMM speed and its peak falls with T/512 at every --scale.
-  if (o.chunk_rows == 0 && o.chunk_budget_mb == 0) {
+  // fused at GEMM speed and its peak falls with T/512 at every --scale. A GPU keeps
+  // head_loss's own default budget: its GEMMs want thousands of rows (ops/head_loss.h).
+  if (o.chunk_rows == 0 && o.chunk_budget_mb == 0 && !dev.is_cuda()) {
     hopt.chunk_budget_bytes = cg::head_loss_chunk_bytes(in, hopt, std::min<int64_t>(T, kLessonChunkRows));
   }
   // A --chunk-budget-mb too small for one row fails here, before any path runs.
@@ -404,6 +429,9 @@ int main(int argc, char** argv) {
   app.add_option("--V", o.V, "vocabulary; overrides --scale")->default_str("248320 / scale")->check(integer_in(1, kMaxSize));
   app.add_option("--loss", o.loss, "ce | kl | rkl | soft_ce (teacher losses use a shared frozen head)")
       ->check(cg::program::one_of({"ce", "kl", "rkl", "soft_ce"}));
+  app.add_option("--ce-weight", o.ce_weight, "teacher losses: loss = a CE + (1 - a) teacher loss (0..1)")
+      ->check(cg::program::number_in(0, 1));
+  app.add_option("--device", o.device, "cpu | cuda | cuda:N (checked before any work)");
   app.add_option("--head", o.head, "frozen | trainable")->check(cg::program::one_of({"frozen", "trainable"}));
   app.add_option("--dtype", o.dtype, "f32 | bf16 | f16 | f64")->check(cg::program::one_of({"f32", "bf16", "f16", "f64"}));
   app.add_option("--paths", o.paths, "comma-separated subset of naive,chunked,fused")

@@ -11,6 +11,7 @@
 // ops on the tensors' device, so a GPU run never waits inside the step.
 #include "ops/fused_head_loss.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "autograd/function.h"
@@ -41,14 +42,27 @@ FusedHeadLoopArgs base_args(const HeadLossInputs& in, const HeadLossOptions& o, 
   return a;
 }
 
-// rows [T, D] times g: per row (g [T]) or one scalar (g []), in rows' dtype; fp32 math.
-Tensor scale_rows(const Tensor& rows, const Tensor& g) {
+// Note [Scaling in blocks of rows]: backward hands out rows [R, D] times g -- per row
+// (g [R]) or one scalar (g []) -- in out_dtype, computed in fp32 (one rounding, as the
+// forward's fp32 accumulators were meant). Converting all of dW [V, D] at once would make
+// two more [V, D] fp32 tensors (10 GiB at the DFlash shape) next to the saved one; a block
+// of rows at a time keeps the temporaries at kScaleBlockElements.
+constexpr int64_t kScaleBlockElements = int64_t{1} << 24;  // 64 MiB of fp32
+
+Tensor scale_rows(const Tensor& rows, const Tensor& g, DType out_dtype) {
   NoGradGuard no_grad;
   const DType compute = compute_dtype_of(rows.dtype());
-  const Tensor r = raw::to_dtype(rows, compute);
   const Tensor s = raw::to_dtype(g, compute);
-  const Tensor out = mul(r, g.dim() == 0 ? s : unsqueeze(s, 1));
-  return raw::to_dtype(out, rows.dtype());
+  const Tensor out = raw::empty(rows.shape(), out_dtype, rows.device());
+  const int64_t n = rows.size(0), width = std::max<int64_t>(rows.numel() / std::max<int64_t>(n, 1), 1);
+  const int64_t block = std::max<int64_t>(1, kScaleBlockElements / width);
+  for (int64_t r0 = 0; r0 < n; r0 += block) {
+    const int64_t c = std::min(block, n - r0);
+    const Tensor r = raw::to_dtype(raw::narrow(rows, 0, r0, c), compute);
+    const Tensor sc = g.dim() == 0 ? s : raw::unsqueeze(raw::narrow(s, 0, r0, c), 1);
+    raw::copy_(raw::narrow(out, 0, r0, c), mul(r, sc));
+  }
+  return out;
 }
 
 class FusedHeadRowsBackward : public Node {
@@ -58,7 +72,7 @@ class FusedHeadRowsBackward : public Node {
 
  protected:
   std::vector<Tensor> backward(std::vector<Tensor>&& grads) override {
-    return {scale_rows(saved(dh_i), grads[0])};
+    return {scale_rows(saved(dh_i), grads[0], saved(dh_i).dtype())};
   }
 };
 
@@ -71,8 +85,8 @@ class FusedHeadScalarBackward : public Node {
  protected:
   std::vector<Tensor> backward(std::vector<Tensor>&& grads) override {
     std::vector<Tensor> out(2);
-    if (dh_i) out[0] = scale_rows(saved(*dh_i), grads[0]);
-    if (dw_i) out[1] = raw::to_dtype(scale_rows(saved(*dw_i), grads[0]), head_dtype);
+    if (dh_i) out[0] = scale_rows(saved(*dh_i), grads[0], saved(*dh_i).dtype());
+    if (dw_i) out[1] = scale_rows(saved(*dw_i), grads[0], head_dtype);
     return out;
   }
 };

@@ -161,6 +161,9 @@ int64_t head_loss_chunk_rows(const HeadLossInputs& in, const HeadLossOptions& o)
     if (head_loss_chunk_bytes(in, o, mid) <= o.chunk_budget_bytes) lo = mid;
     else hi = mid - 1;
   }
+  // GEMM tiles are 64-256 rows: 1555 rows would run a last, mostly empty row of tiles in
+  // every logits GEMM, so a chunk of a thousand rows or more is a multiple of 128.
+  if (lo >= 1024 && lo < t) lo -= lo % 128;
   return lo;
 }
 

@@ -331,5 +331,20 @@ TEST(HeadLoss, BadInputIsExplained) {
   TENSOR_EXPECT_ERROR(parse_head_loss_path("fast"), "naive, chunked or fused");
 }
 
+// Chunks from the budget: below 1024 rows the most that fit; from 1024 on a multiple of
+// 128 (GEMM tiles); all rows when they all fit.
+TEST(HeadLossChunks, BudgetChunksOfAThousandRowsOrMoreAreMultiplesOf128) {
+  const Tensor h = zeros({3000, 4}), w = zeros({16, 4});
+  const HeadLossInputs in{h, w, Tensor(), Tensor(), Tensor(), Tensor()};
+  HeadLossOptions o;
+  for (int64_t rows : {int64_t{700}, int64_t{1100}, int64_t{1300}, int64_t{2999}}) {
+    o.chunk_budget_bytes = head_loss_chunk_bytes(in, o, rows);
+    const int64_t want = rows < 1024 ? rows : rows - rows % 128;
+    EXPECT_EQ(head_loss_chunk_rows(in, o), want) << rows << " rows fit";
+  }
+  o.chunk_budget_bytes = head_loss_chunk_bytes(in, o, 3000);
+  EXPECT_EQ(head_loss_chunk_rows(in, o), 3000);
+}
+
 }  // namespace
 }  // namespace cg

@@ -17,6 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/backend.h"
+
 namespace {
 
 struct ProgramRun {
@@ -120,6 +122,30 @@ TEST(Programs, MemoryLessonWritesOneTracePerPath) {
 }
 
 // ---- item 10: bad values and failures end in one line, never an abort ----
+
+// --device is checked before any work: without a GPU (CI), or in a CPU-only build, asking
+// for cuda is one error line naming the option, not a crash in the first allocation.
+TEST(Programs, MemoryLessonDeviceIsCheckedUpFront) {
+  expect_clean_failure(memory_lesson(kTiny + "--device tpu"), "memory_lesson", {"tpu"});
+  if (cg::cuda_available()) GTEST_SKIP() << "a GPU is present: --device cuda would run";
+  expect_clean_failure(memory_lesson(kTiny + "--device cuda"), "memory_lesson", {"--device cuda"});
+  expect_clean_failure(memory_lesson(kTiny + "--device cuda:1"), "memory_lesson", {"--device cuda:1"});
+}
+
+// On a GPU the lesson runs with head_loss's own chunk budget (a --chunk-budget-mb of 0
+// once became a budget of 0 bytes there).
+TEST(Programs, MemoryLessonRunsOnTheGpu) {
+  if (!cg::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const ProgramRun r = memory_lesson(kTiny + "--device cuda --loss kl --ce-weight 0.1 --dtype bf16");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("on cuda:0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fused"), std::string::npos) << r.out;
+}
+
+TEST(Programs, MemoryLessonCeWeightNeedsATeacherLoss) {
+  expect_clean_failure(memory_lesson(kTiny + "--ce-weight 0.5"), "memory_lesson", {"--ce-weight"});
+  expect_clean_failure(memory_lesson(kTiny + "--loss kl --ce-weight 2"), "memory_lesson", {"--ce-weight"});
+}
 
 TEST(Programs, NegativeAndHugeSizesAreRefused) {
   expect_clean_failure(memory_lesson("--T -5"), "memory_lesson", {"--T", "must be an integer from 1 to", "-5"});
