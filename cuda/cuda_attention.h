@@ -4,6 +4,14 @@
 // one line each and tests and benchmarks can call them (and pick a path) directly.
 //
 // Note [Which attention path runs on cuda]:
+//   - cudnn (cuDNN's fused flash attention through its backend graph API,
+//     cuda/cudnn_sdpa.h): what automatic takes first for masks none / causal, bf16 or f16,
+//     head_dim 64 or 128, when cuDNN finalizes a plan for the shape (asked once per
+//     shape/dtype/strides and cached). When it does not (or causal has Sq > Sk: rows that
+//     see no key), automatic falls back to flash and remembers that for the shape; the
+//     string overload of cuda_attention_path() says why. Forcing cudnn throws cuDNN's
+//     reason instead. The lse contract is the same on every path, so a forward of one path
+//     feeds a backward of another.
 //   - flash (tensor cores, cuda/attention_flash_*.cu): bf16 or f16, head_dim 64 or 128,
 //     masks none / causal / dflash_blocks, scale > 0. Work proportional to the keys each
 //     query may see; nothing [Sq, Sk] in memory.
@@ -23,16 +31,24 @@
 // fused SDPA through the backend graph API is the way to close that gap (not done).
 #pragma once
 
+#include <string>
+
 #include "core/tensor.h"
 #include "ops/attention_mask.h"
 #include "ops/kernels.h"
 
 namespace cg::cuda {
 
-enum class AttentionPath { automatic, flash, rows };
+enum class AttentionPath { automatic, flash, rows, cudnn };
 
-// "flash" or "rows": the path an automatic call with these arguments takes.
+// By rule, before cuDNN is asked about the shape: "cudnn" (tried first; flash if cuDNN
+// has no plan), "flash" or "rows".
 const char* cuda_attention_path(DType dtype, int64_t head_dim, const ResolvedAttentionMask& mask,
+                                double scale);
+
+// The path an automatic forward of these operands takes: "cudnn", "flash", "rows", or
+// "flash (cudnn not taken: <why>)". Asks cuDNN (and caches its answer) for this shape.
+std::string cuda_attention_path(const Tensor& q, const Tensor& k, const ResolvedAttentionMask& mask,
                                 double scale);
 
 // DeviceKernels::attention_forward on a CUDA device. `path` forces a path (tests); flash

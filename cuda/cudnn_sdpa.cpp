@@ -1,0 +1,558 @@
+// Why this file exists: the cuDNN backend-graph side of cuda/cudnn_sdpa.h -- the SDPA
+// forward and backward operation graphs written node by node with backend descriptors,
+// the heuristics / engine config / execution plan steps, the per-device handle (bound to
+// the compute stream), the plan cache, and the variant packs at run time.
+//
+// Note [The SDPA graph cuDNN recognises]: cuDNN has no "attention" operation in 9.14's
+// public graph that we rely on; its fused flash engines match a graph of generic nodes.
+// The graphs below follow the pattern the cudnn-frontend's sdpa nodes emit (read from its
+// source; this is our own code):
+//   forward   S = Q @ K^T (K described as [B, Hkv, hd, Sk]); S *= scale (by value);
+//             causal: row = GEN_INDEX(axis 2) [+ (Sk - Sq)], col = GEN_INDEX(axis 3),
+//                     S = BINARY_SELECT(S, -inf, row >= col);
+//             M = max_j S; E = exp(S - M); Z = sum_j E; Stats = M + log Z; O = (E / Z) @ V
+//   backward  D = sum(dO * O) * 1 -> a f32 [B, Hq, Sq, 1] buffer (ours, in the workspace);
+//             S = Q @ K^T * scale - Stats [masked as above]; P = exp(S);
+//             dV = reshape(P)^T @ dO (summed over the query heads of a kv head for GQA);
+//             dS = (dO @ V^T - D) * P * scale; dK = reshape(dS)^T @ Q (summed likewise);
+//             dQ_acc (f32, in the workspace) = dS @ K; dQ = identity(dQ_acc)
+// Virtual tensors are f32 unless said; the transposed P and dS are in the input dtype.
+// Anything cuDNN rejects at finalize becomes a reason string (the caller falls back).
+//
+// Note [cuDNN state]: one handle per device, created on first use, bound to the device's
+// compute stream and never destroyed (as cuda/lt_gemm.cpp's cuBLASLt handle). Plans are
+// cached per (direction, device, dtype, shape, mask, strides) with every descriptor they
+// were built from, never erased; unsupported keys are cached with their reason, so a
+// fallback costs one map lookup after the first call. Scale is a by-value scalar given at
+// run time, so it is not part of the key.
+#include "cuda/cudnn_sdpa.h"
+
+#include <cudnn.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "core/error.h"
+#include "core/views.h"
+#include "cuda/compute_stream.h"
+#include "cuda/cuda_check.h"
+
+namespace cg::cuda {
+
+namespace {
+
+std::string last_cudnn_error() {
+  char buf[2048] = {0};
+  cudnnGetLastErrorString(buf, sizeof(buf));
+  return buf[0] ? std::string(buf) : std::string("(cuDNN logged no message)");
+}
+
+}  // namespace
+
+}  // namespace cg::cuda
+
+// Every cuDNN call: a failure names the call, cuDNN's status string and its last error log.
+#define CG_CUDNN_CHECK(expr)                                                              \
+  do {                                                                                    \
+    const cudnnStatus_t cg_cudnn_st_ = (expr);                                            \
+    if (cg_cudnn_st_ != CUDNN_STATUS_SUCCESS) {                                           \
+      throw ::cg::Error(::cg::detail::concat("cuDNN call `", #expr, "` failed: ",         \
+                                             cudnnGetErrorString(cg_cudnn_st_), ": ",     \
+                                             ::cg::cuda::last_cudnn_error()),             \
+                        __FILE__, __LINE__);                                              \
+    }                                                                                     \
+  } while (0)
+
+namespace cg::cuda {
+
+namespace {
+
+using Desc = cudnnBackendDescriptor_t;
+
+// Element dims and strides of a 4-d tensor.
+struct Layout {
+  int64_t dim[4];
+  int64_t stride[4];
+};
+
+Layout contiguous(int64_t a, int64_t b, int64_t c, int64_t d) {
+  return Layout{{a, b, c, d}, {b * c * d, c * d, d, 1}};
+}
+
+cudnnDataType_t cudnn_dtype(DType dt) {
+  return dt == DType::f16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16;
+}
+
+// Fixed unique ids of the tensors a variant pack names; virtual ones count up from 1000.
+enum Uid : int64_t {
+  kQ = 1, kK, kV, kO, kStats, kScale, kNegInf, kOffset, kDO, kDQ, kDK, kDV, kSoftmaxSum,
+  kDQAccum, kOne,
+};
+
+// One operation graph under construction; owns every descriptor it creates (a finalized
+// plan keeps them alive with it, Note [cuDNN state]).
+class GraphBuilder {
+ public:
+  explicit GraphBuilder(cudnnHandle_t handle) : handle_(handle) {}
+  ~GraphBuilder() {
+    for (auto it = owned_.rbegin(); it != owned_.rend(); ++it) cudnnBackendDestroyDescriptor(*it);
+  }
+  GraphBuilder(const GraphBuilder&) = delete;
+  GraphBuilder& operator=(const GraphBuilder&) = delete;
+
+  Desc create(cudnnBackendDescriptorType_t type) {
+    Desc d = nullptr;
+    CG_CUDNN_CHECK(cudnnBackendCreateDescriptor(type, &d));
+    owned_.push_back(d);
+    return d;
+  }
+
+  Desc tensor(int64_t uid, cudnnDataType_t dt, const Layout& l, bool is_virtual,
+              bool by_value = false) {
+    Desc t = create(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+    const int64_t align = 16;
+    const bool virt = is_virtual, byval = by_value;
+    CG_CUDNN_CHECK(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt));
+    CG_CUDNN_CHECK(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, l.dim));
+    CG_CUDNN_CHECK(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, l.stride));
+    CG_CUDNN_CHECK(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid));
+    CG_CUDNN_CHECK(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align));
+    CG_CUDNN_CHECK(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &virt));
+    if (byval) {
+      CG_CUDNN_CHECK(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &byval));
+    }
+    CG_CUDNN_CHECK(cudnnBackendFinalize(t));
+    return t;
+  }
+  Desc virt(cudnnDataType_t dt, const Layout& l) { return tensor(next_virtual_++, dt, l, true); }
+  Desc scalar(int64_t uid, cudnnDataType_t dt) {
+    return tensor(uid, dt, Layout{{1, 1, 1, 1}, {1, 1, 1, 1}}, false, true);
+  }
+
+  // y = mode(x[, b[, t]]), computed in `prec`; axis only for GEN_INDEX.
+  void pointwise(cudnnPointwiseMode_t mode, Desc x, Desc b, Desc t, Desc y,
+                 cudnnDataType_t prec = CUDNN_DATA_FLOAT, int64_t axis = -1) {
+    Desc pw = create(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+    CG_CUDNN_CHECK(cudnnBackendSetAttribute(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode));
+    CG_CUDNN_CHECK(cudnnBackendSetAttribute(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec));
+    if (axis >= 0) {
+      CG_CUDNN_CHECK(cudnnBackendSetAttribute(pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis));
+    }
+    CG_CUDNN_CHECK(cudnnBackendFinalize(pw));
+    Desc op = create(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+    const float one = 1.0f;
+    CG_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw));
+    CG_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x));
+    if (b != nullptr) {
+      CG_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b));
+    }
+    if (t != nullptr) {
+      CG_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t));
+    }
+    CG_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y));
+    CG_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_TYPE_FLOAT, 1, &one));
+    CG_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &one));
+    CG_CUDNN_CHECK(cudnnBackendFinalize(op));
+    ops_.push_back(op);
+  }
+  // A fresh f32 virtual tensor shaped like `l` holding mode(x[, b]).
+  Desc pw(cudnnPointwiseMode_t mode, Desc x, Desc b, const Layout& l) {
+    Desc y = virt(CUDNN_DATA_FLOAT, l);
+    pointwise(mode, x, b, nullptr, y);
+    return y;
+  }
+
+  void matmul(Desc a, Desc b, Desc c) {
+    Desc mm = create(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
+    const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
+    CG_CUDNN_CHECK(cudnnBackendSetAttribute(mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp));
+    CG_CUDNN_CHECK(cudnnBackendFinalize(mm));
+    Desc op = create(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
+    CG_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a));
+    CG_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b));
+    CG_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c));
+    CG_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &mm));
+    CG_CUDNN_CHECK(cudnnBackendFinalize(op));
+    ops_.push_back(op);
+  }
+
+  void reduction(cudnnReduceTensorOp_t mode, Desc x, Desc y) {
+    Desc red = create(CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
+    const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
+    CG_CUDNN_CHECK(cudnnBackendSetAttribute(red, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode));
+    CG_CUDNN_CHECK(cudnnBackendSetAttribute(red, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp));
+    CG_CUDNN_CHECK(cudnnBackendFinalize(red));
+    Desc op = create(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
+    CG_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &red));
+    CG_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x));
+    CG_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y));
+    CG_CUDNN_CHECK(cudnnBackendFinalize(op));
+    ops_.push_back(op);
+  }
+
+  void reshape(Desc x, Desc y) {
+    Desc op = create(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
+    CG_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x));
+    CG_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y));
+    CG_CUDNN_CHECK(cudnnBackendFinalize(op));
+    ops_.push_back(op);
+  }
+
+  // The causal rule (bottom-right: key j visible from query i iff i + Sk - Sq >= j) on
+  // scores s [B, Hq, Sq, Sk]: masked entries become -inf.
+  Desc causal_mask(Desc s, const Layout& l, int64_t Sq, int64_t Sk) {
+    Desc row = virt(CUDNN_DATA_INT32, l), col = virt(CUDNN_DATA_INT32, l);
+    pointwise(CUDNN_POINTWISE_GEN_INDEX, s, nullptr, nullptr, row, CUDNN_DATA_FLOAT, 2);
+    pointwise(CUDNN_POINTWISE_GEN_INDEX, s, nullptr, nullptr, col, CUDNN_DATA_FLOAT, 3);
+    if (Sk != Sq) {
+      Desc shifted = virt(CUDNN_DATA_INT32, l);
+      pointwise(CUDNN_POINTWISE_ADD, row, scalar(kOffset, CUDNN_DATA_INT32), nullptr, shifted,
+                CUDNN_DATA_INT32);
+      row = shifted;
+    }
+    Desc keep = virt(CUDNN_DATA_BOOLEAN, l);
+    pointwise(CUDNN_POINTWISE_CMP_GE, row, col, nullptr, keep, CUDNN_DATA_BOOLEAN);
+    Desc out = virt(CUDNN_DATA_FLOAT, l);
+    pointwise(CUDNN_POINTWISE_BINARY_SELECT, s, scalar(kNegInf, CUDNN_DATA_FLOAT), keep, out);
+    return out;
+  }
+
+  // The operation graph of every op added so far.
+  Desc finalize_graph() {
+    Desc g = create(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+    CG_CUDNN_CHECK(cudnnBackendSetAttribute(g, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle_));
+    CG_CUDNN_CHECK(cudnnBackendSetAttribute(g, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                            static_cast<int64_t>(ops_.size()), ops_.data()));
+    CG_CUDNN_CHECK(cudnnBackendFinalize(g));
+    return g;
+  }
+
+  cudnnHandle_t handle() const { return handle_; }
+
+ private:
+  cudnnHandle_t handle_;
+  std::vector<Desc> owned_;
+  std::vector<Desc> ops_;
+  int64_t next_virtual_ = 1000;
+};
+
+// A finalized plan and what it was built from.
+struct Plan {
+  std::string why_not;  // "" when usable
+  std::unique_ptr<GraphBuilder> graph;
+  Desc plan = nullptr;
+  int64_t workspace = 0;  // cuDNN's own, bytes
+  int64_t engine = -1;    // CUDNN_ATTR_ENGINE_GLOBAL_INDEX
+};
+
+Layout io_layout(const SdpaOperand& o, int64_t B, int64_t H, int64_t S, int64_t hd) {
+  return Layout{{B, H, S, hd}, {o.sb, o.sh, o.ss, 1}};
+}
+// K or V described transposed, [B, H, hd, S] (what the matmuls take).
+Layout transposed_layout(const SdpaOperand& o, int64_t B, int64_t H, int64_t S, int64_t hd) {
+  return Layout{{B, H, hd, S}, {o.sb, o.sh, 1, o.ss}};
+}
+Layout row_stats_layout(int64_t B, int64_t H, int64_t S) {
+  return Layout{{B, H, S, 1}, {H * S, S, 1, 1}};
+}
+
+void build_forward(GraphBuilder& g, const SdpaProblem& p) {
+  const cudnnDataType_t io = cudnn_dtype(p.dtype);
+  Desc q = g.tensor(kQ, io, io_layout(p.q, p.B, p.Hq, p.Sq, p.hd), false);
+  Desc kt = g.tensor(kK, io, transposed_layout(p.k, p.B, p.Hkv, p.Sk, p.hd), false);
+  Desc v = g.tensor(kV, io, io_layout(p.v, p.B, p.Hkv, p.Sk, p.hd), false);
+  Desc o = g.tensor(kO, io, contiguous(p.B, p.Hq, p.Sq, p.hd), false);
+  Desc stats = g.tensor(kStats, CUDNN_DATA_FLOAT, row_stats_layout(p.B, p.Hq, p.Sq), false);
+  const Layout sl = contiguous(p.B, p.Hq, p.Sq, p.Sk), rl = row_stats_layout(p.B, p.Hq, p.Sq);
+
+  Desc s = g.virt(CUDNN_DATA_FLOAT, sl);
+  g.matmul(q, kt, s);
+  s = g.pw(CUDNN_POINTWISE_MUL, s, g.scalar(kScale, CUDNN_DATA_FLOAT), sl);
+  if (p.causal) s = g.causal_mask(s, sl, p.Sq, p.Sk);
+  Desc mx = g.virt(CUDNN_DATA_FLOAT, rl);
+  g.reduction(CUDNN_REDUCE_TENSOR_MAX, s, mx);
+  Desc e = g.pw(CUDNN_POINTWISE_EXP, g.pw(CUDNN_POINTWISE_SUB, s, mx, sl), nullptr, sl);
+  Desc z = g.virt(CUDNN_DATA_FLOAT, rl);
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, e, z);
+  g.pointwise(CUDNN_POINTWISE_ADD, mx, g.pw(CUDNN_POINTWISE_LOG, z, nullptr, rl), nullptr, stats);
+  Desc prob = g.pw(CUDNN_POINTWISE_DIV, e, z, sl);
+  g.matmul(prob, v, o);
+}
+
+void build_backward(GraphBuilder& g, const SdpaProblem& p) {
+  const cudnnDataType_t io = cudnn_dtype(p.dtype);
+  const bool gqa = p.Hq != p.Hkv;
+  Desc q = g.tensor(kQ, io, io_layout(p.q, p.B, p.Hq, p.Sq, p.hd), false);
+  Desc kt = g.tensor(kK, io, transposed_layout(p.k, p.B, p.Hkv, p.Sk, p.hd), false);
+  Desc vt = g.tensor(kV, io, transposed_layout(p.v, p.B, p.Hkv, p.Sk, p.hd), false);
+  Desc o = g.tensor(kO, io, io_layout(p.o, p.B, p.Hq, p.Sq, p.hd), false);
+  Desc dout = g.tensor(kDO, io, io_layout(p.dout, p.B, p.Hq, p.Sq, p.hd), false);
+  Desc stats = g.tensor(kStats, CUDNN_DATA_FLOAT, row_stats_layout(p.B, p.Hq, p.Sq), false);
+  Desc dq = g.tensor(kDQ, io, contiguous(p.B, p.Hq, p.Sq, p.hd), false);
+  Desc dk = g.tensor(kDK, io, contiguous(p.B, p.Hkv, p.Sk, p.hd), false);
+  Desc dv = g.tensor(kDV, io, contiguous(p.B, p.Hkv, p.Sk, p.hd), false);
+  Desc dsum = g.tensor(kSoftmaxSum, CUDNN_DATA_FLOAT, row_stats_layout(p.B, p.Hq, p.Sq), false);
+  Desc dq_acc = g.tensor(kDQAccum, CUDNN_DATA_FLOAT, contiguous(p.B, p.Hq, p.Sq, p.hd), false);
+  Desc scale = g.scalar(kScale, CUDNN_DATA_FLOAT);
+  const Layout sl = contiguous(p.B, p.Hq, p.Sq, p.Sk), rl = row_stats_layout(p.B, p.Hq, p.Sq);
+  const Layout ql = contiguous(p.B, p.Hq, p.Sq, p.hd);
+  // [B, Hq, Sk, Sq] views of the score-shaped tensors (reshape = transpose of the last two).
+  const Layout tl{{p.B, p.Hq, p.Sk, p.Sq}, {p.Hq * p.Sq * p.Sk, p.Sq * p.Sk, 1, p.Sk}};
+  const Layout full_head = contiguous(p.B, p.Hq, p.Sk, p.hd);
+
+  // D = rowsum(dO * O), into our f32 buffer.
+  Desc r = g.virt(CUDNN_DATA_FLOAT, rl);
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, g.pw(CUDNN_POINTWISE_MUL, dout, o, ql), r);
+  g.pointwise(CUDNN_POINTWISE_MUL, r, g.scalar(kOne, CUDNN_DATA_FLOAT), nullptr, dsum);
+
+  // P = exp(Q K^T scale - Stats), masked.
+  Desc s = g.virt(CUDNN_DATA_FLOAT, sl);
+  g.matmul(q, kt, s);
+  s = g.pw(CUDNN_POINTWISE_MUL, s, scale, sl);
+  s = g.pw(CUDNN_POINTWISE_SUB, s, stats, sl);
+  if (p.causal) s = g.causal_mask(s, sl, p.Sq, p.Sk);
+  Desc prob = g.pw(CUDNN_POINTWISE_EXP, s, nullptr, sl);
+
+  // dV = P^T dO; out [B, Hkv, Sk, hd] = reshape(scores)^T @ rhs, per query head then summed per kv head.
+  auto transposed_product = [&](Desc scores, Desc rhs, Desc out) {
+    Desc t = g.virt(io, tl);
+    g.reshape(scores, t);
+    if (!gqa) {
+      g.matmul(t, rhs, out);
+      return;
+    }
+    Desc full = g.virt(io, full_head);
+    g.matmul(t, rhs, full);
+    g.reduction(CUDNN_REDUCE_TENSOR_ADD, full, out);
+  };
+  transposed_product(prob, dout, dv);
+
+  // dS = (dO V^T - D) * P * scale.
+  Desc dp = g.virt(CUDNN_DATA_FLOAT, sl);
+  g.matmul(dout, vt, dp);
+  Desc ds = g.pw(CUDNN_POINTWISE_SUB, dp, dsum, sl);
+  ds = g.pw(CUDNN_POINTWISE_MUL, ds, prob, sl);
+  ds = g.pw(CUDNN_POINTWISE_MUL, ds, scale, sl);
+
+  // dK = dS^T Q.
+  transposed_product(ds, q, dk);
+
+  // dQ = dS K, accumulated in f32, then cast.
+  Desc k_rows = g.virt(io, io_layout(p.k, p.B, p.Hkv, p.Sk, p.hd));
+  g.reshape(kt, k_rows);
+  g.matmul(ds, k_rows, dq_acc);
+  g.pointwise(CUDNN_POINTWISE_IDENTITY, dq_acc, nullptr, nullptr, dq);
+}
+
+// Heuristics (mode A), then the first engine config whose plan finalizes.
+void make_plan(Plan& plan, Desc graph, cudnnHandle_t handle) {
+  GraphBuilder& g = *plan.graph;
+  Desc heur = g.create(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+  CG_CUDNN_CHECK(cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph));
+  CG_CUDNN_CHECK(cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode));
+  CG_CUDNN_CHECK(cudnnBackendFinalize(heur));
+  int64_t count = 0;
+  CG_CUDNN_CHECK(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr));
+  CG_CHECK(count > 0, "cuDNN heuristics (mode A) offer no engine for this attention graph: ",
+           last_cudnn_error());
+  std::vector<Desc> configs(static_cast<size_t>(count));
+  for (Desc& c : configs) c = g.create(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+  int64_t got = 0;
+  CG_CUDNN_CHECK(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, configs.data()));
+  std::string failures;
+  for (int64_t i = 0; i < got; ++i) {
+    Desc ep = g.create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+    CG_CUDNN_CHECK(cudnnBackendSetAttribute(ep, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle));
+    CG_CUDNN_CHECK(cudnnBackendSetAttribute(ep, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &configs[i]));
+    const cudnnStatus_t st = cudnnBackendFinalize(ep);
+    if (st != CUDNN_STATUS_SUCCESS) {
+      failures += detail::concat("; engine config ", i, ": ", cudnnGetErrorString(st), ": ",
+                                 last_cudnn_error());
+      continue;
+    }
+    int64_t ws = 0, n = 0;
+    CG_CUDNN_CHECK(cudnnBackendGetAttribute(ep, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &ws));
+    Desc engine = g.create(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+    if (cudnnBackendGetAttribute(configs[i], CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &engine) == CUDNN_STATUS_SUCCESS) {
+      cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &plan.engine);
+    }
+    plan.plan = ep;
+    plan.workspace = ws;
+    return;
+  }
+  CG_FAIL("no engine config of the ", got, " cuDNN offers finalizes", failures);
+}
+
+// ---- per-device state --------------------------------------------------------------------
+
+struct DeviceState {
+  cudnnHandle_t handle = nullptr;
+  std::map<std::vector<int64_t>, std::unique_ptr<Plan>> plans;  // never erased
+};
+
+std::mutex g_mutex;
+std::map<int, DeviceState>& states() {
+  static auto* s = new std::map<int, DeviceState>();  // never destroyed (Note [cuDNN state])
+  return *s;
+}
+
+std::vector<int64_t> key_of(int device, const SdpaProblem& p, bool backward) {
+  std::vector<int64_t> k = {backward, device, static_cast<int64_t>(p.dtype), p.B, p.Hq, p.Hkv,
+                            p.Sq, p.Sk, p.hd, p.causal};
+  for (const SdpaOperand* o : {&p.q, &p.k, &p.v}) k.insert(k.end(), {o->sb, o->sh, o->ss});
+  if (backward) {
+    for (const SdpaOperand* o : {&p.o, &p.dout}) k.insert(k.end(), {o->sb, o->sh, o->ss});
+  }
+  return k;
+}
+
+// The cached plan for the problem (built now when missing); never throws for a problem
+// cuDNN rejects -- the Plan then carries why. Holds g_mutex while building.
+const Plan& plan_for(int device, const SdpaProblem& p, bool backward) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  DeviceState& st = states()[device];
+  const std::vector<int64_t> key = key_of(device, p, backward);
+  auto it = st.plans.find(key);
+  if (it != st.plans.end()) return *it->second;
+  auto plan = std::make_unique<Plan>();
+  try {
+    CG_CHECK(p.dtype == DType::bf16 || p.dtype == DType::f16, "cuDNN SDPA takes bf16 or f16, got ",
+             dtype_name(p.dtype));
+    CG_CHECK(!p.causal || p.Sq <= p.Sk, "cuDNN SDPA here takes causal only with Sq <= Sk (rows "
+             "that see no key need the flash path); got Sq ", p.Sq, ", Sk ", p.Sk);
+    CG_CHECK(p.Hkv > 0 && p.Hq % p.Hkv == 0, "query heads ", p.Hq, " not a multiple of kv heads ",
+             p.Hkv);
+    if (st.handle == nullptr) {
+      CG_CUDA_CHECK(cudaSetDevice(device));
+      CG_CUDNN_CHECK(cudnnCreate(&st.handle));
+      CG_CUDNN_CHECK(cudnnSetStream(st.handle, compute_stream(device)));
+    }
+    plan->graph = std::make_unique<GraphBuilder>(st.handle);
+    if (backward) {
+      build_backward(*plan->graph, p);
+    } else {
+      build_forward(*plan->graph, p);
+    }
+    make_plan(*plan, plan->graph->finalize_graph(), st.handle);
+  } catch (const Error& e) {
+    plan->why_not = e.what();
+    if (plan->why_not.empty()) plan->why_not = "cuDNN rejected the graph";
+    plan->plan = nullptr;
+    plan->graph.reset();
+  }
+  return *st.plans.emplace(key, std::move(plan)).first->second;
+}
+
+const Plan& usable_plan(int device, const SdpaProblem& p, bool backward) {
+  const Plan& plan = plan_for(device, p, backward);
+  CG_CHECK(plan.why_not.empty(), "scaled_dot_product_attention: the cudnn path cannot run this ",
+           backward ? "backward" : "forward", " (", dtype_name(p.dtype), ", B ", p.B, ", Hq ",
+           p.Hq, ", Hkv ", p.Hkv, ", Sq ", p.Sq, ", Sk ", p.Sk, ", hd ", p.hd,
+           p.causal ? ", causal" : ", no mask", "): ", plan.why_not,
+           "; use the flash path (AttentionPath::flash or automatic)");
+  return plan;
+}
+
+constexpr int64_t align_up(int64_t n) { return (n + 255) / 256 * 256; }
+
+// Scratch of `bytes` from the caching allocator (freed when the tensor goes; the next
+// user is ordered after this call on the stream, as cuda/lt_gemm.cpp's workspace).
+Tensor scratch(int device, int64_t bytes) {
+  return raw::empty({std::max<int64_t>(1, (bytes + 7) / 8)}, DType::i64,
+                    Device{DeviceType::cuda, device});
+}
+
+// Runs the plan with the given (uid, pointer) pairs; `workspace` holds at least
+// plan.workspace bytes.
+void run_plan(int device, const Plan& plan, std::vector<int64_t> uids, std::vector<void*> ptrs,
+              void* workspace, cudaStream_t stream) {
+  cudnnHandle_t handle = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    handle = states()[device].handle;
+  }
+  CG_CUDNN_CHECK(cudnnSetStream(handle, stream));
+  Desc pack = nullptr;
+  CG_CUDNN_CHECK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack));
+  struct Guard {
+    Desc d;
+    ~Guard() { cudnnBackendDestroyDescriptor(d); }
+  } guard{pack};
+  CG_CUDNN_CHECK(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, static_cast<int64_t>(uids.size()), uids.data()));
+  CG_CUDNN_CHECK(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, static_cast<int64_t>(ptrs.size()), ptrs.data()));
+  CG_CUDNN_CHECK(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace));
+  CG_CUDNN_CHECK(cudnnBackendFinalize(pack));
+  CG_CUDNN_CHECK(cudnnBackendExecute(handle, plan.plan, pack));
+}
+
+// The causal mask's by-value scalars, when the graph has them.
+void add_mask_scalars(const SdpaProblem& p, float* neg_inf, int32_t* offset,
+                      std::vector<int64_t>& uids, std::vector<void*>& ptrs) {
+  if (!p.causal) return;
+  uids.push_back(kNegInf);
+  ptrs.push_back(neg_inf);
+  if (p.Sk != p.Sq) {
+    uids.push_back(kOffset);
+    ptrs.push_back(offset);
+  }
+}
+
+}  // namespace
+
+std::string cudnn_sdpa_forward_support(int device, const SdpaProblem& p) {
+  return plan_for(device, p, false).why_not;
+}
+
+std::string cudnn_sdpa_backward_support(int device, const SdpaProblem& p) {
+  return plan_for(device, p, true).why_not;
+}
+
+void cudnn_sdpa_forward(int device, const SdpaProblem& p, float scale, void* out, float* stats,
+                        cudaStream_t stream) {
+  const Plan& plan = usable_plan(device, p, false);
+  float neg_inf = -INFINITY;
+  int32_t offset = static_cast<int32_t>(p.Sk - p.Sq);
+  std::vector<int64_t> uids = {kQ, kK, kV, kO, kStats, kScale};
+  std::vector<void*> ptrs = {const_cast<void*>(p.q.data), const_cast<void*>(p.k.data),
+                             const_cast<void*>(p.v.data), out, stats, &scale};
+  add_mask_scalars(p, &neg_inf, &offset, uids, ptrs);
+  const Tensor ws = scratch(device, plan.workspace);
+  run_plan(device, plan, std::move(uids), std::move(ptrs), ws.data_ptr(), stream);
+}
+
+void cudnn_sdpa_backward(int device, const SdpaProblem& p, float scale, const float* stats,
+                         void* dq, void* dk, void* dv, cudaStream_t stream) {
+  const Plan& plan = usable_plan(device, p, true);
+  // Our scratch after cuDNN's workspace: dQ accumulator (f32 [B, Hq, Sq, hd]), then D.
+  const int64_t acc_bytes = align_up(p.B * p.Hq * p.Sq * p.hd * 4);
+  const int64_t sum_bytes = align_up(p.B * p.Hq * p.Sq * 4);
+  const Tensor ws = scratch(device, align_up(plan.workspace) + acc_bytes + sum_bytes);
+  char* base = static_cast<char*>(ws.data_ptr());
+  char* acc = base + align_up(plan.workspace);
+  char* dsum = acc + acc_bytes;
+  float neg_inf = -INFINITY, one = 1.0f;
+  int32_t offset = static_cast<int32_t>(p.Sk - p.Sq);
+  std::vector<int64_t> uids = {kQ, kK, kV, kO, kDO, kStats, kScale, kOne, kDQ, kDK, kDV,
+                               kSoftmaxSum, kDQAccum};
+  std::vector<void*> ptrs = {const_cast<void*>(p.q.data), const_cast<void*>(p.k.data),
+                             const_cast<void*>(p.v.data), const_cast<void*>(p.o.data),
+                             const_cast<void*>(p.dout.data), const_cast<float*>(stats), &scale,
+                             &one, dq, dk, dv, dsum, acc};
+  add_mask_scalars(p, &neg_inf, &offset, uids, ptrs);
+  run_plan(device, plan, std::move(uids), std::move(ptrs), base, stream);
+}
+
+std::string cudnn_sdpa_describe(int device, const SdpaProblem& p, bool backward) {
+  const Plan& plan = plan_for(device, p, backward);
+  if (!plan.why_not.empty()) return "unsupported: " + plan.why_not;
+  return detail::concat("engine ", plan.engine, ", workspace ", plan.workspace, " B");
+}
+
+int64_t cudnn_runtime_version() { return static_cast<int64_t>(cudnnGetVersion()); }
+
+}  // namespace cg::cuda
