@@ -263,7 +263,11 @@ AttentionGrads cuda_attention_backward(const Tensor& grad_out, const Tensor& q, 
   if (path == AttentionPath::cudnn || (path == AttentionPath::automatic &&
                                        cudnn_by_rule(q.dtype(), s.hd, mask))) {
     const Tensor qr = readable(q, true), kr = readable(k, true), vr = readable(v, true);
-    const Tensor gr = readable(grad_out, true), orr = readable(out, true);
+    Tensor gr = readable(grad_out, true), orr = readable(out, true);
+    if (gr.strides() != orr.strides()) {  // cuDNN reads dO and O alike: one layout for both
+      gr = raw::contiguous(gr);
+      orr = raw::contiguous(orr);
+    }
     const SdpaProblem p = sdpa_problem(qr, kr, vr, mask, &orr, &gr);
     if (take_cudnn(path, q.device().index, p, mask, true)) {
       // cuDNN writes all three; a gradient not asked for goes to scratch.

@@ -89,7 +89,7 @@ cudnnDataType_t cudnn_dtype(DType dt) {
 
 // Fixed unique ids of the tensors a variant pack names; virtual ones count up from 1000.
 enum Uid : int64_t {
-  kQ = 1, kK, kV, kO, kStats, kScale, kNegInf, kOffset, kDO, kDQ, kDK, kDV, kSoftmaxSum,
+  kQ = 1, kK, kV, kO, kStats, kScale, kNegInf, kSeqKv, kSeqQ, kDO, kDQ, kDK, kDV, kSoftmaxSum,
   kDQAccum, kOne,
 };
 
@@ -208,11 +208,13 @@ class GraphBuilder {
     Desc row = virt(CUDNN_DATA_INT32, l), col = virt(CUDNN_DATA_INT32, l);
     pointwise(CUDNN_POINTWISE_GEN_INDEX, s, nullptr, nullptr, row, CUDNN_DATA_FLOAT, 2);
     pointwise(CUDNN_POINTWISE_GEN_INDEX, s, nullptr, nullptr, col, CUDNN_DATA_FLOAT, 3);
-    if (Sk != Sq) {
-      Desc shifted = virt(CUDNN_DATA_INT32, l);
-      pointwise(CUDNN_POINTWISE_ADD, row, scalar(kOffset, CUDNN_DATA_INT32), nullptr, shifted,
+    if (Sk != Sq) {  // row + Sk - Sq, as two by-value int32 steps (the frontend's form)
+      Desc plus = virt(CUDNN_DATA_INT32, l), minus = virt(CUDNN_DATA_INT32, l);
+      pointwise(CUDNN_POINTWISE_ADD, row, scalar(kSeqKv, CUDNN_DATA_INT32), nullptr, plus,
                 CUDNN_DATA_INT32);
-      row = shifted;
+      pointwise(CUDNN_POINTWISE_SUB, plus, scalar(kSeqQ, CUDNN_DATA_INT32), nullptr, minus,
+                CUDNN_DATA_INT32);
+      row = minus;
     }
     Desc keep = virt(CUDNN_DATA_BOOLEAN, l);
     pointwise(CUDNN_POINTWISE_CMP_GE, row, col, nullptr, keep, CUDNN_DATA_BOOLEAN);
@@ -491,14 +493,20 @@ void run_plan(int device, const Plan& plan, std::vector<int64_t> uids, std::vect
 }
 
 // The causal mask's by-value scalars, when the graph has them.
-void add_mask_scalars(const SdpaProblem& p, float* neg_inf, int32_t* offset,
-                      std::vector<int64_t>& uids, std::vector<void*>& ptrs) {
+struct MaskScalars {
+  float neg_inf = -INFINITY;
+  int32_t seq_kv = 0, seq_q = 0;
+};
+void add_mask_scalars(const SdpaProblem& p, MaskScalars* m, std::vector<int64_t>& uids,
+                      std::vector<void*>& ptrs) {
   if (!p.causal) return;
+  m->seq_kv = static_cast<int32_t>(p.Sk);
+  m->seq_q = static_cast<int32_t>(p.Sq);
   uids.push_back(kNegInf);
-  ptrs.push_back(neg_inf);
+  ptrs.push_back(&m->neg_inf);
   if (p.Sk != p.Sq) {
-    uids.push_back(kOffset);
-    ptrs.push_back(offset);
+    uids.insert(uids.end(), {kSeqKv, kSeqQ});
+    ptrs.insert(ptrs.end(), {&m->seq_kv, &m->seq_q});
   }
 }
 
@@ -515,12 +523,11 @@ std::string cudnn_sdpa_backward_support(int device, const SdpaProblem& p) {
 void cudnn_sdpa_forward(int device, const SdpaProblem& p, float scale, void* out, float* stats,
                         cudaStream_t stream) {
   const Plan& plan = usable_plan(device, p, false);
-  float neg_inf = -INFINITY;
-  int32_t offset = static_cast<int32_t>(p.Sk - p.Sq);
+  MaskScalars mask;
   std::vector<int64_t> uids = {kQ, kK, kV, kO, kStats, kScale};
   std::vector<void*> ptrs = {const_cast<void*>(p.q.data), const_cast<void*>(p.k.data),
                              const_cast<void*>(p.v.data), out, stats, &scale};
-  add_mask_scalars(p, &neg_inf, &offset, uids, ptrs);
+  add_mask_scalars(p, &mask, uids, ptrs);
   const Tensor ws = scratch(device, plan.workspace);
   run_plan(device, plan, std::move(uids), std::move(ptrs), ws.data_ptr(), stream);
 }
@@ -535,15 +542,15 @@ void cudnn_sdpa_backward(int device, const SdpaProblem& p, float scale, const fl
   char* base = static_cast<char*>(ws.data_ptr());
   char* acc = base + align_up(plan.workspace);
   char* dsum = acc + acc_bytes;
-  float neg_inf = -INFINITY, one = 1.0f;
-  int32_t offset = static_cast<int32_t>(p.Sk - p.Sq);
+  MaskScalars mask;
+  float one = 1.0f;
   std::vector<int64_t> uids = {kQ, kK, kV, kO, kDO, kStats, kScale, kOne, kDQ, kDK, kDV,
                                kSoftmaxSum, kDQAccum};
   std::vector<void*> ptrs = {const_cast<void*>(p.q.data), const_cast<void*>(p.k.data),
                              const_cast<void*>(p.v.data), const_cast<void*>(p.o.data),
                              const_cast<void*>(p.dout.data), const_cast<float*>(stats), &scale,
                              &one, dq, dk, dv, dsum, acc};
-  add_mask_scalars(p, &neg_inf, &offset, uids, ptrs);
+  add_mask_scalars(p, &mask, uids, ptrs);
   run_plan(device, plan, std::move(uids), std::move(ptrs), base, stream);
 }
 
