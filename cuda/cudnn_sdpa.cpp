@@ -27,10 +27,10 @@
 // run time, so it is not part of the key.
 #include "cuda/cudnn_sdpa.h"
 
-#include <cudnn.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -39,53 +39,14 @@
 #include "core/error.h"
 #include "core/views.h"
 #include "cuda/compute_stream.h"
+#include "cuda/cudnn_graph.h"
 #include "cuda/cuda_check.h"
 
 namespace cg::cuda {
 
 namespace {
 
-std::string last_cudnn_error() {
-  char buf[2048] = {0};
-  cudnnGetLastErrorString(buf, sizeof(buf));
-  return buf[0] ? std::string(buf) : std::string("(cuDNN logged no message)");
-}
-
-}  // namespace
-
-}  // namespace cg::cuda
-
-// Every cuDNN call: a failure names the call, cuDNN's status string and its last error log.
-#define CG_CUDNN_CHECK(expr)                                                              \
-  do {                                                                                    \
-    const cudnnStatus_t cg_cudnn_st_ = (expr);                                            \
-    if (cg_cudnn_st_ != CUDNN_STATUS_SUCCESS) {                                           \
-      throw ::cg::Error(::cg::detail::concat("cuDNN call `", #expr, "` failed: ",         \
-                                             cudnnGetErrorString(cg_cudnn_st_), ": ",     \
-                                             ::cg::cuda::last_cudnn_error()),             \
-                        __FILE__, __LINE__);                                              \
-    }                                                                                     \
-  } while (0)
-
-namespace cg::cuda {
-
-namespace {
-
-using Desc = cudnnBackendDescriptor_t;
-
-// Element dims and strides of a 4-d tensor.
-struct Layout {
-  int64_t dim[4];
-  int64_t stride[4];
-};
-
-Layout contiguous(int64_t a, int64_t b, int64_t c, int64_t d) {
-  return Layout{{a, b, c, d}, {b * c * d, c * d, d, 1}};
-}
-
-cudnnDataType_t cudnn_dtype(DType dt) {
-  return dt == DType::f16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16;
-}
+using namespace cudnn_graph;
 
 // Fixed unique ids of the tensors a variant pack names; virtual ones count up from 1000.
 enum Uid : int64_t {
@@ -93,163 +54,62 @@ enum Uid : int64_t {
   kDQAccum, kOne,
 };
 
-// One operation graph under construction; owns every descriptor it creates (a finalized
-// plan keeps them alive with it, Note [cuDNN state]).
-class GraphBuilder {
- public:
-  explicit GraphBuilder(cudnnHandle_t handle) : handle_(handle) {}
-  ~GraphBuilder() {
-    for (auto it = owned_.rbegin(); it != owned_.rend(); ++it) cudnnBackendDestroyDescriptor(*it);
-  }
-  GraphBuilder(const GraphBuilder&) = delete;
-  GraphBuilder& operator=(const GraphBuilder&) = delete;
-
-  Desc create(cudnnBackendDescriptorType_t type) {
-    Desc d = nullptr;
-    CG_CUDNN_CHECK(cudnnBackendCreateDescriptor(type, &d));
-    owned_.push_back(d);
-    return d;
-  }
-
-  Desc tensor(int64_t uid, cudnnDataType_t dt, const Layout& l, bool is_virtual,
-              bool by_value = false) {
-    Desc t = create(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-    const int64_t align = 16;
-    const bool virt = is_virtual, byval = by_value;
-    CG_CUDNN_CHECK(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt));
-    CG_CUDNN_CHECK(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, l.dim));
-    CG_CUDNN_CHECK(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, l.stride));
-    CG_CUDNN_CHECK(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid));
-    CG_CUDNN_CHECK(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align));
-    CG_CUDNN_CHECK(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &virt));
-    if (byval) {
-      CG_CUDNN_CHECK(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &byval));
-    }
-    CG_CUDNN_CHECK(cudnnBackendFinalize(t));
-    return t;
-  }
-  Desc virt(cudnnDataType_t dt, const Layout& l) { return tensor(next_virtual_++, dt, l, true); }
-  Desc scalar(int64_t uid, cudnnDataType_t dt) {
-    return tensor(uid, dt, Layout{{1, 1, 1, 1}, {1, 1, 1, 1}}, false, true);
-  }
-
-  // y = mode(x[, b[, t]]), computed in `prec`; axis only for GEN_INDEX.
-  void pointwise(cudnnPointwiseMode_t mode, Desc x, Desc b, Desc t, Desc y,
-                 cudnnDataType_t prec = CUDNN_DATA_FLOAT, int64_t axis = -1) {
-    Desc pw = create(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
-    CG_CUDNN_CHECK(cudnnBackendSetAttribute(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode));
-    CG_CUDNN_CHECK(cudnnBackendSetAttribute(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec));
-    if (axis >= 0) {
-      CG_CUDNN_CHECK(cudnnBackendSetAttribute(pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis));
-    }
-    CG_CUDNN_CHECK(cudnnBackendFinalize(pw));
-    Desc op = create(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
-    const float one = 1.0f;
-    CG_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw));
-    CG_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x));
-    if (b != nullptr) {
-      CG_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b));
-    }
-    if (t != nullptr) {
-      CG_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t));
-    }
-    CG_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y));
-    CG_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_TYPE_FLOAT, 1, &one));
-    CG_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &one));
-    CG_CUDNN_CHECK(cudnnBackendFinalize(op));
-    ops_.push_back(op);
-  }
-  // A fresh f32 virtual tensor shaped like `l` holding mode(x[, b]).
-  Desc pw(cudnnPointwiseMode_t mode, Desc x, Desc b, const Layout& l) {
-    Desc y = virt(CUDNN_DATA_FLOAT, l);
-    pointwise(mode, x, b, nullptr, y);
-    return y;
-  }
-
-  void matmul(Desc a, Desc b, Desc c) {
-    Desc mm = create(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
-    const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
-    CG_CUDNN_CHECK(cudnnBackendSetAttribute(mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp));
-    CG_CUDNN_CHECK(cudnnBackendFinalize(mm));
-    Desc op = create(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
-    CG_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a));
-    CG_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b));
-    CG_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c));
-    CG_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &mm));
-    CG_CUDNN_CHECK(cudnnBackendFinalize(op));
-    ops_.push_back(op);
-  }
-
-  void reduction(cudnnReduceTensorOp_t mode, Desc x, Desc y) {
-    Desc red = create(CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
-    const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
-    CG_CUDNN_CHECK(cudnnBackendSetAttribute(red, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode));
-    CG_CUDNN_CHECK(cudnnBackendSetAttribute(red, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp));
-    CG_CUDNN_CHECK(cudnnBackendFinalize(red));
-    Desc op = create(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
-    CG_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &red));
-    CG_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x));
-    CG_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y));
-    CG_CUDNN_CHECK(cudnnBackendFinalize(op));
-    ops_.push_back(op);
-  }
-
-  void reshape(Desc x, Desc y) {
-    Desc op = create(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
-    CG_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x));
-    CG_CUDNN_CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y));
-    CG_CUDNN_CHECK(cudnnBackendFinalize(op));
-    ops_.push_back(op);
-  }
-
-  // The causal rule (bottom-right: key j visible from query i iff i + Sk - Sq >= j) on
-  // scores s [B, Hq, Sq, Sk]: masked entries become -inf.
-  Desc causal_mask(Desc s, const Layout& l, int64_t Sq, int64_t Sk) {
-    Desc row = virt(CUDNN_DATA_INT32, l), col = virt(CUDNN_DATA_INT32, l);
-    pointwise(CUDNN_POINTWISE_GEN_INDEX, s, nullptr, nullptr, row, CUDNN_DATA_FLOAT, 2);
-    pointwise(CUDNN_POINTWISE_GEN_INDEX, s, nullptr, nullptr, col, CUDNN_DATA_FLOAT, 3);
-    if (Sk != Sq) {  // row + Sk - Sq, as two by-value int32 steps (the frontend's form)
-      Desc plus = virt(CUDNN_DATA_INT32, l), minus = virt(CUDNN_DATA_INT32, l);
-      pointwise(CUDNN_POINTWISE_ADD, row, scalar(kSeqKv, CUDNN_DATA_INT32), nullptr, plus,
+// The causal rule (bottom-right: key j visible from query i iff i + Sk - Sq >= j) on
+// scores s [B, Hq, Sq, Sk]: masked entries become -inf.
+Desc causal_mask(GraphBuilder& g, Desc s, const Layout& l, int64_t Sq, int64_t Sk) {
+  Desc row = g.virt(CUDNN_DATA_INT32, l), col = g.virt(CUDNN_DATA_INT32, l);
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, s, nullptr, nullptr, row, CUDNN_DATA_FLOAT, 2);
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, s, nullptr, nullptr, col, CUDNN_DATA_FLOAT, 3);
+  if (Sk != Sq) {  // row + Sk - Sq, as two by-value int32 steps (the frontend's form)
+    Desc plus = g.virt(CUDNN_DATA_INT32, l), minus = g.virt(CUDNN_DATA_INT32, l);
+    g.pointwise(CUDNN_POINTWISE_ADD, row, g.scalar(kSeqKv, CUDNN_DATA_INT32), nullptr, plus,
                 CUDNN_DATA_INT32);
-      pointwise(CUDNN_POINTWISE_SUB, plus, scalar(kSeqQ, CUDNN_DATA_INT32), nullptr, minus,
+    g.pointwise(CUDNN_POINTWISE_SUB, plus, g.scalar(kSeqQ, CUDNN_DATA_INT32), nullptr, minus,
                 CUDNN_DATA_INT32);
-      row = minus;
-    }
-    Desc keep = virt(CUDNN_DATA_BOOLEAN, l);
-    pointwise(CUDNN_POINTWISE_CMP_GE, row, col, nullptr, keep, CUDNN_DATA_BOOLEAN);
-    Desc out = virt(CUDNN_DATA_FLOAT, l);
-    pointwise(CUDNN_POINTWISE_BINARY_SELECT, s, scalar(kNegInf, CUDNN_DATA_FLOAT), keep, out);
-    return out;
+    row = minus;
   }
+  Desc keep = g.virt(CUDNN_DATA_BOOLEAN, l);
+  g.pointwise(CUDNN_POINTWISE_CMP_GE, row, col, nullptr, keep, CUDNN_DATA_BOOLEAN);
+  Desc out = g.virt(CUDNN_DATA_FLOAT, l);
+  g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, s, g.scalar(kNegInf, CUDNN_DATA_FLOAT), keep, out);
+  return out;
+}
 
-  // The operation graph of every op added so far.
-  Desc finalize_graph() {
-    Desc g = create(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-    CG_CUDNN_CHECK(cudnnBackendSetAttribute(g, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle_));
-    CG_CUDNN_CHECK(cudnnBackendSetAttribute(g, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                                            static_cast<int64_t>(ops_.size()), ops_.data()));
-    CG_CUDNN_CHECK(cudnnBackendFinalize(g));
-    return g;
-  }
-
-  cudnnHandle_t handle() const { return handle_; }
-
- private:
-  cudnnHandle_t handle_;
-  std::vector<Desc> owned_;
-  std::vector<Desc> ops_;
-  int64_t next_virtual_ = 1000;
-};
-
-// A finalized plan and what it was built from.
-struct Plan {
-  std::string why_not;  // "" when usable
-  std::unique_ptr<GraphBuilder> graph;
+// One finalized execution plan.
+struct Candidate {
   Desc plan = nullptr;
   int64_t workspace = 0;  // cuDNN's own, bytes
   int64_t engine = -1;    // CUDNN_ATTR_ENGINE_GLOBAL_INDEX
+  float ms = -1;          // when timed (Note [SDPA autotune])
 };
+
+// A problem's plan(s) and what they were built from.
+struct Plan {
+  std::string why_not;  // "" when usable
+  std::unique_ptr<GraphBuilder> graph;
+  std::vector<Candidate> candidates;  // [0] runs; more only until tuned
+  int64_t offered = 0;                // engine configs the heuristics offered
+  std::string tuning;                 // "engine a 1.2 ms, engine b 0.9 ms" once timed
+  int64_t max_workspace() const {
+    int64_t m = 0;
+    for (const Candidate& c : candidates) m = std::max(m, c.workspace);
+    return m;
+  }
+};
+
+// Note [SDPA autotune]: CHUNKGRAD_CUDNN_AUTOTUNE=1 keeps up to kMaxCandidates finalized
+// plans of the heuristics' list and, at the first run of the problem, times each (a
+// warm-up, then the median of 3, on the real operands: the outputs are rewritten by the
+// run that follows) and keeps the fastest. Off by default: heuristics' first choice, no
+// host wait.
+constexpr int kMaxCandidates = 6;
+bool autotune_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("CHUNKGRAD_CUDNN_AUTOTUNE");
+    return e != nullptr && e[0] == '1';
+  }();
+  return on;
+}
 
 Layout io_layout(const SdpaOperand& o, int64_t B, int64_t H, int64_t S, int64_t hd) {
   return Layout{{B, H, S, hd}, {o.sb, o.sh, o.ss, 1}};
@@ -274,7 +134,7 @@ void build_forward(GraphBuilder& g, const SdpaProblem& p) {
   Desc s = g.virt(CUDNN_DATA_FLOAT, sl);
   g.matmul(q, kt, s);
   s = g.pw(CUDNN_POINTWISE_MUL, s, g.scalar(kScale, CUDNN_DATA_FLOAT), sl);
-  if (p.causal) s = g.causal_mask(s, sl, p.Sq, p.Sk);
+  if (p.causal) s = causal_mask(g, s, sl, p.Sq, p.Sk);
   Desc mx = g.virt(CUDNN_DATA_FLOAT, rl);
   g.reduction(CUDNN_REDUCE_TENSOR_MAX, s, mx);
   Desc e = g.pw(CUDNN_POINTWISE_EXP, g.pw(CUDNN_POINTWISE_SUB, s, mx, sl), nullptr, sl);
@@ -316,7 +176,7 @@ void build_backward(GraphBuilder& g, const SdpaProblem& p) {
   g.matmul(q, kt, s);
   s = g.pw(CUDNN_POINTWISE_MUL, s, scale, sl);
   s = g.pw(CUDNN_POINTWISE_SUB, s, stats, sl);
-  if (p.causal) s = g.causal_mask(s, sl, p.Sq, p.Sk);
+  if (p.causal) s = causal_mask(g, s, sl, p.Sq, p.Sk);
   Desc prob = g.pw(CUDNN_POINTWISE_EXP, s, nullptr, sl);
 
   // dV = P^T dO; out [B, Hkv, Sk, hd] = reshape(scores)^T @ rhs, per query head then summed per kv head.
@@ -355,8 +215,8 @@ void make_plan(Plan& plan, Desc graph, cudnnHandle_t handle) {
   GraphBuilder& g = *plan.graph;
   Desc heur = g.create(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
   const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
-  CG_CUDNN_CHECK(cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph));
-  CG_CUDNN_CHECK(cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode));
+  set_desc(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph);
+  set(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
   CG_CUDNN_CHECK(cudnnBackendFinalize(heur));
   int64_t count = 0;
   CG_CUDNN_CHECK(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr));
@@ -366,28 +226,31 @@ void make_plan(Plan& plan, Desc graph, cudnnHandle_t handle) {
   for (Desc& c : configs) c = g.create(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
   int64_t got = 0;
   CG_CUDNN_CHECK(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, configs.data()));
+  plan.offered = got;
+  const size_t keep = autotune_enabled() ? kMaxCandidates : 1;
   std::string failures;
-  for (int64_t i = 0; i < got; ++i) {
+  for (int64_t i = 0; i < got && plan.candidates.size() < keep; ++i) {
     Desc ep = g.create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-    CG_CUDNN_CHECK(cudnnBackendSetAttribute(ep, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle));
-    CG_CUDNN_CHECK(cudnnBackendSetAttribute(ep, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &configs[i]));
+    set(ep, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+    set_desc(ep, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, configs[i]);
     const cudnnStatus_t st = cudnnBackendFinalize(ep);
     if (st != CUDNN_STATUS_SUCCESS) {
       failures += detail::concat("; engine config ", i, ": ", cudnnGetErrorString(st), ": ",
                                  last_cudnn_error());
       continue;
     }
-    int64_t ws = 0, n = 0;
-    CG_CUDNN_CHECK(cudnnBackendGetAttribute(ep, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &ws));
+    Candidate c;
+    c.plan = ep;
+    int64_t n = 0;
+    CG_CUDNN_CHECK(cudnnBackendGetAttribute(ep, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &c.workspace));
     Desc engine = g.create(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
     if (cudnnBackendGetAttribute(configs[i], CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &engine) == CUDNN_STATUS_SUCCESS) {
-      cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &plan.engine);
+      cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &c.engine);
     }
-    plan.plan = ep;
-    plan.workspace = ws;
-    return;
+    plan.candidates.push_back(c);
   }
-  CG_FAIL("no engine config of the ", got, " cuDNN offers finalizes", failures);
+  CG_CHECK(!plan.candidates.empty(), "no engine config of the ", got, " cuDNN offers finalizes",
+           failures);
 }
 
 // ---- per-device state --------------------------------------------------------------------
@@ -415,7 +278,7 @@ std::vector<int64_t> key_of(int device, const SdpaProblem& p, bool backward) {
 
 // The cached plan for the problem (built now when missing); never throws for a problem
 // cuDNN rejects -- the Plan then carries why. Holds g_mutex while building.
-const Plan& plan_for(int device, const SdpaProblem& p, bool backward) {
+Plan& plan_for(int device, const SdpaProblem& p, bool backward) {
   std::lock_guard<std::mutex> lock(g_mutex);
   DeviceState& st = states()[device];
   const std::vector<int64_t> key = key_of(device, p, backward);
@@ -444,14 +307,14 @@ const Plan& plan_for(int device, const SdpaProblem& p, bool backward) {
   } catch (const Error& e) {
     plan->why_not = e.what();
     if (plan->why_not.empty()) plan->why_not = "cuDNN rejected the graph";
-    plan->plan = nullptr;
+    plan->candidates.clear();
     plan->graph.reset();
   }
   return *st.plans.emplace(key, std::move(plan)).first->second;
 }
 
-const Plan& usable_plan(int device, const SdpaProblem& p, bool backward) {
-  const Plan& plan = plan_for(device, p, backward);
+Plan& usable_plan(int device, const SdpaProblem& p, bool backward) {
+  Plan& plan = plan_for(device, p, backward);
   CG_CHECK(plan.why_not.empty(), "scaled_dot_product_attention: the cudnn path cannot run this ",
            backward ? "backward" : "forward", " (", dtype_name(p.dtype), ", B ", p.B, ", Hq ",
            p.Hq, ", Hkv ", p.Hkv, ", Sq ", p.Sq, ", Sk ", p.Sk, ", hd ", p.hd,
@@ -469,27 +332,66 @@ Tensor scratch(int device, int64_t bytes) {
                     Device{DeviceType::cuda, device});
 }
 
-// Runs the plan with the given (uid, pointer) pairs; `workspace` holds at least
-// plan.workspace bytes.
-void run_plan(int device, const Plan& plan, std::vector<int64_t> uids, std::vector<void*> ptrs,
-              void* workspace, cudaStream_t stream) {
-  cudnnHandle_t handle = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(g_mutex);
-    handle = states()[device].handle;
-  }
-  CG_CUDNN_CHECK(cudnnSetStream(handle, stream));
+void execute_plan(cudnnHandle_t handle, Desc plan, std::vector<int64_t>& uids,
+                  std::vector<void*>& ptrs, void* workspace) {
   Desc pack = nullptr;
   CG_CUDNN_CHECK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack));
   struct Guard {
     Desc d;
     ~Guard() { cudnnBackendDestroyDescriptor(d); }
   } guard{pack};
-  CG_CUDNN_CHECK(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, static_cast<int64_t>(uids.size()), uids.data()));
-  CG_CUDNN_CHECK(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, static_cast<int64_t>(ptrs.size()), ptrs.data()));
-  CG_CUDNN_CHECK(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace));
+  set(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64,
+      static_cast<int64_t>(uids.size()), uids.data());
+  set(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR,
+      static_cast<int64_t>(ptrs.size()), ptrs.data());
+  set(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
   CG_CUDNN_CHECK(cudnnBackendFinalize(pack));
-  CG_CUDNN_CHECK(cudnnBackendExecute(handle, plan.plan, pack));
+  CG_CUDNN_CHECK(cudnnBackendExecute(handle, plan, pack));
+}
+
+// Median ms of 3 runs of `plan` after a warm-up (Note [SDPA autotune]); host waits.
+float time_plan(cudnnHandle_t handle, Desc plan, std::vector<int64_t>& uids,
+                std::vector<void*>& ptrs, void* workspace, cudaStream_t stream) {
+  cudaEvent_t start, stop;
+  CG_CUDA_CHECK(cudaEventCreate(&start));
+  CG_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<float> ms;
+  execute_plan(handle, plan, uids, ptrs, workspace);
+  for (int i = 0; i < 3; ++i) {
+    CG_CUDA_CHECK(cudaEventRecord(start, stream));
+    execute_plan(handle, plan, uids, ptrs, workspace);
+    CG_CUDA_CHECK(cudaEventRecord(stop, stream));
+    CG_CUDA_CHECK(cudaEventSynchronize(stop));
+    float t = 0;
+    CG_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+    ms.push_back(t);
+  }
+  CG_CUDA_CHECK(cudaEventDestroy(start));
+  CG_CUDA_CHECK(cudaEventDestroy(stop));
+  std::sort(ms.begin(), ms.end());
+  return ms[1];
+}
+
+// Runs the plan with the given (uid, pointer) pairs; `workspace` holds at least
+// plan.max_workspace() bytes. Tunes first when asked (Note [SDPA autotune]).
+void run_plan(int device, Plan& plan, std::vector<int64_t> uids, std::vector<void*> ptrs,
+              void* workspace, cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  cudnnHandle_t handle = states()[device].handle;
+  CG_CUDNN_CHECK(cudnnSetStream(handle, stream));
+  if (plan.candidates.size() > 1) {
+    size_t best = 0;
+    for (size_t i = 0; i < plan.candidates.size(); ++i) {
+      plan.candidates[i].ms = time_plan(handle, plan.candidates[i].plan, uids, ptrs, workspace,
+                                        stream);
+      if (plan.candidates[i].ms < plan.candidates[best].ms) best = i;
+      plan.tuning += detail::concat(i ? ", " : "", "engine ", plan.candidates[i].engine, " ",
+                                    plan.candidates[i].ms, " ms");
+    }
+    std::swap(plan.candidates[0], plan.candidates[best]);
+    plan.candidates.resize(1);
+  }
+  execute_plan(handle, plan.candidates[0].plan, uids, ptrs, workspace);
 }
 
 // The causal mask's by-value scalars, when the graph has them.
@@ -522,25 +424,24 @@ std::string cudnn_sdpa_backward_support(int device, const SdpaProblem& p) {
 
 void cudnn_sdpa_forward(int device, const SdpaProblem& p, float scale, void* out, float* stats,
                         cudaStream_t stream) {
-  const Plan& plan = usable_plan(device, p, false);
+  Plan& plan = usable_plan(device, p, false);
   MaskScalars mask;
   std::vector<int64_t> uids = {kQ, kK, kV, kO, kStats, kScale};
   std::vector<void*> ptrs = {const_cast<void*>(p.q.data), const_cast<void*>(p.k.data),
                              const_cast<void*>(p.v.data), out, stats, &scale};
   add_mask_scalars(p, &mask, uids, ptrs);
-  const Tensor ws = scratch(device, plan.workspace);
+  const Tensor ws = scratch(device, plan.max_workspace());
   run_plan(device, plan, std::move(uids), std::move(ptrs), ws.data_ptr(), stream);
 }
 
 void cudnn_sdpa_backward(int device, const SdpaProblem& p, float scale, const float* stats,
                          void* dq, void* dk, void* dv, cudaStream_t stream) {
-  const Plan& plan = usable_plan(device, p, true);
-  // Our scratch after cuDNN's workspace: dQ accumulator (f32 [B, Hq, Sq, hd]), then D.
+  Plan& plan = usable_plan(device, p, true);
+  // Our scratch, then cuDNN's workspace: dQ accumulator (f32 [B, Hq, Sq, hd]), then D.
   const int64_t acc_bytes = align_up(p.B * p.Hq * p.Sq * p.hd * 4);
   const int64_t sum_bytes = align_up(p.B * p.Hq * p.Sq * 4);
-  const Tensor ws = scratch(device, align_up(plan.workspace) + acc_bytes + sum_bytes);
-  char* base = static_cast<char*>(ws.data_ptr());
-  char* acc = base + align_up(plan.workspace);
+  const Tensor ws = scratch(device, acc_bytes + sum_bytes + plan.max_workspace());
+  char* acc = static_cast<char*>(ws.data_ptr());
   char* dsum = acc + acc_bytes;
   MaskScalars mask;
   float one = 1.0f;
@@ -551,13 +452,21 @@ void cudnn_sdpa_backward(int device, const SdpaProblem& p, float scale, const fl
                              const_cast<void*>(p.dout.data), const_cast<float*>(stats), &scale,
                              &one, dq, dk, dv, dsum, acc};
   add_mask_scalars(p, &mask, uids, ptrs);
-  run_plan(device, plan, std::move(uids), std::move(ptrs), base, stream);
+  run_plan(device, plan, std::move(uids), std::move(ptrs), dsum + sum_bytes, stream);
 }
 
 std::string cudnn_sdpa_describe(int device, const SdpaProblem& p, bool backward) {
   const Plan& plan = plan_for(device, p, backward);
   if (!plan.why_not.empty()) return "unsupported: " + plan.why_not;
-  return detail::concat("engine ", plan.engine, ", workspace ", plan.workspace, " B");
+  std::lock_guard<std::mutex> lock(g_mutex);
+  std::string out = detail::concat(plan.offered, " engine configs offered; ");
+  for (size_t i = 0; i < plan.candidates.size(); ++i) {
+    const Candidate& c = plan.candidates[i];
+    out += detail::concat(i ? ", " : "", "engine ", c.engine, " (workspace ", c.workspace, " B",
+                          c.ms >= 0 ? detail::concat(", ", c.ms, " ms") : std::string(), ")");
+  }
+  if (!plan.tuning.empty()) out += "; timed: " + plan.tuning;
+  return out;
 }
 
 int64_t cudnn_runtime_version() { return static_cast<int64_t>(cudnnGetVersion()); }
