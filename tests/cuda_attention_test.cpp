@@ -3,8 +3,10 @@
 // lse) and backward (dq, dk, dv) under masks none / causal / dflash_blocks / dense, GQA,
 // the DFlash rule with anchors at the sequence start (0, 1), padded blocks, context
 // longer than the blocks and blocks wider than a tile, lengths that are not multiples of
-// the 64-row tiles, non-contiguous and misaligned inputs, each dtype, and both paths
-// (flash and rows) where both apply. Tolerances are per dtype, relative to the largest
+// the 64-row tiles, non-contiguous and misaligned inputs, each dtype, and every path
+// (cudnn, flash, rows) where it applies; the cudnn path (cuDNN's fused SDPA) also forced
+// at lengths 1 / 37 / 300, hd 64 / 128, GQA, bf16 and f16, with one lse contract across
+// paths, and automatic's pick for the causal target. Tolerances are per dtype, relative to the largest
 // reference value: bf16 3e-2 (P and dS are rounded to bf16 as mma operands), f16 6e-3,
 // f32 2e-4, f64 1e-9. Compiled only in CUDA builds; skipped without a GPU.
 #if defined(CHUNKGRAD_WITH_CUDA)
