@@ -134,6 +134,25 @@ bool take_cudnn(AttentionPath path, int device, const SdpaProblem& p,
   return no.empty();
 }
 
+// Runs a cudnn call. Automatic: a cuDNN failure at run time (a plan that finalized but
+// does not execute) marks the problem unsupported and returns false, so the caller falls
+// back to flash; forced: the error propagates.
+template <typename F>
+bool run_or_fall_back(AttentionPath path, int device, const SdpaProblem& p, bool backward,
+                      const F& run) {
+  if (path == AttentionPath::cudnn) {
+    run();
+    return true;
+  }
+  try {
+    run();
+    return true;
+  } catch (const Error& e) {
+    cudnn_sdpa_mark_unsupported(device, p, backward, e.what());
+    return false;
+  }
+}
+
 AttnOperand operand(const Tensor& t) {
   AttnOperand o;
   o.data = t.data_ptr();
@@ -219,9 +238,11 @@ AttentionForward cuda_attention_forward(const Tensor& q, const Tensor& k, const 
     const Tensor qr = readable(q, true), kr = readable(k, true), vr = readable(v, true);
     const SdpaProblem p = sdpa_problem(qr, kr, vr, mask);
     if (take_cudnn(path, q.device().index, p, mask, false)) {
-      cudnn_sdpa_forward(q.device().index, p, static_cast<float>(scale), result.out.data_ptr(),
-                         result.lse.data<float>(), stream);
-      return result;
+      const bool ran = run_or_fall_back(path, q.device().index, p, false, [&] {
+        cudnn_sdpa_forward(q.device().index, p, static_cast<float>(scale),
+                           result.out.data_ptr(), result.lse.data<float>(), stream);
+      });
+      if (ran) return result;
     }
   }
   const bool flash = pick_flash(path, q.dtype(), s.hd, mask, scale);
@@ -274,9 +295,11 @@ AttentionGrads cuda_attention_backward(const Tensor& grad_out, const Tensor& q, 
       const Tensor dq = need_dq ? grads.dq : raw::empty(q.shape(), q.dtype(), q.device());
       const Tensor dk = need_dk ? grads.dk : raw::empty(k.shape(), k.dtype(), k.device());
       const Tensor dv = need_dv ? grads.dv : raw::empty(v.shape(), v.dtype(), v.device());
-      cudnn_sdpa_backward(q.device().index, p, static_cast<float>(scale), lr.data<float>(),
-                          dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), stream);
-      return grads;
+      const bool ran = run_or_fall_back(path, q.device().index, p, true, [&] {
+        cudnn_sdpa_backward(q.device().index, p, static_cast<float>(scale), lr.data<float>(),
+                            dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), stream);
+      });
+      if (ran) return grads;
     }
   }
   const bool flash = pick_flash(path, q.dtype(), s.hd, mask, scale);

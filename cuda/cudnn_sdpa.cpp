@@ -422,6 +422,13 @@ std::string cudnn_sdpa_backward_support(int device, const SdpaProblem& p) {
   return plan_for(device, p, true).why_not;
 }
 
+void cudnn_sdpa_mark_unsupported(int device, const SdpaProblem& p, bool backward,
+                                 const std::string& why) {
+  Plan& plan = plan_for(device, p, backward);
+  std::lock_guard<std::mutex> lock(g_mutex);
+  plan.why_not = "cuDNN failed to run it: " + why;
+}
+
 void cudnn_sdpa_forward(int device, const SdpaProblem& p, float scale, void* out, float* stats,
                         cudaStream_t stream) {
   Plan& plan = usable_plan(device, p, false);

@@ -43,6 +43,11 @@ struct SdpaProblem {
 std::string cudnn_sdpa_forward_support(int device, const SdpaProblem& p);
 std::string cudnn_sdpa_backward_support(int device, const SdpaProblem& p);
 
+// Records that this problem is not to run on cuDNN (why: e.g. its execute failed), so the
+// support calls above answer `why` from now on.
+void cudnn_sdpa_mark_unsupported(int device, const SdpaProblem& p, bool backward,
+                                 const std::string& why);
+
 // out [B, Hq, Sq, hd] contiguous in p.dtype; stats [B, Hq, Sq] f32 (the contract above).
 // Throws (naming the cuDNN call) when the plan cannot be built or run. Queued on `stream`.
 void cudnn_sdpa_forward(int device, const SdpaProblem& p, float scale, void* out, float* stats,
