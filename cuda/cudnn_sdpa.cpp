@@ -16,7 +16,8 @@
 //             dV = reshape(P)^T @ dO (summed over the query heads of a kv head for GQA);
 //             dS = (dO @ V^T - D) * P * scale; dK = reshape(dS)^T @ Q (summed likewise);
 //             dQ_acc (f32, in the workspace) = dS @ K; dQ = identity(dQ_acc)
-// Virtual tensors are f32 unless said; the transposed P and dS are in the input dtype.
+// Virtual tensors are f32 unless said; the forward's P (the second matmul's A) and the
+// backward's transposed P and dS are in the input dtype, as the engines require.
 // Anything cuDNN rejects at finalize becomes a reason string (the caller falls back).
 //
 // Note [cuDNN state]: one handle per device, created on first use, bound to the device's
@@ -141,7 +142,10 @@ void build_forward(GraphBuilder& g, const SdpaProblem& p) {
   Desc z = g.virt(CUDNN_DATA_FLOAT, rl);
   g.reduction(CUDNN_REDUCE_TENSOR_ADD, e, z);
   g.pointwise(CUDNN_POINTWISE_ADD, mx, g.pw(CUDNN_POINTWISE_LOG, z, nullptr, rl), nullptr, stats);
-  Desc prob = g.pw(CUDNN_POINTWISE_DIV, e, z, sl);
+  // P in the io dtype: cuDNN's fused engines take the second matmul's A operand in the
+  // input type (an f32 P matches no engine: heuristics offer none).
+  Desc prob = g.virt(io, sl);
+  g.pointwise(CUDNN_POINTWISE_DIV, e, z, nullptr, prob);
   g.matmul(prob, v, o);
 }
 
@@ -210,47 +214,67 @@ void build_backward(GraphBuilder& g, const SdpaProblem& p) {
   g.pointwise(CUDNN_POINTWISE_IDENTITY, dq_acc, nullptr, nullptr, dq);
 }
 
-// Heuristics (mode A), then the first engine config whose plan finalizes.
-void make_plan(Plan& plan, Desc graph, cudnnHandle_t handle) {
-  GraphBuilder& g = *plan.graph;
+// The engine configs the heuristics in `mode` offer for the graph (maybe none).
+std::vector<Desc> engine_configs(GraphBuilder& g, Desc graph, cudnnBackendHeurMode_t mode) {
   Desc heur = g.create(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-  const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
   set_desc(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph);
   set(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
   CG_CUDNN_CHECK(cudnnBackendFinalize(heur));
   int64_t count = 0;
-  CG_CUDNN_CHECK(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr));
-  CG_CHECK(count > 0, "cuDNN heuristics (mode A) offer no engine for this attention graph: ",
-           last_cudnn_error());
-  std::vector<Desc> configs(static_cast<size_t>(count));
+  CG_CUDNN_CHECK(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                          CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr));
+  std::vector<Desc> configs(static_cast<size_t>(std::max<int64_t>(count, 0)));
   for (Desc& c : configs) c = g.create(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
   int64_t got = 0;
-  CG_CUDNN_CHECK(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, configs.data()));
-  plan.offered = got;
+  if (count > 0) {
+    CG_CUDNN_CHECK(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                            CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got,
+                                            configs.data()));
+  }
+  configs.resize(static_cast<size_t>(std::clamp<int64_t>(got, 0, count)));
+  return configs;
+}
+
+// Heuristics (mode A; the fallback list when A offers nothing that finalizes), then the
+// first engine config(s) whose plan finalizes (Note [SDPA autotune] for more than one).
+void make_plan(Plan& plan, Desc graph, cudnnHandle_t handle) {
+  GraphBuilder& g = *plan.graph;
   const size_t keep = autotune_enabled() ? kMaxCandidates : 1;
   std::string failures;
-  for (int64_t i = 0; i < got && plan.candidates.size() < keep; ++i) {
-    Desc ep = g.create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-    set(ep, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
-    set_desc(ep, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, configs[i]);
-    const cudnnStatus_t st = cudnnBackendFinalize(ep);
-    if (st != CUDNN_STATUS_SUCCESS) {
-      failures += detail::concat("; engine config ", i, ": ", cudnnGetErrorString(st), ": ",
-                                 last_cudnn_error());
-      continue;
+  for (const cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+    const char* mode_name = mode == CUDNN_HEUR_MODE_A ? "A" : "fallback";
+    const std::vector<Desc> configs = engine_configs(g, graph, mode);
+    plan.offered += static_cast<int64_t>(configs.size());
+    failures += detail::concat("; heuristics mode ", mode_name, " offer ", configs.size(),
+                               " engine config(s)");
+    if (configs.empty()) failures += detail::concat(" (cuDNN: ", last_cudnn_error(), ")");
+    for (size_t i = 0; i < configs.size() && plan.candidates.size() < keep; ++i) {
+      Desc ep = g.create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+      set(ep, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+      set_desc(ep, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, configs[i]);
+      const cudnnStatus_t st = cudnnBackendFinalize(ep);
+      if (st != CUDNN_STATUS_SUCCESS) {
+        failures += detail::concat("; config ", i, " does not finalize: ",
+                                   cudnnGetErrorString(st), ": ", last_cudnn_error());
+        continue;
+      }
+      Candidate c;
+      c.plan = ep;
+      int64_t n = 0;
+      CG_CUDNN_CHECK(cudnnBackendGetAttribute(ep, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                              CUDNN_TYPE_INT64, 1, &n, &c.workspace));
+      Desc engine = g.create(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+      if (cudnnBackendGetAttribute(configs[i], CUDNN_ATTR_ENGINECFG_ENGINE,
+                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &engine) ==
+          CUDNN_STATUS_SUCCESS) {
+        cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n,
+                                 &c.engine);
+      }
+      plan.candidates.push_back(c);
     }
-    Candidate c;
-    c.plan = ep;
-    int64_t n = 0;
-    CG_CUDNN_CHECK(cudnnBackendGetAttribute(ep, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &c.workspace));
-    Desc engine = g.create(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
-    if (cudnnBackendGetAttribute(configs[i], CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &engine) == CUDNN_STATUS_SUCCESS) {
-      cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &c.engine);
-    }
-    plan.candidates.push_back(c);
+    if (!plan.candidates.empty()) return;
   }
-  CG_CHECK(!plan.candidates.empty(), "no engine config of the ", got, " cuDNN offers finalizes",
-           failures);
+  CG_FAIL("cuDNN has no engine for this attention graph", failures);
 }
 
 // ---- per-device state --------------------------------------------------------------------
