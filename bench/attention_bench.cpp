@@ -7,11 +7,14 @@
 //            anchors are 4, 8, ..., 4096 in a fixed shuffled order (the same formula as
 //            the PyTorch script)
 // --path picks the attention path(s) (auto, cudnn, flash, rows), one table each; the
-// table head says what ran (for cudnn: the cuDNN version and engines). For each: forward, backward (dq, dk, dv) and forward + backward, medians over --repeats
+// table head says what ran (for cudnn: the cuDNN version and engines). For each: forward,
+// backward (dq, dk, dv) and forward + backward, medians over --repeats
 // (CUDA events on the compute stream, after a warm-up), in ms and TFLOP/s. FLOPs count
 // the visible (query, key) pairs only: 4 hd per pair forward, 10 hd backward (2.5x), as
 // FlashAttention's benchmarks do. The "dq only" and "dk, dv only" rows time one of the
-// two backward passes (plus delta); their TFLOP/s count 2 and 3 of the 5 backward GEMMs.
+// two backward passes (plus delta) on flash; their TFLOP/s count 2 and 3 of the 5 backward
+// GEMMs. cuDNN's backward computes all three gradients in one pass, so on cudnn those rows
+// time the whole backward.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>

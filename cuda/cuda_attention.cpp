@@ -53,11 +53,14 @@ bool pick_flash(AttentionPath path, DType dtype, int64_t hd, const ResolvedAtten
 }
 
 // The cudnn path by rule (before cuDNN is asked about the shape): causal or no mask, bf16 /
-// f16, head_dim 64 or 128 (what automatic tries; a forced cudnn call lets cuDNN decide).
-bool cudnn_by_rule(DType dtype, int64_t hd, const ResolvedAttentionMask& mask) {
+// f16, head_dim 64 or 128, scale > 0 (what automatic tries; a forced cudnn call lets cuDNN
+// decide the rest). cuDNN's fused kernels return NaN for a negative scale (seen on the H200,
+// cuDNN 9.14): like flash, they keep the running max of the unscaled scores.
+bool cudnn_by_rule(DType dtype, int64_t hd, const ResolvedAttentionMask& mask, double scale) {
   const bool mask_ok = mask.kind == AttentionMask::Kind::none ||
                        mask.kind == AttentionMask::Kind::causal;
-  return mask_ok && (dtype == DType::bf16 || dtype == DType::f16) && (hd == 64 || hd == 128);
+  return mask_ok && (dtype == DType::bf16 || dtype == DType::f16) && (hd == 64 || hd == 128) &&
+         scale > 0.0;
 }
 
 void check_supported(const Tensor& q, const char* what) {
@@ -116,14 +119,19 @@ SdpaProblem sdpa_problem(const Tensor& q, const Tensor& k, const Tensor& v,
 // -> when the rule fits and cuDNN finalizes a plan (cached per shape), else the caller's
 // next choice. `why` gets the reason cudnn was not taken.
 bool take_cudnn(AttentionPath path, int device, const SdpaProblem& p,
-                const ResolvedAttentionMask& mask, bool backward, std::string* why = nullptr) {
+                const ResolvedAttentionMask& mask, double scale, bool backward,
+                std::string* why = nullptr) {
   if (path == AttentionPath::cudnn) {
     CG_CHECK(mask.kind == AttentionMask::Kind::none || mask.kind == AttentionMask::Kind::causal,
              kOp, ": the cudnn path takes masks none and causal; got mask kind ",
              static_cast<int>(mask.kind), " (use flash for the DFlash rule, rows for dense)");
+    CG_CHECK(scale > 0.0, kOp, ": the cudnn path takes scale > 0; got ", scale,
+             " (use the rows path)");
     return true;
   }
-  if (path != AttentionPath::automatic || !cudnn_by_rule(p.dtype, p.hd, mask)) return false;
+  if (path != AttentionPath::automatic || !cudnn_by_rule(p.dtype, p.hd, mask, scale)) {
+    return false;
+  }
   if (p.causal && p.Sq > p.Sk) {
     if (why) *why = "causal with Sq > Sk (rows that see no key)";
     return false;
@@ -201,7 +209,7 @@ cudaStream_t enter(const Tensor& q) {
 
 const char* cuda_attention_path(DType dtype, int64_t head_dim, const ResolvedAttentionMask& mask,
                                 double scale) {
-  if (cudnn_by_rule(dtype, head_dim, mask)) return "cudnn";
+  if (cudnn_by_rule(dtype, head_dim, mask, scale)) return "cudnn";
   return use_flash(dtype, head_dim, mask, scale) ? "flash" : "rows";
 }
 
@@ -213,7 +221,9 @@ std::string cuda_attention_path(const Tensor& q, const Tensor& k, const Resolved
   const Tensor qr = readable(q, true), kr = readable(k, true);
   std::string why;
   const SdpaProblem p = sdpa_problem(qr, kr, kr, mask);
-  if (take_cudnn(AttentionPath::automatic, q.device().index, p, mask, false, &why)) return "cudnn";
+  if (take_cudnn(AttentionPath::automatic, q.device().index, p, mask, scale, false, &why)) {
+    return "cudnn";
+  }
   return "flash (cudnn not taken: " + why + ")";
 }
 
@@ -234,10 +244,10 @@ AttentionForward cuda_attention_forward(const Tensor& q, const Tensor& k, const 
   }
   const cudaStream_t stream = enter(q);
   if (path == AttentionPath::cudnn || (path == AttentionPath::automatic &&
-                                       cudnn_by_rule(q.dtype(), s.hd, mask))) {
+                                       cudnn_by_rule(q.dtype(), s.hd, mask, scale))) {
     const Tensor qr = readable(q, true), kr = readable(k, true), vr = readable(v, true);
     const SdpaProblem p = sdpa_problem(qr, kr, vr, mask);
-    if (take_cudnn(path, q.device().index, p, mask, false)) {
+    if (take_cudnn(path, q.device().index, p, mask, scale, false)) {
       const bool ran = run_or_fall_back(path, q.device().index, p, false, [&] {
         cudnn_sdpa_forward(q.device().index, p, static_cast<float>(scale),
                            result.out.data_ptr(), result.lse.data<float>(), stream);
@@ -282,7 +292,7 @@ AttentionGrads cuda_attention_backward(const Tensor& grad_out, const Tensor& q, 
   const cudaStream_t stream = enter(q);
   const Tensor lr = raw::contiguous(raw::to_dtype(lse, cd));
   if (path == AttentionPath::cudnn || (path == AttentionPath::automatic &&
-                                       cudnn_by_rule(q.dtype(), s.hd, mask))) {
+                                       cudnn_by_rule(q.dtype(), s.hd, mask, scale))) {
     const Tensor qr = readable(q, true), kr = readable(k, true), vr = readable(v, true);
     Tensor gr = readable(grad_out, true), orr = readable(out, true);
     if (gr.strides() != orr.strides()) {  // cuDNN reads dO and O alike: one layout for both
@@ -290,7 +300,7 @@ AttentionGrads cuda_attention_backward(const Tensor& grad_out, const Tensor& q, 
       orr = raw::contiguous(orr);
     }
     const SdpaProblem p = sdpa_problem(qr, kr, vr, mask, &orr, &gr);
-    if (take_cudnn(path, q.device().index, p, mask, true)) {
+    if (take_cudnn(path, q.device().index, p, mask, scale, true)) {
       // cuDNN writes all three; a gradient not asked for goes to scratch.
       const Tensor dq = need_dq ? grads.dq : raw::empty(q.shape(), q.dtype(), q.device());
       const Tensor dk = need_dk ? grads.dk : raw::empty(k.shape(), k.dtype(), k.device());

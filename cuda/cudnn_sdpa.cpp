@@ -183,7 +183,8 @@ void build_backward(GraphBuilder& g, const SdpaProblem& p) {
   if (p.causal) s = causal_mask(g, s, sl, p.Sq, p.Sk);
   Desc prob = g.pw(CUDNN_POINTWISE_EXP, s, nullptr, sl);
 
-  // dV = P^T dO; out [B, Hkv, Sk, hd] = reshape(scores)^T @ rhs, per query head then summed per kv head.
+  // out [B, Hkv, Sk, hd] = reshape(scores)^T @ rhs: per query head, then (GQA) summed over
+  // the query heads of each kv head. dV = P^T dO.
   auto transposed_product = [&](Desc scores, Desc rhs, Desc out) {
     Desc t = g.virt(io, tl);
     g.reshape(scores, t);

@@ -6,8 +6,8 @@
 // the 64-row tiles, non-contiguous and misaligned inputs, each dtype, and every path
 // (cudnn, flash, rows) where it applies; the cudnn path (cuDNN's fused SDPA) also forced
 // at lengths 1 / 37 / 300, hd 64 / 128, GQA, bf16 and f16, with one lse contract across
-// paths, and automatic's pick for the causal target. Tolerances are per dtype, relative to the largest
-// reference value: bf16 3e-2 (P and dS are rounded to bf16 as mma operands), f16 6e-3,
+// paths, and automatic's pick for the causal target. Tolerances are per dtype, relative
+// to the largest reference value: bf16 3e-2 (P and dS are rounded to bf16 as mma operands), f16 6e-3,
 // f32 2e-4, f64 1e-9. Compiled only in CUDA builds; skipped without a GPU.
 #if defined(CHUNKGRAD_WITH_CUDA)
 
@@ -336,6 +336,9 @@ TEST_F(CudaAttentionTest, AutomaticPicksCudnnForTheCausalTarget) {
       resolve_attention_mask(AttentionMask::causal(), 1, 40, 4096, 4096, d, "t");
   EXPECT_EQ(cuda::cuda_attention_path(q, k, m, 1.0 / std::sqrt(128.0)), "cudnn");
   EXPECT_STREQ(cuda::cuda_attention_path(DType::bf16, 128, m, 0.1), "cudnn");
+  // cuDNN's kernels return NaN for a negative scale: automatic goes to rows, forced refuses.
+  EXPECT_STREQ(cuda::cuda_attention_path(DType::bf16, 128, m, -0.1), "rows");
+  EXPECT_THROW(cuda::cuda_attention_forward(q, k, k, m, -0.1, AttentionPath::cudnn), Error);
 
   const Tensor anchors = from_ints({4, 8}, {2});
   const AttentionMask dm = AttentionMask::dflash_blocks(8, 4, anchors);
