@@ -24,8 +24,9 @@
 //
 // Note [Attention speed on the H200] (bf16, hd 128, GQA 40/8, fwd + bwd, ms; 2026-11-30;
 // attention_bench --path auto,cudnn,flash beside bench/attention_torch.py, cuDNN 9.14):
-//   causal, 4096 tokens:                 cudnn 1.28 (fwd 0.32, bwd 0.98)   flash 4.24
-//                                        torch SDPA 1.36 (fwd 0.35, bwd 0.94)
+//   causal, 4096 tokens:                 cudnn 1.28-1.36 (fwd 0.31-0.34, bwd 0.97-1.07)
+//                                        torch SDPA 1.36-1.45 (fwd 0.34, bwd 0.94-1.09)
+//                                        flash 4.23 (over three runs, medians of 10-20)
 //   DFlash, 1024 blocks x 24, 4096 ctx:  flash 29.3   torch flex_attention 35.2
 // So the causal target runs on cuDNN's fused kernels at PyTorch's speed (cuDNN's
 // heuristics offer 2 engine configs for each graph; the first is also the faster one when
