@@ -6,11 +6,15 @@
 //            (Sk = 4096 + 24576); block b's anchor is 4 * (1 + (389 b mod 1024)), so the
 //            anchors are 4, 8, ..., 4096 in a fixed shuffled order (the same formula as
 //            the PyTorch script)
-// For each: forward, backward (dq, dk, dv) and forward + backward, medians over --repeats
+// --path picks the attention path(s) (auto, cudnn, flash, rows), one table each; the
+// table head says what ran (for cudnn: the cuDNN version and engines). For each: forward,
+// backward (dq, dk, dv) and forward + backward, medians over --repeats
 // (CUDA events on the compute stream, after a warm-up), in ms and TFLOP/s. FLOPs count
 // the visible (query, key) pairs only: 4 hd per pair forward, 10 hd backward (2.5x), as
 // FlashAttention's benchmarks do. The "dq only" and "dk, dv only" rows time one of the
-// two backward passes (plus delta); their TFLOP/s count 2 and 3 of the 5 backward GEMMs.
+// two backward passes (plus delta) on flash; their TFLOP/s count 2 and 3 of the 5 backward
+// GEMMs. cuDNN's backward computes all three gradients in one pass, so on cudnn those rows
+// time the whole backward.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -25,6 +29,7 @@
 #include "cuda/compute_stream.h"
 #include "cuda/cuda_attention.h"
 #include "cuda/cuda_check.h"
+#include "cuda/cudnn_sdpa.h"
 #include "cuda/device_info.h"
 #include "ops/attention_mask.h"
 
@@ -35,6 +40,7 @@ struct Options {
   int64_t context = 4096, blocks = 1024, block_size = 24;
   std::string dtype = "bf16";
   std::string which = "causal,dflash";
+  std::string paths = "auto";  // comma-separated: auto, cudnn, flash, rows
   int repeats = 10;
 };
 
@@ -72,8 +78,40 @@ void row(const std::string& name, double ms, double flops) {
 
 // Times forward, backward and both for one shape and mask; pairs = visible (query, key)
 // pairs per (batch, query head).
+cg::cuda::AttentionPath parse_path(const std::string& p) {
+  if (p == "cudnn") return cg::cuda::AttentionPath::cudnn;
+  if (p == "flash") return cg::cuda::AttentionPath::flash;
+  if (p == "rows") return cg::cuda::AttentionPath::rows;
+  CG_CHECK(p == "auto", "--path: unknown path '", p, "' (auto, cudnn, flash, rows)");
+  return cg::cuda::AttentionPath::automatic;
+}
+
+// What a path runs as: the automatic choice with its reason, or cuDNN's engines.
+std::string path_note(const std::string& path, const cg::Tensor& q, const cg::Tensor& k,
+                      const cg::Tensor& v, const cg::ResolvedAttentionMask& m, double scale) {
+  std::string note = path == "auto" ? "auto -> " + cg::cuda::cuda_attention_path(q, k, m, scale)
+                                    : path;
+  if (path == "cudnn" || note == "auto -> cudnn") {
+    cg::cuda::SdpaProblem p;
+    p.dtype = q.dtype();
+    p.B = q.size(0); p.Hq = q.size(1); p.Hkv = k.size(1); p.Sq = q.size(2); p.Sk = k.size(2);
+    p.hd = q.size(3);
+    p.causal = m.kind == cg::AttentionMask::Kind::causal;
+    // The bench's operands and outputs are contiguous: the keys the real calls use.
+    auto op = [](const cg::Tensor& t) {
+      return cg::cuda::SdpaOperand{t.data_ptr(), t.stride(0), t.stride(1), t.stride(2)};
+    };
+    p.q = op(q); p.k = op(k); p.v = op(v); p.o = op(q); p.dout = op(q);
+    note += " [cuDNN " + std::to_string(cg::cuda::cudnn_runtime_version()) + "; fwd " +
+            cg::cuda::cudnn_sdpa_describe(0, p, false) + "; bwd " +
+            cg::cuda::cudnn_sdpa_describe(0, p, true) + "]";
+  }
+  return note;
+}
+
 void bench_shape(const Options& o, const std::string& name, int64_t Sq, int64_t Sk,
-                 const cg::AttentionMask& mask, double pairs) {
+                 const cg::AttentionMask& mask, double pairs, const std::string& path_name) {
+  const cg::cuda::AttentionPath path = parse_path(path_name);
   const cg::Device d = cg::cuda_device(0);
   const cg::DType dt = cg::parse_dtype(o.dtype);
   cg::Generator gen(7);
@@ -85,34 +123,54 @@ void bench_shape(const Options& o, const std::string& name, int64_t Sq, int64_t 
       cg::resolve_attention_mask(mask, o.batch, o.hq, Sq, Sk, d, "attention_bench");
   const double scale = 1.0 / std::sqrt(static_cast<double>(o.hd));
   const double fwd_flops = 4.0 * o.hd * pairs * o.batch * o.hq;
-  const cg::AttentionForward f = cg::cuda::cuda_attention_forward(q, k, v, m, scale);
+  const cg::AttentionForward f = cg::cuda::cuda_attention_forward(q, k, v, m, scale, path);
 
   std::printf("\n%s: B=%lld Hq=%lld Hkv=%lld Sq=%lld Sk=%lld hd=%lld %s, path %s, "
               "%.1f%% of the [Sq, Sk] pairs visible, median of %d\n",
               name.c_str(), (long long)o.batch, (long long)o.hq, (long long)o.hkv,
               (long long)Sq, (long long)Sk, (long long)o.hd, o.dtype.c_str(),
-              cg::cuda::cuda_attention_path(dt, o.hd, m, scale),
+              path_note(path_name, q, k, v, m, scale).c_str(),
               100.0 * pairs / (double(Sq) * double(Sk)), o.repeats);
   std::printf("%-26s %10s %10s\n", "row", "ms", "TFLOP/s");
-  const double fwd = time_ms(o.repeats, [&] { cg::cuda::cuda_attention_forward(q, k, v, m, scale); });
+  const double fwd = time_ms(o.repeats, [&] { cg::cuda::cuda_attention_forward(q, k, v, m, scale, path); });
   row(name + " fwd", fwd, fwd_flops);
   const double bwd = time_ms(o.repeats, [&] {
-    cg::cuda::cuda_attention_backward(g, q, k, v, f.out, f.lse, m, scale, true, true, true);
+    cg::cuda::cuda_attention_backward(g, q, k, v, f.out, f.lse, m, scale, true, true, true, path);
   });
   row(name + " bwd", bwd, 2.5 * fwd_flops);
   const double bwd_dq = time_ms(o.repeats, [&] {
-    cg::cuda::cuda_attention_backward(g, q, k, v, f.out, f.lse, m, scale, true, false, false);
+    cg::cuda::cuda_attention_backward(g, q, k, v, f.out, f.lse, m, scale, true, false, false, path);
   });
   row(name + " bwd (dq only)", bwd_dq, 1.0 * fwd_flops);
   const double bwd_dkdv = time_ms(o.repeats, [&] {
-    cg::cuda::cuda_attention_backward(g, q, k, v, f.out, f.lse, m, scale, false, true, true);
+    cg::cuda::cuda_attention_backward(g, q, k, v, f.out, f.lse, m, scale, false, true, true, path);
   });
   row(name + " bwd (dk, dv only)", bwd_dkdv, 1.5 * fwd_flops);
   const double both = time_ms(o.repeats, [&] {
-    const cg::AttentionForward r = cg::cuda::cuda_attention_forward(q, k, v, m, scale);
-    cg::cuda::cuda_attention_backward(g, q, k, v, r.out, r.lse, m, scale, true, true, true);
+    const cg::AttentionForward r = cg::cuda::cuda_attention_forward(q, k, v, m, scale, path);
+    cg::cuda::cuda_attention_backward(g, q, k, v, r.out, r.lse, m, scale, true, true, true, path);
   });
   row(name + " fwd+bwd", both, 3.5 * fwd_flops);
+}
+
+std::vector<std::string> split(const std::string& list) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= list.size()) {
+    const size_t end = std::min(list.find(',', start), list.size());
+    if (end > start) out.push_back(list.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+// One path's table; a path that cannot run the shape prints why and the others go on.
+void run_path(const std::string& path, const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const cg::Error& e) {
+    std::printf("\npath %s: cannot run: %s\n", path.c_str(), e.what());
+  }
 }
 
 }  // namespace
@@ -121,6 +179,8 @@ int run_bench(int argc, char** argv) {
   Options o;
   CLI::App app{"chunkgrad GPU attention benchmark: causal and DFlash block rule, fwd and bwd"};
   app.add_option("--which", o.which, "comma-separated: causal, dflash");
+  app.add_option("--path", o.paths, "comma-separated attention paths, each its own table: "
+                 "auto, cudnn, flash, rows (a path that cannot run a shape says why)");
   app.add_option("--batch", o.batch, "batch")->check(CLI::PositiveNumber);
   app.add_option("--hq", o.hq, "query heads")->check(CLI::PositiveNumber);
   app.add_option("--hkv", o.hkv, "key/value heads")->check(CLI::PositiveNumber);
@@ -138,7 +198,12 @@ int run_bench(int argc, char** argv) {
 
   if (o.which.find("causal") != std::string::npos) {
     const double S = static_cast<double>(o.tokens);
-    bench_shape(o, "causal", o.tokens, o.tokens, cg::AttentionMask::causal(), S * (S + 1) / 2);
+    for (const std::string& p : split(o.paths)) {
+      run_path(p, [&] {
+        bench_shape(o, "causal", o.tokens, o.tokens, cg::AttentionMask::causal(),
+                    S * (S + 1) / 2, p);
+      });
+    }
   }
   if (o.which.find("dflash") != std::string::npos) {
     std::vector<int64_t> anchors(o.blocks);
@@ -148,8 +213,12 @@ int run_bench(int argc, char** argv) {
       pairs += static_cast<double>(o.block_size) * static_cast<double>(anchors[b] + o.block_size);
     }
     const cg::Tensor a = cg::from_ints(anchors, {o.blocks});
-    bench_shape(o, "dflash", o.blocks * o.block_size, o.context + o.blocks * o.block_size,
-                cg::AttentionMask::dflash_blocks(o.context, o.block_size, a), pairs);
+    for (const std::string& p : split(o.paths)) {
+      run_path(p, [&] {
+        bench_shape(o, "dflash", o.blocks * o.block_size, o.context + o.blocks * o.block_size,
+                    cg::AttentionMask::dflash_blocks(o.context, o.block_size, a), pairs, p);
+      });
+    }
   }
   std::printf("\n(TFLOP/s: 4 hd flops per visible (query, key) pair forward, 2.5x that backward)\n");
   return 0;

@@ -85,6 +85,7 @@ def main():
     p.add_argument("--blocks", type=int, default=1024)
     p.add_argument("--block-size", type=int, default=24)
     p.add_argument("--repeats", type=int, default=10)
+    p.add_argument("--path", default="", help="ignored (attention_bench's path choice)")
     a = p.parse_args()
     dtype = torch.bfloat16
     print(f"PyTorch {torch.__version__} on {torch.cuda.get_device_name(0)}")

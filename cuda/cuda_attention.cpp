@@ -13,11 +13,13 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 
 #include "core/views.h"
 #include "cuda/attention_kernels.h"
 #include "cuda/compute_stream.h"
 #include "cuda/cuda_check.h"
+#include "cuda/cudnn_sdpa.h"
 
 namespace cg::cuda {
 
@@ -50,6 +52,17 @@ bool pick_flash(AttentionPath path, DType dtype, int64_t hd, const ResolvedAtten
   return fits;
 }
 
+// The cudnn path by rule (before cuDNN is asked about the shape): causal or no mask, bf16 /
+// f16, head_dim 64 or 128, scale > 0 (what automatic tries; a forced cudnn call lets cuDNN
+// decide the rest). cuDNN's fused kernels return NaN for a negative scale (seen on the H200,
+// cuDNN 9.14): like flash, they keep the running max of the unscaled scores.
+bool cudnn_by_rule(DType dtype, int64_t hd, const ResolvedAttentionMask& mask, double scale) {
+  const bool mask_ok = mask.kind == AttentionMask::Kind::none ||
+                       mask.kind == AttentionMask::Kind::causal;
+  return mask_ok && (dtype == DType::bf16 || dtype == DType::f16) && (hd == 64 || hd == 128) &&
+         scale > 0.0;
+}
+
 void check_supported(const Tensor& q, const char* what) {
   CG_CHECK(q.device().is_cuda(), kOp, ": cuda attention got ", what, " on ", q.device().str());
   const DType dt = q.dtype();
@@ -68,6 +81,84 @@ Tensor readable(const Tensor& t, bool flash) {
     ok = ok && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
   }
   return ok ? t : raw::clone(t);
+}
+
+SdpaOperand sdpa_operand(const Tensor& t) {
+  // Strides of size-1 dims are never stepped; give them the natural value cuDNN expects.
+  SdpaOperand o;
+  o.data = t.data_ptr();
+  const int64_t S = t.shape()[2], H = t.shape()[1];
+  o.ss = S == 1 ? t.shape()[3] : t.stride(2);
+  o.sh = H == 1 ? o.ss * S : t.stride(1);
+  o.sb = t.shape()[0] == 1 ? o.sh * H : t.stride(0);
+  return o;
+}
+
+// The cuDNN problem of readable (flash-aligned) operands; o / dout only for backward.
+SdpaProblem sdpa_problem(const Tensor& q, const Tensor& k, const Tensor& v,
+                         const ResolvedAttentionMask& mask, const Tensor* o = nullptr,
+                         const Tensor* dout = nullptr) {
+  SdpaProblem p;
+  p.dtype = q.dtype();
+  p.B = q.shape()[0];
+  p.Hq = q.shape()[1];
+  p.Hkv = k.shape()[1];
+  p.Sq = q.shape()[2];
+  p.Sk = k.shape()[2];
+  p.hd = q.shape()[3];
+  p.causal = mask.kind == AttentionMask::Kind::causal;
+  p.q = sdpa_operand(q);
+  p.k = sdpa_operand(k);
+  p.v = sdpa_operand(v);
+  if (o != nullptr) p.o = sdpa_operand(*o);
+  if (dout != nullptr) p.dout = sdpa_operand(*dout);
+  return p;
+}
+
+// Whether this call runs on cudnn: forced -> yes (cuDNN's error if it cannot); automatic
+// -> when the rule fits and cuDNN finalizes a plan (cached per shape), else the caller's
+// next choice. `why` gets the reason cudnn was not taken.
+bool take_cudnn(AttentionPath path, int device, const SdpaProblem& p,
+                const ResolvedAttentionMask& mask, double scale, bool backward,
+                std::string* why = nullptr) {
+  if (path == AttentionPath::cudnn) {
+    CG_CHECK(mask.kind == AttentionMask::Kind::none || mask.kind == AttentionMask::Kind::causal,
+             kOp, ": the cudnn path takes masks none and causal; got mask kind ",
+             static_cast<int>(mask.kind), " (use flash for the DFlash rule, rows for dense)");
+    CG_CHECK(scale > 0.0, kOp, ": the cudnn path takes scale > 0; got ", scale,
+             " (use the rows path)");
+    return true;
+  }
+  if (path != AttentionPath::automatic || !cudnn_by_rule(p.dtype, p.hd, mask, scale)) {
+    return false;
+  }
+  if (p.causal && p.Sq > p.Sk) {
+    if (why) *why = "causal with Sq > Sk (rows that see no key)";
+    return false;
+  }
+  const std::string no = backward ? cudnn_sdpa_backward_support(device, p)
+                                  : cudnn_sdpa_forward_support(device, p);
+  if (why) *why = no;
+  return no.empty();
+}
+
+// Runs a cudnn call. Automatic: a cuDNN failure at run time (a plan that finalized but
+// does not execute) marks the problem unsupported and returns false, so the caller falls
+// back to flash; forced: the error propagates.
+template <typename F>
+bool run_or_fall_back(AttentionPath path, int device, const SdpaProblem& p, bool backward,
+                      const F& run) {
+  if (path == AttentionPath::cudnn) {
+    run();
+    return true;
+  }
+  try {
+    run();
+    return true;
+  } catch (const Error& e) {
+    cudnn_sdpa_mark_unsupported(device, p, backward, e.what());
+    return false;
+  }
 }
 
 AttnOperand operand(const Tensor& t) {
@@ -118,7 +209,22 @@ cudaStream_t enter(const Tensor& q) {
 
 const char* cuda_attention_path(DType dtype, int64_t head_dim, const ResolvedAttentionMask& mask,
                                 double scale) {
+  if (cudnn_by_rule(dtype, head_dim, mask, scale)) return "cudnn";
   return use_flash(dtype, head_dim, mask, scale) ? "flash" : "rows";
+}
+
+std::string cuda_attention_path(const Tensor& q, const Tensor& k, const ResolvedAttentionMask& mask,
+                                double scale) {
+  check_supported(q, "q");
+  const char* rule = cuda_attention_path(q.dtype(), q.shape()[3], mask, scale);
+  if (std::string(rule) != "cudnn") return rule;
+  const Tensor qr = readable(q, true), kr = readable(k, true);
+  std::string why;
+  const SdpaProblem p = sdpa_problem(qr, kr, kr, mask);
+  if (take_cudnn(AttentionPath::automatic, q.device().index, p, mask, scale, false, &why)) {
+    return "cudnn";
+  }
+  return "flash (cudnn not taken: " + why + ")";
 }
 
 AttentionForward cuda_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -137,6 +243,18 @@ AttentionForward cuda_attention_forward(const Tensor& q, const Tensor& k, const 
     return result;
   }
   const cudaStream_t stream = enter(q);
+  if (path == AttentionPath::cudnn || (path == AttentionPath::automatic &&
+                                       cudnn_by_rule(q.dtype(), s.hd, mask, scale))) {
+    const Tensor qr = readable(q, true), kr = readable(k, true), vr = readable(v, true);
+    const SdpaProblem p = sdpa_problem(qr, kr, vr, mask);
+    if (take_cudnn(path, q.device().index, p, mask, scale, false)) {
+      const bool ran = run_or_fall_back(path, q.device().index, p, false, [&] {
+        cudnn_sdpa_forward(q.device().index, p, static_cast<float>(scale),
+                           result.out.data_ptr(), result.lse.data<float>(), stream);
+      });
+      if (ran) return result;
+    }
+  }
   const bool flash = pick_flash(path, q.dtype(), s.hd, mask, scale);
   const Tensor qr = readable(q, flash), kr = readable(k, flash), vr = readable(v, flash);
   Tensor anchors;
@@ -172,10 +290,31 @@ AttentionGrads cuda_attention_backward(const Tensor& grad_out, const Tensor& q, 
     return grads;
   }
   const cudaStream_t stream = enter(q);
+  const Tensor lr = raw::contiguous(raw::to_dtype(lse, cd));
+  if (path == AttentionPath::cudnn || (path == AttentionPath::automatic &&
+                                       cudnn_by_rule(q.dtype(), s.hd, mask, scale))) {
+    const Tensor qr = readable(q, true), kr = readable(k, true), vr = readable(v, true);
+    Tensor gr = readable(grad_out, true), orr = readable(out, true);
+    if (gr.strides() != orr.strides()) {  // cuDNN reads dO and O alike: one layout for both
+      gr = raw::contiguous(gr);
+      orr = raw::contiguous(orr);
+    }
+    const SdpaProblem p = sdpa_problem(qr, kr, vr, mask, &orr, &gr);
+    if (take_cudnn(path, q.device().index, p, mask, scale, true)) {
+      // cuDNN writes all three; a gradient not asked for goes to scratch.
+      const Tensor dq = need_dq ? grads.dq : raw::empty(q.shape(), q.dtype(), q.device());
+      const Tensor dk = need_dk ? grads.dk : raw::empty(k.shape(), k.dtype(), k.device());
+      const Tensor dv = need_dv ? grads.dv : raw::empty(v.shape(), v.dtype(), v.device());
+      const bool ran = run_or_fall_back(path, q.device().index, p, true, [&] {
+        cudnn_sdpa_backward(q.device().index, p, static_cast<float>(scale), lr.data<float>(),
+                            dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), stream);
+      });
+      if (ran) return grads;
+    }
+  }
   const bool flash = pick_flash(path, q.dtype(), s.hd, mask, scale);
   const Tensor qr = readable(q, flash), kr = readable(k, flash), vr = readable(v, flash);
   const Tensor gr = readable(grad_out, flash), orr = readable(out, false);
-  const Tensor lr = raw::contiguous(raw::to_dtype(lse, cd));
   Tensor anchors;
   const AttnMaskArgs m = mask_args(mask, q.device(), stream, anchors);
   // delta = rowsum(dO * O), [B, Hq, Sq] in the compute dtype: both paths read it.

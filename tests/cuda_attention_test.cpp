@@ -3,9 +3,11 @@
 // lse) and backward (dq, dk, dv) under masks none / causal / dflash_blocks / dense, GQA,
 // the DFlash rule with anchors at the sequence start (0, 1), padded blocks, context
 // longer than the blocks and blocks wider than a tile, lengths that are not multiples of
-// the 64-row tiles, non-contiguous and misaligned inputs, each dtype, and both paths
-// (flash and rows) where both apply. Tolerances are per dtype, relative to the largest
-// reference value: bf16 3e-2 (P and dS are rounded to bf16 as mma operands), f16 6e-3,
+// the 64-row tiles, non-contiguous and misaligned inputs, each dtype, and every path
+// (cudnn, flash, rows) where it applies; the cudnn path (cuDNN's fused SDPA) also forced
+// at lengths 1 / 37 / 300, hd 64 / 128, GQA, bf16 and f16, with one lse contract across
+// paths, and automatic's pick for the causal target. Tolerances are per dtype, relative
+// to the largest reference value: bf16 3e-2 (P and dS are rounded to bf16 as mma operands), f16 6e-3,
 // f32 2e-4, f64 1e-9. Compiled only in CUDA builds; skipped without a GPU.
 #if defined(CHUNKGRAD_WITH_CUDA)
 
@@ -111,8 +113,10 @@ AttentionMask mask_on(const AttentionMask& m, Device d) {
 // Runs the case on CPU (reference) and GPU (path) and compares everything.
 void check_case(const Case& c, AttentionPath path, const std::string& name) {
   SCOPED_TRACE(name + " [" + dtype_name(c.dtype) + ", path " +
-               (path == AttentionPath::flash ? "flash" : path == AttentionPath::rows ? "rows"
-                                                                                     : "auto") +
+               (path == AttentionPath::flash   ? "flash"
+                : path == AttentionPath::rows  ? "rows"
+                : path == AttentionPath::cudnn ? "cudnn"
+                                               : "auto") +
                "]");
   const Tensor q = make_input(c, c.Hq, c.Sq, 11, true), k = make_input(c, c.Hkv, c.Sk, 12, false),
                v = make_input(c, c.Hkv, c.Sk, 13, false), g = make_input(c, c.Hq, c.Sq, 14, false);
@@ -144,15 +148,16 @@ void check_case(const Case& c, AttentionPath path, const std::string& name) {
   expect_close(gg2.dv, rg.dv, tol, "dv");
 }
 
-// Both paths where flash applies, else the automatic one.
+// The automatic path, and flash and rows too where the automatic one is cudnn or flash.
 void check_paths(const Case& c, const std::string& name) {
   const double scale = c.scale != 0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.hd));
   const ResolvedAttentionMask m =
       resolve_attention_mask(mask_on(c.mask, cuda_device(0)), c.B, c.Hq, c.Sq, c.Sk,
                              cuda_device(0), "test");
-  const bool flash = std::string(cuda::cuda_attention_path(c.dtype, c.hd, m, scale)) == "flash";
+  const std::string rule = cuda::cuda_attention_path(c.dtype, c.hd, m, scale);
   check_case(c, AttentionPath::automatic, name);
-  if (flash) check_case(c, AttentionPath::rows, name);
+  if (rule == "cudnn") check_case(c, AttentionPath::flash, name);
+  if (rule == "flash" || rule == "cudnn") check_case(c, AttentionPath::rows, name);
 }
 
 const DType kDTypes[] = {DType::bf16, DType::f16, DType::f32};
@@ -264,6 +269,89 @@ TEST_F(CudaAttentionTest, NonContiguousAndMisalignedInputs) {
     c.non_contiguous = false;
     c.misaligned = true;
     check_case(c, AttentionPath::flash, "q narrowed from a wider last dim");
+    check_case(c, AttentionPath::cudnn, "q narrowed from a wider last dim");
+    c.misaligned = false;
+    c.non_contiguous = true;
+    check_case(c, AttentionPath::cudnn, "[B, S, H, hd] transposed");
+  }
+}
+
+// The cudnn path forced, against the CPU: causal and none, GQA and not, lengths 1, 37,
+// 300 (not multiples of cuDNN's tiles), hd 64 and 128, bf16 and f16.
+TEST_F(CudaAttentionTest, CudnnForced) {
+  for (DType dt : {DType::bf16, DType::f16}) {
+    for (int64_t hd : {64, 128}) {
+      for (int64_t S : {1, 37, 300}) {
+        for (bool causal : {true, false}) {
+          Case c;  // GQA 4/2 (MHA: the automatic tests above run on cudnn too)
+          c.B = 2; c.Hq = 4; c.Hkv = 2; c.Sq = S; c.Sk = S; c.hd = hd; c.dtype = dt;
+          if (causal) c.mask = AttentionMask::causal();
+          check_case(c, AttentionPath::cudnn,
+                     std::string(causal ? "causal" : "none") + " S " + std::to_string(S) +
+                         " hd " + std::to_string(hd));
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaAttentionTest, CudnnRectangularAndMixedPaths) {
+  Case c;  // causal Sq < Sk (bottom-right) and no mask with Sq != Sk
+  c.Hq = 8; c.Hkv = 2; c.Sq = 45; c.Sk = 190; c.hd = 128; c.dtype = DType::bf16;
+  c.mask = AttentionMask::causal();
+  check_case(c, AttentionPath::cudnn, "causal Sq < Sk");
+  c.mask = AttentionMask::none();
+  check_case(c, AttentionPath::cudnn, "none Sq < Sk");
+  c.Sq = 190; c.Sk = 45;
+  check_case(c, AttentionPath::cudnn, "none Sq > Sk");
+
+  // One lse contract: a cudnn forward feeds a flash backward and the other way round.
+  Generator gen(5);
+  const Device d = cuda_device(0);
+  const Tensor q = randn({1, 4, 96, 64}, {.dtype = DType::bf16, .device = d}, &gen);
+  const Tensor k = randn({1, 2, 96, 64}, {.dtype = DType::bf16, .device = d}, &gen);
+  const Tensor v = randn({1, 2, 96, 64}, {.dtype = DType::bf16, .device = d}, &gen);
+  const Tensor g = randn({1, 4, 96, 64}, {.dtype = DType::bf16, .device = d}, &gen);
+  const ResolvedAttentionMask m = resolve_attention_mask(AttentionMask::causal(), 1, 4, 96, 96, d, "t");
+  const AttentionForward fc = cuda::cuda_attention_forward(q, k, v, m, 0.125, AttentionPath::cudnn);
+  const AttentionForward ff = cuda::cuda_attention_forward(q, k, v, m, 0.125, AttentionPath::flash);
+  expect_close(fc.lse, ff.lse, 1e-3, "lse cudnn vs flash");
+  expect_close(fc.out, ff.out, 3e-2, "out cudnn vs flash");
+  const AttentionGrads a = cuda::cuda_attention_backward(g, q, k, v, fc.out, fc.lse, m, 0.125,
+                                                         true, true, true, AttentionPath::flash);
+  const AttentionGrads b = cuda::cuda_attention_backward(g, q, k, v, ff.out, ff.lse, m, 0.125,
+                                                         true, true, true, AttentionPath::cudnn);
+  expect_close(a.dq, b.dq, 3e-2, "dq");
+  expect_close(a.dk, b.dk, 3e-2, "dk");
+  expect_close(a.dv, b.dv, 3e-2, "dv");
+}
+
+// The bench shape (causal, bf16, hd 128, GQA 40/8, 4096 tokens) runs on cudnn when
+// automatic; the DFlash rule never does; forcing cudnn on it is a clear error.
+TEST_F(CudaAttentionTest, AutomaticPicksCudnnForTheCausalTarget) {
+  const Device d = cuda_device(0);
+  const Tensor q = empty({1, 40, 4096, 128}, {.dtype = DType::bf16, .device = d});
+  const Tensor k = empty({1, 8, 4096, 128}, {.dtype = DType::bf16, .device = d});
+  const ResolvedAttentionMask m =
+      resolve_attention_mask(AttentionMask::causal(), 1, 40, 4096, 4096, d, "t");
+  EXPECT_EQ(cuda::cuda_attention_path(q, k, m, 1.0 / std::sqrt(128.0)), "cudnn");
+  EXPECT_STREQ(cuda::cuda_attention_path(DType::bf16, 128, m, 0.1), "cudnn");
+  // cuDNN's kernels return NaN for a negative scale: automatic goes to rows, forced refuses.
+  EXPECT_STREQ(cuda::cuda_attention_path(DType::bf16, 128, m, -0.1), "rows");
+  EXPECT_THROW(cuda::cuda_attention_forward(q, k, k, m, -0.1, AttentionPath::cudnn), Error);
+
+  const Tensor anchors = from_ints({4, 8}, {2});
+  const AttentionMask dm = AttentionMask::dflash_blocks(8, 4, anchors);
+  const ResolvedAttentionMask rd = resolve_attention_mask(dm, 1, 4, 8, 16, d, "t");
+  EXPECT_STREQ(cuda::cuda_attention_path(DType::bf16, 64, rd, 0.1), "flash");
+  const Tensor qs = empty({1, 4, 8, 64}, {.dtype = DType::bf16, .device = d});
+  const Tensor ks = empty({1, 4, 16, 64}, {.dtype = DType::bf16, .device = d});
+  try {
+    cuda::cuda_attention_forward(qs, ks, ks, rd, 0.1, AttentionPath::cudnn);
+    FAIL() << "the DFlash rule on the cudnn path should be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cudnn path takes masks none and causal"),
+              std::string::npos) << e.what();
   }
 }
 
@@ -290,17 +378,22 @@ TEST_F(CudaAttentionTest, OnlySomeGradsAndUnsupported) {
   const Tensor k = randn({1, 2, 64, 128}, {.dtype = DType::bf16, .device = d}, &gen);
   const Tensor v = randn({1, 2, 64, 128}, {.dtype = DType::bf16, .device = d}, &gen);
   const ResolvedAttentionMask m = resolve_attention_mask(AttentionMask::causal(), 1, 4, 64, 64, d, "t");
-  const AttentionForward f = cuda::cuda_attention_forward(q, k, v, m, 0.1);
-  const AttentionGrads all = cuda::cuda_attention_backward(f.out, q, k, v, f.out, f.lse, m, 0.1,
-                                                           true, true, true);
-  const AttentionGrads only_k = cuda::cuda_attention_backward(f.out, q, k, v, f.out, f.lse, m, 0.1,
-                                                              false, true, false);
-  EXPECT_FALSE(only_k.dq.defined());
-  EXPECT_FALSE(only_k.dv.defined());
-  expect_close(only_k.dk, all.dk, 0.0, "dk alone");
-  const AttentionGrads only_q = cuda::cuda_attention_backward(f.out, q, k, v, f.out, f.lse, m, 0.1,
-                                                              true, false, false);
-  expect_close(only_q.dq, all.dq, 0.0, "dq alone");
+  // flash is deterministic: equal bits; cuDNN may accumulate dq/dk in another order.
+  for (AttentionPath path : {AttentionPath::flash, AttentionPath::cudnn}) {
+    SCOPED_TRACE(path == AttentionPath::flash ? "flash" : "cudnn");
+    const double tol = path == AttentionPath::flash ? 0.0 : 1e-2;
+    const AttentionForward f = cuda::cuda_attention_forward(q, k, v, m, 0.1, path);
+    const AttentionGrads all = cuda::cuda_attention_backward(f.out, q, k, v, f.out, f.lse, m, 0.1,
+                                                             true, true, true, path);
+    const AttentionGrads only_k = cuda::cuda_attention_backward(f.out, q, k, v, f.out, f.lse, m,
+                                                                0.1, false, true, false, path);
+    EXPECT_FALSE(only_k.dq.defined());
+    EXPECT_FALSE(only_k.dv.defined());
+    expect_close(only_k.dk, all.dk, tol, "dk alone");
+    const AttentionGrads only_q = cuda::cuda_attention_backward(f.out, q, k, v, f.out, f.lse, m,
+                                                                0.1, true, false, false, path);
+    expect_close(only_q.dq, all.dq, tol, "dq alone");
+  }
 
   const Tensor big = randn({1, 1, 4, 264}, {.dtype = DType::bf16, .device = d}, &gen);
   const ResolvedAttentionMask mb = resolve_attention_mask(AttentionMask::none(), 1, 1, 4, 4, d, "t");
