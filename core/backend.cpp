@@ -68,6 +68,13 @@ DeviceBackend& backend_for(Device device) {
   return *backend;
 }
 
+namespace {
+std::atomic<uint64_t> host_syncs{0};
+}  // namespace
+
+void note_host_sync() { host_syncs.fetch_add(1, std::memory_order_relaxed); }
+uint64_t host_sync_count() { return host_syncs.load(std::memory_order_relaxed); }
+
 bool cuda_available() {
   DeviceBackend* backend = find_backend(DeviceType::cuda);
   return backend != nullptr && backend->device_count() > 0;

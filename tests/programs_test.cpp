@@ -17,6 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/backend.h"
+
 namespace {
 
 struct ProgramRun {
@@ -87,6 +89,13 @@ TEST(Programs, MlpDemoUnwritableTraceFailsBeforeTraining) {
   expect_clean_failure(r, "mlp_demo", {"--trace", "/missing/trace.json", "cannot open", "No such file"});
   EXPECT_EQ(r.out.find("step"), std::string::npos) << "training ran before the path was checked";
   EXPECT_EQ(r.out.find("memory trace:"), std::string::npos);
+}
+
+TEST(Programs, MlpDemoDeviceCudaWithoutAGpuIsOneErrorLine) {
+  if (cg::cuda_available()) GTEST_SKIP() << "a GPU is here";
+  expect_clean_failure(mlp_demo("--steps 3 --batch 8 --hidden 8 --device cuda"), "mlp_demo",
+                       {"--device cuda", "no usable GPU"});
+  expect_clean_failure(mlp_demo("--steps 3 --device gpu0"), "mlp_demo", {"--device gpu0"});
 }
 
 TEST(Programs, MlpDemoWritesItsTrace) {

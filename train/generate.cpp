@@ -100,7 +100,7 @@ Tensor target_features(const nn::Qwen3ForCausalLM& lm, const std::vector<int64_t
   CG_CHECK(!tokens.empty(), "target_features: tokens must not be empty");
   CG_CHECK(!layers.empty(), "target_features: name at least one target layer");
   NoGradGuard no_grad;
-  const auto out = lm.forward(from_ints(tokens, {1, static_cast<int64_t>(tokens.size())}),
+  const auto out = lm.forward(from_ints(tokens, {1, static_cast<int64_t>(tokens.size())}, ids_on(lm)),
                               {.capture_layers = layers, .logits = false});
   return concat_features(out.layer_hidden);
 }
@@ -133,7 +133,7 @@ Generation generate(const nn::Qwen3ForCausalLM& lm, const std::vector<int64_t>& 
   nn::CachedForwardOptions step{.capture_layers = options.capture_layers,
                                 .last_logits_only = true};
   std::vector<Tensor> features;
-  Tensor input = from_ints(prompt, {1, P});
+  Tensor input = from_ints(prompt, {1, P}, ids_on(lm));
   int64_t produced = 0;
   for (;;) {
     const bool last = g.stopped_at_eos || produced == options.max_new_tokens;
@@ -147,7 +147,7 @@ Generation generate(const nn::Qwen3ForCausalLM& lm, const std::vector<int64_t>& 
     ++produced;
     g.stopped_at_eos = next == options.eos_id;
     if (!capture && (g.stopped_at_eos || produced == options.max_new_tokens)) break;
-    input = from_ints({next}, {1, 1});
+    input = from_ints({next}, {1, 1}, ids_on(lm));
   }
   if (capture) g.features = features.size() == 1 ? features[0] : cat(features, 0);
   return g;

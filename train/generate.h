@@ -26,6 +26,11 @@
 
 namespace cg::train {
 
+// Options for token ids on `lm`'s device: every host-built id tensor goes where the model is.
+inline TensorOptions ids_on(const nn::Qwen3ForCausalLM& lm) {
+  return {.dtype = DType::i64, .device = lm.lm_head->weight.device()};
+}
+
 struct SamplingOptions {
   double temperature = 0.0;        // 0: greedy (argmax); > 0: sample softmax(logits / T)
   int64_t top_k = 0;               // > 0: sample among the k largest logits only
