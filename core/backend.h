@@ -93,5 +93,9 @@ bool cuda_available();
 // process, over every device.
 void note_host_sync();
 uint64_t host_sync_count();
+// Called by note_host_sync() when set (nullptr: none): a test that finds a wait where
+// there should be none can print where it came from.
+using HostSyncHook = void (*)();
+void set_host_sync_hook(HostSyncHook hook);
 
 }  // namespace cg

@@ -89,10 +89,15 @@ class CudaBackend final : public DeviceBackend {
     else if (dst_device.is_cpu()) kind = cudaMemcpyDeviceToHost;
     // In order after the kernels that wrote the source; this interface promises a
     // finished copy (the host may read or free its buffer right after). An upload keeps
-    // that promise without waiting when it can be staged (Note [Staged uploads]).
+    // that promise without waiting when it can be staged (Note [Staged uploads]); a copy
+    // within one device involves no host memory, and everything that touches either
+    // buffer afterwards (kernels, copies, the allocator's reuse of a freed block) is
+    // ordered after it on the same stream, so it does not wait either (a contiguous
+    // clone in a training step would otherwise be a host synchronisation).
     const cudaStream_t stream = compute_stream(index);
     if (kind == cudaMemcpyHostToDevice && stage_host_to_device(dst, src, nbytes, index, stream)) return;
     CG_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, kind, stream));
+    if (kind == cudaMemcpyDeviceToDevice) return;
     note_host_sync();
     CG_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
