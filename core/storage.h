@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "core/device.h"
 
@@ -54,7 +55,8 @@ class StorageImpl {
     has_known_ = true;
   }
   // True when the recorded values are all in [low, high) or equal to `also_allowed`.
-  bool known_values_within(int64_t low, int64_t high, int64_t also_allowed) const {
+  bool known_values_within(int64_t low, int64_t high,
+                           std::optional<int64_t> also_allowed = std::nullopt) const {
     if (!has_known_ || known_version_ != version()) return false;
     const bool min_ok = (known_.min >= low && known_.min < high) || known_.min == also_allowed;
     if (!min_ok) return false;

@@ -153,7 +153,7 @@ void scatter_add(const Tensor& dst, int64_t dim, const Tensor& idx, const Tensor
 
 void check_indices(const char* op, const char* noun, const Tensor& idx, int64_t bound,
                    const std::string& what) {
-  if (idx.dtype() == DType::i64 && idx.storage()->known_values_within(0, bound, 0)) return;
+  if (idx.dtype() == DType::i64 && idx.storage()->known_values_within(0, bound)) return;
   const Tensor buf = small_scratch(2, DType::i64, idx.device());
   const Strided g = strided_of<1>(idx.shape(), {&idx.strides()}, op);
   launch_find_bad_index(idx.data_ptr(), idx.dtype(), bound, g, buf.data<int64_t>(), stream_of(idx));

@@ -315,6 +315,7 @@ std::string summary_text(const nlohmann::json& s) {
                   static_cast<long long>(steps["final"].get<int64_t>()), s["seconds"]["total"].get<double>());
   }
   o << line;
+  if (s.contains("device") && s["device"] != "cpu") o << "device: " << s["device"].get<std::string>() << "\n";
   o << "memory of one drafter training step (caching allocator):\n" << s["memory_table"].get<std::string>();
   // The traces' HTML reports (timelines by category, the holders at the peak), when traced.
   if (s.contains("memory") && s["memory"].is_array()) {
