@@ -68,6 +68,18 @@ DeviceBackend& backend_for(Device device) {
   return *backend;
 }
 
+namespace {
+std::atomic<uint64_t> host_syncs{0};
+std::atomic<HostSyncHook> sync_hook{nullptr};
+}  // namespace
+
+void note_host_sync() {
+  host_syncs.fetch_add(1, std::memory_order_relaxed);
+  if (HostSyncHook hook = sync_hook.load(std::memory_order_relaxed)) hook();
+}
+void set_host_sync_hook(HostSyncHook hook) { sync_hook.store(hook, std::memory_order_relaxed); }
+uint64_t host_sync_count() { return host_syncs.load(std::memory_order_relaxed); }
+
 bool cuda_available() {
   DeviceBackend* backend = find_backend(DeviceType::cuda);
   return backend != nullptr && backend->device_count() > 0;

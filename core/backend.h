@@ -86,4 +86,16 @@ DeviceBackend* find_backend(DeviceType type);
 DeviceBackend& backend_for(Device device);
 bool cuda_available();
 
+// Note [Host sync count]: every call by which chunkgrad makes the host wait for a device
+// (a stream or device synchronisation, a device-to-host copy, an event wait) adds one
+// here, so that a test can show that a training step after warm-up never waits (the
+// count stays put from step to step). Backends call note_host_sync(); the count is per
+// process, over every device.
+void note_host_sync();
+uint64_t host_sync_count();
+// Called by note_host_sync() when set (nullptr: none): a test that finds a wait where
+// there should be none can print where it came from.
+using HostSyncHook = void (*)();
+void set_host_sync_hook(HostSyncHook hook);
+
 }  // namespace cg

@@ -6,6 +6,7 @@
 // CPU and GPU.
 #include "core/factories.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/backend.h"
@@ -196,7 +197,21 @@ Tensor from_ints(const std::vector<int64_t>& values, const Shape& shape,
            " elements");
   size_t i = 0;
   fill_drawn(t, [&] { return values[i++]; });  // int64 -> T directly: exact for i64
-  return upload(t, options);
+  Tensor out = upload(t, options);
+  if (options.dtype == DType::i64 && !values.empty()) {  // Note [Host-known values]
+    StorageImpl::KnownValues k{values[0], values[0], values[0]};
+    for (int64_t v : values) {
+      k.max = std::max(k.max, v);
+      if (v < k.min) {
+        k.next_min = k.min;
+        k.min = v;
+      } else if (v > k.min && (k.next_min == k.min || v < k.next_min)) {
+        k.next_min = v;
+      }
+    }
+    out.storage()->set_known_values(k);
+  }
+  return out;
 }
 
 Tensor scalar_tensor(double value, TensorOptions options) {

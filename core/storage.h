@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "core/device.h"
 
@@ -37,8 +38,37 @@ class StorageImpl {
   uint64_t version() const { return version_.load(std::memory_order_relaxed); }
   void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
 
+  // Note [Host-known values]: integer data built on the host and uploaded (from_ints:
+  // labels, indices) has its values known there for free, so the uploader records their
+  // bounds: the smallest value, the smallest value above it, and the largest. A device
+  // check (check_labels, check_indices) that these bounds already prove passes without
+  // reading the device -- the read is a host synchronisation per op otherwise (Note
+  // [Checks sync], cuda/table_loss_index.cpp). The record holds only while the bytes are
+  // unchanged: any in-place write bumps the version and the record is void. Views of the
+  // storage see a subset of the values, so the bounds hold for them too.
+  struct KnownValues {
+    int64_t min = 0, next_min = 0, max = 0;  // next_min == min when only one value occurs
+  };
+  void set_known_values(const KnownValues& v) {
+    known_ = v;
+    known_version_ = version();
+    has_known_ = true;
+  }
+  // True when the recorded values are all in [low, high) or equal to `also_allowed`.
+  bool known_values_within(int64_t low, int64_t high,
+                           std::optional<int64_t> also_allowed = std::nullopt) const {
+    if (!has_known_ || known_version_ != version()) return false;
+    const bool min_ok = (known_.min >= low && known_.min < high) || known_.min == also_allowed;
+    if (!min_ok) return false;
+    if (known_.next_min == known_.min) return true;  // one distinct value
+    return known_.next_min >= low && known_.max < high;  // the others (conservative)
+  }
+
  private:
   std::atomic<uint64_t> version_{0};
+  KnownValues known_;
+  uint64_t known_version_ = 0;
+  bool has_known_ = false;
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;

@@ -19,6 +19,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_segment_source.h"
 #include "cuda/device_info.h"
+#include "cuda/host_staging.h"
 
 namespace cg::cuda {
 namespace {
@@ -73,6 +74,8 @@ class CudaBackend final : public DeviceBackend {
 
     if (dst_device.is_cuda() && src_device.is_cuda() && dst_device.index != src_device.index) {
       // The source's pending work first, then the transfer in the destination's order.
+      note_host_sync();  // Note [Host sync count] in core/backend.h (twice: two waits)
+      note_host_sync();
       CG_CUDA_CHECK(cudaStreamSynchronize(compute_stream(src_device.index)));
       CG_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device.index, src, src_device.index, nbytes,
                                         compute_stream(dst_device.index)));
@@ -85,15 +88,24 @@ class CudaBackend final : public DeviceBackend {
     if (src_device.is_cpu()) kind = cudaMemcpyHostToDevice;
     else if (dst_device.is_cpu()) kind = cudaMemcpyDeviceToHost;
     // In order after the kernels that wrote the source; this interface promises a
-    // finished copy (the host may read or free its buffer right after).
+    // finished copy (the host may read or free its buffer right after). An upload keeps
+    // that promise without waiting when it can be staged (Note [Staged uploads]); a copy
+    // within one device involves no host memory, and everything that touches either
+    // buffer afterwards (kernels, copies, the allocator's reuse of a freed block) is
+    // ordered after it on the same stream, so it does not wait either (a contiguous
+    // clone in a training step would otherwise be a host synchronisation).
     const cudaStream_t stream = compute_stream(index);
+    if (kind == cudaMemcpyHostToDevice && stage_host_to_device(dst, src, nbytes, index, stream)) return;
     CG_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, kind, stream));
+    if (kind == cudaMemcpyDeviceToDevice) return;
+    note_host_sync();
     CG_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
 
   void synchronize(int index) override {
     check_device(Device{DeviceType::cuda, index}, "synchronize");
     CG_CUDA_CHECK(cudaSetDevice(index));
+    note_host_sync();
     CG_CUDA_CHECK(cudaStreamSynchronize(compute_stream(index)));
     CG_CUDA_CHECK(cudaDeviceSynchronize());
   }

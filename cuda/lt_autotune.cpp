@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/backend.h"
 #include "core/views.h"
 #include "cuda/cuda_check.h"
 
@@ -55,6 +56,7 @@ int lt_fastest_algorithm(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
                           results[c].workspaceSize, stream) == CUBLAS_STATUS_SUCCESS;
       if (r > 0 && ok) {
         CG_CUDA_CHECK(cudaEventRecord(stop, stream));
+        note_host_sync();  // Note [Host sync count]: once per new shape (warm-up)
         CG_CUDA_CHECK(cudaEventSynchronize(stop));
         CG_CUDA_CHECK(cudaEventElapsedTime(&times[r - 1], start, stop));
       }

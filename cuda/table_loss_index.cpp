@@ -7,7 +7,11 @@
 // writes the first bad position (atomicMin) and its value into a two-element device
 // buffer, and one copy to the host brings both back. That copy waits for the compute
 // stream -- the one host synchronisation of these entries, as ops/kernels.h allows ("the
-// checks do").
+// checks do"). Labels and indices uploaded by from_ints carry bounds the host already
+// knows (Note [Host-known values], core/storage.h); where those prove the check, it passes
+// without the kernel or the read, so a training step whose labels, indices and ids come
+// from the host never waits here. Everything else (device-made indices, a write since the
+// upload) still runs the device check and gives its message at the op, as on the CPU.
 #include "core/memory_trace.h"
 #include "core/views.h"
 #include "cuda/head_loss_kernels.h"
@@ -91,6 +95,7 @@ void head_loss_rows(const HeadRowsArgs& a) {
 }
 
 void check_labels(const Tensor& labels, int64_t vocab, int64_t ignore_index) {
+  if (labels.storage()->known_values_within(0, vocab, ignore_index)) return;  // Note [Checks sync]
   const Tensor y = raw::contiguous(labels);
   const Tensor buf = small_scratch(2, DType::i64, labels.device());
   launch_find_bad_label(y.data<int64_t>(), y.numel(), 1, vocab, ignore_index, buf.data<int64_t>(),
@@ -148,6 +153,7 @@ void scatter_add(const Tensor& dst, int64_t dim, const Tensor& idx, const Tensor
 
 void check_indices(const char* op, const char* noun, const Tensor& idx, int64_t bound,
                    const std::string& what) {
+  if (idx.dtype() == DType::i64 && idx.storage()->known_values_within(0, bound)) return;
   const Tensor buf = small_scratch(2, DType::i64, idx.device());
   const Strided g = strided_of<1>(idx.shape(), {&idx.strides()}, op);
   launch_find_bad_index(idx.data_ptr(), idx.dtype(), bound, g, buf.data<int64_t>(), stream_of(idx));

@@ -35,6 +35,7 @@ struct Options {
   uint64_t seed = 1;
   int64_t memory_limit_mb = 0;
   std::string trace_path;
+  std::string device = "cpu";
 };
 
 struct Mlp {
@@ -42,15 +43,16 @@ struct Mlp {
   std::vector<cg::Tensor> params() const { return {w1, b1, w2, b2}; }
 };
 
-Mlp make_mlp(const Options& o, cg::Generator& gen) {
+Mlp make_mlp(const Options& o, cg::Generator& gen, cg::Device device) {
   cg::CategoryGuard category(cg::MemoryCategory::parameter);
   const double s1 = 1.0 / std::sqrt(static_cast<double>(o.in));
   const double s2 = 1.0 / std::sqrt(static_cast<double>(o.hidden));
+  const cg::TensorOptions on{.device = device};
   Mlp m;
-  m.w1 = cg::randn({o.in, o.hidden}, {}, &gen, 0.0, s1).requires_grad_();
-  m.b1 = cg::zeros({o.hidden}).requires_grad_();
-  m.w2 = cg::randn({o.hidden, 1}, {}, &gen, 0.0, s2).requires_grad_();
-  m.b2 = cg::zeros({1}).requires_grad_();
+  m.w1 = cg::randn({o.in, o.hidden}, on, &gen, 0.0, s1).requires_grad_();
+  m.b1 = cg::zeros({o.hidden}, on).requires_grad_();
+  m.w2 = cg::randn({o.hidden, 1}, on, &gen, 0.0, s2).requires_grad_();
+  m.b2 = cg::zeros({1}, on).requires_grad_();
   return m;
 }
 
@@ -66,9 +68,10 @@ cg::Tensor forward(const Mlp& m, const cg::Tensor& x) {
   return cg::matmul(h, m.w2) + m.b2;
 }
 
-// The target: y = sin(x . a) + 0.1 * (x . b)^2, a smooth function an MLP can learn.
+// The target: y = sin(x . a) + 0.1 * (x . b)^2, a smooth function an MLP can learn. The
+// batch is made on the host (the targets are computed there) and uploaded to `device`.
 void make_batch(const Options& o, cg::Generator& gen, const cg::Tensor& a, const cg::Tensor& b,
-                cg::Tensor& x, cg::Tensor& y) {
+                cg::Device device, cg::Tensor& x, cg::Tensor& y) {
   cg::CategoryGuard category(cg::MemoryCategory::input);
   x = cg::randn({o.batch, o.in}, {}, &gen);
   std::vector<double> xs = x.to_vector(), as = a.to_vector(), bs = b.to_vector(), ys(o.batch);
@@ -80,7 +83,8 @@ void make_batch(const Options& o, cg::Generator& gen, const cg::Tensor& a, const
     }
     ys[i] = std::sin(pa) + 0.1 * pb * pb;
   }
-  y = cg::from_vector(ys, {o.batch, 1});
+  y = cg::from_vector(ys, {o.batch, 1}, {.device = device});
+  x = cg::to(x, device);
 }
 
 // The bytes the last step's graph keeps, readable: one total, then one indented row per
@@ -101,18 +105,19 @@ void print_graph(const cg::GraphMemory& g) {
 void run(const Options& o) {
   // Before anything is allocated: the limit holds for the whole run.
   cg::program::set_cpu_memory_limit_mb(o.memory_limit_mb);
+  const cg::Device device = cg::program::device_option(o.device);  // before the work
   // Before the work: a trace that cannot be written fails now, not after the run.
   cg::program::OutputFile trace;
   if (!o.trace_path.empty()) {
     trace = cg::program::OutputFile(o.trace_path, "--trace");
     cg::MemoryTrace::enable();
   }
-  cg::CachingAllocator& allocator = cg::allocator_for(cg::kCPU);
+  cg::CachingAllocator& allocator = cg::allocator_for(device);
 
   cg::Generator gen(o.seed);
   const cg::Tensor a = cg::randn({o.in}, {}, &gen, 0.0, 1.0 / std::sqrt(double(o.in)));
   const cg::Tensor b = cg::randn({o.in}, {}, &gen, 0.0, 1.0 / std::sqrt(double(o.in)));
-  Mlp mlp = make_mlp(o, gen);
+  Mlp mlp = make_mlp(o, gen, device);
   const int64_t param_bytes = allocator.stats().allocated_bytes.current;
 
   std::printf("chunkgrad MLP demo: batch %lld, %lld -> %lld -> 1, %d steps of SGD (lr %g)\n",
@@ -124,7 +129,7 @@ void run(const Options& o) {
   int64_t step_peak = 0;
   for (int step = 0; step < o.steps; ++step) {
     cg::Tensor x, y;
-    make_batch(o, gen, a, b, x, y);
+    make_batch(o, gen, a, b, device, x, y);
     allocator.reset_peak_stats();
     cg::Tensor prediction;
     {
@@ -169,7 +174,8 @@ void run(const Options& o) {
   const double first = window_mean(0), last = window_mean(losses.size() - window);
   std::printf("\nmean loss of the first %d steps %.5f -> of the last %d steps %.5f (%.1fx lower)\n",
               window, first, window, last, first / last);
-  std::printf("\nmemory (all figures from chunkgrad's caching allocator, CPU):\n");
+  std::printf("\nmemory (all figures from chunkgrad's caching allocator, %s):\n",
+              device.is_cpu() ? "CPU" : device.str().c_str());
   std::printf("  parameters                  %s\n", cg::format_bytes(param_bytes).c_str());
   print_graph(graph);
   std::printf("  peak allocated in one training step: %s\n", cg::format_bytes(step_peak).c_str());
@@ -185,7 +191,7 @@ void run(const Options& o) {
 
 int main(int argc, char** argv) {
   Options o;
-  cg::program::Program program("mlp_demo", "chunkgrad demo: a 2-layer MLP trained on the CPU, with its memory story");
+  cg::program::Program program("mlp_demo", "chunkgrad demo: a 2-layer MLP trained on the CPU (or --device cuda), with its memory story");
   CLI::App& app = program.app();
   using cg::program::integer_in;
   app.add_option("--steps", o.steps, "training steps")->check(integer_in(1, 1000000000));
@@ -198,6 +204,7 @@ int main(int argc, char** argv) {
                  "cap the CPU allocator's reserved memory (0 = none), like a smaller card; "
                  "covers everything the run allocates")
       ->check(integer_in(0, int64_t{1} << 24));
+  app.add_option("--device", o.device, "cpu, cuda or cuda:N: where the MLP trains");
   app.add_option("--trace", o.trace_path, "write the allocator's memory trace (JSON) here");
   return program.run(argc, argv, [&] { run(o); });
 }

@@ -253,32 +253,50 @@ LoadResult Module::load_state_dict(const StateSource& source, bool strict, bool 
   return result;
 }
 
-void Module::to(DType dtype) {
-  CG_CHECK(is_floating(dtype), type_name_, ".to(", dtype_name(dtype),
-           "): parameters can only be cast to a floating dtype (f32, f64, bf16, f16)");
+namespace {
+
+// Replaces every parameter p (and its grad) by convert(p) in place: same TensorImpl, new
+// storage, so every holder of p (a tied module, an optimiser) sees the change. `skip`
+// parameters are left as they are.
+template <typename Skip, typename Convert>
+void replace_parameters(const std::vector<Tensor>& params, Skip&& skip, Convert&& convert) {
   NoGradGuard no_grad;
-  for (const Tensor& p : parameters()) {
-    if (!is_floating(p.dtype()) || p.dtype() == dtype) continue;
+  for (const Tensor& p : params) {
+    if (skip(p)) continue;
     Tensor grad = p.grad();
     if (grad.defined()) {
       CategoryGuard category(MemoryCategory::gradient);
-      grad = raw::to_dtype(grad, dtype);
+      grad = convert(grad);
     }
     Tensor converted;
     {
       CategoryGuard category(MemoryCategory::parameter);
-      converted = raw::to_dtype(p, dtype);
+      converted = convert(p);
     }
-    // Same TensorImpl, new storage: every holder of p (a tied module, an optimiser)
-    // sees the cast.
     TensorImpl& impl = *p.impl();
     impl.storage = converted.storage();
     impl.sizes = converted.shape();
     impl.strides = converted.strides();
     impl.offset = converted.offset();
-    impl.dtype = dtype;
+    impl.dtype = converted.dtype();
     impl.grad = grad;
   }
+}
+
+}  // namespace
+
+void Module::to(Device device) {
+  replace_parameters(
+      parameters(), [&](const Tensor& p) { return p.device() == device; },
+      [&](const Tensor& t) { return raw::to_device(raw::contiguous(t), device); });
+}
+
+void Module::to(DType dtype) {
+  CG_CHECK(is_floating(dtype), type_name_, ".to(", dtype_name(dtype),
+           "): parameters can only be cast to a floating dtype (f32, f64, bf16, f16)");
+  replace_parameters(
+      parameters(), [&](const Tensor& p) { return !is_floating(p.dtype()) || p.dtype() == dtype; },
+      [&](const Tensor& t) { return raw::to_dtype(t, dtype); });
 }
 
 }  // namespace cg::nn

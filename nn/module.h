@@ -121,6 +121,11 @@ class Module {
   // objects stay the same (optimisers and tied modules still hold them), their storage
   // is replaced.
   void to(DType dtype);
+  // Moves every parameter (and its grad) to `device` in place, as to(DType): the tensor
+  // objects stay, their storage is replaced. Parameters already there (a shared one, the
+  // frozen embedding a drafter borrows from its target) are left alone. Build a model on
+  // the host, then move it: the initial values are the host's, bit for bit, on every device.
+  void to(Device device);
 
  protected:
   // Registers a member Tensor of the subclass as parameter `name`. It becomes a leaf

@@ -21,6 +21,7 @@
 #include "core/views.h"
 #include "nn/dflash_drafter.h"
 #include "nn_test_util.h"
+#include "train_test_util.h"
 #include "ops/ops.h"
 #include "ops/optim.h"
 #include "train/dflash_batch.h"
@@ -68,15 +69,7 @@ struct TinyDrafter {
   std::unique_ptr<nn::DFlashDrafter> drafter;
 };
 
-DrafterSequence make_sequence(int64_t len, int64_t prompt, uint64_t seed) {
-  Generator g(seed);
-  DrafterSequence s;
-  for (int64_t t = 0; t < len; ++t) {
-    s.ids.push_back(static_cast<int64_t>(g.next_u64() % 38));
-    s.loss_mask.push_back(t >= prompt ? 1 : 0);
-  }
-  return s;
-}
+using testing_train::make_sequence;
 
 TEST(DFlashBatch, LabelsAreNotShifted) {
   const DrafterSequence s = make_sequence(20, 5, 1);
@@ -269,42 +262,7 @@ TEST(DFlashOptimizer, AdamWMatchesTheFormulaAndClipsOnTheDevice) {
 
 // ---- the pipeline -------------------------------------------------------------------------
 
-train::TrainConfig ci_config(const std::string& run_dir) {
-  train::TrainConfig c;
-  c.run_dir = run_dir;
-  c.progress = false;
-  c.corpus.lines = 400;
-  auto& t = c.target;
-  t.hidden_size = 32;
-  t.num_layers = 2;
-  t.num_heads = 2;
-  t.num_kv_heads = 1;
-  t.head_dim = 16;
-  t.intermediate_size = 64;
-  t.seq_len = 48;
-  t.optim.steps = 80;
-  t.optim.batch_size = 4;
-  t.optim.lr = 1e-2;
-  c.data.num_sequences = 12;
-  c.data.max_new_tokens = 24;
-  auto& d = c.drafter;
-  d.num_layers = 1;
-  d.intermediate_size = 64;
-  d.num_target_features = 1;
-  d.block_size = 4;
-  d.max_anchors = 8;
-  d.optim.steps = 80;
-  d.optim.batch_size = 4;
-  d.optim.lr = 1e-2;
-  d.checkpoint_every = 10;
-  c.eval.prompts = 3;
-  c.eval.max_new_tokens = 24;
-  c.eval.accuracy_sequences = 4;
-  c.eval.block_size = 0;  // the drafter's
-  c.eval.timing_repeats = 1;
-  c.memory.enabled = false;
-  return c;
-}
+train::TrainConfig ci_config(const std::string& run_dir) { return testing_train::ci_train_config(run_dir); }
 
 TEST(DFlashPipeline, ACiSizedRunLearns) {
   TempDir dir;

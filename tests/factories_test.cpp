@@ -197,5 +197,24 @@ TEST(Factories, RandomFillOfAStridedViewNumbersElementsInTheViewsOrder) {
   EXPECT_EQ(view.to_vector(), rand({4, 3}, {}, &g).to_vector());
 }
 
+// Note [Host-known values]: from_ints records its values' bounds, which answer a label or
+// index check without reading the data; any write voids the record.
+TEST(Factories, FromIntsRecordsBoundsThatAWriteVoids) {
+  const Tensor labels = from_ints({3, -100, 0, 7, -100}, {5});
+  EXPECT_TRUE(labels.storage()->known_values_within(0, 8, -100));
+  EXPECT_FALSE(labels.storage()->known_values_within(0, 7, -100)) << "7 is out of [0, 7)";
+  EXPECT_FALSE(labels.storage()->known_values_within(0, 8)) << "-100 needs to be allowed";
+  EXPECT_FALSE(labels.storage()->known_values_within(0, 8, -1));
+  const Tensor one = from_ints({-100, -100}, {2});
+  EXPECT_TRUE(one.storage()->known_values_within(0, 5, -100));
+  const Tensor idx = from_ints({0, 2, 1}, {3});
+  EXPECT_TRUE(idx.storage()->known_values_within(0, 3));
+  EXPECT_FALSE(idx.storage()->known_values_within(0, 2));
+  EXPECT_FALSE(from_ints({0}, {1}).storage()->known_values_within(0, 0)) << "an empty range holds nothing";
+  raw::fill_(idx, 5.0);
+  EXPECT_FALSE(idx.storage()->known_values_within(0, 3)) << "written since: the record is void";
+  EXPECT_FALSE(zeros({2}, {.dtype = DType::i64}).storage()->known_values_within(0, 3)) << "not from the host";
+}
+
 }  // namespace
 }  // namespace cg

@@ -91,6 +91,13 @@ TEST(Programs, MlpDemoUnwritableTraceFailsBeforeTraining) {
   EXPECT_EQ(r.out.find("memory trace:"), std::string::npos);
 }
 
+TEST(Programs, MlpDemoDeviceCudaWithoutAGpuIsOneErrorLine) {
+  if (cg::cuda_available()) GTEST_SKIP() << "a GPU is here";
+  expect_clean_failure(mlp_demo("--steps 3 --batch 8 --hidden 8 --device cuda"), "mlp_demo",
+                       {"--device cuda", "no usable GPU"});
+  expect_clean_failure(mlp_demo("--steps 3 --device gpu0"), "mlp_demo", {"--device gpu0"});
+}
+
 TEST(Programs, MlpDemoWritesItsTrace) {
   const std::string dir = temp_dir();
   const ProgramRun r = mlp_demo("--steps 3 --batch 8 --hidden 8 --trace '" + dir + "/trace.json'");

@@ -14,6 +14,8 @@
 #include <sstream>
 #include <string>
 
+#include "core/backend.h"
+
 namespace {
 
 struct TrainRun {
@@ -89,6 +91,18 @@ TEST_F(TrainProgram, BlockSizeBelowTwoIsRefused) {
 TEST_F(TrainProgram, AnchorsBeyondTheSequenceAreRefused) {
   expect_error(train("--config " + write("c.json", R"({"drafter": {"max_anchors": 200}, "data": {"max_new_tokens": 64}})")),
                "beyond the sequence");
+}
+
+// Without a GPU (this machine, CI), --device cuda stops before any work with one line that
+// says why (the CUDA backend's unavailable reason, or that the build has none).
+TEST_F(TrainProgram, DeviceCudaWithoutAGpuIsOneErrorLine) {
+  if (cg::cuda_available()) GTEST_SKIP() << "a GPU is here: tests/cuda_train_test.cpp trains on it";
+  const std::string run = path("run");
+  const TrainRun r = train("--config " + write("c.json", tiny(run)) + " --device cuda");
+  expect_error(r, "device cuda is not available");
+  EXPECT_TRUE(r.err.find("CUDA") != std::string::npos || r.err.find("cuda") != std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(run + "/target")) << "nothing may run before the device check";
+  expect_error(train("--config " + write("d.json", R"({"device": "tpu"})")), "device");
 }
 
 TEST_F(TrainProgram, MissingConfigFileIsNamed) {

@@ -48,7 +48,7 @@ TargetFeatures compute_target_features(const nn::Qwen3ForCausalLM& lm,
       const auto& s = sequences[static_cast<size_t>(g0 + r)].ids;
       std::copy(s.begin(), s.end(), ids.begin() + r * S);
     }
-    nn::DecoderOutput out = lm.forward(from_ints(ids, {g, S}), {.capture_layers = layers, .logits = false});
+    nn::DecoderOutput out = lm.forward(from_ints(ids, {g, S}, {.dtype = DType::i64, .device = lm.lm_head->weight.device()}), {.capture_layers = layers, .logits = false});
     feats.push_back(cat(out.layer_hidden, 2));
     if (final_hidden) finals.push_back(out.hidden);
   }

@@ -29,9 +29,15 @@ HeadLossResult drafter_loss(const nn::DFlashDrafter& drafter, const DrafterLossI
                in.features.size(1) == b.seq_len,
            "drafter_loss: features must be [", B, ", ", b.seq_len, ", n*H]");
   const DType dtype = drafter.fc->weight.dtype();
+  // Note [Batch tensors on the model's device]: the batch is built on the host; its ids,
+  // positions, labels and weights are uploaded to the drafter's device (no wait: Note
+  // [Staged uploads], cuda/host_staging.h), and from_ints records their bounds so the
+  // device's label/index checks need no read back (Note [Host-known values]). The anchors
+  // stay on the host: they are the mask rule's parameters, which the attention reads there.
+  const TensorOptions ints{.dtype = DType::i64, .device = drafter.fc->weight.device()};
   const Tensor context = drafter.fuse(to_dtype(in.features, dtype));
-  const Tensor x = to_dtype(drafter.embed(from_ints(b.block_ids, {B, T})), dtype);
-  const Tensor positions = from_ints(b.positions, {B, T});
+  const Tensor x = to_dtype(drafter.embed(from_ints(b.block_ids, {B, T}, ints)), dtype);
+  const Tensor positions = from_ints(b.positions, {B, T}, ints);
   std::vector<int64_t> padded(b.padded.begin(), b.padded.end());
   const AttentionMask mask = AttentionMask::dflash_blocks(
       b.seq_len, b.block_size, from_ints(b.anchors, {B, b.num_blocks}),
@@ -40,12 +46,12 @@ HeadLossResult drafter_loss(const nn::DFlashDrafter& drafter, const DrafterLossI
   HeadLossInputs hi;
   hi.hidden = hidden;
   hi.head = drafter.head_weight();
-  hi.labels = from_ints(b.labels, {B * T});
-  hi.weights = to_dtype(from_vector(b.weights, {B * T}), dtype);
+  hi.labels = from_ints(b.labels, {B * T}, ints);
+  hi.weights = to_dtype(from_vector(b.weights, {B * T}, {.device = ints.device}), dtype);
   if (loss_needs_teacher(loss)) {
     CG_CHECK(in.teacher_hidden.defined(), "drafter_loss: a ", loss_kind_name(loss.kind),
              " loss needs the target's final hidden states");
-    hi.teacher_hidden = to_dtype(index_select(in.teacher_hidden, 0, from_ints(b.teacher_rows, {B * T})), dtype);
+    hi.teacher_hidden = to_dtype(index_select(in.teacher_hidden, 0, from_ints(b.teacher_rows, {B * T}, ints)), dtype);
   }
   HeadLossOptions o;
   o.path = path;

@@ -42,6 +42,7 @@ std::unique_ptr<nn::DFlashDrafter> make_drafter(const nn::Qwen3ForCausalLM& targ
   }
   Generator gen(seed);
   auto d = std::make_unique<nn::DFlashDrafter>(dc, embed, head, nn::InitOptions{.generator = &gen});
+  d->to(embed.device());  // the target's device; its own layers were made on the host
   if (dtype != DType::f32) d->to(dtype);
   return d;
 }
@@ -89,19 +90,18 @@ std::vector<BlockBatch> DrafterTrainer::step_batches(int64_t step) const {
   return out;
 }
 
-StepRecord DrafterTrainer::train_step() {
+QueuedStep DrafterTrainer::train_step_queued() {
   const auto t0 = std::chrono::steady_clock::now();
-  const int64_t step = opt_.steps_taken() + 1;
+  QueuedStep q;
+  q.step = opt_.steps_taken() + 1;
   const DrafterConfig& d = config_.drafter;
-  const std::vector<BlockBatch> batches = step_batches(step);
+  q.batches = step_batches(q.step);
   double total_weight = 0;
-  for (const auto& b : batches) total_weight += b.weight_sum();
-  StepRecord rec;
-  rec.step = step;
-  SlotMetrics slots(d.block_size);
+  for (const auto& b : q.batches) total_weight += b.weight_sum();
+  const Device device = drafter_.fc->weight.device();
   drafter_.train();
-  for (const BlockBatch& b : batches) {
-    const Tensor idx = from_ints(b.source, {b.batch});
+  for (const BlockBatch& b : q.batches) {
+    const Tensor idx = from_ints(b.source, {b.batch}, {.dtype = DType::i64, .device = device});
     DrafterLossInputs in{&b, index_select(data_.features.features, 0, idx), Tensor()};
     if (loss_needs_teacher(loss_)) {
       in.teacher_hidden = reshape(index_select(data_.features.final_hidden, 0, idx),
@@ -111,21 +111,39 @@ StepRecord DrafterTrainer::train_step() {
     const double share = total_weight > 0 ? b.weight_sum() / total_weight : 0.0;
     // sum_m share_m * mean_m = sum(w l) / sum(w) over the whole step (Note: accumulation).
     (r.loss * share).backward();
-    rec.loss += r.loss.item() * share;
-    const std::vector<double> am = r.argmax.to_vector();
-    slots.add(b, std::vector<int64_t>(am.begin(), am.end()));
-    rec.tokens += static_cast<int64_t>(std::count_if(b.weights.begin(), b.weights.end(), [](double w) { return w > 0; }));
+    const Tensor part = to_dtype(r.loss.detach(), DType::f32) * share;
+    q.loss = q.loss.defined() ? q.loss + part : part;
+    q.argmax.push_back(r.argmax);
+    q.tokens += static_cast<int64_t>(std::count_if(b.weights.begin(), b.weights.end(), [](double w) { return w > 0; }));
   }
   const int64_t warmup = static_cast<int64_t>(d.optim.warmup_ratio * static_cast<double>(d.optim.steps));
-  rec.lr = warmup_cosine_lr(step, d.optim.steps, warmup, d.optim.lr, d.optim.min_lr_ratio);
-  opt_.step(rec.lr, 1.0);
-  rec.grad_norm = opt_.last_grad_norm();
+  q.lr = warmup_cosine_lr(q.step, d.optim.steps, warmup, d.optim.lr, d.optim.min_lr_ratio);
+  opt_.step(q.lr, 1.0);
+  q.grad_norm = opt_.last_grad_norm_tensor();
+  q.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return q;
+}
+
+StepRecord DrafterTrainer::finish(const QueuedStep& q) const {
+  StepRecord rec;
+  rec.step = q.step;
+  rec.lr = q.lr;
+  rec.tokens = q.tokens;
+  rec.seconds = q.seconds;
+  rec.loss = q.loss.defined() ? q.loss.item() : 0.0;
+  rec.grad_norm = q.grad_norm.defined() ? q.grad_norm.item() : 0.0;
+  SlotMetrics slots(config_.drafter.block_size);
+  for (size_t i = 0; i < q.batches.size(); ++i) {
+    const std::vector<double> am = q.argmax[i].to_vector();
+    slots.add(q.batches[i], std::vector<int64_t>(am.begin(), am.end()));
+  }
   rec.slot1_accuracy = slots.accuracy().size() > 1 ? slots.accuracy()[1] : 0.0;
-  rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  CG_CHECK(std::isfinite(rec.loss), "the drafter loss became ", rec.loss, " at step ", step,
+  CG_CHECK(std::isfinite(rec.loss), "the drafter loss became ", rec.loss, " at step ", rec.step,
            "; lower drafter.optim.lr or raise drafter.optim.warmup_ratio");
   return rec;
 }
+
+StepRecord DrafterTrainer::train_step() { return finish(train_step_queued()); }
 
 namespace {
 
@@ -193,6 +211,7 @@ nlohmann::json resumable_part(nlohmann::json j) {
   j.erase("progress");
   j.erase("resume");
   j.erase("threads");
+  j.erase("device");  // a run may go on on another device
   j.erase("eval");
   j.erase("memory");
   return j;
@@ -263,18 +282,27 @@ void DrafterTrainer::load_checkpoint(const std::string& path) {
 double DrafterTrainer::run(MetricsLog* log) {
   const DrafterConfig& d = config_.drafter;
   ProgressBar bar("drafter", d.optim.steps, config_.progress, step());
+  std::vector<QueuedStep> queued;  // Note [Steps that do not wait]
+  auto finish_queued = [&] {
+    for (const QueuedStep& q : queued) {
+      const StepRecord r = finish(q);
+      bar.update(r.step, r.loss, r.tokens);
+      if (log) {
+        log->write({{"phase", "drafter"}, {"step", r.step}, {"loss", r.loss}, {"lr", r.lr},
+                    {"grad_norm", r.grad_norm}, {"slot1_accuracy", r.slot1_accuracy},
+                    {"label_tokens", r.tokens}, {"seconds", r.seconds}});
+      }
+    }
+    queued.clear();
+  };
   while (step() < d.optim.steps) {
-    const StepRecord r = train_step();
-    bar.update(r.step, r.loss, r.tokens);
-    if (log) {
-      log->write({{"phase", "drafter"}, {"step", r.step}, {"loss", r.loss}, {"lr", r.lr},
-                  {"grad_norm", r.grad_norm}, {"slot1_accuracy", r.slot1_accuracy},
-                  {"label_tokens", r.tokens}, {"seconds", r.seconds}});
-    }
-    if ((d.checkpoint_every > 0 && r.step % d.checkpoint_every == 0) || r.step == d.optim.steps) {
-      save_checkpoint();
-    }
+    queued.push_back(train_step_queued());
+    const int64_t s = queued.back().step;
+    const bool save = (d.checkpoint_every > 0 && s % d.checkpoint_every == 0) || s == d.optim.steps;
+    if (save || static_cast<int64_t>(queued.size()) >= kFinishEvery) finish_queued();
+    if (save) save_checkpoint();
   }
+  finish_queued();
   bar.finish();
   return bar.tokens_per_second();
 }

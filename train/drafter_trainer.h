@@ -44,13 +44,31 @@ struct StepRecord {
   int64_t tokens = 0;  // weighted slots (labels) this step
 };
 
+// Note [Steps that do not wait]: a step on a GPU is queued work; reading its loss, grad
+// norm or argmax on the host would make the host wait for the device every step (and the
+// device then idles while the host prepares the next). train_step_queued() queues the
+// step and keeps those values as device tensors; finish() reads them (one wait for all
+// of them), and run() finishes the queued steps only every kFinishEvery steps, at
+// checkpoints and at the end. Every step is still logged, with its own values.
+struct QueuedStep {
+  int64_t step = 0, tokens = 0;
+  double lr = 0, seconds = 0;  // seconds: the host's time to queue the step
+  Tensor loss;                 // [] f32 on the device: sum_m share_m * loss_m
+  Tensor grad_norm;            // [] on the device (undefined when nothing had a grad)
+  std::vector<Tensor> argmax;  // per micro-batch [B*N*bs] i64
+  std::vector<BlockBatch> batches;
+};
+
 class DrafterTrainer {
  public:
   DrafterTrainer(nn::DFlashDrafter& drafter, const TrainConfig& config, DrafterTrainData data);
 
   // The blocks of step `step` (deterministic in seed and step).
   std::vector<BlockBatch> step_batches(int64_t step) const;
-  StepRecord train_step();  // the next step
+  StepRecord train_step();  // the next step, finished (reads its values on the host)
+  QueuedStep train_step_queued();  // the next step, its values left on the device
+  StepRecord finish(const QueuedStep& q) const;
+  static constexpr int64_t kFinishEvery = 10;  // Note [Steps that do not wait]
   int64_t step() const { return opt_.steps_taken(); }
 
   // Latest checkpoint in the run directory ("" when none).

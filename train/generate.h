@@ -13,8 +13,10 @@
 // the EOS token (which is kept) or after max_new_tokens new tokens, whichever comes first.
 // Greedy picks the first maximum on ties (greedy_tokens), and speculative decoding picks
 // with the same function, so the two can only differ through the logits themselves.
-// Prompts of a batch run one after another (batch 1): the toy target is small enough that
-// per-op overhead, not arithmetic, is what a step costs.
+// Prompts of a batch run one after another (batch 1) on the CPU: the toy target is small
+// enough that per-op overhead, not arithmetic, is what a step costs there. On a GPU every
+// token step also waits for the device (its logits are read on the host), so generate_all
+// runs prompts of one length together (Note [Batched generation on a GPU], generate.cpp).
 #pragma once
 
 #include <cstdint>
@@ -25,6 +27,11 @@
 #include "nn/qwen3.h"
 
 namespace cg::train {
+
+// Options for token ids on `lm`'s device: every host-built id tensor goes where the model is.
+inline TensorOptions ids_on(const nn::Qwen3ForCausalLM& lm) {
+  return {.dtype = DType::i64, .device = lm.lm_head->weight.device()};
+}
 
 struct SamplingOptions {
   double temperature = 0.0;        // 0: greedy (argmax); > 0: sample softmax(logits / T)
@@ -61,7 +68,8 @@ struct Generation {
 Generation generate(const nn::Qwen3ForCausalLM& lm, const std::vector<int64_t>& prompt,
                     const GenerateOptions& options, nn::KVCache* cache = nullptr);
 
-// Several prompts, one after another, sharing one cache.
+// Several prompts: one after another sharing one cache on the CPU; on a GPU, greedy
+// generation without captured layers runs prompts of equal length as one batch.
 std::vector<Generation> generate_all(const nn::Qwen3ForCausalLM& lm,
                                      const std::vector<std::vector<int64_t>>& prompts,
                                      const GenerateOptions& options);

@@ -29,7 +29,7 @@ double MemoryReport::naive_over_fused() const {
 
 namespace {
 
-MemoryReport measure_paths(const MemoryShape& s, const std::string& trace_dir, uint64_t seed) {
+MemoryReport measure_paths(const MemoryShape& s, const std::string& trace_dir, uint64_t seed, Device device) {
   MemoryReport report;
   report.shape = s;
   Generator gen(seed);
@@ -46,10 +46,10 @@ MemoryReport measure_paths(const MemoryShape& s, const std::string& trace_dir, u
   Tensor embed, head;
   {
     CategoryGuard category(MemoryCategory::parameter);
-    embed = randn({s.vocab, s.hidden}, {}, &gen, 0.0, 0.02);
-    head = randn({s.vocab, s.hidden}, {}, &gen, 0.0, 0.02);
+    embed = randn({s.vocab, s.hidden}, {.device = device}, &gen, 0.0, 0.02);
+    head = randn({s.vocab, s.hidden}, {.device = device}, &gen, 0.0, 0.02);
   }
-  nn::DFlashDrafter drafter(dc, embed, head, {.generator = &gen});
+  nn::DFlashDrafter drafter(dc, embed, head, {.device = device, .generator = &gen});
   // A batch of one sequence per row whose second half is "generated".
   std::vector<DrafterSequence> seqs(static_cast<size_t>(s.batch));
   std::vector<const DrafterSequence*> rows;
@@ -67,9 +67,9 @@ MemoryReport measure_paths(const MemoryShape& s, const std::string& trace_dir, u
   Tensor features;
   {
     CategoryGuard category(MemoryCategory::input);
-    features = randn({s.batch, s.seq_len, s.target_features * s.hidden}, {}, &gen);
+    features = randn({s.batch, s.seq_len, s.target_features * s.hidden}, {.device = device}, &gen);
   }
-  CachingAllocator& alloc = allocator_for(kCPU);
+  CachingAllocator& alloc = allocator_for(device);
   LossConfig loss;
   loss.ignore_index = kIgnoreLabel;
   for (HeadLossPath path : {HeadLossPath::naive, HeadLossPath::chunked, HeadLossPath::fused}) {
@@ -135,9 +135,9 @@ MemoryReport measure_paths(const MemoryShape& s, const std::string& trace_dir, u
 }  // namespace
 
 MemoryReport measure_drafter_step_memory(const MemoryShape& s, const std::string& trace_dir,
-                                         uint64_t seed) {
+                                         uint64_t seed, Device device) {
   try {
-    return measure_paths(s, trace_dir, seed);
+    return measure_paths(s, trace_dir, seed, device);
   } catch (const OutOfMemoryError& e) {  // the weights and data alone do not fit
     MemoryTrace::disable();
     MemoryReport report;

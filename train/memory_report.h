@@ -52,9 +52,10 @@ struct MemoryReport {
 
 // A path that runs out of memory is recorded (PathMemory::oom_phase), never thrown.
 // trace_dir: where to write trace_<shape>_<path>.json and their HTML report
-// report_<shape>.html (core/trace_report.h) ("" = none).
+// report_<shape>.html (core/trace_report.h) ("" = none). The step runs on `device` and the
+// figures are that device's allocator's.
 MemoryReport measure_drafter_step_memory(const MemoryShape& shape, const std::string& trace_dir,
-                                         uint64_t seed);
+                                         uint64_t seed, Device device = kCPU);
 
 nlohmann::json to_json(const MemoryReport& r);
 std::string memory_table(const std::vector<MemoryReport>& reports);

@@ -37,6 +37,7 @@ class AdamW {
   void step(double lr, double grad_multiplier = 1.0);
   int64_t steps_taken() const { return step_; }
   // The global grad norm before clipping of the last step (reads the device: call after).
+  Tensor last_grad_norm_tensor() const { return last_norm_; }  // on the device, not read
   double last_grad_norm() const;
 
   // Optimiser state by name ("exp_avg.3", "exp_avg_sq.3", "master.3") plus the step count,

@@ -54,7 +54,7 @@ SlotMetrics slot_metrics(const nn::DFlashDrafter& drafter, const std::vector<Dra
     const int64_t n = static_cast<int64_t>(anchors.size());
     BlockBatch b = build_block_batch({&seqs[i]}, {anchors}, n, block_size, 0.0,
                                      drafter.config().mask_token_id, ByteTokenizer::kPad, tf.seq_len);
-    const Tensor f = index_select(tf.features, 0, from_ints({static_cast<int64_t>(i)}, {1}));
+    const Tensor f = index_select(tf.features, 0, from_ints({static_cast<int64_t>(i)}, {1}, {.dtype = DType::i64, .device = tf.features.device()}));
     HeadLossResult r = drafter_loss(drafter, {&b, f, Tensor()}, ce, HeadLossPath::fused);
     const std::vector<double> am = r.argmax.to_vector();
     m.add(b, std::vector<int64_t>(am.begin(), am.end()));
@@ -100,6 +100,7 @@ std::vector<std::string> eval_prompts(const TrainConfig& c, const std::string& t
 
 nlohmann::json run_pipeline(const TrainConfig& config) {
   config.validate();
+  const Device device = config.compute_device();
   const auto t_start = std::chrono::steady_clock::now();
   if (config.threads > 0) set_num_threads(static_cast<int>(config.threads));
   std::filesystem::create_directories(config.run_dir);
@@ -227,7 +228,7 @@ nlohmann::json run_pipeline(const TrainConfig& config) {
                       m.large_block_size, 1, 256};
     for (const MemoryShape& s : {toy, large}) {
       say(config, "memory: one drafter step per head-loss path at the " + s.name + " config");
-      memory.push_back(measure_drafter_step_memory(s, trace_dir, config.seed + 31));
+      memory.push_back(measure_drafter_step_memory(s, trace_dir, config.seed + 31, device));
     }
     say(config, "memory: " + std::to_string(seconds_since(t0)) + " s");
   }
@@ -271,6 +272,8 @@ nlohmann::json run_pipeline(const TrainConfig& config) {
                         {"drafter_training", drafter_seconds}, {"evaluation", eval_seconds},
                         {"total", seconds_since(t_start)}};
   summary["peak_allocated_bytes"] = allocator_for(kCPU).stats().allocated_bytes.peak;
+  summary["device"] = device.str();
+  if (device.is_cuda()) summary["device_peak_allocated_bytes"] = allocator_for(device).stats().allocated_bytes.peak;
   summary["config"] = config.to_json();
   {
     std::ofstream out(config.run_dir + "/summary.json");
@@ -312,6 +315,7 @@ std::string summary_text(const nlohmann::json& s) {
                   static_cast<long long>(steps["final"].get<int64_t>()), s["seconds"]["total"].get<double>());
   }
   o << line;
+  if (s.contains("device") && s["device"] != "cpu") o << "device: " << s["device"].get<std::string>() << "\n";
   o << "memory of one drafter training step (caching allocator):\n" << s["memory_table"].get<std::string>();
   // The traces' HTML reports (timelines by category, the holders at the peak), when traced.
   if (s.contains("memory") && s["memory"].is_array()) {

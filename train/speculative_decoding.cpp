@@ -85,7 +85,7 @@ SpeculativeGeneration speculative_generate(const nn::Qwen3ForCausalLM& target,
   // The prompt: its features become the drafter's context, its last logits the first token.
   nn::CachedForwardOptions forward{.capture_layers = drafter.target_layers(),
                                    .last_logits_only = true};
-  nn::DecoderOutput out = target.forward_cached(from_ints(prompt, {1, P}), *cache, forward);
+  nn::DecoderOutput out = target.forward_cached(from_ints(prompt, {1, P}, ids_on(target)), *cache, forward);
   ++g.target_forwards;
   timed([&] {
     drafter.reset();
@@ -106,7 +106,7 @@ SpeculativeGeneration speculative_generate(const nn::Qwen3ForCausalLM& target,
       timed([&] { draft = checked_draft(drafter, anchor, a, B, vocab); });
       block.insert(block.end(), draft.begin(), draft.begin() + (L - 1));
     }
-    out = target.forward_cached(from_ints(block, {1, L}), *cache, forward);  // positions a..a+L-1
+    out = target.forward_cached(from_ints(block, {1, L}, ids_on(target)), *cache, forward);  // positions a..a+L-1
     ++g.target_forwards;
     const std::vector<int64_t> verified = greedy_tokens(out.logits);  // [L]
     int64_t k = 0;  // accepted drafts
@@ -139,7 +139,7 @@ bool is_near_tie(const nn::Qwen3ForCausalLM& target, const std::vector<int64_t>&
                  int64_t a, int64_t b, double tolerance) {
   NoGradGuard no_grad;
   const int64_t S = static_cast<int64_t>(prefix.size());
-  const auto out = target.forward(from_ints(prefix, {1, S}));
+  const auto out = target.forward(from_ints(prefix, {1, S}, ids_on(target)));
   const std::vector<double> row = narrow(out.logits, 1, S - 1, 1).to_vector();
   const double top = *std::max_element(row.begin(), row.end());
   const double slack = tolerance * (1.0 + std::abs(top));

@@ -8,8 +8,10 @@
 #include "core/factories.h"
 #include "nn/checkpoint.h"
 #include "nn/safetensors.h"
+#include "ops/elementwise.h"
 #include "ops/head_loss.h"
 #include "ops/shape_ops.h"
+#include "train/generate.h"
 #include "train/optimizer.h"
 #include "train/tokenizer.h"
 
@@ -43,8 +45,18 @@ double train_target(nn::Qwen3ForCausalLM& lm, const std::vector<int64_t>& tokens
   const int64_t warmup = static_cast<int64_t>(o.warmup_ratio * static_cast<double>(o.steps));
   const uint64_t starts = tokens.size() - static_cast<uint64_t>(S) - 1;
   double last = 0;
+  // The step losses stay on the device and are read every few steps (one wait for all
+  // of them), as the drafter's (Note [Steps that do not wait], drafter_trainer.h).
+  std::vector<std::pair<int64_t, Tensor>> queued;
+  auto finish_queued = [&] {
+    for (const auto& [s, loss] : queued) {
+      last = loss.item() / static_cast<double>(o.grad_accum);
+      if (on_step) on_step(s, o.steps, last, o.batch_size * o.grad_accum * S);
+    }
+    queued.clear();
+  };
   for (int64_t step = 1; step <= o.steps; ++step) {
-    double loss_sum = 0;
+    Tensor loss_sum;
     for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
       std::vector<int64_t> in, lab;
       for (int64_t b = 0; b < o.batch_size; ++b) {
@@ -52,22 +64,23 @@ double train_target(nn::Qwen3ForCausalLM& lm, const std::vector<int64_t>& tokens
         in.insert(in.end(), tokens.begin() + s0, tokens.begin() + s0 + S);
         lab.insert(lab.end(), tokens.begin() + s0 + 1, tokens.begin() + s0 + S + 1);
       }
-      const Tensor ids = from_ints(in, {o.batch_size, S});
+      const Tensor ids = from_ints(in, {o.batch_size, S}, ids_on(lm));
       nn::DecoderOutput out = lm.forward(ids, {.logits = false});
       HeadLossOptions hl;
       hl.with_metrics = false;
       HeadLossInputs hin;
       hin.hidden = reshape(out.hidden, {o.batch_size * S, config.hidden_size});
       hin.head = lm.lm_head->weight;
-      hin.labels = from_ints(lab, {o.batch_size * S});
+      hin.labels = from_ints(lab, {o.batch_size * S}, ids_on(lm));
       HeadLossResult r = head_loss(hin, hl);
       r.loss.backward();
-      loss_sum += r.loss.item();
+      const Tensor l = r.loss.detach();
+      loss_sum = loss_sum.defined() ? loss_sum + l : l;
     }
     opt.step(warmup_cosine_lr(step, o.steps, warmup, o.lr, o.min_lr_ratio),
              1.0 / static_cast<double>(o.grad_accum));
-    last = loss_sum / static_cast<double>(o.grad_accum);
-    if (on_step) on_step(step, o.steps, last, o.batch_size * o.grad_accum * S);
+    queued.emplace_back(step, loss_sum);
+    if (static_cast<int64_t>(queued.size()) >= 10 || step == o.steps) finish_queued();
   }
   lm.eval();
   return last;
@@ -91,6 +104,7 @@ TargetResult obtain_target(const TrainConfig& config, const std::vector<int64_t>
   }
   Generator init_gen(config.seed);
   r.lm = std::make_unique<nn::Qwen3ForCausalLM>(mc, nn::InitOptions{.generator = &init_gen});
+  r.lm->to(config.compute_device());  // made on the host (same initial values everywhere), then moved
   const std::string dir = config.run_dir + "/target";
   const std::string cached = dir + "/model.safetensors";
   if (!t.checkpoint.empty()) {

@@ -9,6 +9,7 @@
 #include <limits>
 #include <set>
 
+#include "core/backend.h"
 #include "core/error.h"
 #include "nn/json_input.h"
 
@@ -110,6 +111,7 @@ void visit_fields(V& v, TrainConfig& c) {
   v.field("run_dir", c.run_dir);
   v.field("seed", c.seed);
   v.field("threads", c.threads);
+  v.field("device", c.device);
   v.field("resume", c.resume);
   v.field("progress", c.progress);
   v.object("corpus", [&](auto& s) {
@@ -205,6 +207,11 @@ void check_optim(const std::string& p, const OptimConfig& o) {
 void TrainConfig::validate() const {
   CG_CHECK(!run_dir.empty(), "train config: run_dir: must not be empty");
   in_range("threads", static_cast<double>(threads), 0, 1024);
+  try {
+    Device::parse(device);
+  } catch (const Error& e) {
+    CG_FAIL("train config: device: ", e.message(), " (give \"cpu\", \"cuda\" or \"cuda:N\")");
+  }
   in_range("corpus.lines", static_cast<double>(corpus.lines), 1, 1e8);
   const TargetConfig& t = target;
   CG_CHECK(t.hf_config.empty() || !t.checkpoint.empty(), "train config: target.hf_config describes the model in "
@@ -273,6 +280,18 @@ void TrainConfig::validate() const {
            memory.trace_dir, "'");
   CG_CHECK(memory.large_anchors < memory.large_seq_len, "train config: memory.large_anchors ",
            memory.large_anchors, " is beyond the sequence (memory.large_seq_len ", memory.large_seq_len, ")");
+}
+
+Device TrainConfig::compute_device() const {
+  const Device d = Device::parse(device);
+  if (d.is_cuda()) {
+    try {
+      backend_for(d);  // throws naming why (no CUDA build, no driver, no such device)
+    } catch (const Error& e) {
+      CG_FAIL("device ", device, " is not available: ", e.message());
+    }
+  }
+  return d;
 }
 
 nlohmann::json TrainConfig::to_json() const {

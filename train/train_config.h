@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/device.h"
+
 namespace cg::train {
 
 struct CorpusConfig {
@@ -90,6 +92,7 @@ struct TrainConfig {
   std::string run_dir = "runs/toy";
   uint64_t seed = 1;
   int64_t threads = 0;         // 0 = the library's default (CHUNKGRAD_NUM_THREADS or cores)
+  std::string device = "cpu";  // "cpu" | "cuda" | "cuda:N": where the models train and run
   bool resume = true;          // continue from run_dir's last drafter checkpoint if any
   bool progress = true;        // progress bar on stderr
   CorpusConfig corpus;
@@ -101,6 +104,9 @@ struct TrainConfig {
 
   // Every field checked (ranges, known names); throws naming the first bad one.
   void validate() const;
+  // The device of `device`, checked to exist (a CUDA device on a machine without one is
+  // an error naming the reason, e.g. the driver's); call before any work.
+  Device compute_device() const;
   nlohmann::json to_json() const;
   // Unknown fields, wrong types and bad values are errors naming the field.
   static TrainConfig from_json(const nlohmann::json& j);

@@ -19,6 +19,7 @@ namespace {
 struct TrainOptions {
   std::string config;   // "" = the built-in toy defaults
   std::string run_dir;  // overrides the config's run_dir
+  std::string device;   // overrides the config's device
   bool json = false;
   bool no_progress = false;
   bool fresh = false;
@@ -33,6 +34,7 @@ void add_train_command(CLI::App& app, CommandBody& run) {
   sub->add_option("--config", o.config,
                   "JSON config (docs/train_config.md); without it the toy defaults (configs/toy.json)");
   sub->add_option("--run-dir", o.run_dir, "run directory (overrides the config's run_dir)");
+  sub->add_option("--device", o.device, "cpu, cuda or cuda:N (overrides the config's device)");
   sub->add_flag("--json", o.json, "print the summary as JSON on stdout instead of text");
   sub->add_flag("--no-progress", o.no_progress, "no progress bar or stage lines on stderr");
   sub->add_flag("--fresh", o.fresh, "do not resume from the run directory's drafter checkpoint");
@@ -46,7 +48,9 @@ void add_train_command(CLI::App& app, CommandBody& run) {
       if (!o.run_dir.empty()) config.run_dir = o.run_dir;
       if (o.no_progress) config.progress = false;
       if (o.fresh) config.resume = false;
+      if (!o.device.empty()) config.device = o.device;
       config.validate();
+      config.compute_device();  // up front: no GPU is one error line, before any work
       if (o.print_config) {
         std::cout << config.to_json().dump(2) << "\n";
         return;

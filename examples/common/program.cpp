@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/backend.h"
 #include "core/caching_allocator.h"
 #include "core/error.h"
 #include "ops/threads.h"
@@ -158,6 +159,23 @@ CLI::Validator subset_of(const std::vector<std::string>& allowed) {
         return std::string();
       },
       "subset of " + names);
+}
+
+cg::Device device_option(const std::string& text, const std::string& option) {
+  cg::Device d;
+  try {
+    d = cg::Device::parse(text);
+  } catch (const cg::Error& e) {
+    CG_FAIL(option, " ", text, ": ", e.message(), " (give cpu, cuda or cuda:N)");
+  }
+  if (d.is_cuda()) {
+    try {
+      cg::backend_for(d);
+    } catch (const cg::Error& e) {
+      CG_FAIL(option, " ", text, ": no usable GPU: ", e.message());
+    }
+  }
+  return d;
 }
 
 void set_cpu_memory_limit_mb(int64_t mb) {

@@ -26,6 +26,8 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json_fwd.hpp>
 
+#include "core/device.h"
+
 namespace cg::program {
 
 constexpr int kExitError = 1;  // every failure; 0 is success (and --help)
@@ -62,6 +64,11 @@ CLI::Validator subset_of(const std::vector<std::string>& allowed);
 // Caps the CPU allocator's reserved bytes at `mb` MiB (0: no limit). Call it before the
 // program allocates anything: the limit then covers the whole run.
 void set_cpu_memory_limit_mb(int64_t mb);
+
+// The device of a --device value ("cpu", "cuda", "cuda:N"), checked to exist: call it
+// before the work, so that `--device cuda` without a GPU is one error line naming the
+// reason (no CUDA build, no driver, no device), not a failure minutes in.
+cg::Device device_option(const std::string& text, const std::string& option = "--device");
 
 // An output file opened for writing when constructed (throws cg::Error naming the option
 // and the reason when it cannot be), written at the end with checks.
