@@ -316,12 +316,8 @@ constexpr int64_t kLessonChunkRows = 512;
 
 void run(const Options& o) {
   // The device first: no GPU (or a CPU-only build) is one error line before any work.
-  const cg::Device dev = cg::Device::parse(o.device);
-  try {
-    cg::backend_for(dev);
-  } catch (const cg::Error& e) {
-    CG_FAIL("--device ", o.device, ": ", e.message());
-  }
+  // (device_option names --device also for a value that is no device name at all.)
+  const cg::Device dev = cg::program::device_option(o.device);
   CG_CHECK(o.memory_limit_mb == 0 || !dev.is_cuda(), "--memory-limit-mb caps the CPU allocator; it does not apply "
            "to --device ", o.device, " (the GPU's own memory is the limit there)");
   CG_CHECK(o.ce_weight == 0 || o.loss != "ce", "--ce-weight mixes hard CE into a teacher loss; --loss ce is CE already");

@@ -216,5 +216,34 @@ TEST(Factories, FromIntsRecordsBoundsThatAWriteVoids) {
   EXPECT_FALSE(zeros({2}, {.dtype = DType::i64}).storage()->known_values_within(0, 3)) << "not from the host";
 }
 
+// The record is the storage's, so a write through any view of it (a narrow, a reshape)
+// voids it for every view (a label tensor
+// bumped out of range in place must be checked again, not passed on stale bounds; on a
+// GPU a stale pass would let a kernel read logits or rows out of bounds). Copies made
+// from a recorded tensor carry no record: their check reads the data.
+TEST(Factories, AWriteThroughAnyViewVoidsTheKnownBounds) {
+  const auto known = [](const Tensor& t) { return t.storage()->known_values_within(0, 10, -100); };
+  const Tensor labels = from_ints({1, 2, 3, 4, 5, 6}, {6});
+  const Tensor rows = raw::reshape(labels, {2, 3});
+  ASSERT_TRUE(known(labels));
+  ASSERT_TRUE(known(raw::narrow(labels, 0, 1, 2))) << "a view sees a subset: the bounds hold";
+
+  raw::copy_(raw::narrow(labels, 0, 4, 1), from_ints({99}, {1}));
+  EXPECT_FALSE(known(labels)) << "99 is now in the data";
+  EXPECT_FALSE(known(rows)) << "another view of the same bytes";
+
+  // (The public in-place ops, ops/inplace.h, refuse integer tensors; raw::copy_ and
+  // raw::fill_ -- above and in FromIntsRecordsBoundsThatAWriteVoids -- and a checkpoint
+  // load are the writes an i64 tensor can take, and each bumps the version.)
+  const Tensor again = from_ints({1, 2, 3}, {3});
+  raw::fill_(raw::narrow(raw::reshape(again, {3, 1}), 0, 2, 1), 0.0);  // 0 is within the bounds
+  EXPECT_FALSE(known(again)) << "any write voids the record, even one that keeps the values in range";
+
+  const Tensor source = from_ints({1, 2}, {2});
+  EXPECT_FALSE(known(raw::clone(source))) << "a copy is not recorded";
+  EXPECT_FALSE(known(raw::to_dtype(raw::to_dtype(source, DType::f32), DType::i64)));
+  EXPECT_TRUE(known(source)) << "reading a tensor does not void its record";
+}
+
 }  // namespace
 }  // namespace cg

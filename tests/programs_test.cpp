@@ -133,7 +133,9 @@ TEST(Programs, MemoryLessonWritesOneTracePerPath) {
 // --device is checked before any work: without a GPU (CI), or in a CPU-only build, asking
 // for cuda is one error line naming the option, not a crash in the first allocation.
 TEST(Programs, MemoryLessonDeviceIsCheckedUpFront) {
-  expect_clean_failure(memory_lesson(kTiny + "--device tpu"), "memory_lesson", {"tpu"});
+  // A value that is no device name is named as the option, as in mlp_demo and train.
+  expect_clean_failure(memory_lesson(kTiny + "--device tpu"), "memory_lesson", {"--device tpu", "bad device string"});
+  expect_clean_failure(memory_lesson(kTiny + "--device ''"), "memory_lesson", {"--device ", "bad device string ''"});
   if (cg::cuda_available()) GTEST_SKIP() << "a GPU is present: --device cuda would run";
   expect_clean_failure(memory_lesson(kTiny + "--device cuda"), "memory_lesson", {"--device cuda"});
   expect_clean_failure(memory_lesson(kTiny + "--device cuda:1"), "memory_lesson", {"--device cuda:1"});

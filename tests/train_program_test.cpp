@@ -105,6 +105,18 @@ TEST_F(TrainProgram, DeviceCudaWithoutAGpuIsOneErrorLine) {
   expect_error(train("--config " + write("d.json", R"({"device": "tpu"})")), "device");
 }
 
+// --device given on the command line is checked as given and named as the option: an
+// empty value was once read as "not given" and the run went on with the config's device.
+TEST_F(TrainProgram, ABadOrEmptyDeviceOptionIsNamed) {
+  const std::string config = write("c.json", tiny(path("run")));
+  expect_error(train("--config " + config + " --print-config --device ''"), "--device: bad device string ''");
+  expect_error(train("--config " + config + " --print-config --device gpu"), "--device: bad device string 'gpu'");
+  expect_error(train("--config " + config + " --print-config --device cuda:0x1"), "--device");
+  const TrainRun ok = train("--config " + config + " --print-config --device cpu");
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_NE(ok.out.find(R"("device": "cpu")"), std::string::npos) << ok.out;
+}
+
 TEST_F(TrainProgram, MissingConfigFileIsNamed) {
   expect_error(train("--config " + path("nope.json")), "nope.json");
 }

@@ -34,7 +34,10 @@ void add_train_command(CLI::App& app, CommandBody& run) {
   sub->add_option("--config", o.config,
                   "JSON config (docs/train_config.md); without it the toy defaults (configs/toy.json)");
   sub->add_option("--run-dir", o.run_dir, "run directory (overrides the config's run_dir)");
-  sub->add_option("--device", o.device, "cpu, cuda or cuda:N (overrides the config's device)");
+  // Checked as given: `--device ""` is an error, not "the config's device" (o.device
+  // stays empty only when --device is not given at all).
+  sub->add_option("--device", o.device, "cpu, cuda or cuda:N (overrides the config's device)")
+      ->check(program::device_name());
   sub->add_flag("--json", o.json, "print the summary as JSON on stdout instead of text");
   sub->add_flag("--no-progress", o.no_progress, "no progress bar or stage lines on stderr");
   sub->add_flag("--fresh", o.fresh, "do not resume from the run directory's drafter checkpoint");

@@ -161,6 +161,19 @@ CLI::Validator subset_of(const std::vector<std::string>& allowed) {
       "subset of " + names);
 }
 
+CLI::Validator device_name() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        try {
+          cg::Device::parse(text);
+        } catch (const cg::Error& e) {
+          return e.message();
+        }
+        return std::string();
+      },
+      "cpu | cuda | cuda:N");
+}
+
 cg::Device device_option(const std::string& text, const std::string& option) {
   cg::Device d;
   try {

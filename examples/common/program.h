@@ -60,6 +60,9 @@ CLI::Validator number_in(double lo, double hi, bool lo_open = false);
 CLI::Validator one_of(const std::vector<std::string>& allowed);
 // One of the comma-separated names in `allowed`, each at most once ("naive,fused").
 CLI::Validator subset_of(const std::vector<std::string>& allowed);
+// A device name: cpu, cuda or cuda:N (parsed only; device_option also checks it exists).
+// An empty value is refused too, not read as "not given".
+CLI::Validator device_name();
 
 // Caps the CPU allocator's reserved bytes at `mb` MiB (0: no limit). Call it before the
 // program allocates anything: the limit then covers the whole run.
