@@ -117,6 +117,32 @@ TEST_F(TrainProgram, ABadOrEmptyDeviceOptionIsNamed) {
   EXPECT_NE(ok.out.find(R"("device": "cpu")"), std::string::npos) << ok.out;
 }
 
+// A diverging target (lr 10, weight decay 10: the weights grow 99x a step) once trained on
+// with a null loss logged for every step, was cached, and the run then failed in the
+// drafter's first step with "lower drafter.optim.lr". The target's own check names it and
+// the step (losses are read every 10 steps, Note [Steps that do not wait], but each is
+// checked with its own step number), and nothing is cached.
+TEST_F(TrainProgram, ADivergingTargetStopsNamingTheTargetAndTheStep) {
+  const std::string run = path("run");
+  std::string config = tiny(run);
+  const std::string from = R"("optim": {"steps": 3, "batch_size": 2})";
+  config.replace(config.find(from), from.size(),
+                 R"("optim": {"steps": 40, "batch_size": 2, "lr": 10, "weight_decay": 10, "grad_clip": 0, "warmup_ratio": 0})");
+  const TrainRun r = train("--config " + write("c.json", config));
+  expect_error(r, "the target loss became");
+  EXPECT_NE(r.err.find("lower target.optim.lr"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("drafter"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(run + "/target/model.safetensors")) << "a diverged target was cached";
+  // Every step before the bad one is logged once, with a number.
+  std::istringstream log(slurp(run + "/metrics.jsonl"));
+  int64_t lines = 0;
+  for (std::string line; std::getline(log, line); ++lines) {
+    EXPECT_NE(line.find("\"step\":" + std::to_string(lines + 1) + "}"), std::string::npos) << line;
+    EXPECT_EQ(line.find("null"), std::string::npos) << line;
+  }
+  EXPECT_NE(r.err.find("at step " + std::to_string(lines + 1) + ";"), std::string::npos) << r.err << lines;
+}
+
 TEST_F(TrainProgram, MissingConfigFileIsNamed) {
   expect_error(train("--config " + path("nope.json")), "nope.json");
 }

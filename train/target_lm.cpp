@@ -2,9 +2,11 @@
 #include "train/target_lm.h"
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 
 #include "autograd/grad_mode.h"
+#include "core/error.h"
 #include "core/factories.h"
 #include "nn/checkpoint.h"
 #include "nn/safetensors.h"
@@ -51,6 +53,10 @@ double train_target(nn::Qwen3ForCausalLM& lm, const std::vector<int64_t>& tokens
   auto finish_queued = [&] {
     for (const auto& [s, loss] : queued) {
       last = loss.item() / static_cast<double>(o.grad_accum);
+      // As the drafter's (DrafterTrainer::finish): a diverged target stops here, before it
+      // is cached and before the drafter is blamed for the NaN it then inherits.
+      CG_CHECK(std::isfinite(last), "the target loss became ", last, " at step ", s,
+               "; lower target.optim.lr or raise target.optim.warmup_ratio");
       if (on_step) on_step(s, o.steps, last, o.batch_size * o.grad_accum * S);
     }
     queued.clear();
