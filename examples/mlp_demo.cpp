@@ -103,6 +103,10 @@ void print_graph(const cg::GraphMemory& g) {
 }
 
 void run(const Options& o) {
+  // A limit with a GPU would cap only the host's batch staging, not "the run" the option
+  // promises (memory_lesson refuses the pair too); checked before the device exists.
+  CG_CHECK(o.memory_limit_mb == 0 || o.device == "cpu", "--memory-limit-mb caps the CPU allocator; it does "
+           "not apply to --device ", o.device, " (the GPU's own memory is the limit there): drop one of them");
   // Before anything is allocated: the limit holds for the whole run.
   cg::program::set_cpu_memory_limit_mb(o.memory_limit_mb);
   const cg::Device device = cg::program::device_option(o.device);  // before the work

@@ -98,6 +98,16 @@ TEST(Programs, MlpDemoDeviceCudaWithoutAGpuIsOneErrorLine) {
   expect_clean_failure(mlp_demo("--steps 3 --device gpu0"), "mlp_demo", {"--device gpu0"});
 }
 
+// --memory-limit-mb caps the CPU allocator only: with --device cuda it once was accepted
+// and capped nothing of the model, its grads or its activations. Refused whether or not a
+// GPU is here.
+TEST(Programs, MlpDemoMemoryLimitWithAGpuDeviceIsRefused) {
+  expect_clean_failure(mlp_demo("--steps 3 --batch 8 --hidden 8 --device cuda --memory-limit-mb 64"), "mlp_demo",
+                       {"--memory-limit-mb", "--device cuda"});
+  const ProgramRun ok = mlp_demo("--steps 3 --batch 8 --hidden 8 --device cpu --memory-limit-mb 64");
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+}
+
 TEST(Programs, MlpDemoWritesItsTrace) {
   const std::string dir = temp_dir();
   const ProgramRun r = mlp_demo("--steps 3 --batch 8 --hidden 8 --trace '" + dir + "/trace.json'");
