@@ -194,13 +194,14 @@ Row gemm_floor(const cg::HeadLossInputs& in, const cg::HeadLossOptions& o, int64
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{"chunkgrad head loss on a GPU: fused / chunked / naive vs the GEMM floor"};
-  app.add_option("--T", o.T, "rows (positions)");
-  app.add_option("--D", o.D, "hidden size");
-  app.add_option("--V", o.V, "vocabulary");
+  app.add_option("--T", o.T, "rows (positions)")->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  app.add_option("--D", o.D, "hidden size")->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+  app.add_option("--V", o.V, "vocabulary")->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   app.add_option("--loss", o.loss, "kl (shared frozen head, teacher hidden) or ce")
       ->check(CLI::IsMember({"kl", "ce"}));
   app.add_option("--head", o.head, "frozen or trainable")->check(CLI::IsMember({"frozen", "trainable"}));
-  app.add_option("--ce-weight", o.ce_weight, "kl: weight of hard CE in the mix (0..1)");
+  app.add_option("--ce-weight", o.ce_weight, "kl: weight of hard CE in the mix (0..1)")
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--paths", o.paths, "comma-separated, in order: floor (first, for the ratios), fused, chunked, naive");
   app.add_option("--repeats", o.repeats, "timed runs per path")->check(CLI::Range(1, 1000));
   app.add_option("--chunk-rows", o.chunk_rows, "rows per chunk (0: from the budget)");
@@ -223,7 +224,7 @@ int main(int argc, char** argv) {
     if (o.head == "trainable") in.head.requires_grad_();
     std::vector<int64_t> labels(static_cast<size_t>(o.T));
     for (auto& y : labels) y = static_cast<int64_t>(gen.next_u64() % static_cast<uint64_t>(o.V));
-    in.labels = cg::raw::to_device(cg::from_ints(labels, {o.T}), dev);
+    in.labels = cg::from_ints(labels, {o.T}, {.dtype = cg::DType::i64, .device = dev});  // keeps the known bounds
     cg::HeadLossOptions hopt;
     if (o.loss == "kl") {
       hopt.loss.kind = cg::LossKind::forward_kl;

@@ -31,10 +31,20 @@ grep -E "tests passed|tests failed|Failed|\*\*\*" "$out/ctest.log" | head -40
 step cuda_tests ./build-gpu/tests/chunkgrad_tests --gtest_filter="$filter" --gtest_brief=0
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED|tests ran|SKIPPED \]" "$out/cuda_tests.log" | tail -40
 if command -v compute-sanitizer >/dev/null 2>&1 && [ "${CHUNKGRAD_SANITIZE:-1}" = 1 ]; then
-  for tool in memcheck racecheck; do
-    step "sanitizer_$tool" compute-sanitizer --tool "$tool" --error-exitcode 9 \
-      ./build-gpu/tests/chunkgrad_tests --gtest_filter="$filter"
-    tail -3 "$out/sanitizer_$tool.log"
-  done
+  # The deliberate out-of-memory test makes cudaMalloc fail on purpose: memcheck reports it.
+  step sanitizer_memcheck compute-sanitizer --tool memcheck --error-exitcode 9 \
+    ./build-gpu/tests/chunkgrad_tests \
+    --gtest_filter="$filter:-CudaSegmentSource.AllocateFreeAndOutOfMemoryIsNull"
+  tail -3 "$out/sanitizer_memcheck.log"
+  # Note [Racecheck and vendor kernels]: racecheck reports hazards inside cuBLAS's nvjet
+  # GEMM kernels and cuDNN's generated SDPA kernels (wgmma/TMA kernels whose shared-memory
+  # handoffs go through asynchronous barriers it does not follow; 82 of them on the H200 on
+  # 2026-11-30, none in chunkgrad's own kernels). We cannot change those kernels, so the
+  # run checks ours and skips theirs; RACECHECK_VENDOR=1 checks them too.
+  vendor=(--kernel-name-exclude kns=nvjet --kernel-name-exclude kns=cudnn)
+  [ "${RACECHECK_VENDOR:-0}" = 1 ] && vendor=()
+  step sanitizer_racecheck compute-sanitizer --tool racecheck --error-exitcode 9 "${vendor[@]}" \
+    ./build-gpu/tests/chunkgrad_tests --gtest_filter="$filter"
+  tail -3 "$out/sanitizer_racecheck.log"
 fi
 exit $status
