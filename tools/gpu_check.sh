@@ -38,13 +38,21 @@ if command -v compute-sanitizer >/dev/null 2>&1 && [ "${CHUNKGRAD_SANITIZE:-1}" 
   tail -3 "$out/sanitizer_memcheck.log"
   # Note [Racecheck and vendor kernels]: racecheck reports hazards inside cuBLAS's nvjet
   # GEMM kernels and cuDNN's generated SDPA kernels (wgmma/TMA kernels whose shared-memory
-  # handoffs go through asynchronous barriers it does not follow; 82 of them on the H200 on
-  # 2026-11-30, none in chunkgrad's own kernels). We cannot change those kernels, so the
-  # run checks ours and skips theirs; RACECHECK_VENDOR=1 checks them too.
-  vendor=(--kernel-name-exclude kns=nvjet --kernel-name-exclude kns=cudnn)
-  [ "${RACECHECK_VENDOR:-0}" = 1 ] && vendor=()
-  step sanitizer_racecheck compute-sanitizer --tool racecheck --error-exitcode 9 "${vendor[@]}" \
+  # handoffs go through asynchronous barriers; 82 of them on the H200 on 2026-11-30, none in
+  # chunkgrad's own kernels). We cannot change those kernels. Excluding them from
+  # instrumentation (--kernel-name-exclude kns=nvjet) made the sanitizer fail with "Internal
+  # Sanitizer Error: failed to handle a hardware exception" there, so every kernel is
+  # checked and this step fails on a hazard in any kernel that is not theirs (or on a failed
+  # test); RACECHECK_VENDOR=1 fails on theirs too.
+  step sanitizer_racecheck compute-sanitizer --tool racecheck \
     ./build-gpu/tests/chunkgrad_tests --gtest_filter="$filter"
-  tail -3 "$out/sanitizer_racecheck.log"
+  races="$out/sanitizer_racecheck.log"
+  vendor='access at (nvjet_|cudnn_generated_)'
+  [ "${RACECHECK_VENDOR:-0}" = 1 ] && vendor='^$'
+  own=$(grep -E "Race reported between" "$races" | grep -vcE "$vendor")
+  theirs=$(grep -E "Race reported between" "$races" | grep -cE "$vendor")
+  echo "racecheck: $own reports in chunkgrad's kernels, $theirs in cuBLAS/cuDNN kernels"
+  [ "$own" -eq 0 ] || status=1
+  tail -3 "$races"
 fi
 exit $status
