@@ -100,7 +100,7 @@ class Node : public std::enable_shared_from_this<Node> {
   // Stores t for backward; returns its index for saved(i). `what` names the tensor
   // ("logits", "dh") for memory traces: while tracing, its block is marked as held by
   // "<name()>:<what>" (or "<name()>:saved<i>"), Note [Who holds a block] in
-  // core/trace_analysis.h.
+  // trace/trace_analysis.h.
   size_t save(const Tensor& t, const char* what = nullptr);
   const Tensor& saved(size_t i) const;
   const std::vector<SavedTensor>& saved_tensors() const { return saved_; }

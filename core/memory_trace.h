@@ -24,7 +24,7 @@ const char* category_name(MemoryCategory c);
 
 // saved, phase_begin and phase_end allocate nothing; they annotate the timeline:
 // - saved: the autograd node `label` ("RowLossBackward:logits") saved the block at addr
-//   for backward (Note [Who holds a block] in core/trace_analysis.h);
+//   for backward (Note [Who holds a block] in trace/trace_analysis.h);
 // - phase_begin / phase_end: a training loop's phase `label` ("forward", "backward", ...)
 //   starts or ends (TracePhase below).
 enum class TraceAction : uint8_t {
@@ -76,8 +76,8 @@ class MemoryTrace {
   // {"format":"chunkgrad.memory_trace","version":1,"capacity":C,"dropped":N,
   //  "events":[{"action","time_us","addr","size","requested","device","stream","category",
   //  "scope"[,"label"]}]} -- the raw form. A trace file adds the allocators' end state
-  //  (core/trace_file.h); viewers' formats are built from that (core/memory_snapshot.h,
-  //  core/chrome_trace.h).
+  //  (trace/trace_file.h); viewers' formats are built from that (trace/memory_snapshot.h,
+  //  trace/chrome_trace.h).
   static nlohmann::json to_json();
 
  private:

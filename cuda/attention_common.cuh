@@ -1,7 +1,7 @@
 // Why this file exists: what the attention kernels (cuda/attention_rows.cu and
 // cuda/attention_flash*.cu) share on the device: element conversions and the mask rule
 // of ops/attention_mask.h -- which keys a query row sees -- written once so both kernel
-// families agree with the CPU reference (ops/cpu/attention.cpp) to the key.
+// families agree with the CPU reference (cpu/attention.cpp) to the key.
 #pragma once
 
 #include <cuda_bf16.h>

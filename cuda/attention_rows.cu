@@ -1,7 +1,7 @@
 // Why this file exists: the simple, slow attention kernels -- the fallback for what the
 // flash kernels (cuda/attention_flash*.cu) don't take: dense boolean masks, f32 and f64,
 // head dims other than 64 and 128 (up to 256). They follow the CPU reference
-// (ops/cpu/attention.cpp) step for step, one warp per row, no tensor cores, no shared
+// (cpu/attention.cpp) step for step, one warp per row, no tensor cores, no shared
 // memory, no [Sq, Sk] buffer:
 //   - forward: a warp per query row walks the row's visible keys with an online softmax
 //     (lanes split the head dim; each score is a warp-wide dot product);

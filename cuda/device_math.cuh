@@ -1,8 +1,8 @@
 // Why this file exists: what every kernel-table CUDA kernel (cuda/*.cu) needs per element:
 // the storage type of a DType, loads and stores through the compute type (fp32 for
-// bf16/f16/f32, fp64 for f64: Note [Compute types] in ops/cpu/loops.h, rounded once on
+// bf16/f16/f32, fp64 for f64: Note [Compute types] in cpu/loops.h, rounded once on
 // store), the offsets of a row-major element in a Strided geometry, block reductions, and
-// the elementwise formulas of ops/cpu/elementwise_math.h written for the device (the CPU
+// the elementwise formulas of cpu/elementwise_math.h written for the device (the CPU
 // header calls std:: functions nvcc cannot run on the device; the formulas are the same).
 // Included by .cu files only.
 #pragma once

@@ -1,5 +1,5 @@
 // Why this file exists: the CUDA lm_head loss row kernel (see head_loss_kernels.h; the math
-// per row is in ops/cpu/head_loss_rows.h and docs/fused_loss.md). One block per row, two
+// per row is in cpu/head_loss_rows.h and docs/fused_loss.md). One block per row, two
 // streaming passes over the row's V logits (16-bit storage read through fp32, 16-byte
 // loads): softcap in place with every statistic at once (Note [One-pass row statistics]),
 // then the gradient written over the logits; each element is always visited by the same

@@ -7,7 +7,7 @@
 // X [r, c] with ld = cs: every operand with a unit stride in one dim is read in place,
 // and wanting X or X^T only decides the transpose flag. The output D cannot be transposed
 // in cuBLASLt, so a row-major out (cs == 1) is computed as out^T = b^T a^T [N, M], a
-// column-major out as out = a b [M, N]. Size-1 dims may carry any stride (as ops/cpu/
+// column-major out as out = a b [M, N]. Size-1 dims may carry any stride (as cpu/
 // gemm.cpp's in_place_view).
 #include "cuda/lt_gemm.h"
 

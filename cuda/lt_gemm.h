@@ -1,6 +1,6 @@
 // Why this file exists: the kernel table's matrix products on the GPU (gemm, matmul,
-// gemm_scratch_bytes; ops/kernels.h) through cuBLASLt, with the CPU's contracts (ops/cpu/
-// gemm.h, ops/cpu/matmul.cpp): transposed and strided operands read in place through the
+// gemm_scratch_bytes; ops/kernels.h) through cuBLASLt, with the CPU's contracts (cpu/
+// gemm.h, cpu/matmul.cpp): transposed and strided operands read in place through the
 // layouts' leading dimensions and transpose flags, bf16/f16 inputs with fp32 accumulation,
 // f32 (TF32 only when CHUNKGRAD_TF32=1), f64 when all three are f64, batched matmul as one
 // strided-batch call per run of evenly spaced batches, alpha/beta. Workspace comes from

@@ -1,5 +1,5 @@
 // Why this file exists: the CUDA reductions and row kernels (see reduce_kernels.h). Sums
-// accumulate in double as the CPU's (ops/cpu/reduce.cpp): short sums, and outputs adjacent
+// accumulate in double as the CPU's (cpu/reduce.cpp): short sums, and outputs adjacent
 // in memory, take a thread per (output, piece); the rest a block per (output, piece); a
 // second kernel adds the pieces in order, so the result does not depend on scheduling.
 // Row kernels (max, logsumexp, softmax) take one block per row: a warp for short rows,

@@ -38,7 +38,7 @@
 #include "core/caching_allocator.h"
 #include "core/factories.h"
 #include "core/memory_trace.h"
-#include "core/trace_file.h"
+#include "trace/trace_file.h"
 #include "core/views.h"
 #include "examples/common/program.h"
 #include "ops/head_loss.h"

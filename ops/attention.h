@@ -10,7 +10,7 @@
 //   out  [B, Hq,  Sq, hd]      out = softmax(scale * q k^T + mask) v, row by row.
 // Any strides (cg::transpose(x, 1, 2) of a [B, S, H, hd] tensor is fine). One floating dtype for
 // all three: f32 and f64 compute in their own precision; bf16 and f16 are stored 16-bit
-// and computed in fp32, the output rounded once (ops/cpu/attention.cpp).
+// and computed in fp32, the output rounded once (cpu/attention.cpp).
 //
 //   cg::Tensor out = cg::scaled_dot_product_attention(q, k, v, cg::AttentionMask::causal());
 //   cg::Tensor out2 = cg::scaled_dot_product_attention(q, k, v, allowed /* bool */);
@@ -21,7 +21,7 @@
 // Saved for backward (node "ScaledDotProductAttentionBackward"): q, k, v, the output and
 // the per-row logsumexp [B, Hq, Sq] (f32; f64 for f64 inputs) -- not the probabilities,
 // which backward recomputes row by row -- plus a dense mask tensor when one was given
-// (DFlash anchors are kept as N host integers). Costs: ops/cpu/attention.cpp, Note [CPU
+// (DFlash anchors are kept as N host integers). Costs: cpu/attention.cpp, Note [CPU
 // attention costs].
 #pragma once
 

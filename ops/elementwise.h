@@ -9,7 +9,7 @@
 //
 // Definitions: ops/elementwise.cpp (arithmetic and math), ops/activation.cpp (relu,
 // tanh, sigmoid, silu, gelu), ops/where.cpp (where, masked_fill); kernels in each
-// device's table (ops/kernels.h; the CPU's loops in ops/cpu/elementwise.cpp).
+// device's table (ops/kernels.h; the CPU's loops in cpu/elementwise.cpp).
 #pragma once
 
 #include "core/tensor.h"

@@ -1,7 +1,7 @@
 // Why this file exists: the shape bookkeeping that every device's table does the same way
 // before it launches anything -- which dims a sum keeps and which it reduces, and how a
 // matmul's batch dims broadcast and whether they fold into one GEMM's rows. Written once
-// here so that the CPU (ops/cpu/) and CUDA (cuda/) tables cannot drift apart; the tables
+// here so that the CPU (cpu/) and CUDA (cuda/) tables cannot drift apart; the tables
 // keep only what differs: how they loop and what they launch.
 #pragma once
 

@@ -1,7 +1,7 @@
 // Why this file exists: the one place where a device meets the op layer. Every op file
 // (ops/*.cpp) checks its inputs, records its autograd node and calls an entry of the
 // DeviceKernels table of its inputs' device; no op file names a device or includes a
-// device's headers. A device is one table: the CPU registers ops/cpu/cpu_kernels.cpp,
+// device's headers. A device is one table: the CPU registers cpu/cpu_kernels.cpp,
 // the CUDA backend registers its own from cuda/ (as core/backend.h's DeviceBackend does
 // for memory), and tests register a fake one. Entries that are not implemented on a
 // device throw "<entry> is not implemented on <device> yet" (the defaults below), so a
@@ -50,7 +50,7 @@ enum class BinaryOp {
   pow,            // a ^ b
   xlogy,          // a == 0 ? 0 : a * log(b)  (pow's exponent gradient: out * log(base))
   // Backward of a unary op: a = the gradient, b = what the op saved (y = its output,
-  // x = its input). Formulas in ops/cpu/elementwise_math.h.
+  // x = its input). Formulas in cpu/elementwise_math.h.
   sqrt_backward,       // a * 0.5 / y
   rsqrt_backward,      // a * -0.5 * y^3
   tanh_backward,       // a * (1 - y^2)
@@ -116,7 +116,7 @@ struct GemmDesc {
   bool a_dense = true, b_dense = true, out_dense = true;
 };
 
-// One chunk of lm_head loss rows (ops/cpu/head_loss_rows.h has the math per row).
+// One chunk of lm_head loss rows (cpu/head_loss_rows.h has the math per row).
 // One AdamW update (entry adamw_step). Defaults are PyTorch's.
 struct AdamWArgs { double lr = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0; int64_t step = 1; };
 

@@ -8,7 +8,7 @@
 //   loss.backward();                  // w.grad() is [4, 3]; saved tensors are freed
 //
 // Each op has one entry point that checks its inputs, calls an entry of its device's
-// kernel table (ops/kernels.h: the CPU's in ops/cpu/, CUDA's in cuda/), and records a node
+// kernel table (ops/kernels.h: the CPU's in cpu/, CUDA's in cuda/), and records a node
 // when grad mode is on and an input requires grad.
 #pragma once
 

@@ -1,5 +1,5 @@
 // Why this file exists: the one public knob of chunkgrad's CPU threads. Kernels split
-// large work over a pool of the library's own (ops/cpu/thread_pool.h); its size comes from
+// large work over a pool of the library's own (cpu/thread_pool.h); its size comes from
 // the environment at first use and can be changed here at run time.
 //
 //   CHUNKGRAD_NUM_THREADS=4 ./train      // chunkgrad only

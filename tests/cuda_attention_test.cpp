@@ -1,5 +1,5 @@
 // Why this file exists: the CUDA attention kernels (cuda/cuda_attention.h) against the CPU
-// reference (the CPU table's attention entries, ops/cpu/attention.cpp): forward (out,
+// reference (the CPU table's attention entries, cpu/attention.cpp): forward (out,
 // lse) and backward (dq, dk, dv) under masks none / causal / dflash_blocks / dense, GQA,
 // the DFlash rule with anchors at the sequence start (0, 1), padded blocks, context
 // longer than the blocks and blocks wider than a tile, lengths that are not multiples of

@@ -1,4 +1,4 @@
-// Why this file exists: cpu::gemm (ops/cpu/gemm.h) is the product under matmul and the
+// Why this file exists: cpu::gemm (cpu/gemm.h) is the product under matmul and the
 // head loss, so it is checked here on its own against a triple loop in double: every
 // dtype combination, transposed and strided views, alpha and beta, odd sizes (1x1x1,
 // 37x19x53, K = 0), sizes that split between threads and convert in several tiles, the
@@ -11,7 +11,7 @@
 #include "core/caching_allocator.h"
 #include "core/factories.h"
 #include "core/views.h"
-#include "ops/cpu/gemm.h"
+#include "cpu/gemm.h"
 #include "ops/ops.h"
 #include "ops/threads.h"
 

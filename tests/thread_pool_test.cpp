@@ -1,8 +1,8 @@
-// Why this file exists: the CPU thread pool's contract (ops/cpu/thread_pool.h): every
+// Why this file exists: the CPU thread pool's contract (cpu/thread_pool.h): every
 // index runs exactly once in contiguous pieces, worker indices can index per-thread
 // scratch, nested and concurrent calls run inline, exceptions reach the caller, the count
 // comes from the environment -- and idle workers sleep instead of spinning, which is the
-// reason the pool exists (Note [Threads under load] in ops/cpu/parallel.h).
+// reason the pool exists (Note [Threads under load] in cpu/parallel.h).
 #include <gtest/gtest.h>
 
 #include <time.h>
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "ops/cpu/thread_pool.h"
+#include "cpu/thread_pool.h"
 #include "ops/threads.h"
 
 namespace cg {

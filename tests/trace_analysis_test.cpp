@@ -14,8 +14,8 @@
 #include "core/caching_allocator.h"
 #include "core/error.h"
 #include "core/factories.h"
-#include "core/trace_analysis.h"
-#include "core/trace_file.h"
+#include "trace/trace_analysis.h"
+#include "trace/trace_file.h"
 #include "ops/head_loss.h"
 
 namespace cg {

@@ -21,10 +21,10 @@
 #include <nlohmann/json.hpp>
 
 #include "core/caching_allocator.h"
-#include "core/chrome_trace.h"
+#include "trace/chrome_trace.h"
 #include "core/error.h"
-#include "core/memory_snapshot.h"
-#include "core/trace_report.h"
+#include "trace/memory_snapshot.h"
+#include "trace/trace_report.h"
 
 namespace cg {
 namespace {

@@ -4,7 +4,7 @@
 # DOM after the page's script ran and takes a screenshot. Checked: a timeline per trace
 # with its stacked areas (SVG paths) drawn, the peak labelled, the script's success marker
 # present and no error marker or uncaught error (Note [Report markers] in
-# core/trace_report.h). Exits 77 (CTest's skip) where chromium is not installed.
+# trace/trace_report.h). Exits 77 (CTest's skip) where chromium is not installed.
 #   bash tests/trace_report_chromium_test.sh <memory_lesson> <chunkgrad> <output dir>
 set -u
 lesson="${1:?usage: trace_report_chromium_test.sh <memory_lesson> <chunkgrad> <output dir>}"

@@ -10,8 +10,8 @@
 #include "core/caching_allocator.h"
 #include "core/factories.h"
 #include "core/memory_trace.h"
-#include "core/trace_file.h"
-#include "core/trace_report.h"
+#include "trace/trace_file.h"
+#include "trace/trace_report.h"
 #include "ops/shape_ops.h"
 #include "train/drafter_step.h"
 

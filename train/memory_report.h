@@ -52,7 +52,7 @@ struct MemoryReport {
 
 // A path that runs out of memory is recorded (PathMemory::oom_phase), never thrown.
 // trace_dir: where to write trace_<shape>_<path>.json and their HTML report
-// report_<shape>.html (core/trace_report.h) ("" = none). The step runs on `device` and the
+// report_<shape>.html (trace/trace_report.h) ("" = none). The step runs on `device` and the
 // figures are that device's allocator's.
 MemoryReport measure_drafter_step_memory(const MemoryShape& shape, const std::string& trace_dir,
                                          uint64_t seed, Device device = kCPU);

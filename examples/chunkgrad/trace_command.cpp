@@ -23,10 +23,10 @@
 #include <nlohmann/json.hpp>
 
 #include "core/allocator_stats.h"
-#include "core/chrome_trace.h"
+#include "trace/chrome_trace.h"
 #include "core/error.h"
-#include "core/memory_snapshot.h"
-#include "core/trace_report.h"
+#include "trace/memory_snapshot.h"
+#include "trace/trace_report.h"
 #include "examples/chunkgrad/commands.h"
 #include "examples/common/program.h"
 

@@ -1,0 +1,89 @@
+// Why this file exists: people open a memory trace to ask one question -- what held the
+// memory at the peak, and why was it still alive? This answers it from a trace file
+// alone: it replays the events (from the start state that the end state and the events
+// imply, as memory_viz does), finds the peak of allocated bytes, and groups the blocks
+// alive then by category, by scope and by the autograd node that saved them.
+//
+// Note [Who holds a block]: the allocator knows who allocated a block (its category and
+// scope, Note [Block owner]); autograd knows who keeps it: Node::save records a `saved`
+// event for the block's address with the label "<node name>:<what>" (e.g.
+// "RowLossBackward:logits"). A block alive at the peak with such a label is held by the
+// graph for backward -- the reason it was still alive. The label belongs to the block's
+// whole life, from its allocation to its free: fused allocates dh before its loop and
+// saves it after, and at a peak inside the loop dh is already what the graph will keep.
+// One limitation: nothing is
+// recorded when backward releases the saved tensors, so a block that outlives its node
+// (kept by the caller as well) still names the node.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "trace/trace_file.h"
+
+namespace cg {
+
+constexpr int kNumMemoryCategories = static_cast<int>(MemoryCategory::input) + 1;
+
+struct TimelinePoint {
+  int64_t time_us = 0;
+  size_t event = 0;  // index into TraceFile::events after which this holds (SIZE_MAX: start)
+  int64_t allocated = 0, reserved = 0;
+  std::array<int64_t, kNumMemoryCategories> by_category{};  // allocated bytes
+};
+
+struct LiveBlock {
+  uint64_t addr = 0, size = 0, requested = 0;
+  MemoryCategory category = MemoryCategory::unknown;
+  uint32_t scope = 0;             // TraceFile::names
+  std::vector<uint32_t> holders;  // labels of the nodes that saved it, first one first
+  bool before_trace = false;      // allocated before the first event kept
+};
+
+struct MemoryGroup {
+  std::string name;
+  int64_t bytes = 0;
+  int64_t blocks = 0;
+};
+
+struct PhaseSpan {
+  std::string name;
+  int64_t begin_us = 0, end_us = 0;
+  size_t begin_event = 0, end_event = 0;
+  int depth = 0;  // nesting level, 0 outermost
+};
+
+struct TraceAnalysis {
+  std::string device;
+  int64_t start_us = 0, end_us = 0;
+  // At most ~kTimelinePoints points: each stands for a run of events and is the one with
+  // the most allocated bytes in it, so the peak is always a point.
+  std::vector<TimelinePoint> timeline;
+  TimelinePoint peak;               // the first time allocated reached its maximum
+  std::vector<LiveBlock> live_at_peak;  // largest first
+  std::vector<MemoryGroup> by_category, by_scope, by_holder;  // largest first
+  std::vector<PhaseSpan> phases;
+  std::string peak_phase;           // innermost phase around the peak ("" if none)
+  std::vector<TraceRecord> ooms;
+  size_t events = 0;                // events of this device
+  size_t inconsistencies = 0;       // frees of unknown blocks, allocs over live ones
+  std::vector<std::string> notes;   // partial trace, inconsistencies: say them with the answer
+  int64_t fragmentation() const { return peak.reserved - peak.allocated; }
+  // The largest holder that is an autograd node (by_holder minus the "not saved" group).
+  const MemoryGroup* top_saved_holder() const;
+};
+
+constexpr size_t kTimelinePoints = 1500;
+extern const char* const kNotSavedGroup;  // by_holder's group of blocks no node saved
+
+// device: index into file.devices; -1 picks the device with the most allocations.
+TraceAnalysis analyse_trace(const TraceFile& file, int device = -1);
+
+// The blocks alive right after event `event` (SIZE_MAX: before the first) of `device`,
+// by address: what a viewer shows when it replays to that event. Holders include nodes
+// that save a block later in its life (Note [Who holds a block]).
+std::vector<LiveBlock> live_blocks_after(const TraceFile& file, int device, size_t event);
+
+}  // namespace cg
