@@ -110,7 +110,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   }
   Shape out_shape = x.shape();
   out_shape.back() = out;
-  Tensor y = matmul(reshape(x, {-1, in}), transpose(weight, 0, 1));
+  // The rows are counted, not inferred: with in = 0 a -1 could be any number, and
+  // [rows, 0] @ [0, out] is the zero matrix PyTorch gives (plus the bias).
+  int64_t rows = 1;
+  for (int64_t d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
+  Tensor y = matmul(reshape(x, {rows, in}), transpose(weight, 0, 1));
   if (bias.defined()) y = add(y, bias);
   return reshape(y, out_shape);
 }

@@ -26,21 +26,34 @@ void adamw_step(const std::vector<Tensor>& params, const std::vector<Tensor>& ma
     CG_CHECK(t.defined() && t.dtype() == DType::f32 && t.shape() == p.shape() &&
                  t.is_contiguous() && t.device() == device,
              "adamw_step: ", what, "[", i, "] must be a contiguous f32 tensor of shape ",
-             shape_str(p.shape()), " on ", device.str());
+             shape_str(p.shape()), " on ", device.str(), ", got ",
+             t.defined() ? std::string(t.is_contiguous() ? "a contiguous " : "a strided ") +
+                               dtype_name(t.dtype()) + " tensor of shape " + shape_str(t.shape()) +
+                               " on " + t.device().str()
+                         : std::string("an undefined tensor"));
   };
   for (size_t i = 0; i < n; ++i) {
     const Tensor& p = params[i];
-    CG_CHECK(p.defined() && is_floating(p.dtype()) && p.is_contiguous() && p.device() == device,
-             "adamw_step: params[", i, "] must be a contiguous floating tensor on ", device.str());
+    CG_CHECK(p.defined() && is_floating(p.dtype()) && p.is_contiguous(), "adamw_step: params[", i,
+             "] must be a defined, contiguous, floating tensor");
+    CG_CHECK(p.device() == device, "adamw_step: params[", i, "] is on ", p.device().str(),
+             " but params[0] is on ", device.str(), "; one step updates parameters of one device");
     const bool master = !masters.empty() && masters[i].defined();
     if (master) fp32_like(masters[i], p, "masters", i);
     else CG_CHECK(p.dtype() == DType::f32, "adamw_step: params[", i, "] is ", dtype_name(p.dtype()),
                   ": a 16-bit parameter needs an fp32 master copy");
     fp32_like(exp_avgs[i], p, "exp_avgs", i);
     fp32_like(exp_avg_sqs[i], p, "exp_avg_sqs", i);
-    CG_CHECK(grads[i].defined() && is_floating(grads[i].dtype()) && grads[i].shape() == p.shape() &&
-                 grads[i].device() == device,
-             "adamw_step: grads[", i, "] must be a floating tensor of shape ", shape_str(p.shape()));
+    const Tensor& g = grads[i];
+    CG_CHECK(g.defined(), "adamw_step: grads[", i, "] is undefined (params[", i,
+             "] got no gradient); leave the parameter out or give it a zero gradient");
+    CG_CHECK(is_floating(g.dtype()), "adamw_step: grads[", i, "] has dtype ", dtype_name(g.dtype()),
+             "; gradients must be floating (f32, f64, bf16 or f16)");
+    CG_CHECK(g.shape() == p.shape(), "adamw_step: grads[", i, "] has shape ", shape_str(g.shape()),
+             " but params[", i, "] has shape ", shape_str(p.shape()));
+    CG_CHECK(g.device() == device, "adamw_step: grads[", i, "] is on ", g.device().str(),
+             " but the parameters are on ", device.str(), "; move it with cg::to(grad, ",
+             device.str(), ")");
   }
   CG_CHECK(!grad_scale.defined() || (grad_scale.numel() == 1 && grad_scale.dtype() == DType::f32 &&
                                      grad_scale.device() == device),
