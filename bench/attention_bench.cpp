@@ -28,6 +28,7 @@
 #include "core/factories.h"
 #include "cuda/compute_stream.h"
 #include "cuda/cuda_attention.h"
+#include "cuda/cuda_kernels.h"
 #include "cuda/cuda_check.h"
 #include "cuda/cudnn_sdpa.h"
 #include "cuda/device_info.h"
@@ -123,7 +124,8 @@ void bench_shape(const Options& o, const std::string& name, int64_t Sq, int64_t 
       cg::resolve_attention_mask(mask, o.batch, o.hq, Sq, Sk, d, "attention_bench");
   const double scale = 1.0 / std::sqrt(static_cast<double>(o.hd));
   const double fwd_flops = 4.0 * o.hd * pairs * o.batch * o.hq;
-  const cg::AttentionForward f = cg::cuda::cuda_attention_forward(q, k, v, m, scale, path);
+  cg::cuda::CudaKernels gpu(path);  // the CUDA table with this path forced
+  const cg::AttentionForward f = gpu.attention_forward(q, k, v, m, scale);
 
   std::printf("\n%s: B=%lld Hq=%lld Hkv=%lld Sq=%lld Sk=%lld hd=%lld %s, path %s, "
               "%.1f%% of the [Sq, Sk] pairs visible, median of %d\n",
@@ -132,23 +134,23 @@ void bench_shape(const Options& o, const std::string& name, int64_t Sq, int64_t 
               path_note(path_name, q, k, v, m, scale).c_str(),
               100.0 * pairs / (double(Sq) * double(Sk)), o.repeats);
   std::printf("%-26s %10s %10s\n", "row", "ms", "TFLOP/s");
-  const double fwd = time_ms(o.repeats, [&] { cg::cuda::cuda_attention_forward(q, k, v, m, scale, path); });
+  const double fwd = time_ms(o.repeats, [&] { gpu.attention_forward(q, k, v, m, scale); });
   row(name + " fwd", fwd, fwd_flops);
   const double bwd = time_ms(o.repeats, [&] {
-    cg::cuda::cuda_attention_backward(g, q, k, v, f.out, f.lse, m, scale, true, true, true, path);
+    gpu.attention_backward(g, q, k, v, f.out, f.lse, m, scale, true, true, true);
   });
   row(name + " bwd", bwd, 2.5 * fwd_flops);
   const double bwd_dq = time_ms(o.repeats, [&] {
-    cg::cuda::cuda_attention_backward(g, q, k, v, f.out, f.lse, m, scale, true, false, false, path);
+    gpu.attention_backward(g, q, k, v, f.out, f.lse, m, scale, true, false, false);
   });
   row(name + " bwd (dq only)", bwd_dq, 1.0 * fwd_flops);
   const double bwd_dkdv = time_ms(o.repeats, [&] {
-    cg::cuda::cuda_attention_backward(g, q, k, v, f.out, f.lse, m, scale, false, true, true, path);
+    gpu.attention_backward(g, q, k, v, f.out, f.lse, m, scale, false, true, true);
   });
   row(name + " bwd (dk, dv only)", bwd_dkdv, 1.5 * fwd_flops);
   const double both = time_ms(o.repeats, [&] {
-    const cg::AttentionForward r = cg::cuda::cuda_attention_forward(q, k, v, m, scale, path);
-    cg::cuda::cuda_attention_backward(g, q, k, v, r.out, r.lse, m, scale, true, true, true, path);
+    const cg::AttentionForward r = gpu.attention_forward(q, k, v, m, scale);
+    gpu.attention_backward(g, q, k, v, r.out, r.lse, m, scale, true, true, true);
   });
   row(name + " fwd+bwd", both, 3.5 * fwd_flops);
 }

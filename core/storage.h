@@ -43,7 +43,7 @@ class StorageImpl {
   // bounds: the smallest value, the smallest value above it, and the largest. A device
   // check (check_labels, check_indices) that these bounds already prove passes without
   // reading the device -- the read is a host synchronisation per op otherwise (Note
-  // [Checks sync], cuda/table_loss_index.cpp). The record holds only while the bytes are
+  // [Checks sync], cuda/head_loss_and_index.cpp). The record holds only while the bytes are
   // unchanged: any in-place write bumps the version and the record is void. Views of the
   // storage see a subset of the values, so the bounds hold for them too.
   struct KnownValues {

@@ -1,22 +1,22 @@
-// Why this file exists: the CPU's AdamW update (ops/kernels.h, entry adamw_step). One pass
-// over each parameter reads its gradient, updates the two moments and the fp32 weight
-// (the master copy when the model computes in 16 bits) and writes the model's weight back,
-// so an optimiser step touches each byte once and never leaves the device. The gradient
-// scale (clipping times accumulation normalisation) is read from a device tensor, so the
-// step needs no host readback of the gradient norm.
+// Why this file exists: the CPU's AdamW update (CpuKernels::adamw_step, cpu/cpu_kernels.h;
+// the contract in ops/kernels.h). One pass over each parameter reads its gradient, updates
+// the two moments and the fp32 weight (the master copy when the model computes in 16 bits)
+// and writes the model's weight back, so an optimiser step touches each byte once and never
+// leaves the device. The gradient scale (clipping times accumulation normalisation) is read
+// from a device tensor, so the step needs no host readback of the gradient norm.
 #include <cmath>
 
 #include "ops/compute_copy.h"
-#include "cpu/kernels.h"
+#include "cpu/cpu_kernels.h"
 #include "cpu/loops.h"
 #include "cpu/parallel.h"
 
 namespace cg::cpu {
 
-void adamw_step(const std::vector<Tensor>& params, const std::vector<Tensor>& masters,
-                const std::vector<Tensor>& grads, const std::vector<Tensor>& exp_avgs,
-                const std::vector<Tensor>& exp_avg_sqs, const Tensor& grad_scale,
-                const AdamWArgs& args) {
+void CpuKernels::adamw_step(const std::vector<Tensor>& params, const std::vector<Tensor>& masters,
+                            const std::vector<Tensor>& grads, const std::vector<Tensor>& exp_avgs,
+                            const std::vector<Tensor>& exp_avg_sqs, const Tensor& grad_scale,
+                            const AdamWArgs& args) {
   const float scale = grad_scale.defined() ? *static_cast<const float*>(grad_scale.data_ptr()) : 1.0f;
   const double bc1 = 1.0 - std::pow(args.beta1, static_cast<double>(args.step));
   const double bc2 = 1.0 - std::pow(args.beta2, static_cast<double>(args.step));

@@ -36,7 +36,7 @@
 
 #include "core/views.h"
 #include "ops/compute_copy.h"
-#include "cpu/attention.h"
+#include "cpu/cpu_kernels.h"
 #include "cpu/loops.h"
 #include "cpu/thread_pool.h"
 
@@ -252,17 +252,18 @@ AttentionGrads backward_typed(const Tensor& grad_out, const Tensor& q, const Ten
 
 }  // namespace
 
-AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                   const ResolvedAttentionMask& mask, double scale) {
+AttentionForward CpuKernels::attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                               const ResolvedAttentionMask& mask, double scale) {
   return dispatch_floating(q.dtype(), "scaled_dot_product_attention", [&]<typename T>() {
     return forward_typed<T>(q, k, v, mask, scale);
   });
 }
 
-AttentionGrads attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
-                                  const Tensor& v, const Tensor& out, const Tensor& lse,
-                                  const ResolvedAttentionMask& mask, double scale, bool need_dq,
-                                  bool need_dk, bool need_dv) {
+AttentionGrads CpuKernels::attention_backward(const Tensor& grad_out, const Tensor& q,
+                                              const Tensor& k, const Tensor& v, const Tensor& out,
+                                              const Tensor& lse, const ResolvedAttentionMask& mask,
+                                              double scale, bool need_dq, bool need_dk,
+                                              bool need_dv) {
   return dispatch_floating(q.dtype(), "scaled_dot_product_attention", [&]<typename T>() {
     return backward_typed<T>(grad_out, q, k, v, out, lse, mask, scale, need_dq, need_dk, need_dv);
   });

@@ -2,12 +2,13 @@
 // activations' backwards, where, and the in-place forms), written once over strided
 // walks so that any strides (transposed, sliced, broadcast) work without a contiguous
 // copy. What each op does to one element is in cpu/elementwise_math.h; here is only
-// how tensors are walked, and split between threads (cpu/parallel.h).
+// how tensors are walked, and split between threads (cpu/parallel.h). These loops are the
+// CPU table's elementwise entries themselves (CpuKernels, cpu/cpu_kernels.h).
 #include <type_traits>
 
 #include "core/views.h"
+#include "cpu/cpu_kernels.h"
 #include "cpu/elementwise_math.h"
-#include "cpu/kernels.h"
 #include "cpu/loops.h"
 #include "cpu/parallel.h"
 
@@ -42,7 +43,7 @@ void with_unary_op(UnaryOp op, F&& per_op) {
 
 }  // namespace
 
-Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
+Tensor CpuKernels::binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   const Shape shape = raw::broadcast_shapes(a.shape(), b.shape());
   Tensor out = raw::empty(shape, a.dtype(), a.device());
   dispatch_floating(a.dtype(), "binary op", [&]<typename T>() {
@@ -70,7 +71,7 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor unary(UnaryOp op, const Tensor& a, double s) {
+Tensor CpuKernels::unary(UnaryOp op, const Tensor& a, double s) {
   Tensor out = raw::empty(a.shape(), a.dtype(), a.device());
   dispatch_floating(a.dtype(), "unary op", [&]<typename T>() {
     using C = compute_t<T>;
@@ -96,7 +97,7 @@ Tensor unary(UnaryOp op, const Tensor& a, double s) {
   return out;
 }
 
-Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+Tensor CpuKernels::where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   const Shape shape =
       raw::broadcast_shapes(raw::broadcast_shapes(cond.shape(), a.shape()), b.shape());
   Tensor out = raw::empty(shape, a.dtype(), a.device());
@@ -116,7 +117,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   return out;
 }
 
-void inplace(InplaceOp op, const Tensor& dst, const Tensor& src, double alpha) {
+void CpuKernels::inplace(InplaceOp op, const Tensor& dst, const Tensor& src, double alpha) {
   dispatch_floating(dst.dtype(), "in-place op", [&]<typename T>() {
     using C = compute_t<T>;
     const C a = static_cast<C>(alpha);
@@ -134,7 +135,7 @@ void inplace(InplaceOp op, const Tensor& dst, const Tensor& src, double alpha) {
   });
 }
 
-void inplace_scalar(UnaryOp op, const Tensor& dst, double s) {
+void CpuKernels::inplace_scalar(UnaryOp op, const Tensor& dst, double s) {
   dispatch_floating(dst.dtype(), "in-place op", [&]<typename T>() {
     using C = compute_t<T>;
     const C scalar = static_cast<C>(s);
@@ -147,7 +148,8 @@ void inplace_scalar(UnaryOp op, const Tensor& dst, double s) {
   });
 }
 
-void addcmul_(const Tensor& dst, const Tensor& a, const Tensor& b, double value, bool divide) {
+void CpuKernels::addcmul(const Tensor& dst, const Tensor& a, const Tensor& b, double value,
+                         bool divide) {
   dispatch_floating(dst.dtype(), "addcmul_", [&]<typename T>() {
     using C = compute_t<T>;
     const C v = static_cast<C>(value);

@@ -8,7 +8,7 @@
 
 #include <cmath>
 
-#include "cpu/kernels.h"
+#include "ops/kernels.h"
 
 namespace cg::cpu {
 

@@ -12,6 +12,7 @@
 #include <algorithm>
 
 #include "core/views.h"
+#include "cpu/cpu_kernels.h"
 #include "cpu/loops.h"
 #include "cpu/thread_pool.h"
 
@@ -343,14 +344,21 @@ size_t gemm_scratch_bytes(const Tensor& a, const Tensor& b, const Tensor& out) {
   return gemm_scratch_bytes(gemm_matrix(a), gemm_matrix(b), gemm_matrix(out));
 }
 
-size_t gemm_scratch_bytes(const GemmDesc& d) {
+// The CPU table's entries: cpu::gemm itself, and its scratch bound by shape only.
+void CpuKernels::gemm(const Tensor& a, const Tensor& b, const Tensor& out, double alpha,
+                      double beta) {
+  cpu::gemm(a, b, out, alpha, beta);
+}
+
+size_t CpuKernels::gemm_scratch_bytes(const GemmDesc& d) const {
   // Shapes only: a dense operand as row major, any other with no unit stride at all.
   auto matrix = [](DType dtype, int64_t rows, int64_t cols, bool dense) {
     return dense ? GemmMatrix{nullptr, dtype, rows, cols, std::max<int64_t>(cols, 1), 1}
                  : GemmMatrix{nullptr, dtype, rows, cols, 2 * std::max<int64_t>(cols, 1), 2};
   };
-  return gemm_scratch_bytes(matrix(d.a, d.m, d.k, d.a_dense), matrix(d.b, d.k, d.n, d.b_dense),
-                            matrix(d.out, d.m, d.n, d.out_dense));
+  return cpu::gemm_scratch_bytes(matrix(d.a, d.m, d.k, d.a_dense),
+                                 matrix(d.b, d.k, d.n, d.b_dense),
+                                 matrix(d.out, d.m, d.n, d.out_dense));
 }
 
 }  // namespace cg::cpu

@@ -30,7 +30,6 @@
 #include <cstdint>
 
 #include "core/tensor.h"
-#include "ops/kernels.h"
 
 namespace cg::cpu {
 
@@ -47,10 +46,9 @@ inline constexpr int64_t kGemmParallelWork = 1 << 18;   // M * N * K below which
 // scratch memory stays bounded by gemm_scratch_bytes. beta == 0: out is not read.
 void gemm(const Tensor& a, const Tensor& b, const Tensor& out, double alpha, double beta);
 
-// Upper bound of the bytes gemm allocates (through the caching allocator) for these operands,
-// or for operands of these shapes (the kernel table's entry, ops/kernels.h).
+// Upper bound of the bytes gemm allocates (through the caching allocator) for these operands
+// (for operands known by shape only: the CPU table's gemm_scratch_bytes entry).
 size_t gemm_scratch_bytes(const Tensor& a, const Tensor& b, const Tensor& out);
-size_t gemm_scratch_bytes(const GemmDesc& desc);
 
 // The same on raw matrices (element pointer, dtype, sizes, strides in elements), for
 // kernels that loop over many matrices of one tensor (batched matmul) without making a

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/views.h"
+#include "cpu/cpu_kernels.h"
 #include "cpu/parallel.h"
 #include "cpu/row_math.h"
 
@@ -229,18 +230,18 @@ void head_loss_rows_typed(const HeadRowsArgs& a) {
 
 }  // namespace
 
-void head_loss_rows(const HeadRowsArgs& a) {
+void CpuKernels::head_loss_rows(const HeadRowsArgs& a) {
   if (a.logits.dtype() == DType::f64) head_loss_rows_typed<double>(a);
   else head_loss_rows_typed<float>(a);
 }
 
-void check_labels(const Tensor& labels, int64_t vocab, int64_t ignore_index) {
+void CpuKernels::check_labels(const Tensor& labels, int64_t vocab, int64_t ignore_index) {
   const Tensor y = raw::contiguous(labels);
   check_head_labels(y.data<int64_t>(), y.numel(), vocab, ignore_index);
 }
 
-void row_weights(const Tensor& labels, const Tensor& weights, int64_t ignore_index,
-                 bool normalize, const Tensor& out) {
+void CpuKernels::row_weights(const Tensor& labels, const Tensor& weights, int64_t ignore_index,
+                             bool normalize, const Tensor& out) {
   const int64_t n = out.numel();
   std::vector<double> w(static_cast<size_t>(n), 1.0);
   if (weights.defined()) {

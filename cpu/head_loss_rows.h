@@ -48,10 +48,7 @@ void head_loss_rows(T* logits, T* teacher, const int64_t* labels, int64_t C, int
 // Throws a clear error naming the row when a label is neither ignore_index nor in [0, V).
 void check_head_labels(const int64_t* labels, int64_t C, int64_t V, int64_t ignore_index);
 
-// The CPU table's entries (ops/kernels.h): the tensor-level forms of the above.
-void head_loss_rows(const HeadRowsArgs& args);
-void check_labels(const Tensor& labels, int64_t vocab, int64_t ignore_index);
-void row_weights(const Tensor& labels, const Tensor& weights, int64_t ignore_index,
-                 bool normalize, const Tensor& out);
+// The CPU table's head_loss_rows, check_labels and row_weights entries (CpuKernels,
+// cpu/cpu_kernels.h) are the tensor-level forms of the above, in head_loss_rows.cpp.
 
 }  // namespace cg::cpu

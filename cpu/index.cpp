@@ -1,11 +1,12 @@
-// Why this file exists: the CPU index kernels declared in cpu/index_kernels.h. Each
+// Why this file exists: the CPU table's index entries (CpuKernels, cpu/cpu_kernels.h): the
+// forward and backward of index_select, gather, scatter_add and embedding. Each
 // is one strided_loop over the index (or output) shape whose operand strides have the
 // indexed dim's stride set to 0; the index value times that stride is added per element.
 // So any strides work without contiguous copies, and gathers copy raw bits of any dtype.
 #include <cstring>
 
 #include "core/views.h"
-#include "cpu/index_kernels.h"
+#include "cpu/cpu_kernels.h"
 #include "cpu/loops.h"
 
 namespace cg::cpu {
@@ -91,8 +92,8 @@ Shape index_along(const Tensor& idx, int64_t dim, int64_t ndim) {
 
 }  // namespace
 
-void check_indices(const char* op, const char* noun, const Tensor& idx, int64_t bound,
-                   const std::string& what) {
+void CpuKernels::check_indices(const char* op, const char* noun, const Tensor& idx, int64_t bound,
+                               const std::string& what) {
   dispatch_index(idx.dtype(), [&]<typename I>() {
     const I* pi = static_cast<const I*>(idx.data_ptr());
     int64_t position = 0;  // row-major position in idx, for the message
@@ -106,7 +107,7 @@ void check_indices(const char* op, const char* noun, const Tensor& idx, int64_t 
   });
 }
 
-Tensor index_select(const Tensor& x, int64_t dim, const Tensor& idx) {
+Tensor CpuKernels::index_select(const Tensor& x, int64_t dim, const Tensor& idx) {
   Shape out_shape = x.shape();
   out_shape[dim] = idx.numel();
   Tensor out = raw::empty(out_shape, x.dtype(), x.device());
@@ -127,13 +128,13 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& idx) {
   return out;
 }
 
-void index_add_(const Tensor& dst, int64_t dim, const Tensor& idx, const Tensor& src,
-                int64_t skip) {
+void CpuKernels::index_add(const Tensor& dst, int64_t dim, const Tensor& idx, const Tensor& src,
+                           int64_t skip) {
   add_at_indices(dst, dim, idx, src, src.shape(), src.strides(), index_along(idx, dim, src.dim()),
                  skip);
 }
 
-Tensor gather(const Tensor& x, int64_t dim, const Tensor& idx) {
+Tensor CpuKernels::gather(const Tensor& x, int64_t dim, const Tensor& idx) {
   Tensor out = raw::empty(idx.shape(), x.dtype(), x.device());
   const int64_t step = x.dim() == 0 ? 0 : x.strides()[dim];
   const Shape x_strides = x.dim() == 0 ? Shape{} : strides_without(x, dim);
@@ -151,7 +152,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& idx) {
   return out;
 }
 
-void scatter_add_(const Tensor& dst, int64_t dim, const Tensor& idx, const Tensor& src) {
+void CpuKernels::scatter_add(const Tensor& dst, int64_t dim, const Tensor& idx, const Tensor& src) {
   if (dst.dim() == 0) {  // 0-d: the only index is 0
     add_at_indices(raw::unsqueeze(dst, 0), 0, raw::unsqueeze(idx, 0), raw::unsqueeze(src, 0),
                    {idx.numel()}, {0}, {0}, -1);

@@ -1,18 +1,19 @@
-// Why this file exists: the CPU matrix product: batch dims broadcast, each batch one
-// cpu::gemm (cpu/gemm.h) on the tensors' own memory -- transposed operands are read
-// as they are, and bf16/f16 operands are converted one tile at a time, never whole.
+// Why this file exists: the CPU table's matrix product (CpuKernels::matmul,
+// cpu/cpu_kernels.h): batch dims broadcast, each batch one cpu::gemm (cpu/gemm.h) on the
+// tensors' own memory -- transposed operands are read as they are, and bf16/f16 operands
+// are converted one tile at a time, never whole.
 // When b has no batch dims and a's batch dims fold into its rows (a [B, S, K] contiguous
 // @ w [K, N]), the whole product is one GEMM of B*S rows. Many small GEMMs go to the
 // pool one batch per piece instead.
 #include "core/views.h"
+#include "cpu/cpu_kernels.h"
 #include "cpu/gemm.h"
-#include "cpu/kernels.h"
 #include "cpu/thread_pool.h"
 #include "ops/kernel_shapes.h"
 
 namespace cg::cpu {
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
+Tensor CpuKernels::matmul(const Tensor& a, const Tensor& b) {
   CG_CHECK(is_floating(a.dtype()), "matmul: dtype ", dtype_name(a.dtype()), " is not supported; "
            "it computes on f32, f64, bf16 and f16 tensors");
   const int64_t na = a.dim(), nb = b.dim();
@@ -27,7 +28,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   if (a_rows_stride >= 0) {  // one GEMM over every row of a
     const int64_t rows = count * n;
     const GemmMatrix a0{a.data_ptr(), a.dtype(), rows, k, a_rows_stride, a.strides()[na - 1]};
-    gemm(a0, b0, {out.data_ptr(), out.dtype(), rows, m, m, 1}, 1.0, 0.0);
+    cpu::gemm(a0, b0, {out.data_ptr(), out.dtype(), rows, m, m, 1}, 1.0, 0.0);
     return out;
   }
 
@@ -61,14 +62,14 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     parallel_for(count, [&](int64_t begin, int64_t end) {
       for (int64_t bi = begin; bi < end; ++bi) {
         const auto mats = matrices(bi);
-        gemm(mats.a, mats.b, mats.out, 1.0, 0.0);
+        cpu::gemm(mats.a, mats.b, mats.out, 1.0, 0.0);
       }
     });
     return out;
   }
   for (int64_t bi = 0; bi < count; ++bi) {
     const auto mats = matrices(bi);
-    gemm(mats.a, mats.b, mats.out, 1.0, 0.0);
+    cpu::gemm(mats.a, mats.b, mats.out, 1.0, 0.0);
   }
   return out;
 }

@@ -1,8 +1,8 @@
-// Why this file exists: the CPU rms_norm, forward and backward fused per row (see
-// cpu/nn_kernels.h for the formulas). One pass computes sum(x^2) in double, a second
-// writes y; the backward needs only x and the saved per-row rstd -- never the normalised
-// output -- and builds dweight in double buffers, one per chunk of rows, added in a fixed
-// order (the same bits on every run). Rows run in parallel; the sums over a contiguous
+// Why this file exists: the CPU rms_norm, forward and backward fused per row (CpuKernels,
+// cpu/cpu_kernels.h, which gives the formulas). One pass computes sum(x^2) in double, a
+// second writes y; the backward needs only x and the saved per-row rstd -- never the
+// normalised output -- and builds dweight in double buffers, one per chunk of rows, added
+// in a fixed order (the same bits on every run). Rows run in parallel; the sums over a contiguous
 // f32/f64 row use row_math.h's vectorised block sums.
 #include <algorithm>
 #include <cmath>
@@ -11,14 +11,14 @@
 #include "core/views.h"
 #include "ops/compute_copy.h"
 #include "cpu/loops.h"
-#include "cpu/nn_kernels.h"
+#include "cpu/cpu_kernels.h"
 #include "cpu/parallel.h"
 #include "cpu/row_math.h"
 #include "cpu/row_offsets.h"
 
 namespace cg::cpu {
 
-RmsNormForward rms_norm_forward(const Tensor& x, const Tensor& weight, double eps) {
+RmsNormForward CpuKernels::rms_norm_forward(const Tensor& x, const Tensor& weight, double eps) {
   const int64_t D = x.shape().back();
   const std::vector<int64_t> rows = row_offsets(x);
   const int64_t R = static_cast<int64_t>(rows.size());
@@ -62,8 +62,9 @@ RmsNormForward rms_norm_forward(const Tensor& x, const Tensor& weight, double ep
   return result;
 }
 
-RmsNormGrads rms_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight,
-                               const Tensor& rstd, bool need_dx, bool need_dweight) {
+RmsNormGrads CpuKernels::rms_norm_backward(const Tensor& grad, const Tensor& x,
+                                           const Tensor& weight, const Tensor& rstd, bool need_dx,
+                                           bool need_dweight) {
   const int64_t D = x.shape().back();
   const std::vector<int64_t> x_rows = row_offsets(x), g_rows = row_offsets(grad);
   const int64_t R = static_cast<int64_t>(x_rows.size());

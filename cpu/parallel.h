@@ -7,7 +7,7 @@
 //
 // Note [Deterministic threads]: every split here is of independent outputs; nothing is
 // accumulated across pieces, so a result does not depend on the number of threads.
-// Kernels that reduce across a split (cpu::sum over everything) use fixed-size blocks
+// Kernels that reduce across a split (CpuKernels::sum over everything) use fixed-size blocks
 // summed in order instead (see cpu/reduce.cpp).
 //
 // Note [Threads under load]: the threshold keeps small ops off threads, but above it a

@@ -1,20 +1,18 @@
-// Why this file exists: the CPU reductions. cpu::sum (and, with scale = 1/count, mean)
-// over any set of dims and any strides, plus the per-row kernels of cpu/reduce.h
-// (max, argmax, logsumexp, max's backward). Every sum accumulates in double.
+// Why this file exists: the CPU table's reductions (CpuKernels, cpu/cpu_kernels.h): sum
+// (and, with scale = 1/count, mean) over any set of dims and any strides, plus the per-row
+// entries (max, argmax, logsumexp, max's backward). Every sum accumulates in double.
 //
-// cpu::sum has three walks: (1) everything -> one number: fixed blocks of
+// sum has three walks: (1) everything -> one number: fixed blocks of
 // kSumBlock elements summed in parallel, then the block sums added in order, so the
 // result is the same for any thread count (Note [Deterministic threads] in
 // cpu/parallel.h); (2) the last dim is kept (a bias gradient, [B*T, D] -> [D]): the
 // input in memory order into a double buffer, split between threads by columns;
 // (3) otherwise per output element over its inputs, output elements split between threads.
-#include "cpu/reduce.h"
-
 #include <cmath>
 #include <limits>
 
 #include "core/views.h"
-#include "cpu/kernels.h"
+#include "cpu/cpu_kernels.h"
 #include "cpu/loops.h"
 #include "cpu/parallel.h"
 #include "ops/kernel_shapes.h"
@@ -27,7 +25,8 @@ constexpr int64_t kSumBlock = 32768;
 
 }  // namespace
 
-Tensor sum(const Tensor& a, const std::vector<bool>& reduce, bool keepdim, double scale) {
+Tensor CpuKernels::sum(const Tensor& a, const std::vector<bool>& reduce, bool keepdim,
+                       double scale) {
   const int64_t nd = a.dim();
   const ReductionSplit split = split_reduction(a, reduce, keepdim);
   const Shape& kept_shape = split.kept_shape;
@@ -114,7 +113,7 @@ Tensor sum(const Tensor& a, const std::vector<bool>& reduce, bool keepdim, doubl
   return out;
 }
 
-Tensor max_along_dim(const Tensor& a, int64_t dim, Tensor* values) {
+Tensor CpuKernels::max_along_dim(const Tensor& a, int64_t dim, Tensor* values) {
   Shape kept = a.shape();
   kept[dim] = 1;
   Tensor indices = raw::empty(kept, DType::i64, a.device());
@@ -145,7 +144,7 @@ Tensor max_along_dim(const Tensor& a, int64_t dim, Tensor* values) {
   return indices;
 }
 
-Tensor logsumexp_along_dim(const Tensor& a, int64_t dim) {
+Tensor CpuKernels::logsumexp_along_dim(const Tensor& a, int64_t dim) {
   Shape kept = a.shape();
   kept[dim] = 1;
   Tensor out = raw::empty(kept, a.dtype(), a.device());
@@ -175,7 +174,8 @@ Tensor logsumexp_along_dim(const Tensor& a, int64_t dim) {
   return out;
 }
 
-Tensor scatter_along_dim(const Tensor& src, const Tensor& index, int64_t dim, const Shape& shape) {
+Tensor CpuKernels::scatter_along_dim(const Tensor& src, const Tensor& index, int64_t dim,
+                                     const Shape& shape) {
   Tensor out = raw::empty(shape, src.dtype(), src.device());
   const int64_t n = shape[dim], stride = out.strides()[dim];
   dispatch_floating(src.dtype(), "scatter_along_dim", [&]<typename T>() {

@@ -1,4 +1,4 @@
-// Why this file exists: the CPU rotary embedding (declared in cpu/nn_kernels.h).
+// Why this file exists: the CPU rotary embedding (CpuKernels::rotary, cpu/cpu_kernels.h).
 // Positions are arbitrary per token (DFlash block tokens sit at anchor+k), so the
 // cos/sin table is built per call from the given positions -- [P, hd/2] for P position
 // entries, in double, shared by every head and batch row -- and each row of x then
@@ -9,13 +9,13 @@
 #include "core/memory_trace.h"
 #include "core/views.h"
 #include "cpu/loops.h"
-#include "cpu/nn_kernels.h"
+#include "cpu/cpu_kernels.h"
 #include "cpu/parallel.h"
 #include "cpu/row_offsets.h"
 
 namespace cg::cpu {
 
-Tensor rotary(const Tensor& x, const Tensor& positions, double theta, bool inverse) {
+Tensor CpuKernels::rotary(const Tensor& x, const Tensor& positions, double theta, bool inverse) {
   const int64_t hd = x.shape().back(), half = hd / 2;
   const Shape lead(x.shape().begin(), x.shape().end() - 1);  // [..., S, H]
   const std::vector<int64_t> x_rows = row_offsets(x);

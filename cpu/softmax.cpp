@@ -1,11 +1,11 @@
-// Why this file exists: the CPU softmax / log_softmax and their backwards (see
-// cpu/softmax.h for the formulas). Stable: every exponent is x - max <= 0, so 1e4
+// Why this file exists: the CPU softmax / log_softmax and their backwards (CpuKernels,
+// cpu/cpu_kernels.h, which gives the formulas). Stable: every exponent is x - max <= 0, so 1e4
 // logits do not overflow. f32 and f64 rows write exp(x - max) and rescale in place;
 // 16-bit rows recompute the exponential instead, so the output is rounded only once.
 // f32/f64 rows take simple loops over the row that compile to vector code when the row is
 // contiguous (cpu/row_math.h; a strided row runs the same arithmetic, so a transposed
 // input gives the same bits); rows run in parallel.
-#include "cpu/softmax.h"
+#include "cpu/cpu_kernels.h"
 
 #include <cmath>
 #include <limits>
@@ -18,7 +18,7 @@
 
 namespace cg::cpu {
 
-Tensor softmax(const Tensor& a, int64_t dim, bool log) {
+Tensor CpuKernels::softmax(const Tensor& a, int64_t dim, bool log) {
   Tensor out = raw::empty(a.shape(), a.dtype(), a.device());
   const int64_t n = a.shape()[dim], sa = a.strides()[dim], so = out.strides()[dim];
   dispatch_floating(a.dtype(), log ? "log_softmax" : "softmax", [&]<typename T>() {
@@ -76,7 +76,7 @@ Tensor softmax(const Tensor& a, int64_t dim, bool log) {
   return out;
 }
 
-Tensor softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim, bool log) {
+Tensor CpuKernels::softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim, bool log) {
   Tensor out = raw::empty(y.shape(), y.dtype(), y.device());
   const int64_t n = y.shape()[dim], sg = grad.strides()[dim], sy = y.strides()[dim],
                 so = out.strides()[dim];

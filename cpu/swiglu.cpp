@@ -1,4 +1,4 @@
-// Why this file exists: the CPU swiglu (declared in cpu/nn_kernels.h), one strided
+// Why this file exists: the CPU swiglu (CpuKernels, cpu/cpu_kernels.h), one strided
 // pass forward and one backward, so the MLP keeps neither silu(gate) nor sigmoid(gate):
 //   out   = gate * sig(gate) * up
 //   dup   = g * gate * sig(gate)
@@ -6,8 +6,8 @@
 #include <cmath>
 
 #include "core/views.h"
+#include "cpu/cpu_kernels.h"
 #include "cpu/loops.h"
-#include "cpu/nn_kernels.h"
 #include "cpu/parallel.h"
 
 namespace cg::cpu {
@@ -20,7 +20,7 @@ inline C sigmoid(C v) {
 }
 }  // namespace
 
-Tensor swiglu_forward(const Tensor& gate, const Tensor& up) {
+Tensor CpuKernels::swiglu_forward(const Tensor& gate, const Tensor& up) {
   Tensor out = raw::empty(gate.shape(), gate.dtype(), gate.device());
   dispatch_floating(gate.dtype(), "swiglu", [&]<typename T>() {
     using C = compute_t<T>;
@@ -46,8 +46,8 @@ Tensor swiglu_forward(const Tensor& gate, const Tensor& up) {
   return out;
 }
 
-SwigluGrads swiglu_backward(const Tensor& grad, const Tensor& gate, const Tensor& up,
-                            bool need_dgate, bool need_dup) {
+SwigluGrads CpuKernels::swiglu_backward(const Tensor& grad, const Tensor& gate, const Tensor& up,
+                                        bool need_dgate, bool need_dup) {
   SwigluGrads grads;
   // An unneeded gradient is written to a one-element scratch tensor with stride 0.
   Tensor scratch = raw::empty({1}, gate.dtype(), gate.device());

@@ -1,7 +1,7 @@
 // Why this file exists: the launcher of the multi-tensor AdamW kernel behind
-// cuda_adamw_step (cuda/cuda_adamw.h): one launch updates up to kAdamWTensors tensors, their
-// pointers and sizes passed by value in the kernel's parameters (no device array to fill,
-// so no host-to-device copy and no synchronisation per step).
+// CudaKernels::adamw_step (cuda/cuda_adamw.cpp): one launch updates up to kAdamWTensors
+// tensors, their pointers and sizes passed by value in the kernel's parameters (no device
+// array to fill, so no host-to-device copy and no synchronisation per step).
 #pragma once
 
 #include <cuda_runtime_api.h>

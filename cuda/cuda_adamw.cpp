@@ -1,12 +1,15 @@
-// Why this file exists: see cuda_adamw.h. Checks the lists (a mistake names the tensor and
-// what to change), then packs up to kAdamWTensors tensors per launch.
-#include "cuda/cuda_adamw.h"
-
+// Why this file exists: the CUDA table's adamw_step entry (CudaKernels, cuda/cuda_kernels.h;
+// the contract in ops/kernels.h): a fused AdamW over many tensors with optional fp32 master
+// weights, launched as few multi-tensor kernels (the launcher beside them in
+// cuda/adamw_kernels.cu) on the compute stream, never synchronising. Checks the lists (a
+// mistake names the tensor and what to change), then packs up to kAdamWTensors tensors per
+// launch.
 #include <cmath>
 
 #include "core/views.h"
 #include "cuda/adamw_kernels.h"
-#include "cuda/table_entries.h"
+#include "cuda/cuda_kernels.h"
+#include "cuda/launch_helpers.h"
 
 namespace cg::cuda {
 
@@ -29,10 +32,11 @@ void check_tensor(const Tensor& t, const char* what, size_t i, Device device, in
 
 }  // namespace
 
-void cuda_adamw_step(const std::vector<Tensor>& params, const std::vector<Tensor>& masters,
-                     const std::vector<Tensor>& grads, const std::vector<Tensor>& exp_avgs,
-                     const std::vector<Tensor>& exp_avg_sqs, const Tensor& grad_scale,
-                     const CudaAdamWArgs& args) {
+void CudaKernels::adamw_step(const std::vector<Tensor>& params,
+                             const std::vector<Tensor>& masters, const std::vector<Tensor>& grads,
+                             const std::vector<Tensor>& exp_avgs,
+                             const std::vector<Tensor>& exp_avg_sqs, const Tensor& grad_scale,
+                             const AdamWArgs& args) {
   const size_t count = params.size();
   CG_CHECK(grads.size() == count && exp_avgs.size() == count && exp_avg_sqs.size() == count &&
                (masters.empty() || masters.size() == count),

@@ -1,12 +1,13 @@
-// Why this file exists: tensors in, tensors out for the CUDA attention entries -- the
-// table's contracts (ops/kernels.h) on top of the raw-pointer launchers of
-// cuda/attention_kernels.h. It picks the path (Note [Which attention path runs on cuda]
-// in cuda_attention.h), makes a contiguous copy only of an operand the kernels cannot
-// read in place (a non-unit stride in hd; for flash also strides not multiples of 8 or
-// data not 16-byte aligned), allocates results and scratch through the caching
-// allocator, copies the DFlash anchors (N integers) to the device (as kernel parameters:
-// Note [Anchors as kernel parameters], attention_rows.cu) and launches on the device's one
-// compute stream, without waiting for it.
+// Why this file exists: the CUDA table's attention entries (CudaKernels::attention_forward
+// and attention_backward, cuda/cuda_kernels.h): the table's contracts (ops/kernels.h) on
+// top of cuDNN's graph (cuda/cudnn_sdpa.h) and the raw-pointer launchers beside the flash
+// and rows kernels (cuda/attention_kernels.h). It picks the path (Note [Which attention
+// path runs on cuda] in cuda_attention.h), makes a contiguous copy only of an operand the
+// kernels cannot read in place (a non-unit stride in hd; for flash also strides not
+// multiples of 8 or data not 16-byte aligned), allocates results and scratch through the
+// caching allocator, copies the DFlash anchors (N integers) to the device (as kernel
+// parameters: Note [Anchors as kernel parameters], attention_rows.cu) and launches on the
+// device's one compute stream, without waiting for it.
 #include "cuda/cuda_attention.h"
 
 #include <cuda_runtime_api.h>
@@ -19,6 +20,7 @@
 #include "cuda/attention_kernels.h"
 #include "cuda/compute_stream.h"
 #include "cuda/cuda_check.h"
+#include "cuda/cuda_kernels.h"
 #include "cuda/cudnn_sdpa.h"
 
 namespace cg::cuda {
@@ -227,9 +229,10 @@ std::string cuda_attention_path(const Tensor& q, const Tensor& k, const Resolved
   return "flash (cudnn not taken: " + why + ")";
 }
 
-AttentionForward cuda_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                        const ResolvedAttentionMask& mask, double scale,
-                                        AttentionPath path) {
+AttentionForward CudaKernels::attention_forward(const Tensor& q, const Tensor& k,
+                                                const Tensor& v, const ResolvedAttentionMask& mask,
+                                                double scale) {
+  const AttentionPath path = attention_path_;
   check_supported(q, "q");
   const AttnShape s = shape_of(q, k);
   const DType cd = compute_dtype_of(q.dtype());
@@ -270,11 +273,12 @@ AttentionForward cuda_attention_forward(const Tensor& q, const Tensor& k, const 
   return result;
 }
 
-AttentionGrads cuda_attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
-                                       const Tensor& v, const Tensor& out, const Tensor& lse,
-                                       const ResolvedAttentionMask& mask, double scale,
-                                       bool need_dq, bool need_dk, bool need_dv,
-                                       AttentionPath path) {
+AttentionGrads CudaKernels::attention_backward(const Tensor& grad_out, const Tensor& q,
+                                               const Tensor& k, const Tensor& v, const Tensor& out,
+                                               const Tensor& lse, const ResolvedAttentionMask& mask,
+                                               double scale, bool need_dq, bool need_dk,
+                                               bool need_dv) {
+  const AttentionPath path = attention_path_;
   check_supported(q, "q");
   const AttnShape s = shape_of(q, k);
   const DType cd = compute_dtype_of(q.dtype());

@@ -1,7 +1,7 @@
-// Why this file exists: the CUDA implementations of the kernel table's two attention
-// entries (DeviceKernels::attention_forward / attention_backward in ops/kernels.h), as
-// free functions with exactly those contracts, so cuda/cuda_kernels.cpp's overrides are
-// one line each and tests and benchmarks can call them (and pick a path) directly.
+// Why this file exists: which path the CUDA table's two attention entries take
+// (CudaKernels::attention_forward / attention_backward, cuda/cuda_kernels.h, defined in
+// cuda_attention.cpp), and how tests and benchmarks pick one: they make a table of their
+// own, CudaKernels(AttentionPath::flash), and call its entries.
 //
 // Note [Which attention path runs on cuda]:
 //   - cudnn (cuDNN's fused flash attention through its backend graph API,
@@ -54,18 +54,5 @@ const char* cuda_attention_path(DType dtype, int64_t head_dim, const ResolvedAtt
 // "flash (cudnn not taken: <why>)". Asks cuDNN (and caches its answer) for this shape.
 std::string cuda_attention_path(const Tensor& q, const Tensor& k, const ResolvedAttentionMask& mask,
                                 double scale);
-
-// DeviceKernels::attention_forward on a CUDA device. `path` forces a path (tests); flash
-// throws when the arguments don't fit it.
-AttentionForward cuda_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                        const ResolvedAttentionMask& mask, double scale,
-                                        AttentionPath path = AttentionPath::automatic);
-
-// DeviceKernels::attention_backward on a CUDA device.
-AttentionGrads cuda_attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
-                                       const Tensor& v, const Tensor& out, const Tensor& lse,
-                                       const ResolvedAttentionMask& mask, double scale,
-                                       bool need_dq, bool need_dk, bool need_dv,
-                                       AttentionPath path = AttentionPath::automatic);
 
 }  // namespace cg::cuda

@@ -1,7 +1,7 @@
 // Why this file exists: the by-value geometry every strided CUDA kernel of the kernel table
 // takes (up to kMaxOperands operands of one shape, at most kMaxDims dims after Note [Loop
 // nest] merging), and the host helper that builds it, shared by the launchers (cuda/*.cu)
-// and the table overrides (cuda/*_table.cpp) so both agree on one layout.
+// and the table entries (cuda/elementwise.cpp, reduce.cpp, ...) so both agree on one layout.
 #pragma once
 
 #include <array>

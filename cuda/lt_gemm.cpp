@@ -26,6 +26,7 @@
 #include "core/views.h"
 #include "cuda/compute_stream.h"
 #include "cuda/cuda_check.h"
+#include "cuda/cuda_kernels.h"
 #include "cuda/elementwise_kernels.h"
 #include "cuda/lt_autotune.h"
 #include "cuda/kernel_args.h"
@@ -309,7 +310,8 @@ size_t allocator_rounded(size_t bytes) {
 
 }  // namespace
 
-void lt_gemm(const Tensor& a_in, const Tensor& b_in, const Tensor& out, double alpha, double beta) {
+void CudaKernels::gemm(const Tensor& a_in, const Tensor& b_in, const Tensor& out, double alpha,
+                       double beta) {
   const int64_t M = out.size(0), N = out.size(1), K = a_in.size(1);
   if (M == 0 || N == 0) return;
   if (K == 0) {
@@ -343,7 +345,7 @@ void lt_gemm(const Tensor& a_in, const Tensor& b_in, const Tensor& out, double a
   if (!out_ok) raw::copy_(out, o);
 }
 
-Tensor lt_matmul(const Tensor& a_in, const Tensor& b_in) {
+Tensor CudaKernels::matmul(const Tensor& a_in, const Tensor& b_in) {
   CG_CHECK(a_in.dtype() == DType::f32 || a_in.dtype() == DType::f64 ||
                a_in.dtype() == DType::bf16 || a_in.dtype() == DType::f16,
            "matmul: dtype ", dtype_name(a_in.dtype()), " is not supported; it computes on f32, "
@@ -415,7 +417,7 @@ Tensor lt_matmul(const Tensor& a_in, const Tensor& b_in) {
   return out;
 }
 
-size_t lt_gemm_scratch_bytes(const GemmDesc& d) {
+size_t CudaKernels::gemm_scratch_bytes(const GemmDesc& d) const {
   if (d.m == 0 || d.n == 0) return 0;
   const bool all_f64 = d.a == DType::f64 && d.b == DType::f64 && d.out == DType::f64;
   const bool convert_in = !all_f64 && (d.a != d.b || !lt_input_dtype(d.a));

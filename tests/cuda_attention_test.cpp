@@ -1,4 +1,4 @@
-// Why this file exists: the CUDA attention kernels (cuda/cuda_attention.h) against the CPU
+// Why this file exists: the CUDA attention entries (cuda/cuda_attention.h) against the CPU
 // reference (the CPU table's attention entries, cpu/attention.cpp): forward (out,
 // lse) and backward (dq, dk, dv) under masks none / causal / dflash_blocks / dense, GQA,
 // the DFlash rule with anchors at the sequence start (0, 1), padded blocks, context
@@ -21,6 +21,7 @@
 #include "core/factories.h"
 #include "core/views.h"
 #include "cuda/cuda_attention.h"
+#include "cuda/cuda_kernels.h"
 #include "cuda/device_info.h"
 #include "ops/attention_mask.h"
 #include "ops/kernels.h"
@@ -132,7 +133,8 @@ void check_case(const Case& c, AttentionPath path, const std::string& name) {
   ASSERT_NE(cpu, nullptr);
 
   const AttentionForward ref = cpu->attention_forward(q, k, v, mc, scale);
-  const AttentionForward got = cuda::cuda_attention_forward(qg, kg, vg, mg, scale, path);
+  cuda::CudaKernels gpu(path);  // the CUDA table with this path forced
+  const AttentionForward got = gpu.attention_forward(qg, kg, vg, mg, scale);
   const double tol = tolerance(c.dtype);
   EXPECT_EQ(got.out.dtype(), c.dtype);
   EXPECT_EQ(got.lse.dtype(), compute_dtype_of(c.dtype));
@@ -141,8 +143,8 @@ void check_case(const Case& c, AttentionPath path, const std::string& name) {
 
   const AttentionGrads rg = cpu->attention_backward(g, q, k, v, ref.out, ref.lse, mc, scale,
                                                     true, true, true);
-  const AttentionGrads gg2 = cuda::cuda_attention_backward(gg, qg, kg, vg, got.out, got.lse, mg,
-                                                           scale, true, true, true, path);
+  const AttentionGrads gg2 =
+      gpu.attention_backward(gg, qg, kg, vg, got.out, got.lse, mg, scale, true, true, true);
   expect_close(gg2.dq, rg.dq, tol, "dq");
   expect_close(gg2.dk, rg.dk, tol, "dk");
   expect_close(gg2.dv, rg.dv, tol, "dv");
@@ -313,14 +315,15 @@ TEST_F(CudaAttentionTest, CudnnRectangularAndMixedPaths) {
   const Tensor v = randn({1, 2, 96, 64}, {.dtype = DType::bf16, .device = d}, &gen);
   const Tensor g = randn({1, 4, 96, 64}, {.dtype = DType::bf16, .device = d}, &gen);
   const ResolvedAttentionMask m = resolve_attention_mask(AttentionMask::causal(), 1, 4, 96, 96, d, "t");
-  const AttentionForward fc = cuda::cuda_attention_forward(q, k, v, m, 0.125, AttentionPath::cudnn);
-  const AttentionForward ff = cuda::cuda_attention_forward(q, k, v, m, 0.125, AttentionPath::flash);
+  cuda::CudaKernels cudnn(AttentionPath::cudnn), flash(AttentionPath::flash);
+  const AttentionForward fc = cudnn.attention_forward(q, k, v, m, 0.125);
+  const AttentionForward ff = flash.attention_forward(q, k, v, m, 0.125);
   expect_close(fc.lse, ff.lse, 1e-3, "lse cudnn vs flash");
   expect_close(fc.out, ff.out, 3e-2, "out cudnn vs flash");
-  const AttentionGrads a = cuda::cuda_attention_backward(g, q, k, v, fc.out, fc.lse, m, 0.125,
-                                                         true, true, true, AttentionPath::flash);
-  const AttentionGrads b = cuda::cuda_attention_backward(g, q, k, v, ff.out, ff.lse, m, 0.125,
-                                                         true, true, true, AttentionPath::cudnn);
+  const AttentionGrads a =
+      flash.attention_backward(g, q, k, v, fc.out, fc.lse, m, 0.125, true, true, true);
+  const AttentionGrads b =
+      cudnn.attention_backward(g, q, k, v, ff.out, ff.lse, m, 0.125, true, true, true);
   expect_close(a.dq, b.dq, 3e-2, "dq");
   expect_close(a.dk, b.dk, 3e-2, "dk");
   expect_close(a.dv, b.dv, 3e-2, "dv");
@@ -338,7 +341,7 @@ TEST_F(CudaAttentionTest, AutomaticPicksCudnnForTheCausalTarget) {
   EXPECT_STREQ(cuda::cuda_attention_path(DType::bf16, 128, m, 0.1), "cudnn");
   // cuDNN's kernels return NaN for a negative scale: automatic goes to rows, forced refuses.
   EXPECT_STREQ(cuda::cuda_attention_path(DType::bf16, 128, m, -0.1), "rows");
-  EXPECT_THROW(cuda::cuda_attention_forward(q, k, k, m, -0.1, AttentionPath::cudnn), Error);
+  EXPECT_THROW(cuda::CudaKernels(AttentionPath::cudnn).attention_forward(q, k, k, m, -0.1), Error);
 
   const Tensor anchors = from_ints({4, 8}, {2});
   const AttentionMask dm = AttentionMask::dflash_blocks(8, 4, anchors);
@@ -347,7 +350,7 @@ TEST_F(CudaAttentionTest, AutomaticPicksCudnnForTheCausalTarget) {
   const Tensor qs = empty({1, 4, 8, 64}, {.dtype = DType::bf16, .device = d});
   const Tensor ks = empty({1, 4, 16, 64}, {.dtype = DType::bf16, .device = d});
   try {
-    cuda::cuda_attention_forward(qs, ks, ks, rd, 0.1, AttentionPath::cudnn);
+    cuda::CudaKernels(AttentionPath::cudnn).attention_forward(qs, ks, ks, rd, 0.1);
     FAIL() << "the DFlash rule on the cudnn path should be refused";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("cudnn path takes masks none and causal"),
@@ -382,29 +385,31 @@ TEST_F(CudaAttentionTest, OnlySomeGradsAndUnsupported) {
   for (AttentionPath path : {AttentionPath::flash, AttentionPath::cudnn}) {
     SCOPED_TRACE(path == AttentionPath::flash ? "flash" : "cudnn");
     const double tol = path == AttentionPath::flash ? 0.0 : 1e-2;
-    const AttentionForward f = cuda::cuda_attention_forward(q, k, v, m, 0.1, path);
-    const AttentionGrads all = cuda::cuda_attention_backward(f.out, q, k, v, f.out, f.lse, m, 0.1,
-                                                             true, true, true, path);
-    const AttentionGrads only_k = cuda::cuda_attention_backward(f.out, q, k, v, f.out, f.lse, m,
-                                                                0.1, false, true, false, path);
+    cuda::CudaKernels gpu(path);
+    const AttentionForward f = gpu.attention_forward(q, k, v, m, 0.1);
+    const AttentionGrads all =
+        gpu.attention_backward(f.out, q, k, v, f.out, f.lse, m, 0.1, true, true, true);
+    const AttentionGrads only_k =
+        gpu.attention_backward(f.out, q, k, v, f.out, f.lse, m, 0.1, false, true, false);
     EXPECT_FALSE(only_k.dq.defined());
     EXPECT_FALSE(only_k.dv.defined());
     expect_close(only_k.dk, all.dk, tol, "dk alone");
-    const AttentionGrads only_q = cuda::cuda_attention_backward(f.out, q, k, v, f.out, f.lse, m,
-                                                                0.1, true, false, false, path);
+    const AttentionGrads only_q =
+        gpu.attention_backward(f.out, q, k, v, f.out, f.lse, m, 0.1, true, false, false);
     expect_close(only_q.dq, all.dq, tol, "dq alone");
   }
 
   const Tensor big = randn({1, 1, 4, 264}, {.dtype = DType::bf16, .device = d}, &gen);
   const ResolvedAttentionMask mb = resolve_attention_mask(AttentionMask::none(), 1, 1, 4, 4, d, "t");
   try {
-    cuda::cuda_attention_forward(big, big, big, mb, 0.1);
+    cuda::CudaKernels().attention_forward(big, big, big, mb, 0.1);
     FAIL() << "head_dim 264 should be refused";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("not supported on cuda"), std::string::npos) << e.what();
   }
   const Tensor q32 = raw::to_dtype(q, DType::f32), k32 = raw::to_dtype(k, DType::f32);
-  EXPECT_THROW(cuda::cuda_attention_forward(q32, k32, k32, m, 0.1, AttentionPath::flash), Error);
+  EXPECT_THROW(cuda::CudaKernels(AttentionPath::flash).attention_forward(q32, k32, k32, m, 0.1),
+               Error);
 }
 
 }  // namespace

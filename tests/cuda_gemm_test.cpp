@@ -3,7 +3,8 @@
 // sliced views read in place, an operand with no unit stride (copied first), column-major
 // output, bf16/f16/f32/f64 and mixed dtypes, alpha/beta, K = 0, batched and broadcast
 // matmul with batch dims that merge and ones that do not. Also the multi-tensor AdamW
-// (cuda/cuda_adamw.h) against a host reference. Skipped without a GPU.
+// (CudaKernels::adamw_step, cuda/cuda_adamw.cpp) against a host reference. Skipped without
+// a GPU.
 #if defined(CHUNKGRAD_WITH_CUDA)
 
 #include <gtest/gtest.h>
@@ -15,7 +16,7 @@
 #include "core/backend.h"
 #include "core/factories.h"
 #include "core/views.h"
-#include "cuda/cuda_adamw.h"
+#include "cuda/cuda_kernels.h"
 #include "cuda/device_info.h"
 #include "ops/kernels.h"
 
@@ -172,7 +173,7 @@ TEST_F(CudaGemm, BatchedMatmul) {
 }
 
 TEST_F(CudaGemm, AdamWMatchesAHostReference) {
-  const cuda::CudaAdamWArgs args{1e-2, 0.9, 0.99, 1e-8, 0.1, 3};
+  const AdamWArgs args{1e-2, 0.9, 0.99, 1e-8, 0.1, 3};
   const int64_t sizes[] = {1, 17, 40000, 5};  // a chunk boundary inside the third
   std::vector<Tensor> params, masters, grads, m, v;
   std::vector<std::vector<double>> w0, g0, m0, v0;
@@ -195,7 +196,7 @@ TEST_F(CudaGemm, AdamWMatchesAHostReference) {
     v.push_back(raw::to_device(vv, cuda_device(0)));
   }
   const Tensor scale = raw::to_device(from_vector({0.5}, {1}), cuda_device(0));
-  cuda::cuda_adamw_step(params, masters, grads, m, v, scale, args);
+  cuda::CudaKernels().adamw_step(params, masters, grads, m, v, scale, args);
   const double bc1 = 1 - std::pow(args.beta1, 3.0), bc2 = 1 - std::pow(args.beta2, 3.0);
   for (size_t i = 0; i < std::size(sizes); ++i) {
     const std::vector<double> w = (masters[i].defined() ? masters[i] : params[i]).to_vector();

@@ -1,27 +1,29 @@
 // Why this file exists: see fake_kernels.h. The memory is the fake device's of
 // tests/fake_device.h: mapped PROT_NONE except while a DeviceMemoryAccessible guard is
-// alive. Each entry opens it for exactly the CPU kernel's run, so any host code outside a
+// alive. Each entry opens it for exactly the CPU entry's run, so any host code outside a
 // kernel entry that reads or writes device memory (an op file reading labels through a
-// host pointer, say) crashes here as it would on a GPU.
+// host pointer, say) crashes here as it would on a GPU. The fake IS the CPU table with a
+// counter and the guard around each entry: op -> CountingKernels::x -> CpuKernels::x ->
+// the CPU loop.
 #include "fake_kernels.h"
 
+#include "cpu/cpu_kernels.h"
 #include "fake_device.h"
 
 namespace cg {
 
 namespace {
 
-// Every entry: count it, then run the CPU's.
-class CountingKernels final : public DeviceKernels {
+// Every entry: count it, then run the CPU's, inside the guard.
+class CountingKernels final : public cpu::CpuKernels {
  public:
-  explicit CountingKernels(DeviceKernels& cpu) : cpu_(cpu) {}
   DeviceType type() const override { return DeviceType::cuda; }
   std::map<std::string, int> calls;
 
 #define CG_FORWARD(entry, ...)     \
   ++calls[#entry];                 \
   fake::DeviceMemoryAccessible open; \
-  return cpu_.entry(__VA_ARGS__)
+  return CpuKernels::entry(__VA_ARGS__)
 
   Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) override { CG_FORWARD(binary, op, a, b); }
   Tensor unary(UnaryOp op, const Tensor& a, double s) override { CG_FORWARD(unary, op, a, s); }
@@ -49,7 +51,7 @@ class CountingKernels final : public DeviceKernels {
   }
   DType head_logits_dtype(DType input) const override {
     ++const_cast<CountingKernels*>(this)->calls["head_logits_dtype"];
-    return cpu_.head_logits_dtype(input);
+    return CpuKernels::head_logits_dtype(input);
   }
   void head_loss_rows(const HeadRowsArgs& a) override { CG_FORWARD(head_loss_rows, a); }
   void check_labels(const Tensor& l, int64_t v, int64_t ignore) override { CG_FORWARD(check_labels, l, v, ignore); }
@@ -62,7 +64,7 @@ class CountingKernels final : public DeviceKernels {
   }
   size_t gemm_scratch_bytes(const GemmDesc& d) const override {
     ++const_cast<CountingKernels*>(this)->calls["gemm_scratch_bytes"];
-    return cpu_.gemm_scratch_bytes(d);
+    return CpuKernels::gemm_scratch_bytes(d);
   }
   RmsNormForward rms_norm_forward(const Tensor& x, const Tensor& w, double eps) override {
     CG_FORWARD(rms_norm_forward, x, w, eps);
@@ -105,16 +107,13 @@ class CountingKernels final : public DeviceKernels {
     CG_FORWARD(adamw_step, p, m, g, a, v, scale, args);
   }
 #undef CG_FORWARD
-
- private:
-  DeviceKernels& cpu_;
 };
 
 }  // namespace
 
 struct FakeKernelDevice::Impl {
   fake::FakeDeviceScope memory;
-  CountingKernels kernels{kernels_for(kCPU, "fake device")};
+  CountingKernels kernels;
   DeviceKernels* previous_kernels = nullptr;
 };
 

@@ -1,6 +1,6 @@
 // Why this file exists: the CUDA table's lm_head loss rows, label/index checks, row
-// weights and index entries at the tensor level (see table_entries.h), calling the
-// launchers of cuda/head_loss_kernels.h and cuda/index_kernels.h.
+// weights and index entries (CudaKernels, cuda/cuda_kernels.h), each calling the launcher
+// beside its kernel in cuda/head_loss_kernels.cu or cuda/index_kernels.cu.
 //
 // Note [Checks sync]: check_labels and check_indices must throw the CPU's message, which
 // names the first bad value and its position, so they read a result on the host: a kernel
@@ -14,9 +14,10 @@
 // upload) still runs the device check and gives its message at the op, as on the CPU.
 #include "core/memory_trace.h"
 #include "core/views.h"
+#include "cuda/cuda_kernels.h"
 #include "cuda/head_loss_kernels.h"
 #include "cuda/index_kernels.h"
-#include "cuda/table_entries.h"
+#include "cuda/launch_helpers.h"
 
 namespace cg::cuda {
 
@@ -80,7 +81,7 @@ void add_at_indices(const Tensor& dst, int64_t dim, const Tensor& idx, const Ten
 
 }  // namespace
 
-void head_loss_rows(const HeadRowsArgs& a) {
+void CudaKernels::head_loss_rows(const HeadRowsArgs& a) {
   const int64_t C = a.logits.size(0), V = a.logits.size(1);
   if (C == 0) return;
   HeadRowPointers out;
@@ -94,7 +95,7 @@ void head_loss_rows(const HeadRowsArgs& a) {
                         a.want_grad, ptr_or_null(a.grad_scale), out, stream_of(a.logits));
 }
 
-void check_labels(const Tensor& labels, int64_t vocab, int64_t ignore_index) {
+void CudaKernels::check_labels(const Tensor& labels, int64_t vocab, int64_t ignore_index) {
   if (labels.storage()->known_values_within(0, vocab, ignore_index)) return;  // Note [Checks sync]
   const Tensor y = raw::contiguous(labels);
   const Tensor buf = small_scratch(2, DType::i64, labels.device());
@@ -106,8 +107,8 @@ void check_labels(const Tensor& labels, int64_t vocab, int64_t ignore_index) {
            ") or ignore_index=", ignore_index, " to skip a row)");
 }
 
-void row_weights(const Tensor& labels, const Tensor& weights, int64_t ignore_index,
-                 bool normalize, const Tensor& out) {
+void CudaKernels::row_weights(const Tensor& labels, const Tensor& weights, int64_t ignore_index,
+                              bool normalize, const Tensor& out) {
   launch_row_weights(labels.defined() ? labels.data<int64_t>() : nullptr,
                      labels.defined() && labels.dim() > 0 ? labels.stride(0) : 1,
                      ptr_or_null(weights), weights.defined() ? weights.dtype() : DType::f32,
@@ -116,7 +117,7 @@ void row_weights(const Tensor& labels, const Tensor& weights, int64_t ignore_ind
                      out.numel(), stream_of(out));
 }
 
-Tensor index_select(const Tensor& x, int64_t dim, const Tensor& idx) {
+Tensor CudaKernels::index_select(const Tensor& x, int64_t dim, const Tensor& idx) {
   Shape out_shape = x.shape();
   out_shape[static_cast<size_t>(dim)] = idx.numel();
   Tensor out = raw::empty(out_shape, x.dtype(), x.device());
@@ -127,12 +128,13 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& idx) {
   return out;
 }
 
-void index_add(const Tensor& dst, int64_t dim, const Tensor& idx, const Tensor& src, int64_t skip) {
+void CudaKernels::index_add(const Tensor& dst, int64_t dim, const Tensor& idx, const Tensor& src,
+                            int64_t skip) {
   add_at_indices(dst, dim, idx, src, src.shape(), src.strides(), index_along(idx, dim, src.dim()),
                  skip);
 }
 
-Tensor gather(const Tensor& x, int64_t dim, const Tensor& idx) {
+Tensor CudaKernels::gather(const Tensor& x, int64_t dim, const Tensor& idx) {
   Tensor out = raw::empty(idx.shape(), x.dtype(), x.device());
   const int64_t step = x.dim() == 0 ? 0 : x.strides()[dim];
   const Shape xs = x.dim() == 0 ? Shape(idx.shape().size(), 0) : strides_without(x, dim);
@@ -142,7 +144,8 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& idx) {
   return out;
 }
 
-void scatter_add(const Tensor& dst, int64_t dim, const Tensor& idx, const Tensor& src) {
+void CudaKernels::scatter_add(const Tensor& dst, int64_t dim, const Tensor& idx,
+                              const Tensor& src) {
   if (dst.dim() == 0) {  // 0-d: the only index is 0
     add_at_indices(raw::unsqueeze(dst, 0), 0, raw::unsqueeze(idx, 0), raw::unsqueeze(src, 0),
                    {idx.numel()}, {0}, {0}, -1);
@@ -151,8 +154,8 @@ void scatter_add(const Tensor& dst, int64_t dim, const Tensor& idx, const Tensor
   add_at_indices(dst, dim, idx, src, idx.shape(), src.strides(), idx.strides(), -1);
 }
 
-void check_indices(const char* op, const char* noun, const Tensor& idx, int64_t bound,
-                   const std::string& what) {
+void CudaKernels::check_indices(const char* op, const char* noun, const Tensor& idx, int64_t bound,
+                                const std::string& what) {
   if (idx.dtype() == DType::i64 && idx.storage()->known_values_within(0, bound)) return;
   const Tensor buf = small_scratch(2, DType::i64, idx.device());
   const Strided g = strided_of<1>(idx.shape(), {&idx.strides()}, op);

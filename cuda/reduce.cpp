@@ -1,13 +1,15 @@
-// Why this file exists: the CUDA table's reductions and row entries at the tensor level
-// (see table_entries.h): sum, max/argmax, logsumexp, max's backward, softmax and its
+// Why this file exists: the CUDA table's reductions and row entries (CudaKernels,
+// cuda/cuda_kernels.h): sum, max/argmax, logsumexp, max's backward, softmax and its
 // backward, rms_norm and rotary. Each builds the geometry of its rows (the dim taken out)
-// or of its kept/reduced dims and calls the launchers of cuda/reduce_kernels.h and
-// cuda/norm_kernels.h; scratch buffers come from the caching allocator.
+// or of its kept/reduced dims and calls the launcher beside its kernel in
+// cuda/reduce_kernels.cu or cuda/norm_kernels.cu; scratch buffers come from the caching
+// allocator.
 #include "core/memory_trace.h"
 #include "core/views.h"
+#include "cuda/cuda_kernels.h"
+#include "cuda/launch_helpers.h"
 #include "cuda/norm_kernels.h"
 #include "cuda/reduce_kernels.h"
-#include "cuda/table_entries.h"
 #include "ops/kernel_shapes.h"
 
 namespace cg::cuda {
@@ -26,7 +28,8 @@ Tensor scratch(int64_t n, DType dtype, Device device) {
 
 }  // namespace
 
-Tensor sum(const Tensor& a, const std::vector<bool>& reduce, bool keepdim, double scale) {
+Tensor CudaKernels::sum(const Tensor& a, const std::vector<bool>& reduce, bool keepdim,
+                        double scale) {
   const ReductionSplit split = split_reduction(a, reduce, keepdim);
   const Shape& kept_shape = split.kept_shape;
   const Shape& reduced_shape = split.reduced_shape;
@@ -43,7 +46,7 @@ Tensor sum(const Tensor& a, const std::vector<bool>& reduce, bool keepdim, doubl
   return out;
 }
 
-Tensor max_along_dim(const Tensor& a, int64_t dim, Tensor* values) {
+Tensor CudaKernels::max_along_dim(const Tensor& a, int64_t dim, Tensor* values) {
   const Shape kept = with_dim_one(a.shape(), dim);
   Tensor indices = raw::empty(kept, DType::i64, a.device());
   if (values) *values = raw::empty(kept, a.dtype(), a.device());
@@ -55,7 +58,7 @@ Tensor max_along_dim(const Tensor& a, int64_t dim, Tensor* values) {
   return indices;
 }
 
-Tensor logsumexp_along_dim(const Tensor& a, int64_t dim) {
+Tensor CudaKernels::logsumexp_along_dim(const Tensor& a, int64_t dim) {
   const Shape kept = with_dim_one(a.shape(), dim);
   Tensor out = raw::empty(kept, a.dtype(), a.device());
   const Strided rows = strided_of<2>(kept, {&a.strides(), &out.strides()}, "logsumexp");
@@ -64,7 +67,8 @@ Tensor logsumexp_along_dim(const Tensor& a, int64_t dim) {
   return out;
 }
 
-Tensor scatter_along_dim(const Tensor& src, const Tensor& index, int64_t dim, const Shape& shape) {
+Tensor CudaKernels::scatter_along_dim(const Tensor& src, const Tensor& index, int64_t dim,
+                                      const Shape& shape) {
   Tensor out = raw::empty(shape, src.dtype(), src.device());
   raw::fill_(out, 0.0);
   const Strided rows = strided_of<3>(with_dim_one(shape, dim),
@@ -75,7 +79,7 @@ Tensor scatter_along_dim(const Tensor& src, const Tensor& index, int64_t dim, co
   return out;
 }
 
-Tensor softmax(const Tensor& a, int64_t dim, bool log) {
+Tensor CudaKernels::softmax(const Tensor& a, int64_t dim, bool log) {
   Tensor out = raw::empty(a.shape(), a.dtype(), a.device());
   const Strided rows =
       strided_of<2>(with_dim_one(a.shape(), dim), {&a.strides(), &out.strides()}, "softmax");
@@ -84,7 +88,7 @@ Tensor softmax(const Tensor& a, int64_t dim, bool log) {
   return out;
 }
 
-Tensor softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim, bool log) {
+Tensor CudaKernels::softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim, bool log) {
   Tensor out = raw::empty(y.shape(), y.dtype(), y.device());
   const Strided rows = strided_of<3>(with_dim_one(y.shape(), dim),
                                      {&grad.strides(), &y.strides(), &out.strides()},
@@ -95,7 +99,7 @@ Tensor softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim, bool l
   return out;
 }
 
-RmsNormForward rms_norm_forward(const Tensor& x, const Tensor& weight, double eps) {
+RmsNormForward CudaKernels::rms_norm_forward(const Tensor& x, const Tensor& weight, double eps) {
   const int64_t D = x.shape().back();
   const Shape lead = with_dim_one(x.shape(), x.dim() - 1);
   const Strided rows = strided_of<2>(lead, {&x.strides(), &x.strides()}, "rms_norm");
@@ -108,8 +112,9 @@ RmsNormForward rms_norm_forward(const Tensor& x, const Tensor& weight, double ep
   return result;
 }
 
-RmsNormGrads rms_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight,
-                               const Tensor& rstd, bool need_dx, bool need_dweight) {
+RmsNormGrads CudaKernels::rms_norm_backward(const Tensor& grad, const Tensor& x,
+                                            const Tensor& weight, const Tensor& rstd, bool need_dx,
+                                            bool need_dweight) {
   const int64_t D = x.shape().back();
   const Shape lead = with_dim_one(x.shape(), x.dim() - 1);
   const Strided rows = strided_of<2>(lead, {&x.strides(), &grad.strides()}, "rms_norm backward");
@@ -132,7 +137,7 @@ RmsNormGrads rms_norm_backward(const Tensor& grad, const Tensor& x, const Tensor
   return grads;
 }
 
-Tensor rotary(const Tensor& x, const Tensor& positions, double theta, bool inverse) {
+Tensor CudaKernels::rotary(const Tensor& x, const Tensor& positions, double theta, bool inverse) {
   const int64_t hd = x.shape().back();
   const Shape lead(x.shape().begin(), x.shape().end() - 1);  // [..., S, H]
   const Shape x_lead(x.strides().begin(), x.strides().end() - 1);

@@ -1,11 +1,13 @@
-// Why this file exists: the CUDA table's elementwise entries at the tensor level (see
-// table_entries.h): output allocation and the broadcast geometry for the launchers of
-// cuda/elementwise_kernels.h. Any strides work without a contiguous copy.
+// Why this file exists: the CUDA table's elementwise and swiglu entries (CudaKernels,
+// cuda/cuda_kernels.h): output allocation and the broadcast geometry, then the launcher
+// beside its kernel in cuda/elementwise_kernels.cu. Any strides work without a contiguous
+// copy. Also the two launch helpers every family uses (cuda/launch_helpers.h).
 #include "core/views.h"
 #include "cuda/compute_stream.h"
 #include "cuda/cuda_check.h"
+#include "cuda/cuda_kernels.h"
 #include "cuda/elementwise_kernels.h"
-#include "cuda/table_entries.h"
+#include "cuda/launch_helpers.h"
 
 namespace cg::cuda {
 
@@ -24,7 +26,7 @@ Shape broadcast_strides_of(const Tensor& t, const Shape& shape) {
   return strides;
 }
 
-Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
+Tensor CudaKernels::binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   const Shape shape = raw::broadcast_shapes(a.shape(), b.shape());
   Tensor out = raw::empty(shape, a.dtype(), a.device());
   const Shape sa = broadcast_strides_of(a, shape), sb = broadcast_strides_of(b, shape);
@@ -33,14 +35,14 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor unary(UnaryOp op, const Tensor& a, double s) {
+Tensor CudaKernels::unary(UnaryOp op, const Tensor& a, double s) {
   Tensor out = raw::empty(a.shape(), a.dtype(), a.device());
   const Strided g = strided_of<2>(a.shape(), {&out.strides(), &a.strides()}, "unary op");
   launch_unary(op, a.dtype(), out.data_ptr(), a.data_ptr(), s, g, stream_of(a));
   return out;
 }
 
-Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+Tensor CudaKernels::where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   const Shape shape =
       raw::broadcast_shapes(raw::broadcast_shapes(cond.shape(), a.shape()), b.shape());
   Tensor out = raw::empty(shape, a.dtype(), a.device());
@@ -52,25 +54,26 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   return out;
 }
 
-void inplace(InplaceOp op, const Tensor& dst, const Tensor& src, double alpha) {
+void CudaKernels::inplace(InplaceOp op, const Tensor& dst, const Tensor& src, double alpha) {
   const Shape ss = broadcast_strides_of(src, dst.shape());
   const Strided g = strided_of<2>(dst.shape(), {&dst.strides(), &ss}, "in-place op");
   launch_inplace(op, dst.dtype(), dst.data_ptr(), src.data_ptr(), alpha, g, stream_of(dst));
 }
 
-void inplace_scalar(UnaryOp op, const Tensor& dst, double s) {
+void CudaKernels::inplace_scalar(UnaryOp op, const Tensor& dst, double s) {
   const Strided g = strided_of<2>(dst.shape(), {&dst.strides(), &dst.strides()}, "in-place op");
   launch_unary(op, dst.dtype(), dst.data_ptr(), dst.data_ptr(), s, g, stream_of(dst));
 }
 
-void addcmul(const Tensor& dst, const Tensor& a, const Tensor& b, double value, bool divide) {
+void CudaKernels::addcmul(const Tensor& dst, const Tensor& a, const Tensor& b, double value,
+                          bool divide) {
   const Shape sa = broadcast_strides_of(a, dst.shape()), sb = broadcast_strides_of(b, dst.shape());
   const Strided g = strided_of<3>(dst.shape(), {&dst.strides(), &sa, &sb}, "addcmul_");
   launch_addcmul(dst.dtype(), dst.data_ptr(), a.data_ptr(), b.data_ptr(), value, divide, g,
                  stream_of(dst));
 }
 
-Tensor swiglu_forward(const Tensor& gate, const Tensor& up) {
+Tensor CudaKernels::swiglu_forward(const Tensor& gate, const Tensor& up) {
   Tensor out = raw::empty(gate.shape(), gate.dtype(), gate.device());
   const Strided g =
       strided_of<3>(gate.shape(), {&out.strides(), &gate.strides(), &up.strides()}, "swiglu");
@@ -79,8 +82,8 @@ Tensor swiglu_forward(const Tensor& gate, const Tensor& up) {
   return out;
 }
 
-SwigluGrads swiglu_backward(const Tensor& grad, const Tensor& gate, const Tensor& up,
-                            bool need_dgate, bool need_dup) {
+SwigluGrads CudaKernels::swiglu_backward(const Tensor& grad, const Tensor& gate, const Tensor& up,
+                                         bool need_dgate, bool need_dup) {
   SwigluGrads grads;
   if (need_dgate) grads.dgate = raw::empty(gate.shape(), gate.dtype(), gate.device());
   if (need_dup) grads.dup = raw::empty(up.shape(), up.dtype(), up.device());
