@@ -13,6 +13,7 @@
 
 #include "autograd/grad_mode.h"
 #include "core/allocator_stats.h"
+#include "core/atomic_file.h"
 #include "core/caching_allocator.h"
 #include "core/factories.h"
 #include "ops/index_ops.h"
@@ -22,9 +23,12 @@
 #include "train/dflash_block_drafter.h"
 #include "train/drafter_data.h"
 #include "train/drafter_trainer.h"
+#include "train/fingerprint.h"
 #include "train/memory_report.h"
 #include "train/progress.h"
+#include "train/run_lock.h"
 #include "train/speculative_decoding.h"
+#include "train/stop_signal.h"
 #include "train/target_lm.h"
 #include "train/generate.h"
 #include "train/tokenizer.h"
@@ -50,10 +54,13 @@ struct RunState {
   const Device device;
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   ByteTokenizer tok;
+  std::unique_ptr<RunLock> lock;  // held to the end (run_lock.h)
   MetricsLog log;
 
   std::string text;  // the corpus (stage 1)
   std::vector<int64_t> tokens;
+  std::string data_fingerprint;  // of the corpus and target.checkpoint (fingerprint.h)
+  std::string resume_from;       // the checked drafter checkpoint, or ""
 
   TargetResult target;  // stage 2
 
@@ -134,11 +141,40 @@ std::vector<std::string> eval_prompts(const TrainConfig& c, const std::string& t
   return prompts_from_text(text, count, 16, c.seed + 1000003, PromptSplit::evaluation);
 }
 
-// Stage 0: the run directory, its metrics log and the trace folder, all before any work.
+// Stage 0: the run directory, locked for this run (run_lock.h) before anything in it is
+// read or written.
+void lock_run_directory(RunState& s) {
+  std::filesystem::create_directories(s.config.run_dir);
+  s.lock = std::make_unique<RunLock>(s.config.run_dir);
+  if (s.lock->stale_pid() > 0) {
+    say(s.config, "run_dir: took over the lock of pid " + std::to_string(s.lock->stale_pid()) +
+                      ", which is no longer running");
+  }
+}
+
+// Stage 1: the corpus text, its byte tokens and the content fingerprint. Reads only.
+void read_corpus(RunState& s) {
+  const TrainConfig& config = s.config;
+  s.text = config.corpus.path.empty()
+               ? corpus_text(generate_corpus_lines(config.corpus.seed, config.corpus.lines))
+               : read_corpus_file(config.corpus.path);
+  s.tokens = s.tok.encode(s.text);
+  s.data_fingerprint = data_fingerprint(config, s.text).dump();
+  say(config, "corpus: " + std::to_string(s.tokens.size()) + " byte tokens (" +
+                  (config.corpus.path.empty() ? std::string("generated") : config.corpus.path) + ")");
+}
+
+// Stage 2: the resume decision, from the newest drafter checkpoint's header alone: a run
+// with another config or other data is refused here, before any stage writes, so the
+// refusal's "the run directory is unchanged" is true.
+void check_resume(RunState& s) { s.resume_from = checked_resume_checkpoint(s.config, s.data_fingerprint); }
+
+// Stage 3: the run directory made ready: the metrics log, this run's config.json, the
+// trace folder probed, and the previous run's results invalidated (a run that fails must
+// not leave an old summary.json beside the new config.json).
 void prepare_run_directory(RunState& s) {
   const TrainConfig& config = s.config;
   if (config.threads > 0) set_num_threads(static_cast<int>(config.threads));
-  std::filesystem::create_directories(config.run_dir);
   s.log = MetricsLog(config.run_dir + "/metrics.jsonl");
   if (config.memory.enabled && !config.memory.trace_dir.empty()) {
     // Made now, not at the memory stage: a path that cannot be a directory (a file called
@@ -148,36 +184,57 @@ void prepare_run_directory(RunState& s) {
     std::filesystem::create_directories(dir, ec);
     CG_CHECK(!ec && std::filesystem::is_directory(dir), "memory.trace_dir: cannot create the directory ", dir, ": ",
              ec ? ec.message() : std::string("a file is in the way"), "; give another trace_dir or \"\" for no traces");
+    check_writable_dir(dir, "memory.trace_dir");
   }
+  std::error_code ec;
+  std::filesystem::remove(config.run_dir + "/summary.json", ec);
+  CG_CHECK(!ec, "cannot remove the previous run's ", config.run_dir, "/summary.json: ", ec.message());
+  if (!config.memory.trace_dir.empty()) {
+    const std::filesystem::path dir = std::filesystem::path(config.run_dir) / config.memory.trace_dir;
+    if (std::filesystem::is_directory(dir)) {
+      for (const auto& e : std::filesystem::directory_iterator(dir)) {
+        const std::string name = e.path().filename().string();
+        const bool ours = (name.starts_with("trace_") && name.ends_with(".json")) ||
+                          (name.starts_with("report_") && name.ends_with(".html"));
+        if (ours && e.is_regular_file()) std::filesystem::remove(e.path(), ec);
+      }
+    }
+  }
+  write_file_atomically(config.run_dir + "/config.json", config.to_json().dump(2) + "\n", "the run's config");
 }
 
-// Stage 1: the corpus text and its byte tokens.
-void read_corpus(RunState& s) {
-  const TrainConfig& config = s.config;
-  s.text = config.corpus.path.empty()
-               ? corpus_text(generate_corpus_lines(config.corpus.seed, config.corpus.lines))
-               : read_corpus_file(config.corpus.path);
-  s.tokens = s.tok.encode(s.text);
-  say(config, "corpus: " + std::to_string(s.tokens.size()) + " byte tokens (" +
-                  (config.corpus.path.empty() ? std::string("generated") : config.corpus.path) + ")");
-}
-
-// Stage 2: the target LM, trained, or from the run directory's cache or a checkpoint.
+// Stage 4: the target LM, trained, or from the run directory's cache or a checkpoint.
 void obtain_target_model(RunState& s) {
   const TrainConfig& config = s.config;
-  nlohmann::json fp = {{"target", config.to_json()["target"]}, {"corpus", config.to_json()["corpus"]},
-                       {"seed", config.seed}, {"version", 1}};
+  // Keyed by content (the corpus's bytes), not by the corpus's path: an edited corpus
+  // trains a new target, a moved one does not.
+  nlohmann::json corpus = config.to_json()["corpus"];
+  corpus.erase("path");
+  nlohmann::json fp = {{"target", config.to_json()["target"]}, {"corpus", corpus}, {"seed", config.seed},
+                       {"data", nlohmann::json::parse(s.data_fingerprint)}, {"version", 2}};
   ProgressBar target_bar("target", config.target.optim.steps, config.progress);
-  s.target = obtain_target(config, s.tokens, fp.dump(), [&](int64_t step, int64_t, double loss, int64_t n) {
+  auto on_step = [&](int64_t step, int64_t, double loss, int64_t n) {
     target_bar.update(step, loss, n);
     s.log.write({{"phase", "target"}, {"step", step}, {"loss", loss}});
-  });
+  };
+  // Each target step once in metrics.jsonl: an earlier (interrupted or repeated) training's
+  // steps after the one this training goes on from are dropped.
+  auto on_start = [&](int64_t first) {
+    s.log.drop_after("target", first);
+    target_bar = ProgressBar("target", config.target.optim.steps, config.progress, first);
+  };
+  try {
+    s.target = obtain_target(config, s.tokens, fp.dump(), on_step, on_start);
+  } catch (const Interrupted&) {
+    target_bar.finish();  // ends the progress line before the message
+    throw;
+  }
   if (s.target.source == "trained") target_bar.finish();
   say(config, "target: " + s.target.source + " (" + std::to_string(s.target.lm->num_parameters()) +
                   " parameters, " + std::to_string(s.target.seconds) + " s)");
 }
 
-// Stage 3: the drafter's training data, the target's own continuations, and the drafter.
+// Stage 5: the drafter's training data, the target's own continuations, and the drafter.
 void make_drafter_data(RunState& s) {
   const TrainConfig& config = s.config;
   const auto t0 = std::chrono::steady_clock::now();
@@ -185,31 +242,25 @@ void make_drafter_data(RunState& s) {
                                         config.data.max_new_tokens);
   s.drafter = make_drafter(s.lm(), config.drafter, ByteTokenizer::kMask, config.seed + 23);
   const bool teacher = config.drafter.loss.kind != "ce";
-  s.data = DrafterTrainData{&s.train_seqs, compute_target_features(s.lm(), s.train_seqs, s.target_layers(),
-                                                                   teacher, ByteTokenizer::kPad)};
+  s.data = DrafterTrainData{&s.train_seqs,
+                            compute_target_features(s.lm(), s.train_seqs, s.target_layers(), teacher, ByteTokenizer::kPad),
+                            s.data_fingerprint};
   s.data_seconds = seconds_since(t0);
   say(config, "drafter data: " + std::to_string(s.train_seqs.size()) + " target generations, " +
                   std::to_string(s.data_seconds) + " s");
 }
 
-// Stage 4: drafter training, resumed when the run directory has a checkpoint.
+// Stage 6: drafter training, resumed from the checkpoint check_resume chose.
 void train_drafter(RunState& s) {
   const TrainConfig& config = s.config;
   DrafterTrainer trainer(*s.drafter, config, s.data);
-  const std::string ckpt = config.resume ? trainer.latest_checkpoint() : "";
-  if (!ckpt.empty()) {
-    trainer.load_checkpoint(ckpt);
-    say(config, "resumed from " + ckpt + " at step " + std::to_string(trainer.step()));
+  if (!s.resume_from.empty()) {
+    trainer.load_checkpoint(s.resume_from);
+    say(config, "resumed from " + s.resume_from + " at step " + std::to_string(trainer.step()));
   }
-  {  // after the resume check: a failed resume leaves the run directory as it was
-    std::ofstream out(config.run_dir + "/config.json");
-    out << config.to_json().dump(2) << "\n";
-    CG_CHECK(out.good(), "cannot write ", config.run_dir, "/config.json");
-  }
-  if (!config.resume) {  // --fresh: the old run's checkpoints must not outlive it
-    const int64_t removed = trainer.remove_checkpoints();
-    if (removed > 0) say(config, "fresh: removed " + std::to_string(removed) + " checkpoints of the earlier run");
-  }
+  // --fresh: the earlier run's checkpoints go when this run has saved its first one, not
+  // before (a fresh run that fails early leaves them).
+  if (!config.resume) trainer.replace_earlier_checkpoints();
   s.first_step = trainer.step();
   s.log.drop_after("drafter", s.first_step);  // MetricsLog::drop_after: each step once, this run's
   if (s.first_step >= config.drafter.optim.steps) {
@@ -223,7 +274,7 @@ void train_drafter(RunState& s) {
   s.drafter->eval();
 }
 
-// Stage 5: evaluation on held-out prompts: per-slot accuracy, then speculative decoding
+// Stage 7: evaluation on held-out prompts: per-slot accuracy, then speculative decoding
 // against target-only greedy decoding.
 void evaluate_drafter(RunState& s) {
   const TrainConfig& config = s.config;
@@ -256,7 +307,7 @@ void evaluate_drafter(RunState& s) {
   s.eval_seconds = seconds_since(t0);
 }
 
-// Stage 6: the memory story, one drafter step per head-loss path at two shapes.
+// Stage 8: the memory story, one drafter step per head-loss path at two shapes.
 void measure_memory(RunState& s) {
   const TrainConfig& config = s.config;
   if (!config.memory.enabled) return;
@@ -283,7 +334,7 @@ void measure_memory(RunState& s) {
   say(config, "memory: " + std::to_string(seconds_since(t0)) + " s");
 }
 
-// Stage 7: the summary, returned and written to run_dir/summary.json.
+// Stage 9: the summary, returned and written to run_dir/summary.json.
 nlohmann::json write_summary(RunState& s) {
   const TrainConfig& config = s.config;
   const SpeculativeReport& spec = s.spec;
@@ -293,6 +344,7 @@ nlohmann::json write_summary(RunState& s) {
   summary["lossless"] = spec.lossless;
   summary["eval_block_size"] = s.eval_block;
   summary["identical"] = spec.identical;
+  summary["tie_divergences"] = spec.tie_divergences;
   summary["mismatch"] = spec.mismatch;
   summary["target_tokens_per_s"] = spec.greedy_tokens_per_second;
   summary["speculative_tokens_per_s"] = spec.speculative_tokens_per_second;
@@ -329,13 +381,15 @@ nlohmann::json write_summary(RunState& s) {
   summary["device"] = s.device.str();
   if (s.device.is_cuda()) summary["device_peak_allocated_bytes"] = allocator_for(s.device).stats().allocated_bytes.peak;
   summary["config"] = config.to_json();
-  {
-    std::ofstream out(config.run_dir + "/summary.json");
-    out << summary.dump(2) << "\n";
-    CG_CHECK(out.good(), "cannot write ", config.run_dir, "/summary.json");
-  }
+  write_file_atomically(config.run_dir + "/summary.json", summary.dump(2) + "\n", "the summary");
   s.log.write({{"phase", "summary"}, {"tau", spec.tau}, {"speedup", spec.speedup}});
   return summary;
+}
+
+// Between the stages after training: a stop signal that came during a stage that does
+// not check it ends the run here (the drafter's state is saved at its last checkpoint).
+void stop_if_asked(const RunState& s) {
+  if (stop_agreed()) throw Interrupted("drafter", s.final_step);
 }
 
 }  // namespace
@@ -343,23 +397,44 @@ nlohmann::json write_summary(RunState& s) {
 nlohmann::json run_pipeline(const TrainConfig& config) {
   config.validate();
   RunState s(config, config.compute_device());
-  prepare_run_directory(s);
+  StopSignals signals;  // SIGINT/SIGTERM: finish the step, save, stop (stop_signal.h)
+  lock_run_directory(s);
   read_corpus(s);
+  check_resume(s);
+  prepare_run_directory(s);
   obtain_target_model(s);
   make_drafter_data(s);
   train_drafter(s);
+  stop_if_asked(s);
   evaluate_drafter(s);
+  stop_if_asked(s);
   measure_memory(s);
   return write_summary(s);
 }
 
+namespace {
+
+// What the token-for-token check found, exactly: "identical tokens" only when they were.
+std::string lossless_text(const nlohmann::json& s) {
+  const bool identical = s.value("identical", false);
+  const int64_t ties = s.value("tie_divergences", int64_t{0});
+  if (s["lossless"].get<bool>() && identical) return "lossless: identical tokens";
+  if (s["lossless"].get<bool>()) {
+    return "lossless up to near ties: " + std::to_string(ties) + (ties == 1 ? " prompt" : " prompts") +
+           " diverged where the top two logits were within the tie tolerance, no real mismatch";
+  }
+  return "NOT LOSSLESS";
+}
+
+}  // namespace
+
 std::string summary_text(const nlohmann::json& s) {
   std::ostringstream o;
   char line[256];
-  std::snprintf(line, sizeof line, "speculative decoding (block %lld): tau %.2f tokens per target step, speedup %.2fx over target-only greedy (%s)\n",
+  std::snprintf(line, sizeof line, "speculative decoding (block %lld): tau %.2f tokens per target step, speedup %.2fx over target-only greedy (",
                 static_cast<long long>(s["eval_block_size"].get<int64_t>()), s["tau"].get<double>(),
-                s["speedup"].get<double>(), s["lossless"].get<bool>() ? "lossless: identical tokens" : "NOT LOSSLESS");
-  o << line;
+                s["speedup"].get<double>());
+  o << line << lossless_text(s) << ")\n";
   std::snprintf(line, sizeof line,
                 "  target-only %.1f tok/s, speculative %.1f tok/s; a free, always-right drafter would give %.2fx\n",
                 s["target_tokens_per_s"].get<double>(), s["speculative_tokens_per_s"].get<double>(),
