@@ -22,8 +22,8 @@ AtomicFile::AtomicFile(std::string path, std::string what)
   CG_CHECK(!std::filesystem::is_directory(path_), what_, ": ", path_, " is a directory; give a file path");
   fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   const int err = errno;
-  CG_CHECK(fd_ >= 0, what_, ": cannot create ", temp_, " (to replace ", path_, " when complete): ", reason(err),
-           ". Give a path in a writable directory.");
+  CG_CHECK(fd_ >= 0, what_, ": cannot open ", path_, " for writing (through ", temp_, ", renamed when complete): ",
+           reason(err), ". Give a path in a writable directory.");
 }
 
 AtomicFile::~AtomicFile() { discard(); }
