@@ -12,6 +12,8 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 
@@ -19,10 +21,13 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "train/corpus.h"
 #include "train/fingerprint.h"
 #include "train/pipeline.h"
 #include "train/run_lock.h"
 #include "train/stop_signal.h"
+#include "train/target_lm.h"
+#include "train/tokenizer.h"
 
 namespace cg {
 namespace {
@@ -133,11 +138,21 @@ TEST_F(RunSafety, TheRunLockNamesItsHolderAndIsTakenOverWhenTheHolderIsDead) {
 }
 
 TEST_F(RunSafety, AStopSignalOnlySetsTheFlag) {
-  train::StopSignals signals;
+  struct sigaction before {};
+  sigaction(SIGTERM, nullptr, &before);
+  {
+    train::StopSignals signals;
+    EXPECT_FALSE(train::stop_requested());
+    ::raise(SIGTERM);  // without the handler this would end the test binary
+    EXPECT_TRUE(train::stop_requested());
+    EXPECT_TRUE(train::stop_agreed());
+    train::StopSignals nested;  // a second run in the process: its own handlers, flag down
+    EXPECT_FALSE(train::stop_requested());
+  }
+  struct sigaction after {};
+  sigaction(SIGTERM, nullptr, &after);
+  EXPECT_EQ(after.sa_handler, before.sa_handler) << "the handlers before the run did not come back";
   EXPECT_FALSE(train::stop_requested());
-  ::raise(SIGTERM);  // without the handler this would end the test binary
-  EXPECT_TRUE(train::stop_requested());
-  EXPECT_TRUE(train::stop_agreed());
   const train::Interrupted stopped("drafter", 7);
   EXPECT_NE(std::string(stopped.what()).find("interrupted at step 7; run the same command to resume"),
             std::string::npos)
@@ -179,6 +194,63 @@ TEST_F(RunSafety, TheSummarySaysWhetherTokensWereIdenticalOrTiedOnly) {
   s["lossless"] = false;
   s["identical"] = false;
   EXPECT_NE(train::summary_text(s).find("NOT LOSSLESS"), std::string::npos);
+}
+
+// An interrupted target training goes on from its saved step with the very steps an
+// uninterrupted one takes: the same losses (weights, optimiser state and the generator's
+// position all come back).
+TEST_F(RunSafety, AnInterruptedTargetTrainingResumesExactly) {
+  train::StopSignals signals;  // clears the stop flag now and when the test ends
+  train::TargetConfig t;
+  t.hidden_size = 16;
+  t.num_layers = 1;
+  t.num_heads = 2;
+  t.num_kv_heads = 1;
+  t.head_dim = 8;
+  t.intermediate_size = 32;
+  t.seq_len = 32;
+  t.optim.steps = 20;
+  t.optim.batch_size = 2;
+  const std::vector<int64_t> tokens =
+      train::ByteTokenizer().encode(train::corpus_text(train::generate_corpus_lines(1, 100)));
+  auto fresh_lm = [&] {
+    Generator init(5);
+    return std::make_unique<nn::Qwen3ForCausalLM>(train::target_model_config(t, train::ByteTokenizer::kVocabSize),
+                                                  nn::InitOptions{.generator = &init});
+  };
+  std::map<int64_t, double> straight, resumed;
+  {
+    auto lm = fresh_lm();
+    train::train_target(*lm, tokens, t, 3, {.on_step = [&](int64_t s, int64_t, double l, int64_t) { straight[s] = l; }});
+  }
+  const std::string state = path("interrupted.safetensors");
+  int64_t stopped_at = 0;
+  {
+    auto lm = fresh_lm();
+    auto on_step = [&](int64_t s, int64_t, double l, int64_t) {
+      resumed[s] = l;
+      if (s == 10) train::request_stop();
+    };
+    try {
+      train::train_target(*lm, tokens, t, 3, {.on_step = on_step, .resume_file = state, .fingerprint = "f"});
+      FAIL() << "the stop was not taken";
+    } catch (const train::Interrupted& e) {
+      stopped_at = e.step();
+    }
+  }
+  ASSERT_GT(stopped_at, 10);
+  ASSERT_TRUE(std::filesystem::exists(state));
+  {
+    train::StopSignals clear;  // the flag down again
+    auto lm = fresh_lm();
+    int64_t first = -1;
+    train::train_target(*lm, tokens, t, 3,
+                        {.on_step = [&](int64_t s, int64_t, double l, int64_t) { resumed[s] = l; },
+                         .on_start = [&](int64_t f) { first = f; }, .resume_file = state, .fingerprint = "f"});
+    EXPECT_EQ(first, stopped_at);
+  }
+  ASSERT_EQ(resumed.size(), straight.size());
+  for (const auto& [s, l] : straight) EXPECT_EQ(resumed[s], l) << "step " << s;
 }
 
 }  // namespace

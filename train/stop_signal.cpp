@@ -9,7 +9,6 @@ namespace cg::train {
 namespace {
 
 std::atomic<bool> g_stop{false};
-struct sigaction g_old_int {}, g_old_term {};
 
 extern "C" void on_stop_signal(int sig) {
   g_stop.store(true, std::memory_order_relaxed);
@@ -24,13 +23,13 @@ StopSignals::StopSignals() {
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
-  sigaction(SIGINT, &sa, &g_old_int);
-  sigaction(SIGTERM, &sa, &g_old_term);
+  sigaction(SIGINT, &sa, &old_int_);
+  sigaction(SIGTERM, &sa, &old_term_);
 }
 
 StopSignals::~StopSignals() {
-  sigaction(SIGINT, &g_old_int, nullptr);
-  sigaction(SIGTERM, &g_old_term, nullptr);
+  sigaction(SIGINT, &old_int_, nullptr);
+  sigaction(SIGTERM, &old_term_, nullptr);
   g_stop.store(false);  // a later run in this process starts unasked
 }
 

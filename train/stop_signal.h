@@ -19,6 +19,8 @@
 // step. With one process it is the local flag.
 #pragma once
 
+#include <signal.h>
+
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -34,6 +36,9 @@ class StopSignals {
   ~StopSignals();
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  struct sigaction old_int_ {}, old_term_ {};  // what comes back (nesting restores in order)
 };
 
 // Whether a signal asked this process to stop.
