@@ -28,6 +28,7 @@
 #include "train/stop_signal.h"
 #include "train/target_lm.h"
 #include "train/tokenizer.h"
+#include "train_test_util.h"
 
 namespace cg {
 namespace {
@@ -201,16 +202,8 @@ TEST_F(RunSafety, TheSummarySaysWhetherTokensWereIdenticalOrTiedOnly) {
 // position all come back).
 TEST_F(RunSafety, AnInterruptedTargetTrainingResumesExactly) {
   train::StopSignals signals;  // clears the stop flag now and when the test ends
-  train::TargetConfig t;
-  t.hidden_size = 16;
-  t.num_layers = 1;
-  t.num_heads = 2;
-  t.num_kv_heads = 1;
-  t.head_dim = 8;
-  t.intermediate_size = 32;
-  t.seq_len = 32;
+  train::TargetConfig t = testing_train::ci_train_config(path("run")).target;
   t.optim.steps = 20;
-  t.optim.batch_size = 2;
   const std::vector<int64_t> tokens =
       train::ByteTokenizer().encode(train::corpus_text(train::generate_corpus_lines(1, 100)));
   auto fresh_lm = [&] {
