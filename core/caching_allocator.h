@@ -1,7 +1,7 @@
 // Why this file exists: chunkgrad's caching allocator, one design for host and device
-// memory, after PyTorch's CUDACachingAllocator (see ../shared/notes and docs/ once they
-// exist). Memory is taken from a SegmentSource in whole segments, carved into blocks,
-// and cached on free, so that every byte the framework holds is counted in one place.
+// memory, after PyTorch's CUDACachingAllocator (docs/allocator_notes.md). Memory is taken
+// from a SegmentSource in whole segments, carved into blocks, and cached on free, so
+// that every byte the framework holds is counted in one place.
 //
 // Note [Sizes]: requests round up to 512 B. Requests <= 1 MiB come from the small pool,
 // whose segments are 2 MiB; larger ones from the large pool, whose segments are 20 MiB

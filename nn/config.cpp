@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "nn/json_input.h"
+#include "core/json_input.h"
 
 namespace cg::nn {
 

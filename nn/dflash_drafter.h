@@ -1,6 +1,6 @@
 // Why this file exists: the DFlash drafter as a module -- a small Qwen3-style stack of the
 // target's width that predicts a whole block of next tokens in one pass from the target's
-// hidden states (../shared/notes/dflash_training.md has the public facts):
+// hidden states (docs/dflash_training.md has the public facts):
 //
 //   features [B, S, n*H]  (outputs of target layers `target_layers`, concatenated)
 //     --fc (n*H -> H, no bias)--> hidden_norm (RMSNorm)  = context [B, S, H], once

@@ -12,9 +12,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.h"
 #include "core/memory_trace.h"
 #include "core/views.h"
-#include "nn/json_input.h"
+#include "core/json_input.h"
 
 namespace cg::safetensors {
 
@@ -24,7 +25,7 @@ static_assert(std::endian::native == std::endian::little,
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using ordered_json = nlohmann::ordered_json;
-using nn::describe_json;
+using cg::describe_json;
 
 namespace {
 
@@ -77,7 +78,7 @@ uint64_t as_unsigned(const json& v, const std::string& where, const char* what) 
 // does not, and a silent "last one wins" would hide a corrupted file) and nesting deeper
 // than any header needs (json_input.h: a deep value would overflow the stack later).
 json parse_header_json(const std::string& text, const std::string& path) {
-  nn::check_json_depth(text, "safetensors: the header of '" + path + "'");
+  check_json_depth(text, "safetensors: the header of '" + path + "'");
   std::set<std::string> seen;
   std::string duplicate;
   auto on_event = [&](int depth, json::parse_event_t event, json& parsed) {
@@ -287,8 +288,8 @@ Tensor File::load(const std::string& name, Device device) const {
 
 Sharded::Sharded(std::string index_path) : index_path_(std::move(index_path)) {
   folder_ = fs::path(index_path_).parent_path().string();
-  const json index = nn::parse_untrusted_json(
-      nn::read_text_file(index_path_, "safetensors: the index"),
+  const json index = parse_untrusted_json(
+      read_text_file(index_path_, "safetensors: the index"),
       "safetensors: the index '" + index_path_ + "'");
   CG_CHECK(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
            "safetensors: the index '", index_path_,
@@ -400,26 +401,16 @@ void save_file(const NamedTensors& tensors, const std::string& path,
     offset = info.end;
     infos.push_back(std::move(info));
   }
-  // Write next to the target and rename, so a crash never leaves a half-written
-  // checkpoint under the real name.
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    CG_CHECK(out, "safetensors: cannot open '", tmp, "' for writing");
-    const std::string header = build_header(infos, metadata);
-    out.write(header.data(), static_cast<std::streamsize>(header.size()));
-    CategoryGuard category(MemoryCategory::temporary);
-    for (const auto& [name, t] : tensors) {
-      const Tensor host = raw::contiguous(raw::to_device(t, kCPU));
-      out.write(static_cast<const char*>(host.data_ptr()),
-                static_cast<std::streamsize>(host.nbytes()));
-    }
-    out.flush();
-    CG_CHECK(out, "safetensors: writing '", tmp, "' failed (disk full?)");
+  // Written next to the target and renamed (core/atomic_file.h): a crash or a full disk
+  // never leaves a half-written checkpoint under the real name, nor a temporary behind.
+  AtomicFile out(path, "safetensors");
+  out.write(build_header(infos, metadata));
+  CategoryGuard category(MemoryCategory::temporary);
+  for (const auto& [name, t] : tensors) {
+    const Tensor host = raw::contiguous(raw::to_device(t, kCPU));
+    out.write(host.data_ptr(), host.nbytes());
   }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  CG_CHECK(!ec, "safetensors: cannot rename '", tmp, "' to '", path, "': ", ec.message());
+  out.commit();
 }
 
 std::vector<std::string> save_sharded(const NamedTensors& tensors, const std::string& folder,
@@ -459,10 +450,7 @@ std::vector<std::string> save_sharded(const NamedTensors& tensors, const std::st
   for (const auto& [k, v] : metadata) index_metadata[k] = v;
   ordered_json index = {{"metadata", index_metadata}, {"weight_map", weight_map}};
   const std::string index_path = (fs::path(folder) / kIndexName).string();
-  std::ofstream out(index_path, std::ios::trunc);
-  CG_CHECK(out, "safetensors: cannot open '", index_path, "' for writing");
-  out << index.dump(2) << "\n";
-  CG_CHECK(out, "safetensors: writing '", index_path, "' failed");
+  write_file_atomically(index_path, index.dump(2) + "\n", "safetensors: the index");
   return files;
 }
 

@@ -30,7 +30,7 @@ class AttentionMask {
   // FlashAttention, so that the last query sees every key. With Sq == Sk this is the
   // usual lower triangle; with Sq > Sk the first Sq - Sk rows see nothing (output 0).
   static AttentionMask causal();
-  // DFlash training (docs: shared/notes/dflash_training.md). Queries are N blocks of
+  // DFlash training (docs/dflash_training.md). Queries are N blocks of
   // block_size tokens (Sq = N * block_size); keys are context_len context keys followed
   // by the N * block_size block keys (Sk = context_len + N * block_size). A query of
   // block b sees context key j iff j < anchors[b], and every key of its own block b

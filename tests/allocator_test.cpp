@@ -1,5 +1,5 @@
 // Why this file exists: the caching allocator checked against its spec
-// (shared/notes/allocator_and_traces.md, core/caching_allocator.h), independently of
+// (docs/allocator_notes.md, core/caching_allocator.h), independently of
 // its implementation. Every behaviour test runs on each segment source -- the fake,
 // host memory and (with a GPU) cuda:0 -- so the CPU and GPU allocators are one design
 // in fact, not only in intent. Tests that need a capacity use memory_limit.

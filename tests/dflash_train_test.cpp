@@ -25,7 +25,7 @@
 #include "ops/ops.h"
 #include "ops/optim.h"
 #include "train/dflash_batch.h"
-#include "train/dflash_drafter.h"
+#include "train/dflash_block_drafter.h"
 #include "train/drafter_step.h"
 #include "train/drafter_trainer.h"
 #include "train/optimizer.h"

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "nn/config.h"
-#include "nn/json_input.h"
+#include "core/json_input.h"
 #include "nn/safetensors.h"
 #include "nn_test_util.h"
 #include "tests/error_helpers.h"
@@ -69,25 +69,25 @@ TEST(JsonHostile, ErrorMessagesDescribeValuesWithoutDumpingThem) {
             std::string::npos) << msg.substr(0, 300);
   EXPECT_LT(msg.size(), 400u);
 
-  EXPECT_EQ(nn::describe_json(nlohmann::json::parse("[1,[2,[3]]]")), "an array of 2 values");
-  EXPECT_EQ(nn::describe_json(nlohmann::json::parse(R"({"a":1,"b":{}})")),
+  EXPECT_EQ(describe_json(nlohmann::json::parse("[1,[2,[3]]]")), "an array of 2 values");
+  EXPECT_EQ(describe_json(nlohmann::json::parse(R"({"a":1,"b":{}})")),
             "an object with 2 keys");
-  EXPECT_EQ(nn::describe_json(nlohmann::json(3.5)), "3.5");
-  EXPECT_EQ(nn::describe_json(nlohmann::json(nullptr)), "null");
-  EXPECT_EQ(nn::describe_json(nlohmann::json("a\nb")), "\"a?b\"");
-  EXPECT_EQ(nn::describe_json(nlohmann::json(std::string(100, 'x'))),
+  EXPECT_EQ(describe_json(nlohmann::json(3.5)), "3.5");
+  EXPECT_EQ(describe_json(nlohmann::json(nullptr)), "null");
+  EXPECT_EQ(describe_json(nlohmann::json("a\nb")), "\"a?b\"");
+  EXPECT_EQ(describe_json(nlohmann::json(std::string(100, 'x'))),
             "\"" + std::string(64, 'x') + "...\"");
 }
 
 TEST(JsonHostile, DepthCheckSkipsStringsAndAllowsRealNesting) {
   // Brackets inside strings (escaped quotes included) are not nesting.
   const std::string in_string = R"({"k":")" + std::string(1000, '[') + R"(\"[[[" })";
-  EXPECT_NO_THROW(nn::check_json_depth(in_string, "x"));
-  EXPECT_NO_THROW(nn::parse_untrusted_json(in_string, "x"));
-  EXPECT_NO_THROW(nn::check_json_depth(nested_array(64), "x"));
-  EXPECT_ERROR_HAS(nn::check_json_depth(nested_array(65), "the thing"), "the thing",
+  EXPECT_NO_THROW(check_json_depth(in_string, "x"));
+  EXPECT_NO_THROW(parse_untrusted_json(in_string, "x"));
+  EXPECT_NO_THROW(check_json_depth(nested_array(64), "x"));
+  EXPECT_ERROR_HAS(check_json_depth(nested_array(65), "the thing"), "the thing",
                    "deeper than 64 levels");
-  EXPECT_ERROR_HAS(nn::parse_untrusted_json("{\"a\": [1, 2", "the file"), "the file",
+  EXPECT_ERROR_HAS(parse_untrusted_json("{\"a\": [1, 2", "the file"), "the file",
                    "not valid JSON");
 }
 

@@ -433,3 +433,48 @@ TEST(Programs, ChunkgradTraceNamesTheHoldersAtThePeak) {
   }
   std::filesystem::remove_all(dir);
 }
+
+// ---- issue 18 item 1: a failed run leaves the outputs of the last good one as they were ----
+
+// The outputs were opened (truncated) before the input was read: a broken trace left the
+// old report and timelines at 0 bytes.
+TEST(Programs, ChunkgradTraceKeepsOldOutputsWhenAnInputIsBroken) {
+  const std::string dir = temp_dir();
+  std::filesystem::create_directories(dir + "/svg");
+  std::ofstream(dir + "/old.html") << "OLD REPORT";
+  std::ofstream(dir + "/svg/memory_broken.svg") << "OLD SVG";
+  std::ofstream(dir + "/broken.json") << "{not json at all";
+  expect_clean_failure(chunkgrad("trace '" + dir + "/broken.json' --html '" + dir + "/old.html' --svg-dir '" + dir +
+                                 "/svg'"),
+                       "trace", {"broken.json", "not JSON"});
+  EXPECT_EQ(read_file(dir + "/old.html"), "OLD REPORT");
+  EXPECT_EQ(read_file(dir + "/svg/memory_broken.svg"), "OLD SVG");
+  EXPECT_FALSE(std::filesystem::exists(dir + "/old.html.tmp")) << "a temporary was left behind";
+  EXPECT_FALSE(std::filesystem::exists(dir + "/svg/memory_broken.svg.tmp")) << "a temporary was left behind";
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Programs, MemoryLessonKeepsOldTracesWhenARunIsRefused) {
+  const std::string dir = temp_dir();
+  std::ofstream(dir + "/trace_naive.json") << "OLD TRACE";
+  expect_clean_failure(memory_lesson(kTiny + "--paths naive --chunk-budget-mb 0.000001 --trace-dir '" + dir + "'"),
+                       "memory_lesson", {"--chunk-budget-mb"});
+  EXPECT_EQ(read_file(dir + "/trace_naive.json"), "OLD TRACE");
+  EXPECT_FALSE(std::filesystem::exists(dir + "/trace_naive.json.tmp"));
+  std::filesystem::remove_all(dir);
+}
+
+// ---- issue 18 item 9: hostile nesting is one short error line, not a stack overflow ----
+
+TEST(Programs, ChunkgradTraceRefusesDeepNestingInOneShortLine) {
+  const std::string dir = temp_dir();
+  for (const char* key : {"time_us", "format"}) {
+    const int depth = 100000;
+    std::ofstream(dir + "/deep.json") << R"({"format": )" << (std::string(key) == "format" ? "" : "\"chunkgrad.memory_trace\", \"events\": [{\"action\": \"alloc\", \"time_us\": ")
+                                      << std::string(depth, '[') << std::string(depth, ']')
+                                      << (std::string(key) == "format" ? ", \"events\": []}" : "}]}");
+    const ProgramRun r = chunkgrad("trace '" + dir + "/deep.json'");
+    expect_clean_failure(r, "trace", {"deep.json", "nests"});
+  }
+  std::filesystem::remove_all(dir);
+}

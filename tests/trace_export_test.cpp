@@ -1,6 +1,6 @@
 // Why this file exists: the files other tools open, checked without those tools (no
 // network here): the memory_viz snapshot against the viewer's rules
-// (../shared/notes/allocator_and_traces.md) and against the allocator, replayed backwards
+// (docs/allocator_notes.md) and against the allocator, replayed backwards
 // as the viewer does; the pickle decoded by a small reader here (and by Python's pickle
 // module when python3 is on PATH) equal to the JSON, integers exact; the Perfetto file's
 // counters, spans and instants; the HTML report and SVG self-contained.

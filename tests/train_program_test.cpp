@@ -4,8 +4,15 @@
 // passes its path) with tiny configs, so each case takes well under a second.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include <cstdlib>
 #include <filesystem>
@@ -15,6 +22,7 @@
 #include <string>
 
 #include "core/backend.h"
+#include "train/run_lock.h"
 
 namespace {
 
@@ -74,6 +82,62 @@ class TrainProgram : public ::testing::Test {
                   "max_anchors": 4, "optim": {"steps": 2, "batch_size": 2}},
       "eval": {"prompts": 1, "max_new_tokens": 8, "accuracy_sequences": 1},
       "memory": {"enabled": false}})";
+  }
+  // Every file under `dir` and its bytes.
+  static std::map<std::string, std::string> files_of(const std::string& dir) {
+    std::map<std::string, std::string> files;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+      if (e.is_regular_file()) files[e.path().string()] = slurp(e.path().string());
+    }
+    return files;
+  }
+  // `chunkgrad train args` started in the background; its PID.
+  pid_t start_train(const std::string& args) const {
+    const std::string cmd = std::string("exec '") + CHUNKGRAD_CLI + "' train " + args + " >'" + path("out") +
+                            "' 2>'" + path("err") + "'";
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::setenv("CHUNKGRAD_NUM_THREADS", "1", 1);
+      ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    return pid;
+  }
+  // Waits (up to a minute) until `file` contains `text`.
+  static bool wait_for(const std::string& file, const std::string& text) {
+    for (int i = 0; i < 1200; ++i) {
+      if (slurp(file).find(text) != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
+  // Sends `sig` to a background run and collects it.
+  TrainRun stop(pid_t pid, int sig) const {
+    ::kill(pid, sig);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    TrainRun r;
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r.out = slurp(path("out"));
+    r.err = slurp(path("err"));
+    return r;
+  }
+  // How often each step of `phase` appears in metrics.jsonl.
+  static std::map<int64_t, int> steps_logged(const std::string& run, const std::string& phase) {
+    std::map<int64_t, int> steps;
+    std::istringstream log(slurp(run + "/metrics.jsonl"));
+    for (std::string line; std::getline(log, line);) {
+      if (line.find("\"phase\":\"" + phase + "\"") == std::string::npos) continue;
+      const size_t at = line.find("\"step\":");
+      if (at != std::string::npos) ++steps[std::stoll(line.substr(at + 7))];
+    }
+    return steps;
+  }
+  static std::string replaced(std::string text, const std::string& from, const std::string& to) {
+    const size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) text.replace(at, from.size(), to);
+    return text;
   }
   std::filesystem::path dir_;
 };
@@ -237,6 +301,155 @@ TEST_F(TrainProgram, AResumeWithAnotherConfigNamesTheField) {
   const TrainRun bad = train("--config " + path("c.json"));
   expect_error(bad, "is unreadable");
   EXPECT_EQ(bad.err.find("(at "), bad.err.rfind("(at ")) << bad.err;
+}
+
+// ---- issue 18, data loss and false statements ----
+
+// Item 2: a resume refused for a changed target field had already retrained and replaced
+// the cached target and appended to metrics.jsonl, then said "the run directory is
+// unchanged".
+TEST_F(TrainProgram, AResumeRefusedForATargetFieldLeavesTheRunDirectoryUnchanged) {
+  const std::string run = path("run");
+  ASSERT_EQ(train("--config " + write("c.json", tiny(run))).exit_code, 0);
+  const auto before = files_of(run);
+  const std::string changed = replaced(tiny(run), R"("hidden_size": 16)", R"("hidden_size": 24)");
+  const TrainRun r = train("--config " + write("d.json", changed));
+  expect_error(r, "target.hidden_size: 16 then, 24 now");
+  EXPECT_NE(r.err.find("the run directory is unchanged"), std::string::npos) << r.err;
+  EXPECT_EQ(files_of(run), before);
+}
+
+// Item 3: two runs on one run_dir both exited 0 and lost each other's records.
+TEST_F(TrainProgram, ALockedRunDirectoryIsRefusedNamingTheHolder) {
+  const std::string run = path("run");
+  std::filesystem::create_directories(run);
+  {
+    cg::train::RunLock held(run);  // this test process is the other run
+    expect_error(train("--config " + write("c.json", tiny(run))), "pid " + std::to_string(::getpid()));
+    EXPECT_FALSE(std::filesystem::exists(run + "/metrics.jsonl")) << "the refused run wrote";
+  }
+  // A lock left by a run that died is taken over.
+  const pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  ::waitpid(dead, nullptr, 0);
+  std::ofstream(run + "/.lock") << dead << "\n";
+  const TrainRun r = train("--config " + path("c.json"));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(run + "/.lock"));
+}
+
+// Item 4: the cached target and the drafter checkpoints were keyed by the corpus's path:
+// an edited corpus loaded the target trained on the old text and resumed the drafter.
+TEST_F(TrainProgram, AnEditedCorpusRetrainsTheTargetAndRefusesTheResume) {
+  const std::string run = path("run");
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "question " + std::to_string(i) + ": answer " + std::to_string(i * 7) + "\n";
+  const std::string corpus = write("corpus.txt", text);
+  const std::string config = write("c.json", tiny(run, corpus));
+  ASSERT_EQ(train("--config " + config).exit_code, 0);
+  text[text.size() - 2] = text[text.size() - 2] == '1' ? '2' : '1';  // same size, same path, other bytes
+  write("corpus.txt", text);
+  const TrainRun refused = train("--config " + config);
+  expect_error(refused, "was trained on other data");
+  EXPECT_NE(refused.err.find("corpus_xxh3"), std::string::npos) << refused.err;
+  const TrainRun fresh = train("--config " + config + " --fresh --json");
+  ASSERT_EQ(fresh.exit_code, 0) << fresh.err;
+  EXPECT_EQ(nlohmann::json::parse(fresh.out)["target_source"], "trained") << "the old text's target was reused";
+  // The file behind target.checkpoint is fingerprinted the same way.
+  const std::string target = path("target.safetensors");
+  std::filesystem::copy_file(run + "/target/model.safetensors", target);
+  const std::string run2 = path("run2");
+  const std::string with_target = write(
+      "t.json", replaced(tiny(run2, corpus), R"("target": {)", R"("target": {"checkpoint": ")" + target + R"(", )"));
+  ASSERT_EQ(train("--config " + with_target).exit_code, 0) << slurp(path("err"));
+  std::ofstream(target, std::ios::app) << " ";
+  expect_error(train("--config " + with_target), "target_checkpoint_xxh3");
+}
+
+// Item 5: SIGINT killed the run at once: no message, no checkpoint.
+TEST_F(TrainProgram, AnInterruptedDrafterSavesItsStepAndResumesFromIt) {
+  const std::string run = path("run");
+  const std::string config = write(
+      "c.json", replaced(tiny(run), R"("optim": {"steps": 2, "batch_size": 2})",
+                         R"("optim": {"steps": 100000, "batch_size": 2}, "checkpoint_every": 0)"));
+  const pid_t pid = start_train("--config " + config);
+  ASSERT_TRUE(wait_for(run + "/metrics.jsonl", R"("phase":"drafter")")) << slurp(path("err"));
+  const TrainRun r = stop(pid, SIGINT);
+  EXPECT_EQ(r.exit_code, 130) << r.err;
+  const size_t at = r.err.find("drafter training: interrupted at step ");
+  ASSERT_NE(at, std::string::npos) << r.err;
+  const int64_t step = std::stoll(r.err.substr(at + 38));
+  EXPECT_NE(r.err.find("; run the same command to resume"), std::string::npos) << r.err;
+  char name[64];
+  std::snprintf(name, sizeof name, "/drafter/step_%08lld.safetensors", static_cast<long long>(step));
+  EXPECT_TRUE(std::filesystem::exists(run + name)) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(run + "/.lock"));
+  // The same command goes on from that step (stopped again at once: the test does not
+  // train 100000 steps).
+  const pid_t again = start_train("--config " + config);
+  bool resumed = false;
+  for (int i = 0; i < 1200 && !resumed; ++i) {
+    resumed = steps_logged(run, "drafter").count(step + 1) > 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const TrainRun r2 = stop(again, SIGTERM);
+  ASSERT_TRUE(resumed) << r2.err;
+  EXPECT_EQ(r2.exit_code, 130) << r2.err;
+  for (const auto& [s, n] : steps_logged(run, "drafter")) EXPECT_EQ(n, 1) << "drafter step " << s;
+}
+
+// Items 5 and 6: an interrupted target training lost everything, and a repeated one left
+// its steps twice in metrics.jsonl.
+TEST_F(TrainProgram, AnInterruptedTargetSavesItsStateAndLogsEachStepOnce) {
+  const std::string run = path("run");
+  const std::string config = write(
+      "c.json", replaced(tiny(run), R"("optim": {"steps": 3, "batch_size": 2})", R"("optim": {"steps": 100000, "batch_size": 2})"));
+  int64_t last = 0;
+  for (int round = 0; round < 2; ++round) {
+    const pid_t pid = start_train("--config " + config);
+    ASSERT_TRUE(wait_for(run + "/metrics.jsonl", R"("step":)" + std::to_string(last + 10) + "}")) << slurp(path("err"));
+    const TrainRun r = stop(pid, SIGINT);
+    EXPECT_EQ(r.exit_code, 130) << r.err;
+    const size_t at = r.err.find("target training: interrupted at step ");
+    ASSERT_NE(at, std::string::npos) << r.err;
+    const int64_t step = std::stoll(r.err.substr(at + 37));
+    EXPECT_GT(step, last) << "round " << round << " did not go on from the saved step";
+    last = step;
+    EXPECT_TRUE(std::filesystem::exists(run + "/target/interrupted.safetensors"));
+  }
+  const auto steps = steps_logged(run, "target");
+  EXPECT_EQ(static_cast<int64_t>(steps.size()), last);
+  for (const auto& [s, n] : steps) EXPECT_EQ(n, 1) << "target step " << s;
+}
+
+// Item 7: a full disk left step_N.safetensors.tmp.tmp and metrics.jsonl.tmp behind.
+// Simulated with a file-size limit (root obeys it too), SIGXFSZ ignored.
+TEST_F(TrainProgram, AFullDiskLeavesNoTemporaries) {
+  const std::string run = path("run");
+  const std::string config = write("c.json", tiny(run));
+  const std::string cmd = "trap '' XFSZ; ulimit -f 8; CHUNKGRAD_NUM_THREADS=1 exec '" + std::string(CHUNKGRAD_CLI) +
+                          "' train --config '" + config + "' >'" + path("out") + "' 2>'" + path("err") + "'";
+  const int status = std::system(("bash -c \"" + cmd + "\"").c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 1) << slurp(path("err"));
+  EXPECT_NE(slurp(path("err")).find("File too large"), std::string::npos) << slurp(path("err"));
+  for (const auto& [file, bytes] : files_of(run)) EXPECT_EQ(file.find(".tmp"), std::string::npos) << file;
+  EXPECT_EQ(train("--config " + config).exit_code, 0) << "the retry failed";
+}
+
+// Item 10: a --fresh run that failed left the old summary.json beside its new config.json,
+// and --fresh deleted the old checkpoints before a new one existed.
+TEST_F(TrainProgram, AFailedFreshRunLeavesNoOldSummaryAndKeepsOldCheckpoints) {
+  const std::string run = path("run");
+  ASSERT_EQ(train("--config " + write("c.json", tiny(run))).exit_code, 0);
+  ASSERT_TRUE(std::filesystem::exists(run + "/summary.json"));
+  const std::string diverging = replaced(
+      tiny(run), R"("optim": {"steps": 2, "batch_size": 2})",
+      R"("optim": {"steps": 40, "batch_size": 2, "lr": 10, "weight_decay": 10, "grad_clip": 0, "warmup_ratio": 0}, "checkpoint_every": 0)");
+  expect_error(train("--config " + write("d.json", diverging) + " --fresh"), "the drafter loss became");
+  EXPECT_FALSE(std::filesystem::exists(run + "/summary.json")) << "the earlier run's summary survived a failed run";
+  EXPECT_TRUE(std::filesystem::exists(run + "/drafter/step_00000002.safetensors"))
+      << "the earlier run's checkpoint went before this run saved one";
 }
 
 }  // namespace

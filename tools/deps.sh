@@ -4,7 +4,7 @@
 # downloads of anything else), running apt-get update once, as root (or through sudo).
 set -euo pipefail
 
-packages=(cmake g++ ninja-build libeigen3-dev nlohmann-json3-dev libcli11-dev libgtest-dev)
+packages=(cmake g++ ninja-build libeigen3-dev nlohmann-json3-dev libcli11-dev libgtest-dev libxxhash-dev)
 # CI also renders the memory report in a real browser (tests/trace_report_chromium_test.sh,
 # which skips where chromium is missing); a developer's machine is left without it.
 if [ "${CI:-}" = "true" ]; then packages+=(chromium); fi

@@ -1,7 +1,7 @@
 // Why this file exists: people already know PyTorch's memory viewer
 // (pytorch.org/memory_viz); a chunkgrad trace converted to its snapshot format opens
 // there, as JSON (newer viewers) or pickle (every viewer). The viewer's rules, from
-// ../shared/notes/allocator_and_traces.md, and how they are kept:
+// docs/allocator_notes.md, and how they are kept:
 // 1. "segments" is the state at the END of the trace (the viewer replays backwards):
 //    the trace file's end state (Note [Trace file]).
 // 2. A segment's blocks, inactive ones too, tile it in address order: checked when read.

@@ -9,8 +9,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.h"
 #include "core/caching_allocator.h"
 #include "core/error.h"
+#include "core/json_input.h"
 
 namespace cg {
 
@@ -64,7 +66,7 @@ struct Reader {
   static uint64_t u64(const nlohmann::json& j, const char* key, const std::string& where) {
     const nlohmann::json& v = field(j, key, where);
     CG_CHECK(v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0), where, ": \"", key,
-             "\" must be a non-negative integer, got ", v.dump());
+             "\" must be a non-negative integer, got ", describe_json(v));
     return v.get<uint64_t>();
   }
   // A block or segment size: at most kMaxAllocation, the largest the allocator hands out.
@@ -78,7 +80,7 @@ struct Reader {
   }
   static std::string str(const nlohmann::json& j, const char* key, const std::string& where) {
     const nlohmann::json& v = field(j, key, where);
-    CG_CHECK(v.is_string(), where, ": \"", key, "\" must be a string, got ", v.dump());
+    CG_CHECK(v.is_string(), where, ": \"", key, "\" must be a string, got ", describe_json(v));
     return v.get<std::string>();
   }
   static std::string str_or(const nlohmann::json& j, const char* key, const std::string& fallback) {
@@ -170,11 +172,7 @@ nlohmann::json memory_trace_file() {
 }
 
 void write_memory_trace_file(const std::string& path) {
-  std::ofstream out(path);
-  CG_CHECK(out.is_open(), "cannot open the trace file ", path, " for writing");
-  out << memory_trace_file().dump() << "\n";
-  out.close();
-  CG_CHECK(!out.fail(), "writing the trace file ", path, " failed (disk full?)");
+  write_file_atomically(path, memory_trace_file().dump() + "\n", "the trace file");
 }
 
 TraceFile parse_trace_file(const nlohmann::json& j, const std::string& source) {
@@ -189,7 +187,7 @@ TraceFile parse_trace_file(const nlohmann::json& j, const std::string& source) {
                                                           : "",
            "; ", kHowToWrite);
   if (j.contains("format")) {
-    CG_CHECK(j["format"] == kFormat, source, ": format ", j["format"].dump(), " is not ", kFormat);
+    CG_CHECK(j["format"] == kFormat, source, ": format ", describe_json(j["format"]), " is not ", kFormat);
     const uint64_t version = Reader::u64(j, "version", source);
     CG_CHECK(version == 1, source, ": trace version ", version, " is newer than this reader (1); rebuild chunkgrad");
   }
@@ -205,7 +203,7 @@ TraceFile parse_trace_file(const nlohmann::json& j, const std::string& source) {
     TraceRecord rec;
     rec.action = parse_action(Reader::str(e, "action", where), where);
     const nlohmann::json& time = Reader::field(e, "time_us", where);
-    CG_CHECK(time.is_number_integer(), where, ": \"time_us\" must be an integer, got ", time.dump());
+    CG_CHECK(time.is_number_integer(), where, ": \"time_us\" must be an integer, got ", describe_json(time));
     rec.time_us = time.get<int64_t>();
     CG_CHECK(rec.time_us >= last_time, where, ": time_us ", rec.time_us, " goes back in time (previous ", last_time,
              "): events must be oldest first");
@@ -272,6 +270,9 @@ TraceFile read_trace_file(const std::string& path) {
   const std::string text = buffer.str();
   CG_CHECK(text.find_first_not_of(" \t\r\n") != std::string::npos, path,
            " is empty: not a chunkgrad memory trace; ", kHowToWrite);
+  // Bounded first (core/json_input.h): a trace nested 100,000 deep is one error line, not
+  // a stack overflow where the value is later copied, compared or described.
+  check_json_depth(text, path);
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);

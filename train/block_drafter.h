@@ -1,5 +1,5 @@
 // Why this file exists: speculative decoding (train/speculative_decoding.h) and the DFlash
-// drafter (train/dflash_drafter.h) meet here. The decoder loop knows nothing about how a
+// drafter (train/dflash_block_drafter.h) meet here. The decoder loop knows nothing about how a
 // drafter guesses; a drafter knows nothing about verification. Tests drive the loop with
 // simple drafters of their own (one that is always right, one that is always wrong), so
 // that "the output equals target-only greedy decoding, token for token" is checked apart

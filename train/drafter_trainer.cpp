@@ -11,11 +11,12 @@
 #include "core/factories.h"
 #include "core/views.h"
 #include "nn/checkpoint.h"
-#include "nn/json_input.h"
+#include "core/json_input.h"
 #include "nn/safetensors.h"
 #include "ops/index_ops.h"
 #include "ops/elementwise.h"
 #include "ops/shape_ops.h"
+#include "train/stop_signal.h"
 #include "train/tokenizer.h"
 
 namespace cg::train {
@@ -163,10 +164,10 @@ std::vector<std::pair<int64_t, std::filesystem::path>> checkpoint_files(const st
 
 }  // namespace
 
-std::string DrafterTrainer::latest_checkpoint() const {
+std::string latest_drafter_checkpoint(const std::string& run_dir) {
   int64_t best = -1;
   std::string path;
-  for (const auto& [s, p] : checkpoint_files(config_.run_dir)) {
+  for (const auto& [s, p] : checkpoint_files(run_dir)) {
     if (s > best) {
       best = s;
       path = p.string();
@@ -175,9 +176,12 @@ std::string DrafterTrainer::latest_checkpoint() const {
   return path;
 }
 
-int64_t DrafterTrainer::remove_checkpoints() const {
+std::string DrafterTrainer::latest_checkpoint() const { return latest_drafter_checkpoint(config_.run_dir); }
+
+int64_t DrafterTrainer::remove_checkpoints(int64_t keep) const {
   int64_t n = 0;
   for (const auto& [s, p] : checkpoint_files(config_.run_dir)) {
+    if (s == keep) continue;
     std::error_code ec;
     std::filesystem::remove(p, ec);
     CG_CHECK(!ec, "fresh run: cannot remove the old checkpoint ", p.string(), ": ", ec.message());
@@ -186,7 +190,7 @@ int64_t DrafterTrainer::remove_checkpoints() const {
   return n;
 }
 
-void DrafterTrainer::save_checkpoint() const {
+void DrafterTrainer::save_checkpoint() {
   const std::filesystem::path dir = std::filesystem::path(config_.run_dir) / "drafter";
   std::filesystem::create_directories(dir);
   safetensors::NamedTensors tensors;
@@ -195,11 +199,15 @@ void DrafterTrainer::save_checkpoint() const {
   char name[64];
   std::snprintf(name, sizeof name, "step_%08lld.safetensors", static_cast<long long>(step()));
   const std::filesystem::path final_path = dir / name;
-  const std::string tmp = final_path.string() + ".tmp";
-  safetensors::save_file(tensors, tmp, {{"format", "chunkgrad-dflash-drafter-1"},
-                                            {"step", std::to_string(step())},
-                                            {"config", config_.to_json().dump()}});
-  std::filesystem::rename(tmp, final_path);
+  // save_file writes next to the target and renames (core/atomic_file.h).
+  safetensors::save_file(tensors, final_path.string(), {{"format", "chunkgrad-dflash-drafter-1"},
+                                                        {"step", std::to_string(step())},
+                                                        {"config", config_.to_json().dump()},
+                                                        {"data", data_.data_fingerprint}});
+  if (replace_earlier_) {  // this run's first checkpoint exists: the earlier run's may go
+    remove_checkpoints(step());
+    replace_earlier_ = false;
+  }
 }
 
 namespace {
@@ -217,20 +225,35 @@ nlohmann::json resumable_part(nlohmann::json j) {
   return j;
 }
 
-}  // namespace
+constexpr const char* kRunDirUnchanged = "the run directory is unchanged";
+constexpr const char* kCheckpointsUnchanged = "the checkpoints are unchanged";
 
-void DrafterTrainer::load_checkpoint(const std::string& path) {
-  auto fail = [&](const std::string& why) {
-    CG_FAIL("resume: checkpoint '", path, "' ", why,
-            "; the run directory is unchanged (delete the checkpoint or set \"resume\": false to start over)");
-  };
-  std::unique_ptr<safetensors::Reader> reader;
-  try {
-    reader = safetensors::open(path);
-  } catch (const Error& e) {
-    fail(std::string("is unreadable: ") + e.message());
+[[noreturn]] void refuse_resume(const std::string& path, const std::string& why, const char* left) {
+  CG_FAIL("resume: checkpoint '", path, "' ", why, "; ", left,
+          " (delete the checkpoint or set \"resume\": false to start over)");
+}
+
+// The first field where two JSON objects differ, as "drafter.gamma: 4 then, 2 now", so
+// that the user knows which edit to undo instead of diffing config.json by hand.
+std::string first_difference(const nlohmann::json& was, const nlohmann::json& now) {
+  std::string field = "?", then = "-", here = "-";
+  const nlohmann::json patch = nlohmann::json::diff(was, now);
+  if (!patch.empty()) {
+    const nlohmann::json::json_pointer at(patch[0]["path"].get<std::string>());
+    field = at.to_string().substr(1);
+    std::replace(field.begin(), field.end(), '/', '.');
+    if (was.contains(at)) then = describe_json(was[at]);
+    if (now.contains(at)) here = describe_json(now[at]);
   }
-  const auto& meta = reader->metadata();
+  return field + ": " + then + " then, " + here + " now";
+}
+
+// Reads a drafter checkpoint's metadata and checks it against this run (config and data);
+// returns its step. `left` says what a refusal leaves as it was.
+int64_t checked_metadata(const safetensors::Reader& reader, const std::string& path, const TrainConfig& config,
+                         const std::string& data_fingerprint, const char* left) {
+  auto fail = [&](const std::string& why) { refuse_resume(path, why, left); };
+  const auto& meta = reader.metadata();
   auto get = [&](const char* key) {
     auto it = meta.find(key);
     if (it == meta.end()) fail(std::string("has no '") + key + "' metadata (not a chunkgrad drafter checkpoint)");
@@ -238,30 +261,59 @@ void DrafterTrainer::load_checkpoint(const std::string& path) {
   };
   if (get("format") != "chunkgrad-dflash-drafter-1") fail("has an unknown format '" + get("format") + "'");
   int64_t step = 0;
-  nlohmann::json saved;
+  nlohmann::json saved, saved_data;
   try {
     step = std::stoll(get("step"));
-    saved = nn::parse_untrusted_json(get("config"), "its config");
+    saved = parse_untrusted_json(get("config"), "its config");
+    auto data = meta.find("data");
+    if (data != meta.end() && !data->second.empty()) saved_data = parse_untrusted_json(data->second, "its data fingerprint");
   } catch (const std::exception& e) {
     const auto* error = dynamic_cast<const Error*>(&e);  // one "(at ...)" per line
     fail(std::string("has damaged metadata: ") + (error ? error->message() : std::string(e.what())));
   }
-  const nlohmann::json was = resumable_part(saved), now = resumable_part(config_.to_json());
+  const nlohmann::json was = resumable_part(saved), now = resumable_part(config.to_json());
   if (was != now) {
-    // Name the first field that differs ("drafter.gamma: 4 then, 2 now"), so that the user
-    // knows which edit to undo instead of diffing config.json by hand.
-    std::string field = "?", then = "-", here = "-";
-    const nlohmann::json patch = nlohmann::json::diff(was, now);
-    if (!patch.empty()) {
-      const nlohmann::json::json_pointer at(patch[0]["path"].get<std::string>());
-      field = at.to_string().substr(1);
-      std::replace(field.begin(), field.end(), '/', '.');
-      if (was.contains(at)) then = was[at].dump();
-      if (now.contains(at)) here = now[at].dump();
-    }
-    fail("was trained with another config (" + field + ": " + then + " then, " + here + " now; only "
+    fail("was trained with another config (" + first_difference(was, now) + "; only "
          "drafter.optim.steps, drafter.checkpoint_every, eval, memory, threads and progress may change on resume)");
   }
+  // Checkpoints from before fingerprints have none: accepted, as they were.
+  if (!data_fingerprint.empty() && !saved_data.is_null()) {
+    const nlohmann::json here = nlohmann::json::parse(data_fingerprint);
+    if (saved_data != here) {
+      fail("was trained on other data: the content of the corpus or of target.checkpoint changed since (" +
+           first_difference(saved_data, here) + ")");
+    }
+  }
+  return step;
+}
+
+}  // namespace
+
+std::string checked_resume_checkpoint(const TrainConfig& config, const std::string& data_fingerprint) {
+  if (!config.resume) return "";
+  const std::string path = latest_drafter_checkpoint(config.run_dir);
+  if (path.empty()) return "";
+  std::unique_ptr<safetensors::Reader> reader;
+  try {
+    reader = safetensors::open(path);
+  } catch (const Error& e) {
+    refuse_resume(path, std::string("is unreadable: ") + e.message(), kRunDirUnchanged);
+  }
+  checked_metadata(*reader, path, config, data_fingerprint, kRunDirUnchanged);
+  return path;
+}
+
+void DrafterTrainer::load_checkpoint(const std::string& path) {
+  // checked_resume_checkpoint ran before any stage wrote; what can still fail here (the
+  // tensors themselves) leaves the drafter and the checkpoints as they were.
+  auto fail = [&](const std::string& why) { refuse_resume(path, why, kCheckpointsUnchanged); };
+  std::unique_ptr<safetensors::Reader> reader;
+  try {
+    reader = safetensors::open(path);
+  } catch (const Error& e) {
+    fail(std::string("is unreadable: ") + e.message());
+  }
+  const int64_t step = checked_metadata(*reader, path, config_, data_.data_fingerprint, kCheckpointsUnchanged);
   // Read everything first; change nothing until every tensor is known to be good.
   std::vector<std::pair<std::string, Tensor>> params, optim;
   try {
@@ -298,9 +350,14 @@ double DrafterTrainer::run(MetricsLog* log) {
   while (step() < d.optim.steps) {
     queued.push_back(train_step_queued());
     const int64_t s = queued.back().step;
-    const bool save = (d.checkpoint_every > 0 && s % d.checkpoint_every == 0) || s == d.optim.steps;
+    const bool stop = stop_agreed();  // Note [Stopping together], train/stop_signal.h
+    const bool save = stop || (d.checkpoint_every > 0 && s % d.checkpoint_every == 0) || s == d.optim.steps;
     if (save || static_cast<int64_t>(queued.size()) >= kFinishEvery) finish_queued();
     if (save) save_checkpoint();
+    if (stop) {
+      bar.finish();  // ends the progress line before the message
+      throw Interrupted("drafter", s);
+    }
   }
   finish_queued();
   bar.finish();

@@ -7,8 +7,10 @@
 //
 // Checkpoints: <run_dir>/drafter/step_<N>.safetensors, written to a temporary name and
 // renamed, holding "drafter.<param>" and "optim.<state>" tensors and metadata {format,
-// step, config}. A resume that fails (corrupt file, another config) throws before it
-// changes anything in the run directory.
+// step, config, data} (data: the content fingerprint of train/fingerprint.h). A resume
+// with another config or other data is refused by checked_resume_checkpoint() before any
+// stage writes; a checkpoint whose tensors turn out damaged later is refused by
+// load_checkpoint() without changing the drafter or the checkpoints.
 #pragma once
 
 #include <cstdint>
@@ -36,7 +38,18 @@ std::unique_ptr<nn::DFlashDrafter> make_drafter(const nn::Qwen3ForCausalLM& targ
 struct DrafterTrainData {
   const std::vector<DrafterSequence>* sequences = nullptr;
   TargetFeatures features;  // of *sequences
+  std::string data_fingerprint;  // data_fingerprint(...).dump(): saved with each checkpoint ("": none)
 };
+
+// The newest run_dir/drafter/step_<N>.safetensors ("" when none).
+std::string latest_drafter_checkpoint(const std::string& run_dir);
+
+// The checkpoint a run with this config resumes from: "" when config.resume is false or
+// there is none; otherwise the newest, after reading its header and checking that it was
+// trained with a resumable config and the same data (data_fingerprint: the JSON text, ""
+// to skip). Throws the refusal, naming the checkpoint and the first difference. Reads
+// only: call it before any stage writes, so that "the run directory is unchanged" holds.
+std::string checked_resume_checkpoint(const TrainConfig& config, const std::string& data_fingerprint);
 
 struct StepRecord {
   int64_t step = 0;
@@ -73,16 +86,21 @@ class DrafterTrainer {
 
   // Latest checkpoint in the run directory ("" when none).
   std::string latest_checkpoint() const;
-  // Deletes run_dir/drafter/step_<N>.safetensors; returns how many. A fresh run calls it
-  // before training: a stale step_<N> of an earlier, longer run would otherwise be the
-  // "newest checkpoint" the next resume loads, instead of this run's last.
-  int64_t remove_checkpoints() const;
-  void save_checkpoint() const;
+  // Deletes run_dir/drafter/step_<N>.safetensors except step `keep` (-1: all); returns how
+  // many.
+  int64_t remove_checkpoints(int64_t keep = -1) const;
+  // A fresh run: the earlier run's checkpoints stay until this run saves its first one,
+  // and go then (a stale step_<N> of an earlier, longer run would otherwise be the
+  // "newest checkpoint" the next resume loads, instead of this run's last).
+  void replace_earlier_checkpoints() { replace_earlier_ = true; }
+  void save_checkpoint();
   // Loads a checkpoint (params, optimiser state, step); throws naming the file and the
   // problem, without changing the drafter when the file is unreadable or does not match.
   void load_checkpoint(const std::string& path);
 
   // Runs to drafter.optim.steps with the progress bar and metrics log; returns tokens/s.
+  // A SIGINT/SIGTERM (train/stop_signal.h) ends it after the current step with a
+  // checkpoint and throws Interrupted.
   double run(MetricsLog* log);
 
  private:
@@ -92,6 +110,7 @@ class DrafterTrainer {
   AdamW opt_;
   LossConfig loss_;
   HeadLossPath path_;
+  bool replace_earlier_ = false;
 };
 
 }  // namespace cg::train

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/atomic_file.h"
 #include "autograd/graph_bytes.h"
 #include "core/allocator_stats.h"
 #include "core/caching_allocator.h"
@@ -125,9 +126,7 @@ MemoryReport measure_paths(const MemoryShape& s, const std::string& trace_dir, u
       traces.back().notes = traces.back().analysis.notes;
     }
     report.report_file = trace_dir + "/report_" + s.name + ".html";
-    std::ofstream out(report.report_file);
-    out << html_report(traces);
-    CG_CHECK(out.good(), "writing the memory report '", report.report_file, "' failed");
+    write_file_atomically(report.report_file, html_report(traces), "the memory report");
   }
   return report;
 }

@@ -1,4 +1,6 @@
 // Why this file exists: the main job's stages in order, and its summary (pipeline.h).
+// run_pipeline reads as the list of stages; each stage is one function below that takes
+// what the earlier stages made (RunState) and adds its own part.
 #include "train/pipeline.h"
 
 #include <algorithm>
@@ -6,22 +8,27 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include "autograd/grad_mode.h"
 #include "core/allocator_stats.h"
+#include "core/atomic_file.h"
 #include "core/caching_allocator.h"
 #include "core/factories.h"
 #include "ops/index_ops.h"
 #include "ops/shape_ops.h"
 #include "ops/threads.h"
 #include "train/corpus.h"
-#include "train/dflash_drafter.h"
+#include "train/dflash_block_drafter.h"
 #include "train/drafter_data.h"
 #include "train/drafter_trainer.h"
+#include "train/fingerprint.h"
 #include "train/memory_report.h"
 #include "train/progress.h"
+#include "train/run_lock.h"
 #include "train/speculative_decoding.h"
+#include "train/stop_signal.h"
 #include "train/target_lm.h"
 #include "train/generate.h"
 #include "train/tokenizer.h"
@@ -39,6 +46,44 @@ void say(const TrainConfig& c, const std::string& line) {
     std::fflush(stderr);
   }
 }
+
+// What the stages hand each other, filled in stage by stage.
+struct RunState {
+  RunState(const TrainConfig& c, Device d) : config(c), device(d) {}
+  const TrainConfig& config;
+  const Device device;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  ByteTokenizer tok;
+  std::unique_ptr<RunLock> lock;  // held to the end (run_lock.h)
+  MetricsLog log;
+
+  std::string text;  // the corpus (stage 1)
+  std::vector<int64_t> tokens;
+  std::string data_fingerprint;  // of the corpus and target.checkpoint (fingerprint.h)
+  std::string resume_from;       // the checked drafter checkpoint, or ""
+
+  TargetResult target;  // stage 2
+
+  std::vector<DrafterSequence> train_seqs;  // stage 3
+  std::unique_ptr<nn::DFlashDrafter> drafter;
+  DrafterTrainData data;
+  double data_seconds = 0;
+
+  int64_t first_step = 0, final_step = 0;  // stage 4
+  double train_tokens_per_s = 0, drafter_seconds = 0;
+
+  int64_t eval_block = 0;  // stage 5
+  std::vector<std::string> eval_prompts;
+  std::vector<std::vector<int64_t>> eval_prompt_ids;
+  SpeculativeReport spec;
+  SlotMetrics slots;
+  double eval_seconds = 0;
+
+  std::vector<MemoryReport> memory;  // stage 6
+
+  const nn::Qwen3ForCausalLM& lm() const { return *target.lm; }
+  const std::vector<int64_t>& target_layers() const { return drafter->config().target_layers; }
+};
 
 // Per-slot accuracy with every candidate anchor of each held-out sequence (up to 256).
 SlotMetrics slot_metrics(const nn::DFlashDrafter& drafter, const std::vector<DrafterSequence>& seqs,
@@ -96,15 +141,41 @@ std::vector<std::string> eval_prompts(const TrainConfig& c, const std::string& t
   return prompts_from_text(text, count, 16, c.seed + 1000003, PromptSplit::evaluation);
 }
 
-}  // namespace
+// Stage 0: the run directory, locked for this run (run_lock.h) before anything in it is
+// read or written.
+void lock_run_directory(RunState& s) {
+  std::filesystem::create_directories(s.config.run_dir);
+  s.lock = std::make_unique<RunLock>(s.config.run_dir);
+  if (s.lock->stale_pid() > 0) {
+    say(s.config, "run_dir: took over the lock of pid " + std::to_string(s.lock->stale_pid()) +
+                      ", which is no longer running");
+  }
+}
 
-nlohmann::json run_pipeline(const TrainConfig& config) {
-  config.validate();
-  const Device device = config.compute_device();
-  const auto t_start = std::chrono::steady_clock::now();
+// Stage 1: the corpus text, its byte tokens and the content fingerprint. Reads only.
+void read_corpus(RunState& s) {
+  const TrainConfig& config = s.config;
+  s.text = config.corpus.path.empty()
+               ? corpus_text(generate_corpus_lines(config.corpus.seed, config.corpus.lines))
+               : read_corpus_file(config.corpus.path);
+  s.tokens = s.tok.encode(s.text);
+  s.data_fingerprint = data_fingerprint(config, s.text).dump();
+  say(config, "corpus: " + std::to_string(s.tokens.size()) + " byte tokens (" +
+                  (config.corpus.path.empty() ? std::string("generated") : config.corpus.path) + ")");
+}
+
+// Stage 2: the resume decision, from the newest drafter checkpoint's header alone: a run
+// with another config or other data is refused here, before any stage writes, so the
+// refusal's "the run directory is unchanged" is true.
+void check_resume(RunState& s) { s.resume_from = checked_resume_checkpoint(s.config, s.data_fingerprint); }
+
+// Stage 3: the run directory made ready: the metrics log, this run's config.json, the
+// trace folder probed, and the previous run's results invalidated (a run that fails must
+// not leave an old summary.json beside the new config.json).
+void prepare_run_directory(RunState& s) {
+  const TrainConfig& config = s.config;
   if (config.threads > 0) set_num_threads(static_cast<int>(config.threads));
-  std::filesystem::create_directories(config.run_dir);
-  MetricsLog log(config.run_dir + "/metrics.jsonl");
+  s.log = MetricsLog(config.run_dir + "/metrics.jsonl");
   if (config.memory.enabled && !config.memory.trace_dir.empty()) {
     // Made now, not at the memory stage: a path that cannot be a directory (a file called
     // "traces" in run_dir) fails before the minutes of training, not after them.
@@ -113,83 +184,112 @@ nlohmann::json run_pipeline(const TrainConfig& config) {
     std::filesystem::create_directories(dir, ec);
     CG_CHECK(!ec && std::filesystem::is_directory(dir), "memory.trace_dir: cannot create the directory ", dir, ": ",
              ec ? ec.message() : std::string("a file is in the way"), "; give another trace_dir or \"\" for no traces");
+    check_writable_dir(dir, "memory.trace_dir");
   }
-  ByteTokenizer tok;
+  std::error_code ec;
+  std::filesystem::remove(config.run_dir + "/summary.json", ec);
+  CG_CHECK(!ec, "cannot remove the previous run's ", config.run_dir, "/summary.json: ", ec.message());
+  if (!config.memory.trace_dir.empty()) {
+    const std::filesystem::path dir = std::filesystem::path(config.run_dir) / config.memory.trace_dir;
+    if (std::filesystem::is_directory(dir)) {
+      for (const auto& e : std::filesystem::directory_iterator(dir)) {
+        const std::string name = e.path().filename().string();
+        const bool ours = (name.starts_with("trace_") && name.ends_with(".json")) ||
+                          (name.starts_with("report_") && name.ends_with(".html"));
+        if (ours && e.is_regular_file()) std::filesystem::remove(e.path(), ec);
+      }
+    }
+  }
+  write_file_atomically(config.run_dir + "/config.json", config.to_json().dump(2) + "\n", "the run's config");
+}
 
-  // 1. Corpus.
-  const std::string text = config.corpus.path.empty()
-                               ? corpus_text(generate_corpus_lines(config.corpus.seed, config.corpus.lines))
-                               : read_corpus_file(config.corpus.path);
-  const std::vector<int64_t> tokens = tok.encode(text);
-  say(config, "corpus: " + std::to_string(tokens.size()) + " byte tokens (" +
-                  (config.corpus.path.empty() ? std::string("generated") : config.corpus.path) + ")");
-
-  // 2. Target.
-  nlohmann::json fp = {{"target", config.to_json()["target"]}, {"corpus", config.to_json()["corpus"]},
-                       {"seed", config.seed}, {"version", 1}};
+// Stage 4: the target LM, trained, or from the run directory's cache or a checkpoint.
+void obtain_target_model(RunState& s) {
+  const TrainConfig& config = s.config;
+  // Keyed by content (the corpus's bytes), not by the corpus's path: an edited corpus
+  // trains a new target, a moved one does not.
+  nlohmann::json corpus = config.to_json()["corpus"];
+  corpus.erase("path");
+  nlohmann::json fp = {{"target", config.to_json()["target"]}, {"corpus", corpus}, {"seed", config.seed},
+                       {"data", nlohmann::json::parse(s.data_fingerprint)}, {"version", 2}};
   ProgressBar target_bar("target", config.target.optim.steps, config.progress);
-  TargetResult target = obtain_target(config, tokens, fp.dump(), [&](int64_t step, int64_t, double loss, int64_t n) {
+  auto on_step = [&](int64_t step, int64_t, double loss, int64_t n) {
     target_bar.update(step, loss, n);
-    log.write({{"phase", "target"}, {"step", step}, {"loss", loss}});
-  });
-  if (target.source == "trained") target_bar.finish();
-  say(config, "target: " + target.source + " (" + std::to_string(target.lm->num_parameters()) +
-                  " parameters, " + std::to_string(target.seconds) + " s)");
-  const nn::Qwen3ForCausalLM& lm = *target.lm;
+    s.log.write({{"phase", "target"}, {"step", step}, {"loss", loss}});
+  };
+  // Each target step once in metrics.jsonl: an earlier (interrupted or repeated) training's
+  // steps after the one this training goes on from are dropped.
+  auto on_start = [&](int64_t first) {
+    s.log.drop_after("target", first);
+    target_bar = ProgressBar("target", config.target.optim.steps, config.progress, first);
+  };
+  try {
+    s.target = obtain_target(config, s.tokens, fp.dump(), on_step, on_start);
+  } catch (const Interrupted&) {
+    target_bar.finish();  // ends the progress line before the message
+    throw;
+  }
+  if (s.target.source == "trained") target_bar.finish();
+  say(config, "target: " + s.target.source + " (" + std::to_string(s.target.lm->num_parameters()) +
+                  " parameters, " + std::to_string(s.target.seconds) + " s)");
+}
 
-  // 3. Drafter data: the target's own continuations.
-  auto t0 = std::chrono::steady_clock::now();
-  const std::vector<DrafterSequence> train_seqs = make_drafter_sequences(
-      lm, train_prompts(config, text, config.data.num_sequences), config.data.max_new_tokens);
-  auto drafter = make_drafter(lm, config.drafter, ByteTokenizer::kMask, config.seed + 23);
-  const std::vector<int64_t>& layers = drafter->config().target_layers;
+// Stage 5: the drafter's training data, the target's own continuations, and the drafter.
+void make_drafter_data(RunState& s) {
+  const TrainConfig& config = s.config;
+  const auto t0 = std::chrono::steady_clock::now();
+  s.train_seqs = make_drafter_sequences(s.lm(), train_prompts(config, s.text, config.data.num_sequences),
+                                        config.data.max_new_tokens);
+  s.drafter = make_drafter(s.lm(), config.drafter, ByteTokenizer::kMask, config.seed + 23);
   const bool teacher = config.drafter.loss.kind != "ce";
-  DrafterTrainData data{&train_seqs, compute_target_features(lm, train_seqs, layers, teacher, ByteTokenizer::kPad)};
-  const double data_seconds = seconds_since(t0);
-  say(config, "drafter data: " + std::to_string(train_seqs.size()) + " target generations, " +
-                  std::to_string(data_seconds) + " s");
+  s.data = DrafterTrainData{&s.train_seqs,
+                            compute_target_features(s.lm(), s.train_seqs, s.target_layers(), teacher, ByteTokenizer::kPad),
+                            s.data_fingerprint};
+  s.data_seconds = seconds_since(t0);
+  say(config, "drafter data: " + std::to_string(s.train_seqs.size()) + " target generations, " +
+                  std::to_string(s.data_seconds) + " s");
+}
 
-  // 4. Drafter training (resumed when the run directory has a checkpoint).
-  DrafterTrainer trainer(*drafter, config, data);
-  const std::string ckpt = config.resume ? trainer.latest_checkpoint() : "";
-  if (!ckpt.empty()) {
-    trainer.load_checkpoint(ckpt);
-    say(config, "resumed from " + ckpt + " at step " + std::to_string(trainer.step()));
+// Stage 6: drafter training, resumed from the checkpoint check_resume chose.
+void train_drafter(RunState& s) {
+  const TrainConfig& config = s.config;
+  DrafterTrainer trainer(*s.drafter, config, s.data);
+  if (!s.resume_from.empty()) {
+    trainer.load_checkpoint(s.resume_from);
+    say(config, "resumed from " + s.resume_from + " at step " + std::to_string(trainer.step()));
   }
-  {  // after the resume check: a failed resume leaves the run directory as it was
-    std::ofstream out(config.run_dir + "/config.json");
-    out << config.to_json().dump(2) << "\n";
-    CG_CHECK(out.good(), "cannot write ", config.run_dir, "/config.json");
-  }
-  if (!config.resume) {  // --fresh: the old run's checkpoints must not outlive it
-    const int64_t removed = trainer.remove_checkpoints();
-    if (removed > 0) say(config, "fresh: removed " + std::to_string(removed) + " checkpoints of the earlier run");
-  }
-  const int64_t first_step = trainer.step();
-  log.drop_after("drafter", first_step);  // MetricsLog::drop_after: each step once, this run's
-  if (first_step >= config.drafter.optim.steps) {
-    say(config, "drafter: the checkpoint is at step " + std::to_string(first_step) + ", drafter.optim.steps is " +
+  // --fresh: the earlier run's checkpoints go when this run has saved its first one, not
+  // before (a fresh run that fails early leaves them).
+  if (!config.resume) trainer.replace_earlier_checkpoints();
+  s.first_step = trainer.step();
+  s.log.drop_after("drafter", s.first_step);  // MetricsLog::drop_after: each step once, this run's
+  if (s.first_step >= config.drafter.optim.steps) {
+    say(config, "drafter: the checkpoint is at step " + std::to_string(s.first_step) + ", drafter.optim.steps is " +
                     std::to_string(config.drafter.optim.steps) + ": nothing to train (raise steps, or --fresh)");
   }
-  t0 = std::chrono::steady_clock::now();
-  const double train_tokens_per_s = trainer.run(&log);
-  const double drafter_seconds = seconds_since(t0);
-  drafter->eval();
+  const auto t0 = std::chrono::steady_clock::now();
+  s.train_tokens_per_s = trainer.run(&s.log);
+  s.drafter_seconds = seconds_since(t0);
+  s.final_step = trainer.step();
+  s.drafter->eval();
+}
 
-  // 5. Evaluation on held-out prompts.
-  t0 = std::chrono::steady_clock::now();
-  const int64_t eval_block = config.eval.block_size > 0 ? config.eval.block_size : config.drafter.block_size;
-  const std::vector<std::string> prompts = eval_prompts(config, text, config.eval.prompts);
-  std::vector<std::string> acc_prompts = eval_prompts(config, text, config.eval.prompts + config.eval.accuracy_sequences);
+// Stage 7: evaluation on held-out prompts: per-slot accuracy, then speculative decoding
+// against target-only greedy decoding.
+void evaluate_drafter(RunState& s) {
+  const TrainConfig& config = s.config;
+  const auto t0 = std::chrono::steady_clock::now();
+  s.eval_block = config.eval.block_size > 0 ? config.eval.block_size : config.drafter.block_size;
+  s.eval_prompts = eval_prompts(config, s.text, config.eval.prompts);
+  std::vector<std::string> acc_prompts = eval_prompts(config, s.text, config.eval.prompts + config.eval.accuracy_sequences);
   acc_prompts.erase(acc_prompts.begin(), acc_prompts.begin() + config.eval.prompts);
-  const std::vector<DrafterSequence> held = make_drafter_sequences(lm, acc_prompts, config.data.max_new_tokens);
-  const TargetFeatures held_features = compute_target_features(lm, held, layers, false, ByteTokenizer::kPad);
-  const SlotMetrics slots = slot_metrics(*drafter, held, held_features, config.drafter.block_size);
-  DFlashBlockDrafter block_drafter(*drafter);
-  std::vector<std::vector<int64_t>> prompt_ids;
-  for (const auto& p : prompts) prompt_ids.push_back(tok.encode(p, {.bos = true}));
-  say(config, "speculative decoding of " + std::to_string(prompts.size()) + " held-out prompts, block " +
-                  std::to_string(eval_block));
+  const std::vector<DrafterSequence> held = make_drafter_sequences(s.lm(), acc_prompts, config.data.max_new_tokens);
+  const TargetFeatures held_features = compute_target_features(s.lm(), held, s.target_layers(), false, ByteTokenizer::kPad);
+  s.slots = slot_metrics(*s.drafter, held, held_features, config.drafter.block_size);
+  DFlashBlockDrafter block_drafter(*s.drafter);
+  for (const auto& p : s.eval_prompts) s.eval_prompt_ids.push_back(s.tok.encode(p, {.bos = true}));
+  say(config, "speculative decoding of " + std::to_string(s.eval_prompts.size()) + " held-out prompts, block " +
+                  std::to_string(s.eval_block));
   // Note [Decoding threads]: a decoding step is a few hundred small ops (one to eight rows
   // each); on two cores shared with other work, waking a second thread for the verify's
   // GEMMs costs more than it saves, and it would tilt the comparison (one-token greedy
@@ -200,97 +300,141 @@ nlohmann::json run_pipeline(const TrainConfig& config) {
   // land on one decoder only.
   const int training_threads = get_num_threads();
   if (config.eval.threads > 0) set_num_threads(static_cast<int>(config.eval.threads));
-  const SpeculativeReport spec = evaluate_speculative(
-      lm, block_drafter, prompt_ids,
-      {.block_size = eval_block, .max_new_tokens = config.eval.max_new_tokens,
-       .repeats = config.eval.timing_repeats, .throw_on_mismatch = false});
+  s.spec = evaluate_speculative(s.lm(), block_drafter, s.eval_prompt_ids,
+                                {.block_size = s.eval_block, .max_new_tokens = config.eval.max_new_tokens,
+                                 .repeats = config.eval.timing_repeats, .throw_on_mismatch = false});
   set_num_threads(training_threads);
-  const double eval_seconds = seconds_since(t0);
+  s.eval_seconds = seconds_since(t0);
+}
 
-  // 6. Memory story.
-  std::vector<MemoryReport> memory;
-  if (config.memory.enabled) {
-    t0 = std::chrono::steady_clock::now();
-    std::string trace_dir;
-    if (!config.memory.trace_dir.empty()) {
-      trace_dir = config.run_dir + "/" + config.memory.trace_dir;
-      std::filesystem::create_directories(trace_dir);
-    }
-    const nn::Qwen3Config& tc = lm.config();
-    MemoryShape toy{"toy", tc.vocab_size, tc.hidden_size, tc.num_heads, tc.num_kv_heads, tc.head_dim,
-                    config.drafter.intermediate_size, config.drafter.num_layers,
-                    static_cast<int64_t>(layers.size()), data.features.seq_len, config.drafter.max_anchors,
-                    config.drafter.block_size, config.drafter.optim.batch_size, 256};
-    const MemoryConfig& m = config.memory;
-    const int64_t heads = std::max<int64_t>(1, m.large_hidden / 64);
-    MemoryShape large{"large_vocab", m.large_vocab, m.large_hidden, heads, std::max<int64_t>(1, heads / 4),
-                      64, 3 * m.large_hidden, 1, 3, m.large_seq_len, m.large_anchors,
-                      m.large_block_size, 1, 256};
-    for (const MemoryShape& s : {toy, large}) {
-      say(config, "memory: one drafter step per head-loss path at the " + s.name + " config");
-      memory.push_back(measure_drafter_step_memory(s, trace_dir, config.seed + 31, device));
-    }
-    say(config, "memory: " + std::to_string(seconds_since(t0)) + " s");
+// Stage 8: the memory story, one drafter step per head-loss path at two shapes.
+void measure_memory(RunState& s) {
+  const TrainConfig& config = s.config;
+  if (!config.memory.enabled) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string trace_dir;
+  if (!config.memory.trace_dir.empty()) {
+    trace_dir = config.run_dir + "/" + config.memory.trace_dir;
+    std::filesystem::create_directories(trace_dir);
   }
+  const nn::Qwen3Config& tc = s.lm().config();
+  MemoryShape toy{"toy", tc.vocab_size, tc.hidden_size, tc.num_heads, tc.num_kv_heads, tc.head_dim,
+                  config.drafter.intermediate_size, config.drafter.num_layers,
+                  static_cast<int64_t>(s.target_layers().size()), s.data.features.seq_len, config.drafter.max_anchors,
+                  config.drafter.block_size, config.drafter.optim.batch_size, 256};
+  const MemoryConfig& m = config.memory;
+  const int64_t heads = std::max<int64_t>(1, m.large_hidden / 64);
+  MemoryShape large{"large_vocab", m.large_vocab, m.large_hidden, heads, std::max<int64_t>(1, heads / 4),
+                    64, 3 * m.large_hidden, 1, 3, m.large_seq_len, m.large_anchors,
+                    m.large_block_size, 1, 256};
+  for (const MemoryShape& shape : {toy, large}) {
+    say(config, "memory: one drafter step per head-loss path at the " + shape.name + " config");
+    s.memory.push_back(measure_drafter_step_memory(shape, trace_dir, config.seed + 31, s.device));
+  }
+  say(config, "memory: " + std::to_string(seconds_since(t0)) + " s");
+}
 
-  // 7. Summary.
+// Stage 9: the summary, returned and written to run_dir/summary.json.
+nlohmann::json write_summary(RunState& s) {
+  const TrainConfig& config = s.config;
+  const SpeculativeReport& spec = s.spec;
   nlohmann::json summary;
   summary["tau"] = spec.tau;
   summary["speedup"] = spec.speedup;
   summary["lossless"] = spec.lossless;
-  summary["eval_block_size"] = eval_block;
+  summary["eval_block_size"] = s.eval_block;
   summary["identical"] = spec.identical;
+  summary["tie_divergences"] = spec.tie_divergences;
   summary["mismatch"] = spec.mismatch;
   summary["target_tokens_per_s"] = spec.greedy_tokens_per_second;
   summary["speculative_tokens_per_s"] = spec.speculative_tokens_per_second;
   summary["ceiling_speedup"] = spec.ceiling_speedup;
   summary["speculative"] = spec.json();
   {
-    const std::vector<int64_t> sample(prompt_ids[0].begin(), prompt_ids[0].end());
-    const Generation g = generate(lm, sample, {.max_new_tokens = config.eval.max_new_tokens});
-    summary["sample"] = {{"prompt", printable(prompts[0])}, {"target_greedy", printable(tok.decode(g.new_tokens()))}};
+    const std::vector<int64_t> sample(s.eval_prompt_ids[0].begin(), s.eval_prompt_ids[0].end());
+    const Generation g = generate(s.lm(), sample, {.max_new_tokens = config.eval.max_new_tokens});
+    summary["sample"] = {{"prompt", printable(s.eval_prompts[0])},
+                         {"target_greedy", printable(s.tok.decode(g.new_tokens()))}};
   }
-  summary["per_slot_accuracy"] = slots.accuracy();
-  summary["expected_acceptance_length"] = slots.expected_acceptance_length();
-  summary["measured_acceptance_length"] = slots.mean_acceptance_length();
+  summary["per_slot_accuracy"] = s.slots.accuracy();
+  summary["expected_acceptance_length"] = s.slots.expected_acceptance_length();
+  summary["measured_acceptance_length"] = s.slots.mean_acceptance_length();
   nlohmann::json peaks = nlohmann::json::object();
-  for (const auto& r : memory) {
+  for (const auto& r : s.memory) {
     nlohmann::json p = nlohmann::json::object();
     for (const auto& pm : r.paths) p[pm.path] = pm.oom_phase.empty() ? nlohmann::json(pm.step_peak) : nlohmann::json();
     peaks[r.shape.name] = p;
   }
   summary["peak_bytes"] = peaks;
   nlohmann::json mem = nlohmann::json::array();
-  for (const auto& r : memory) mem.push_back(to_json(r));
+  for (const auto& r : s.memory) mem.push_back(to_json(r));
   summary["memory"] = mem;
-  summary["memory_table"] = memory_table(memory);
-  summary["drafter_train_tokens_per_s"] = train_tokens_per_s;
-  summary["drafter_steps"] = {{"resumed_at", first_step}, {"trained", trainer.step() - first_step},
-                              {"final", trainer.step()}};
-  summary["target_source"] = target.source;
-  summary["seconds"] = {{"target", target.seconds}, {"drafter_data", data_seconds},
-                        {"drafter_training", drafter_seconds}, {"evaluation", eval_seconds},
-                        {"total", seconds_since(t_start)}};
+  summary["memory_table"] = memory_table(s.memory);
+  summary["drafter_train_tokens_per_s"] = s.train_tokens_per_s;
+  summary["drafter_steps"] = {{"resumed_at", s.first_step}, {"trained", s.final_step - s.first_step},
+                              {"final", s.final_step}};
+  summary["target_source"] = s.target.source;
+  summary["seconds"] = {{"target", s.target.seconds}, {"drafter_data", s.data_seconds},
+                        {"drafter_training", s.drafter_seconds}, {"evaluation", s.eval_seconds},
+                        {"total", seconds_since(s.start)}};
   summary["peak_allocated_bytes"] = allocator_for(kCPU).stats().allocated_bytes.peak;
-  summary["device"] = device.str();
-  if (device.is_cuda()) summary["device_peak_allocated_bytes"] = allocator_for(device).stats().allocated_bytes.peak;
+  summary["device"] = s.device.str();
+  if (s.device.is_cuda()) summary["device_peak_allocated_bytes"] = allocator_for(s.device).stats().allocated_bytes.peak;
   summary["config"] = config.to_json();
-  {
-    std::ofstream out(config.run_dir + "/summary.json");
-    out << summary.dump(2) << "\n";
-    CG_CHECK(out.good(), "cannot write ", config.run_dir, "/summary.json");
-  }
-  log.write({{"phase", "summary"}, {"tau", spec.tau}, {"speedup", spec.speedup}});
+  write_file_atomically(config.run_dir + "/summary.json", summary.dump(2) + "\n", "the summary");
+  s.log.write({{"phase", "summary"}, {"tau", spec.tau}, {"speedup", spec.speedup}});
   return summary;
 }
+
+// Between the stages after training: a stop signal that came during a stage that does
+// not check it ends the run here (the drafter's state is saved at its last checkpoint).
+void stop_if_asked(const RunState& s) {
+  if (stop_agreed()) throw Interrupted("drafter", s.final_step);
+}
+
+}  // namespace
+
+nlohmann::json run_pipeline(const TrainConfig& config) {
+  config.validate();
+  RunState s(config, config.compute_device());
+  StopSignals signals;  // SIGINT/SIGTERM: finish the step, save, stop (stop_signal.h)
+  lock_run_directory(s);
+  read_corpus(s);
+  check_resume(s);
+  prepare_run_directory(s);
+  obtain_target_model(s);
+  make_drafter_data(s);
+  train_drafter(s);
+  stop_if_asked(s);
+  evaluate_drafter(s);
+  stop_if_asked(s);
+  measure_memory(s);
+  return write_summary(s);
+}
+
+namespace {
+
+// What the token-for-token check found, exactly: "identical tokens" only when they were.
+std::string lossless_text(const nlohmann::json& s) {
+  const bool identical = s.value("identical", false);
+  const int64_t ties = s.value("tie_divergences", int64_t{0});
+  if (s["lossless"].get<bool>() && identical) return "lossless: identical tokens";
+  if (s["lossless"].get<bool>()) {
+    return "lossless up to near ties: " + std::to_string(ties) + (ties == 1 ? " prompt" : " prompts") +
+           " diverged where the top two logits were within the tie tolerance, no real mismatch";
+  }
+  return "NOT LOSSLESS";
+}
+
+}  // namespace
 
 std::string summary_text(const nlohmann::json& s) {
   std::ostringstream o;
   char line[256];
-  std::snprintf(line, sizeof line, "speculative decoding (block %lld): tau %.2f tokens per target step, speedup %.2fx over target-only greedy (%s)\n",
+  std::snprintf(line, sizeof line, "speculative decoding (block %lld): tau %.2f tokens per target step, speedup %.2fx over target-only greedy (",
                 static_cast<long long>(s["eval_block_size"].get<int64_t>()), s["tau"].get<double>(),
-                s["speedup"].get<double>(), s["lossless"].get<bool>() ? "lossless: identical tokens" : "NOT LOSSLESS");
-  o << line;
+                s["speedup"].get<double>());
+  o << line << lossless_text(s) << ")\n";
   std::snprintf(line, sizeof line,
                 "  target-only %.1f tok/s, speculative %.1f tok/s; a free, always-right drafter would give %.2fx\n",
                 s["target_tokens_per_s"].get<double>(), s["speculative_tokens_per_s"].get<double>(),

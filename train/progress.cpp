@@ -3,7 +3,9 @@
 
 #include <cstdio>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/json_input.h"
 
 namespace cg::train {
 
@@ -72,7 +74,13 @@ void MetricsLog::drop_after(const std::string& phase, int64_t step) {
   {
     std::ifstream in(path_);
     for (std::string line; std::getline(in, line);) {
-      const nlohmann::json r = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      bool shallow = true;  // a hand-edited line nested too deep is kept, never parsed (core/json_input.h)
+      try {
+        check_json_depth(line, "a metrics line");
+      } catch (const Error&) {
+        shallow = false;
+      }
+      const nlohmann::json r = shallow ? nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false) : nlohmann::json();
       const bool drop = r.is_object() && r.contains("phase") &&
                         (r["phase"] == "summary" ||
                          (r["phase"] == phase && r.contains("step") && r["step"].is_number_integer() &&
@@ -80,13 +88,7 @@ void MetricsLog::drop_after(const std::string& phase, int64_t step) {
       if (!drop) kept += line + "\n";  // lines it cannot read stay as they were
     }
   }
-  const std::string tmp = path_ + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << kept;
-    CG_CHECK(out.good(), "rewriting the metrics log '", path_, "' failed (disk full?)");
-  }
-  std::filesystem::rename(tmp, path_);
+  write_file_atomically(path_, kept, "the metrics log");
   out_.open(path_, std::ios::app);
   CG_CHECK(out_.good(), "metrics log '", path_, "' cannot be opened for writing");
 }

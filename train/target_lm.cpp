@@ -15,6 +15,7 @@
 #include "ops/shape_ops.h"
 #include "train/generate.h"
 #include "train/optimizer.h"
+#include "train/stop_signal.h"
 #include "train/tokenizer.h"
 
 namespace cg::train {
@@ -34,8 +35,49 @@ nn::Qwen3Config target_model_config(const TargetConfig& t, int64_t vocab_size) {
   return c;
 }
 
+namespace {
+
+constexpr const char* kInterruptedFormat = "chunkgrad-target-interrupted-1";
+
+void save_interrupted(const nn::Qwen3ForCausalLM& lm, const AdamW& opt, const TargetTrainingHooks& hooks) {
+  std::filesystem::create_directories(std::filesystem::path(hooks.resume_file).parent_path());
+  safetensors::NamedTensors tensors;
+  for (auto& [n, t] : lm.named_parameters()) tensors.emplace_back("model." + n, t.detach());
+  for (auto& [n, t] : opt.state()) tensors.emplace_back("optim." + n, t);
+  safetensors::save_file(tensors, hooks.resume_file,
+                         {{"format", kInterruptedFormat}, {"fingerprint", hooks.fingerprint},
+                          {"step", std::to_string(opt.steps_taken())}});
+}
+
+// The step of the interrupted state in hooks.resume_file, loaded into lm and opt; 0 when
+// there is none for this fingerprint (or it is unreadable: then training starts over).
+int64_t load_interrupted(nn::Qwen3ForCausalLM& lm, AdamW& opt, const TargetTrainingHooks& hooks) {
+  if (hooks.resume_file.empty() || !std::filesystem::exists(hooks.resume_file)) return 0;
+  try {
+    auto reader = safetensors::open(hooks.resume_file);
+    const auto& meta = reader->metadata();
+    auto at = [&](const char* key) {
+      auto it = meta.find(key);
+      return it == meta.end() ? std::string() : it->second;
+    };
+    if (at("format") != kInterruptedFormat || at("fingerprint") != hooks.fingerprint) return 0;
+    const int64_t step = std::stoll(at("step"));
+    std::vector<std::pair<std::string, Tensor>> params, optim;
+    for (auto& [n, t] : lm.named_parameters()) params.emplace_back(n, reader->load("model." + n));
+    for (auto& [n, t] : opt.state()) optim.emplace_back(n, reader->load("optim." + n));
+    lm.load_state_dict(nn::StateDict(params.begin(), params.end()));
+    opt.load_state(optim, step);
+    return step;
+  } catch (const std::exception&) {
+    return 0;  // a damaged state is trained again, not fatal (as the cache)
+  }
+}
+
+}  // namespace
+
 double train_target(nn::Qwen3ForCausalLM& lm, const std::vector<int64_t>& tokens,
-                    const TargetConfig& config, uint64_t seed, const StepCallback& on_step) {
+                    const TargetConfig& config, uint64_t seed, const TargetTrainingHooks& hooks) {
+  const StepCallback& on_step = hooks.on_step;
   const OptimConfig& o = config.optim;
   const int64_t S = config.seq_len;
   CG_CHECK(static_cast<int64_t>(tokens.size()) > S + 1, "target training: the corpus has ",
@@ -50,6 +92,11 @@ double train_target(nn::Qwen3ForCausalLM& lm, const std::vector<int64_t>& tokens
   // The step losses stay on the device and are read every few steps (one wait for all
   // of them), as the drafter's (Note [Steps that do not wait], drafter_trainer.h).
   std::vector<std::pair<int64_t, Tensor>> queued;
+  const int64_t first = load_interrupted(lm, opt, hooks);
+  // The windows of the steps already taken are drawn and dropped: the generator is then
+  // where an uninterrupted run's would be, and the resumed steps are the same steps.
+  for (int64_t i = 0; i < first * o.grad_accum * o.batch_size; ++i) gen.next_u64();
+  if (hooks.on_start) hooks.on_start(first);
   auto finish_queued = [&] {
     for (const auto& [s, loss] : queued) {
       last = loss.item() / static_cast<double>(o.grad_accum);
@@ -61,7 +108,7 @@ double train_target(nn::Qwen3ForCausalLM& lm, const std::vector<int64_t>& tokens
     }
     queued.clear();
   };
-  for (int64_t step = 1; step <= o.steps; ++step) {
+  for (int64_t step = first + 1; step <= o.steps; ++step) {
     Tensor loss_sum;
     for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
       std::vector<int64_t> in, lab;
@@ -86,14 +133,20 @@ double train_target(nn::Qwen3ForCausalLM& lm, const std::vector<int64_t>& tokens
     opt.step(warmup_cosine_lr(step, o.steps, warmup, o.lr, o.min_lr_ratio),
              1.0 / static_cast<double>(o.grad_accum));
     queued.emplace_back(step, loss_sum);
-    if (static_cast<int64_t>(queued.size()) >= 10 || step == o.steps) finish_queued();
+    const bool stop = stop_agreed() && step < o.steps;  // Note [Stopping together]
+    if (stop || static_cast<int64_t>(queued.size()) >= 10 || step == o.steps) finish_queued();
+    if (stop && !hooks.resume_file.empty()) {
+      save_interrupted(lm, opt, hooks);
+      throw Interrupted("target", step);
+    }
   }
   lm.eval();
   return last;
 }
 
 TargetResult obtain_target(const TrainConfig& config, const std::vector<int64_t>& corpus_tokens,
-                           const std::string& fingerprint, const StepCallback& on_step) {
+                           const std::string& fingerprint, const StepCallback& on_step,
+                           const std::function<void(int64_t)>& on_start) {
   const auto t0 = std::chrono::steady_clock::now();
   TargetResult r;
   const TargetConfig& t = config.target;
@@ -133,11 +186,14 @@ TargetResult obtain_target(const TrainConfig& config, const std::vector<int64_t>
     if (hit) {
       r.source = "cache";
     } else {
-      r.final_loss = train_target(*r.lm, corpus_tokens, t, config.seed + 11, on_step);
+      const std::string interrupted = dir + "/interrupted.safetensors";
+      r.final_loss = train_target(*r.lm, corpus_tokens, t, config.seed + 11,
+                                  {.on_step = on_step, .on_start = on_start, .resume_file = interrupted,
+                                   .fingerprint = fingerprint});
       std::filesystem::create_directories(dir);
-      const std::string tmp = cached + ".tmp";
-      nn::save_checkpoint(*r.lm, tmp, {{"fingerprint", fingerprint}, {"config", mc.str()}});
-      std::filesystem::rename(tmp, cached);
+      nn::save_checkpoint(*r.lm, cached, {{"fingerprint", fingerprint}, {"config", mc.str()}});  // atomic
+      std::error_code ec;
+      std::filesystem::remove(interrupted, ec);  // done: the interrupted state is spent
       r.source = "trained";
     }
   }

@@ -11,7 +11,7 @@
 
 #include "core/backend.h"
 #include "core/error.h"
-#include "nn/json_input.h"
+#include "core/json_input.h"
 
 namespace cg::train {
 namespace {
@@ -52,7 +52,7 @@ struct Reader {
       }
       value = it->template get<T>();
     } catch (const Error& e) {  // message(): one "(at ...)" in the line, not two
-      CG_FAIL("train config: ", where, ": ", e.message(), ", got ", nn::describe_json(*it));
+      CG_FAIL("train config: ", where, ": ", e.message(), ", got ", describe_json(*it));
     }
   }
   template <typename F>
@@ -61,7 +61,7 @@ struct Reader {
     auto it = j.find(name);
     if (it == j.end()) return;
     CG_CHECK(it->is_object(), "train config: ", path, name, ": must be an object, got ",
-             nn::describe_json(*it));
+             describe_json(*it));
     Reader sub{*it, path + name + ".", {}};
     body(sub);
     sub.check_unknown();
@@ -302,7 +302,7 @@ nlohmann::json TrainConfig::to_json() const {
 }
 
 TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
-  CG_CHECK(j.is_object(), "train config: must be a JSON object, got ", nn::describe_json(j));
+  CG_CHECK(j.is_object(), "train config: must be a JSON object, got ", describe_json(j));
   TrainConfig c;
   Reader r{j, "", {}};
   visit_fields(r, c);
@@ -313,8 +313,8 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
 
 TrainConfig TrainConfig::from_file(const std::string& path) {
   const std::string what = "train config '" + path + "'";
-  const std::string text = nn::read_text_file(path, what);
-  return from_json(nn::parse_untrusted_json(text, what));
+  const std::string text = read_text_file(path, what);
+  return from_json(parse_untrusted_json(text, what));
 }
 
 }  // namespace cg::train

@@ -9,9 +9,10 @@
 //     --snapshot-dir DIR        <name>.pickle and <name>.json for pytorch.org/memory_viz
 //     --perfetto-dir DIR        <name>.perfetto.json for ui.perfetto.dev
 //
-// The reading, analysis and formats are library code in core/ (trace_file, trace_analysis,
+// The reading, analysis and formats are library code in trace/ (trace_file, trace_analysis,
 // memory_snapshot, chrome_trace, trace_report); this file is options and printing. Every
-// output is opened before any trace is read (examples/common/program.h).
+// output is made ready before any trace is read and replaced only when complete
+// (examples/common/program.h).
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -23,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/allocator_stats.h"
+#include "core/atomic_file.h"
 #include "trace/chrome_trace.h"
 #include "core/error.h"
 #include "trace/memory_snapshot.h"
@@ -42,10 +44,12 @@ struct TraceOptions {
   std::string html, svg_dir, snapshot_dir, perfetto_dir;
 };
 
-// A file opened for writing up front; written once at the end, with checks. Opening
-// truncates, so a path that is one of the input traces (`--html trace.json`, or
-// `--snapshot-dir .` next to a trace called <name>.json) is refused first: the trace would
-// be gone before it was read.
+// An output made ready up front and put in place at the end (core/atomic_file.h): the
+// temporary next to it is created now, so an unwritable path fails before any trace is
+// read, and the old file stays whole until the new one is complete -- a broken input
+// leaves yesterday's report as it was. A path that is one of the input traces
+// (`--html trace.json`, or `--snapshot-dir .` next to a trace called <name>.json) is
+// refused first: the trace would be gone.
 class TextOut {
  public:
   TextOut(std::string path, std::string option, const std::vector<std::string>& inputs)
@@ -55,22 +59,17 @@ class TextOut {
       CG_CHECK(!std::filesystem::equivalent(path_, in, ec), option_, ": ", path_, " is the input trace ", in,
                "; writing it would destroy the trace. Give another output path.");
     }
-    errno = 0;
-    out_.open(path_, std::ios::out | std::ios::trunc | std::ios::binary);
-    const int err = errno;
-    CG_CHECK(out_.is_open(), option_, ": cannot open ", path_, " for writing",
-             err ? std::string(": ") + std::strerror(err) : std::string(), ". Give a path in a writable directory.");
+    out_ = std::make_unique<AtomicFile>(path_, option_);
   }
   void write(const std::string& text) {
-    out_ << text;
-    out_.close();
-    CG_CHECK(!out_.fail(), option_, ": writing ", path_, " failed (disk full?)");
+    out_->write(text);
+    out_->commit();
   }
   const std::string& path() const { return path_; }
 
  private:
   std::string path_, option_;
-  std::ofstream out_;
+  std::unique_ptr<AtomicFile> out_;
 };
 
 // "traces/trace_naive.json" -> "naive".

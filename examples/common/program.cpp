@@ -18,10 +18,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.h"
 #include "core/backend.h"
 #include "core/caching_allocator.h"
 #include "core/error.h"
 #include "ops/threads.h"
+#include "train/stop_signal.h"
 
 namespace cg::program {
 namespace {
@@ -79,6 +81,10 @@ int Program::run(int argc, char** argv, const std::function<void()>& body) {
     CG_CHECK(!std::cout.fail() && std::fflush(stdout) == 0 && !std::ferror(stdout),
              "writing the results to standard output failed (disk full, or a closed pipe?)");
     return 0;
+  } catch (const cg::train::Interrupted& e) {  // a stop signal: saved, resumable (train/stop_signal.h)
+    std::fprintf(stderr, "chunkgrad %s: %s\n", error_name().c_str(), e.what());
+    std::fflush(stderr);
+    return cg::train::kExitInterrupted;
   } catch (const cg::Error& e) {  // OutOfMemoryError included; what() ends in "(at file:line)"
     print_error_line(error_name(), e.what());
   } catch (const CLI::Error& e) {  // a check made after parsing, on the parsed values
@@ -196,20 +202,14 @@ void set_cpu_memory_limit_mb(int64_t mb) {
   if (mb > 0) allocator_for(kCPU).set_memory_limit(static_cast<size_t>(mb) << 20);
 }
 
-OutputFile::OutputFile(const std::string& path, const std::string& option) : path_(path), option_(option) {
-  errno = 0;
-  out_.open(path, std::ios::out | std::ios::trunc);
-  const int err = errno;
-  CG_CHECK(out_.is_open(), option, ": cannot open ", path, " for writing",
-           err ? std::string(": ") + std::strerror(err) : std::string(),
-           ". Give a path in an existing, writable directory.");
-}
+OutputFile::OutputFile(const std::string& path, const std::string& option)
+    : path_(path), option_(option), out_(std::make_unique<AtomicFile>(path, option)) {}
 
 void OutputFile::write_json(const nlohmann::json& j) {
-  CG_CHECK(out_.is_open(), option_, ": ", path_, " is not open for writing (written twice?)");
-  out_ << j.dump() << "\n";
-  out_.close();
-  CG_CHECK(!out_.fail(), option_, ": writing ", path_, " failed (disk full?)");
+  CG_CHECK(out_ != nullptr, option_, ": ", path_, " is not open for writing (written twice?)");
+  out_->write(j.dump() + "\n");
+  out_->commit();
+  out_.reset();
 }
 
 void make_output_dir(const std::string& dir, const std::string& option) {

@@ -4,15 +4,18 @@
 // - options are validated up front, before anything is allocated, by validators whose
 //   errors name the option and say the allowed range in words ("--steps: must be an
 //   integer from 1 to 1000000000, got 0"), and `--help` shows every default;
-// - output files are opened for writing before the work starts, so that a run of an
-//   hour does not end by failing to write its result (or, worse, reporting success);
+// - output files are made ready (a temporary next to each) before the work starts, so
+//   that a run of an hour does not end by failing to write its result, and replace the
+//   old files only when complete, so that a failed run destroys nothing;
 // - a memory limit (--memory-limit-mb) is set before the first allocation, so that it
 //   holds for everything the run allocates;
 // - a loss that becomes NaN or inf stops the run with an error that names the step;
 // - main() runs inside Program::run, which turns any failure -- a bad option, cg::Error,
 //   out of memory, std::bad_alloc -- into ONE line on stderr,
 //       chunkgrad <program>: error: <what happened and what to change>
-//   and exit code 1 (0 on success and for --help). Nothing aborts.
+//   and exit code 1 (0 on success and for --help). Nothing aborts. A run stopped by
+//   SIGINT/SIGTERM that saved its state (train/stop_signal.h) says so in one line and
+//   exits with 130.
 //
 // Progress goes to stderr, results to stdout (so `--json > out.json` stays clean).
 #pragma once
@@ -20,12 +23,14 @@
 #include <cstdint>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json_fwd.hpp>
 
+#include "core/atomic_file.h"
 #include "core/device.h"
 
 namespace cg::program {
@@ -73,20 +78,22 @@ void set_cpu_memory_limit_mb(int64_t mb);
 // reason (no CUDA build, no driver, no device), not a failure minutes in.
 cg::Device device_option(const std::string& text, const std::string& option = "--device");
 
-// An output file opened for writing when constructed (throws cg::Error naming the option
-// and the reason when it cannot be), written at the end with checks.
+// An output file made ready when constructed (its temporary next to it is created, so an
+// unwritable place throws cg::Error naming the option and the reason before the work),
+// written at the end and only then put in place of the old file (core/atomic_file.h):
+// a run that fails leaves the old file as it was.
 class OutputFile {
  public:
   OutputFile() = default;
   OutputFile(const std::string& path, const std::string& option);
-  bool is_open() const { return out_.is_open(); }
+  bool is_open() const { return out_ != nullptr; }
   const std::string& path() const { return path_; }
   // Writes the JSON (one line, then a newline) and closes; throws when the write fails.
   void write_json(const nlohmann::json& j);
 
  private:
   std::string path_, option_;
-  std::ofstream out_;
+  std::unique_ptr<AtomicFile> out_;
 };
 
 // Makes `dir` (and its parents); throws cg::Error naming the option when it cannot. Open

@@ -1,6 +1,6 @@
 // Why this file exists: the depth check, bounded parse and safe descriptions behind every
-// JSON reader in nn/ (json_input.h).
-#include "nn/json_input.h"
+// JSON reader of the project (json_input.h).
+#include "core/json_input.h"
 
 #include <fstream>
 #include <sstream>
@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 
-namespace cg::nn {
+namespace cg {
 
 void check_json_depth(std::string_view text, const std::string& what) {
   size_t depth = 0;
@@ -77,4 +77,4 @@ std::string describe_json(const nlohmann::json& value) {
   }
 }
 
-}  // namespace cg::nn
+}  // namespace cg

@@ -1,5 +1,5 @@
 // Why this file exists: chunkgrad reads JSON written by others (safetensors headers,
-// shard indexes, config.json) and promises a cg::Error, never a crash, for a hostile
+// shard indexes, config.json, train configs, memory traces) and promises a cg::Error, never a crash, for a hostile
 // file. nlohmann's parser is iterative, but dump(), comparisons and copies of a value
 // recurse once per nesting level: a 400 KB header nested 100,000 deep overflows the stack
 // the moment an error message dump()s it. So every reader here (1) checks the nesting
@@ -13,7 +13,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-namespace cg::nn {
+namespace cg {
 
 // Deeper than any real header or config needs (they nest 3 to 5 levels).
 constexpr size_t kMaxJsonDepth = 64;
@@ -35,4 +35,4 @@ nlohmann::json parse_untrusted_json(const std::string& text, const std::string& 
 // size ("an array of 3 values"). Never recursive, never long.
 std::string describe_json(const nlohmann::json& value);
 
-}  // namespace cg::nn
+}  // namespace cg

@@ -1,5 +1,5 @@
-// Why this file exists: DFlash inference with a context K/V cache (dflash_drafter.h).
-#include "train/dflash_drafter.h"
+// Why this file exists: DFlash inference with a context K/V cache (dflash_block_drafter.h).
+#include "train/dflash_block_drafter.h"
 
 #include "autograd/grad_mode.h"
 #include "core/factories.h"

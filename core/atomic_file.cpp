@@ -1,0 +1,100 @@
+// Why this file exists: writing files whole or not at all (atomic_file.h).
+#include "core/atomic_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "core/error.h"
+
+namespace cg {
+
+namespace {
+std::string reason(int err) { return err ? std::string(std::strerror(err)) : std::string("unknown reason"); }
+}  // namespace
+
+AtomicFile::AtomicFile(std::string path, std::string what)
+    : path_(std::move(path)), temp_(path_ + ".tmp"), what_(std::move(what)) {
+  CG_CHECK(!std::filesystem::is_directory(path_), what_, ": ", path_, " is a directory; give a file path");
+  fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int err = errno;
+  CG_CHECK(fd_ >= 0, what_, ": cannot open ", path_, " for writing (through ", temp_, ", renamed when complete): ",
+           reason(err), ". Give a path in a writable directory.");
+}
+
+AtomicFile::~AtomicFile() { discard(); }
+
+void AtomicFile::discard() noexcept {
+  if (fd_ < 0) return;
+  ::close(fd_);
+  fd_ = -1;
+  ::unlink(temp_.c_str());
+}
+
+void AtomicFile::write(const void* data, size_t bytes) {
+  CG_CHECK(fd_ >= 0, what_, ": ", path_, " was already written (AtomicFile::commit came first)");
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::write(fd_, p, bytes);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : ENOSPC;
+      discard();
+      CG_FAIL(what_, ": writing ", path_, " failed: ", reason(err), " (the old file, if any, is kept)");
+    }
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
+}
+
+void AtomicFile::commit() {
+  CG_CHECK(fd_ >= 0, what_, ": ", path_, " was already written (AtomicFile::commit twice)");
+  if (::fsync(fd_) != 0 && errno != EINVAL) {
+    const int err = errno;
+    discard();
+    CG_FAIL(what_, ": writing ", path_, " failed: ", reason(err), " (the old file, if any, is kept)");
+  }
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(temp_.c_str());
+    CG_FAIL(what_, ": writing ", path_, " failed: ", reason(err), " (the old file, if any, is kept)");
+  }
+  if (std::rename(temp_.c_str(), path_.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(temp_.c_str());
+    CG_FAIL(what_, ": cannot rename ", temp_, " to ", path_, ": ", reason(err));
+  }
+  // The rename itself is durable once the folder is synced; best effort (some file
+  // systems refuse fsync on a directory).
+  const std::string dir = std::filesystem::path(path_).parent_path().string();
+  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+void write_file_atomically(const std::string& path, std::string_view content, const std::string& what) {
+  AtomicFile out(path, what);
+  out.write(content);
+  out.commit();
+}
+
+void check_writable_dir(const std::string& dir, const std::string& what) {
+  CG_CHECK(std::filesystem::is_directory(dir), what, ": ", dir, " is not a directory");
+  const std::string probe = (std::filesystem::path(dir) / ".chunkgrad_write_probe").string();
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int err = errno;
+  CG_CHECK(fd >= 0, what, ": cannot create files in ", dir, ": ", reason(err),
+           ". Make it writable or give another directory.");
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+}  // namespace cg

@@ -1,0 +1,54 @@
+// Why this file exists: every file chunkgrad writes for the user -- a checkpoint, the
+// target cache, summary.json, a trace, a report -- must be either the old file or the
+// complete new one, never a truncated mix: a failed or interrupted run must not destroy
+// what an earlier run left. One mechanism, used by every writer:
+//
+//   AtomicFile out(path, "the summary");   // makes <path>.tmp now: an unwritable folder fails here
+//   ... the work ...                       // the target is untouched
+//   out.write(text);
+//   out.commit();                          // flush, fsync, rename over <path>
+//
+// An AtomicFile that is destroyed without commit() (an exception on the way) removes its
+// temporary, and so does a failed write or commit: a full disk leaves no half file behind
+// for the retry to trip on. The temporary is always <path>.tmp (one suffix, never two; the
+// run lock of train/run_lock.h keeps two runs from sharing it).
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace cg {
+
+class AtomicFile {
+ public:
+  // Creates <path>.tmp for writing (truncating a leftover one). Throws cg::Error naming
+  // `what`, the path and the system's reason when it cannot; the target is not touched.
+  AtomicFile(std::string path, std::string what);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  // Appends bytes; throws (and removes the temporary) when the write fails.
+  void write(const void* data, size_t bytes);
+  void write(std::string_view text) { write(text.data(), text.size()); }
+  // Flushes to disk and renames the temporary over the target; throws (and removes the
+  // temporary) when that fails. Nothing may be written after it.
+  void commit();
+
+  const std::string& path() const { return path_; }
+  const std::string& temp_path() const { return temp_; }
+
+ private:
+  void discard() noexcept;  // closes and removes the temporary
+  std::string path_, temp_, what_;
+  int fd_ = -1;
+};
+
+// The whole of `content` into `path`, atomically (AtomicFile).
+void write_file_atomically(const std::string& path, std::string_view content, const std::string& what);
+
+// Throws cg::Error naming `what` and the reason when `dir` is not a folder in which new
+// files can be made (a probe file is created and removed; nothing else is touched).
+void check_writable_dir(const std::string& dir, const std::string& what);
+
+}  // namespace cg

@@ -1,0 +1,29 @@
+// Why this file exists: a run's caches and checkpoints must be keyed by what they were
+// made from, not by where it was: editing corpus.txt in place (or the file behind
+// target.checkpoint) used to load a target trained on the old text ("target: cache") and
+// resume a drafter across the edit. The bytes are fingerprinted instead, with XXH3-128
+// (xxHash, libxxhash-dev): fast enough to hash a corpus or a checkpoint on every start
+// (tens of GB/s), and 128 bits make an accidental match out of the question. It is not a
+// defence against someone forging a collision on purpose, which is not the threat here.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "train/train_config.h"
+
+namespace cg::train {
+
+// XXH3-128 of the bytes, as 32 hex digits.
+std::string content_hash(std::string_view bytes);
+// XXH3-128 of a file's bytes, read in pieces; throws cg::Error naming `what` and the path.
+std::string file_content_hash(const std::string& path, const std::string& what);
+
+// What a run's target and drafter were trained on, by content: the corpus bytes and, when
+// the target comes from target.checkpoint, that file's bytes. Stored with the target cache
+// and each drafter checkpoint; a mismatch retrains the target and refuses a resume.
+nlohmann::json data_fingerprint(const TrainConfig& config, std::string_view corpus_text);
+
+}  // namespace cg::train
