@@ -51,18 +51,11 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BwdArgs a) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const AttnShape& s = a.s;
 
-  // Note [Query CTA prologue] (the forward's, with dO's rows loaded beside Q's).
+  // Note [Query CTA prologue]: the forward's, with dO's rows loaded beside Q's.
   const QueryCta<T> cta = query_cta_of<T>(a, kTile);
+  load_first_tiles<T, kTile, HD>(cta, a, sQ, &a.g, sG, sK, sV);
   const int64_t b = cta.b, ntiles = cta.key_tiles;
   const QueryTile& qt = cta.qt;
-  const KeyPlan& kp = cta.kp;
-  auto load_kv = [&](int64_t t, int stage) { load_key_tile_async<T, HD>(cta, a, sK, sV, t, stage); };
-  load_query_rows_async<T, kTile, HD>(sQ, a.q, qt, b);
-  load_query_rows_async<T, kTile, HD>(sG, a.g, qt, b);
-  if (ntiles > 0) load_kv(0, 0);
-  cp_async_commit();
-  cp_async_wait_all();
-  __syncthreads();
 
   int64_t h0 = 0, i0 = 0, h1 = 0, i1 = 0;
   const int r0 = warp * 16 + lane / 4;
@@ -85,14 +78,10 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BwdArgs a) {
   for (int n = 0; n < HD / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.f;
 
   for (int64_t t = 0; t < ntiles; ++t) {
-    const int stage = t & 1;
-    if (t + 1 < ntiles) load_kv(t + 1, stage ^ 1);
-    cp_async_commit();
-    int64_t j0, jend;
-    kp.tile(t, j0, jend);
+    const KeyTileStep<T> kt = key_tile_step<T, HD>(cta, a, sK, sV, t);
+    const int64_t j0 = kt.j0, jend = kt.jend;
     if (warp_active) {
-      const T* tK = sK + stage * kTile * LD;
-      const T* tV = sV + stage * kTile * LD;
+      const T *tK = kt.tK, *tV = kt.tV;
       float p[kTile / 8][4], dp[kTile / 8][4];
 #pragma unroll
       for (int n = 0; n < kTile / 8; ++n) {

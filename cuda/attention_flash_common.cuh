@@ -319,6 +319,41 @@ __device__ inline void load_query_rows_async(T* smem, const AttnOperand& x, cons
   });
 }
 
+// The loads before the first key tile's math: the tile's R query rows of Q into sQ (and of
+// grad_out into sG when g is given: the dq pass), key tile 0 into stage 0 of sK and sV;
+// then waits for them and syncs the CTA.
+template <typename T, int R, int HD, typename Args>
+__device__ inline void load_first_tiles(const QueryCta<T>& c, const Args& a, T* sQ,
+                                        const AttnOperand* g, T* sG, T* sK, T* sV) {
+  load_query_rows_async<T, R, HD>(sQ, a.q, c.qt, c.b);
+  if (g != nullptr) load_query_rows_async<T, R, HD>(sG, *g, c.qt, c.b);
+  if (c.key_tiles > 0) load_key_tile_async<T, HD>(c, a, sK, sV, 0, 0);
+  cp_async_commit();
+  cp_async_wait_all();
+  __syncthreads();
+}
+
+// Step t of a query CTA's walk over its key tiles (two smem stages): starts loading tile
+// t + 1 into the other stage, and names tile t's keys [j0, jend) and its K and V in smem.
+template <typename T>
+struct KeyTileStep {
+  int64_t j0 = 0, jend = 0;
+  const T* tK = nullptr;
+  const T* tV = nullptr;
+};
+template <typename T, int HD, typename Args>
+__device__ inline KeyTileStep<T> key_tile_step(const QueryCta<T>& c, const Args& a, T* sK, T* sV,
+                                               int64_t t) {
+  const int stage = t & 1;
+  if (t + 1 < c.key_tiles) load_key_tile_async<T, HD>(c, a, sK, sV, t + 1, stage ^ 1);
+  cp_async_commit();
+  KeyTileStep<T> k;
+  c.kp.tile(t, k.j0, k.jend);
+  k.tK = sK + stage * kTile * (HD + kPad);
+  k.tV = sV + stage * kTile * (HD + kPad);
+  return k;
+}
+
 // Launches a query-side kernel over its grid (query_grid) with `smem` bytes of dynamic
 // shared memory; `a` is completed with the grid's tiles_per_unit and units.
 template <typename Args>

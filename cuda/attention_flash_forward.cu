@@ -55,17 +55,10 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdArgs a) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const AttnShape& s = a.s;
 
-  // Note [Query CTA prologue].
-  const QueryCta<T> cta = query_cta_of<T>(a, BM);
+  const QueryCta<T> cta = query_cta_of<T>(a, BM);  // Note [Query CTA prologue]
+  load_first_tiles<T, BM, HD>(cta, a, sQ, nullptr, nullptr, sK, sV);
   const int64_t b = cta.b, ntiles = cta.key_tiles;
   const QueryTile& qt = cta.qt;
-  const KeyPlan& kp = cta.kp;
-  auto load_kv = [&](int64_t t, int stage) { load_key_tile_async<T, HD>(cta, a, sK, sV, t, stage); };
-  load_query_rows_async<T, BM, HD>(sQ, a.q, qt, b);
-  if (ntiles > 0) load_kv(0, 0);
-  cp_async_commit();
-  cp_async_wait_all();
-  __syncthreads();
 
   // This thread's rows: slice mt, half hf -> tile row warp * 16 * MT + mt * 16 + hf * 8 + lane / 4.
   // (Only the query index is kept, as 32 bits, for the causal test: registers are scarce.)
@@ -97,14 +90,10 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdArgs a) {
   }
 
   for (int64_t t = 0; t < ntiles; ++t) {
-    const int stage = t & 1;
-    if (t + 1 < ntiles) load_kv(t + 1, stage ^ 1);
-    cp_async_commit();
-    int64_t j0, jend;
-    kp.tile(t, j0, jend);
+    const KeyTileStep<T> kt = key_tile_step<T, HD>(cta, a, sK, sV, t);
+    const int64_t j0 = kt.j0, jend = kt.jend;
     if (warp_active) {
-      const T* tK = sK + stage * kTile * LD;
-      const T* tV = sV + stage * kTile * LD;
+      const T *tK = kt.tK, *tV = kt.tV;
       float sc[MT][kTile / 8][4];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {

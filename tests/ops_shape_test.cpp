@@ -249,6 +249,8 @@ TEST(OpsShape, ScatterAddAndGatherOnZeroDim) {
   EXPECT_EQ(y.dim(), 0);
   EXPECT_EQ(y.item(), 5.0);
   EXPECT_EQ(x.item(), 2.0);  // out of place
+  x.requires_grad_();
+  src.requires_grad_();
   EXPECT_GRADCHECK([idx](const V& in) { return scatter_add(in[0], 0, idx, in[1]); }, x, src);
   // gather's backward scatter-adds into a 0-d gradient.
   EXPECT_GRADCHECK([idx](const V& in) { return gather(in[0], 0, idx); }, x);

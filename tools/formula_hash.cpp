@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <limits>
 #include <string>
 #include <vector>
@@ -190,7 +191,7 @@ void run(DType d) {
       Tensor dst = cg::raw::clone(a);
       k.inplace(inplace_ops[i], dst, b, alpha);
       print(name + " flat", d, dst);
-      Tensor grid = cg::raw::clone(make(xa, {int64_t(n), int64_t(n)}, d));
+      Tensor grid = make(inputs(d, n * n, 4), {int64_t(n), int64_t(n)}, d);
       k.inplace(inplace_ops[i], grid, row, alpha);
       print(name + " broadcast", d, grid);
     }
@@ -225,6 +226,11 @@ void run(DType d) {
 }  // namespace
 
 int main() {
-  for (DType d : {DType::f64, DType::f32, DType::bf16, DType::f16}) run(d);
+  try {
+    for (DType d : {DType::f64, DType::f32, DType::bf16, DType::f16}) run(d);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "formula_hash: %s\n", e.what());
+    return 1;
+  }
   return 0;
 }
