@@ -96,57 +96,27 @@ void print(const std::string& what, DType d, const Tensor& t) {
               static_cast<unsigned long long>(fnv1a(t)));
 }
 
-const char* binary_name(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::add: return "add";
-    case BinaryOp::sub: return "sub";
-    case BinaryOp::mul: return "mul";
-    case BinaryOp::relu_backward: return "relu_backward";
-    case BinaryOp::div: return "div";
-    case BinaryOp::pow: return "pow";
-    case BinaryOp::xlogy: return "xlogy";
-    case BinaryOp::sqrt_backward: return "sqrt_backward";
-    case BinaryOp::rsqrt_backward: return "rsqrt_backward";
-    case BinaryOp::tanh_backward: return "tanh_backward";
-    case BinaryOp::sigmoid_backward: return "sigmoid_backward";
-    case BinaryOp::silu_backward: return "silu_backward";
-    case BinaryOp::gelu_backward: return "gelu_backward";
-    case BinaryOp::gelu_tanh_backward: return "gelu_tanh_backward";
-  }
-  return "?";
-}
+// Every op of the two enums with the name it is printed under.
+template <typename Op>
+struct Named {
+  Op op;
+  const char* name;
+};
+constexpr Named<BinaryOp> kBinaryOps[] = {
+    {BinaryOp::add, "add"}, {BinaryOp::sub, "sub"}, {BinaryOp::mul, "mul"},
+    {BinaryOp::relu_backward, "relu_backward"}, {BinaryOp::div, "div"}, {BinaryOp::pow, "pow"},
+    {BinaryOp::xlogy, "xlogy"}, {BinaryOp::sqrt_backward, "sqrt_backward"},
+    {BinaryOp::rsqrt_backward, "rsqrt_backward"}, {BinaryOp::tanh_backward, "tanh_backward"},
+    {BinaryOp::sigmoid_backward, "sigmoid_backward"}, {BinaryOp::silu_backward, "silu_backward"},
+    {BinaryOp::gelu_backward, "gelu_backward"},
+    {BinaryOp::gelu_tanh_backward, "gelu_tanh_backward"}};
+constexpr Named<UnaryOp> kUnaryOps[] = {
+    {UnaryOp::neg, "neg"}, {UnaryOp::scale, "scale"}, {UnaryOp::add_scalar, "add_scalar"},
+    {UnaryOp::relu, "relu"}, {UnaryOp::exp, "exp"}, {UnaryOp::log, "log"},
+    {UnaryOp::sqrt, "sqrt"}, {UnaryOp::rsqrt, "rsqrt"}, {UnaryOp::pow, "pow"},
+    {UnaryOp::tanh, "tanh"}, {UnaryOp::sigmoid, "sigmoid"}, {UnaryOp::silu, "silu"},
+    {UnaryOp::gelu, "gelu"}, {UnaryOp::gelu_tanh, "gelu_tanh"}};
 
-const char* unary_name(UnaryOp op) {
-  switch (op) {
-    case UnaryOp::neg: return "neg";
-    case UnaryOp::scale: return "scale";
-    case UnaryOp::add_scalar: return "add_scalar";
-    case UnaryOp::relu: return "relu";
-    case UnaryOp::exp: return "exp";
-    case UnaryOp::log: return "log";
-    case UnaryOp::sqrt: return "sqrt";
-    case UnaryOp::rsqrt: return "rsqrt";
-    case UnaryOp::pow: return "pow";
-    case UnaryOp::tanh: return "tanh";
-    case UnaryOp::sigmoid: return "sigmoid";
-    case UnaryOp::silu: return "silu";
-    case UnaryOp::gelu: return "gelu";
-    case UnaryOp::gelu_tanh: return "gelu_tanh";
-  }
-  return "?";
-}
-
-constexpr BinaryOp kBinaryOps[] = {
-    BinaryOp::add,           BinaryOp::sub,           BinaryOp::mul,
-    BinaryOp::relu_backward, BinaryOp::div,           BinaryOp::pow,
-    BinaryOp::xlogy,         BinaryOp::sqrt_backward, BinaryOp::rsqrt_backward,
-    BinaryOp::tanh_backward, BinaryOp::sigmoid_backward, BinaryOp::silu_backward,
-    BinaryOp::gelu_backward, BinaryOp::gelu_tanh_backward};
-constexpr UnaryOp kUnaryOps[] = {UnaryOp::neg,  UnaryOp::scale,   UnaryOp::add_scalar,
-                                 UnaryOp::relu, UnaryOp::exp,     UnaryOp::log,
-                                 UnaryOp::sqrt, UnaryOp::rsqrt,   UnaryOp::pow,
-                                 UnaryOp::tanh, UnaryOp::sigmoid, UnaryOp::silu,
-                                 UnaryOp::gelu, UnaryOp::gelu_tanh};
 // The scalars each unary op runs with (pow's special-cased exponents and two others).
 std::vector<double> scalars_of(UnaryOp op) {
   if (op == UnaryOp::pow) return {2.0, 1.0, 0.5, -1.0, 3.0, 1.7, -2.5, 0.0};
@@ -166,15 +136,15 @@ void run(DType d) {
   const Tensor a2 = make(xa, {8, 8}, d), b2 = make(xb, {8, 8}, d);
   const Tensor at = cg::raw::transpose(a2, 0, 1);  // strided, not broadcast
 
-  for (BinaryOp op : kBinaryOps) {
-    const std::string name = std::string("binary ") + binary_name(op);
+  for (const auto& [op, op_name] : kBinaryOps) {
+    const std::string name = std::string("binary ") + op_name;
     print(name + " grid", d, k.binary(op, col, row));
     print(name + " flat", d, k.binary(op, a, b));
     print(name + " transposed", d, k.binary(op, at, b2));
   }
-  for (UnaryOp op : kUnaryOps) {
+  for (const auto& [op, op_name] : kUnaryOps) {
     for (double s : scalars_of(op)) {
-      const std::string name = std::string("unary ") + unary_name(op) + " s=" + std::to_string(s);
+      const std::string name = std::string("unary ") + op_name + " s=" + std::to_string(s);
       print(name + " flat", d, k.unary(op, a, s));
       print(name + " transposed", d, k.unary(op, at, s));
       Tensor dst = cg::raw::clone(a2);
