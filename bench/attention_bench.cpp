@@ -32,6 +32,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/cudnn_sdpa.h"
 #include "cuda/device_info.h"
+#include "cuda/event_timer.h"
 #include "ops/attention_mask.h"
 
 namespace {
@@ -45,32 +46,9 @@ struct Options {
   int repeats = 10;
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 // Median milliseconds of f() on the compute stream, after one warm-up run.
 double time_ms(int repeats, const std::function<void()>& f) {
-  const cudaStream_t stream = cg::cuda::compute_stream(0);
-  f();
-  CG_CUDA_CHECK(cudaStreamSynchronize(stream));
-  cudaEvent_t start, stop;
-  CG_CUDA_CHECK(cudaEventCreate(&start));
-  CG_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<double> ms;
-  for (int i = 0; i < std::max(1, repeats); ++i) {
-    CG_CUDA_CHECK(cudaEventRecord(start, stream));
-    f();
-    CG_CUDA_CHECK(cudaEventRecord(stop, stream));
-    CG_CUDA_CHECK(cudaEventSynchronize(stop));
-    float t = 0;
-    CG_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-    ms.push_back(t);
-  }
-  CG_CUDA_CHECK(cudaEventDestroy(start));
-  CG_CUDA_CHECK(cudaEventDestroy(stop));
-  return median(ms);
+  return cg::cuda::median_event_ms(cg::cuda::compute_stream(0), repeats, f);
 }
 
 void row(const std::string& name, double ms, double flops) {

@@ -31,6 +31,7 @@
 #include "cuda/compute_stream.h"
 #include "cuda/cuda_check.h"
 #include "cuda/device_info.h"
+#include "cuda/event_timer.h"
 #include "ops/head_loss.h"
 #include "ops/kernels.h"
 
@@ -47,33 +48,10 @@ struct Options {
   double budget_mib = 0;  // 0: head_loss's default budget
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-struct Timer {
-  cudaEvent_t start{}, stop{};
-  cudaStream_t stream;
-  explicit Timer(cudaStream_t s) : stream(s) {
-    CG_CUDA_CHECK(cudaEventCreate(&start));
-    CG_CUDA_CHECK(cudaEventCreate(&stop));
-  }
-  ~Timer() {
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-  }
-  void begin() { CG_CUDA_CHECK(cudaEventRecord(start, stream)); }
-  double end_ms() {
-    CG_CUDA_CHECK(cudaEventRecord(stop, stream));
-    CG_CUDA_CHECK(cudaEventSynchronize(stop));
-    float t = 0;
-    CG_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-    return t;
-  }
-};
+using cg::median;
+using cg::cuda::EventTimer;
 
 struct Row {
   std::string name;
@@ -98,7 +76,7 @@ int64_t grad_bytes(const cg::HeadLossInputs& in, cg::HeadLossPath path, bool for
 }
 
 Row run_path(cg::HeadLossPath path, const cg::HeadLossInputs& in, cg::HeadLossOptions o, int repeats,
-             cg::CachingAllocator& alloc, Timer& timer) {
+             cg::CachingAllocator& alloc, EventTimer& timer) {
   Row row;
   row.name = std::string("chunkgrad ") + cg::head_loss_path_name(path);
   o.path = path;
@@ -110,7 +88,7 @@ Row run_path(cg::HeadLossPath path, const cg::HeadLossInputs& in, cg::HeadLossOp
       cg::backend_for(in.hidden.device()).synchronize(in.hidden.device().index);
       const int64_t base = alloc.stats().allocated_bytes.current;
       alloc.reset_peak_stats();
-      timer.begin();
+      timer.start();
       int64_t forward_peak = 0;
       {
         cg::HeadLossResult res = cg::head_loss(in, o);
@@ -118,7 +96,7 @@ Row run_path(cg::HeadLossPath path, const cg::HeadLossInputs& in, cg::HeadLossOp
         res.loss.backward();
         row.chunk = res.chunk_rows;
       }
-      const double t = timer.end_ms();
+      const double t = timer.stop_ms();
       if (r > 0) ms.push_back(t);
       const int64_t peak = alloc.stats().allocated_bytes.peak - base;
       row.peak = static_cast<double>(peak) / kGiB;
@@ -139,7 +117,7 @@ Row run_path(cg::HeadLossPath path, const cg::HeadLossInputs& in, cg::HeadLossOp
 // With a shared frozen head the teacher's logits are either a second GEMM or stacked
 // into one [2c, D] x [D, V] GEMM with the student's (`stack`).
 Row gemm_floor(const cg::HeadLossInputs& in, const cg::HeadLossOptions& o, int64_t chunk, bool stack_rows,
-               int repeats, Timer& timer) {
+               int repeats, EventTimer& timer) {
   const cg::Device dev = in.hidden.device();
   cg::DeviceKernels& k = cg::kernels_for(dev, "gemm floor");
   const int64_t T = in.hidden.size(0), D = in.hidden.size(1), V = in.head.size(0);
@@ -177,9 +155,9 @@ Row gemm_floor(const cg::HeadLossInputs& in, const cg::HeadLossOptions& o, int64
   };
   std::vector<double> ms;
   for (int r = 0; r <= repeats; ++r) {
-    timer.begin();
+    timer.start();
     one_pass();
-    const double t = timer.end_ms();
+    const double t = timer.stop_ms();
     if (r > 0) ms.push_back(t);
   }
   Row row;
@@ -216,7 +194,7 @@ int main(int argc, char** argv) {
     const cg::Device dev = cg::cuda_device(0);
     const cg::DType dt = cg::DType::bf16;
     cg::CachingAllocator& alloc = cg::allocator_for(dev);
-    Timer timer(cg::cuda::compute_stream(0));
+    EventTimer timer(cg::cuda::compute_stream(0));
     cg::Generator gen(1);
     cg::HeadLossInputs in;
     in.hidden = cg::randn({o.T, o.D}, {.dtype = dt, .device = dev}, &gen).requires_grad_();

@@ -20,6 +20,7 @@
 #include "cuda/compute_stream.h"
 #include "cuda/cuda_check.h"
 #include "cuda/device_info.h"
+#include "cuda/event_timer.h"
 #include "ops/kernels.h"
 
 namespace {
@@ -31,11 +32,6 @@ struct Options {
   std::string layout = "nt";
   int repeats = 10;
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 cg::DType dtype_of(const std::string& s) {
   if (s == "bf16") return cg::DType::bf16;
@@ -80,23 +76,9 @@ int main(int argc, char** argv) {
       cg::raw::fill_(w, 0.02);
       const cg::Tensor b = o.layout == "nn" ? w : cg::raw::transpose(w, 0, 1);
       cg::Tensor out = cg::raw::empty({o.M, N}, dt, dev);
-      k.gemm(a, b, out, 1.0, 0.0);  // warm-up: algorithm choice, workspace
-      cudaEvent_t start, stop;
-      CG_CUDA_CHECK(cudaEventCreate(&start));
-      CG_CUDA_CHECK(cudaEventCreate(&stop));
-      std::vector<double> ms;
-      for (int r = 0; r < o.repeats; ++r) {
-        CG_CUDA_CHECK(cudaEventRecord(start, stream));
-        k.gemm(a, b, out, 1.0, 0.0);
-        CG_CUDA_CHECK(cudaEventRecord(stop, stream));
-        CG_CUDA_CHECK(cudaEventSynchronize(stop));
-        float t = 0;
-        CG_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-        ms.push_back(t);
-      }
-      cudaEventDestroy(start);
-      cudaEventDestroy(stop);
-      const double med = median(ms);
+      // The warm-up run picks and caches the algorithm and the workspace.
+      const double med =
+          cg::cuda::median_event_ms(stream, o.repeats, [&] { k.gemm(a, b, out, 1.0, 0.0); });
       const double tflops = 2.0 * static_cast<double>(o.M) * K * N / (med * 1e-3) / 1e12;
       std::printf("%8lld %8lld %8lld %10.3f %10.1f\n", static_cast<long long>(o.M),
                   static_cast<long long>(K), static_cast<long long>(N), med, tflops);

@@ -8,7 +8,6 @@
 // memory_lesson --scale 4's shape (T=6144, D=1280, V=62080); head_loss_cpu_torch.py prints
 // the same rows for PyTorch, and run_cpu_bench.sh runs both.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -18,6 +17,7 @@
 #include <CLI/CLI.hpp>
 
 #include "core/factories.h"
+#include "core/timing.h"
 #include "ops/head_loss.h"
 #include "ops/ops.h"
 #include "ops/threads.h"
@@ -32,23 +32,7 @@ struct Options {
   int threads = 0;  // 0: the library's default
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Median seconds of f() over `repeats` runs, after one untimed warm-up run.
-template <typename F>
-double time_median(int repeats, F&& f) {
-  f();
-  std::vector<double> times;
-  for (int i = 0; i < std::max(1, repeats); ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return median(times);
-}
+using cg::median_seconds;  // core/timing.h: one warm-up, then the median of the runs
 
 }  // namespace
 
@@ -84,7 +68,7 @@ int run_bench(int argc, char** argv) {
     std::fflush(stdout);
   };
 
-  const double gemm_s = time_median(o.repeats, [&] {
+  const double gemm_s = median_seconds(o.repeats, [&] {
     cg::NoGradGuard no_grad;
     cg::Tensor logits = cg::matmul(hidden, cg::transpose(head, 0, 1));
   });
@@ -100,7 +84,7 @@ int run_bench(int argc, char** argv) {
   cg::HeadLossOptions naive;
   naive.path = cg::HeadLossPath::naive;
   naive.with_metrics = false;
-  const double naive_s = time_median(o.repeats, [&] { loss_step(naive); });
+  const double naive_s = median_seconds(o.repeats, [&] { loss_step(naive); });
   row("naive", naive_s, gemm_s, 2 * gemm_flops);
 
   std::stringstream list(o.chunks);
@@ -109,7 +93,7 @@ int run_bench(int argc, char** argv) {
     fused.path = cg::HeadLossPath::fused;
     fused.with_metrics = false;
     fused.chunk_rows = std::stoll(item);
-    const double s = time_median(o.repeats, [&] { loss_step(fused); });
+    const double s = median_seconds(o.repeats, [&] { loss_step(fused); });
     row("fused/" + item, s, gemm_s, 2 * gemm_flops);
   }
   std::printf("(GFLOP/s counts 2 T D V per GEMM: 1 for gemm, 2 for the loss rows -- logits and dh)\n");

@@ -17,6 +17,7 @@
 #include "cuda/compute_stream.h"
 #include "cuda/cuda_check.h"
 #include "cuda/device_info.h"
+#include "cuda/event_timer.h"
 #include "ops/kernels.h"
 
 int main(int argc, char** argv) {
@@ -67,26 +68,18 @@ int main(int argc, char** argv) {
         a.config.hard_ce_weight = 0.3f;
       }
       std::vector<double> ms;
-      cudaEvent_t start, stop;
-      CG_CUDA_CHECK(cudaEventCreate(&start));
-      CG_CUDA_CHECK(cudaEventCreate(&stop));
-      for (int r = 0; r <= repeats; ++r) {
+      cg::cuda::EventTimer timer(stream);
+      for (int r = 0; r <= std::max(1, repeats); ++r) {  // run 0 is the untimed warm-up
         cg::raw::copy_(logits, src);  // the kernel overwrites its input
         if (kind == 1) cg::raw::copy_(teacher, teacher_src);
-        CG_CUDA_CHECK(cudaEventRecord(start, stream));
+        timer.start();
         k.head_loss_rows(a);
-        CG_CUDA_CHECK(cudaEventRecord(stop, stream));
-        CG_CUDA_CHECK(cudaEventSynchronize(stop));
-        float t = 0;
-        CG_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+        const double t = timer.stop_ms();
         if (r > 0) ms.push_back(t);
       }
-      std::sort(ms.begin(), ms.end());
-      const double med = ms[ms.size() / 2];
+      const double med = cg::median(ms);
       const double bytes = static_cast<double>(C) * V * (kind == 1 ? 6.0 : kind == 2 ? 2.0 : 4.0);
       std::printf("%-28s %10.3f %10.0f\n", name, med, bytes / (med * 1e-3) / 1e9);
-      cudaEventDestroy(start);
-      cudaEventDestroy(stop);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "head_rows_bench: %s\n", e.what());

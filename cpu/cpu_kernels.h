@@ -31,7 +31,7 @@ class CpuKernels : public DeviceKernels {
  public:
   DeviceType type() const override;  // cpu/cpu_kernels.cpp
 
-  // ---- elementwise (cpu/elementwise.cpp; one element's formula in cpu/elementwise_math.h) --
+  // ---- elementwise (cpu/elementwise.cpp; one element's formula in ops/elementwise_formulas.h) --
   Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) override;
   Tensor unary(UnaryOp op, const Tensor& a, double s) override;
   // out = cond ? a : b with numpy broadcasting of all three; cond is bool, a and b share a

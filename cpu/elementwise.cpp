@@ -1,18 +1,24 @@
 // Why this file exists: the CPU loops of the elementwise ops (binary and unary ops, the
 // activations' backwards, where, and the in-place forms), written once over strided
 // walks so that any strides (transposed, sliced, broadcast) work without a contiguous
-// copy. What each op does to one element is in cpu/elementwise_math.h; here is only
-// how tensors are walked, and split between threads (cpu/parallel.h). These loops are the
-// CPU table's elementwise entries themselves (CpuKernels, cpu/cpu_kernels.h).
+// copy. What each op does to one element is in ops/elementwise_formulas.h (shared with the
+// CUDA kernels); here is only how tensors are walked, and split between threads
+// (cpu/parallel.h). These loops are the CPU table's elementwise entries themselves
+// (CpuKernels, cpu/cpu_kernels.h).
 #include <type_traits>
 
 #include "core/views.h"
 #include "cpu/cpu_kernels.h"
-#include "cpu/elementwise_math.h"
 #include "cpu/loops.h"
 #include "cpu/parallel.h"
+#include "ops/elementwise_formulas.h"
 
 namespace cg::cpu {
+
+using formulas::addcmul_of;
+using formulas::apply_binary;
+using formulas::apply_inplace;
+using formulas::apply_unary;
 
 namespace {
 
@@ -125,12 +131,7 @@ void CpuKernels::inplace(InplaceOp op, const Tensor& dst, const Tensor& src, dou
     const T* ps = static_cast<const T*>(src.data_ptr());
     parallel_strided_loop<2>(dst.shape(), {dst.strides(), broadcast_strides(src, dst.shape())},
                              [&](const std::array<int64_t, 2>& o) {
-                               const C s = load(ps + o[1]);
-                               switch (op) {
-                                 case InplaceOp::add: store(pd + o[0], load(pd + o[0]) + a * s); break;
-                                 case InplaceOp::mul: store(pd + o[0], load(pd + o[0]) * s); break;
-                                 case InplaceOp::copy: store(pd + o[0], s); break;
-                               }
+                               store(pd + o[0], apply_inplace<C>(op, load(pd + o[0]), load(ps + o[1]), a));
                              });
   });
 }
@@ -159,8 +160,8 @@ void CpuKernels::addcmul(const Tensor& dst, const Tensor& a, const Tensor& b, do
     parallel_strided_loop<3>(dst.shape(), {dst.strides(), broadcast_strides(a, dst.shape()),
                                            broadcast_strides(b, dst.shape())},
                              [&](const std::array<int64_t, 3>& o) {
-                               const C x = load(pa + o[1]), y = load(pb + o[2]);
-                               store(pd + o[0], load(pd + o[0]) + v * (divide ? x / y : x * y));
+                               store(pd + o[0], addcmul_of<C>(load(pd + o[0]), load(pa + o[1]),
+                                                              load(pb + o[2]), v, divide));
                              });
   });
 }

@@ -15,6 +15,7 @@
 #include "cpu/cpu_kernels.h"
 #include "cpu/loops.h"
 #include "cpu/thread_pool.h"
+#include "ops/kernel_shapes.h"
 
 namespace cg::cpu {
 
@@ -30,22 +31,12 @@ struct View {
 
 // How x is read in place, if it can be: a unit stride in one dim and a leading dimension
 // that does not overlap rows (or columns). Size-1 dims may carry any stride.
+// The rule is ops/kernel_shapes.h's gemm_layout, shared with the CUDA GEMM.
 bool in_place_view(const GemmMatrix& x, int64_t& ld, bool& row_major) {
-  const int64_t cs = x.cols == 1 ? 1 : x.col_stride;
-  const int64_t rs = x.rows == 1 ? std::max<int64_t>(x.cols, 1) : x.row_stride;
-  if (cs == 1 && rs >= std::max<int64_t>(x.cols, 1)) {
-    ld = rs;
-    row_major = true;
-    return true;
-  }
-  const int64_t rs2 = x.rows == 1 ? 1 : x.row_stride;
-  const int64_t cs2 = x.cols == 1 ? std::max<int64_t>(x.rows, 1) : x.col_stride;
-  if (rs2 == 1 && cs2 >= std::max<int64_t>(x.rows, 1)) {
-    ld = cs2;
-    row_major = false;
-    return true;
-  }
-  return false;
+  const GemmLayout l = gemm_layout(x.rows, x.cols, x.row_stride, x.col_stride);
+  ld = l.ld;
+  row_major = l.row_major;
+  return l.in_place;
 }
 
 bool readable_in_place(const GemmMatrix& x, DType compute) {

@@ -3,22 +3,17 @@
 //   out   = gate * sig(gate) * up
 //   dup   = g * gate * sig(gate)
 //   dgate = g * up * sig(gate) * (1 + gate * (1 - sig(gate)))
-#include <cmath>
-
+// (the formulas per element are in ops/elementwise_formulas.h, shared with CUDA).
 #include "core/views.h"
 #include "cpu/cpu_kernels.h"
 #include "cpu/loops.h"
 #include "cpu/parallel.h"
+#include "ops/elementwise_formulas.h"
 
 namespace cg::cpu {
 
-namespace {
-
-template <typename C>
-inline C sigmoid(C v) {
-  return C(1) / (C(1) + std::exp(-v));
-}
-}  // namespace
+using formulas::swiglu_grads_of;
+using formulas::swiglu_of;
 
 Tensor CpuKernels::swiglu_forward(const Tensor& gate, const Tensor& up) {
   Tensor out = raw::empty(gate.shape(), gate.dtype(), gate.device());
@@ -31,16 +26,14 @@ Tensor CpuKernels::swiglu_forward(const Tensor& gate, const Tensor& up) {
       const int64_t n = gate.numel();
       parallel_range(n, n, [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) {
-          const C a = load(pg + i);
-          store(po + i, a * sigmoid(a) * load(pu + i));
+          store(po + i, swiglu_of<C>(load(pg + i), load(pu + i)));
         }
       });
       return;
     }
     strided_loop<3>(gate.shape(), {out.strides(), gate.strides(), up.strides()},
                     [&](const std::array<int64_t, 3>& o) {
-                      const C a = load(pg + o[1]);
-                      store(po + o[0], a * sigmoid(a) * load(pu + o[2]));
+                      store(po + o[0], swiglu_of<C>(load(pg + o[1]), load(pu + o[2])));
                     });
   });
   return out;
@@ -68,10 +61,10 @@ SwigluGrads CpuKernels::swiglu_backward(const Tensor& grad, const Tensor& gate, 
       const int64_t da = need_dgate ? 1 : 0, du = need_dup ? 1 : 0;
       parallel_range(n, n, [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) {
-          const C g = load(pg + i), a = load(pa + i), u = load(pu + i);
-          const C s = sigmoid(a);
-          if (da) store(pda + i, g * u * s * (C(1) + a * (C(1) - s)));
-          if (du) store(pdu + i, g * a * s);
+          C dg, du_i;
+          swiglu_grads_of<C>(load(pg + i), load(pa + i), load(pu + i), dg, du_i);
+          if (da) store(pda + i, dg);
+          if (du) store(pdu + i, du_i);
         }
       });
       return;
@@ -81,10 +74,10 @@ SwigluGrads CpuKernels::swiglu_backward(const Tensor& grad, const Tensor& gate, 
                      need_dgate ? dgate.strides() : zero_strides,
                      need_dup ? dup.strides() : zero_strides},
                     [&](const std::array<int64_t, 5>& o) {
-                      const C g = load(pg + o[0]), a = load(pa + o[1]), u = load(pu + o[2]);
-                      const C s = sigmoid(a);
-                      store(pda + o[3], g * u * s * (C(1) + a * (C(1) - s)));
-                      store(pdu + o[4], g * a * s);
+                      C dg, du_o;
+                      swiglu_grads_of<C>(load(pg + o[0]), load(pa + o[1]), load(pu + o[2]), dg, du_o);
+                      store(pda + o[3], dg);
+                      store(pdu + o[4], du_o);
                     });
   });
   return grads;

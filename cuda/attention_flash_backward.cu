@@ -49,44 +49,20 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BwdArgs a) {
   T* sK = sG + kTile * LD;                 // (2, kTile, LD)
   T* sV = sK + 2 * kTile * LD;             // (2, kTile, LD)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t b = blockIdx.z;
   const AttnShape& s = a.s;
 
-  QueryTile qt;
-  KeyPlan kp;
-  const int64_t unit = blockIdx.x % a.units, tile = blockIdx.x / a.units;
-  query_tile_of(s, a.m, kTile, a.tiles_per_unit, tile, unit, b, qt, kp);
-  const int64_t kv_head = qt.packed ? unit : qt.head / (s.Hq / s.Hkv);
-  const T* kbase = static_cast<const T*>(a.k.data) + b * a.k.sb + kv_head * a.k.sh;
-  const T* vbase = static_cast<const T*>(a.v.data) + b * a.v.sb + kv_head * a.v.sh;
-  const int64_t ntiles = kp.total_tiles();
-
-  auto load_kv = [&](int64_t t, int stage) {
-    int64_t j0, jend;
-    kp.tile(t, j0, jend);
-    load_kv_tile_async<T, HD>(sK + stage * kTile * LD, sV + stage * kTile * LD, a.k, a.v, kbase,
-                              vbase, j0, jend);
-  };
-  load_rows_async<T, kTile, HD>(sQ, a.q.data, [&](int r) -> const T* {
-    int64_t h = 0, i = 0;
-    return qt.row(r, h, i) ? query_row<T>(a.q, b, h, i) : nullptr;
-  });
-  load_rows_async<T, kTile, HD>(sG, a.g.data, [&](int r) -> const T* {
-    int64_t h = 0, i = 0;
-    return qt.row(r, h, i) ? query_row<T>(a.g, b, h, i) : nullptr;
-  });
-  if (ntiles > 0) load_kv(0, 0);
-  cp_async_commit();
-  cp_async_wait_all();
-  __syncthreads();
+  // Note [Query CTA prologue]: the forward's, with dO's rows loaded beside Q's.
+  const QueryCta<T> cta = query_cta_of<T>(a, kTile);
+  load_first_tiles<T, kTile, HD>(cta, a, sQ, &a.g, sG, sK, sV);
+  const int64_t b = cta.b, ntiles = cta.key_tiles;
+  const QueryTile& qt = cta.qt;
 
   int64_t h0 = 0, i0 = 0, h1 = 0, i1 = 0;
   const int r0 = warp * 16 + lane / 4;
   const bool ok0 = qt.row(r0, h0, i0), ok1 = qt.row(r0 + 8, h1, i1);
   int64_t hw, iw;
   const bool warp_active = qt.row(warp * 16, hw, iw);
-  const bool causal = a.m.kind == AttnMaskKind::causal;
-  const int64_t diag = s.Sk - s.Sq;
+  const CausalRule causal = causal_rule(s, a.m);
   const int64_t row0 = (b * s.Hq + h0) * s.Sq + i0, row1 = (b * s.Hq + h1) * s.Sq + i1;
   const float L0 = ok0 ? lse_log2(a.lse, row0) : INFINITY;
   const float L1 = ok1 ? lse_log2(a.lse, row1) : INFINITY;
@@ -102,14 +78,10 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BwdArgs a) {
   for (int n = 0; n < HD / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.f;
 
   for (int64_t t = 0; t < ntiles; ++t) {
-    const int stage = t & 1;
-    if (t + 1 < ntiles) load_kv(t + 1, stage ^ 1);
-    cp_async_commit();
-    int64_t j0, jend;
-    kp.tile(t, j0, jend);
+    const KeyTileStep<T> kt = key_tile_step<T, HD>(cta, a, sK, sV, t);
+    const int64_t j0 = kt.j0, jend = kt.jend;
     if (warp_active) {
-      const T* tK = sK + stage * kTile * LD;
-      const T* tV = sV + stage * kTile * LD;
+      const T *tK = kt.tK, *tV = kt.tV;
       float p[kTile / 8][4], dp[kTile / 8][4];
 #pragma unroll
       for (int n = 0; n < kTile / 8; ++n) {
@@ -140,7 +112,7 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BwdArgs a) {
         for (int e = 0; e < 4; ++e) {
           const int64_t j = j0 + n * 8 + (lane % 4) * 2 + (e & 1);
           const int64_t i = e < 2 ? i0 : i1;
-          const bool vis = j < jend && !(causal && j > i + diag);
+          const bool vis = j < jend && !causal.hides(j, i);
           const float pe = vis ? exp2f(p[n][e] * a.scale_log2 - (e < 2 ? L0 : L1)) : 0.f;
           p[n][e] = pe * (dp[n][e] - (e < 2 ? D0 : D1));
         }
@@ -188,19 +160,7 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BwdArgs a) {
 
 template <typename T, int HD>
 void launch_dq_typed(const BwdArgs& a, cudaStream_t stream) {
-  const AttnShape& s = a.s;
-  const QueryGrid g = query_grid(s, a.m, kTile);
-  CG_CHECK(g.x_tiles * g.units < (int64_t{1} << 31) && s.B < 65536,
-           "scaled_dot_product_attention: too many tiles for one launch on cuda");
-  constexpr int smem = dq_smem_bytes<HD>();
-  CG_CUDA_CHECK(cudaFuncSetAttribute(flash_dq_kernel<T, HD>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  BwdArgs args = a;
-  args.tiles_per_unit = g.tiles_per_unit;
-  args.units = g.units;
-  const dim3 grid(static_cast<unsigned>(g.x_tiles * g.units), 1, static_cast<unsigned>(s.B));
-  flash_dq_kernel<T, HD><<<grid, kThreads, smem, stream>>>(args);
-  CG_CUDA_CHECK(cudaGetLastError());
+  launch_query_kernel(flash_dq_kernel<T, HD>, a, kTile, dq_smem_bytes<HD>(), stream);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // Why this file exists: the pieces the flash attention kernels (forward in
 // cuda/attention_flash_forward.cu, backward in cuda/attention_flash_backward.cu) share:
-// tensor-core helpers (ldmatrix, mma.sync m16n8k16, cp.async in inline PTX, sm_80+) and
-// the tiling of queries and keys under a mask.
+// tensor-core helpers (ldmatrix, mma.sync m16n8k16, cp.async in inline PTX, sm_80+), the
+// tiling of queries and keys under a mask, the causal rule, and the prologue and launch
+// of the query-side kernels (Note [Query CTA prologue]).
 //
 // Note [Flash tiles]: a CTA of 4 warps owns a tile of query rows -- 128 in the forward
 // (2 m16 slices per warp), 64 in the dq pass -- or of 64 keys (dk/dv, 16 per warp); key
@@ -28,8 +29,10 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "core/error.h"
 #include "cuda/attention_common.cuh"
 #include "cuda/attention_kernels.h"
+#include "cuda/cuda_check.h"
 
 namespace cg::cuda::flash {
 
@@ -136,10 +139,27 @@ __device__ inline void load_kv_tile_async(T* sK, T* sV, const AttnOperand& k, co
   });
 }
 
+// Row 0 of head h in batch b of operand x (its rows follow at stride x.ss).
+template <typename T>
+__device__ inline const T* head_rows(const AttnOperand& x, int64_t b, int64_t h) {
+  return static_cast<const T*>(x.data) + b * x.sb + h * x.sh;
+}
+
 // Query row (b, h, i) of operand x.
 template <typename T>
 __device__ inline const T* query_row(const AttnOperand& x, int64_t b, int64_t h, int64_t i) {
-  return static_cast<const T*>(x.data) + b * x.sb + h * x.sh + i * x.ss;
+  return head_rows<T>(x, b, h) + i * x.ss;
+}
+
+// The causal rule every flash kernel masks with: query row i sees keys up to its
+// diagonal i + (Sk - Sq) (aligned bottom-right, as PyTorch's is_causal with a KV cache).
+struct CausalRule {
+  bool causal = false;
+  int64_t diag = 0;  // Sk - Sq
+  __device__ bool hides(int64_t j, int64_t i) const { return causal && j > i + diag; }
+};
+__device__ inline CausalRule causal_rule(const AttnShape& s, const AttnMaskArgs& m) {
+  return CausalRule{m.kind == AttnMaskKind::causal, s.Sk - s.Sq};
 }
 
 // Which (head, query row) row r of a query tile is (Note [Flash tiles]).
@@ -247,6 +267,109 @@ __device__ inline void query_tile_of(const AttnShape& s, const AttnMaskArgs& m,
     kp.end[0] = end;
     kp.count = 1;
   }
+}
+
+// ---- the prologue of the query-side kernels (forward, dq) ----------------------------------
+// Note [Query CTA prologue]: a forward or dq CTA first finds its query tile and the key
+// ranges the tile's rows see (query_tile_of on blockIdx), the K and V rows of the tile's
+// kv head, and how many key tiles it walks; then loads its query-side rows and the first
+// key tile. Args is FwdArgs or BwdArgs: both carry s, m, k, v, tiles_per_unit and units.
+
+template <typename T>
+struct QueryCta {
+  int64_t b = 0;  // batch (blockIdx.z)
+  QueryTile qt;
+  KeyPlan kp;
+  const T* kbase = nullptr;  // row 0 of the kv head's K
+  const T* vbase = nullptr;  // and V
+  int64_t key_tiles = 0;     // kp.total_tiles()
+};
+
+template <typename T, typename Args>
+__device__ inline QueryCta<T> query_cta_of(const Args& a, int64_t rows_per_tile) {
+  QueryCta<T> c;
+  c.b = blockIdx.z;
+  const int64_t unit = blockIdx.x % a.units, tile = blockIdx.x / a.units;
+  query_tile_of(a.s, a.m, rows_per_tile, a.tiles_per_unit, tile, unit, c.b, c.qt, c.kp);
+  const int64_t kv_head = c.qt.packed ? unit : c.qt.head / (a.s.Hq / a.s.Hkv);
+  c.kbase = head_rows<T>(a.k, c.b, kv_head);
+  c.vbase = head_rows<T>(a.v, c.b, kv_head);
+  c.key_tiles = c.kp.total_tiles();
+  return c;
+}
+
+// Key tile t of the CTA's plan into `stage` of sK and sV (each (2, kTile, HD + kPad)).
+template <typename T, int HD, typename Args>
+__device__ inline void load_key_tile_async(const QueryCta<T>& c, const Args& a, T* sK, T* sV,
+                                           int64_t t, int stage) {
+  constexpr int LD = HD + kPad;
+  int64_t j0, jend;
+  c.kp.tile(t, j0, jend);
+  load_kv_tile_async<T, HD>(sK + stage * kTile * LD, sV + stage * kTile * LD, a.k, a.v, c.kbase,
+                            c.vbase, j0, jend);
+}
+
+// The R rows of the CTA's query tile in operand x (q, grad_out) into smem (R, HD + kPad).
+template <typename T, int R, int HD>
+__device__ inline void load_query_rows_async(T* smem, const AttnOperand& x, const QueryTile& qt,
+                                             int64_t b) {
+  load_rows_async<T, R, HD>(smem, x.data, [&](int r) -> const T* {
+    int64_t h = 0, i = 0;
+    return qt.row(r, h, i) ? query_row<T>(x, b, h, i) : nullptr;
+  });
+}
+
+// The loads before the first key tile's math: the tile's R query rows of Q into sQ (and of
+// grad_out into sG when g is given: the dq pass), key tile 0 into stage 0 of sK and sV;
+// then waits for them and syncs the CTA.
+template <typename T, int R, int HD, typename Args>
+__device__ inline void load_first_tiles(const QueryCta<T>& c, const Args& a, T* sQ,
+                                        const AttnOperand* g, T* sG, T* sK, T* sV) {
+  load_query_rows_async<T, R, HD>(sQ, a.q, c.qt, c.b);
+  if (g != nullptr) load_query_rows_async<T, R, HD>(sG, *g, c.qt, c.b);
+  if (c.key_tiles > 0) load_key_tile_async<T, HD>(c, a, sK, sV, 0, 0);
+  cp_async_commit();
+  cp_async_wait_all();
+  __syncthreads();
+}
+
+// Step t of a query CTA's walk over its key tiles (two smem stages): starts loading tile
+// t + 1 into the other stage, and names tile t's keys [j0, jend) and its K and V in smem.
+template <typename T>
+struct KeyTileStep {
+  int64_t j0 = 0, jend = 0;
+  const T* tK = nullptr;
+  const T* tV = nullptr;
+};
+template <typename T, int HD, typename Args>
+__device__ inline KeyTileStep<T> key_tile_step(const QueryCta<T>& c, const Args& a, T* sK, T* sV,
+                                               int64_t t) {
+  const int stage = t & 1;
+  if (t + 1 < c.key_tiles) load_key_tile_async<T, HD>(c, a, sK, sV, t + 1, stage ^ 1);
+  cp_async_commit();
+  KeyTileStep<T> k;
+  c.kp.tile(t, k.j0, k.jend);
+  k.tK = sK + stage * kTile * (HD + kPad);
+  k.tV = sV + stage * kTile * (HD + kPad);
+  return k;
+}
+
+// Launches a query-side kernel over its grid (query_grid) with `smem` bytes of dynamic
+// shared memory; `a` is completed with the grid's tiles_per_unit and units.
+template <typename Args>
+void launch_query_kernel(void (*kernel)(Args), Args a, int64_t rows_per_tile, int smem,
+                         cudaStream_t stream) {
+  const QueryGrid g = query_grid(a.s, a.m, rows_per_tile);
+  CG_CHECK(g.x_tiles * g.units < (int64_t{1} << 31) && a.s.B < 65536 &&
+               a.s.Sq < (int64_t{1} << 31),
+           "scaled_dot_product_attention: too many tiles for one launch on cuda (", g.x_tiles,
+           " x ", g.units, " x ", a.s.B, ")");
+  CG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  a.tiles_per_unit = g.tiles_per_unit;
+  a.units = g.units;
+  const dim3 grid(static_cast<unsigned>(g.x_tiles * g.units), 1, static_cast<unsigned>(a.s.B));
+  kernel<<<grid, kThreads, smem, stream>>>(a);
+  CG_CUDA_CHECK(cudaGetLastError());
 }
 
 // Calls f.template operator()<T, HD>() for a flash dtype (bf16, f16) and head dim (64, 128).

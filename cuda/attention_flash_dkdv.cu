@@ -107,17 +107,9 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
   const AttnMaskArgs& m = a.m;
   const int64_t group = s.Hq / s.Hkv;
   const KeyTileWork w = key_tile_work<QT>(s, m, blockIdx.x / s.Hkv);
-  const T* kbase = static_cast<const T*>(a.k.data) + b * a.k.sb + hk * a.k.sh;
-  const T* vbase = static_cast<const T*>(a.v.data) + b * a.v.sb + hk * a.v.sh;
+  load_kv_tile_async<T, HD>(sK, sV, a.k, a.v, head_rows<T>(a.k, b, hk), head_rows<T>(a.v, b, hk),
+                            w.j0, w.jend);
 
-  load_rows_async<T, kTile, HD>(sK, a.k.data, [&](int r) -> const T* {
-    return w.j0 + r < w.jend ? kbase + (w.j0 + r) * a.k.ss : nullptr;
-  });
-  load_rows_async<T, kTile, HD>(sV, a.v.data, [&](int r) -> const T* {
-    return w.j0 + r < w.jend ? vbase + (w.j0 + r) * a.v.ss : nullptr;
-  });
-
-  // Row r of query tile (seg, qt): its head and query row, false past the tile's end.
   // Row r of query tile (seg, qt): its head and query row, false past the tile's end.
   // (32-bit division: this runs for every row of every tile.)
   const int bs32 = static_cast<int>(m.block_size), packed_rows = static_cast<int>(group) * bs32;
@@ -172,8 +164,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
   __syncthreads();
 
   const bool warp_active = w.j0 + warp * 16 < w.jend;
-  const bool causal = m.kind == AttnMaskKind::causal;
-  const int64_t diag = s.Sk - s.Sq;
+  const CausalRule causal = causal_rule(s, m);
   const int64_t kj0 = w.j0 + warp * 16 + lane / 4;  // this thread's keys: kj0, kj0 + 8
   float dk[HD / 8][4], dv[HD / 8][4];
 #pragma unroll
@@ -249,8 +240,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
         for (int e = 0; e < 4; ++e) {
           const int c = n * 8 + (lane % 4) * 2 + (e & 1);  // query row in the tile
           const int64_t j = kj0 + (e < 2 ? 0 : 8);
-          const bool vis = c < nrows && j < w.jend && j < anchor &&
-                           !(causal && j > qrow0 + c + diag);
+          const bool vis = c < nrows && j < w.jend && j < anchor && !causal.hides(j, qrow0 + c);
           // (a visited row always sees a key, so its lse is finite)
           acc[n][e] = vis ? exp2f(acc[n][e] * a.scale_log2 - tL[c] * kLog2e) : 0.f;
         }

@@ -53,34 +53,12 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdArgs a) {
   T* sK = sQ + BM * LD;                    // (2, kTile, LD)
   T* sV = sK + 2 * kTile * LD;             // (2, kTile, LD)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t b = blockIdx.z;
   const AttnShape& s = a.s;
-  const int64_t hk_group = s.Hq / s.Hkv;
 
-  QueryTile qt;
-  KeyPlan kp;
-  const int64_t unit = blockIdx.x % a.units, tile = blockIdx.x / a.units;
-  query_tile_of(s, a.m, BM, a.tiles_per_unit, tile, unit, b, qt, kp);
-  const int64_t kv_head = qt.packed ? unit : qt.head / hk_group;
-  const T* kbase = static_cast<const T*>(a.k.data) + b * a.k.sb + kv_head * a.k.sh;
-  const T* vbase = static_cast<const T*>(a.v.data) + b * a.v.sb + kv_head * a.v.sh;
-  const int64_t ntiles = kp.total_tiles();
-
-  auto load_kv = [&](int64_t t, int stage) {
-    int64_t j0, jend;
-    kp.tile(t, j0, jend);
-    load_kv_tile_async<T, HD>(sK + stage * kTile * LD, sV + stage * kTile * LD, a.k, a.v, kbase,
-                              vbase, j0, jend);
-  };
-
-  load_rows_async<T, BM, HD>(sQ, a.q.data, [&](int r) -> const T* {
-    int64_t h = 0, i = 0;
-    return qt.row(r, h, i) ? query_row<T>(a.q, b, h, i) : nullptr;
-  });
-  if (ntiles > 0) load_kv(0, 0);
-  cp_async_commit();
-  cp_async_wait_all();
-  __syncthreads();
+  const QueryCta<T> cta = query_cta_of<T>(a, BM);  // Note [Query CTA prologue]
+  load_first_tiles<T, BM, HD>(cta, a, sQ, nullptr, nullptr, sK, sV);
+  const int64_t b = cta.b, ntiles = cta.key_tiles;
+  const QueryTile& qt = cta.qt;
 
   // This thread's rows: slice mt, half hf -> tile row warp * 16 * MT + mt * 16 + hf * 8 + lane / 4.
   // (Only the query index is kept, as 32 bits, for the causal test: registers are scarce.)
@@ -97,8 +75,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdArgs a) {
   }
   int64_t hw, iw;
   const bool warp_active = qt.row(warp * 16 * MT, hw, iw);  // valid rows are a prefix
-  const bool causal = a.m.kind == AttnMaskKind::causal;
-  const int64_t diag = s.Sk - s.Sq;
+  const CausalRule causal = causal_rule(s, a.m);
   int64_t first_i = 0, fh;
   qt.row(0, fh, first_i);
 
@@ -113,14 +90,10 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdArgs a) {
   }
 
   for (int64_t t = 0; t < ntiles; ++t) {
-    const int stage = t & 1;
-    if (t + 1 < ntiles) load_kv(t + 1, stage ^ 1);
-    cp_async_commit();
-    int64_t j0, jend;
-    kp.tile(t, j0, jend);
+    const KeyTileStep<T> kt = key_tile_step<T, HD>(cta, a, sK, sV, t);
+    const int64_t j0 = kt.j0, jend = kt.jend;
     if (warp_active) {
-      const T* tK = sK + stage * kTile * LD;
-      const T* tV = sV + stage * kTile * LD;
+      const T *tK = kt.tK, *tV = kt.tV;
       float sc[MT][kTile / 8][4];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
@@ -147,7 +120,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdArgs a) {
           }
         }
       }
-      const bool need_mask = j0 + kTile > jend || (causal && j0 + kTile - 1 > first_i + diag);
+      const bool need_mask = j0 + kTile > jend || causal.hides(j0 + kTile - 1, first_i);
       uint32_t pa[MT][kTile / 16][4];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
@@ -158,7 +131,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdArgs a) {
             for (int e = 0; e < 4; ++e) {
               const int64_t j = j0 + n * 8 + (lane % 4) * 2 + (e & 1);
               const int64_t i = ir[mt][e / 2];  // (Sq < 2^31: checked at launch)
-              if (j >= jend || (causal && j > i + diag)) sc[mt][n][e] = -INFINITY;
+              if (j >= jend || causal.hides(j, i)) sc[mt][n][e] = -INFINITY;
             }
           }
         }
@@ -246,19 +219,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdArgs a) {
 
 template <typename T, int HD>
 void launch_forward_typed(const FwdArgs& a, cudaStream_t stream) {
-  const QueryGrid g = query_grid(a.s, a.m, kForwardRows);
-  CG_CHECK(g.x_tiles * g.units < (int64_t{1} << 31) && a.s.B < 65536 && a.s.Sq < (int64_t{1} << 31),
-           "scaled_dot_product_attention: too many tiles for one launch on cuda (", g.x_tiles,
-           " x ", g.units, " x ", a.s.B, ")");
-  constexpr int smem = fwd_smem_bytes<HD>();
-  CG_CUDA_CHECK(cudaFuncSetAttribute(flash_forward_kernel<T, HD>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  FwdArgs args = a;
-  args.tiles_per_unit = g.tiles_per_unit;
-  args.units = g.units;
-  const dim3 grid(static_cast<unsigned>(g.x_tiles * g.units), 1, static_cast<unsigned>(a.s.B));
-  flash_forward_kernel<T, HD><<<grid, kThreads, smem, stream>>>(args);
-  CG_CUDA_CHECK(cudaGetLastError());
+  launch_query_kernel(flash_forward_kernel<T, HD>, a, kForwardRows, fwd_smem_bytes<HD>(), stream);
 }
 
 }  // namespace

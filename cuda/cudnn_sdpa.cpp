@@ -42,6 +42,7 @@
 #include "cuda/compute_stream.h"
 #include "cuda/cudnn_graph.h"
 #include "cuda/cuda_check.h"
+#include "cuda/event_timer.h"
 
 namespace cg::cuda {
 
@@ -377,24 +378,8 @@ void execute_plan(cudnnHandle_t handle, Desc plan, std::vector<int64_t>& uids,
 // Median ms of 3 runs of `plan` after a warm-up (Note [SDPA autotune]); host waits.
 float time_plan(cudnnHandle_t handle, Desc plan, std::vector<int64_t>& uids,
                 std::vector<void*>& ptrs, void* workspace, cudaStream_t stream) {
-  cudaEvent_t start, stop;
-  CG_CUDA_CHECK(cudaEventCreate(&start));
-  CG_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<float> ms;
-  execute_plan(handle, plan, uids, ptrs, workspace);
-  for (int i = 0; i < 3; ++i) {
-    CG_CUDA_CHECK(cudaEventRecord(start, stream));
-    execute_plan(handle, plan, uids, ptrs, workspace);
-    CG_CUDA_CHECK(cudaEventRecord(stop, stream));
-    CG_CUDA_CHECK(cudaEventSynchronize(stop));
-    float t = 0;
-    CG_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-    ms.push_back(t);
-  }
-  CG_CUDA_CHECK(cudaEventDestroy(start));
-  CG_CUDA_CHECK(cudaEventDestroy(stop));
-  std::sort(ms.begin(), ms.end());
-  return ms[1];
+  return static_cast<float>(median_event_ms(
+      stream, 3, [&] { execute_plan(handle, plan, uids, ptrs, workspace); }));
 }
 
 // Runs the plan with the given (uid, pointer) pairs; `workspace` holds at least

@@ -1,10 +1,9 @@
 // Why this file exists: what every kernel-table CUDA kernel (cuda/*.cu) needs per element:
 // the storage type of a DType, loads and stores through the compute type (fp32 for
 // bf16/f16/f32, fp64 for f64: Note [Compute types] in cpu/loops.h, rounded once on
-// store), the offsets of a row-major element in a Strided geometry, block reductions, and
-// the elementwise formulas of cpu/elementwise_math.h written for the device (the CPU
-// header calls std:: functions nvcc cannot run on the device; the formulas are the same).
-// Included by .cu files only.
+// store), the offsets of a row-major element in a Strided geometry and block reductions.
+// The elementwise formulas are ops/elementwise_formulas.h, shared with the CPU table and
+// brought into cg::cuda below. Included by .cu files only.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -16,6 +15,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "cuda/kernel_args.h"
+#include "ops/elementwise_formulas.h"
 #include "ops/kernels.h"
 
 namespace cg::cuda {
@@ -136,18 +136,20 @@ __device__ __forceinline__ void store_pack(T* p, const compute_t<T> (&v)[N]) {
 }
 // ---- math in the compute type -----------------------------------------------------------
 
-__device__ __forceinline__ float m_exp(float x) { return expf(x); }
-__device__ __forceinline__ double m_exp(double x) { return exp(x); }
-__device__ __forceinline__ float m_log(float x) { return logf(x); }
-__device__ __forceinline__ double m_log(double x) { return log(x); }
-__device__ __forceinline__ float m_sqrt(float x) { return sqrtf(x); }
-__device__ __forceinline__ double m_sqrt(double x) { return sqrt(x); }
-__device__ __forceinline__ float m_tanh(float x) { return tanhf(x); }
-__device__ __forceinline__ double m_tanh(double x) { return tanh(x); }
-__device__ __forceinline__ float m_erf(float x) { return erff(x); }
-__device__ __forceinline__ double m_erf(double x) { return erf(x); }
-__device__ __forceinline__ float m_pow(float a, float b) { return powf(a, b); }
-__device__ __forceinline__ double m_pow(double a, double b) { return pow(a, b); }
+// The formulas every table shares (Note [Formulas on the host and the device]).
+using formulas::addcmul_of;
+using formulas::apply_binary;
+using formulas::apply_inplace;
+using formulas::apply_unary;
+using formulas::m_erf;
+using formulas::m_exp;
+using formulas::m_log;
+using formulas::m_pow;
+using formulas::m_sqrt;
+using formulas::m_tanh;
+using formulas::swiglu_grads_of;
+using formulas::swiglu_of;
+
 __device__ __forceinline__ bool m_isnan(float x) { return isnan(x); }
 __device__ __forceinline__ bool m_isnan(double x) { return isnan(x); }
 __device__ __forceinline__ bool m_isinf(float x) { return isinf(x); }
@@ -156,92 +158,6 @@ template <typename C>
 __device__ __forceinline__ C m_inf() {
   if constexpr (std::is_same_v<C, double>) return __longlong_as_double(0x7ff0000000000000LL);
   else return __int_as_float(0x7f800000);
-}
-
-template <typename C>
-__device__ __forceinline__ C sigmoid_of(C x) {
-  if (x >= C(0)) return C(1) / (C(1) + m_exp(-x));
-  const C e = m_exp(x);
-  return e / (C(1) + e);
-}
-
-template <typename C>
-__device__ __forceinline__ C pow_of(C a, C s) {
-  if (s == C(2)) return a * a;
-  if (s == C(1)) return a;
-  if (s == C(0.5)) return m_sqrt(a);
-  if (s == C(-1)) return C(1) / a;
-  if (s == C(3)) return a * a * a;
-  return m_pow(a, s);
-}
-
-template <typename C>
-__device__ __forceinline__ C gelu_of(C x) {
-  return C(0.5) * x * (C(1) + m_erf(x * C(0.70710678118654752440)));
-}
-template <typename C>
-__device__ __forceinline__ C gelu_tanh_of(C x) {
-  const C u = C(0.79788456080286535588) * (x + C(0.044715) * x * x * x);
-  return C(0.5) * x * (C(1) + m_tanh(u));
-}
-template <typename C>
-__device__ __forceinline__ C gelu_grad_of(C x) {
-  const C cdf = C(0.5) * (C(1) + m_erf(x * C(0.70710678118654752440)));
-  const C pdf = C(0.39894228040143267794) * m_exp(C(-0.5) * x * x);
-  return cdf + x * pdf;
-}
-template <typename C>
-__device__ __forceinline__ C gelu_tanh_grad_of(C x) {
-  const C k = C(0.79788456080286535588), c = C(0.044715);
-  const C u = k * (x + c * x * x * x);
-  const C t = m_tanh(u);
-  const C du = k * (C(1) + C(3) * c * x * x);
-  return C(0.5) * (C(1) + t) + C(0.5) * x * (C(1) - t * t) * du;
-}
-
-template <typename C>
-__device__ __forceinline__ C apply_unary(UnaryOp op, C a, C s) {
-  switch (op) {
-    case UnaryOp::neg: return -a;
-    case UnaryOp::scale: return a * s;
-    case UnaryOp::add_scalar: return a + s;
-    case UnaryOp::relu: return a > C(0) ? a : C(0);
-    case UnaryOp::exp: return m_exp(a);
-    case UnaryOp::log: return m_log(a);
-    case UnaryOp::sqrt: return m_sqrt(a);
-    case UnaryOp::rsqrt: return C(1) / m_sqrt(a);
-    case UnaryOp::pow: return pow_of(a, s);
-    case UnaryOp::tanh: return m_tanh(a);
-    case UnaryOp::sigmoid: return sigmoid_of(a);
-    case UnaryOp::silu: return a * sigmoid_of(a);
-    case UnaryOp::gelu: return gelu_of(a);
-    case UnaryOp::gelu_tanh: return gelu_tanh_of(a);
-  }
-  return C(0);
-}
-
-template <typename C>
-__device__ __forceinline__ C apply_binary(BinaryOp op, C a, C b) {
-  switch (op) {
-    case BinaryOp::add: return a + b;
-    case BinaryOp::sub: return a - b;
-    case BinaryOp::mul: return a * b;
-    case BinaryOp::relu_backward: return b > C(0) ? a : C(0);
-    case BinaryOp::div: return a / b;
-    case BinaryOp::pow: return m_pow(a, b);
-    case BinaryOp::xlogy: return a == C(0) ? C(0) : a * m_log(b);
-    case BinaryOp::sqrt_backward: return a * C(0.5) / b;
-    case BinaryOp::rsqrt_backward: return a * C(-0.5) * b * b * b;
-    case BinaryOp::tanh_backward: return a * (C(1) - b * b);
-    case BinaryOp::sigmoid_backward: return a * b * (C(1) - b);
-    case BinaryOp::silu_backward: {
-      const C s = sigmoid_of(b);
-      return a * s * (C(1) + b * (C(1) - s));
-    }
-    case BinaryOp::gelu_backward: return a * gelu_grad_of(b);
-    case BinaryOp::gelu_tanh_backward: return a * gelu_tanh_grad_of(b);
-  }
-  return C(0);
 }
 
 // ---- block reductions (blockDim.x a multiple of 32, at most 1024) ------------------------

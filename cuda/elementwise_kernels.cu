@@ -50,12 +50,7 @@ __global__ void inplace_kernel(InplaceOp op, T* dst, const T* src, compute_t<T> 
   for (int64_t i = first_index(); i < g.numel; i += grid_stride()) {
     int64_t o[2];
     offsets_of<2>(g, i, o);
-    const compute_t<T> s = ld(src + o[1]);
-    switch (op) {
-      case InplaceOp::add: st(dst + o[0], ld(dst + o[0]) + alpha * s); break;
-      case InplaceOp::mul: st(dst + o[0], ld(dst + o[0]) * s); break;
-      case InplaceOp::copy: st(dst + o[0], s); break;
-    }
+    st(dst + o[0], apply_inplace<compute_t<T>>(op, ld(dst + o[0]), ld(src + o[1]), alpha));
   }
 }
 
@@ -65,14 +60,8 @@ __global__ void addcmul_kernel(T* dst, const T* a, const T* b, compute_t<T> v, b
   for (int64_t i = first_index(); i < g.numel; i += grid_stride()) {
     int64_t o[3];
     offsets_of<3>(g, i, o);
-    const compute_t<T> x = ld(a + o[1]), y = ld(b + o[2]);
-    st(dst + o[0], ld(dst + o[0]) + v * (divide ? x / y : x * y));
+    st(dst + o[0], addcmul_of<compute_t<T>>(ld(dst + o[0]), ld(a + o[1]), ld(b + o[2]), v, divide));
   }
-}
-
-template <typename C>
-__device__ __forceinline__ C plain_sigmoid(C v) {
-  return C(1) / (C(1) + m_exp(-v));
 }
 
 template <typename T>
@@ -81,8 +70,7 @@ __global__ void swiglu_forward_kernel(T* out, const T* gate, const T* up, Stride
   for (int64_t i = first_index(); i < g.numel; i += grid_stride()) {
     int64_t o[3];
     offsets_of<3>(g, i, o);
-    const C a = ld(gate + o[1]);
-    st(out + o[0], a * plain_sigmoid(a) * ld(up + o[2]));
+    st(out + o[0], swiglu_of<C>(ld(gate + o[1]), ld(up + o[2])));
   }
 }
 
@@ -93,10 +81,10 @@ __global__ void swiglu_backward_kernel(const T* grad, const T* gate, const T* up
   for (int64_t i = first_index(); i < g.numel; i += grid_stride()) {
     int64_t o[5];
     offsets_of<5>(g, i, o);
-    const C gr = ld(grad + o[0]), a = ld(gate + o[1]), u = ld(up + o[2]);
-    const C s = plain_sigmoid(a);
-    if (dgate) st(dgate + o[3], gr * u * s * (C(1) + a * (C(1) - s)));
-    if (dup) st(dup + o[4], gr * a * s);
+    C da, du;
+    swiglu_grads_of<C>(ld(grad + o[0]), ld(gate + o[1]), ld(up + o[2]), da, du);
+    if (dgate) st(dgate + o[3], da);
+    if (dup) st(dup + o[4], du);
   }
 }
 
@@ -153,12 +141,11 @@ __global__ void swiglu_forward_flat_kernel(T* out, const T* gate, const T* up, i
     load_pack<T, P>(gate + q * P, va);
     load_pack<T, P>(up + q * P, vu);
 #pragma unroll
-    for (int k = 0; k < P; ++k) vo[k] = va[k] * plain_sigmoid(va[k]) * vu[k];
+    for (int k = 0; k < P; ++k) vo[k] = swiglu_of<C>(va[k], vu[k]);
     store_pack<T, P>(out + q * P, vo);
   }
   for (int64_t i = packs * P + first_index(); i < n; i += grid_stride()) {
-    const C a = ld(gate + i);
-    st(out + i, a * plain_sigmoid(a) * ld(up + i));
+    st(out + i, swiglu_of<C>(ld(gate + i), ld(up + i)));
   }
 }
 
@@ -174,19 +161,15 @@ __global__ void swiglu_backward_flat_kernel(const T* grad, const T* gate, const 
     load_pack<T, P>(gate + q * P, va);
     load_pack<T, P>(up + q * P, vu);
 #pragma unroll
-    for (int k = 0; k < P; ++k) {
-      const C s = plain_sigmoid(va[k]);
-      da[k] = vg[k] * vu[k] * s * (C(1) + va[k] * (C(1) - s));
-      du[k] = vg[k] * va[k] * s;
-    }
+    for (int k = 0; k < P; ++k) swiglu_grads_of<C>(vg[k], va[k], vu[k], da[k], du[k]);
     if (dgate) store_pack<T, P>(dgate + q * P, da);
     if (dup) store_pack<T, P>(dup + q * P, du);
   }
   for (int64_t i = packs * P + first_index(); i < n; i += grid_stride()) {
-    const C gr = ld(grad + i), a = ld(gate + i), u = ld(up + i);
-    const C s = plain_sigmoid(a);
-    if (dgate) st(dgate + i, gr * u * s * (C(1) + a * (C(1) - s)));
-    if (dup) st(dup + i, gr * a * s);
+    C da, du;
+    swiglu_grads_of<C>(ld(grad + i), ld(gate + i), ld(up + i), da, du);
+    if (dgate) st(dgate + i, da);
+    if (dup) st(dup + i, du);
   }
 }
 

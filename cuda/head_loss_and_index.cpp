@@ -146,11 +146,7 @@ Tensor CudaKernels::gather(const Tensor& x, int64_t dim, const Tensor& idx) {
 
 void CudaKernels::scatter_add(const Tensor& dst, int64_t dim, const Tensor& idx,
                               const Tensor& src) {
-  if (dst.dim() == 0) {  // 0-d: the only index is 0
-    add_at_indices(raw::unsqueeze(dst, 0), 0, raw::unsqueeze(idx, 0), raw::unsqueeze(src, 0),
-                   {idx.numel()}, {0}, {0}, -1);
-    return;
-  }
+  // (never 0-d: ops/index_ops.cpp hands 0-d tensors over as 1-d, Note [0-d scatter_add])
   add_at_indices(dst, dim, idx, src, idx.shape(), src.strides(), idx.strides(), -1);
 }
 

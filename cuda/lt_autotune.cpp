@@ -4,10 +4,12 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "core/backend.h"
 #include "core/views.h"
 #include "cuda/cuda_check.h"
+#include "cuda/event_timer.h"
 
 namespace cg::cuda {
 
@@ -40,36 +42,30 @@ int lt_fastest_algorithm(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
   const double one64 = 1.0, zero64 = 0.0;
   const void* alpha = f64 ? static_cast<const void*>(&one64) : &one32;
   const void* beta = f64 ? static_cast<const void*>(&zero64) : &zero32;
-  cudaEvent_t start, stop;
-  CG_CUDA_CHECK(cudaEventCreate(&start));
-  CG_CUDA_CHECK(cudaEventCreate(&stop));
+  EventTimer timer(stream);
   int best = 0;
   float best_ms = -1.0f;  // none timed yet
   for (int c = 0; c < found; ++c) {
-    float times[3] = {};
+    std::vector<float> times;
     bool ok = true;
-    for (int r = 0; r < 4 && ok; ++r) {
-      if (r > 0) CG_CUDA_CHECK(cudaEventRecord(start, stream));
+    for (int r = 0; r < 4 && ok; ++r) {  // a warm-up, then 3 timed runs
+      if (r > 0) timer.start();
       ok = cublasLtMatmul(handle, desc, alpha, a, la, b, lb, beta, d, lc, const_cast<void*>(d), lc,
                           &results[c].algo,
                           workspace.defined() ? workspace.data_ptr() : nullptr,
                           results[c].workspaceSize, stream) == CUBLAS_STATUS_SUCCESS;
       if (r > 0 && ok) {
-        CG_CUDA_CHECK(cudaEventRecord(stop, stream));
         note_host_sync();  // Note [Host sync count]: once per new shape (warm-up)
-        CG_CUDA_CHECK(cudaEventSynchronize(stop));
-        CG_CUDA_CHECK(cudaEventElapsedTime(&times[r - 1], start, stop));
+        times.push_back(timer.stop_ms());
       }
     }
     if (!ok) continue;
-    std::sort(times, times + 3);
-    if (best_ms < 0.0f || times[1] < best_ms) {
+    const float ms = median(std::move(times));
+    if (best_ms < 0.0f || ms < best_ms) {
       best = c;
-      best_ms = times[1];
+      best_ms = ms;
     }
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   return best;
 }
 

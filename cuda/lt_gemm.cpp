@@ -46,22 +46,12 @@ struct LtMatrix {
 };
 
 // How X is read in place (Note [Column-major GEMM]); false when it has no unit stride.
+// The rule is ops/kernel_shapes.h's gemm_layout, shared with the CPU GEMM.
 bool layout_of(const LtMatrix& x, bool& row_major, int64_t& ld) {
-  const int64_t cs_r = x.cols == 1 ? 1 : x.cs;
-  const int64_t rs_r = x.rows == 1 ? std::max<int64_t>(x.cols, 1) : x.rs;
-  if (cs_r == 1 && rs_r >= std::max<int64_t>(x.cols, 1)) {
-    row_major = true;
-    ld = rs_r;
-    return true;
-  }
-  const int64_t rs_c = x.rows == 1 ? 1 : x.rs;
-  const int64_t cs_c = x.cols == 1 ? std::max<int64_t>(x.rows, 1) : x.cs;
-  if (rs_c == 1 && cs_c >= std::max<int64_t>(x.rows, 1)) {
-    row_major = false;
-    ld = cs_c;
-    return true;
-  }
-  return false;
+  const GemmLayout l = gemm_layout(x.rows, x.cols, x.rs, x.cs);
+  row_major = l.row_major;
+  ld = l.ld;
+  return l.in_place;
 }
 
 bool in_place(const Tensor& t) {

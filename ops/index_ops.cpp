@@ -25,6 +25,19 @@ Tensor zeros_of(const TensorMeta& m, DType dtype) {
   return z;
 }
 
+// Note [0-d scatter_add]: a 0-d x has one element, at index 0, and its index and src are
+// 0-d too (same rank). The tables' scatter_add entry never sees 0-d tensors: it is called
+// through this function, with 1-element 1-d views of the same storage, which the general
+// strided loop handles.
+void scatter_add_entry(DeviceKernels& k, const Tensor& dst, int64_t dim, const Tensor& idx,
+                       const Tensor& src) {
+  if (dst.dim() == 0) {
+    k.scatter_add(raw::unsqueeze(dst, 0), 0, raw::unsqueeze(idx, 0), raw::unsqueeze(src, 0));
+    return;
+  }
+  k.scatter_add(dst, dim, idx, src);
+}
+
 // The gradient of a gather-like op: g scatter-added into zeros of the input's shape.
 struct IndexSelectBackward : Node {
   explicit IndexSelectBackward(int64_t dim) : dim(dim) {}
@@ -45,7 +58,7 @@ struct GatherBackward : Node {
   std::string name() const override { return "GatherBackward"; }
   std::vector<Tensor> backward(std::vector<Tensor>&& grads) override {
     Tensor dx = zeros_of(input_meta[0], grads[0].dtype());
-    kernels_for(dx.device(), "gather backward").scatter_add(dx, dim, saved(idx), grads[0]);
+    scatter_add_entry(kernels_for(dx.device(), "gather backward"), dx, dim, saved(idx), grads[0]);
     return {dx};
   }
 };
@@ -143,7 +156,7 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& idx, const Tensor
   DeviceKernels& k = kernels_for(x.device(), "scatter_add");
   k.check_indices("scatter_add", "index", idx, x.dim() == 0 ? 1 : x.shape()[d], dim_bound(d, x));
   Tensor out = raw::clone(x);
-  k.scatter_add(out, d, idx, src);
+  scatter_add_entry(k, out, d, idx, src);
   if (auto node = make_node<ScatterAddBackward>({&x, &src}, d)) {
     if (node->needs_input_grad(1)) node->idx = node->save(idx);
     set_history(node, out);

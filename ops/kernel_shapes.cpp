@@ -1,9 +1,31 @@
 // Why this file exists: see kernel_shapes.h.
 #include "ops/kernel_shapes.h"
 
+#include <algorithm>
+
 #include "core/views.h"
 
 namespace cg {
+
+GemmLayout gemm_layout(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride) {
+  GemmLayout l;
+  // Row-major: unit column stride, rows at least a row apart.
+  const int64_t cs_r = cols == 1 ? 1 : col_stride;
+  const int64_t rs_r = rows == 1 ? std::max<int64_t>(cols, 1) : row_stride;
+  if (cs_r == 1 && rs_r >= std::max<int64_t>(cols, 1)) {
+    l.in_place = l.row_major = true;
+    l.ld = rs_r;
+    return l;
+  }
+  // Column-major: unit row stride, columns at least a column apart.
+  const int64_t rs_c = rows == 1 ? 1 : row_stride;
+  const int64_t cs_c = cols == 1 ? std::max<int64_t>(rows, 1) : col_stride;
+  if (rs_c == 1 && cs_c >= std::max<int64_t>(rows, 1)) {
+    l.in_place = true;
+    l.ld = cs_c;
+  }
+  return l;
+}
 
 ReductionSplit split_reduction(const Tensor& a, const std::vector<bool>& reduce, bool keepdim) {
   ReductionSplit s;

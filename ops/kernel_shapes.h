@@ -34,4 +34,17 @@ struct MatmulShape {
 };
 MatmulShape matmul_shape(const Tensor& a, const Tensor& b);
 
+// How a GEMM reads a [rows, cols] operand with strides (row_stride, col_stride) in place:
+// row-major (element (i, j) at i * ld + j) when the columns have a unit stride and rows do
+// not overlap, else column-major (at i + j * ld) when the rows have a unit stride. A
+// size-1 dim may carry any stride (it is never stepped). in_place false: neither holds
+// and the operand must be copied first. The CPU GEMM (cpu/gemm.cpp) and cuBLASLt's
+// (cuda/lt_gemm.cpp) both read their operands by this rule.
+struct GemmLayout {
+  bool in_place = false;
+  bool row_major = false;
+  int64_t ld = 0;  // leading dimension, in elements
+};
+GemmLayout gemm_layout(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride);
+
 }  // namespace cg

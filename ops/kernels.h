@@ -50,7 +50,7 @@ enum class BinaryOp {
   pow,            // a ^ b
   xlogy,          // a == 0 ? 0 : a * log(b)  (pow's exponent gradient: out * log(base))
   // Backward of a unary op: a = the gradient, b = what the op saved (y = its output,
-  // x = its input). Formulas in cpu/elementwise_math.h.
+  // x = its input). Formulas in ops/elementwise_formulas.h.
   sqrt_backward,       // a * 0.5 / y
   rsqrt_backward,      // a * -0.5 * y^3
   tanh_backward,       // a * (1 - y^2)

@@ -12,6 +12,7 @@
 #include "core/factories.h"
 #include "core/views.h"
 #include "cpu/gemm.h"
+#include "ops/kernel_shapes.h"
 #include "ops/ops.h"
 #include "ops/threads.h"
 
@@ -226,6 +227,29 @@ TEST(Gemm, MatmulBatchedAndFoldedMatchLoops) {
       }
     }
   }
+}
+
+// The operand layout rule both GEMMs read by (ops/kernel_shapes.h's gemm_layout).
+TEST(Gemm, OperandLayoutRule) {
+  auto expect = [](GemmLayout l, bool in_place, bool row_major, int64_t ld) {
+    EXPECT_EQ(l.in_place, in_place);
+    if (in_place) {
+      EXPECT_EQ(l.row_major, row_major);
+      EXPECT_EQ(l.ld, ld);
+    }
+  };
+  expect(gemm_layout(4, 6, 6, 1), true, true, 6);     // contiguous
+  expect(gemm_layout(4, 6, 8, 1), true, true, 8);     // padded rows
+  expect(gemm_layout(4, 6, 1, 4), true, false, 4);    // transposed view
+  expect(gemm_layout(4, 6, 1, 5), true, false, 5);    // transposed, padded
+  expect(gemm_layout(4, 6, 2, 12), false, false, 0);  // no unit stride
+  expect(gemm_layout(4, 6, 3, 1), false, false, 0);   // rows overlap
+  // Size-1 dims may carry any stride.
+  expect(gemm_layout(1, 6, 999, 1), true, true, 6);
+  expect(gemm_layout(4, 1, 1, 0), true, true, 1);
+  expect(gemm_layout(1, 1, 7, 7), true, true, 1);
+  expect(gemm_layout(4, 1, 3, 5), true, true, 3);
+  expect(gemm_layout(1, 6, 0, 4), true, false, 4);  // one row, columns 4 apart
 }
 
 }  // namespace

@@ -239,6 +239,23 @@ TEST(OpsShape, ScatterAddHalfAccumulatesInFp32) {
   EXPECT_EQ(scatter_add(x, 0, idx, src).item(), 512.0);
 }
 
+TEST(OpsShape, ScatterAddAndGatherOnZeroDim) {
+  // Note [0-d scatter_add] (ops/index_ops.cpp): the one element of a 0-d x is at index 0;
+  // the op layer hands the table 1-element 1-d views, and the result stays 0-d.
+  Tensor x = scalar_tensor(2.0, {.dtype = DType::f64});
+  Tensor src = scalar_tensor(3.0, {.dtype = DType::f64});
+  Tensor idx = from_ints({0}, {});
+  Tensor y = scatter_add(x, 0, idx, src);
+  EXPECT_EQ(y.dim(), 0);
+  EXPECT_EQ(y.item(), 5.0);
+  EXPECT_EQ(x.item(), 2.0);  // out of place
+  x.requires_grad_();
+  src.requires_grad_();
+  EXPECT_GRADCHECK([idx](const V& in) { return scatter_add(in[0], 0, idx, in[1]); }, x, src);
+  // gather's backward scatter-adds into a 0-d gradient.
+  EXPECT_GRADCHECK([idx](const V& in) { return gather(in[0], 0, idx); }, x);
+}
+
 TEST(OpsShape, IndexErrors) {
   Tensor x = ones({3, 5});
   EXPECT_ERROR_HAS(gather(x, 1, from_ints({0, 7}, {1, 2})), "gather", "index 7", "dim 1",
