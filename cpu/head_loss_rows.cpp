@@ -125,9 +125,13 @@ void head_loss_rows(T* logits, T* teacher, const int64_t* labels, int64_t C, int
     if (softcap) softcap_row(z, V, cap);
 
     const T zmax = row_max(z, V);
+    // Note [Masked logits]: a -inf logit (a masked token) has probability 0, and its
+    // terms in every sum below are 0, not 0 * -inf = NaN: each product of a probability
+    // and a logit is taken only where the probability is not 0. sum_z is used only with
+    // label smoothing, where a -inf logit makes the loss +inf, as in PyTorch.
     const auto [sum_e, sum_ez, sum_z] = block_sums<T, 3>(V, [&](int64_t j) {
       const T e = exp_fast(z[j] - zmax);
-      return std::array<T, 3>{e, e * z[j], z[j]};
+      return std::array<T, 3>{e, e == T(0) ? T(0) : e * z[j], z[j]};
     });
     const double lse = zmax + std::log(sum_e);
     if (out.lse) out.lse[i] = static_cast<T>(lse);
@@ -149,17 +153,20 @@ void head_loss_rows(T* logits, T* teacher, const int64_t* labels, int64_t C, int
       switch (cfg.kind) {
         case LossKind::forward_kl:
           kl_loss = block_sum<T>(V, [&](int64_t j) {
-            return exp_fast(t[j] * s - la) * ((t[j] - z[j]) * s - dl);
+            const T p = exp_fast(t[j] * s - la);
+            return p == T(0) ? T(0) : p * ((t[j] - z[j]) * s - dl);
           });
           break;
         case LossKind::soft_cross_entropy:
           kl_loss = -block_sum<T>(V, [&](int64_t j) {
-            return exp_fast(t[j] * s - la) * (z[j] * s - lb);
+            const T p = exp_fast(t[j] * s - la);
+            return p == T(0) ? T(0) : p * (z[j] * s - lb);
           });
           break;
         case LossKind::reverse_kl:
           kl_loss = block_sum<T>(V, [&](int64_t j) {
-            return exp_fast(z[j] * s - lb) * ((z[j] - t[j]) * s + dl);
+            const T q = exp_fast(z[j] * s - lb);
+            return q == T(0) ? T(0) : q * ((z[j] - t[j]) * s + dl);
           });
           break;
         case LossKind::cross_entropy: break;
@@ -172,8 +179,8 @@ void head_loss_rows(T* logits, T* teacher, const int64_t* labels, int64_t C, int
     if (want_ce && !ignored) {
       y = labels[i];
       zy = z[y];
-      ce_loss = lse - (1.0 - eps) * zy - eps / static_cast<double>(V) * sum_z +
-                cfg.z_loss * lse * lse;
+      const double smoothing = eps == 0.0 ? 0.0 : eps / static_cast<double>(V) * sum_z;
+      ce_loss = lse - (1.0 - eps) * zy - smoothing + cfg.z_loss * lse * lse;
     }
     const double loss = ignored ? 0.0 : ce_weight * ce_loss + kl_weight * kl_scale * kl_loss;
     if (out.loss) out.loss[i] = static_cast<T>(loss);

@@ -39,7 +39,12 @@ RmsNormForward CpuKernels::rms_norm_forward(const Tensor& x, const Tensor& weigh
         bool summed = false;
         if constexpr (std::is_same_v<T, C>) {
           if (sx == 1) {
-            sumsq = block_sum<C>(D, [&](int64_t j) { return xr[j] * xr[j]; });
+            // Squares in double, as the header promises: an f32 square overflows from
+            // |x| > 1.8e19 and the row's rstd became 0 (issue 18 item 27).
+            sumsq = block_sum<double>(D, [&](int64_t j) {
+              const double v = xr[j];
+              return v * v;
+            });
             summed = true;
           }
         }

@@ -236,8 +236,10 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     if (p.want_ce && !ignored) {
       y = labels[i];
       zy = ld(z + y);  // written (softcapped) in pass 1; the block reductions synchronised
-      ce_loss = lse - (1.0 - p.eps) * static_cast<double>(zy) -
-                p.eps / static_cast<double>(V) * sum_z + p.z_loss * lse * lse;
+      // Without smoothing sum_z is not used: a -inf logit would make it 0 * -inf = NaN
+      // (Note [Masked logits] in cpu/head_loss_rows.cpp).
+      const double smoothing = p.eps == 0.0 ? 0.0 : p.eps / static_cast<double>(V) * sum_z;
+      ce_loss = lse - (1.0 - p.eps) * static_cast<double>(zy) - smoothing + p.z_loss * lse * lse;
     }
     if (threadIdx.x == 0) {
       const double loss = ignored ? 0.0 : p.ce_weight * ce_loss + p.kl_weight * p.kl_scale * kl_loss;

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include "core/views.h"
 #include "cuda/device_info.h"
 #include "ops/head_loss.h"
+#include "ops/loss.h"
 #include "ops/kernels.h"
 
 namespace cg {
@@ -218,6 +220,38 @@ TEST_F(CudaHeadLoss, FusedMatchesCpuWithEveryOption) {
         }
         st.o.chunk_rows = 16;
         expect_close(run(st, gpu(), HeadLossPath::fused), run(st, kCPU, HeadLossPath::fused), dt, what);
+      }
+    }
+  }
+}
+
+// Issue 18 items 25-26 on the GPU: a masked (-inf) logit in the student's row, or in the
+// teacher's, gives the CPU's finite loss and gradient (cross-entropy without smoothing was
+// NaN: 0 * the row's -inf sum).
+TEST_F(CudaHeadLoss, MaskedLogitsGiveTheCpusFiniteLosses) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> student = {1.0, -inf, 0.5, 2.0, -inf, 0.25};
+  const std::vector<double> teacher = {2.0, 0.3, -inf, 0.4, 1.0, -inf};
+  for (DType dt : {DType::f32, DType::bf16}) {
+    for (int kind = 0; kind < 2; ++kind) {
+      double value[2];
+      std::vector<double> grad[2];
+      for (int on_gpu = 0; on_gpu < 2; ++on_gpu) {
+        const Device dev = on_gpu ? gpu() : kCPU;
+        const Tensor z = from_vector(student, {1, 6}, {.dtype = dt, .device = dev}).requires_grad_(true);
+        const Tensor loss = kind == 0
+                                ? cross_entropy(z, from_ints({3}, {1}, {.dtype = DType::i64, .device = dev}))
+                                : kl_div(z, from_vector(teacher, {1, 6}, {.dtype = dt, .device = dev}));
+        loss.backward();
+        value[on_gpu] = loss.item();
+        grad[on_gpu] = z.grad().to_vector();
+      }
+      const std::string what = std::string(dtype_name(dt)) + (kind == 0 ? " CE" : " forward KL");
+      EXPECT_TRUE(std::isfinite(value[1])) << what;
+      EXPECT_NEAR(value[1], value[0], 1e-2 * std::max(1.0, std::abs(value[0]))) << what;
+      for (size_t j = 0; j < grad[0].size(); ++j) {
+        EXPECT_TRUE(std::isfinite(grad[1][j])) << what << " grad " << j;
+        EXPECT_NEAR(grad[1][j], grad[0][j], 2e-2) << what << " grad " << j;
       }
     }
   }

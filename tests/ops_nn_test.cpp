@@ -68,6 +68,20 @@ TEST(OpsNorm, RmsNormMatchesFormula) {
   }
 }
 
+// f32 rows whose squares overflow f32 (|x| > 1.8e19): the sum of squares is taken in
+// double, so y is x / rms, not 0 (issue 18 item 27; the contiguous fast path summed in f32).
+TEST(OpsNorm, RmsNormOfHugeF32RowsIsNotZero) {
+  const Tensor x = cat({full({1, 8}, 1e20), full({1, 8}, -3e19)}, 0);  // f32
+  ASSERT_EQ(x.dtype(), DType::f32);
+  for (const Tensor& in : {x, contiguous(transpose(contiguous(transpose(x, 0, 1)), 0, 1))}) {
+    const auto y = rms_norm(in, Tensor(), 1e-6).to_vector();
+    for (size_t i = 0; i < y.size(); ++i) EXPECT_NEAR(y[i], i < 8 ? 1.0 : -1.0, 1e-6) << i;
+  }
+  // A strided row (the loop path) agrees.
+  const auto ys = rms_norm(transpose(contiguous(transpose(x, 0, 1)), 0, 1), Tensor(), 1e-6).to_vector();
+  for (size_t i = 0; i < ys.size(); ++i) EXPECT_NEAR(ys[i], i < 8 ? 1.0 : -1.0, 1e-6) << i;
+}
+
 TEST(OpsNorm, RmsNormGradcheck) {
   Tensor x = make_input({3, 5}, 101), w = make_input({5}, 102);
   EXPECT_GRADCHECK([](const V& in) { return rms_norm(in[0], in[1], 1e-6); }, x, w);
