@@ -42,6 +42,7 @@ constexpr int dq_smem_bytes() {
 
 template <typename T, int HD>
 __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BwdArgs a) {
+  if (batch_of_block() >= a.s.B) return;  // Note [Batch grid]
   constexpr int LD = HD + kPad;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);  // (kTile, LD)

@@ -277,7 +277,7 @@ __device__ inline void query_tile_of(const AttnShape& s, const AttnMaskArgs& m,
 
 template <typename T>
 struct QueryCta {
-  int64_t b = 0;  // batch (blockIdx.z)
+  int64_t b = 0;  // batch (Note [Batch grid])
   QueryTile qt;
   KeyPlan kp;
   const T* kbase = nullptr;  // row 0 of the kv head's K
@@ -285,10 +285,25 @@ struct QueryCta {
   int64_t key_tiles = 0;     // kp.total_tiles()
 };
 
+// Note [Batch grid]: a grid's z dimension holds at most 65535 blocks, so the batch is
+// spread over y and z: b = blockIdx.y * gridDim.z + blockIdx.z (batch_grid on the host).
+// When B is not a multiple of gridDim.z the last y-row has blocks past the batch: every
+// flash kernel's first statement returns from those (no barrier has been reached yet).
+__device__ inline int64_t batch_of_block() {
+  return static_cast<int64_t>(blockIdx.y) * gridDim.z + blockIdx.z;
+}
+inline dim3 batch_grid(int64_t x_blocks, int64_t B) {
+  const int64_t z = B < 65535 ? B : 65535, y = (B + z - 1) / z;
+  CG_CHECK(x_blocks < (int64_t{1} << 31) && y < 65536,
+           "scaled_dot_product_attention: too many tiles for one launch on cuda (", x_blocks,
+           " blocks per batch entry, batch ", B, ")");
+  return dim3(static_cast<unsigned>(x_blocks), static_cast<unsigned>(y), static_cast<unsigned>(z));
+}
+
 template <typename T, typename Args>
 __device__ inline QueryCta<T> query_cta_of(const Args& a, int64_t rows_per_tile) {
   QueryCta<T> c;
-  c.b = blockIdx.z;
+  c.b = batch_of_block();
   const int64_t unit = blockIdx.x % a.units, tile = blockIdx.x / a.units;
   query_tile_of(a.s, a.m, rows_per_tile, a.tiles_per_unit, tile, unit, c.b, c.qt, c.kp);
   const int64_t kv_head = c.qt.packed ? unit : c.qt.head / (a.s.Hq / a.s.Hkv);
@@ -360,14 +375,12 @@ template <typename Args>
 void launch_query_kernel(void (*kernel)(Args), Args a, int64_t rows_per_tile, int smem,
                          cudaStream_t stream) {
   const QueryGrid g = query_grid(a.s, a.m, rows_per_tile);
-  CG_CHECK(g.x_tiles * g.units < (int64_t{1} << 31) && a.s.B < 65536 &&
-               a.s.Sq < (int64_t{1} << 31),
-           "scaled_dot_product_attention: too many tiles for one launch on cuda (", g.x_tiles,
-           " x ", g.units, " x ", a.s.B, ")");
+  CG_CHECK(a.s.Sq < (int64_t{1} << 31), "scaled_dot_product_attention: ", a.s.Sq,
+           " query rows are too many for one launch on cuda (at most 2^31 - 1)");
+  const dim3 grid = batch_grid(g.x_tiles * g.units, a.s.B);  // Note [Batch grid]
   CG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   a.tiles_per_unit = g.tiles_per_unit;
   a.units = g.units;
-  const dim3 grid(static_cast<unsigned>(g.x_tiles * g.units), 1, static_cast<unsigned>(a.s.B));
   kernel<<<grid, kThreads, smem, stream>>>(a);
   CG_CUDA_CHECK(cudaGetLastError());
 }

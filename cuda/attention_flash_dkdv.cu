@@ -91,6 +91,7 @@ constexpr int dkdv_smem_bytes() {
 
 template <typename T, int HD, int QT>
 __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
+  if (batch_of_block() >= a.s.B) return;  // Note [Batch grid]
   constexpr int LD = HD + kPad;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sK = reinterpret_cast<T*>(smem_raw);  // (kTile, LD)
@@ -103,7 +104,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
   // Every kv head's key tile t before any head's tile t + 1: the heavy tiles (causal's
   // first keys, DFlash's first context keys) start first.
   const AttnShape& s = a.s;
-  const int64_t b = blockIdx.z, hk = blockIdx.x % s.Hkv;
+  const int64_t b = batch_of_block(), hk = blockIdx.x % s.Hkv;  // Note [Batch grid]
   const AttnMaskArgs& m = a.m;
   const int64_t group = s.Hq / s.Hkv;
   const KeyTileWork w = key_tile_work<QT>(s, m, blockIdx.x / s.Hkv);
@@ -299,12 +300,10 @@ void launch_dkdv_typed(const BwdArgs& a, cudaStream_t stream) {
     key_tiles = (s.Sk + kTile - 1) / kTile;
   }
   if (key_tiles == 0) return;
-  CG_CHECK(key_tiles * s.Hkv < (int64_t{1} << 31) && s.B < 65536,
-           "scaled_dot_product_attention: too many tiles for one launch on cuda");
+  const dim3 grid = batch_grid(key_tiles * s.Hkv, s.B);  // Note [Batch grid]
   constexpr int smem = dkdv_smem_bytes<HD, QT>();
   CG_CUDA_CHECK(cudaFuncSetAttribute(flash_dkdv_kernel<T, HD, QT>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  const dim3 grid(static_cast<unsigned>(key_tiles * s.Hkv), 1, static_cast<unsigned>(s.B));
   flash_dkdv_kernel<T, HD, QT><<<grid, kThreads, smem, stream>>>(a);
   CG_CUDA_CHECK(cudaGetLastError());
 }

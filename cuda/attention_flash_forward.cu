@@ -47,6 +47,7 @@ constexpr int fwd_smem_bytes() {
 
 template <typename T, int HD>
 __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdArgs a) {
+  if (batch_of_block() >= a.s.B) return;  // Note [Batch grid]
   constexpr int LD = HD + kPad, MT = kForwardMTiles, BM = kForwardRows;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);  // (BM, LD)
