@@ -230,7 +230,10 @@ TEST_F(CudaHeadLoss, FusedMatchesCpuWithEveryOption) {
 // NaN: 0 * the row's -inf sum).
 TEST_F(CudaHeadLoss, MaskedLogitsGiveTheCpusFiniteLosses) {
   const double inf = std::numeric_limits<double>::infinity();
-  const std::vector<double> student = {1.0, -inf, 0.5, 2.0, -inf, 0.25};
+  // CE masks student logits; KL masks teacher logits (a student -inf where the teacher has
+  // mass is an infinite KL, on both devices).
+  const std::vector<double> masked_student = {1.0, -inf, 0.5, 2.0, -inf, 0.25};
+  const std::vector<double> student = {1.0, 0.1, 0.5, 2.0, -0.7, 0.25};
   const std::vector<double> teacher = {2.0, 0.3, -inf, 0.4, 1.0, -inf};
   for (DType dt : {DType::f32, DType::bf16}) {
     for (int kind = 0; kind < 2; ++kind) {
@@ -238,7 +241,9 @@ TEST_F(CudaHeadLoss, MaskedLogitsGiveTheCpusFiniteLosses) {
       std::vector<double> grad[2];
       for (int on_gpu = 0; on_gpu < 2; ++on_gpu) {
         const Device dev = on_gpu ? gpu() : kCPU;
-        const Tensor z = from_vector(student, {1, 6}, {.dtype = dt, .device = dev}).requires_grad_(true);
+        const Tensor z = from_vector(kind == 0 ? masked_student : student, {1, 6},
+                                     {.dtype = dt, .device = dev})
+                             .requires_grad_(true);
         const Tensor loss = kind == 0
                                 ? cross_entropy(z, from_ints({3}, {1}, {.dtype = DType::i64, .device = dev}))
                                 : kl_div(z, from_vector(teacher, {1, 6}, {.dtype = dt, .device = dev}));
