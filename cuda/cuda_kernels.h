@@ -63,10 +63,15 @@ class CudaKernels final : public DeviceKernels {
 
   // ---- lm_head loss rows and indexing (cuda/head_loss_and_index.cpp ->
   //      cuda/head_loss_kernels.cu, index_kernels.cu) ----
-  // Note [16-bit logits on the GPU]: the fused head loss keeps a chunk's logits in the
-  // inputs' 16-bit dtype here (the row kernel computes in fp32), half the bytes of the
-  // CPU's fp32 chunk; the CPU keeps fp32 because it has no fast 16-bit GEMM output.
-  DType head_logits_dtype(DType input) const override { return input; }
+  // Note [16-bit logits on the GPU]: the fused head loss keeps a chunk's logits in bf16
+  // for bf16 inputs here (the row kernel computes in fp32), half the bytes of the CPU's
+  // fp32 chunk; the CPU keeps fp32 because it has no fast 16-bit GEMM output. f16 inputs
+  // get fp32 logits: the row kernel writes each row's gradient scaled by its weight
+  // (1/N for a mean), and f16's five exponent bits flush such values to zero as N grows
+  // (a 16384-row mean lost 12% of dh; issue 18 item 28). bf16 has fp32's exponent range.
+  DType head_logits_dtype(DType input) const override {
+    return input == DType::f16 ? DType::f32 : input;
+  }
   void head_loss_rows(const HeadRowsArgs& args) override;
   void check_labels(const Tensor& labels, int64_t vocab, int64_t ignore_index) override;
   void row_weights(const Tensor& labels, const Tensor& weights, int64_t ignore_index,

@@ -2,7 +2,8 @@
 //   Hc [c, D]  = hidden[r0 : r0 + c]          L [c, V] = Hc W^T, then dlogits in place
 //   Tc [c, Dt] = teacher_hidden[r0 : r0 + c]  P [c, V] = Tc Wt^T
 //   dH[r0 : r0 + c] [c, D] = L W               dW [V, D] += L^T Hc   (fp32 or f64)
-// L and P are in the device's head_logits_dtype (the CPU: fp32; a GPU: 16-bit storage).
+// L and P are in the device's head_logits_dtype (the CPU: fp32; a GPU: bf16 for bf16, fp32
+// for f16: Note [16-bit logits on the GPU] in cuda/cuda_kernels.h).
 #include "ops/fused_head_loop.h"
 
 #include <algorithm>
