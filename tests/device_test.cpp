@@ -33,8 +33,8 @@ TEST(DeviceTable, ParsesAndPrintsEveryType) {
 
 TEST(DeviceTable, BadStringsNameTheAcceptedSpellings) {
   for (const char* text : {"", "gpu", "CUDA", "cuda:", "cuda:x", "cuda:-1", "cuda:12345", "cpu:0", "cuda:0:1"}) {
-    TENSOR_EXPECT_ERROR(Device::parse(text), "bad device string '" + std::string(text) + "'",
-                        "give cpu, cuda or cuda:N");
+    const std::string quoted = "bad device string '" + std::string(text) + "'";
+    TENSOR_EXPECT_ERROR(Device::parse(text), quoted.c_str(), "give cpu, cuda or cuda:N");
   }
   // The fake is for tests: parsed, but not offered to users.
   EXPECT_EQ(device_names_help(), "cpu, cuda or cuda:N");
