@@ -5,6 +5,18 @@
 // The host is a backend too (core/host_backend.cpp), so core calls one interface for
 // every device.
 //
+// Note [Device capabilities]: what only some devices have is asked of the backend, so
+// that device-neutral code (ops/, nn/, train/, examples/) branches on what a device can
+// do, never on which device it is. A capability with a neutral form is a virtual whose
+// host behaviour is that form: synchronize() waits for queued work (a no-op where there
+// is none, as on the host); copy() may stage uploads through pinned host memory so that
+// they return before the transfer ends (cuda/host_staging.h); the kernel table's
+// check_labels and check_indices check on the device without a host wait where they can
+// (Note [Host-known values], core/storage.h). What changes a caller's plan is a field of
+// DeviceCapabilities, whose defaults are a plain device's answers (a new backend states
+// only what it has). A communicator for several devices would join it the same way: a
+// virtual returning none by default.
+//
 // Note [Device primitives]: the five data primitives below are what core/ needs to make
 // and copy tensors without moving a GPU's data through host memory: factories (zeros,
 // full, arange, rand, randn), copies (copy_, contiguous, clone, to_dtype, the device
@@ -29,10 +41,29 @@
 
 namespace cg {
 
+// Note [Device capabilities].
+struct DeviceCapabilities {
+  // Memory of its own, apart from the host's (a GPU's): the host allocator's limit
+  // (--memory-limit-mb) does not cap it, and reports give its peak beside the host's.
+  bool own_memory = false;
+  // Work is queued and runs after the call returns (a GPU's compute stream): a small step
+  // costs launch-and-wait latency more than arithmetic, so batching rows pays, and timing
+  // work needs synchronize() first.
+  bool queued_work = false;
+  // The fewest GEMM rows at which the device's matmuls run near their best, for code that
+  // picks a chunk size (the memory lesson's chunked loss). 0: no such floor; size chunks
+  // by memory budget (a GPU's GEMMs want as many rows as the budget allows).
+  int64_t efficient_gemm_rows = 0;
+};
+
 class DeviceBackend {
  public:
   virtual ~DeviceBackend() = default;
   virtual DeviceType type() const = 0;
+  // The device type's name ("cpu", "cuda"), from the table of core/device.h: what
+  // messages call this backend's devices.
+  const char* name() const { return device_type_name(type()); }
+  virtual DeviceCapabilities capabilities() const { return {}; }
   // Number of usable devices; 0 when there is no driver or no device (never throws).
   virtual int device_count() const = 0;
   // Why device_count() is 0, in words (e.g. the CUDA error string); "" otherwise.
@@ -84,6 +115,9 @@ void unregister_backend(DeviceType type);
 DeviceBackend* find_backend(DeviceType type);
 // The backend of `device`; throws a clear error when not built in or the device is absent.
 DeviceBackend& backend_for(Device device);
+// Devices of `type` present here; 0 when this build has no backend for it (never throws).
+int device_count(DeviceType type);
+// device_count(DeviceType::cuda) > 0: for cuda/'s tests and benches.
 bool cuda_available();
 
 // Note [Host sync count]: every call by which chunkgrad makes the host wait for a device

@@ -140,7 +140,8 @@ class CachingAllocator {
 };
 
 // The process-wide allocator of a device (created on first use, never destroyed so that
-// tensors freed during static destruction stay safe). cuda:N needs the CUDA backend.
+// tensors freed during static destruction stay safe). A device other than the host needs
+// its backend (backend_for).
 CachingAllocator& allocator_for(Device device);
 // Tests only: forgets (and destroys) a GPU device's allocator so that a backend swapped in
 // afterwards gets a fresh one. Every block of it must be free. The CPU's is never dropped.

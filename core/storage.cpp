@@ -10,7 +10,7 @@ namespace cg {
 
 StorageImpl::StorageImpl(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
   // An empty tensor on a device that does not exist should still fail loudly.
-  if (device.is_cuda()) backend_for(device);
+  if (!device.is_cpu()) backend_for(device);
   if (nbytes == 0) return;
   allocator_ = &allocator_for(device);
   data_ = allocator_->allocate(nbytes);

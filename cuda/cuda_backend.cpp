@@ -52,6 +52,11 @@ void check_pointer(const void* ptr, Device device, const char* role, size_t nbyt
 class CudaBackend final : public DeviceBackend {
  public:
   DeviceType type() const override { return DeviceType::cuda; }
+  // Note [Device capabilities] (core/backend.h): a GPU has its own memory and a queue of
+  // work; its GEMMs want as many rows as a chunk's budget allows, so no row floor.
+  DeviceCapabilities capabilities() const override {
+    return {.own_memory = true, .queued_work = true};
+  }
   int device_count() const override { return cuda::device_count(); }
   std::string unavailable_reason() const override { return cuda::unavailable_reason(); }
 

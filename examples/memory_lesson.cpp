@@ -52,11 +52,11 @@ struct Options {
   std::string loss = "ce";      // ce | kl | rkl | soft_ce
   std::string head = "frozen";  // frozen | trainable
   std::string dtype = "f32";
-  std::string device = "cpu";
+  std::string device = cg::kCPU.str();
   double ce_weight = 0;  // teacher losses: loss = a CE + (1 - a) teacher loss
   std::string paths = "naive,chunked,fused";
   int64_t chunk_rows = 0;
-  double chunk_budget_mb = 0;  // 0: what kLessonChunkRows rows need (see run())
+  double chunk_budget_mb = 0;  // 0: what the device's efficient GEMM rows need (see run())
   bool recompute = false;
   int repeat = 3;
   bool json = false;
@@ -312,14 +312,13 @@ void print_json(const std::vector<PathReport>& reports, const Options& o, const 
   std::cout << out.dump(2) << "\n";
 }
 
-constexpr int64_t kLessonChunkRows = 512;
-
 void run(const Options& o) {
-  // The device first: no GPU (or a CPU-only build) is one error line before any work.
-  // (device_option names --device also for a value that is no device name at all.)
-  const cg::Device dev = cg::program::device_option(o.device);
-  CG_CHECK(o.memory_limit_mb == 0 || !dev.is_cuda(), "--memory-limit-mb caps the CPU allocator; it does not apply "
-           "to --device ", o.device, " (the GPU's own memory is the limit there)");
+  // The device first: no GPU (or a CPU-only build) is one error line before any work,
+  // naming --device also for a value that is no device name at all.
+  const cg::Device dev = cg::resolve_device(o.device, "--device");
+  const cg::DeviceCapabilities caps = cg::backend_for(dev).capabilities();
+  CG_CHECK(o.memory_limit_mb == 0 || !caps.own_memory, "--memory-limit-mb caps the host allocator; it does not "
+           "apply to --device ", o.device, " (the device's own memory is the limit there)");
   CG_CHECK(o.ce_weight == 0 || o.loss != "ce", "--ce-weight mixes hard CE into a teacher loss; --loss ce is CE already");
   // Before anything is allocated: the limit holds for everything the run allocates,
   // the inputs included.
@@ -333,7 +332,7 @@ void run(const Options& o) {
   hopt.loss.kind = parse_kind(o.loss);
   hopt.loss.hard_ce_weight = static_cast<float>(o.ce_weight);
   hopt.chunk_rows = o.chunk_rows;
-  // 0: the lesson's default below (CPU), or head_loss's own (GPU).
+  // 0: the lesson's default below, or head_loss's own (a device with no GEMM row floor).
   if (o.chunk_budget_mb > 0) hopt.chunk_budget_bytes = static_cast<size_t>(o.chunk_budget_mb * (1 << 20));
   hopt.recompute_in_backward = o.recompute;
 
@@ -370,15 +369,16 @@ void run(const Options& o) {
             ": ", e.message());
   }
 
-  // Note [The lesson's chunk]: by default the budget is what a chunk of kLessonChunkRows
-  // rows needs at this shape (or T rows when fewer). A fixed byte budget picked tiny
-  // chunks at large scales (33 rows at --scale 4, where fused ran 7x slower than with 1024)
-  // and refused 16-bit trainable heads outright; 512 rows is the smallest chunk that ran
-  // within ~10% of the best on the CPU (bench/head_loss_cpu_bench), so the lesson shows
-  // fused at GEMM speed and its peak falls with T/512 at every --scale. A GPU keeps
-  // head_loss's own default budget: its GEMMs want thousands of rows (ops/head_loss.h).
-  if (o.chunk_rows == 0 && o.chunk_budget_mb == 0 && !dev.is_cuda()) {
-    hopt.chunk_budget_bytes = cg::head_loss_chunk_bytes(in, hopt, std::min<int64_t>(T, kLessonChunkRows));
+  // Note [The lesson's chunk]: by default the budget is what a chunk of the device's
+  // efficient GEMM rows needs at this shape (or T rows when fewer): 512 on the host (Note
+  // [The host's GEMM rows], core/host_backend.cpp). A fixed byte budget picked tiny chunks
+  // at large scales (33 rows at --scale 4, where fused ran 7x slower than with 1024) and
+  // refused 16-bit trainable heads outright; with the row floor the lesson shows fused at
+  // GEMM speed and its peak falls with T/512 at every --scale. A device with no row floor
+  // (a GPU) keeps head_loss's own default budget: its GEMMs want thousands of rows
+  // (ops/head_loss.h).
+  if (o.chunk_rows == 0 && o.chunk_budget_mb == 0 && caps.efficient_gemm_rows > 0) {
+    hopt.chunk_budget_bytes = cg::head_loss_chunk_bytes(in, hopt, std::min<int64_t>(T, caps.efficient_gemm_rows));
   }
   // A --chunk-budget-mb too small for one row fails here, before any path runs.
   if (o.chunk_rows == 0 && o.chunk_budget_mb > 0) {
@@ -427,7 +427,7 @@ int main(int argc, char** argv) {
       ->check(cg::program::one_of({"ce", "kl", "rkl", "soft_ce"}));
   app.add_option("--ce-weight", o.ce_weight, "teacher losses: loss = a CE + (1 - a) teacher loss (0..1)")
       ->check(cg::program::number_in(0, 1));
-  app.add_option("--device", o.device, "cpu | cuda | cuda:N (checked before any work)");
+  app.add_option("--device", o.device, cg::device_names_help() + " (checked before any work)");
   app.add_option("--head", o.head, "frozen | trainable")->check(cg::program::one_of({"frozen", "trainable"}));
   app.add_option("--dtype", o.dtype, "f32 | bf16 | f16 | f64")->check(cg::program::one_of({"f32", "bf16", "f16", "f64"}));
   app.add_option("--paths", o.paths, "comma-separated subset of naive,chunked,fused")
@@ -441,7 +441,7 @@ int main(int argc, char** argv) {
   app.add_flag("--json", o.json, "print one JSON object {shape, paths, lesson} instead of the table");
   app.add_option("--trace-dir", o.trace_dir, "write trace_<path>.json (allocator events of the first step) here");
   app.add_option("--memory-limit-mb", o.memory_limit_mb,
-                 "cap the CPU allocator like a smaller card (0 = none); covers everything the run allocates")
+                 "cap the host allocator like a smaller card (0 = none); covers everything the run allocates")
       ->check(integer_in(0, kMaxSize));
   return program.run(argc, argv, [&] { run(o); });
 }

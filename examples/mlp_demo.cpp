@@ -17,6 +17,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "core/backend.h"
 #include "core/caching_allocator.h"
 #include "core/factories.h"
 #include "core/memory_trace.h"
@@ -35,7 +36,7 @@ struct Options {
   uint64_t seed = 1;
   int64_t memory_limit_mb = 0;
   std::string trace_path;
-  std::string device = "cpu";
+  std::string device = cg::kCPU.str();
 };
 
 struct Mlp {
@@ -103,13 +104,14 @@ void print_graph(const cg::GraphMemory& g) {
 }
 
 void run(const Options& o) {
-  // A limit with a GPU would cap only the host's batch staging, not "the run" the option
-  // promises (memory_lesson refuses the pair too); checked before the device exists.
-  CG_CHECK(o.memory_limit_mb == 0 || o.device == "cpu", "--memory-limit-mb caps the CPU allocator; it does "
-           "not apply to --device ", o.device, " (the GPU's own memory is the limit there): drop one of them");
+  const cg::Device device = cg::resolve_device(o.device, "--device");  // before the work
+  // A limit with a device of its own memory would cap only the host's batch staging, not
+  // "the run" the option promises (memory_lesson refuses the pair too).
+  CG_CHECK(o.memory_limit_mb == 0 || !cg::backend_for(device).capabilities().own_memory,
+           "--memory-limit-mb caps the host allocator; it does not apply to --device ", o.device,
+           " (the device's own memory is the limit there): drop one of them");
   // Before anything is allocated: the limit holds for the whole run.
   cg::program::set_cpu_memory_limit_mb(o.memory_limit_mb);
-  const cg::Device device = cg::program::device_option(o.device);  // before the work
   // Before the work: a trace that cannot be written fails now, not after the run.
   cg::program::OutputFile trace;
   if (!o.trace_path.empty()) {
@@ -179,7 +181,7 @@ void run(const Options& o) {
   std::printf("\nmean loss of the first %d steps %.5f -> of the last %d steps %.5f (%.1fx lower)\n",
               window, first, window, last, first / last);
   std::printf("\nmemory (all figures from chunkgrad's caching allocator, %s):\n",
-              device.is_cpu() ? "CPU" : device.str().c_str());
+              device.str().c_str());
   std::printf("  parameters                  %s\n", cg::format_bytes(param_bytes).c_str());
   print_graph(graph);
   std::printf("  peak allocated in one training step: %s\n", cg::format_bytes(step_peak).c_str());
@@ -195,7 +197,7 @@ void run(const Options& o) {
 
 int main(int argc, char** argv) {
   Options o;
-  cg::program::Program program("mlp_demo", "chunkgrad demo: a 2-layer MLP trained on the CPU (or --device cuda), with its memory story");
+  cg::program::Program program("mlp_demo", "chunkgrad demo: a 2-layer MLP trained on the host (or another --device), with its memory story");
   CLI::App& app = program.app();
   using cg::program::integer_in;
   app.add_option("--steps", o.steps, "training steps")->check(integer_in(1, 1000000000));
@@ -205,10 +207,10 @@ int main(int argc, char** argv) {
   app.add_option("--lr", o.lr, "SGD learning rate")->check(cg::program::number_in(0, 1e6, /*lo_open=*/true));
   app.add_option("--seed", o.seed, "random seed")->check(integer_in(0, INT64_MAX));
   app.add_option("--memory-limit-mb", o.memory_limit_mb,
-                 "cap the CPU allocator's reserved memory (0 = none), like a smaller card; "
+                 "cap the host allocator's reserved memory (0 = none), like a smaller card; "
                  "covers everything the run allocates")
       ->check(integer_in(0, int64_t{1} << 24));
-  app.add_option("--device", o.device, "cpu, cuda or cuda:N: where the MLP trains");
+  app.add_option("--device", o.device, cg::device_names_help() + ": where the MLP trains");
   app.add_option("--trace", o.trace_path, "write the allocator's memory trace (JSON) here");
   return program.run(argc, argv, [&] { run(o); });
 }

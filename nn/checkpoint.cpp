@@ -26,7 +26,7 @@ class CheckpointSource : public StateSource {
   DType dtype(const std::string& key) const override { return reader_.info(prefix_ + key).dtype; }
   void copy_into(const std::string& key, const Tensor& dst) const override {
     const std::string name = prefix_ + key;
-    if (dst.device().is_cpu() && dst.is_contiguous() && dst.dtype() == dtype(key)) {
+    if (dst.device() == kCPU && dst.is_contiguous() && dst.dtype() == dtype(key)) {
       reader_.load_into(name, dst);  // straight into the parameter
       return;
     }

@@ -264,8 +264,8 @@ const TensorInfo& File::info(const std::string& name) const {
 
 void File::load_into(const std::string& name, const Tensor& dst) const {
   const TensorInfo& ti = info(name);
-  CG_CHECK(dst.defined() && dst.device().is_cpu() && dst.is_contiguous(),
-           "safetensors: load_into('", name, "') needs a defined, contiguous CPU tensor");
+  CG_CHECK(dst.defined() && dst.device() == kCPU && dst.is_contiguous(),
+           "safetensors: load_into('", name, "') needs a defined, contiguous host tensor (on cg::kCPU)");
   CG_CHECK(dst.dtype() == ti.dtype && dst.shape() == ti.shape, "safetensors: tensor '", name,
            "' in '", path_, "' is ", dtype_name(ti.dtype), " ", shape_str(ti.shape),
            " but the destination is ", dtype_name(dst.dtype()), " ", shape_str(dst.shape()));

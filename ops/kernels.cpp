@@ -10,26 +10,17 @@ namespace cg {
 
 namespace {
 
-constexpr size_t kDeviceTypes = 2;  // cpu, cuda
-
-std::array<std::atomic<DeviceKernels*>, kDeviceTypes>& tables() {
-  static std::array<std::atomic<DeviceKernels*>, kDeviceTypes> t{};  // C++20: all nullptr
+// One slot per device type (device_slot, core/device.h).
+std::array<std::atomic<DeviceKernels*>, kDeviceTypeCount>& tables() {
+  static std::array<std::atomic<DeviceKernels*>, kDeviceTypeCount> t{};  // C++20: all nullptr
   return t;
 }
-
-size_t slot_of(DeviceType type) {
-  const auto i = static_cast<size_t>(type);
-  CG_CHECK(i < kDeviceTypes, "unknown device type code ", static_cast<int>(type));
-  return i;
-}
-
-const char* type_name(DeviceType type) { return type == DeviceType::cpu ? "cpu" : "cuda"; }
 
 }  // namespace
 
 void DeviceKernels::missing(const char* entry) const {
-  CG_FAIL("kernel ", entry, " is not implemented on ", type_name(type()),
-          " yet; run this op on the CPU (cg::to(t, cg::kCPU))");
+  CG_FAIL("kernel ", entry, " is not implemented on ", device_type_name(type()),
+          " yet; run this op on the host (cg::to(t, cg::kCPU))");
 }
 
 const std::vector<std::string>& kernel_entry_names() {
@@ -48,22 +39,22 @@ const std::vector<std::string>& kernel_entry_names() {
 
 void register_kernels(DeviceKernels* table) {
   CG_CHECK(table != nullptr, "register_kernels: the table is null");
-  tables()[slot_of(table->type())].store(table);
+  tables()[device_slot(table->type())].store(table);
 }
 
-DeviceKernels* find_kernels(DeviceType type) { return tables()[slot_of(type)].load(); }
+DeviceKernels* find_kernels(DeviceType type) { return tables()[device_slot(type)].load(); }
 
 DeviceKernels* replace_kernels(DeviceType type, DeviceKernels* table) {
   CG_CHECK(table == nullptr || table->type() == type, "replace_kernels: a ",
-           type_name(table->type()), " table cannot serve ", type_name(type));
-  return tables()[slot_of(type)].exchange(table);
+           device_type_name(table->type()), " table cannot serve ", device_type_name(type));
+  return tables()[device_slot(type)].exchange(table);
 }
 
 DeviceKernels& kernels_for(Device device, const char* op) {
   DeviceKernels* table = find_kernels(device.type);
   if (table == nullptr) {
     CG_FAIL("op ", op, " is not implemented on ", device.str(), " yet: this build has no ",
-            type_name(device.type), " kernels; run it on the CPU (cg::to(t, cg::kCPU))");
+            device_type_name(device.type), " kernels; run it on the host (cg::to(t, cg::kCPU))");
   }
   return *table;
 }

@@ -88,6 +88,11 @@ TEST(CudaBackend, RegisteredAtLoad) {
   EXPECT_EQ(b->device_count(), cuda::device_count());
   EXPECT_EQ(cuda_available(), cuda::device_count() > 0);
   if (b->device_count() == 0) EXPECT_FALSE(b->unavailable_reason().empty());
+  // It names itself and says what it has (Note [Device capabilities], core/backend.h).
+  EXPECT_STREQ(b->name(), "cuda");
+  EXPECT_TRUE(b->capabilities().own_memory);
+  EXPECT_TRUE(b->capabilities().queued_work);
+  EXPECT_EQ(b->capabilities().efficient_gemm_rows, 0);
 }
 
 TEST(CudaBackend, NoGpuGivesClearErrors) {

@@ -65,11 +65,6 @@ void check_on_device(Device device, const void* p, size_t nbytes, const char* wh
            " bytes at ", p, " are not device memory");
 }
 
-DeviceBackend*& real_backend() {
-  static DeviceBackend* real = nullptr;
-  return real;
-}
-
 bool& is_installed() {
   static bool on = false;
   return on;
@@ -101,7 +96,7 @@ DeviceMemoryAccessible::~DeviceMemoryAccessible() {
 // ---- backend ---------------------------------------------------------------------------
 
 std::unique_ptr<SegmentSource> FakeDeviceBackend::make_segment_source(int index) {
-  CG_CHECK(index == kDeviceIndex, "the fake backend only serves cuda:", kDeviceIndex);
+  CG_CHECK(index == 0, "the fake backend only serves ", fake_device().str());
   return std::make_unique<NoAccessSegments>();
 }
 
@@ -109,7 +104,7 @@ void FakeDeviceBackend::copy(void* dst, Device dst_device, const void* src, Devi
                              size_t nbytes) {
   ++counts.transfers;
   for (auto [p, device] : {std::pair<const void*, Device>{dst, dst_device}, {src, src_device}}) {
-    if (device.is_cuda()) {
+    if (device.type == DeviceType::fake) {
       check_on_device(device, p, nbytes, "copy");
     } else {
       CG_CHECK(nbytes == 0 || !is_device_memory(p, 1),
@@ -180,8 +175,6 @@ FakeDeviceBackend& the_backend() {
 
 FakeDeviceBackend& install() {
   CG_CHECK(!is_installed(), "fake::install: the fake device is already installed");
-  real_backend() = find_backend(DeviceType::cuda);
-  if (real_backend() != nullptr) unregister_backend(DeviceType::cuda);
   register_backend(&the_backend());
   the_backend().counts = Counts{};
   is_installed() = true;
@@ -191,9 +184,7 @@ FakeDeviceBackend& install() {
 void uninstall() {
   if (!is_installed()) return;
   drop_device_allocator(fake_device());
-  unregister_backend(DeviceType::cuda);
-  if (real_backend() != nullptr) register_backend(real_backend());
-  real_backend() = nullptr;
+  unregister_backend(DeviceType::fake);
   is_installed() = false;
 }
 

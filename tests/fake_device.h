@@ -1,7 +1,8 @@
 // Why this file exists: a device backend for machines without a GPU that still proves
-// device code paths right. It stands in for the CUDA backend on cuda:7; its memory is
-// mapped PROT_NONE except inside its own backend calls, so host code that touches
-// "device" memory directly crashes, as it would on a GPU. Its data primitives (Note
+// device code paths right. It is a device type of its own (DeviceType::fake, "fake:0"),
+// registered like any other device, so it never hides a real GPU; its memory is mapped
+// PROT_NONE except inside its own backend calls, so host code that touches "device"
+// memory directly crashes, as it would on a GPU. Its data primitives (Note
 // [Device primitives], core/backend.h) open the memory, run the host backend's loops
 // and close it again, so results must equal the host's. Tests of copies and factories
 // (views_device_test.cpp) and the backend-comparison harness use it.
@@ -20,8 +21,7 @@
 
 namespace cg::fake {
 
-constexpr int kDeviceIndex = 7;  // an index no other test uses for its allocator
-inline Device fake_device() { return cuda_device(kDeviceIndex); }
+inline Device fake_device() { return Device{DeviceType::fake, 0}; }
 
 // What went through the fake backend since it was installed.
 struct Counts {
@@ -34,8 +34,10 @@ struct Counts {
 
 class FakeDeviceBackend final : public DeviceBackend {
  public:
-  DeviceType type() const override { return DeviceType::cuda; }
-  int device_count() const override { return kDeviceIndex + 1; }
+  DeviceType type() const override { return DeviceType::fake; }
+  // A GPU's stand-in: memory of its own; its work runs at once (nothing to wait for).
+  DeviceCapabilities capabilities() const override { return {.own_memory = true}; }
+  int device_count() const override { return 1; }
   std::string unavailable_reason() const override { return ""; }
   std::unique_ptr<SegmentSource> make_segment_source(int index) override;
   void copy(void* dst, Device dst_device, const void* src, Device src_device,
@@ -60,8 +62,8 @@ class FakeDeviceBackend final : public DeviceBackend {
   Counts counts;
 };
 
-// Registers the fake as the cuda backend (remembering any real one) and returns it,
-// with its counts reset. uninstall() drops cuda:7's allocator and puts the real one back.
+// Registers the fake device's backend and returns it, with its counts reset. uninstall()
+// drops fake:0's allocator and unregisters the backend.
 FakeDeviceBackend& install();
 void uninstall();
 bool installed();

@@ -17,7 +17,7 @@ namespace {
 // Every entry: count it, then run the CPU's, inside the guard.
 class CountingKernels final : public cpu::CpuKernels {
  public:
-  DeviceType type() const override { return DeviceType::cuda; }
+  DeviceType type() const override { return DeviceType::fake; }
   std::map<std::string, int> calls;
 
 #define CG_FORWARD(entry, ...)     \
@@ -118,10 +118,10 @@ struct FakeKernelDevice::Impl {
 };
 
 FakeKernelDevice::FakeKernelDevice() : impl_(std::make_unique<Impl>()) {
-  impl_->previous_kernels = replace_kernels(DeviceType::cuda, &impl_->kernels);
+  impl_->previous_kernels = replace_kernels(DeviceType::fake, &impl_->kernels);
 }
 
-FakeKernelDevice::~FakeKernelDevice() { replace_kernels(DeviceType::cuda, impl_->previous_kernels); }
+FakeKernelDevice::~FakeKernelDevice() { replace_kernels(DeviceType::fake, impl_->previous_kernels); }
 
 Device FakeKernelDevice::device() const { return fake::fake_device(); }
 

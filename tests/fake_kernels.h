@@ -1,11 +1,11 @@
 // Why this file exists: a stand-in device for machines without a GPU, so that device code
 // paths -- the kernel-table dispatch, the device-neutral op files, device copies -- run in
-// every CI build. It installs the fake device of fake_device.h (cuda:7, memory the host
-// may touch only inside a guard) and a kernel table, the CPU's (cpu/cpu_kernels.h) by
-// derivation, that runs each CPU entry on that memory inside the guard and counts the
-// calls per entry (the
+// every CI build. It installs the fake device of fake_device.h (fake:0, memory the host
+// may touch only inside a guard) and registers its kernel table, the CPU's
+// (cpu/cpu_kernels.h) by derivation, that runs each CPU entry on that memory inside the
+// guard and counts the calls per entry (the
 // comparison harness, tests/backend_compare_test.cpp, checks each case reaches the entries
-// it names). Whatever was registered for cuda before comes back when it is destroyed.
+// it names). Both are unregistered when it is destroyed.
 #pragma once
 
 #include <map>

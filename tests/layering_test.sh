@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Why this file exists: the layering the project promises -- dependencies point one way
 # (core <- autograd <- ops <- nn <- train <- examples; trace/ reads what core records;
-# the device folders cpu/ and cuda/ register their kernel tables into ops/) and no op file
-# names a device (ops/kernels.h) -- is a property of the sources, so it is checked on the
+# the device folders cpu/ and cuda/ register their kernel tables into ops/) and no
+# device-neutral file (ops/, nn/, train/, examples/) names a device type -- is a property
+# of the sources, so it is checked on the
 # sources: a later change that breaks it fails here instead of in a review.
 #   bash tests/layering_test.sh <project root>
 set -u
@@ -28,10 +29,17 @@ forbid cuda 'trace|cpu|nn|train|examples|bench'
 forbid nn 'trace|cpu|cuda|train|examples|bench'
 forbid train 'cpu|cuda|examples|bench'
 
-# Op files (ops/*.cpp, ops/*.h) never name a device type: they call kernels_for(device).
-# ops/kernels.cpp is the registry and may name the types it keeps tables for.
-hits=$(grep -nE 'DeviceType::|is_cpu\(\)|is_cuda\(\)|cpu::' ops/*.cpp ops/*.h | grep -v '^ops/kernels.cpp:' || true)
-[ -z "$hits" ] || fail "an op file names a device:"$'\n'"$hits"
+# Device-neutral code never names a device type (Note [Device types], core/device.h):
+# op files call kernels_for(device), and nn/, train/ and examples/ ask a device's backend
+# what it can do (DeviceBackend::capabilities()) and take device names from the table
+# (resolve_device, device_names_help). The host is cg::kCPU; only core/device.* spells
+# the names, and each device's own folder its type.
+device_words='DeviceType::|is_cpu\(\)|is_cuda\(\)|\bcpu::|\bcuda::|cuda_device\(|cuda_available\(|"(cpu|cuda)[":]'
+for folder in ops nn train examples; do
+  hits=$(grep -rnE "$device_words" "$folder" || true)
+  [ -z "$hits" ] || fail "$folder/ names a device type (ask the backend's capabilities instead):"$'\n'"$hits"
+done
+forbid examples 'cpu|cuda|bench'
 
 [ $status -eq 0 ] && echo "layering: ok"
 exit $status

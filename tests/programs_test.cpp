@@ -94,16 +94,20 @@ TEST(Programs, MlpDemoUnwritableTraceFailsBeforeTraining) {
 TEST(Programs, MlpDemoDeviceCudaWithoutAGpuIsOneErrorLine) {
   if (cg::cuda_available()) GTEST_SKIP() << "a GPU is here";
   expect_clean_failure(mlp_demo("--steps 3 --batch 8 --hidden 8 --device cuda"), "mlp_demo",
-                       {"--device cuda", "no usable GPU"});
+                       {"--device cuda is not available"});
   expect_clean_failure(mlp_demo("--steps 3 --device gpu0"), "mlp_demo", {"--device gpu0"});
 }
 
-// --memory-limit-mb caps the CPU allocator only: with --device cuda it once was accepted
+// --memory-limit-mb caps the host allocator only: with --device cuda it once was accepted
 // and capped nothing of the model, its grads or its activations. Refused whether or not a
-// GPU is here.
+// GPU is here (without one, the device check refuses it first).
 TEST(Programs, MlpDemoMemoryLimitWithAGpuDeviceIsRefused) {
-  expect_clean_failure(mlp_demo("--steps 3 --batch 8 --hidden 8 --device cuda --memory-limit-mb 64"), "mlp_demo",
-                       {"--memory-limit-mb", "--device cuda"});
+  const ProgramRun r = mlp_demo("--steps 3 --batch 8 --hidden 8 --device cuda --memory-limit-mb 64");
+  if (cg::cuda_available()) {
+    expect_clean_failure(r, "mlp_demo", {"--memory-limit-mb", "--device cuda", "own memory"});
+  } else {
+    expect_clean_failure(r, "mlp_demo", {"--device cuda is not available"});
+  }
   const ProgramRun ok = mlp_demo("--steps 3 --batch 8 --hidden 8 --device cpu --memory-limit-mb 64");
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
 }

@@ -121,8 +121,8 @@ TEST(TensorBackend, CpuIsAlwaysThereAndMissingCudaIsExplained) {
   EXPECT_EQ(backend_for(kCPU).type(), DeviceType::cpu);
   if (find_backend(DeviceType::cuda) == nullptr) {
     EXPECT_FALSE(cuda_available());
-    TENSOR_EXPECT_ERROR(backend_for(cuda_device(0)), "no CUDA backend", "-DCHUNKGRAD_CUDA=ON");
-    TENSOR_EXPECT_ERROR(zeros({2}, {.device = cuda_device(0)}), "no CUDA backend");
+    TENSOR_EXPECT_ERROR(backend_for(cuda_device(0)), "no cuda backend", "-DCHUNKGRAD_CUDA=ON");
+    TENSOR_EXPECT_ERROR(zeros({2}, {.device = cuda_device(0)}), "no cuda backend");
   } else {
     TENSOR_EXPECT_ERROR(backend_for(cuda_device(999)), "cuda:999 requested but only");
   }

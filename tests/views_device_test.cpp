@@ -28,7 +28,7 @@ const Device kFake = fake::fake_device();
 class ViewsOnDevice : public ::testing::Test {
  protected:
   // Without a usable GPU (CPU-only builds, and CUDA builds on machines without one, as
-  // in CI) the fake device stands in for cuda:0; the real backend, if any, comes back after.
+  // in CI) the fake device (a type of its own, fake:0) stands in for cuda:0.
   void SetUp() override {
     if (cuda_available()) {
       device_ = cuda_device(0);
@@ -145,7 +145,8 @@ TEST_F(ViewsOnDevice, ItemPrintingAndFactories) {
   EXPECT_EQ(g.device(), device_);
   EXPECT_EQ(zeros_like(g).device(), device_);
   if (using_fake()) {
-    TENSOR_EXPECT_ERROR(zeros({2}, {.device = cuda_device(9)}), "cuda:9 requested", "only 8");
+    TENSOR_EXPECT_ERROR(zeros({2}, {.device = Device{DeviceType::fake, 9}}), "fake:9 requested",
+                        "only 1 fake device is visible", "use fake:0");
   }
 }
 

@@ -52,7 +52,7 @@ struct Reader {
     try {
       Device::parse(s);
     } catch (const Error&) {
-      CG_FAIL(where, ": unknown device \"", s, "\" (expected cpu or cuda:N)");
+      CG_FAIL(where, ": unknown device \"", s, "\" (expected ", device_names_help(), ")");
     }
     out.devices.push_back(s);
     return device_ids[s] = static_cast<int>(out.devices.size()) - 1;

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "autograd/grad_mode.h"
+#include "core/backend.h"
 #include "core/views.h"
 #include "ops/join_ops.h"
 #include "ops/shape_ops.h"
@@ -161,8 +162,10 @@ namespace {
 // launch-and-wait latency, nearly the same for 1 row as for 64. Prompts of the same
 // length share positions, so they run as one batch with one KV cache and no padding: the
 // rows are independent (attention never mixes rows), each row's tokens are its greedy
-// continuation, and a row that reached EOS is fed on but its tokens are dropped. The
-// CPU keeps batch 1 (its cost is arithmetic; and its figures stay those of the README).
+// continuation, and a row that reached EOS is fed on but its tokens are dropped. It
+// applies to every device whose work is queued (DeviceCapabilities::queued_work, core/
+// backend.h). The host keeps batch 1 (its cost is arithmetic; and its figures stay those
+// of the README).
 constexpr size_t kGenerateBatch = 64;
 
 std::vector<Generation> generate_batch(const nn::Qwen3ForCausalLM& lm,
@@ -204,7 +207,8 @@ std::vector<Generation> generate_batch(const nn::Qwen3ForCausalLM& lm,
 std::vector<Generation> generate_all(const nn::Qwen3ForCausalLM& lm,
                                      const std::vector<std::vector<int64_t>>& prompts,
                                      const GenerateOptions& options) {
-  const bool batched = !lm.lm_head->weight.device().is_cpu() && options.capture_layers.empty() &&
+  const Device device = lm.lm_head->weight.device();
+  const bool batched = backend_for(device).capabilities().queued_work && options.capture_layers.empty() &&
                        options.sampling.temperature == 0.0;
   if (batched) {  // Note [Batched generation on a GPU]
     CG_CHECK(options.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0, got ", options.max_new_tokens);

@@ -14,6 +14,7 @@
 #include "autograd/grad_mode.h"
 #include "core/allocator_stats.h"
 #include "core/atomic_file.h"
+#include "core/backend.h"
 #include "core/caching_allocator.h"
 #include "core/factories.h"
 #include "ops/index_ops.h"
@@ -379,7 +380,9 @@ nlohmann::json write_summary(RunState& s) {
                         {"total", seconds_since(s.start)}};
   summary["peak_allocated_bytes"] = allocator_for(kCPU).stats().allocated_bytes.peak;
   summary["device"] = s.device.str();
-  if (s.device.is_cuda()) summary["device_peak_allocated_bytes"] = allocator_for(s.device).stats().allocated_bytes.peak;
+  if (backend_for(s.device).capabilities().own_memory) {
+    summary["device_peak_allocated_bytes"] = allocator_for(s.device).stats().allocated_bytes.peak;
+  }
   summary["config"] = config.to_json();
   write_file_atomically(config.run_dir + "/summary.json", summary.dump(2) + "\n", "the summary");
   s.log.write({{"phase", "summary"}, {"tau", spec.tau}, {"speedup", spec.speedup}});
@@ -459,7 +462,7 @@ std::string summary_text(const nlohmann::json& s) {
                   static_cast<long long>(steps["final"].get<int64_t>()), s["seconds"]["total"].get<double>());
   }
   o << line;
-  if (s.contains("device") && s["device"] != "cpu") o << "device: " << s["device"].get<std::string>() << "\n";
+  if (s.contains("device") && s["device"] != kCPU.str()) o << "device: " << s["device"].get<std::string>() << "\n";
   o << "memory of one drafter training step (caching allocator):\n" << s["memory_table"].get<std::string>();
   // The traces' HTML reports (timelines by category, the holders at the peak), when traced.
   if (s.contains("memory") && s["memory"].is_array()) {

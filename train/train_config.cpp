@@ -208,9 +208,9 @@ void TrainConfig::validate() const {
   CG_CHECK(!run_dir.empty(), "train config: run_dir: must not be empty");
   in_range("threads", static_cast<double>(threads), 0, 1024);
   try {
-    Device::parse(device);
+    Device::parse(device);  // the name only: compute_device() checks it is present
   } catch (const Error& e) {
-    CG_FAIL("train config: device: ", e.message(), " (give \"cpu\", \"cuda\" or \"cuda:N\")");
+    CG_FAIL("train config: device: ", e.message());
   }
   in_range("corpus.lines", static_cast<double>(corpus.lines), 1, 1e8);
   const TargetConfig& t = target;
@@ -282,17 +282,7 @@ void TrainConfig::validate() const {
            memory.large_anchors, " is beyond the sequence (memory.large_seq_len ", memory.large_seq_len, ")");
 }
 
-Device TrainConfig::compute_device() const {
-  const Device d = Device::parse(device);
-  if (d.is_cuda()) {
-    try {
-      backend_for(d);  // throws naming why (no CUDA build, no driver, no such device)
-    } catch (const Error& e) {
-      CG_FAIL("device ", device, " is not available: ", e.message());
-    }
-  }
-  return d;
-}
+Device TrainConfig::compute_device() const { return resolve_device(device, "device"); }
 
 nlohmann::json TrainConfig::to_json() const {
   nlohmann::json j = nlohmann::json::object();

@@ -92,7 +92,7 @@ struct TrainConfig {
   std::string run_dir = "runs/toy";
   uint64_t seed = 1;
   int64_t threads = 0;         // 0 = the library's default (CHUNKGRAD_NUM_THREADS or cores)
-  std::string device = "cpu";  // "cpu" | "cuda" | "cuda:N": where the models train and run
+  std::string device = kCPU.str();  // a name of core/device.h's table: where the models train and run
   bool resume = true;          // continue from run_dir's last drafter checkpoint if any
   bool progress = true;        // progress bar on stderr
   CorpusConfig corpus;
@@ -104,8 +104,9 @@ struct TrainConfig {
 
   // Every field checked (ranges, known names); throws naming the first bad one.
   void validate() const;
-  // The device of `device`, checked to exist (a CUDA device on a machine without one is
-  // an error naming the reason, e.g. the driver's); call before any work.
+  // resolve_device(device): the device, checked to be built in and present (a GPU on a
+  // machine without one is an error naming the reason, e.g. the driver's); call before
+  // any work.
   Device compute_device() const;
   nlohmann::json to_json() const;
   // Unknown fields, wrong types and bad values are errors naming the field.

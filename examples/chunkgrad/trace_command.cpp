@@ -261,8 +261,8 @@ void add_trace_command(CLI::App& app, CommandBody& run) {
       ->check(CLI::ExistingFile);
   sub->add_option("--names", o->names, "comma-separated names for the traces (default: file names without trace_)");
   sub->add_option("--top", o->top, "rows per table")->check(program::integer_in(1, 1000));
-  sub->add_option("--device", o->device, "the device to report on, cpu or cuda:N (default: the one with the most "
-                                         "allocations)");
+  sub->add_option("--device", o->device, "the device to report on, as the trace names it (default: the one with "
+                                         "the most allocations)");
   sub->add_option("--html", o->html, "write a self-contained HTML report (timelines, holders, comparison) here");
   sub->add_option("--svg-dir", o->svg_dir, "write memory_<name>.svg timelines (one byte scale for all) here");
   sub->add_option("--snapshot-dir", o->snapshot_dir,

@@ -36,7 +36,7 @@ void add_train_command(CLI::App& app, CommandBody& run) {
   sub->add_option("--run-dir", o.run_dir, "run directory (overrides the config's run_dir)");
   // Checked as given: `--device ""` is an error, not "the config's device" (o.device
   // stays empty only when --device is not given at all).
-  sub->add_option("--device", o.device, "cpu, cuda or cuda:N (overrides the config's device)")
+  sub->add_option("--device", o.device, cg::device_names_help() + " (overrides the config's device)")
       ->check(program::device_name());
   sub->add_flag("--json", o.json, "print the summary as JSON on stdout instead of text");
   sub->add_flag("--no-progress", o.no_progress, "no progress bar or stage lines on stderr");

@@ -19,7 +19,6 @@
 #include <nlohmann/json.hpp>
 
 #include "core/atomic_file.h"
-#include "core/backend.h"
 #include "core/caching_allocator.h"
 #include "core/error.h"
 #include "ops/threads.h"
@@ -177,24 +176,7 @@ CLI::Validator device_name() {
         }
         return std::string();
       },
-      "cpu | cuda | cuda:N");
-}
-
-cg::Device device_option(const std::string& text, const std::string& option) {
-  cg::Device d;
-  try {
-    d = cg::Device::parse(text);
-  } catch (const cg::Error& e) {
-    CG_FAIL(option, " ", text, ": ", e.message(), " (give cpu, cuda or cuda:N)");
-  }
-  if (d.is_cuda()) {
-    try {
-      cg::backend_for(d);
-    } catch (const cg::Error& e) {
-      CG_FAIL(option, " ", text, ": no usable GPU: ", e.message());
-    }
-  }
-  return d;
+      cg::device_names_help());
 }
 
 void set_cpu_memory_limit_mb(int64_t mb) {

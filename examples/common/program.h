@@ -65,18 +65,14 @@ CLI::Validator number_in(double lo, double hi, bool lo_open = false);
 CLI::Validator one_of(const std::vector<std::string>& allowed);
 // One of the comma-separated names in `allowed`, each at most once ("naive,fused").
 CLI::Validator subset_of(const std::vector<std::string>& allowed);
-// A device name: cpu, cuda or cuda:N (parsed only; device_option also checks it exists).
-// An empty value is refused too, not read as "not given".
+// A device name of the table in core/device.h (parsed only: cg::resolve_device, called
+// before the work, also checks it is built in and present). An empty value is refused
+// too, not read as "not given".
 CLI::Validator device_name();
 
 // Caps the CPU allocator's reserved bytes at `mb` MiB (0: no limit). Call it before the
 // program allocates anything: the limit then covers the whole run.
 void set_cpu_memory_limit_mb(int64_t mb);
-
-// The device of a --device value ("cpu", "cuda", "cuda:N"), checked to exist: call it
-// before the work, so that `--device cuda` without a GPU is one error line naming the
-// reason (no CUDA build, no driver, no device), not a failure minutes in.
-cg::Device device_option(const std::string& text, const std::string& option = "--device");
 
 // An output file made ready when constructed (its temporary next to it is created, so an
 // unwritable place throws cg::Error naming the option and the reason before the work),
