@@ -11,6 +11,7 @@
 #include <cmath>
 #include <functional>
 #include <iterator>
+#include <memory>
 #include <set>
 
 #include "core/factories.h"
@@ -98,34 +99,53 @@ TEST(DrafterLossKinds, EveryConfigKindMapsToTheLossConfigOfThatKind) {
   EXPECT_NE(e.find("mix_ce_weight"), std::string::npos) << e;
 }
 
+// A CI-sized target and its generated sequences: what a drafter trains on.
+struct SmallTarget {
+  train::TrainConfig config = ci_train_config("unused");
+  Generator init{3};
+  nn::Qwen3ForCausalLM lm{train::target_model_config(config.target, train::ByteTokenizer::kVocabSize),
+                          nn::InitOptions{.generator = &init}};
+  std::vector<train::DrafterSequence> seqs;
+  SmallTarget() {
+    lm.eval();
+    lm.freeze();
+    seqs = train::make_drafter_sequences(lm, {"the first prompt: ", "and another one: "}, 16);
+  }
+  std::unique_ptr<nn::DFlashDrafter> drafter() const {
+    return train::make_drafter(lm, config.drafter, train::ByteTokenizer::kMask, 5);
+  }
+  train::DrafterTrainData data(const nn::DFlashDrafter& drafter) const {
+    return {&seqs, train::compute_target_features(lm, seqs, drafter.config().target_layers, true,
+                                                  train::ByteTokenizer::kPad)};
+  }
+};
+
+// drafter_loss's inputs for a batch of the trainer's, made as the trainer makes them.
+train::DrafterLossInputs step_inputs(const train::BlockBatch& b, const train::TargetFeatures& tf) {
+  const Tensor idx = from_ints(b.source, {b.batch}, {.dtype = DType::i64});
+  return {&b, index_select(tf.features, 0, idx),
+          reshape(index_select(tf.final_hidden, 0, idx), {b.batch * b.seq_len, tf.final_hidden.size(2)})};
+}
+
 // The trainer's step with each kind: its loss is the ops-level head loss of a LossConfig
 // of that kind built here, on the same batch, and differs from every other kind's.
 TEST(DrafterLossKinds, ATrainingStepTrainsTheConfiguredKind) {
-  train::TrainConfig c = ci_train_config("unused");
+  SmallTarget target;
+  train::TrainConfig& c = target.config;
   c.drafter.optim.grad_accum = 1;
   c.drafter.loss.temperature = 0.7;
-  Generator init(3);
-  nn::Qwen3ForCausalLM lm(train::target_model_config(c.target, train::ByteTokenizer::kVocabSize),
-                          nn::InitOptions{.generator = &init});
-  lm.eval();
-  lm.freeze();
-  const auto seqs = train::make_drafter_sequences(lm, {"the first prompt: ", "and another one: "}, 16);
   std::vector<double> step_losses;
   for (const LossKindInfo& k : kLossKinds) {
     SCOPED_TRACE(k.name);
     c.drafter.loss.kind = k.short_name;
     c.drafter.loss.ce_weight = k.needs_teacher ? 0.25 : 0.0;
-    auto drafter = train::make_drafter(lm, c.drafter, train::ByteTokenizer::kMask, 5);
-    train::DrafterTrainData data{&seqs, train::compute_target_features(lm, seqs, drafter->config().target_layers,
-                                                                       true, train::ByteTokenizer::kPad)};
+    auto drafter = target.drafter();
+    const train::DrafterTrainData data = target.data(*drafter);
     train::DrafterTrainer trainer(*drafter, c, data);
     // The step's batch, and its loss with a LossConfig made by hand (before the step
     // changes the drafter).
     const std::vector<train::BlockBatch> batches = trainer.step_batches(1);
     ASSERT_EQ(batches.size(), 1u);
-    const train::BlockBatch& b = batches[0];
-    const Tensor idx = from_ints(b.source, {b.batch}, {.dtype = DType::i64});
-    const Tensor hidden = data.features.final_hidden;
     train::DrafterHeadLoss expected;
     expected.loss.kind = k.kind;
     expected.loss.ignore_index = train::kIgnoreLabel;
@@ -135,11 +155,7 @@ TEST(DrafterLossKinds, ATrainingStepTrainsTheConfiguredKind) {
     }
     expected.path = parse_head_loss_path(c.drafter.head_loss_path);
     expected.chunk_rows = c.drafter.head_loss_chunk_rows;
-    const double want = train::drafter_loss(*drafter,
-                                            {&b, index_select(data.features.features, 0, idx),
-                                             reshape(index_select(hidden, 0, idx), {b.batch * b.seq_len, hidden.size(2)})},
-                                            expected)
-                            .loss.item();
+    const double want = train::drafter_loss(*drafter, step_inputs(batches[0], data.features), expected).loss.item();
     const train::StepRecord step = trainer.train_step();
     EXPECT_NEAR(step.loss, want, 1e-6 * std::max(1.0, std::abs(want)));
     for (double other : step_losses) EXPECT_GT(std::abs(step.loss - other), 1e-4) << "the same loss as another kind";
@@ -151,23 +167,14 @@ TEST(DrafterLossKinds, ATrainingStepTrainsTheConfiguredKind) {
 // not the numbers: the loss and every gradient are the same bits at one chunk of 128 rows,
 // at 32 and at 16.
 TEST(DrafterChunk, TheChunkDoesNotChangeTheCpuNumbers) {
-  train::TrainConfig c = ci_train_config("unused");
-  Generator init(3);
-  nn::Qwen3ForCausalLM lm(train::target_model_config(c.target, train::ByteTokenizer::kVocabSize),
-                          nn::InitOptions{.generator = &init});
-  lm.eval();
-  lm.freeze();
-  const auto seqs = train::make_drafter_sequences(lm, {"a prompt: ", "another prompt: "}, 16);
-  auto drafter = train::make_drafter(lm, c.drafter, train::ByteTokenizer::kMask, 5);
-  const train::TargetFeatures tf = train::compute_target_features(lm, seqs, drafter->config().target_layers,
-                                                                  true, train::ByteTokenizer::kPad);
+  SmallTarget target;
+  train::TrainConfig& c = target.config;
   c.drafter.loss.kind = "mix";  // CE and a teacher: both GEMMs and both row terms
-  train::DrafterTrainer trainer(*drafter, c, {&seqs, tf});
+  auto drafter = target.drafter();
+  const train::DrafterTrainData data = target.data(*drafter);
+  train::DrafterTrainer trainer(*drafter, c, data);
   const train::BlockBatch b = trainer.step_batches(1)[0];
-  const Tensor idx = from_ints(b.source, {b.batch}, {.dtype = DType::i64});
-  const train::DrafterLossInputs in{&b, index_select(tf.features, 0, idx),
-                                    reshape(index_select(tf.final_hidden, 0, idx),
-                                            {b.batch * b.seq_len, tf.final_hidden.size(2)})};
+  const train::DrafterLossInputs in = step_inputs(b, data.features);
   std::vector<std::vector<double>> results;
   for (int64_t rows : {0, 32, 16}) {  // 0: the budget holds all 128 rows
     train::DrafterHeadLoss h = train::drafter_head_loss(c.drafter);
