@@ -7,8 +7,11 @@
 // the memory report.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <iterator>
 #include <memory>
@@ -16,6 +19,7 @@
 
 #include "core/factories.h"
 #include "nn/qwen3.h"
+#include "nn/safetensors.h"
 #include "ops/head_loss.h"
 #include "ops/index_ops.h"
 #include "ops/shape_ops.h"
@@ -223,6 +227,27 @@ TEST(DrafterChunk, ConfigFieldsAreCheckedUpFront) {
   EXPECT_NE(e.find("drafter.head_loss_chunk_budget_mb: 0.125 MiB cannot hold one row"), std::string::npos) << e;
   c.drafter.head_loss_chunk_budget_mb = 1;
   EXPECT_NO_THROW(train::check_memory_chunk(c, kCPU));
+}
+
+// A checkpoint written before the chunk and ce_weight fields existed resumes: a field its
+// config lacks counts as the default; a chunk changed since is named.
+TEST(DrafterChunk, ACheckpointThatPredatesTheFieldsResumes) {
+  const std::string run = std::filesystem::temp_directory_path() / ("cg_chunk_resume_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(run + "/drafter");
+  train::TrainConfig c;
+  c.run_dir = run;
+  nlohmann::json old_config = c.to_json();
+  old_config["drafter"].erase("head_loss_chunk_rows");
+  old_config["drafter"].erase("head_loss_chunk_budget_mb");
+  old_config["drafter"]["loss"].erase("ce_weight");
+  const std::string path = run + "/drafter/step_00000002.safetensors";
+  safetensors::save_file({{"w", zeros({1})}}, path,
+                             {{"format", "chunkgrad-dflash-drafter-1"}, {"step", "2"}, {"config", old_config.dump()}});
+  EXPECT_EQ(train::checked_resume_checkpoint(c, ""), path);
+  c.drafter.head_loss_chunk_rows = 64;
+  const std::string e = error_of([&] { train::checked_resume_checkpoint(c, ""); });
+  EXPECT_NE(e.find("drafter.head_loss_chunk_rows: 256 then, 64 now"), std::string::npos) << e;
+  std::filesystem::remove_all(run);
 }
 
 // The memory report steps with the run's chunk: other rows, another chunk; at 0 rows the

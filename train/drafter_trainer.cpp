@@ -273,7 +273,14 @@ int64_t checked_metadata(const safetensors::Reader& reader, const std::string& p
     const auto* error = dynamic_cast<const Error*>(&e);  // one "(at ...)" per line
     fail(std::string("has damaged metadata: ") + (error ? error->message() : std::string(e.what())));
   }
-  const nlohmann::json was = resumable_part(saved), now = resumable_part(config.to_json());
+  // A field the checkpoint's config predates (drafter.head_loss_chunk_rows, say) counts as
+  // its default: the saved config over the defaults.
+  nlohmann::json saved_full = saved;
+  if (saved.is_object()) {
+    saved_full = TrainConfig().to_json();
+    saved_full.merge_patch(saved);
+  }
+  const nlohmann::json was = resumable_part(saved_full), now = resumable_part(config.to_json());
   if (was != now) {
     fail("was trained with another config (" + first_difference(was, now) + "; only "
          "drafter.optim.steps, drafter.checkpoint_every, eval, memory, threads and progress may change on resume)");
