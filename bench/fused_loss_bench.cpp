@@ -39,9 +39,9 @@ namespace {
 
 struct Options {
   int64_t T = 24576, D = 5120, V = 248320;
-  std::string loss = "kl";      // kl | ce
+  std::string loss = "kl";      // a loss kind's short name (ops/loss_config.h)
   std::string head = "frozen";  // frozen | trainable
-  double ce_weight = 0.0;       // kl: loss = a CE + (1 - a) KL
+  double ce_weight = 0.0;       // teacher kinds: loss = a CE + (1 - a) teacher loss
   std::string paths = "floor,fused,chunked,naive";
   int repeats = 5;
   int64_t chunk_rows = 0;
@@ -175,10 +175,11 @@ int main(int argc, char** argv) {
   app.add_option("--T", o.T, "rows (positions)")->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   app.add_option("--D", o.D, "hidden size")->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
   app.add_option("--V", o.V, "vocabulary")->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
-  app.add_option("--loss", o.loss, "kl (shared frozen head, teacher hidden) or ce")
-      ->check(CLI::IsMember({"kl", "ce"}));
+  app.add_option("--loss", o.loss, cg::loss_kind_choices() + " (teacher kinds: shared frozen head, teacher "
+                 "hidden; fused_loss_torch.py has kl and ce)")
+      ->check(CLI::IsMember(cg::loss_kind_short_names()));
   app.add_option("--head", o.head, "frozen or trainable")->check(CLI::IsMember({"frozen", "trainable"}));
-  app.add_option("--ce-weight", o.ce_weight, "kl: weight of hard CE in the mix (0..1)")
+  app.add_option("--ce-weight", o.ce_weight, "teacher kinds: weight of hard CE in the mix (0..1)")
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--paths", o.paths, "comma-separated, in order: floor (first, for the ratios), fused, chunked, naive");
   app.add_option("--repeats", o.repeats, "timed runs per path")->check(CLI::Range(1, 1000));
@@ -204,8 +205,9 @@ int main(int argc, char** argv) {
     for (auto& y : labels) y = static_cast<int64_t>(gen.next_u64() % static_cast<uint64_t>(o.V));
     in.labels = cg::from_ints(labels, {o.T}, {.dtype = cg::DType::i64, .device = dev});  // keeps the known bounds
     cg::HeadLossOptions hopt;
-    if (o.loss == "kl") {
-      hopt.loss.kind = cg::LossKind::forward_kl;
+    hopt.loss.kind = cg::parse_loss_kind(o.loss, "--loss");
+    const bool teacher = cg::loss_needs_teacher(hopt.loss);
+    if (teacher) {
       hopt.loss.hard_ce_weight = static_cast<float>(o.ce_weight);
       in.teacher_hidden = cg::randn({o.T, o.D}, {.dtype = dt, .device = dev}, &gen);
     }
@@ -215,8 +217,8 @@ int main(int argc, char** argv) {
     const int64_t chunk = cg::head_loss_chunk_rows(in, hopt);
     std::printf("chunkgrad head loss, %s, bf16, T=%lld D=%lld V=%lld, %s%s, head %s, chunk %lld rows, median of %d\n",
                 cg::cuda::device_properties(0).summary().c_str(), (long long)o.T, (long long)o.D, (long long)o.V,
-                o.loss == "kl" ? "forward KL" : "CE",
-                o.loss == "kl" && o.ce_weight > 0 ? (" + " + std::to_string(o.ce_weight) + " CE").c_str() : "",
+                cg::loss_kind_name(hopt.loss.kind),
+                teacher && o.ce_weight > 0 ? (" + " + std::to_string(o.ce_weight) + " CE").c_str() : "",
                 o.head.c_str(), (long long)chunk, o.repeats);
     const int64_t in_bytes = alloc.stats().allocated_bytes.current;
     std::printf("inputs %.2f GiB; peak = allocated peak above them; peak-grads = the larger of forward peak and "

@@ -1,5 +1,5 @@
-// Why this file exists: the CPU implementation of head_loss_rows (see the header for the
-// math). Each row takes a few streaming passes over V -- softcap, max, sums of
+// Why this file exists: the CPU implementation of head_loss_rows (the math per row is
+// ops/loss_row_math.h's). Each row takes a few streaming passes over V -- softcap, max, sums of
 // exponentials, the teacher terms, then the gradient written in place -- each a simple
 // loop over a contiguous row that compiles to packed vector code (cpu/row_math.h:
 // a polynomial exp, float lanes summed into double per block, Note [Row sums]).
@@ -101,15 +101,11 @@ template <typename T>
 void head_loss_rows(T* logits, T* teacher, const int64_t* labels, int64_t C, int64_t V,
                     const LossConfig& cfg, bool want_grad, const T* grad_scale,
                     const HeadRowOutputs<T>& out) {
-  const bool want_teacher = loss_needs_teacher(cfg);
-  const bool want_ce = loss_needs_labels(cfg);
-  CG_CHECK(!want_teacher || teacher != nullptr, "head loss: this loss kind needs teacher logits");
-  CG_CHECK(!want_ce || labels != nullptr, "head loss: cross-entropy needs labels");
-  CG_CHECK(cfg.temperature > 0.0f, "head loss: temperature must be > 0, got ", cfg.temperature);
-  const double ce_weight = cfg.kind == LossKind::cross_entropy ? 1.0 : cfg.hard_ce_weight;
-  const double kl_weight = cfg.kind == LossKind::cross_entropy ? 0.0 : 1.0 - cfg.hard_ce_weight;
-  const double tau = cfg.temperature, inv_tau = 1.0 / tau;
-  const double kl_scale = cfg.hinton_scale ? tau * tau : 1.0;
+  check_loss_row_inputs(cfg, teacher != nullptr, labels != nullptr);
+  const LossRowTerms row_terms = loss_row_terms(cfg);
+  const bool want_teacher = row_terms.want_teacher, want_ce = row_terms.want_ce;
+  const double ce_weight = row_terms.ce_weight, kl_weight = row_terms.kl_weight;
+  const double tau = row_terms.tau, inv_tau = row_terms.inv_tau, kl_scale = row_terms.kl_scale;
   const double eps = cfg.label_smoothing;
   const bool softcap = cfg.softcap > 0.0f;
   const T cap = static_cast<T>(cfg.softcap);
@@ -276,17 +272,3 @@ void CpuKernels::row_weights(const Tensor& labels, const Tensor& weights, int64_
 }
 
 }  // namespace cg::cpu
-
-namespace cg {
-
-const char* loss_kind_name(LossKind kind) {
-  switch (kind) {
-    case LossKind::cross_entropy: return "cross_entropy";
-    case LossKind::forward_kl: return "forward_kl";
-    case LossKind::reverse_kl: return "reverse_kl";
-    case LossKind::soft_cross_entropy: return "soft_cross_entropy";
-  }
-  return "?";
-}
-
-}  // namespace cg

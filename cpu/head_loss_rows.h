@@ -1,24 +1,17 @@
-// Why this file exists: the per-row half of every lm_head loss in chunkgrad. Given one
-// chunk of logits [C, V] (and optionally the teacher's [C, V] and labels [C]) it computes,
-// row by row and without any [C, V] temporary, the loss, the metrics (argmax, logsumexp,
-// entropy, teacher argmax) and -- when asked -- the gradient d loss / d logits, written
-// in place over the logits. The naive, chunked and fused paths all call it, which is why
-// they agree to rounding. The math is in docs/fused_loss.md; short form per row:
-//   CE:          l = lse(z) - (1-eps) z_y - eps/V sum z + zl lse^2
-//                dl/dz = softmax(z)(1 + 2 zl lse) - (1-eps) onehot(y) - eps/V
-//   forward KL:  p = softmax(t/tau), q = softmax(z/tau), l = sum p (log p - log q),
-//                dl/dz = (q - p)/tau              (x tau^2 with Hinton scaling)
-//   soft CE:     l = -sum p log q, same gradient as forward KL
-//   reverse KL:  l = sum q (log q - log p), dl/dz = q ((log q - log p) - l)/tau
-//   mix:         l = a * CE + (1 - a) * teacher loss  (a = hard_ce_weight)
-//   softcap c:   z = c tanh(z_raw / c) applied to student and teacher; dz/dz_raw = 1-(z/c)^2
-// A row whose label is ignore_index contributes nothing (loss 0, gradient 0).
+// Why this file exists: the CPU implementation of the per-row half of every lm_head loss
+// in chunkgrad. Given one chunk of logits [C, V] (and optionally the teacher's [C, V] and
+// labels [C]) it computes, row by row and without any [C, V] temporary, the loss, the
+// metrics (argmax, logsumexp, entropy, teacher argmax) and -- when asked -- the gradient
+// d loss / d logits, written in place over the logits. The naive, chunked and fused paths
+// all call it, which is why they agree to rounding. What it computes for each loss kind
+// (loss, gradient, temperature, softcap, hard-CE mix, smoothing, z-loss, ignored rows) is
+// the device-neutral spec in ops/loss_row_math.h, which the CUDA kernel implements too.
 #pragma once
 
 #include <cstdint>
 
 #include "ops/kernels.h"
-#include "ops/loss_config.h"
+#include "ops/loss_row_math.h"
 
 namespace cg::cpu {
 

@@ -1,5 +1,5 @@
 // Why this file exists: the CUDA lm_head loss row kernel (see head_loss_kernels.h; the math
-// per row is in cpu/head_loss_rows.h and docs/fused_loss.md). One block per row, two
+// per row is the device-neutral spec in ops/loss_row_math.h, derived in docs/fused_loss.md). One block per row, two
 // streaming passes over the row's V logits (16-bit storage read through fp32, 16-byte
 // loads): softcap in place with every statistic at once (Note [One-pass row statistics]),
 // then the gradient written over the logits; each element is always visited by the same
@@ -14,6 +14,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/device_math.cuh"
 #include "cuda/head_rows_device.cuh"
+#include "ops/loss_row_math.h"
 
 namespace cg::cuda {
 
@@ -358,6 +359,19 @@ int threads_override() {
   return v;
 }
 
+// The kinds the kernel above computes. One case per kind and no default: a kind added
+// to LossKind makes the host compiler warn here (-Wswitch), and until it has a case the
+// launcher throws rather than run a kernel that would compute another loss.
+bool kernel_has_kind(LossKind kind) {
+  switch (kind) {
+    case LossKind::cross_entropy:
+    case LossKind::forward_kl:
+    case LossKind::reverse_kl:
+    case LossKind::soft_cross_entropy: return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 void launch_head_loss_rows(DType dtype, void* logits, void* teacher, const int64_t* labels,
@@ -365,24 +379,25 @@ void launch_head_loss_rows(DType dtype, void* logits, void* teacher, const int64
                            const void* grad_scale, const HeadRowPointers& out,
                            cudaStream_t stream) {
   if (C == 0) return;
+  CG_CHECK(kernel_has_kind(cfg.kind), "head loss: the CUDA row kernel does not compute ",
+           loss_kind_name(cfg.kind), " (cuda/head_loss_kernels.cu; Note [Adding a loss kind], ops/loss_config.h)");
+  check_loss_row_inputs(cfg, teacher != nullptr, labels != nullptr);
+  const LossRowTerms terms = loss_row_terms(cfg);
   HeadParams p;
   p.kind = static_cast<int>(cfg.kind);
-  p.want_teacher = loss_needs_teacher(cfg);
-  p.want_ce = loss_needs_labels(cfg);
+  p.want_teacher = terms.want_teacher;
+  p.want_ce = terms.want_ce;
   p.want_grad = want_grad;
   p.softcap = cfg.softcap > 0.0f;
   p.ignore_index = cfg.ignore_index;
-  p.ce_weight = cfg.kind == LossKind::cross_entropy ? 1.0 : cfg.hard_ce_weight;
-  p.kl_weight = cfg.kind == LossKind::cross_entropy ? 0.0 : 1.0 - cfg.hard_ce_weight;
-  p.tau = cfg.temperature;
-  p.inv_tau = 1.0 / p.tau;
-  p.kl_scale = cfg.hinton_scale ? p.tau * p.tau : 1.0;
+  p.ce_weight = terms.ce_weight;
+  p.kl_weight = terms.kl_weight;
+  p.tau = terms.tau;
+  p.inv_tau = terms.inv_tau;
+  p.kl_scale = terms.kl_scale;
   p.eps = cfg.label_smoothing;
   p.z_loss = cfg.z_loss;
   p.cap = cfg.softcap;
-  CG_CHECK(!p.want_teacher || teacher != nullptr, "head loss: this loss kind needs teacher logits");
-  CG_CHECK(!p.want_ce || labels != nullptr, "head loss: cross-entropy needs labels");
-  CG_CHECK(cfg.temperature > 0.0f, "head loss: temperature must be > 0, got ", cfg.temperature);
   // Threads per row (block): Note [Row kernel bandwidth]; short rows take fewer.
   const int wide = threads_override() ? threads_override() : (p.want_teacher ? 256 : kHeadThreads);
   const int threads = V >= 8192 ? wide : (V >= 2048 ? 256 : 32);

@@ -1,6 +1,6 @@
 // Why this file exists: the launchers of the CUDA lm_head loss row kernel and its helpers
 // behind the kernel table's head_loss_rows, check_labels and row_weights entries
-// (ops/kernels.h; the math per row is cpu/head_loss_rows.h's). Raw device pointers,
+// (ops/kernels.h; the math per row is ops/loss_row_math.h's). Raw device pointers,
 // launched on `stream` without waiting.
 #pragma once
 

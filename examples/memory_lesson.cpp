@@ -49,7 +49,7 @@ namespace {
 struct Options {
   int64_t scale = 16;
   int64_t T = 0, D = 0, V = 0;  // 0: DFlash shape / scale (an explicit 0 is refused)
-  std::string loss = "ce";      // ce | kl | rkl | soft_ce
+  std::string loss = "ce";      // a loss kind's short name (ops/loss_config.h)
   std::string head = "frozen";  // frozen | trainable
   std::string dtype = "f32";
   std::string device = cg::kCPU.str();
@@ -151,14 +151,6 @@ PathReport run_path(cg::HeadLossPath path, const cg::HeadLossInputs& in, cg::Hea
   }
   rep.median_ms = median(times);
   return rep;
-}
-
-cg::LossKind parse_kind(const std::string& s) {
-  if (s == "ce") return cg::LossKind::cross_entropy;
-  if (s == "kl") return cg::LossKind::forward_kl;
-  if (s == "rkl") return cg::LossKind::reverse_kl;
-  if (s == "soft_ce") return cg::LossKind::soft_cross_entropy;
-  CG_FAIL("--loss: expected ce, kl, rkl or soft_ce, got ", s);
 }
 
 std::string mib(int64_t bytes) { return cg::format_bytes(bytes); }
@@ -319,7 +311,9 @@ void run(const Options& o) {
   const cg::DeviceCapabilities caps = cg::backend_for(dev).capabilities();
   CG_CHECK(o.memory_limit_mb == 0 || !caps.own_memory, "--memory-limit-mb caps the host allocator; it does not "
            "apply to --device ", o.device, " (the device's own memory is the limit there)");
-  CG_CHECK(o.ce_weight == 0 || o.loss != "ce", "--ce-weight mixes hard CE into a teacher loss; --loss ce is CE already");
+  const cg::LossKind kind = cg::parse_loss_kind(o.loss, "--loss");
+  CG_CHECK(o.ce_weight == 0 || cg::loss_kind_info(kind).needs_teacher, "--ce-weight mixes hard CE into a teacher "
+           "loss; --loss ", o.loss, " is CE already");
   // Before anything is allocated: the limit holds for everything the run allocates,
   // the inputs included.
   cg::program::set_cpu_memory_limit_mb(o.memory_limit_mb);
@@ -329,7 +323,7 @@ void run(const Options& o) {
            ": every size must be at least 1; use a smaller --scale or give --T, --D and --V");
   const cg::DType dtype = cg::parse_dtype(o.dtype);
   cg::HeadLossOptions hopt;
-  hopt.loss.kind = parse_kind(o.loss);
+  hopt.loss.kind = kind;
   hopt.loss.hard_ce_weight = static_cast<float>(o.ce_weight);
   hopt.chunk_rows = o.chunk_rows;
   // 0: the lesson's default below, or head_loss's own (a device with no GEMM row floor).
@@ -423,8 +417,8 @@ int main(int argc, char** argv) {
   app.add_option("--T", o.T, "positions (rows); overrides --scale")->default_str("24576 / scale")->check(integer_in(1, kMaxSize));
   app.add_option("--D", o.D, "hidden size; overrides --scale")->default_str("5120 / scale")->check(integer_in(1, kMaxSize));
   app.add_option("--V", o.V, "vocabulary; overrides --scale")->default_str("248320 / scale")->check(integer_in(1, kMaxSize));
-  app.add_option("--loss", o.loss, "ce | kl | rkl | soft_ce (teacher losses use a shared frozen head)")
-      ->check(cg::program::one_of({"ce", "kl", "rkl", "soft_ce"}));
+  app.add_option("--loss", o.loss, cg::loss_kind_choices() + " (teacher losses use a shared frozen head)")
+      ->check(cg::program::one_of(cg::loss_kind_short_names()));
   app.add_option("--ce-weight", o.ce_weight, "teacher losses: loss = a CE + (1 - a) teacher loss (0..1)")
       ->check(cg::program::number_in(0, 1));
   app.add_option("--device", o.device, cg::device_names_help() + " (checked before any work)");

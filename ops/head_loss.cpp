@@ -46,8 +46,7 @@ void check_inputs(const HeadLossInputs& in, const HeadLossOptions& o) {
   check_same_device(op, in.hidden, in.head);
   const int64_t t = in.hidden.size(0);
   if (loss_needs_labels(o.loss)) {
-    CG_CHECK(in.labels.defined(), op, ": ", loss_kind_name(o.loss.kind),
-             o.loss.kind == LossKind::cross_entropy ? "" : " mixed with hard CE", " needs labels [", t, "]");
+    CG_CHECK(in.labels.defined(), op, ": ", loss_description(o.loss), " needs labels [", t, "]");
   }
   if (in.labels.defined()) {
     CG_CHECK(in.labels.dtype() == DType::i64, op, ": labels must be i64, got ",

@@ -25,8 +25,7 @@ void check_row_loss_inputs(const char* op, const Tensor& logits, const Tensor& l
            "; reshape to [-1, V] first");
   const int64_t n = logits.size(0);
   if (loss_needs_labels(c)) {
-    CG_CHECK(labels.defined(), op, ": ", loss_kind_name(c.kind),
-             c.kind == LossKind::cross_entropy ? "" : " mixed with hard CE", " needs labels [", n, "]");
+    CG_CHECK(labels.defined(), op, ": ", loss_description(c), " needs labels [", n, "]");
   }
   if (labels.defined()) {
     CG_CHECK(labels.dtype() == DType::i64, op, ": labels must be i64, got ",
@@ -88,19 +87,6 @@ class RowLossBackward : public Node {
 };
 
 }  // namespace
-
-void check_loss_config(const char* op, const LossConfig& c) {
-  CG_CHECK(c.temperature > 0.0f && std::isfinite(c.temperature), op,
-           ": temperature must be > 0 (and finite), got ", c.temperature);
-  CG_CHECK(c.label_smoothing >= 0.0f && c.label_smoothing <= 1.0f, op,
-           ": label_smoothing must be in [0, 1], got ", c.label_smoothing);
-  CG_CHECK(c.softcap >= 0.0f && std::isfinite(c.softcap), op,
-           ": softcap must be >= 0 (0 = off; finite), got ", c.softcap);
-  CG_CHECK(c.z_loss >= 0.0f && std::isfinite(c.z_loss), op,
-           ": z_loss must be >= 0 (0 = off; finite), got ", c.z_loss);
-  CG_CHECK(c.hard_ce_weight >= 0.0f && c.hard_ce_weight <= 1.0f, op,
-           ": hard_ce_weight must be in [0, 1], got ", c.hard_ce_weight);
-}
 
 RowLosses row_losses(const Tensor& logits, const Tensor& labels, const Tensor& teacher_logits,
                      const LossConfig& config, bool with_metrics) {

@@ -43,10 +43,6 @@ Tensor reduce_rows(const Tensor& per_row, const Tensor& weights, const Tensor& l
 Tensor row_reduction_weights(int64_t n, const Tensor& weights, const Tensor& labels,
                              int64_t ignore_index, Reduction reduction, DType dtype, Device device);
 
-// Throws naming `op` when an option of the loss is out of range (temperature, label
-// smoothing, softcap, z-loss, mix weight). Every path checks the same way.
-void check_loss_config(const char* op, const LossConfig& config);
-
 struct CrossEntropyOptions {
   int64_t ignore_index = -100;
   float label_smoothing = 0.0f;

@@ -109,7 +109,7 @@ StepResult drafter_step(DType dtype, Device device, const char* kind, HeadLossPa
   // devices (a sign flip would move a parameter by 2 lr whatever the tolerance).
   train::AdamW opt(trainable, {.eps = 1e-3, .grad_clip = 1.0});
   HeadLossResult r = train::drafter_loss(*t.drafter, {&b, features, teacher},
-                                         train::drafter_loss_config(spec), path, 7);
+                                         {train::drafter_loss_config(spec), path, 7});
   r.loss.backward();
   StepResult out;
   out.loss = r.loss.item();

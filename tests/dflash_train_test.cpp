@@ -182,7 +182,7 @@ TEST(DFlashDrafter, ThreeHeadLossPathsGiveTheSameGradients) {
     int i = 0;
     for (HeadLossPath path : {HeadLossPath::naive, HeadLossPath::chunked, HeadLossPath::fused}) {
       t.drafter->zero_grad();
-      HeadLossResult r = train::drafter_loss(*t.drafter, {&b, features, teacher}, loss, path, 7);
+      HeadLossResult r = train::drafter_loss(*t.drafter, {&b, features, teacher}, {loss, path, 7});
       r.loss.backward();
       losses[i] = r.loss.item();
       for (const Tensor& p : t.drafter->parameters()) grads[i].push_back(p.grad().to_vector());
@@ -213,7 +213,7 @@ TEST(DFlashDrafter, CachedProposalsMatchTheTrainingForward) {
     LossConfig ce;
     ce.ignore_index = train::kIgnoreLabel;
     NoGradGuard no_grad;
-    HeadLossResult r = train::drafter_loss(*t.drafter, {&b, features, Tensor()}, ce, HeadLossPath::naive);
+    HeadLossResult r = train::drafter_loss(*t.drafter, {&b, features, Tensor()}, {ce, HeadLossPath::naive});
     const std::vector<double> am = r.argmax.to_vector();
     bd.reset();
     // In two appends, as decoding does.

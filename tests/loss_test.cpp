@@ -28,8 +28,8 @@ struct Variant {
 
 std::vector<Variant> variants() {
   std::vector<Variant> out;
-  for (LossKind kind : {LossKind::cross_entropy, LossKind::forward_kl, LossKind::reverse_kl,
-                        LossKind::soft_cross_entropy}) {
+  for (const LossKindInfo& k : kLossKinds) {  // every kind, a new one included
+    const LossKind kind = k.kind;
     LossConfig plain;
     plain.kind = kind;
     out.push_back({"plain", plain});
@@ -40,7 +40,7 @@ std::vector<Variant> variants() {
     rich.label_smoothing = 0.1f;
     rich.z_loss = 0.01f;
     out.push_back({"softcap+temperature+smoothing+zloss", rich});
-    if (kind != LossKind::cross_entropy) {
+    if (k.needs_teacher) {
       LossConfig mix = plain;
       mix.hard_ce_weight = 0.3f;
       mix.temperature = 0.6f;

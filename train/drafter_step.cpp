@@ -1,7 +1,9 @@
 // Why this file exists: the drafter's forward + loss and slot metrics (drafter_step.h).
 #include "train/drafter_step.h"
 
+#include "core/allocator_stats.h"
 #include "core/factories.h"
+#include "core/views.h"
 #include "ops/index_ops.h"
 #include "ops/shape_ops.h"
 
@@ -10,18 +12,59 @@ namespace cg::train {
 LossConfig drafter_loss_config(const LossSpec& spec) {
   LossConfig c;
   c.ignore_index = kIgnoreLabel;
-  if (spec.kind == "ce") {
-    c.kind = LossKind::cross_entropy;
-  } else {
-    c.kind = LossKind::forward_kl;
-    c.temperature = static_cast<float>(spec.temperature);
-    c.hard_ce_weight = spec.kind == "mix" ? static_cast<float>(spec.mix_ce_weight) : 0.0f;
+  c.kind = spec.loss_kind();
+  // One case per kind and no default: this file builds with -Werror=switch, so a kind
+  // added to LossKind does not compile until it says how the drafter trains with it.
+  switch (c.kind) {
+    case LossKind::cross_entropy:  // the target's tokens are the labels
+      break;
+    case LossKind::forward_kl:  // the teacher: the target's distribution at the same position
+    case LossKind::reverse_kl:
+    case LossKind::soft_cross_entropy:
+      c.temperature = static_cast<float>(spec.temperature);
+      c.hard_ce_weight = static_cast<float>(spec.hard_ce_weight());
+      break;
   }
   return c;
 }
 
+DrafterHeadLoss drafter_head_loss(const DrafterConfig& d) {
+  DrafterHeadLoss h;
+  h.loss = drafter_loss_config(d.loss);
+  h.path = parse_head_loss_path(d.head_loss_path);
+  h.chunk_rows = d.head_loss_chunk_rows;
+  h.chunk_budget_bytes = static_cast<size_t>(d.head_loss_chunk_budget_mb * (1 << 20));
+  return h;
+}
+
+DrafterHeadLoss drafter_eval_head_loss(const DrafterConfig& d) {
+  DrafterHeadLoss h = drafter_head_loss(d);
+  h.loss = LossConfig{};
+  h.loss.ignore_index = kIgnoreLabel;
+  h.path = HeadLossPath::fused;
+  return h;
+}
+
+void check_drafter_chunk(const DrafterHeadLoss& h, int64_t vocab, int64_t hidden, DType dtype, Device device) {
+  if (h.chunk_rows > 0) return;
+  // head_loss_chunk_bytes reads shapes, dtypes and strides: one row of hidden states, and
+  // the head as that row expanded (a [V, D] view of D elements).
+  HeadLossInputs in;
+  in.hidden = empty({1, hidden}, {.dtype = dtype, .device = device});
+  in.head = raw::expand(in.hidden, {vocab, hidden});
+  if (loss_needs_teacher(h.loss)) in.teacher_hidden = in.hidden;
+  HeadLossOptions o;
+  o.loss = h.loss;
+  const size_t one_row = head_loss_chunk_bytes(in, o, 1);
+  CG_CHECK(h.chunk_budget_bytes >= one_row, "train config: drafter.head_loss_chunk_budget_mb: ",
+           static_cast<double>(h.chunk_budget_bytes) / (1 << 20), " MiB cannot hold one row of a chunk at V=",
+           vocab, " (", format_bytes(one_row), " of logits and GEMM scratch); raise it, or set "
+           "drafter.head_loss_chunk_rows");
+}
+
 HeadLossResult drafter_loss(const nn::DFlashDrafter& drafter, const DrafterLossInputs& in,
-                            const LossConfig& loss, HeadLossPath path, int64_t chunk_rows) {
+                            const DrafterHeadLoss& h) {
+  const LossConfig& loss = h.loss;
   const BlockBatch& b = *in.batch;
   const int64_t B = b.batch, T = b.num_blocks * b.block_size;
   const int64_t H = drafter.config().layers.hidden_size;
@@ -54,10 +97,11 @@ HeadLossResult drafter_loss(const nn::DFlashDrafter& drafter, const DrafterLossI
     hi.teacher_hidden = to_dtype(index_select(in.teacher_hidden, 0, from_ints(b.teacher_rows, {B * T}, ints)), dtype);
   }
   HeadLossOptions o;
-  o.path = path;
+  o.path = h.path;
   o.loss = loss;
   o.reduction = Reduction::mean;
-  o.chunk_rows = chunk_rows;
+  o.chunk_rows = h.chunk_rows;
+  o.chunk_budget_bytes = h.chunk_budget_bytes;
   o.with_metrics = true;
   return head_loss(hi, o);
 }

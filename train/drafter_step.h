@@ -18,9 +18,41 @@
 
 namespace cg::train {
 
-// The head-loss LossConfig of a loss spec: ce -> cross_entropy; kl -> forward KL against
-// the target's next-token distribution; mix -> forward KL plus mix_ce_weight * CE.
+// The head-loss LossConfig of a loss spec: ce -> cross_entropy on the target's tokens; a
+// teacher kind (kl, rkl, soft_ce) -> that kind against the target's next-token
+// distribution at the same position, at the spec's temperature, with its hard-CE weight
+// (mix -> forward KL plus mix_ce_weight * CE). Every kind the config accepts maps to
+// itself: a switch with no default (Note [Adding a loss kind], ops/loss_config.h).
 LossConfig drafter_loss_config(const LossSpec& spec);
+
+// Note [The drafter's chunk]: the chunked and fused paths take their rows per chunk from
+// drafter.head_loss_chunk_rows (at 0, as many as drafter.head_loss_chunk_budget_mb holds),
+// one setting for every place the drafter step runs: training, the per-slot evaluation
+// and the memory report, which therefore measures the chunk training uses. The default,
+// 256 rows, is the chunk the memory report has always shown (at large_vocab a fused chunk
+// of 64 MiB where naive makes 256 MiB of logits). On the CPU a chunk of a multiple of 16
+// rows changes the memory, not the numbers: the row kernel is per row, and Eigen's kernel
+// sums each of our rows over k in the same order as long as the chunk cuts no group of
+// its destination columns (our rows); an odd chunk such as 7 rows puts some rows in a
+// partial group, another order in the last bits (Note [GEMM blocking], cpu/gemm.h). A GPU
+// at scale wants 0: a budget-sized chunk of thousands of rows keeps its GEMMs fast
+// (ops/head_loss.h).
+struct DrafterHeadLoss {
+  LossConfig loss;
+  HeadLossPath path = HeadLossPath::fused;
+  int64_t chunk_rows = 0;                       // 0: from the budget
+  size_t chunk_budget_bytes = size_t{3} << 29;  // head_loss's default, 1.5 GiB
+};
+// What the drafter trains with: the loss spec, head_loss_path and the chunk fields.
+DrafterHeadLoss drafter_head_loss(const DrafterConfig& config);
+// What evaluation runs: cross-entropy on the fused path, with the config's chunk.
+DrafterHeadLoss drafter_eval_head_loss(const DrafterConfig& config);
+// Throws naming drafter.head_loss_chunk_budget_mb when, with chunk rows 0, the budget
+// cannot hold one row of a chunk of a head [vocab, hidden] of `dtype` on `device` (with a
+// teacher's logits when the loss has one). Allocates one row, not the head: called before
+// any work, for every shape the run will step.
+void check_drafter_chunk(const DrafterHeadLoss& head_loss, int64_t vocab, int64_t hidden, DType dtype,
+                         Device device);
 
 struct DrafterLossInputs {
   const BlockBatch* batch = nullptr;
@@ -30,7 +62,7 @@ struct DrafterLossInputs {
 
 // Runs the drafter and the head loss; the result's loss is the weighted mean.
 HeadLossResult drafter_loss(const nn::DFlashDrafter& drafter, const DrafterLossInputs& inputs,
-                            const LossConfig& loss, HeadLossPath path, int64_t chunk_rows = 0);
+                            const DrafterHeadLoss& head_loss);
 
 // Accuracy per block slot and acceptance lengths, accumulated over batches. Slot k >= 1
 // counts where its weight is > 0 (a real label); a block's acceptance length is 1 + the

@@ -62,11 +62,13 @@ DrafterTrainer::DrafterTrainer(nn::DFlashDrafter& drafter, const TrainConfig& co
                                   .eps = config.drafter.optim.eps,
                                   .weight_decay = config.drafter.optim.weight_decay,
                                   .grad_clip = config.drafter.optim.grad_clip}),
-      loss_(drafter_loss_config(config.drafter.loss)),
-      path_(parse_head_loss_path(config.drafter.head_loss_path)) {
+      head_loss_(drafter_head_loss(config.drafter)) {
   CG_CHECK(data_.sequences != nullptr && !data_.sequences->empty(), "drafter training: no sequences");
-  CG_CHECK(!loss_needs_teacher(loss_) || data_.features.final_hidden.defined(),
-           "drafter training: a KL loss needs the target's final hidden states");
+  CG_CHECK(!loss_needs_teacher(head_loss_.loss) || data_.features.final_hidden.defined(),
+           "drafter training: a ", loss_kind_name(head_loss_.loss.kind),
+           " loss needs the target's final hidden states");
+  const Tensor& head = drafter_.head_weight();
+  check_drafter_chunk(head_loss_, head.size(0), head.size(1), head.dtype(), head.device());
 }
 
 std::vector<BlockBatch> DrafterTrainer::step_batches(int64_t step) const {
@@ -104,11 +106,11 @@ QueuedStep DrafterTrainer::train_step_queued() {
   for (const BlockBatch& b : q.batches) {
     const Tensor idx = from_ints(b.source, {b.batch}, {.dtype = DType::i64, .device = device});
     DrafterLossInputs in{&b, index_select(data_.features.features, 0, idx), Tensor()};
-    if (loss_needs_teacher(loss_)) {
+    if (loss_needs_teacher(head_loss_.loss)) {
       in.teacher_hidden = reshape(index_select(data_.features.final_hidden, 0, idx),
                                   {b.batch * b.seq_len, data_.features.final_hidden.size(2)});
     }
-    HeadLossResult r = drafter_loss(drafter_, in, loss_, path_);
+    HeadLossResult r = drafter_loss(drafter_, in, head_loss_);
     const double share = total_weight > 0 ? b.weight_sum() / total_weight : 0.0;
     // sum_m share_m * mean_m = sum(w l) / sum(w) over the whole step (Note: accumulation).
     (r.loss * share).backward();
@@ -271,7 +273,14 @@ int64_t checked_metadata(const safetensors::Reader& reader, const std::string& p
     const auto* error = dynamic_cast<const Error*>(&e);  // one "(at ...)" per line
     fail(std::string("has damaged metadata: ") + (error ? error->message() : std::string(e.what())));
   }
-  const nlohmann::json was = resumable_part(saved), now = resumable_part(config.to_json());
+  // A field the checkpoint's config predates (drafter.head_loss_chunk_rows, say) counts as
+  // its default: the saved config over the defaults.
+  nlohmann::json saved_full = saved;
+  if (saved.is_object()) {
+    saved_full = TrainConfig().to_json();
+    saved_full.merge_patch(saved);
+  }
+  const nlohmann::json was = resumable_part(saved_full), now = resumable_part(config.to_json());
   if (was != now) {
     fail("was trained with another config (" + first_difference(was, now) + "; only "
          "drafter.optim.steps, drafter.checkpoint_every, eval, memory, threads and progress may change on resume)");

@@ -108,8 +108,7 @@ class DrafterTrainer {
   const TrainConfig& config_;
   DrafterTrainData data_;
   AdamW opt_;
-  LossConfig loss_;
-  HeadLossPath path_;
+  DrafterHeadLoss head_loss_;  // loss, path and chunk (Note [The drafter's chunk])
   bool replace_earlier_ = false;
 };
 

@@ -71,8 +71,11 @@ MemoryReport measure_paths(const MemoryShape& s, const std::string& trace_dir, u
     features = randn({s.batch, s.seq_len, s.target_features * s.hidden}, {.device = device}, &gen);
   }
   CachingAllocator& alloc = allocator_for(device);
-  LossConfig loss;
-  loss.ignore_index = kIgnoreLabel;
+  DrafterHeadLoss head_loss;  // cross-entropy, the path set below, the run's chunk
+  head_loss.loss.ignore_index = kIgnoreLabel;
+  head_loss.chunk_rows = s.chunk_rows;
+  head_loss.chunk_budget_bytes = s.chunk_budget_bytes;
+  check_drafter_chunk(head_loss, s.vocab, s.hidden, head.dtype(), device);  // before any path runs
   for (HeadLossPath path : {HeadLossPath::naive, HeadLossPath::chunked, HeadLossPath::fused}) {
     PathMemory pm;
     pm.path = head_loss_path_name(path);
@@ -92,13 +95,15 @@ MemoryReport measure_paths(const MemoryShape& s, const std::string& trace_dir, u
         // What forward makes is activations unless an op files it otherwise.
         CategoryGuard category(MemoryCategory::activation);
         ScopeGuard scope("drafter_step/" + pm.path + "/forward");
-        r = drafter_loss(drafter, {&batch, features, Tensor()}, loss, path, s.chunk_rows);
+        head_loss.path = path;
+        r = drafter_loss(drafter, {&batch, features, Tensor()}, head_loss);
       }
       pm.forward_peak = alloc.stats().allocated_bytes.peak - base;
       const GraphMemory g = graph_retained_bytes(r.loss, {embed, head, features});
       pm.graph_bytes = static_cast<int64_t>(g.total_bytes);
       pm.graph_by_node = g.bytes_by_node;
       pm.loss = r.loss.item();
+      pm.chunk_rows = r.chunk_rows;
       pm.oom_phase = "backward";
       {
         TracePhase phase("backward");
@@ -152,13 +157,26 @@ MemoryReport measure_drafter_step_memory(const MemoryShape& s, const std::string
   }
 }
 
+void set_chunk(MemoryShape& shape, const DrafterConfig& drafter) {
+  const DrafterHeadLoss h = drafter_head_loss(drafter);
+  shape.chunk_rows = h.chunk_rows;
+  shape.chunk_budget_bytes = h.chunk_budget_bytes;
+}
+
+void check_memory_chunk(const TrainConfig& config, Device device) {
+  if (!config.memory.enabled) return;
+  // The report's step: cross-entropy in f32 (measure_paths), at the run's chunk.
+  const DrafterHeadLoss h = drafter_eval_head_loss(config.drafter);
+  check_drafter_chunk(h, config.memory.large_vocab, config.memory.large_hidden, DType::f32, device);
+}
+
 nlohmann::json to_json(const MemoryReport& r) {
   nlohmann::json paths = nlohmann::json::object();
   for (const auto& p : r.paths) {
     paths[p.path] = {{"allocated_before_step_bytes", p.base}, {"forward_peak_bytes", p.forward_peak},
                      {"step_peak_bytes", p.step_peak},
                      {"graph_retained_bytes", p.graph_bytes}, {"graph_bytes_by_node", p.graph_by_node},
-                     {"loss", p.loss}, {"trace", p.trace_file}};
+                     {"loss", p.loss}, {"chunk_rows", p.chunk_rows}, {"trace", p.trace_file}};
     if (!p.oom_phase.empty()) {  // the peaks are what it reached before running out
       paths[p.path]["out_of_memory"] = {{"phase", p.oom_phase}, {"message", p.oom_message}};
     }
@@ -167,6 +185,7 @@ nlohmann::json to_json(const MemoryReport& r) {
   return {{"shape", {{"name", s.name}, {"vocab", s.vocab}, {"hidden", s.hidden}, {"seq_len", s.seq_len},
                      {"anchors", s.anchors}, {"block_size", s.block_size}, {"batch", s.batch},
                      {"drafter_layers", s.drafter_layers}, {"chunk_rows", s.chunk_rows},
+                     {"chunk_budget_bytes", s.chunk_budget_bytes},
                      {"positions", s.batch * s.anchors * s.block_size}}},
           {"paths", paths},
           {"naive_over_fused_step_peak", r.naive_over_fused()},

@@ -21,7 +21,10 @@ struct MemoryShape {
   int64_t vocab = 0, hidden = 0, heads = 0, kv_heads = 0, head_dim = 0, intermediate = 0;
   int64_t drafter_layers = 1, target_features = 3;
   int64_t seq_len = 0, anchors = 0, block_size = 0, batch = 1;
-  int64_t chunk_rows = 256;  // chunked / fused
+  // Chunked and fused: the run's drafter.head_loss_chunk_rows and _budget_mb (Note [The
+  // drafter's chunk], train/drafter_step.h); 0 rows = as many as the budget holds.
+  int64_t chunk_rows = 256;
+  size_t chunk_budget_bytes = size_t{3} << 29;
 };
 
 struct PathMemory {
@@ -35,6 +38,7 @@ struct PathMemory {
   int64_t graph_bytes = 0;   // retained by the graph after forward (parameters excluded)
   std::map<std::string, size_t> graph_by_node;
   double loss = 0;
+  int64_t chunk_rows = 0;  // rows per chunk the path ran with (T for naive)
   std::string trace_file;  // "" when not traced
   // Note [Out of memory is a row]: under a memory limit (--memory-limit-mb) a path that does
   // not fit is the lesson, not a failure of the run: its row says so, like memory_lesson's.
@@ -56,6 +60,12 @@ struct MemoryReport {
 // figures are that device's allocator's.
 MemoryReport measure_drafter_step_memory(const MemoryShape& shape, const std::string& trace_dir,
                                          uint64_t seed, Device device = kCPU);
+// The shape's chunk fields from the run's drafter config (head_loss_chunk_rows, _budget_mb).
+void set_chunk(MemoryShape& shape, const DrafterConfig& drafter);
+// Before training: throws naming the config field when the run's chunk budget cannot hold
+// one row at the large-vocabulary config (the toy one is the trainer's own shape, which
+// the trainer checks).
+void check_memory_chunk(const TrainConfig& config, Device device);
 
 nlohmann::json to_json(const MemoryReport& r);
 std::string memory_table(const std::vector<MemoryReport>& reports);

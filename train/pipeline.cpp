@@ -88,11 +88,11 @@ struct RunState {
 
 // Per-slot accuracy with every candidate anchor of each held-out sequence (up to 256).
 SlotMetrics slot_metrics(const nn::DFlashDrafter& drafter, const std::vector<DrafterSequence>& seqs,
-                         const TargetFeatures& tf, int64_t block_size) {
+                         const TargetFeatures& tf, const DrafterConfig& d) {
   NoGradGuard no_grad;
+  const int64_t block_size = d.block_size;
   SlotMetrics m(block_size);
-  LossConfig ce;
-  ce.ignore_index = kIgnoreLabel;
+  const DrafterHeadLoss ce = drafter_eval_head_loss(d);
   for (size_t i = 0; i < seqs.size(); ++i) {
     std::vector<int64_t> anchors = anchor_candidates(seqs[i].loss_mask);
     if (anchors.empty()) continue;
@@ -101,7 +101,7 @@ SlotMetrics slot_metrics(const nn::DFlashDrafter& drafter, const std::vector<Dra
     BlockBatch b = build_block_batch({&seqs[i]}, {anchors}, n, block_size, 0.0,
                                      drafter.config().mask_token_id, ByteTokenizer::kPad, tf.seq_len);
     const Tensor f = index_select(tf.features, 0, from_ints({static_cast<int64_t>(i)}, {1}, {.dtype = DType::i64, .device = tf.features.device()}));
-    HeadLossResult r = drafter_loss(drafter, {&b, f, Tensor()}, ce, HeadLossPath::fused);
+    HeadLossResult r = drafter_loss(drafter, {&b, f, Tensor()}, ce);
     const std::vector<double> am = r.argmax.to_vector();
     m.add(b, std::vector<int64_t>(am.begin(), am.end()));
   }
@@ -286,7 +286,7 @@ void evaluate_drafter(RunState& s) {
   acc_prompts.erase(acc_prompts.begin(), acc_prompts.begin() + config.eval.prompts);
   const std::vector<DrafterSequence> held = make_drafter_sequences(s.lm(), acc_prompts, config.data.max_new_tokens);
   const TargetFeatures held_features = compute_target_features(s.lm(), held, s.target_layers(), false, ByteTokenizer::kPad);
-  s.slots = slot_metrics(*s.drafter, held, held_features, config.drafter.block_size);
+  s.slots = slot_metrics(*s.drafter, held, held_features, config.drafter);
   DFlashBlockDrafter block_drafter(*s.drafter);
   for (const auto& p : s.eval_prompts) s.eval_prompt_ids.push_back(s.tok.encode(p, {.bos = true}));
   say(config, "speculative decoding of " + std::to_string(s.eval_prompts.size()) + " held-out prompts, block " +
@@ -322,12 +322,13 @@ void measure_memory(RunState& s) {
   MemoryShape toy{"toy", tc.vocab_size, tc.hidden_size, tc.num_heads, tc.num_kv_heads, tc.head_dim,
                   config.drafter.intermediate_size, config.drafter.num_layers,
                   static_cast<int64_t>(s.target_layers().size()), s.data.features.seq_len, config.drafter.max_anchors,
-                  config.drafter.block_size, config.drafter.optim.batch_size, 256};
+                  config.drafter.block_size, config.drafter.optim.batch_size};
   const MemoryConfig& m = config.memory;
   const int64_t heads = std::max<int64_t>(1, m.large_hidden / 64);
   MemoryShape large{"large_vocab", m.large_vocab, m.large_hidden, heads, std::max<int64_t>(1, heads / 4),
                     64, 3 * m.large_hidden, 1, 3, m.large_seq_len, m.large_anchors,
-                    m.large_block_size, 1, 256};
+                    m.large_block_size, 1};
+  for (MemoryShape* shape : {&toy, &large}) set_chunk(*shape, config.drafter);  // Note [The drafter's chunk]
   for (const MemoryShape& shape : {toy, large}) {
     say(config, "memory: one drafter step per head-loss path at the " + shape.name + " config");
     s.memory.push_back(measure_drafter_step_memory(shape, trace_dir, config.seed + 31, s.device));
@@ -400,6 +401,7 @@ void stop_if_asked(const RunState& s) {
 nlohmann::json run_pipeline(const TrainConfig& config) {
   config.validate();
   RunState s(config, config.compute_device());
+  check_memory_chunk(config, s.device);  // a chunk budget too small for the large config fails now
   StopSignals signals;  // SIGINT/SIGTERM: finish the step, save, stop (stop_signal.h)
   lock_run_directory(s);
   read_corpus(s);

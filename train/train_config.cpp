@@ -12,6 +12,7 @@
 #include "core/backend.h"
 #include "core/error.h"
 #include "core/json_input.h"
+#include "ops/head_loss.h"
 
 namespace cg::train {
 namespace {
@@ -148,10 +149,13 @@ void visit_fields(V& v, TrainConfig& c) {
     s.field("gamma", d.gamma);
     s.object("loss", [&](auto& l) {
       l.field("kind", d.loss.kind);
+      l.field("ce_weight", d.loss.ce_weight);
       l.field("mix_ce_weight", d.loss.mix_ce_weight);
       l.field("temperature", d.loss.temperature);
     });
     s.field("head_loss_path", d.head_loss_path);
+    s.field("head_loss_chunk_rows", d.head_loss_chunk_rows);
+    s.field("head_loss_chunk_budget_mb", d.head_loss_chunk_budget_mb);
     s.field("dtype", d.dtype);
     s.field("checkpoint_every", d.checkpoint_every);
     s.object("optim", [&](auto& o) { visit_optim(o, d.optim); });
@@ -247,13 +251,29 @@ void TrainConfig::validate() const {
            " is longer than the generated part of a sequence (data.max_new_tokens ", data.max_new_tokens,
            "): its last slots would never have a label; lower block_size or raise max_new_tokens");
   in_range("drafter.gamma", d.gamma, 0, 1e6);
-  CG_CHECK(d.loss.kind == "ce" || d.loss.kind == "kl" || d.loss.kind == "mix",
-           "train config: drafter.loss.kind: must be one of ce, kl, mix, got '", d.loss.kind, "'");
+  const LossKind kind = d.loss.loss_kind();  // throws naming the field and the accepted kinds
+  in_range("drafter.loss.ce_weight", d.loss.ce_weight, 0, 1);
+  if (d.loss.ce_weight != 0) {
+    CG_CHECK(d.loss.kind != "mix", "train config: drafter.loss.ce_weight: kind mix takes its CE weight from "
+             "mix_ce_weight; drop ce_weight, or give kind kl with ce_weight");
+    CG_CHECK(loss_kind_info(kind).needs_teacher, "train config: drafter.loss.ce_weight: mixes hard CE into a "
+             "teacher kind, and kind '", d.loss.kind, "' is cross-entropy already; drop ce_weight or pick a "
+             "teacher kind");
+  }
   in_range("drafter.loss.mix_ce_weight", d.loss.mix_ce_weight, 0, 1);
   in_range("drafter.loss.temperature", d.loss.temperature, 1e-3, 1e3);
-  CG_CHECK(d.head_loss_path == "naive" || d.head_loss_path == "chunked" || d.head_loss_path == "fused",
-           "train config: drafter.head_loss_path: must be one of naive, chunked, fused, got '",
-           d.head_loss_path, "'");
+  try {
+    parse_head_loss_path(d.head_loss_path);
+  } catch (const Error& e) {
+    CG_FAIL("train config: drafter.head_loss_path: ", e.message());
+  }
+  in_range("drafter.head_loss_chunk_rows", static_cast<double>(d.head_loss_chunk_rows), 0, 1 << 24);
+  // A fraction of a MiB is allowed (small shapes); above 1 TiB is a typo. Whether one row
+  // fits is checked against the real shape before training (drafter_head_loss).
+  CG_CHECK(std::isfinite(d.head_loss_chunk_budget_mb) && d.head_loss_chunk_budget_mb > 0 &&
+               d.head_loss_chunk_budget_mb <= 1 << 20,
+           "train config: drafter.head_loss_chunk_budget_mb: must be above 0 and at most 1048576 (MiB; "
+           "used when head_loss_chunk_rows is 0), got ", number(d.head_loss_chunk_budget_mb));
   CG_CHECK(d.dtype == "f32" || d.dtype == "bf16", "train config: drafter.dtype: must be f32 or bf16, got '",
            d.dtype, "'");
   in_range("drafter.checkpoint_every", static_cast<double>(d.checkpoint_every), 0, 1e9);
@@ -280,6 +300,20 @@ void TrainConfig::validate() const {
            memory.trace_dir, "'");
   CG_CHECK(memory.large_anchors < memory.large_seq_len, "train config: memory.large_anchors ",
            memory.large_anchors, " is beyond the sequence (memory.large_seq_len ", memory.large_seq_len, ")");
+}
+
+LossKind LossSpec::loss_kind() const {
+  if (kind == "mix") return LossKind::forward_kl;
+  try {
+    return parse_loss_kind(kind, "train config: drafter.loss.kind");
+  } catch (const Error& e) {
+    CG_FAIL(e.message(), ", or mix (kl with mix_ce_weight of hard CE)");
+  }
+}
+
+double LossSpec::hard_ce_weight() const {
+  if (kind == "mix") return mix_ce_weight;
+  return loss_kind() == LossKind::cross_entropy ? 0.0 : ce_weight;
 }
 
 Device TrainConfig::compute_device() const { return resolve_device(device, "device"); }

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/device.h"
+#include "ops/loss_config.h"
 
 namespace cg::train {
 
@@ -43,10 +44,17 @@ struct TargetConfig {
   OptimConfig optim{.steps = 400, .batch_size = 16, .lr = 4e-3};
 };
 
+// The drafter's loss. kind is a loss kind's short or long name (ops/loss_config.h: ce,
+// kl, rkl, soft_ce, ...) or "mix", which existing configs use: forward KL with
+// mix_ce_weight of hard CE, i.e. kind "kl" with ce_weight = mix_ce_weight.
 struct LossSpec {
-  std::string kind = "ce";  // "ce" | "kl" | "mix"
-  double mix_ce_weight = 0.5;  // mix: ce_weight * CE + (1 - ce_weight) * KL
-  double temperature = 1.0;    // kl / mix: teacher temperature
+  std::string kind = "ce";
+  double ce_weight = 0.0;      // teacher kinds: ce_weight * CE + (1 - ce_weight) * teacher loss
+  double mix_ce_weight = 0.5;  // "mix" only: its ce_weight
+  double temperature = 1.0;    // teacher kinds: teacher temperature
+
+  LossKind loss_kind() const;     // "mix" -> forward_kl; throws on an unknown name
+  double hard_ce_weight() const;  // the CE weight the kind runs with (0 for ce itself)
 };
 
 struct DrafterConfig {
@@ -59,6 +67,10 @@ struct DrafterConfig {
   double gamma = 4.0;                     // slot weight exp(-(k-1)/gamma); 0 = all 1
   LossSpec loss;
   std::string head_loss_path = "fused";   // "naive" | "chunked" | "fused"
+  // Rows per chunk of the chunked and fused paths; 0 = as many as the budget below holds.
+  // 256: the memory report's chunk (Note [The drafter's chunk], drafter_step.h).
+  int64_t head_loss_chunk_rows = 256;
+  double head_loss_chunk_budget_mb = 1536;  // with chunk rows 0: the chunk's temporaries, MiB
   std::string dtype = "f32";              // compute dtype: "f32" | "bf16" (fp32 masters)
   int64_t checkpoint_every = 250;         // steps between checkpoints (0 = only the last)
   OptimConfig optim{.steps = 1000};
