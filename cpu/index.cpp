@@ -136,8 +136,8 @@ void CpuKernels::index_add(const Tensor& dst, int64_t dim, const Tensor& idx, co
 
 Tensor CpuKernels::gather(const Tensor& x, int64_t dim, const Tensor& idx) {
   Tensor out = raw::empty(idx.shape(), x.dtype(), x.device());
-  const int64_t step = x.dim() == 0 ? 0 : x.strides()[dim];
-  const Shape x_strides = x.dim() == 0 ? Shape{} : strides_without(x, dim);
+  const int64_t step = x.strides()[dim];  // x is never 0-d here (Note [0-d scatter_add])
+  const Shape x_strides = strides_without(x, dim);
   dispatch_by_size(x.dtype(), [&]<typename U>() {
     const U* px = static_cast<const U*>(x.data_ptr());
     U* po = static_cast<U*>(out.data_ptr());

@@ -136,8 +136,8 @@ void CudaKernels::index_add(const Tensor& dst, int64_t dim, const Tensor& idx, c
 
 Tensor CudaKernels::gather(const Tensor& x, int64_t dim, const Tensor& idx) {
   Tensor out = raw::empty(idx.shape(), x.dtype(), x.device());
-  const int64_t step = x.dim() == 0 ? 0 : x.strides()[dim];
-  const Shape xs = x.dim() == 0 ? Shape(idx.shape().size(), 0) : strides_without(x, dim);
+  const int64_t step = x.strides()[dim];  // x is never 0-d here (Note [0-d scatter_add])
+  const Shape xs = strides_without(x, dim);
   const Strided g = strided_of<3>(idx.shape(), {&out.strides(), &xs, &idx.strides()}, "gather");
   launch_gather_elements(element_size(x.dtype()), out.data_ptr(), x.data_ptr(), idx.data_ptr(),
                          idx.dtype(), step, g, stream_of(x));

@@ -26,9 +26,9 @@ Tensor zeros_of(const TensorMeta& m, DType dtype) {
 }
 
 // Note [0-d scatter_add]: a 0-d x has one element, at index 0, and its index and src are
-// 0-d too (same rank). The tables' scatter_add entry never sees 0-d tensors: it is called
-// through this function, with 1-element 1-d views of the same storage, which the general
-// strided loop handles.
+// 0-d too (same rank). The tables' scatter_add and gather entries never see 0-d tensors:
+// they are called through these functions, with 1-element 1-d views of the same storage,
+// which the general strided loops handle.
 void scatter_add_entry(DeviceKernels& k, const Tensor& dst, int64_t dim, const Tensor& idx,
                        const Tensor& src) {
   if (dst.dim() == 0) {
@@ -36,6 +36,11 @@ void scatter_add_entry(DeviceKernels& k, const Tensor& dst, int64_t dim, const T
     return;
   }
   k.scatter_add(dst, dim, idx, src);
+}
+
+Tensor gather_entry(DeviceKernels& k, const Tensor& x, int64_t dim, const Tensor& idx) {
+  if (x.dim() == 0) return raw::squeeze(k.gather(raw::unsqueeze(x, 0), 0, raw::unsqueeze(idx, 0)), 0);
+  return k.gather(x, dim, idx);
 }
 
 // The gradient of a gather-like op: g scatter-added into zeros of the input's shape.
@@ -74,7 +79,7 @@ struct ScatterAddBackward : Node {
     if (needs_input_grad(0)) dx = g;
     if (needs_input_grad(1)) {
       const Tensor& index = saved(idx);
-      dsrc = kernels_for(g.device(), "scatter_add backward").gather(g, dim, index);
+      dsrc = gather_entry(kernels_for(g.device(), "scatter_add backward"), g, dim, index);
       const Shape& src_shape = input_meta[1].shape;
       if (dsrc.shape() != src_shape) {  // src larger than idx: the rest got no gradient
         Tensor full = zeros_of(input_meta[1], g.dtype());
@@ -130,7 +135,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& idx) {
   check_gather_shape("gather", x, d, idx);
   DeviceKernels& k = kernels_for(x.device(), "gather");
   k.check_indices("gather", "index", idx, x.dim() == 0 ? 1 : x.shape()[d], dim_bound(d, x));
-  Tensor out = k.gather(x, d, idx);
+  Tensor out = gather_entry(k, x, d, idx);
   if (auto node = make_node<GatherBackward>({&x}, d)) {
     node->idx = node->save(idx);
     set_history(node, out);
