@@ -6,8 +6,9 @@ set -euo pipefail
 
 packages=(cmake g++ ninja-build libeigen3-dev nlohmann-json3-dev libcli11-dev libgtest-dev libxxhash-dev)
 # CI also renders the memory report in a real browser (tests/trace_report_chromium_test.sh,
-# which skips where chromium is missing); a developer's machine is left without it.
-if [ "${CI:-}" = "true" ]; then packages+=(chromium); fi
+# which skips where chromium is missing) and checks the formatting (tools/format.sh --check);
+# a developer's machine is left without them.
+if [ "${CI:-}" = "true" ]; then packages+=(chromium clang-format); fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
