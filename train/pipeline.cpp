@@ -170,23 +170,32 @@ void read_corpus(RunState& s) {
 // refusal's "the run directory is unchanged" is true.
 void check_resume(RunState& s) { s.resume_from = checked_resume_checkpoint(s.config, s.data_fingerprint); }
 
-// Stage 3: the run directory made ready: the metrics log, this run's config.json, the
-// trace folder probed, and the previous run's results invalidated (a run that fails must
-// not leave an old summary.json beside the new config.json).
+// A folder a later stage writes into, made and probed now (a file is created in it and
+// removed): a folder that cannot be made or written fails before the minutes of training,
+// with the system's reason, not after them.
+void probe_output_dir(const std::string& dir, const std::string& what, const std::string& advice) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  CG_CHECK(!ec && std::filesystem::is_directory(dir), what, ": cannot create the directory ", dir, ": ",
+           ec ? ec.message() : std::string("a file is in the way"), "; ", advice);
+  check_writable_dir(dir, what);
+}
+
+// Stage 3: the run directory made ready: the folders the later stages write into probed
+// (target/, drafter/, the trace folder), the metrics log, this run's config.json, and the
+// previous run's results invalidated (a run that fails must not leave an old summary.json
+// beside the new config.json).
 void prepare_run_directory(RunState& s) {
   const TrainConfig& config = s.config;
   if (config.threads > 0) set_num_threads(static_cast<int>(config.threads));
-  s.log = MetricsLog(config.run_dir + "/metrics.jsonl");
+  const std::string fix = "make it a writable folder, or give another run_dir";
+  if (config.target.checkpoint.empty()) probe_output_dir(config.run_dir + "/target", "the target cache", fix);
+  probe_output_dir(config.run_dir + "/drafter", "the drafter checkpoints", fix);
   if (config.memory.enabled && !config.memory.trace_dir.empty()) {
-    // Made now, not at the memory stage: a path that cannot be a directory (a file called
-    // "traces" in run_dir) fails before the minutes of training, not after them.
-    const std::string dir = config.run_dir + "/" + config.memory.trace_dir;
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    CG_CHECK(!ec && std::filesystem::is_directory(dir), "memory.trace_dir: cannot create the directory ", dir, ": ",
-             ec ? ec.message() : std::string("a file is in the way"), "; give another trace_dir or \"\" for no traces");
-    check_writable_dir(dir, "memory.trace_dir");
+    probe_output_dir(config.run_dir + "/" + config.memory.trace_dir, "memory.trace_dir",
+                     "give another trace_dir or \"\" for no traces");
   }
+  s.log = MetricsLog(config.run_dir + "/metrics.jsonl");
   std::error_code ec;
   std::filesystem::remove(config.run_dir + "/summary.json", ec);
   CG_CHECK(!ec, "cannot remove the previous run's ", config.run_dir, "/summary.json: ", ec.message());

@@ -1,7 +1,9 @@
 // Why this file exists: the progress bar and metrics log (progress.h).
 #include "train/progress.h"
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
@@ -56,8 +58,14 @@ void ProgressBar::finish() {
   std::fflush(stderr);
 }
 
-MetricsLog::MetricsLog(const std::string& path) : path_(path), out_(path, std::ios::app) {
-  CG_CHECK(out_.good(), "metrics log '", path, "' cannot be opened for writing");
+namespace {
+std::string system_reason() { return errno ? std::string(std::strerror(errno)) : std::string("unknown reason"); }
+}  // namespace
+
+MetricsLog::MetricsLog(const std::string& path) : path_(path) {
+  errno = 0;
+  out_.open(path, std::ios::app);
+  CG_CHECK(out_.good(), "metrics log '", path, "' cannot be opened for writing: ", system_reason());
 }
 
 void MetricsLog::write(const nlohmann::json& record) {
@@ -89,8 +97,9 @@ void MetricsLog::drop_after(const std::string& phase, int64_t step) {
     }
   }
   write_file_atomically(path_, kept, "the metrics log");
+  errno = 0;
   out_.open(path_, std::ios::app);
-  CG_CHECK(out_.good(), "metrics log '", path_, "' cannot be opened for writing");
+  CG_CHECK(out_.good(), "metrics log '", path_, "' cannot be opened for writing: ", system_reason());
 }
 
 }  // namespace cg::train
