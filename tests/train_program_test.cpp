@@ -509,3 +509,24 @@ TEST_F(TrainProgram, UnwritableOutputFoldersFailBeforeTraining) {
 }
 
 }  // namespace
+
+namespace {
+
+// Item 12: eval.block_size had no upper bound (INT64_MAX overflowed the cache size, 1e8 ran
+// out of memory after training), and a size other than the drafter's was not mentioned.
+TEST_F(TrainProgram, EvalBlockSizeIsBoundedAndAnotherSizeThanTheDrafterIsWarned) {
+  const std::string run = path("run");
+  for (const std::string big : {"9223372036854775807", "100000000", "4097"}) {
+    expect_error(train("--config " + write("c.json", replaced(tiny(run), R"("accuracy_sequences": 1)",
+                                                              R"("accuracy_sequences": 1, "block_size": )" + big))),
+                 "eval.block_size: must be 0 (drafter.block_size) or from 2 to 4096, got " + big);
+  }
+  EXPECT_FALSE(std::filesystem::exists(run + "/target"));
+  const TrainRun r = train("--config " + write("d.json", replaced(tiny(run), R"("accuracy_sequences": 1)",
+                                                                  R"("accuracy_sequences": 1, "block_size": 6)")));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("warning: eval.block_size 6 differs from drafter.block_size 4"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("(block 6, trained on blocks of 4)"), std::string::npos) << r.out;
+}
+
+}  // namespace

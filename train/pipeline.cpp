@@ -48,6 +48,12 @@ void say(const TrainConfig& c, const std::string& line) {
   }
 }
 
+// A warning goes to stderr with or without progress (--no-progress drops stage lines only).
+void warn(const std::string& line) {
+  std::fprintf(stderr, "chunkgrad train: warning: %s\n", line.c_str());
+  std::fflush(stderr);
+}
+
 // What the stages hand each other, filled in stage by stage.
 struct RunState {
   RunState(const TrainConfig& c, Device d) : config(c), device(d) {}
@@ -150,6 +156,17 @@ void lock_run_directory(RunState& s) {
   if (s.lock->stale_pid() > 0) {
     say(s.config, "run_dir: took over the lock of pid " + std::to_string(s.lock->stale_pid()) +
                       ", which is no longer running");
+  }
+}
+
+// Before any stage: what the config allows but the user probably did not mean.
+void warn_about_config(const TrainConfig& c) {
+  if (c.eval.block_size > 0 && c.eval.block_size != c.drafter.block_size) {
+    warn("eval.block_size " + std::to_string(c.eval.block_size) + " differs from drafter.block_size " +
+         std::to_string(c.drafter.block_size) + ": the drafter is trained on blocks of " +
+         std::to_string(c.drafter.block_size) + " and evaluated on blocks of " + std::to_string(c.eval.block_size) +
+         (c.eval.block_size > c.drafter.block_size ? " (the slots beyond were never trained)" : "") +
+         "; set eval.block_size to 0 to evaluate at the trained size");
   }
 }
 
@@ -354,6 +371,7 @@ nlohmann::json write_summary(RunState& s) {
   summary["speedup"] = spec.speedup;
   summary["lossless"] = spec.lossless;
   summary["eval_block_size"] = s.eval_block;
+  summary["drafter_block_size"] = config.drafter.block_size;
   summary["identical"] = spec.identical;
   summary["tie_divergences"] = spec.tie_divergences;
   summary["mismatch"] = spec.mismatch;
@@ -412,6 +430,7 @@ nlohmann::json run_pipeline(const TrainConfig& config) {
   RunState s(config, config.compute_device());
   check_memory_chunk(config, s.device);  // a chunk budget too small for the large config fails now
   StopSignals signals;  // SIGINT/SIGTERM: finish the step, save, stop (stop_signal.h)
+  warn_about_config(config);
   lock_run_directory(s);
   read_corpus(s);
   check_resume(s);
@@ -445,9 +464,12 @@ std::string lossless_text(const nlohmann::json& s) {
 std::string summary_text(const nlohmann::json& s) {
   std::ostringstream o;
   char line[256];
-  std::snprintf(line, sizeof line, "speculative decoding (block %lld): tau %.2f tokens per target step, speedup %.2fx over target-only greedy (",
-                static_cast<long long>(s["eval_block_size"].get<int64_t>()), s["tau"].get<double>(),
-                s["speedup"].get<double>());
+  const int64_t block = s["eval_block_size"].get<int64_t>();
+  const int64_t trained = s.value("drafter_block_size", block);
+  std::string block_text = "block " + std::to_string(block);
+  if (trained != block) block_text += ", trained on blocks of " + std::to_string(trained);
+  std::snprintf(line, sizeof line, "speculative decoding (%s): tau %.2f tokens per target step, speedup %.2fx over target-only greedy (",
+                block_text.c_str(), s["tau"].get<double>(), s["speedup"].get<double>());
   o << line << lossless_text(s) << ")\n";
   std::snprintf(line, sizeof line,
                 "  target-only %.1f tok/s, speculative %.1f tok/s; a free, always-right drafter would give %.2fx\n",

@@ -180,6 +180,9 @@ void visit_fields(V& v, TrainConfig& c) {
   });
 }
 
+// The longest block, for training and for evaluation (docs/train_config.md).
+constexpr int64_t kMaxBlockSize = 4096;
+
 // A bound or value as people write it: 1048576 and 1000000000, not 1.04858e+06 and 1e+09.
 std::string number(double v) {
   char buf[64];
@@ -235,7 +238,7 @@ void TrainConfig::validate() const {
   const DrafterConfig& d = drafter;
   CG_CHECK(d.block_size >= 2, "train config: drafter.block_size: must be >= 2 (the anchor and at "
            "least one predicted token), got ", d.block_size);
-  in_range("drafter.block_size", static_cast<double>(d.block_size), 2, 4096);
+  in_range("drafter.block_size", static_cast<double>(d.block_size), 2, kMaxBlockSize);
   in_range("drafter.num_layers", static_cast<double>(d.num_layers), 1, 1024);
   in_range("drafter.intermediate_size", static_cast<double>(d.intermediate_size), 1, 1 << 20);
   in_range("drafter.num_target_features", static_cast<double>(d.num_target_features), 1, 1024);
@@ -284,8 +287,12 @@ void TrainConfig::validate() const {
   }
   in_range("eval.prompts", static_cast<double>(eval.prompts), 1, 1e6);
   in_range("eval.max_new_tokens", static_cast<double>(eval.max_new_tokens), 1, 1 << 20);
-  CG_CHECK(eval.block_size == 0 || eval.block_size >= 2, "train config: eval.block_size: must be 0 "
-           "(drafter.block_size) or >= 2, got ", eval.block_size);
+  // The same cap as drafter.block_size's: a block is one verify step of the target, and
+  // a block far beyond what the drafter was trained on only measures out-of-range slots
+  // (INT64_MAX once overflowed the cache size; 1e8 ran out of memory after training).
+  CG_CHECK(eval.block_size == 0 || (eval.block_size >= 2 && eval.block_size <= kMaxBlockSize),
+           "train config: eval.block_size: must be 0 (drafter.block_size) or from 2 to ", kMaxBlockSize, ", got ",
+           eval.block_size);
   in_range("eval.accuracy_sequences", static_cast<double>(eval.accuracy_sequences), 1, 1e6);
   in_range("eval.timing_repeats", static_cast<double>(eval.timing_repeats), 1, 100);
   in_range("eval.threads", static_cast<double>(eval.threads), 0, 1024);
