@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -22,6 +23,7 @@
 #include <string>
 
 #include "core/backend.h"
+#include "nn/safetensors.h"
 #include "train/run_lock.h"
 
 namespace {
@@ -527,6 +529,91 @@ TEST_F(TrainProgram, EvalBlockSizeIsBoundedAndAnotherSizeThanTheDrafterIsWarned)
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("warning: eval.block_size 6 differs from drafter.block_size 4"), std::string::npos) << r.err;
   EXPECT_NE(r.out.find("(block 6, trained on blocks of 4)"), std::string::npos) << r.out;
+}
+
+}  // namespace
+
+namespace {
+
+// Item 13: a corpus with no line of 2 bytes or more was found only after target training.
+TEST_F(TrainProgram, ACorpusWithoutPromptsFailsBeforeTraining) {
+  const std::string run = path("run");
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "a\n";
+  const TrainRun r = train("--config " + write("c.json", tiny(run, write("corpus.txt", text))));
+  expect_error(r, "corpus: no line of at least 2 bytes");
+  EXPECT_EQ(steps_logged(run, "target").size(), 0u) << "the target trained first";
+}
+
+// Item 13: a prompt of 200 KB (the text before ": ") made the drafter-data stage seem to
+// hang. It is cut to its last kMaxPromptBytes bytes, and the run says so.
+TEST_F(TrainProgram, ALongPromptIsCutAndTheRunSaysSo) {
+  const std::string run = path("run");
+  std::string text;
+  for (int i = 0; i < 3; ++i) text += std::string(3000, static_cast<char>('a' + i)) + ": answer " + std::to_string(i) + "\n";
+  const TrainRun r = train("--config " + write("c.json", tiny(run, write("corpus.txt", text))));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("warning: corpus: 4 of 4 prompts (the text before a line's first \": \") were longer than "
+                       "1024 bytes and were cut to their last 1024 bytes"),
+            std::string::npos)
+      << r.err;
+}
+
+// Items 13 and 14: a drafter checkpoint whose tensors do not fit this drafter, or hold NaN,
+// was found only after the target and the drafter data were made (the NaN one then blamed
+// the learning rate). Both are refused up front, the run directory unchanged.
+TEST_F(TrainProgram, AMismatchedOrNonFiniteDrafterCheckpointIsRefusedBeforeAnyStage) {
+  const std::string run = path("run"), other = path("other");
+  const std::string config = write("c.json", tiny(run));
+  ASSERT_EQ(train("--config " + config).exit_code, 0);
+  ASSERT_EQ(train("--config " + write("o.json", replaced(tiny(other), R"("hidden_size": 16)", R"("hidden_size": 24)")))
+                .exit_code,
+            0);
+  const std::string mine = run + "/drafter/step_00000002.safetensors";
+  const std::string newest = run + "/drafter/step_00000003.safetensors";
+  // The other run's tensors under this run's metadata: the header checks all pass.
+  {
+    const auto reader = cg::safetensors::open(other + "/drafter/step_00000002.safetensors");
+    const auto tensors = reader->load_all();
+    cg::safetensors::save_file({tensors.begin(), tensors.end()}, newest, cg::safetensors::open(mine)->metadata());
+  }
+  auto before = files_of(run);
+  TrainRun r = train("--config " + config);
+  expect_error(r, "step_00000003.safetensors' does not fit this drafter");
+  EXPECT_NE(r.err.find("the run directory is unchanged"), std::string::npos) << r.err;
+  EXPECT_EQ(files_of(run), before);
+  // NaN bytes in the first tensor of an otherwise intact checkpoint.
+  std::filesystem::remove(newest);
+  std::string bytes = slurp(mine);
+  uint64_t header = 0;
+  std::memcpy(&header, bytes.data(), 8);
+  std::memset(&bytes[8 + header], 0xFF, 4);  // 0xFFFFFFFF: a NaN in f32
+  std::ofstream(mine, std::ios::binary | std::ios::trunc) << bytes;
+  before = files_of(run);
+  r = train("--config " + config);
+  expect_error(r, "step_00000002.safetensors' is damaged");
+  EXPECT_NE(r.err.find("holds nan at element 0"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("the run directory is unchanged"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("lr"), std::string::npos) << r.err;
+  EXPECT_EQ(files_of(run), before);
+}
+
+// Item 14: a target.checkpoint with NaN bytes loaded silently, and the drafter's first loss
+// then blamed drafter.optim.lr.
+TEST_F(TrainProgram, ANonFiniteTargetCheckpointNamesTheTensorAndTheFile) {
+  const std::string run = path("run");
+  ASSERT_EQ(train("--config " + write("c.json", tiny(run))).exit_code, 0);
+  const std::string target = path("target.safetensors");
+  std::string bytes = slurp(run + "/target/model.safetensors");
+  uint64_t header = 0;
+  std::memcpy(&header, bytes.data(), 8);
+  std::memset(&bytes[8 + header + 8], 0xFF, 4);
+  std::ofstream(target, std::ios::binary) << bytes;
+  const TrainRun r = train("--config " + write("t.json", replaced(tiny(path("run2")), R"("target": {)",
+                                                                  R"("target": {"checkpoint": ")" + target + R"(", )")));
+  expect_error(r, "checkpoint '" + target + "': tensor '");
+  EXPECT_NE(r.err.find("holds nan at element 2"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("lr"), std::string::npos) << r.err;
 }
 
 }  // namespace

@@ -47,8 +47,9 @@ std::string latest_drafter_checkpoint(const std::string& run_dir);
 // The checkpoint a run with this config resumes from: "" when config.resume is false or
 // there is none; otherwise the newest, after reading its header and checking that it was
 // trained with a resumable config and the same data (data_fingerprint: the JSON text, ""
-// to skip). Throws the refusal, naming the checkpoint and the first difference. Reads
-// only: call it before any stage writes, so that "the run directory is unchanged" holds.
+// to skip), that its tensors fit this config's drafter and that every one is finite.
+// Throws the refusal, naming the checkpoint and the first difference. Reads only: call it
+// before any stage writes, so that "the run directory is unchanged" holds.
 std::string checked_resume_checkpoint(const TrainConfig& config, const std::string& data_fingerprint);
 
 struct StepRecord {

@@ -66,6 +66,7 @@ struct RunState {
 
   std::string text;  // the corpus (stage 1)
   std::vector<int64_t> tokens;
+  std::vector<std::string> train_prompts, eval_prompts, accuracy_prompts;
   std::string data_fingerprint;  // of the corpus and target.checkpoint (fingerprint.h)
   std::string resume_from;       // the checked drafter checkpoint, or ""
 
@@ -80,7 +81,6 @@ struct RunState {
   double train_tokens_per_s = 0, drafter_seconds = 0;
 
   int64_t eval_block = 0;  // stage 5
-  std::vector<std::string> eval_prompts;
   std::vector<std::vector<int64_t>> eval_prompt_ids;
   SpeculativeReport spec;
   SlotMetrics slots;
@@ -130,22 +130,22 @@ std::string printable(const std::string& text) {
   return out;
 }
 
-std::vector<std::string> train_prompts(const TrainConfig& c, const std::string& text, int64_t count) {
+std::vector<std::string> train_prompts(const TrainConfig& c, const std::string& text, int64_t count, int64_t* cut) {
   if (c.corpus.path.empty()) {
     std::vector<std::string> p;
     for (const auto& l : generate_corpus_lines(c.corpus.seed, count)) p.push_back(l.prompt);
     return p;
   }
-  return prompts_from_text(text, count, 16, c.seed, PromptSplit::training);
+  return prompts_from_text(text, count, 16, c.seed, PromptSplit::training, cut);
 }
 
-std::vector<std::string> eval_prompts(const TrainConfig& c, const std::string& text, int64_t count) {
+std::vector<std::string> eval_prompts(const TrainConfig& c, const std::string& text, int64_t count, int64_t* cut) {
   if (c.corpus.path.empty()) {  // held out: another seed than the corpus and the drafter data
     std::vector<std::string> p;
     for (const auto& l : generate_corpus_lines(c.corpus.seed + 1000003, count)) p.push_back(l.prompt);
     return p;
   }
-  return prompts_from_text(text, count, 16, c.seed + 1000003, PromptSplit::evaluation);
+  return prompts_from_text(text, count, 16, c.seed + 1000003, PromptSplit::evaluation, cut);
 }
 
 // Stage 0: the run directory, locked for this run (run_lock.h) before anything in it is
@@ -180,6 +180,19 @@ void read_corpus(RunState& s) {
   s.data_fingerprint = data_fingerprint(config, s.text).dump();
   say(config, "corpus: " + std::to_string(s.tokens.size()) + " byte tokens (" +
                   (config.corpus.path.empty() ? std::string("generated") : config.corpus.path) + ")");
+  // The prompts of the later stages, taken now: a corpus they cannot come from fails
+  // before the target is trained, and prompts that had to be cut are named up front.
+  int64_t cut = 0;
+  s.train_prompts = train_prompts(config, s.text, config.data.num_sequences, &cut);
+  s.eval_prompts = eval_prompts(config, s.text, config.eval.prompts + config.eval.accuracy_sequences, &cut);
+  s.accuracy_prompts.assign(s.eval_prompts.begin() + config.eval.prompts, s.eval_prompts.end());
+  s.eval_prompts.resize(static_cast<size_t>(config.eval.prompts));
+  if (cut > 0) {
+    warn("corpus: " + std::to_string(cut) + " of " +
+         std::to_string(config.data.num_sequences + config.eval.prompts + config.eval.accuracy_sequences) +
+         " prompts (the text before a line's first \": \") were longer than " + std::to_string(kMaxPromptBytes) +
+         " bytes and were cut to their last " + std::to_string(kMaxPromptBytes) + " bytes");
+  }
 }
 
 // Stage 2: the resume decision, from the newest drafter checkpoint's header alone: a run
@@ -206,12 +219,12 @@ void prepare_run_directory(RunState& s) {
   const TrainConfig& config = s.config;
   if (config.threads > 0) set_num_threads(static_cast<int>(config.threads));
   const std::string fix = "make it a writable folder, or give another run_dir";
-  if (config.target.checkpoint.empty()) probe_output_dir(config.run_dir + "/target", "the target cache", fix);
-  probe_output_dir(config.run_dir + "/drafter", "the drafter checkpoints", fix);
   if (config.memory.enabled && !config.memory.trace_dir.empty()) {
     probe_output_dir(config.run_dir + "/" + config.memory.trace_dir, "memory.trace_dir",
                      "give another trace_dir or \"\" for no traces");
   }
+  if (config.target.checkpoint.empty()) probe_output_dir(config.run_dir + "/target", "the target cache", fix);
+  probe_output_dir(config.run_dir + "/drafter", "the drafter checkpoints", fix);
   s.log = MetricsLog(config.run_dir + "/metrics.jsonl");
   std::error_code ec;
   std::filesystem::remove(config.run_dir + "/summary.json", ec);
@@ -265,8 +278,7 @@ void obtain_target_model(RunState& s) {
 void make_drafter_data(RunState& s) {
   const TrainConfig& config = s.config;
   const auto t0 = std::chrono::steady_clock::now();
-  s.train_seqs = make_drafter_sequences(s.lm(), train_prompts(config, s.text, config.data.num_sequences),
-                                        config.data.max_new_tokens);
+  s.train_seqs = make_drafter_sequences(s.lm(), s.train_prompts, config.data.max_new_tokens);
   s.drafter = make_drafter(s.lm(), config.drafter, ByteTokenizer::kMask, config.seed + 23);
   const bool teacher = config.drafter.loss.kind != "ce";
   s.data = DrafterTrainData{&s.train_seqs,
@@ -307,10 +319,7 @@ void evaluate_drafter(RunState& s) {
   const TrainConfig& config = s.config;
   const auto t0 = std::chrono::steady_clock::now();
   s.eval_block = config.eval.block_size > 0 ? config.eval.block_size : config.drafter.block_size;
-  s.eval_prompts = eval_prompts(config, s.text, config.eval.prompts);
-  std::vector<std::string> acc_prompts = eval_prompts(config, s.text, config.eval.prompts + config.eval.accuracy_sequences);
-  acc_prompts.erase(acc_prompts.begin(), acc_prompts.begin() + config.eval.prompts);
-  const std::vector<DrafterSequence> held = make_drafter_sequences(s.lm(), acc_prompts, config.data.max_new_tokens);
+  const std::vector<DrafterSequence> held = make_drafter_sequences(s.lm(), s.accuracy_prompts, config.data.max_new_tokens);
   const TargetFeatures held_features = compute_target_features(s.lm(), held, s.target_layers(), false, ByteTokenizer::kPad);
   s.slots = slot_metrics(*s.drafter, held, held_features, config.drafter);
   DFlashBlockDrafter block_drafter(*s.drafter);
