@@ -112,6 +112,16 @@ TEST(Programs, MlpDemoMemoryLimitWithAGpuDeviceIsRefused) {
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
 }
 
+// Issue 18 item 15: each option was in range alone, their product was not checked, and
+// the run ground for minutes.
+TEST(Programs, MlpDemoChecksTheSizeOfItsTensorsNotOnlyEachOption) {
+  ProgramRun r = mlp_demo("--steps 3 --batch 16777216 --hidden 16777216");
+  expect_clean_failure(r, "mlp_demo", {"--batch 16777216 x --hidden 16777216", "lower --batch or --hidden"});
+  EXPECT_EQ(r.out.find("MLP demo"), std::string::npos) << "it started: " << r.out;
+  expect_clean_failure(mlp_demo("--steps 3 --batch 65536 --in 65536 --hidden 8"), "mlp_demo", {"--batch 65536 x --in 65536"});
+  expect_clean_failure(mlp_demo("--steps 3 --batch 8 --in 1048576 --hidden 1048576"), "mlp_demo", {"--in 1048576 x --hidden"});
+}
+
 TEST(Programs, MlpDemoWritesItsTrace) {
   const std::string dir = temp_dir();
   const ProgramRun r = mlp_demo("--steps 3 --batch 8 --hidden 8 --trace '" + dir + "/trace.json'");
