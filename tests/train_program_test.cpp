@@ -617,3 +617,37 @@ TEST_F(TrainProgram, ANonFiniteTargetCheckpointNamesTheTensorAndTheFile) {
 }
 
 }  // namespace
+
+namespace {
+
+// ---- issue 18, confusing output ----
+
+// Item 16: the error line was glued to the progress bar's ("... ETA 0:01 chunkgrad train:
+// error: ...").
+TEST_F(TrainProgram, TheErrorLineStartsItsOwnLineAfterAProgressBar) {
+  const std::string run = path("run");
+  std::string config = replaced(tiny(run), R"("progress": false)", R"("progress": true)");
+  config = replaced(config, R"("optim": {"steps": 3, "batch_size": 2})",
+                    R"("optim": {"steps": 40, "batch_size": 2, "lr": 10, "weight_decay": 10, "grad_clip": 0, "warmup_ratio": 0})");
+  const TrainRun r = train("--config " + write("c.json", config));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  ASSERT_NE(r.err.find("ETA"), std::string::npos) << "no progress bar was drawn: " << r.err;
+  const size_t at = r.err.find("chunkgrad train: error: the target loss became");
+  ASSERT_NE(at, std::string::npos) << r.err;
+  EXPECT_TRUE(at == 0 || r.err[at - 1] == '\n') << r.err;
+}
+
+}  // namespace
+
+namespace {
+
+// Item 17: memory.enabled=false printed the memory table's heading over an empty table.
+TEST_F(TrainProgram, AMemoryStageThatIsOffSaysSo) {
+  const TrainRun r = train("--config " + write("c.json", tiny(path("run"))));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("memory of one drafter training step: not measured (memory.enabled is false)"),
+            std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("(caching allocator):"), std::string::npos) << r.out;
+}
+
+}  // namespace

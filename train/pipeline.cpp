@@ -505,7 +505,11 @@ std::string summary_text(const nlohmann::json& s) {
   }
   o << line;
   if (s.contains("device") && s["device"] != kCPU.str()) o << "device: " << s["device"].get<std::string>() << "\n";
-  o << "memory of one drafter training step (caching allocator):\n" << s["memory_table"].get<std::string>();
+  if (s.contains("memory") && s["memory"].is_array() && s["memory"].empty()) {
+    o << "memory of one drafter training step: not measured (memory.enabled is false)\n";
+  } else {
+    o << "memory of one drafter training step (caching allocator):\n" << s["memory_table"].get<std::string>();
+  }
   // The traces' HTML reports (timelines by category, the holders at the peak), when traced.
   if (s.contains("memory") && s["memory"].is_array()) {
     for (const auto& m : s["memory"]) {

@@ -1,6 +1,7 @@
 // Why this file exists: the progress bar and metrics log (progress.h).
 #include "train/progress.h"
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -12,6 +13,10 @@
 namespace cg::train {
 
 namespace {
+// Whether a bar's line is open on stderr (drawn, not yet ended); the bars run on one
+// thread, the flag is atomic for the error path that may read it from another.
+std::atomic<bool> g_line_open{false};
+
 std::string clock_str(double seconds) {
   const int64_t s = static_cast<int64_t>(seconds + 0.5);
   char buf[32];
@@ -50,12 +55,21 @@ void ProgressBar::update(int64_t step, double loss, int64_t tokens) {
                static_cast<long long>(step), static_cast<long long>(total_), loss, tokens_per_second(),
                clock_str(eta).c_str());
   std::fflush(stderr);
+  g_line_open = true;
 }
 
 void ProgressBar::finish() {
   if (!enabled_) return;
   std::fprintf(stderr, " %s\n", clock_str(seconds()).c_str());
   std::fflush(stderr);
+  g_line_open = false;
+}
+
+void end_open_progress_line() {
+  if (g_line_open.exchange(false)) {
+    std::fputc('\n', stderr);
+    std::fflush(stderr);
+  }
 }
 
 namespace {

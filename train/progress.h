@@ -29,6 +29,12 @@ class ProgressBar {
   int64_t tokens_ = 0;
 };
 
+// Ends the progress line when a bar left one open (it redraws in place and ends its line
+// in finish(); a stage that fails never gets there), so that the next line -- the
+// program's one error line -- starts at the left margin instead of after "ETA 0:03".
+// Does nothing when no line is open.
+void end_open_progress_line();
+
 // Appends JSON lines to `path` (created when missing); throws naming the path when it cannot.
 class MetricsLog {
  public:

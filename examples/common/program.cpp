@@ -22,6 +22,7 @@
 #include "core/caching_allocator.h"
 #include "core/error.h"
 #include "ops/threads.h"
+#include "train/progress.h"
 #include "train/stop_signal.h"
 
 namespace cg::program {
@@ -36,6 +37,7 @@ std::string number_str(double v) {
 }
 
 void print_error_line(const std::string& program, const std::string& message) {
+  cg::train::end_open_progress_line();  // not glued to a progress bar's line
   std::string line = message;
   for (char& c : line) {
     if (c == '\n' || c == '\r') c = ' ';
@@ -81,6 +83,7 @@ int Program::run(int argc, char** argv, const std::function<void()>& body) {
              "writing the results to standard output failed (disk full, or a closed pipe?)");
     return 0;
   } catch (const cg::train::Interrupted& e) {  // a stop signal: saved, resumable (train/stop_signal.h)
+    cg::train::end_open_progress_line();
     std::fprintf(stderr, "chunkgrad %s: %s\n", error_name().c_str(), e.what());
     std::fflush(stderr);
     return cg::train::kExitInterrupted;
