@@ -651,3 +651,26 @@ TEST_F(TrainProgram, AMemoryStageThatIsOffSaysSo) {
 }
 
 }  // namespace
+
+namespace {
+
+// Item 21: config reading that fell back silently or said the wrong thing.
+TEST_F(TrainProgram, ConfigMistakesAreNamedNotIgnored) {
+  expect_error(train("--config " + dir_.string()), "is a directory; give a file");
+  expect_error(train("--config " + write("a.json", R"({"seed": 1, "drafter": {"gamma": 4, "gamma": 7}})")),
+               "has the key \"drafter.gamma\" twice");
+  expect_error(train("--config " + write("b.json", R"({"drafter": {"target_layers": [0, 0]}})")),
+               "drafter.target_layers: layer 0 is listed twice");
+  expect_error(train("--config ''"), "--config: must not be empty");
+  expect_error(train("--run-dir '' --print-config"), "--run-dir: must not be empty");
+  expect_error(train("--config " + write("c.json", R"({"drafter": {"num_layers": 1e23}})")),
+               "drafter.num_layers: must be an integer, got 1e+23");
+  const TrainRun extra = train("--print-config --aa 1 --bb --cc");
+  expect_error(extra, "not expected: --aa 1 --bb --cc");
+  // A folder name with two dots in it is a name, not a way out of run_dir.
+  const TrainRun dots = train("--print-config --config " + write("d.json", R"({"memory": {"trace_dir": "a..b"}})"));
+  EXPECT_EQ(dots.exit_code, 0) << dots.err;
+  expect_error(train("--config " + write("e.json", R"({"memory": {"trace_dir": "a/../../b"}})")), "memory.trace_dir");
+}
+
+}  // namespace

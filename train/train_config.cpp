@@ -281,9 +281,13 @@ void TrainConfig::validate() const {
            d.dtype, "'");
   in_range("drafter.checkpoint_every", static_cast<double>(d.checkpoint_every), 0, 1e9);
   check_optim("drafter.optim.", d.optim);
+  std::set<int64_t> listed;
   for (int64_t id : d.target_layers) {
     CG_CHECK(id >= 0 && id < t.num_layers, "train config: drafter.target_layers: layer ", id,
              " is not a target layer (0..", t.num_layers - 1, ")");
+    // A layer twice would feed the drafter the same features twice under two slots.
+    CG_CHECK(listed.insert(id).second, "train config: drafter.target_layers: layer ", id,
+             " is listed twice; list each layer once");
   }
   in_range("eval.prompts", static_cast<double>(eval.prompts), 1, 1e6);
   in_range("eval.max_new_tokens", static_cast<double>(eval.max_new_tokens), 1, 1 << 20);
@@ -301,9 +305,11 @@ void TrainConfig::validate() const {
   in_range("memory.large_anchors", static_cast<double>(memory.large_anchors), 1, 1 << 16);
   in_range("memory.large_block_size", static_cast<double>(memory.large_block_size), 2, 1024);
   in_range("memory.large_seq_len", static_cast<double>(memory.large_seq_len), 2, 1 << 20);
-  CG_CHECK(memory.trace_dir.empty() || (std::filesystem::path(memory.trace_dir).is_relative() &&
-                                        memory.trace_dir.find("..") == std::string::npos),
-           "train config: memory.trace_dir: must be a folder inside run_dir (relative, without ..), got '",
+  // Inside run_dir: relative, and no ".." component (a folder called "a..b" is fine).
+  bool inside = std::filesystem::path(memory.trace_dir).is_relative();
+  for (const auto& part : std::filesystem::path(memory.trace_dir)) inside = inside && part != "..";
+  CG_CHECK(memory.trace_dir.empty() || inside,
+           "train config: memory.trace_dir: must be a folder inside run_dir (relative, without a .. component), got '",
            memory.trace_dir, "'");
   CG_CHECK(memory.large_anchors < memory.large_seq_len, "train config: memory.large_anchors ",
            memory.large_anchors, " is beyond the sequence (memory.large_seq_len ", memory.large_seq_len, ")");

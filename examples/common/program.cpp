@@ -57,6 +57,22 @@ Program::Program(std::string name, std::string description)
   app_.option_defaults()->always_capture_default();
 }
 
+// CLI11 lists the arguments it did not expect last one first ("--cc --bb --aa"); they are
+// named here in the order they were given.
+std::string Program::unexpected_arguments(int argc, char** argv) const {
+  std::multiset<std::string> extra;
+  for (const std::string& a : app_.remaining(/*recurse=*/true)) extra.insert(a);
+  std::string names;
+  for (int i = 1; i < argc; ++i) {
+    const auto it = extra.find(argv[i]);
+    if (it == extra.end()) continue;
+    names += std::string(names.empty() ? "" : " ") + argv[i];
+    extra.erase(it);
+  }
+  for (const std::string& a : extra) names += " " + a;  // not found verbatim (a split "--x=1")
+  return "The following arguments were not expected: " + names;
+}
+
 std::string Program::error_name() const {
   if (name_ != "chunkgrad") return name_;
   const auto chosen = app_.get_subcommands();
@@ -68,7 +84,9 @@ int Program::run(int argc, char** argv, const std::function<void()>& body) {
     app_.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app_.exit(e);  // --help
-    print_error_line(error_name(), std::string(e.what()) + " (run with --help to see the options)");
+    std::string message = e.what();
+    if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) message = unexpected_arguments(argc, argv);
+    print_error_line(error_name(), message + " (run with --help to see the options)");
     return kExitError;
   }
   try {
@@ -167,6 +185,12 @@ CLI::Validator subset_of(const std::vector<std::string>& allowed) {
         return std::string();
       },
       "subset of " + names);
+}
+
+CLI::Validator not_empty() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string { return text.empty() ? std::string("must not be empty") : std::string(); },
+      "not empty");
 }
 
 CLI::Validator device_name() {
