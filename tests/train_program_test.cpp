@@ -674,3 +674,27 @@ TEST_F(TrainProgram, ConfigMistakesAreNamedNotIgnored) {
 }
 
 }  // namespace
+
+namespace {
+
+// Item 20: a resume was refused when run_dir was spelled differently (./runs/x, absolute)
+// or the folder had moved: run_dir was compared as part of the training config.
+TEST_F(TrainProgram, ARunResumesWhereverItsFolderIsAndHoweverItIsSpelled) {
+  const std::string run = path("run");
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "question " + std::to_string(i) + ": answer " + std::to_string(i * 7) + "\n";
+  const std::string corpus = write("corpus.txt", text);
+  const std::string config = write("c.json", tiny(run, corpus));
+  ASSERT_EQ(train("--config " + config).exit_code, 0);
+  const std::string moved = path("moved");
+  std::filesystem::rename(run, moved);
+  std::filesystem::rename(corpus, path("corpus2.txt"));  // the corpus moved too: same bytes
+  const std::string moved_config = write("m.json", tiny(moved, path("corpus2.txt")));
+  for (const std::string spelled : {moved, dir_.string() + "/./moved", "'" + dir_.string() + "/x/../moved'"}) {
+    const TrainRun r = train("--config " + moved_config + " --run-dir " + spelled);
+    ASSERT_EQ(r.exit_code, 0) << spelled << ": " << r.err;
+    EXPECT_NE(r.out.find("drafter training: none (resumed at step 2, the last)"), std::string::npos) << r.out;
+  }
+}
+
+}  // namespace

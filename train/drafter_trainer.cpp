@@ -223,8 +223,16 @@ void DrafterTrainer::save_checkpoint() {
 
 namespace {
 
-// The config fields a resumed run may change (how long, how often to save, how to show).
-nlohmann::json resumable_part(nlohmann::json j) {
+// The config fields a resumed run may not change: not how long, how often to save, how to
+// show, and not where the run lives (run_dir: spelled "./runs/x" or absolute, or the
+// folder moved, it is the same run). With content fingerprints on both sides (`by_content`)
+// the corpus and target checkpoint are compared by their bytes, not by their paths.
+nlohmann::json resumable_part(nlohmann::json j, bool by_content) {
+  j.erase("run_dir");
+  if (by_content) {
+    if (j["corpus"].is_object()) j["corpus"].erase("path");
+    if (j["target"].is_object()) j["target"].erase("checkpoint");
+  }
   j["drafter"]["optim"].erase("steps");
   j["drafter"].erase("checkpoint_every");
   j.erase("progress");
@@ -289,10 +297,12 @@ int64_t checked_metadata(const safetensors::Reader& reader, const std::string& p
     saved_full = TrainConfig().to_json();
     saved_full.merge_patch(saved);
   }
-  const nlohmann::json was = resumable_part(saved_full), now = resumable_part(config.to_json());
+  const bool by_content = !data_fingerprint.empty() && !saved_data.is_null();
+  const nlohmann::json was = resumable_part(saved_full, by_content), now = resumable_part(config.to_json(), by_content);
   if (was != now) {
     fail("was trained with another config (" + first_difference(was, now) + "; only "
-         "drafter.optim.steps, drafter.checkpoint_every, eval, memory, threads and progress may change on resume)");
+         "drafter.optim.steps, drafter.checkpoint_every, eval, memory, threads, progress and run_dir may change on "
+         "resume)");
   }
   // Checkpoints from before fingerprints have none: accepted, as they were.
   if (!data_fingerprint.empty() && !saved_data.is_null()) {
