@@ -385,6 +385,31 @@ TEST(Programs, ChunkgradTraceRefusesBadFilesInOneLine) {
   std::filesystem::remove_all(dir);
 }
 
+// Issue 18 item 22: "parse error at byte 14 of 13", a negative fragmentation printed as a
+// bare "-512 B", and the trace's largest holder next to chunkgrad train's without saying
+// how each counts.
+TEST(Programs, ChunkgradTraceSaysWhatItsNumbersMean) {
+  const std::string dir = temp_dir();
+  std::ofstream(dir + "/cut.json") << R"({"format": "x)";
+  ProgramRun r = chunkgrad("trace '" + dir + "/cut.json'");
+  expect_clean_failure(r, "trace", {"ends in the middle of its JSON after 13 bytes"});
+  EXPECT_EQ(r.err.find("byte 14"), std::string::npos) << r.err;
+  std::ofstream(dir + "/tail.json") << R"({"a": 1} x)";
+  expect_clean_failure(chunkgrad("trace '" + dir + "/tail.json'"), "trace", {"is not JSON", "at byte 10 of 10"});
+  // One block allocated in no segment the trace knows: reserved 0, allocated 512.
+  std::ofstream(dir + "/neg.json") << R"({"format": "chunkgrad.memory_trace", "version": 1, "capacity": 8, "dropped": 0,
+    "segments": [], "events": [{"action": "alloc", "addr": 4096, "category": "activation", "device": "cpu",
+    "requested": 512, "scope": "", "size": 512, "stream": 0, "time_us": 10}]})";
+  r = chunkgrad("trace '" + dir + "/neg.json' '" + dir + "/neg.json' --names a,b");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("-512 B (NEGATIVE: reserved is below allocated; see the note)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("NOTE: at the peak reserved (0 B) is below allocated (512 B)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("-512 B (!)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("each counted once for the first node that saved it (chunkgrad train's \"largest graph node\""),
+            std::string::npos) << r.out;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Programs, ChunkgradTraceNeverWritesOverItsInput) {
   const std::string dir = temp_dir();
   ASSERT_EQ(memory_lesson(kTiny + "--paths fused --trace-dir '" + dir + "'").exit_code, 0);

@@ -509,6 +509,10 @@ std::string summary_text(const nlohmann::json& s) {
     o << "memory of one drafter training step: not measured (memory.enabled is false)\n";
   } else {
     o << "memory of one drafter training step (caching allocator):\n" << s["memory_table"].get<std::string>();
+    // The traces' reports (chunkgrad trace) name a "largest autograd holder" that counts
+    // otherwise; say how this one counts so that the two are not read as a contradiction.
+    o << "  (largest graph node: a node name's saved tensors once the forward is done, all its instances together; "
+         "chunkgrad trace's \"largest autograd holder\" counts the allocator blocks live at the step's peak)\n";
   }
   // The traces' HTML reports (timelines by category, the holders at the peak), when traced.
   if (s.contains("memory") && s["memory"].is_array()) {
