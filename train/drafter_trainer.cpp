@@ -368,8 +368,17 @@ std::string checked_resume_checkpoint(const TrainConfig& config, const std::stri
     refuse_resume(path, std::string("is unreadable: ") + e.message(), kRunDirUnchanged);
   }
   checked_metadata(*reader, path, config, data_fingerprint, kRunDirUnchanged);
-  checked_tensors(*reader, path, config);
   return path;
+}
+
+void check_resume_tensors(const TrainConfig& config, const std::string& path) {
+  std::unique_ptr<safetensors::Reader> reader;
+  try {
+    reader = safetensors::open(path);
+  } catch (const Error& e) {
+    refuse_resume(path, std::string("is unreadable: ") + e.message(), kRunDirUnchanged);
+  }
+  checked_tensors(*reader, path, config);
 }
 
 void DrafterTrainer::load_checkpoint(const std::string& path) {

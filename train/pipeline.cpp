@@ -195,10 +195,14 @@ void read_corpus(RunState& s) {
   }
 }
 
-// Stage 2: the resume decision, from the newest drafter checkpoint's header alone: a run
-// with another config or other data is refused here, before any stage writes, so the
-// refusal's "the run directory is unchanged" is true.
-void check_resume(RunState& s) { s.resume_from = checked_resume_checkpoint(s.config, s.data_fingerprint); }
+// Stage 2: the resume decision, from the newest drafter checkpoint's header, then its
+// tensors (shapes and finiteness): a run with another config or other data, or a damaged
+// or mismatched checkpoint, is refused here, before any stage writes, so the refusal's
+// "the run directory is unchanged" is true.
+void check_resume(RunState& s) {
+  s.resume_from = checked_resume_checkpoint(s.config, s.data_fingerprint);
+  if (!s.resume_from.empty()) check_resume_tensors(s.config, s.resume_from);
+}
 
 // A folder a later stage writes into, made and probed now (a file is created in it and
 // removed): a folder that cannot be made or written fails before the minutes of training,
