@@ -83,7 +83,7 @@ LoadResult load_checkpoint(Module& module, const safetensors::Reader& reader,
 
 void check_finite(const Tensor& cpu, const std::string& tensor, const std::string& file) {
   if (!is_floating(cpu.dtype()) || cpu.numel() == 0) return;
-  CG_CHECK(cpu.device().is_cpu(), "check_finite: '", tensor, "' must be on the CPU, got ", cpu.device().str());
+  CG_CHECK(cpu.device() == kCPU, "check_finite: '", tensor, "' must be on the host, got ", cpu.device().str());
   const Tensor t = raw::contiguous(cpu);
   int64_t bad = -1;
   double value = 0;

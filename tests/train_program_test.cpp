@@ -165,6 +165,21 @@ class TrainProgram : public ::testing::Test {
     }
     return true;
   }
+  // `file`'s bytes with a NaN (0xFFFFFFFF as f32) written over 4 bytes at `offset` into its
+  // safetensors data section.
+  static std::string with_nan(const std::string& file, uint64_t offset) {
+    std::string bytes = slurp(file);
+    uint64_t header = 0;
+    std::memcpy(&header, bytes.data(), 8);
+    std::memset(&bytes[8 + header + offset], 0xFF, 4);
+    return bytes;
+  }
+  // A corpus file's text: 200 lines "question N: answer 7N".
+  static std::string question_corpus() {
+    std::string text;
+    for (int i = 0; i < 200; ++i) text += "question " + std::to_string(i) + ": answer " + std::to_string(i * 7) + "\n";
+    return text;
+  }
   static std::string replaced(std::string text, const std::string& from, const std::string& to) {
     const size_t at = text.find(from);
     EXPECT_NE(at, std::string::npos) << from;
@@ -374,8 +389,7 @@ TEST_F(TrainProgram, ALockedRunDirectoryIsRefusedNamingTheHolder) {
 // an edited corpus loaded the target trained on the old text and resumed the drafter.
 TEST_F(TrainProgram, AnEditedCorpusRetrainsTheTargetAndRefusesTheResume) {
   const std::string run = path("run");
-  std::string text;
-  for (int i = 0; i < 200; ++i) text += "question " + std::to_string(i) + ": answer " + std::to_string(i * 7) + "\n";
+  std::string text = question_corpus();
   const std::string corpus = write("corpus.txt", text);
   const std::string config = write("c.json", tiny(run, corpus));
   ASSERT_EQ(train("--config " + config).exit_code, 0);
@@ -484,9 +498,6 @@ TEST_F(TrainProgram, AFailedFreshRunLeavesNoOldSummaryAndKeepsOldCheckpoints) {
       << "the earlier run's checkpoint went before this run saved one";
 }
 
-}  // namespace
-
-namespace {
 
 // ---- issue 18, late failures: everything checked before the first expensive stage ----
 
@@ -510,9 +521,6 @@ TEST_F(TrainProgram, UnwritableOutputFoldersFailBeforeTraining) {
   }
 }
 
-}  // namespace
-
-namespace {
 
 // Item 12: eval.block_size had no upper bound (INT64_MAX overflowed the cache size, 1e8 ran
 // out of memory after training), and a size other than the drafter's was not mentioned.
@@ -531,9 +539,6 @@ TEST_F(TrainProgram, EvalBlockSizeIsBoundedAndAnotherSizeThanTheDrafterIsWarned)
   EXPECT_NE(r.out.find("(block 6, trained on blocks of 4)"), std::string::npos) << r.out;
 }
 
-}  // namespace
-
-namespace {
 
 // Item 13: a corpus with no line of 2 bytes or more was found only after target training.
 TEST_F(TrainProgram, ACorpusWithoutPromptsFailsBeforeTraining) {
@@ -584,11 +589,8 @@ TEST_F(TrainProgram, AMismatchedOrNonFiniteDrafterCheckpointIsRefusedBeforeAnySt
   EXPECT_EQ(files_of(run), before);
   // NaN bytes in the first tensor of an otherwise intact checkpoint.
   std::filesystem::remove(newest);
-  std::string bytes = slurp(mine);
-  uint64_t header = 0;
-  std::memcpy(&header, bytes.data(), 8);
-  std::memset(&bytes[8 + header], 0xFF, 4);  // 0xFFFFFFFF: a NaN in f32
-  std::ofstream(mine, std::ios::binary | std::ios::trunc) << bytes;
+  const std::string poisoned = with_nan(mine, 0);
+  std::ofstream(mine, std::ios::binary | std::ios::trunc) << poisoned;
   before = files_of(run);
   r = train("--config " + config);
   expect_error(r, "step_00000002.safetensors' is damaged");
@@ -604,11 +606,7 @@ TEST_F(TrainProgram, ANonFiniteTargetCheckpointNamesTheTensorAndTheFile) {
   const std::string run = path("run");
   ASSERT_EQ(train("--config " + write("c.json", tiny(run))).exit_code, 0);
   const std::string target = path("target.safetensors");
-  std::string bytes = slurp(run + "/target/model.safetensors");
-  uint64_t header = 0;
-  std::memcpy(&header, bytes.data(), 8);
-  std::memset(&bytes[8 + header + 8], 0xFF, 4);
-  std::ofstream(target, std::ios::binary) << bytes;
+  std::ofstream(target, std::ios::binary) << with_nan(run + "/target/model.safetensors", 8);
   const TrainRun r = train("--config " + write("t.json", replaced(tiny(path("run2")), R"("target": {)",
                                                                   R"("target": {"checkpoint": ")" + target + R"(", )")));
   expect_error(r, "checkpoint '" + target + "': tensor '");
@@ -616,9 +614,6 @@ TEST_F(TrainProgram, ANonFiniteTargetCheckpointNamesTheTensorAndTheFile) {
   EXPECT_EQ(r.err.find("lr"), std::string::npos) << r.err;
 }
 
-}  // namespace
-
-namespace {
 
 // ---- issue 18, confusing output ----
 
@@ -637,9 +632,6 @@ TEST_F(TrainProgram, TheErrorLineStartsItsOwnLineAfterAProgressBar) {
   EXPECT_TRUE(at == 0 || r.err[at - 1] == '\n') << r.err;
 }
 
-}  // namespace
-
-namespace {
 
 // Item 17: memory.enabled=false printed the memory table's heading over an empty table.
 TEST_F(TrainProgram, AMemoryStageThatIsOffSaysSo) {
@@ -650,9 +642,6 @@ TEST_F(TrainProgram, AMemoryStageThatIsOffSaysSo) {
   EXPECT_EQ(r.out.find("(caching allocator):"), std::string::npos) << r.out;
 }
 
-}  // namespace
-
-namespace {
 
 // Item 21: config reading that fell back silently or said the wrong thing.
 TEST_F(TrainProgram, ConfigMistakesAreNamedNotIgnored) {
@@ -673,17 +662,11 @@ TEST_F(TrainProgram, ConfigMistakesAreNamedNotIgnored) {
   expect_error(train("--config " + write("e.json", R"({"memory": {"trace_dir": "a/../../b"}})")), "memory.trace_dir");
 }
 
-}  // namespace
-
-namespace {
-
 // Item 20: a resume was refused when run_dir was spelled differently (./runs/x, absolute)
 // or the folder had moved: run_dir was compared as part of the training config.
 TEST_F(TrainProgram, ARunResumesWhereverItsFolderIsAndHoweverItIsSpelled) {
   const std::string run = path("run");
-  std::string text;
-  for (int i = 0; i < 200; ++i) text += "question " + std::to_string(i) + ": answer " + std::to_string(i * 7) + "\n";
-  const std::string corpus = write("corpus.txt", text);
+  const std::string corpus = write("corpus.txt", question_corpus());
   const std::string config = write("c.json", tiny(run, corpus));
   ASSERT_EQ(train("--config " + config).exit_code, 0);
   const std::string moved = path("moved");
