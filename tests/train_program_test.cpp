@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <sstream>
 #include <string>
 
@@ -678,6 +679,31 @@ TEST_F(TrainProgram, ARunResumesWhereverItsFolderIsAndHoweverItIsSpelled) {
     ASSERT_EQ(r.exit_code, 0) << spelled << ": " << r.err;
     EXPECT_NE(r.out.find("drafter training: none (resumed at step 2, the last)"), std::string::npos) << r.out;
   }
+}
+
+
+// Item 23: a resume with nothing to train left a stray " 0:00" line, and stage times were
+// raw doubles ("12.345678 s").
+TEST_F(TrainProgram, StageLinesAreReadableAndAnEmptyStageDrawsNothing) {
+  const std::string run = path("run");
+  const std::string config = write("c.json", replaced(tiny(run), R"("progress": false)", R"("progress": true)"));
+  const TrainRun first = train("--config " + config);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  for (const char* stage : {"chunkgrad train: target: trained (", "chunkgrad train: drafter data: 2 target generations, "}) {
+    const size_t at = first.err.find(stage);
+    ASSERT_NE(at, std::string::npos) << stage << "\n" << first.err;
+    const std::string line = first.err.substr(at, first.err.find('\n', at) - at);
+    // "12.3 s" or "3:05", not std::to_string's "12.345678 s".
+    EXPECT_TRUE(std::regex_search(line, std::regex(R"((, | \()(\d+\.\d s|\d+:\d\d)\)?$)"))) << line;
+  }
+  EXPECT_NE(first.err.find("chunkgrad train: drafter data: the target continues 2 prompts"), std::string::npos)
+      << first.err;
+  EXPECT_NE(first.err.find("chunkgrad train: evaluation: "), std::string::npos) << first.err;
+  const TrainRun again = train("--config " + config);
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_NE(again.err.find("nothing to train"), std::string::npos) << again.err;
+  std::istringstream lines(again.err);
+  for (std::string line; std::getline(lines, line);) EXPECT_NE(line, " 0:00") << again.err;
 }
 
 }  // namespace

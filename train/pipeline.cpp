@@ -41,6 +41,18 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// A stage's time as people read it: "12.3 s", "3:05" from a minute on.
+std::string seconds_text(double seconds) {
+  char buf[32];
+  if (seconds < 60) {
+    std::snprintf(buf, sizeof buf, "%.1f s", seconds);
+  } else {
+    const int64_t s = static_cast<int64_t>(seconds + 0.5);
+    std::snprintf(buf, sizeof buf, "%lld:%02lld", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
+  }
+  return buf;
+}
+
 void say(const TrainConfig& c, const std::string& line) {
   if (c.progress) {
     std::fprintf(stderr, "chunkgrad train: %s\n", line.c_str());
@@ -275,13 +287,17 @@ void obtain_target_model(RunState& s) {
   }
   if (s.target.source == "trained") target_bar.finish();
   say(config, "target: " + s.target.source + " (" + std::to_string(s.target.lm->num_parameters()) +
-                  " parameters, " + std::to_string(s.target.seconds) + " s)");
+                  " parameters, " + seconds_text(s.target.seconds) + ")");
 }
 
 // Stage 5: the drafter's training data, the target's own continuations, and the drafter.
 void make_drafter_data(RunState& s) {
   const TrainConfig& config = s.config;
   const auto t0 = std::chrono::steady_clock::now();
+  // Said before the work: the stage has no bar, and a long one looked like a hang.
+  say(config, "drafter data: the target continues " + std::to_string(s.train_prompts.size()) +
+                  " prompts by up to " + std::to_string(config.data.max_new_tokens) +
+                  " tokens each, then its features are computed");
   s.train_seqs = make_drafter_sequences(s.lm(), s.train_prompts, config.data.max_new_tokens);
   s.drafter = make_drafter(s.lm(), config.drafter, ByteTokenizer::kMask, config.seed + 23);
   const bool teacher = config.drafter.loss.kind != "ce";
@@ -290,7 +306,7 @@ void make_drafter_data(RunState& s) {
                             s.data_fingerprint};
   s.data_seconds = seconds_since(t0);
   say(config, "drafter data: " + std::to_string(s.train_seqs.size()) + " target generations, " +
-                  std::to_string(s.data_seconds) + " s");
+                  seconds_text(s.data_seconds));
 }
 
 // Stage 6: drafter training, resumed from the checkpoint check_resume chose.
@@ -323,6 +339,8 @@ void evaluate_drafter(RunState& s) {
   const TrainConfig& config = s.config;
   const auto t0 = std::chrono::steady_clock::now();
   s.eval_block = config.eval.block_size > 0 ? config.eval.block_size : config.drafter.block_size;
+  say(config, "evaluation: per-slot accuracy on " + std::to_string(s.accuracy_prompts.size()) +
+                  " held-out target generations");
   const std::vector<DrafterSequence> held = make_drafter_sequences(s.lm(), s.accuracy_prompts, config.data.max_new_tokens);
   const TargetFeatures held_features = compute_target_features(s.lm(), held, s.target_layers(), false, ByteTokenizer::kPad);
   s.slots = slot_metrics(*s.drafter, held, held_features, config.drafter);
@@ -345,6 +363,7 @@ void evaluate_drafter(RunState& s) {
                                  .repeats = config.eval.timing_repeats, .throw_on_mismatch = false});
   set_num_threads(training_threads);
   s.eval_seconds = seconds_since(t0);
+  say(config, "evaluation: " + seconds_text(s.eval_seconds));
 }
 
 // Stage 8: the memory story, one drafter step per head-loss path at two shapes.
@@ -372,7 +391,7 @@ void measure_memory(RunState& s) {
     say(config, "memory: one drafter step per head-loss path at the " + shape.name + " config");
     s.memory.push_back(measure_drafter_step_memory(shape, trace_dir, config.seed + 31, s.device));
   }
-  say(config, "memory: " + std::to_string(seconds_since(t0)) + " s");
+  say(config, "memory: " + seconds_text(seconds_since(t0)));
 }
 
 // Stage 9: the summary, returned and written to run_dir/summary.json.
@@ -495,9 +514,23 @@ std::string summary_text(const nlohmann::json& s) {
     std::snprintf(line, sizeof line, " %.3f", acc[k]);
     o << line;
   }
-  std::snprintf(line, sizeof line, "\nexpected acceptance length %.2f (measured per block %.2f)\n",
+  // Note [Three acceptance numbers]: tau, the expected and the measured acceptance length
+  // are three measurements, not one printed three ways. The last two come from held-out
+  // blocks of the target's own text, each anchored at a true position (teacher-forced):
+  // "expected" combines the per-slot accuracies as if misses were independent, "measured"
+  // averages each block's 1 + correct prefix (usually higher: misses cluster; blocks cut
+  // short by the end of a sequence pull it down). tau is
+  // what speculative decoding achieved on the held-out prompts, where each block starts
+  // where the last one stopped and the eval block size is used.
+  char acceptance[512];
+  std::snprintf(acceptance, sizeof acceptance,
+                "\nexpected acceptance length %.2f (1 + the sum over k of the product of the slot 1..k accuracies: "
+                "as if misses were independent); measured per block %.2f (1 + each block's correct prefix, "
+                "averaged: usually higher, as misses cluster; blocks cut by a sequence's end lower it)\n",
                 s["expected_acceptance_length"].get<double>(), s["measured_acceptance_length"].get<double>());
-  o << line;
+  o << acceptance;
+  o << "  (both on held-out blocks of drafter.block_size anchored at true positions; tau above is what decoding "
+       "achieved, each block starting where the last one stopped)\n";
   const nlohmann::json& steps = s["drafter_steps"];
   if (steps["trained"].get<int64_t>() > 0) {
     std::snprintf(line, sizeof line, "drafter training: %lld steps, %.0f label tokens/s; total %.1f s\n",

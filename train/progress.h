@@ -27,6 +27,12 @@ class ProgressBar {
   bool enabled_;
   std::chrono::steady_clock::time_point start_, last_draw_{};
   int64_t tokens_ = 0;
+  // The ETA's clock starts at the first update, not at the bar's start: the first steps
+  // carry one-time costs (warm-up, a batch of queued steps read at once) and made the ETA
+  // at step 1 ten times too long (30:31 for a three-minute stage).
+  std::chrono::steady_clock::time_point rate_start_{};
+  int64_t rate_from_ = -1;  // the step of the first update (-1: none yet)
+  bool drawn_ = false;      // a line was drawn: finish() ends it (and prints nothing otherwise)
 };
 
 // Ends the progress line when a bar left one open (it redraws in place and ends its line
