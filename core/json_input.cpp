@@ -2,8 +2,13 @@
 // JSON reader of the project (json_input.h).
 #include "core/json_input.h"
 
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -35,6 +40,8 @@ void check_json_depth(std::string_view text, const std::string& what) {
 }
 
 std::string read_text_file(const std::string& path, const std::string& what) {
+  std::error_code ec;
+  CG_CHECK(!std::filesystem::is_directory(path, ec), what, ": '", path, "' is a directory; give a file");
   std::ifstream in(path, std::ios::binary);
   CG_CHECK(in, what, ": cannot open '", path, "'");
   std::ostringstream text;
@@ -43,10 +50,48 @@ std::string read_text_file(const std::string& path, const std::string& what) {
   return text.str();
 }
 
+namespace {
+
+// Note [Duplicate keys]: JSON allows {"lr": 1, "lr": 2} and nlohmann keeps the last value
+// silently; a config edited by hand then trains with a value the user did not see (the
+// docs promise no silent fallback), and a header with a tensor twice is hostile. The
+// parser's callback sees each key as it is read; one set of keys per open object (arrays
+// get an empty slot) finds the second one.
+struct DuplicateKey {
+  std::string key;  // with its path: "drafter.optim.lr"
+};
+
+struct OpenLevel {
+  bool object = false;
+  std::set<std::string> keys;  // of an object
+  std::string last;            // its latest key: the name of a value opened under it
+};
+
+}  // namespace
+
 nlohmann::json parse_untrusted_json(const std::string& text, const std::string& what) {
   check_json_depth(text, what);
+  std::vector<OpenLevel> open;  // the objects and arrays being read, outermost first
+  const nlohmann::json::parser_callback_t no_duplicates = [&open](int, nlohmann::json::parse_event_t event,
+                                                                  nlohmann::json& parsed) {
+    using E = nlohmann::json::parse_event_t;
+    if (event == E::object_start || event == E::array_start) open.push_back({event == E::object_start, {}, {}});
+    if ((event == E::object_end || event == E::array_end) && !open.empty()) open.pop_back();
+    if (event == E::key && !open.empty() && open.back().object && parsed.is_string()) {
+      open.back().last = parsed.get<std::string>();
+      if (!open.back().keys.insert(open.back().last).second) {
+        std::string path;
+        for (const OpenLevel& level : open) path += level.object ? (path.empty() ? "" : ".") + level.last : "[]";
+        throw DuplicateKey{path};
+      }
+    }
+    return true;
+  };
   try {
-    return nlohmann::json::parse(text);
+    return nlohmann::json::parse(text, no_duplicates);
+  } catch (const DuplicateKey& d) {
+    CG_FAIL(what, " has the key ", describe_json(nlohmann::json(d.key)), " twice in one object; JSON readers "
+            "disagree on which one counts, so remove one of them");
   } catch (const nlohmann::json::exception& e) {
     CG_FAIL(what, " is not valid JSON (", e.what(), ")");
   }
@@ -72,8 +117,18 @@ std::string describe_json(const nlohmann::json& value) {
       return "binary data";
     case nlohmann::json::value_t::discarded:
       return "a discarded value";
+    case nlohmann::json::value_t::number_float: {
+      // The shortest of %.15g / %.17g that reads back as the same number: 1e23 as the user
+      // wrote it, not dump()'s 9.999999999999999e+22.
+      const double v = value.get<double>();
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%.15g", v);
+      if (std::strtod(buf, nullptr) != v) std::snprintf(buf, sizeof buf, "%.17g", v);
+      const std::string text = buf;
+      return text.find_first_of(".en") == std::string::npos ? text + ".0" : text;  // 1.0 stays a float
+    }
     default:
-      return value.dump();  // null, boolean, number: one token, no recursion
+      return value.dump();  // null, boolean, integer: one token, no recursion
   }
 }
 

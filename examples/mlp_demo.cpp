@@ -103,7 +103,25 @@ void print_graph(const cg::GraphMemory& g) {
   }
 }
 
+// Each option alone is checked by its validator, but their products are the tensors:
+// --batch 16777216 --hidden 16777216 passed and ground for minutes on a 2^48-element
+// activation. Every 2-d tensor the demo makes is capped (512 MiB as f32), before anything
+// is allocated.
+constexpr int64_t kMaxElements = int64_t{1} << 27;
+
+void check_tensor_sizes(const Options& o) {
+  auto check = [](const char* a, int64_t x, const char* b, int64_t y, const char* what) {
+    CG_CHECK(x <= kMaxElements / y, a, " ", x, " x ", b, " ", y, " = ", x * y,  // each at most 2^24: no overflow
+             " elements for ", what, ", more than this demo allows (", kMaxElements,
+             ", 512 MiB as f32): lower ", a, " or ", b);
+  };
+  check("--batch", o.batch, "--hidden", o.hidden, "the hidden activations");
+  check("--batch", o.batch, "--in", o.in, "the input batch");
+  check("--in", o.in, "--hidden", o.hidden, "the first layer's weight");
+}
+
 void run(const Options& o) {
+  check_tensor_sizes(o);
   const cg::Device device = cg::resolve_device(o.device, "--device");  // before the work
   // A limit with a device of its own memory would cap only the host's batch staging, not
   // "the run" the option promises (memory_lesson refuses the pair too).

@@ -3,6 +3,11 @@
 // when load_state_dict copies it.
 #include "nn/checkpoint.h"
 
+#include <cmath>
+#include <type_traits>
+
+#include "core/dtype_dispatch.h"
+#include "core/error.h"
 #include "core/memory_trace.h"
 #include "core/views.h"
 
@@ -28,10 +33,13 @@ class CheckpointSource : public StateSource {
     const std::string name = prefix_ + key;
     if (dst.device() == kCPU && dst.is_contiguous() && dst.dtype() == dtype(key)) {
       reader_.load_into(name, dst);  // straight into the parameter
+      check_finite(dst, name, reader_.path());  // Note [Finite on load]
       return;
     }
     CategoryGuard category(MemoryCategory::temporary);
-    raw::copy_(dst, reader_.load(name, kCPU));  // converts dtype / moves to the device
+    const Tensor read = reader_.load(name, kCPU);
+    check_finite(read, name, reader_.path());
+    raw::copy_(dst, read);  // converts dtype / moves to the device
   }
   std::string describe() const override { return "checkpoint '" + reader_.path() + "'"; }
 
@@ -71,6 +79,31 @@ LoadResult load_checkpoint(Module& module, const safetensors::Reader& reader,
                            const CheckpointLoadOptions& options) {
   return module.load_state_dict(CheckpointSource(reader, options.prefix), options.strict,
                                 options.convert_dtype);
+}
+
+void check_finite(const Tensor& cpu, const std::string& tensor, const std::string& file) {
+  if (!is_floating(cpu.dtype()) || cpu.numel() == 0) return;
+  CG_CHECK(cpu.device() == kCPU, "check_finite: '", tensor, "' must be on the host, got ", cpu.device().str());
+  const Tensor t = raw::contiguous(cpu);
+  int64_t bad = -1;
+  double value = 0;
+  visit_dtype(t.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_floating_point_v<T> || is_half_type_v<T>) {
+      const T* p = static_cast<const T*>(t.data_ptr());
+      for (int64_t i = 0, n = t.numel(); i < n; ++i) {
+        const double v = cast_element<double>(p[i]);
+        if (!std::isfinite(v)) {
+          bad = i;
+          value = v;
+          break;
+        }
+      }
+    }
+  });
+  CG_CHECK(bad < 0, "checkpoint '", file, "': tensor '", tensor, "' holds ",
+           std::isnan(value) ? "nan" : (value > 0 ? "inf" : "-inf"), " at element ", bad, " of ",
+           t.numel(), ": the file is damaged, or was saved after its training diverged; use an intact checkpoint");
 }
 
 StateDict read_state_dict(const std::string& path, Device device) {

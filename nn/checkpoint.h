@@ -40,6 +40,13 @@ LoadResult load_checkpoint(Module& module, const std::string& path,
 LoadResult load_checkpoint(Module& module, const safetensors::Reader& reader,
                            const CheckpointLoadOptions& options = {});
 
+// Note [Finite on load]: a parameter that is NaN or inf in a checkpoint (flipped bytes, or
+// saved after a training diverged) loads silently and shows up only as a NaN loss steps
+// later, whose message blames the learning rate. Every load here checks each floating
+// tensor as it is read (one pass over bytes already in memory) and names the tensor, the
+// file and what to do. Throws cg::Error when `cpu` (a CPU tensor) holds NaN or inf.
+void check_finite(const Tensor& cpu, const std::string& tensor, const std::string& file);
+
 // Every tensor of a checkpoint as a state dict, allocated as MemoryCategory::parameter.
 StateDict read_state_dict(const std::string& path, Device device = {});
 

@@ -79,6 +79,21 @@ TEST(JsonHostile, ErrorMessagesDescribeValuesWithoutDumpingThem) {
             "\"" + std::string(64, 'x') + "...\"");
 }
 
+// Issue 18 item 21: duplicate keys silently took the last value, and a float was
+// described as dump() writes it (1e23 as 9.999999999999999e+22).
+TEST(JsonHostile, DuplicateKeysAreRefusedWithTheirPath) {
+  EXPECT_ERROR_HAS(parse_untrusted_json(R"({"a": {"lr": 1, "lr": 2}})", "the test's config"),
+                   "the test's config has the key \"a.lr\" twice");
+  EXPECT_ERROR_HAS(parse_untrusted_json(R"([{"x": 1}, {"x": 2, "y": [1, {"x": 3, "x": 4}]}])", "t"),
+                   "\"[].y[].x\" twice");
+  // The same key in sibling objects, and values that repeat, are fine.
+  EXPECT_NO_THROW(parse_untrusted_json(R"({"a": {"x": 1}, "b": {"x": 1}, "c": [1, 1], "x": "x"})", "t"));
+  EXPECT_EQ(describe_json(nlohmann::json::parse("1e23")), "1e+23");
+  EXPECT_EQ(describe_json(nlohmann::json(2.0)), "2.0");
+  EXPECT_EQ(describe_json(nlohmann::json(0.1)), "0.1");
+  EXPECT_EQ(describe_json(nlohmann::json(1.0 / 3.0)), "0.33333333333333331");
+}
+
 TEST(JsonHostile, DepthCheckSkipsStringsAndAllowsRealNesting) {
   // Brackets inside strings (escaped quotes included) are not nesting.
   const std::string in_string = R"({"k":")" + std::string(1000, '[') + R"(\"[[[" })";

@@ -112,6 +112,16 @@ TEST(Programs, MlpDemoMemoryLimitWithAGpuDeviceIsRefused) {
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
 }
 
+// Issue 18 item 15: each option was in range alone, their product was not checked, and
+// the run ground for minutes.
+TEST(Programs, MlpDemoChecksTheSizeOfItsTensorsNotOnlyEachOption) {
+  ProgramRun r = mlp_demo("--steps 3 --batch 16777216 --hidden 16777216");
+  expect_clean_failure(r, "mlp_demo", {"--batch 16777216 x --hidden 16777216", "lower --batch or --hidden"});
+  EXPECT_EQ(r.out.find("MLP demo"), std::string::npos) << "it started: " << r.out;
+  expect_clean_failure(mlp_demo("--steps 3 --batch 65536 --in 65536 --hidden 8"), "mlp_demo", {"--batch 65536 x --in 65536"});
+  expect_clean_failure(mlp_demo("--steps 3 --batch 8 --in 1048576 --hidden 1048576"), "mlp_demo", {"--in 1048576 x --hidden"});
+}
+
 TEST(Programs, MlpDemoWritesItsTrace) {
   const std::string dir = temp_dir();
   const ProgramRun r = mlp_demo("--steps 3 --batch 8 --hidden 8 --trace '" + dir + "/trace.json'");
@@ -372,6 +382,31 @@ TEST(Programs, ChunkgradTraceRefusesBadFilesInOneLine) {
   std::ofstream(dir + "/other.json") << R"({"traceEvents":[]})";
   expect_clean_failure(chunkgrad("trace '" + dir + "/other.json'"), "trace", {"not a chunkgrad memory trace"});
   expect_clean_failure(chunkgrad("trace"), "trace", {"files"});
+  std::filesystem::remove_all(dir);
+}
+
+// Issue 18 item 22: "parse error at byte 14 of 13", a negative fragmentation printed as a
+// bare "-512 B", and the trace's largest holder next to chunkgrad train's without saying
+// how each counts.
+TEST(Programs, ChunkgradTraceSaysWhatItsNumbersMean) {
+  const std::string dir = temp_dir();
+  std::ofstream(dir + "/cut.json") << R"({"format": "x)";
+  ProgramRun r = chunkgrad("trace '" + dir + "/cut.json'");
+  expect_clean_failure(r, "trace", {"ends in the middle of its JSON after 13 bytes"});
+  EXPECT_EQ(r.err.find("byte 14"), std::string::npos) << r.err;
+  std::ofstream(dir + "/tail.json") << R"({"a": 1} x)";
+  expect_clean_failure(chunkgrad("trace '" + dir + "/tail.json'"), "trace", {"is not JSON", "at byte 10 of 10"});
+  // One block allocated in no segment the trace knows: reserved 0, allocated 512.
+  std::ofstream(dir + "/neg.json") << R"({"format": "chunkgrad.memory_trace", "version": 1, "capacity": 8, "dropped": 0,
+    "segments": [], "events": [{"action": "alloc", "addr": 4096, "category": "activation", "device": "cpu",
+    "requested": 512, "scope": "", "size": 512, "stream": 0, "time_us": 10}]})";
+  r = chunkgrad("trace '" + dir + "/neg.json' '" + dir + "/neg.json' --names a,b");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("-512 B (NEGATIVE: reserved is below allocated; see the note)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("NOTE: at the peak reserved (0 B) is below allocated (512 B)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("-512 B (!)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("each counted once for the first node that saved it (chunkgrad train's \"largest graph node\""),
+            std::string::npos) << r.out;
   std::filesystem::remove_all(dir);
 }
 

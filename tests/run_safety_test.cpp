@@ -195,6 +195,21 @@ TEST_F(RunSafety, TheSummarySaysWhetherTokensWereIdenticalOrTiedOnly) {
   s["lossless"] = false;
   s["identical"] = false;
   EXPECT_NE(train::summary_text(s).find("NOT LOSSLESS"), std::string::npos);
+  // Issue 18 item 19: tau and the two acceptance lengths side by side, each said what it counts.
+  text = train::summary_text(s);
+  EXPECT_NE(text.find("expected acceptance length 1.50 (1 + the sum over k of the product of the slot 1..k accuracies"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("measured per block 1.50 (1 + each block's correct prefix"), std::string::npos) << text;
+  EXPECT_NE(text.find("tau above is what decoding achieved"), std::string::npos) << text;
+  // Issue 18 items 17 and 22: no memory stage is said in words; a memory table says how
+  // its "largest graph node" counts (the traces' "largest autograd holder" counts otherwise).
+  s["memory"] = nlohmann::json::array();
+  EXPECT_NE(train::summary_text(s).find("not measured (memory.enabled is false)"), std::string::npos);
+  s["memory"] = {{{"report", ""}}};
+  s["memory_table"] = "the table\n";
+  text = train::summary_text(s);
+  EXPECT_NE(text.find("the table\n  (largest graph node: a node name's saved tensors once the forward is done"),
+            std::string::npos) << text;
 }
 
 // An interrupted target training goes on from its saved step with the very steps an

@@ -15,13 +15,16 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <sstream>
 #include <string>
 
 #include "core/backend.h"
+#include "nn/safetensors.h"
 #include "train/run_lock.h"
 
 namespace {
@@ -47,7 +50,16 @@ class TrainProgram : public ::testing::Test {
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void TearDown() override {
+    // Folders a test made read-only are writable again, so that they can be removed.
+    std::error_code ec;
+    for (auto it = std::filesystem::recursive_directory_iterator(dir_, ec); !ec && it != decltype(it)(); it.increment(ec)) {
+      if (it->is_directory() && !it->is_symlink()) {
+        std::filesystem::permissions(it->path(), std::filesystem::perms::owner_all, std::filesystem::perm_options::add, ec);
+      }
+    }
+    std::filesystem::remove_all(dir_);
+  }
 
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
   std::string write(const std::string& name, const std::string& text) const {
@@ -132,6 +144,42 @@ class TrainProgram : public ::testing::Test {
       if (at != std::string::npos) ++steps[std::stoll(line.substr(at + 7))];
     }
     return steps;
+  }
+  // Makes `dir` a folder in which no file can be created: without write permission for a
+  // user; as root (CI), which permissions do not stop, a link to /sys (sysfs refuses new
+  // files to root too). False when neither works here (the caller skips, saying why).
+  static bool make_unwritable_dir(const std::string& dir) {
+    if (::geteuid() != 0) {
+      std::filesystem::create_directories(dir);
+      std::filesystem::permissions(dir, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+    } else {
+      std::error_code ec;
+      std::filesystem::create_directory_symlink("/sys", dir, ec);
+      if (ec) return false;
+    }
+    const std::string probe = dir + "/probe";
+    const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT, 0644);
+    if (fd >= 0) {
+      ::close(fd);
+      ::unlink(probe.c_str());
+      return false;
+    }
+    return true;
+  }
+  // `file`'s bytes with a NaN (0xFFFFFFFF as f32) written over 4 bytes at `offset` into its
+  // safetensors data section.
+  static std::string with_nan(const std::string& file, uint64_t offset) {
+    std::string bytes = slurp(file);
+    uint64_t header = 0;
+    std::memcpy(&header, bytes.data(), 8);
+    std::memset(&bytes[8 + header + offset], 0xFF, 4);
+    return bytes;
+  }
+  // A corpus file's text: 200 lines "question N: answer 7N".
+  static std::string question_corpus() {
+    std::string text;
+    for (int i = 0; i < 200; ++i) text += "question " + std::to_string(i) + ": answer " + std::to_string(i * 7) + "\n";
+    return text;
   }
   static std::string replaced(std::string text, const std::string& from, const std::string& to) {
     const size_t at = text.find(from);
@@ -342,8 +390,7 @@ TEST_F(TrainProgram, ALockedRunDirectoryIsRefusedNamingTheHolder) {
 // an edited corpus loaded the target trained on the old text and resumed the drafter.
 TEST_F(TrainProgram, AnEditedCorpusRetrainsTheTargetAndRefusesTheResume) {
   const std::string run = path("run");
-  std::string text;
-  for (int i = 0; i < 200; ++i) text += "question " + std::to_string(i) + ": answer " + std::to_string(i * 7) + "\n";
+  std::string text = question_corpus();
   const std::string corpus = write("corpus.txt", text);
   const std::string config = write("c.json", tiny(run, corpus));
   ASSERT_EQ(train("--config " + config).exit_code, 0);
@@ -450,6 +497,213 @@ TEST_F(TrainProgram, AFailedFreshRunLeavesNoOldSummaryAndKeepsOldCheckpoints) {
   EXPECT_FALSE(std::filesystem::exists(run + "/summary.json")) << "the earlier run's summary survived a failed run";
   EXPECT_TRUE(std::filesystem::exists(run + "/drafter/step_00000002.safetensors"))
       << "the earlier run's checkpoint went before this run saved one";
+}
+
+
+// ---- issue 18, late failures: everything checked before the first expensive stage ----
+
+// Item 11: an unwritable target/, drafter/ or traces/ folder was found after training
+// ("cannot open ...tmp.tmp for writing", no reason).
+TEST_F(TrainProgram, UnwritableOutputFoldersFailBeforeTraining) {
+  for (const std::string sub : {"target", "drafter", "traces"}) {
+    SCOPED_TRACE(sub);
+    const std::string run = path("run_" + sub);
+    std::filesystem::create_directories(run);
+    if (!make_unwritable_dir(run + "/" + sub)) {
+      GTEST_SKIP() << "no way to make an unwritable folder here (root without /sys): not tested";
+    }
+    const std::string config = write(
+        "c_" + sub + ".json", replaced(tiny(run), R"("memory": {"enabled": false})", R"("memory": {"enabled": true})"));
+    const TrainRun r = train("--config " + config);
+    expect_error(r, "cannot create files in " + run + "/" + sub);
+    EXPECT_TRUE(r.err.find("Permission denied") != std::string::npos ||
+                r.err.find("Read-only file system") != std::string::npos) << r.err;
+    EXPECT_EQ(steps_logged(run, "target").size(), 0u) << "the target trained first";
+  }
+}
+
+
+// Item 12: eval.block_size had no upper bound (INT64_MAX overflowed the cache size, 1e8 ran
+// out of memory after training), and a size other than the drafter's was not mentioned.
+TEST_F(TrainProgram, EvalBlockSizeIsBoundedAndAnotherSizeThanTheDrafterIsWarned) {
+  const std::string run = path("run");
+  for (const std::string big : {"9223372036854775807", "100000000", "4097"}) {
+    expect_error(train("--config " + write("c.json", replaced(tiny(run), R"("accuracy_sequences": 1)",
+                                                              R"("accuracy_sequences": 1, "block_size": )" + big))),
+                 "eval.block_size: must be 0 (drafter.block_size) or from 2 to 4096, got " + big);
+  }
+  EXPECT_FALSE(std::filesystem::exists(run + "/target"));
+  const TrainRun r = train("--config " + write("d.json", replaced(tiny(run), R"("accuracy_sequences": 1)",
+                                                                  R"("accuracy_sequences": 1, "block_size": 6)")));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("warning: eval.block_size 6 differs from drafter.block_size 4"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("(block 6, trained on blocks of 4)"), std::string::npos) << r.out;
+}
+
+
+// Item 13: a corpus with no line of 2 bytes or more was found only after target training.
+TEST_F(TrainProgram, ACorpusWithoutPromptsFailsBeforeTraining) {
+  const std::string run = path("run");
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "a\n";
+  const TrainRun r = train("--config " + write("c.json", tiny(run, write("corpus.txt", text))));
+  expect_error(r, "corpus: no line of at least 2 bytes");
+  EXPECT_EQ(steps_logged(run, "target").size(), 0u) << "the target trained first";
+}
+
+// Item 13: a prompt of 200 KB (the text before ": ") made the drafter-data stage seem to
+// hang. It is cut to its last kMaxPromptBytes bytes, and the run says so.
+TEST_F(TrainProgram, ALongPromptIsCutAndTheRunSaysSo) {
+  const std::string run = path("run");
+  std::string text;
+  for (int i = 0; i < 3; ++i) text += std::string(3000, static_cast<char>('a' + i)) + ": answer " + std::to_string(i) + "\n";
+  const TrainRun r = train("--config " + write("c.json", tiny(run, write("corpus.txt", text))));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("warning: corpus: 4 of 4 prompts (the text before a line's first \": \") were longer than "
+                       "1024 bytes and were cut to their last 1024 bytes"),
+            std::string::npos)
+      << r.err;
+}
+
+// Items 13 and 14: a drafter checkpoint whose tensors do not fit this drafter, or hold NaN,
+// was found only after the target and the drafter data were made (the NaN one then blamed
+// the learning rate). Both are refused up front, the run directory unchanged.
+TEST_F(TrainProgram, AMismatchedOrNonFiniteDrafterCheckpointIsRefusedBeforeAnyStage) {
+  const std::string run = path("run"), other = path("other");
+  const std::string config = write("c.json", tiny(run));
+  ASSERT_EQ(train("--config " + config).exit_code, 0);
+  ASSERT_EQ(train("--config " + write("o.json", replaced(tiny(other), R"("hidden_size": 16)", R"("hidden_size": 24)")))
+                .exit_code,
+            0);
+  const std::string mine = run + "/drafter/step_00000002.safetensors";
+  const std::string newest = run + "/drafter/step_00000003.safetensors";
+  // The other run's tensors under this run's metadata: the header checks all pass.
+  {
+    const auto reader = cg::safetensors::open(other + "/drafter/step_00000002.safetensors");
+    const auto tensors = reader->load_all();
+    cg::safetensors::save_file({tensors.begin(), tensors.end()}, newest, cg::safetensors::open(mine)->metadata());
+  }
+  auto before = files_of(run);
+  TrainRun r = train("--config " + config);
+  expect_error(r, "step_00000003.safetensors' does not fit this drafter");
+  EXPECT_NE(r.err.find("the run directory is unchanged"), std::string::npos) << r.err;
+  EXPECT_EQ(files_of(run), before);
+  // NaN bytes in the first tensor of an otherwise intact checkpoint.
+  std::filesystem::remove(newest);
+  const std::string poisoned = with_nan(mine, 0);
+  std::ofstream(mine, std::ios::binary | std::ios::trunc) << poisoned;
+  before = files_of(run);
+  r = train("--config " + config);
+  expect_error(r, "step_00000002.safetensors' is damaged");
+  EXPECT_NE(r.err.find("holds nan at element 0"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("the run directory is unchanged"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("lr"), std::string::npos) << r.err;
+  EXPECT_EQ(files_of(run), before);
+}
+
+// Item 14: a target.checkpoint with NaN bytes loaded silently, and the drafter's first loss
+// then blamed drafter.optim.lr.
+TEST_F(TrainProgram, ANonFiniteTargetCheckpointNamesTheTensorAndTheFile) {
+  const std::string run = path("run");
+  ASSERT_EQ(train("--config " + write("c.json", tiny(run))).exit_code, 0);
+  const std::string target = path("target.safetensors");
+  std::ofstream(target, std::ios::binary) << with_nan(run + "/target/model.safetensors", 8);
+  const TrainRun r = train("--config " + write("t.json", replaced(tiny(path("run2")), R"("target": {)",
+                                                                  R"("target": {"checkpoint": ")" + target + R"(", )")));
+  expect_error(r, "checkpoint '" + target + "': tensor '");
+  EXPECT_NE(r.err.find("holds nan at element 2"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("lr"), std::string::npos) << r.err;
+}
+
+
+// ---- issue 18, confusing output ----
+
+// Item 16: the error line was glued to the progress bar's ("... ETA 0:01 chunkgrad train:
+// error: ...").
+TEST_F(TrainProgram, TheErrorLineStartsItsOwnLineAfterAProgressBar) {
+  const std::string run = path("run");
+  std::string config = replaced(tiny(run), R"("progress": false)", R"("progress": true)");
+  config = replaced(config, R"("optim": {"steps": 3, "batch_size": 2})",
+                    R"("optim": {"steps": 40, "batch_size": 2, "lr": 10, "weight_decay": 10, "grad_clip": 0, "warmup_ratio": 0})");
+  const TrainRun r = train("--config " + write("c.json", config));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  ASSERT_NE(r.err.find("ETA"), std::string::npos) << "no progress bar was drawn: " << r.err;
+  const size_t at = r.err.find("chunkgrad train: error: the target loss became");
+  ASSERT_NE(at, std::string::npos) << r.err;
+  EXPECT_TRUE(at == 0 || r.err[at - 1] == '\n') << r.err;
+}
+
+
+// Item 17: memory.enabled=false printed the memory table's heading over an empty table.
+TEST_F(TrainProgram, AMemoryStageThatIsOffSaysSo) {
+  const TrainRun r = train("--config " + write("c.json", tiny(path("run"))));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("memory of one drafter training step: not measured (memory.enabled is false)"),
+            std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("(caching allocator):"), std::string::npos) << r.out;
+}
+
+
+// Item 21: config reading that fell back silently or said the wrong thing.
+TEST_F(TrainProgram, ConfigMistakesAreNamedNotIgnored) {
+  expect_error(train("--config " + dir_.string()), "is a directory; give a file");
+  expect_error(train("--config " + write("a.json", R"({"seed": 1, "drafter": {"gamma": 4, "gamma": 7}})")),
+               "has the key \"drafter.gamma\" twice");
+  expect_error(train("--config " + write("b.json", R"({"drafter": {"target_layers": [0, 0]}})")),
+               "drafter.target_layers: layer 0 is listed twice");
+  expect_error(train("--config ''"), "--config: must not be empty");
+  expect_error(train("--run-dir '' --print-config"), "--run-dir: must not be empty");
+  expect_error(train("--config " + write("c.json", R"({"drafter": {"num_layers": 1e23}})")),
+               "drafter.num_layers: must be an integer, got 1e+23");
+  const TrainRun extra = train("--print-config --aa 1 --bb --cc");
+  expect_error(extra, "not expected: --aa 1 --bb --cc");
+  // A folder name with two dots in it is a name, not a way out of run_dir.
+  const TrainRun dots = train("--print-config --config " + write("d.json", R"({"memory": {"trace_dir": "a..b"}})"));
+  EXPECT_EQ(dots.exit_code, 0) << dots.err;
+  expect_error(train("--config " + write("e.json", R"({"memory": {"trace_dir": "a/../../b"}})")), "memory.trace_dir");
+}
+
+// Item 20: a resume was refused when run_dir was spelled differently (./runs/x, absolute)
+// or the folder had moved: run_dir was compared as part of the training config.
+TEST_F(TrainProgram, ARunResumesWhereverItsFolderIsAndHoweverItIsSpelled) {
+  const std::string run = path("run");
+  const std::string corpus = write("corpus.txt", question_corpus());
+  const std::string config = write("c.json", tiny(run, corpus));
+  ASSERT_EQ(train("--config " + config).exit_code, 0);
+  const std::string moved = path("moved");
+  std::filesystem::rename(run, moved);
+  std::filesystem::rename(corpus, path("corpus2.txt"));  // the corpus moved too: same bytes
+  const std::string moved_config = write("m.json", tiny(moved, path("corpus2.txt")));
+  for (const std::string spelled : {moved, dir_.string() + "/./moved", "'" + dir_.string() + "/x/../moved'"}) {
+    const TrainRun r = train("--config " + moved_config + " --run-dir " + spelled);
+    ASSERT_EQ(r.exit_code, 0) << spelled << ": " << r.err;
+    EXPECT_NE(r.out.find("drafter training: none (resumed at step 2, the last)"), std::string::npos) << r.out;
+  }
+}
+
+
+// Item 23: a resume with nothing to train left a stray " 0:00" line, and stage times were
+// raw doubles ("12.345678 s").
+TEST_F(TrainProgram, StageLinesAreReadableAndAnEmptyStageDrawsNothing) {
+  const std::string run = path("run");
+  const std::string config = write("c.json", replaced(tiny(run), R"("progress": false)", R"("progress": true)"));
+  const TrainRun first = train("--config " + config);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  for (const char* stage : {"chunkgrad train: target: trained (", "chunkgrad train: drafter data: 2 target generations, "}) {
+    const size_t at = first.err.find(stage);
+    ASSERT_NE(at, std::string::npos) << stage << "\n" << first.err;
+    const std::string line = first.err.substr(at, first.err.find('\n', at) - at);
+    // "12.3 s" or "3:05", not std::to_string's "12.345678 s".
+    EXPECT_TRUE(std::regex_search(line, std::regex(R"((, | \()(\d+\.\d s|\d+:\d\d)\)?$)"))) << line;
+  }
+  EXPECT_NE(first.err.find("chunkgrad train: drafter data: the target continues 2 prompts"), std::string::npos)
+      << first.err;
+  EXPECT_NE(first.err.find("chunkgrad train: evaluation: "), std::string::npos) << first.err;
+  const TrainRun again = train("--config " + config);
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_NE(again.err.find("nothing to train"), std::string::npos) << again.err;
+  std::istringstream lines(again.err);
+  for (std::string line; std::getline(lines, line);) EXPECT_NE(line, " 0:00") << again.err;
 }
 
 }  // namespace

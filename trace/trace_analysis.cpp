@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/allocator_stats.h"
 #include "core/error.h"
 
 namespace cg {
@@ -155,6 +156,16 @@ std::vector<PhaseSpan> phase_spans(const TraceFile& file) {
 
 }  // namespace
 
+const char* const kHolderCounting =
+    "largest autograd holder: the allocator blocks live at the peak, each counted once for the first node that "
+    "saved it (chunkgrad train's \"largest graph node\" counts a node name's saved tensors once the forward is "
+    "done, so the two can differ)";
+
+std::string TraceAnalysis::fragmentation_text() const {
+  const int64_t f = fragmentation();
+  return f >= 0 ? format_bytes(f) : format_bytes(f) + " (NEGATIVE: reserved is below allocated; see the note)";
+}
+
 const MemoryGroup* TraceAnalysis::top_saved_holder() const {
   for (const MemoryGroup& g : by_holder) {
     if (g.name != kNotSavedGroup) return &g;
@@ -237,6 +248,12 @@ TraceAnalysis analyse_trace(const TraceFile& file, int device) {
                       "trace's; the numbers may be off");
   }
 
+  if (a.fragmentation() < 0) {
+    a.notes.push_back("at the peak reserved (" + format_bytes(a.peak.reserved) + ") is below allocated (" +
+                      format_bytes(a.peak.allocated) + "): blocks lie outside the segments the trace knows (its "
+                      "segment events are missing or it is inconsistent), so its fragmentation is negative and "
+                      "means nothing");
+  }
   a.live_at_peak = live_blocks_after(file, device, a.peak.event);
   std::stable_sort(a.live_at_peak.begin(), a.live_at_peak.end(),
                    [](const LiveBlock& x, const LiveBlock& y) { return x.size > y.size; });

@@ -71,11 +71,20 @@ struct TraceAnalysis {
   size_t inconsistencies = 0;       // frees of unknown blocks, allocs over live ones
   std::vector<std::string> notes;   // partial trace, inconsistencies: say them with the answer
   int64_t fragmentation() const { return peak.reserved - peak.allocated; }
-  // The largest holder that is an autograd node (by_holder minus the "not saved" group).
+  // fragmentation() for a report: a negative one (reserved below allocated, which only a
+  // partial or inconsistent trace shows) is flagged, never a bare "-512 B".
+  std::string fragmentation_text() const;
+  // The largest holder that is an autograd node (by_holder minus the "not saved" group):
+  // the allocator blocks live at the peak, each counted once, for the first node that
+  // saved it (kHolderCounting says so in reports).
   const MemoryGroup* top_saved_holder() const;
 };
 
 constexpr size_t kTimelinePoints = 1500;
+// How "largest autograd holder" counts, for the reports that print it: `chunkgrad train`'s
+// memory table counts otherwise (a node name's saved tensors once the forward is done), so
+// the two can name different nodes for the same step.
+extern const char* const kHolderCounting;
 extern const char* const kNotSavedGroup;  // by_holder's group of blocks no node saved
 
 // device: index into file.devices; -1 picks the device with the most allocations.

@@ -277,10 +277,15 @@ TraceFile read_trace_file(const std::string& path) {
   try {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
-    const bool at_end = e.byte + 1 >= text.size();
-    CG_FAIL(path, at_end ? " ends in the middle of its JSON (truncated? the run may have been killed while writing it)"
-                         : " is not JSON (a chunkgrad memory trace is JSON)",
-            ": parse error at byte ", e.byte, " of ", text.size());
+    // e.byte counts from 1 and is one past the text when the input ended early ("byte 14
+    // of 13"): that case is said in words.
+    const bool at_end = e.byte > text.size() || std::string(e.what()).find("unexpected end of input") != std::string::npos;
+    if (at_end) {
+      CG_FAIL(path, " ends in the middle of its JSON after ", text.size(),
+              " bytes (truncated? the run may have been killed while writing it)");
+    }
+    CG_FAIL(path, " is not JSON (a chunkgrad memory trace is JSON): parse error at byte ", e.byte, " of ",
+            text.size());
   }
   return parse_trace_file(j, path);
 }

@@ -249,12 +249,12 @@ std::string html_report(const std::vector<ReportTrace>& traces, int top) {
     };
     row("peak allocated", [](const TraceAnalysis& a) { return bytes(a.peak.allocated); });
     row("reserved at the peak", [](const TraceAnalysis& a) { return bytes(a.peak.reserved); });
-    row("fragmentation at the peak", [](const TraceAnalysis& a) { return bytes(a.fragmentation()); });
+    row("fragmentation at the peak", [](const TraceAnalysis& a) { return escape(a.fragmentation_text()); });
     row("largest autograd holder", [](const TraceAnalysis& a) {
       const MemoryGroup* h = a.top_saved_holder();
       return h ? escape(h->name) + " " + bytes(h->bytes) : std::string("none");
     });
-    s << "</table>\n";
+    s << "</table>\n<p class=\"note\">" << escape(kHolderCounting) << ".</p>\n";
   }
   for (size_t i = 0; i < traces.size(); ++i) {
     const ReportTrace& t = traces[i];
@@ -265,7 +265,7 @@ std::string html_report(const std::vector<ReportTrace>& traces, int top) {
     s << timeline_svg(t, scale, false);
     s << "<p>Peak <b>" << bytes(a.peak.allocated) << "</b> allocated at " << ms(a.peak.time_us - a.start_us)
       << (a.peak_phase.empty() ? "" : " in phase <b>" + escape(a.peak_phase) + "</b>") << "; reserved then "
-      << bytes(a.peak.reserved) << ", so fragmentation (reserved minus allocated) " << bytes(a.fragmentation())
+      << bytes(a.peak.reserved) << ", so fragmentation (reserved minus allocated) " << escape(a.fragmentation_text())
       << ".</p>\n";
     s << "<table class=\"holders\"><tr><th>held at the peak by</th><th>bytes</th><th>blocks</th></tr>"
       << group_rows(a.by_holder, top) << "</table>";

@@ -137,13 +137,15 @@ std::string read_corpus_file(const std::string& path) {
 }
 
 std::vector<std::string> prompts_from_text(const std::string& text, int64_t count,
-                                           int64_t prompt_bytes, uint64_t seed, PromptSplit split) {
+                                           int64_t prompt_bytes, uint64_t seed, PromptSplit split,
+                                           int64_t* cut_count) {
   std::vector<std::string> all, lines;
   std::istringstream in(text);
   for (std::string l; std::getline(in, l);) {
     if (static_cast<int64_t>(l.size()) >= 2) all.push_back(l);
   }
-  CG_CHECK(!all.empty(), "corpus: no line of at least 2 bytes to take prompts from");
+  CG_CHECK(!all.empty(), "corpus: no line of at least 2 bytes to take prompts from; give a text with lines "
+           "\"prompt: answer\" (or any lines of 2 bytes or more)");
   // Note [Held-out lines]: every 10th line (the last line when there are fewer than 10) is
   // kept for evaluation and never prompts the drafter's data, so evaluation prompts are
   // held out from the drafter as with the generated corpus. A one-line file shares it.
@@ -159,7 +161,9 @@ std::vector<std::string> prompts_from_text(const std::string& text, int64_t coun
     const size_t colon = l.find(": ");
     const size_t cut = colon != std::string::npos ? colon + 2
                                                   : std::min(l.size() - 1, static_cast<size_t>(prompt_bytes));
-    prompts.push_back(l.substr(0, cut));
+    const size_t from = cut > static_cast<size_t>(kMaxPromptBytes) ? cut - static_cast<size_t>(kMaxPromptBytes) : 0;
+    if (from > 0 && cut_count != nullptr) ++*cut_count;
+    prompts.push_back(l.substr(from, cut - from));
   }
   return prompts;
 }

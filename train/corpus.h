@@ -29,11 +29,20 @@ std::string corpus_text(const std::vector<CorpusLine>& lines);
 // Reads a UTF-8 text file; throws naming the path when it is missing, a directory, empty or
 // not UTF-8 (naming the first bad byte).
 std::string read_corpus_file(const std::string& path);
+// The longest prompt taken from a user text, in bytes: a line whose first ": " comes later
+// is cut to the kMaxPromptBytes bytes before it (the end, which the answer follows).
+// Without a cap a 200 KB question made the target generate from 200 K positions, and the
+// drafter-data stage seemed to hang.
+constexpr int64_t kMaxPromptBytes = 1024;
+
 // Prompts for the drafter data or for evaluation from a user text: each is a line up to
-// its first ": " or its first `prompt_bytes` bytes, lines drawn at random from the split's
-// lines (Note [Held-out lines] in corpus.cpp: evaluation lines never prompt drafter data).
+// its first ": " (at most kMaxPromptBytes, see above) or its first `prompt_bytes` bytes,
+// lines drawn at random from the split's lines (Note [Held-out lines] in corpus.cpp:
+// evaluation lines never prompt drafter data). Throws when no line has 2 bytes or more.
+// `cut`, when given, counts the prompts that were cut to kMaxPromptBytes.
 enum class PromptSplit { training, evaluation };
 std::vector<std::string> prompts_from_text(const std::string& text, int64_t count,
-                                           int64_t prompt_bytes, uint64_t seed, PromptSplit split);
+                                           int64_t prompt_bytes, uint64_t seed, PromptSplit split,
+                                           int64_t* cut = nullptr);
 
 }  // namespace cg::train

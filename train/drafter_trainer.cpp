@@ -17,14 +17,14 @@
 #include "ops/elementwise.h"
 #include "ops/shape_ops.h"
 #include "train/stop_signal.h"
+#include "train/target_lm.h"
 #include "train/tokenizer.h"
 
 namespace cg::train {
 
-std::unique_ptr<nn::DFlashDrafter> make_drafter(const nn::Qwen3ForCausalLM& target,
-                                                const DrafterConfig& config, int64_t mask_id,
-                                                uint64_t seed) {
-  const nn::Qwen3Config& tc = target.config();
+namespace {
+
+nn::DFlashDrafterConfig drafter_model_config(const nn::Qwen3Config& tc, const DrafterConfig& config, int64_t mask_id) {
   nn::DFlashDrafterConfig dc;
   dc.layers = tc;
   dc.layers.num_layers = config.num_layers;
@@ -33,6 +33,15 @@ std::unique_ptr<nn::DFlashDrafter> make_drafter(const nn::Qwen3ForCausalLM& targ
                          ? nn::dflash_target_layers(tc.num_layers, config.num_target_features)
                          : config.target_layers;
   dc.mask_token_id = mask_id;
+  return dc;
+}
+
+}  // namespace
+
+std::unique_ptr<nn::DFlashDrafter> make_drafter(const nn::Qwen3ForCausalLM& target,
+                                                const DrafterConfig& config, int64_t mask_id,
+                                                uint64_t seed) {
+  const nn::DFlashDrafterConfig dc = drafter_model_config(target.config(), config, mask_id);
   const DType dtype = config.dtype == "bf16" ? DType::bf16 : DType::f32;
   Tensor embed = target.model->embed_tokens->weight.detach();
   Tensor head = target.lm_head->weight.detach();
@@ -214,8 +223,16 @@ void DrafterTrainer::save_checkpoint() {
 
 namespace {
 
-// The config fields a resumed run may change (how long, how often to save, how to show).
-nlohmann::json resumable_part(nlohmann::json j) {
+// The config fields a resumed run may not change: not how long, how often to save, how to
+// show, and not where the run lives (run_dir: spelled "./runs/x" or absolute, or the
+// folder moved, it is the same run). With content fingerprints on both sides (`by_content`)
+// the corpus and target checkpoint are compared by their bytes, not by their paths.
+nlohmann::json resumable_part(nlohmann::json j, bool by_content) {
+  j.erase("run_dir");
+  if (by_content) {
+    if (j["corpus"].is_object()) j["corpus"].erase("path");
+    if (j["target"].is_object()) j["target"].erase("checkpoint");
+  }
   j["drafter"]["optim"].erase("steps");
   j["drafter"].erase("checkpoint_every");
   j.erase("progress");
@@ -280,10 +297,12 @@ int64_t checked_metadata(const safetensors::Reader& reader, const std::string& p
     saved_full = TrainConfig().to_json();
     saved_full.merge_patch(saved);
   }
-  const nlohmann::json was = resumable_part(saved_full), now = resumable_part(config.to_json());
+  const bool by_content = !data_fingerprint.empty() && !saved_data.is_null();
+  const nlohmann::json was = resumable_part(saved_full, by_content), now = resumable_part(config.to_json(), by_content);
   if (was != now) {
     fail("was trained with another config (" + first_difference(was, now) + "; only "
-         "drafter.optim.steps, drafter.checkpoint_every, eval, memory, threads and progress may change on resume)");
+         "drafter.optim.steps, drafter.checkpoint_every, eval, memory, threads, progress and run_dir may change on "
+         "resume)");
   }
   // Checkpoints from before fingerprints have none: accepted, as they were.
   if (!data_fingerprint.empty() && !saved_data.is_null()) {
@@ -294,6 +313,46 @@ int64_t checked_metadata(const safetensors::Reader& reader, const std::string& p
     }
   }
   return step;
+}
+
+// A tensor of a checkpoint, read and checked to be finite (Note [Finite on load], nn/checkpoint.h).
+Tensor finite_tensor(const safetensors::Reader& reader, const std::string& name) {
+  Tensor t = reader.load(name);
+  nn::check_finite(t, name, reader.path());
+  return t;
+}
+
+// The checkpoint's tensors against the drafter this config makes (names and shapes, from
+// the header), then every tensor read and checked to be finite: a damaged or mismatched
+// checkpoint is refused here, before the target and the drafter data are made, not after.
+// The drafter is made for its shapes only: its frozen tables are stride-0 views of one
+// zero, which cost no memory.
+void checked_tensors(const safetensors::Reader& reader, const std::string& path, const TrainConfig& config) {
+  auto fail = [&](const std::string& why) { refuse_resume(path, why, kRunDirUnchanged); };
+  std::unique_ptr<nn::DFlashDrafter> shapes;
+  try {
+    const nn::DFlashDrafterConfig dc =
+        drafter_model_config(target_architecture(config.target), config.drafter, ByteTokenizer::kMask);
+    const Tensor table = expand(zeros({1, 1}), {dc.layers.vocab_size, dc.layers.hidden_size});
+    Generator gen(0);
+    shapes = std::make_unique<nn::DFlashDrafter>(dc, table, table, nn::InitOptions{.generator = &gen});
+  } catch (const Error& e) {
+    fail(std::string("cannot be checked: this config's drafter cannot be made: ") + e.message());
+  }
+  for (const auto& [n, p] : shapes->named_parameters()) {
+    const std::string name = "drafter." + n;
+    if (!reader.contains(name)) fail("does not fit this drafter: it has no tensor '" + name + "'");
+    const Shape& saved = reader.info(name).shape;
+    if (saved != p.shape()) {
+      fail("does not fit this drafter: '" + name + "' is " + shape_str(saved) + " there and " + shape_str(p.shape()) +
+           " here (target.hf_config or the target's checkpoint changed since?)");
+    }
+  }
+  try {
+    for (const std::string& name : reader.names()) finite_tensor(reader, name);
+  } catch (const Error& e) {
+    fail(std::string("is damaged: ") + e.message());
+  }
 }
 
 }  // namespace
@@ -312,6 +371,16 @@ std::string checked_resume_checkpoint(const TrainConfig& config, const std::stri
   return path;
 }
 
+void check_resume_tensors(const TrainConfig& config, const std::string& path) {
+  std::unique_ptr<safetensors::Reader> reader;
+  try {
+    reader = safetensors::open(path);
+  } catch (const Error& e) {
+    refuse_resume(path, std::string("is unreadable: ") + e.message(), kRunDirUnchanged);
+  }
+  checked_tensors(*reader, path, config);
+}
+
 void DrafterTrainer::load_checkpoint(const std::string& path) {
   // checked_resume_checkpoint ran before any stage wrote; what can still fail here (the
   // tensors themselves) leaves the drafter and the checkpoints as they were.
@@ -326,8 +395,8 @@ void DrafterTrainer::load_checkpoint(const std::string& path) {
   // Read everything first; change nothing until every tensor is known to be good.
   std::vector<std::pair<std::string, Tensor>> params, optim;
   try {
-    for (auto& [n, t] : drafter_.named_parameters()) params.emplace_back(n, reader->load("drafter." + n));
-    for (auto& [n, t] : opt_.state()) optim.emplace_back(n, reader->load("optim." + n));
+    for (auto& [n, t] : drafter_.named_parameters()) params.emplace_back(n, finite_tensor(*reader, "drafter." + n));
+    for (auto& [n, t] : opt_.state()) optim.emplace_back(n, finite_tensor(*reader, "optim." + n));
   } catch (const Error& e) {
     fail(std::string("is damaged: ") + e.message());
   }

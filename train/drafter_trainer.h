@@ -50,6 +50,12 @@ std::string latest_drafter_checkpoint(const std::string& run_dir);
 // to skip). Throws the refusal, naming the checkpoint and the first difference. Reads
 // only: call it before any stage writes, so that "the run directory is unchanged" holds.
 std::string checked_resume_checkpoint(const TrainConfig& config, const std::string& data_fingerprint);
+// The tensors of that checkpoint: each one this config's drafter has, with its shape, and
+// every tensor finite (Note [Finite on load], nn/checkpoint.h); throws the refusal as
+// above. Reads the whole file: with checked_resume_checkpoint, before any stage writes, a
+// damaged or mismatched checkpoint is found before the target and the drafter data are
+// made, not after.
+void check_resume_tensors(const TrainConfig& config, const std::string& path);
 
 struct StepRecord {
   int64_t step = 0;

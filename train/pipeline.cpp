@@ -41,11 +41,29 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// A stage's time as people read it: "12.3 s", "3:05" from a minute on.
+std::string seconds_text(double seconds) {
+  char buf[32];
+  if (seconds < 60) {
+    std::snprintf(buf, sizeof buf, "%.1f s", seconds);
+  } else {
+    const int64_t s = static_cast<int64_t>(seconds + 0.5);
+    std::snprintf(buf, sizeof buf, "%lld:%02lld", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
+  }
+  return buf;
+}
+
 void say(const TrainConfig& c, const std::string& line) {
   if (c.progress) {
     std::fprintf(stderr, "chunkgrad train: %s\n", line.c_str());
     std::fflush(stderr);
   }
+}
+
+// A warning goes to stderr with or without progress (--no-progress drops stage lines only).
+void warn(const std::string& line) {
+  std::fprintf(stderr, "chunkgrad train: warning: %s\n", line.c_str());
+  std::fflush(stderr);
 }
 
 // What the stages hand each other, filled in stage by stage.
@@ -60,6 +78,7 @@ struct RunState {
 
   std::string text;  // the corpus (stage 1)
   std::vector<int64_t> tokens;
+  std::vector<std::string> train_prompts, eval_prompts, accuracy_prompts;
   std::string data_fingerprint;  // of the corpus and target.checkpoint (fingerprint.h)
   std::string resume_from;       // the checked drafter checkpoint, or ""
 
@@ -74,7 +93,6 @@ struct RunState {
   double train_tokens_per_s = 0, drafter_seconds = 0;
 
   int64_t eval_block = 0;  // stage 5
-  std::vector<std::string> eval_prompts;
   std::vector<std::vector<int64_t>> eval_prompt_ids;
   SpeculativeReport spec;
   SlotMetrics slots;
@@ -124,22 +142,22 @@ std::string printable(const std::string& text) {
   return out;
 }
 
-std::vector<std::string> train_prompts(const TrainConfig& c, const std::string& text, int64_t count) {
+std::vector<std::string> train_prompts(const TrainConfig& c, const std::string& text, int64_t count, int64_t* cut) {
   if (c.corpus.path.empty()) {
     std::vector<std::string> p;
     for (const auto& l : generate_corpus_lines(c.corpus.seed, count)) p.push_back(l.prompt);
     return p;
   }
-  return prompts_from_text(text, count, 16, c.seed, PromptSplit::training);
+  return prompts_from_text(text, count, 16, c.seed, PromptSplit::training, cut);
 }
 
-std::vector<std::string> eval_prompts(const TrainConfig& c, const std::string& text, int64_t count) {
+std::vector<std::string> eval_prompts(const TrainConfig& c, const std::string& text, int64_t count, int64_t* cut) {
   if (c.corpus.path.empty()) {  // held out: another seed than the corpus and the drafter data
     std::vector<std::string> p;
     for (const auto& l : generate_corpus_lines(c.corpus.seed + 1000003, count)) p.push_back(l.prompt);
     return p;
   }
-  return prompts_from_text(text, count, 16, c.seed + 1000003, PromptSplit::evaluation);
+  return prompts_from_text(text, count, 16, c.seed + 1000003, PromptSplit::evaluation, cut);
 }
 
 // Stage 0: the run directory, locked for this run (run_lock.h) before anything in it is
@@ -153,6 +171,17 @@ void lock_run_directory(RunState& s) {
   }
 }
 
+// Before any stage: what the config allows but the user probably did not mean.
+void warn_about_config(const TrainConfig& c) {
+  if (c.eval.block_size > 0 && c.eval.block_size != c.drafter.block_size) {
+    warn("eval.block_size " + std::to_string(c.eval.block_size) + " differs from drafter.block_size " +
+         std::to_string(c.drafter.block_size) + ": the drafter is trained on blocks of " +
+         std::to_string(c.drafter.block_size) + " and evaluated on blocks of " + std::to_string(c.eval.block_size) +
+         (c.eval.block_size > c.drafter.block_size ? " (the slots beyond were never trained)" : "") +
+         "; set eval.block_size to 0 to evaluate at the trained size");
+  }
+}
+
 // Stage 1: the corpus text, its byte tokens and the content fingerprint. Reads only.
 void read_corpus(RunState& s) {
   const TrainConfig& config = s.config;
@@ -163,30 +192,56 @@ void read_corpus(RunState& s) {
   s.data_fingerprint = data_fingerprint(config, s.text).dump();
   say(config, "corpus: " + std::to_string(s.tokens.size()) + " byte tokens (" +
                   (config.corpus.path.empty() ? std::string("generated") : config.corpus.path) + ")");
+  // The prompts of the later stages, taken now: a corpus they cannot come from fails
+  // before the target is trained, and prompts that had to be cut are named up front.
+  int64_t cut = 0;
+  s.train_prompts = train_prompts(config, s.text, config.data.num_sequences, &cut);
+  s.eval_prompts = eval_prompts(config, s.text, config.eval.prompts + config.eval.accuracy_sequences, &cut);
+  s.accuracy_prompts.assign(s.eval_prompts.begin() + config.eval.prompts, s.eval_prompts.end());
+  s.eval_prompts.resize(static_cast<size_t>(config.eval.prompts));
+  if (cut > 0) {
+    warn("corpus: " + std::to_string(cut) + " of " +
+         std::to_string(config.data.num_sequences + config.eval.prompts + config.eval.accuracy_sequences) +
+         " prompts (the text before a line's first \": \") were longer than " + std::to_string(kMaxPromptBytes) +
+         " bytes and were cut to their last " + std::to_string(kMaxPromptBytes) + " bytes");
+  }
 }
 
-// Stage 2: the resume decision, from the newest drafter checkpoint's header alone: a run
-// with another config or other data is refused here, before any stage writes, so the
-// refusal's "the run directory is unchanged" is true.
-void check_resume(RunState& s) { s.resume_from = checked_resume_checkpoint(s.config, s.data_fingerprint); }
+// Stage 2: the resume decision, from the newest drafter checkpoint's header, then its
+// tensors (shapes and finiteness): a run with another config or other data, or a damaged
+// or mismatched checkpoint, is refused here, before any stage writes, so the refusal's
+// "the run directory is unchanged" is true.
+void check_resume(RunState& s) {
+  s.resume_from = checked_resume_checkpoint(s.config, s.data_fingerprint);
+  if (!s.resume_from.empty()) check_resume_tensors(s.config, s.resume_from);
+}
 
-// Stage 3: the run directory made ready: the metrics log, this run's config.json, the
-// trace folder probed, and the previous run's results invalidated (a run that fails must
-// not leave an old summary.json beside the new config.json).
+// A folder a later stage writes into, made and probed now (a file is created in it and
+// removed): a folder that cannot be made or written fails before the minutes of training,
+// with the system's reason, not after them.
+void probe_output_dir(const std::string& dir, const std::string& what, const std::string& advice) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  CG_CHECK(!ec && std::filesystem::is_directory(dir), what, ": cannot create the directory ", dir, ": ",
+           ec ? ec.message() : std::string("a file is in the way"), "; ", advice);
+  check_writable_dir(dir, what);
+}
+
+// Stage 3: the run directory made ready: the folders the later stages write into probed
+// (target/, drafter/, the trace folder), the metrics log, this run's config.json, and the
+// previous run's results invalidated (a run that fails must not leave an old summary.json
+// beside the new config.json).
 void prepare_run_directory(RunState& s) {
   const TrainConfig& config = s.config;
   if (config.threads > 0) set_num_threads(static_cast<int>(config.threads));
-  s.log = MetricsLog(config.run_dir + "/metrics.jsonl");
+  const std::string fix = "make it a writable folder, or give another run_dir";
   if (config.memory.enabled && !config.memory.trace_dir.empty()) {
-    // Made now, not at the memory stage: a path that cannot be a directory (a file called
-    // "traces" in run_dir) fails before the minutes of training, not after them.
-    const std::string dir = config.run_dir + "/" + config.memory.trace_dir;
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    CG_CHECK(!ec && std::filesystem::is_directory(dir), "memory.trace_dir: cannot create the directory ", dir, ": ",
-             ec ? ec.message() : std::string("a file is in the way"), "; give another trace_dir or \"\" for no traces");
-    check_writable_dir(dir, "memory.trace_dir");
+    probe_output_dir(config.run_dir + "/" + config.memory.trace_dir, "memory.trace_dir",
+                     "give another trace_dir or \"\" for no traces");
   }
+  if (config.target.checkpoint.empty()) probe_output_dir(config.run_dir + "/target", "the target cache", fix);
+  probe_output_dir(config.run_dir + "/drafter", "the drafter checkpoints", fix);
+  s.log = MetricsLog(config.run_dir + "/metrics.jsonl");
   std::error_code ec;
   std::filesystem::remove(config.run_dir + "/summary.json", ec);
   CG_CHECK(!ec, "cannot remove the previous run's ", config.run_dir, "/summary.json: ", ec.message());
@@ -232,15 +287,18 @@ void obtain_target_model(RunState& s) {
   }
   if (s.target.source == "trained") target_bar.finish();
   say(config, "target: " + s.target.source + " (" + std::to_string(s.target.lm->num_parameters()) +
-                  " parameters, " + std::to_string(s.target.seconds) + " s)");
+                  " parameters, " + seconds_text(s.target.seconds) + ")");
 }
 
 // Stage 5: the drafter's training data, the target's own continuations, and the drafter.
 void make_drafter_data(RunState& s) {
   const TrainConfig& config = s.config;
   const auto t0 = std::chrono::steady_clock::now();
-  s.train_seqs = make_drafter_sequences(s.lm(), train_prompts(config, s.text, config.data.num_sequences),
-                                        config.data.max_new_tokens);
+  // Said before the work: the stage has no bar, and a long one looked like a hang.
+  say(config, "drafter data: the target continues " + std::to_string(s.train_prompts.size()) +
+                  " prompts by up to " + std::to_string(config.data.max_new_tokens) +
+                  " tokens each, then its features are computed");
+  s.train_seqs = make_drafter_sequences(s.lm(), s.train_prompts, config.data.max_new_tokens);
   s.drafter = make_drafter(s.lm(), config.drafter, ByteTokenizer::kMask, config.seed + 23);
   const bool teacher = config.drafter.loss.kind != "ce";
   s.data = DrafterTrainData{&s.train_seqs,
@@ -248,7 +306,7 @@ void make_drafter_data(RunState& s) {
                             s.data_fingerprint};
   s.data_seconds = seconds_since(t0);
   say(config, "drafter data: " + std::to_string(s.train_seqs.size()) + " target generations, " +
-                  std::to_string(s.data_seconds) + " s");
+                  seconds_text(s.data_seconds));
 }
 
 // Stage 6: drafter training, resumed from the checkpoint check_resume chose.
@@ -281,10 +339,9 @@ void evaluate_drafter(RunState& s) {
   const TrainConfig& config = s.config;
   const auto t0 = std::chrono::steady_clock::now();
   s.eval_block = config.eval.block_size > 0 ? config.eval.block_size : config.drafter.block_size;
-  s.eval_prompts = eval_prompts(config, s.text, config.eval.prompts);
-  std::vector<std::string> acc_prompts = eval_prompts(config, s.text, config.eval.prompts + config.eval.accuracy_sequences);
-  acc_prompts.erase(acc_prompts.begin(), acc_prompts.begin() + config.eval.prompts);
-  const std::vector<DrafterSequence> held = make_drafter_sequences(s.lm(), acc_prompts, config.data.max_new_tokens);
+  say(config, "evaluation: per-slot accuracy on " + std::to_string(s.accuracy_prompts.size()) +
+                  " held-out target generations");
+  const std::vector<DrafterSequence> held = make_drafter_sequences(s.lm(), s.accuracy_prompts, config.data.max_new_tokens);
   const TargetFeatures held_features = compute_target_features(s.lm(), held, s.target_layers(), false, ByteTokenizer::kPad);
   s.slots = slot_metrics(*s.drafter, held, held_features, config.drafter);
   DFlashBlockDrafter block_drafter(*s.drafter);
@@ -306,6 +363,7 @@ void evaluate_drafter(RunState& s) {
                                  .repeats = config.eval.timing_repeats, .throw_on_mismatch = false});
   set_num_threads(training_threads);
   s.eval_seconds = seconds_since(t0);
+  say(config, "evaluation: " + seconds_text(s.eval_seconds));
 }
 
 // Stage 8: the memory story, one drafter step per head-loss path at two shapes.
@@ -333,7 +391,7 @@ void measure_memory(RunState& s) {
     say(config, "memory: one drafter step per head-loss path at the " + shape.name + " config");
     s.memory.push_back(measure_drafter_step_memory(shape, trace_dir, config.seed + 31, s.device));
   }
-  say(config, "memory: " + std::to_string(seconds_since(t0)) + " s");
+  say(config, "memory: " + seconds_text(seconds_since(t0)));
 }
 
 // Stage 9: the summary, returned and written to run_dir/summary.json.
@@ -345,6 +403,7 @@ nlohmann::json write_summary(RunState& s) {
   summary["speedup"] = spec.speedup;
   summary["lossless"] = spec.lossless;
   summary["eval_block_size"] = s.eval_block;
+  summary["drafter_block_size"] = config.drafter.block_size;
   summary["identical"] = spec.identical;
   summary["tie_divergences"] = spec.tie_divergences;
   summary["mismatch"] = spec.mismatch;
@@ -403,6 +462,7 @@ nlohmann::json run_pipeline(const TrainConfig& config) {
   RunState s(config, config.compute_device());
   check_memory_chunk(config, s.device);  // a chunk budget too small for the large config fails now
   StopSignals signals;  // SIGINT/SIGTERM: finish the step, save, stop (stop_signal.h)
+  warn_about_config(config);
   lock_run_directory(s);
   read_corpus(s);
   check_resume(s);
@@ -436,9 +496,12 @@ std::string lossless_text(const nlohmann::json& s) {
 std::string summary_text(const nlohmann::json& s) {
   std::ostringstream o;
   char line[256];
-  std::snprintf(line, sizeof line, "speculative decoding (block %lld): tau %.2f tokens per target step, speedup %.2fx over target-only greedy (",
-                static_cast<long long>(s["eval_block_size"].get<int64_t>()), s["tau"].get<double>(),
-                s["speedup"].get<double>());
+  const int64_t block = s["eval_block_size"].get<int64_t>();
+  const int64_t trained = s.value("drafter_block_size", block);
+  std::string block_text = "block " + std::to_string(block);
+  if (trained != block) block_text += ", trained on blocks of " + std::to_string(trained);
+  std::snprintf(line, sizeof line, "speculative decoding (%s): tau %.2f tokens per target step, speedup %.2fx over target-only greedy (",
+                block_text.c_str(), s["tau"].get<double>(), s["speedup"].get<double>());
   o << line << lossless_text(s) << ")\n";
   std::snprintf(line, sizeof line,
                 "  target-only %.1f tok/s, speculative %.1f tok/s; a free, always-right drafter would give %.2fx\n",
@@ -451,9 +514,23 @@ std::string summary_text(const nlohmann::json& s) {
     std::snprintf(line, sizeof line, " %.3f", acc[k]);
     o << line;
   }
-  std::snprintf(line, sizeof line, "\nexpected acceptance length %.2f (measured per block %.2f)\n",
+  // Note [Three acceptance numbers]: tau, the expected and the measured acceptance length
+  // are three measurements, not one printed three ways. The last two come from held-out
+  // blocks of the target's own text, each anchored at a true position (teacher-forced):
+  // "expected" combines the per-slot accuracies as if misses were independent, "measured"
+  // averages each block's 1 + correct prefix (usually higher: misses cluster; blocks cut
+  // short by the end of a sequence pull it down). tau is
+  // what speculative decoding achieved on the held-out prompts, where each block starts
+  // where the last one stopped and the eval block size is used.
+  char acceptance[512];
+  std::snprintf(acceptance, sizeof acceptance,
+                "\nexpected acceptance length %.2f (1 + the sum over k of the product of the slot 1..k accuracies: "
+                "as if misses were independent); measured per block %.2f (1 + each block's correct prefix, "
+                "averaged: usually higher, as misses cluster; blocks cut by a sequence's end lower it)\n",
                 s["expected_acceptance_length"].get<double>(), s["measured_acceptance_length"].get<double>());
-  o << line;
+  o << acceptance;
+  o << "  (both on held-out blocks of drafter.block_size anchored at true positions; tau above is what decoding "
+       "achieved, each block starting where the last one stopped)\n";
   const nlohmann::json& steps = s["drafter_steps"];
   if (steps["trained"].get<int64_t>() > 0) {
     std::snprintf(line, sizeof line, "drafter training: %lld steps, %.0f label tokens/s; total %.1f s\n",
@@ -465,7 +542,15 @@ std::string summary_text(const nlohmann::json& s) {
   }
   o << line;
   if (s.contains("device") && s["device"] != kCPU.str()) o << "device: " << s["device"].get<std::string>() << "\n";
-  o << "memory of one drafter training step (caching allocator):\n" << s["memory_table"].get<std::string>();
+  if (s.contains("memory") && s["memory"].is_array() && s["memory"].empty()) {
+    o << "memory of one drafter training step: not measured (memory.enabled is false)\n";
+  } else {
+    o << "memory of one drafter training step (caching allocator):\n" << s["memory_table"].get<std::string>();
+    // The traces' reports (chunkgrad trace) name a "largest autograd holder" that counts
+    // otherwise; say how this one counts so that the two are not read as a contradiction.
+    o << "  (largest graph node: a node name's saved tensors once the forward is done, all its instances together; "
+         "chunkgrad trace's \"largest autograd holder\" counts the allocator blocks live at the step's peak)\n";
+  }
   // The traces' HTML reports (timelines by category, the holders at the peak), when traced.
   if (s.contains("memory") && s["memory"].is_array()) {
     for (const auto& m : s["memory"]) {

@@ -1,7 +1,10 @@
 // Why this file exists: the progress bar and metrics log (progress.h).
 #include "train/progress.h"
 
+#include <atomic>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
@@ -10,6 +13,10 @@
 namespace cg::train {
 
 namespace {
+// Whether a bar's line is open on stderr (drawn, not yet ended); the bars run on one
+// thread, the flag is atomic for the error path that may read it from another.
+std::atomic<bool> g_line_open{false};
+
 std::string clock_str(double seconds) {
   const int64_t s = static_cast<int64_t>(seconds + 0.5);
   char buf[32];
@@ -35,29 +42,52 @@ void ProgressBar::update(int64_t step, double loss, int64_t tokens) {
   tokens_ += tokens;
   if (!enabled_) return;
   const auto now = std::chrono::steady_clock::now();
+  if (rate_from_ < 0) {
+    rate_from_ = step;
+    rate_start_ = now;
+  }
   if (step != total_ && now - last_draw_ < std::chrono::milliseconds(200)) return;
   last_draw_ = now;
-  const int64_t done = step - first_;
-  const double elapsed = seconds();
-  const double eta = done > 0 ? elapsed / static_cast<double>(done) * static_cast<double>(total_ - step) : 0.0;
+  const int64_t done = step - rate_from_;
+  const double elapsed = std::chrono::duration<double>(now - rate_start_).count();
+  const std::string eta = done > 0 && elapsed > 0
+                              ? clock_str(elapsed / static_cast<double>(done) * static_cast<double>(total_ - step))
+                              : (step == total_ ? clock_str(0) : std::string("--:--"));
   constexpr int kWidth = 24;
   const int filled = total_ > 0 ? static_cast<int>(kWidth * step / total_) : kWidth;
   std::string bar(static_cast<size_t>(filled), '#');
   bar.resize(kWidth, '.');
   std::fprintf(stderr, "\r%-8s [%s] %lld/%lld loss %.4f  %.0f tok/s  ETA %s ", phase_.c_str(), bar.c_str(),
                static_cast<long long>(step), static_cast<long long>(total_), loss, tokens_per_second(),
-               clock_str(eta).c_str());
+               eta.c_str());
   std::fflush(stderr);
+  g_line_open = true;
+  drawn_ = true;
 }
 
 void ProgressBar::finish() {
-  if (!enabled_) return;
+  if (!enabled_ || !drawn_) return;  // nothing drawn (a resume with nothing to train): no stray " 0:00" line
+  drawn_ = false;
   std::fprintf(stderr, " %s\n", clock_str(seconds()).c_str());
   std::fflush(stderr);
+  g_line_open = false;
 }
 
-MetricsLog::MetricsLog(const std::string& path) : path_(path), out_(path, std::ios::app) {
-  CG_CHECK(out_.good(), "metrics log '", path, "' cannot be opened for writing");
+void end_open_progress_line() {
+  if (g_line_open.exchange(false)) {
+    std::fputc('\n', stderr);
+    std::fflush(stderr);
+  }
+}
+
+namespace {
+std::string system_reason() { return errno ? std::string(std::strerror(errno)) : std::string("unknown reason"); }
+}  // namespace
+
+MetricsLog::MetricsLog(const std::string& path) : path_(path) {
+  errno = 0;
+  out_.open(path, std::ios::app);
+  CG_CHECK(out_.good(), "metrics log '", path, "' cannot be opened for writing: ", system_reason());
 }
 
 void MetricsLog::write(const nlohmann::json& record) {
@@ -89,8 +119,9 @@ void MetricsLog::drop_after(const std::string& phase, int64_t step) {
     }
   }
   write_file_atomically(path_, kept, "the metrics log");
+  errno = 0;
   out_.open(path_, std::ios::app);
-  CG_CHECK(out_.good(), "metrics log '", path_, "' cannot be opened for writing");
+  CG_CHECK(out_.good(), "metrics log '", path_, "' cannot be opened for writing: ", system_reason());
 }
 
 }  // namespace cg::train

@@ -27,7 +27,19 @@ class ProgressBar {
   bool enabled_;
   std::chrono::steady_clock::time_point start_, last_draw_{};
   int64_t tokens_ = 0;
+  // The ETA's clock starts at the first update, not at the bar's start: the first steps
+  // carry one-time costs (warm-up, a batch of queued steps read at once) and made the ETA
+  // at step 1 ten times too long (30:31 for a three-minute stage).
+  std::chrono::steady_clock::time_point rate_start_{};
+  int64_t rate_from_ = -1;  // the step of the first update (-1: none yet)
+  bool drawn_ = false;      // a line was drawn: finish() ends it (and prints nothing otherwise)
 };
+
+// Ends the progress line when a bar left one open (it redraws in place and ends its line
+// in finish(); a stage that fails never gets there), so that the next line -- the
+// program's one error line -- starts at the left margin instead of after "ETA 0:03".
+// Does nothing when no line is open.
+void end_open_progress_line();
 
 // Appends JSON lines to `path` (created when missing); throws naming the path when it cannot.
 class MetricsLog {

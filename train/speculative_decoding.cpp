@@ -29,6 +29,11 @@ void check_options(int64_t block_size, int64_t max_new_tokens, const char* what)
   CG_CHECK(block_size >= 2, what, ": block_size must be >= 2 (the anchor plus at least one "
            "drafted token), got ", block_size);
   CG_CHECK(max_new_tokens >= 0, what, ": max_new_tokens must be >= 0, got ", max_new_tokens);
+  // Far beyond any real use, and low enough that prompt + max_new_tokens + block_size
+  // cannot overflow (INT64_MAX once gave a cache of -9223372036854775727 positions).
+  constexpr int64_t kLimit = int64_t{1} << 30;
+  CG_CHECK(block_size <= kLimit && max_new_tokens <= kLimit, what, ": block_size and max_new_tokens must be at most ",
+           kLimit, ", got ", block_size, " and ", max_new_tokens);
 }
 
 // The drafter's guesses, checked: block_size - 1 tokens, each a token id of the target.

@@ -35,6 +35,20 @@ nn::Qwen3Config target_model_config(const TargetConfig& t, int64_t vocab_size) {
   return c;
 }
 
+nn::Qwen3Config target_architecture(const TargetConfig& t) {
+  if (t.hf_config.empty()) return target_model_config(t, ByteTokenizer::kVocabSize);
+  nn::Qwen3Config mc;
+  try {  // Qwen3Config's messages say "config.json"; name the file the user gave
+    mc = nn::Qwen3Config::from_hf_file(t.hf_config);
+  } catch (const Error& e) {
+    CG_FAIL("target.hf_config '", t.hf_config, "': ", e.message());
+  }
+  CG_CHECK(mc.vocab_size >= ByteTokenizer::kVocabSize, "target.hf_config '", t.hf_config, "': vocab_size ",
+           mc.vocab_size, " is smaller than the byte tokenizer's ", ByteTokenizer::kVocabSize,
+           " ids (train/tokenizer.h): the target must read byte-level tokens");
+  return mc;
+}
+
 namespace {
 
 constexpr const char* kInterruptedFormat = "chunkgrad-target-interrupted-1";
@@ -150,17 +164,7 @@ TargetResult obtain_target(const TrainConfig& config, const std::vector<int64_t>
   const auto t0 = std::chrono::steady_clock::now();
   TargetResult r;
   const TargetConfig& t = config.target;
-  nn::Qwen3Config mc = target_model_config(t, ByteTokenizer::kVocabSize);
-  if (!t.hf_config.empty()) {
-    try {  // Qwen3Config's messages say "config.json"; name the file the user gave
-      mc = nn::Qwen3Config::from_hf_file(t.hf_config);
-    } catch (const Error& e) {
-      CG_FAIL("target.hf_config '", t.hf_config, "': ", e.message());
-    }
-    CG_CHECK(mc.vocab_size >= ByteTokenizer::kVocabSize, "target.hf_config '", t.hf_config, "': vocab_size ",
-             mc.vocab_size, " is smaller than the byte tokenizer's ", ByteTokenizer::kVocabSize,
-             " ids (train/tokenizer.h): the target must read byte-level tokens");
-  }
+  const nn::Qwen3Config mc = target_architecture(t);
   Generator init_gen(config.seed);
   r.lm = std::make_unique<nn::Qwen3ForCausalLM>(mc, nn::InitOptions{.generator = &init_gen});
   r.lm->to(config.compute_device());  // made on the host (same initial values everywhere), then moved

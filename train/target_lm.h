@@ -21,6 +21,9 @@ namespace cg::train {
 
 // The architecture the config asks for (vocabulary: the byte tokenizer's).
 nn::Qwen3Config target_model_config(const TargetConfig& t, int64_t vocab_size);
+// The target's architecture for this run: target.hf_config's when given (checked to read
+// byte tokens), else target_model_config's. Reads only that file: callable before any stage.
+nn::Qwen3Config target_architecture(const TargetConfig& t);
 
 // Called after each step: step (1-based), total, loss, tokens this step.
 using StepCallback = std::function<void(int64_t step, int64_t total, double loss, int64_t tokens)>;

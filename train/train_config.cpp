@@ -180,6 +180,9 @@ void visit_fields(V& v, TrainConfig& c) {
   });
 }
 
+// The longest block, for training and for evaluation (docs/train_config.md).
+constexpr int64_t kMaxBlockSize = 4096;
+
 // A bound or value as people write it: 1048576 and 1000000000, not 1.04858e+06 and 1e+09.
 std::string number(double v) {
   char buf[64];
@@ -235,7 +238,7 @@ void TrainConfig::validate() const {
   const DrafterConfig& d = drafter;
   CG_CHECK(d.block_size >= 2, "train config: drafter.block_size: must be >= 2 (the anchor and at "
            "least one predicted token), got ", d.block_size);
-  in_range("drafter.block_size", static_cast<double>(d.block_size), 2, 4096);
+  in_range("drafter.block_size", static_cast<double>(d.block_size), 2, kMaxBlockSize);
   in_range("drafter.num_layers", static_cast<double>(d.num_layers), 1, 1024);
   in_range("drafter.intermediate_size", static_cast<double>(d.intermediate_size), 1, 1 << 20);
   in_range("drafter.num_target_features", static_cast<double>(d.num_target_features), 1, 1024);
@@ -278,14 +281,22 @@ void TrainConfig::validate() const {
            d.dtype, "'");
   in_range("drafter.checkpoint_every", static_cast<double>(d.checkpoint_every), 0, 1e9);
   check_optim("drafter.optim.", d.optim);
+  std::set<int64_t> listed;
   for (int64_t id : d.target_layers) {
     CG_CHECK(id >= 0 && id < t.num_layers, "train config: drafter.target_layers: layer ", id,
              " is not a target layer (0..", t.num_layers - 1, ")");
+    // A layer twice would feed the drafter the same features twice under two slots.
+    CG_CHECK(listed.insert(id).second, "train config: drafter.target_layers: layer ", id,
+             " is listed twice; list each layer once");
   }
   in_range("eval.prompts", static_cast<double>(eval.prompts), 1, 1e6);
   in_range("eval.max_new_tokens", static_cast<double>(eval.max_new_tokens), 1, 1 << 20);
-  CG_CHECK(eval.block_size == 0 || eval.block_size >= 2, "train config: eval.block_size: must be 0 "
-           "(drafter.block_size) or >= 2, got ", eval.block_size);
+  // The same cap as drafter.block_size's: a block is one verify step of the target, and
+  // a block far beyond what the drafter was trained on only measures out-of-range slots
+  // (INT64_MAX once overflowed the cache size; 1e8 ran out of memory after training).
+  CG_CHECK(eval.block_size == 0 || (eval.block_size >= 2 && eval.block_size <= kMaxBlockSize),
+           "train config: eval.block_size: must be 0 (drafter.block_size) or from 2 to ", kMaxBlockSize, ", got ",
+           eval.block_size);
   in_range("eval.accuracy_sequences", static_cast<double>(eval.accuracy_sequences), 1, 1e6);
   in_range("eval.timing_repeats", static_cast<double>(eval.timing_repeats), 1, 100);
   in_range("eval.threads", static_cast<double>(eval.threads), 0, 1024);
@@ -294,9 +305,11 @@ void TrainConfig::validate() const {
   in_range("memory.large_anchors", static_cast<double>(memory.large_anchors), 1, 1 << 16);
   in_range("memory.large_block_size", static_cast<double>(memory.large_block_size), 2, 1024);
   in_range("memory.large_seq_len", static_cast<double>(memory.large_seq_len), 2, 1 << 20);
-  CG_CHECK(memory.trace_dir.empty() || (std::filesystem::path(memory.trace_dir).is_relative() &&
-                                        memory.trace_dir.find("..") == std::string::npos),
-           "train config: memory.trace_dir: must be a folder inside run_dir (relative, without ..), got '",
+  // Inside run_dir: relative, and no ".." component (a folder called "a..b" is fine).
+  bool inside = std::filesystem::path(memory.trace_dir).is_relative();
+  for (const auto& part : std::filesystem::path(memory.trace_dir)) inside = inside && part != "..";
+  CG_CHECK(memory.trace_dir.empty() || inside,
+           "train config: memory.trace_dir: must be a folder inside run_dir (relative, without a .. component), got '",
            memory.trace_dir, "'");
   CG_CHECK(memory.large_anchors < memory.large_seq_len, "train config: memory.large_anchors ",
            memory.large_anchors, " is beyond the sequence (memory.large_seq_len ", memory.large_seq_len, ")");

@@ -84,7 +84,7 @@ struct DataConfig {
 struct EvalConfig {
   int64_t prompts = 16;          // held-out prompts (another seed)
   int64_t max_new_tokens = 96;   // per prompt, both decoders
-  int64_t block_size = 8;        // speculative decoding block (0 = drafter.block_size)
+  int64_t block_size = 0;        // speculative decoding block (0 = drafter.block_size)
   int64_t accuracy_sequences = 32;  // sequences for per-slot accuracy (from held-out data)
   int64_t timing_repeats = 3;    // speculative evaluations; speedup from the fastest of each decoder
   int64_t threads = 1;           // CPU threads while decoding (both decoders); 0 = as training

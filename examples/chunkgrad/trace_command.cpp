@@ -131,8 +131,9 @@ void print_trace(const ReportTrace& t, const TraceFile& file, int top) {
   std::printf("  peak allocated %s at %.2f ms%s; reserved then %s: fragmentation (reserved - allocated) %s\n",
               format_bytes(a.peak.allocated).c_str(), static_cast<double>(a.peak.time_us - a.start_us) / 1000.0,
               a.peak_phase.empty() ? "" : (" (phase " + a.peak_phase + ")").c_str(),
-              format_bytes(a.peak.reserved).c_str(), format_bytes(a.fragmentation()).c_str());
-  print_groups("live at the peak, by the autograd node that saved them", a.by_holder, top);
+              format_bytes(a.peak.reserved).c_str(), a.fragmentation_text().c_str());
+  print_groups("live at the peak, by the autograd node that saved them (each block once, for the first)", a.by_holder,
+               top);
   print_groups("by category", a.by_category, top);
   print_groups("by scope", a.by_scope, top);
   std::printf("  largest blocks at the peak:\n");
@@ -162,7 +163,9 @@ void print_comparison(const std::vector<ReportTrace>& traces) {
   };
   row("peak allocated", [](const TraceAnalysis& a) { return format_bytes(a.peak.allocated); });
   row("reserved at the peak", [](const TraceAnalysis& a) { return format_bytes(a.peak.reserved); });
-  row("fragmentation at the peak", [](const TraceAnalysis& a) { return format_bytes(a.fragmentation()); });
+  row("fragmentation at the peak", [](const TraceAnalysis& a) {
+    return a.fragmentation() >= 0 ? format_bytes(a.fragmentation()) : format_bytes(a.fragmentation()) + " (!)";
+  });
   row("phase of the peak", [](const TraceAnalysis& a) { return a.peak_phase.empty() ? std::string("-") : a.peak_phase; });
   row("largest autograd holder", [](const TraceAnalysis& a) {
     const MemoryGroup* h = a.top_saved_holder();
@@ -178,6 +181,7 @@ void print_comparison(const std::vector<ReportTrace>& traces) {
     std::snprintf(buf, sizeof buf, "%.2fx", base > 0 ? static_cast<double>(a.peak.allocated) / base : 0.0);
     return std::string(buf);
   });
+  std::printf("  (%s)\n", kHolderCounting);
 }
 
 std::string device_list(const TraceFile& file) {

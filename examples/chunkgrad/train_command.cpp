@@ -31,9 +31,13 @@ struct TrainOptions {
 void add_train_command(CLI::App& app, CommandBody& run) {
   static TrainOptions o;
   CLI::App* sub = app.add_subcommand("train", "train a target LM and a DFlash drafter for it");
+  // Both checked as given, as --device: `--config ""` was read as "not given" (the toy
+  // defaults) and `--run-dir ""` as "the config's run_dir".
   sub->add_option("--config", o.config,
-                  "JSON config (docs/train_config.md); without it the toy defaults (configs/toy.json)");
-  sub->add_option("--run-dir", o.run_dir, "run directory (overrides the config's run_dir)");
+                  "JSON config (docs/train_config.md); without it the toy defaults (configs/toy.json)")
+      ->check(program::not_empty());
+  sub->add_option("--run-dir", o.run_dir, "run directory (overrides the config's run_dir)")
+      ->check(program::not_empty());
   // Checked as given: `--device ""` is an error, not "the config's device" (o.device
   // stays empty only when --device is not given at all).
   sub->add_option("--device", o.device, cg::device_names_help() + " (overrides the config's device)")

@@ -22,6 +22,7 @@
 #include "core/caching_allocator.h"
 #include "core/error.h"
 #include "ops/threads.h"
+#include "train/progress.h"
 #include "train/stop_signal.h"
 
 namespace cg::program {
@@ -36,6 +37,7 @@ std::string number_str(double v) {
 }
 
 void print_error_line(const std::string& program, const std::string& message) {
+  cg::train::end_open_progress_line();  // not glued to a progress bar's line
   std::string line = message;
   for (char& c : line) {
     if (c == '\n' || c == '\r') c = ' ';
@@ -55,6 +57,22 @@ Program::Program(std::string name, std::string description)
   app_.option_defaults()->always_capture_default();
 }
 
+// CLI11 lists the arguments it did not expect last one first ("--cc --bb --aa"); they are
+// named here in the order they were given.
+std::string Program::unexpected_arguments(int argc, char** argv) const {
+  std::multiset<std::string> extra;
+  for (const std::string& a : app_.remaining(/*recurse=*/true)) extra.insert(a);
+  std::string names;
+  for (int i = 1; i < argc; ++i) {
+    const auto it = extra.find(argv[i]);
+    if (it == extra.end()) continue;
+    names += std::string(names.empty() ? "" : " ") + argv[i];
+    extra.erase(it);
+  }
+  for (const std::string& a : extra) names += " " + a;  // not found verbatim (a split "--x=1")
+  return "The following arguments were not expected: " + names;
+}
+
 std::string Program::error_name() const {
   if (name_ != "chunkgrad") return name_;
   const auto chosen = app_.get_subcommands();
@@ -66,7 +84,9 @@ int Program::run(int argc, char** argv, const std::function<void()>& body) {
     app_.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app_.exit(e);  // --help
-    print_error_line(error_name(), std::string(e.what()) + " (run with --help to see the options)");
+    std::string message = e.what();
+    if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) message = unexpected_arguments(argc, argv);
+    print_error_line(error_name(), message + " (run with --help to see the options)");
     return kExitError;
   }
   try {
@@ -81,6 +101,7 @@ int Program::run(int argc, char** argv, const std::function<void()>& body) {
              "writing the results to standard output failed (disk full, or a closed pipe?)");
     return 0;
   } catch (const cg::train::Interrupted& e) {  // a stop signal: saved, resumable (train/stop_signal.h)
+    cg::train::end_open_progress_line();
     std::fprintf(stderr, "chunkgrad %s: %s\n", error_name().c_str(), e.what());
     std::fflush(stderr);
     return cg::train::kExitInterrupted;
@@ -164,6 +185,12 @@ CLI::Validator subset_of(const std::vector<std::string>& allowed) {
         return std::string();
       },
       "subset of " + names);
+}
+
+CLI::Validator not_empty() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string { return text.empty() ? std::string("must not be empty") : std::string(); },
+      "not empty");
 }
 
 CLI::Validator device_name() {

@@ -51,6 +51,8 @@ class Program {
  private:
   // The name in error lines: the program's, or the chosen subcommand's for `chunkgrad`.
   std::string error_name() const;
+  // "The following arguments were not expected: ...", in the order they were given.
+  std::string unexpected_arguments(int argc, char** argv) const;
 
   std::string name_;
   CLI::App app_;
@@ -65,6 +67,8 @@ CLI::Validator number_in(double lo, double hi, bool lo_open = false);
 CLI::Validator one_of(const std::vector<std::string>& allowed);
 // One of the comma-separated names in `allowed`, each at most once ("naive,fused").
 CLI::Validator subset_of(const std::vector<std::string>& allowed);
+// Any text but the empty one: an option given as "" is an error, not "not given".
+CLI::Validator not_empty();
 // A device name of the table in core/device.h (parsed only: cg::resolve_device, called
 // before the work, also checks it is built in and present). An empty value is refused
 // too, not read as "not given".
