@@ -14,7 +14,8 @@ namespace cg {
 std::shared_ptr<Node> grad_accumulator(const Tensor& leaf) {
   TensorImpl* impl = leaf.impl();
   CG_CHECK(impl != nullptr, "grad_accumulator: undefined tensor");
-  CG_CHECK(impl->grad_fn == nullptr, "grad_accumulator: only leaves have one; this tensor was made by ",
+  CG_CHECK(impl->grad_fn == nullptr,
+           "grad_accumulator: only leaves have one; this tensor was made by ",
            impl->grad_fn->name());
   if (auto existing = impl->grad_accumulator.lock()) return existing;
   auto node = std::make_shared<AccumulateGrad>(leaf.impl_ptr());
@@ -32,7 +33,9 @@ Edge gradient_edge(const Tensor& t) {
 namespace {
 
 struct ReadyLess {  // priority_queue pops the largest: the highest sequence number
-  bool operator()(const Node* a, const Node* b) const { return a->sequence_nr() < b->sequence_nr(); }
+  bool operator()(const Node* a, const Node* b) const {
+    return a->sequence_nr() < b->sequence_nr();
+  }
 };
 
 // Checks a gradient an op's backward returned against what its input looked like.
@@ -68,8 +71,10 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
              " of tensors does not require grad and does not have a grad_fn");
     Tensor grad = grad_roots[i];
     if (!grad.defined()) {
-      CG_CHECK(root.numel() == 1, "grad can be implicitly created only for scalar outputs; pass a "
-               "gradient of shape ", shape_str(root.shape()), " to backward()");
+      CG_CHECK(root.numel() == 1,
+               "grad can be implicitly created only for scalar outputs; pass a "
+               "gradient of shape ",
+               shape_str(root.shape()), " to backward()");
       grad = raw::empty(root.shape(), root.dtype(), root.device());
       raw::fill_(grad, 1.0);
     } else {
@@ -77,9 +82,11 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
                shape_str(grad.shape()), " but the tensor has shape ", shape_str(root.shape()),
                "; pass a gradient of the tensor's shape");
       CG_CHECK(grad.dtype() == root.dtype(), "backward: the gradient is ", dtype_name(grad.dtype()),
-               " but the tensor is ", dtype_name(root.dtype()), "; convert it with cg::to(grad, dtype)");
+               " but the tensor is ", dtype_name(root.dtype()),
+               "; convert it with cg::to(grad, dtype)");
       CG_CHECK(grad.device() == root.device(), "backward: the gradient is on ", grad.device().str(),
-               " but the tensor is on ", root.device().str(), "; move it with cg::to(grad, device)");
+               " but the tensor is on ", root.device().str(),
+               "; move it with cg::to(grad, device)");
     }
     root_edges.push_back(std::move(edge));
     root_grads.push_back(std::move(grad));
@@ -91,7 +98,10 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
     std::vector<Node*> stack;
     std::unordered_map<Node*, bool> seen;
     for (const Edge& e : root_edges) {
-      if (!seen[e.fn.get()]) { seen[e.fn.get()] = true; stack.push_back(e.fn.get()); }
+      if (!seen[e.fn.get()]) {
+        seen[e.fn.get()] = true;
+        stack.push_back(e.fn.get());
+      }
     }
     while (!stack.empty()) {
       Node* node = stack.back();
@@ -99,7 +109,10 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
       for (const Edge& next : node->next_edges) {
         if (!next.valid()) continue;
         dependencies[next.fn.get()] += 1;
-        if (!seen[next.fn.get()]) { seen[next.fn.get()] = true; stack.push_back(next.fn.get()); }
+        if (!seen[next.fn.get()]) {
+          seen[next.fn.get()] = true;
+          stack.push_back(next.fn.get());
+        }
       }
     }
   }

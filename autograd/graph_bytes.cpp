@@ -65,8 +65,8 @@ GraphMemory graph_retained_bytes(const Tensor& t, const std::vector<Tensor>& hel
 std::string GraphMemory::str() const {
   std::ostringstream out;
   out << "graph retains " << total_bytes << " B in saved tensors (" << rounded_bytes
-      << " B as allocator blocks) over " << node_count << " nodes; parameters saved: "
-      << parameter_bytes << " B (not counted)\n";
+      << " B as allocator blocks) over " << node_count
+      << " nodes; parameters saved: " << parameter_bytes << " B (not counted)\n";
   for (const auto& [name, bytes] : bytes_by_node) {
     auto count = nodes_by_name.find(name);
     out << "  " << name << " x" << (count == nodes_by_name.end() ? 0 : count->second) << ": "

@@ -31,9 +31,9 @@ struct GraphMemory {
   // total_bytes split by the name of the node that saved each storage (the earliest
   // created one, when several nodes saved the same storage).
   std::map<std::string, size_t> bytes_by_node;
-  size_t node_count = 0;                          // reachable nodes, AccumulateGrad included
-  std::map<std::string, size_t> nodes_by_name;    // how many of each
-  std::string str() const;                        // a readable multi-line table
+  size_t node_count = 0;                        // reachable nodes, AccumulateGrad included
+  std::map<std::string, size_t> nodes_by_name;  // how many of each
+  std::string str() const;                      // a readable multi-line table
 };
 
 // held_elsewhere: tensors the caller keeps alive anyway (a frozen lm_head, the model's

@@ -34,14 +34,15 @@ SavedTensor::SavedTensor(const Tensor& t) {
 const Tensor& SavedTensor::get(const std::string& node_name, size_t index) const {
   if (released_) CG_FAIL(node_name, ": ", kBackwardTwiceMessage);
   if (data_.defined() && data_.version() != version_) {
-    CG_FAIL("one of the variables needed for gradient computation has been modified by an "
-            "inplace operation: saved tensor ", index, " of ", node_name, " (",
-            shape_str(data_.shape()), " ", dtype_name(data_.dtype()), ") is at version ",
-            data_.version(), "; expected version ", version_,
-            " (its version when it was saved). Something wrote into it, or into a view of the "
-            "same memory, between the forward pass and backward (add_, copy_, fill_, an "
-            "optimizer step, loading weights, ...). Do that write after backward, or give the "
-            "forward pass a clone() of the tensor");
+    CG_FAIL(
+        "one of the variables needed for gradient computation has been modified by an "
+        "inplace operation: saved tensor ",
+        index, " of ", node_name, " (", shape_str(data_.shape()), " ", dtype_name(data_.dtype()),
+        ") is at version ", data_.version(), "; expected version ", version_,
+        " (its version when it was saved). Something wrote into it, or into a view of the "
+        "same memory, between the forward pass and backward (add_, copy_, fill_, an "
+        "optimizer step, loading weights, ...). Do that write after backward, or give the "
+        "forward pass a clone() of the tensor");
   }
   return data_;
 }
@@ -101,8 +102,8 @@ std::vector<Tensor> Node::apply(std::vector<Tensor>&& grad_outputs) {
     }
   }
   std::vector<Tensor> grads = backward(std::move(grad_outputs));
-  CG_CHECK(grads.size() == next_edges.size(), name(), " returned ", grads.size(),
-           " gradients for ", next_edges.size(), " inputs (a bug in the op's backward)");
+  CG_CHECK(grads.size() == next_edges.size(), name(), " returned ", grads.size(), " gradients for ",
+           next_edges.size(), " inputs (a bug in the op's backward)");
   return grads;
 }
 
@@ -111,9 +112,9 @@ size_t Node::save(const Tensor& t, const char* what) {
   const size_t index = saved_.size() - 1;
   if (MemoryTrace::enabled() && t.defined() && t.storage() && t.storage()->data()) {
     const StorageImpl& storage = *t.storage();
-    MemoryTrace::record_saved(storage.device(), reinterpret_cast<uint64_t>(storage.data()),
-                              storage.nbytes(),
-                              name() + ":" + (what ? std::string(what) : "saved" + std::to_string(index)));
+    MemoryTrace::record_saved(
+        storage.device(), reinterpret_cast<uint64_t>(storage.data()), storage.nbytes(),
+        name() + ":" + (what ? std::string(what) : "saved" + std::to_string(index)));
   }
   return index;
 }

@@ -88,9 +88,9 @@ class Node : public std::enable_shared_from_this<Node> {
   std::vector<Tensor> apply(std::vector<Tensor>&& grad_outputs);
 
   // ---- the graph ----
-  std::vector<Edge> next_edges;          // one per input of the forward op
-  std::vector<TensorMeta> input_meta;    // same order as next_edges
-  std::vector<TensorMeta> output_meta;   // one per output of the forward op
+  std::vector<Edge> next_edges;         // one per input of the forward op
+  std::vector<TensorMeta> input_meta;   // same order as next_edges
+  std::vector<TensorMeta> output_meta;  // one per output of the forward op
   uint32_t num_outputs() const { return static_cast<uint32_t>(output_meta.size()); }
   bool needs_input_grad(size_t i) const { return i < next_edges.size() && next_edges[i].valid(); }
   // Creation order; later nodes run first when several are ready (deterministic order).

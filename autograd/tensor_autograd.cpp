@@ -20,18 +20,19 @@ bool Tensor::requires_grad() const { return defined() && impl_->requires_grad; }
 
 Tensor& Tensor::requires_grad_(bool on) {
   TensorImpl& impl = checked_impl(*this, "requires_grad_");
-  CG_CHECK(impl.grad_fn == nullptr, "requires_grad_: only leaf tensors can change requires_grad, "
-           "but this tensor was made by ", impl.grad_fn->name(),
-           "; call .detach() first to get a leaf that shares its storage");
-  CG_CHECK(!on || is_floating(impl.dtype), "requires_grad_: only floating-point tensors (f32, f64, "
-           "bf16, f16) can require grad, but this tensor is ", dtype_name(impl.dtype));
+  CG_CHECK(impl.grad_fn == nullptr,
+           "requires_grad_: only leaf tensors can change requires_grad, "
+           "but this tensor was made by ",
+           impl.grad_fn->name(), "; call .detach() first to get a leaf that shares its storage");
+  CG_CHECK(!on || is_floating(impl.dtype),
+           "requires_grad_: only floating-point tensors (f32, f64, "
+           "bf16, f16) can require grad, but this tensor is ",
+           dtype_name(impl.dtype));
   impl.requires_grad = on;
   return *this;
 }
 
-Tensor Tensor::grad() const {
-  return checked_impl(*this, "grad").grad;
-}
+Tensor Tensor::grad() const { return checked_impl(*this, "grad").grad; }
 
 void Tensor::set_grad(const Tensor& grad) const {
   TensorImpl& impl = checked_impl(*this, "set_grad");

@@ -22,14 +22,14 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <cuda_runtime_api.h>
+#include <CLI/CLI.hpp>
 
 #include "core/factories.h"
 #include "cuda/compute_stream.h"
 #include "cuda/cuda_attention.h"
-#include "cuda/cuda_kernels.h"
 #include "cuda/cuda_check.h"
+#include "cuda/cuda_kernels.h"
 #include "cuda/cudnn_sdpa.h"
 #include "cuda/device_info.h"
 #include "cuda/event_timer.h"
@@ -68,19 +68,27 @@ cg::cuda::AttentionPath parse_path(const std::string& p) {
 // What a path runs as: the automatic choice with its reason, or cuDNN's engines.
 std::string path_note(const std::string& path, const cg::Tensor& q, const cg::Tensor& k,
                       const cg::Tensor& v, const cg::ResolvedAttentionMask& m, double scale) {
-  std::string note = path == "auto" ? "auto -> " + cg::cuda::cuda_attention_path(q, k, m, scale)
-                                    : path;
+  std::string note =
+      path == "auto" ? "auto -> " + cg::cuda::cuda_attention_path(q, k, m, scale) : path;
   if (path == "cudnn" || note == "auto -> cudnn") {
     cg::cuda::SdpaProblem p;
     p.dtype = q.dtype();
-    p.B = q.size(0); p.Hq = q.size(1); p.Hkv = k.size(1); p.Sq = q.size(2); p.Sk = k.size(2);
+    p.B = q.size(0);
+    p.Hq = q.size(1);
+    p.Hkv = k.size(1);
+    p.Sq = q.size(2);
+    p.Sk = k.size(2);
     p.hd = q.size(3);
     p.causal = m.kind == cg::AttentionMask::Kind::causal;
     // The bench's operands and outputs are contiguous: the keys the real calls use.
     auto op = [](const cg::Tensor& t) {
       return cg::cuda::SdpaOperand{t.data_ptr(), t.stride(0), t.stride(1), t.stride(2)};
     };
-    p.q = op(q); p.k = op(k); p.v = op(v); p.o = op(q); p.dout = op(q);
+    p.q = op(q);
+    p.k = op(k);
+    p.v = op(v);
+    p.o = op(q);
+    p.dout = op(q);
     note += " [cuDNN " + std::to_string(cg::cuda::cudnn_runtime_version()) + "; fwd " +
             cg::cuda::cudnn_sdpa_describe(0, p, false) + "; bwd " +
             cg::cuda::cudnn_sdpa_describe(0, p, true) + "]";
@@ -105,12 +113,13 @@ void bench_shape(const Options& o, const std::string& name, int64_t Sq, int64_t 
   cg::cuda::CudaKernels gpu(path);  // the CUDA table with this path forced
   const cg::AttentionForward f = gpu.attention_forward(q, k, v, m, scale);
 
-  std::printf("\n%s: B=%lld Hq=%lld Hkv=%lld Sq=%lld Sk=%lld hd=%lld %s, path %s, "
-              "%.1f%% of the [Sq, Sk] pairs visible, median of %d\n",
-              name.c_str(), (long long)o.batch, (long long)o.hq, (long long)o.hkv,
-              (long long)Sq, (long long)Sk, (long long)o.hd, o.dtype.c_str(),
-              path_note(path_name, q, k, v, m, scale).c_str(),
-              100.0 * pairs / (double(Sq) * double(Sk)), o.repeats);
+  std::printf(
+      "\n%s: B=%lld Hq=%lld Hkv=%lld Sq=%lld Sk=%lld hd=%lld %s, path %s, "
+      "%.1f%% of the [Sq, Sk] pairs visible, median of %d\n",
+      name.c_str(), (long long)o.batch, (long long)o.hq, (long long)o.hkv, (long long)Sq,
+      (long long)Sk, (long long)o.hd, o.dtype.c_str(),
+      path_note(path_name, q, k, v, m, scale).c_str(), 100.0 * pairs / (double(Sq) * double(Sk)),
+      o.repeats);
   std::printf("%-26s %10s %10s\n", "row", "ms", "TFLOP/s");
   const double fwd = time_ms(o.repeats, [&] { gpu.attention_forward(q, k, v, m, scale); });
   row(name + " fwd", fwd, fwd_flops);
@@ -159,7 +168,8 @@ int run_bench(int argc, char** argv) {
   Options o;
   CLI::App app{"chunkgrad GPU attention benchmark: causal and DFlash block rule, fwd and bwd"};
   app.add_option("--which", o.which, "comma-separated: causal, dflash");
-  app.add_option("--path", o.paths, "comma-separated attention paths, each its own table: "
+  app.add_option("--path", o.paths,
+                 "comma-separated attention paths, each its own table: "
                  "auto, cudnn, flash, rows (a path that cannot run a shape says why)");
   app.add_option("--batch", o.batch, "batch")->check(CLI::PositiveNumber);
   app.add_option("--hq", o.hq, "query heads")->check(CLI::PositiveNumber);
@@ -168,8 +178,10 @@ int run_bench(int argc, char** argv) {
   app.add_option("--tokens", o.tokens, "causal: sequence length")->check(CLI::PositiveNumber);
   app.add_option("--context", o.context, "dflash: context keys")->check(CLI::PositiveNumber);
   app.add_option("--blocks", o.blocks, "dflash: blocks")->check(CLI::PositiveNumber);
-  app.add_option("--block-size", o.block_size, "dflash: query slots per block")->check(CLI::PositiveNumber);
-  app.add_option("--dtype", o.dtype, "bf16 | f16 | f32")->check(CLI::IsMember({"bf16", "f16", "f32"}));
+  app.add_option("--block-size", o.block_size, "dflash: query slots per block")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--dtype", o.dtype, "bf16 | f16 | f32")
+      ->check(CLI::IsMember({"bf16", "f16", "f32"}));
   app.add_option("--repeats", o.repeats, "timed runs per row (median)")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
   CG_CHECK(cg::cuda::device_count() > 0, "no CUDA device: ", cg::cuda::unavailable_reason());
@@ -180,8 +192,8 @@ int run_bench(int argc, char** argv) {
     const double S = static_cast<double>(o.tokens);
     for (const std::string& p : split(o.paths)) {
       run_path(p, [&] {
-        bench_shape(o, "causal", o.tokens, o.tokens, cg::AttentionMask::causal(),
-                    S * (S + 1) / 2, p);
+        bench_shape(o, "causal", o.tokens, o.tokens, cg::AttentionMask::causal(), S * (S + 1) / 2,
+                    p);
       });
     }
   }
@@ -200,7 +212,8 @@ int run_bench(int argc, char** argv) {
       });
     }
   }
-  std::printf("\n(TFLOP/s: 4 hd flops per visible (query, key) pair forward, 2.5x that backward)\n");
+  std::printf(
+      "\n(TFLOP/s: 4 hd flops per visible (query, key) pair forward, 2.5x that backward)\n");
   return 0;
 }
 

@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <cuda_runtime_api.h>
+#include <CLI/CLI.hpp>
 
 #include "core/backend.h"
 #include "core/caching_allocator.h"
@@ -67,7 +67,9 @@ struct Row {
 // (naive and chunked hold no gradient in forward, so nothing is subtracted there).
 int64_t grad_bytes(const cg::HeadLossInputs& in, cg::HeadLossPath path, bool forward) {
   const bool fused = path == cg::HeadLossPath::fused;
-  int64_t b = forward && !fused ? 0 : in.hidden.numel() * static_cast<int64_t>(cg::element_size(in.hidden.dtype()));
+  int64_t b = forward && !fused
+                  ? 0
+                  : in.hidden.numel() * static_cast<int64_t>(cg::element_size(in.hidden.dtype()));
   if (in.head.requires_grad()) {
     if (fused) b += in.head.numel() * 4;
     if (!forward) b += in.head.numel() * static_cast<int64_t>(cg::element_size(in.head.dtype()));
@@ -75,8 +77,8 @@ int64_t grad_bytes(const cg::HeadLossInputs& in, cg::HeadLossPath path, bool for
   return b;
 }
 
-Row run_path(cg::HeadLossPath path, const cg::HeadLossInputs& in, cg::HeadLossOptions o, int repeats,
-             cg::CachingAllocator& alloc, EventTimer& timer) {
+Row run_path(cg::HeadLossPath path, const cg::HeadLossInputs& in, cg::HeadLossOptions o,
+             int repeats, cg::CachingAllocator& alloc, EventTimer& timer) {
   Row row;
   row.name = std::string("chunkgrad ") + cg::head_loss_path_name(path);
   o.path = path;
@@ -101,11 +103,10 @@ Row run_path(cg::HeadLossPath path, const cg::HeadLossInputs& in, cg::HeadLossOp
       const int64_t peak = alloc.stats().allocated_bytes.peak - base;
       row.peak = static_cast<double>(peak) / kGiB;
       row.peak_less_grads = static_cast<double>(std::max(forward_peak - grad_bytes(in, path, true),
-                                                         peak - grad_bytes(in, path, false))) / kGiB;
+                                                         peak - grad_bytes(in, path, false))) /
+                            kGiB;
     }
-  } catch (const cg::OutOfMemoryError& e) {
-    row.error = e.message();
-  }
+  } catch (const cg::OutOfMemoryError& e) { row.error = e.message(); }
   in.hidden.set_grad(cg::Tensor());
   if (in.head.requires_grad()) in.head.set_grad(cg::Tensor());
   alloc.empty_cache();
@@ -116,8 +117,8 @@ Row run_path(cg::HeadLossPath path, const cg::HeadLossInputs& in, cg::HeadLossOp
 // The fused loop's GEMMs alone (ops/fused_head_loop.cpp makes the same calls per chunk).
 // With a shared frozen head the teacher's logits are either a second GEMM or stacked
 // into one [2c, D] x [D, V] GEMM with the student's (`stack`).
-Row gemm_floor(const cg::HeadLossInputs& in, const cg::HeadLossOptions& o, int64_t chunk, bool stack_rows,
-               int repeats, EventTimer& timer) {
+Row gemm_floor(const cg::HeadLossInputs& in, const cg::HeadLossOptions& o, int64_t chunk,
+               bool stack_rows, int repeats, EventTimer& timer) {
   const cg::Device dev = in.hidden.device();
   cg::DeviceKernels& k = cg::kernels_for(dev, "gemm floor");
   const int64_t T = in.hidden.size(0), D = in.hidden.size(1), V = in.head.size(0);
@@ -126,9 +127,11 @@ Row gemm_floor(const cg::HeadLossInputs& in, const cg::HeadLossOptions& o, int64
   const cg::DType work = k.head_logits_dtype(in.hidden.dtype());
   const int64_t logit_rows = teacher ? 2 * chunk : chunk;
   const cg::Tensor logits = cg::raw::empty({logit_rows, V}, work, dev);
-  const cg::Tensor stack = stacked ? cg::raw::empty({2 * chunk, D}, in.hidden.dtype(), dev) : cg::Tensor();
+  const cg::Tensor stack =
+      stacked ? cg::raw::empty({2 * chunk, D}, in.hidden.dtype(), dev) : cg::Tensor();
   const cg::Tensor dh = cg::raw::empty({T, D}, in.hidden.dtype(), dev);
-  const cg::Tensor dw = in.head.requires_grad() ? cg::raw::empty({V, D}, cg::DType::f32, dev) : cg::Tensor();
+  const cg::Tensor dw =
+      in.head.requires_grad() ? cg::raw::empty({V, D}, cg::DType::f32, dev) : cg::Tensor();
   if (dw.defined()) cg::raw::fill_(dw, 0.0);
   const cg::Tensor head_t = cg::raw::transpose(in.head, 0, 1);
   auto one_pass = [&] {
@@ -145,7 +148,8 @@ Row gemm_floor(const cg::HeadLossInputs& in, const cg::HeadLossOptions& o, int64
       } else {
         k.gemm(hc, head_t, lc, 1.0, 0.0);
         if (teacher) {
-          k.gemm(cg::raw::narrow(in.teacher_hidden, 0, r0, c), cg::raw::transpose(cg::teacher_head_of(in), 0, 1),
+          k.gemm(cg::raw::narrow(in.teacher_hidden, 0, r0, c),
+                 cg::raw::transpose(cg::teacher_head_of(in), 0, 1),
                  cg::raw::narrow(logits, 0, chunk, c), 1.0, 0.0);
         }
       }
@@ -175,13 +179,17 @@ int main(int argc, char** argv) {
   app.add_option("--T", o.T, "rows (positions)")->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   app.add_option("--D", o.D, "hidden size")->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
   app.add_option("--V", o.V, "vocabulary")->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
-  app.add_option("--loss", o.loss, cg::loss_kind_choices() + " (teacher kinds: shared frozen head, teacher "
-                 "hidden; fused_loss_torch.py has kl and ce)")
+  app.add_option("--loss", o.loss,
+                 cg::loss_kind_choices() +
+                     " (teacher kinds: shared frozen head, teacher "
+                     "hidden; fused_loss_torch.py has kl and ce)")
       ->check(CLI::IsMember(cg::loss_kind_short_names()));
-  app.add_option("--head", o.head, "frozen or trainable")->check(CLI::IsMember({"frozen", "trainable"}));
+  app.add_option("--head", o.head, "frozen or trainable")
+      ->check(CLI::IsMember({"frozen", "trainable"}));
   app.add_option("--ce-weight", o.ce_weight, "teacher kinds: weight of hard CE in the mix (0..1)")
       ->check(CLI::Range(0.0, 1.0));
-  app.add_option("--paths", o.paths, "comma-separated, in order: floor (first, for the ratios), fused, chunked, naive");
+  app.add_option("--paths", o.paths,
+                 "comma-separated, in order: floor (first, for the ratios), fused, chunked, naive");
   app.add_option("--repeats", o.repeats, "timed runs per path")->check(CLI::Range(1, 1000));
   app.add_option("--chunk-rows", o.chunk_rows, "rows per chunk (0: from the budget)");
   app.add_option("--budget-mib", o.budget_mib, "chunk budget in MiB (0: head_loss's default)");
@@ -199,11 +207,13 @@ int main(int argc, char** argv) {
     cg::Generator gen(1);
     cg::HeadLossInputs in;
     in.hidden = cg::randn({o.T, o.D}, {.dtype = dt, .device = dev}, &gen).requires_grad_();
-    in.head = cg::randn({o.V, o.D}, {.dtype = dt, .device = dev}, &gen, 0.0, 1.0 / std::sqrt(double(o.D)));
+    in.head = cg::randn({o.V, o.D}, {.dtype = dt, .device = dev}, &gen, 0.0,
+                        1.0 / std::sqrt(double(o.D)));
     if (o.head == "trainable") in.head.requires_grad_();
     std::vector<int64_t> labels(static_cast<size_t>(o.T));
     for (auto& y : labels) y = static_cast<int64_t>(gen.next_u64() % static_cast<uint64_t>(o.V));
-    in.labels = cg::from_ints(labels, {o.T}, {.dtype = cg::DType::i64, .device = dev});  // keeps the known bounds
+    in.labels = cg::from_ints(labels, {o.T},
+                              {.dtype = cg::DType::i64, .device = dev});  // keeps the known bounds
     cg::HeadLossOptions hopt;
     hopt.loss.kind = cg::parse_loss_kind(o.loss, "--loss");
     const bool teacher = cg::loss_needs_teacher(hopt.loss);
@@ -215,17 +225,24 @@ int main(int argc, char** argv) {
     if (o.budget_mib > 0) hopt.chunk_budget_bytes = static_cast<size_t>(o.budget_mib * 1024 * 1024);
     hopt.with_metrics = true;
     const int64_t chunk = cg::head_loss_chunk_rows(in, hopt);
-    std::printf("chunkgrad head loss, %s, bf16, T=%lld D=%lld V=%lld, %s%s, head %s, chunk %lld rows, median of %d\n",
-                cg::cuda::device_properties(0).summary().c_str(), (long long)o.T, (long long)o.D, (long long)o.V,
-                cg::loss_kind_name(hopt.loss.kind),
-                teacher && o.ce_weight > 0 ? (" + " + std::to_string(o.ce_weight) + " CE").c_str() : "",
-                o.head.c_str(), (long long)chunk, o.repeats);
+    std::printf(
+        "chunkgrad head loss, %s, bf16, T=%lld D=%lld V=%lld, %s%s, head %s, chunk %lld rows, "
+        "median of %d\n",
+        cg::cuda::device_properties(0).summary().c_str(), (long long)o.T, (long long)o.D,
+        (long long)o.V, cg::loss_kind_name(hopt.loss.kind),
+        teacher && o.ce_weight > 0 ? (" + " + std::to_string(o.ce_weight) + " CE").c_str() : "",
+        o.head.c_str(), (long long)chunk, o.repeats);
     const int64_t in_bytes = alloc.stats().allocated_bytes.current;
-    std::printf("inputs %.2f GiB; peak = allocated peak above them; peak-grads = the larger of forward peak and "
-                "step peak less the gradients alive then (Note [What the grads column subtracts]): dh [T, D] bf16%s\n",
-                in_bytes / kGiB, in.head.requires_grad() ? ", W.grad [V, D] bf16, fused's fp32 dW accumulator [V, D]" : "");
+    std::printf(
+        "inputs %.2f GiB; peak = allocated peak above them; peak-grads = the larger of forward "
+        "peak and "
+        "step peak less the gradients alive then (Note [What the grads column subtracts]): dh [T, "
+        "D] bf16%s\n",
+        in_bytes / kGiB,
+        in.head.requires_grad() ? ", W.grad [V, D] bf16, fused's fp32 dW accumulator [V, D]" : "");
 
-    std::printf("%-30s %7s %10s %9s %12s %16s\n", "path", "chunk", "ms", "x floor", "peak GiB", "peak-grads GiB");
+    std::printf("%-30s %7s %10s %9s %12s %16s\n", "path", "chunk", "ms", "x floor", "peak GiB",
+                "peak-grads GiB");
     // Rows print as they are measured (line-buffered), so a run cut short keeps its rows.
     std::stringstream list(o.paths);
     double floor_ms = 0;
@@ -236,7 +253,8 @@ int main(int argc, char** argv) {
         r = gemm_floor(in, hopt, chunk, false, o.repeats, timer);
         floor_ms = r.ms;
         if (cg::loss_needs_teacher(hopt.loss) && !in.teacher_head.defined()) {
-          std::printf("%-30s %7lld %10.2f %9.3f %12s %16s\n", r.name.c_str(), (long long)chunk, r.ms, 1.0, "-", "-");
+          std::printf("%-30s %7lld %10.2f %9.3f %12s %16s\n", r.name.c_str(), (long long)chunk,
+                      r.ms, 1.0, "-", "-");
           r = gemm_floor(in, hopt, chunk, true, o.repeats, timer);
         }
         alloc.empty_cache();
@@ -249,8 +267,10 @@ int main(int argc, char** argv) {
       }
       std::printf("%-30s %7lld %10.2f %9.3f", r.name.c_str(), (long long)r.chunk, r.ms,
                   floor_ms > 0 ? r.ms / floor_ms : 0.0);
-      if (n == "floor") std::printf(" %12s %16s\n", "-", "-");
-      else std::printf(" %12.2f %16.2f\n", r.peak, r.peak_less_grads);
+      if (n == "floor")
+        std::printf(" %12s %16s\n", "-", "-");
+      else
+        std::printf(" %12.2f %16.2f\n", r.peak, r.peak_less_grads);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fused_loss_bench: %s\n", e.what());

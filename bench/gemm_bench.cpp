@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <cuda_runtime_api.h>
+#include <CLI/CLI.hpp>
 
 #include "core/backend.h"
 #include "core/factories.h"

@@ -42,25 +42,31 @@ int run_bench(int argc, char** argv) {
   app.add_option("--T", o.T, "positions (rows of h)")->check(CLI::PositiveNumber);
   app.add_option("--D", o.D, "hidden size")->check(CLI::PositiveNumber);
   app.add_option("--V", o.V, "vocabulary")->check(CLI::PositiveNumber);
-  app.add_option("--dtype", o.dtype, "f32 | bf16 | f16 | f64")->check(CLI::IsMember({"f32", "bf16", "f16", "f64"}));
-  app.add_option("--repeats", o.repeats, "timed runs per row (median reported)")->check(CLI::PositiveNumber);
+  app.add_option("--dtype", o.dtype, "f32 | bf16 | f16 | f64")
+      ->check(CLI::IsMember({"f32", "bf16", "f16", "f64"}));
+  app.add_option("--repeats", o.repeats, "timed runs per row (median reported)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--chunks", o.chunks, "comma-separated rows per chunk for the fused path");
-  app.add_option("--threads", o.threads, "threads (0: CHUNKGRAD_NUM_THREADS, OMP_NUM_THREADS or every core)");
+  app.add_option("--threads", o.threads,
+                 "threads (0: CHUNKGRAD_NUM_THREADS, OMP_NUM_THREADS or every core)");
   CLI11_PARSE(app, argc, argv);
   if (o.threads > 0) cg::set_num_threads(o.threads);
 
   const cg::DType dtype = cg::parse_dtype(o.dtype);
   cg::Generator gen(1);
   const cg::Tensor hidden = cg::randn({o.T, o.D}, {.dtype = dtype}, &gen).requires_grad_();
-  const cg::Tensor head = cg::randn({o.V, o.D}, {.dtype = dtype}, &gen, 0.0, 1.0 / std::sqrt(double(o.D)));
+  const cg::Tensor head =
+      cg::randn({o.V, o.D}, {.dtype = dtype}, &gen, 0.0, 1.0 / std::sqrt(double(o.D)));
   std::vector<int64_t> label_values(o.T);
   for (auto& y : label_values) y = static_cast<int64_t>(gen.next_u64() % o.V);
   const cg::Tensor labels = cg::from_ints(label_values, {o.T});
   const cg::HeadLossInputs in{hidden, head, labels};
 
-  std::printf("chunkgrad CPU: lm_head + CE, frozen head, T=%lld D=%lld V=%lld, %s, %d threads, "
-              "median of %d\n", (long long)o.T, (long long)o.D, (long long)o.V, o.dtype.c_str(),
-              cg::get_num_threads(), o.repeats);
+  std::printf(
+      "chunkgrad CPU: lm_head + CE, frozen head, T=%lld D=%lld V=%lld, %s, %d threads, "
+      "median of %d\n",
+      (long long)o.T, (long long)o.D, (long long)o.V, o.dtype.c_str(), cg::get_num_threads(),
+      o.repeats);
   std::printf("%-14s %10s %10s %12s\n", "row", "seconds", "x gemm", "GFLOP/s");
   const double gemm_flops = 2.0 * double(o.T) * double(o.D) * double(o.V);
   auto row = [&](const std::string& name, double s, double gemm_s, double flops) {
@@ -96,7 +102,8 @@ int run_bench(int argc, char** argv) {
     const double s = median_seconds(o.repeats, [&] { loss_step(fused); });
     row("fused/" + item, s, gemm_s, 2 * gemm_flops);
   }
-  std::printf("(GFLOP/s counts 2 T D V per GEMM: 1 for gemm, 2 for the loss rows -- logits and dh)\n");
+  std::printf(
+      "(GFLOP/s counts 2 T D V per GEMM: 1 for gemm, 2 for the loss rows -- logits and dh)\n");
   return 0;
 }
 

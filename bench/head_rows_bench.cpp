@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <cuda_runtime_api.h>
+#include <CLI/CLI.hpp>
 
 #include "core/factories.h"
 #include "core/views.h"
@@ -39,13 +39,14 @@ int main(int argc, char** argv) {
     cg::DeviceKernels& k = cg::kernels_for(dev, "head_loss_rows");
     const cudaStream_t stream = cg::cuda::compute_stream(0);
     cg::Generator gen(1);
-    const cg::Tensor src = cg::raw::to_device(
-        cg::rand({C, V}, {.dtype = cg::DType::bf16}, &gen, -4, 4), dev);
-    const cg::Tensor teacher_src = cg::raw::to_device(
-        cg::rand({C, V}, {.dtype = cg::DType::bf16}, &gen, -4, 4), dev);
+    const cg::Tensor src =
+        cg::raw::to_device(cg::rand({C, V}, {.dtype = cg::DType::bf16}, &gen, -4, 4), dev);
+    const cg::Tensor teacher_src =
+        cg::raw::to_device(cg::rand({C, V}, {.dtype = cg::DType::bf16}, &gen, -4, 4), dev);
     std::vector<double> ids(static_cast<size_t>(C));
     for (int64_t i = 0; i < C; ++i) ids[i] = static_cast<double>((i * 7919) % V);
-    const cg::Tensor labels = cg::raw::to_device(cg::from_vector(ids, {C}, {.dtype = cg::DType::i64}), dev);
+    const cg::Tensor labels =
+        cg::raw::to_device(cg::from_vector(ids, {C}, {.dtype = cg::DType::i64}), dev);
     cg::Tensor logits = cg::raw::empty({C, V}, cg::DType::bf16, dev);
     cg::Tensor teacher = cg::raw::empty({C, V}, cg::DType::bf16, dev);
     cg::Tensor loss = cg::raw::empty({C}, cg::DType::f32, dev);
@@ -60,8 +61,9 @@ int main(int argc, char** argv) {
       a.want_grad = kind != 2;
       a.loss = loss;
       a.config.softcap = softcap;
-      const char* name = kind == 0 ? "cross_entropy + grad" : kind == 1 ? "forward_kl (a=0.3) + grad"
-                                                                        : "cross_entropy, loss only";
+      const char* name = kind == 0   ? "cross_entropy + grad"
+                         : kind == 1 ? "forward_kl (a=0.3) + grad"
+                                     : "cross_entropy, loss only";
       if (kind == 1) {
         a.teacher = teacher;
         a.config.kind = cg::LossKind::forward_kl;
@@ -70,7 +72,7 @@ int main(int argc, char** argv) {
       std::vector<double> ms;
       cg::cuda::EventTimer timer(stream);
       for (int r = 0; r <= std::max(1, repeats); ++r) {  // run 0 is the untimed warm-up
-        cg::raw::copy_(logits, src);  // the kernel overwrites its input
+        cg::raw::copy_(logits, src);                     // the kernel overwrites its input
         if (kind == 1) cg::raw::copy_(teacher, teacher_src);
         timer.start();
         k.head_loss_rows(a);

@@ -64,8 +64,8 @@ std::string format_bytes(uint64_t bytes) { return format_magnitude(bytes, false)
 
 std::string format_bytes(int64_t bytes) {
   // -(INT64_MIN) does not fit an int64; its magnitude does fit a uint64.
-  const uint64_t magnitude = bytes < 0 ? uint64_t{0} - static_cast<uint64_t>(bytes)
-                                       : static_cast<uint64_t>(bytes);
+  const uint64_t magnitude =
+      bytes < 0 ? uint64_t{0} - static_cast<uint64_t>(bytes) : static_cast<uint64_t>(bytes);
   return format_magnitude(magnitude, bytes < 0);
 }
 

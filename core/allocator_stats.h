@@ -20,7 +20,10 @@ struct Stat {
 
   void add(int64_t delta) {
     current += delta;
-    if (delta > 0) allocated += delta; else freed -= delta;
+    if (delta > 0)
+      allocated += delta;
+    else
+      freed -= delta;
     peak = std::max(peak, current);
   }
   void reset_peak() { peak = current; }
@@ -49,10 +52,12 @@ std::string format_bytes(int64_t bytes);
 std::string format_bytes(uint64_t bytes);
 // Any other integer type goes by its signedness (no ambiguous calls with int or long long).
 template <std::integral T>
-  requires(!std::same_as<T, int64_t> && !std::same_as<T, uint64_t>)
-std::string format_bytes(T bytes) {
-  if constexpr (std::is_signed_v<T>) return format_bytes(static_cast<int64_t>(bytes));
-  else return format_bytes(static_cast<uint64_t>(bytes));
+requires(!std::same_as<T, int64_t> && !std::same_as<T, uint64_t>) std::string
+    format_bytes(T bytes) {
+  if constexpr (std::is_signed_v<T>)
+    return format_bytes(static_cast<int64_t>(bytes));
+  else
+    return format_bytes(static_cast<uint64_t>(bytes));
 }
 
 }  // namespace cg

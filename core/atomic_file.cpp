@@ -14,16 +14,19 @@
 namespace cg {
 
 namespace {
-std::string reason(int err) { return err ? std::string(std::strerror(err)) : std::string("unknown reason"); }
+std::string reason(int err) {
+  return err ? std::string(std::strerror(err)) : std::string("unknown reason");
+}
 }  // namespace
 
 AtomicFile::AtomicFile(std::string path, std::string what)
     : path_(std::move(path)), temp_(path_ + ".tmp"), what_(std::move(what)) {
-  CG_CHECK(!std::filesystem::is_directory(path_), what_, ": ", path_, " is a directory; give a file path");
+  CG_CHECK(!std::filesystem::is_directory(path_), what_, ": ", path_,
+           " is a directory; give a file path");
   fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   const int err = errno;
-  CG_CHECK(fd_ >= 0, what_, ": cannot open ", path_, " for writing (through ", temp_, ", renamed when complete): ",
-           reason(err), ". Give a path in a writable directory.");
+  CG_CHECK(fd_ >= 0, what_, ": cannot open ", path_, " for writing (through ", temp_,
+           ", renamed when complete): ", reason(err), ". Give a path in a writable directory.");
 }
 
 AtomicFile::~AtomicFile() { discard(); }
@@ -44,7 +47,8 @@ void AtomicFile::write(const void* data, size_t bytes) {
     if (n <= 0) {
       const int err = n < 0 ? errno : ENOSPC;
       discard();
-      CG_FAIL(what_, ": writing ", path_, " failed: ", reason(err), " (the old file, if any, is kept)");
+      CG_FAIL(what_, ": writing ", path_, " failed: ", reason(err),
+              " (the old file, if any, is kept)");
     }
     p += n;
     bytes -= static_cast<size_t>(n);
@@ -56,14 +60,16 @@ void AtomicFile::commit() {
   if (::fsync(fd_) != 0 && errno != EINVAL) {
     const int err = errno;
     discard();
-    CG_FAIL(what_, ": writing ", path_, " failed: ", reason(err), " (the old file, if any, is kept)");
+    CG_FAIL(what_, ": writing ", path_, " failed: ", reason(err),
+            " (the old file, if any, is kept)");
   }
   const int fd = fd_;
   fd_ = -1;
   if (::close(fd) != 0) {
     const int err = errno;
     ::unlink(temp_.c_str());
-    CG_FAIL(what_, ": writing ", path_, " failed: ", reason(err), " (the old file, if any, is kept)");
+    CG_FAIL(what_, ": writing ", path_, " failed: ", reason(err),
+            " (the old file, if any, is kept)");
   }
   if (std::rename(temp_.c_str(), path_.c_str()) != 0) {
     const int err = errno;
@@ -80,7 +86,8 @@ void AtomicFile::commit() {
   }
 }
 
-void write_file_atomically(const std::string& path, std::string_view content, const std::string& what) {
+void write_file_atomically(const std::string& path, std::string_view content,
+                           const std::string& what) {
   AtomicFile out(path, what);
   out.write(content);
   out.commit();

@@ -45,7 +45,8 @@ class AtomicFile {
 };
 
 // The whole of `content` into `path`, atomically (AtomicFile).
-void write_file_atomically(const std::string& path, std::string_view content, const std::string& what);
+void write_file_atomically(const std::string& path, std::string_view content,
+                           const std::string& what);
 
 // Throws cg::Error naming `what` and the reason when `dir` is not a folder in which new
 // files can be made (a probe file is created and removed; nothing else is touched).

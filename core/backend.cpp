@@ -43,15 +43,16 @@ DeviceBackend* find_backend(DeviceType type) { return registry()[device_slot(typ
 DeviceBackend& backend_for(Device device) {
   DeviceBackend* backend = find_backend(device.type);
   const std::string name = device_type_name(device.type);
-  CG_CHECK(backend != nullptr, "this build of chunkgrad has no ", name, " backend: ",
-           device_type_build_hint(device.type), " (", device.str(), " was requested)");
+  CG_CHECK(backend != nullptr, "this build of chunkgrad has no ", name,
+           " backend: ", device_type_build_hint(device.type), " (", device.str(),
+           " was requested)");
   const int count = backend->device_count();
   if (device.index < 0 || device.index >= count) {
     const std::string reason = backend->unavailable_reason();
     CG_FAIL(device.str(), " requested but only ", count, " ", name, " device",
             count == 1 ? " is" : "s are", " visible",
             reason.empty() ? std::string() : " (" + reason + ")",
-            count == 1 ? "; use " + name + ":0"
+            count == 1  ? "; use " + name + ":0"
             : count > 1 ? "; use " + name + ":0.." + name + ":" + std::to_string(count - 1)
                         : std::string());
   }

@@ -78,8 +78,8 @@ class DeviceBackend {
   using Dims = std::vector<int64_t>;
   // dst[i] = value + i * step for the elements in row-major order (step 0: a constant;
   // arange otherwise), computed in double and cast to `dtype` by cast_element's rules.
-  virtual void fill(Device device, void* dst, DType dtype, const Dims& sizes,
-                    const Dims& strides, double value, double step) = 0;
+  virtual void fill(Device device, void* dst, DType dtype, const Dims& sizes, const Dims& strides,
+                    double value, double step) = 0;
   // dst[i] = cast(src[i]) by cast_element's rules (core/dtype_dispatch.h); dst must not
   // overlap src, and no two dst elements may share an address.
   virtual void copy_strided(Device device, void* dst, DType dst_dtype, const Dims& sizes,

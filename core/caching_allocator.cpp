@@ -16,8 +16,8 @@ struct CachingAllocator::Block {
   size_t size = 0;
   size_t requested = 0;  // caller's size while allocated
   bool allocated = false;
-  bool small = false;    // which pool the block's segment belongs to
-  Block* prev = nullptr; // neighbours inside the same segment
+  bool small = false;     // which pool the block's segment belongs to
+  Block* prev = nullptr;  // neighbours inside the same segment
   Block* next = nullptr;
   MemoryCategory category = MemoryCategory::unknown;  // Note [Block owner]
   uint32_t scope_id = 0;
@@ -123,9 +123,8 @@ CachingAllocator::Block* CachingAllocator::alloc_segment(size_t segment_size, bo
   segments_.push_back(b);
   stats_.segment.add(1);
   stats_.reserved_bytes.add(static_cast<int64_t>(segment_size));
-  MemoryTrace::record(TraceAction::segment_alloc, source_->device(),
-                      reinterpret_cast<uint64_t>(p), segment_size, segment_size,
-                      current_category(), current_scope_id(), stream);
+  MemoryTrace::record(TraceAction::segment_alloc, source_->device(), reinterpret_cast<uint64_t>(p),
+                      segment_size, segment_size, current_category(), current_scope_id(), stream);
   return b;
 }
 
@@ -276,8 +275,8 @@ void CachingAllocator::throw_oom(size_t nbytes, size_t rounded, size_t segment_s
                                 std::to_string(config_.memory_limit) + " bytes)";
   throw OutOfMemoryError(
       detail::concat("out of memory on ", source_->device().str(), " (", source_->name(),
-                     "): tried to allocate ", format_bytes(uint64_t{nbytes}), " (",
-                     nbytes, " bytes requested, a new segment of ", segment_size,
+                     "): tried to allocate ", format_bytes(uint64_t{nbytes}), " (", nbytes,
+                     " bytes requested, a new segment of ", segment_size,
                      " bytes needed); allocated ", format_bytes(allocated), " (", allocated,
                      " bytes), reserved ", format_bytes(reserved), " (", reserved,
                      " bytes, of which ", format_bytes(reserved - allocated),
@@ -362,9 +361,9 @@ CachingAllocator& allocator_for(Device device) {
   std::lock_guard<std::mutex> lock(r.mutex);
   auto it = r.allocators.find(registry_key(device));
   if (it != r.allocators.end()) return *it->second;
-  std::unique_ptr<SegmentSource> source = device.is_cpu()
-                                              ? make_host_segment_source()
-                                              : backend_for(device).make_segment_source(device.index);
+  std::unique_ptr<SegmentSource> source =
+      device.is_cpu() ? make_host_segment_source()
+                      : backend_for(device).make_segment_source(device.index);
   auto* allocator = new CachingAllocator(std::move(source));
   r.allocators.emplace(registry_key(device), allocator);
   return *allocator;
@@ -376,8 +375,8 @@ void drop_device_allocator(Device device) {
   std::lock_guard<std::mutex> lock(r.mutex);
   auto it = r.allocators.find(registry_key(device));
   if (it == r.allocators.end()) return;
-  CG_CHECK(it->second->stats().allocation.current == 0, "drop_device_allocator: ",
-           device.str(), " still has live blocks; free every tensor on it first");
+  CG_CHECK(it->second->stats().allocation.current == 0, "drop_device_allocator: ", device.str(),
+           " still has live blocks; free every tensor on it first");
   delete it->second;
   r.allocators.erase(it);
 }

@@ -45,12 +45,12 @@
 
 namespace cg {
 
-constexpr size_t kMinBlockSize = 512;                 // every size rounds up to this
-constexpr size_t kSmallSize = size_t{1} << 20;        // <= 1 MiB: small pool
-constexpr size_t kSmallBuffer = size_t{2} << 20;      // small-pool segment size
-constexpr size_t kLargeBuffer = size_t{20} << 20;     // segment for 1-10 MiB requests
-constexpr size_t kMinLargeAlloc = size_t{10} << 20;   // from here, segment = request
-constexpr size_t kRoundLarge = size_t{2} << 20;       // ... rounded up to 2 MiB
+constexpr size_t kMinBlockSize = 512;                // every size rounds up to this
+constexpr size_t kSmallSize = size_t{1} << 20;       // <= 1 MiB: small pool
+constexpr size_t kSmallBuffer = size_t{2} << 20;     // small-pool segment size
+constexpr size_t kLargeBuffer = size_t{20} << 20;    // segment for 1-10 MiB requests
+constexpr size_t kMinLargeAlloc = size_t{10} << 20;  // from here, segment = request
+constexpr size_t kRoundLarge = size_t{2} << 20;      // ... rounded up to 2 MiB
 // The largest request: INT64_MAX rounded down to kRoundLarge, so that rounding never
 // wraps and every byte count fits the int64 stats.
 constexpr size_t kMaxAllocation = size_t{INT64_MAX} / kRoundLarge * kRoundLarge;
@@ -134,8 +134,8 @@ class CachingAllocator {
   AllocatorConfig config_;
   Pool small_pool_;
   Pool large_pool_;
-  std::unordered_map<void*, Block*> live_;   // allocated blocks by address
-  std::vector<Block*> segments_;             // first block of every segment
+  std::unordered_map<void*, Block*> live_;  // allocated blocks by address
+  std::vector<Block*> segments_;            // first block of every segment
   AllocatorStats stats_;
 };
 

@@ -26,8 +26,7 @@ namespace {
 // Bytes of the contiguous `src` into the contiguous `dst` (same dtype, same numel).
 void transfer(const Tensor& dst, const Tensor& src) {
   const Device gpu = dst.device().is_cpu() ? src.device() : dst.device();
-  backend_for(gpu).copy(dst.data_ptr(), dst.device(), src.data_ptr(), src.device(),
-                        dst.nbytes());
+  backend_for(gpu).copy(dst.data_ptr(), dst.device(), src.data_ptr(), src.device(), dst.nbytes());
 }
 
 // dst = src on one device, same shape, no overlap.
@@ -97,8 +96,10 @@ void add_(const Tensor& dst, const Tensor& src) {
            " tensor is undefined");
   CG_CHECK(dst.device() == src.device(), "add_: the destination is on ", dst.device().str(),
            " but the source is on ", src.device().str(), "; move one with to_device");
-  CG_CHECK(is_floating(dst.dtype()) && is_floating(src.dtype()), "add_: accumulates floating "
-           "tensors only, got ", dtype_name(dst.dtype()), " += ", dtype_name(src.dtype()));
+  CG_CHECK(is_floating(dst.dtype()) && is_floating(src.dtype()),
+           "add_: accumulates floating "
+           "tensors only, got ",
+           dtype_name(dst.dtype()), " += ", dtype_name(src.dtype()));
   Tensor source = broadcast_source(src, dst, "add_");
   if (dst.numel() == 0) return;
   check_no_internal_overlap("add_", dst);

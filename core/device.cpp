@@ -97,14 +97,10 @@ Device resolve_device(const std::string& text, const std::string& what) {
   Device device;
   try {
     device = Device::parse(text);
-  } catch (const Error& e) {
-    CG_FAIL(what, " ", text, ": ", e.message());
-  }
+  } catch (const Error& e) { CG_FAIL(what, " ", text, ": ", e.message()); }
   try {
     backend_for(device);  // throws naming why: not built in, no driver, no such index
-  } catch (const Error& e) {
-    CG_FAIL(what, " ", text, " is not available: ", e.message());
-  }
+  } catch (const Error& e) { CG_FAIL(what, " ", text, " is not available: ", e.message()); }
   return device;
 }
 

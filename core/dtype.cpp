@@ -33,8 +33,8 @@ const char* dtype_name(DType t) {
 }
 
 DType parse_dtype(const std::string& name) {
-  for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64,
-                  DType::boolean}) {
+  for (DType t :
+       {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::boolean}) {
     if (name == dtype_name(t)) return t;
   }
   CG_FAIL("unknown dtype '", name, "': expected one of f32, f64, f16, bf16, i32, i64, bool");
@@ -46,15 +46,16 @@ f16 float_to_f16(float f) {
   const uint32_t abs = u & 0x7FFFFFFFu;
   if (abs >= 0x7F800000u) {  // inf or NaN
     const bool nan = abs > 0x7F800000u;
-    return f16{static_cast<uint16_t>(sign | 0x7C00u | (nan ? 0x0200u | ((abs >> 13) & 0x3FFu) : 0u))};
+    return f16{
+        static_cast<uint16_t>(sign | 0x7C00u | (nan ? 0x0200u | ((abs >> 13) & 0x3FFu) : 0u))};
   }
   if (abs >= 0x477FF000u) return f16{static_cast<uint16_t>(sign | 0x7C00u)};  // >= 65520: inf
   if (abs < 0x38800000u) {  // below 2^-14: subnormal (or zero) in half
     // Value = abs_float; half subnormal unit = 2^-24. Round abs_float / 2^-24 to even.
     if (abs < 0x33000000u) return f16{sign};  // < 2^-25: rounds to zero (2^-25 ties to 0)
-    const uint32_t exp = abs >> 23;             // biased fp32 exponent, 102..112
+    const uint32_t exp = abs >> 23;           // biased fp32 exponent, 102..112
     const uint32_t mant = (abs & 0x7FFFFFu) | 0x800000u;  // 24-bit significand
-    const uint32_t shift = 126 - exp;           // so that mant >> shift is in units of 2^-24
+    const uint32_t shift = 126 - exp;  // so that mant >> shift is in units of 2^-24
     uint32_t q = mant >> shift;
     const uint32_t rem = mant & ((1u << shift) - 1u);
     const uint32_t half = 1u << (shift - 1);

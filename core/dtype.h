@@ -13,7 +13,7 @@ namespace cg {
 enum class DType : int8_t { f32, f64, f16, bf16, i32, i64, boolean };
 
 size_t element_size(DType t);
-const char* dtype_name(DType t);  // "f32", "bf16", ...
+const char* dtype_name(DType t);             // "f32", "bf16", ...
 DType parse_dtype(const std::string& name);  // inverse of dtype_name; throws on unknown
 inline bool is_floating(DType t) {
   return t == DType::f32 || t == DType::f64 || t == DType::f16 || t == DType::bf16;
@@ -22,11 +22,23 @@ inline bool is_half(DType t) { return t == DType::f16 || t == DType::bf16; }
 
 // ---- 16-bit float formats --------------------------------------------------------
 
-struct bf16 { uint16_t bits = 0; };
-struct f16 { uint16_t bits = 0; };
+struct bf16 {
+  uint16_t bits = 0;
+};
+struct f16 {
+  uint16_t bits = 0;
+};
 
-inline uint32_t float_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
-inline float bits_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+inline uint32_t float_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float bits_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
 
 // bf16 is the top half of an fp32; rounding adds 0x7FFF plus the lowest kept bit
 // (ties to even). NaN stays NaN (quiet bit forced so a payload in the low half

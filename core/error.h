@@ -63,11 +63,9 @@ std::string concat(const Args&... args) {
 }  // namespace cg
 
 // CG_CHECK(cond, "parts", of, "the message") throws cg::Error when cond is false.
-#define CG_CHECK(cond, ...)                                                     \
-  do {                                                                          \
-    if (!(cond)) {                                                              \
-      throw ::cg::Error(::cg::detail::concat(__VA_ARGS__), __FILE__, __LINE__); \
-    }                                                                           \
+#define CG_CHECK(cond, ...)                                                                    \
+  do {                                                                                         \
+    if (!(cond)) { throw ::cg::Error(::cg::detail::concat(__VA_ARGS__), __FILE__, __LINE__); } \
   } while (0)
 
 #define CG_FAIL(...) throw ::cg::Error(::cg::detail::concat(__VA_ARGS__), __FILE__, __LINE__)

@@ -31,9 +31,7 @@ uint64_t Generator::advance(uint64_t n) {
   return first;
 }
 
-uint64_t Generator::next_u64() {
-  return philox::low_u64(philox::random_block(seed_, advance(1)));
-}
+uint64_t Generator::next_u64() { return philox::low_u64(philox::random_block(seed_, advance(1))); }
 
 double Generator::uniform() { return philox::uniform_value(next_u64(), 53, 0.0, 1.0); }
 
@@ -55,9 +53,10 @@ void manual_seed(uint64_t seed) { default_generator().seed(seed); }
 namespace {
 
 void check_requires_grad(const TensorOptions& options) {
-  CG_CHECK(!options.requires_grad || is_floating(options.dtype), "requires_grad=true needs a "
-           "floating dtype (f32, f64, f16 or bf16) but the dtype is ", dtype_name(options.dtype),
-           ": only floating-point tensors can have gradients");
+  CG_CHECK(!options.requires_grad || is_floating(options.dtype),
+           "requires_grad=true needs a "
+           "floating dtype (f32, f64, f16 or bf16) but the dtype is ",
+           dtype_name(options.dtype), ": only floating-point tensors can have gradients");
 }
 
 // Marks a tensor made for `options` as requiring grad.
@@ -79,7 +78,8 @@ Tensor filled(const Shape& shape, const TensorOptions& options, double value, do
 }
 
 void check_floating(DType dtype, const char* what) {
-  CG_CHECK(is_floating(dtype), what, ": dtype ", dtype_name(dtype), " is not a floating "
+  CG_CHECK(is_floating(dtype), what, ": dtype ", dtype_name(dtype),
+           " is not a floating "
            "dtype; ask for f32, f64, f16 or bf16 (and convert afterwards if needed)");
 }
 
@@ -130,15 +130,15 @@ Tensor ones_like(const Tensor& t) {
 }
 
 Tensor arange(double start, double end, double step, TensorOptions options) {
-  CG_CHECK(std::isfinite(start) && std::isfinite(end) && std::isfinite(step),
-           "arange: start ", start, ", end ", end, " and step ", step, " must be finite");
+  CG_CHECK(std::isfinite(start) && std::isfinite(end) && std::isfinite(step), "arange: start ",
+           start, ", end ", end, " and step ", step, " must be finite");
   CG_CHECK(step != 0.0, "arange: step must not be 0 (start ", start, ", end ", end, ")");
   CG_CHECK(end == start || (end > start) == (step > 0), "arange: step ", step,
            " goes away from end (start ", start, ", end ", end, "); flip the sign of step");
   // Checked before the cast: a double count at or above 2^63 has no int64 value.
   const double steps = std::ceil((end - start) / step);
-  CG_CHECK(steps < 0x1p63, "arange: start ", start, ", end ", end, " and step ", step,
-           " give ", steps, " elements, more than a 64-bit count can hold");
+  CG_CHECK(steps < 0x1p63, "arange: start ", start, ", end ", end, " and step ", step, " give ",
+           steps, " elements, more than a 64-bit count can hold");
   return filled({static_cast<int64_t>(steps)}, options, start, step);
 }
 
@@ -162,8 +162,7 @@ Tensor rand(const Shape& shape, TensorOptions options, Generator* gen, double lo
   return finish(t, options);
 }
 
-Tensor randn(const Shape& shape, TensorOptions options, Generator* gen, double mean,
-             double std) {
+Tensor randn(const Shape& shape, TensorOptions options, Generator* gen, double mean, double std) {
   check_floating(options.dtype, "randn");
   CG_CHECK(std >= 0.0, "randn: std must be >= 0, got ", std);
   check_requires_grad(options);
@@ -178,23 +177,19 @@ Tensor randn(const Shape& shape, TensorOptions options, Generator* gen, double m
   return finish(t, options);
 }
 
-Tensor from_vector(const std::vector<double>& values, const Shape& shape,
-                   TensorOptions options) {
+Tensor from_vector(const std::vector<double>& values, const Shape& shape, TensorOptions options) {
   Tensor t = raw::empty(shape, options.dtype, kCPU);  // checks the shape
   CG_CHECK(static_cast<int64_t>(values.size()) == t.numel(), "from_vector: ", values.size(),
-           " values given for shape ", shape_str(shape), ", which has ", t.numel(),
-           " elements");
+           " values given for shape ", shape_str(shape), ", which has ", t.numel(), " elements");
   size_t i = 0;
   fill_drawn(t, [&] { return values[i++]; });
   return upload(t, options);
 }
 
-Tensor from_ints(const std::vector<int64_t>& values, const Shape& shape,
-                 TensorOptions options) {
+Tensor from_ints(const std::vector<int64_t>& values, const Shape& shape, TensorOptions options) {
   Tensor t = raw::empty(shape, options.dtype, kCPU);
   CG_CHECK(static_cast<int64_t>(values.size()) == t.numel(), "from_ints: ", values.size(),
-           " values given for shape ", shape_str(shape), ", which has ", t.numel(),
-           " elements");
+           " values given for shape ", shape_str(shape), ", which has ", t.numel(), " elements");
   size_t i = 0;
   fill_drawn(t, [&] { return values[i++]; });  // int64 -> T directly: exact for i64
   Tensor out = upload(t, options);
@@ -214,8 +209,6 @@ Tensor from_ints(const std::vector<int64_t>& values, const Shape& shape,
   return out;
 }
 
-Tensor scalar_tensor(double value, TensorOptions options) {
-  return full({}, value, options);
-}
+Tensor scalar_tensor(double value, TensorOptions options) { return full({}, value, options); }
 
 }  // namespace cg

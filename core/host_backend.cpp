@@ -67,8 +67,7 @@ void visit_floating(DType dtype, const char* what, F&& f) {
     case DType::f64: return f(TypeTag<double>{});
     case DType::f16: return f(TypeTag<f16>{});
     case DType::bf16: return f(TypeTag<bf16>{});
-    default:
-      CG_FAIL(what, ": dtype ", dtype_name(dtype), " is not floating (f32, f64, f16, bf16)");
+    default: CG_FAIL(what, ": dtype ", dtype_name(dtype), " is not floating (f32, f64, f16, bf16)");
   }
 }
 
@@ -100,8 +99,7 @@ void copy_row(D* d, const S* s, int64_t n, int64_t ds, int64_t ss) {
 // A transposed 2-D block: d[r * d_row + c] = s[r + c * s_col]. Walking it in square tiles
 // keeps both sides' cache lines in use (a plain row loop reads one element per line).
 template <typename D, typename S>
-void copy_transposed(D* d, const S* s, int64_t rows, int64_t cols, int64_t d_row,
-                     int64_t s_col) {
+void copy_transposed(D* d, const S* s, int64_t rows, int64_t cols, int64_t d_row, int64_t s_col) {
   constexpr int64_t kTile = 32;
   for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
     const int64_t r1 = std::min(rows, r0 + kTile);
@@ -137,8 +135,8 @@ void strided_copy(D* dst, const S* src, const LoopNest<2>& nest) {
     outer.strides[j].push_back(0);
   }
   for_each_row(outer, [&](const auto& at, int64_t, const auto&, int64_t) {
-    copy_transposed(dst + at[0], src + at[1], nest.sizes[nd - 2], nest.sizes[nd - 1],
-                    ds[nd - 2], ss[nd - 1]);
+    copy_transposed(dst + at[0], src + at[1], nest.sizes[nd - 2], nest.sizes[nd - 1], ds[nd - 2],
+                    ss[nd - 1]);
   });
 }
 
@@ -243,9 +241,8 @@ class HostBackend final : public DeviceBackend {
     });
   }
 
-  void random_uniform(Device device, void* dst, DType dtype, const Dims& sizes,
-                      const Dims& strides, uint64_t seed, uint64_t offset, double low,
-                      double high) override {
+  void random_uniform(Device device, void* dst, DType dtype, const Dims& sizes, const Dims& strides,
+                      uint64_t seed, uint64_t offset, double low, double high) override {
     check_host(device, "random_uniform");
     const int bits = uniform_bits(dtype);
     random_fill(dst, dtype, sizes, strides, seed, offset, [&](const philox::Block& b) {
@@ -253,19 +250,17 @@ class HostBackend final : public DeviceBackend {
     });
   }
 
-  void random_normal(Device device, void* dst, DType dtype, const Dims& sizes,
-                     const Dims& strides, uint64_t seed, uint64_t offset, double mean,
-                     double std) override {
+  void random_normal(Device device, void* dst, DType dtype, const Dims& sizes, const Dims& strides,
+                     uint64_t seed, uint64_t offset, double mean, double std) override {
     check_host(device, "random_normal");
-    random_fill(dst, dtype, sizes, strides, seed, offset, [&](const philox::Block& b) {
-      return philox::normal_value(b, mean, std);
-    });
+    random_fill(dst, dtype, sizes, strides, seed, offset,
+                [&](const philox::Block& b) { return philox::normal_value(b, mean, std); });
   }
 
  private:
   static void check_host(Device device, const char* what) {
-    CG_CHECK(device.is_cpu(), "the cpu backend's ", what, " was asked to run on ",
-             device.str(), " (a dispatch bug: use that device's backend)");
+    CG_CHECK(device.is_cpu(), "the cpu backend's ", what, " was asked to run on ", device.str(),
+             " (a dispatch bug: use that device's backend)");
   }
 
   // Element i (row-major) = value(block of counter offset + i).
@@ -283,8 +278,8 @@ class HostBackend final : public DeviceBackend {
         const int64_t n = nest.sizes[0];
         const int64_t stride = nest.strides[0][0];
         for (int64_t i = 0; i < n; ++i) {
-          p[i * stride] = cast_element<T>(
-              value(philox::random_block(seed, offset + static_cast<uint64_t>(i))));
+          p[i * stride] =
+              cast_element<T>(value(philox::random_block(seed, offset + static_cast<uint64_t>(i))));
         }
         return;
       }

@@ -22,8 +22,10 @@ void check_json_depth(std::string_view text, const std::string& what) {
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (in_string) {
-      if (c == '\\') ++i;  // the escaped character cannot end the string
-      else if (c == '"') in_string = false;
+      if (c == '\\')
+        ++i;  // the escaped character cannot end the string
+      else if (c == '"')
+        in_string = false;
       continue;
     }
     if (c == '"') {
@@ -41,7 +43,8 @@ void check_json_depth(std::string_view text, const std::string& what) {
 
 std::string read_text_file(const std::string& path, const std::string& what) {
   std::error_code ec;
-  CG_CHECK(!std::filesystem::is_directory(path, ec), what, ": '", path, "' is a directory; give a file");
+  CG_CHECK(!std::filesystem::is_directory(path, ec), what, ": '", path,
+           "' is a directory; give a file");
   std::ifstream in(path, std::ios::binary);
   CG_CHECK(in, what, ": cannot open '", path, "'");
   std::ostringstream text;
@@ -72,25 +75,28 @@ struct OpenLevel {
 nlohmann::json parse_untrusted_json(const std::string& text, const std::string& what) {
   check_json_depth(text, what);
   std::vector<OpenLevel> open;  // the objects and arrays being read, outermost first
-  const nlohmann::json::parser_callback_t no_duplicates = [&open](int, nlohmann::json::parse_event_t event,
-                                                                  nlohmann::json& parsed) {
-    using E = nlohmann::json::parse_event_t;
-    if (event == E::object_start || event == E::array_start) open.push_back({event == E::object_start, {}, {}});
-    if ((event == E::object_end || event == E::array_end) && !open.empty()) open.pop_back();
-    if (event == E::key && !open.empty() && open.back().object && parsed.is_string()) {
-      open.back().last = parsed.get<std::string>();
-      if (!open.back().keys.insert(open.back().last).second) {
-        std::string path;
-        for (const OpenLevel& level : open) path += level.object ? (path.empty() ? "" : ".") + level.last : "[]";
-        throw DuplicateKey{path};
-      }
-    }
-    return true;
-  };
+  const nlohmann::json::parser_callback_t no_duplicates =
+      [&open](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+        using E = nlohmann::json::parse_event_t;
+        if (event == E::object_start || event == E::array_start)
+          open.push_back({event == E::object_start, {}, {}});
+        if ((event == E::object_end || event == E::array_end) && !open.empty()) open.pop_back();
+        if (event == E::key && !open.empty() && open.back().object && parsed.is_string()) {
+          open.back().last = parsed.get<std::string>();
+          if (!open.back().keys.insert(open.back().last).second) {
+            std::string path;
+            for (const OpenLevel& level : open)
+              path += level.object ? (path.empty() ? "" : ".") + level.last : "[]";
+            throw DuplicateKey{path};
+          }
+        }
+        return true;
+      };
   try {
     return nlohmann::json::parse(text, no_duplicates);
   } catch (const DuplicateKey& d) {
-    CG_FAIL(what, " has the key ", describe_json(nlohmann::json(d.key)), " twice in one object; JSON readers "
+    CG_FAIL(what, " has the key ", describe_json(nlohmann::json(d.key)),
+            " twice in one object; JSON readers "
             "disagree on which one counts, so remove one of them");
   } catch (const nlohmann::json::exception& e) {
     CG_FAIL(what, " is not valid JSON (", e.what(), ")");
@@ -113,10 +119,8 @@ std::string describe_json(const nlohmann::json& value) {
       }
       return out + (s.size() > kMaxChars ? "...\"" : "\"");
     }
-    case nlohmann::json::value_t::binary:
-      return "binary data";
-    case nlohmann::json::value_t::discarded:
-      return "a discarded value";
+    case nlohmann::json::value_t::binary: return "binary data";
+    case nlohmann::json::value_t::discarded: return "a discarded value";
     case nlohmann::json::value_t::number_float: {
       // The shortest of %.15g / %.17g that reads back as the same number: 1e23 as the user
       // wrote it, not dump()'s 9.999999999999999e+22.
@@ -125,10 +129,10 @@ std::string describe_json(const nlohmann::json& value) {
       std::snprintf(buf, sizeof buf, "%.15g", v);
       if (std::strtod(buf, nullptr) != v) std::snprintf(buf, sizeof buf, "%.17g", v);
       const std::string text = buf;
-      return text.find_first_of(".en") == std::string::npos ? text + ".0" : text;  // 1.0 stays a float
+      return text.find_first_of(".en") == std::string::npos ? text + ".0"
+                                                            : text;  // 1.0 stays a float
     }
-    default:
-      return value.dump();  // null, boolean, integer: one token, no recursion
+    default: return value.dump();  // null, boolean, integer: one token, no recursion
   }
 }
 

@@ -44,8 +44,8 @@ namespace {
 struct TraceState {
   std::mutex mutex;
   std::vector<TraceEvent> ring;
-  size_t next = 0;       // where the next event goes
-  uint64_t recorded = 0; // events since enable/clear
+  size_t next = 0;        // where the next event goes
+  uint64_t recorded = 0;  // events since enable/clear
 };
 
 TraceState& state() {
@@ -55,7 +55,7 @@ TraceState& state() {
 
 struct ScopeTable {
   std::mutex mutex;
-  std::vector<std::string> names{""};               // id 0 = top level
+  std::vector<std::string> names{""};  // id 0 = top level
   std::unordered_map<std::string, uint32_t> ids{{"", 0}};
   uint32_t intern(const std::string& path) {
     std::lock_guard<std::mutex> lock(mutex);
@@ -195,18 +195,21 @@ nlohmann::json MemoryTrace::to_json() {
   nlohmann::json events = nlohmann::json::array();
   for (const TraceEvent& e : MemoryTrace::events()) {
     nlohmann::json& j = events.emplace_back(nlohmann::json{{"action", action_name(e.action)},
-                      {"time_us", e.time_us},
-                      {"addr", e.addr},
-                      {"size", e.size},
-                      {"requested", e.requested},
-                      {"device", e.device.str()},
-                      {"stream", e.stream},
-                      {"category", category_name(e.category)},
-                      {"scope", scope_name(e.scope_id)}});
+                                                           {"time_us", e.time_us},
+                                                           {"addr", e.addr},
+                                                           {"size", e.size},
+                                                           {"requested", e.requested},
+                                                           {"device", e.device.str()},
+                                                           {"stream", e.stream},
+                                                           {"category", category_name(e.category)},
+                                                           {"scope", scope_name(e.scope_id)}});
     if (e.label_id != 0) j["label"] = scope_name(e.label_id);
   }
-  return {{"format", "chunkgrad.memory_trace"}, {"version", 1},        {"capacity", capacity()},
-          {"dropped", dropped()},               {"events", std::move(events)}};
+  return {{"format", "chunkgrad.memory_trace"},
+          {"version", 1},
+          {"capacity", capacity()},
+          {"dropped", dropped()},
+          {"events", std::move(events)}};
 }
 
 MemoryCategory current_category() { return t_category; }

@@ -18,7 +18,14 @@ namespace cg {
 // What a block of memory is for. Matches the categories PyTorch's memory_viz colours
 // (autograd_saved is ours: tensors the autograd graph keeps for backward).
 enum class MemoryCategory : uint8_t {
-  unknown, parameter, gradient, optimizer_state, activation, autograd_saved, temporary, input
+  unknown,
+  parameter,
+  gradient,
+  optimizer_state,
+  activation,
+  autograd_saved,
+  temporary,
+  input
 };
 const char* category_name(MemoryCategory c);
 
@@ -28,17 +35,24 @@ const char* category_name(MemoryCategory c);
 // - phase_begin / phase_end: a training loop's phase `label` ("forward", "backward", ...)
 //   starts or ends (TracePhase below).
 enum class TraceAction : uint8_t {
-  alloc, free, segment_alloc, segment_free, oom, saved, phase_begin, phase_end
+  alloc,
+  free,
+  segment_alloc,
+  segment_free,
+  oom,
+  saved,
+  phase_begin,
+  phase_end
 };
 const char* action_name(TraceAction a);
 
 struct TraceEvent {
-  int64_t time_us = 0;    // microseconds since the process's first trace call
-  uint64_t addr = 0;      // block or segment address (0 for oom)
-  uint64_t size = 0;      // rounded block size, segment size, or for oom the requested size
-  uint64_t requested = 0; // bytes the caller asked for (alloc/free), else == size
-  uint32_t scope_id = 0;  // index into MemoryTrace::scope_name
-  uint32_t label_id = 0;  // saved / phase events: their holder or phase name (same table)
+  int64_t time_us = 0;     // microseconds since the process's first trace call
+  uint64_t addr = 0;       // block or segment address (0 for oom)
+  uint64_t size = 0;       // rounded block size, segment size, or for oom the requested size
+  uint64_t requested = 0;  // bytes the caller asked for (alloc/free), else == size
+  uint32_t scope_id = 0;   // index into MemoryTrace::scope_name
+  uint32_t label_id = 0;   // saved / phase events: their holder or phase name (same table)
   StreamId stream = kDefaultStream;  // the stream the block or segment belongs to
   Device device;
   TraceAction action = TraceAction::alloc;
@@ -67,9 +81,9 @@ class MemoryTrace {
   // a phase starts or ends. Both do nothing when disabled.
   static void record_saved(Device device, uint64_t addr, uint64_t size, const std::string& holder);
   static void record_phase(TraceAction begin_or_end, const std::string& name);
-  static std::vector<TraceEvent> events();  // oldest first
-  static uint64_t dropped();                // events overwritten since enable/clear
-  static size_t capacity();                 // of the ring (0 before the first enable)
+  static std::vector<TraceEvent> events();     // oldest first
+  static uint64_t dropped();                   // events overwritten since enable/clear
+  static size_t capacity();                    // of the ring (0 before the first enable)
   static std::string scope_name(uint32_t id);  // also names label_id
   static uint32_t intern(const std::string& text);
   static int64_t now_us();

@@ -49,7 +49,10 @@ std::vector<int64_t> element_offsets(const Tensor& t) {
 // True when some element of a and some element of b share a byte: the elements as
 // [start, start + size) intervals, sorted, swept once.
 bool elements_intersect(const Tensor& a, const Tensor& b) {
-  struct Interval { uintptr_t begin, end; bool from_a; };
+  struct Interval {
+    uintptr_t begin, end;
+    bool from_a;
+  };
   std::vector<Interval> all;
   all.reserve(static_cast<size_t>(a.numel() + b.numel()));
   for (const Tensor* t : {&a, &b}) {
@@ -60,7 +63,8 @@ bool elements_intersect(const Tensor& a, const Tensor& b) {
       all.push_back({begin, begin + es, t == &a});
     }
   }
-  std::sort(all.begin(), all.end(), [](const Interval& x, const Interval& y) { return x.begin < y.begin; });
+  std::sort(all.begin(), all.end(),
+            [](const Interval& x, const Interval& y) { return x.begin < y.begin; });
   // Sorted by start: an interval meets an earlier one of the other tensor iff that
   // tensor's furthest end so far lies beyond its start.
   uintptr_t end_a = 0, end_b = 0;
@@ -112,7 +116,10 @@ bool has_internal_overlap(const Tensor& t) {
   int64_t reach = 0;  // furthest offset reached by the dims so far
   bool separated = true;
   for (int64_t d : dims) {
-    if (t.strides()[d] <= reach) { separated = false; break; }
+    if (t.strides()[d] <= reach) {
+      separated = false;
+      break;
+    }
     reach += (t.shape()[d] - 1) * t.strides()[d];
   }
   if (separated) return false;
@@ -124,8 +131,9 @@ bool has_internal_overlap(const Tensor& t) {
 }
 
 void check_no_internal_overlap(const char* op, const Tensor& dst) {
-  CG_CHECK(!has_internal_overlap(dst), op, ": the tensor written to (shape ", shape_str(dst.shape()),
-           ", strides ", shape_str(dst.strides()), ") has several elements at one memory location",
+  CG_CHECK(!has_internal_overlap(dst), op, ": the tensor written to (shape ",
+           shape_str(dst.shape()), ", strides ", shape_str(dst.strides()),
+           ") has several elements at one memory location",
            dst.numel() > kOverlapExactLimit ? " (or is too large to check element by element)" : "",
            ", e.g. an expanded view, so one location would be written many times; write into a "
            "tensor that owns its elements (cg::raw::clone makes one)");
@@ -135,9 +143,8 @@ void check_no_partial_overlap(const char* op, const Tensor& dst, const Tensor& s
                               const char* arg) {
   if (memory_overlap(dst, src) != MemOverlap::partial) return;
   const bool checked = dst.numel() <= kOverlapExactLimit && src.numel() <= kOverlapExactLimit;
-  CG_FAIL(op, ": ", arg, " (shape ", shape_str(src.shape()), ", strides ",
-          shape_str(src.strides()), ", offset ", src.offset(),
-          checked ? ") shares memory with" : ") may share memory with",
+  CG_FAIL(op, ": ", arg, " (shape ", shape_str(src.shape()), ", strides ", shape_str(src.strides()),
+          ", offset ", src.offset(), checked ? ") shares memory with" : ") may share memory with",
           " the tensor written to (shape ", shape_str(dst.shape()), ", strides ",
           shape_str(dst.strides()), ", offset ", dst.offset(), ") without being the same elements",
           checked ? "" : " (too large to check element by element)",

@@ -60,7 +60,7 @@ class StorageImpl {
     if (!has_known_ || known_version_ != version()) return false;
     const bool min_ok = (known_.min >= low && known_.min < high) || known_.min == also_allowed;
     if (!min_ok) return false;
-    if (known_.next_min == known_.min) return true;  // one distinct value
+    if (known_.next_min == known_.min) return true;      // one distinct value
     return known_.next_min >= low && known_.max < high;  // the others (conservative)
   }
 

@@ -15,7 +15,8 @@ namespace cg {
 namespace {
 
 const TensorImpl& checked(const Tensor& t, const char* what) {
-  CG_CHECK(t.defined(), what, " on an undefined tensor (a default-constructed Tensor, or a "
+  CG_CHECK(t.defined(), what,
+           " on an undefined tensor (a default-constructed Tensor, or a "
            "gradient that no backward has reached yet)");
   return *t.impl();
 }
@@ -60,7 +61,8 @@ Shape contiguous_strides(const Shape& shape) {
 }
 
 int64_t normalize_dim(int64_t d, int64_t ndim, const char* what) {
-  CG_CHECK(ndim > 0, what, ": dim ", d, " out of range for a 0-d tensor (it has no dims; "
+  CG_CHECK(ndim > 0, what, ": dim ", d,
+           " out of range for a 0-d tensor (it has no dims; "
            "unsqueeze or reshape it first)");
   CG_CHECK(d >= -ndim && d < ndim, what, ": dim ", d, " out of range for a ", ndim,
            "-d tensor (expected ", -ndim, "..", ndim - 1, ")");
@@ -96,8 +98,7 @@ bool Tensor::is_contiguous() const {
 
 size_t Tensor::nbytes() const {
   // An expanded tensor may count more elements than its storage holds bytes.
-  const std::optional<size_t> n =
-      checked_mul(static_cast<size_t>(numel()), element_size(dtype()));
+  const std::optional<size_t> n = checked_mul(static_cast<size_t>(numel()), element_size(dtype()));
   CG_CHECK(n.has_value(), "nbytes(): shape ", shape_str(shape()), " of ", dtype_name(dtype()),
            " spans more bytes than 64 bits can count");
   return *n;
@@ -115,7 +116,8 @@ void* Tensor::data_ptr() const {
 double Tensor::item() const {
   checked(*this, "item()");
   CG_CHECK(numel() == 1, "item(): the tensor has ", numel(), " elements (shape ",
-           shape_str(shape()), ") but item() needs exactly one; index or reduce it first, "
+           shape_str(shape()),
+           ") but item() needs exactly one; index or reduce it first, "
            "or use to_vector()");
   const Tensor host = raw::to_device(*this, kCPU);
   return raw::load_element(host.data_ptr(), host.dtype());

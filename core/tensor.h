@@ -48,36 +48,36 @@ class Tensor {
   const Shape& shape() const;
   const Shape& strides() const;
   int64_t dim() const;
-  int64_t size(int64_t d) const;    // negative d counts from the end
+  int64_t size(int64_t d) const;  // negative d counts from the end
   int64_t stride(int64_t d) const;
-  int64_t offset() const;           // in elements, into the storage
+  int64_t offset() const;  // in elements, into the storage
   int64_t numel() const;
   DType dtype() const;
   Device device() const;
   bool is_contiguous() const;
-  size_t nbytes() const;            // numel * element_size (not the storage's size)
+  size_t nbytes() const;  // numel * element_size (not the storage's size)
   const Storage& storage() const;
-  void* data_ptr() const;           // first element (storage data + offset)
-  uint64_t version() const;         // in-place writes to the storage (Note [Version counter])
+  void* data_ptr() const;    // first element (storage data + offset)
+  uint64_t version() const;  // in-place writes to the storage (Note [Version counter])
   template <typename T>
-  T* data() const;                  // checks that T matches dtype()
+  T* data() const;  // checks that T matches dtype()
 
   // ---- values (copy to host when needed) ----
-  double item() const;                  // the single element, as double
+  double item() const;                    // the single element, as double
   std::vector<double> to_vector() const;  // every element in row-major order
-  std::string str() const;              // readable print, PyTorch style
+  std::string str() const;                // readable print, PyTorch style
 
   // ---- autograd (autograd/tensor_autograd.cpp) ----
   bool requires_grad() const;
   Tensor& requires_grad_(bool on = true);  // leaves only
   Tensor grad() const;                     // undefined until a backward reaches it
   void set_grad(const Tensor& grad) const;
-  bool is_leaf() const;                    // no grad_fn
+  bool is_leaf() const;  // no grad_fn
   const std::shared_ptr<Node>& grad_fn() const;
   // Backpropagates from this tensor. A scalar needs no gradient; anything else needs
   // one of its shape. retain_graph keeps saved tensors for a second backward.
   void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
-  Tensor detach() const;                   // same storage, no graph
+  Tensor detach() const;  // same storage, no graph
 
  private:
   std::shared_ptr<TensorImpl> impl_;
@@ -86,15 +86,15 @@ class Tensor {
 struct TensorImpl {
   Storage storage;
   Shape sizes;
-  Shape strides;        // in elements
-  int64_t offset = 0;   // in elements
+  Shape strides;       // in elements
+  int64_t offset = 0;  // in elements
   DType dtype = DType::f32;
 
   // Autograd metadata; plain data here, meaning given by autograd/.
-  bool requires_grad = false;        // leaves: set by the user; results: any input requires
-  Tensor grad;                       // leaves' accumulated gradient
-  std::shared_ptr<Node> grad_fn;     // the node that made this tensor (null for leaves)
-  uint32_t output_nr = 0;            // which output of grad_fn this is
+  bool requires_grad = false;            // leaves: set by the user; results: any input requires
+  Tensor grad;                           // leaves' accumulated gradient
+  std::shared_ptr<Node> grad_fn;         // the node that made this tensor (null for leaves)
+  uint32_t output_nr = 0;                // which output of grad_fn this is
   std::weak_ptr<Node> grad_accumulator;  // leaves: the node that accumulates into grad
 };
 
@@ -117,20 +117,42 @@ inline Device Tensor::device() const { return impl_->storage->device(); }
 inline const Storage& Tensor::storage() const { return impl_->storage; }
 inline uint64_t Tensor::version() const { return impl_->storage->version(); }
 
-template <typename T> constexpr DType dtype_of();
-template <> constexpr DType dtype_of<float>() { return DType::f32; }
-template <> constexpr DType dtype_of<double>() { return DType::f64; }
-template <> constexpr DType dtype_of<f16>() { return DType::f16; }
-template <> constexpr DType dtype_of<bf16>() { return DType::bf16; }
-template <> constexpr DType dtype_of<int32_t>() { return DType::i32; }
-template <> constexpr DType dtype_of<int64_t>() { return DType::i64; }
-template <> constexpr DType dtype_of<bool>() { return DType::boolean; }
+template <typename T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<float>() {
+  return DType::f32;
+}
+template <>
+constexpr DType dtype_of<double>() {
+  return DType::f64;
+}
+template <>
+constexpr DType dtype_of<f16>() {
+  return DType::f16;
+}
+template <>
+constexpr DType dtype_of<bf16>() {
+  return DType::bf16;
+}
+template <>
+constexpr DType dtype_of<int32_t>() {
+  return DType::i32;
+}
+template <>
+constexpr DType dtype_of<int64_t>() {
+  return DType::i64;
+}
+template <>
+constexpr DType dtype_of<bool>() {
+  return DType::boolean;
+}
 
 template <typename T>
 T* Tensor::data() const {
   CG_CHECK(defined(), "data<T>() on an undefined tensor");
-  CG_CHECK(dtype_of<T>() == dtype(), "data<T>(): tensor has dtype ", dtype_name(dtype()),
-           " but ", dtype_name(dtype_of<T>()), " was asked for");
+  CG_CHECK(dtype_of<T>() == dtype(), "data<T>(): tensor has dtype ", dtype_name(dtype()), " but ",
+           dtype_name(dtype_of<T>()), " was asked for");
   return static_cast<T*>(data_ptr());
 }
 

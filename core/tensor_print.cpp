@@ -36,7 +36,9 @@ class Printer {
     for (int64_t i : shown) width_ = std::max<int64_t>(width_, format_raw(i).size());
   }
 
-  std::string render() const { return render(0, 0, static_cast<int64_t>(std::string("tensor(").size())); }
+  std::string render() const {
+    return render(0, 0, static_cast<int64_t>(std::string("tensor(").size()));
+  }
 
  private:
   // The linear indices (into the contiguous host tensor) of the elements that get printed.

@@ -22,8 +22,8 @@ int64_t view_offset(const Tensor& t, int64_t index, int64_t stride, const char* 
   const std::optional<int64_t> step = checked_mul(index, stride);
   const std::optional<int64_t> offset = step ? checked_add(t.offset(), *step) : std::nullopt;
   CG_CHECK(offset.has_value(), what, ": start ", index, " times stride ", stride,
-           " overflows 64 bits (shape ", shape_str(t.shape()), ", strides ",
-           shape_str(t.strides()), ")");
+           " overflows 64 bits (shape ", shape_str(t.shape()), ", strides ", shape_str(t.strides()),
+           ")");
   return *offset;
 }
 
@@ -102,14 +102,11 @@ Tensor make_tensor(Storage storage, Shape sizes, Shape strides, int64_t offset, 
 }
 
 Tensor empty(const Shape& shape, DType dtype, Device device) {
-  for (int64_t s : shape) {
-    CG_CHECK(s >= 0, "empty: negative size in shape ", shape_str(shape));
-  }
+  for (int64_t s : shape) { CG_CHECK(s >= 0, "empty: negative size in shape ", shape_str(shape)); }
   // numel, strides and bytes are checked: a shape that overflows 64 bits is an error, and
   // one that fits but no allocator can serve is an OutOfMemoryError from the allocator.
   const int64_t numel = shape_numel(shape);
-  const std::optional<size_t> nbytes =
-      checked_mul(static_cast<size_t>(numel), element_size(dtype));
+  const std::optional<size_t> nbytes = checked_mul(static_cast<size_t>(numel), element_size(dtype));
   CG_CHECK(nbytes.has_value(), "empty: shape ", shape_str(shape), " of ", dtype_name(dtype),
            " needs more bytes than 64 bits can count; check the sizes");
   Shape strides = contiguous_strides(shape);
@@ -133,15 +130,19 @@ Shape infer_shape(const Shape& shape, int64_t numel) {
   int64_t infer_at = -1;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] == -1) {
-      CG_CHECK(infer_at < 0, "shape ", shape_str(shape), " has more than one -1; only one "
+      CG_CHECK(infer_at < 0, "shape ", shape_str(shape),
+               " has more than one -1; only one "
                "dim can be inferred");
       infer_at = static_cast<int64_t>(i);
     } else {
-      CG_CHECK(shape[i] >= 0, "shape ", shape_str(shape), " has a negative size (only -1, "
+      CG_CHECK(shape[i] >= 0, "shape ", shape_str(shape),
+               " has a negative size (only -1, "
                "meaning 'infer', is allowed)");
       const std::optional<int64_t> next = checked_mul(known, shape[i]);
-      CG_CHECK(next.has_value(), "shape ", shape_str(shape), " has more elements than a "
-               "64-bit count can hold, so it cannot match a tensor of ", numel, " elements");
+      CG_CHECK(next.has_value(), "shape ", shape_str(shape),
+               " has more elements than a "
+               "64-bit count can hold, so it cannot match a tensor of ",
+               numel, " elements");
       known = *next;
     }
   }
@@ -191,9 +192,9 @@ Tensor transpose(const Tensor& t, int64_t d0, int64_t d1) {
 
 Tensor permute(const Tensor& t, const Shape& dims) {
   check_defined(t, "permute");
-  CG_CHECK(static_cast<int64_t>(dims.size()) == t.dim(), "permute: got ", dims.size(),
-           " dims ", shape_str(dims), " for a ", t.dim(), "-d tensor of shape ",
-           shape_str(t.shape()), "; name every dim exactly once");
+  CG_CHECK(static_cast<int64_t>(dims.size()) == t.dim(), "permute: got ", dims.size(), " dims ",
+           shape_str(dims), " for a ", t.dim(), "-d tensor of shape ", shape_str(t.shape()),
+           "; name every dim exactly once");
   Shape sizes(dims.size()), strides(dims.size());
   std::vector<bool> seen(dims.size(), false);
   for (size_t i = 0; i < dims.size(); ++i) {
@@ -211,13 +212,11 @@ Tensor narrow(const Tensor& t, int64_t dim, int64_t start, int64_t length) {
   check_defined(t, "narrow");
   dim = normalize_dim(dim, t.dim(), "narrow");
   const int64_t size = t.shape()[dim];
-  CG_CHECK(start >= -size && start <= size, "narrow: start ", start,
-           " out of range for dim ", dim, " of size ", size, " (shape ", shape_str(t.shape()),
-           ")");
+  CG_CHECK(start >= -size && start <= size, "narrow: start ", start, " out of range for dim ", dim,
+           " of size ", size, " (shape ", shape_str(t.shape()), ")");
   if (start < 0) start += size;
-  CG_CHECK(length >= 0 && length <= size - start, "narrow: start ", start, " + length ",
-           length, " exceeds dim ", dim, " of size ", size, " (shape ", shape_str(t.shape()),
-           ")");
+  CG_CHECK(length >= 0 && length <= size - start, "narrow: start ", start, " + length ", length,
+           " exceeds dim ", dim, " of size ", size, " (shape ", shape_str(t.shape()), ")");
   Shape sizes = t.shape();
   sizes[dim] = length;
   return as_strided(t, std::move(sizes), t.strides(),
@@ -246,8 +245,7 @@ Tensor slice(const Tensor& t, int64_t dim, int64_t start, int64_t end, int64_t s
   // does not fit.
   const std::optional<int64_t> stepped = checked_mul(strides[dim], step);
   CG_CHECK(stepped.has_value() || sizes[dim] <= 1, "slice: step ", step, " times stride ",
-           strides[dim], " of dim ", dim, " overflows 64 bits (shape ", shape_str(t.shape()),
-           ")");
+           strides[dim], " of dim ", dim, " overflows 64 bits (shape ", shape_str(t.shape()), ")");
   strides[dim] = stepped.value_or(strides[dim]);
   return as_strided(t, std::move(sizes), std::move(strides), offset);
 }
@@ -261,8 +259,8 @@ Tensor expand(const Tensor& t, const Shape& shape) {
   Shape sizes(ndim), strides(ndim);
   for (int64_t i = 0; i < ndim; ++i) {
     if (i < lead) {
-      CG_CHECK(shape[i] >= 0, "expand: a new leading dim needs an explicit size, got ",
-               shape[i], " in ", shape_str(shape));
+      CG_CHECK(shape[i] >= 0, "expand: a new leading dim needs an explicit size, got ", shape[i],
+               " in ", shape_str(shape));
       sizes[i] = shape[i];
       strides[i] = 0;
       continue;
@@ -273,8 +271,8 @@ Tensor expand(const Tensor& t, const Shape& shape) {
       sizes[i] = have;
       strides[i] = t.strides()[i - lead];
     } else {
-      CG_CHECK(have == 1 && want >= 0, "expand: cannot expand shape ", shape_str(t.shape()),
-               " to ", shape_str(shape), ": dim ", i - lead, " has size ", have,
+      CG_CHECK(have == 1 && want >= 0, "expand: cannot expand shape ", shape_str(t.shape()), " to ",
+               shape_str(shape), ": dim ", i - lead, " has size ", have,
                ", which is neither 1 nor ", want);
       sizes[i] = want;
       strides[i] = 0;
@@ -290,8 +288,7 @@ Tensor unsqueeze(const Tensor& t, int64_t dim) {
   Shape strides = t.strides();
   // The new dim has size 1 and is never stepped over, so any stride is right; PyTorch's
   // size * stride is used when it fits (an empty tensor may carry any strides).
-  const int64_t stride =
-      dim < t.dim() ? checked_mul(sizes[dim], strides[dim]).value_or(1) : 1;
+  const int64_t stride = dim < t.dim() ? checked_mul(sizes[dim], strides[dim]).value_or(1) : 1;
   sizes.insert(sizes.begin() + dim, 1);
   strides.insert(strides.begin() + dim, stride);
   return as_strided(t, std::move(sizes), std::move(strides), t.offset());
@@ -320,8 +317,8 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* what) {
     const int64_t bi = static_cast<int64_t>(i) - static_cast<int64_t>(ndim - b.size());
     const int64_t sa = ai >= 0 ? a[ai] : 1;
     const int64_t sb = bi >= 0 ? b[bi] : 1;
-    CG_CHECK(sa == sb || sa == 1 || sb == 1, what, ": shapes ", shape_str(a), " and ",
-             shape_str(b), " cannot be broadcast (dim ", i, ": ", sa, " vs ", sb,
+    CG_CHECK(sa == sb || sa == 1 || sb == 1, what, ": shapes ", shape_str(a), " and ", shape_str(b),
+             " cannot be broadcast (dim ", i, ": ", sa, " vs ", sb,
              "); sizes must match or be 1, aligned from the last dim");
     out[i] = sa == 1 ? sb : sa;
   }

@@ -16,8 +16,8 @@ Tensor empty_like(const Tensor& t);  // same shape/dtype/device, contiguous
 
 // ---- views: share storage ----
 Tensor as_strided(const Tensor& t, Shape sizes, Shape strides, int64_t offset);
-Tensor view(const Tensor& t, Shape shape);      // throws when strides don't allow it
-Tensor reshape(const Tensor& t, Shape shape);   // view when possible, else copy
+Tensor view(const Tensor& t, Shape shape);     // throws when strides don't allow it
+Tensor reshape(const Tensor& t, Shape shape);  // view when possible, else copy
 Tensor transpose(const Tensor& t, int64_t d0, int64_t d1);
 Tensor permute(const Tensor& t, const Shape& dims);
 Tensor narrow(const Tensor& t, int64_t dim, int64_t start, int64_t length);
@@ -37,8 +37,8 @@ Shape infer_shape(const Shape& shape, int64_t numel);
 // The work runs on the tensors' device; a copy between devices moves one contiguous
 // buffer (Note [Device copy] in copy.cpp).
 void copy_(const Tensor& dst, const Tensor& src);
-Tensor contiguous(const Tensor& t);  // t itself when already contiguous
-Tensor clone(const Tensor& t);       // always a fresh contiguous copy
+Tensor contiguous(const Tensor& t);                // t itself when already contiguous
+Tensor clone(const Tensor& t);                     // always a fresh contiguous copy
 Tensor to_dtype(const Tensor& t, DType dtype);     // t itself when dtype matches
 Tensor to_device(const Tensor& t, Device device);  // t itself when device matches
 void fill_(const Tensor& t, double value);

@@ -6,10 +6,10 @@
 // from a device tensor, so the step needs no host readback of the gradient norm.
 #include <cmath>
 
-#include "ops/compute_copy.h"
 #include "cpu/cpu_kernels.h"
 #include "cpu/loops.h"
 #include "cpu/parallel.h"
+#include "ops/compute_copy.h"
 
 namespace cg::cpu {
 
@@ -17,7 +17,8 @@ void CpuKernels::adamw_step(const std::vector<Tensor>& params, const std::vector
                             const std::vector<Tensor>& grads, const std::vector<Tensor>& exp_avgs,
                             const std::vector<Tensor>& exp_avg_sqs, const Tensor& grad_scale,
                             const AdamWArgs& args) {
-  const float scale = grad_scale.defined() ? *static_cast<const float*>(grad_scale.data_ptr()) : 1.0f;
+  const float scale =
+      grad_scale.defined() ? *static_cast<const float*>(grad_scale.data_ptr()) : 1.0f;
   const double bc1 = 1.0 - std::pow(args.beta1, static_cast<double>(args.step));
   const double bc2 = 1.0 - std::pow(args.beta2, static_cast<double>(args.step));
   const float b1 = static_cast<float>(args.beta1), b2 = static_cast<float>(args.beta2);

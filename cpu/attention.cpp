@@ -35,17 +35,18 @@
 #include <limits>
 
 #include "core/views.h"
-#include "ops/compute_copy.h"
 #include "cpu/cpu_kernels.h"
 #include "cpu/loops.h"
 #include "cpu/thread_pool.h"
+#include "ops/compute_copy.h"
 
 namespace cg::cpu {
 
 namespace {
 
 template <typename C>
-using ConstRows = Eigen::Map<const Eigen::Matrix<C, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
+using ConstRows =
+    Eigen::Map<const Eigen::Matrix<C, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
 template <typename C>
 using Rows = Eigen::Map<Eigen::Matrix<C, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
 template <typename C>
@@ -81,8 +82,8 @@ int64_t row_scores(C* s, const KeyRanges& ranges, const C* kb, const C* qi, int6
   int64_t n = 0;
   for (int r = 0; r < ranges.count; ++r) {
     const int64_t begin = ranges.begin[r], len = ranges.end[r] - begin;
-    Vec<C>(s + n, len).noalias() = scale * (ConstRows<C>(kb + begin * hd, len, hd) *
-                                            ConstVec<C>(qi, hd));
+    Vec<C>(s + n, len).noalias() =
+        scale * (ConstRows<C>(kb + begin * hd, len, hd) * ConstVec<C>(qi, hd));
     if (allowed != nullptr) {
       for (int64_t j = 0; j < len; ++j) {
         if (!mask.allows(allowed, b, h, i, begin + j)) {
@@ -120,41 +121,42 @@ AttentionForward forward_typed(const Tensor& q, const Tensor& k, const Tensor& v
   const int64_t rows = d.B * d.Hq * d.Sq, hd = d.hd;
 
   // Piece w of [0, lanes) handles the rows congruent to w modulo `lanes`.
-  const int64_t lanes = rows * std::max<int64_t>(d.Sk, 1) * hd >= kParallelWork ? std::min(rows, threads) : 1;
+  const int64_t lanes =
+      rows * std::max<int64_t>(d.Sk, 1) * hd >= kParallelWork ? std::min(rows, threads) : 1;
   parallel_for(lanes, [&](int64_t lane_begin, int64_t lane_end, int worker) {
-  for (int64_t lane = lane_begin; lane < lane_end; ++lane)
-  for (int64_t row = lane; row < rows; row += lanes) {
-    const int64_t i = row % d.Sq, h = (row / d.Sq) % d.Hq, b = row / (d.Sq * d.Hq);
-    const int64_t kv_offset = (b * d.Hkv + h / d.group) * d.Sk * hd;
-    C* s = sp + worker * stride;
-    C* acc = s + d.Sk;
-    T* o = op + row * hd;
-    const KeyRanges ranges = mask.key_ranges(b, i);
-    const int64_t n =
-        row_scores(s, ranges, kp + kv_offset, qp + row * hd, hd, scale, mask, allowed, b, h, i);
-    C m = -std::numeric_limits<C>::infinity();
-    for (int64_t j = 0; j < n; ++j) m = std::max(m, s[j]);
-    if (m == -std::numeric_limits<C>::infinity()) {  // sees nothing: output 0
-      for (int64_t e = 0; e < hd; ++e) store(o + e, C(0));
-      lsep[row] = m;
-      continue;
-    }
-    Vec<C> p(s, n);
-    p = (p.array() - m).exp();
-    const C l = p.sum();
-    Vec<C> a(acc, hd);
-    a.setZero();
-    int64_t at = 0;
-    for (int r = 0; r < ranges.count; ++r) {
-      const int64_t begin = ranges.begin[r], len = ranges.end[r] - begin;
-      a.noalias() += ConstRows<C>(vp + kv_offset + begin * hd, len, hd).transpose() *
-                     p.segment(at, len);
-      at += len;
-    }
-    const C inv_l = C(1) / l;
-    for (int64_t e = 0; e < hd; ++e) store(o + e, acc[e] * inv_l);
-    lsep[row] = m + std::log(l);
-  }
+    for (int64_t lane = lane_begin; lane < lane_end; ++lane)
+      for (int64_t row = lane; row < rows; row += lanes) {
+        const int64_t i = row % d.Sq, h = (row / d.Sq) % d.Hq, b = row / (d.Sq * d.Hq);
+        const int64_t kv_offset = (b * d.Hkv + h / d.group) * d.Sk * hd;
+        C* s = sp + worker * stride;
+        C* acc = s + d.Sk;
+        T* o = op + row * hd;
+        const KeyRanges ranges = mask.key_ranges(b, i);
+        const int64_t n =
+            row_scores(s, ranges, kp + kv_offset, qp + row * hd, hd, scale, mask, allowed, b, h, i);
+        C m = -std::numeric_limits<C>::infinity();
+        for (int64_t j = 0; j < n; ++j) m = std::max(m, s[j]);
+        if (m == -std::numeric_limits<C>::infinity()) {  // sees nothing: output 0
+          for (int64_t e = 0; e < hd; ++e) store(o + e, C(0));
+          lsep[row] = m;
+          continue;
+        }
+        Vec<C> p(s, n);
+        p = (p.array() - m).exp();
+        const C l = p.sum();
+        Vec<C> a(acc, hd);
+        a.setZero();
+        int64_t at = 0;
+        for (int r = 0; r < ranges.count; ++r) {
+          const int64_t begin = ranges.begin[r], len = ranges.end[r] - begin;
+          a.noalias() +=
+              ConstRows<C>(vp + kv_offset + begin * hd, len, hd).transpose() * p.segment(at, len);
+          at += len;
+        }
+        const C inv_l = C(1) / l;
+        for (int64_t e = 0; e < hd; ++e) store(o + e, acc[e] * inv_l);
+        lsep[row] = m + std::log(l);
+      }
   });
   return result;
 }
@@ -172,8 +174,14 @@ AttentionGrads backward_typed(const Tensor& grad_out, const Tensor& q, const Ten
   const Tensor lc = compute_copy(lse, cd);
   Tensor dq, dk, dv;  // compute type; rounded to T at the end
   if (need_dq) dq = raw::empty(q.shape(), cd, q.device());
-  if (need_dk) { dk = raw::empty(k.shape(), cd, k.device()); raw::fill_(dk, 0.0); }
-  if (need_dv) { dv = raw::empty(v.shape(), cd, v.device()); raw::fill_(dv, 0.0); }
+  if (need_dk) {
+    dk = raw::empty(k.shape(), cd, k.device());
+    raw::fill_(dk, 0.0);
+  }
+  if (need_dv) {
+    dv = raw::empty(v.shape(), cd, v.device());
+    raw::fill_(dv, 0.0);
+  }
   const Tensor scratch = raw::empty({num_threads(), 2 * d.Sk}, cd, q.device());
 
   const C* qp = qc.data<C>();
@@ -191,52 +199,54 @@ AttentionGrads backward_typed(const Tensor& grad_out, const Tensor& q, const Ten
   const int64_t hd = d.hd, kv_heads = d.B * d.Hkv;
 
   auto kv_head_pairs = [&](int64_t pair_begin, int64_t pair_end, int worker) {
-  for (int64_t pair = pair_begin; pair < pair_end; ++pair) {
-    const int64_t b = pair / d.Hkv, hk = pair % d.Hkv;
-    const int64_t kv_offset = pair * d.Sk * hd;
-    C* p_buf = sp + worker * 2 * d.Sk;
-    C* ds_buf = p_buf + d.Sk;
-    for (int64_t g = 0; g < d.group; ++g) {
-      const int64_t h = hk * d.group + g;
-      for (int64_t i = 0; i < d.Sq; ++i) {
-        const int64_t row = (b * d.Hq + h) * d.Sq + i;
-        const C L = lsep[row];
-        if (dqp != nullptr) Vec<C>(dqp + row * hd, hd).setZero();
-        if (L == -std::numeric_limits<C>::infinity()) continue;  // sees nothing
-        const ConstVec<C> qi(qp + row * hd, hd), doi(gp + row * hd, hd);
-        const C Di = doi.dot(ConstVec<C>(opp + row * hd, hd));
-        const KeyRanges ranges = mask.key_ranges(b, i);
-        const int64_t n = row_scores(p_buf, ranges, kp + kv_offset, qp + row * hd, hd, scale,
-                                     mask, allowed, b, h, i);
-        Vec<C> p(p_buf, n), ds(ds_buf, n);
-        p = (p.array() - L).exp();
-        int64_t at = 0;
-        for (int r = 0; r < ranges.count; ++r) {  // dp = V_r dO
-          const int64_t begin = ranges.begin[r], len = ranges.end[r] - begin;
-          ds.segment(at, len).noalias() = ConstRows<C>(vp + kv_offset + begin * hd, len, hd) * doi;
-          at += len;
-        }
-        ds = p.cwiseProduct((ds.array() - Di).matrix());
-        at = 0;
-        for (int r = 0; r < ranges.count; ++r) {
-          const int64_t begin = ranges.begin[r], len = ranges.end[r] - begin;
-          const ConstRows<C> kr(kp + kv_offset + begin * hd, len, hd);
-          if (dqp != nullptr) {
-            Vec<C>(dqp + row * hd, hd).noalias() += scale * (kr.transpose() * ds.segment(at, len));
+    for (int64_t pair = pair_begin; pair < pair_end; ++pair) {
+      const int64_t b = pair / d.Hkv, hk = pair % d.Hkv;
+      const int64_t kv_offset = pair * d.Sk * hd;
+      C* p_buf = sp + worker * 2 * d.Sk;
+      C* ds_buf = p_buf + d.Sk;
+      for (int64_t g = 0; g < d.group; ++g) {
+        const int64_t h = hk * d.group + g;
+        for (int64_t i = 0; i < d.Sq; ++i) {
+          const int64_t row = (b * d.Hq + h) * d.Sq + i;
+          const C L = lsep[row];
+          if (dqp != nullptr) Vec<C>(dqp + row * hd, hd).setZero();
+          if (L == -std::numeric_limits<C>::infinity()) continue;  // sees nothing
+          const ConstVec<C> qi(qp + row * hd, hd), doi(gp + row * hd, hd);
+          const C Di = doi.dot(ConstVec<C>(opp + row * hd, hd));
+          const KeyRanges ranges = mask.key_ranges(b, i);
+          const int64_t n = row_scores(p_buf, ranges, kp + kv_offset, qp + row * hd, hd, scale,
+                                       mask, allowed, b, h, i);
+          Vec<C> p(p_buf, n), ds(ds_buf, n);
+          p = (p.array() - L).exp();
+          int64_t at = 0;
+          for (int r = 0; r < ranges.count; ++r) {  // dp = V_r dO
+            const int64_t begin = ranges.begin[r], len = ranges.end[r] - begin;
+            ds.segment(at, len).noalias() =
+                ConstRows<C>(vp + kv_offset + begin * hd, len, hd) * doi;
+            at += len;
           }
-          if (dkp != nullptr) {
-            Rows<C>(dkp + kv_offset + begin * hd, len, hd).noalias() +=
-                (scale * ds.segment(at, len)) * qi.transpose();
+          ds = p.cwiseProduct((ds.array() - Di).matrix());
+          at = 0;
+          for (int r = 0; r < ranges.count; ++r) {
+            const int64_t begin = ranges.begin[r], len = ranges.end[r] - begin;
+            const ConstRows<C> kr(kp + kv_offset + begin * hd, len, hd);
+            if (dqp != nullptr) {
+              Vec<C>(dqp + row * hd, hd).noalias() +=
+                  scale * (kr.transpose() * ds.segment(at, len));
+            }
+            if (dkp != nullptr) {
+              Rows<C>(dkp + kv_offset + begin * hd, len, hd).noalias() +=
+                  (scale * ds.segment(at, len)) * qi.transpose();
+            }
+            if (dvp != nullptr) {
+              Rows<C>(dvp + kv_offset + begin * hd, len, hd).noalias() +=
+                  p.segment(at, len) * doi.transpose();
+            }
+            at += len;
           }
-          if (dvp != nullptr) {
-            Rows<C>(dvp + kv_offset + begin * hd, len, hd).noalias() +=
-                p.segment(at, len) * doi.transpose();
-          }
-          at += len;
         }
       }
     }
-  }
   };
   if (kv_heads * d.group * d.Sq * std::max<int64_t>(d.Sk, 1) * hd >= kParallelWork) {
     parallel_for(kv_heads, kv_head_pairs);
@@ -254,9 +264,8 @@ AttentionGrads backward_typed(const Tensor& grad_out, const Tensor& q, const Ten
 
 AttentionForward CpuKernels::attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                                const ResolvedAttentionMask& mask, double scale) {
-  return dispatch_floating(q.dtype(), "scaled_dot_product_attention", [&]<typename T>() {
-    return forward_typed<T>(q, k, v, mask, scale);
-  });
+  return dispatch_floating(q.dtype(), "scaled_dot_product_attention",
+                           [&]<typename T>() { return forward_typed<T>(q, k, v, mask, scale); });
 }
 
 AttentionGrads CpuKernels::attention_backward(const Tensor& grad_out, const Tensor& q,

@@ -45,8 +45,7 @@ class CpuKernels : public DeviceKernels {
 
   // ---- reductions (cpu/reduce.cpp); outputs keep the reduced dim as 1 (callers squeeze) --
   // scale * sum of a over the dims where reduce[d] is true; keepdim keeps them as 1.
-  Tensor sum(const Tensor& a, const std::vector<bool>& reduce, bool keepdim,
-             double scale) override;
+  Tensor sum(const Tensor& a, const std::vector<bool>& reduce, bool keepdim, double scale) override;
   // Indices (i64) of the maximum of each row along `dim`: the first one on ties; a NaN
   // counts as the maximum (the first NaN). When `values` is given it receives the maxima
   // (a's dtype). a.shape()[dim] must be > 0.
@@ -112,8 +111,8 @@ class CpuKernels : public DeviceKernels {
                                      const ResolvedAttentionMask& mask, double scale) override;
   AttentionGrads attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
                                     const Tensor& v, const Tensor& out, const Tensor& lse,
-                                    const ResolvedAttentionMask& mask, double scale,
-                                    bool need_dq, bool need_dk, bool need_dv) override;
+                                    const ResolvedAttentionMask& mask, double scale, bool need_dq,
+                                    bool need_dk, bool need_dv) override;
 
   // ---- indexing (cpu/index.cpp) ---------------------------------------------------------------
   // Gathers are pure data movement (any dtype, copied as raw bits); scatter-adds accumulate

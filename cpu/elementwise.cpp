@@ -113,12 +113,11 @@ Tensor CpuKernels::where(const Tensor& cond, const Tensor& a, const Tensor& b) {
     const T* pb = static_cast<const T*>(b.data_ptr());
     T* po = static_cast<T*>(out.data_ptr());
     // Values are copied as stored (no compute type): where never rounds.
-    parallel_strided_loop<4>(shape,
-                             {out.strides(), broadcast_strides(cond, shape),
-                              broadcast_strides(a, shape), broadcast_strides(b, shape)},
-                             [&](const std::array<int64_t, 4>& o) {
-                               po[o[0]] = pc[o[1]] ? pa[o[2]] : pb[o[3]];
-                             });
+    parallel_strided_loop<4>(
+        shape,
+        {out.strides(), broadcast_strides(cond, shape), broadcast_strides(a, shape),
+         broadcast_strides(b, shape)},
+        [&](const std::array<int64_t, 4>& o) { po[o[0]] = pc[o[1]] ? pa[o[2]] : pb[o[3]]; });
   });
   return out;
 }
@@ -131,7 +130,8 @@ void CpuKernels::inplace(InplaceOp op, const Tensor& dst, const Tensor& src, dou
     const T* ps = static_cast<const T*>(src.data_ptr());
     parallel_strided_loop<2>(dst.shape(), {dst.strides(), broadcast_strides(src, dst.shape())},
                              [&](const std::array<int64_t, 2>& o) {
-                               store(pd + o[0], apply_inplace<C>(op, load(pd + o[0]), load(ps + o[1]), a));
+                               store(pd + o[0],
+                                     apply_inplace<C>(op, load(pd + o[0]), load(ps + o[1]), a));
                              });
   });
 }
@@ -157,12 +157,13 @@ void CpuKernels::addcmul(const Tensor& dst, const Tensor& a, const Tensor& b, do
     T* pd = static_cast<T*>(dst.data_ptr());
     const T* pa = static_cast<const T*>(a.data_ptr());
     const T* pb = static_cast<const T*>(b.data_ptr());
-    parallel_strided_loop<3>(dst.shape(), {dst.strides(), broadcast_strides(a, dst.shape()),
-                                           broadcast_strides(b, dst.shape())},
-                             [&](const std::array<int64_t, 3>& o) {
-                               store(pd + o[0], addcmul_of<C>(load(pd + o[0]), load(pa + o[1]),
-                                                              load(pb + o[2]), v, divide));
-                             });
+    parallel_strided_loop<3>(
+        dst.shape(),
+        {dst.strides(), broadcast_strides(a, dst.shape()), broadcast_strides(b, dst.shape())},
+        [&](const std::array<int64_t, 3>& o) {
+          store(pd + o[0],
+                addcmul_of<C>(load(pd + o[0]), load(pa + o[1]), load(pb + o[2]), v, divide));
+        });
   });
 }
 

@@ -55,7 +55,7 @@ struct Plan {
   bool a_conv, b_conv, o_conv;  // walked in converted tiles
   // Pieces form a grid_m x grid_n grid over out; its cuts fall on multiples of kGemmCut
   // (Note [GEMM blocking]); the last row and column of pieces take the rest.
-  int64_t units_m, units_n;     // whole kGemmCut units along M and N (>= 1)
+  int64_t units_m, units_n;  // whole kGemmCut units along M and N (>= 1)
   int64_t grid_m, grid_n;
   int64_t pieces;
   int64_t a_elems, b_elems, o_elems;  // scratch elements per piece
@@ -127,9 +127,11 @@ View<C> convert_tile(const GemmMatrix& x, int64_t r0, int64_t nr, int64_t c0, in
   dispatch_floating(x.dtype, "gemm", [&]<typename S>() {
     const S* base = static_cast<const S*>(x.data) + r0 * x.row_stride + c0 * x.col_stride;
     if (row_major) {
-      for (int64_t i = 0; i < nr; ++i) convert_line(base + i * x.row_stride, x.col_stride, nc, dst + i * nc);
+      for (int64_t i = 0; i < nr; ++i)
+        convert_line(base + i * x.row_stride, x.col_stride, nc, dst + i * nc);
     } else {
-      for (int64_t j = 0; j < nc; ++j) convert_line(base + j * x.col_stride, x.row_stride, nr, dst + j * nr);
+      for (int64_t j = 0; j < nc; ++j)
+        convert_line(base + j * x.col_stride, x.row_stride, nr, dst + j * nr);
     }
   });
   return {dst, row_major ? nc : nr, row_major};
@@ -137,13 +139,15 @@ View<C> convert_tile(const GemmMatrix& x, int64_t r0, int64_t nr, int64_t c0, in
 
 // out tile = acc (row-major [nr, nc]), rounded to out's dtype.
 template <typename C>
-void store_tile(const GemmMatrix& out, int64_t r0, int64_t nr, int64_t c0, int64_t nc, const C* acc) {
+void store_tile(const GemmMatrix& out, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
+                const C* acc) {
   dispatch_floating(out.dtype, "gemm", [&]<typename S>() {
     S* base = static_cast<S*>(out.data) + r0 * out.row_stride + c0 * out.col_stride;
     for (int64_t i = 0; i < nr; ++i) {
       S* row = base + i * out.row_stride;
       const C* a = acc + i * nc;
-      for (int64_t j = 0; j < nc; ++j) store(row + j * out.col_stride, static_cast<compute_t<S>>(a[j]));
+      for (int64_t j = 0; j < nc; ++j)
+        store(row + j * out.col_stride, static_cast<compute_t<S>>(a[j]));
     }
   });
 }
@@ -154,8 +158,8 @@ template <typename C, int Order>
 using ConstMap = Eigen::Map<const Eigen::Matrix<C, Eigen::Dynamic, Eigen::Dynamic, Order>, 0,
                             Eigen::OuterStride<>>;
 template <typename C, int Order>
-using MutMap = Eigen::Map<Eigen::Matrix<C, Eigen::Dynamic, Eigen::Dynamic, Order>, 0,
-                          Eigen::OuterStride<>>;
+using MutMap =
+    Eigen::Map<Eigen::Matrix<C, Eigen::Dynamic, Eigen::Dynamic, Order>, 0, Eigen::OuterStride<>>;
 
 // c = alpha * a b (assign) or c += alpha * a b; a [m, k], b [k, n], c [m, n].
 template <typename C, int OA, int OB, int OC>
@@ -172,7 +176,8 @@ void eigen_product(View<C> a, View<C> b, View<C> c, int64_t m, int64_t n, int64_
 }
 
 template <typename C>
-void product(View<C> a, View<C> b, View<C> c, int64_t m, int64_t n, int64_t k, C alpha, bool assign) {
+void product(View<C> a, View<C> b, View<C> c, int64_t m, int64_t n, int64_t k, C alpha,
+             bool assign) {
   constexpr int R = Eigen::RowMajor, L = Eigen::ColMajor;
   const int key = (a.row_major ? 4 : 0) | (b.row_major ? 2 : 0) | (c.row_major ? 1 : 0);
   switch (key) {
@@ -235,8 +240,10 @@ void run_piece(const Plan& p, const GemmMatrix& a, const GemmMatrix& b, const Ge
       }
       for (int64_t k0 = 0; k0 < K; k0 += kt) {
         const int64_t k = std::min(kt, K - k0);
-        const View<C> at = p.a_conv ? convert_tile<C>(a, i0, m, k0, k, a_buf) : in_place_at<C>(a, i0, k0);
-        const View<C> bt = p.b_conv ? convert_tile<C>(b, k0, k, j0, n, b_buf) : in_place_at<C>(b, k0, j0);
+        const View<C> at =
+            p.a_conv ? convert_tile<C>(a, i0, m, k0, k, a_buf) : in_place_at<C>(a, i0, k0);
+        const View<C> bt =
+            p.b_conv ? convert_tile<C>(b, k0, k, j0, n, b_buf) : in_place_at<C>(b, k0, j0);
         product<C>(at, bt, c, m, n, k, alpha, assign);
         assign = false;
       }
@@ -296,11 +303,13 @@ size_t gemm_scratch_bytes(const GemmMatrix& a, const GemmMatrix& b, const GemmMa
   const size_t bytes = static_cast<size_t>(scratch_elements(p, a)) * element_size(p.compute);
   // The caching allocator's block sizes (Note [Sizes], core/caching_allocator.h): 512 B
   // multiples, and 2 MiB multiples from 10 MiB on (such a request is a segment of its own).
-  if (bytes >= (size_t{10} << 20)) return (bytes + (size_t{2} << 20) - 1) / (size_t{2} << 20) * (size_t{2} << 20);
+  if (bytes >= (size_t{10} << 20))
+    return (bytes + (size_t{2} << 20) - 1) / (size_t{2} << 20) * (size_t{2} << 20);
   return (bytes + 511) / 512 * 512;
 }
 
-void gemm(const GemmMatrix& a, const GemmMatrix& b, const GemmMatrix& out, double alpha, double beta) {
+void gemm(const GemmMatrix& a, const GemmMatrix& b, const GemmMatrix& out, double alpha,
+          double beta) {
   if (out.rows == 0 || out.cols == 0) return;
   if (a.cols == 0) {
     scale_output(out, beta);
@@ -317,7 +326,8 @@ void gemm(const GemmMatrix& a, const GemmMatrix& b, const GemmMatrix& out, doubl
 }
 
 void gemm(const Tensor& a, const Tensor& b, const Tensor& out, double alpha, double beta) {
-  CG_CHECK(a.defined() && b.defined() && out.defined(), "gemm: a, b and out must be defined tensors");
+  CG_CHECK(a.defined() && b.defined() && out.defined(),
+           "gemm: a, b and out must be defined tensors");
   CG_CHECK(a.dim() == 2 && b.dim() == 2 && out.dim() == 2, "gemm: a, b and out must be 2-D, got ",
            a.dim(), "-d, ", b.dim(), "-d and ", out.dim(), "-d");
   CG_CHECK(a.size(1) == b.size(0) && out.size(0) == a.size(0) && out.size(1) == b.size(1),
@@ -347,8 +357,7 @@ size_t CpuKernels::gemm_scratch_bytes(const GemmDesc& d) const {
     return dense ? GemmMatrix{nullptr, dtype, rows, cols, std::max<int64_t>(cols, 1), 1}
                  : GemmMatrix{nullptr, dtype, rows, cols, 2 * std::max<int64_t>(cols, 1), 2};
   };
-  return cpu::gemm_scratch_bytes(matrix(d.a, d.m, d.k, d.a_dense),
-                                 matrix(d.b, d.k, d.n, d.b_dense),
+  return cpu::gemm_scratch_bytes(matrix(d.a, d.m, d.k, d.a_dense), matrix(d.b, d.k, d.n, d.b_dense),
                                  matrix(d.out, d.m, d.n, d.out_dense));
 }
 

@@ -33,9 +33,9 @@
 
 namespace cg::cpu {
 
-inline constexpr int64_t kGemmTileRows = 480;           // rows (and columns) of a converted tile
+inline constexpr int64_t kGemmTileRows = 480;          // rows (and columns) of a converted tile
 inline constexpr int64_t kGemmCut = 48;                // pieces are cut on multiples of this
-inline constexpr int64_t kGemmParallelWork = 1 << 18;   // M * N * K below which one thread does it
+inline constexpr int64_t kGemmParallelWork = 1 << 18;  // M * N * K below which one thread does it
 
 // out [M, N] = alpha * a [M, K] @ b [K, N] + beta * out
 // a, b, out: 2-D tensors with any strides as long as each has a unit stride in one dim
@@ -60,7 +60,8 @@ struct GemmMatrix {
   int64_t row_stride, col_stride;
 };
 GemmMatrix gemm_matrix(const Tensor& t);  // a 2-D CPU tensor as a GemmMatrix
-void gemm(const GemmMatrix& a, const GemmMatrix& b, const GemmMatrix& out, double alpha, double beta);
+void gemm(const GemmMatrix& a, const GemmMatrix& b, const GemmMatrix& out, double alpha,
+          double beta);
 size_t gemm_scratch_bytes(const GemmMatrix& a, const GemmMatrix& b, const GemmMatrix& out);
 // True when gemm reads and writes all three in place (no scratch at all).
 bool gemm_in_place(const GemmMatrix& a, const GemmMatrix& b, const GemmMatrix& out);

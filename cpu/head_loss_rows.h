@@ -19,9 +19,9 @@ namespace cg::cpu {
 template <typename T>
 struct HeadRowOutputs {
   T* loss = nullptr;
-  T* lse = nullptr;                 // logsumexp of the (softcapped) student logits, tau = 1
-  int64_t* argmax = nullptr;        // student argmax
-  T* entropy = nullptr;             // entropy of softmax(z), nats
+  T* lse = nullptr;           // logsumexp of the (softcapped) student logits, tau = 1
+  int64_t* argmax = nullptr;  // student argmax
+  T* entropy = nullptr;       // entropy of softmax(z), nats
   int64_t* teacher_argmax = nullptr;
 };
 

@@ -50,7 +50,8 @@ decltype(auto) dispatch_floating(DType dtype, const char* op, Body&& body) {
     case DType::f16: return body.template operator()<f16>();
     default: break;
   }
-  CG_FAIL(op, ": dtype ", dtype_name(dtype), " is not supported; it computes on f32, f64, bf16 "
+  CG_FAIL(op, ": dtype ", dtype_name(dtype),
+          " is not supported; it computes on f32, f64, bf16 "
           "and f16 tensors");
 }
 

@@ -14,7 +14,8 @@
 namespace cg::cpu {
 
 Tensor CpuKernels::matmul(const Tensor& a, const Tensor& b) {
-  CG_CHECK(is_floating(a.dtype()), "matmul: dtype ", dtype_name(a.dtype()), " is not supported; "
+  CG_CHECK(is_floating(a.dtype()), "matmul: dtype ", dtype_name(a.dtype()),
+           " is not supported; "
            "it computes on f32, f64, bf16 and f16 tensors");
   const int64_t na = a.dim(), nb = b.dim();
   const MatmulShape ms = matmul_shape(a, b);
@@ -36,7 +37,8 @@ Tensor CpuKernels::matmul(const Tensor& a, const Tensor& b) {
   const int64_t nbatch = static_cast<int64_t>(batch.size());
   const Shape& sa = ms.batch_strides_a;
   const Shape& sb = ms.batch_strides_b;
-  const size_t ea = element_size(a.dtype()), eb = element_size(b.dtype()), eo = element_size(out.dtype());
+  const size_t ea = element_size(a.dtype()), eb = element_size(b.dtype()),
+               eo = element_size(out.dtype());
   auto matrices = [&](int64_t bi) {
     int64_t oa = 0, ob = 0, rest = bi;
     for (int64_t d = nbatch - 1; d >= 0; --d) {
@@ -45,12 +47,14 @@ Tensor CpuKernels::matmul(const Tensor& a, const Tensor& b) {
       oa += index * sa[d];
       ob += index * sb[d];
     }
-    struct { GemmMatrix a, b, out; } mats{
-        {static_cast<char*>(a.data_ptr()) + oa * static_cast<int64_t>(ea), a.dtype(), n, k,
-         a.strides()[na - 2], a.strides()[na - 1]},
-        {static_cast<char*>(b.data_ptr()) + ob * static_cast<int64_t>(eb), b.dtype(), k, m,
-         b.strides()[nb - 2], b.strides()[nb - 1]},
-        {static_cast<char*>(out.data_ptr()) + bi * n * m * static_cast<int64_t>(eo), out.dtype(), n, m, m, 1}};
+    struct {
+      GemmMatrix a, b, out;
+    } mats{{static_cast<char*>(a.data_ptr()) + oa * static_cast<int64_t>(ea), a.dtype(), n, k,
+            a.strides()[na - 2], a.strides()[na - 1]},
+           {static_cast<char*>(b.data_ptr()) + ob * static_cast<int64_t>(eb), b.dtype(), k, m,
+            b.strides()[nb - 2], b.strides()[nb - 1]},
+           {static_cast<char*>(out.data_ptr()) + bi * n * m * static_cast<int64_t>(eo), out.dtype(),
+            n, m, m, 1}};
     return mats;
   };
   // Small GEMMs that need no scratch: one batch per piece (each gemm then runs inline).

@@ -9,12 +9,12 @@
 #include <vector>
 
 #include "core/views.h"
-#include "ops/compute_copy.h"
-#include "cpu/loops.h"
 #include "cpu/cpu_kernels.h"
+#include "cpu/loops.h"
 #include "cpu/parallel.h"
 #include "cpu/row_math.h"
 #include "cpu/row_offsets.h"
+#include "ops/compute_copy.h"
 
 namespace cg::cpu {
 
@@ -91,44 +91,44 @@ RmsNormGrads CpuKernels::rms_norm_backward(const Tensor& grad, const Tensor& x,
     const int64_t sw = has_w ? weight.strides()[0] : 0;
     T* pdx = need_dx ? static_cast<T*>(grads.dx.data_ptr()) : nullptr;
     parallel_for(chunks, [&](int64_t chunk_begin, int64_t chunk_end) {
-    for (int64_t c = chunk_begin; c < chunk_end; ++c) {
-      std::vector<double>& dw_local = dw_parts[c];
-      dw_local.assign(need_dweight ? D : 0, 0.0);
-      for (int64_t r = c * R / chunks; r < (c + 1) * R / chunks; ++r) {
-        const T* xr = px + x_rows[r];
-        const T* gr = pg + g_rows[r];
-        const double rs = pr[r];
-        if (need_dweight) {
-          for (int64_t j = 0; j < D; ++j) {
-            dw_local[j] += static_cast<double>(load(gr + j * sg)) * load(xr + j * sx) * rs;
-          }
-        }
-        if (need_dx) {
-          double dot = 0.0;  // sum_j g_j w_j x_j
-          bool summed = false;
-          if constexpr (std::is_same_v<T, C>) {
-            if (sx == 1 && sg == 1 && (!has_w || sw == 1)) {
-              dot = has_w ? block_sum<C>(D, [&](int64_t j) { return gr[j] * pw[j] * xr[j]; })
-                          : block_sum<C>(D, [&](int64_t j) { return gr[j] * xr[j]; });
-              summed = true;
-            }
-          }
-          if (!summed) {
+      for (int64_t c = chunk_begin; c < chunk_end; ++c) {
+        std::vector<double>& dw_local = dw_parts[c];
+        dw_local.assign(need_dweight ? D : 0, 0.0);
+        for (int64_t r = c * R / chunks; r < (c + 1) * R / chunks; ++r) {
+          const T* xr = px + x_rows[r];
+          const T* gr = pg + g_rows[r];
+          const double rs = pr[r];
+          if (need_dweight) {
             for (int64_t j = 0; j < D; ++j) {
-              const double w = has_w ? static_cast<double>(load(pw + j * sw)) : 1.0;
-              dot += static_cast<double>(load(gr + j * sg)) * w * load(xr + j * sx);
+              dw_local[j] += static_cast<double>(load(gr + j * sg)) * load(xr + j * sx) * rs;
             }
           }
-          const C k = static_cast<C>(rs * rs * dot / static_cast<double>(D));
-          const C rsc = static_cast<C>(rs);
-          T* dxr = pdx + r * D;
-          for (int64_t j = 0; j < D; ++j) {
-            const C w = has_w ? load(pw + j * sw) : C(1);
-            store(dxr + j, rsc * (load(gr + j * sg) * w - load(xr + j * sx) * k));
+          if (need_dx) {
+            double dot = 0.0;  // sum_j g_j w_j x_j
+            bool summed = false;
+            if constexpr (std::is_same_v<T, C>) {
+              if (sx == 1 && sg == 1 && (!has_w || sw == 1)) {
+                dot = has_w ? block_sum<C>(D, [&](int64_t j) { return gr[j] * pw[j] * xr[j]; })
+                            : block_sum<C>(D, [&](int64_t j) { return gr[j] * xr[j]; });
+                summed = true;
+              }
+            }
+            if (!summed) {
+              for (int64_t j = 0; j < D; ++j) {
+                const double w = has_w ? static_cast<double>(load(pw + j * sw)) : 1.0;
+                dot += static_cast<double>(load(gr + j * sg)) * w * load(xr + j * sx);
+              }
+            }
+            const C k = static_cast<C>(rs * rs * dot / static_cast<double>(D));
+            const C rsc = static_cast<C>(rs);
+            T* dxr = pdx + r * D;
+            for (int64_t j = 0; j < D; ++j) {
+              const C w = has_w ? load(pw + j * sw) : C(1);
+              store(dxr + j, rsc * (load(gr + j * sg) * w - load(xr + j * sx) * k));
+            }
           }
         }
       }
-    }
     });
   });
   if (need_dweight) {

@@ -8,8 +8,8 @@
 
 #include "core/memory_trace.h"
 #include "core/views.h"
-#include "cpu/loops.h"
 #include "cpu/cpu_kernels.h"
+#include "cpu/loops.h"
 #include "cpu/parallel.h"
 #include "cpu/row_offsets.h"
 

@@ -69,16 +69,16 @@ SwigluGrads CpuKernels::swiglu_backward(const Tensor& grad, const Tensor& gate, 
       });
       return;
     }
-    strided_loop<5>(gate.shape(),
-                    {grad.strides(), gate.strides(), up.strides(),
-                     need_dgate ? dgate.strides() : zero_strides,
-                     need_dup ? dup.strides() : zero_strides},
-                    [&](const std::array<int64_t, 5>& o) {
-                      C dg, du_o;
-                      swiglu_grads_of<C>(load(pg + o[0]), load(pa + o[1]), load(pu + o[2]), dg, du_o);
-                      store(pda + o[3], dg);
-                      store(pdu + o[4], du_o);
-                    });
+    strided_loop<5>(
+        gate.shape(),
+        {grad.strides(), gate.strides(), up.strides(), need_dgate ? dgate.strides() : zero_strides,
+         need_dup ? dup.strides() : zero_strides},
+        [&](const std::array<int64_t, 5>& o) {
+          C dg, du_o;
+          swiglu_grads_of<C>(load(pg + o[0]), load(pa + o[1]), load(pu + o[2]), dg, du_o);
+          store(pda + o[3], dg);
+          store(pdu + o[4], du_o);
+        });
   });
   return grads;
 }

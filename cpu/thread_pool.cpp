@@ -72,8 +72,10 @@ int threads_from_env(const char* name, bool strict) {
   const long n = std::strtol(value, &end, 10);
   const bool ok = end != value && n >= 1 && (*end == '\0' || *end == ',');
   if (!ok) {
-    CG_CHECK(!strict, name, "=\"", value, "\" is not a thread count: set it to a whole "
-             "number >= 1 (e.g. ", name, "=4) or unset it to use every core");
+    CG_CHECK(!strict, name, "=\"", value,
+             "\" is not a thread count: set it to a whole "
+             "number >= 1 (e.g. ",
+             name, "=4) or unset it to use every core");
     return 0;
   }
   return static_cast<int>(std::min<long>(n, kMaxThreads));
@@ -274,7 +276,8 @@ namespace cg {
 void set_num_threads(int threads) {
   CG_CHECK(threads >= 1 && threads <= cpu::kMaxThreads, "set_num_threads(", threads,
            "): the thread count must be in [1, ", cpu::kMaxThreads, "]");
-  CG_CHECK(!cpu::in_parallel_region(), "set_num_threads: called from inside a parallel "
+  CG_CHECK(!cpu::in_parallel_region(),
+           "set_num_threads: called from inside a parallel "
            "region (a CPU kernel's body); call it between ops");
   cpu::Pool::get().set_threads(threads);
 }

@@ -46,14 +46,17 @@ template <typename F>
 void parallel_for(int64_t n, F&& body) {
   if (n <= 0) return;
   using Body = std::remove_reference_t<F>;
-  parallel_for_impl(n, [](void* context, int64_t begin, int64_t end, int worker) {
-    Body& b = *static_cast<Body*>(context);
-    if constexpr (std::is_invocable_v<Body&, int64_t, int64_t, int>) {
-      b(begin, end, worker);
-    } else {
-      b(begin, end);
-    }
-  }, const_cast<void*>(static_cast<const void*>(&body)));
+  parallel_for_impl(
+      n,
+      [](void* context, int64_t begin, int64_t end, int worker) {
+        Body& b = *static_cast<Body*>(context);
+        if constexpr (std::is_invocable_v<Body&, int64_t, int64_t, int>) {
+          b(begin, end, worker);
+        } else {
+          b(begin, end);
+        }
+      },
+      const_cast<void*>(static_cast<const void*>(&body)));
 }
 
 }  // namespace cg::cpu

@@ -17,7 +17,8 @@ __global__ void adamw_kernel(AdamWBatch batch, AdamWScalars s) {
   while (k + 1 < batch.count && batch.first_chunk[k + 1] <= b) ++k;
   const int64_t begin = (b - batch.first_chunk[k]) * kAdamWChunk;
   const int64_t end = min(batch.n[k], begin + kAdamWChunk);
-  const float scale = s.grad_scale ? static_cast<float>(load_any(s.grad_scale, s.grad_scale_dtype, 0)) : 1.f;
+  const float scale =
+      s.grad_scale ? static_cast<float>(load_any(s.grad_scale, s.grad_scale_dtype, 0)) : 1.f;
   void* param = batch.param[k];
   float* master = batch.master[k];
   const void* grad = batch.grad[k];

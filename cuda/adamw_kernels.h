@@ -21,7 +21,7 @@ constexpr int64_t kAdamWChunk = 16384;  // elements per block
 struct AdamWBatch {
   int count = 0;
   int64_t first_chunk[kAdamWTensors + 1] = {};  // block b works on tensor k where
-                                                 // first_chunk[k] <= b < first_chunk[k + 1]
+                                                // first_chunk[k] <= b < first_chunk[k + 1]
   void* param[kAdamWTensors] = {};
   float* master[kAdamWTensors] = {};
   const void* grad[kAdamWTensors] = {};

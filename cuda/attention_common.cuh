@@ -42,25 +42,37 @@ __device__ inline int64_t dflash_anchor(const AttnMaskArgs& m, int64_t b, int64_
   return m.visible_context[b * m.context_batch_stride + block];
 }
 
-__device__ inline DevKeyRanges key_ranges(const AttnMaskArgs& m, int64_t Sq, int64_t Sk,
-                                          int64_t b, int64_t i) {
+__device__ inline DevKeyRanges key_ranges(const AttnMaskArgs& m, int64_t Sq, int64_t Sk, int64_t b,
+                                          int64_t i) {
   DevKeyRanges r;
   r.count = 0;
   switch (m.kind) {
     case AttnMaskKind::none:
     case AttnMaskKind::dense:
-      if (Sk > 0) { r.begin[0] = 0; r.end[0] = Sk; r.count = 1; }
+      if (Sk > 0) {
+        r.begin[0] = 0;
+        r.end[0] = Sk;
+        r.count = 1;
+      }
       break;
     case AttnMaskKind::causal: {
       const int64_t e = min(Sk, i + (Sk - Sq) + 1);
-      if (e > 0) { r.begin[0] = 0; r.end[0] = e; r.count = 1; }
+      if (e > 0) {
+        r.begin[0] = 0;
+        r.end[0] = e;
+        r.count = 1;
+      }
       break;
     }
     case AttnMaskKind::dflash: {
       const int64_t block = i / m.block_size;
       const int64_t anchor = dflash_anchor(m, b, block);
       if (anchor < 0) break;
-      if (anchor > 0) { r.begin[0] = 0; r.end[0] = anchor; r.count = 1; }
+      if (anchor > 0) {
+        r.begin[0] = 0;
+        r.end[0] = anchor;
+        r.count = 1;
+      }
       r.begin[r.count] = m.context_len + block * m.block_size;
       r.end[r.count] = m.context_len + (block + 1) * m.block_size;
       ++r.count;
@@ -72,8 +84,8 @@ __device__ inline DevKeyRanges key_ranges(const AttnMaskArgs& m, int64_t Sq, int
 
 __device__ inline bool dense_allows(const AttnMaskArgs& m, int64_t b, int64_t h, int64_t i,
                                     int64_t j) {
-  return m.allowed[b * m.allowed_strides[0] + h * m.allowed_strides[1] +
-                   i * m.allowed_strides[2] + j * m.allowed_strides[3]];
+  return m.allowed[b * m.allowed_strides[0] + h * m.allowed_strides[1] + i * m.allowed_strides[2] +
+                   j * m.allowed_strides[3]];
 }
 
 }  // namespace cg::cuda::attn

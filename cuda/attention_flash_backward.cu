@@ -95,8 +95,8 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BwdArgs a) {
         ldsm_x4(ga, smem_addr(sG + (warp * 16 + lane % 16) * LD + ks * 16 + (lane / 16) * 8));
 #pragma unroll
         for (int np = 0; np < kTile / 16; ++np) {
-          const int off = (np * 16 + lane % 8 + (lane / 16) * 8) * LD + ks * 16 +
-                          ((lane / 8) % 2) * 8;
+          const int off =
+              (np * 16 + lane % 8 + (lane / 16) * 8) * LD + ks * 16 + ((lane / 8) % 2) * 8;
           uint32_t kb[4], vb[4];
           ldsm_x4(kb, smem_addr(tK + off));
           ldsm_x4(vb, smem_addr(tV + off));
@@ -167,8 +167,7 @@ void launch_dq_typed(const BwdArgs& a, cudaStream_t stream) {
 }  // namespace
 
 void launch_flash_dq(DType dtype, const BwdArgs& a, cudaStream_t stream) {
-  dispatch_flash(dtype, a.s.hd,
-                 [&]<typename T, int HD>() { launch_dq_typed<T, HD>(a, stream); });
+  dispatch_flash(dtype, a.s.hd, [&]<typename T, int HD>() { launch_dq_typed<T, HD>(a, stream); });
 }
 
 }  // namespace flash
@@ -179,9 +178,22 @@ void launch_flash_attention_backward(DType dtype, const AttnShape& s, AttnOperan
                                      void* dq, void* dk, void* dv, cudaStream_t stream) {
   CG_CHECK(flash_attention_supports(dtype, s.hd, m.kind),
            "flash attention backward on cuda takes bf16/f16, head_dim 64 or 128 and masks none, "
-           "causal or dflash_blocks; got ", dtype_name(dtype), ", head_dim ", s.hd);
-  const flash::BwdArgs a{s, q, k, v, grad_out, lse, delta, dq, dk, dv, m,
-                         static_cast<float>(scale), static_cast<float>(scale) * flash::kLog2e, 0,
+           "causal or dflash_blocks; got ",
+           dtype_name(dtype), ", head_dim ", s.hd);
+  const flash::BwdArgs a{s,
+                         q,
+                         k,
+                         v,
+                         grad_out,
+                         lse,
+                         delta,
+                         dq,
+                         dk,
+                         dv,
+                         m,
+                         static_cast<float>(scale),
+                         static_cast<float>(scale) * flash::kLog2e,
+                         0,
                          0};
   if (dq != nullptr) flash::launch_flash_dq(dtype, a, stream);
   if (dk != nullptr || dv != nullptr) flash::launch_flash_dkdv(dtype, a, stream);

@@ -110,7 +110,9 @@ __device__ inline void cp_async4(uint32_t dst, const void* src, bool valid) {
                "r"(valid ? 4 : 0));
 }
 __device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ inline void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+__device__ inline void cp_async_wait_all() {
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
 
 // Copies R rows of HD elements into smem [R][HD + kPad]; row_of(r) gives a row's global
 // address, or nullptr for a row past the tile's end (zero-filled).
@@ -164,11 +166,11 @@ __device__ inline CausalRule causal_rule(const AttnShape& s, const AttnMaskArgs&
 
 // Which (head, query row) row r of a query tile is (Note [Flash tiles]).
 struct QueryTile {
-  bool packed = false;  // dflash: virtual rows of one block across a head group
-  int64_t head = 0;     // standard: the head; packed: the group's first head
-  int64_t first = 0;    // standard: first query row; packed: first virtual row
+  bool packed = false;    // dflash: virtual rows of one block across a head group
+  int64_t head = 0;       // standard: the head; packed: the group's first head
+  int64_t first = 0;      // standard: first query row; packed: first virtual row
   int64_t block_row = 0;  // packed: the block's first query row
-  int64_t limit = 0;    // standard: Sq; packed: group * block_size
+  int64_t limit = 0;      // standard: Sq; packed: group * block_size
   int64_t block_size = 1;
 
   __device__ bool row(int r, int64_t& h, int64_t& i) const {
@@ -389,11 +391,15 @@ void launch_query_kernel(void (*kernel)(Args), Args a, int64_t rows_per_tile, in
 template <typename F>
 void dispatch_flash(DType dtype, int64_t hd, F&& f) {
   if (dtype == DType::bf16) {
-    if (hd == 64) f.template operator()<__nv_bfloat16, 64>();
-    else f.template operator()<__nv_bfloat16, 128>();
+    if (hd == 64)
+      f.template operator()<__nv_bfloat16, 64>();
+    else
+      f.template operator()<__nv_bfloat16, 128>();
   } else {
-    if (hd == 64) f.template operator()<__half, 64>();
-    else f.template operator()<__half, 128>();
+    if (hd == 64)
+      f.template operator()<__half, 64>();
+    else
+      f.template operator()<__half, 128>();
   }
 }
 

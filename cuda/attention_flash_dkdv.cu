@@ -25,16 +25,15 @@ namespace {
 // The query tiles that see one key tile [j0, jend) of kv head hk (Note [Flash tiles]):
 // segments (a query head, or a DFlash block) of seg_tiles tiles of QT rows each.
 struct KeyTileWork {
-  int mode = 0;           // 0: none/causal; 1: a DFlash block's own keys; 2: DFlash context keys
+  int mode = 0;  // 0: none/causal; 1: a DFlash block's own keys; 2: DFlash context keys
   int64_t j0 = 0, jend = 0;
   int64_t nseg = 0, seg_tiles = 0;
-  int64_t block = 0;      // mode 1: the block
-  int64_t qlo = 0;        // mode 0: first query row that sees j0 (causal)
+  int64_t block = 0;  // mode 1: the block
+  int64_t qlo = 0;    // mode 0: first query row that sees j0 (causal)
 };
 
 template <int QT>
-__device__ inline KeyTileWork key_tile_work(const AttnShape& s, const AttnMaskArgs& m,
-                                            int64_t x) {
+__device__ inline KeyTileWork key_tile_work(const AttnShape& s, const AttnMaskArgs& m, int64_t x) {
   KeyTileWork w;
   const int64_t group = s.Hq / s.Hkv;
   if (m.kind != AttnMaskKind::dflash) {
@@ -94,12 +93,12 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
   if (batch_of_block() >= a.s.B) return;  // Note [Batch grid]
   constexpr int LD = HD + kPad;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* sK = reinterpret_cast<T*>(smem_raw);  // (kTile, LD)
-  T* sV = sK + kTile * LD;                 // (kTile, LD)
-  T* sQ = sV + kTile * LD;                 // (2, QT, LD)
-  T* sG = sQ + 2 * QT * LD;                // (2, QT, LD)
+  T* sK = reinterpret_cast<T*>(smem_raw);                  // (kTile, LD)
+  T* sV = sK + kTile * LD;                                 // (kTile, LD)
+  T* sQ = sV + kTile * LD;                                 // (2, QT, LD)
+  T* sG = sQ + 2 * QT * LD;                                // (2, QT, LD)
   float* sL = reinterpret_cast<float*>(sG + 2 * QT * LD);  // (2, QT) lse
-  float* sD = sL + 2 * QT;                                  // (2, QT) delta
+  float* sD = sL + 2 * QT;                                 // (2, QT) delta
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   // Every kv head's key tile t before any head's tile t + 1: the heavy tiles (causal's
   // first keys, DFlash's first context keys) start first.
@@ -143,10 +142,10 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
     for (int r = threadIdx.x / kChunks; r < QT; r += kRowsPerPass) {
       int64_t h = 0, i = 0;
       const bool ok = row_of(seg, qt, r, h, i);
-      const T* qsrc = static_cast<const T*>(a.q.data) +
-                      (ok ? b * a.q.sb + h * a.q.sh + i * a.q.ss + x * 8 : 0);
-      const T* gsrc = static_cast<const T*>(a.g.data) +
-                      (ok ? b * a.g.sb + h * a.g.sh + i * a.g.ss + x * 8 : 0);
+      const T* qsrc =
+          static_cast<const T*>(a.q.data) + (ok ? b * a.q.sb + h * a.q.sh + i * a.q.ss + x * 8 : 0);
+      const T* gsrc =
+          static_cast<const T*>(a.g.data) + (ok ? b * a.g.sb + h * a.g.sh + i * a.g.ss + x * 8 : 0);
       cp_async16(smem_addr(tq + r * LD + x * 8), qsrc, ok);
       cp_async16(smem_addr(tg + r * LD + x * 8), gsrc, ok);
       if (x == 0) {
@@ -190,7 +189,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
       const int64_t qrow0 = w.qlo + cqt * QT;  // mode 0: query row of tile row 0
       const int nrows = rows_in(cqt);
       // acc (16 keys x QT rows) = rows warp*16.. of sA (keys) times the tile's rows of tB.
-      auto key_by_row = [&](const T* sA, const T* tB, float (&acc)[QT / 8][4]) {
+      auto key_by_row = [&](const T* sA, const T* tB, float(&acc)[QT / 8][4]) {
 #pragma unroll
         for (int n = 0; n < QT / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
 #pragma unroll
@@ -208,7 +207,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
         }
       };
       // out (16 keys x HD) += pk (16 keys x QT rows, packed A fragments) times tB (QT x HD).
-      auto accumulate = [&](const uint32_t (&pk)[QT / 16][4], const T* tB, float (&out)[HD / 8][4]) {
+      auto accumulate = [&](const uint32_t(&pk)[QT / 16][4], const T* tB, float(&out)[HD / 8][4]) {
 #pragma unroll
         for (int kk = 0; kk < QT / 16; ++kk) {
 #pragma unroll
@@ -221,7 +220,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
           }
         }
       };
-      auto pack_fragments = [&](const float (&acc)[QT / 8][4], uint32_t (&pk)[QT / 16][4]) {
+      auto pack_fragments = [&](const float(&acc)[QT / 8][4], uint32_t(&pk)[QT / 16][4]) {
 #pragma unroll
         for (int kk = 0; kk < QT / 16; ++kk) {
           pk[kk][0] = pack2<T>(acc[2 * kk][0], acc[2 * kk][1]);
@@ -311,8 +310,7 @@ void launch_dkdv_typed(const BwdArgs& a, cudaStream_t stream) {
 }  // namespace
 
 void launch_flash_dkdv(DType dtype, const BwdArgs& a, cudaStream_t stream) {
-  dispatch_flash(dtype, a.s.hd,
-                 [&]<typename T, int HD>() { launch_dkdv_typed<T, HD>(a, stream); });
+  dispatch_flash(dtype, a.s.hd, [&]<typename T, int HD>() { launch_dkdv_typed<T, HD>(a, stream); });
 }
 
 }  // namespace cg::cuda::flash

@@ -99,7 +99,8 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdArgs a) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-        for (int n = 0; n < kTile / 8; ++n) sc[mt][n][0] = sc[mt][n][1] = sc[mt][n][2] = sc[mt][n][3] = 0.f;
+        for (int n = 0; n < kTile / 8; ++n)
+          sc[mt][n][0] = sc[mt][n][1] = sc[mt][n][2] = sc[mt][n][3] = 0.f;
       }
 #pragma unroll
       for (int ks = 0; ks < HD / 16; ++ks) {
@@ -211,9 +212,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdArgs a) {
         *reinterpret_cast<uint32_t*>(dst + n * 8) =
             pack2<T>(o[mt][n][2 * hf] * inv, o[mt][n][2 * hf + 1] * inv);
       }
-      if (lane % 4 == 0) {
-        a.lse[row] = l > 0.f ? mrow[mt][hf] * a.scale + logf(l) : -INFINITY;
-      }
+      if (lane % 4 == 0) { a.lse[row] = l > 0.f ? mrow[mt][hf] * a.scale + logf(l) : -INFINITY; }
     }
   }
 }
@@ -235,10 +234,11 @@ void launch_flash_attention_forward(DType dtype, const AttnShape& s, AttnOperand
                                     double scale, cudaStream_t stream) {
   CG_CHECK(flash_attention_supports(dtype, s.hd, m.kind),
            "flash attention on cuda takes bf16/f16, head_dim 64 or 128 and masks none, causal "
-           "or dflash_blocks; got ", dtype_name(dtype), ", head_dim ", s.hd);
+           "or dflash_blocks; got ",
+           dtype_name(dtype), ", head_dim ", s.hd);
   if (s.B * s.Hq * s.Sq == 0) return;
-  FwdArgs a{s, q, k, v, out, lse, m, static_cast<float>(scale),
-            static_cast<float>(scale) * kLog2e, 0, 0};
+  FwdArgs a{s, q, k, v, out, lse, m, static_cast<float>(scale), static_cast<float>(scale) * kLog2e,
+            0, 0};
   dispatch_flash(dtype, s.hd,
                  [&]<typename T, int HD>() { launch_forward_typed<T, HD>(a, stream); });
 }

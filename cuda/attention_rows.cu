@@ -144,8 +144,8 @@ __global__ void delta_kernel(AttnShape s, AttnOperand g, AttnOperand o, C* delta
 // dq_i = scale * sum_j p_ij (dO_i . v_j - D_i) k_j, p_ij = exp(scale q_i . k_j - lse_i).
 template <typename T, typename C, int PL>
 __global__ void rows_dq_kernel(AttnShape s, AttnOperand q, AttnOperand k, AttnOperand v,
-                               AttnOperand g, const C* lse, const C* delta, AttnMaskArgs m,
-                               C scale, T* dq) {
+                               AttnOperand g, const C* lse, const C* delta, AttnMaskArgs m, C scale,
+                               T* dq) {
   const int lane = threadIdx.x % 32;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsWarps + threadIdx.x / 32;
   if (row >= s.B * s.Hq * s.Sq) return;
@@ -221,9 +221,7 @@ __global__ void rows_dkdv_kernel(AttnShape s, AttnOperand q, AttnOperand k, Attn
     };
     switch (m.kind) {
       case AttnMaskKind::none:
-      case AttnMaskKind::dense:
-        visit(0, s.Sq);
-        break;
+      case AttnMaskKind::dense: visit(0, s.Sq); break;
       case AttnMaskKind::causal:  // i sees j iff j <= i + (Sk - Sq)
         visit(max(int64_t{0}, j - (s.Sk - s.Sq)), s.Sq);
         break;
@@ -278,10 +276,14 @@ void dispatch_rows(DType dtype, int64_t hd, F&& f) {
   CG_CHECK(hd <= kAttnRowsMaxHeadDim, "scaled_dot_product_attention: head_dim ", hd,
            " is not supported on cuda (at most ", kAttnRowsMaxHeadDim, ")");
   auto with_pl = [&]<typename T, typename C>() {
-    if (hd <= 32) f.template operator()<T, C, 1>();
-    else if (hd <= 64) f.template operator()<T, C, 2>();
-    else if (hd <= 128) f.template operator()<T, C, 4>();
-    else f.template operator()<T, C, 8>();
+    if (hd <= 32)
+      f.template operator()<T, C, 1>();
+    else if (hd <= 64)
+      f.template operator()<T, C, 2>();
+    else if (hd <= 128)
+      f.template operator()<T, C, 4>();
+    else
+      f.template operator()<T, C, 8>();
   };
   switch (dtype) {
     case DType::f32: with_pl.template operator()<float, float>(); break;

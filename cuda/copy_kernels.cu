@@ -27,9 +27,9 @@ namespace {
 
 // Sizes and up to two operands' strides, passed to kernels by value.
 struct Geometry {
-  int ndim;                          // 1..kMaxDims
-  int64_t sizes[kMaxDims];           // (ndim,), outermost first
-  int64_t strides[2][kMaxDims];      // (operand, ndim), in elements
+  int ndim;                      // 1..kMaxDims
+  int64_t sizes[kMaxDims];       // (ndim,), outermost first
+  int64_t strides[2][kMaxDims];  // (operand, ndim), in elements
 };
 
 template <typename T>
@@ -101,8 +101,8 @@ __global__ void copy_kernel(D* dst, const S* src, Geometry g, int64_t n) {
 // dst, src: (n,) floating elements. dst[i] += src[i], summed in f64 when either is f64.
 template <typename D, typename S>
 __global__ void accumulate_kernel(D* dst, const S* src, Geometry g, int64_t n) {
-  using Acc = std::conditional_t<std::is_same_v<D, double> || std::is_same_v<S, double>,
-                                 double, float>;
+  using Acc =
+      std::conditional_t<std::is_same_v<D, double> || std::is_same_v<S, double>, double, float>;
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
     int64_t off[2];
     offsets_of<2>(g, i, off);
@@ -112,8 +112,8 @@ __global__ void accumulate_kernel(D* dst, const S* src, Geometry g, int64_t n) {
 
 // dst: (n,) floating elements. dst[i] = uniform from Philox counter offset + i.
 template <typename T>
-__global__ void random_uniform_kernel(T* dst, Geometry g, int64_t n, uint64_t seed,
-                                      uint64_t offset, int bits, double low, double high) {
+__global__ void random_uniform_kernel(T* dst, Geometry g, int64_t n, uint64_t seed, uint64_t offset,
+                                      int bits, double low, double high) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
     int64_t off[1];
     offsets_of<1>(g, i, off);
@@ -124,8 +124,8 @@ __global__ void random_uniform_kernel(T* dst, Geometry g, int64_t n, uint64_t se
 
 // dst: (n,) floating elements. dst[i] = normal from Philox counter offset + i.
 template <typename T>
-__global__ void random_normal_kernel(T* dst, Geometry g, int64_t n, uint64_t seed,
-                                     uint64_t offset, double mean, double std) {
+__global__ void random_normal_kernel(T* dst, Geometry g, int64_t n, uint64_t seed, uint64_t offset,
+                                     double mean, double std) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
     int64_t off[1];
     offsets_of<1>(g, i, off);
@@ -164,16 +164,15 @@ void visit_floating_dtype(DType dtype, const char* what, F&& f) {
     case DType::f64: return f(Tag<double>{});
     case DType::f16: return f(Tag<__half>{});
     case DType::bf16: return f(Tag<__nv_bfloat16>{});
-    default:
-      CG_FAIL(what, ": dtype ", dtype_name(dtype), " is not floating (f32, f64, f16, bf16)");
+    default: CG_FAIL(what, ": dtype ", dtype_name(dtype), " is not floating (f32, f64, f16, bf16)");
   }
 }
 
 template <size_t N>
 Geometry geometry_of(const LoopNest<N>& loop, const char* what) {
   CG_CHECK(loop.dims() <= static_cast<size_t>(kMaxDims), what, ": ", loop.dims(),
-           " dims remain after merging contiguous ones, but CUDA kernels take at most ",
-           kMaxDims, "; make the tensor contiguous or reshape it to fewer dims first");
+           " dims remain after merging contiguous ones, but CUDA kernels take at most ", kMaxDims,
+           "; make the tensor contiguous or reshape it to fewer dims first");
   Geometry g{};
   g.ndim = static_cast<int>(loop.dims());
   for (size_t d = 0; d < loop.dims(); ++d) {
@@ -214,8 +213,7 @@ void launch_fill(void* dst, DType dtype, const LoopNest<1>& loop, double value, 
   const Geometry g = geometry_of(loop, "fill");
   visit_device_dtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    fill_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(dst), g, n, value,
-                                                            step);
+    fill_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(dst), g, n, value, step);
   });
   CG_CUDA_CHECK(cudaGetLastError());
 }
@@ -234,8 +232,8 @@ void launch_copy(void* dst, DType dst_dtype, const void* src, DType src_dtype,
     using D = typename decltype(dst_tag)::type;
     visit_device_dtype(src_dtype, [&](auto src_tag) {
       using S = typename decltype(src_tag)::type;
-      copy_kernel<D, S><<<blocks_for(n), kThreads, 0, stream>>>(
-          static_cast<D*>(dst), static_cast<const S*>(src), g, n);
+      copy_kernel<D, S><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<D*>(dst),
+                                                                static_cast<const S*>(src), g, n);
     });
   });
   CG_CUDA_CHECK(cudaGetLastError());
@@ -265,8 +263,8 @@ void launch_random_uniform(void* dst, DType dtype, const LoopNest<1>& loop, uint
   const Geometry g = geometry_of(loop, "random_uniform");
   visit_floating_dtype(dtype, "random_uniform", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    random_uniform_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
-        static_cast<T*>(dst), g, n, seed, offset, bits, low, high);
+    random_uniform_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(dst), g, n,
+                                                                     seed, offset, bits, low, high);
   });
   CG_CUDA_CHECK(cudaGetLastError());
 }
@@ -278,8 +276,8 @@ void launch_random_normal(void* dst, DType dtype, const LoopNest<1>& loop, uint6
   const Geometry g = geometry_of(loop, "random_normal");
   visit_floating_dtype(dtype, "random_normal", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    random_normal_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
-        static_cast<T*>(dst), g, n, seed, offset, mean, std);
+    random_normal_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(dst), g, n,
+                                                                    seed, offset, mean, std);
   });
   CG_CUDA_CHECK(cudaGetLastError());
 }

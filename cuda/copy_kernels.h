@@ -27,8 +27,7 @@ void launch_accumulate(void* dst, DType dst_dtype, const void* src, DType src_dt
                        const LoopNest<2>& loop, cudaStream_t stream);
 // dst[i] = philox::uniform_value / normal_value of counter offset + i under seed.
 void launch_random_uniform(void* dst, DType dtype, const LoopNest<1>& loop, uint64_t seed,
-                           uint64_t offset, int bits, double low, double high,
-                           cudaStream_t stream);
+                           uint64_t offset, int bits, double low, double high, cudaStream_t stream);
 void launch_random_normal(void* dst, DType dtype, const LoopNest<1>& loop, uint64_t seed,
                           uint64_t offset, double mean, double std, cudaStream_t stream);
 

@@ -20,21 +20,21 @@ void check_tensor(const Tensor& t, const char* what, size_t i, Device device, in
   CG_CHECK(t.defined(), "adamw_step: ", what, "[", i, "] is undefined");
   CG_CHECK(t.device() == device, "adamw_step: ", what, "[", i, "] is on ", t.device().str(),
            " but params[0] is on ", device.str(), "; move every tensor to one device");
-  CG_CHECK(may_be_strided || t.is_contiguous(), "adamw_step: ", what, "[", i, "] is not contiguous; pass "
+  CG_CHECK(may_be_strided || t.is_contiguous(), "adamw_step: ", what, "[", i,
+           "] is not contiguous; pass "
            "contiguous parameters and optimizer state");
   CG_CHECK(t.numel() == numel, "adamw_step: ", what, "[", i, "] has ", t.numel(),
            " elements but params[", i, "] has ", numel);
   CG_CHECK(is_floating(t.dtype()), "adamw_step: ", what, "[", i, "] has dtype ",
            dtype_name(t.dtype()), "; it must be floating");
-  CG_CHECK(!must_be_f32 || t.dtype() == DType::f32, "adamw_step: ", what, "[", i,
-           "] has dtype ", dtype_name(t.dtype()), "; optimizer state and master weights are f32");
+  CG_CHECK(!must_be_f32 || t.dtype() == DType::f32, "adamw_step: ", what, "[", i, "] has dtype ",
+           dtype_name(t.dtype()), "; optimizer state and master weights are f32");
 }
 
 }  // namespace
 
-void CudaKernels::adamw_step(const std::vector<Tensor>& params,
-                             const std::vector<Tensor>& masters, const std::vector<Tensor>& grads,
-                             const std::vector<Tensor>& exp_avgs,
+void CudaKernels::adamw_step(const std::vector<Tensor>& params, const std::vector<Tensor>& masters,
+                             const std::vector<Tensor>& grads, const std::vector<Tensor>& exp_avgs,
                              const std::vector<Tensor>& exp_avg_sqs, const Tensor& grad_scale,
                              const AdamWArgs& args) {
   const size_t count = params.size();
@@ -56,12 +56,14 @@ void CudaKernels::adamw_step(const std::vector<Tensor>& params,
     check_tensor(grads[i], "grads", i, device, n, false, /*may_be_strided=*/true);
     check_tensor(exp_avgs[i], "exp_avgs", i, device, n, true);
     check_tensor(exp_avg_sqs[i], "exp_avg_sqs", i, device, n, true);
-    if (!masters.empty() && masters[i].defined()) check_tensor(masters[i], "masters", i, device, n, true);
+    if (!masters.empty() && masters[i].defined())
+      check_tensor(masters[i], "masters", i, device, n, true);
   }
   if (grad_scale.defined()) {
-    CG_CHECK(grad_scale.device() == device && grad_scale.numel() >= 1 && is_floating(grad_scale.dtype()),
-             "adamw_step: grad_scale must be a floating tensor of at least one element on ",
-             device.str());
+    CG_CHECK(
+        grad_scale.device() == device && grad_scale.numel() >= 1 && is_floating(grad_scale.dtype()),
+        "adamw_step: grad_scale must be a floating tensor of at least one element on ",
+        device.str());
   }
   AdamWScalars s;
   s.lr = static_cast<float>(args.lr);
@@ -69,8 +71,10 @@ void CudaKernels::adamw_step(const std::vector<Tensor>& params,
   s.beta2 = static_cast<float>(args.beta2);
   s.eps = static_cast<float>(args.eps);
   s.weight_decay = static_cast<float>(args.weight_decay);
-  s.bias_correction1 = static_cast<float>(1.0 - std::pow(args.beta1, static_cast<double>(args.step)));
-  s.bias_correction2 = static_cast<float>(1.0 - std::pow(args.beta2, static_cast<double>(args.step)));
+  s.bias_correction1 =
+      static_cast<float>(1.0 - std::pow(args.beta1, static_cast<double>(args.step)));
+  s.bias_correction2 =
+      static_cast<float>(1.0 - std::pow(args.beta2, static_cast<double>(args.step)));
   s.grad_scale = grad_scale.defined() ? grad_scale.data_ptr() : nullptr;
   s.grad_scale_dtype = grad_scale.defined() ? grad_scale.dtype() : DType::f32;
   const cudaStream_t stream = stream_of(params[0]);

@@ -48,7 +48,8 @@ bool pick_flash(AttentionPath path, DType dtype, int64_t hd, const ResolvedAtten
                 double scale) {
   if (path == AttentionPath::rows) return false;
   const bool fits = use_flash(dtype, hd, mask, scale);
-  CG_CHECK(fits || path != AttentionPath::flash, kOp, ": the flash path on cuda takes bf16/f16, "
+  CG_CHECK(fits || path != AttentionPath::flash, kOp,
+           ": the flash path on cuda takes bf16/f16, "
            "head_dim 64 or 128, masks none/causal/dflash_blocks and scale > 0; got ",
            dtype_name(dtype), ", head_dim ", hd, ", mask kind ", static_cast<int>(mask.kind));
   return fits;
@@ -59,8 +60,8 @@ bool pick_flash(AttentionPath path, DType dtype, int64_t hd, const ResolvedAtten
 // decide the rest). cuDNN's fused kernels return NaN for a negative scale (seen on the H200,
 // cuDNN 9.14): like flash, they keep the running max of the unscaled scores.
 bool cudnn_by_rule(DType dtype, int64_t hd, const ResolvedAttentionMask& mask, double scale) {
-  const bool mask_ok = mask.kind == AttentionMask::Kind::none ||
-                       mask.kind == AttentionMask::Kind::causal;
+  const bool mask_ok =
+      mask.kind == AttentionMask::Kind::none || mask.kind == AttentionMask::Kind::causal;
   return mask_ok && (dtype == DType::bf16 || dtype == DType::f16) && (hd == 64 || hd == 128) &&
          scale > 0.0;
 }
@@ -138,8 +139,8 @@ bool take_cudnn(AttentionPath path, int device, const SdpaProblem& p,
     if (why) *why = "causal with Sq > Sk (rows that see no key)";
     return false;
   }
-  const std::string no = backward ? cudnn_sdpa_backward_support(device, p)
-                                  : cudnn_sdpa_forward_support(device, p);
+  const std::string no =
+      backward ? cudnn_sdpa_backward_support(device, p) : cudnn_sdpa_forward_support(device, p);
   if (why) *why = no;
   return no.empty();
 }
@@ -173,8 +174,8 @@ AttnOperand operand(const Tensor& t) {
 }
 
 AttnShape shape_of(const Tensor& q, const Tensor& k) {
-  return AttnShape{q.shape()[0], q.shape()[1], k.shape()[1], q.shape()[2], k.shape()[2],
-                   q.shape()[3]};
+  return AttnShape{q.shape()[0], q.shape()[1], k.shape()[1],
+                   q.shape()[2], k.shape()[2], q.shape()[3]};
 }
 
 // The mask in device-readable form; `anchors` keeps the device copy of the DFlash anchors
@@ -229,9 +230,8 @@ std::string cuda_attention_path(const Tensor& q, const Tensor& k, const Resolved
   return "flash (cudnn not taken: " + why + ")";
 }
 
-AttentionForward CudaKernels::attention_forward(const Tensor& q, const Tensor& k,
-                                                const Tensor& v, const ResolvedAttentionMask& mask,
-                                                double scale) {
+AttentionForward CudaKernels::attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                const ResolvedAttentionMask& mask, double scale) {
   const AttentionPath path = attention_path_;
   check_supported(q, "q");
   const AttnShape s = shape_of(q, k);
@@ -246,14 +246,14 @@ AttentionForward CudaKernels::attention_forward(const Tensor& q, const Tensor& k
     return result;
   }
   const cudaStream_t stream = enter(q);
-  if (path == AttentionPath::cudnn || (path == AttentionPath::automatic &&
-                                       cudnn_by_rule(q.dtype(), s.hd, mask, scale))) {
+  if (path == AttentionPath::cudnn ||
+      (path == AttentionPath::automatic && cudnn_by_rule(q.dtype(), s.hd, mask, scale))) {
     const Tensor qr = readable(q, true), kr = readable(k, true), vr = readable(v, true);
     const SdpaProblem p = sdpa_problem(qr, kr, vr, mask);
     if (take_cudnn(path, q.device().index, p, mask, scale, false)) {
       const bool ran = run_or_fall_back(path, q.device().index, p, false, [&] {
-        cudnn_sdpa_forward(q.device().index, p, static_cast<float>(scale),
-                           result.out.data_ptr(), result.lse.data<float>(), stream);
+        cudnn_sdpa_forward(q.device().index, p, static_cast<float>(scale), result.out.data_ptr(),
+                           result.lse.data<float>(), stream);
       });
       if (ran) return result;
     }
@@ -295,8 +295,8 @@ AttentionGrads CudaKernels::attention_backward(const Tensor& grad_out, const Ten
   }
   const cudaStream_t stream = enter(q);
   const Tensor lr = raw::contiguous(raw::to_dtype(lse, cd));
-  if (path == AttentionPath::cudnn || (path == AttentionPath::automatic &&
-                                       cudnn_by_rule(q.dtype(), s.hd, mask, scale))) {
+  if (path == AttentionPath::cudnn ||
+      (path == AttentionPath::automatic && cudnn_by_rule(q.dtype(), s.hd, mask, scale))) {
     const Tensor qr = readable(q, true), kr = readable(k, true), vr = readable(v, true);
     Tensor gr = readable(grad_out, true), orr = readable(out, true);
     if (gr.strides() != orr.strides()) {  // cuDNN reads dO and O alike: one layout for both
@@ -332,9 +332,8 @@ AttentionGrads CudaKernels::attention_backward(const Tensor& grad_out, const Ten
                                     operand(gr), lr.data<float>(), delta.data<float>(), m, scale,
                                     dq, dk, dv, stream);
   } else {
-    launch_attention_rows_backward(q.dtype(), s, operand(qr), operand(kr), operand(vr),
-                                   operand(gr), lr.data_ptr(), delta.data_ptr(), m, scale, dq, dk,
-                                   dv, stream);
+    launch_attention_rows_backward(q.dtype(), s, operand(qr), operand(kr), operand(vr), operand(gr),
+                                   lr.data_ptr(), delta.data_ptr(), m, scale, dq, dk, dv, stream);
   }
   return grads;
 }

@@ -27,8 +27,8 @@ namespace {
 // Checks that `ptr` is memory of `device` as CUDA sees it. Host pointers may be
 // pageable (unregistered) or pinned; device pointers must belong to that device.
 void check_pointer(const void* ptr, Device device, const char* role, size_t nbytes) {
-  CG_CHECK(ptr != nullptr, "copy of ", nbytes, " bytes: ", role, " pointer is null (",
-           device.str(), ")");
+  CG_CHECK(ptr != nullptr, "copy of ", nbytes, " bytes: ", role, " pointer is null (", device.str(),
+           ")");
   cudaPointerAttributes attr{};
   const cudaError_t err = cudaPointerGetAttributes(&attr, ptr);
   if (err != cudaSuccess) {
@@ -42,8 +42,7 @@ void check_pointer(const void* ptr, Device device, const char* role, size_t nbyt
              " is device memory of cuda:", attr.device, " but was given as host memory");
   } else {
     CG_CHECK(attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged,
-             "copy: ", role, " pointer ", ptr, " is host memory but was given as ",
-             device.str());
+             "copy: ", role, " pointer ", ptr, " is host memory but was given as ", device.str());
     CG_CHECK(attr.device == device.index, "copy: ", role, " pointer ", ptr,
              " belongs to cuda:", attr.device, " but was given as ", device.str());
   }
@@ -90,8 +89,10 @@ class CudaBackend final : public DeviceBackend {
     const int index = dst_device.is_cuda() ? dst_device.index : src_device.index;
     CG_CUDA_CHECK(cudaSetDevice(index));
     cudaMemcpyKind kind = cudaMemcpyDeviceToDevice;
-    if (src_device.is_cpu()) kind = cudaMemcpyHostToDevice;
-    else if (dst_device.is_cpu()) kind = cudaMemcpyDeviceToHost;
+    if (src_device.is_cpu())
+      kind = cudaMemcpyHostToDevice;
+    else if (dst_device.is_cpu())
+      kind = cudaMemcpyDeviceToHost;
     // In order after the kernels that wrote the source; this interface promises a
     // finished copy (the host may read or free its buffer right after). An upload keeps
     // that promise without waiting when it can be staged (Note [Staged uploads]); a copy
@@ -100,7 +101,8 @@ class CudaBackend final : public DeviceBackend {
     // ordered after it on the same stream, so it does not wait either (a contiguous
     // clone in a training step would otherwise be a host synchronisation).
     const cudaStream_t stream = compute_stream(index);
-    if (kind == cudaMemcpyHostToDevice && stage_host_to_device(dst, src, nbytes, index, stream)) return;
+    if (kind == cudaMemcpyHostToDevice && stage_host_to_device(dst, src, nbytes, index, stream))
+      return;
     CG_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, kind, stream));
     if (kind == cudaMemcpyDeviceToDevice) return;
     note_host_sync();
@@ -139,27 +141,25 @@ class CudaBackend final : public DeviceBackend {
                       simplify_loops<2>(sizes, {&dst_strides, &src_strides}), stream);
   }
 
-  void random_uniform(Device device, void* dst, DType dtype, const Dims& sizes,
-                      const Dims& strides, uint64_t seed, uint64_t offset, double low,
-                      double high) override {
+  void random_uniform(Device device, void* dst, DType dtype, const Dims& sizes, const Dims& strides,
+                      uint64_t seed, uint64_t offset, double low, double high) override {
     const cudaStream_t stream = enter(device, "random_uniform");
     launch_random_uniform(dst, dtype, simplify_loops<1>(sizes, {&strides}), seed, offset,
                           uniform_bits(dtype), low, high, stream);
   }
 
-  void random_normal(Device device, void* dst, DType dtype, const Dims& sizes,
-                     const Dims& strides, uint64_t seed, uint64_t offset, double mean,
-                     double std) override {
+  void random_normal(Device device, void* dst, DType dtype, const Dims& sizes, const Dims& strides,
+                     uint64_t seed, uint64_t offset, double mean, double std) override {
     const cudaStream_t stream = enter(device, "random_normal");
-    launch_random_normal(dst, dtype, simplify_loops<1>(sizes, {&strides}), seed, offset, mean,
-                         std, stream);
+    launch_random_normal(dst, dtype, simplify_loops<1>(sizes, {&strides}), seed, offset, mean, std,
+                         stream);
   }
 
  private:
   // Makes `device` current and returns its compute stream.
   cudaStream_t enter(Device device, const char* what) {
-    CG_CHECK(device.is_cuda(), "the CUDA backend's ", what, " was asked to run on ",
-             device.str(), " (a dispatch bug: use that device's backend)");
+    CG_CHECK(device.is_cuda(), "the CUDA backend's ", what, " was asked to run on ", device.str(),
+             " (a dispatch bug: use that device's backend)");
     check_device(device, what);
     CG_CUDA_CHECK(cudaSetDevice(device.index));
     return compute_stream(device.index);

@@ -19,25 +19,25 @@ const char* cublas_status_string(cublasStatus_t status);
 
 }  // namespace cg::cuda
 
-#define CG_CUDA_CHECK(expr)                                                              \
-  do {                                                                                   \
-    const cudaError_t cg_cuda_err_ = (expr);                                             \
-    if (cg_cuda_err_ != cudaSuccess) {                                                   \
-      throw ::cg::Error(::cg::detail::concat("CUDA call `", #expr, "` failed: ",         \
-                                             cudaGetErrorName(cg_cuda_err_), " (",       \
-                                             cudaGetErrorString(cg_cuda_err_), ")"),     \
-                        __FILE__, __LINE__);                                             \
-    }                                                                                    \
+#define CG_CUDA_CHECK(expr)                                                                        \
+  do {                                                                                             \
+    const cudaError_t cg_cuda_err_ = (expr);                                                       \
+    if (cg_cuda_err_ != cudaSuccess) {                                                             \
+      throw ::cg::Error(                                                                           \
+          ::cg::detail::concat("CUDA call `", #expr, "` failed: ", cudaGetErrorName(cg_cuda_err_), \
+                               " (", cudaGetErrorString(cg_cuda_err_), ")"),                       \
+          __FILE__, __LINE__);                                                                     \
+    }                                                                                              \
   } while (0)
 
-#define CG_CUBLAS_CHECK(expr)                                                            \
-  do {                                                                                   \
-    const cublasStatus_t cg_cublas_st_ = (expr);                                         \
-    if (cg_cublas_st_ != CUBLAS_STATUS_SUCCESS) {                                        \
-      throw ::cg::Error(                                                                 \
-          ::cg::detail::concat("cuBLAS call `", #expr, "` failed: ",                     \
-                               ::cg::cuda::cublas_status_name(cg_cublas_st_), " (",      \
-                               ::cg::cuda::cublas_status_string(cg_cublas_st_), ")"),    \
-          __FILE__, __LINE__);                                                           \
-    }                                                                                    \
+#define CG_CUBLAS_CHECK(expr)                                                                     \
+  do {                                                                                            \
+    const cublasStatus_t cg_cublas_st_ = (expr);                                                  \
+    if (cg_cublas_st_ != CUBLAS_STATUS_SUCCESS) {                                                 \
+      throw ::cg::Error(                                                                          \
+          ::cg::detail::concat("cuBLAS call `", #expr,                                            \
+                               "` failed: ", ::cg::cuda::cublas_status_name(cg_cublas_st_), " (", \
+                               ::cg::cuda::cublas_status_string(cg_cublas_st_), ")"),             \
+          __FILE__, __LINE__);                                                                    \
+    }                                                                                             \
   } while (0)

@@ -48,8 +48,7 @@ class CudaKernels final : public DeviceKernels {
                               bool need_dgate, bool need_dup) override;
 
   // ---- reductions and rows (cuda/reduce.cpp -> cuda/reduce_kernels.cu, norm_kernels.cu) --
-  Tensor sum(const Tensor& a, const std::vector<bool>& reduce, bool keepdim,
-             double scale) override;
+  Tensor sum(const Tensor& a, const std::vector<bool>& reduce, bool keepdim, double scale) override;
   Tensor max_along_dim(const Tensor& a, int64_t dim, Tensor* values) override;
   Tensor logsumexp_along_dim(const Tensor& a, int64_t dim) override;
   Tensor scatter_along_dim(const Tensor& src, const Tensor& index, int64_t dim,
@@ -97,8 +96,8 @@ class CudaKernels final : public DeviceKernels {
                                      const ResolvedAttentionMask& mask, double scale) override;
   AttentionGrads attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
                                     const Tensor& v, const Tensor& out, const Tensor& lse,
-                                    const ResolvedAttentionMask& mask, double scale,
-                                    bool need_dq, bool need_dk, bool need_dv) override;
+                                    const ResolvedAttentionMask& mask, double scale, bool need_dq,
+                                    bool need_dk, bool need_dv) override;
   AttentionPath attention_path() const { return attention_path_; }
 
   // ---- optimiser (cuda/cuda_adamw.cpp -> cuda/adamw_kernels.cu) ----------------------------

@@ -17,8 +17,7 @@ namespace cg::cuda {
 
 CudaSegmentSource::CudaSegmentSource(int index) : index_(index) {
   const int n = device_count();
-  CG_CHECK(index >= 0 && index < n, "cannot use cuda:", index, ": ", n,
-           " CUDA device(s) available",
+  CG_CHECK(index >= 0 && index < n, "cannot use cuda:", index, ": ", n, " CUDA device(s) available",
            n == 0 ? " (" + unavailable_reason() + ")" : std::string());
 }
 
@@ -47,8 +46,9 @@ void CudaSegmentSource::free_segment(void* ptr, size_t bytes) {
     cudaGetLastError();
     return;
   }
-  CG_CHECK(err == cudaSuccess, "cudaFree of a ", bytes, "-byte segment at ", ptr, " on cuda:",
-           index_, " failed: ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")");
+  CG_CHECK(err == cudaSuccess, "cudaFree of a ", bytes, "-byte segment at ", ptr,
+           " on cuda:", index_, " failed: ", cudaGetErrorName(err), " (", cudaGetErrorString(err),
+           ")");
 }
 
 int64_t CudaSegmentSource::free_bytes() const {

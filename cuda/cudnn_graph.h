@@ -22,15 +22,15 @@ std::string last_cudnn_error();
 }  // namespace cg::cuda
 
 // Every cuDNN call: a failure names the call, cuDNN's status string and its last error log.
-#define CG_CUDNN_CHECK(expr)                                                              \
-  do {                                                                                    \
-    const cudnnStatus_t cg_cudnn_st_ = (expr);                                            \
-    if (cg_cudnn_st_ != CUDNN_STATUS_SUCCESS) {                                           \
-      throw ::cg::Error(::cg::detail::concat("cuDNN call `", #expr, "` failed: ",         \
-                                             cudnnGetErrorString(cg_cudnn_st_), ": ",     \
-                                             ::cg::cuda::last_cudnn_error()),             \
-                        __FILE__, __LINE__);                                              \
-    }                                                                                     \
+#define CG_CUDNN_CHECK(expr)                                                                  \
+  do {                                                                                        \
+    const cudnnStatus_t cg_cudnn_st_ = (expr);                                                \
+    if (cg_cudnn_st_ != CUDNN_STATUS_SUCCESS) {                                               \
+      throw ::cg::Error(::cg::detail::concat("cuDNN call `", #expr,                           \
+                                             "` failed: ", cudnnGetErrorString(cg_cudnn_st_), \
+                                             ": ", ::cg::cuda::last_cudnn_error()),           \
+                        __FILE__, __LINE__);                                                  \
+    }                                                                                         \
   } while (0)
 
 namespace cg::cuda::cudnn_graph {
@@ -55,8 +55,7 @@ inline void set(Desc d, cudnnBackendAttributeName_t attr, cudnnBackendAttributeT
                 int64_t n, const void* v) {
   const cudnnStatus_t st = cudnnBackendSetAttribute(d, attr, type, n, v);
   CG_CHECK(st == CUDNN_STATUS_SUCCESS, "cuDNN call cudnnBackendSetAttribute(attribute ",
-           static_cast<int>(attr), ") failed: ", cudnnGetErrorString(st), ": ",
-           last_cudnn_error());
+           static_cast<int>(attr), ") failed: ", cudnnGetErrorString(st), ": ", last_cudnn_error());
 }
 inline void set_desc(Desc d, cudnnBackendAttributeName_t attr, Desc value) {
   set(d, attr, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &value);

@@ -28,7 +28,6 @@
 // run time, so it is not part of the key.
 #include "cuda/cudnn_sdpa.h"
 
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -40,8 +39,8 @@
 #include "core/error.h"
 #include "core/views.h"
 #include "cuda/compute_stream.h"
-#include "cuda/cudnn_graph.h"
 #include "cuda/cuda_check.h"
+#include "cuda/cudnn_graph.h"
 #include "cuda/event_timer.h"
 
 namespace cg::cuda {
@@ -52,8 +51,22 @@ using namespace cudnn_graph;
 
 // Fixed unique ids of the tensors a variant pack names; virtual ones count up from 1000.
 enum Uid : int64_t {
-  kQ = 1, kK, kV, kO, kStats, kScale, kNegInf, kSeqKv, kSeqQ, kDO, kDQ, kDK, kDV, kSoftmaxSum,
-  kDQAccum, kOne,
+  kQ = 1,
+  kK,
+  kV,
+  kO,
+  kStats,
+  kScale,
+  kNegInf,
+  kSeqKv,
+  kSeqQ,
+  kDO,
+  kDQ,
+  kDK,
+  kDV,
+  kSoftmaxSum,
+  kDQAccum,
+  kOne,
 };
 
 // The causal rule (bottom-right: key j visible from query i iff i + Sk - Sq >= j) on
@@ -256,8 +269,8 @@ void make_plan(Plan& plan, Desc graph, cudnnHandle_t handle) {
       set_desc(ep, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, configs[i]);
       const cudnnStatus_t st = cudnnBackendFinalize(ep);
       if (st != CUDNN_STATUS_SUCCESS) {
-        failures += detail::concat("; config ", i, " does not finalize: ",
-                                   cudnnGetErrorString(st), ": ", last_cudnn_error());
+        failures += detail::concat("; config ", i, " does not finalize: ", cudnnGetErrorString(st),
+                                   ": ", last_cudnn_error());
         continue;
       }
       Candidate c;
@@ -267,8 +280,8 @@ void make_plan(Plan& plan, Desc graph, cudnnHandle_t handle) {
                                               CUDNN_TYPE_INT64, 1, &n, &c.workspace));
       Desc engine = g.create(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
       if (cudnnBackendGetAttribute(configs[i], CUDNN_ATTR_ENGINECFG_ENGINE,
-                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &engine) ==
-          CUDNN_STATUS_SUCCESS) {
+                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n,
+                                   &engine) == CUDNN_STATUS_SUCCESS) {
         cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n,
                                  &c.engine);
       }
@@ -293,8 +306,9 @@ std::map<int, DeviceState>& states() {
 }
 
 std::vector<int64_t> key_of(int device, const SdpaProblem& p, bool backward) {
-  std::vector<int64_t> k = {backward, device, static_cast<int64_t>(p.dtype), p.B, p.Hq, p.Hkv,
-                            p.Sq, p.Sk, p.hd, p.causal};
+  std::vector<int64_t> k = {
+      backward, device,  static_cast<int64_t>(p.dtype), p.B, p.Hq, p.Hkv, p.Sq, p.Sk,
+      p.hd,     p.causal};
   for (const SdpaOperand* o : {&p.q, &p.k, &p.v}) k.insert(k.end(), {o->sb, o->sh, o->ss});
   if (backward) {
     for (const SdpaOperand* o : {&p.o, &p.dout}) k.insert(k.end(), {o->sb, o->sh, o->ss});
@@ -314,8 +328,10 @@ Plan& plan_for(int device, const SdpaProblem& p, bool backward) {
   try {
     CG_CHECK(p.dtype == DType::bf16 || p.dtype == DType::f16, "cuDNN SDPA takes bf16 or f16, got ",
              dtype_name(p.dtype));
-    CG_CHECK(!p.causal || p.Sq <= p.Sk, "cuDNN SDPA here takes causal only with Sq <= Sk (rows "
-             "that see no key need the flash path); got Sq ", p.Sq, ", Sk ", p.Sk);
+    CG_CHECK(!p.causal || p.Sq <= p.Sk,
+             "cuDNN SDPA here takes causal only with Sq <= Sk (rows "
+             "that see no key need the flash path); got Sq ",
+             p.Sq, ", Sk ", p.Sk);
     CG_CHECK(p.Hkv > 0 && p.Hq % p.Hkv == 0, "query heads ", p.Hq, " not a multiple of kv heads ",
              p.Hkv);
     if (st.handle == nullptr) {
@@ -342,8 +358,8 @@ Plan& plan_for(int device, const SdpaProblem& p, bool backward) {
 Plan& usable_plan(int device, const SdpaProblem& p, bool backward) {
   Plan& plan = plan_for(device, p, backward);
   CG_CHECK(plan.why_not.empty(), "scaled_dot_product_attention: the cudnn path cannot run this ",
-           backward ? "backward" : "forward", " (", dtype_name(p.dtype), ", B ", p.B, ", Hq ",
-           p.Hq, ", Hkv ", p.Hkv, ", Sq ", p.Sq, ", Sk ", p.Sk, ", hd ", p.hd,
+           backward ? "backward" : "forward", " (", dtype_name(p.dtype), ", B ", p.B, ", Hq ", p.Hq,
+           ", Hkv ", p.Hkv, ", Sq ", p.Sq, ", Sk ", p.Sk, ", hd ", p.hd,
            p.causal ? ", causal" : ", no mask", "): ", plan.why_not,
            "; use the flash path (AttentionPath::flash or automatic)");
   return plan;
@@ -366,8 +382,8 @@ void execute_plan(cudnnHandle_t handle, Desc plan, std::vector<int64_t>& uids,
     Desc d;
     ~Guard() { cudnnBackendDestroyDescriptor(d); }
   } guard{pack};
-  set(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64,
-      static_cast<int64_t>(uids.size()), uids.data());
+  set(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, static_cast<int64_t>(uids.size()),
+      uids.data());
   set(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR,
       static_cast<int64_t>(ptrs.size()), ptrs.data());
   set(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
@@ -378,8 +394,8 @@ void execute_plan(cudnnHandle_t handle, Desc plan, std::vector<int64_t>& uids,
 // Median ms of 3 runs of `plan` after a warm-up (Note [SDPA autotune]); host waits.
 float time_plan(cudnnHandle_t handle, Desc plan, std::vector<int64_t>& uids,
                 std::vector<void*>& ptrs, void* workspace, cudaStream_t stream) {
-  return static_cast<float>(median_event_ms(
-      stream, 3, [&] { execute_plan(handle, plan, uids, ptrs, workspace); }));
+  return static_cast<float>(
+      median_event_ms(stream, 3, [&] { execute_plan(handle, plan, uids, ptrs, workspace); }));
 }
 
 // Runs the plan with the given (uid, pointer) pairs; `workspace` holds at least
@@ -392,8 +408,8 @@ void run_plan(int device, Plan& plan, std::vector<int64_t> uids, std::vector<voi
   if (plan.candidates.size() > 1) {
     size_t best = 0;
     for (size_t i = 0; i < plan.candidates.size(); ++i) {
-      plan.candidates[i].ms = time_plan(handle, plan.candidates[i].plan, uids, ptrs, workspace,
-                                        stream);
+      plan.candidates[i].ms =
+          time_plan(handle, plan.candidates[i].plan, uids, ptrs, workspace, stream);
       if (plan.candidates[i].ms < plan.candidates[best].ms) best = i;
       plan.tuning += detail::concat(i ? ", " : "", "engine ", plan.candidates[i].engine, " ",
                                     plan.candidates[i].ms, " ms");
@@ -444,8 +460,12 @@ void cudnn_sdpa_forward(int device, const SdpaProblem& p, float scale, void* out
   Plan& plan = usable_plan(device, p, false);
   MaskScalars mask;
   std::vector<int64_t> uids = {kQ, kK, kV, kO, kStats, kScale};
-  std::vector<void*> ptrs = {const_cast<void*>(p.q.data), const_cast<void*>(p.k.data),
-                             const_cast<void*>(p.v.data), out, stats, &scale};
+  std::vector<void*> ptrs = {const_cast<void*>(p.q.data),
+                             const_cast<void*>(p.k.data),
+                             const_cast<void*>(p.v.data),
+                             out,
+                             stats,
+                             &scale};
   add_mask_scalars(p, &mask, uids, ptrs);
   const Tensor ws = scratch(device, plan.max_workspace());
   run_plan(device, plan, std::move(uids), std::move(ptrs), ws.data_ptr(), stream);
@@ -462,12 +482,21 @@ void cudnn_sdpa_backward(int device, const SdpaProblem& p, float scale, const fl
   char* dsum = acc + acc_bytes;
   MaskScalars mask;
   float one = 1.0f;
-  std::vector<int64_t> uids = {kQ, kK, kV, kO, kDO, kStats, kScale, kOne, kDQ, kDK, kDV,
-                               kSoftmaxSum, kDQAccum};
-  std::vector<void*> ptrs = {const_cast<void*>(p.q.data), const_cast<void*>(p.k.data),
-                             const_cast<void*>(p.v.data), const_cast<void*>(p.o.data),
-                             const_cast<void*>(p.dout.data), const_cast<float*>(stats), &scale,
-                             &one, dq, dk, dv, dsum, acc};
+  std::vector<int64_t> uids = {kQ,   kK,  kV,  kO,  kDO,         kStats,  kScale,
+                               kOne, kDQ, kDK, kDV, kSoftmaxSum, kDQAccum};
+  std::vector<void*> ptrs = {const_cast<void*>(p.q.data),
+                             const_cast<void*>(p.k.data),
+                             const_cast<void*>(p.v.data),
+                             const_cast<void*>(p.o.data),
+                             const_cast<void*>(p.dout.data),
+                             const_cast<float*>(stats),
+                             &scale,
+                             &one,
+                             dq,
+                             dk,
+                             dv,
+                             dsum,
+                             acc};
   add_mask_scalars(p, &mask, uids, ptrs);
   run_plan(device, plan, std::move(uids), std::move(ptrs), dsum + sum_bytes, stream);
 }

@@ -76,9 +76,8 @@ DeviceProperties device_properties(int index) {
 
 std::string DeviceProperties::summary() const {
   return "cuda:" + std::to_string(index) + " " + name + ", sm_" + std::to_string(cc_major) +
-         std::to_string(cc_minor) + ", " + gib(total_memory, 1024.0 * 1024 * 1024, "GiB") +
-         ", " + std::to_string(multiprocessors) + " SMs, L2 " +
-         gib(l2_cache_bytes, 1024.0 * 1024, "MiB");
+         std::to_string(cc_minor) + ", " + gib(total_memory, 1024.0 * 1024 * 1024, "GiB") + ", " +
+         std::to_string(multiprocessors) + " SMs, L2 " + gib(l2_cache_bytes, 1024.0 * 1024, "MiB");
 }
 
 }  // namespace cg::cuda

@@ -20,7 +20,7 @@ struct DeviceProperties {
   std::string name;
   int cc_major = 0;
   int cc_minor = 0;
-  size_t total_memory = 0;    // bytes
+  size_t total_memory = 0;  // bytes
   int multiprocessors = 0;
   size_t l2_cache_bytes = 0;
 

@@ -35,7 +35,8 @@ void visit_floating(DType dtype, const char* what, F&& f) {
     case DType::bf16: return f(Tag<__nv_bfloat16>{});
     default: break;
   }
-  CG_FAIL(what, ": dtype ", dtype_name(dtype), " is not supported; it computes on f32, f64, "
+  CG_FAIL(what, ": dtype ", dtype_name(dtype),
+          " is not supported; it computes on f32, f64, "
           "bf16 and f16 tensors");
 }
 
@@ -156,8 +157,10 @@ __device__ __forceinline__ bool m_isinf(float x) { return isinf(x); }
 __device__ __forceinline__ bool m_isinf(double x) { return isinf(x); }
 template <typename C>
 __device__ __forceinline__ C m_inf() {
-  if constexpr (std::is_same_v<C, double>) return __longlong_as_double(0x7ff0000000000000LL);
-  else return __int_as_float(0x7f800000);
+  if constexpr (std::is_same_v<C, double>)
+    return __longlong_as_double(0x7ff0000000000000LL);
+  else
+    return __int_as_float(0x7f800000);
 }
 
 // ---- block reductions (blockDim.x a multiple of 32, at most 1024) ------------------------
@@ -230,12 +233,14 @@ __device__ __forceinline__ void store_any(void* p, DType dtype, int64_t i, doubl
 // Smallest v over the block, to every thread (32 int64 of shared scratch).
 __device__ __forceinline__ int64_t block_min_i64(int64_t v, int64_t* scratch) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
-  for (int o = 16; o > 0; o >>= 1) v = min(v, static_cast<int64_t>(__shfl_xor_sync(0xffffffffu, v, o)));
+  for (int o = 16; o > 0; o >>= 1)
+    v = min(v, static_cast<int64_t>(__shfl_xor_sync(0xffffffffu, v, o)));
   __syncthreads();
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
   int64_t t = lane < warps ? scratch[lane] : INT64_MAX;
-  for (int o = 16; o > 0; o >>= 1) t = min(t, static_cast<int64_t>(__shfl_xor_sync(0xffffffffu, t, o)));
+  for (int o = 16; o > 0; o >>= 1)
+    t = min(t, static_cast<int64_t>(__shfl_xor_sync(0xffffffffu, t, o)));
   return t;
 }
 

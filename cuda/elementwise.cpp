@@ -90,9 +90,9 @@ SwigluGrads CudaKernels::swiglu_backward(const Tensor& grad, const Tensor& gate,
   const Shape zero(gate.dim(), 0);
   const Shape& sdg = need_dgate ? grads.dgate.strides() : zero;
   const Shape& sdu = need_dup ? grads.dup.strides() : zero;
-  const Strided g = strided_of<5>(
-      gate.shape(), {&grad.strides(), &gate.strides(), &up.strides(), &sdg, &sdu},
-      "swiglu backward");
+  const Strided g =
+      strided_of<5>(gate.shape(), {&grad.strides(), &gate.strides(), &up.strides(), &sdg, &sdu},
+                    "swiglu backward");
   launch_swiglu_backward(gate.dtype(), grad.data_ptr(), gate.data_ptr(), up.data_ptr(),
                          need_dgate ? grads.dgate.data_ptr() : nullptr,
                          need_dup ? grads.dup.data_ptr() : nullptr, g, stream_of(gate));

@@ -187,7 +187,9 @@ bool is_flat(const Strided& g, std::initializer_list<const void*> operands) {
   return true;
 }
 
-unsigned flat_blocks(int64_t n, size_t elem) { return blocks_for(n / static_cast<int64_t>(16 / elem) + 1); }
+unsigned flat_blocks(int64_t n, size_t elem) {
+  return blocks_for(n / static_cast<int64_t>(16 / elem) + 1);
+}
 
 }  // namespace
 
@@ -214,7 +216,8 @@ void launch_unary(UnaryOp op, DType dtype, void* out, const void* a, double s, c
     using T = typename decltype(tag)::type;
     if (is_flat(g, {out, a})) {
       unary_flat_kernel<T><<<flat_blocks(g.numel, sizeof(T)), kThreads, 0, stream>>>(
-          op, static_cast<T*>(out), static_cast<const T*>(a), static_cast<compute_t<T>>(s), g.numel);
+          op, static_cast<T*>(out), static_cast<const T*>(a), static_cast<compute_t<T>>(s),
+          g.numel);
       return;
     }
     unary_kernel<T><<<blocks_for(g.numel), kThreads, 0, stream>>>(
@@ -245,8 +248,8 @@ void launch_inplace(InplaceOp op, DType dtype, void* dst, const void* src, doubl
   CG_CUDA_CHECK(cudaGetLastError());
 }
 
-void launch_addcmul(DType dtype, void* dst, const void* a, const void* b, double value,
-                    bool divide, const Strided& g, cudaStream_t stream) {
+void launch_addcmul(DType dtype, void* dst, const void* a, const void* b, double value, bool divide,
+                    const Strided& g, cudaStream_t stream) {
   if (g.numel == 0) return;
   visit_floating(dtype, "addcmul_", [&](auto tag) {
     using T = typename decltype(tag)::type;

@@ -26,8 +26,8 @@ void launch_where(DType dtype, void* out, const bool* cond, const void* a, const
 void launch_inplace(InplaceOp op, DType dtype, void* dst, const void* src, double alpha,
                     const Strided& g, cudaStream_t stream);
 // g: {dst, a, b}. dst += value * (divide ? a / b : a * b).
-void launch_addcmul(DType dtype, void* dst, const void* a, const void* b, double value,
-                    bool divide, const Strided& g, cudaStream_t stream);
+void launch_addcmul(DType dtype, void* dst, const void* a, const void* b, double value, bool divide,
+                    const Strided& g, cudaStream_t stream);
 // g: {out, gate, up}. out = gate * sigmoid(gate) * up.
 void launch_swiglu_forward(DType dtype, void* out, const void* gate, const void* up,
                            const Strided& g, cudaStream_t stream);

@@ -158,8 +158,8 @@ void CudaKernels::check_indices(const char* op, const char* noun, const Tensor& 
   launch_find_bad_index(idx.data_ptr(), idx.dtype(), bound, g, buf.data<int64_t>(), stream_of(idx));
   const auto [position, value] = read_first_bad(buf);
   CG_CHECK(position == INT64_MAX, op, ": ", noun, " ", value, " (at flat position ", position,
-           " of the ", shape_str(idx.shape()), " indices) is out of range for ", what,
-           "; every ", noun, " must be in [0, ", bound, ")");
+           " of the ", shape_str(idx.shape()), " indices) is out of range for ", what, "; every ",
+           noun, " must be in [0, ", bound, ")");
 }
 
 }  // namespace cg::cuda

@@ -77,9 +77,10 @@ struct RowSums {
 
 template <typename T, int N, bool kTeacher, int kThreads, int kBlocksPerSm>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
-    head_rows_kernel(T* logits, T* teacher, const int64_t* labels, int64_t C, int64_t V, HeadParams p,
-                     const compute_t<T>* grad_scale, compute_t<T>* out_loss, compute_t<T>* out_lse,
-                     compute_t<T>* out_entropy, int64_t* out_argmax, int64_t* out_targmax) {
+    head_rows_kernel(T* logits, T* teacher, const int64_t* labels, int64_t C, int64_t V,
+                     HeadParams p, const compute_t<T>* grad_scale, compute_t<T>* out_loss,
+                     compute_t<T>* out_lse, compute_t<T>* out_entropy, int64_t* out_argmax,
+                     int64_t* out_targmax) {
   using A = compute_t<T>;
   constexpr int kUnroll = kTeacher ? 2 : 4;  // packs in flight per operand per thread
   __shared__ double sd[32 * 7];
@@ -94,7 +95,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   const A as = s * kExpScale<A>;       // exponent scale at temperature
   // The sums at temperature (sb, kb) serve reverse KL and lse_b at tau != 1 only.
   const bool need_b = reverse || !unit_tau;
-  const int64_t packs = V / N;         // V % N == 0 (the launcher picks N so)
+  const int64_t packs = V / N;  // V % N == 0 (the launcher picks N so)
   const int64_t stride = static_cast<int64_t>(blockDim.x);
   const int64_t groups = (packs + stride * kUnroll - 1) / (stride * kUnroll);
   for (int64_t i = blockIdx.x; i < C; i += gridDim.x) {
@@ -220,9 +221,12 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
       const double lse0 = static_cast<double>(zmax) + log(sum_e);
       lse_a = static_cast<double>(tmax) * p.inv_tau + log(sum_a);
       lse_b = unit_tau ? lse0 : static_cast<double>(zmax) * p.inv_tau + log(sum_b);
-      if (forward) kl_loss = sum_ka / sum_a - (lse_a - lse_b);
-      else if (soft) kl_loss = -sum_ka / sum_a + lse_b;
-      else if (reverse) kl_loss = sum_kb / sum_b + (lse_a - lse_b);
+      if (forward)
+        kl_loss = sum_ka / sum_a - (lse_a - lse_b);
+      else if (soft)
+        kl_loss = -sum_ka / sum_a + lse_b;
+      else if (reverse)
+        kl_loss = sum_kb / sum_b + (lse_a - lse_b);
       if (threadIdx.x == 0 && out_targmax) out_targmax[i] = tfirst == INT64_MAX ? 0 : tfirst;
     } else {
       double v[3] = {r.se * f, r.sez * f, r.sz};
@@ -243,7 +247,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
       ce_loss = lse - (1.0 - p.eps) * static_cast<double>(zy) - smoothing + p.z_loss * lse * lse;
     }
     if (threadIdx.x == 0) {
-      const double loss = ignored ? 0.0 : p.ce_weight * ce_loss + p.kl_weight * p.kl_scale * kl_loss;
+      const double loss =
+          ignored ? 0.0 : p.ce_weight * ce_loss + p.kl_weight * p.kl_scale * kl_loss;
       if (out_loss) out_loss[i] = static_cast<A>(loss);
       if (out_lse) out_lse[i] = static_cast<A>(lse);
       if (out_entropy) out_entropy[i] = static_cast<A>(lse - sum_ez / sum_e);
@@ -253,13 +258,16 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     __syncthreads();  // every thread has read z[y] before any gradient overwrites it
 
     // ---- pass 2: the gradient over the logits, last group first (Note [Row kernel bandwidth]) ----
-    const double gs = ignored ? 0.0 : grad_scale != nullptr ? static_cast<double>(grad_scale[i]) : 1.0;
+    const double gs = ignored                 ? 0.0
+                      : grad_scale != nullptr ? static_cast<double>(grad_scale[i])
+                                              : 1.0;
     const A g_soft = static_cast<A>(gs * p.ce_weight * (1.0 + 2.0 * p.z_loss * lse));
     const A g_uniform = static_cast<A>(gs * p.ce_weight * p.eps / static_cast<double>(V));
     const A g_kl = static_cast<A>(gs * p.kl_weight * p.kl_scale * p.inv_tau);
     const A lse_c = static_cast<A>(lse), lse_ac = static_cast<A>(lse_a),
             lse_bc = static_cast<A>(lse_b), kl_c = static_cast<A>(kl_loss);
-    const A b_ce = -lse_c * kExpScale<A>, b_q = -lse_bc * kExpScale<A>, b_p = -lse_ac * kExpScale<A>;
+    const A b_ce = -lse_c * kExpScale<A>, b_q = -lse_bc * kExpScale<A>,
+            b_p = -lse_ac * kExpScale<A>;
     double onehot = gs * p.ce_weight * (1.0 - p.eps);
     if (p.softcap) {
       const double rr = static_cast<double>(zy) / p.cap;
@@ -284,7 +292,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
           A dk = 0;
           // q = softmax(z / tau)_j; at tau 1 it is CE's softmax too (lse_b is lse then).
           const A q = kTeacher ? exp_fma(zj, as, b_q) : A(0);
-          if (p.want_ce) dk += g_soft * (kTeacher && unit_tau ? q : exp_fma(zj, kExpScale<A>, b_ce)) - g_uniform;
+          if (p.want_ce)
+            dk += g_soft * (kTeacher && unit_tau ? q : exp_fma(zj, kExpScale<A>, b_ce)) - g_uniform;
           if (kTeacher) {
             if (reverse) {
               const A log_p = tv[k] * s - lse_ac, log_q = zj * s - lse_bc;
@@ -316,7 +325,8 @@ __global__ void find_bad_label_kernel(const int64_t* labels, int64_t n, int64_t 
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
     const int64_t y = labels[i * stride];
     if (!(y == ignore_index || (y >= 0 && y < V))) {
-      atomicMin(reinterpret_cast<unsigned long long*>(first_bad), static_cast<unsigned long long>(i));
+      atomicMin(reinterpret_cast<unsigned long long*>(first_bad),
+                static_cast<unsigned long long>(i));
     }
   }
 }
@@ -380,7 +390,8 @@ void launch_head_loss_rows(DType dtype, void* logits, void* teacher, const int64
                            cudaStream_t stream) {
   if (C == 0) return;
   CG_CHECK(kernel_has_kind(cfg.kind), "head loss: the CUDA row kernel does not compute ",
-           loss_kind_name(cfg.kind), " (cuda/head_loss_kernels.cu; Note [Adding a loss kind], ops/loss_config.h)");
+           loss_kind_name(cfg.kind),
+           " (cuda/head_loss_kernels.cu; Note [Adding a loss kind], ops/loss_config.h)");
   check_loss_row_inputs(cfg, teacher != nullptr, labels != nullptr);
   const LossRowTerms terms = loss_row_terms(cfg);
   HeadParams p;
@@ -410,7 +421,8 @@ void launch_head_loss_rows(DType dtype, void* logits, void* teacher, const int64
     const bool packed = V % kPack == 0 && reinterpret_cast<uintptr_t>(logits) % 16 == 0 &&
                         (teacher == nullptr || reinterpret_cast<uintptr_t>(teacher) % 16 == 0);
     auto launch = [&](auto kernel, int most_threads) {
-      CG_CHECK(threads <= most_threads, "head loss: ", threads, " threads for a kernel built for ", most_threads);
+      CG_CHECK(threads <= most_threads, "head loss: ", threads, " threads for a kernel built for ",
+               most_threads);
       kernel<<<blocks, threads, 0, stream>>>(
           static_cast<T*>(logits), static_cast<T*>(teacher), labels, C, V, p,
           static_cast<const A*>(grad_scale), static_cast<A*>(out.loss), static_cast<A*>(out.lse),
@@ -422,13 +434,19 @@ void launch_head_loss_rows(DType dtype, void* logits, void* teacher, const int64
     // cross-entropy's (64): Note [Row kernel bandwidth].
     const bool narrow = wide == 256;
     if (p.want_teacher) {
-      if (!packed) launch(head_rows_kernel<T, 1, true, 512, 1>, 512);
-      else if (narrow) launch(head_rows_kernel<T, kPack, true, 256, 2>, 256);
-      else launch(head_rows_kernel<T, kPack, true, 512, 1>, 512);
+      if (!packed)
+        launch(head_rows_kernel<T, 1, true, 512, 1>, 512);
+      else if (narrow)
+        launch(head_rows_kernel<T, kPack, true, 256, 2>, 256);
+      else
+        launch(head_rows_kernel<T, kPack, true, 512, 1>, 512);
     } else {
-      if (!packed) launch(head_rows_kernel<T, 1, false, 512, 1>, 512);
-      else if (narrow) launch(head_rows_kernel<T, kPack, false, 256, 4>, 256);
-      else launch(head_rows_kernel<T, kPack, false, 512, 2>, 512);
+      if (!packed)
+        launch(head_rows_kernel<T, 1, false, 512, 1>, 512);
+      else if (narrow)
+        launch(head_rows_kernel<T, kPack, false, 256, 4>, 256);
+      else
+        launch(head_rows_kernel<T, kPack, false, 512, 2>, 512);
     }
   });
   CG_CUDA_CHECK(cudaGetLastError());
@@ -440,7 +458,7 @@ void launch_find_bad_label(const int64_t* labels, int64_t n, int64_t stride, int
   CG_CUDA_CHECK(cudaGetLastError());
   if (n == 0) return;
   find_bad_label_kernel<<<blocks_for(n), kThreads, 0, stream>>>(labels, n, stride, V, ignore_index,
-                                                               first_bad);
+                                                                first_bad);
   CG_CUDA_CHECK(cudaGetLastError());
   bad_label_value_kernel<<<1, 1, 0, stream>>>(labels, stride, first_bad);
   CG_CUDA_CHECK(cudaGetLastError());
@@ -452,8 +470,8 @@ void launch_row_weights(const int64_t* labels, int64_t label_stride, const void*
                         cudaStream_t stream) {
   if (n == 0) return;
   row_weights_kernel<<<1, 1024, 0, stream>>>(labels, label_stride, weights, weights_dtype,
-                                             weight_stride, ignore_index, normalize, out,
-                                             out_dtype, out_stride, n);
+                                             weight_stride, ignore_index, normalize, out, out_dtype,
+                                             out_stride, n);
   CG_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -26,8 +26,7 @@ struct HeadRowPointers {
 // labels [C] i64 or null (values already checked); grad_scale [C] compute dtype or null.
 void launch_head_loss_rows(DType dtype, void* logits, void* teacher, const int64_t* labels,
                            int64_t C, int64_t V, const LossConfig& config, bool want_grad,
-                           const void* grad_scale, const HeadRowPointers& out,
-                           cudaStream_t stream);
+                           const void* grad_scale, const HeadRowPointers& out, cudaStream_t stream);
 
 // Writes into *first_bad (one device i64, set to INT64_MAX first by this call) the
 // smallest i with labels[i * stride] neither ignore_index nor in [0, V), and that label

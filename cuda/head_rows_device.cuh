@@ -36,7 +36,9 @@ __device__ __forceinline__ void unpack(const RawPack<T, N>& raw, compute_t<T> (&
 template <typename A>
 constexpr A kExpScale = std::is_same_v<A, float> ? A(1.4426950408889634) : A(1);
 __device__ __forceinline__ float exp_fma(float x, float a, float b) { return exp2f(fmaf(x, a, b)); }
-__device__ __forceinline__ double exp_fma(double x, double a, double b) { return exp(fma(x, a, b)); }
+__device__ __forceinline__ double exp_fma(double x, double a, double b) {
+  return exp(fma(x, a, b));
+}
 
 // Largest of v (NaN never wins, as fmax), a tree of N - 1 steps.
 template <typename A, int N>
@@ -65,8 +67,9 @@ __device__ __forceinline__ int first_equal(const A (&v)[N], A x) {
 // load issued before any is used (Note [Row kernel bandwidth]); packs past the row's end
 // are left unset.
 template <typename T, int N, int U, bool kTeacher>
-__device__ __forceinline__ void load_group(const T* z, const T* t, int64_t g, int64_t stride, int64_t packs,
-                                           RawPack<T, N> (&zr)[U], RawPack<T, N> (&tr)[U]) {
+__device__ __forceinline__ void load_group(const T* z, const T* t, int64_t g, int64_t stride,
+                                           int64_t packs, RawPack<T, N> (&zr)[U],
+                                           RawPack<T, N> (&tr)[U]) {
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     const int64_t pk = (g * U + u) * stride + threadIdx.x;
@@ -81,11 +84,15 @@ __device__ __forceinline__ void load_group(const T* z, const T* t, int64_t g, in
 // each replaced by op over the block (scratch: 64 V of shared memory). Op: MaxOp, MinOp.
 struct MaxOp {
   template <typename V>
-  __device__ V operator()(V x, V y) const { return y > x ? y : x; }  // a NaN never wins
+  __device__ V operator()(V x, V y) const {
+    return y > x ? y : x;
+  }  // a NaN never wins
 };
 struct MinOp {
   template <typename V>
-  __device__ V operator()(V x, V y) const { return y < x ? y : x; }
+  __device__ V operator()(V x, V y) const {
+    return y < x ? y : x;
+  }
 };
 
 template <typename V, typename Op>

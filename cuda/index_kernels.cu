@@ -46,7 +46,8 @@ __global__ void find_bad_index_kernel(const I* idx, int64_t bound, Strided g, in
     offsets_of<1>(g, i, o);
     const int64_t v = static_cast<int64_t>(idx[o[0]]);
     if (v < 0 || v >= bound) {
-      atomicMin(reinterpret_cast<unsigned long long*>(first_bad), static_cast<unsigned long long>(i));
+      atomicMin(reinterpret_cast<unsigned long long*>(first_bad),
+                static_cast<unsigned long long>(i));
     }
   }
 }

@@ -33,8 +33,8 @@ Strided strided_of(const std::vector<int64_t>& sizes,
   static_assert(N <= static_cast<size_t>(kMaxOperands));
   const LoopNest<N> loop = simplify_loops<N>(sizes, strides);
   CG_CHECK(loop.dims() <= static_cast<size_t>(kMaxDims), what, ": ", loop.dims(),
-           " dims remain after merging contiguous ones, but CUDA kernels take at most ",
-           kMaxDims, "; make the tensor contiguous or reshape it to fewer dims first");
+           " dims remain after merging contiguous ones, but CUDA kernels take at most ", kMaxDims,
+           "; make the tensor contiguous or reshape it to fewer dims first");
   Strided g;
   g.ndim = static_cast<int>(loop.dims());
   g.numel = 1;

@@ -51,8 +51,7 @@ int lt_fastest_algorithm(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
     for (int r = 0; r < 4 && ok; ++r) {  // a warm-up, then 3 timed runs
       if (r > 0) timer.start();
       ok = cublasLtMatmul(handle, desc, alpha, a, la, b, lb, beta, d, lc, const_cast<void*>(d), lc,
-                          &results[c].algo,
-                          workspace.defined() ? workspace.data_ptr() : nullptr,
+                          &results[c].algo, workspace.defined() ? workspace.data_ptr() : nullptr,
                           results[c].workspaceSize, stream) == CUBLAS_STATUS_SUCCESS;
       if (r > 0 && ok) {
         note_host_sync();  // Note [Host sync count]: once per new shape (warm-up)

@@ -28,8 +28,8 @@
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_kernels.h"
 #include "cuda/elementwise_kernels.h"
-#include "cuda/lt_autotune.h"
 #include "cuda/kernel_args.h"
+#include "cuda/lt_autotune.h"
 #include "ops/kernel_shapes.h"
 
 namespace cg::cuda {
@@ -137,10 +137,10 @@ cublasLtMatrixLayout_t make_layout(DType dtype, int64_t rows, int64_t cols, int6
                                              static_cast<uint64_t>(cols), ld));
   if (batch > 1) {
     const int32_t count = static_cast<int32_t>(batch);
-    CG_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
-                                                     &count, sizeof(count)));
-    CG_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
-        l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &batch_stride, sizeof(batch_stride)));
+    CG_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                                     sizeof(count)));
+    CG_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                     &batch_stride, sizeof(batch_stride)));
   }
   return l;
 }
@@ -153,7 +153,8 @@ struct LtOperand {
 LtOperand operand_of(const LtMatrix& x, bool want_t) {
   bool row_major = false;
   int64_t ld = 0;
-  CG_CHECK(layout_of(x, row_major, ld), "gemm: an operand has no unit stride (internal: it "
+  CG_CHECK(layout_of(x, row_major, ld),
+           "gemm: an operand has no unit stride (internal: it "
            "should have been made contiguous)");
   // row-major X == column-major X^T [cols, rows].
   const int64_t r = row_major ? x.cols : x.rows, c = row_major ? x.rows : x.cols;
@@ -180,16 +181,31 @@ void run_lt(int index, const LtMatrix& a, const LtMatrix& b, const LtMatrix& out
   const cublasComputeType_t compute =
       f64 ? CUBLAS_COMPUTE_64F
           : (a.dtype == DType::f32 && tf32_enabled() ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                                      : CUBLAS_COMPUTE_32F);
+                                                     : CUBLAS_COMPUTE_32F);
   const size_t ea = element_size(a.dtype), eo = element_size(out.dtype);
   const uint32_t align_a = alignment_of(first.data, first.batch_stride * static_cast<int64_t>(ea));
-  const uint32_t align_b = alignment_of(second.data, second.batch_stride * static_cast<int64_t>(ea));
+  const uint32_t align_b =
+      alignment_of(second.data, second.batch_stride * static_cast<int64_t>(ea));
   const uint32_t align_c = alignment_of(out.data, out.batch_stride * static_cast<int64_t>(eo));
-  const std::vector<int64_t> key = {
-      m, n, K, static_cast<int64_t>(a.dtype), static_cast<int64_t>(out.dtype),
-      static_cast<int64_t>(compute), A.op, A.ld, B.op, B.ld, ldc, batch,
-      first.batch_stride, second.batch_stride, out.batch_stride, align_a, align_b, align_c,
-      beta != 0.0};
+  const std::vector<int64_t> key = {m,
+                                    n,
+                                    K,
+                                    static_cast<int64_t>(a.dtype),
+                                    static_cast<int64_t>(out.dtype),
+                                    static_cast<int64_t>(compute),
+                                    A.op,
+                                    A.ld,
+                                    B.op,
+                                    B.ld,
+                                    ldc,
+                                    batch,
+                                    first.batch_stride,
+                                    second.batch_stride,
+                                    out.batch_stride,
+                                    align_a,
+                                    align_b,
+                                    align_c,
+                                    beta != 0.0};
 
   CG_CUDA_CHECK(cudaSetDevice(index));
   const cudaStream_t stream = compute_stream(index);
@@ -221,9 +237,9 @@ void run_lt(int index, const LtMatrix& a, const LtMatrix& b, const LtMatrix& out
       // output's dtype (in place or in a bf16 buffer), which rounds every partial to 8 bits
       // of mantissa; only reductions in the compute type (fp32) are allowed.
       const uint32_t reduction_mask = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-      CG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-          pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction_mask,
-          sizeof(reduction_mask)));
+      CG_CUBLAS_CHECK(
+          cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                               &reduction_mask, sizeof(reduction_mask)));
       CG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
           pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
       CG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
@@ -236,16 +252,17 @@ void run_lt(int index, const LtMatrix& a, const LtMatrix& b, const LtMatrix& out
       int found = 0;
       const bool tune = lt_autotune_enabled() && beta == 0.0 &&
                         2.0 * static_cast<double>(M) * static_cast<double>(N) *
-                                static_cast<double>(K) * static_cast<double>(batch) >= 1e10;
-      const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(
-          handle, p->desc, p->a, p->b, p->c, p->c, pref, tune ? kLtAutotuneCandidates : 1, results,
-          &found);
+                                static_cast<double>(K) * static_cast<double>(batch) >=
+                            1e10;
+      const cublasStatus_t hs =
+          cublasLtMatmulAlgoGetHeuristic(handle, p->desc, p->a, p->b, p->c, p->c, pref,
+                                         tune ? kLtAutotuneCandidates : 1, results, &found);
       cublasLtMatmulPreferenceDestroy(pref);
       CG_CHECK(hs == CUBLAS_STATUS_SUCCESS && found > 0,
                "gemm: cuBLASLt has no algorithm for out [", M, ", ", N, "] = a [", M, ", ", K,
-               "] @ b [", K, ", ", N, "] in ", dtype_name(a.dtype), " -> ",
-               dtype_name(out.dtype), " (batch ", batch, "; status ",
-               cublas_status_name(hs), "); make the operands contiguous");
+               "] @ b [", K, ", ", N, "] in ", dtype_name(a.dtype), " -> ", dtype_name(out.dtype),
+               " (batch ", batch, "; status ", cublas_status_name(hs),
+               "); make the operands contiguous");
       int best = 0;
       if (tune && found > 1) {
         best = lt_fastest_algorithm(handle, p->desc, p->a, p->b, p->c, results, found, index,
@@ -267,10 +284,9 @@ void run_lt(int index, const LtMatrix& a, const LtMatrix& b, const LtMatrix& out
   const float alpha32 = static_cast<float>(alpha), beta32 = static_cast<float>(beta);
   const void* pa = f64 ? static_cast<const void*>(&alpha) : &alpha32;
   const void* pb = f64 ? static_cast<const void*>(&beta) : &beta32;
-  CG_CUBLAS_CHECK(cublasLtMatmul(handle, plan->desc, pa, first.data, plan->a, second.data,
-                                 plan->b, pb, out.data, plan->c, const_cast<void*>(out.data),
-                                 plan->c, &plan->algo,
-                                 workspace.defined() ? workspace.data_ptr() : nullptr,
+  CG_CUBLAS_CHECK(cublasLtMatmul(handle, plan->desc, pa, first.data, plan->a, second.data, plan->b,
+                                 pb, out.data, plan->c, const_cast<void*>(out.data), plan->c,
+                                 &plan->algo, workspace.defined() ? workspace.data_ptr() : nullptr,
                                  plan->workspace, stream));
 }
 
@@ -326,8 +342,8 @@ void CudaKernels::gemm(const Tensor& a_in, const Tensor& b_in, const Tensor& out
   const bool out_ok = (all_f64 || lt_output_ok(in_dtype, out.dtype())) && in_place(out);
   Tensor o = out;
   if (!out_ok) {
-    const DType od = all_f64 ? DType::f64
-                             : (lt_output_ok(in_dtype, out.dtype()) ? out.dtype() : DType::f32);
+    const DType od =
+        all_f64 ? DType::f64 : (lt_output_ok(in_dtype, out.dtype()) ? out.dtype() : DType::f32);
     o = beta == 0.0 ? raw::empty(out.shape(), od, out.device())
                     : raw::contiguous(raw::to_dtype(out, od));
   }
@@ -338,7 +354,8 @@ void CudaKernels::gemm(const Tensor& a_in, const Tensor& b_in, const Tensor& out
 Tensor CudaKernels::matmul(const Tensor& a_in, const Tensor& b_in) {
   CG_CHECK(a_in.dtype() == DType::f32 || a_in.dtype() == DType::f64 ||
                a_in.dtype() == DType::bf16 || a_in.dtype() == DType::f16,
-           "matmul: dtype ", dtype_name(a_in.dtype()), " is not supported; it computes on f32, "
+           "matmul: dtype ", dtype_name(a_in.dtype()),
+           " is not supported; it computes on f32, "
            "f64, bf16 and f16 tensors");
   const Tensor a = in_place(a_in) ? a_in : raw::contiguous(a_in);
   const Tensor b0 = raw::to_dtype(b_in, a.dtype());
@@ -399,8 +416,8 @@ Tensor CudaKernels::matmul(const Tensor& a_in, const Tensor& b_in) {
               k, as, ac, loop.strides[0][inner]},
              {static_cast<const char*>(b.data_ptr()) + ib * static_cast<int64_t>(ea), b.dtype(), k,
               m, bs, bc, loop.strides[1][inner]},
-             {static_cast<char*>(out.data_ptr()) + io * static_cast<int64_t>(eo), out.dtype(), n,
-              m, m, 1, loop.strides[2][inner]},
+             {static_cast<char*>(out.data_ptr()) + io * static_cast<int64_t>(eo), out.dtype(), n, m,
+              m, 1, loop.strides[2][inner]},
              cnt, 1.0, 0.0);
     }
   }

@@ -131,9 +131,9 @@ int rms_norm_dweight_splits(int64_t rows) {
   return static_cast<int>(std::clamp<int64_t>(rows / 64, 1, 256));
 }
 
-void launch_rms_norm_forward(DType dtype, const void* x, const void* weight, void* out,
-                             void* rstd, const Strided& rows, int64_t D, int64_t sx, int64_t sw,
-                             double eps, cudaStream_t stream) {
+void launch_rms_norm_forward(DType dtype, const void* x, const void* weight, void* out, void* rstd,
+                             const Strided& rows, int64_t D, int64_t sx, int64_t sw, double eps,
+                             cudaStream_t stream) {
   if (rows.numel == 0) return;
   visit_floating(dtype, "rms_norm", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -160,12 +160,12 @@ void launch_rms_norm_backward(DType dtype, const void* grad, const void* x, cons
     if (dweight != nullptr && D > 0) {
       const dim3 grid(static_cast<unsigned>((D + kThreads - 1) / kThreads),
                       static_cast<unsigned>(splits));
-      rms_dw_partial_kernel<T><<<grid, kThreads, 0, stream>>>(
-          static_cast<const T*>(grad), static_cast<const T*>(x), pr, dw_partial, rows, D, sx, sg,
-          splits);
+      rms_dw_partial_kernel<T><<<grid, kThreads, 0, stream>>>(static_cast<const T*>(grad),
+                                                              static_cast<const T*>(x), pr,
+                                                              dw_partial, rows, D, sx, sg, splits);
       CG_CUDA_CHECK(cudaGetLastError());
-      rms_dw_finish_kernel<T><<<blocks_for(D), kThreads, 0, stream>>>(
-          dw_partial, static_cast<T*>(dweight), D, splits);
+      rms_dw_finish_kernel<T>
+          <<<blocks_for(D), kThreads, 0, stream>>>(dw_partial, static_cast<T*>(dweight), D, splits);
       CG_CUDA_CHECK(cudaGetLastError());
     }
   });
@@ -178,9 +178,9 @@ void launch_rotary(DType dtype, const void* x, void* out, const int64_t* positio
   if (n == 0) return;
   visit_floating(dtype, "apply_rotary", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    rotary_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<T*>(out), positions, rows, hd, sx, theta,
-        inverse ? -1.0 : 1.0);
+    rotary_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const T*>(x),
+                                                             static_cast<T*>(out), positions, rows,
+                                                             hd, sx, theta, inverse ? -1.0 : 1.0);
   });
   CG_CUDA_CHECK(cudaGetLastError());
 }

@@ -13,9 +13,9 @@ namespace cg::cuda {
 
 // rows {x, out}; x row stride sx, weight stride sw (weight may be null: 1). out rows are
 // contiguous [D]; rstd [rows] compute dtype. y = x * rstd * w, rstd = 1/sqrt(mean x^2 + eps).
-void launch_rms_norm_forward(DType dtype, const void* x, const void* weight, void* out,
-                             void* rstd, const Strided& rows, int64_t D, int64_t sx, int64_t sw,
-                             double eps, cudaStream_t stream);
+void launch_rms_norm_forward(DType dtype, const void* x, const void* weight, void* out, void* rstd,
+                             const Strided& rows, int64_t D, int64_t sx, int64_t sw, double eps,
+                             cudaStream_t stream);
 // rows {x, grad}; dx contiguous rows (may be null: not asked); dweight [D] contiguous in
 // x's dtype (may be null). dw_partial: splits * D doubles of scratch when dweight is asked.
 void launch_rms_norm_backward(DType dtype, const void* grad, const void* x, const void* weight,

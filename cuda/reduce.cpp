@@ -71,9 +71,9 @@ Tensor CudaKernels::scatter_along_dim(const Tensor& src, const Tensor& index, in
                                       const Shape& shape) {
   Tensor out = raw::empty(shape, src.dtype(), src.device());
   raw::fill_(out, 0.0);
-  const Strided rows = strided_of<3>(with_dim_one(shape, dim),
-                                     {&out.strides(), &src.strides(), &index.strides()},
-                                     "scatter_along_dim");
+  const Strided rows =
+      strided_of<3>(with_dim_one(shape, dim), {&out.strides(), &src.strides(), &index.strides()},
+                    "scatter_along_dim");
   launch_scatter_rows(src.dtype(), out.data_ptr(), src.data_ptr(), index.data<int64_t>(), rows,
                       out.strides()[dim], stream_of(src));
   return out;
@@ -90,9 +90,9 @@ Tensor CudaKernels::softmax(const Tensor& a, int64_t dim, bool log) {
 
 Tensor CudaKernels::softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim, bool log) {
   Tensor out = raw::empty(y.shape(), y.dtype(), y.device());
-  const Strided rows = strided_of<3>(with_dim_one(y.shape(), dim),
-                                     {&grad.strides(), &y.strides(), &out.strides()},
-                                     "softmax_backward");
+  const Strided rows =
+      strided_of<3>(with_dim_one(y.shape(), dim), {&grad.strides(), &y.strides(), &out.strides()},
+                    "softmax_backward");
   launch_softmax_backward_rows(y.dtype(), log, grad.data_ptr(), y.data_ptr(), out.data_ptr(), rows,
                                y.shape()[dim], grad.strides()[dim], y.strides()[dim],
                                out.strides()[dim], stream_of(y));
@@ -127,13 +127,12 @@ RmsNormGrads CudaKernels::rms_norm_backward(const Tensor& grad, const Tensor& x,
     partial = scratch(static_cast<int64_t>(splits) * D, DType::f64, x.device());
   }
   const bool has_w = weight.defined();
-  launch_rms_norm_backward(x.dtype(), grad.data_ptr(), x.data_ptr(),
-                           has_w ? weight.data_ptr() : nullptr, rstd.data_ptr(),
-                           need_dx ? grads.dx.data_ptr() : nullptr,
-                           need_dweight ? grads.dweight.data_ptr() : nullptr,
-                           need_dweight ? partial.data<double>() : nullptr, splits, rows, D,
-                           x.strides().back(), grad.strides().back(),
-                           has_w ? weight.strides()[0] : 0, stream_of(x));
+  launch_rms_norm_backward(
+      x.dtype(), grad.data_ptr(), x.data_ptr(), has_w ? weight.data_ptr() : nullptr,
+      rstd.data_ptr(), need_dx ? grads.dx.data_ptr() : nullptr,
+      need_dweight ? grads.dweight.data_ptr() : nullptr,
+      need_dweight ? partial.data<double>() : nullptr, splits, rows, D, x.strides().back(),
+      grad.strides().back(), has_w ? weight.strides()[0] : 0, stream_of(x));
   return grads;
 }
 

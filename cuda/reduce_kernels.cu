@@ -35,8 +35,10 @@ __global__ void sum_thread_kernel(const T* a, T* out, Strided kept, Strided redu
       offsets_of<1>(reduced, r, ro);
       acc += static_cast<double>(ld(a + ko[0] + ro[0]));
     }
-    if (splits == 1) st(out + ko[1], static_cast<compute_t<T>>(acc * scale));
-    else partial[o * splits + s] = acc;
+    if (splits == 1)
+      st(out + ko[1], static_cast<compute_t<T>>(acc * scale));
+    else
+      partial[o * splits + s] = acc;
   }
 }
 
@@ -60,8 +62,10 @@ __global__ void sum_block_kernel(const T* a, T* out, Strided kept, Strided reduc
     }
     acc = block_sum(acc, scratch);
     if (threadIdx.x == 0) {
-      if (splits == 1) st(out + ko[1], static_cast<compute_t<T>>(acc * scale));
-      else partial[o * splits + s] = acc;
+      if (splits == 1)
+        st(out + ko[1], static_cast<compute_t<T>>(acc * scale));
+      else
+        partial[o * splits + s] = acc;
     }
   }
 }
@@ -203,10 +207,12 @@ __global__ void softmax_rows_kernel(bool log_out, const T* a, T* out, Strided ro
     s = block_sum(s, ssum);
     if (log_out) {
       const C log_s = static_cast<C>(log(s));
-      for (int64_t j = threadIdx.x; j < n; j += blockDim.x) st(y + j * so, (ld(x + j * sa) - m) - log_s);
+      for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+        st(y + j * so, (ld(x + j * sa) - m) - log_s);
     } else {
       const C inv = static_cast<C>(1.0 / s);
-      for (int64_t j = threadIdx.x; j < n; j += blockDim.x) st(y + j * so, m_exp(ld(x + j * sa) - m) * inv);
+      for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+        st(y + j * so, m_exp(ld(x + j * sa) - m) * inv);
     }
   }
 }
@@ -257,9 +263,8 @@ SumPlan sum_plan(int64_t outputs, int64_t reduced, bool coalesced) {
   return plan;
 }
 
-void launch_sum(DType dtype, const void* a, void* out, const Strided& kept,
-                const Strided& reduced, double scale, double* partial, const SumPlan& plan,
-                cudaStream_t stream) {
+void launch_sum(DType dtype, const void* a, void* out, const Strided& kept, const Strided& reduced,
+                double scale, double* partial, const SumPlan& plan, cudaStream_t stream) {
   if (kept.numel == 0) return;
   const int splits = plan.splits;
   visit_floating(dtype, "sum", [&](auto tag) {
@@ -276,8 +281,8 @@ void launch_sum(DType dtype, const void* a, void* out, const Strided& kept,
     }
     if (splits > 1) {
       CG_CUDA_CHECK(cudaGetLastError());
-      sum_finish_kernel<T><<<blocks_for(kept.numel), kThreads, 0, stream>>>(partial, po, kept,
-                                                                            scale, splits);
+      sum_finish_kernel<T>
+          <<<blocks_for(kept.numel), kThreads, 0, stream>>>(partial, po, kept, scale, splits);
     }
   });
   CG_CUDA_CHECK(cudaGetLastError());
@@ -327,9 +332,9 @@ void launch_softmax_rows(DType dtype, bool log, const void* a, void* out, const 
   CG_CUDA_CHECK(cudaGetLastError());
 }
 
-void launch_softmax_backward_rows(DType dtype, bool log, const void* grad, const void* y,
-                                  void* out, const Strided& rows, int64_t n, int64_t sg,
-                                  int64_t sy, int64_t so, cudaStream_t stream) {
+void launch_softmax_backward_rows(DType dtype, bool log, const void* grad, const void* y, void* out,
+                                  const Strided& rows, int64_t n, int64_t sg, int64_t sy,
+                                  int64_t so, cudaStream_t stream) {
   if (rows.numel == 0 || n == 0) return;
   visit_floating(dtype, log ? "log_softmax_backward" : "softmax_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;

@@ -24,9 +24,8 @@ SumPlan sum_plan(int64_t outputs, int64_t reduced, bool coalesced);
 // out (outputs,) = scale * sum of a over `reduced` (operand 0: a's strides) at each output;
 // kept: geometry over the outputs, operands {a, out}. partial: outputs * plan.splits
 // doubles of scratch (null when splits == 1). Sums accumulate in double, in a fixed order.
-void launch_sum(DType dtype, const void* a, void* out, const Strided& kept,
-                const Strided& reduced, double scale, double* partial, const SumPlan& plan,
-                cudaStream_t stream);
+void launch_sum(DType dtype, const void* a, void* out, const Strided& kept, const Strided& reduced,
+                double scale, double* partial, const SumPlan& plan, cudaStream_t stream);
 
 // rows {a, indices, values}: indices[r] (i64) = first argmax (a NaN wins), values[r] =
 // a at it (copied as stored); values may be null.
@@ -42,8 +41,8 @@ void launch_scatter_rows(DType dtype, void* out, const void* src, const int64_t*
 void launch_softmax_rows(DType dtype, bool log, const void* a, void* out, const Strided& rows,
                          int64_t n, int64_t sa, int64_t so, cudaStream_t stream);
 // rows {grad, y, out}: the backward from the output y.
-void launch_softmax_backward_rows(DType dtype, bool log, const void* grad, const void* y,
-                                  void* out, const Strided& rows, int64_t n, int64_t sg,
-                                  int64_t sy, int64_t so, cudaStream_t stream);
+void launch_softmax_backward_rows(DType dtype, bool log, const void* grad, const void* y, void* out,
+                                  const Strided& rows, int64_t n, int64_t sg, int64_t sy,
+                                  int64_t so, cudaStream_t stream);
 
 }  // namespace cg::cuda

@@ -38,11 +38,11 @@
 #include "core/caching_allocator.h"
 #include "core/factories.h"
 #include "core/memory_trace.h"
-#include "trace/trace_file.h"
 #include "core/views.h"
 #include "examples/common/program.h"
 #include "ops/head_loss.h"
 #include "ops/ops.h"
+#include "trace/trace_file.h"
 
 namespace {
 
@@ -67,8 +67,8 @@ struct Options {
 struct PathReport {
   std::string path;
   int64_t forward_peak = 0, step_peak = 0;
-  int64_t forward_kept = 0;    // allocated when forward returns (saved tensors, outputs)
-  int64_t largest_block = 0;   // the largest single block forward allocated
+  int64_t forward_kept = 0;   // allocated when forward returns (saved tensors, outputs)
+  int64_t largest_block = 0;  // the largest single block forward allocated
   cg::GraphMemory graph;
   double loss = 0, median_ms = 0;
   int64_t chunk_rows = 0;
@@ -87,7 +87,8 @@ int64_t largest_alloc_since(size_t from) {
   const std::vector<cg::TraceEvent> events = cg::MemoryTrace::events();
   int64_t largest = 0;
   for (size_t i = from; i < events.size(); ++i) {
-    if (events[i].action == cg::TraceAction::alloc) largest = std::max(largest, int64_t(events[i].size));
+    if (events[i].action == cg::TraceAction::alloc)
+      largest = std::max(largest, int64_t(events[i].size));
   }
   return largest;
 }
@@ -141,7 +142,8 @@ PathReport run_path(cg::HeadLossPath path, const cg::HeadLossInputs& in, cg::Hea
       r.loss.backward();
     }
     cg::backend_for(dev).synchronize(dev.index);  // a GPU's step is done when its work is
-    times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    times.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     if (first) {
       rep.step_peak = alloc.stats().allocated_bytes.peak - base;
       // With the allocator's end state: what `chunkgrad trace` and memory_viz replay from.
@@ -160,8 +162,8 @@ std::string mib(int64_t bytes) { return cg::format_bytes(bytes); }
 // copies of all of [T, V] (its largest block) and chunked only of one chunk, so chunked's
 // forward peak drops while what its graph keeps does not; when one chunk holds all T
 // rows, fused makes the whole [T, V] too and its peak is not below naive's.
-std::vector<std::string> explain(const std::vector<PathReport>& reports, const Options& o, int64_t T,
-                                 int64_t D, int64_t V, cg::DType dtype) {
+std::vector<std::string> explain(const std::vector<PathReport>& reports, const Options& o,
+                                 int64_t T, int64_t D, int64_t V, cg::DType dtype) {
   auto find = [&](const std::string& name) -> const PathReport* {
     for (const PathReport& r : reports) {
       if (r.path == name && r.ok()) return &r;
@@ -171,7 +173,9 @@ std::vector<std::string> explain(const std::vector<PathReport>& reports, const O
   const PathReport *naive = find("naive"), *chunked = find("chunked"), *fused = find("fused");
   const int64_t fp32_logits = 4 * T * V;
   const bool half = cg::element_size(dtype) == 2;
-  auto near_fp32_logits = [&](int64_t bytes) { return bytes >= fp32_logits && bytes < fp32_logits + fp32_logits / 20 + 4096; };
+  auto near_fp32_logits = [&](int64_t bytes) {
+    return bytes >= fp32_logits && bytes < fp32_logits + fp32_logits / 20 + 4096;
+  };
   std::vector<std::string> lines;
   std::ostringstream line;
   auto flush = [&] {
@@ -180,12 +184,14 @@ std::vector<std::string> explain(const std::vector<PathReport>& reports, const O
   };
 
   if (naive) {
-    line << "naive keeps the logits [T, V] until backward (its graph retains " << mib(naive->graph.total_bytes)
-         << "); its forward peak " << mib(naive->forward_peak) << " adds " << mib(naive->forward_temporaries())
-         << " of temporaries";
+    line << "naive keeps the logits [T, V] until backward (its graph retains "
+         << mib(naive->graph.total_bytes) << "); its forward peak " << mib(naive->forward_peak)
+         << " adds " << mib(naive->forward_temporaries()) << " of temporaries";
     if (half && near_fp32_logits(naive->largest_block)) {
-      line << ": its largest block, " << mib(naive->largest_block) << ", is an fp32 copy of all of [T, V] (the loss "
-           << "works on " << o.dtype << " logits in fp32, and naive converts all " << T << " rows at once).";
+      line << ": its largest block, " << mib(naive->largest_block)
+           << ", is an fp32 copy of all of [T, V] (the loss "
+           << "works on " << o.dtype << " logits in fp32, and naive converts all " << T
+           << " rows at once).";
     } else {
       line << " (its largest block: " << mib(naive->largest_block) << ").";
     }
@@ -195,15 +201,17 @@ std::vector<std::string> explain(const std::vector<PathReport>& reports, const O
     const double ratio = double(chunked->forward_peak) / double(naive->forward_peak);
     line << "chunked's forward peak " << mib(chunked->forward_peak);
     if (ratio < 0.9) {
-      line << " is lower than naive's " << mib(naive->forward_peak) << ", but only by temporaries: chunked makes "
-           << (half ? "its fp32 working copies" : "its working rows") << " one chunk (" << chunked->chunk_rows
-           << " rows) at a time, naive for all " << T
+      line << " is lower than naive's " << mib(naive->forward_peak)
+           << ", but only by temporaries: chunked makes "
+           << (half ? "its fp32 working copies" : "its working rows") << " one chunk ("
+           << chunked->chunk_rows << " rows) at a time, naive for all " << T
            << " rows. What its graph keeps until backward -- every chunk's logits, "
-           << mib(chunked->graph.total_bytes) << " -- is what naive's keeps (" << mib(naive->graph.total_bytes)
-           << "): chunking under autograd does not lower that.";
+           << mib(chunked->graph.total_bytes) << " -- is what naive's keeps ("
+           << mib(naive->graph.total_bytes) << "): chunking under autograd does not lower that.";
     } else if (ratio <= 1.1) {
-      line << " is about naive's " << mib(naive->forward_peak) << ": its graph keeps every chunk's logits ("
-           << mib(chunked->graph.total_bytes) << ", naive's graph " << mib(naive->graph.total_bytes)
+      line << " is about naive's " << mib(naive->forward_peak)
+           << ": its graph keeps every chunk's logits (" << mib(chunked->graph.total_bytes)
+           << ", naive's graph " << mib(naive->graph.total_bytes)
            << ") until backward, so chunking under autograd does not lower the peak.";
     } else {
       line << " is above naive's " << mib(naive->forward_peak) << ": it keeps the same logits ("
@@ -223,17 +231,22 @@ std::vector<std::string> explain(const std::vector<PathReport>& reports, const O
     if (ref && fused->forward_peak < ref->forward_peak * 0.9) {
       line << ", and the logits exist one chunk (" << fused->chunk_rows << " of " << T
            << " rows) at a time, so its forward peak " << mib(fused->forward_peak) << " is "
-           << cg::detail::concat(std::round(10.0 * ref->forward_peak / std::max<int64_t>(1, fused->forward_peak)) / 10)
+           << cg::detail::concat(
+                  std::round(10.0 * ref->forward_peak / std::max<int64_t>(1, fused->forward_peak)) /
+                  10)
            << "x lower than " << ref->path << "'s " << mib(ref->forward_peak) << ".";
     } else if (ref && fused->chunk_rows >= T) {
-      line << ", but its forward peak " << mib(fused->forward_peak) << " is not below " << ref->path << "'s "
-           << mib(ref->forward_peak) << ": at this size one chunk holds all " << T
-           << " rows, so fused makes the whole [T, V] logits at once too. It lowers the peak when T spans "
+      line << ", but its forward peak " << mib(fused->forward_peak) << " is not below " << ref->path
+           << "'s " << mib(ref->forward_peak) << ": at this size one chunk holds all " << T
+           << " rows, so fused makes the whole [T, V] logits at once too. It lowers the peak when "
+              "T spans "
               "several chunks: lower --chunk-budget-mb or --chunk-rows, or raise T.";
     } else if (ref) {
-      line << ", but its forward peak " << mib(fused->forward_peak) << " is not below " << ref->path << "'s "
-           << mib(ref->forward_peak) << ": one chunk's temporaries (" << fused->chunk_rows << " rows) and " << keeps << " are as large as the [T, V] logits at this shape (D = "
-           << D << " next to V = " << V << ").";
+      line << ", but its forward peak " << mib(fused->forward_peak) << " is not below " << ref->path
+           << "'s " << mib(ref->forward_peak) << ": one chunk's temporaries (" << fused->chunk_rows
+           << " rows) and " << keeps
+           << " are as large as the [T, V] logits at this shape (D = " << D << " next to V = " << V
+           << ").";
     } else {
       line << "; its forward peak is " << mib(fused->forward_peak) << ".";
     }
@@ -242,42 +255,50 @@ std::vector<std::string> explain(const std::vector<PathReport>& reports, const O
   return lines;
 }
 
-void print_table(const std::vector<PathReport>& reports, const Options& o, const cg::HeadLossInputs& in) {
+void print_table(const std::vector<PathReport>& reports, const Options& o,
+                 const cg::HeadLossInputs& in) {
   const int64_t T = in.hidden.size(0), D = in.hidden.size(1), V = in.head.size(0);
   const size_t el = cg::element_size(in.hidden.dtype());
-  std::printf("lm_head + %s loss%s, T=%lld D=%lld V=%lld (%s, head %s, on %s); logits [T, V] = %s in fp32\n",
-              o.loss.c_str(), o.ce_weight > 0 ? cg::detail::concat(" + ", o.ce_weight, " CE").c_str() : "",
-              (long long)T, (long long)D, (long long)V, o.dtype.c_str(), o.head.c_str(),
-              in.hidden.device().str().c_str(), mib(4 * T * V).c_str());
-  std::printf("inputs: hidden %s, head %s, labels %s", mib(T * D * el).c_str(), mib(V * D * el).c_str(),
-              mib(in.labels.nbytes()).c_str());
-  if (in.teacher_hidden.defined()) std::printf(", teacher hidden %s", mib(in.teacher_hidden.nbytes()).c_str());
+  std::printf(
+      "lm_head + %s loss%s, T=%lld D=%lld V=%lld (%s, head %s, on %s); logits [T, V] = %s in "
+      "fp32\n",
+      o.loss.c_str(), o.ce_weight > 0 ? cg::detail::concat(" + ", o.ce_weight, " CE").c_str() : "",
+      (long long)T, (long long)D, (long long)V, o.dtype.c_str(), o.head.c_str(),
+      in.hidden.device().str().c_str(), mib(4 * T * V).c_str());
+  std::printf("inputs: hidden %s, head %s, labels %s", mib(T * D * el).c_str(),
+              mib(V * D * el).c_str(), mib(in.labels.nbytes()).c_str());
+  if (in.teacher_hidden.defined())
+    std::printf(", teacher hidden %s", mib(in.teacher_hidden.nbytes()).c_str());
   std::printf(" (not counted below: peaks are above the inputs)\n\n");
-  std::printf("%-8s %7s %14s %14s %14s %14s %14s %11s %9s\n", "path", "chunk", "forward peak", "= fwd keeps",
-              "+ temporaries", "largest block", "step peak", "loss", "median ms");
+  std::printf("%-8s %7s %14s %14s %14s %14s %14s %11s %9s\n", "path", "chunk", "forward peak",
+              "= fwd keeps", "+ temporaries", "largest block", "step peak", "loss", "median ms");
   for (const PathReport& r : reports) {
     if (!r.ok()) {
       std::printf("%-8s %s\n", r.path.c_str(), r.error.c_str());
       continue;
     }
-    std::printf("%-8s %7lld %14s %14s %14s %14s %14s %11.6f %9.1f\n", r.path.c_str(), (long long)r.chunk_rows,
-                mib(r.forward_peak).c_str(), mib(r.forward_kept).c_str(), mib(r.forward_temporaries()).c_str(),
-                mib(r.largest_block).c_str(), mib(r.step_peak).c_str(), r.loss, r.median_ms);
+    std::printf("%-8s %7lld %14s %14s %14s %14s %14s %11.6f %9.1f\n", r.path.c_str(),
+                (long long)r.chunk_rows, mib(r.forward_peak).c_str(), mib(r.forward_kept).c_str(),
+                mib(r.forward_temporaries()).c_str(), mib(r.largest_block).c_str(),
+                mib(r.step_peak).c_str(), r.loss, r.median_ms);
   }
   std::printf("\nwhat each graph retains at the end of forward, by node:\n");
   for (const PathReport& r : reports) {
     if (!r.ok()) continue;
-    std::printf("  %-8s %s:", r.path.c_str(), mib(static_cast<int64_t>(r.graph.total_bytes)).c_str());
+    std::printf("  %-8s %s:", r.path.c_str(),
+                mib(static_cast<int64_t>(r.graph.total_bytes)).c_str());
     for (const auto& [node, bytes] : r.graph.bytes_by_node) {
       std::printf("  %s %s", node.c_str(), mib(static_cast<int64_t>(bytes)).c_str());
     }
     std::printf("\n");
   }
   std::printf("\n");
-  for (const std::string& line : explain(reports, o, T, D, V, in.hidden.dtype())) std::printf("%s\n", line.c_str());
+  for (const std::string& line : explain(reports, o, T, D, V, in.hidden.dtype()))
+    std::printf("%s\n", line.c_str());
 }
 
-void print_json(const std::vector<PathReport>& reports, const Options& o, const cg::HeadLossInputs& in) {
+void print_json(const std::vector<PathReport>& reports, const Options& o,
+                const cg::HeadLossInputs& in) {
   const int64_t T = in.hidden.size(0), D = in.hidden.size(1), V = in.head.size(0);
   nlohmann::json paths = nlohmann::json::object();
   for (const PathReport& r : reports) {
@@ -297,8 +318,14 @@ void print_json(const std::vector<PathReport>& reports, const Options& o, const 
                      {"chunk_rows", r.chunk_rows}};
   }
   nlohmann::json out;
-  out["shape"] = {{"T", T}, {"D", D}, {"V", V}, {"dtype", o.dtype}, {"loss", o.loss}, {"head", o.head},
-                  {"ce_weight", o.ce_weight}, {"device", in.hidden.device().str()}};
+  out["shape"] = {{"T", T},
+                  {"D", D},
+                  {"V", V},
+                  {"dtype", o.dtype},
+                  {"loss", o.loss},
+                  {"head", o.head},
+                  {"ce_weight", o.ce_weight},
+                  {"device", in.hidden.device().str()}};
   out["paths"] = paths;
   out["lesson"] = explain(reports, o, T, D, V, in.hidden.dtype());
   std::cout << out.dump(2) << "\n";
@@ -309,11 +336,15 @@ void run(const Options& o) {
   // naming --device also for a value that is no device name at all.
   const cg::Device dev = cg::resolve_device(o.device, "--device");
   const cg::DeviceCapabilities caps = cg::backend_for(dev).capabilities();
-  CG_CHECK(o.memory_limit_mb == 0 || !caps.own_memory, "--memory-limit-mb caps the host allocator; it does not "
-           "apply to --device ", o.device, " (the device's own memory is the limit there)");
+  CG_CHECK(o.memory_limit_mb == 0 || !caps.own_memory,
+           "--memory-limit-mb caps the host allocator; it does not "
+           "apply to --device ",
+           o.device, " (the device's own memory is the limit there)");
   const cg::LossKind kind = cg::parse_loss_kind(o.loss, "--loss");
-  CG_CHECK(o.ce_weight == 0 || cg::loss_kind_info(kind).needs_teacher, "--ce-weight mixes hard CE into a teacher "
-           "loss; --loss ", o.loss, " is CE already");
+  CG_CHECK(o.ce_weight == 0 || cg::loss_kind_info(kind).needs_teacher,
+           "--ce-weight mixes hard CE into a teacher "
+           "loss; --loss ",
+           o.loss, " is CE already");
   // Before anything is allocated: the limit holds for everything the run allocates,
   // the inputs included.
   cg::program::set_cpu_memory_limit_mb(o.memory_limit_mb);
@@ -327,7 +358,8 @@ void run(const Options& o) {
   hopt.loss.hard_ce_weight = static_cast<float>(o.ce_weight);
   hopt.chunk_rows = o.chunk_rows;
   // 0: the lesson's default below, or head_loss's own (a device with no GEMM row floor).
-  if (o.chunk_budget_mb > 0) hopt.chunk_budget_bytes = static_cast<size_t>(o.chunk_budget_mb * (1 << 20));
+  if (o.chunk_budget_mb > 0)
+    hopt.chunk_budget_bytes = static_cast<size_t>(o.chunk_budget_mb * (1 << 20));
   hopt.recompute_in_backward = o.recompute;
 
   // Before the work: the trace files are opened now, so an unwritable --trace-dir fails
@@ -339,7 +371,8 @@ void run(const Options& o) {
   if (!o.trace_dir.empty()) {
     cg::program::make_output_dir(o.trace_dir, "--trace-dir");
     for (const std::string& name : names) {
-      traces.emplace(name, cg::program::OutputFile(o.trace_dir + "/trace_" + name + ".json", "--trace-dir"));
+      traces.emplace(
+          name, cg::program::OutputFile(o.trace_dir + "/trace_" + name + ".json", "--trace-dir"));
     }
   }
 
@@ -348,18 +381,23 @@ void run(const Options& o) {
   try {
     cg::CategoryGuard category(cg::MemoryCategory::input);
     in.hidden = cg::randn({T, D}, {.dtype = dtype, .device = dev}, &gen).requires_grad_();
-    in.head = cg::randn({V, D}, {.dtype = dtype, .device = dev}, &gen, 0.0, 1.0 / std::sqrt(double(D)));
+    in.head =
+        cg::randn({V, D}, {.dtype = dtype, .device = dev}, &gen, 0.0, 1.0 / std::sqrt(double(D)));
     if (o.head == "trainable") in.head.requires_grad_();
     std::vector<int64_t> labels(T);
     for (auto& y : labels) y = static_cast<int64_t>(gen.next_u64() % V);
-    in.labels = cg::from_ints(labels, {T}, {.dtype = cg::DType::i64, .device = dev});  // keeps the labels' known bounds: no host wait in the label check
+    in.labels = cg::from_ints(
+        labels, {T},
+        {.dtype = cg::DType::i64,
+         .device = dev});  // keeps the labels' known bounds: no host wait in the label check
     if (cg::loss_needs_teacher(hopt.loss)) {
       in.teacher_hidden = cg::randn({T, D}, {.dtype = dtype, .device = dev}, &gen);
     }
   } catch (const cg::OutOfMemoryError& e) {
     CG_FAIL("the inputs (hidden [", T, ", ", D, "], head [", V, ", ", D, "], labels",
             cg::loss_needs_teacher(hopt.loss) ? ", teacher hidden" : "", ") do not fit",
-            o.memory_limit_mb ? cg::detail::concat(" under --memory-limit-mb ", o.memory_limit_mb) : std::string(),
+            o.memory_limit_mb ? cg::detail::concat(" under --memory-limit-mb ", o.memory_limit_mb)
+                              : std::string(),
             ": ", e.message());
   }
 
@@ -372,7 +410,8 @@ void run(const Options& o) {
   // (a GPU) keeps head_loss's own default budget: its GEMMs want thousands of rows
   // (ops/head_loss.h).
   if (o.chunk_rows == 0 && o.chunk_budget_mb == 0 && caps.efficient_gemm_rows > 0) {
-    hopt.chunk_budget_bytes = cg::head_loss_chunk_bytes(in, hopt, std::min<int64_t>(T, caps.efficient_gemm_rows));
+    hopt.chunk_budget_bytes =
+        cg::head_loss_chunk_bytes(in, hopt, std::min<int64_t>(T, caps.efficient_gemm_rows));
   }
   // A --chunk-budget-mb too small for one row fails here, before any path runs.
   if (o.chunk_rows == 0 && o.chunk_budget_mb > 0) {
@@ -408,34 +447,50 @@ void run(const Options& o) {
 
 int main(int argc, char** argv) {
   Options o;
-  cg::program::Program program("memory_lesson", "chunkgrad memory lesson: naive vs chunked vs fused lm_head + loss");
+  cg::program::Program program("memory_lesson",
+                               "chunkgrad memory lesson: naive vs chunked vs fused lm_head + loss");
   CLI::App& app = program.app();
   using cg::program::integer_in;
   constexpr int64_t kMaxSize = int64_t{1} << 24;
   app.add_option("--scale", o.scale, "divide the DFlash shape 24576 x 5120 x 248320 by this")
       ->check(integer_in(1, 5120));
-  app.add_option("--T", o.T, "positions (rows); overrides --scale")->default_str("24576 / scale")->check(integer_in(1, kMaxSize));
-  app.add_option("--D", o.D, "hidden size; overrides --scale")->default_str("5120 / scale")->check(integer_in(1, kMaxSize));
-  app.add_option("--V", o.V, "vocabulary; overrides --scale")->default_str("248320 / scale")->check(integer_in(1, kMaxSize));
-  app.add_option("--loss", o.loss, cg::loss_kind_choices() + " (teacher losses use a shared frozen head)")
+  app.add_option("--T", o.T, "positions (rows); overrides --scale")
+      ->default_str("24576 / scale")
+      ->check(integer_in(1, kMaxSize));
+  app.add_option("--D", o.D, "hidden size; overrides --scale")
+      ->default_str("5120 / scale")
+      ->check(integer_in(1, kMaxSize));
+  app.add_option("--V", o.V, "vocabulary; overrides --scale")
+      ->default_str("248320 / scale")
+      ->check(integer_in(1, kMaxSize));
+  app.add_option("--loss", o.loss,
+                 cg::loss_kind_choices() + " (teacher losses use a shared frozen head)")
       ->check(cg::program::one_of(cg::loss_kind_short_names()));
-  app.add_option("--ce-weight", o.ce_weight, "teacher losses: loss = a CE + (1 - a) teacher loss (0..1)")
+  app.add_option("--ce-weight", o.ce_weight,
+                 "teacher losses: loss = a CE + (1 - a) teacher loss (0..1)")
       ->check(cg::program::number_in(0, 1));
   app.add_option("--device", o.device, cg::device_names_help() + " (checked before any work)");
-  app.add_option("--head", o.head, "frozen | trainable")->check(cg::program::one_of({"frozen", "trainable"}));
-  app.add_option("--dtype", o.dtype, "f32 | bf16 | f16 | f64")->check(cg::program::one_of({"f32", "bf16", "f16", "f64"}));
+  app.add_option("--head", o.head, "frozen | trainable")
+      ->check(cg::program::one_of({"frozen", "trainable"}));
+  app.add_option("--dtype", o.dtype, "f32 | bf16 | f16 | f64")
+      ->check(cg::program::one_of({"f32", "bf16", "f16", "f64"}));
   app.add_option("--paths", o.paths, "comma-separated subset of naive,chunked,fused")
       ->check(cg::program::subset_of({"naive", "chunked", "fused"}));
-  app.add_option("--chunk-rows", o.chunk_rows, "rows per chunk (0: from the budget)")->check(integer_in(0, kMaxSize));
+  app.add_option("--chunk-rows", o.chunk_rows, "rows per chunk (0: from the budget)")
+      ->check(integer_in(0, kMaxSize));
   app.add_option("--chunk-budget-mb", o.chunk_budget_mb,
                  "chunk temporaries budget in MiB (0: what a chunk of 512 rows needs)")
       ->check(cg::program::number_in(0, 1 << 20));
   app.add_flag("--recompute", o.recompute, "fused: recompute logits in backward");
-  app.add_option("--repeat", o.repeat, "timed repetitions per path (median reported)")->check(integer_in(1, 1000));
-  app.add_flag("--json", o.json, "print one JSON object {shape, paths, lesson} instead of the table");
-  app.add_option("--trace-dir", o.trace_dir, "write trace_<path>.json (allocator events of the first step) here");
+  app.add_option("--repeat", o.repeat, "timed repetitions per path (median reported)")
+      ->check(integer_in(1, 1000));
+  app.add_flag("--json", o.json,
+               "print one JSON object {shape, paths, lesson} instead of the table");
+  app.add_option("--trace-dir", o.trace_dir,
+                 "write trace_<path>.json (allocator events of the first step) here");
   app.add_option("--memory-limit-mb", o.memory_limit_mb,
-                 "cap the host allocator like a smaller card (0 = none); covers everything the run allocates")
+                 "cap the host allocator like a smaller card (0 = none); covers everything the run "
+                 "allocates")
       ->check(integer_in(0, kMaxSize));
   return program.run(argc, argv, [&] { run(o); });
 }

@@ -21,9 +21,9 @@
 #include "core/caching_allocator.h"
 #include "core/factories.h"
 #include "core/memory_trace.h"
-#include "trace/trace_file.h"
 #include "examples/common/program.h"
 #include "ops/ops.h"
+#include "trace/trace_file.h"
 
 namespace {
 
@@ -98,8 +98,10 @@ void print_graph(const cg::GraphMemory& g) {
               cg::format_bytes(static_cast<int64_t>(g.parameter_bytes)).c_str());
   for (const auto& [name, bytes] : g.bytes_by_node) {
     auto count = g.nodes_by_name.find(name);
-    const std::string label = name + " x" + std::to_string(count == g.nodes_by_name.end() ? 0 : count->second);
-    std::printf("      %-26s %12s\n", label.c_str(), cg::format_bytes(static_cast<int64_t>(bytes)).c_str());
+    const std::string label =
+        name + " x" + std::to_string(count == g.nodes_by_name.end() ? 0 : count->second);
+    std::printf("      %-26s %12s\n", label.c_str(),
+                cg::format_bytes(static_cast<int64_t>(bytes)).c_str());
   }
 }
 
@@ -111,7 +113,8 @@ constexpr int64_t kMaxElements = int64_t{1} << 27;
 
 void check_tensor_sizes(const Options& o) {
   auto check = [](const char* a, int64_t x, const char* b, int64_t y, const char* what) {
-    CG_CHECK(x <= kMaxElements / y, a, " ", x, " x ", b, " ", y, " = ", x * y,  // each at most 2^24: no overflow
+    CG_CHECK(x <= kMaxElements / y, a, " ", x, " x ", b, " ", y, " = ",
+             x * y,  // each at most 2^24: no overflow
              " elements for ", what, ", more than this demo allows (", kMaxElements,
              ", 512 MiB as f32): lower ", a, " or ", b);
   };
@@ -177,7 +180,8 @@ void run(const Options& o) {
     {
       cg::TracePhase phase("optimizer step");
       cg::NoGradGuard no_grad;
-      for (cg::Tensor& p : {std::ref(mlp.w1), std::ref(mlp.b1), std::ref(mlp.w2), std::ref(mlp.b2)}) {
+      for (cg::Tensor& p :
+           {std::ref(mlp.w1), std::ref(mlp.b1), std::ref(mlp.w2), std::ref(mlp.b2)}) {
         cg::add_(p, p.grad(), -o.lr);
         p.set_grad(cg::Tensor());
       }
@@ -215,14 +219,17 @@ void run(const Options& o) {
 
 int main(int argc, char** argv) {
   Options o;
-  cg::program::Program program("mlp_demo", "chunkgrad demo: a 2-layer MLP trained on the host (or another --device), with its memory story");
+  cg::program::Program program("mlp_demo",
+                               "chunkgrad demo: a 2-layer MLP trained on the host (or another "
+                               "--device), with its memory story");
   CLI::App& app = program.app();
   using cg::program::integer_in;
   app.add_option("--steps", o.steps, "training steps")->check(integer_in(1, 1000000000));
   app.add_option("--batch", o.batch, "rows per batch")->check(integer_in(1, int64_t{1} << 24));
   app.add_option("--in", o.in, "input features")->check(integer_in(1, int64_t{1} << 20));
   app.add_option("--hidden", o.hidden, "hidden units")->check(integer_in(1, int64_t{1} << 24));
-  app.add_option("--lr", o.lr, "SGD learning rate")->check(cg::program::number_in(0, 1e6, /*lo_open=*/true));
+  app.add_option("--lr", o.lr, "SGD learning rate")
+      ->check(cg::program::number_in(0, 1e6, /*lo_open=*/true));
   app.add_option("--seed", o.seed, "random seed")->check(integer_in(0, INT64_MAX));
   app.add_option("--memory-limit-mb", o.memory_limit_mb,
                  "cap the host allocator's reserved memory (0 = none), like a smaller card; "

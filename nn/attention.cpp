@@ -24,14 +24,14 @@ Attention::Attention(const Qwen3Config& config, InitOptions init)
       head_dim_(config.head_dim) {
   config.validate();
   const LinearOptions no_bias{.bias = false, .init = init};
-  q_proj = register_module("q_proj",
-                           std::make_unique<Linear>(hidden_, num_heads_ * head_dim_, no_bias));
+  q_proj =
+      register_module("q_proj", std::make_unique<Linear>(hidden_, num_heads_ * head_dim_, no_bias));
   k_proj = register_module("k_proj",
                            std::make_unique<Linear>(hidden_, num_kv_heads_ * head_dim_, no_bias));
   v_proj = register_module("v_proj",
                            std::make_unique<Linear>(hidden_, num_kv_heads_ * head_dim_, no_bias));
-  o_proj = register_module("o_proj",
-                           std::make_unique<Linear>(num_heads_ * head_dim_, hidden_, no_bias));
+  o_proj =
+      register_module("o_proj", std::make_unique<Linear>(num_heads_ * head_dim_, hidden_, no_bias));
   q_norm = register_module("q_norm", std::make_unique<RMSNorm>(head_dim_, config.rms_eps, init));
   k_norm = register_module("k_norm", std::make_unique<RMSNorm>(head_dim_, config.rms_eps, init));
   rotary_emb = register_module("rotary_emb",
@@ -85,8 +85,8 @@ Tensor Attention::forward(const Tensor& x, const Tensor& positions, const Attent
   if (context.hidden.defined()) {
     CG_CHECK(context.hidden.dim() == 3 && context.hidden.size(0) == B &&
                  context.hidden.size(2) == hidden_,
-             "Attention '", name(), "': context must be [B=", B, ", C, ", hidden_,
-             "] like x ", shape_str(x.shape()), ", got ", shape_str(context.hidden.shape()));
+             "Attention '", name(), "': context must be [B=", B, ", C, ", hidden_, "] like x ",
+             shape_str(x.shape()), ", got ", shape_str(context.hidden.shape()));
     auto [k_ctx, v_ctx] = keys_values(context.hidden, context.positions);
     k = cat({k_ctx, k}, 1);  // context keys first: [B, C + S, Hkv, hd]
     v = cat({v_ctx, v}, 1);

@@ -32,7 +32,7 @@ class CheckpointSource : public StateSource {
   void copy_into(const std::string& key, const Tensor& dst) const override {
     const std::string name = prefix_ + key;
     if (dst.device() == kCPU && dst.is_contiguous() && dst.dtype() == dtype(key)) {
-      reader_.load_into(name, dst);  // straight into the parameter
+      reader_.load_into(name, dst);             // straight into the parameter
       check_finite(dst, name, reader_.path());  // Note [Finite on load]
       return;
     }
@@ -83,7 +83,8 @@ LoadResult load_checkpoint(Module& module, const safetensors::Reader& reader,
 
 void check_finite(const Tensor& cpu, const std::string& tensor, const std::string& file) {
   if (!is_floating(cpu.dtype()) || cpu.numel() == 0) return;
-  CG_CHECK(cpu.device() == kCPU, "check_finite: '", tensor, "' must be on the host, got ", cpu.device().str());
+  CG_CHECK(cpu.device() == kCPU, "check_finite: '", tensor, "' must be on the host, got ",
+           cpu.device().str());
   const Tensor t = raw::contiguous(cpu);
   int64_t bad = -1;
   double value = 0;
@@ -101,9 +102,11 @@ void check_finite(const Tensor& cpu, const std::string& tensor, const std::strin
       }
     }
   });
-  CG_CHECK(bad < 0, "checkpoint '", file, "': tensor '", tensor, "' holds ",
-           std::isnan(value) ? "nan" : (value > 0 ? "inf" : "-inf"), " at element ", bad, " of ",
-           t.numel(), ": the file is damaged, or was saved after its training diverged; use an intact checkpoint");
+  CG_CHECK(
+      bad < 0, "checkpoint '", file, "': tensor '", tensor, "' holds ",
+      std::isnan(value) ? "nan" : (value > 0 ? "inf" : "-inf"), " at element ", bad, " of ",
+      t.numel(),
+      ": the file is damaged, or was saved after its training diverged; use an intact checkpoint");
 }
 
 StateDict read_state_dict(const std::string& path, Device device) {

@@ -24,8 +24,7 @@ void Qwen3Config::validate() const {
   positive(head_dim, "head_dim");
   positive(intermediate_size, "intermediate_size");
   CG_CHECK(num_heads % num_kv_heads == 0, "Qwen3Config: num_heads (", num_heads,
-           ") must be a multiple of num_kv_heads (", num_kv_heads,
-           ") for grouped-query attention");
+           ") must be a multiple of num_kv_heads (", num_kv_heads, ") for grouped-query attention");
   CG_CHECK(head_dim % 2 == 0, "Qwen3Config: head_dim must be even for rotary embeddings, got ",
            head_dim);
   CG_CHECK(rope_theta > 0.0, "Qwen3Config: rope_theta must be positive, got ", rope_theta);
@@ -36,8 +35,8 @@ std::string Qwen3Config::str() const {
   std::ostringstream out;
   out << "Qwen3Config(vocab " << vocab_size << ", hidden " << hidden_size << ", layers "
       << num_layers << ", heads " << num_heads << "/" << num_kv_heads << " kv, head_dim "
-      << head_dim << ", mlp " << intermediate_size << ", rope_theta " << rope_theta
-      << ", rms_eps " << rms_eps << (tie_embeddings ? ", tied" : "") << ")";
+      << head_dim << ", mlp " << intermediate_size << ", rope_theta " << rope_theta << ", rms_eps "
+      << rms_eps << (tie_embeddings ? ", tied" : "") << ")";
   return out.str();
 }
 
@@ -113,16 +112,21 @@ double rope_theta_of(const json& j) {
     }
   }
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
-    CG_CHECK(j["rope_scaling"].is_object(), "Qwen3Config: \"rope_scaling\" must be null or an "
-             "object, got ", describe_json(j["rope_scaling"]));
+    CG_CHECK(j["rope_scaling"].is_object(),
+             "Qwen3Config: \"rope_scaling\" must be null or an "
+             "object, got ",
+             describe_json(j["rope_scaling"]));
     check_default_rope_type(j["rope_scaling"], "rope_scaling");
   }
-  CG_CHECK(top || nested, "Qwen3Config: config.json gives no RoPE base: neither a top-level "
+  CG_CHECK(top || nested,
+           "Qwen3Config: config.json gives no RoPE base: neither a top-level "
            "\"rope_theta\" (transformers 4) nor \"rope_parameters\": {\"rope_theta\": ...} "
            "(transformers 5). chunkgrad does not assume one (transformers would take 10000), "
            "since every logit depends on it; add the model's value");
-  CG_CHECK(!top || !nested || *top == *nested, "Qwen3Config: config.json gives two RoPE bases, "
-           "rope_theta = ", *top, " and rope_parameters.rope_theta = ", *nested,
+  CG_CHECK(!top || !nested || *top == *nested,
+           "Qwen3Config: config.json gives two RoPE bases, "
+           "rope_theta = ",
+           *top, " and rope_parameters.rope_theta = ", *nested,
            "; which one the model was trained with is unclear, so fix the file");
   return top ? *top : *nested;
 }
@@ -158,8 +162,7 @@ void check_supported_architecture(const json& j) {
 }  // namespace
 
 Qwen3Config Qwen3Config::from_hf_json(const nlohmann::json& j) {
-  CG_CHECK(j.is_object(), "Qwen3Config: config.json must be a JSON object, got ",
-           describe_json(j));
+  CG_CHECK(j.is_object(), "Qwen3Config: config.json must be a JSON object, got ", describe_json(j));
   auto need = [&](const char* key) -> const nlohmann::json& {
     CG_CHECK(j.contains(key) && !j.at(key).is_null(), "Qwen3Config: config.json lacks \"", key,
              "\"");
@@ -192,8 +195,8 @@ Qwen3Config Qwen3Config::from_hf_json(const nlohmann::json& j) {
 
 Qwen3Config Qwen3Config::from_hf_file(const std::string& path) {
   // Bounded parse (json_input.h): a hostile config.json is an error, never a crash.
-  return from_hf_json(parse_untrusted_json(read_text_file(path, "Qwen3Config"),
-                                           "Qwen3Config: '" + path + "'"));
+  return from_hf_json(
+      parse_untrusted_json(read_text_file(path, "Qwen3Config"), "Qwen3Config: '" + path + "'"));
 }
 
 }  // namespace cg::nn

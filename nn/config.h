@@ -13,14 +13,14 @@ namespace cg::nn {
 struct Qwen3Config {
   int64_t vocab_size = 151936;
   int64_t hidden_size = 4096;
-  int64_t num_layers = 36;          // num_hidden_layers
-  int64_t num_heads = 32;           // num_attention_heads
-  int64_t num_kv_heads = 8;         // num_key_value_heads (grouped-query attention)
-  int64_t head_dim = 128;           // need not equal hidden_size / num_heads (Qwen3 does not)
+  int64_t num_layers = 36;            // num_hidden_layers
+  int64_t num_heads = 32;             // num_attention_heads
+  int64_t num_kv_heads = 8;           // num_key_value_heads (grouped-query attention)
+  int64_t head_dim = 128;             // need not equal hidden_size / num_heads (Qwen3 does not)
   int64_t intermediate_size = 12288;  // the SwiGLU MLP's inner size
   double rope_theta = 1e6;
   double rms_eps = 1e-6;
-  bool tie_embeddings = false;      // lm_head shares embed_tokens' weight
+  bool tie_embeddings = false;  // lm_head shares embed_tokens' weight
 
   // Throws naming the first inconsistent field (sizes positive, heads % kv_heads == 0,
   // head_dim even).

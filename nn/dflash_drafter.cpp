@@ -16,8 +16,10 @@ std::vector<int64_t> dflash_target_layers(int64_t num_target_layers, int64_t n) 
   CG_CHECK(n >= 1, "dflash target layers: need at least 1 feature layer, got ", n);
   CG_CHECK(num_target_layers >= 1, "dflash target layers: the target has no layers");
   if (n == 1) return {num_target_layers / 2};
-  CG_CHECK(num_target_layers >= 5, "dflash target layers: the rule round(1 + i*(L-4)/(n-1)) needs L >= 5 "
-           "target layers for n = ", n, " feature layers, got L = ", num_target_layers,
+  CG_CHECK(num_target_layers >= 5,
+           "dflash target layers: the rule round(1 + i*(L-4)/(n-1)) needs L >= 5 "
+           "target layers for n = ",
+           n, " feature layers, got L = ", num_target_layers,
            "; use 1 feature layer or list target_layers explicitly");
   std::vector<int64_t> ids;
   for (int64_t i = 0; i < n; ++i) {
@@ -31,14 +33,17 @@ std::vector<int64_t> dflash_target_layers(int64_t num_target_layers, int64_t n) 
 void DFlashDrafterConfig::validate() const {
   layers.validate();
   CG_CHECK(!target_layers.empty(), "DFlash drafter: target_layers is empty");
-  CG_CHECK(mask_token_id >= 0 && mask_token_id < layers.vocab_size, "DFlash drafter: mask_token_id ",
-           mask_token_id, " is not in the vocabulary [0, ", layers.vocab_size, ")");
+  CG_CHECK(mask_token_id >= 0 && mask_token_id < layers.vocab_size,
+           "DFlash drafter: mask_token_id ", mask_token_id, " is not in the vocabulary [0, ",
+           layers.vocab_size, ")");
 }
 
 DFlashDrafter::DFlashDrafter(const DFlashDrafterConfig& config, Tensor embed_weight,
                              Tensor head_weight, InitOptions init)
-    : Module("DFlashDrafter"), config_(config),
-      embed_weight_(std::move(embed_weight)), head_weight_(std::move(head_weight)) {
+    : Module("DFlashDrafter"),
+      config_(config),
+      embed_weight_(std::move(embed_weight)),
+      head_weight_(std::move(head_weight)) {
   config.validate();
   set_name("drafter");
   const int64_t H = config.layers.hidden_size;
@@ -47,8 +52,10 @@ DFlashDrafter::DFlashDrafter(const DFlashDrafterConfig& config, Tensor embed_wei
                head_weight_.shape() == table,
            "DFlash drafter: the target's embedding and lm_head must be ", shape_str(table));
   const int64_t n = static_cast<int64_t>(config.target_layers.size());
-  fc = register_module("fc", std::make_unique<Linear>(n * H, H, LinearOptions{.bias = false, .init = init}));
-  hidden_norm = register_module("hidden_norm", std::make_unique<RMSNorm>(H, config.layers.rms_eps, init));
+  fc = register_module(
+      "fc", std::make_unique<Linear>(n * H, H, LinearOptions{.bias = false, .init = init}));
+  hidden_norm =
+      register_module("hidden_norm", std::make_unique<RMSNorm>(H, config.layers.rms_eps, init));
   layers = register_module("layers", std::make_unique<ModuleList>());
   for (int64_t i = 0; i < config.layers.num_layers; ++i) {
     layers->push_back(std::make_unique<Qwen3DecoderLayer>(config.layers, init));
@@ -61,7 +68,8 @@ Tensor DFlashDrafter::fuse(const Tensor& features) const {
   const int64_t want = fc->in_features();
   CG_CHECK(features.defined() && features.dim() == 3 && features.size(2) == want,
            "DFlash drafter: features must be [B, S, ", want, "] (", config_.target_layers.size(),
-           " target layers x hidden), got ", features.defined() ? shape_str(features.shape()) : "undefined");
+           " target layers x hidden), got ",
+           features.defined() ? shape_str(features.shape()) : "undefined");
   return hidden_norm->forward(fc->forward(features));
 }
 
@@ -70,7 +78,8 @@ Tensor DFlashDrafter::embed(const Tensor& ids) const { return embedding(embed_we
 Tensor DFlashDrafter::forward(const Tensor& x, const Tensor& block_positions,
                               const AttentionMask& mask, const Tensor& context) const {
   auto scope = enter_scope();
-  const AttentionContext ctx{context, RotaryEmbedding::positions(0, context.size(1), context.device())};
+  const AttentionContext ctx{context,
+                             RotaryEmbedding::positions(0, context.size(1), context.device())};
   Tensor h = x;
   for (size_t i = 0; i < layers->size(); ++i) h = layer(i).forward(h, block_positions, mask, ctx);
   return norm->forward(h);
@@ -100,7 +109,8 @@ Tensor DFlashDrafter::forward_cached(const Tensor& x, const Tensor& block_positi
       k = cat({cache[i].k, k}, 1);
       v = cat({cache[i].v, v}, 1);
     }
-    Tensor o = scaled_dot_product_attention(transpose(q, 1, 2), transpose(k, 1, 2), transpose(v, 1, 2));
+    Tensor o =
+        scaled_dot_product_attention(transpose(q, 1, 2), transpose(k, 1, 2), transpose(v, 1, 2));
     o = a.o_proj->forward(reshape(transpose(o, 1, 2), {B, T, a.num_heads() * a.head_dim()}));
     h = h + o;
     h = h + L.mlp->forward(L.post_attention_layernorm->forward(h));

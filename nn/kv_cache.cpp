@@ -14,11 +14,15 @@ KVCache::KVCache(const Qwen3Config& config, int64_t max_length, KVCacheOptions o
       dtype_(options.dtype),
       device_(options.device) {
   config.validate();
-  CG_CHECK(max_length > 0, "KVCache: max_length must be positive (the longest sequence the "
-           "cache will hold: prompt + new tokens + one draft block), got ", max_length);
+  CG_CHECK(max_length > 0,
+           "KVCache: max_length must be positive (the longest sequence the "
+           "cache will hold: prompt + new tokens + one draft block), got ",
+           max_length);
   CG_CHECK(options.batch > 0, "KVCache: batch must be positive, got ", options.batch);
-  CG_CHECK(is_floating(options.dtype), "KVCache: dtype must be floating (the model's "
-           "parameter dtype), got ", dtype_name(options.dtype));
+  CG_CHECK(is_floating(options.dtype),
+           "KVCache: dtype must be floating (the model's "
+           "parameter dtype), got ",
+           dtype_name(options.dtype));
   const Shape shape{batch_, num_kv_heads_, max_length_, head_dim_};
   const TensorOptions t{.dtype = dtype_, .device = device_};
   for (int64_t l = 0; l < config.num_layers; ++l) {
@@ -34,8 +38,8 @@ size_t KVCache::nbytes() const {
 }
 
 void KVCache::truncate(int64_t length) {
-  CG_CHECK(length >= 0 && length <= length_, "KVCache::truncate: length must be in [0, ",
-           length_, "] (the cached length; the cache cannot grow by truncating), got ", length);
+  CG_CHECK(length >= 0 && length <= length_, "KVCache::truncate: length must be in [0, ", length_,
+           "] (the cached length; the cache cannot grow by truncating), got ", length);
   length_ = length;
 }
 
@@ -61,16 +65,17 @@ std::pair<Tensor, Tensor> KVCache::write(int64_t layer, const Tensor& k, const T
            " cached ones pass max_length ", max_length_,
            "; make the cache longer (prompt + new tokens + one draft block)");
   // [B, n, Hkv, hd] -> the cache's [B, Hkv, n, hd] slots, a strided copy.
-  raw::copy_(raw::narrow(keys_[static_cast<size_t>(layer)], 2, length_, n), raw::transpose(k, 1, 2));
+  raw::copy_(raw::narrow(keys_[static_cast<size_t>(layer)], 2, length_, n),
+             raw::transpose(k, 1, 2));
   raw::copy_(raw::narrow(values_[static_cast<size_t>(layer)], 2, length_, n),
-        raw::transpose(v, 1, 2));
+             raw::transpose(v, 1, 2));
   return {raw::narrow(keys_[static_cast<size_t>(layer)], 2, 0, end),
           raw::narrow(values_[static_cast<size_t>(layer)], 2, 0, end)};
 }
 
 void KVCache::advance(int64_t n) {
-  CG_CHECK(n >= 0 && length_ + n <= max_length_, "KVCache::advance: ", n,
-           " positions after ", length_, " do not fit in max_length ", max_length_);
+  CG_CHECK(n >= 0 && length_ + n <= max_length_, "KVCache::advance: ", n, " positions after ",
+           length_, " do not fit in max_length ", max_length_);
   length_ += n;
 }
 

@@ -14,8 +14,8 @@ namespace cg::nn {
 
 Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, InitOptions init)
     : Module("Embedding") {
-  CG_CHECK(num_embeddings > 0 && embedding_dim > 0, "Embedding: num_embeddings (",
-           num_embeddings, ") and embedding_dim (", embedding_dim, ") must be positive");
+  CG_CHECK(num_embeddings > 0 && embedding_dim > 0, "Embedding: num_embeddings (", num_embeddings,
+           ") and embedding_dim (", embedding_dim, ") must be positive");
   CategoryGuard category(MemoryCategory::parameter);
   weight = randn({num_embeddings, embedding_dim}, init.tensor_options(), init.generator);
   register_parameter("weight", &weight);
@@ -38,9 +38,9 @@ RMSNorm::RMSNorm(int64_t dim, double eps, InitOptions init) : Module("RMSNorm"),
 
 Tensor RMSNorm::forward(const Tensor& x) const {
   auto scope = enter_scope();
-  CG_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == weight.size(0), "RMSNorm(",
-           weight.size(0), ") '", name(), "': the input's last dim must be ", weight.size(0),
-           ", got shape ", x.defined() ? shape_str(x.shape()) : "undefined");
+  CG_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == weight.size(0), "RMSNorm(", weight.size(0),
+           ") '", name(), "': the input's last dim must be ", weight.size(0), ", got shape ",
+           x.defined() ? shape_str(x.shape()) : "undefined");
   return rms_norm(x, weight, eps_);
 }
 
@@ -48,8 +48,10 @@ Tensor RMSNorm::forward(const Tensor& x) const {
 
 RotaryEmbedding::RotaryEmbedding(int64_t head_dim, double theta)
     : Module("RotaryEmbedding"), head_dim_(head_dim), theta_(theta) {
-  CG_CHECK(head_dim > 0 && head_dim % 2 == 0, "RotaryEmbedding: head_dim must be even and "
-           "positive (dims are rotated in pairs), got ", head_dim);
+  CG_CHECK(head_dim > 0 && head_dim % 2 == 0,
+           "RotaryEmbedding: head_dim must be even and "
+           "positive (dims are rotated in pairs), got ",
+           head_dim);
   CG_CHECK(theta > 0.0, "RotaryEmbedding: theta must be positive, got ", theta);
 }
 
@@ -58,10 +60,10 @@ Tensor RotaryEmbedding::forward(const Tensor& x, const Tensor& positions) const 
   CG_CHECK(x.defined() && x.dim() >= 3 && x.size(-1) == head_dim_, "RotaryEmbedding(head_dim ",
            head_dim_, "): x must be [..., S, H, ", head_dim_, "], got ",
            x.defined() ? shape_str(x.shape()) : "undefined");
-  CG_CHECK(positions.defined() &&
-               (positions.dtype() == DType::i64 || positions.dtype() == DType::i32),
-           "RotaryEmbedding: positions must be an i64 (or i32) tensor, got ",
-           positions.defined() ? dtype_name(positions.dtype()) : "undefined");
+  CG_CHECK(
+      positions.defined() && (positions.dtype() == DType::i64 || positions.dtype() == DType::i32),
+      "RotaryEmbedding: positions must be an i64 (or i32) tensor, got ",
+      positions.defined() ? dtype_name(positions.dtype()) : "undefined");
   return apply_rotary(x, positions, theta_);
 }
 

@@ -20,8 +20,8 @@ Linear::Linear(int64_t in_features, int64_t out_features, LinearOptions options)
   if (options.shared_weight.defined()) {
     CG_CHECK(options.shared_weight.shape() == (Shape{out_features, in_features}),
              "Linear: the shared weight is ", shape_str(options.shared_weight.shape()),
-             " but a Linear(", in_features, " -> ", out_features, ") needs [", out_features,
-             ", ", in_features, "]");
+             " but a Linear(", in_features, " -> ", out_features, ") needs [", out_features, ", ",
+             in_features, "]");
     weight = options.shared_weight;
   } else {
     weight = rand({out_features, in_features}, options.init.tensor_options(),
@@ -29,16 +29,16 @@ Linear::Linear(int64_t in_features, int64_t out_features, LinearOptions options)
   }
   register_parameter("weight", &weight);
   if (options.bias) {
-    bias = rand({out_features}, options.init.tensor_options(), options.init.generator, -bound,
-                bound);
+    bias =
+        rand({out_features}, options.init.tensor_options(), options.init.generator, -bound, bound);
     register_parameter("bias", &bias);
   }
 }
 
 Tensor Linear::forward(const Tensor& x) const {
   auto scope = enter_scope();
-  CG_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == in_, "Linear(", in_, " -> ", out_,
-           ") '", name(), "': the input's last dim must be ", in_, ", got shape ",
+  CG_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == in_, "Linear(", in_, " -> ", out_, ") '",
+           name(), "': the input's last dim must be ", in_, ", got shape ",
            x.defined() ? shape_str(x.shape()) : "undefined");
   return linear(x, weight, bias);
 }

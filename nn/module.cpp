@@ -61,8 +61,8 @@ void Module::set_name(std::string name) {
 void Module::register_parameter(const std::string& name, Tensor* slot) {
   CG_CHECK(slot && slot->defined(), type_name_, ": parameter '", name,
            "' is undefined; create the tensor before registering it");
-  CG_CHECK(name.find('.') == std::string::npos && !name.empty(), type_name_,
-           ": parameter name '", name, "' must be non-empty and contain no '.'");
+  CG_CHECK(name.find('.') == std::string::npos && !name.empty(), type_name_, ": parameter name '",
+           name, "' must be non-empty and contain no '.'");
   for (const auto& [n, s] : params_) {
     CG_CHECK(n != name, type_name_, ": parameter '", name, "' is registered twice");
   }
@@ -77,8 +77,8 @@ void Module::register_parameter(const std::string& name, Tensor* slot) {
 
 void Module::add_child(const std::string& name, std::unique_ptr<Module> child) {
   CG_CHECK(child != nullptr, type_name_, ": submodule '", name, "' is null");
-  CG_CHECK(name.find('.') == std::string::npos && !name.empty(), type_name_,
-           ": submodule name '", name, "' must be non-empty and contain no '.'");
+  CG_CHECK(name.find('.') == std::string::npos && !name.empty(), type_name_, ": submodule name '",
+           name, "' must be non-empty and contain no '.'");
   for (const auto& [n, c] : children_) {
     CG_CHECK(n != name, type_name_, ": submodule '", name, "' is registered twice");
   }
@@ -243,9 +243,9 @@ LoadResult Module::load_state_dict(const StateSource& source, bool strict, bool 
              shape_str(shape), " in ", source.describe(), " but the parameter is ",
              shape_str(p.shape()), "; the checkpoint was made for another config");
     const DType dtype = source.dtype(key);
-    CG_CHECK(convert_dtype || dtype == p.dtype(), "load_state_dict into ", type_name_, ": '",
-             key, "' is ", dtype_name(dtype), " in ", source.describe(),
-             " but the parameter is ", dtype_name(p.dtype()),
+    CG_CHECK(convert_dtype || dtype == p.dtype(), "load_state_dict into ", type_name_, ": '", key,
+             "' is ", dtype_name(dtype), " in ", source.describe(), " but the parameter is ",
+             dtype_name(p.dtype()),
              "; cast the model with to(dtype) first or load with convert_dtype = true");
   }
   NoGradGuard no_grad;

@@ -97,8 +97,8 @@ class Module {
   bool is_training() const { return training_; }
 
   // ---- gradients and freezing ----
-  void zero_grad();                     // every parameter's grad becomes undefined
-  void requires_grad_(bool on);         // on every parameter of the subtree
+  void zero_grad();              // every parameter's grad becomes undefined
+  void requires_grad_(bool on);  // on every parameter of the subtree
   void freeze() { requires_grad_(false); }
   void unfreeze() { requires_grad_(true); }
   int64_t num_parameters() const;            // elements, shared parameters counted once

@@ -18,8 +18,8 @@ Qwen3MLP::Qwen3MLP(int64_t hidden_size, int64_t intermediate_size, InitOptions i
   const LinearOptions no_bias{.bias = false, .init = init};
   gate_proj = register_module("gate_proj",
                               std::make_unique<Linear>(hidden_size, intermediate_size, no_bias));
-  up_proj = register_module("up_proj",
-                            std::make_unique<Linear>(hidden_size, intermediate_size, no_bias));
+  up_proj =
+      register_module("up_proj", std::make_unique<Linear>(hidden_size, intermediate_size, no_bias));
   down_proj = register_module("down_proj",
                               std::make_unique<Linear>(intermediate_size, hidden_size, no_bias));
 }
@@ -70,17 +70,17 @@ Qwen3Model::Qwen3Model(const Qwen3Config& config, InitOptions init) : Module("Qw
   for (int64_t i = 0; i < config.num_layers; ++i) {
     layers->push_back(std::make_unique<Qwen3DecoderLayer>(config, init));
   }
-  norm = register_module("norm",
-                         std::make_unique<RMSNorm>(config.hidden_size, config.rms_eps, init));
+  norm =
+      register_module("norm", std::make_unique<RMSNorm>(config.hidden_size, config.rms_eps, init));
 }
 
 namespace {
 void check_ids(const Tensor& ids) {
-  CG_CHECK(ids.defined() && ids.dim() == 2 &&
-               (ids.dtype() == DType::i64 || ids.dtype() == DType::i32),
-           "Qwen3Model: ids must be i64 [B, S], got ",
-           ids.defined() ? dtype_name(ids.dtype()) + std::string(" ") + shape_str(ids.shape())
-                         : std::string("undefined"));
+  CG_CHECK(
+      ids.defined() && ids.dim() == 2 && (ids.dtype() == DType::i64 || ids.dtype() == DType::i32),
+      "Qwen3Model: ids must be i64 [B, S], got ",
+      ids.defined() ? dtype_name(ids.dtype()) + std::string(" ") + shape_str(ids.shape())
+                    : std::string("undefined"));
 }
 
 void check_capture_layers(const std::vector<int64_t>& capture_layers, int64_t num_layers) {
@@ -112,11 +112,12 @@ DecoderOutput Qwen3Model::forward_cached(const Tensor& ids, KVCache& cache,
   check_ids(ids);
   const int64_t n = static_cast<int64_t>(layers->size());
   check_capture_layers(options.capture_layers, n);
-  CG_CHECK(ids.size(1) >= 1, "Qwen3Model::forward_cached: ids must hold at least one new "
-           "position, got ", shape_str(ids.shape()));
-  CG_CHECK(ids.size(0) == cache.batch(), "Qwen3Model::forward_cached: ids ",
-           shape_str(ids.shape()), " has batch ", ids.size(0), " but the cache was made for ",
-           cache.batch());
+  CG_CHECK(ids.size(1) >= 1,
+           "Qwen3Model::forward_cached: ids must hold at least one new "
+           "position, got ",
+           shape_str(ids.shape()));
+  CG_CHECK(ids.size(0) == cache.batch(), "Qwen3Model::forward_cached: ids ", shape_str(ids.shape()),
+           " has batch ", ids.size(0), " but the cache was made for ", cache.batch());
   CG_CHECK(cache.num_layers() == n, "Qwen3Model::forward_cached: the cache has ",
            cache.num_layers(), " layers but the model has ", n,
            "; make it with this model's make_cache");
@@ -163,8 +164,8 @@ Qwen3ForCausalLM::Qwen3ForCausalLM(const Qwen3Config& config, InitOptions init)
   model = register_module("model", std::make_unique<Qwen3Model>(config, init));
   LinearOptions head{.bias = false, .init = init};
   if (config.tie_embeddings) head.shared_weight = model->embed_tokens->weight;
-  lm_head = register_module(
-      "lm_head", std::make_unique<Linear>(config.hidden_size, config.vocab_size, head));
+  lm_head = register_module("lm_head",
+                            std::make_unique<Linear>(config.hidden_size, config.vocab_size, head));
 }
 
 DecoderOutput Qwen3ForCausalLM::forward(const Tensor& ids,

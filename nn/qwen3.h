@@ -59,7 +59,7 @@ class Qwen3DecoderLayer : public Module {
 };
 
 struct DecoderForwardOptions {
-  Tensor positions{};                           // i64 [S] or [B, S]; undefined = 0 .. S-1
+  Tensor positions{};                            // i64 [S] or [B, S]; undefined = 0 .. S-1
   AttentionMask mask = AttentionMask::causal();  // a causal LM by default
   // Layer ids (0-based) whose outputs to return, in this order; each id in
   // [0, num_layers). The output of layer L-1 is taken before the final norm.
@@ -81,9 +81,9 @@ struct CachedForwardOptions {
 };
 
 struct DecoderOutput {
-  Tensor hidden;                    // final-norm output [B, S, hidden]
+  Tensor hidden;                     // final-norm output [B, S, hidden]
   std::vector<Tensor> layer_hidden;  // one per capture_layers entry
-  Tensor logits;                    // [B, S, vocab] (Qwen3ForCausalLM with logits = true)
+  Tensor logits;                     // [B, S, vocab] (Qwen3ForCausalLM with logits = true)
 };
 
 // Embedding, the decoder layers and the final norm (HF's Qwen3Model).

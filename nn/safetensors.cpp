@@ -13,9 +13,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/atomic_file.h"
+#include "core/json_input.h"
 #include "core/memory_trace.h"
 #include "core/views.h"
-#include "core/json_input.h"
 
 namespace cg::safetensors {
 
@@ -39,7 +39,7 @@ struct DTypeName {
   const char* name;
 };
 constexpr DTypeName kDTypeNames[] = {
-    {DType::f32, "F32"}, {DType::bf16, "BF16"}, {DType::f16, "F16"}, {DType::f64, "F64"},
+    {DType::f32, "F32"}, {DType::bf16, "BF16"}, {DType::f16, "F16"},     {DType::f64, "F64"},
     {DType::i64, "I64"}, {DType::i32, "I32"},   {DType::boolean, "BOOL"}};
 
 uint64_t file_size_of(const std::string& path) {
@@ -95,19 +95,19 @@ json parse_header_json(const std::string& text, const std::string& path) {
     CG_FAIL("safetensors: the header of '", path, "' is not valid JSON (", e.what(),
             "); the file is corrupted or not a safetensors file");
   }
-  CG_CHECK(duplicate.empty(), "safetensors: the header of '", path, "' names tensor '",
-           duplicate, "' twice");
+  CG_CHECK(duplicate.empty(), "safetensors: the header of '", path, "' names tensor '", duplicate,
+           "' twice");
   CG_CHECK(header.is_object(), "safetensors: the header of '", path,
            "' must be a JSON object, got ", header.type_name());
   return header;
 }
 
-void read_exact(std::ifstream& in, char* dst, uint64_t nbytes, uint64_t at,
-                const std::string& path, const std::string& name) {
+void read_exact(std::ifstream& in, char* dst, uint64_t nbytes, uint64_t at, const std::string& path,
+                const std::string& name) {
   in.seekg(static_cast<std::streamoff>(at));
   in.read(dst, static_cast<std::streamsize>(nbytes));
-  CG_CHECK(in && static_cast<uint64_t>(in.gcount()) == nbytes, "safetensors: reading ",
-           nbytes, " bytes of '", name, "' at byte ", at, " of '", path,
+  CG_CHECK(in && static_cast<uint64_t>(in.gcount()) == nbytes, "safetensors: reading ", nbytes,
+           " bytes of '", name, "' at byte ", at, " of '", path,
            "' failed (file truncated or changed since it was opened?)");
 }
 
@@ -133,10 +133,10 @@ DType dtype_from_safetensors(const std::string& name, const std::string& tensor_
     if (name == d.name) return d.dtype;
   }
   static const std::set<std::string> known_elsewhere = {
-      "U8", "I8", "U16", "I16", "U32", "U64", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F4", "F6_E2M3",
-      "F6_E3M2", "C64"};
-  CG_CHECK(!known_elsewhere.count(name), "safetensors: tensor '", tensor_name, "' has dtype ",
-           name, ", which chunkgrad cannot hold; it reads F32, BF16, F16, F64, I64, I32 and "
+      "U8",      "I8",      "U16", "I16",     "U32",     "U64", "F8_E4M3",
+      "F8_E5M2", "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2", "C64"};
+  CG_CHECK(!known_elsewhere.count(name), "safetensors: tensor '", tensor_name, "' has dtype ", name,
+           ", which chunkgrad cannot hold; it reads F32, BF16, F16, F64, I64, I32 and "
            "BOOL (convert the checkpoint first)");
   CG_FAIL("safetensors: tensor '", tensor_name, "' has unknown dtype '", name,
           "'; expected one of F32, BF16, F16, F64, I64, I32, BOOL");
@@ -186,8 +186,7 @@ File::File(std::string path) : path_(std::move(path)) {
                "' must be an object of strings, got ", entry.type_name());
       for (const auto& [key, value] : entry.items()) {
         CG_CHECK(value.is_string(), "safetensors: ", kMetadataKey, " in '", path_,
-                 "' must map strings to strings; key '", key, "' holds ",
-                 describe_json(value));
+                 "' must map strings to strings; key '", key, "' holds ", describe_json(value));
         metadata_[key] = value.get<std::string>();
       }
       continue;
@@ -235,8 +234,8 @@ File::File(std::string path) : path_(std::move(path)) {
   const TensorInfo* previous = nullptr;
   for (const TensorInfo& info : infos) {
     CG_CHECK(info.begin >= covered, "safetensors: tensors '", previous ? previous->name : "",
-             "' and '", info.name, "' in '", path_, "' overlap (bytes [", info.begin, ", ",
-             covered, ") of the data section are claimed by both)");
+             "' and '", info.name, "' in '", path_, "' overlap (bytes [", info.begin, ", ", covered,
+             ") of the data section are claimed by both)");
     CG_CHECK(info.begin == covered, "safetensors: bytes [", covered, ", ", info.begin,
              ") of the data section of '", path_, "' belong to no tensor (a hole before '",
              info.name, "'); the header is corrupted");
@@ -264,8 +263,8 @@ const TensorInfo& File::info(const std::string& name) const {
 
 void File::load_into(const std::string& name, const Tensor& dst) const {
   const TensorInfo& ti = info(name);
-  CG_CHECK(dst.defined() && dst.device() == kCPU && dst.is_contiguous(),
-           "safetensors: load_into('", name, "') needs a defined, contiguous host tensor (on cg::kCPU)");
+  CG_CHECK(dst.defined() && dst.device() == kCPU && dst.is_contiguous(), "safetensors: load_into('",
+           name, "') needs a defined, contiguous host tensor (on cg::kCPU)");
   CG_CHECK(dst.dtype() == ti.dtype && dst.shape() == ti.shape, "safetensors: tensor '", name,
            "' in '", path_, "' is ", dtype_name(ti.dtype), " ", shape_str(ti.shape),
            " but the destination is ", dtype_name(dst.dtype()), " ", shape_str(dst.shape()));
@@ -273,8 +272,8 @@ void File::load_into(const std::string& name, const Tensor& dst) const {
   std::ifstream in(path_, std::ios::binary);
   CG_CHECK(in, "safetensors: cannot open '", path_, "' for reading");
   dst.storage()->bump_version();  // an in-place write (Note [Version counter], core/storage.h)
-  read_exact(in, static_cast<char*>(dst.data_ptr()), ti.nbytes(), data_start_ + ti.begin,
-             path_, name);
+  read_exact(in, static_cast<char*>(dst.data_ptr()), ti.nbytes(), data_start_ + ti.begin, path_,
+             name);
 }
 
 Tensor File::load(const std::string& name, Device device) const {
@@ -288,9 +287,8 @@ Tensor File::load(const std::string& name, Device device) const {
 
 Sharded::Sharded(std::string index_path) : index_path_(std::move(index_path)) {
   folder_ = fs::path(index_path_).parent_path().string();
-  const json index = parse_untrusted_json(
-      read_text_file(index_path_, "safetensors: the index"),
-      "safetensors: the index '" + index_path_ + "'");
+  const json index = parse_untrusted_json(read_text_file(index_path_, "safetensors: the index"),
+                                          "safetensors: the index '" + index_path_ + "'");
   CG_CHECK(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
            "safetensors: the index '", index_path_,
            "' must be an object with a \"weight_map\" object {name: shard file}");
@@ -333,20 +331,18 @@ const File& Sharded::shard_of(const std::string& name) const {
     for (const auto& [n, f] : file_of_) {
       if (f != it->second) continue;
       ++mapped_here;
-      CG_CHECK(file->contains(n), "safetensors: the index '", index_path_, "' puts '", n,
-               "' in '", f, "', which holds no such tensor");
+      CG_CHECK(file->contains(n), "safetensors: the index '", index_path_, "' puts '", n, "' in '",
+               f, "', which holds no such tensor");
     }
-    CG_CHECK(mapped_here == file->names().size(), "safetensors: shard '", it->second,
-             "' holds ", file->names().size(), " tensors but the index '", index_path_,
-             "' maps only ", mapped_here, " to it");
+    CG_CHECK(mapped_here == file->names().size(), "safetensors: shard '", it->second, "' holds ",
+             file->names().size(), " tensors but the index '", index_path_, "' maps only ",
+             mapped_here, " to it");
     opened = opened_.emplace(it->second, std::move(file)).first;
   }
   return *opened->second;
 }
 
-const TensorInfo& Sharded::info(const std::string& name) const {
-  return shard_of(name).info(name);
-}
+const TensorInfo& Sharded::info(const std::string& name) const { return shard_of(name).info(name); }
 Tensor Sharded::load(const std::string& name, Device device) const {
   return shard_of(name).load(name, device);
 }
@@ -395,8 +391,7 @@ void save_file(const NamedTensors& tensors, const std::string& path,
     CG_CHECK(name != kMetadataKey, "safetensors: a tensor cannot be named ", kMetadataKey);
     CG_CHECK(seen.insert(name).second, "safetensors: tensor name '", name,
              "' appears twice in what is being saved to '", path, "'");
-    CG_CHECK(t.defined(), "safetensors: tensor '", name, "' saved to '", path,
-             "' is undefined");
+    CG_CHECK(t.defined(), "safetensors: tensor '", name, "' saved to '", path, "' is undefined");
     TensorInfo info{name, t.dtype(), t.shape(), offset, offset + t.nbytes()};
     offset = info.end;
     infos.push_back(std::move(info));

@@ -113,9 +113,9 @@ class Sharded : public Reader {
   std::string index_path_;
   std::string folder_;
   std::vector<std::string> names_;
-  std::map<std::string, std::string> file_of_;                   // tensor -> shard file
+  std::map<std::string, std::string> file_of_;  // tensor -> shard file
   std::vector<std::string> shard_files_;
-  mutable std::mutex mutex_;                                      // guards opened_
+  mutable std::mutex mutex_;                                     // guards opened_
   mutable std::map<std::string, std::unique_ptr<File>> opened_;  // shard file -> header
   std::map<std::string, std::string> metadata_;
 };

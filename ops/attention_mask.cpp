@@ -20,15 +20,20 @@ AttentionMask AttentionMask::dflash_blocks(int64_t context_len, int64_t block_si
            context_len);
   CG_CHECK(block_size > 0, "AttentionMask::dflash_blocks: block_size must be > 0, got ",
            block_size);
-  CG_CHECK(anchors.defined(), "AttentionMask::dflash_blocks: anchors is an undefined tensor; "
+  CG_CHECK(anchors.defined(),
+           "AttentionMask::dflash_blocks: anchors is an undefined tensor; "
            "pass the N anchor positions as an i64 tensor [N] or [B, N]");
   CG_CHECK(anchors.dtype() == DType::i64, "AttentionMask::dflash_blocks: anchors must be i64, got ",
            dtype_name(anchors.dtype()), " (convert with cg::to(anchors, cg::DType::i64))");
-  CG_CHECK(anchors.dim() == 1 || anchors.dim() == 2, "AttentionMask::dflash_blocks: anchors must "
-           "be [N] or [B, N], got shape ", shape_str(anchors.shape()));
+  CG_CHECK(anchors.dim() == 1 || anchors.dim() == 2,
+           "AttentionMask::dflash_blocks: anchors must "
+           "be [N] or [B, N], got shape ",
+           shape_str(anchors.shape()));
   if (padded.defined()) {
-    CG_CHECK(padded.dtype() == DType::boolean, "AttentionMask::dflash_blocks: padded must be "
-             "bool, got ", dtype_name(padded.dtype()));
+    CG_CHECK(padded.dtype() == DType::boolean,
+             "AttentionMask::dflash_blocks: padded must be "
+             "bool, got ",
+             dtype_name(padded.dtype()));
     CG_CHECK(padded.shape() == anchors.shape(), "AttentionMask::dflash_blocks: padded has shape ",
              shape_str(padded.shape()), " but anchors ", shape_str(anchors.shape()),
              "; give one flag per block");
@@ -44,9 +49,11 @@ AttentionMask AttentionMask::dflash_blocks(int64_t context_len, int64_t block_si
 
 AttentionMask AttentionMask::dense(const Tensor& allowed) {
   CG_CHECK(allowed.defined(), "AttentionMask::dense: the mask is an undefined tensor");
-  CG_CHECK(allowed.dtype() == DType::boolean, "AttentionMask::dense: the mask must be bool "
-           "(true = may attend), got ", dtype_name(allowed.dtype()), " of shape ",
-           shape_str(allowed.shape()), "; an additive float mask is not supported, convert "
+  CG_CHECK(allowed.dtype() == DType::boolean,
+           "AttentionMask::dense: the mask must be bool "
+           "(true = may attend), got ",
+           dtype_name(allowed.dtype()), " of shape ", shape_str(allowed.shape()),
+           "; an additive float mask is not supported, convert "
            "with cg::to(mask, cg::DType::boolean)");
   AttentionMask m;
   m.kind_ = Kind::dense;
@@ -73,10 +80,10 @@ void resolve_dflash(const AttentionMask& mask, ResolvedAttentionMask& r, const c
   const Tensor& anchors = mask.anchors();
   const int64_t n = anchors.shape().back();
   const int64_t S = mask.context_len(), Bs = mask.block_size();
-  CG_CHECK(r.q_len == n * Bs && r.k_len == S + n * Bs, op, ": the dflash_blocks mask (context ",
-           S, ", ", n, " blocks of ", Bs, ") needs Sq = N * block_size = ", n * Bs,
-           " queries and Sk = S + N * block_size = ", S + n * Bs, " keys, but q has Sq = ",
-           r.q_len, " and k has Sk = ", r.k_len,
+  CG_CHECK(r.q_len == n * Bs && r.k_len == S + n * Bs, op, ": the dflash_blocks mask (context ", S,
+           ", ", n, " blocks of ", Bs, ") needs Sq = N * block_size = ", n * Bs,
+           " queries and Sk = S + N * block_size = ", S + n * Bs, " keys, but q has Sq = ", r.q_len,
+           " and k has Sk = ", r.k_len,
            "; keys must be the context keys followed by the block keys");
   const bool per_batch = anchors.dim() == 2 && anchors.shape()[0] != 1;
   CG_CHECK(!per_batch || anchors.shape()[0] == r.batch, op, ": anchors have shape ",
@@ -111,8 +118,10 @@ void resolve_dense(const AttentionMask& mask, ResolvedAttentionMask& r, Device d
   const Tensor& m = mask.allowed();
   const Shape target{r.batch, r.heads, r.q_len, r.k_len};
   CG_CHECK(m.device() == device, op, ": the boolean mask is on ", m.device().str(),
-           " but q, k and v are on ", device.str(), "; the kernel reads it there, move it with "
-           "cg::to(mask, ", device.str(), ")");
+           " but q, k and v are on ", device.str(),
+           "; the kernel reads it there, move it with "
+           "cg::to(mask, ",
+           device.str(), ")");
   bool ok = m.dim() <= 4;
   for (int64_t d = 0; ok && d < m.dim(); ++d) {
     const int64_t o = 4 - m.dim() + d;

@@ -39,8 +39,8 @@ class AttentionMask {
   //            negative for a padded block.
   //   padded:  optional bool of the anchors' shape; true marks a padded block.
   // A padded block sees nothing: its output is 0 and its gradients are 0.
-  static AttentionMask dflash_blocks(int64_t context_len, int64_t block_size,
-                                     const Tensor& anchors, const Tensor& padded = Tensor());
+  static AttentionMask dflash_blocks(int64_t context_len, int64_t block_size, const Tensor& anchors,
+                                     const Tensor& padded = Tensor());
   // An explicit mask: bool, broadcastable to [B, Hq, Sq, Sk], true = may attend.
   // Costs O(Sk) per query row whatever it allows; prefer a rule where one fits.
   static AttentionMask dense(const Tensor& allowed);

@@ -26,7 +26,8 @@ Tensor run_where(const char* op, const Tensor& cond, const Tensor& a, const Tens
 // A unary op's node: grad_in = formula(grad_out, saved), e.g. ExpBackward is
 // mul(g, out), SigmoidBackward is sigmoid_backward(g, out). It saves one tensor.
 struct PointwiseBackward : Node {
-  PointwiseBackward(const char* node_name, BinaryOp formula) : node_name(node_name), formula(formula) {}
+  PointwiseBackward(const char* node_name, BinaryOp formula)
+      : node_name(node_name), formula(formula) {}
   const char* node_name;
   BinaryOp formula;
   size_t saved_index = SIZE_MAX;

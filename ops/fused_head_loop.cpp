@@ -66,7 +66,7 @@ void fused_head_loop(const FusedHeadLoopArgs& a) {
   if (rows == 0) return;
   const int64_t chunk = std::clamp<int64_t>(a.chunk_rows, 1, rows);
   const bool teacher = loss_needs_teacher(a.config);
-  const Tensor head_t = raw::transpose(a.head, 0, 1);                        // [D, V]
+  const Tensor head_t = raw::transpose(a.head, 0, 1);  // [D, V]
   const Tensor teacher_head_t = teacher ? raw::transpose(teacher_head_or_head(a), 0, 1) : Tensor();
   // Reused per chunk: [chunk, V] student logits, then [chunk, V] teacher logits
   // (Note [Separate teacher GEMM]).

@@ -28,7 +28,8 @@ namespace cg {
 
 namespace {
 
-FusedHeadLoopArgs base_args(const HeadLossInputs& in, const HeadLossOptions& o, int64_t chunk_rows) {
+FusedHeadLoopArgs base_args(const HeadLossInputs& in, const HeadLossOptions& o,
+                            int64_t chunk_rows) {
   FusedHeadLoopArgs a;
   a.hidden = in.hidden.detach();
   a.head = in.head.detach();
@@ -54,7 +55,8 @@ Tensor scale_rows(const Tensor& rows, const Tensor& g, DType out_dtype) {
   const DType compute = compute_dtype_of(rows.dtype());
   const Tensor s = raw::to_dtype(g, compute);
   const Tensor out = raw::empty(rows.shape(), out_dtype, rows.device());
-  const int64_t n = rows.size(0), width = std::max<int64_t>(rows.numel() / std::max<int64_t>(n, 1), 1);
+  const int64_t n = rows.size(0),
+                width = std::max<int64_t>(rows.numel() / std::max<int64_t>(n, 1), 1);
   const int64_t block = std::max<int64_t>(1, kScaleBlockElements / width);
   for (int64_t r0 = 0; r0 < n; r0 += block) {
     const int64_t c = std::min(block, n - r0);
@@ -115,7 +117,8 @@ class FusedHeadRecomputeBackward : public Node {
     a.gradients = true;
     a.grad_scale = compute_copy(grads[0], compute);
     std::vector<Tensor> out(2);
-    if (needs_input_grad(0)) a.grad_hidden = out[0] = raw::empty(a.hidden.shape(), a.hidden.dtype(), a.hidden.device());
+    if (needs_input_grad(0))
+      a.grad_hidden = out[0] = raw::empty(a.hidden.shape(), a.hidden.dtype(), a.hidden.device());
     Tensor dw;
     if (needs_input_grad(1)) {
       a.grad_head = dw = raw::empty(a.head.shape(), compute, a.head.device());
@@ -138,7 +141,8 @@ HeadLossResult make_outputs(const HeadLossInputs& in, const HeadLossOptions& o, 
     a.lse = r.lse = raw::empty({t}, compute, dev);
     a.entropy = r.entropy = raw::empty({t}, compute, dev);
     a.argmax = r.argmax = raw::empty({t}, DType::i64, dev);
-    if (loss_needs_teacher(o.loss)) a.teacher_argmax = r.teacher_argmax = raw::empty({t}, DType::i64, dev);
+    if (loss_needs_teacher(o.loss))
+      a.teacher_argmax = r.teacher_argmax = raw::empty({t}, DType::i64, dev);
   }
   return r;
 }
@@ -188,7 +192,8 @@ HeadLossResult trainable_head(const HeadLossInputs& in, const HeadLossOptions& o
   a.gradients = true;
   {
     CategoryGuard saved(MemoryCategory::autograd_saved);  // dh and dW are what the graph keeps
-    if (node->needs_input_grad(0)) a.grad_hidden = raw::empty(in.hidden.shape(), in.hidden.dtype(), in.hidden.device());
+    if (node->needs_input_grad(0))
+      a.grad_hidden = raw::empty(in.hidden.shape(), in.hidden.dtype(), in.hidden.device());
     if (node->needs_input_grad(1)) {
       a.grad_head = raw::empty(in.head.shape(), compute, in.head.device());
       raw::fill_(a.grad_head, 0.0);
@@ -227,7 +232,8 @@ HeadLossResult recompute(const HeadLossInputs& in, const HeadLossOptions& o, int
 }  // namespace
 
 HeadLossResult fused_head_loss(const HeadLossInputs& in, const HeadLossOptions& o, int64_t chunk) {
-  const bool records = GradMode::is_enabled() && (in.hidden.requires_grad() || in.head.requires_grad());
+  const bool records =
+      GradMode::is_enabled() && (in.hidden.requires_grad() || in.head.requires_grad());
   HeadLossResult r = !records                  ? no_graph(in, o, chunk)
                      : o.recompute_in_backward ? recompute(in, o, chunk)
                      : in.head.requires_grad() ? trainable_head(in, o, chunk)
@@ -238,7 +244,8 @@ HeadLossResult fused_head_loss(const HeadLossInputs& in, const HeadLossOptions& 
 
 size_t fused_head_chunk_bytes(const HeadLossInputs& in, const HeadLossOptions& o, int64_t rows) {
   FusedHeadLoopArgs a = base_args(in, o, std::max<int64_t>(rows, 1));
-  const bool records = GradMode::is_enabled() && (in.hidden.requires_grad() || in.head.requires_grad());
+  const bool records =
+      GradMode::is_enabled() && (in.hidden.requires_grad() || in.head.requires_grad());
   a.gradients = records;
   if (records && in.hidden.requires_grad()) a.grad_hidden = a.hidden;  // shape and dtype only
   if (records && in.head.requires_grad()) {

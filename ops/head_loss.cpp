@@ -4,9 +4,9 @@
 
 #include "autograd/grad_mode.h"
 #include "core/views.h"
-#include "ops/kernels.h"
 #include "ops/fused_head_loss.h"
 #include "ops/join_ops.h"
+#include "ops/kernels.h"
 #include "ops/linalg.h"
 #include "ops/loss.h"
 #include "ops/op_checks.h"
@@ -39,9 +39,9 @@ void check_inputs(const HeadLossInputs& in, const HeadLossOptions& o) {
   check_floating(op, in.hidden);
   CG_CHECK(in.hidden.dim() == 2, op, ": hidden must be [T, D], got ", shape_str(in.hidden.shape()),
            "; flatten batch and sequence dims first");
-  CG_CHECK(in.head.dim() == 2 && in.head.size(1) == in.hidden.size(1), op, ": head must be [V, D=",
-           in.hidden.size(1), "] to match hidden ", shape_str(in.hidden.shape()), ", got ",
-           shape_str(in.head.shape()));
+  CG_CHECK(in.head.dim() == 2 && in.head.size(1) == in.hidden.size(1), op,
+           ": head must be [V, D=", in.hidden.size(1), "] to match hidden ",
+           shape_str(in.hidden.shape()), ", got ", shape_str(in.head.shape()));
   check_same_dtype(op, in.hidden, in.head);
   check_same_device(op, in.hidden, in.head);
   const int64_t t = in.hidden.size(0);
@@ -52,7 +52,8 @@ void check_inputs(const HeadLossInputs& in, const HeadLossOptions& o) {
     CG_CHECK(in.labels.dtype() == DType::i64, op, ": labels must be i64, got ",
              dtype_name(in.labels.dtype()));
     CG_CHECK(in.labels.dim() == 1 && in.labels.size(0) == t, op, ": labels must be [T=", t,
-             "] to match hidden ", shape_str(in.hidden.shape()), ", got ", shape_str(in.labels.shape()));
+             "] to match hidden ", shape_str(in.hidden.shape()), ", got ",
+             shape_str(in.labels.shape()));
     check_same_device(op, in.hidden, in.labels);
   }
   if (in.weights.defined()) {
@@ -63,20 +64,22 @@ void check_inputs(const HeadLossInputs& in, const HeadLossOptions& o) {
   if (loss_needs_teacher(o.loss)) {
     const Tensor& th = in.teacher_hidden;
     CG_CHECK(th.defined(), op, ": ", loss_kind_name(o.loss.kind), " needs teacher_hidden [T, D]");
-    CG_CHECK(th.dim() == 2 && th.size(0) == t, op, ": teacher_hidden has ", th.dim() == 2 ? th.size(0) : -1,
-             " rows but hidden has T=", t, " (", shape_str(th.shape()), " vs ", shape_str(in.hidden.shape()),
+    CG_CHECK(th.dim() == 2 && th.size(0) == t, op, ": teacher_hidden has ",
+             th.dim() == 2 ? th.size(0) : -1, " rows but hidden has T=", t, " (",
+             shape_str(th.shape()), " vs ", shape_str(in.hidden.shape()),
              "); they must be the same positions");
     const Tensor& wt = teacher_head_of(in);
-    CG_CHECK(wt.dim() == 2 && wt.size(0) == in.head.size(0), op, ": teacher head ", shape_str(wt.shape()),
-             " must have the student's vocabulary V=", in.head.size(0));
-    CG_CHECK(th.size(1) == wt.size(1), op, ": teacher_hidden D=", th.size(1), " does not match the teacher head ",
-             shape_str(wt.shape()));
+    CG_CHECK(wt.dim() == 2 && wt.size(0) == in.head.size(0), op, ": teacher head ",
+             shape_str(wt.shape()), " must have the student's vocabulary V=", in.head.size(0));
+    CG_CHECK(th.size(1) == wt.size(1), op, ": teacher_hidden D=", th.size(1),
+             " does not match the teacher head ", shape_str(wt.shape()));
     check_same_dtype(op, in.hidden, th);
     check_same_device(op, in.hidden, th);
     check_same_dtype(op, in.hidden, wt);
     check_same_device(op, in.hidden, wt);
   }
-  CG_CHECK(o.chunk_rows >= 0, op, ": chunk_rows must be >= 0 (0 = from the byte budget), got ", o.chunk_rows);
+  CG_CHECK(o.chunk_rows >= 0, op, ": chunk_rows must be >= 0 (0 = from the byte budget), got ",
+           o.chunk_rows);
   CG_CHECK(o.chunk_rows > 0 || o.chunk_budget_bytes > 0, op,
            ": chunk_budget_bytes must be > 0 when chunk_rows is 0 (sized from the budget)");
   check_loss_config(op, o.loss);
@@ -85,7 +88,8 @@ void check_inputs(const HeadLossInputs& in, const HeadLossOptions& o) {
 // The teacher's logits for rows [r0, r0 + c): constants, so no graph.
 Tensor teacher_logits(const HeadLossInputs& in, int64_t r0, int64_t c) {
   NoGradGuard no_grad;
-  return matmul(narrow(in.teacher_hidden.detach(), 0, r0, c), transpose(teacher_head_of(in).detach(), 0, 1));
+  return matmul(narrow(in.teacher_hidden.detach(), 0, r0, c),
+                transpose(teacher_head_of(in).detach(), 0, 1));
 }
 
 HeadLossResult finish(HeadLossResult r, const HeadLossInputs& in, const HeadLossOptions& o) {
@@ -151,14 +155,17 @@ int64_t head_loss_chunk_rows(const HeadLossInputs& in, const HeadLossOptions& o)
   if (o.chunk_rows > 0) return std::min(o.chunk_rows, t);
   const size_t one_row = head_loss_chunk_bytes(in, o, 1);
   CG_CHECK(o.chunk_budget_bytes >= one_row, "head_loss: chunk_budget_bytes=", o.chunk_budget_bytes,
-           " is too small for one row: a chunk of one row of V=", in.head.size(0), " needs ", one_row,
+           " is too small for one row: a chunk of one row of V=", in.head.size(0), " needs ",
+           one_row,
            " bytes of temporaries (logits and GEMM scratch); raise the budget or set chunk_rows");
   // The bytes grow with the rows: the largest chunk within the budget, by bisection.
   int64_t lo = 1, hi = t;
   while (lo < hi) {
     const int64_t mid = lo + (hi - lo + 1) / 2;
-    if (head_loss_chunk_bytes(in, o, mid) <= o.chunk_budget_bytes) lo = mid;
-    else hi = mid - 1;
+    if (head_loss_chunk_bytes(in, o, mid) <= o.chunk_budget_bytes)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   // GEMM tiles are 64-256 rows: 1555 rows would run a last, mostly empty row of tiles in
   // every logits GEMM, so a chunk of a thousand rows or more is a multiple of 128.
@@ -170,8 +177,8 @@ HeadLossResult head_loss(const HeadLossInputs& in, const HeadLossOptions& o) {
   check_inputs(in, o);
   if (in.labels.defined()) {
     // A bad label fails before any GEMM, whichever path runs (checked on its device).
-    kernels_for(in.labels.device(), "head_loss").check_labels(in.labels, in.head.size(0),
-                                                             o.loss.ignore_index);
+    kernels_for(in.labels.device(), "head_loss")
+        .check_labels(in.labels, in.head.size(0), o.loss.ignore_index);
   }
   switch (o.path) {
     case HeadLossPath::naive: return naive_path(in, o);
@@ -188,7 +195,8 @@ double match_rate(const char* op, const Tensor& a, const Tensor& b, const Tensor
                   int64_t ignore_index) {
   const int64_t n = a.numel();
   CG_CHECK(b.numel() == n && (!labels.defined() || labels.numel() == n), op, ": expected ", n,
-           " rows everywhere, got ", b.numel(), labels.defined() ? " and " + std::to_string(labels.numel()) : "");
+           " rows everywhere, got ", b.numel(),
+           labels.defined() ? " and " + std::to_string(labels.numel()) : "");
   // A metric is read on the host: the three [n] vectors are copied there once.
   auto host_i64 = [](const Tensor& x) {
     return raw::contiguous(raw::to_device(raw::to_dtype(x, DType::i64), kCPU));
@@ -217,8 +225,9 @@ double token_accuracy(const HeadLossResult& r, const Tensor& labels, int64_t ign
 }
 
 double teacher_agreement(const HeadLossResult& r, const Tensor& labels, int64_t ignore_index) {
-  CG_CHECK(r.argmax.defined() && r.teacher_argmax.defined(),
-           "teacher_agreement: the result has no teacher argmax (a teacher loss with with_metrics)");
+  CG_CHECK(
+      r.argmax.defined() && r.teacher_argmax.defined(),
+      "teacher_agreement: the result has no teacher argmax (a teacher loss with with_metrics)");
   return match_rate("teacher_agreement", r.argmax, r.teacher_argmax, labels, ignore_index);
 }
 

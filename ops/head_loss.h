@@ -64,17 +64,17 @@ struct HeadLossOptions {
   // V = 248320 in bf16 stay GEMM-sized: 1536 rows with a teacher, 3072 without.
   int64_t chunk_rows = 0;
   size_t chunk_budget_bytes = size_t{3} << 29;  // 1.5 GiB
-  bool recompute_in_backward = false;  // fused only
+  bool recompute_in_backward = false;           // fused only
   bool with_metrics = true;
 };
 
 struct HeadLossResult {
-  Tensor loss;            // scalar; [T] for Reduction::none
-  Tensor per_token;       // [T] unweighted per-row losses (0 on ignored rows)
-  Tensor argmax;          // [T] i64, student argmax          (with_metrics)
-  Tensor lse;             // [T] student logsumexp            (with_metrics)
-  Tensor entropy;         // [T] student entropy, nats        (with_metrics)
-  Tensor teacher_argmax;  // [T] i64, teacher losses only     (with_metrics)
+  Tensor loss;             // scalar; [T] for Reduction::none
+  Tensor per_token;        // [T] unweighted per-row losses (0 on ignored rows)
+  Tensor argmax;           // [T] i64, student argmax          (with_metrics)
+  Tensor lse;              // [T] student logsumexp            (with_metrics)
+  Tensor entropy;          // [T] student entropy, nats        (with_metrics)
+  Tensor teacher_argmax;   // [T] i64, teacher losses only     (with_metrics)
   int64_t chunk_rows = 0;  // rows per chunk used (T for naive)
 };
 
@@ -97,7 +97,8 @@ inline const Tensor& teacher_head_of(const HeadLossInputs& inputs) {
 
 // Metrics from a result, over rows whose label is not ignore_index (pass the
 // ignore_index the loss ran with). Argmaxes and labels are compared as integers.
-double token_accuracy(const HeadLossResult& result, const Tensor& labels, int64_t ignore_index = -100);
+double token_accuracy(const HeadLossResult& result, const Tensor& labels,
+                      int64_t ignore_index = -100);
 double teacher_agreement(const HeadLossResult& result, const Tensor& labels = Tensor(),
                          int64_t ignore_index = -100);
 

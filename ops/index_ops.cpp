@@ -39,7 +39,8 @@ void scatter_add_entry(DeviceKernels& k, const Tensor& dst, int64_t dim, const T
 }
 
 Tensor gather_entry(DeviceKernels& k, const Tensor& x, int64_t dim, const Tensor& idx) {
-  if (x.dim() == 0) return raw::squeeze(k.gather(raw::unsqueeze(x, 0), 0, raw::unsqueeze(idx, 0)), 0);
+  if (x.dim() == 0)
+    return raw::squeeze(k.gather(raw::unsqueeze(x, 0), 0, raw::unsqueeze(idx, 0)), 0);
   return k.gather(x, dim, idx);
 }
 
@@ -84,7 +85,8 @@ struct ScatterAddBackward : Node {
       if (dsrc.shape() != src_shape) {  // src larger than idx: the rest got no gradient
         Tensor full = zeros_of(input_meta[1], g.dtype());
         Tensor region = full;
-        for (int64_t d = 0; d < index.dim(); ++d) region = raw::narrow(region, d, 0, index.shape()[d]);
+        for (int64_t d = 0; d < index.dim(); ++d)
+          region = raw::narrow(region, d, 0, index.shape()[d]);
         raw::copy_(region, dsrc);
         dsrc = full;
       }
@@ -95,13 +97,13 @@ struct ScatterAddBackward : Node {
 
 // gather and scatter_add: idx has x's rank and fits x in every dim but `dim`.
 void check_gather_shape(const char* op, const Tensor& x, int64_t dim, const Tensor& idx) {
-  CG_CHECK(idx.dim() == x.dim(), op, ": index ", shape_str(idx.shape()), " has rank ",
-           idx.dim(), " but x ", shape_str(x.shape()), " has rank ", x.dim(),
+  CG_CHECK(idx.dim() == x.dim(), op, ": index ", shape_str(idx.shape()), " has rank ", idx.dim(),
+           " but x ", shape_str(x.shape()), " has rank ", x.dim(),
            "; they must match (unsqueeze/expand the index)");
   for (int64_t d = 0; d < x.dim(); ++d) {
-    CG_CHECK(d == dim || idx.shape()[d] <= x.shape()[d], op, ": index ",
-             shape_str(idx.shape()), " is larger than x ", shape_str(x.shape()), " in dim ", d,
-             "; outside dim ", dim, " the index must fit in x");
+    CG_CHECK(d == dim || idx.shape()[d] <= x.shape()[d], op, ": index ", shape_str(idx.shape()),
+             " is larger than x ", shape_str(x.shape()), " in dim ", d, "; outside dim ", dim,
+             " the index must fit in x");
   }
 }
 

@@ -20,7 +20,8 @@ namespace {
 void check_no_graph(const char* op, const Tensor& t, const char* arg) {
   if (!GradMode::is_enabled() || !t.requires_grad()) return;
   if (t.is_leaf()) {
-    CG_FAIL(op, ": ", arg, " is a leaf tensor that requires grad and grad mode is on; in-place "
+    CG_FAIL(op, ": ", arg,
+            " is a leaf tensor that requires grad and grad mode is on; in-place "
             "updates are not recorded in the graph. Wrap the update in cg::NoGradGuard (as "
             "optimisers do)");
   }
@@ -66,7 +67,8 @@ void prepare_write(const char* op, const Tensor& dst, std::initializer_list<Sour
   dst.storage()->bump_version();
 }
 
-void run_inplace(const char* op, InplaceOp kind, const Tensor& dst, const Tensor& src, double alpha) {
+void run_inplace(const char* op, InplaceOp kind, const Tensor& dst, const Tensor& src,
+                 double alpha) {
   kernels_for(dst.device(), op).inplace(kind, dst, src, alpha);
 }
 

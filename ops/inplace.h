@@ -15,7 +15,9 @@ void add_scalar_(const Tensor& dst, double s);                        // dst += 
 void copy_(const Tensor& dst, const Tensor& src);                     // dst = src
 void fill_(const Tensor& dst, double value);
 void zero_(const Tensor& dst);
-void addcmul_(const Tensor& dst, const Tensor& a, const Tensor& b, double value = 1.0);  // dst += value*a*b
-void addcdiv_(const Tensor& dst, const Tensor& a, const Tensor& b, double value = 1.0);  // dst += value*a/b
+void addcmul_(const Tensor& dst, const Tensor& a, const Tensor& b,
+              double value = 1.0);  // dst += value*a*b
+void addcdiv_(const Tensor& dst, const Tensor& a, const Tensor& b,
+              double value = 1.0);  // dst += value*a/b
 
 }  // namespace cg

@@ -88,8 +88,8 @@ void check_list(const char* op, const std::vector<Tensor>& ts) {
 }
 
 // Copies each tensor into consecutive slices of `out` along dim and records the node.
-Tensor join(const char* op, const char* node_name, const std::vector<Tensor>& ts,
-            const Tensor& out, int64_t dim, bool stacked) {
+Tensor join(const char* op, const char* node_name, const std::vector<Tensor>& ts, const Tensor& out,
+            int64_t dim, bool stacked) {
   std::vector<int64_t> sizes;
   int64_t start = 0;
   for (const Tensor& t : ts) {
@@ -105,8 +105,7 @@ Tensor join(const char* op, const char* node_name, const std::vector<Tensor>& ts
   return out;
 }
 
-std::vector<Tensor> split_pieces(const Tensor& x, const std::vector<int64_t>& sizes,
-                                 int64_t dim) {
+std::vector<Tensor> split_pieces(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
   std::vector<Tensor> pieces;
   int64_t start = 0;
   for (int64_t len : sizes) {
@@ -137,8 +136,9 @@ Tensor cat(const std::vector<Tensor>& ts, int64_t dim) {
     CG_CHECK(match, "cat: tensor ", i, " has shape ", shape_str(s), " but tensor 0 has shape ",
              shape_str(first.shape()), "; all sizes must match except along dim ", d);
     const std::optional<int64_t> grown = checked_add(out_shape[d], s[d]);
-    CG_CHECK(grown.has_value(), "cat: the sizes along dim ", d, " add up to more than 64 bits hold (",
-             out_shape[d], " + ", s[d], " at tensor ", i, ")");
+    CG_CHECK(grown.has_value(), "cat: the sizes along dim ", d,
+             " add up to more than 64 bits hold (", out_shape[d], " + ", s[d], " at tensor ", i,
+             ")");
     out_shape[d] = *grown;
   }
   Tensor out = raw::empty(out_shape, first.dtype(), first.device());
@@ -150,8 +150,8 @@ Tensor stack(const std::vector<Tensor>& ts, int64_t dim) {
   const Shape& shape = ts[0].shape();
   const int64_t d = normalize_dim(dim, ts[0].dim() + 1, "stack");
   for (size_t i = 0; i < ts.size(); ++i) {
-    CG_CHECK(ts[i].shape() == shape, "stack: tensor ", i, " has shape ",
-             shape_str(ts[i].shape()), " but tensor 0 has shape ", shape_str(shape),
+    CG_CHECK(ts[i].shape() == shape, "stack: tensor ", i, " has shape ", shape_str(ts[i].shape()),
+             " but tensor 0 has shape ", shape_str(shape),
              "; stack needs equal shapes (cat joins along an existing dim)");
   }
   Shape out_shape = shape;
@@ -170,8 +170,8 @@ std::vector<Tensor> split_with_sizes(const Tensor& x, const std::vector<int64_t>
     CG_CHECK(s >= 0, "split: negative piece size ", s, " in ", shape_str(sizes));
     total += s;
   }
-  CG_CHECK(total == x.shape()[d], "split: sizes ", shape_str(sizes), " sum to ", total,
-           " but dim ", d, " of x ", shape_str(x.shape()), " has ", x.shape()[d]);
+  CG_CHECK(total == x.shape()[d], "split: sizes ", shape_str(sizes), " sum to ", total, " but dim ",
+           d, " of x ", shape_str(x.shape()), " has ", x.shape()[d]);
   return split_pieces(x, sizes, d);
 }
 
@@ -199,9 +199,9 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
 
 Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value) {
   check_defined("pad", x);
-  CG_CHECK(pads.size() % 2 == 0 && pads.size() <= 2 * static_cast<size_t>(x.dim()),
-           "pad: pads ", shape_str(pads), " must have an even length of at most 2 * rank = ",
-           2 * x.dim(), " for x ", shape_str(x.shape()),
+  CG_CHECK(pads.size() % 2 == 0 && pads.size() <= 2 * static_cast<size_t>(x.dim()), "pad: pads ",
+           shape_str(pads), " must have an even length of at most 2 * rank = ", 2 * x.dim(),
+           " for x ", shape_str(x.shape()),
            " ({left, right} of the last dim, then {top, bottom} of the one before, ...)");
   Shape out_shape = x.shape();
   for (size_t k = 0; k < pads.size() / 2; ++k) {

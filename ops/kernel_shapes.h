@@ -24,8 +24,8 @@ ReductionSplit split_reduction(const Tensor& a, const std::vector<bool>& reduce,
 // a [..., n, k] @ b [..., k, m] -> [batch..., n, m] with the batch dims broadcast.
 struct MatmulShape {
   int64_t n = 0, k = 0, m = 0;
-  Shape batch;      // broadcast batch shape
-  Shape out_shape;  // batch + [n, m]
+  Shape batch;        // broadcast batch shape
+  Shape out_shape;    // batch + [n, m]
   int64_t count = 0;  // product of batch
   // The row stride of a seen as one [count * n, k] matrix when b has no batch dims and a's
   // batch dims fold into its rows (a contiguous [B, S, K], a row slice of one); else -1.

@@ -24,16 +24,38 @@ void DeviceKernels::missing(const char* entry) const {
 }
 
 const std::vector<std::string>& kernel_entry_names() {
-  static const std::vector<std::string> names = {
-      "binary", "unary", "where", "inplace", "inplace_scalar", "addcmul",
-      "sum", "max_along_dim", "logsumexp_along_dim", "scatter_along_dim",
-      "softmax", "softmax_backward",
-      "head_logits_dtype", "head_loss_rows", "check_labels", "row_weights",
-      "matmul", "gemm", "gemm_scratch_bytes",
-      "rms_norm_forward", "rms_norm_backward", "rotary", "swiglu_forward", "swiglu_backward",
-      "attention_forward", "attention_backward",
-      "index_select", "index_add", "gather", "scatter_add", "check_indices",
-      "adamw_step"};
+  static const std::vector<std::string> names = {"binary",
+                                                 "unary",
+                                                 "where",
+                                                 "inplace",
+                                                 "inplace_scalar",
+                                                 "addcmul",
+                                                 "sum",
+                                                 "max_along_dim",
+                                                 "logsumexp_along_dim",
+                                                 "scatter_along_dim",
+                                                 "softmax",
+                                                 "softmax_backward",
+                                                 "head_logits_dtype",
+                                                 "head_loss_rows",
+                                                 "check_labels",
+                                                 "row_weights",
+                                                 "matmul",
+                                                 "gemm",
+                                                 "gemm_scratch_bytes",
+                                                 "rms_norm_forward",
+                                                 "rms_norm_backward",
+                                                 "rotary",
+                                                 "swiglu_forward",
+                                                 "swiglu_backward",
+                                                 "attention_forward",
+                                                 "attention_backward",
+                                                 "index_select",
+                                                 "index_add",
+                                                 "gather",
+                                                 "scatter_add",
+                                                 "check_indices",
+                                                 "adamw_step"};
   return names;
 }
 
@@ -71,7 +93,9 @@ void DeviceKernels::addcmul(const Tensor&, const Tensor&, const Tensor&, double,
 }
 Tensor DeviceKernels::sum(const Tensor&, const std::vector<bool>&, bool, double) { missing("sum"); }
 Tensor DeviceKernels::max_along_dim(const Tensor&, int64_t, Tensor*) { missing("max_along_dim"); }
-Tensor DeviceKernels::logsumexp_along_dim(const Tensor&, int64_t) { missing("logsumexp_along_dim"); }
+Tensor DeviceKernels::logsumexp_along_dim(const Tensor&, int64_t) {
+  missing("logsumexp_along_dim");
+}
 Tensor DeviceKernels::scatter_along_dim(const Tensor&, const Tensor&, int64_t, const Shape&) {
   missing("scatter_along_dim");
 }
@@ -99,7 +123,8 @@ RmsNormGrads DeviceKernels::rms_norm_backward(const Tensor&, const Tensor&, cons
 }
 Tensor DeviceKernels::rotary(const Tensor&, const Tensor&, double, bool) { missing("rotary"); }
 Tensor DeviceKernels::swiglu_forward(const Tensor&, const Tensor&) { missing("swiglu_forward"); }
-SwigluGrads DeviceKernels::swiglu_backward(const Tensor&, const Tensor&, const Tensor&, bool, bool) {
+SwigluGrads DeviceKernels::swiglu_backward(const Tensor&, const Tensor&, const Tensor&, bool,
+                                           bool) {
   missing("swiglu_backward");
 }
 AttentionForward DeviceKernels::attention_forward(const Tensor&, const Tensor&, const Tensor&,
@@ -112,7 +137,9 @@ AttentionGrads DeviceKernels::attention_backward(const Tensor&, const Tensor&, c
                                                  bool) {
   missing("attention_backward");
 }
-Tensor DeviceKernels::index_select(const Tensor&, int64_t, const Tensor&) { missing("index_select"); }
+Tensor DeviceKernels::index_select(const Tensor&, int64_t, const Tensor&) {
+  missing("index_select");
+}
 void DeviceKernels::index_add(const Tensor&, int64_t, const Tensor&, const Tensor&, int64_t) {
   missing("index_add");
 }

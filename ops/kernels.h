@@ -118,14 +118,17 @@ struct GemmDesc {
 
 // One chunk of lm_head loss rows (cpu/head_loss_rows.h has the math per row).
 // One AdamW update (entry adamw_step). Defaults are PyTorch's.
-struct AdamWArgs { double lr = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0; int64_t step = 1; };
+struct AdamWArgs {
+  double lr = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
+  int64_t step = 1;
+};
 
 struct HeadRowsArgs {
-  Tensor logits;      // [C, V] contiguous, dtype head_logits_dtype(); softcapped in place,
-                      // then overwritten with grad_scale[i] * d loss_i / d logits_i
-                      // when want_grad
-  Tensor teacher;     // [C, V] like logits, or undefined; softcapped in place
-  Tensor labels;      // [C] i64 contiguous, or undefined; values already checked
+  Tensor logits;   // [C, V] contiguous, dtype head_logits_dtype(); softcapped in place,
+                   // then overwritten with grad_scale[i] * d loss_i / d logits_i
+                   // when want_grad
+  Tensor teacher;  // [C, V] like logits, or undefined; softcapped in place
+  Tensor labels;   // [C] i64 contiguous, or undefined; values already checked
   LossConfig config;
   bool want_grad = false;
   Tensor grad_scale;  // [C] compute dtype contiguous, or undefined (scale 1)
@@ -222,7 +225,10 @@ class DeviceKernels {
   // in fp32 on masters[i] (fp32) when defined, then params[i] = cast(master); else on params[i] (fp32) directly.
   // grads[i]: params[i]'s shape, any float dtype; grad_scale: undefined or a 1-element fp32 tensor on the device that multiplies every grad (clipping / accumulation), so no host sync.
   // params, masters, exp_avgs (fp32) and exp_avg_sqs (fp32) contiguous; grads any strides.
-  virtual void adamw_step(const std::vector<Tensor>& params, const std::vector<Tensor>& masters, const std::vector<Tensor>& grads, const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs, const Tensor& grad_scale, const AdamWArgs& args);
+  virtual void adamw_step(const std::vector<Tensor>& params, const std::vector<Tensor>& masters,
+                          const std::vector<Tensor>& grads, const std::vector<Tensor>& exp_avgs,
+                          const std::vector<Tensor>& exp_avg_sqs, const Tensor& grad_scale,
+                          const AdamWArgs& args);
 
  protected:
   [[noreturn]] void missing(const char* entry) const;

@@ -4,8 +4,8 @@
 
 #include "autograd/function.h"
 #include "core/views.h"
-#include "ops/kernels.h"
 #include "ops/elementwise.h"
+#include "ops/kernels.h"
 #include "ops/op_checks.h"
 #include "ops/reduce.h"
 #include "ops/shape_ops.h"
@@ -102,8 +102,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   check_defined(op, weight, "weight");
   CG_CHECK(weight.dim() == 2, op, ": weight must be [out, in], got ", shape_str(weight.shape()));
   const int64_t in = weight.size(1), out = weight.size(0);
-  CG_CHECK(x.dim() >= 1 && x.size(-1) == in, op, ": x's last dim must be in=", in, " to match weight ",
-           shape_str(weight.shape()), ", got x ", shape_str(x.shape()));
+  CG_CHECK(x.dim() >= 1 && x.size(-1) == in, op, ": x's last dim must be in=", in,
+           " to match weight ", shape_str(weight.shape()), ", got x ", shape_str(x.shape()));
   if (bias.defined()) {
     CG_CHECK(bias.dim() == 1 && bias.size(0) == out, op, ": bias must be [out=", out, "], got ",
              shape_str(bias.shape()));

@@ -8,8 +8,8 @@
 #include "core/factories.h"
 #include "core/views.h"
 #include "ops/compute_copy.h"
-#include "ops/kernels.h"
 #include "ops/elementwise.h"
+#include "ops/kernels.h"
 #include "ops/op_checks.h"
 #include "ops/reduce.h"
 
@@ -130,7 +130,8 @@ RowLosses row_losses(const Tensor& logits, const Tensor& labels, const Tensor& t
 }
 
 Tensor row_reduction_weights(int64_t n, const Tensor& weights, const Tensor& labels,
-                             int64_t ignore_index, Reduction reduction, DType dtype, Device device) {
+                             int64_t ignore_index, Reduction reduction, DType dtype,
+                             Device device) {
   CG_CHECK(reduction != Reduction::none, "row_reduction_weights: reduction none has no weights");
   Tensor out = raw::empty({n}, dtype, device);
   const Tensor w = weights.defined() ? weights.detach() : Tensor();
@@ -142,7 +143,8 @@ Tensor row_reduction_weights(int64_t n, const Tensor& weights, const Tensor& lab
 Tensor reduce_rows(const Tensor& per_row, const Tensor& weights, const Tensor& labels,
                    int64_t ignore_index, Reduction reduction) {
   const char* op = "reduce_rows";
-  CG_CHECK(per_row.dim() == 1, op, ": per-row losses must be 1-D, got ", shape_str(per_row.shape()));
+  CG_CHECK(per_row.dim() == 1, op, ": per-row losses must be 1-D, got ",
+           shape_str(per_row.shape()));
   const int64_t n = per_row.size(0);
   if (weights.defined()) {
     CG_CHECK(weights.dim() == 1 && weights.size(0) == n, op, ": weights must be [", n,
@@ -150,7 +152,8 @@ Tensor reduce_rows(const Tensor& per_row, const Tensor& weights, const Tensor& l
     check_same_device(op, per_row, weights);
   }
   if (reduction == Reduction::none) {
-    return weights.defined() ? mul(per_row, raw::to_dtype(weights.detach(), per_row.dtype())) : per_row;
+    return weights.defined() ? mul(per_row, raw::to_dtype(weights.detach(), per_row.dtype()))
+                             : per_row;
   }
   // Constants (weights carry no gradient), so the reduction is one weighted sum.
   const Tensor scale = row_reduction_weights(n, weights, labels, ignore_index, reduction,

@@ -19,7 +19,8 @@ constexpr bool table_in_enum_order() {
   }
   return true;
 }
-static_assert(table_in_enum_order(), "kLossKinds (ops/loss_config.h) must list the kinds in enum order");
+static_assert(table_in_enum_order(),
+              "kLossKinds (ops/loss_config.h) must list the kinds in enum order");
 
 }  // namespace
 
@@ -33,7 +34,8 @@ const LossKindInfo& loss_kind_info(LossKind kind) {
     case LossKind::reverse_kl:
     case LossKind::soft_cross_entropy: {
       const size_t row = static_cast<size_t>(kind);
-      CG_CHECK(row < std::size(kLossKinds), "loss kind ", row, " has no row in kLossKinds (ops/loss_config.h)");
+      CG_CHECK(row < std::size(kLossKinds), "loss kind ", row,
+               " has no row in kLossKinds (ops/loss_config.h)");
       return kLossKinds[row];
     }
   }
@@ -85,12 +87,15 @@ void check_loss_config(const char* op, const LossConfig& c) {
 
 std::string loss_description(const LossConfig& c) {
   const LossKindInfo& k = loss_kind_info(c.kind);
-  return std::string(k.name) + (k.needs_labels || c.hard_ce_weight == 0.0f ? "" : " mixed with hard CE");
+  return std::string(k.name) +
+         (k.needs_labels || c.hard_ce_weight == 0.0f ? "" : " mixed with hard CE");
 }
 
 void check_loss_row_inputs(const LossConfig& c, bool has_teacher, bool has_labels) {
-  CG_CHECK(!loss_needs_teacher(c) || has_teacher, "head loss: ", loss_kind_name(c.kind), " needs teacher logits");
-  CG_CHECK(!loss_needs_labels(c) || has_labels, "head loss: ", loss_description(c), " needs labels");
+  CG_CHECK(!loss_needs_teacher(c) || has_teacher, "head loss: ", loss_kind_name(c.kind),
+           " needs teacher logits");
+  CG_CHECK(!loss_needs_labels(c) || has_labels, "head loss: ", loss_description(c),
+           " needs labels");
   CG_CHECK(c.temperature > 0.0f, "head loss: temperature must be > 0, got ", c.temperature);
 }
 

@@ -32,13 +32,15 @@ void check_binary(const char* op, const Tensor& a, const Tensor& b) {
 }
 
 void check_index_dtype(const char* op, const Tensor& idx, const char* arg) {
-  CG_CHECK(idx.dtype() == DType::i64 || idx.dtype() == DType::i32, op, ": ", arg,
-           " has dtype ", dtype_name(idx.dtype()), "; indices must be i32 or i64 (convert with "
+  CG_CHECK(idx.dtype() == DType::i64 || idx.dtype() == DType::i32, op, ": ", arg, " has dtype ",
+           dtype_name(idx.dtype()),
+           "; indices must be i32 or i64 (convert with "
            "cg::to(t, DType::i64))");
 }
 
 void fail_not_implemented(const char* op, Device device) {
-  CG_FAIL("op ", op, " is not implemented on ", device.str(), " yet; run it on the CPU "
+  CG_FAIL("op ", op, " is not implemented on ", device.str(),
+          " yet; run it on the CPU "
           "(cg::to(t, cg::kCPU))");
 }
 

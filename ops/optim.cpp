@@ -2,8 +2,8 @@
 #include "ops/optim.h"
 
 #include "autograd/grad_mode.h"
-#include "ops/elementwise.h"
 #include "core/factories.h"
+#include "ops/elementwise.h"
 #include "ops/reduce.h"
 #include "ops/shape_ops.h"
 
@@ -39,9 +39,11 @@ void adamw_step(const std::vector<Tensor>& params, const std::vector<Tensor>& ma
     CG_CHECK(p.device() == device, "adamw_step: params[", i, "] is on ", p.device().str(),
              " but params[0] is on ", device.str(), "; one step updates parameters of one device");
     const bool master = !masters.empty() && masters[i].defined();
-    if (master) fp32_like(masters[i], p, "masters", i);
-    else CG_CHECK(p.dtype() == DType::f32, "adamw_step: params[", i, "] is ", dtype_name(p.dtype()),
-                  ": a 16-bit parameter needs an fp32 master copy");
+    if (master)
+      fp32_like(masters[i], p, "masters", i);
+    else
+      CG_CHECK(p.dtype() == DType::f32, "adamw_step: params[", i, "] is ", dtype_name(p.dtype()),
+               ": a 16-bit parameter needs an fp32 master copy");
     fp32_like(exp_avgs[i], p, "exp_avgs", i);
     fp32_like(exp_avg_sqs[i], p, "exp_avg_sqs", i);
     const Tensor& g = grads[i];
@@ -59,7 +61,8 @@ void adamw_step(const std::vector<Tensor>& params, const std::vector<Tensor>& ma
                                      grad_scale.device() == device),
            "adamw_step: grad_scale must be a 1-element f32 tensor on ", device.str());
   const Tensor scale = grad_scale.defined() ? contiguous(grad_scale.detach()) : Tensor();
-  kernels_for(device, "adamw_step").adamw_step(params, masters, grads, exp_avgs, exp_avg_sqs, scale, args);
+  kernels_for(device, "adamw_step")
+      .adamw_step(params, masters, grads, exp_avgs, exp_avg_sqs, scale, args);
 }
 
 Tensor global_grad_norm(const std::vector<Tensor>& grads, const Tensor& scale) {
@@ -81,8 +84,9 @@ Tensor clip_coefficient(const Tensor& norm, double max_norm) {
   CG_CHECK(max_norm > 0, "clip_coefficient: max_norm must be > 0, got ", max_norm);
   NoGradGuard no_grad;
   // min(1, x) = (1 + x - |1 - x|) / 2, with |y| = sqrt(y^2): device ops only, no compare.
-  const Tensor x = div(full(norm.shape(), max_norm, {.dtype = norm.dtype(), .device = norm.device()}),
-                       add_scalar(norm.detach(), 1e-6));
+  const Tensor x =
+      div(full(norm.shape(), max_norm, {.dtype = norm.dtype(), .device = norm.device()}),
+          add_scalar(norm.detach(), 1e-6));
   const Tensor d = add_scalar(neg(x), 1.0);
   return scale(add(add_scalar(x, 1.0), neg(sqrt(mul(d, d)))), 0.5);
 }

@@ -5,8 +5,8 @@
 
 #include "autograd/function.h"
 #include "core/views.h"
-#include "ops/kernels.h"
 #include "ops/elementwise.h"
+#include "ops/kernels.h"
 #include "ops/op_checks.h"
 #include "ops/shape_ops.h"
 
@@ -52,8 +52,8 @@ struct SumBackward : Node {
   }
 };
 
-Tensor reduce(const char* op, const char* node_name, const Tensor& a,
-              const std::vector<bool>& mask, bool keepdim, bool average) {
+Tensor reduce(const char* op, const char* node_name, const Tensor& a, const std::vector<bool>& mask,
+              bool keepdim, bool average) {
   check_defined(op, a);
   check_floating(op, a);
   int64_t count = 1;
@@ -77,7 +77,8 @@ int64_t check_dim_reduce(const char* op, const Tensor& a, int64_t dim, bool need
   check_floating(op, a);
   const int64_t d = normalize_dim(dim, a.dim(), op);
   CG_CHECK(!need_elements || a.shape()[d] > 0, op, ": dim ", dim, " of the input of shape ",
-           shape_str(a.shape()), " has size 0, and an empty row has no maximum; reduce over "
+           shape_str(a.shape()),
+           " has size 0, and an empty row has no maximum; reduce over "
            "a dim with at least one element");
   return d;
 }

@@ -9,9 +9,9 @@
 
 namespace cg {
 
-Tensor sum(const Tensor& a);                                         // all -> shape []
+Tensor sum(const Tensor& a);  // all -> shape []
 Tensor sum(const Tensor& a, const Shape& dims, bool keepdim = false);
-Tensor mean(const Tensor& a);                                        // all -> shape []
+Tensor mean(const Tensor& a);  // all -> shape []
 Tensor mean(const Tensor& a, const Shape& dims, bool keepdim = false);
 
 // The maxima along a dim and where they are (i64, into that dim). The gradient goes to

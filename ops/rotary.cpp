@@ -12,7 +12,8 @@ namespace cg {
 namespace {
 
 Tensor run_rotary(const Tensor& x, const Tensor& positions, double theta, bool inverse) {
-  return kernels_for(x.device(), inverse ? "apply_rotary backward" : "apply_rotary").rotary(x, positions, theta, inverse);
+  return kernels_for(x.device(), inverse ? "apply_rotary backward" : "apply_rotary")
+      .rotary(x, positions, theta, inverse);
 }
 
 // The gradient of a rotation is the inverse rotation of the gradient.
@@ -36,8 +37,8 @@ void check_rotary(const Tensor& x, const Tensor& positions, double theta) {
            "; the layout is [..., S, H, head_dim] (unsqueeze a heads dim of 1 if there is one "
            "head)");
   const int64_t hd = x.shape().back();
-  CG_CHECK(hd % 2 == 0, "apply_rotary: head_dim ", hd, " (the last dim of x ",
-           shape_str(x.shape()), ") is odd; rotary pairs (i, i + head_dim/2) need an even "
+  CG_CHECK(hd % 2 == 0, "apply_rotary: head_dim ", hd, " (the last dim of x ", shape_str(x.shape()),
+           ") is odd; rotary pairs (i, i + head_dim/2) need an even "
            "head_dim");
   CG_CHECK(theta > 0.0, "apply_rotary: theta must be > 0, got ", theta);
   const Shape tokens(x.shape().begin(), x.shape().end() - 2);  // [..., S]
@@ -47,8 +48,10 @@ void check_rotary(const Tensor& x, const Tensor& positions, double theta) {
     fits = p == tokens[tokens.size() - i] || p == 1;
   }
   CG_CHECK(fits, "apply_rotary: positions of shape ", shape_str(positions.shape()),
-           " do not match x ", shape_str(x.shape()), " with layout [..., S, H, head_dim]; "
-           "positions must be [S] = [", tokens.back(), "] or broadcast to ", shape_str(tokens));
+           " do not match x ", shape_str(x.shape()),
+           " with layout [..., S, H, head_dim]; "
+           "positions must be [S] = [",
+           tokens.back(), "] or broadcast to ", shape_str(tokens));
 }
 
 }  // namespace

@@ -149,8 +149,8 @@ Tensor slice(const Tensor& t, int64_t dim, int64_t start, int64_t end, int64_t s
   check_defined("slice", t);
   // Backward slices a zero tensor of t's shape with these same arguments, which gives
   // exactly the forward's geometry (same clamping rules).
-  return record<SliceBackward>(raw::slice(t, dim, start, end, step), t, "SliceBackward", dim,
-                               start, end, step);
+  return record<SliceBackward>(raw::slice(t, dim, start, end, step), t, "SliceBackward", dim, start,
+                               end, step);
 }
 
 Tensor expand(const Tensor& t, const Shape& shape) {
@@ -169,7 +169,8 @@ Tensor to_dtype(const Tensor& t, DType dtype) {
   if (t.dtype() == dtype) return t;
   if (t.requires_grad() && GradMode::is_enabled()) {
     CG_CHECK(is_floating(dtype), "to(dtype): converting a tensor that requires grad to ",
-             dtype_name(dtype), " would cut the graph; detach() it first or convert to a "
+             dtype_name(dtype),
+             " would cut the graph; detach() it first or convert to a "
              "floating dtype");
   }
   return record<ToDtypeBackward>(raw::to_dtype(t, dtype), t);

@@ -18,9 +18,9 @@ Tensor slice(const Tensor& t, int64_t dim, int64_t start, int64_t end, int64_t s
 Tensor expand(const Tensor& t, const Shape& shape);
 Tensor unsqueeze(const Tensor& t, int64_t dim);
 Tensor squeeze(const Tensor& t, int64_t dim);
-Tensor contiguous(const Tensor& t);            // t itself when already contiguous
-Tensor to_dtype(const Tensor& t, DType dtype);      // t itself when the dtype matches
-Tensor to_device(const Tensor& t, Device device);   // t itself when the device matches
+Tensor contiguous(const Tensor& t);                // t itself when already contiguous
+Tensor to_dtype(const Tensor& t, DType dtype);     // t itself when the dtype matches
+Tensor to_device(const Tensor& t, Device device);  // t itself when the device matches
 // PyTorch's x.to(...) spelled as a free function: cg::to(x, DType::f64), cg::to(x, kCPU).
 inline Tensor to(const Tensor& t, DType dtype) { return to_dtype(t, dtype); }
 inline Tensor to(const Tensor& t, Device device) { return to_device(t, device); }

@@ -15,7 +15,8 @@ Tensor run_softmax(const char* op, const Tensor& a, int64_t dim, bool log) {
   return kernels_for(a.device(), op).softmax(a, dim, log);
 }
 
-Tensor run_softmax_backward(const char* op, const Tensor& g, const Tensor& y, int64_t dim, bool log) {
+Tensor run_softmax_backward(const char* op, const Tensor& g, const Tensor& y, int64_t dim,
+                            bool log) {
   return kernels_for(y.device(), op).softmax_backward(g, y, dim, log);
 }
 

@@ -19,8 +19,8 @@ struct SwigluBackward : Node {
     const Tensor& g = saved(gate);
     // up is saved only for dgate; dup alone reads gate only.
     const Tensor u = up != SIZE_MAX ? saved(up) : g;
-    const SwigluGrads d =
-        kernels_for(g.device(), "swiglu backward").swiglu_backward(grads[0], g, u, need_dgate, need_dup);
+    const SwigluGrads d = kernels_for(g.device(), "swiglu backward")
+                              .swiglu_backward(grads[0], g, u, need_dgate, need_dup);
     return {d.dgate, d.dup};
   }
 };

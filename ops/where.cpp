@@ -18,7 +18,8 @@ namespace {
 void check_condition(const char* op, const char* arg, const Tensor& cond, const Tensor& x) {
   check_defined(op, cond, arg);
   CG_CHECK(cond.dtype() == DType::boolean, op, ": ", arg, " must be a bool tensor but has dtype ",
-           dtype_name(cond.dtype()), "; convert it with cg::to(cond, DType::boolean) (nonzero is true)");
+           dtype_name(cond.dtype()),
+           "; convert it with cg::to(cond, DType::boolean) (nonzero is true)");
   CG_CHECK(cond.device() == x.device(), op, ": ", arg, " is on ", cond.device().str(),
            " but the values are on ", x.device().str(), "; move it with cg::to(cond, device)");
 }
@@ -38,8 +39,10 @@ struct WhereBackward : Node {
     const Tensor& c = saved(cond);
     const Tensor zero = scalar_like(g, 0.0);
     Tensor ga, gb;
-    if (needs_input_grad(1)) ga = sum_to_shape(run_where("where_backward", c, g, zero), input_meta[1].shape);
-    if (needs_input_grad(2)) gb = sum_to_shape(run_where("where_backward", c, zero, g), input_meta[2].shape);
+    if (needs_input_grad(1))
+      ga = sum_to_shape(run_where("where_backward", c, g, zero), input_meta[1].shape);
+    if (needs_input_grad(2))
+      gb = sum_to_shape(run_where("where_backward", c, zero, g), input_meta[2].shape);
     return {Tensor(), ga, gb};
   }
 };
@@ -62,7 +65,8 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
     raw::broadcast_shapes(raw::broadcast_shapes(cond.shape(), a.shape()), b.shape());
   } catch (const Error&) {
     CG_FAIL("where: shapes of cond ", shape_str(cond.shape()), ", a ", shape_str(a.shape()),
-            " and b ", shape_str(b.shape()), " cannot be broadcast together; sizes must match or "
+            " and b ", shape_str(b.shape()),
+            " cannot be broadcast together; sizes must match or "
             "be 1, aligned from the last dim");
   }
   Tensor out = run_where("where", cond, a, b);

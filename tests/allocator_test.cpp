@@ -26,8 +26,8 @@ namespace {
 
 uintptr_t addr(const void* p) { return reinterpret_cast<uintptr_t>(p); }
 
-void expect_stat(const Stat& s, int64_t current, int64_t peak, int64_t allocated,
-                 int64_t freed, const char* what) {
+void expect_stat(const Stat& s, int64_t current, int64_t peak, int64_t allocated, int64_t freed,
+                 const char* what) {
   EXPECT_EQ(s.current, current) << what << ".current";
   EXPECT_EQ(s.peak, peak) << what << ".peak";
   EXPECT_EQ(s.allocated, allocated) << what << ".allocated";
@@ -51,7 +51,8 @@ bool mentions_size(const std::string& text, size_t bytes) {
   for (const std::string& f : forms) {
     // not the tail of a longer number ("2 MiB" must not match "22 MiB")
     for (size_t at = text.find(f); at != std::string::npos; at = text.find(f, at + 1)) {
-      if (at == 0 || !(std::isdigit(static_cast<unsigned char>(text[at - 1])) || text[at - 1] == '.')) {
+      if (at == 0 ||
+          !(std::isdigit(static_cast<unsigned char>(text[at - 1])) || text[at - 1] == '.')) {
         return true;
       }
     }
@@ -72,14 +73,16 @@ TEST(AllocatorSizes, RoundSize) {
 }
 
 TEST(AllocatorSizes, SegmentSizeForPools) {
-  auto seg = [](size_t n) { return CachingAllocator::segment_size_for(CachingAllocator::round_size(n)); };
+  auto seg = [](size_t n) {
+    return CachingAllocator::segment_size_for(CachingAllocator::round_size(n));
+  };
   EXPECT_EQ(seg(1), kSmallBuffer);
-  EXPECT_EQ(seg(MiB), kSmallBuffer);            // <= 1 MiB: small pool
-  EXPECT_EQ(seg(MiB + 1), kLargeBuffer);        // just above: a 20 MiB segment
+  EXPECT_EQ(seg(MiB), kSmallBuffer);      // <= 1 MiB: small pool
+  EXPECT_EQ(seg(MiB + 1), kLargeBuffer);  // just above: a 20 MiB segment
   EXPECT_EQ(seg(5 * MiB), kLargeBuffer);
   EXPECT_EQ(seg(10 * MiB - 512), kLargeBuffer);
-  EXPECT_EQ(seg(10 * MiB - 1), 10 * MiB);      // rounds to exactly 10 MiB
-  EXPECT_EQ(seg(10 * MiB), 10 * MiB);           // from 10 MiB: the request rounded to 2 MiB
+  EXPECT_EQ(seg(10 * MiB - 1), 10 * MiB);  // rounds to exactly 10 MiB
+  EXPECT_EQ(seg(10 * MiB), 10 * MiB);      // from 10 MiB: the request rounded to 2 MiB
   EXPECT_EQ(seg(10 * MiB + 1), 12 * MiB);
   EXPECT_EQ(seg(13 * MiB), 14 * MiB);
   EXPECT_EQ(seg(100 * MiB), 100 * MiB);
@@ -116,10 +119,11 @@ TEST_P(AllocatorTest, ZeroBytesIsNullAndCostsNothing) {
 
 TEST_P(AllocatorTest, PoolChoiceBySize) {
   auto a = make();
-  void* small = a->allocate(MiB);           // small pool, 2 MiB segment
-  void* mid = a->allocate(MiB + 1);         // large pool, 20 MiB segment
-  void* big = a->allocate(21 * MiB);        // own segment, rounded to 22 MiB (too big for mid's)
-  std::map<uintptr_t, size_t> live = {{addr(small), MiB}, {addr(mid), MiB + 1}, {addr(big), 21 * MiB}};
+  void* small = a->allocate(MiB);     // small pool, 2 MiB segment
+  void* mid = a->allocate(MiB + 1);   // large pool, 20 MiB segment
+  void* big = a->allocate(21 * MiB);  // own segment, rounded to 22 MiB (too big for mid's)
+  std::map<uintptr_t, size_t> live = {
+      {addr(small), MiB}, {addr(mid), MiB + 1}, {addr(big), 21 * MiB}};
   check_snapshot(*a, live);
   std::map<size_t, bool> sizes;  // segment size -> small_pool
   for (const SegmentInfo& s : a->snapshot()) sizes[s.size] = s.small_pool;
@@ -127,7 +131,8 @@ TEST_P(AllocatorTest, PoolChoiceBySize) {
   EXPECT_TRUE(sizes.at(kSmallBuffer));
   EXPECT_FALSE(sizes.at(kLargeBuffer));
   EXPECT_FALSE(sizes.at(22 * MiB));
-  EXPECT_EQ(a->stats().reserved_bytes.current, static_cast<int64_t>(kSmallBuffer + kLargeBuffer + 22 * MiB));
+  EXPECT_EQ(a->stats().reserved_bytes.current,
+            static_cast<int64_t>(kSmallBuffer + kLargeBuffer + 22 * MiB));
   EXPECT_EQ(counters_->in_use, kSmallBuffer + kLargeBuffer + 22 * MiB);
   for (void* p : {small, mid, big}) a->free(p);
 }
@@ -214,8 +219,9 @@ TEST_P(AllocatorTest, LargePoolSplitsOnlyWhenMoreThan1MiBRemains) {
   void* w = a->allocate(MiB + 512);
   EXPECT_EQ(addr(w), addr(z) + MiB + 512);
   EXPECT_EQ(counters_->allocs, 1);
-  check_snapshot(*a, {{addr(x), 9 * MiB}, {addr(y), 9 * MiB - 1024}, {addr(z), MiB + 512},
-                      {addr(w), MiB + 512}});
+  check_snapshot(
+      *a,
+      {{addr(x), 9 * MiB}, {addr(y), 9 * MiB - 1024}, {addr(z), MiB + 512}, {addr(w), MiB + 512}});
   for (void* p : {x, y, z, w}) a->free(p);
   check_snapshot(*a, {});
 }
@@ -306,9 +312,9 @@ TEST_P(AllocatorTest, StatsInAScriptedScenario) {
 
   a->reset_peak_stats();
   s = a->stats();
-  for (const Stat* st : {&s.allocation, &s.segment, &s.active, &s.inactive_split,
-                         &s.allocated_bytes, &s.reserved_bytes, &s.active_bytes,
-                         &s.inactive_split_bytes, &s.requested_bytes}) {
+  for (const Stat* st :
+       {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,
+        &s.reserved_bytes, &s.active_bytes, &s.inactive_split_bytes, &s.requested_bytes}) {
     EXPECT_EQ(st->peak, st->current);
   }
 
@@ -344,12 +350,12 @@ TEST_P(AllocatorTest, StatsInAScriptedScenario) {
 TEST_P(AllocatorTest, EmptyCacheReturnsOnlyFullyFreeSegments) {
   auto a = make();
   void* s1 = a->allocate(1000);
-  void* s2 = a->allocate(1000);       // same small segment
-  void* l1 = a->allocate(12 * MiB);   // own segment
-  void* l2 = a->allocate(12 * MiB);   // own segment
+  void* s2 = a->allocate(1000);      // same small segment
+  void* l1 = a->allocate(12 * MiB);  // own segment
+  void* l2 = a->allocate(12 * MiB);  // own segment
   EXPECT_EQ(counters_->allocs, 3);
-  a->free(s1);   // segment still holds s2
-  a->free(l1);   // segment fully free
+  a->free(s1);  // segment still holds s2
+  a->free(l1);  // segment fully free
   a->empty_cache();
   EXPECT_EQ(counters_->frees, 1);
   EXPECT_EQ(counters_->in_use, kSmallBuffer + 12 * MiB);
@@ -369,11 +375,9 @@ TEST_P(AllocatorTest, MemoryLimitThrowsReadableOutOfMemory) {
   void* p = a->allocate(MiB);  // 2 MiB small segment
   std::string message;
   try {
-    a->allocate(3 * MiB);      // needs a 20 MiB segment
+    a->allocate(3 * MiB);  // needs a 20 MiB segment
     ADD_FAILURE() << "no OutOfMemoryError past the memory limit";
-  } catch (const OutOfMemoryError& e) {
-    message = e.what();
-  }
+  } catch (const OutOfMemoryError& e) { message = e.what(); }
   SCOPED_TRACE("OOM message: " + message);
   EXPECT_TRUE(mentions_size(message, 3 * MiB)) << "requested size missing";
   EXPECT_TRUE(mentions_size(message, 1 * MiB)) << "allocated figure missing";
@@ -417,7 +421,7 @@ TEST_P(AllocatorTest, LimitReleasesCachedSegmentsAndRetries) {
   config.memory_limit = 21 * MiB;
   auto a = make(config);
   void* p = a->allocate(1000);
-  a->free(p);                    // 2 MiB small segment cached
+  a->free(p);                      // 2 MiB small segment cached
   void* q = a->allocate(3 * MiB);  // 2 + 20 > 21: must give the small segment back first
   AllocatorStats s = a->stats();
   EXPECT_EQ(s.num_alloc_retries, 1);
@@ -462,7 +466,8 @@ TEST_P(AllocatorTest, SnapshotTilesSegmentsAndMatchesPointers) {
   auto a = make();
   std::map<uintptr_t, size_t> live;
   std::vector<void*> ptrs;
-  for (size_t n : {size_t{1}, size_t{700}, 64 * KiB, MiB, MiB + 1, 5 * MiB, 11 * MiB, size_t{513}}) {
+  for (size_t n :
+       {size_t{1}, size_t{700}, 64 * KiB, MiB, MiB + 1, 5 * MiB, 11 * MiB, size_t{513}}) {
     void* p = a->allocate(n);
     ptrs.push_back(p);
     live[addr(p)] = n;
@@ -554,7 +559,10 @@ TEST_P(AllocatorTest, RandomFuzz) {
   auto a = make();
   MemoryAccess mem(GetParam());
   std::mt19937_64 rng(20240611);
-  struct Live { size_t n; uint64_t tag; };
+  struct Live {
+    size_t n;
+    uint64_t tag;
+  };
   std::map<uintptr_t, Live> live;
   std::map<uintptr_t, size_t> live_sizes;
   size_t live_bytes = 0;

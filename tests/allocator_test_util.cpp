@@ -119,10 +119,14 @@ std::string MemoryAccess::check(const void* p, size_t n, uint64_t tag) {
 
 void check_stat_consistency(const AllocatorStats& s) {
   const std::pair<const char*, const Stat*> all[] = {
-      {"allocation", &s.allocation},         {"segment", &s.segment},
-      {"active", &s.active},                 {"inactive_split", &s.inactive_split},
-      {"allocated_bytes", &s.allocated_bytes}, {"reserved_bytes", &s.reserved_bytes},
-      {"active_bytes", &s.active_bytes},     {"inactive_split_bytes", &s.inactive_split_bytes},
+      {"allocation", &s.allocation},
+      {"segment", &s.segment},
+      {"active", &s.active},
+      {"inactive_split", &s.inactive_split},
+      {"allocated_bytes", &s.allocated_bytes},
+      {"reserved_bytes", &s.reserved_bytes},
+      {"active_bytes", &s.active_bytes},
+      {"inactive_split_bytes", &s.inactive_split_bytes},
       {"requested_bytes", &s.requested_bytes}};
   for (const auto& [name, st] : all) {
     EXPECT_EQ(st->current, st->allocated - st->freed) << name;
@@ -133,8 +137,7 @@ void check_stat_consistency(const AllocatorStats& s) {
   EXPECT_EQ(s.active_bytes.current, s.allocated_bytes.current);
   EXPECT_GE(s.reserved_bytes.current, s.allocated_bytes.current);
   EXPECT_GE(s.allocated_bytes.current, s.requested_bytes.current);
-  EXPECT_GE(s.reserved_bytes.current,
-            s.allocated_bytes.current + s.inactive_split_bytes.current);
+  EXPECT_GE(s.reserved_bytes.current, s.allocated_bytes.current + s.inactive_split_bytes.current);
 }
 
 void check_snapshot(const CachingAllocator& a, const std::map<uintptr_t, size_t>& live) {

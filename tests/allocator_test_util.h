@@ -7,8 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
-#include <ostream>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -31,8 +31,8 @@ struct SourceCounters {
   size_t in_use = 0;
   int64_t allocs = 0;
   int64_t frees = 0;
-  int fail_next = 0;                  // make the next N requests fail (return nullptr)
-  std::map<uintptr_t, size_t> live;   // segment address -> bytes
+  int fail_next = 0;                 // make the next N requests fail (return nullptr)
+  std::map<uintptr_t, size_t> live;  // segment address -> bytes
 };
 
 // Wraps any source; fails the test when a segment comes back with a different size or

@@ -4,13 +4,13 @@
 // detach, and the errors users hit.
 #include <gtest/gtest.h>
 
-#include "error_helpers.h"
-#include "core/caching_allocator.h"
-#include "core/factories.h"
 #include "autograd/engine.h"
 #include "autograd/function.h"
 #include "autograd/node.h"
+#include "core/caching_allocator.h"
+#include "core/factories.h"
 #include "core/memory_trace.h"
+#include "error_helpers.h"
 #include "ops/ops.h"
 #include "tests/gradcheck.h"
 
@@ -95,8 +95,11 @@ TEST(AutogradMemory, SavedTensorsFreedAfterBackward) {
     EXPECT_EQ(graph_retained_bytes(loss).total_bytes, 0u);
     EXPECT_TRUE(loss.grad_fn()->released());
     // What is left beyond x, w1, w2: their two grads and loss itself (one f32).
-    const auto block = [](size_t n) { return static_cast<int64_t>(CachingAllocator::round_size(n)); };
-    EXPECT_EQ(cpu_allocated_bytes(), with_params + block(32 * 64 * 4) + block(64 * 8 * 4) + block(4));
+    const auto block = [](size_t n) {
+      return static_cast<int64_t>(CachingAllocator::round_size(n));
+    };
+    EXPECT_EQ(cpu_allocated_bytes(),
+              with_params + block(32 * 64 * 4) + block(64 * 8 * 4) + block(4));
   }
   EXPECT_EQ(cpu_allocated_bytes(), baseline);
 }
@@ -161,7 +164,8 @@ TEST(AutogradEngine, RetainGraphAllowsSecondBackwardAndDoublesGrads) {
   for (size_t i = 0; i < gw.size(); ++i) EXPECT_DOUBLE_EQ(gw2[i], 2 * gw[i]);
   // The second backward did not retain: a third one fails.
   const std::string msg = error_of([&] { loss.backward(); });
-  EXPECT_NE(msg.find("Trying to backward through the graph a second time"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("Trying to backward through the graph a second time"), std::string::npos)
+      << msg;
 }
 
 TEST(AutogradEngine, SecondBackwardWithoutRetainThrows) {
@@ -277,7 +281,7 @@ TEST(AutogradErrors, BackwardOnNonScalarWithoutGradient) {
                      "of shape [2, 3]"),
             std::string::npos)
       << msg;
-  EXPECT_THROW(y.backward(ones({3, 2})), Error);                        // wrong shape
+  EXPECT_THROW(y.backward(ones({3, 2})), Error);                         // wrong shape
   EXPECT_THROW(y.backward(ones({2, 3}, {.dtype = DType::f64})), Error);  // wrong dtype
 }
 
@@ -292,7 +296,8 @@ TEST(AutogradErrors, BackwardOnTensorWithoutGrad) {
 TEST(AutogradErrors, RequiresGradOnNonLeafOrIntegers) {
   Tensor x = ones({2}).requires_grad_();
   Tensor y = scale(x, 2.0);
-  EXPECT_NE(error_of([&] { y.requires_grad_(false); }).find("only leaf tensors"), std::string::npos);
+  EXPECT_NE(error_of([&] { y.requires_grad_(false); }).find("only leaf tensors"),
+            std::string::npos);
   const std::string msg = error_of([] { ones({2}, {.dtype = DType::i64}).requires_grad_(); });
   EXPECT_NE(msg.find("only floating-point tensors"), std::string::npos) << msg;
   EXPECT_THROW(x.set_grad(ones({3})), Error);

@@ -41,7 +41,9 @@ struct InputSpec {
   double low = -1.0, high = 1.0;
 };
 
-InputSpec f(Shape shape, bool transposed = false) { return {InputSpec::floating, shape, transposed}; }
+InputSpec f(Shape shape, bool transposed = false) {
+  return {InputSpec::floating, shape, transposed};
+}
 InputSpec positive(Shape shape) {
   InputSpec s{InputSpec::floating, shape};
   s.low = 0.5;
@@ -135,23 +137,45 @@ bool argmax_may_tie(HeadLossPath path, const Tensor& hidden) {
 
 std::vector<Case> all_cases() {
   std::vector<Case> c;
-  c.push_back({"binary_broadcast", {"binary", "sum"}, kAllFloat, {f({3, 5, 7}), f({5, 1}, false)},
-               [](auto& x) { return std::vector<Tensor>{add(x[0], x[1]), sub(x[0], x[1]), mul(x[0], x[1])}; }});
-  c.push_back({"binary_div_pow", {"binary", "unary"}, kF32F64, {f({4, 9}, true), positive({4, 9})},
-               [](auto& x) { return std::vector<Tensor>{div(x[0], x[1]), pow(x[1], x[0])}; }});
-  c.push_back({"unary_math", {"unary", "binary"}, kAllFloat, {positive({6, 11})},
+  c.push_back({"binary_broadcast",
+               {"binary", "sum"},
+               kAllFloat,
+               {f({3, 5, 7}), f({5, 1}, false)},
                [](auto& x) {
-                 return std::vector<Tensor>{exp(x[0]), log(x[0]), sqrt(x[0]), rsqrt(x[0]), pow(x[0], 2.5),
-                                            scale(x[0], -1.5), add_scalar(x[0], 0.25), neg(x[0])};
+                 return std::vector<Tensor>{add(x[0], x[1]), sub(x[0], x[1]), mul(x[0], x[1])};
                }});
-  c.push_back({"unary_activations", {"unary", "binary"}, kAllFloat, {f({5, 13}, true)},
+  c.push_back({"binary_div_pow",
+               {"binary", "unary"},
+               kF32F64,
+               {f({4, 9}, true), positive({4, 9})},
                [](auto& x) {
-                 return std::vector<Tensor>{relu(x[0]), tanh(x[0]), sigmoid(x[0]), silu(x[0]), gelu(x[0]),
-                                            gelu(x[0], GeluApproximation::tanh)};
+                 return std::vector<Tensor>{div(x[0], x[1]), pow(x[1], x[0])};
                }});
-  c.push_back({"where_masked_fill", {"where", "sum"}, kAllFloat, {mask({4, 1, 6}), f({4, 3, 6}), f({3, 6})},
-               [](auto& x) { return std::vector<Tensor>{where(x[0], x[1], x[2]), masked_fill(x[1], x[0], -2.0)}; }});
-  c.push_back({"inplace", {"inplace", "inplace_scalar", "addcmul"}, kAllFloat,
+  c.push_back({"unary_math", {"unary", "binary"}, kAllFloat, {positive({6, 11})}, [](auto& x) {
+                 return std::vector<Tensor>{exp(x[0]),
+                                            log(x[0]),
+                                            sqrt(x[0]),
+                                            rsqrt(x[0]),
+                                            pow(x[0], 2.5),
+                                            scale(x[0], -1.5),
+                                            add_scalar(x[0], 0.25),
+                                            neg(x[0])};
+               }});
+  c.push_back(
+      {"unary_activations", {"unary", "binary"}, kAllFloat, {f({5, 13}, true)}, [](auto& x) {
+         return std::vector<Tensor>{relu(x[0]), tanh(x[0]), sigmoid(x[0]),
+                                    silu(x[0]), gelu(x[0]), gelu(x[0], GeluApproximation::tanh)};
+       }});
+  c.push_back({"where_masked_fill",
+               {"where", "sum"},
+               kAllFloat,
+               {mask({4, 1, 6}), f({4, 3, 6}), f({3, 6})},
+               [](auto& x) {
+                 return std::vector<Tensor>{where(x[0], x[1], x[2]), masked_fill(x[1], x[0], -2.0)};
+               }});
+  c.push_back({"inplace",
+               {"inplace", "inplace_scalar", "addcmul"},
+               kAllFloat,
                {constant({4, 7}), constant({7}), weights({4, 7})},
                [](auto& x) {
                  Tensor d = raw::clone(x[0]);
@@ -165,16 +189,23 @@ std::vector<Case> all_cases() {
                  copy_(e, x[1]);
                  return std::vector<Tensor>{d, e};
                }});
-  c.push_back({"reductions", {"sum", "max_along_dim", "logsumexp_along_dim", "scatter_along_dim"}, kAllFloat,
+  c.push_back({"reductions",
+               {"sum", "max_along_dim", "logsumexp_along_dim", "scatter_along_dim"},
+               kAllFloat,
                {f({5, 6, 7}, true)},
                [](auto& x) {
-                 return std::vector<Tensor>{sum(x[0], {0, 2}), mean(x[0], {1}, true), max(x[0], 1).values,
-                                            argmax(x[0], 2), logsumexp(x[0], 0), max(x[0])};
+                 return std::vector<Tensor>{sum(x[0], {0, 2}),   mean(x[0], {1}, true),
+                                            max(x[0], 1).values, argmax(x[0], 2),
+                                            logsumexp(x[0], 0),  max(x[0])};
                }});
-  c.push_back({"softmax", {"softmax", "softmax_backward"}, kAllFloat, {f({3, 4, 9}, true)},
-               [](auto& x) { return std::vector<Tensor>{softmax(x[0], -1), log_softmax(x[0], 1)}; }});
-  c.push_back({"cross_entropy", {"head_logits_dtype", "head_loss_rows", "check_labels", "row_weights"},
-               kAllFloat, {f({13, 37}), idx({13}, -37), weights({13})},
+  c.push_back(
+      {"softmax", {"softmax", "softmax_backward"}, kAllFloat, {f({3, 4, 9}, true)}, [](auto& x) {
+         return std::vector<Tensor>{softmax(x[0], -1), log_softmax(x[0], 1)};
+       }});
+  c.push_back({"cross_entropy",
+               {"head_logits_dtype", "head_loss_rows", "check_labels", "row_weights"},
+               kAllFloat,
+               {f({13, 37}), idx({13}, -37), weights({13})},
                [](auto& x) {
                  CrossEntropyOptions o;
                  o.weights = x[2];
@@ -185,7 +216,10 @@ std::vector<Case> all_cases() {
                  Tensor b = cross_entropy(x[0], x[1], o);
                  return std::vector<Tensor>{a, b};
                }});
-  c.push_back({"kl_div", {"head_loss_rows", "row_weights"}, kAllFloat, {f({11, 29}), constant({11, 29})},
+  c.push_back({"kl_div",
+               {"head_loss_rows", "row_weights"},
+               kAllFloat,
+               {f({11, 29}), constant({11, 29})},
                [](auto& x) {
                  KlDivOptions o;
                  o.temperature = 2.0f;
@@ -193,19 +227,26 @@ std::vector<Case> all_cases() {
                  o.reverse = true;
                  return std::vector<Tensor>{a, kl_div(x[0], x[1], o)};
                }});
-  c.push_back({"matmul_batched", {"matmul"}, kAllFloat, {f({2, 3, 5, 7}, true), f({3, 7, 4})},
-               [](auto& x) { return std::vector<Tensor>{matmul(x[0], x[1])}; }});
+  c.push_back(
+      {"matmul_batched", {"matmul"}, kAllFloat, {f({2, 3, 5, 7}, true), f({3, 7, 4})}, [](auto& x) {
+         return std::vector<Tensor>{matmul(x[0], x[1])};
+       }});
   for (HeadLossPath path : {HeadLossPath::naive, HeadLossPath::chunked, HeadLossPath::fused}) {
     const std::string p = head_loss_path_name(path);
     const std::string product = path == HeadLossPath::fused ? "gemm" : "matmul";
-    c.push_back({"head_loss_ce_" + p, {product, "head_loss_rows", "check_labels", "row_weights"},
-                 kAllFloat, {f({17, 8}), f({23, 8}), idx({17}, -23), weights({17})},
+    c.push_back({"head_loss_ce_" + p,
+                 {product, "head_loss_rows", "check_labels", "row_weights"},
+                 kAllFloat,
+                 {f({17, 8}), f({23, 8}), idx({17}, -23), weights({17})},
                  [path](auto& x) {
                    HeadLossResult r = head(x, path, LossKind::cross_entropy, true);
-                   if (argmax_may_tie(path, x[0])) return std::vector<Tensor>{r.loss, r.per_token, r.lse};
+                   if (argmax_may_tie(path, x[0]))
+                     return std::vector<Tensor>{r.loss, r.per_token, r.lse};
                    return std::vector<Tensor>{r.loss, r.per_token, r.lse, r.argmax};
                  }});
-    c.push_back({"head_loss_kl_frozen_" + p, {product, "head_loss_rows"}, kAllFloat,
+    c.push_back({"head_loss_kl_frozen_" + p,
+                 {product, "head_loss_rows"},
+                 kAllFloat,
                  {f({14, 8}), constant({23, 8}), idx({14}, 23), weights({14}), constant({14, 8})},
                  [path](auto& x) {
                    HeadLossResult r = head(x, path, LossKind::forward_kl, true);
@@ -213,44 +254,64 @@ std::vector<Case> all_cases() {
                    return std::vector<Tensor>{r.loss, r.per_token, r.teacher_argmax};
                  }});
   }
-  c.push_back({"head_loss_fused_trainable_budget", {"gemm", "gemm_scratch_bytes", "head_loss_rows"}, kAllFloat,
+  c.push_back({"head_loss_fused_trainable_budget",
+               {"gemm", "gemm_scratch_bytes", "head_loss_rows"},
+               kAllFloat,
                {f({19, 8}, true), f({23, 8}), idx({19}, -23), weights({19})},
                [](auto& x) {
                  HeadLossResult r = head(x, HeadLossPath::fused, LossKind::cross_entropy, false, 0);
                  return std::vector<Tensor>{r.loss, r.per_token};
                }});
-  c.push_back({"rms_norm", {"rms_norm_forward", "rms_norm_backward"}, kAllFloat, {f({3, 5, 16}), f({16})},
+  c.push_back({"rms_norm",
+               {"rms_norm_forward", "rms_norm_backward"},
+               kAllFloat,
+               {f({3, 5, 16}), f({16})},
                [](auto& x) { return std::vector<Tensor>{rms_norm(x[0], x[1], 1e-5)}; }});
-  c.push_back({"rotary", {"rotary"}, kAllFloat, {f({2, 5, 3, 8}), idx({5}, 1000)},
-               [](auto& x) { return std::vector<Tensor>{apply_rotary(x[0], x[1], 1e4)}; }});
-  c.push_back({"swiglu", {"swiglu_forward", "swiglu_backward"}, kAllFloat, {f({6, 10}, true), f({6, 10})},
+  c.push_back({"rotary", {"rotary"}, kAllFloat, {f({2, 5, 3, 8}), idx({5}, 1000)}, [](auto& x) {
+                 return std::vector<Tensor>{apply_rotary(x[0], x[1], 1e4)};
+               }});
+  c.push_back({"swiglu",
+               {"swiglu_forward", "swiglu_backward"},
+               kAllFloat,
+               {f({6, 10}, true), f({6, 10})},
                [](auto& x) { return std::vector<Tensor>{swiglu(x[0], x[1])}; }});
-  c.push_back({"attention_causal_gqa", {"attention_forward", "attention_backward"}, kAllFloat,
+  c.push_back({"attention_causal_gqa",
+               {"attention_forward", "attention_backward"},
+               kAllFloat,
                {f({2, 4, 7, 8}), f({2, 2, 7, 8}), f({2, 2, 7, 8})},
                [](auto& x) {
-                 return std::vector<Tensor>{scaled_dot_product_attention(x[0], x[1], x[2], AttentionMask::causal())};
+                 return std::vector<Tensor>{
+                     scaled_dot_product_attention(x[0], x[1], x[2], AttentionMask::causal())};
                }});
-  c.push_back({"attention_dflash", {"attention_forward", "attention_backward"}, kF32F64,
+  c.push_back({"attention_dflash",
+               {"attention_forward", "attention_backward"},
+               kF32F64,
                {f({1, 2, 6, 4}), f({1, 2, 11, 4}), f({1, 2, 11, 4})},
                [](auto& x) {
                  const Tensor anchors = from_ints({2, 4}, {2});
                  const AttentionMask m = AttentionMask::dflash_blocks(5, 3, anchors);
                  return std::vector<Tensor>{scaled_dot_product_attention(x[0], x[1], x[2], m)};
                }});
-  c.push_back({"indexing", {"index_select", "index_add", "gather", "scatter_add", "check_indices"}, kAllFloat,
+  c.push_back({"indexing",
+               {"index_select", "index_add", "gather", "scatter_add", "check_indices"},
+               kAllFloat,
                {f({6, 5}, true), idx({4}, 6), idx({6, 3}, 5), f({6, 3})},
                [](auto& x) {
                  return std::vector<Tensor>{index_select(x[0], 0, x[1]), gather(x[0], 1, x[2]),
                                             scatter_add(x[0], 1, x[2], x[3])};
                }});
-  c.push_back({"embedding", {"index_select", "index_add", "check_indices"}, kAllFloat,
+  c.push_back({"embedding",
+               {"index_select", "index_add", "check_indices"},
+               kAllFloat,
                {f({9, 4}), idx({2, 5}, 9)},
                [](auto& x) { return std::vector<Tensor>{embedding(x[0], x[1], 3)}; }});
   // Moments, master and weight after two steps (a 16-bit or f64 parameter keeps an fp32
   // master); the gradient is a transposed view of another dtype, scaled on the device.
   InputSpec grad_view = constant({5, 3});
   grad_view.transposed = true;
-  c.push_back({"adamw", {"adamw_step"}, kAllFloat,
+  c.push_back({"adamw",
+               {"adamw_step"},
+               kAllFloat,
                {constant({5, 3}), grad_view, constant({5, 3}), weights({5, 3})},
                [](auto& x) {
                  const Tensor p = raw::contiguous(x[0]);
@@ -261,7 +322,12 @@ std::vector<Case> all_cases() {
                  const Tensor s = full({1}, 0.5, {.device = p.device()});
                  for (int64_t step = 1; step <= 2; ++step) {
                    adamw_step({p}, {w}, {x[1]}, {m}, {v}, s,
-                              {.lr = 0.1, .beta1 = 0.8, .beta2 = 0.9, .eps = 1e-3, .weight_decay = 0.1, .step = step});
+                              {.lr = 0.1,
+                               .beta1 = 0.8,
+                               .beta2 = 0.9,
+                               .eps = 1e-3,
+                               .weight_decay = 0.1,
+                               .step = step});
                  }
                  return std::vector<Tensor>{p, m, v, master ? w : p};
                },
@@ -270,21 +336,34 @@ std::vector<Case> all_cases() {
   // order, long softmax rows, a vocabulary wide enough for the 16-byte row packs and one
   // that is odd (no packs), rms_norm without a weight over strided rows, contiguous swiglu
   // (the flat kernels, with a tail), i32 indices.
-  c.push_back({"reductions_long", {"sum"}, kAllFloat, {f({2, 9000}), f({3, 700}, true), f({130, 1030})},
+  c.push_back({"reductions_long",
+               {"sum"},
+               kAllFloat,
+               {f({2, 9000}), f({3, 700}, true), f({130, 1030})},
                [](auto& x) {
-                 return std::vector<Tensor>{sum(x[0], {1}), sum(x[0]), mean(x[1], {0}, true), sum(x[1], {1}),
-                                            sum(x[2], {0})};
+                 return std::vector<Tensor>{sum(x[0], {1}), sum(x[0]), mean(x[1], {0}, true),
+                                            sum(x[1], {1}), sum(x[2], {0})};
                }});
-  c.push_back({"softmax_long_rows", {"softmax", "softmax_backward"}, kAllFloat, {f({2, 3000})},
-               [](auto& x) { return std::vector<Tensor>{softmax(x[0], -1), log_softmax(x[0], -1)}; }});
-  c.push_back({"cross_entropy_wide_vocab", {"head_loss_rows", "check_labels", "row_weights"}, kAllFloat,
-               {f({3, 16384}), idx({3}, 16384), f({2, 20001}), idx({2}, 20001)},
+  c.push_back({"softmax_long_rows",
+               {"softmax", "softmax_backward"},
+               kAllFloat,
+               {f({2, 3000})},
                [](auto& x) {
-                 CrossEntropyOptions o;
-                 o.label_smoothing = 0.05f;
-                 return std::vector<Tensor>{cross_entropy(x[0], x[1], o), cross_entropy(x[2], x[3])};
+                 return std::vector<Tensor>{softmax(x[0], -1), log_softmax(x[0], -1)};
                }});
-  c.push_back({"kl_div_wide_vocab", {"head_loss_rows", "row_weights"}, kAllFloat,
+  c.push_back(
+      {"cross_entropy_wide_vocab",
+       {"head_loss_rows", "check_labels", "row_weights"},
+       kAllFloat,
+       {f({3, 16384}), idx({3}, 16384), f({2, 20001}), idx({2}, 20001)},
+       [](auto& x) {
+         CrossEntropyOptions o;
+         o.label_smoothing = 0.05f;
+         return std::vector<Tensor>{cross_entropy(x[0], x[1], o), cross_entropy(x[2], x[3])};
+       }});
+  c.push_back({"kl_div_wide_vocab",
+               {"head_loss_rows", "row_weights"},
+               kAllFloat,
                {f({2, 16384}), constant({2, 16384})},
                [](auto& x) {
                  KlDivOptions o;
@@ -293,13 +372,21 @@ std::vector<Case> all_cases() {
                  o.temperature = 1.5f;
                  return std::vector<Tensor>{a, kl_div(x[0], x[1], o)};
                }});
-  c.push_back({"rms_norm_strided_no_weight", {"rms_norm_forward", "rms_norm_backward"}, kAllFloat,
+  c.push_back({"rms_norm_strided_no_weight",
+               {"rms_norm_forward", "rms_norm_backward"},
+               kAllFloat,
                {f({4, 24, 3}, true)},
                [](auto& x) { return std::vector<Tensor>{rms_norm(x[0], Tensor(), 1e-6)}; }});
-  c.push_back({"swiglu_contiguous", {"swiglu_forward", "swiglu_backward", "unary"}, kAllFloat,
+  c.push_back({"swiglu_contiguous",
+               {"swiglu_forward", "swiglu_backward", "unary"},
+               kAllFloat,
                {f({4, 37}), f({4, 37})},
-               [](auto& x) { return std::vector<Tensor>{swiglu(x[0], x[1]), silu(x[0])}; }});
-  c.push_back({"indexing_i32", {"index_select", "index_add", "gather", "check_indices"}, kAllFloat,
+               [](auto& x) {
+                 return std::vector<Tensor>{swiglu(x[0], x[1]), silu(x[0])};
+               }});
+  c.push_back({"indexing_i32",
+               {"index_select", "index_add", "gather", "check_indices"},
+               kAllFloat,
                {f({7, 5}, true), idx({9}, 7), idx({7, 4}, 5)},
                [](auto& x) {
                  const Tensor i1 = to_dtype(x[1], DType::i32), i2 = to_dtype(x[2], DType::i32);
@@ -343,7 +430,8 @@ struct RunResult {
 
 RunResult run_case(const Case& c, DType dtype, Device device, uint64_t seed) {
   std::vector<Tensor> in;
-  for (size_t i = 0; i < c.inputs.size(); ++i) in.push_back(make_input(c.inputs[i], dtype, device, seed + i));
+  for (size_t i = 0; i < c.inputs.size(); ++i)
+    in.push_back(make_input(c.inputs[i], dtype, device, seed + i));
   RunResult r;
   r.outputs = c.run(in);
   // A random upstream gradient for every differentiable output, then one backward.
@@ -352,12 +440,14 @@ RunResult run_case(const Case& c, DType dtype, Device device, uint64_t seed) {
     const Tensor& o = r.outputs[k];
     if (!o.requires_grad()) continue;
     Generator gen(seed * 31 + k);
-    Tensor g = raw::to_device(raw::to_dtype(rand(o.shape(), {.dtype = DType::f64}, &gen, -1, 1), o.dtype()), device);
+    Tensor g = raw::to_device(
+        raw::to_dtype(rand(o.shape(), {.dtype = DType::f64}, &gen, -1, 1), o.dtype()), device);
     Tensor term = sum(mul(o, g));
     total = total.defined() ? add(total, to_dtype(term, total.dtype())) : term;
   }
   if (total.defined()) total.backward();
-  for (size_t i = 0; i < in.size(); ++i) r.grads.push_back(in[i].requires_grad() ? in[i].grad() : Tensor());
+  for (size_t i = 0; i < in.size(); ++i)
+    r.grads.push_back(in[i].requires_grad() ? in[i].grad() : Tensor());
   return r;
 }
 
@@ -410,7 +500,8 @@ TEST_F(KernelTable, EveryCaseMatchesTheCpu) {
   if (!missing.empty()) {
     std::string list;
     for (const auto& m : missing) list += "\n  " + m;
-    GTEST_SKIP() << missing.size() << " cases need entries " << device_.str() << " lacks yet:" << list;
+    GTEST_SKIP() << missing.size() << " cases need entries " << device_.str()
+                 << " lacks yet:" << list;
   }
 }
 
@@ -418,7 +509,8 @@ TEST_F(KernelTable, EveryEntryIsCovered) {
   // The cases name their entries; together they must name every entry of the table.
   std::set<std::string> named;
   for (const Case& c : all_cases()) named.insert(c.entries.begin(), c.entries.end());
-  for (const std::string& e : kernel_entry_names()) EXPECT_TRUE(named.count(e)) << e << " has no case";
+  for (const std::string& e : kernel_entry_names())
+    EXPECT_TRUE(named.count(e)) << e << " has no case";
   if (!fake_) GTEST_SKIP() << "call counts are kept by the fake device only";
   // And on the fake device each case really reaches what it names.
   for (const Case& c : all_cases()) {
@@ -435,9 +527,7 @@ TEST_F(KernelTable, DataChecksRunOnTheDevice) {
   auto message = [](auto&& f) {
     try {
       f();
-    } catch (const Error& e) {
-      return std::string(e.what()).substr(0, 60);
-    }
+    } catch (const Error& e) { return std::string(e.what()).substr(0, 60); }
     return std::string("no error");
   };
   for (Device d : {kCPU, device_}) {
@@ -460,7 +550,8 @@ TEST_F(KernelTable, MissingEntriesSayWhichAndWhere) {
     empty.softmax(Tensor(), 0, false);
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("kernel softmax is not implemented on cuda"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("kernel softmax is not implemented on cuda"),
+              std::string::npos)
         << e.what();
   }
 }

@@ -68,7 +68,10 @@ void expect_close(const Tensor& gpu, const Tensor& cpu, double tol, const std::s
     }
     ASSERT_FALSE(std::isnan(g[i])) << what << " is NaN at " << i;
     const double d = std::abs(g[i] - c[i]);
-    if (d > worst) { worst = d; at = i; }
+    if (d > worst) {
+      worst = d;
+      at = i;
+    }
   }
   EXPECT_LE(worst, tol * ref) << what << ": worst |gpu - cpu| " << worst << " at element " << at
                               << " (gpu " << g[at] << ", cpu " << c[at] << "), max |cpu| " << ref;
@@ -141,8 +144,8 @@ void check_case(const Case& c, AttentionPath path, const std::string& name) {
   expect_close(got.out, ref.out, tol, "out");
   expect_close(got.lse, ref.lse, tol, "lse");
 
-  const AttentionGrads rg = cpu->attention_backward(g, q, k, v, ref.out, ref.lse, mc, scale,
-                                                    true, true, true);
+  const AttentionGrads rg =
+      cpu->attention_backward(g, q, k, v, ref.out, ref.lse, mc, scale, true, true, true);
   const AttentionGrads gg2 =
       gpu.attention_backward(gg, qg, kg, vg, got.out, got.lse, mg, scale, true, true, true);
   expect_close(gg2.dq, rg.dq, tol, "dq");
@@ -153,9 +156,8 @@ void check_case(const Case& c, AttentionPath path, const std::string& name) {
 // The automatic path, and flash and rows too where the automatic one is cudnn or flash.
 void check_paths(const Case& c, const std::string& name) {
   const double scale = c.scale != 0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.hd));
-  const ResolvedAttentionMask m =
-      resolve_attention_mask(mask_on(c.mask, cuda_device(0)), c.B, c.Hq, c.Sq, c.Sk,
-                             cuda_device(0), "test");
+  const ResolvedAttentionMask m = resolve_attention_mask(mask_on(c.mask, cuda_device(0)), c.B, c.Hq,
+                                                         c.Sq, c.Sk, cuda_device(0), "test");
   const std::string rule = cuda::cuda_attention_path(c.dtype, c.hd, m, scale);
   check_case(c, AttentionPath::automatic, name);
   if (rule == "cudnn") check_case(c, AttentionPath::flash, name);
@@ -168,7 +170,13 @@ TEST_F(CudaAttentionTest, NoMaskOddLengths) {
   for (DType dt : kDTypes) {
     for (int64_t hd : {64, 128}) {
       Case c;
-      c.B = 2; c.Hq = 3; c.Hkv = 3; c.Sq = 77; c.Sk = 131; c.hd = hd; c.dtype = dt;
+      c.B = 2;
+      c.Hq = 3;
+      c.Hkv = 3;
+      c.Sq = 77;
+      c.Sk = 131;
+      c.hd = hd;
+      c.dtype = dt;
       check_paths(c, "none hd " + std::to_string(hd));
     }
   }
@@ -178,7 +186,13 @@ TEST_F(CudaAttentionTest, CausalGqa) {
   for (DType dt : kDTypes) {
     for (int64_t hd : {64, 128}) {
       Case c;
-      c.B = 2; c.Hq = 8; c.Hkv = 2; c.Sq = 130; c.Sk = 130; c.hd = hd; c.dtype = dt;
+      c.B = 2;
+      c.Hq = 8;
+      c.Hkv = 2;
+      c.Sq = 130;
+      c.Sk = 130;
+      c.hd = hd;
+      c.dtype = dt;
       c.mask = AttentionMask::causal();
       check_paths(c, "causal GQA 8/2 hd " + std::to_string(hd));
     }
@@ -188,10 +202,16 @@ TEST_F(CudaAttentionTest, CausalGqa) {
 TEST_F(CudaAttentionTest, CausalRectangular) {
   for (DType dt : kDTypes) {
     Case c;  // Sq < Sk: bottom-right aligned
-    c.Hq = 4; c.Hkv = 1; c.Sq = 50; c.Sk = 203; c.hd = 64; c.dtype = dt;
+    c.Hq = 4;
+    c.Hkv = 1;
+    c.Sq = 50;
+    c.Sk = 203;
+    c.hd = 64;
+    c.dtype = dt;
     c.mask = AttentionMask::causal();
     check_paths(c, "causal Sq < Sk");
-    c.Sq = 100; c.Sk = 37;  // Sq > Sk: the first 63 rows see nothing (output 0, lse -inf)
+    c.Sq = 100;
+    c.Sk = 37;  // Sq > Sk: the first 63 rows see nothing (output 0, lse -inf)
     check_paths(c, "causal Sq > Sk");
   }
 }
@@ -201,7 +221,13 @@ TEST_F(CudaAttentionTest, CausalRectangular) {
 // backward): the flash kernels spread the batch over y and z (Note [Batch grid]).
 TEST_F(CudaAttentionTest, BatchAbove65535) {
   Case c;  // 65601 = 65535 + 66: the grid's second y-row holds 66 batch entries
-  c.B = 65601; c.Hq = 1; c.Hkv = 1; c.Sq = 8; c.Sk = 8; c.hd = 64; c.dtype = DType::bf16;
+  c.B = 65601;
+  c.Hq = 1;
+  c.Hkv = 1;
+  c.Sq = 8;
+  c.Sk = 8;
+  c.hd = 64;
+  c.dtype = DType::bf16;
   c.mask = AttentionMask::causal();
   check_paths(c, "B 65601 causal");
 }
@@ -213,12 +239,18 @@ TEST_F(CudaAttentionTest, DflashBlocks) {
     for (int64_t hd : {64, 128}) {
       const int64_t S = 150, N = 6, Bs = 24;
       Case c;
-      c.B = 2; c.Hq = 8; c.Hkv = 2; c.Sq = N * Bs; c.Sk = S + N * Bs; c.hd = hd; c.dtype = dt;
+      c.B = 2;
+      c.Hq = 8;
+      c.Hkv = 2;
+      c.Sq = N * Bs;
+      c.Sk = S + N * Bs;
+      c.hd = hd;
+      c.dtype = dt;
       const Tensor anchors = from_ints({0, 1, 149, 150, -1, 64,  //
                                         7, 0, 150, 1, 130, 2},
                                        {2, N});
-      const Tensor padded = from_vector({0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0}, {2, N},
-                                        {.dtype = DType::boolean});
+      const Tensor padded =
+          from_vector({0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0}, {2, N}, {.dtype = DType::boolean});
       c.mask = AttentionMask::dflash_blocks(S, Bs, anchors, padded);
       check_paths(c, "dflash per-batch anchors hd " + std::to_string(hd));
     }
@@ -230,14 +262,24 @@ TEST_F(CudaAttentionTest, DflashSmallAndWideBlocks) {
     {  // no GQA, blocks of 16 (a quarter of a query tile), shared anchors
       const int64_t S = 70, N = 5, Bs = 16;
       Case c;
-      c.Hq = 2; c.Hkv = 2; c.Sq = N * Bs; c.Sk = S + N * Bs; c.hd = 64; c.dtype = dt;
+      c.Hq = 2;
+      c.Hkv = 2;
+      c.Sq = N * Bs;
+      c.Sk = S + N * Bs;
+      c.hd = 64;
+      c.dtype = dt;
       c.mask = AttentionMask::dflash_blocks(S, Bs, from_ints({1, 0, 70, 33, 64}, {N}));
       check_paths(c, "dflash Bs 16");
     }
     {  // blocks of 70 keys: wider than a key tile
       const int64_t S = 40, N = 3, Bs = 70;
       Case c;
-      c.Hq = 3; c.Hkv = 1; c.Sq = N * Bs; c.Sk = S + N * Bs; c.hd = 128; c.dtype = dt;
+      c.Hq = 3;
+      c.Hkv = 1;
+      c.Sq = N * Bs;
+      c.Sk = S + N * Bs;
+      c.hd = 128;
+      c.dtype = dt;
       c.mask = AttentionMask::dflash_blocks(S, Bs, from_ints({0, 40, 17}, {N}));
       check_paths(c, "dflash Bs 70");
     }
@@ -247,7 +289,12 @@ TEST_F(CudaAttentionTest, DflashSmallAndWideBlocks) {
 TEST_F(CudaAttentionTest, DflashLongContext) {  // context much longer than the blocks
   const int64_t S = 1000, N = 24, Bs = 24;
   Case c;
-  c.Hq = 10; c.Hkv = 2; c.Sq = N * Bs; c.Sk = S + N * Bs; c.hd = 128; c.dtype = DType::bf16;
+  c.Hq = 10;
+  c.Hkv = 2;
+  c.Sq = N * Bs;
+  c.Sk = S + N * Bs;
+  c.hd = 128;
+  c.dtype = DType::bf16;
   std::vector<int64_t> a(N);
   for (int64_t b = 0; b < N; ++b) a[b] = (b * 389) % (S + 1);
   a[3] = -1;
@@ -262,7 +309,13 @@ TEST_F(CudaAttentionTest, DenseMaskUsesRows) {
     for (size_t i = 0; i < allowed.size(); ++i) allowed[i] = ((i * 7919) % 5) < 2 ? 1.0 : 0.0;
     for (int64_t j = 0; j < Sk; ++j) allowed[5 * Sk + j] = 0.0;  // a row that sees nothing
     Case c;
-    c.B = B; c.Hq = 4; c.Hkv = 2; c.Sq = Sq; c.Sk = Sk; c.hd = 64; c.dtype = dt;
+    c.B = B;
+    c.Hq = 4;
+    c.Hkv = 2;
+    c.Sq = Sq;
+    c.Sk = Sk;
+    c.hd = 64;
+    c.dtype = dt;
     c.mask = AttentionMask::dense(from_vector(allowed, {B, 1, Sq, Sk}, {.dtype = DType::boolean}));
     const ResolvedAttentionMask m = resolve_attention_mask(
         mask_on(c.mask, cuda_device(0)), c.B, c.Hq, c.Sq, c.Sk, cuda_device(0), "test");
@@ -274,7 +327,13 @@ TEST_F(CudaAttentionTest, DenseMaskUsesRows) {
 TEST_F(CudaAttentionTest, NonContiguousAndMisalignedInputs) {
   for (DType dt : {DType::bf16, DType::f16}) {
     Case c;
-    c.B = 2; c.Hq = 4; c.Hkv = 2; c.Sq = 70; c.Sk = 70; c.hd = 64; c.dtype = dt;
+    c.B = 2;
+    c.Hq = 4;
+    c.Hkv = 2;
+    c.Sq = 70;
+    c.Sk = 70;
+    c.hd = 64;
+    c.dtype = dt;
     c.mask = AttentionMask::causal();
     c.non_contiguous = true;
     check_case(c, AttentionPath::flash, "[B, S, H, hd] transposed");
@@ -296,11 +355,17 @@ TEST_F(CudaAttentionTest, CudnnForced) {
       for (int64_t S : {1, 37, 300}) {
         for (bool causal : {true, false}) {
           Case c;  // GQA 4/2 (MHA: the automatic tests above run on cudnn too)
-          c.B = 2; c.Hq = 4; c.Hkv = 2; c.Sq = S; c.Sk = S; c.hd = hd; c.dtype = dt;
+          c.B = 2;
+          c.Hq = 4;
+          c.Hkv = 2;
+          c.Sq = S;
+          c.Sk = S;
+          c.hd = hd;
+          c.dtype = dt;
           if (causal) c.mask = AttentionMask::causal();
           check_case(c, AttentionPath::cudnn,
-                     std::string(causal ? "causal" : "none") + " S " + std::to_string(S) +
-                         " hd " + std::to_string(hd));
+                     std::string(causal ? "causal" : "none") + " S " + std::to_string(S) + " hd " +
+                         std::to_string(hd));
         }
       }
     }
@@ -309,12 +374,18 @@ TEST_F(CudaAttentionTest, CudnnForced) {
 
 TEST_F(CudaAttentionTest, CudnnRectangularAndMixedPaths) {
   Case c;  // causal Sq < Sk (bottom-right) and no mask with Sq != Sk
-  c.Hq = 8; c.Hkv = 2; c.Sq = 45; c.Sk = 190; c.hd = 128; c.dtype = DType::bf16;
+  c.Hq = 8;
+  c.Hkv = 2;
+  c.Sq = 45;
+  c.Sk = 190;
+  c.hd = 128;
+  c.dtype = DType::bf16;
   c.mask = AttentionMask::causal();
   check_case(c, AttentionPath::cudnn, "causal Sq < Sk");
   c.mask = AttentionMask::none();
   check_case(c, AttentionPath::cudnn, "none Sq < Sk");
-  c.Sq = 190; c.Sk = 45;
+  c.Sq = 190;
+  c.Sk = 45;
   check_case(c, AttentionPath::cudnn, "none Sq > Sk");
 
   // One lse contract: a cudnn forward feeds a flash backward and the other way round.
@@ -324,7 +395,8 @@ TEST_F(CudaAttentionTest, CudnnRectangularAndMixedPaths) {
   const Tensor k = randn({1, 2, 96, 64}, {.dtype = DType::bf16, .device = d}, &gen);
   const Tensor v = randn({1, 2, 96, 64}, {.dtype = DType::bf16, .device = d}, &gen);
   const Tensor g = randn({1, 4, 96, 64}, {.dtype = DType::bf16, .device = d}, &gen);
-  const ResolvedAttentionMask m = resolve_attention_mask(AttentionMask::causal(), 1, 4, 96, 96, d, "t");
+  const ResolvedAttentionMask m =
+      resolve_attention_mask(AttentionMask::causal(), 1, 4, 96, 96, d, "t");
   cuda::CudaKernels cudnn(AttentionPath::cudnn), flash(AttentionPath::flash);
   const AttentionForward fc = cudnn.attention_forward(q, k, v, m, 0.125);
   const AttentionForward ff = flash.attention_forward(q, k, v, m, 0.125);
@@ -364,19 +436,30 @@ TEST_F(CudaAttentionTest, AutomaticPicksCudnnForTheCausalTarget) {
     FAIL() << "the DFlash rule on the cudnn path should be refused";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("cudnn path takes masks none and causal"),
-              std::string::npos) << e.what();
+              std::string::npos)
+        << e.what();
   }
 }
 
 TEST_F(CudaAttentionTest, OtherHeadDimsAndF64AndScale) {
   for (int64_t hd : {32, 96, 200}) {
     Case c;
-    c.Hq = 4; c.Hkv = 2; c.Sq = 40; c.Sk = 40; c.hd = hd; c.dtype = DType::bf16;
+    c.Hq = 4;
+    c.Hkv = 2;
+    c.Sq = 40;
+    c.Sk = 40;
+    c.hd = hd;
+    c.dtype = DType::bf16;
     c.mask = AttentionMask::causal();
     check_case(c, AttentionPath::automatic, "bf16 hd " + std::to_string(hd));
   }
   Case c;
-  c.Hq = 2; c.Hkv = 1; c.Sq = 30; c.Sk = 50; c.hd = 64; c.dtype = DType::f64;
+  c.Hq = 2;
+  c.Hkv = 1;
+  c.Sq = 30;
+  c.Sk = 50;
+  c.hd = 64;
+  c.dtype = DType::f64;
   c.mask = AttentionMask::causal();
   check_case(c, AttentionPath::automatic, "f64");
   c.dtype = DType::bf16;
@@ -390,7 +473,8 @@ TEST_F(CudaAttentionTest, OnlySomeGradsAndUnsupported) {
   const Tensor q = randn({1, 4, 64, 128}, {.dtype = DType::bf16, .device = d}, &gen);
   const Tensor k = randn({1, 2, 64, 128}, {.dtype = DType::bf16, .device = d}, &gen);
   const Tensor v = randn({1, 2, 64, 128}, {.dtype = DType::bf16, .device = d}, &gen);
-  const ResolvedAttentionMask m = resolve_attention_mask(AttentionMask::causal(), 1, 4, 64, 64, d, "t");
+  const ResolvedAttentionMask m =
+      resolve_attention_mask(AttentionMask::causal(), 1, 4, 64, 64, d, "t");
   // flash is deterministic: equal bits; cuDNN may accumulate dq/dk in another order.
   for (AttentionPath path : {AttentionPath::flash, AttentionPath::cudnn}) {
     SCOPED_TRACE(path == AttentionPath::flash ? "flash" : "cudnn");
@@ -410,7 +494,8 @@ TEST_F(CudaAttentionTest, OnlySomeGradsAndUnsupported) {
   }
 
   const Tensor big = randn({1, 1, 4, 264}, {.dtype = DType::bf16, .device = d}, &gen);
-  const ResolvedAttentionMask mb = resolve_attention_mask(AttentionMask::none(), 1, 1, 4, 4, d, "t");
+  const ResolvedAttentionMask mb =
+      resolve_attention_mask(AttentionMask::none(), 1, 1, 4, 4, d, "t");
   try {
     cuda::CudaKernels().attention_forward(big, big, big, mb, 0.1);
     FAIL() << "head_dim 264 should be refused";

@@ -168,16 +168,17 @@ TEST(CudaBackend, CopyRoundTripAndChecks) {
   void *d1 = nullptr, *d2 = nullptr;
   ASSERT_EQ(cudaMalloc(&d1, n), cudaSuccess);
   ASSERT_EQ(cudaMalloc(&d2, n), cudaSuccess);
-  b.copy(d1, cuda_device(0), host.data(), kCPU, n);          // H2D
-  b.copy(d2, cuda_device(0), d1, cuda_device(0), n);         // D2D
-  b.copy(back.data(), kCPU, d2, cuda_device(0), n);          // D2H
+  b.copy(d1, cuda_device(0), host.data(), kCPU, n);   // H2D
+  b.copy(d2, cuda_device(0), d1, cuda_device(0), n);  // D2D
+  b.copy(back.data(), kCPU, d2, cuda_device(0), n);   // D2H
   EXPECT_EQ(back, host);
   std::vector<uint8_t> host2(n, 0);
-  b.copy(host2.data(), kCPU, host.data(), kCPU, n);          // H2H
+  b.copy(host2.data(), kCPU, host.data(), kCPU, n);  // H2H
   EXPECT_EQ(host2, host);
   EXPECT_NO_THROW(b.copy(nullptr, kCPU, nullptr, cuda_device(0), 0));  // nothing to do
   EXPECT_THROW(b.copy(nullptr, kCPU, d1, cuda_device(0), n), Error);
-  EXPECT_THROW(b.copy(host.data(), cuda_device(0), d1, cuda_device(0), n), Error);  // host as device
+  EXPECT_THROW(b.copy(host.data(), cuda_device(0), d1, cuda_device(0), n),
+               Error);                                          // host as device
   EXPECT_THROW(b.copy(d1, kCPU, host.data(), kCPU, n), Error);  // device as host
   EXPECT_THROW(b.copy(d1, cuda_device(cuda::device_count()), host.data(), kCPU, n), Error);
   EXPECT_NO_THROW(b.synchronize(0));

@@ -57,17 +57,24 @@ Tensor make(int64_t rows, int64_t cols, DType dtype, Layout layout, uint64_t see
     case Layout::contiguous:
       return raw::to_dtype(rand({rows, cols}, {.dtype = DType::f64}, &gen, -1, 1), dtype);
     case Layout::transposed:
-      return raw::transpose(raw::to_dtype(rand({cols, rows}, {.dtype = DType::f64}, &gen, -1, 1), dtype), 0, 1);
+      return raw::transpose(
+          raw::to_dtype(rand({cols, rows}, {.dtype = DType::f64}, &gen, -1, 1), dtype), 0, 1);
     case Layout::sliced:
-      return raw::narrow(raw::to_dtype(rand({rows, cols + 5}, {.dtype = DType::f64}, &gen, -1, 1), dtype), 1, 2, cols);
+      return raw::narrow(
+          raw::to_dtype(rand({rows, cols + 5}, {.dtype = DType::f64}, &gen, -1, 1), dtype), 1, 2,
+          cols);
     default:
-      return raw::slice(raw::to_dtype(rand({rows, 2 * cols}, {.dtype = DType::f64}, &gen, -1, 1), dtype), 1, 0, 2 * cols, 2);
+      return raw::slice(
+          raw::to_dtype(rand({rows, 2 * cols}, {.dtype = DType::f64}, &gen, -1, 1), dtype), 1, 0,
+          2 * cols, 2);
   }
 }
 // The same view on the device: the base moved, the view rebuilt with its strides.
 Tensor on_gpu(const Tensor& t) {
   const Tensor base = raw::to_device(
-      raw::make_tensor(t.storage(), {static_cast<int64_t>(t.storage()->nbytes() / element_size(t.dtype()))}, {1}, 0, t.dtype()),
+      raw::make_tensor(t.storage(),
+                       {static_cast<int64_t>(t.storage()->nbytes() / element_size(t.dtype()))}, {1},
+                       0, t.dtype()),
       cuda_device(0));
   return raw::as_strided(base, t.shape(), t.strides(), t.offset());
 }
@@ -77,15 +84,16 @@ void expect_near_all(const Tensor& ref, const Tensor& dev, DType dtype, const st
   const std::vector<double> a = ref.to_vector(), b = raw::to_device(dev, kCPU).to_vector();
   const double tol = tol_of(dtype);
   for (size_t i = 0; i < a.size(); ++i) {
-    ASSERT_LE(std::abs(a[i] - b[i]), tol * (1.0 + std::abs(a[i]))) << what << " element " << i << ": cpu " << a[i]
-                                                                   << ", gpu " << b[i];
+    ASSERT_LE(std::abs(a[i] - b[i]), tol * (1.0 + std::abs(a[i])))
+        << what << " element " << i << ": cpu " << a[i] << ", gpu " << b[i];
   }
 }
 
 TEST_F(CudaGemm, ShapesLayoutsDtypesAlphaBeta) {
   const int64_t shapes[][3] = {{1, 1, 1}, {7, 13, 5}, {33, 65, 17}, {128, 64, 96}, {257, 129, 63}};
   const DType dtypes[] = {DType::f32, DType::f64, DType::bf16, DType::f16};
-  const Layout layouts[] = {Layout::contiguous, Layout::transposed, Layout::sliced, Layout::strided};
+  const Layout layouts[] = {Layout::contiguous, Layout::transposed, Layout::sliced,
+                            Layout::strided};
   uint64_t seed = 1;
   for (const auto& s : shapes) {
     const int64_t M = s[0], K = s[1], N = s[2];
@@ -94,14 +102,16 @@ TEST_F(CudaGemm, ShapesLayoutsDtypesAlphaBeta) {
         for (Layout lb : layouts) {
           for (Layout lo : {Layout::contiguous, Layout::transposed}) {
             for (double beta : {0.0, 0.5}) {
-              const std::string what = std::to_string(M) + "x" + std::to_string(K) + "x" + std::to_string(N) + " " +
-                                        dtype_name(dt) + " a " + layout_name(la) + " b " + layout_name(lb) +
-                                        " out " + layout_name(lo) + " beta " + std::to_string(beta);
+              const std::string what = std::to_string(M) + "x" + std::to_string(K) + "x" +
+                                       std::to_string(N) + " " + dtype_name(dt) + " a " +
+                                       layout_name(la) + " b " + layout_name(lb) + " out " +
+                                       layout_name(lo) + " beta " + std::to_string(beta);
               SCOPED_TRACE(what);
               const Tensor a = make(M, K, dt, la, seed++), b = make(K, N, dt, lb, seed++);
               const Tensor out_cpu = make(M, N, dt, lo, seed);
               const Tensor out_gpu = on_gpu(out_cpu);
-              const Tensor ref_view = raw::clone(out_cpu);  // the CPU result does not depend on layout
+              const Tensor ref_view =
+                  raw::clone(out_cpu);  // the CPU result does not depend on layout
               cpu().gemm(a, b, ref_view, 1.5, beta);
               gpu().gemm(on_gpu(a), on_gpu(b), out_gpu, 1.5, beta);
               expect_near_all(ref_view, out_gpu, dt, what);
@@ -116,15 +126,19 @@ TEST_F(CudaGemm, ShapesLayoutsDtypesAlphaBeta) {
 
 TEST_F(CudaGemm, MixedDtypesAndEmptyK) {
   // a f32 @ b bf16 -> out bf16; a bf16 @ b bf16 -> out f32; f32 @ f32 -> f16; f64 @ f64 -> f32.
-  struct Mix { DType a, b, out; } mixes[] = {{DType::f32, DType::bf16, DType::bf16},
-                                            {DType::bf16, DType::bf16, DType::f32},
-                                            {DType::f32, DType::f32, DType::f16},
-                                            {DType::f64, DType::f64, DType::f32},
-                                            {DType::f16, DType::f16, DType::f16}};
+  struct Mix {
+    DType a, b, out;
+  } mixes[] = {{DType::f32, DType::bf16, DType::bf16},
+               {DType::bf16, DType::bf16, DType::f32},
+               {DType::f32, DType::f32, DType::f16},
+               {DType::f64, DType::f64, DType::f32},
+               {DType::f16, DType::f16, DType::f16}};
   for (const Mix& m : mixes) {
-    const std::string what = std::string(dtype_name(m.a)) + "@" + dtype_name(m.b) + "->" + dtype_name(m.out);
+    const std::string what =
+        std::string(dtype_name(m.a)) + "@" + dtype_name(m.b) + "->" + dtype_name(m.out);
     SCOPED_TRACE(what);
-    const Tensor a = make(19, 23, m.a, Layout::transposed, 7), b = make(23, 11, m.b, Layout::contiguous, 8);
+    const Tensor a = make(19, 23, m.a, Layout::transposed, 7),
+                 b = make(23, 11, m.b, Layout::contiguous, 8);
     Tensor ref = make(19, 11, m.out, Layout::contiguous, 9);
     const Tensor out = on_gpu(ref);
     cpu().gemm(a, b, ref, 0.75, 0.25);
@@ -140,12 +154,15 @@ TEST_F(CudaGemm, MixedDtypesAndEmptyK) {
 }
 
 TEST_F(CudaGemm, BatchedMatmul) {
-  struct Batched { Shape a, b; bool transpose_a, transpose_b; } cases[] = {
-      {{2, 3, 5, 7}, {3, 7, 4}, true, false},   // broadcast b over the first batch dim
-      {{4, 1, 6, 8}, {3, 8, 5}, false, true},   // broadcast a over the second
-      {{6, 9, 10}, {10, 12}, false, false},     // folds into one GEMM of 54 rows
-      {{6, 9, 10}, {10, 12}, true, false},      // a transposed: batched with b stride 0
-      {{5, 1, 3}, {5, 3, 1}, false, false},     // vectors
+  struct Batched {
+    Shape a, b;
+    bool transpose_a, transpose_b;
+  } cases[] = {
+      {{2, 3, 5, 7}, {3, 7, 4}, true, false},  // broadcast b over the first batch dim
+      {{4, 1, 6, 8}, {3, 8, 5}, false, true},  // broadcast a over the second
+      {{6, 9, 10}, {10, 12}, false, false},    // folds into one GEMM of 54 rows
+      {{6, 9, 10}, {10, 12}, true, false},     // a transposed: batched with b stride 0
+      {{5, 1, 3}, {5, 3, 1}, false, false},    // vectors
       {{3, 70, 33}, {3, 33, 65}, false, false},
   };
   for (const auto& c : cases) {
@@ -169,7 +186,8 @@ TEST_F(CudaGemm, BatchedMatmul) {
   const Tensor base = rand({4, 3, 5, 6}, {.dtype = DType::f32}, &gen, -1, 1);
   const Tensor a = raw::permute(base, {1, 0, 2, 3});
   const Tensor b = rand({6, 2}, {.dtype = DType::f32}, &gen, -1, 1);
-  expect_near_all(cpu().matmul(a, b), gpu().matmul(on_gpu(a), on_gpu(b)), DType::f32, "permuted batch");
+  expect_near_all(cpu().matmul(a, b), gpu().matmul(on_gpu(a), on_gpu(b)), DType::f32,
+                  "permuted batch");
 }
 
 TEST_F(CudaGemm, AdamWMatchesAHostReference) {
@@ -189,7 +207,8 @@ TEST_F(CudaGemm, AdamWMatchesAHostReference) {
     g0.push_back(raw::to_dtype(raw::to_dtype(g, DType::bf16), DType::f64).to_vector());
     m0.push_back(mm.to_vector());
     v0.push_back(vv.to_vector());
-    params.push_back(raw::to_device(raw::to_dtype(w, with_master ? DType::bf16 : DType::f32), cuda_device(0)));
+    params.push_back(
+        raw::to_device(raw::to_dtype(w, with_master ? DType::bf16 : DType::f32), cuda_device(0)));
     masters.push_back(with_master ? raw::to_device(w, cuda_device(0)) : Tensor());
     grads.push_back(raw::to_device(raw::to_dtype(g, DType::bf16), cuda_device(0)));
     m.push_back(raw::to_device(mm, cuda_device(0)));
@@ -205,14 +224,17 @@ TEST_F(CudaGemm, AdamWMatchesAHostReference) {
       const double g = g0[i][j] * 0.5;
       const double me = args.beta1 * m0[i][j] + (1 - args.beta1) * g;
       const double ve = args.beta2 * v0[i][j] + (1 - args.beta2) * g * g;
-      const double we = w0[i][j] - args.lr * (me / bc1 / (std::sqrt(ve / bc2) + args.eps) + args.weight_decay * w0[i][j]);
+      const double we = w0[i][j] - args.lr * (me / bc1 / (std::sqrt(ve / bc2) + args.eps) +
+                                              args.weight_decay * w0[i][j]);
       ASSERT_NEAR(mv[j], me, 1e-6) << i << " " << j;
       ASSERT_NEAR(vv[j], ve, 1e-6) << i << " " << j;
       ASSERT_NEAR(w[j], we, 1e-5) << i << " " << j;
     }
     if (masters[i].defined()) {  // the bf16 param is the master rounded
       const std::vector<double> p = params[i].to_vector();
-      const std::vector<double> r = raw::to_dtype(raw::to_dtype(raw::to_device(masters[i], kCPU), DType::bf16), DType::f64).to_vector();
+      const std::vector<double> r =
+          raw::to_dtype(raw::to_dtype(raw::to_device(masters[i], kCPU), DType::bf16), DType::f64)
+              .to_vector();
       EXPECT_EQ(p, r);
     }
   }

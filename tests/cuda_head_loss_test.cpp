@@ -23,8 +23,8 @@
 #include "core/views.h"
 #include "cuda/device_info.h"
 #include "ops/head_loss.h"
-#include "ops/loss.h"
 #include "ops/kernels.h"
+#include "ops/loss.h"
 
 namespace cg {
 namespace {
@@ -73,12 +73,14 @@ HeadLossInputs make_inputs(const LossCase& st, Device dev, uint64_t seed) {
   in.head = put(randn({V, D}, {.dtype = DType::f32}, &gen, 0.0, 2.0 / std::sqrt(double(D))));
   if (st.trainable) in.head.requires_grad_();
   std::vector<int64_t> y(static_cast<size_t>(T));
-  for (int64_t i = 0; i < T; ++i) y[i] = i % 7 == 3 ? -100 : static_cast<int64_t>(gen.next_u64() % V);
+  for (int64_t i = 0; i < T; ++i)
+    y[i] = i % 7 == 3 ? -100 : static_cast<int64_t>(gen.next_u64() % V);
   in.labels = raw::to_device(from_ints(y, {T}), dev);
   if (st.weights) {
     std::vector<double> w(static_cast<size_t>(T));
     for (int64_t i = 0; i < T; ++i) w[i] = std::exp(-static_cast<double>(i % 8) / 7.0);
-    in.weights = raw::to_device(raw::to_dtype(from_vector(w, {T}), compute_dtype_of(st.dtype)), dev);
+    in.weights =
+        raw::to_device(raw::to_dtype(from_vector(w, {T}), compute_dtype_of(st.dtype)), dev);
   }
   if (loss_needs_teacher(st.o.loss)) {
     in.teacher_hidden = put(randn({T, D}, {.dtype = DType::f32}, &gen));
@@ -142,9 +144,11 @@ TEST_F(CudaHeadLoss, FusedMatchesNaiveOnTheGpu) {
       st.trainable = mode == 0;
       st.o = mode == 0 ? ce_options() : kl_options(mode == 2 ? 0.25f : 0.0f);
       st.o.chunk_rows = 384;
-      const std::string what = std::string(dtype_name(dt)) + (mode == 0 ? " CE trainable" : " KL frozen") +
+      const std::string what = std::string(dtype_name(dt)) +
+                               (mode == 0 ? " CE trainable" : " KL frozen") +
                                (mode == 2 ? " + CE mix" : "");
-      expect_close(run(st, gpu(), HeadLossPath::fused), run(st, gpu(), HeadLossPath::naive), dt, what);
+      expect_close(run(st, gpu(), HeadLossPath::fused), run(st, gpu(), HeadLossPath::naive), dt,
+                   what);
     }
   }
 }
@@ -176,7 +180,8 @@ TEST_F(CudaHeadLoss, SharedTeacherHeadMatchesASeparateOne) {
     const Grads shared = run(st, gpu(), HeadLossPath::fused);
     st.separate_teacher_head = true;
     const Grads separate = run(st, gpu(), HeadLossPath::fused);
-    expect_close(shared, separate, DType::f32, std::string(dtype_name(dt)) + " shared vs separate head");
+    expect_close(shared, separate, DType::f32,
+                 std::string(dtype_name(dt)) + " shared vs separate head");
   }
 }
 
@@ -219,7 +224,8 @@ TEST_F(CudaHeadLoss, FusedMatchesCpuWithEveryOption) {
           what += " soft CE + CE, sum";
         }
         st.o.chunk_rows = 16;
-        expect_close(run(st, gpu(), HeadLossPath::fused), run(st, kCPU, HeadLossPath::fused), dt, what);
+        expect_close(run(st, gpu(), HeadLossPath::fused), run(st, kCPU, HeadLossPath::fused), dt,
+                     what);
       }
     }
   }
@@ -242,7 +248,8 @@ TEST_F(CudaHeadLoss, F16MeanGradientsKeepTheirDigitsAtLargeT) {
     const Grads cpu_fused = run(st, kCPU, HeadLossPath::fused);
     EXPECT_LE(rel_err(gpu_fused.dh, cpu_fused.dh), 1e-2) << what << ": dh";
     EXPECT_LE(rel_err(gpu_fused.dw, cpu_fused.dw), 1e-2) << what << ": dW";
-    EXPECT_NEAR(gpu_fused.loss, cpu_fused.loss, 5e-3 * std::max(1.0, std::abs(cpu_fused.loss))) << what;
+    EXPECT_NEAR(gpu_fused.loss, cpu_fused.loss, 5e-3 * std::max(1.0, std::abs(cpu_fused.loss)))
+        << what;
   }
 }
 
@@ -262,12 +269,12 @@ TEST_F(CudaHeadLoss, MaskedLogitsGiveTheCpusFiniteLosses) {
       std::vector<double> grad[2];
       for (int on_gpu = 0; on_gpu < 2; ++on_gpu) {
         const Device dev = on_gpu ? gpu() : kCPU;
-        const Tensor z = from_vector(kind == 0 ? masked_student : student, {1, 6},
-                                     {.dtype = dt, .device = dev})
-                             .requires_grad_(true);
-        const Tensor loss = kind == 0
-                                ? cross_entropy(z, from_ints({3}, {1}, {.dtype = DType::i64, .device = dev}))
-                                : kl_div(z, from_vector(teacher, {1, 6}, {.dtype = dt, .device = dev}));
+        const Tensor z =
+            from_vector(kind == 0 ? masked_student : student, {1, 6}, {.dtype = dt, .device = dev})
+                .requires_grad_(true);
+        const Tensor loss =
+            kind == 0 ? cross_entropy(z, from_ints({3}, {1}, {.dtype = DType::i64, .device = dev}))
+                      : kl_div(z, from_vector(teacher, {1, 6}, {.dtype = dt, .device = dev}));
         loss.backward();
         value[on_gpu] = loss.item();
         grad[on_gpu] = z.grad().to_vector();

@@ -32,7 +32,7 @@ class CudaTensorTest : public ::testing::Test {
   }
 };
 
-const DType kAllDTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16,
+const DType kAllDTypes[] = {DType::f32, DType::f64, DType::f16,    DType::bf16,
                             DType::i32, DType::i64, DType::boolean};
 
 // Values every dtype holds exactly (small integers; 0/1 for bool).
@@ -65,7 +65,7 @@ TEST_F(CudaTensorTest, RoundTripEveryDTypeFromStridedSource) {
     SCOPED_TRACE(dtype_name(dt));
     const Tensor h = from_vector(exact_values(dt, 60), {3, 4, 5}, {.dtype = dt});
     const Tensor views[] = {
-        raw::transpose(h, 0, 2),                       // (5, 4, 3)
+        raw::transpose(h, 0, 2),                             // (5, 4, 3)
         raw::slice(raw::permute(h, {1, 0, 2}), 2, 1, 5, 2),  // strided, offset
         raw::expand(raw::narrow(h, 1, 2, 1), {3, 4, 5}),     // stride 0
     };
@@ -151,9 +151,9 @@ const DType kFloatingDTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16
 // Values that exercise rounding in every conversion without leaving any dtype's defined
 // range (no float -> int overflow, nothing beyond f16): fractions, ties, f16 subnormals.
 std::vector<double> mixed_values(int64_t n) {
-  const double pool[] = {1.0 / 3,  -2.7,    0.5,     -0.5, 1.5,     2.5,   300.5,  -60000.0,
-                         6e-5,     -1e-8,   40000.5, 0.0,  1.0,     -1.0,  1e-3,   257.0,
-                         1.0 + 1.0 / 256, 3.999, -123.456, 7.0};
+  const double pool[] = {1.0 / 3,  -2.7,    0.5, -0.5, 1.5,  2.5,  300.5, -60000.0,        6e-5,
+                         -1e-8,    40000.5, 0.0, 1.0,  -1.0, 1e-3, 257.0, 1.0 + 1.0 / 256, 3.999,
+                         -123.456, 7.0};
   std::vector<double> v(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) v[i] = pool[(i * 7) % 20];
   return v;

@@ -21,7 +21,6 @@
 #include "core/views.h"
 #include "nn/dflash_drafter.h"
 #include "nn_test_util.h"
-#include "train_test_util.h"
 #include "ops/embedding.h"
 #include "ops/loss.h"
 #include "ops/ops.h"
@@ -35,6 +34,7 @@
 #include "train/target_lm.h"
 #include "train/tokenizer.h"
 #include "train/train_config.h"
+#include "train_test_util.h"
 
 namespace cg {
 namespace {
@@ -43,13 +43,13 @@ using testing_nn::TempDir;
 using train::BlockBatch;
 using train::DrafterSequence;
 
-#define SKIP_WITHOUT_GPU()                                                                   \
-  do {                                                                                       \
-    if (!cuda_available()) {                                                                 \
-      DeviceBackend* b = find_backend(DeviceType::cuda);                                     \
-      GTEST_SKIP() << "no GPU: "                                                             \
-                   << (b ? b->unavailable_reason() : std::string("built without CUDA"));     \
-    }                                                                                        \
+#define SKIP_WITHOUT_GPU()                                                               \
+  do {                                                                                   \
+    if (!cuda_available()) {                                                             \
+      DeviceBackend* b = find_backend(DeviceType::cuda);                                 \
+      GTEST_SKIP() << "no GPU: "                                                         \
+                   << (b ? b->unavailable_reason() : std::string("built without CUDA")); \
+    }                                                                                    \
   } while (0)
 
 const Device kGpu = cuda_device(0);
@@ -71,7 +71,8 @@ struct TinyDrafter {
     // compute dtype on the device; the drafter's own layers are made on the host, then moved.
     embed = raw::to_device(raw::to_dtype(randn({40, 16}, {}, &gen, 0, 0.5), dtype), device);
     head = raw::to_device(raw::to_dtype(randn({40, 16}, {}, &gen, 0, 0.5), dtype), device);
-    drafter = std::make_unique<nn::DFlashDrafter>(cfg, embed, head, nn::InitOptions{.generator = &gen});
+    drafter =
+        std::make_unique<nn::DFlashDrafter>(cfg, embed, head, nn::InitOptions{.generator = &gen});
     drafter->to(device);
     if (dtype != DType::f32) drafter->to(dtype);
   }
@@ -180,7 +181,8 @@ TEST(CudaTrain, ACiSizedRunOnTheGpuLearnsAndDecodesLosslessly) {
   const nlohmann::json s = train::run_pipeline(c);
   const auto acc = s["per_slot_accuracy"].get<std::vector<double>>();
   std::printf("[ gpu ci run ] tau %.3f, slot-1 accuracy %.3f, identical %d, speedup %.2f\n",
-              s["tau"].get<double>(), acc[1], s["identical"].get<bool>() ? 1 : 0, s["speedup"].get<double>());
+              s["tau"].get<double>(), acc[1], s["identical"].get<bool>() ? 1 : 0,
+              s["speedup"].get<double>());
   EXPECT_EQ(s["device"], "cuda:0");
   EXPECT_GT(acc[1], 0.2) << "slot-1 accuracy (chance: 1/260)";
   EXPECT_GT(s["tau"].get<double>(), 1.3);
@@ -230,8 +232,9 @@ TEST(CudaTrain, NoNewSegmentAndNoHostWaitInAStepAfterWarmUp) {
     for (int i = 0; i < 6; ++i) prompts.push_back("prompt number " + std::to_string(i) + ": ");
     const auto seqs = train::make_drafter_sequences(lm, prompts, 20);
     auto drafter = train::make_drafter(lm, c.drafter, train::ByteTokenizer::kMask, 5);
-    train::DrafterTrainData data{&seqs, train::compute_target_features(lm, seqs, drafter->config().target_layers,
-                                                                       false, train::ByteTokenizer::kPad)};
+    train::DrafterTrainData data{
+        &seqs, train::compute_target_features(lm, seqs, drafter->config().target_layers, false,
+                                              train::ByteTokenizer::kPad)};
     train::DrafterTrainer trainer(*drafter, c, data);
     CachingAllocator& alloc = allocator_for(kGpu);
     std::vector<train::QueuedStep> queued;
@@ -253,8 +256,8 @@ TEST(CudaTrain, NoNewSegmentAndNoHostWaitInAStepAfterWarmUp) {
                   static_cast<unsigned long long>(syncs[step - 1]));
     }
     EXPECT_EQ(segments[7], segments[1]) << "new device segments in steps 3..8";
-    EXPECT_EQ(syncs[7], syncs[1]) << "the host waited in steps 3..8 (" << (syncs[7] - syncs[1]) / 6.0
-                                  << " times a step)";
+    EXPECT_EQ(syncs[7], syncs[1]) << "the host waited in steps 3..8 ("
+                                  << (syncs[7] - syncs[1]) / 6.0 << " times a step)";
     for (const auto& q : queued) EXPECT_TRUE(std::isfinite(trainer.finish(q).loss));
   }
 }

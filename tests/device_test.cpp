@@ -32,7 +32,8 @@ TEST(DeviceTable, ParsesAndPrintsEveryType) {
 }
 
 TEST(DeviceTable, BadStringsNameTheAcceptedSpellings) {
-  for (const char* text : {"", "gpu", "CUDA", "cuda:", "cuda:x", "cuda:-1", "cuda:12345", "cpu:0", "cuda:0:1"}) {
+  for (const char* text :
+       {"", "gpu", "CUDA", "cuda:", "cuda:x", "cuda:-1", "cuda:12345", "cpu:0", "cuda:0:1"}) {
     const std::string quoted = "bad device string '" + std::string(text) + "'";
     TENSOR_EXPECT_ERROR(Device::parse(text), quoted.c_str(), "give cpu, cuda or cuda:N");
   }
@@ -51,7 +52,8 @@ TEST(DeviceTable, OneSlotAndOneNamePerType) {
   }
   EXPECT_EQ(slots.size(), kDeviceTypeCount);
   EXPECT_EQ(names, (std::set<std::string>{"cpu", "cuda", "fake"}));
-  TENSOR_EXPECT_ERROR(device_slot(static_cast<DeviceType>(kDeviceTypeCount)), "unknown device type code");
+  TENSOR_EXPECT_ERROR(device_slot(static_cast<DeviceType>(kDeviceTypeCount)),
+                      "unknown device type code");
   TENSOR_EXPECT_ERROR(find_backend(static_cast<DeviceType>(-1)), "unknown device type code");
 }
 
@@ -113,8 +115,8 @@ TEST(DeviceBackendInterface, TheFakeRegistersAndLeavesLikeAnyDevice) {
   EXPECT_EQ(find_backend(DeviceType::fake), nullptr);
   EXPECT_EQ(find_kernels(DeviceType::fake), nullptr);
   // A kernel table's messages use its device's name.
-  TENSOR_EXPECT_ERROR(kernels_for(fake::fake_device(), "softmax"), "softmax is not implemented on fake:0",
-                      "no fake kernels");
+  TENSOR_EXPECT_ERROR(kernels_for(fake::fake_device(), "softmax"),
+                      "softmax is not implemented on fake:0", "no fake kernels");
 }
 
 }  // namespace

@@ -16,23 +16,23 @@
 #include "core/allocator_stats.h"
 #include "core/caching_allocator.h"
 #include "core/factories.h"
-#include "trace/trace_analysis.h"
-#include "trace/trace_file.h"
 #include "core/views.h"
 #include "nn/dflash_drafter.h"
 #include "nn_test_util.h"
-#include "train_test_util.h"
 #include "ops/ops.h"
 #include "ops/optim.h"
+#include "trace/trace_analysis.h"
+#include "trace/trace_file.h"
+#include "train/corpus.h"
 #include "train/dflash_batch.h"
 #include "train/dflash_block_drafter.h"
 #include "train/drafter_step.h"
 #include "train/drafter_trainer.h"
-#include "train/optimizer.h"
-#include "train/corpus.h"
 #include "train/memory_report.h"
+#include "train/optimizer.h"
 #include "train/pipeline.h"
 #include "train/train_config.h"
+#include "train_test_util.h"
 
 namespace cg {
 namespace {
@@ -61,7 +61,8 @@ struct TinyDrafter {
     cfg = tiny_drafter_config(40, layers);
     embed = randn({40, 16}, {.dtype = dtype}, &gen, 0, 0.5);
     head = randn({40, 16}, {.dtype = dtype}, &gen, 0, 0.5);
-    drafter = std::make_unique<nn::DFlashDrafter>(cfg, embed, head, nn::InitOptions{.dtype = dtype, .generator = &gen});
+    drafter = std::make_unique<nn::DFlashDrafter>(
+        cfg, embed, head, nn::InitOptions{.dtype = dtype, .generator = &gen});
   }
   Generator gen;
   nn::DFlashDrafterConfig cfg;
@@ -82,7 +83,8 @@ TEST(DFlashBatch, LabelsAreNotShifted) {
       EXPECT_EQ(b.positions[i], a + k);
       if (k > 0) EXPECT_EQ(b.block_ids[i], 39) << "slot " << k << " is MASK";
       if (k > 0 && a + k < 20) {
-        EXPECT_EQ(b.labels[i], s.ids[static_cast<size_t>(a + k)]) << "slot " << k << " of anchor " << a;
+        EXPECT_EQ(b.labels[i], s.ids[static_cast<size_t>(a + k)])
+            << "slot " << k << " of anchor " << a;
         EXPECT_EQ(b.teacher_rows[i], a + k - 1) << "the teacher of slot k is the target at a+k-1";
       }
     }
@@ -103,8 +105,10 @@ TEST(DFlashBatch, WeightsFollowTheFormula) {
   for (double gamma : {4.0, 7.0, 0.0}) {
     const BlockBatch b = train::build_block_batch({&s}, {{8}}, 1, 8, gamma, 39, 0);
     for (int64_t k = 0; k < 8; ++k) {
-      const double expect = k == 0 || 8 + k == 12 ? 0.0 : (gamma > 0 ? std::exp(-(k - 1) / gamma) : 1.0);
-      EXPECT_DOUBLE_EQ(b.weights[static_cast<size_t>(k)], expect) << "gamma " << gamma << " slot " << k;
+      const double expect =
+          k == 0 || 8 + k == 12 ? 0.0 : (gamma > 0 ? std::exp(-(k - 1) / gamma) : 1.0);
+      EXPECT_DOUBLE_EQ(b.weights[static_cast<size_t>(k)], expect)
+          << "gamma " << gamma << " slot " << k;
     }
   }
 }
@@ -114,7 +118,8 @@ TEST(DFlashBatch, AnchorSamplingRespectsMaskAndMaximum) {
   s.loss_mask[30] = 0;
   s.loss_mask[59] = 1;
   const std::vector<int64_t> cands = train::anchor_candidates(s.loss_mask);
-  for (int64_t t : cands) EXPECT_TRUE(s.loss_mask[static_cast<size_t>(t)] && s.loss_mask[static_cast<size_t>(t + 1)]);
+  for (int64_t t : cands)
+    EXPECT_TRUE(s.loss_mask[static_cast<size_t>(t)] && s.loss_mask[static_cast<size_t>(t + 1)]);
   EXPECT_EQ(cands.size(), 60u - 10u - 1u - 2u);  // not 29, 30 (mask hole), not 59 (no successor)
   for (uint64_t seed = 0; seed < 50; ++seed) {
     Generator g(seed);
@@ -138,9 +143,10 @@ TEST(DFlashDrafter, BlockSeesOnlyEarlierContextAndItself) {
   Tensor features = randn({1, 16, 32}, {}, &t.gen).requires_grad_();
   Tensor x = randn({1, 12, 16}, {}, &t.gen).requires_grad_();
   std::vector<int64_t> padded(b.padded.begin(), b.padded.end());
-  const AttentionMask mask = AttentionMask::dflash_blocks(16, 4, from_ints(b.anchors, {1, 3}),
-                                                          to_dtype(from_ints(padded, {1, 3}), DType::boolean));
-  const Tensor out = t.drafter->forward(x, from_ints(b.positions, {1, 12}), mask, t.drafter->fuse(features));
+  const AttentionMask mask = AttentionMask::dflash_blocks(
+      16, 4, from_ints(b.anchors, {1, 3}), to_dtype(from_ints(padded, {1, 3}), DType::boolean));
+  const Tensor out =
+      t.drafter->forward(x, from_ints(b.positions, {1, 12}), mask, t.drafter->fuse(features));
   for (int64_t blk = 0; blk < 3; ++blk) {
     features.set_grad(Tensor());
     x.set_grad(Tensor());
@@ -160,7 +166,8 @@ TEST(DFlashDrafter, BlockSeesOnlyEarlierContextAndItself) {
   // Context before the anchor matters (the test can fail).
   features.set_grad(Tensor());
   sum(narrow(out, 1, 4, 4)).backward(Tensor(), true);
-  EXPECT_GT(sum(mul(narrow(features.grad(), 1, 0, 9), narrow(features.grad(), 1, 0, 9))).item(), 0.0);
+  EXPECT_GT(sum(mul(narrow(features.grad(), 1, 0, 9), narrow(features.grad(), 1, 0, 9))).item(),
+            0.0);
 }
 
 // The three head-loss paths give the drafter the same gradients (CE and KL).
@@ -213,17 +220,20 @@ TEST(DFlashDrafter, CachedProposalsMatchTheTrainingForward) {
     LossConfig ce;
     ce.ignore_index = train::kIgnoreLabel;
     NoGradGuard no_grad;
-    HeadLossResult r = train::drafter_loss(*t.drafter, {&b, features, Tensor()}, {ce, HeadLossPath::naive});
+    HeadLossResult r =
+        train::drafter_loss(*t.drafter, {&b, features, Tensor()}, {ce, HeadLossPath::naive});
     const std::vector<double> am = r.argmax.to_vector();
     bd.reset();
     // In two appends, as decoding does.
     bd.append_context(reshape(narrow(features, 1, 0, anchor / 2 + 1), {anchor / 2 + 1, 32}), 0);
-    bd.append_context(reshape(narrow(features, 1, anchor / 2 + 1, anchor - anchor / 2 - 1), {anchor - anchor / 2 - 1, 32}),
+    bd.append_context(reshape(narrow(features, 1, anchor / 2 + 1, anchor - anchor / 2 - 1),
+                              {anchor - anchor / 2 - 1, 32}),
                       anchor / 2 + 1);
     EXPECT_EQ(bd.context_length(), anchor);
     const std::vector<int64_t> p = bd.propose(s.ids[static_cast<size_t>(anchor)], anchor, 6);
     ASSERT_EQ(p.size(), 5u);
-    for (size_t k = 0; k < 5; ++k) EXPECT_EQ(p[k], static_cast<int64_t>(am[k + 1])) << "anchor " << anchor << " slot " << k + 1;
+    for (size_t k = 0; k < 5; ++k)
+      EXPECT_EQ(p[k], static_cast<int64_t>(am[k + 1])) << "anchor " << anchor << " slot " << k + 1;
     bd.truncate_context(anchor - 1);
     EXPECT_EQ(bd.context_length(), anchor - 1);
   }
@@ -238,7 +248,8 @@ TEST(DFlashDrafter, PublicLayerRule) {
 
 TEST(DFlashOptimizer, AdamWMatchesTheFormulaAndClipsOnTheDevice) {
   Tensor w = from_vector({1.0, -2.0, 0.5}, {3}).requires_grad_();
-  train::AdamW opt({w}, {.beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1, .grad_clip = 1.0});
+  train::AdamW opt(
+      {w}, {.beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1, .grad_clip = 1.0});
   double m[3] = {0, 0, 0}, v[3] = {0, 0, 0}, ref[3] = {1.0, -2.0, 0.5};
   const double g0[3] = {3.0, 4.0, 0.0};  // norm 5: clipped to 1 (coefficient 0.2)
   for (int64_t step = 1; step <= 3; ++step) {
@@ -253,7 +264,8 @@ TEST(DFlashOptimizer, AdamWMatchesTheFormulaAndClipsOnTheDevice) {
       ref[i] -= 0.01 * (mh / (std::sqrt(vh) + 1e-8) + 0.1 * ref[i]);
     }
     const auto got = w.detach().to_vector();
-    for (int i = 0; i < 3; ++i) EXPECT_NEAR(got[i], ref[i], 1e-6) << "step " << step << " element " << i;
+    for (int i = 0; i < 3; ++i)
+      EXPECT_NEAR(got[i], ref[i], 1e-6) << "step " << step << " element " << i;
   }
   EXPECT_NEAR(train::warmup_cosine_lr(5, 100, 10, 1.0, 0.1), 0.5, 1e-12);
   EXPECT_NEAR(train::warmup_cosine_lr(11, 100, 10, 1.0, 0.1), 1.0, 1e-12);
@@ -262,7 +274,9 @@ TEST(DFlashOptimizer, AdamWMatchesTheFormulaAndClipsOnTheDevice) {
 
 // ---- the pipeline -------------------------------------------------------------------------
 
-train::TrainConfig ci_config(const std::string& run_dir) { return testing_train::ci_train_config(run_dir); }
+train::TrainConfig ci_config(const std::string& run_dir) {
+  return testing_train::ci_train_config(run_dir);
+}
 
 TEST(DFlashPipeline, ACiSizedRunLearns) {
   TempDir dir;
@@ -345,7 +359,8 @@ TEST(DFlashPipeline, ResumeIsExactAndAFailedResumeChangesNothing) {
     train::run_pipeline(c2);
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("step_00000011.safetensors"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("step_00000011.safetensors"), std::string::npos)
+        << e.what();
     EXPECT_NE(std::string(e.what()).find("unchanged"), std::string::npos) << e.what();
   }
   std::map<std::string, std::string> after;
@@ -361,9 +376,7 @@ TEST(DFlashPipeline, ResumeIsExactAndAFailedResumeChangesNothing) {
 std::string config_error(const std::string& json) {
   try {
     train::TrainConfig::from_json(nlohmann::json::parse(json));
-  } catch (const Error& e) {
-    return e.what();
-  }
+  } catch (const Error& e) { return e.what(); }
   return "no error";
 }
 
@@ -373,13 +386,15 @@ TEST(DFlashMemoryReport, APathThatRunsOutOfMemoryIsARow) {
   // Logits [256, 32768] are 32 MiB (each their own segment); fused's chunk is 4 MiB.
   train::MemoryShape s{"small", 32768, 64, 1, 1, 64, 64, 1, 1, 64, 16, 16, 1, 32};
   CachingAllocator& alloc = allocator_for(kCPU);
-  const std::string traces = std::filesystem::temp_directory_path() / ("cg_mem_" + std::to_string(::getpid()));
+  const std::string traces =
+      std::filesystem::temp_directory_path() / ("cg_mem_" + std::to_string(::getpid()));
   std::filesystem::create_directories(traces);
   const train::MemoryReport free_run = train::measure_drafter_step_memory(s, traces, 5);
   ASSERT_EQ(free_run.paths.size(), 3u);
   // The table's step peak is above the base; the trace's peak is base + step peak.
   for (const train::PathMemory& p : free_run.paths) {
-    EXPECT_EQ(analyse_trace(read_trace_file(p.trace_file)).peak.allocated, p.base + p.step_peak) << p.path;
+    EXPECT_EQ(analyse_trace(read_trace_file(p.trace_file)).peak.allocated, p.base + p.step_peak)
+        << p.path;
   }
   EXPECT_NE(train::memory_table({free_run}).find("allocated before the step"), std::string::npos);
   std::filesystem::remove_all(traces);
@@ -410,24 +425,25 @@ TEST(DFlashMemoryReport, APathThatRunsOutOfMemoryIsARow) {
 }
 
 TEST(DFlashConfig, CorpusFileMustBeUtf8Text) {
-  const std::string dir = std::filesystem::temp_directory_path() / ("cg_corpus_" + std::to_string(::getpid()));
+  const std::string dir =
+      std::filesystem::temp_directory_path() / ("cg_corpus_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   auto error = [](const std::string& path) {
     try {
       train::read_corpus_file(path);
-    } catch (const Error& e) {
-      return e.message();
-    }
+    } catch (const Error& e) { return e.message(); }
     return std::string("no error");
   };
   EXPECT_NE(error(dir).find("is a directory"), std::string::npos) << error(dir);  // was "is empty"
   std::ofstream(dir + "/latin1.txt", std::ios::binary) << "caf\xe9 au lait\n";
-  EXPECT_NE(error(dir + "/latin1.txt").find("not UTF-8 text (byte 3"), std::string::npos) << error(dir + "/latin1.txt");
+  EXPECT_NE(error(dir + "/latin1.txt").find("not UTF-8 text (byte 3"), std::string::npos)
+      << error(dir + "/latin1.txt");
   std::ofstream(dir + "/binary", std::ios::binary) << std::string("PK\x03\x04\xff\xfe\x00", 7);
   EXPECT_NE(error(dir + "/binary").find("not UTF-8"), std::string::npos);
   std::ofstream(dir + "/cut.txt", std::ios::binary) << "ok \xe2\x82";  // a character cut short
   EXPECT_NE(error(dir + "/cut.txt").find("byte 3"), std::string::npos);
-  std::ofstream(dir + "/good.txt", std::ios::binary) << "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\n";
+  std::ofstream(dir + "/good.txt", std::ios::binary)
+      << "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\n";
   EXPECT_EQ(error(dir + "/good.txt"), "no error");
   std::filesystem::remove_all(dir);
 }
@@ -447,32 +463,45 @@ TEST(DFlashConfig, PromptsFromAUserTextAreHeldOutForEvaluation) {
 }
 
 TEST(DFlashConfig, BadConfigsAreClearErrors) {
-  EXPECT_NE(config_error(R"({"drafter": {"blok_size": 8}})").find("unknown field 'drafter.blok_size'"), std::string::npos);
-  EXPECT_NE(config_error(R"({"drafter": {"block_size": 1}})").find("drafter.block_size: must be >= 2"), std::string::npos);
-  EXPECT_NE(config_error(R"({"drafter": {"max_anchors": 500}})").find("beyond the sequence"), std::string::npos);
+  EXPECT_NE(
+      config_error(R"({"drafter": {"blok_size": 8}})").find("unknown field 'drafter.blok_size'"),
+      std::string::npos);
+  EXPECT_NE(
+      config_error(R"({"drafter": {"block_size": 1}})").find("drafter.block_size: must be >= 2"),
+      std::string::npos);
+  EXPECT_NE(config_error(R"({"drafter": {"max_anchors": 500}})").find("beyond the sequence"),
+            std::string::npos);
   EXPECT_NE(config_error(R"({"seed": "x"})").find("seed: must be an integer"), std::string::npos);
-  EXPECT_NE(config_error(R"({"drafter": {"loss": {"kind": "jsd"}}})").find("drafter.loss.kind"), std::string::npos);
+  EXPECT_NE(config_error(R"({"drafter": {"loss": {"kind": "jsd"}}})").find("drafter.loss.kind"),
+            std::string::npos);
   EXPECT_NE(config_error(R"([1])").find("must be a JSON object"), std::string::npos);
   EXPECT_EQ(config_error(R"({"drafter": {"block_size": 16, "max_anchors": 32}})"), "no error");
   // Integers that do not fit are refused, not wrapped (-1 became a seed of 2^64 - 1, and
   // 2^64 - 1 steps were reported as "got -1"); the line names one location, not two.
   const std::string negative_seed = config_error(R"({"corpus": {"seed": -5}})");
-  EXPECT_NE(negative_seed.find("corpus.seed: must be a non-negative integer, got -5"), std::string::npos) << negative_seed;
+  EXPECT_NE(negative_seed.find("corpus.seed: must be a non-negative integer, got -5"),
+            std::string::npos)
+      << negative_seed;
   EXPECT_EQ(negative_seed.find("(at "), negative_seed.rfind("(at ")) << negative_seed;
-  EXPECT_NE(config_error(R"({"drafter": {"optim": {"steps": 18446744073709551615}}})").find("at most 9223372036854775807"),
+  EXPECT_NE(config_error(R"({"drafter": {"optim": {"steps": 18446744073709551615}}})")
+                .find("at most 9223372036854775807"),
             std::string::npos);
   // hf_config describes a checkpoint; alone it silently replaced the sizes of the target to train.
-  EXPECT_NE(config_error(R"({"target": {"hf_config": "config.json"}})").find("target.checkpoint, which is empty"),
+  EXPECT_NE(config_error(R"({"target": {"hf_config": "config.json"}})")
+                .find("target.checkpoint, which is empty"),
             std::string::npos);
   // trace_dir lives under run_dir: "/tmp/x" used to become "runs/toy//tmp/x".
-  EXPECT_NE(config_error(R"({"memory": {"trace_dir": "/tmp/x"}})").find("memory.trace_dir: must be a folder inside run_dir"),
+  EXPECT_NE(config_error(R"({"memory": {"trace_dir": "/tmp/x"}})")
+                .find("memory.trace_dir: must be a folder inside run_dir"),
             std::string::npos);
   // Ranges read as written: "from 1 to 1048576, got 0", not "1.04858e+06".
-  EXPECT_NE(config_error(R"({"drafter": {"max_anchors": 0}})").find("must be from 1 to 1048576, got 0"),
-            std::string::npos);
+  EXPECT_NE(
+      config_error(R"({"drafter": {"max_anchors": 0}})").find("must be from 1 to 1048576, got 0"),
+      std::string::npos);
   // A block longer than the generated part has slots that never get a label.
-  EXPECT_NE(config_error(R"({"drafter": {"block_size": 200}})").find("longer than the generated part"),
-            std::string::npos);
+  EXPECT_NE(
+      config_error(R"({"drafter": {"block_size": 200}})").find("longer than the generated part"),
+      std::string::npos);
   try {
     train::TrainConfig::from_file("/nonexistent/toy.json");
     FAIL() << "no error";
@@ -480,7 +509,9 @@ TEST(DFlashConfig, BadConfigsAreClearErrors) {
     EXPECT_NE(std::string(e.what()).find("/nonexistent/toy.json"), std::string::npos) << e.what();
   }
   // configs/toy.json (what tools/run.sh runs) is the built-in default, field for field.
-  EXPECT_EQ(train::TrainConfig::from_file(std::string(CHUNKGRAD_TEST_DATA_DIR) + "/../../configs/toy.json").to_json(),
+  EXPECT_EQ(train::TrainConfig::from_file(std::string(CHUNKGRAD_TEST_DATA_DIR) +
+                                          "/../../configs/toy.json")
+                .to_json(),
             train::TrainConfig().to_json());
   // The written form reads back to the same config.
   train::TrainConfig c;

@@ -40,9 +40,7 @@ using testing_train::ci_train_config;
 std::string error_of(const std::function<void()>& f) {
   try {
     f();
-  } catch (const Error& e) {
-    return e.what();
-  }
+  } catch (const Error& e) { return e.what(); }
   return "no error";
 }
 
@@ -54,7 +52,8 @@ TEST(LossVocabulary, EveryKindHasNamesThatParseBack) {
     EXPECT_EQ(parse_loss_kind(k.name), k.kind);
     EXPECT_STREQ(loss_kind_name(k.kind), k.name);
     EXPECT_STREQ(loss_kind_short_name(k.kind), k.short_name);
-    EXPECT_TRUE(seen.insert(k.short_name).second && seen.insert(k.name).second) << k.name << ": a name twice";
+    EXPECT_TRUE(seen.insert(k.short_name).second && seen.insert(k.name).second)
+        << k.name << ": a name twice";
     LossConfig c;
     c.kind = k.kind;
     EXPECT_EQ(loss_needs_teacher(c), k.needs_teacher) << k.name;
@@ -107,8 +106,9 @@ TEST(DrafterLossKinds, EveryConfigKindMapsToTheLossConfigOfThatKind) {
 struct SmallTarget {
   train::TrainConfig config = ci_train_config("unused");
   Generator init{3};
-  nn::Qwen3ForCausalLM lm{train::target_model_config(config.target, train::ByteTokenizer::kVocabSize),
-                          nn::InitOptions{.generator = &init}};
+  nn::Qwen3ForCausalLM lm{
+      train::target_model_config(config.target, train::ByteTokenizer::kVocabSize),
+      nn::InitOptions{.generator = &init}};
   std::vector<train::DrafterSequence> seqs;
   SmallTarget() {
     lm.eval();
@@ -128,7 +128,8 @@ struct SmallTarget {
 train::DrafterLossInputs step_inputs(const train::BlockBatch& b, const train::TargetFeatures& tf) {
   const Tensor idx = from_ints(b.source, {b.batch}, {.dtype = DType::i64});
   return {&b, index_select(tf.features, 0, idx),
-          reshape(index_select(tf.final_hidden, 0, idx), {b.batch * b.seq_len, tf.final_hidden.size(2)})};
+          reshape(index_select(tf.final_hidden, 0, idx),
+                  {b.batch * b.seq_len, tf.final_hidden.size(2)})};
 }
 
 // The trainer's step with each kind: its loss is the ops-level head loss of a LossConfig
@@ -159,10 +160,12 @@ TEST(DrafterLossKinds, ATrainingStepTrainsTheConfiguredKind) {
     }
     expected.path = parse_head_loss_path(c.drafter.head_loss_path);
     expected.chunk_rows = c.drafter.head_loss_chunk_rows;
-    const double want = train::drafter_loss(*drafter, step_inputs(batches[0], data.features), expected).loss.item();
+    const double want =
+        train::drafter_loss(*drafter, step_inputs(batches[0], data.features), expected).loss.item();
     const train::StepRecord step = trainer.train_step();
     EXPECT_NEAR(step.loss, want, 1e-6 * std::max(1.0, std::abs(want)));
-    for (double other : step_losses) EXPECT_GT(std::abs(step.loss - other), 1e-4) << "the same loss as another kind";
+    for (double other : step_losses)
+      EXPECT_GT(std::abs(step.loss - other), 1e-4) << "the same loss as another kind";
     step_losses.push_back(step.loss);
   }
 }
@@ -212,7 +215,8 @@ TEST(DrafterChunk, ConfigFieldsAreCheckedUpFront) {
   e = error(R"({"drafter": {"head_loss_chunk_budget_mb": 0}})");
   EXPECT_NE(e.find("drafter.head_loss_chunk_budget_mb: must be above 0"), std::string::npos) << e;
   e = error(R"({"drafter": {"head_loss_path": "fast"}})");
-  EXPECT_NE(e.find("drafter.head_loss_path: unknown head-loss path 'fast'"), std::string::npos) << e;
+  EXPECT_NE(e.find("drafter.head_loss_path: unknown head-loss path 'fast'"), std::string::npos)
+      << e;
   // Written and read back.
   train::TrainConfig c;
   c.drafter.head_loss_chunk_rows = 0;
@@ -224,7 +228,9 @@ TEST(DrafterChunk, ConfigFieldsAreCheckedUpFront) {
   // work, naming the field (one row of V = 65536 in f32 is 256 KiB).
   c.drafter.head_loss_chunk_budget_mb = 0.125;
   e = error_of([&] { train::check_memory_chunk(c, kCPU); });
-  EXPECT_NE(e.find("drafter.head_loss_chunk_budget_mb: 0.125 MiB cannot hold one row"), std::string::npos) << e;
+  EXPECT_NE(e.find("drafter.head_loss_chunk_budget_mb: 0.125 MiB cannot hold one row"),
+            std::string::npos)
+      << e;
   c.drafter.head_loss_chunk_budget_mb = 1;
   EXPECT_NO_THROW(train::check_memory_chunk(c, kCPU));
 }
@@ -232,7 +238,8 @@ TEST(DrafterChunk, ConfigFieldsAreCheckedUpFront) {
 // A checkpoint written before the chunk and ce_weight fields existed resumes: a field its
 // config lacks counts as the default; a chunk changed since is named.
 TEST(DrafterChunk, ACheckpointThatPredatesTheFieldsResumes) {
-  const std::string run = std::filesystem::temp_directory_path() / ("cg_chunk_resume_" + std::to_string(::getpid()));
+  const std::string run =
+      std::filesystem::temp_directory_path() / ("cg_chunk_resume_" + std::to_string(::getpid()));
   std::filesystem::create_directories(run + "/drafter");
   train::TrainConfig c;
   c.run_dir = run;
@@ -241,8 +248,9 @@ TEST(DrafterChunk, ACheckpointThatPredatesTheFieldsResumes) {
   old_config["drafter"].erase("head_loss_chunk_budget_mb");
   old_config["drafter"]["loss"].erase("ce_weight");
   const std::string path = run + "/drafter/step_00000002.safetensors";
-  safetensors::save_file({{"w", zeros({1})}}, path,
-                             {{"format", "chunkgrad-dflash-drafter-1"}, {"step", "2"}, {"config", old_config.dump()}});
+  safetensors::save_file(
+      {{"w", zeros({1})}}, path,
+      {{"format", "chunkgrad-dflash-drafter-1"}, {"step", "2"}, {"config", old_config.dump()}});
   EXPECT_EQ(train::checked_resume_checkpoint(c, ""), path);
   c.drafter.head_loss_chunk_rows = 64;
   const std::string e = error_of([&] { train::checked_resume_checkpoint(c, ""); });
@@ -264,7 +272,7 @@ TEST(DrafterChunk, TheMemoryReportUsesTheConfiguredChunk) {
     const train::MemoryReport r = train::measure_drafter_step_memory(s, "", 5);
     ASSERT_EQ(r.paths.size(), 3u);
     const int64_t positions = s.batch * s.anchors * s.block_size;  // 64
-    EXPECT_EQ(r.paths[0].chunk_rows, positions);  // naive: all rows
+    EXPECT_EQ(r.paths[0].chunk_rows, positions);                   // naive: all rows
     EXPECT_EQ(r.paths[1].chunk_rows, r.paths[2].chunk_rows);
     if (rows > 0) {
       EXPECT_EQ(r.paths[2].chunk_rows, std::min(rows, positions));

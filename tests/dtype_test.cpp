@@ -13,7 +13,7 @@
 namespace cg {
 namespace {
 
-const DType kAllDTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16,
+const DType kAllDTypes[] = {DType::f32, DType::f64, DType::f16,    DType::bf16,
                             DType::i32, DType::i64, DType::boolean};
 
 TEST(DType, NamesAndSizes) {
@@ -44,7 +44,8 @@ TEST(DType, ParseIsTheInverseOfName) {
 
 TEST(DType, VisitGivesTheStoredType) {
   for (DType t : kAllDTypes) {
-    const size_t size = visit_dtype(t, [](auto tag) { return sizeof(typename decltype(tag)::type); });
+    const size_t size =
+        visit_dtype(t, [](auto tag) { return sizeof(typename decltype(tag)::type); });
     EXPECT_EQ(size, element_size(t)) << dtype_name(t);
   }
 }
@@ -87,11 +88,11 @@ TEST(DType, Bf16RoundsToNearestEven) {
   auto round = [](float f) { return bf16_to_float(float_to_bf16(f)); };
   EXPECT_EQ(float_to_bf16(1.0f).bits, 0x3F80);
   EXPECT_EQ(bf16_to_float(bf16{0x3F80}), 1.0f);
-  EXPECT_EQ(round(1.0f + ulp / 2), 1.0f);                  // tie, 1.0 is even
-  EXPECT_EQ(round(1.0f + 3 * ulp / 2), 1.0f + 2 * ulp);    // tie, 1 + 2^-6 is even
+  EXPECT_EQ(round(1.0f + ulp / 2), 1.0f);                                // tie, 1.0 is even
+  EXPECT_EQ(round(1.0f + 3 * ulp / 2), 1.0f + 2 * ulp);                  // tie, 1 + 2^-6 is even
   EXPECT_EQ(round(1.0f + ulp / 2 + std::ldexp(1.0f, -20)), 1.0f + ulp);  // above the tie
   EXPECT_EQ(round(1.0f + ulp / 2 - std::ldexp(1.0f, -20)), 1.0f);        // below it
-  EXPECT_EQ(round(-1.0f - 3 * ulp / 2), -1.0f - 2 * ulp);  // symmetric for negatives
+  EXPECT_EQ(round(-1.0f - 3 * ulp / 2), -1.0f - 2 * ulp);                // symmetric for negatives
   EXPECT_EQ(round(0.1f), 0.10009765625f);
   // The largest floats round up to infinity; NaN stays NaN; -0 keeps its sign.
   EXPECT_TRUE(std::isinf(round(std::numeric_limits<float>::max())));
@@ -128,13 +129,13 @@ TEST(DType, F16Subnormals) {
   const float unit = std::ldexp(1.0f, -24);  // smallest f16 subnormal
   EXPECT_EQ(float_to_f16(unit).bits, 0x0001);
   EXPECT_EQ(round(unit), unit);
-  EXPECT_EQ(float_to_f16(unit / 2).bits, 0x0000);                 // tie to even: zero
-  EXPECT_EQ(float_to_f16(unit / 2 * 1.0001f).bits, 0x0001);       // above the tie
+  EXPECT_EQ(float_to_f16(unit / 2).bits, 0x0000);            // tie to even: zero
+  EXPECT_EQ(float_to_f16(unit / 2 * 1.0001f).bits, 0x0001);  // above the tie
   EXPECT_EQ(float_to_f16(unit / 4).bits, 0x0000);
-  EXPECT_EQ(round(1.5f * unit), 2 * unit);                        // tie to even: 2
-  EXPECT_EQ(round(2.5f * unit), 2 * unit);                        // tie to even: 2
+  EXPECT_EQ(round(1.5f * unit), 2 * unit);  // tie to even: 2
+  EXPECT_EQ(round(2.5f * unit), 2 * unit);  // tie to even: 2
   EXPECT_EQ(round(3.0f * unit), 3 * unit);
-  EXPECT_EQ(float_to_f16(std::ldexp(1.0f, -14)).bits, 0x0400);    // smallest normal
+  EXPECT_EQ(float_to_f16(std::ldexp(1.0f, -14)).bits, 0x0400);  // smallest normal
   // Largest subnormal + half a unit ties up into the smallest normal (0x0400 is even).
   EXPECT_EQ(float_to_f16(std::ldexp(1.0f, -14) - unit / 2).bits, 0x0400);
   EXPECT_EQ(float_to_f16(-unit).bits, 0x8001);

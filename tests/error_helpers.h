@@ -16,20 +16,18 @@ template <typename F>
 std::string error_of(F&& f) {
   try {
     f();
-  } catch (const Error& e) {
-    return e.message();
-  }
+  } catch (const Error& e) { return e.message(); }
   return "";
 }
 
 }  // namespace cg::testing
 
 // EXPECT_THROW(expr, cg::Error), then checks that the message contains each word.
-#define EXPECT_ERROR_HAS(expr, ...)                                                      \
-  do {                                                                                   \
-    EXPECT_THROW((void)(expr), ::cg::Error);                                             \
-    const std::string msg_ = ::cg::testing::error_of([&] { (void)(expr); });             \
-    for (const char* word : {__VA_ARGS__}) {                                             \
+#define EXPECT_ERROR_HAS(expr, ...)                                                         \
+  do {                                                                                      \
+    EXPECT_THROW((void)(expr), ::cg::Error);                                                \
+    const std::string msg_ = ::cg::testing::error_of([&] { (void)(expr); });                \
+    for (const char* word : {__VA_ARGS__}) {                                                \
       EXPECT_NE(msg_.find(word), std::string::npos) << "'" << word << "' not in: " << msg_; \
-    }                                                                                    \
+    }                                                                                       \
   } while (0)

@@ -14,9 +14,7 @@ namespace {
 std::string what_of_empty_with_negative_size() {
   try {
     (void)empty({-5, 3});
-  } catch (const Error& e) {
-    return e.what();
-  }
+  } catch (const Error& e) { return e.what(); }
   return "";
 }
 

@@ -57,8 +57,8 @@ TEST(Factories, FromHostData) {
   const Tensor big = from_ints({(int64_t{1} << 62) + 1, -7}, {2});
   EXPECT_EQ(big.data<int64_t>()[0], (int64_t{1} << 62) + 1);  // exact, not through double
   EXPECT_EQ(from_ints({1, 2}, {2}, {.dtype = DType::f32}).to_vector(), (V{1, 2}));
-  TENSOR_EXPECT_ERROR(from_vector({1, 2, 3, 4, 5}, {2, 3}), "from_vector", "5 values",
-                      "[2, 3]", "6 elements");
+  TENSOR_EXPECT_ERROR(from_vector({1, 2, 3, 4, 5}, {2, 3}), "from_vector", "5 values", "[2, 3]",
+                      "6 elements");
   TENSOR_EXPECT_ERROR(from_ints({1}, {2}), "from_ints", "1 values");
 }
 
@@ -66,10 +66,10 @@ TEST(Factories, RequiresGradOnlyForFloats) {
   EXPECT_TRUE(zeros({2}, {.requires_grad = true}).impl()->requires_grad);
   EXPECT_FALSE(zeros({2}).impl()->requires_grad);
   EXPECT_TRUE(randn({2}, {.dtype = DType::bf16, .requires_grad = true}).impl()->requires_grad);
-  TENSOR_EXPECT_ERROR(zeros({2}, {.dtype = DType::i64, .requires_grad = true}),
-                      "requires_grad", "floating", "i64");
-  TENSOR_EXPECT_ERROR(empty({2}, {.dtype = DType::boolean, .requires_grad = true}),
-                      "requires_grad", "bool");
+  TENSOR_EXPECT_ERROR(zeros({2}, {.dtype = DType::i64, .requires_grad = true}), "requires_grad",
+                      "floating", "i64");
+  TENSOR_EXPECT_ERROR(empty({2}, {.dtype = DType::boolean, .requires_grad = true}), "requires_grad",
+                      "bool");
 }
 
 TEST(Factories, RandStaysInRange) {
@@ -142,9 +142,13 @@ TEST(Factories, PhiloxMatchesRandom123KnownAnswers) {
   };
   const Case cases[] = {
       {{{0, 0, 0, 0}}, 0, 0, {{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}}},
-      {{{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}}, 0xffffffff, 0xffffffff,
+      {{{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}},
+       0xffffffff,
+       0xffffffff,
        {{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}}},
-      {{{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}}, 0xa4093822, 0x299f31d0,
+      {{{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}},
+       0xa4093822,
+       0x299f31d0,
        {{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}}},
   };
   for (const Case& c : cases) {
@@ -158,9 +162,9 @@ TEST(Factories, GeneratorStreamIsFixed) {
   // draw k of a generator is the Philox block of counter k under the seed.
   Generator g(0x0123456789abcdefull);
   for (uint64_t k = 0; k < 100; ++k) {
-    const philox::Block b = philox::philox4x32_10(
-        {{static_cast<uint32_t>(k), static_cast<uint32_t>(k >> 32), 0, 0}}, 0x89abcdefu,
-        0x01234567u);
+    const philox::Block b =
+        philox::philox4x32_10({{static_cast<uint32_t>(k), static_cast<uint32_t>(k >> 32), 0, 0}},
+                              0x89abcdefu, 0x01234567u);
     ASSERT_EQ(g.next_u64(), uint64_t{b.w[0]} | (uint64_t{b.w[1]} << 32)) << k;
   }
   EXPECT_EQ(g.offset(), 100u);
@@ -190,8 +194,8 @@ TEST(Factories, RandomFillOfAStridedViewNumbersElementsInTheViewsOrder) {
   // counter offset + i * cols + j, wherever it sits in memory.
   const Tensor t = zeros({3, 4});
   const Tensor view = raw::transpose(t, 0, 1);  // [4, 3], strides [1, 4]
-  host_backend().random_uniform(kCPU, view.data_ptr(), DType::f32, view.shape(),
-                                view.strides(), 11, 100, 0.0, 1.0);
+  host_backend().random_uniform(kCPU, view.data_ptr(), DType::f32, view.shape(), view.strides(), 11,
+                                100, 0.0, 1.0);
   Generator g(11);
   g.advance(100);
   EXPECT_EQ(view.to_vector(), rand({4, 3}, {}, &g).to_vector());
@@ -210,10 +214,12 @@ TEST(Factories, FromIntsRecordsBoundsThatAWriteVoids) {
   const Tensor idx = from_ints({0, 2, 1}, {3});
   EXPECT_TRUE(idx.storage()->known_values_within(0, 3));
   EXPECT_FALSE(idx.storage()->known_values_within(0, 2));
-  EXPECT_FALSE(from_ints({0}, {1}).storage()->known_values_within(0, 0)) << "an empty range holds nothing";
+  EXPECT_FALSE(from_ints({0}, {1}).storage()->known_values_within(0, 0))
+      << "an empty range holds nothing";
   raw::fill_(idx, 5.0);
   EXPECT_FALSE(idx.storage()->known_values_within(0, 3)) << "written since: the record is void";
-  EXPECT_FALSE(zeros({2}, {.dtype = DType::i64}).storage()->known_values_within(0, 3)) << "not from the host";
+  EXPECT_FALSE(zeros({2}, {.dtype = DType::i64}).storage()->known_values_within(0, 3))
+      << "not from the host";
 }
 
 // The record is the storage's, so a write through any view of it (a narrow, a reshape)
@@ -237,7 +243,8 @@ TEST(Factories, AWriteThroughAnyViewVoidsTheKnownBounds) {
   // load are the writes an i64 tensor can take, and each bumps the version.)
   const Tensor again = from_ints({1, 2, 3}, {3});
   raw::fill_(raw::narrow(raw::reshape(again, {3, 1}), 0, 2, 1), 0.0);  // 0 is within the bounds
-  EXPECT_FALSE(known(again)) << "any write voids the record, even one that keeps the values in range";
+  EXPECT_FALSE(known(again))
+      << "any write voids the record, even one that keeps the values in range";
 
   const Tensor source = from_ints({1, 2}, {2});
   EXPECT_FALSE(known(raw::clone(source))) << "a copy is not recorded";

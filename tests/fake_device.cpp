@@ -59,8 +59,8 @@ size_t span_bytes(const DeviceBackend::Dims& sizes, const DeviceBackend::Dims& s
 }
 
 void check_on_device(Device device, const void* p, size_t nbytes, const char* what) {
-  CG_CHECK(device == fake_device(), "fake backend: ", what, " was asked to run on ",
-           device.str(), ", not ", fake_device().str());
+  CG_CHECK(device == fake_device(), "fake backend: ", what, " was asked to run on ", device.str(),
+           ", not ", fake_device().str());
   CG_CHECK(nbytes == 0 || is_device_memory(p, nbytes), "fake backend: ", what, ": ", nbytes,
            " bytes at ", p, " are not device memory");
 }
@@ -123,9 +123,8 @@ void FakeDeviceBackend::fill(Device device, void* dst, DType dtype, const Dims& 
   host_backend().fill(kCPU, dst, dtype, sizes, strides, value, step);
 }
 
-void FakeDeviceBackend::copy_strided(Device device, void* dst, DType dst_dtype,
-                                     const Dims& sizes, const Dims& dst_strides,
-                                     const void* src, DType src_dtype,
+void FakeDeviceBackend::copy_strided(Device device, void* dst, DType dst_dtype, const Dims& sizes,
+                                     const Dims& dst_strides, const void* src, DType src_dtype,
                                      const Dims& src_strides) {
   ++counts.strided_copies;
   check_on_device(device, dst, span_bytes(sizes, dst_strides, dst_dtype), "copy_strided");
@@ -135,20 +134,19 @@ void FakeDeviceBackend::copy_strided(Device device, void* dst, DType dst_dtype,
                               src_strides);
 }
 
-void FakeDeviceBackend::accumulate(Device device, void* dst, DType dst_dtype,
-                                   const Dims& sizes, const Dims& dst_strides, const void* src,
-                                   DType src_dtype, const Dims& src_strides) {
+void FakeDeviceBackend::accumulate(Device device, void* dst, DType dst_dtype, const Dims& sizes,
+                                   const Dims& dst_strides, const void* src, DType src_dtype,
+                                   const Dims& src_strides) {
   ++counts.accumulates;
   check_on_device(device, dst, span_bytes(sizes, dst_strides, dst_dtype), "accumulate");
   check_on_device(device, src, span_bytes(sizes, src_strides, src_dtype), "accumulate");
   DeviceMemoryAccessible open;
-  host_backend().accumulate(kCPU, dst, dst_dtype, sizes, dst_strides, src, src_dtype,
-                            src_strides);
+  host_backend().accumulate(kCPU, dst, dst_dtype, sizes, dst_strides, src, src_dtype, src_strides);
 }
 
-void FakeDeviceBackend::random_uniform(Device device, void* dst, DType dtype,
-                                       const Dims& sizes, const Dims& strides, uint64_t seed,
-                                       uint64_t offset, double low, double high) {
+void FakeDeviceBackend::random_uniform(Device device, void* dst, DType dtype, const Dims& sizes,
+                                       const Dims& strides, uint64_t seed, uint64_t offset,
+                                       double low, double high) {
   ++counts.random_fills;
   check_on_device(device, dst, span_bytes(sizes, strides, dtype), "random_uniform");
   DeviceMemoryAccessible open;

@@ -25,7 +25,7 @@ inline Device fake_device() { return Device{DeviceType::fake, 0}; }
 
 // What went through the fake backend since it was installed.
 struct Counts {
-  int transfers = 0;   // copy(): byte copies, host <-> device and device <-> device
+  int transfers = 0;  // copy(): byte copies, host <-> device and device <-> device
   int fills = 0;
   int strided_copies = 0;
   int accumulates = 0;
@@ -52,12 +52,10 @@ class FakeDeviceBackend final : public DeviceBackend {
   void accumulate(Device device, void* dst, DType dst_dtype, const Dims& sizes,
                   const Dims& dst_strides, const void* src, DType src_dtype,
                   const Dims& src_strides) override;
-  void random_uniform(Device device, void* dst, DType dtype, const Dims& sizes,
-                      const Dims& strides, uint64_t seed, uint64_t offset, double low,
-                      double high) override;
-  void random_normal(Device device, void* dst, DType dtype, const Dims& sizes,
-                     const Dims& strides, uint64_t seed, uint64_t offset, double mean,
-                     double std) override;
+  void random_uniform(Device device, void* dst, DType dtype, const Dims& sizes, const Dims& strides,
+                      uint64_t seed, uint64_t offset, double low, double high) override;
+  void random_normal(Device device, void* dst, DType dtype, const Dims& sizes, const Dims& strides,
+                     uint64_t seed, uint64_t offset, double mean, double std) override;
 
   Counts counts;
 };

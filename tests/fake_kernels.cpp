@@ -20,18 +20,24 @@ class CountingKernels final : public cpu::CpuKernels {
   DeviceType type() const override { return DeviceType::fake; }
   std::map<std::string, int> calls;
 
-#define CG_FORWARD(entry, ...)     \
-  ++calls[#entry];                 \
+#define CG_FORWARD(entry, ...)       \
+  ++calls[#entry];                   \
   fake::DeviceMemoryAccessible open; \
   return CpuKernels::entry(__VA_ARGS__)
 
-  Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) override { CG_FORWARD(binary, op, a, b); }
+  Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) override {
+    CG_FORWARD(binary, op, a, b);
+  }
   Tensor unary(UnaryOp op, const Tensor& a, double s) override { CG_FORWARD(unary, op, a, s); }
-  Tensor where(const Tensor& c, const Tensor& a, const Tensor& b) override { CG_FORWARD(where, c, a, b); }
+  Tensor where(const Tensor& c, const Tensor& a, const Tensor& b) override {
+    CG_FORWARD(where, c, a, b);
+  }
   void inplace(InplaceOp op, const Tensor& d, const Tensor& s, double alpha) override {
     CG_FORWARD(inplace, op, d, s, alpha);
   }
-  void inplace_scalar(UnaryOp op, const Tensor& d, double s) override { CG_FORWARD(inplace_scalar, op, d, s); }
+  void inplace_scalar(UnaryOp op, const Tensor& d, double s) override {
+    CG_FORWARD(inplace_scalar, op, d, s);
+  }
   void addcmul(const Tensor& d, const Tensor& a, const Tensor& b, double v, bool div) override {
     CG_FORWARD(addcmul, d, a, b, v, div);
   }
@@ -41,11 +47,16 @@ class CountingKernels final : public cpu::CpuKernels {
   Tensor max_along_dim(const Tensor& a, int64_t dim, Tensor* values) override {
     CG_FORWARD(max_along_dim, a, dim, values);
   }
-  Tensor logsumexp_along_dim(const Tensor& a, int64_t dim) override { CG_FORWARD(logsumexp_along_dim, a, dim); }
-  Tensor scatter_along_dim(const Tensor& s, const Tensor& i, int64_t dim, const Shape& shape) override {
+  Tensor logsumexp_along_dim(const Tensor& a, int64_t dim) override {
+    CG_FORWARD(logsumexp_along_dim, a, dim);
+  }
+  Tensor scatter_along_dim(const Tensor& s, const Tensor& i, int64_t dim,
+                           const Shape& shape) override {
     CG_FORWARD(scatter_along_dim, s, i, dim, shape);
   }
-  Tensor softmax(const Tensor& a, int64_t dim, bool log) override { CG_FORWARD(softmax, a, dim, log); }
+  Tensor softmax(const Tensor& a, int64_t dim, bool log) override {
+    CG_FORWARD(softmax, a, dim, log);
+  }
   Tensor softmax_backward(const Tensor& g, const Tensor& y, int64_t dim, bool log) override {
     CG_FORWARD(softmax_backward, g, y, dim, log);
   }
@@ -54,12 +65,16 @@ class CountingKernels final : public cpu::CpuKernels {
     return CpuKernels::head_logits_dtype(input);
   }
   void head_loss_rows(const HeadRowsArgs& a) override { CG_FORWARD(head_loss_rows, a); }
-  void check_labels(const Tensor& l, int64_t v, int64_t ignore) override { CG_FORWARD(check_labels, l, v, ignore); }
-  void row_weights(const Tensor& l, const Tensor& w, int64_t ignore, bool norm, const Tensor& out) override {
+  void check_labels(const Tensor& l, int64_t v, int64_t ignore) override {
+    CG_FORWARD(check_labels, l, v, ignore);
+  }
+  void row_weights(const Tensor& l, const Tensor& w, int64_t ignore, bool norm,
+                   const Tensor& out) override {
     CG_FORWARD(row_weights, l, w, ignore, norm, out);
   }
   Tensor matmul(const Tensor& a, const Tensor& b) override { CG_FORWARD(matmul, a, b); }
-  void gemm(const Tensor& a, const Tensor& b, const Tensor& out, double alpha, double beta) override {
+  void gemm(const Tensor& a, const Tensor& b, const Tensor& out, double alpha,
+            double beta) override {
     CG_FORWARD(gemm, a, b, out, alpha, beta);
   }
   size_t gemm_scratch_bytes(const GemmDesc& d) const override {
@@ -69,31 +84,40 @@ class CountingKernels final : public cpu::CpuKernels {
   RmsNormForward rms_norm_forward(const Tensor& x, const Tensor& w, double eps) override {
     CG_FORWARD(rms_norm_forward, x, w, eps);
   }
-  RmsNormGrads rms_norm_backward(const Tensor& g, const Tensor& x, const Tensor& w, const Tensor& r, bool dx,
-                                 bool dw) override {
+  RmsNormGrads rms_norm_backward(const Tensor& g, const Tensor& x, const Tensor& w, const Tensor& r,
+                                 bool dx, bool dw) override {
     CG_FORWARD(rms_norm_backward, g, x, w, r, dx, dw);
   }
   Tensor rotary(const Tensor& x, const Tensor& p, double theta, bool inv) override {
     CG_FORWARD(rotary, x, p, theta, inv);
   }
-  Tensor swiglu_forward(const Tensor& g, const Tensor& u) override { CG_FORWARD(swiglu_forward, g, u); }
-  SwigluGrads swiglu_backward(const Tensor& d, const Tensor& g, const Tensor& u, bool dg, bool du) override {
+  Tensor swiglu_forward(const Tensor& g, const Tensor& u) override {
+    CG_FORWARD(swiglu_forward, g, u);
+  }
+  SwigluGrads swiglu_backward(const Tensor& d, const Tensor& g, const Tensor& u, bool dg,
+                              bool du) override {
     CG_FORWARD(swiglu_backward, d, g, u, dg, du);
   }
   AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                      const ResolvedAttentionMask& m, double s) override {
     CG_FORWARD(attention_forward, q, k, v, m, s);
   }
-  AttentionGrads attention_backward(const Tensor& g, const Tensor& q, const Tensor& k, const Tensor& v,
-                                    const Tensor& o, const Tensor& l, const ResolvedAttentionMask& m, double s,
-                                    bool dq, bool dk, bool dv) override {
+  AttentionGrads attention_backward(const Tensor& g, const Tensor& q, const Tensor& k,
+                                    const Tensor& v, const Tensor& o, const Tensor& l,
+                                    const ResolvedAttentionMask& m, double s, bool dq, bool dk,
+                                    bool dv) override {
     CG_FORWARD(attention_backward, g, q, k, v, o, l, m, s, dq, dk, dv);
   }
-  Tensor index_select(const Tensor& x, int64_t dim, const Tensor& i) override { CG_FORWARD(index_select, x, dim, i); }
-  void index_add(const Tensor& d, int64_t dim, const Tensor& i, const Tensor& s, int64_t skip) override {
+  Tensor index_select(const Tensor& x, int64_t dim, const Tensor& i) override {
+    CG_FORWARD(index_select, x, dim, i);
+  }
+  void index_add(const Tensor& d, int64_t dim, const Tensor& i, const Tensor& s,
+                 int64_t skip) override {
     CG_FORWARD(index_add, d, dim, i, s, skip);
   }
-  Tensor gather(const Tensor& x, int64_t dim, const Tensor& i) override { CG_FORWARD(gather, x, dim, i); }
+  Tensor gather(const Tensor& x, int64_t dim, const Tensor& i) override {
+    CG_FORWARD(gather, x, dim, i);
+  }
   void scatter_add(const Tensor& d, int64_t dim, const Tensor& i, const Tensor& s) override {
     CG_FORWARD(scatter_add, d, dim, i, s);
   }
@@ -103,7 +127,8 @@ class CountingKernels final : public cpu::CpuKernels {
   }
   void adamw_step(const std::vector<Tensor>& p, const std::vector<Tensor>& m,
                   const std::vector<Tensor>& g, const std::vector<Tensor>& a,
-                  const std::vector<Tensor>& v, const Tensor& scale, const AdamWArgs& args) override {
+                  const std::vector<Tensor>& v, const Tensor& scale,
+                  const AdamWArgs& args) override {
     CG_FORWARD(adamw_step, p, m, g, a, v, scale, args);
   }
 #undef CG_FORWARD
@@ -121,7 +146,9 @@ FakeKernelDevice::FakeKernelDevice() : impl_(std::make_unique<Impl>()) {
   impl_->previous_kernels = replace_kernels(DeviceType::fake, &impl_->kernels);
 }
 
-FakeKernelDevice::~FakeKernelDevice() { replace_kernels(DeviceType::fake, impl_->previous_kernels); }
+FakeKernelDevice::~FakeKernelDevice() {
+  replace_kernels(DeviceType::fake, impl_->previous_kernels);
+}
 
 Device FakeKernelDevice::device() const { return fake::fake_device(); }
 

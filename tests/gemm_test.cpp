@@ -52,7 +52,7 @@ Tensor make(int64_t rows, int64_t cols, DType dt, Layout layout, uint64_t seed) 
     case Layout::transposed: return transpose(to(randn({cols, rows}, {}, &gen), dt), 0, 1);
     case Layout::strided:  // no unit stride at all
       return slice(to(randn({rows, 2 * cols}, {}, &gen), dt), 1, 0, 2 * cols, 2);
-    case Layout::padded:   // row major with a leading dimension larger than cols
+    case Layout::padded:  // row major with a leading dimension larger than cols
       return narrow(to(randn({rows, cols + 3}, {}, &gen), dt), 1, 1, cols);
   }
   return Tensor();
@@ -74,10 +74,10 @@ void check(int64_t M, int64_t K, int64_t N, DType da, DType db, DType dout, Layo
   const double tol = tolerance(da, db, dout, K) * scale;
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_NEAR(got[i], want[i], tol) << "element " << i << " of " << M << "x" << K << "x" << N
-                                      << " " << dtype_name(da) << "," << dtype_name(db) << "->"
-                                      << dtype_name(dout) << " layouts " << int(la) << int(lb)
-                                      << int(lout) << " alpha " << alpha << " beta " << beta;
+    ASSERT_NEAR(got[i], want[i], tol)
+        << "element " << i << " of " << M << "x" << K << "x" << N << " " << dtype_name(da) << ","
+        << dtype_name(db) << "->" << dtype_name(dout) << " layouts " << int(la) << int(lb)
+        << int(lout) << " alpha " << alpha << " beta " << beta;
   }
 }
 
@@ -86,8 +86,9 @@ const DType kDtypes[] = {DType::f32, DType::f64, DType::bf16, DType::f16};
 TEST(Gemm, EveryDtypeCombinationMatchesTripleLoop) {
   for (DType da : kDtypes)
     for (DType db : kDtypes)
-      for (DType dout : kDtypes) check(37, 19, 53, da, db, dout, Layout::row_major, Layout::row_major,
-                                        Layout::row_major, 1.0, 0.0);
+      for (DType dout : kDtypes)
+        check(37, 19, 53, da, db, dout, Layout::row_major, Layout::row_major, Layout::row_major,
+              1.0, 0.0);
 }
 
 TEST(Gemm, TransposedStridedAndPaddedViews) {
@@ -101,9 +102,12 @@ TEST(Gemm, TransposedStridedAndPaddedViews) {
 TEST(Gemm, AlphaAndBeta) {
   for (DType dt : {DType::f32, DType::f64, DType::bf16}) {
     for (double beta : {0.0, 1.0, -0.5}) {
-      check(37, 19, 53, dt, dt, dt, Layout::row_major, Layout::transposed, Layout::row_major, 0.25, beta);
-      check(37, 19, 53, dt, dt, dt, Layout::row_major, Layout::row_major, Layout::transposed, 2.0, beta);
-      check(37, 19, 53, DType::f32, dt, DType::f32, Layout::row_major, Layout::row_major, Layout::strided, -1.0, beta);
+      check(37, 19, 53, dt, dt, dt, Layout::row_major, Layout::transposed, Layout::row_major, 0.25,
+            beta);
+      check(37, 19, 53, dt, dt, dt, Layout::row_major, Layout::row_major, Layout::transposed, 2.0,
+            beta);
+      check(37, 19, 53, DType::f32, dt, DType::f32, Layout::row_major, Layout::row_major,
+            Layout::strided, -1.0, beta);
     }
   }
 }
@@ -111,16 +115,23 @@ TEST(Gemm, AlphaAndBeta) {
 TEST(Gemm, OddAndEmptySizes) {
   for (DType dt : {DType::f32, DType::f64, DType::bf16}) {
     for (double beta : {0.0, 1.0, 3.0}) {
-      check(1, 1, 1, dt, dt, dt, Layout::row_major, Layout::row_major, Layout::row_major, 1.0, beta);
-      check(1, 7, 1, dt, dt, dt, Layout::transposed, Layout::row_major, Layout::row_major, 1.0, beta);
-      check(5, 0, 3, dt, dt, dt, Layout::row_major, Layout::row_major, Layout::row_major, 1.0, beta);  // K = 0
-      check(1, 300, 65, dt, dt, dt, Layout::row_major, Layout::transposed, Layout::row_major, 1.0, beta);
-      check(130, 2, 1, dt, dt, dt, Layout::row_major, Layout::row_major, Layout::transposed, 1.0, beta);
+      check(1, 1, 1, dt, dt, dt, Layout::row_major, Layout::row_major, Layout::row_major, 1.0,
+            beta);
+      check(1, 7, 1, dt, dt, dt, Layout::transposed, Layout::row_major, Layout::row_major, 1.0,
+            beta);
+      check(5, 0, 3, dt, dt, dt, Layout::row_major, Layout::row_major, Layout::row_major, 1.0,
+            beta);  // K = 0
+      check(1, 300, 65, dt, dt, dt, Layout::row_major, Layout::transposed, Layout::row_major, 1.0,
+            beta);
+      check(130, 2, 1, dt, dt, dt, Layout::row_major, Layout::row_major, Layout::transposed, 1.0,
+            beta);
     }
   }
   // Nothing to compute: no error, nothing written.
-  check(0, 4, 3, DType::f32, DType::f32, DType::f32, Layout::row_major, Layout::row_major, Layout::row_major, 1.0, 0.0);
-  check(3, 4, 0, DType::f32, DType::f32, DType::f32, Layout::row_major, Layout::row_major, Layout::row_major, 1.0, 0.0);
+  check(0, 4, 3, DType::f32, DType::f32, DType::f32, Layout::row_major, Layout::row_major,
+        Layout::row_major, 1.0, 0.0);
+  check(3, 4, 0, DType::f32, DType::f32, DType::f32, Layout::row_major, Layout::row_major,
+        Layout::row_major, 1.0, 0.0);
 }
 
 // Large enough to split between threads (and, for 16-bit operands, to walk several
@@ -128,11 +139,16 @@ TEST(Gemm, OddAndEmptySizes) {
 TEST(Gemm, LargeProductsSplitAndTile) {
   const int before = get_num_threads();
   set_num_threads(3);
-  const int64_t M = cpu::kGemmTileRows + 70, K = cpu::kGemmTileRows + 9, N = 2 * cpu::kGemmTileRows + 5;
-  check(M, K, 200, DType::f32, DType::f32, DType::f32, Layout::row_major, Layout::transposed, Layout::row_major, 1.0, 0.0);
-  check(M, K, N, DType::bf16, DType::bf16, DType::f32, Layout::row_major, Layout::transposed, Layout::row_major, 1.0, 1.0);
-  check(200, K, N, DType::f32, DType::bf16, DType::bf16, Layout::transposed, Layout::row_major, Layout::row_major, 0.5, 0.0);
-  check(N, 64, M, DType::f32, DType::f32, DType::f16, Layout::transposed, Layout::row_major, Layout::transposed, 1.0, -1.0);
+  const int64_t M = cpu::kGemmTileRows + 70, K = cpu::kGemmTileRows + 9,
+                N = 2 * cpu::kGemmTileRows + 5;
+  check(M, K, 200, DType::f32, DType::f32, DType::f32, Layout::row_major, Layout::transposed,
+        Layout::row_major, 1.0, 0.0);
+  check(M, K, N, DType::bf16, DType::bf16, DType::f32, Layout::row_major, Layout::transposed,
+        Layout::row_major, 1.0, 1.0);
+  check(200, K, N, DType::f32, DType::bf16, DType::bf16, Layout::transposed, Layout::row_major,
+        Layout::row_major, 0.5, 0.0);
+  check(N, 64, M, DType::f32, DType::f32, DType::f16, Layout::transposed, Layout::row_major,
+        Layout::transposed, 1.0, -1.0);
   set_num_threads(before);
 }
 

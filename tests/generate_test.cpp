@@ -64,7 +64,8 @@ TEST(Generate, FeaturesAreTheTargetLayersOfEveryPosition) {
   const auto ref = train::target_features(f.lm, g.tokens, layers).to_vector();
   const auto got = g.features.to_vector();
   ASSERT_EQ(ref.size(), got.size());
-  for (size_t i = 0; i < ref.size(); ++i) ASSERT_NEAR(got[i], ref[i], 1e-4 * (1 + std::abs(ref[i]))) << i;
+  for (size_t i = 0; i < ref.size(); ++i)
+    ASSERT_NEAR(got[i], ref[i], 1e-4 * (1 + std::abs(ref[i]))) << i;
   // max_new_tokens = 0 still returns the prompt's features.
   const auto p0 = train::generate(f.lm, prompt, {.max_new_tokens = 0, .capture_layers = {1}});
   EXPECT_EQ(p0.features.shape(), (Shape{5, f.config.hidden_size}));
@@ -85,13 +86,14 @@ TEST(Generate, SamplingIsSeededAndTopOneIsGreedy) {
   Fixture f;
   const auto prompt = random_ids(3, f.config.vocab_size, f.gen);
   Generator a(5), b(5);
-  const auto s1 = train::generate(f.lm, prompt, {.max_new_tokens = 15,
-                                                 .sampling = {.temperature = 1.0, .generator = &a}});
-  const auto s2 = train::generate(f.lm, prompt, {.max_new_tokens = 15,
-                                                 .sampling = {.temperature = 1.0, .generator = &b}});
+  const auto s1 = train::generate(
+      f.lm, prompt, {.max_new_tokens = 15, .sampling = {.temperature = 1.0, .generator = &a}});
+  const auto s2 = train::generate(
+      f.lm, prompt, {.max_new_tokens = 15, .sampling = {.temperature = 1.0, .generator = &b}});
   EXPECT_EQ(s1.tokens, s2.tokens);
   const auto top1 = train::generate(
-      f.lm, prompt, {.max_new_tokens = 15, .sampling = {.temperature = 0.7, .top_k = 1, .generator = &a}});
+      f.lm, prompt,
+      {.max_new_tokens = 15, .sampling = {.temperature = 0.7, .top_k = 1, .generator = &a}});
   EXPECT_EQ(top1.tokens, greedy_without_cache(f.lm, prompt, 15));
 }
 
@@ -103,7 +105,8 @@ TEST(Generate, PickTokenFollowsSoftmaxWithinTopK) {
   Generator gen(9);
   std::map<int64_t, int> counts;
   const int draws = 6000;
-  for (int i = 0; i < draws; ++i) ++counts[train::pick_token(logits, {.temperature = 1.0, .generator = &gen})];
+  for (int i = 0; i < draws; ++i)
+    ++counts[train::pick_token(logits, {.temperature = 1.0, .generator = &gen})];
   EXPECT_EQ(counts.count(2), 0u);
   // weights 1 : 3 : 0 : 2 : 1 (sum 7)
   EXPECT_NEAR(counts[1] / double(draws), 3.0 / 7, 0.03);
@@ -124,8 +127,9 @@ TEST(Generate, BadInputIsRefused) {
   nn::KVCache small = f.lm.make_cache(4);
   EXPECT_ERROR_HAS(train::generate(f.lm, {1, 2}, {.max_new_tokens = 3}, &small), "holds 4",
                    "needs 5");
-  EXPECT_ERROR_HAS(train::generate(f.lm, {1}, {.max_new_tokens = 2, .sampling = {.temperature = -1}}),
-                   "temperature");
+  EXPECT_ERROR_HAS(
+      train::generate(f.lm, {1}, {.max_new_tokens = 2, .sampling = {.temperature = -1}}),
+      "temperature");
   EXPECT_ERROR_HAS(train::generate(f.lm, {1}, {.max_new_tokens = 2, .capture_layers = {9}}),
                    "layer 9");
   EXPECT_ERROR_HAS(train::pick_token(from_vector({1, 2, 3, 4}, {2, 2}), {}), "one row");

@@ -113,8 +113,8 @@ inline Tensor make_input(const Shape& shape, uint64_t seed, double min_abs = 0.0
 
 }  // namespace cg::testing
 
-#define EXPECT_GRADCHECK(f, ...)                                              \
-  do {                                                                        \
-    auto gradcheck_result = ::cg::testing::gradcheck((f), {__VA_ARGS__});     \
-    EXPECT_TRUE(gradcheck_result.ok) << gradcheck_result.str();               \
+#define EXPECT_GRADCHECK(f, ...)                                          \
+  do {                                                                    \
+    auto gradcheck_result = ::cg::testing::gradcheck((f), {__VA_ARGS__}); \
+    EXPECT_TRUE(gradcheck_result.ok) << gradcheck_result.str();           \
   } while (0)

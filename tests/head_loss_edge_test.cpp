@@ -62,7 +62,8 @@ TEST(HeadLossEdges, AnEmptyBatchGivesZeroOnEveryPath) {
   for (bool trainable : {false, true}) {
     for (Reduction red : {Reduction::mean, Reduction::sum, Reduction::none}) {
       for (HeadLossPath path : kPaths) {
-        SCOPED_TRACE(std::string(head_loss_path_name(path)) + (trainable ? " trainable" : " frozen"));
+        SCOPED_TRACE(std::string(head_loss_path_name(path)) +
+                     (trainable ? " trainable" : " frozen"));
         const Batch b = batch(0, trainable);
         HeadLossOptions o;
         o.path = path;

@@ -30,10 +30,12 @@ Problem make_problem(DType dtype, bool trainable_head, uint64_t seed) {
   if (trainable_head) p.w.requires_grad_();
   p.th = randn({kT, kD}, {.dtype = dtype}, &gen);
   std::vector<int64_t> y(kT);
-  for (int64_t i = 0; i < kT; ++i) y[i] = i % 9 == 4 ? -100 : static_cast<int64_t>(gen.next_u64() % kV);
+  for (int64_t i = 0; i < kT; ++i)
+    y[i] = i % 9 == 4 ? -100 : static_cast<int64_t>(gen.next_u64() % kV);
   p.labels = from_ints(y, {kT});
   std::vector<double> wv(kT);
-  for (int64_t i = 0; i < kT; ++i) wv[i] = std::exp(-static_cast<double>(i % 8) / 7.0);  // gamma decay
+  for (int64_t i = 0; i < kT; ++i)
+    wv[i] = std::exp(-static_cast<double>(i % 8) / 7.0);  // gamma decay
   p.weights = from_vector(wv, {kT});
   return p;
 }
@@ -102,14 +104,16 @@ TEST(HeadLoss, ThreePathsAgreeInFp32) {
       o.chunk_rows = 8;
       o.path = HeadLossPath::naive;
       const Grads naive = run(p, o);
-      const std::string what = std::string(loss_kind_name(c.kind)) + (trainable ? " trainable" : " frozen");
+      const std::string what =
+          std::string(loss_kind_name(c.kind)) + (trainable ? " trainable" : " frozen");
       for (HeadLossPath path : {HeadLossPath::chunked, HeadLossPath::fused}) {
         for (bool recompute : {false, true}) {
           if (recompute && path != HeadLossPath::fused) continue;
           o.path = path;
           o.recompute_in_backward = recompute;
           const Grads g = run(p, o);
-          const std::string w = what + " " + head_loss_path_name(path) + (recompute ? " recompute" : "");
+          const std::string w =
+              what + " " + head_loss_path_name(path) + (recompute ? " recompute" : "");
           EXPECT_NEAR(g.loss, naive.loss, 1e-5 * std::max(1.0, std::fabs(naive.loss))) << w;
           expect_close(g.per_token, naive.per_token, 1e-5, w + " per-token");
           expect_close(g.dh, naive.dh, 1e-4, w + " dh");
@@ -132,8 +136,9 @@ TEST(HeadLoss, ThreePathsAgreeInBf16WithinTolerance) {
       o.chunk_rows = 16;
       o.path = HeadLossPath::naive;
       const Grads naive = run(p, o);
-      for (auto [path, recompute] : {std::pair{HeadLossPath::chunked, false}, std::pair{HeadLossPath::fused, false},
-                                     std::pair{HeadLossPath::fused, true}}) {
+      for (auto [path, recompute] :
+           {std::pair{HeadLossPath::chunked, false}, std::pair{HeadLossPath::fused, false},
+            std::pair{HeadLossPath::fused, true}}) {
         o.path = path;
         o.recompute_in_backward = recompute;
         const Grads g = run(p, o);
@@ -167,8 +172,9 @@ TEST(HeadLoss, TeacherOfAnotherWidthWithItsOwnHead) {
       return std::make_pair(r.loss.item(), p.h.grad().to_vector());
     };
     const auto naive = run_path(HeadLossPath::naive, false);
-    for (auto [path, recompute] : {std::pair{HeadLossPath::chunked, false}, std::pair{HeadLossPath::fused, false},
-                                   std::pair{HeadLossPath::fused, true}}) {
+    for (auto [path, recompute] :
+         {std::pair{HeadLossPath::chunked, false}, std::pair{HeadLossPath::fused, false},
+          std::pair{HeadLossPath::fused, true}}) {
       const auto got = run_path(path, recompute);
       const std::string w = std::string(loss_kind_name(kind)) + " " + head_loss_path_name(path);
       EXPECT_NEAR(got.first, naive.first, 1e-5 * std::max(1.0, std::fabs(naive.first))) << w;
@@ -206,12 +212,14 @@ TEST(HeadLoss, FusedPerTokenGradcheckWithArbitraryUpstream) {
         o.chunk_rows = 6;
         o.reduction = Reduction::none;
         o.recompute_in_backward = recompute;
-        return head_loss({in[0], recompute ? in[1] : w, p.labels, p.weights, p.th, teacher_head}, o).loss;
+        return head_loss({in[0], recompute ? in[1] : w, p.labels, p.weights, p.th, teacher_head}, o)
+            .loss;
       };
       std::vector<Tensor> inputs{h};
       if (recompute) inputs.push_back(w);
       const auto r = testing::gradcheck(f, inputs);
-      EXPECT_TRUE(r.ok) << loss_kind_name(c.kind) << (recompute ? " recompute: " : " frozen: ") << r.str();
+      EXPECT_TRUE(r.ok) << loss_kind_name(c.kind) << (recompute ? " recompute: " : " frozen: ")
+                        << r.str();
     }
   }
 }
@@ -225,7 +233,8 @@ TEST(HeadLoss, FusedTrainableHeadGradcheck) {
       o.reduction = red;
       return head_loss({in[0], in[1], p.labels, p.weights, Tensor(), Tensor()}, o).loss;
     };
-    const auto r = testing::gradcheck(f, {testing::make_input({kT, kD}, 14), testing::make_input({kV, kD}, 15)});
+    const auto r = testing::gradcheck(
+        f, {testing::make_input({kT, kD}, 14), testing::make_input({kV, kD}, 15)});
     EXPECT_TRUE(r.ok) << r.str();
   }
 }
@@ -309,18 +318,21 @@ TEST(HeadLoss, BadInputIsExplained) {
                       "teacher_hidden D=13", "[53, 12]");
   TENSOR_EXPECT_ERROR(head_loss({p.h, p.w, Tensor(), Tensor(), p.th, zeros({kV + 1, kD})}, o),
                       "vocabulary V=53");
-  TENSOR_EXPECT_ERROR(head_loss({p.h, p.w, Tensor(), Tensor(), p.th, zeros({kV, kD}, {.dtype = DType::bf16})}, o),
-                      "dtypes differ");
+  TENSOR_EXPECT_ERROR(
+      head_loss({p.h, p.w, Tensor(), Tensor(), p.th, zeros({kV, kD}, {.dtype = DType::bf16})}, o),
+      "dtypes differ");
   TENSOR_EXPECT_ERROR(head_loss({p.h, p.w, Tensor(), Tensor(), p.th, zeros({kV, kD + 1})}, o),
                       "teacher_hidden D=12");
   o.loss.kind = LossKind::cross_entropy;
   TENSOR_EXPECT_ERROR(head_loss({p.h, p.w, p.labels, ones({kT + 2}), Tensor(), Tensor()}, o),
                       "weights must be [T=37]");
-  TENSOR_EXPECT_ERROR(head_loss({p.h, zeros({kV, kD + 1}), p.labels, Tensor(), Tensor(), Tensor()}, o),
-                      "head must be [V, D=12]");
+  TENSOR_EXPECT_ERROR(
+      head_loss({p.h, zeros({kV, kD + 1}), p.labels, Tensor(), Tensor(), Tensor()}, o),
+      "head must be [V, D=12]");
   o.chunk_budget_bytes = 100;
-  const std::string one_row =
-      std::to_string(head_loss_chunk_bytes({p.h, p.w, p.labels, Tensor(), Tensor(), Tensor()}, o, 1)) + " bytes";
+  const std::string one_row = std::to_string(head_loss_chunk_bytes(
+                                  {p.h, p.w, p.labels, Tensor(), Tensor(), Tensor()}, o, 1)) +
+                              " bytes";
   TENSOR_EXPECT_ERROR(head_loss({p.h, p.w, p.labels, Tensor(), Tensor(), Tensor()}, o),
                       "too small for one row", one_row.c_str());
   o.chunk_budget_bytes = 1 << 20;

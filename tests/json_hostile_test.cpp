@@ -9,8 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "nn/config.h"
 #include "core/json_input.h"
+#include "nn/config.h"
 #include "nn/safetensors.h"
 #include "nn_test_util.h"
 #include "tests/error_helpers.h"
@@ -37,11 +37,11 @@ TEST(JsonHostile, DeeplyNestedSafetensorsHeadersRaiseErrors) {
   const std::string deep = nested_array(kDeep);
   const std::string ok_entry = R"({"dtype":"F32","shape":[1],"data_offsets":[0,4]})";
   const std::string cases[] = {
-      R"({"t":)" + deep + "}",                                                    // the entry
-      R"({"t":{"dtype":"F32","shape":[1],"data_offsets":)" + deep + "}}",         // offsets
-      R"({"t":{"dtype":"F32","shape":)" + deep + R"(,"data_offsets":[0,4]}})",    // shape
-      R"({"t":{"dtype":)" + deep + R"(,"shape":[1],"data_offsets":[0,4]}})",      // dtype
-      R"({"__metadata__":{"k":)" + deep + "}," + R"("t":)" + ok_entry + "}",      // metadata
+      R"({"t":)" + deep + "}",                                                  // the entry
+      R"({"t":{"dtype":"F32","shape":[1],"data_offsets":)" + deep + "}}",       // offsets
+      R"({"t":{"dtype":"F32","shape":)" + deep + R"(,"data_offsets":[0,4]}})",  // shape
+      R"({"t":{"dtype":)" + deep + R"(,"shape":[1],"data_offsets":[0,4]}})",    // dtype
+      R"({"__metadata__":{"k":)" + deep + "}," + R"("t":)" + ok_entry + "}",    // metadata
       R"({"__metadata__":)" + deep + "," + R"("t":)" + ok_entry + "}",
       // objects nest as deep, and an unterminated nest is as hostile
       R"({"t":)" + std::string(kDeep, '{') + "}",
@@ -62,16 +62,16 @@ TEST(JsonHostile, ErrorMessagesDescribeValuesWithoutDumpingThem) {
   for (int k = 0; k < 20000; ++k) many += (k ? ",0" : "0");
   many += "]";
   const std::string path = dir.file("wide.safetensors");
-  write_bytes(path, safetensors_bytes(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":)" +
-                                      many + "}}"));
+  write_bytes(
+      path, safetensors_bytes(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":)" + many + "}}"));
   const std::string msg = testing::error_of([&] { safetensors::File f(path); });
   EXPECT_NE(msg.find("data_offsets must be [begin, end], got an array of 20000 values"),
-            std::string::npos) << msg.substr(0, 300);
+            std::string::npos)
+      << msg.substr(0, 300);
   EXPECT_LT(msg.size(), 400u);
 
   EXPECT_EQ(describe_json(nlohmann::json::parse("[1,[2,[3]]]")), "an array of 2 values");
-  EXPECT_EQ(describe_json(nlohmann::json::parse(R"({"a":1,"b":{}})")),
-            "an object with 2 keys");
+  EXPECT_EQ(describe_json(nlohmann::json::parse(R"({"a":1,"b":{}})")), "an object with 2 keys");
   EXPECT_EQ(describe_json(nlohmann::json(3.5)), "3.5");
   EXPECT_EQ(describe_json(nlohmann::json(nullptr)), "null");
   EXPECT_EQ(describe_json(nlohmann::json("a\nb")), "\"a?b\"");
@@ -87,7 +87,8 @@ TEST(JsonHostile, DuplicateKeysAreRefusedWithTheirPath) {
   EXPECT_ERROR_HAS(parse_untrusted_json(R"([{"x": 1}, {"x": 2, "y": [1, {"x": 3, "x": 4}]}])", "t"),
                    "\"[].y[].x\" twice");
   // The same key in sibling objects, and values that repeat, are fine.
-  EXPECT_NO_THROW(parse_untrusted_json(R"({"a": {"x": 1}, "b": {"x": 1}, "c": [1, 1], "x": "x"})", "t"));
+  EXPECT_NO_THROW(
+      parse_untrusted_json(R"({"a": {"x": 1}, "b": {"x": 1}, "c": [1, 1], "x": "x"})", "t"));
   EXPECT_EQ(describe_json(nlohmann::json::parse("1e23")), "1e+23");
   EXPECT_EQ(describe_json(nlohmann::json(2.0)), "2.0");
   EXPECT_EQ(describe_json(nlohmann::json(0.1)), "0.1");
@@ -102,8 +103,7 @@ TEST(JsonHostile, DepthCheckSkipsStringsAndAllowsRealNesting) {
   EXPECT_NO_THROW(check_json_depth(nested_array(64), "x"));
   EXPECT_ERROR_HAS(check_json_depth(nested_array(65), "the thing"), "the thing",
                    "deeper than 64 levels");
-  EXPECT_ERROR_HAS(parse_untrusted_json("{\"a\": [1, 2", "the file"), "the file",
-                   "not valid JSON");
+  EXPECT_ERROR_HAS(parse_untrusted_json("{\"a\": [1, 2", "the file"), "the file", "not valid JSON");
 }
 
 TEST(JsonHostile, DeeplyNestedIndexAndConfigRaiseErrors) {
@@ -117,11 +117,11 @@ TEST(JsonHostile, DeeplyNestedIndexAndConfigRaiseErrors) {
   EXPECT_ERROR_HAS(safetensors::Sharded{dir.file("index2.json")}, "deeper than 64 levels");
 
   write_bytes(dir.file("config.json"), R"({"vocab_size":8,"rope_parameters":)" + deep + "}");
-  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_file(dir.file("config.json")),
-                   "deeper than 64 levels", "config.json");
+  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_file(dir.file("config.json")), "deeper than 64 levels",
+                   "config.json");
   // A shallow config.json whose wrong values are deep containers is described, not dumped.
-  nlohmann::json j = {{"vocab_size", 8}, {"hidden_size", 8}, {"num_hidden_layers", 1},
-                      {"num_attention_heads", 2}, {"head_dim", 4}, {"intermediate_size", 8},
+  nlohmann::json j = {{"vocab_size", 8},          {"hidden_size", 8}, {"num_hidden_layers", 1},
+                      {"num_attention_heads", 2}, {"head_dim", 4},    {"intermediate_size", 8},
                       {"rope_theta", 1e4}};
   nlohmann::json nest = nlohmann::json::array();
   for (int k = 0; k < 60; ++k) nest = nlohmann::json::array({nest});

@@ -36,7 +36,8 @@ void expect_rows_near(const Tensor& full, int64_t row0, const Tensor& part, doub
     for (int64_t d = 0; d < D; ++d) {
       const double a = f[static_cast<size_t>((row0 + i) * D + d)];
       const double b = p[static_cast<size_t>(i * D + d)];
-      ASSERT_NEAR(a, b, tol * (1.0 + std::abs(a))) << what << " position " << row0 + i << " dim " << d;
+      ASSERT_NEAR(a, b, tol * (1.0 + std::abs(a)))
+          << what << " position " << row0 + i << " dim " << d;
     }
   }
 }
@@ -63,8 +64,8 @@ void check_pieces(Fixture& f, const std::vector<int64_t>& ids, const std::vector
   nn::KVCache cache = f.lm.make_cache(S + 3);
   size_t at = 0;
   for (size_t piece : pieces) {
-    const auto out = f.lm.forward_cached(ids_tensor(ids, at, at + piece), cache,
-                                         {.capture_layers = layers});
+    const auto out =
+        f.lm.forward_cached(ids_tensor(ids, at, at + piece), cache, {.capture_layers = layers});
     const int64_t row0 = static_cast<int64_t>(at);
     expect_rows_near(full.logits, row0, out.logits, 1e-4, "logits");
     expect_rows_near(full.layer_hidden[0], row0, out.layer_hidden[0], 1e-4, "layer 0");

@@ -19,7 +19,9 @@ namespace {
 using testing::gradcheck;
 using testing::make_input;
 
-Tensor labels_of(const std::vector<int64_t>& v) { return from_ints(v, {static_cast<int64_t>(v.size())}); }
+Tensor labels_of(const std::vector<int64_t>& v) {
+  return from_ints(v, {static_cast<int64_t>(v.size())});
+}
 
 struct Variant {
   const char* name;
@@ -119,13 +121,16 @@ TEST(LossRows, WeightsIgnoreIndexAndReductions) {
   const Tensor logits = make_input({4, 3}, 51).detach();
   const Tensor labels = labels_of({0, -100, 2, 1});
   const Tensor weights = from_vector({1.0, 5.0, 0.5, 2.0}, {4}, {.dtype = DType::f64});
-  const std::vector<double> l = cross_entropy(logits, labels, {.reduction = Reduction::none}).to_vector();
+  const std::vector<double> l =
+      cross_entropy(logits, labels, {.reduction = Reduction::none}).to_vector();
   EXPECT_EQ(l[1], 0.0);  // ignored row
   const double weighted_sum = l[0] * 1.0 + l[2] * 0.5 + l[3] * 2.0;
-  EXPECT_NEAR(cross_entropy(logits, labels, {.weights = weights, .reduction = Reduction::sum}).item(),
-              weighted_sum, 1e-12);
+  EXPECT_NEAR(
+      cross_entropy(logits, labels, {.weights = weights, .reduction = Reduction::sum}).item(),
+      weighted_sum, 1e-12);
   // mean divides by the weight of the rows that are not ignored: 1 + 0.5 + 2
-  EXPECT_NEAR(cross_entropy(logits, labels, {.weights = weights}).item(), weighted_sum / 3.5, 1e-12);
+  EXPECT_NEAR(cross_entropy(logits, labels, {.weights = weights}).item(), weighted_sum / 3.5,
+              1e-12);
   EXPECT_NEAR(cross_entropy(logits, labels).item(), (l[0] + l[2] + l[3]) / 3.0, 1e-12);
   // Nothing to learn from: 0, not NaN.
   EXPECT_EQ(cross_entropy(logits, labels_of({-100, -100, -100, -100})).item(), 0.0);

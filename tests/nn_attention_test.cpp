@@ -35,8 +35,7 @@ nn::Qwen3Config small_config() {
 
 // softmax(q k^T / sqrt(hd)) v by loops. q [B, S, Hq, hd], k/v [B, L, Hkv, hd] (host
 // vectors); allowed(i, j) says whether query i may see key j. -> [B, S, Hq * hd].
-std::vector<double> reference_attention(const std::vector<double>& q,
-                                        const std::vector<double>& k,
+std::vector<double> reference_attention(const std::vector<double>& q, const std::vector<double>& k,
                                         const std::vector<double>& v, int64_t B, int64_t S,
                                         int64_t L, int64_t Hq, int64_t Hkv, int64_t hd,
                                         const std::function<bool(int64_t, int64_t)>& allowed) {
@@ -63,8 +62,7 @@ std::vector<double> reference_attention(const std::vector<double>& q,
         }
         for (int64_t j = 0; j < L; ++j) {
           for (int64_t d = 0; d < hd; ++d) {
-            out[((b * S + i) * Hq + h) * hd + d] +=
-                p[j] / z * v[((b * L + j) * Hkv + kh) * hd + d];
+            out[((b * S + i) * Hq + h) * hd + d] += p[j] / z * v[((b * L + j) * Hkv + kh) * hd + d];
           }
         }
       }
@@ -82,7 +80,7 @@ TEST(NnAttention, ContextInjectionMatchesManualConcatenation) {
   Tensor x = randn({B, S, 16}, {.dtype = DType::f64}, &gen);
   Tensor ctx = randn({B, C, 16}, {.dtype = DType::f64}, &gen);
   Tensor x_pos = from_ints({2, 3, 4, 5}, {S});  // block tokens at anchor + k
-  Tensor ctx_pos = arange(C);                // context keys at 0 .. C-1
+  Tensor ctx_pos = arange(C);                   // context keys at 0 .. C-1
 
   // Reference: q/k/v through the submodules, keys concatenated by hand on the host.
   NoGradGuard no_grad;
@@ -154,9 +152,7 @@ TEST(NnAttention, GradientsReachInputsContextAndWeights) {
                    AttentionMask::causal(),
                    {.hidden = randn({1, 2, 16}, {.dtype = DType::f64}, &gen)}))
       .backward();
-  for (const auto& [name, p] : attn.named_parameters()) {
-    EXPECT_TRUE(p.grad().defined()) << name;
-  }
+  for (const auto& [name, p] : attn.named_parameters()) { EXPECT_TRUE(p.grad().defined()) << name; }
 }
 
 TEST(NnAttention, ShapeErrorsNameTheModule) {
@@ -164,8 +160,7 @@ TEST(NnAttention, ShapeErrorsNameTheModule) {
   attn.set_name("self_attn");
   EXPECT_THROW(attn.forward(zeros({2, 3, 15})), Error);
   try {
-    attn.forward(zeros({2, 3, 16}), Tensor(), AttentionMask::none(),
-                 {.hidden = zeros({1, 4, 16})});
+    attn.forward(zeros({2, 3, 16}), Tensor(), AttentionMask::none(), {.hidden = zeros({1, 4, 16})});
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(e.message().find("context must be [B=2"), std::string::npos) << e.message();

@@ -80,21 +80,19 @@ TEST(NnConfig, RefusesWhatWouldChangeTheNumbers) {
 
   json disagree = hf5_config();
   disagree["rope_theta"] = 10000.0;
-  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(disagree), "two RoPE bases", "10000",
-                   "1e+06");
+  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(disagree), "two RoPE bases", "10000", "1e+06");
 
   json yarn5 = hf5_config();
   yarn5["rope_parameters"]["rope_type"] = "yarn";
   yarn5["rope_parameters"]["factor"] = 4.0;
-  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(yarn5), "rope_parameters.rope_type",
-                   "\"yarn\"", "only the default RoPE");
+  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(yarn5), "rope_parameters.rope_type", "\"yarn\"",
+                   "only the default RoPE");
   json yarn4 = hf4_config();
   yarn4["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
   EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(yarn4), "rope_scaling.rope_type");
   json linear_old = hf4_config();
   linear_old["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
-  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(linear_old), "rope_scaling.type",
-                   "\"linear\"");
+  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(linear_old), "rope_scaling.type", "\"linear\"");
   // A scaling factor without a type is still scaling (transformers infers the type).
   json untyped = hf4_config();
   untyped["rope_scaling"] = {{"factor", 8.0}, {"original_max_position_embeddings", 4096}};

@@ -79,9 +79,7 @@ void check_golden_folder(const std::string& name, bool expect_tied) {
 
 TEST(NnQwen3Golden, TiedMatchesTransformers) { check_golden_folder("qwen3_tiny_tied", true); }
 
-TEST(NnQwen3Golden, UntiedMatchesTransformers) {
-  check_golden_folder("qwen3_tiny_untied", false);
-}
+TEST(NnQwen3Golden, UntiedMatchesTransformers) { check_golden_folder("qwen3_tiny_untied", false); }
 
 }  // namespace
 }  // namespace cg

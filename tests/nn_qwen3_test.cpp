@@ -122,11 +122,11 @@ TEST(NnQwen3, ParameterCountsMatchTheFormula) {
     EXPECT_EQ(lm.num_trainable_parameters(), expected - 64 * 32);
   }
   // A real size: Qwen3-8B's config.json gives its published 8.19B (6.95B non-embedding).
-  const nlohmann::json qwen3_8b = {
-      {"vocab_size", 151936},       {"hidden_size", 4096},       {"num_hidden_layers", 36},
-      {"num_attention_heads", 32},  {"num_key_value_heads", 8},  {"head_dim", 128},
-      {"intermediate_size", 12288}, {"rope_theta", 1000000.0},   {"rms_norm_eps", 1e-6},
-      {"tie_word_embeddings", false}};
+  const nlohmann::json qwen3_8b = {{"vocab_size", 151936},       {"hidden_size", 4096},
+                                   {"num_hidden_layers", 36},    {"num_attention_heads", 32},
+                                   {"num_key_value_heads", 8},   {"head_dim", 128},
+                                   {"intermediate_size", 12288}, {"rope_theta", 1000000.0},
+                                   {"rms_norm_eps", 1e-6},       {"tie_word_embeddings", false}};
   const nn::Qwen3Config big = nn::Qwen3Config::from_hf_json(qwen3_8b);
   EXPECT_EQ(big.total_parameters(), 8190735360);
   EXPECT_EQ(big.rope_theta, 1e6);
@@ -168,13 +168,12 @@ TEST(NnQwen3, CapturedLayerOutputs) {
   ASSERT_EQ(out.layer_hidden.size(), 2u);
   EXPECT_EQ(out.logits.shape(), (Shape{2, 4, 64}));
   const Tensor h0 = lm.model->layer(0).forward(lm.model->embed_tokens->forward(ids), Tensor(),
-                                                AttentionMask::causal());
+                                               AttentionMask::causal());
   EXPECT_TRUE(bit_equal(out.layer_hidden[1], h0));
   EXPECT_TRUE(bit_equal(lm.model->norm->forward(out.layer_hidden[0]), out.hidden));
   auto features = lm.forward(ids, {.capture_layers = {0}, .logits = false});
   EXPECT_FALSE(features.logits.defined());
-  TENSOR_EXPECT_ERROR(lm.forward(ids, {.capture_layers = {2}}), "asks for layer 2",
-                      "layers 0..1");
+  TENSOR_EXPECT_ERROR(lm.forward(ids, {.capture_layers = {2}}), "asks for layer 2", "layers 0..1");
 }
 
 class NnQwen3Trace : public ::testing::Test {

@@ -30,9 +30,9 @@ using testing_nn::TempDir;
 class Block : public nn::Module {
  public:
   Block(int64_t d, Generator* gen) : Module("Block") {
-    proj = register_module("proj", std::make_unique<Linear>(d, d, LinearOptions{
-                                                                      .bias = true,
-                                                                      .init = {.generator = gen}}));
+    proj = register_module(
+        "proj",
+        std::make_unique<Linear>(d, d, LinearOptions{.bias = true, .init = {.generator = gen}}));
     CategoryGuard category(MemoryCategory::parameter);
     scale = full({d}, 0.5);
     register_parameter("scale", &scale);
@@ -49,13 +49,13 @@ class Block : public nn::Module {
 class Toy : public nn::Module {
  public:
   explicit Toy(uint64_t seed, int64_t d = 4, int n = 2) : Module("Toy"), gen(seed) {
-    inp = register_module("inp", std::make_unique<Linear>(3, d, LinearOptions{
-                                                                    .init = {.generator = &gen}}));
+    inp = register_module(
+        "inp", std::make_unique<Linear>(3, d, LinearOptions{.init = {.generator = &gen}}));
     layers = register_module("layers", std::make_unique<nn::ModuleList>());
     for (int i = 0; i < n; ++i) layers->push_back(std::make_unique<Block>(d, &gen));
-    head = register_module("head", std::make_unique<Linear>(d, 2, LinearOptions{
-                                                                     .bias = true,
-                                                                     .init = {.generator = &gen}}));
+    head = register_module(
+        "head",
+        std::make_unique<Linear>(d, 2, LinearOptions{.bias = true, .init = {.generator = &gen}}));
   }
   Tensor forward(const Tensor& x) const {
     auto scope = enter_scope();
@@ -79,17 +79,17 @@ TEST(NnModule, RegistrationOrderAndDottedNames) {
   Toy toy(1);
   // PyTorch's order: a module's own parameters, then its children's, each in
   // registration order (Block registers proj before scale, yet scale comes first).
-  EXPECT_EQ(names_of(toy.named_parameters()),
-            (std::vector<std::string>{"inp.weight", "layers.0.scale", "layers.0.proj.weight",
-                                      "layers.0.proj.bias", "layers.1.scale",
-                                      "layers.1.proj.weight", "layers.1.proj.bias", "head.weight",
-                                      "head.bias"}));
+  EXPECT_EQ(
+      names_of(toy.named_parameters()),
+      (std::vector<std::string>{"inp.weight", "layers.0.scale", "layers.0.proj.weight",
+                                "layers.0.proj.bias", "layers.1.scale", "layers.1.proj.weight",
+                                "layers.1.proj.bias", "head.weight", "head.bias"}));
   std::vector<std::string> modules;
   for (const auto& [n, m] : toy.named_modules()) modules.push_back(n + ":" + m->type_name());
-  EXPECT_EQ(modules, (std::vector<std::string>{":Toy", "inp:Linear", "layers:ModuleList",
-                                               "layers.0:Block", "layers.0.proj:Linear",
-                                               "layers.1:Block", "layers.1.proj:Linear",
-                                               "head:Linear"}));
+  EXPECT_EQ(modules,
+            (std::vector<std::string>{":Toy", "inp:Linear", "layers:ModuleList", "layers.0:Block",
+                                      "layers.0.proj:Linear", "layers.1:Block",
+                                      "layers.1.proj:Linear", "head:Linear"}));
   // Trace scope names: registration names; list items carry the list's name.
   EXPECT_EQ(toy.name(), "Toy");
   EXPECT_EQ(toy.layers->at<Block>(1).name(), "layers.1");
@@ -177,8 +177,8 @@ TEST(NnModule, StateDictRoundTripAndLoadErrors) {
                       "parameter is [2, 4]");
   nn::StateDict wrong_dtype = sd;
   wrong_dtype["head.bias"] = zeros({2}, {.dtype = DType::bf16});
-  TENSOR_EXPECT_ERROR(c.load_state_dict(wrong_dtype), "'head.bias' is bf16",
-                      "parameter is f32", "convert_dtype");
+  TENSOR_EXPECT_ERROR(c.load_state_dict(wrong_dtype), "'head.bias' is bf16", "parameter is f32",
+                      "convert_dtype");
   // Failed loads wrote nothing (head.weight comes before head.bias in the tree).
   EXPECT_TRUE(bit_equal(c.head->weight, before));
 
@@ -197,8 +197,8 @@ TEST(NnModule, SharedParameterListedOnceAndLoadsByAlias) {
   struct Tied : nn::Module {
     Tied() : Module("Tied") {
       a = register_module("a", std::make_unique<Linear>(3, 2, LinearOptions{}));
-      b = register_module("b", std::make_unique<Linear>(
-                                   3, 2, LinearOptions{.shared_weight = a->weight}));
+      b = register_module(
+          "b", std::make_unique<Linear>(3, 2, LinearOptions{.shared_weight = a->weight}));
     }
     Linear *a, *b;
   };
@@ -317,9 +317,8 @@ TEST(NnLinear, ValuesInitBoundsAndGradients) {
   TENSOR_EXPECT_ERROR(a.forward(zeros({2, 15})), "last dim must be 16", "[2, 15]");
 
   Linear c(5, 3, {.bias = true, .init = {.dtype = DType::f64}});
-  EXPECT_GRADCHECK(
-      [&](const std::vector<Tensor>& in) { return c.forward(in[0]); },
-      testing::make_input({2, 4, 5}, 1));
+  EXPECT_GRADCHECK([&](const std::vector<Tensor>& in) { return c.forward(in[0]); },
+                   testing::make_input({2, 4, 5}, 1));
   // Parameter gradients against finite differences: treat W and b as the inputs.
   EXPECT_GRADCHECK(
       [&](const std::vector<Tensor>& in) {

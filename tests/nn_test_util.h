@@ -5,11 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <unistd.h>
 
 #include "core/tensor.h"
 #include "core/views.h"
@@ -46,14 +46,14 @@ inline void write_bytes(const std::string& path, const std::string& bytes) {
 // Same dtype, shape and bytes (NaN payloads and signed zeros included).
 inline ::testing::AssertionResult bit_equal(const Tensor& a, const Tensor& b) {
   if (a.dtype() != b.dtype() || a.shape() != b.shape()) {
-    return ::testing::AssertionFailure() << dtype_name(a.dtype()) << " " << shape_str(a.shape())
-                                         << " vs " << dtype_name(b.dtype()) << " "
-                                         << shape_str(b.shape());
+    return ::testing::AssertionFailure()
+           << dtype_name(a.dtype()) << " " << shape_str(a.shape()) << " vs "
+           << dtype_name(b.dtype()) << " " << shape_str(b.shape());
   }
   const Tensor ca = raw::contiguous(a), cb = raw::contiguous(b);
   if (ca.nbytes() > 0 && std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) != 0) {
-    return ::testing::AssertionFailure() << "bytes differ (" << dtype_name(a.dtype()) << " "
-                                         << shape_str(a.shape()) << ")";
+    return ::testing::AssertionFailure()
+           << "bytes differ (" << dtype_name(a.dtype()) << " " << shape_str(a.shape()) << ")";
   }
   return ::testing::AssertionSuccess();
 }

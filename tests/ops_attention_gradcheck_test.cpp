@@ -50,8 +50,8 @@ TEST(OpsAttentionGradcheck, BoolMask) {
   for (double& b : bits) b = gen.uniform() < 0.6 ? 1.0 : 0.0;
   for (int j = 0; j < 5; ++j) bits[5 + j] = 0.0;  // row (0, 0, 1) sees nothing
   Tensor full = from_vector(bits, {2, 2, 3, 5}, {.dtype = DType::boolean});
-  Tensor rows = from_vector({1, 0, 1, 1, 0, 0, 1, 1, 0, 1, 1, 1, 1, 0, 0}, {3, 5},
-                            {.dtype = DType::boolean});
+  Tensor rows =
+      from_vector({1, 0, 1, 1, 0, 0, 1, 1, 0, 1, 1, 1, 1, 0, 0}, {3, 5}, {.dtype = DType::boolean});
   Tensor q = make_input({2, 2, 3, 4}, 11), k = make_input({2, 2, 5, 4}, 12),
          v = make_input({2, 2, 5, 4}, 13);
   EXPECT_GRADCHECK([&](const V& x) { return scaled_dot_product_attention(x[0], x[1], x[2], full); },
@@ -69,8 +69,8 @@ TEST(OpsAttentionGradcheck, DflashBlocks) {
   Tensor q = make_input({2, 2, N * Bs, 3}, 14), k = make_input({2, 1, S + N * Bs, 3}, 15),
          v = make_input({2, 1, S + N * Bs, 3}, 16);
   EXPECT_GRADCHECK(
-      [&](const V& x) { return sdpa(x, AttentionMask::dflash_blocks(S, Bs, anchors, padded)); },
-      q, k, v);
+      [&](const V& x) { return sdpa(x, AttentionMask::dflash_blocks(S, Bs, anchors, padded)); }, q,
+      k, v);
   Tensor shared = from_ints({1, 4, 3}, {N});
   EXPECT_GRADCHECK([&](const V& x) { return sdpa(x, AttentionMask::dflash_blocks(S, Bs, shared)); },
                    q, k, v);

@@ -30,8 +30,9 @@ struct AttentionRun {
   std::vector<double> out, dq, dk, dv;
 };
 
-AttentionRun run_with_grads(const std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)>& f,
-                   const Shape& qs, const Shape& ks, uint64_t seed) {
+AttentionRun run_with_grads(
+    const std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)>& f, const Shape& qs,
+    const Shape& ks, uint64_t seed) {
   Tensor q = rand_f64(qs, seed, true), k = rand_f64(ks, seed + 1, true),
          v = rand_f64(ks, seed + 2, true);
   Tensor out = f(q, k, v);
@@ -49,20 +50,24 @@ void expect_runs_equal(const AttentionRun& a, const AttentionRun& b, double tol)
 // ---- forward against the explicit reference ------------------------------------------
 
 TEST(OpsAttentionForward, NoMaskMatchesReference) {
-  Tensor q = rand_f64({2, 3, 5, 4}, 1), k = rand_f64({2, 3, 7, 4}, 2), v = rand_f64({2, 3, 7, 4}, 3);
+  Tensor q = rand_f64({2, 3, 5, 4}, 1), k = rand_f64({2, 3, 7, 4}, 2),
+         v = rand_f64({2, 3, 7, 4}, 3);
   const auto ref = reference_attention(q, k, v, testing::allow_all(), 0.5);
   EXPECT_LE(max_abs_diff(scaled_dot_product_attention(q, k, v).to_vector(), ref), 1e-12);
   // f32 computes in f32.
-  Tensor out32 = scaled_dot_product_attention(to(q, DType::f32), to(k, DType::f32), to(v, DType::f32));
+  Tensor out32 =
+      scaled_dot_product_attention(to(q, DType::f32), to(k, DType::f32), to(v, DType::f32));
   EXPECT_EQ(out32.dtype(), DType::f32);
   EXPECT_LE(max_abs_diff(out32.to_vector(), ref), 1e-5);
 }
 
 TEST(OpsAttentionForward, ScaleOverride) {
-  Tensor q = rand_f64({1, 2, 3, 8}, 4), k = rand_f64({1, 2, 6, 8}, 5), v = rand_f64({1, 2, 6, 8}, 6);
+  Tensor q = rand_f64({1, 2, 3, 8}, 4), k = rand_f64({1, 2, 6, 8}, 5),
+         v = rand_f64({1, 2, 6, 8}, 6);
   const auto ref = reference_attention(q, k, v, testing::allow_all(), 1.7);
-  EXPECT_LE(max_abs_diff(scaled_dot_product_attention(q, k, v, AttentionMask::none(), 1.7)
-                             .to_vector(), ref), 1e-12);
+  EXPECT_LE(max_abs_diff(
+                scaled_dot_product_attention(q, k, v, AttentionMask::none(), 1.7).to_vector(), ref),
+            1e-12);
 }
 
 TEST(OpsAttentionForward, CausalMatchesReferenceBottomRightAligned) {
@@ -75,7 +80,8 @@ TEST(OpsAttentionForward, CausalMatchesReferenceBottomRightAligned) {
     EXPECT_LE(max_abs_diff(out, ref), 1e-12);
   }
   // With Sq < Sk the last query sees every key: the same row as with no mask.
-  Tensor q = rand_f64({1, 1, 2, 4}, 10), k = rand_f64({1, 1, 5, 4}, 11), v = rand_f64({1, 1, 5, 4}, 12);
+  Tensor q = rand_f64({1, 1, 2, 4}, 10), k = rand_f64({1, 1, 5, 4}, 11),
+         v = rand_f64({1, 1, 5, 4}, 12);
   const auto causal = scaled_dot_product_attention(q, k, v, AttentionMask::causal()).to_vector();
   const auto full = scaled_dot_product_attention(q, k, v).to_vector();
   for (int e = 4; e < 8; ++e) EXPECT_NEAR(causal[e], full[e], 1e-14);
@@ -86,7 +92,8 @@ TEST(OpsAttentionForward, BoolMaskMatchesReference) {
   Generator gen(13);
   std::vector<double> bits(B * H * Sq * Sk);
   for (double& b : bits) b = gen.uniform() < 0.5 ? 1.0 : 0.0;
-  Tensor q = rand_f64({B, H, Sq, 5}, 14), k = rand_f64({B, H, Sk, 5}, 15), v = rand_f64({B, H, Sk, 5}, 16);
+  Tensor q = rand_f64({B, H, Sq, 5}, 14), k = rand_f64({B, H, Sk, 5}, 15),
+         v = rand_f64({B, H, Sk, 5}, 16);
   const double scale = 1.0 / std::sqrt(5.0);
   // Full [B, H, Sq, Sk], and broadcast [B, 1, Sq, Sk] and [Sq, Sk] masks.
   Tensor full = from_vector(bits, {B, H, Sq, Sk}, {.dtype = DType::boolean});
@@ -94,15 +101,18 @@ TEST(OpsAttentionForward, BoolMaskMatchesReference) {
     return bits[((b * H + h) * Sq + i) * Sk + j] != 0.0;
   };
   EXPECT_LE(max_abs_diff(scaled_dot_product_attention(q, k, v, full).to_vector(),
-                         reference_attention(q, k, v, at, scale)), 1e-12);
+                         reference_attention(q, k, v, at, scale)),
+            1e-12);
   Tensor per_batch = slice(full, 1, 0, 1);  // [B, 1, Sq, Sk], a strided view
   auto at_h0 = [&](int64_t b, int64_t, int64_t i, int64_t j) { return at(b, 0, i, j); };
   EXPECT_LE(max_abs_diff(scaled_dot_product_attention(q, k, v, per_batch).to_vector(),
-                         reference_attention(q, k, v, at_h0, scale)), 1e-12);
+                         reference_attention(q, k, v, at_h0, scale)),
+            1e-12);
   Tensor shared = reshape(slice(per_batch, 0, 0, 1), {Sq, Sk});
   auto at_b0 = [&](int64_t, int64_t, int64_t i, int64_t j) { return at(0, 0, i, j); };
   EXPECT_LE(max_abs_diff(scaled_dot_product_attention(q, k, v, shared).to_vector(),
-                         reference_attention(q, k, v, at_b0, scale)), 1e-12);
+                         reference_attention(q, k, v, at_b0, scale)),
+            1e-12);
 }
 
 TEST(OpsAttentionForward, DflashMatchesReference) {
@@ -112,7 +122,8 @@ TEST(OpsAttentionForward, DflashMatchesReference) {
          v = rand_f64({2, 2, S + N * Bs, 4}, 19);
   const auto ref = reference_attention(q, k, v, testing::allow_dflash(S, Bs, a, N, true), 0.5);
   const auto out = scaled_dot_product_attention(
-      q, k, v, AttentionMask::dflash_blocks(S, Bs, from_ints(a, {2, N}))).to_vector();
+                       q, k, v, AttentionMask::dflash_blocks(S, Bs, from_ints(a, {2, N})))
+                       .to_vector();
   EXPECT_LE(max_abs_diff(out, ref), 1e-12);
 }
 
@@ -122,14 +133,18 @@ TEST(OpsAttentionDflash, RuleEqualsDenseMask) {
   const int64_t S = 11, Bs = 4, N = 3;
   const std::vector<int64_t> a = {6, 11, 0, -1, 3, 8};  // [2, N]
   Tensor anchors = from_ints(a, {2, N});
-  Tensor dense = testing::dense_mask(testing::allow_dflash(S, Bs, a, N, true), 2, N * Bs, S + N * Bs);
+  Tensor dense =
+      testing::dense_mask(testing::allow_dflash(S, Bs, a, N, true), 2, N * Bs, S + N * Bs);
   const Shape qs{2, 4, N * Bs, 5}, ks{2, 2, S + N * Bs, 5};
-  const AttentionRun rule = run_with_grads([&](const Tensor& q, const Tensor& k, const Tensor& v) {
-    return scaled_dot_product_attention(q, k, v, AttentionMask::dflash_blocks(S, Bs, anchors));
-  }, qs, ks, 20);
-  const AttentionRun masked = run_with_grads([&](const Tensor& q, const Tensor& k, const Tensor& v) {
-    return scaled_dot_product_attention(q, k, v, dense);
-  }, qs, ks, 20);
+  const AttentionRun rule = run_with_grads(
+      [&](const Tensor& q, const Tensor& k, const Tensor& v) {
+        return scaled_dot_product_attention(q, k, v, AttentionMask::dflash_blocks(S, Bs, anchors));
+      },
+      qs, ks, 20);
+  const AttentionRun masked =
+      run_with_grads([&](const Tensor& q, const Tensor& k,
+                         const Tensor& v) { return scaled_dot_product_attention(q, k, v, dense); },
+                     qs, ks, 20);
   expect_runs_equal(rule, masked, 1e-12);
 }
 
@@ -141,13 +156,17 @@ TEST(OpsAttentionGqa, EqualsRepeatedHeads) {
     auto repeat = [&](const Tensor& t) {  // [B, Hkv, Sk, hd] -> [B, Hkv * G, Sk, hd]
       return reshape(expand(unsqueeze(t, 2), {2, hkv, G, 6, 3}), {2, hkv * G, 6, 3});
     };
-    const AttentionRun grouped = run_with_grads([&](const Tensor& q, const Tensor& k, const Tensor& v) {
-      return scaled_dot_product_attention(q, k, v, AttentionMask::causal());
-    }, qs, ks, 30);
+    const AttentionRun grouped = run_with_grads(
+        [&](const Tensor& q, const Tensor& k, const Tensor& v) {
+          return scaled_dot_product_attention(q, k, v, AttentionMask::causal());
+        },
+        qs, ks, 30);
     // expand's backward sums the repeated heads' gradients back over each group.
-    const AttentionRun repeated = run_with_grads([&](const Tensor& q, const Tensor& k, const Tensor& v) {
-      return scaled_dot_product_attention(q, repeat(k), repeat(v), AttentionMask::causal());
-    }, qs, ks, 30);
+    const AttentionRun repeated = run_with_grads(
+        [&](const Tensor& q, const Tensor& k, const Tensor& v) {
+          return scaled_dot_product_attention(q, repeat(k), repeat(v), AttentionMask::causal());
+        },
+        qs, ks, 30);
     expect_runs_equal(grouped, repeated, 1e-12);
   }
 }
@@ -161,8 +180,8 @@ TEST(OpsAttentionMasked, FullyMaskedRowsAreZeroWithoutNaN) {
   Tensor padded = from_vector({0, 0, 1}, {N}, {.dtype = DType::boolean});
   Tensor q = rand_f64({1, 2, N * Bs, 4}, 40, true), k = rand_f64({1, 2, S + N * Bs, 4}, 41, true),
          v = rand_f64({1, 2, S + N * Bs, 4}, 42, true);
-  Tensor out = scaled_dot_product_attention(q, k, v,
-                                            AttentionMask::dflash_blocks(S, Bs, anchors, padded));
+  Tensor out =
+      scaled_dot_product_attention(q, k, v, AttentionMask::dflash_blocks(S, Bs, anchors, padded));
   out.backward(rand_f64(out.shape(), 43));
   const auto o = out.to_vector(), dq = q.grad().to_vector(), dk = k.grad().to_vector(),
              dv = v.grad().to_vector();
@@ -211,16 +230,17 @@ TEST(OpsAttentionHalf, Bf16AndF16WithinToleranceOfF32) {
   const Shape qs{2, 4, 9, 32}, ks{2, 2, 13, 32};
   Tensor q = randn(qs, {}, nullptr), k = randn(ks), v = randn(ks);
   const auto exact = scaled_dot_product_attention(q, k, v, AttentionMask::causal()).to_vector();
-  for (auto [dt, rel, abs_tol] : {std::tuple{DType::bf16, 1.0 / 256, 3e-2},
-                                  std::tuple{DType::f16, 1.0 / 1024, 5e-3}}) {
+  for (auto [dt, rel, abs_tol] :
+       {std::tuple{DType::bf16, 1.0 / 256, 3e-2}, std::tuple{DType::f16, 1.0 / 1024, 5e-3}}) {
     SCOPED_TRACE(dtype_name(dt));
     Tensor qh = to(q, dt), kh = to(k, dt), vh = to(v, dt);
     Tensor out = scaled_dot_product_attention(qh, kh, vh, AttentionMask::causal());
     ASSERT_EQ(out.dtype(), dt);
     const auto o = out.to_vector();
-    const auto same_inputs = scaled_dot_product_attention(to(qh, DType::f32), to(kh, DType::f32),
-                                                          to(vh, DType::f32), AttentionMask::causal())
-                                 .to_vector();
+    const auto same_inputs =
+        scaled_dot_product_attention(to(qh, DType::f32), to(kh, DType::f32), to(vh, DType::f32),
+                                     AttentionMask::causal())
+            .to_vector();
     for (size_t i = 0; i < o.size(); ++i) {
       ASSERT_LE(std::abs(o[i] - same_inputs[i]), rel * std::abs(same_inputs[i]) + 1e-7) << i;
     }
@@ -257,14 +277,15 @@ TEST(OpsAttentionMemory, LargeContextPeakFarBelowScoreMatrix) {
   alloc.reset_peak_stats();
   const int64_t before = alloc.stats().allocated_bytes.current;
   {
-    Tensor out = scaled_dot_product_attention(q, k, v, AttentionMask::dflash_blocks(S, Bs, anchors));
+    Tensor out =
+        scaled_dot_product_attention(q, k, v, AttentionMask::dflash_blocks(S, Bs, anchors));
     out.backward(g);
   }
   const int64_t peak = alloc.stats().allocated_bytes.peak - before;
   const int64_t scores_bytes = Sq * Sk * 4;
   RecordProperty("peak_bytes", std::to_string(peak));
-  EXPECT_LT(peak, scores_bytes / 8) << "peak " << format_bytes(peak) << " vs one head's scores "
-                                    << format_bytes(scores_bytes);
+  EXPECT_LT(peak, scores_bytes / 8)
+      << "peak " << format_bytes(peak) << " vs one head's scores " << format_bytes(scores_bytes);
   // Spot-check a few rows against the reference (the full reference is too slow here).
   Tensor q_rows = slice(q.detach(), 2, Sq - 2 * Bs, Sq);  // the last two blocks
   const auto ref = reference_attention(
@@ -292,20 +313,20 @@ TEST(OpsAttentionMemory, SavesInputsOutputAndLogsumexpOnly) {
   // A dense mask is saved too (and counted).
   Tensor allowed = ones({32, 48}, {.dtype = DType::boolean});
   Tensor out2 = scaled_dot_product_attention(q, k, v, allowed);
-  EXPECT_EQ(out2.grad_fn()->saved_bytes(), q.nbytes() + k.nbytes() + v.nbytes() + out2.nbytes() +
-                                               lse_bytes + allowed.nbytes());
+  EXPECT_EQ(out2.grad_fn()->saved_bytes(),
+            q.nbytes() + k.nbytes() + v.nbytes() + out2.nbytes() + lse_bytes + allowed.nbytes());
 }
 
 // ---- errors -------------------------------------------------------------------------
 
-#define EXPECT_THROW_WITH(stmt, text)                                               \
-  do {                                                                              \
-    try {                                                                           \
-      stmt;                                                                         \
-      ADD_FAILURE() << "no error thrown; expected one mentioning: " << (text);      \
-    } catch (const Error& e) {                                                      \
-      EXPECT_NE(e.message().find(text), std::string::npos) << e.message();          \
-    }                                                                               \
+#define EXPECT_THROW_WITH(stmt, text)                                          \
+  do {                                                                         \
+    try {                                                                      \
+      stmt;                                                                    \
+      ADD_FAILURE() << "no error thrown; expected one mentioning: " << (text); \
+    } catch (const Error& e) {                                                 \
+      EXPECT_NE(e.message().find(text), std::string::npos) << e.message();     \
+    }                                                                          \
   } while (0)
 
 TEST(OpsAttentionErrors, BadShapesAndDtypes) {
@@ -319,8 +340,9 @@ TEST(OpsAttentionErrors, BadShapesAndDtypes) {
   EXPECT_THROW_WITH(scaled_dot_product_attention(q, randn({2, 2, 5, 8}), randn({2, 2, 5, 8})),
                     "batch sizes differ");
   EXPECT_THROW_WITH(scaled_dot_product_attention(q, to(k, DType::f64), v), "share a dtype");
-  EXPECT_THROW_WITH(scaled_dot_product_attention(to(q, DType::i64), to(k, DType::i64),
-                                                 to(v, DType::i64)), "not supported");
+  EXPECT_THROW_WITH(
+      scaled_dot_product_attention(to(q, DType::i64), to(k, DType::i64), to(v, DType::i64)),
+      "not supported");
   EXPECT_THROW_WITH(scaled_dot_product_attention(q, k, v, AttentionMask::none(), NAN),
                     "scale must be finite");
 }
@@ -329,23 +351,28 @@ TEST(OpsAttentionErrors, BadMasks) {
   Tensor q = randn({2, 4, 3, 8}), k = randn({2, 2, 5, 8}), v = randn({2, 2, 5, 8});
   EXPECT_THROW_WITH(scaled_dot_product_attention(q, k, v, ones({3, 4}, {.dtype = DType::boolean})),
                     "doesn't broadcast");
-  EXPECT_THROW_WITH(scaled_dot_product_attention(q, k, v, ones({3, 2, 3, 5}, {.dtype = DType::boolean})),
-                    "doesn't broadcast");
-  EXPECT_THROW_WITH(scaled_dot_product_attention(q, k, v, ones({1, 1, 1, 3, 5}, {.dtype = DType::boolean})),
-                    "doesn't broadcast");
+  EXPECT_THROW_WITH(
+      scaled_dot_product_attention(q, k, v, ones({3, 2, 3, 5}, {.dtype = DType::boolean})),
+      "doesn't broadcast");
+  EXPECT_THROW_WITH(
+      scaled_dot_product_attention(q, k, v, ones({1, 1, 1, 3, 5}, {.dtype = DType::boolean})),
+      "doesn't broadcast");
   EXPECT_THROW_WITH(scaled_dot_product_attention(q, k, v, ones({3, 5})), "must be bool");
   // dflash: 1 block of 3 queries needs Sk = S + 3; with S = 1: 4 keys, not 5.
   Tensor a1 = from_ints({1}, {1});
-  EXPECT_THROW_WITH(
-      scaled_dot_product_attention(q, k, v, AttentionMask::dflash_blocks(1, 3, a1)), "Sk = S + N");
+  EXPECT_THROW_WITH(scaled_dot_product_attention(q, k, v, AttentionMask::dflash_blocks(1, 3, a1)),
+                    "Sk = S + N");
   EXPECT_THROW_WITH(  // 2 blocks of 3 = 6 queries, q has 3
-      scaled_dot_product_attention(q, k, v, AttentionMask::dflash_blocks(2, 3, from_ints({1, 1}, {2}))),
+      scaled_dot_product_attention(q, k, v,
+                                   AttentionMask::dflash_blocks(2, 3, from_ints({1, 1}, {2}))),
       "Sq = N * block_size");
   EXPECT_THROW_WITH(  // anchor past the context
-      scaled_dot_product_attention(q, k, v, AttentionMask::dflash_blocks(2, 3, from_ints({3}, {1}))),
+      scaled_dot_product_attention(q, k, v,
+                                   AttentionMask::dflash_blocks(2, 3, from_ints({3}, {1}))),
       "past the context length");
   EXPECT_THROW_WITH(  // anchors for 3 batch rows, batch is 2
-      scaled_dot_product_attention(q, k, v, AttentionMask::dflash_blocks(2, 3, from_ints({1, 1, 1}, {3, 1}))),
+      scaled_dot_product_attention(
+          q, k, v, AttentionMask::dflash_blocks(2, 3, from_ints({1, 1, 1}, {3, 1}))),
       "batch is 2");
   EXPECT_THROW_WITH(AttentionMask::dflash_blocks(2, 3, from_vector({1}, {1})), "must be i64");
   EXPECT_THROW_WITH(AttentionMask::dflash_blocks(2, 0, a1), "block_size must be > 0");

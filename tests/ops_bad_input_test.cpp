@@ -35,8 +35,9 @@ TEST(AdamWBadInput, GradientShapeAndDtypeAreNamed) {
                    "grads[0] has shape [3]", "params[0] has shape [4]");
   EXPECT_ERROR_HAS(adamw_step({p}, {}, {Tensor()}, {m}, {v}, Tensor(), AdamWArgs{.lr = 0.1}),
                    "grads[0] is undefined");
-  EXPECT_ERROR_HAS(adamw_step({p}, {}, {ones({4})}, {zeros({3})}, {v}, Tensor(), AdamWArgs{.lr = 0.1}),
-                   "exp_avgs[0] must be", "got a contiguous f32 tensor of shape [3]");
+  EXPECT_ERROR_HAS(
+      adamw_step({p}, {}, {ones({4})}, {zeros({3})}, {v}, Tensor(), AdamWArgs{.lr = 0.1}),
+      "exp_avgs[0] must be", "got a contiguous f32 tensor of shape [3]");
 }
 
 TEST(LinearEdge, ZeroInputFeaturesGiveTheBiasAndEmptyGradients) {

@@ -51,18 +51,27 @@ std::vector<UnaryCase> unary_cases() {
   return {
       {"exp", [](const Tensor& x) { return exp(x); }, [](double x) { return std::exp(x); }, false},
       {"log", [](const Tensor& x) { return log(x); }, [](double x) { return std::log(x); }, true},
-      {"sqrt", [](const Tensor& x) { return sqrt(x); }, [](double x) { return std::sqrt(x); }, true},
-      {"rsqrt", [](const Tensor& x) { return rsqrt(x); }, [](double x) { return 1 / std::sqrt(x); }, true},
-      {"pow 3", [](const Tensor& x) { return pow(x, 3.0); }, [](double x) { return x * x * x; }, false},
+      {"sqrt", [](const Tensor& x) { return sqrt(x); }, [](double x) { return std::sqrt(x); },
+       true},
+      {"rsqrt", [](const Tensor& x) { return rsqrt(x); }, [](double x) { return 1 / std::sqrt(x); },
+       true},
+      {"pow 3", [](const Tensor& x) { return pow(x, 3.0); }, [](double x) { return x * x * x; },
+       false},
       {"pow 2", [](const Tensor& x) { return pow(x, 2.0); }, [](double x) { return x * x; }, false},
-      {"pow -1.5", [](const Tensor& x) { return pow(x, -1.5); }, [](double x) { return std::pow(x, -1.5); }, true},
-      {"pow 0.5", [](const Tensor& x) { return pow(x, 0.5); }, [](double x) { return std::sqrt(x); }, true},
-      {"tanh", [](const Tensor& x) { return tanh(x); }, [](double x) { return std::tanh(x); }, false},
+      {"pow -1.5", [](const Tensor& x) { return pow(x, -1.5); },
+       [](double x) { return std::pow(x, -1.5); }, true},
+      {"pow 0.5", [](const Tensor& x) { return pow(x, 0.5); },
+       [](double x) { return std::sqrt(x); }, true},
+      {"tanh", [](const Tensor& x) { return tanh(x); }, [](double x) { return std::tanh(x); },
+       false},
       {"sigmoid", [](const Tensor& x) { return sigmoid(x); }, ref_sigmoid, false},
-      {"silu", [](const Tensor& x) { return silu(x); }, [](double x) { return x * ref_sigmoid(x); }, false},
+      {"silu", [](const Tensor& x) { return silu(x); }, [](double x) { return x * ref_sigmoid(x); },
+       false},
       {"gelu", [](const Tensor& x) { return gelu(x); }, ref_gelu, false},
-      {"gelu tanh", [](const Tensor& x) { return gelu(x, GeluApproximation::tanh); }, ref_gelu_tanh, false},
-      {"relu", [](const Tensor& x) { return relu(x); }, [](double x) { return x > 0 ? x : 0.0; }, false},
+      {"gelu tanh", [](const Tensor& x) { return gelu(x, GeluApproximation::tanh); }, ref_gelu_tanh,
+       false},
+      {"relu", [](const Tensor& x) { return relu(x); }, [](double x) { return x > 0 ? x : 0.0; },
+       false},
   };
 }
 
@@ -91,10 +100,15 @@ TEST(OpsElemGradcheck, PowScalarEdgeExponents) {
 TEST(OpsElemGradcheck, DivAndPowBroadcastAndNonContiguous) {
   Tensor a = make_input({3, 1, 4}, 4), b = positive_input({2, 4}, 5);
   EXPECT_GRADCHECK([](const V& x) { return div(x[0], x[1]); }, a, b);
-  EXPECT_GRADCHECK([](const V& x) { return x[1] / expand(x[0], {3, 2, 4}); }, positive_input({3, 1, 4}, 6), b);
+  EXPECT_GRADCHECK(
+      [](const V& x) {
+        return x[1] / expand(x[0], {3, 2, 4});
+      },
+      positive_input({3, 1, 4}, 6), b);
   Tensor base = positive_input({4, 3}, 7), e = make_input({3}, 8);
   EXPECT_GRADCHECK([](const V& x) { return pow(x[0], x[1]); }, base, e);
-  EXPECT_GRADCHECK([](const V& x) { return pow(transpose(x[0], 0, 1), x[1]); }, base, make_input({4}, 9));
+  EXPECT_GRADCHECK([](const V& x) { return pow(transpose(x[0], 0, 1), x[1]); }, base,
+                   make_input({4}, 9));
   // Only one side requiring grad (each node saves less then).
   Tensor c = make_input({4, 3}, 10);
   EXPECT_GRADCHECK([c](const V& x) { return div(c.detach(), x[0]); }, positive_input({3}, 11));
@@ -126,8 +140,11 @@ TEST(OpsElemGradcheck, MaskedFill) {
   EXPECT_GRADCHECK([causal](const V& v) { return masked_fill(v[0], causal, -1e4); }, x);
   Tensor row = bools({1, 0}, {2, 1, 1});
   EXPECT_GRADCHECK([row](const V& v) { return masked_fill(v[0], row, 0.0); }, x);
-  EXPECT_GRADCHECK([causal](const V& v) { return masked_fill(transpose(v[0], 0, 1), narrow(narrow(causal, 0, 1, 2), 1, 1, 2), 2.0); },
-                   make_input({2, 3, 2}, 19));
+  EXPECT_GRADCHECK(
+      [causal](const V& v) {
+        return masked_fill(transpose(v[0], 0, 1), narrow(narrow(causal, 0, 1, 2), 1, 1, 2), 2.0);
+      },
+      make_input({2, 3, 2}, 19));
 }
 
 // ---- forward values ------------------------------------------------------------------
@@ -162,7 +179,8 @@ TEST(OpsElemForward, GeluIsTheErfForm) {
 
 TEST(OpsElemForward, SigmoidAndSiluStableAtExtremes) {
   Tensor x = from_vector({-1000, -100, 100, 1000}, {4});
-  EXPECT_EQ(sigmoid(x).to_vector(), (std::vector<double>{0, std::exp(-100.0f) / (1 + std::exp(-100.0f)), 1, 1}));
+  EXPECT_EQ(sigmoid(x).to_vector(),
+            (std::vector<double>{0, std::exp(-100.0f) / (1 + std::exp(-100.0f)), 1, 1}));
   for (double v : silu(x).to_vector()) EXPECT_FALSE(std::isnan(v));
   EXPECT_EQ(tanh(x).to_vector(), (std::vector<double>{-1, -1, 1, 1}));
 }
@@ -203,13 +221,16 @@ TEST(OpsElemForward, HalfDtypesWithinRoundingOfFloat) {
       Tensor out = c.op(xh);
       EXPECT_EQ(out.dtype(), dt);
       const auto got = out.to_vector(), want = c.op(to(xh, DType::f32)).to_vector();
-      for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], rel * std::abs(want[i]) + 1e-6);
+      for (size_t i = 0; i < got.size(); ++i)
+        EXPECT_NEAR(got[i], want[i], rel * std::abs(want[i]) + 1e-6);
     }
     Tensor a = to(randn({3, 4}), dt), b = to(to(randn({4}), DType::f64) * 0.1 + 2.0, dt);
-    const auto q = div(a, b).to_vector(), qf = div(to(a, DType::f32), to(b, DType::f32)).to_vector();
+    const auto q = div(a, b).to_vector(),
+               qf = div(to(a, DType::f32), to(b, DType::f32)).to_vector();
     for (size_t i = 0; i < q.size(); ++i) EXPECT_NEAR(q[i], qf[i], rel * std::abs(qf[i]) + 1e-6);
     Tensor cond = bools({1, 0, 0, 1}, {4});
-    EXPECT_EQ(where(cond, a, -a).to_vector(), where(cond, to(a, DType::f32), -to(a, DType::f32)).to_vector());
+    EXPECT_EQ(where(cond, a, -a).to_vector(),
+              where(cond, to(a, DType::f32), -to(a, DType::f32)).to_vector());
   }
 }
 
@@ -217,7 +238,8 @@ TEST(OpsElemForward, HalfDtypesWithinRoundingOfFloat) {
 // strided (transposed, broadcast) paths must still give the reference values.
 TEST(OpsElemThreads, LargeInputsMatchReference) {
   Generator gen(22);
-  Tensor a = randn({300, 257}, {.dtype = DType::f64}, &gen), b = randn({257}, {.dtype = DType::f64}, &gen);
+  Tensor a = randn({300, 257}, {.dtype = DType::f64}, &gen),
+         b = randn({257}, {.dtype = DType::f64}, &gen);
   const auto av = a.to_vector(), bv = b.to_vector();
   const auto sum_ab = add(a, b).to_vector(), e = exp(a).to_vector();
   const auto t = gelu(transpose(a, 0, 1)).to_vector();
@@ -237,22 +259,22 @@ TEST(OpsElemThreads, LargeInputsMatchReference) {
 // ---- what backward keeps --------------------------------------------------------------
 
 TEST(OpsElemSaved, EachOpSavesOnlyWhatItsGradientNeeds) {
-  Tensor x = make_input({4, 8}, 23);      // 256 bytes
-  Tensor w = make_input({8}, 24);         // 64 bytes
+  Tensor x = make_input({4, 8}, 23);  // 256 bytes
+  Tensor w = make_input({8}, 24);     // 64 bytes
   const size_t out_bytes = 4 * 8 * 8;
   auto saved = [](const Tensor& t) { return t.grad_fn()->saved_bytes(); };
   EXPECT_EQ(saved(add(x, w)), 0u);
-  EXPECT_EQ(saved(exp(x)), out_bytes);     // its output
+  EXPECT_EQ(saved(exp(x)), out_bytes);  // its output
   EXPECT_EQ(saved(sigmoid(x)), out_bytes);
   EXPECT_EQ(saved(tanh(x)), out_bytes);
-  EXPECT_EQ(saved(silu(x)), x.nbytes());   // its input
+  EXPECT_EQ(saved(silu(x)), x.nbytes());  // its input
   EXPECT_EQ(saved(gelu(x)), x.nbytes());
   EXPECT_EQ(saved(mul(x, w.detach())), w.nbytes());  // only x needs a grad: keeps w
   EXPECT_EQ(saved(div(x, w.detach())), w.nbytes());  // 1 / b only
   EXPECT_EQ(saved(div(x, w)), x.nbytes() + w.nbytes());
   EXPECT_EQ(saved(pow(x, 1.0)), 0u);
   Tensor cond = bools({1, 0, 1, 0, 1, 0, 1, 0}, {8});
-  EXPECT_EQ(saved(where(cond, x, w)), 8u);       // the 8-byte bool condition
+  EXPECT_EQ(saved(where(cond, x, w)), 8u);  // the 8-byte bool condition
   EXPECT_EQ(saved(masked_fill(x, cond, 0)), 8u);
   // exp's input is not kept: the graph holds exp's output only.
   EXPECT_EQ(graph_retained_bytes(exp(scale(x, 2.0))).total_bytes, out_bytes);
@@ -266,16 +288,16 @@ TEST(OpsElemErrors, ShapesThatDoNotBroadcast) {
   TENSOR_EXPECT_ERROR(pow(ones({2, 3}), ones({2, 2})), "pow", "broadcast");
   TENSOR_EXPECT_ERROR(where(bools({1, 0}, {2}), ones({3}), ones({3})), "where", "cond [2]",
                       "cannot be broadcast");
-  TENSOR_EXPECT_ERROR(masked_fill(ones({2, 3}), bools({1, 0}, {2}), 0), "masked_fill", "mask of shape [2]",
-                      "[2, 3]", "broadcast");
+  TENSOR_EXPECT_ERROR(masked_fill(ones({2, 3}), bools({1, 0}, {2}), 0), "masked_fill",
+                      "mask of shape [2]", "[2, 3]", "broadcast");
   // A mask that broadcasts with x but would enlarge it is refused too.
   TENSOR_EXPECT_ERROR(masked_fill(ones({3}), bools({1, 0, 1, 1, 0, 1}, {2, 3}), 0), "masked_fill",
                       "does not broadcast to the input's shape [3]");
 }
 
 TEST(OpsElemErrors, DtypesAndConditions) {
-  TENSOR_EXPECT_ERROR(div(ones({2}), ones({2}, {.dtype = DType::f64})), "div", "dtypes differ", "f32",
-                      "f64");
+  TENSOR_EXPECT_ERROR(div(ones({2}), ones({2}, {.dtype = DType::f64})), "div", "dtypes differ",
+                      "f32", "f64");
   TENSOR_EXPECT_ERROR(where(ones({2}), ones({2}), ones({2})), "where", "cond", "bool", "f32");
   TENSOR_EXPECT_ERROR(masked_fill(ones({2}), ones({2}, {.dtype = DType::i64}), 1.0), "masked_fill",
                       "mask", "bool", "i64");

@@ -124,7 +124,11 @@ TEST(OpsGradcheck, ReshapeViewTransposePermute) {
   // reshape of a non-contiguous tensor copies; its gradient must still come back.
   EXPECT_GRADCHECK([](const V& x) { return reshape(transpose(x[0], 1, 2), {2, 12}); }, a);
   EXPECT_GRADCHECK([](const V& x) { return squeeze(unsqueeze(x[0], 1), 1); }, a);
-  EXPECT_GRADCHECK([](const V& x) { return contiguous(transpose(reshape(x[0], {3, 8}), 0, 1)); }, a);
+  EXPECT_GRADCHECK(
+      [](const V& x) {
+        return contiguous(transpose(reshape(x[0], {3, 8}), 0, 1));
+      },
+      a);
 }
 
 TEST(OpsGradcheck, NarrowSliceExpand) {
@@ -181,7 +185,9 @@ TEST(OpsGradcheck, LinearWithAndWithoutBias) {
   const Tensor b = testing::make_input({4}, 303);
   auto with_bias = [](const std::vector<Tensor>& in) { return linear(in[0], in[1], in[2]); };
   EXPECT_TRUE(testing::gradcheck(with_bias, {x, w, b}).ok);
-  auto no_bias = [](const std::vector<Tensor>& in) { return linear(transpose(in[0], 0, 1), in[1]); };
+  auto no_bias = [](const std::vector<Tensor>& in) {
+    return linear(transpose(in[0], 0, 1), in[1]);
+  };
   EXPECT_TRUE(testing::gradcheck(no_bias, {x, w}).ok);
   EXPECT_EQ(linear(x.detach(), w.detach(), b.detach()).shape(), (Shape{2, 3, 4}));
   EXPECT_THROW(linear(x.detach(), testing::make_input({4, 6}, 304).detach()), Error);

@@ -7,9 +7,9 @@
 #include <cmath>
 #include <complex>
 
-#include "error_helpers.h"
 #include "core/factories.h"
 #include "core/views.h"
+#include "error_helpers.h"
 #include "ops/ops.h"
 #include "tests/gradcheck.h"
 
@@ -78,7 +78,8 @@ TEST(OpsNorm, RmsNormOfHugeF32RowsIsNotZero) {
     for (size_t i = 0; i < y.size(); ++i) EXPECT_NEAR(y[i], i < 8 ? 1.0 : -1.0, 1e-6) << i;
   }
   // A strided row (the loop path) agrees.
-  const auto ys = rms_norm(transpose(contiguous(transpose(x, 0, 1)), 0, 1), Tensor(), 1e-6).to_vector();
+  const auto ys =
+      rms_norm(transpose(contiguous(transpose(x, 0, 1)), 0, 1), Tensor(), 1e-6).to_vector();
   for (size_t i = 0; i < ys.size(); ++i) EXPECT_NEAR(ys[i], i < 8 ? 1.0 : -1.0, 1e-6) << i;
 }
 
@@ -90,13 +91,16 @@ TEST(OpsNorm, RmsNormGradcheck) {
   Tensor x3 = make_input({2, 3, 7}, 103), w7 = make_input({7}, 104);
   EXPECT_GRADCHECK([](const V& in) { return rms_norm(in[0], in[1], 1e-6); }, x3, w7);
   Tensor xt = make_input({7, 2, 3}, 105);
-  EXPECT_GRADCHECK([](const V& in) { return rms_norm(permute(in[0], {1, 2, 0}), in[1], 1e-6); },
-                   xt, w7);
+  EXPECT_GRADCHECK(
+      [](const V& in) {
+        return rms_norm(permute(in[0], {1, 2, 0}), in[1], 1e-6);
+      },
+      xt, w7);
   // A sliced x (every other row) and a strided weight.
   Tensor xs = make_input({6, 5}, 106), w10 = make_input({10}, 107);
   EXPECT_GRADCHECK(
-      [](const V& in) { return rms_norm(slice(in[0], 0, 0, 6, 2), slice(in[1], 0, 1, 10, 2)); },
-      xs, w10);
+      [](const V& in) { return rms_norm(slice(in[0], 0, 0, 6, 2), slice(in[1], 0, 1, 10, 2)); }, xs,
+      w10);
 }
 
 TEST(OpsNorm, RmsNormLargeRowsMatchLoopsAndAreDeterministic) {
@@ -123,7 +127,8 @@ TEST(OpsNorm, RmsNormLargeRowsMatchLoopsAndAreDeterministic) {
   }
   for (int64_t j = 0; j < D; ++j) EXPECT_NEAR(dw[j], dw_ref[j], 1e-10);
   // The same bits on a second run (dweight's partial sums are added in a fixed order).
-  Tensor xf = to(x, DType::f32).detach().requires_grad_(), wf = to(w, DType::f32).detach().requires_grad_();
+  Tensor xf = to(x, DType::f32).detach().requires_grad_(),
+         wf = to(w, DType::f32).detach().requires_grad_();
   rms_norm(xf, wf).backward(to(g, DType::f32));
   const auto first = wf.grad().to_vector();
   wf.set_grad(Tensor());
@@ -179,15 +184,13 @@ TEST(OpsEmbed, LooksUpRows) {
     Tensor ids = from_ints({3, 0, 3, 1, 2, 2}, {2, 3}, {.dtype = idt});
     Tensor out = embedding(w, ids);
     EXPECT_EQ(out.shape(), (Shape{2, 3, 2}));
-    EXPECT_EQ(out.to_vector(),
-              (std::vector<double>{30, 31, 0, 1, 30, 31, 10, 11, 20, 21, 20, 21}));
+    EXPECT_EQ(out.to_vector(), (std::vector<double>{30, 31, 0, 1, 30, 31, 10, 11, 20, 21, 20, 21}));
   }
   EXPECT_EQ(embedding(w, from_ints({2}, {})).to_vector(), (std::vector<double>{20, 21}));
   // A transposed table and transposed ids are read through their strides.
   Tensor wt = transpose(from_vector({0, 10, 20, 30, 1, 11, 21, 31}, {2, 4}), 0, 1);
   Tensor ids_t = transpose(from_ints({3, 1, 0, 2}, {2, 2}), 0, 1);  // [[3, 0], [1, 2]]
-  EXPECT_EQ(embedding(wt, ids_t).to_vector(),
-            (std::vector<double>{30, 31, 0, 1, 10, 11, 20, 21}));
+  EXPECT_EQ(embedding(wt, ids_t).to_vector(), (std::vector<double>{30, 31, 0, 1, 10, 11, 20, 21}));
 }
 
 TEST(OpsEmbed, Gradcheck) {
@@ -337,12 +340,12 @@ TEST(OpsRotary, HalfPrecisionNearFp32) {
 }
 
 TEST(OpsRotary, Errors) {
-  EXPECT_ERROR_HAS(apply_rotary(ones({4, 2, 7}), from_ints({0, 1, 2, 3}, {4}), 1e4),
-                   "head_dim", "7", "even");
+  EXPECT_ERROR_HAS(apply_rotary(ones({4, 2, 7}), from_ints({0, 1, 2, 3}, {4}), 1e4), "head_dim",
+                   "7", "even");
   EXPECT_ERROR_HAS(apply_rotary(ones({4, 2, 8}), from_ints({0, 1, 2}, {3}), 1e4), "positions",
                    "[3]", "[4, 2, 8]");
-  EXPECT_ERROR_HAS(apply_rotary(ones({4, 2, 8}), from_vector({0, 1, 2, 3}, {4}), 1e4),
-                   "positions", "f32", "i32 or i64");
+  EXPECT_ERROR_HAS(apply_rotary(ones({4, 2, 8}), from_vector({0, 1, 2, 3}, {4}), 1e4), "positions",
+                   "f32", "i32 or i64");
   EXPECT_ERROR_HAS(apply_rotary(ones({4, 8}), from_ints({0, 1, 2, 3}, {4}), 1e4),
                    "[..., S, H, head_dim]");
 }
@@ -351,7 +354,8 @@ TEST(OpsRotary, Errors) {
 
 TEST(OpsSwiGLU, MatchesFormula) {
   Generator gen(140);
-  Tensor a = randn({3, 5}, {.dtype = DType::f64}, &gen), u = randn({3, 5}, {.dtype = DType::f64}, &gen);
+  Tensor a = randn({3, 5}, {.dtype = DType::f64}, &gen),
+         u = randn({3, 5}, {.dtype = DType::f64}, &gen);
   const auto av = a.to_vector(), uv = u.to_vector(), got = swiglu(a, u).to_vector();
   for (size_t i = 0; i < av.size(); ++i) {
     EXPECT_NEAR(got[i], av[i] / (1 + std::exp(-av[i])) * uv[i], 1e-14);

@@ -84,7 +84,8 @@ TEST(OpsReduceForward, MaxAndArgmaxMatchLoops) {
     EXPECT_EQ(max(a).item(), av[flat]);
     EXPECT_EQ(argmax(a, 0, true).shape(), (Shape{1, 6, 5}));
     // Transposed input: the same answer as its contiguous copy.
-    EXPECT_EQ(argmax(transpose(a, 0, 2), 1).to_vector(), argmax(contiguous(transpose(a, 0, 2)), 1).to_vector());
+    EXPECT_EQ(argmax(transpose(a, 0, 2), 1).to_vector(),
+              argmax(contiguous(transpose(a, 0, 2)), 1).to_vector());
   }
   const double nan = std::numeric_limits<double>::quiet_NaN();
   EXPECT_EQ(argmax(from_vector({1, nan, 3, nan}, {4})).item(), 1);  // a NaN is the maximum
@@ -144,10 +145,14 @@ TEST(OpsReduceThreads, SumsAreTheSameForAnyThreadCount) {
   Generator gen(7);
   Tensor a = randn({513, 301}, {}, &gen);  // 154k elements: every sum walk goes parallel
   auto sums = [&] {
-    return std::vector<std::vector<double>>{
-        sum(a).to_vector(), sum(transpose(a, 0, 1)).to_vector(), sum(a, {0}).to_vector(),
-        sum(a, {1}).to_vector(), mean(transpose(a, 0, 1), {1}).to_vector(),
-        logsumexp(a, 0).to_vector(), max(a, 0).values.to_vector(), softmax(a, 0).to_vector()};
+    return std::vector<std::vector<double>>{sum(a).to_vector(),
+                                            sum(transpose(a, 0, 1)).to_vector(),
+                                            sum(a, {0}).to_vector(),
+                                            sum(a, {1}).to_vector(),
+                                            mean(transpose(a, 0, 1), {1}).to_vector(),
+                                            logsumexp(a, 0).to_vector(),
+                                            max(a, 0).values.to_vector(),
+                                            softmax(a, 0).to_vector()};
   };
   const auto one = with_threads(1, sums), four = with_threads(4, sums);
   for (size_t i = 0; i < one.size(); ++i) EXPECT_EQ(one[i], four[i]) << "result " << i;
@@ -181,7 +186,8 @@ TEST(OpsReduceErrors, DimsOutOfRangeAndEmptyInputs) {
   TENSOR_EXPECT_ERROR(max(ones({2, 0}), 1), "max", "size 0", "no maximum");
   TENSOR_EXPECT_ERROR(max(ones({0})), "max", "empty");
   TENSOR_EXPECT_ERROR(argmax(ones({3, 0})), "argmax", "empty");
-  TENSOR_EXPECT_ERROR(argmax(ones({3}, {.dtype = DType::i64}), 0), "argmax", "i64", "not supported");
+  TENSOR_EXPECT_ERROR(argmax(ones({3}, {.dtype = DType::i64}), 0), "argmax", "i64",
+                      "not supported");
   TENSOR_EXPECT_ERROR(logsumexp(Tensor(), 0), "logsumexp", "undefined");
 }
 

@@ -6,9 +6,9 @@
 
 #include <cmath>
 
-#include "error_helpers.h"
 #include "core/factories.h"
 #include "core/views.h"
+#include "error_helpers.h"
 #include "ops/ops.h"
 #include "tests/gradcheck.h"
 
@@ -31,15 +31,17 @@ TEST(OpsShape, CatValues) {
   EXPECT_EQ(i.dtype(), DType::i64);
   EXPECT_EQ(i.to_vector(), (std::vector<double>{1, 2, 3}));
   EXPECT_EQ(stack({a, a + 10.0}, 1).shape(), (Shape{2, 2, 2}));
-  EXPECT_EQ(stack({a, a + 10.0}, 1).to_vector(),
-            (std::vector<double>{1, 2, 11, 12, 3, 4, 13, 14}));
+  EXPECT_EQ(stack({a, a + 10.0}, 1).to_vector(), (std::vector<double>{1, 2, 11, 12, 3, 4, 13, 14}));
   EXPECT_EQ(stack({a, a}, -1).shape(), (Shape{2, 2, 2}));
 }
 
 TEST(OpsShape, CatStackGradcheck) {
   Tensor a = make_input({2, 3}, 200), b = make_input({2, 5}, 201), c = make_input({4, 2}, 202);
-  EXPECT_GRADCHECK([](const V& x) { return cat({x[0], x[1], transpose(x[2], 0, 1)}, -1); }, a, b,
-                   c);
+  EXPECT_GRADCHECK(
+      [](const V& x) {
+        return cat({x[0], x[1], transpose(x[2], 0, 1)}, -1);
+      },
+      a, b, c);
   EXPECT_GRADCHECK([](const V& x) { return cat({x[0], x[0]}, 0); }, a);  // one input twice
   Tensor d = make_input({2, 3}, 203);
   EXPECT_GRADCHECK([](const V& x) { return stack({x[0], x[1], x[0]}, 1); }, a, d);
@@ -155,8 +157,7 @@ TEST(OpsShape, IndexSelectGradcheck) {
   Tensor x = make_input({5, 4}, 231);
   Tensor idx = from_ints({3, 3, 0, 4, 3}, {5});  // repeats accumulate
   EXPECT_GRADCHECK([idx](const V& in) { return index_select(in[0], 0, idx); }, x);
-  EXPECT_GRADCHECK([idx](const V& in) { return index_select(transpose(in[0], 0, 1), -1, idx); },
-                   x);
+  EXPECT_GRADCHECK([idx](const V& in) { return index_select(transpose(in[0], 0, 1), -1, idx); }, x);
   Tensor idx2 = from_ints({1, 1, 2}, {3});
   EXPECT_GRADCHECK([idx2](const V& in) { return index_select(in[0], 1, idx2); }, x);
 }
@@ -199,7 +200,7 @@ TEST(OpsShape, ScatterAddMatchesLoops) {
   Generator gen(250);
   Tensor x = randn({3, 5}, {.dtype = DType::f64}, &gen);
   Tensor src = randn({4, 6}, {.dtype = DType::f64}, &gen);  // larger than idx
-  std::vector<int64_t> iv = {0, 4, 4, 1, 2, 2, 2, 0, 3};     // idx [3, 3], dim 1
+  std::vector<int64_t> iv = {0, 4, 4, 1, 2, 2, 2, 0, 3};    // idx [3, 3], dim 1
   Tensor idx = from_ints(iv, {3, 3});
   auto expect = x.to_vector();
   const auto sv = src.to_vector();
@@ -258,13 +259,12 @@ TEST(OpsShape, ScatterAddAndGatherOnZeroDim) {
 
 TEST(OpsShape, IndexErrors) {
   Tensor x = ones({3, 5});
-  EXPECT_ERROR_HAS(gather(x, 1, from_ints({0, 7}, {1, 2})), "gather", "index 7", "dim 1",
-                   "size 5", "[0, 5)");
+  EXPECT_ERROR_HAS(gather(x, 1, from_ints({0, 7}, {1, 2})), "gather", "index 7", "dim 1", "size 5",
+                   "[0, 5)");
   EXPECT_ERROR_HAS(gather(x, 1, from_ints({0, 1}, {2})), "gather", "rank");
   EXPECT_ERROR_HAS(gather(x, 1, from_ints({0, 0, 0, 0}, {4, 1})), "gather", "dim 0");
   EXPECT_ERROR_HAS(gather(x, 1, from_vector({0, 1}, {1, 2})), "gather", "f32", "i32 or i64");
-  EXPECT_ERROR_HAS(index_select(x, 0, from_ints({3}, {1})), "index_select", "index 3",
-                   "size 3");
+  EXPECT_ERROR_HAS(index_select(x, 0, from_ints({3}, {1})), "index_select", "index 3", "size 3");
   EXPECT_ERROR_HAS(index_select(x, 0, from_ints({0, 1}, {1, 2})), "index_select", "1-D");
   EXPECT_ERROR_HAS(scatter_add(x, 1, from_ints({5}, {1, 1}), ones({1, 1})), "scatter_add",
                    "index 5");

@@ -26,21 +26,28 @@ TEST(OpsSoftmaxGradcheck, EveryDimAndLayout) {
     EXPECT_GRADCHECK([dim](const V& x) { return log_softmax(transpose(x[0], 1, 2), dim); }, a);
   }
   EXPECT_GRADCHECK([](const V& x) { return softmax(slice(x[0], 2, 0, 5, 2)); }, a);
-  EXPECT_GRADCHECK([](const V& x) { return log_softmax(expand(x[0], {2, 7}), 0); }, make_input({1, 7}, 2));
+  EXPECT_GRADCHECK(
+      [](const V& x) {
+        return log_softmax(expand(x[0], {2, 7}), 0);
+      },
+      make_input({1, 7}, 2));
   EXPECT_GRADCHECK([](const V& x) { return softmax(x[0], 0); }, make_input({11}, 3));
   // Upstream gradients that are not contiguous (softmax feeding a transpose).
-  EXPECT_GRADCHECK([](const V& x) { return transpose(softmax(x[0], 1), 0, 1); }, make_input({3, 6}, 4));
+  EXPECT_GRADCHECK([](const V& x) { return transpose(softmax(x[0], 1), 0, 1); },
+                   make_input({3, 6}, 4));
   // A chain: attention-like softmax(q k^T) v.
   Tensor q = make_input({3, 4}, 5), k = make_input({5, 4}, 6), v = make_input({5, 2}, 7);
-  EXPECT_GRADCHECK([](const V& x) { return matmul(softmax(matmul(x[0], transpose(x[1], 0, 1))), x[2]); },
-                   q, k, v);
+  EXPECT_GRADCHECK(
+      [](const V& x) { return matmul(softmax(matmul(x[0], transpose(x[1], 0, 1))), x[2]); }, q, k,
+      v);
 }
 
 TEST(OpsSoftmaxForward, RowsSumToOneAndMatchTheFormula) {
   Generator gen(8);
   for (DType dt : {DType::f32, DType::f64}) {
     Tensor a = randn({4, 9}, {.dtype = dt}, &gen);
-    const auto av = a.to_vector(), s = softmax(a, -1).to_vector(), ls = log_softmax(a, 1).to_vector();
+    const auto av = a.to_vector(), s = softmax(a, -1).to_vector(),
+               ls = log_softmax(a, 1).to_vector();
     const double tol = dt == DType::f32 ? 1e-6 : 1e-14;
     for (int i = 0; i < 4; ++i) {
       double m = av[i * 9], total = 0, row_sum = 0;
@@ -55,7 +62,8 @@ TEST(OpsSoftmaxForward, RowsSumToOneAndMatchTheFormula) {
       EXPECT_NEAR(row_sum, 1.0, 10 * tol);
     }
     // Along dim 0 of a transposed view = along dim 1 of the original, transposed.
-    EXPECT_EQ(softmax(transpose(a, 0, 1), 0).to_vector(), contiguous(transpose(softmax(a, 1), 0, 1)).to_vector());
+    EXPECT_EQ(softmax(transpose(a, 0, 1), 0).to_vector(),
+              contiguous(transpose(softmax(a, 1), 0, 1)).to_vector());
   }
 }
 

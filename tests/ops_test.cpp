@@ -4,9 +4,9 @@
 
 #include <cmath>
 
-#include "error_helpers.h"
 #include "core/backend.h"
 #include "core/factories.h"
+#include "error_helpers.h"
 #include "ops/ops.h"
 
 namespace cg {
@@ -71,9 +71,11 @@ TEST(OpsForward, HalfDtypesComputeInFloat) {
     Tensor mm = matmul(ah, bh);
     EXPECT_EQ(mm.dtype(), dt);
     const auto got = mm.to_vector();
-    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], ref_mm[i], tol * (1 + std::abs(ref_mm[i])));
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_NEAR(got[i], ref_mm[i], tol * (1 + std::abs(ref_mm[i])));
     const auto sum_h = add(ah, ah).to_vector();
-    for (size_t i = 0; i < sum_h.size(); ++i) EXPECT_NEAR(sum_h[i], ref_add[i], tol * std::abs(ref_add[i]) + 1e-3);
+    for (size_t i = 0; i < sum_h.size(); ++i)
+      EXPECT_NEAR(sum_h[i], ref_add[i], tol * std::abs(ref_add[i]) + 1e-3);
     EXPECT_NEAR(sum(ah).item(), sum(a).item(), 0.1 * 32 * tol);
   }
 }
@@ -108,17 +110,21 @@ TEST(OpsErrors, InplaceOnLeafRequiringGrad) {
   const std::string msg = error_of([&] { add_(p, ones({3})); });
   EXPECT_NE(msg.find("add_: dst is a leaf tensor that requires grad"), std::string::npos) << msg;
   EXPECT_NE(msg.find("NoGradGuard"), std::string::npos) << msg;
-  EXPECT_THROW(mul_(scale(p, 2.0), 3.0), Error);  // part of a graph
+  EXPECT_THROW(mul_(scale(p, 2.0), 3.0), Error);                    // part of a graph
   EXPECT_THROW(add_(expand(ones({3}), {2, 3}), ones({3})), Error);  // stride-0 dst
-  EXPECT_THROW(add_(ones({3}), ones({2, 3})), Error);              // src larger than dst
+  EXPECT_THROW(add_(ones({3}), ones({2, 3})), Error);               // src larger than dst
 }
 
 TEST(OpsErrors, ShapeMismatch) {
   EXPECT_THROW(add(ones({2, 3}), ones({4})), Error);
   EXPECT_NE(error_of([] { mul(ones({2, 3}), ones({2, 4})); }).find("mul"), std::string::npos);
-  EXPECT_EQ(error_of([] { matmul(ones({2, 3}), ones({4, 5})); }),
+  EXPECT_EQ(error_of([] {
+              matmul(ones({2, 3}), ones({4, 5}));
+            }),
             "matmul: shapes [2, 3] and [4, 5] don't match: inner dims 3 vs 4");
-  EXPECT_EQ(error_of([] { matmul(ones({2, 2, 3}), ones({3, 3, 4})); }),
+  EXPECT_EQ(error_of([] {
+              matmul(ones({2, 2, 3}), ones({3, 3, 4}));
+            }),
             "matmul: shapes [2, 2, 3] and [3, 3, 4] don't match: batch dims [2] and [3] don't "
             "broadcast (sizes must match or be 1, aligned from the last dim)");
   EXPECT_THROW(matmul(ones({3}), ones({4})), Error);
@@ -131,7 +137,9 @@ TEST(OpsErrors, ShapeMismatch) {
 TEST(OpsErrors, DtypeMismatchAndUnsupported) {
   EXPECT_EQ(error_of([] { add(ones({2}), ones({2}, {.dtype = DType::bf16})); }),
             "add: dtypes differ (f32 and bf16); convert one with cg::to(t, dtype)");
-  EXPECT_EQ(error_of([] { matmul(ones({2, 2}, {.dtype = DType::f64}), ones({2, 2})); }),
+  EXPECT_EQ(error_of([] {
+              matmul(ones({2, 2}, {.dtype = DType::f64}), ones({2, 2}));
+            }),
             "matmul: dtypes differ (f64 and f32); convert one with cg::to(t, dtype)");
   const std::string msg = error_of([] { relu(ones({2}, {.dtype = DType::i64})); });
   EXPECT_NE(msg.find("relu: dtype i64 is not supported"), std::string::npos) << msg;

@@ -40,8 +40,9 @@ TEST(MemoryOverlap, ClassifiesViewsOfOneStorage) {
   EXPECT_EQ(memory_overlap(raw::narrow(x, 1, 0, 1), raw::narrow(x, 1, 1, 1)), MemOverlap::none);
   EXPECT_EQ(memory_overlap(raw::narrow(x, 1, 0, 2), raw::narrow(x, 1, 1, 2)), MemOverlap::partial);
   // Size-1 dims are never stepped over: their strides do not matter.
-  EXPECT_EQ(memory_overlap(raw::as_strided(x, {1, 3}, {3, 1}, 3), raw::as_strided(x, {1, 3}, {7, 1}, 3)),
-            MemOverlap::full);
+  EXPECT_EQ(
+      memory_overlap(raw::as_strided(x, {1, 3}, {3, 1}, 3), raw::as_strided(x, {1, 3}, {7, 1}, 3)),
+      MemOverlap::full);
   // Empty tensors touch no memory.
   EXPECT_EQ(memory_overlap(raw::narrow(x, 0, 0, 0), x), MemOverlap::none);
 }
@@ -73,7 +74,7 @@ TEST(InplaceOverlap, AddOfOwnTransposeIsRefused) {
   const Tensor x = one_to(9, {3, 3});
   EXPECT_ERROR_HAS(add_(x, transpose(x, 0, 1)), "add_", "src", "shares memory", "clone");
   EXPECT_EQ(x.to_vector(), (V{1, 2, 3, 4, 5, 6, 7, 8, 9}));  // untouched
-  add_(x, raw::clone(transpose(x, 0, 1)));  // what the error says to do
+  add_(x, raw::clone(transpose(x, 0, 1)));                   // what the error says to do
   EXPECT_EQ(x.to_vector(), (V{2, 6, 10, 6, 10, 14, 10, 14, 18}));
 }
 
@@ -113,7 +114,7 @@ TEST(InplaceOverlap, ExactAliasingIsCorrect) {
   copy_(transpose(x, 0, 1), transpose(x, 0, 1));
   EXPECT_EQ(x.to_vector(), (V{4, 16, 36, 64}));
   const Tensor y = one_to(3, {3});
-  addcmul_(y, y, y, 1.0);   // y + y * y
+  addcmul_(y, y, y, 1.0);  // y + y * y
   EXPECT_EQ(y.to_vector(), (V{2, 6, 12}));
   addcdiv_(y, y, y, -1.0);  // y - y / y
   EXPECT_EQ(y.to_vector(), (V{1, 5, 11}));

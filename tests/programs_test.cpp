@@ -35,17 +35,18 @@ std::string read_file(const std::string& path) {
 
 std::string temp_dir() {
   static int counter = 0;
-  const std::string dir = ::testing::TempDir() + "chunkgrad_programs_" + std::to_string(::getpid()) + "_" +
-                          std::to_string(counter++);
+  const std::string dir = ::testing::TempDir() + "chunkgrad_programs_" +
+                          std::to_string(::getpid()) + "_" + std::to_string(counter++);
   std::filesystem::create_directories(dir);
   return dir;
 }
 
 // Runs `env program args` (one thread, so that runs stay quick on a loaded machine).
-ProgramRun run_program(const std::string& program, const std::string& args, const std::string& env = "") {
+ProgramRun run_program(const std::string& program, const std::string& args,
+                       const std::string& env = "") {
   const std::string dir = temp_dir();
-  const std::string cmd = "OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive " + env + " '" + program + "' " + args +
-                          " >'" + dir + "/out' 2>'" + dir + "/err'";
+  const std::string cmd = "OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive " + env + " '" + program +
+                          "' " + args + " >'" + dir + "/out' 2>'" + dir + "/err'";
   const int status = std::system(cmd.c_str());
   ProgramRun r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
@@ -56,7 +57,9 @@ ProgramRun run_program(const std::string& program, const std::string& args, cons
 }
 
 ProgramRun mlp_demo(const std::string& args) { return run_program(CHUNKGRAD_MLP_DEMO, args); }
-ProgramRun memory_lesson(const std::string& args) { return run_program(CHUNKGRAD_MEMORY_LESSON, args); }
+ProgramRun memory_lesson(const std::string& args) {
+  return run_program(CHUNKGRAD_MEMORY_LESSON, args);
+}
 
 // A lesson small enough to run in well under a second.
 const std::string kTiny = "--T 64 --D 16 --V 512 --repeat 1 ";
@@ -64,7 +67,8 @@ const std::string kTiny = "--T 64 --D 16 --V 512 --repeat 1 ";
 // The program failed the way every program must: exit code 1, one error line on stderr
 // that starts with "chunkgrad <program>: error: " and contains each of `words`, no abort,
 // no build path.
-void expect_clean_failure(const ProgramRun& r, const std::string& program, const std::vector<std::string>& words) {
+void expect_clean_failure(const ProgramRun& r, const std::string& program,
+                          const std::vector<std::string>& words) {
   SCOPED_TRACE("stderr: " + r.err + "\nstdout: " + r.out);
   EXPECT_EQ(r.exit_code, 1);
   const std::string prefix = "chunkgrad " + program + ": error: ";
@@ -84,9 +88,11 @@ void expect_clean_failure(const ProgramRun& r, const std::string& program, const
 TEST(Programs, MlpDemoUnwritableTraceFailsBeforeTraining) {
   // As /nonexistent/dir/trace.json: a directory that does not exist.
   const std::string dir = temp_dir();
-  const ProgramRun r = mlp_demo("--steps 5 --batch 8 --hidden 8 --trace '" + dir + "/missing/trace.json'");
+  const ProgramRun r =
+      mlp_demo("--steps 5 --batch 8 --hidden 8 --trace '" + dir + "/missing/trace.json'");
   std::filesystem::remove_all(dir);
-  expect_clean_failure(r, "mlp_demo", {"--trace", "/missing/trace.json", "cannot open", "No such file"});
+  expect_clean_failure(r, "mlp_demo",
+                       {"--trace", "/missing/trace.json", "cannot open", "No such file"});
   EXPECT_EQ(r.out.find("step"), std::string::npos) << "training ran before the path was checked";
   EXPECT_EQ(r.out.find("memory trace:"), std::string::npos);
 }
@@ -102,13 +108,15 @@ TEST(Programs, MlpDemoDeviceCudaWithoutAGpuIsOneErrorLine) {
 // and capped nothing of the model, its grads or its activations. Refused whether or not a
 // GPU is here (without one, the device check refuses it first).
 TEST(Programs, MlpDemoMemoryLimitWithAGpuDeviceIsRefused) {
-  const ProgramRun r = mlp_demo("--steps 3 --batch 8 --hidden 8 --device cuda --memory-limit-mb 64");
+  const ProgramRun r =
+      mlp_demo("--steps 3 --batch 8 --hidden 8 --device cuda --memory-limit-mb 64");
   if (cg::cuda_available()) {
     expect_clean_failure(r, "mlp_demo", {"--memory-limit-mb", "--device cuda", "own memory"});
   } else {
     expect_clean_failure(r, "mlp_demo", {"--device cuda is not available"});
   }
-  const ProgramRun ok = mlp_demo("--steps 3 --batch 8 --hidden 8 --device cpu --memory-limit-mb 64");
+  const ProgramRun ok =
+      mlp_demo("--steps 3 --batch 8 --hidden 8 --device cpu --memory-limit-mb 64");
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
 }
 
@@ -116,10 +124,13 @@ TEST(Programs, MlpDemoMemoryLimitWithAGpuDeviceIsRefused) {
 // the run ground for minutes.
 TEST(Programs, MlpDemoChecksTheSizeOfItsTensorsNotOnlyEachOption) {
   ProgramRun r = mlp_demo("--steps 3 --batch 16777216 --hidden 16777216");
-  expect_clean_failure(r, "mlp_demo", {"--batch 16777216 x --hidden 16777216", "lower --batch or --hidden"});
+  expect_clean_failure(r, "mlp_demo",
+                       {"--batch 16777216 x --hidden 16777216", "lower --batch or --hidden"});
   EXPECT_EQ(r.out.find("MLP demo"), std::string::npos) << "it started: " << r.out;
-  expect_clean_failure(mlp_demo("--steps 3 --batch 65536 --in 65536 --hidden 8"), "mlp_demo", {"--batch 65536 x --in 65536"});
-  expect_clean_failure(mlp_demo("--steps 3 --batch 8 --in 1048576 --hidden 1048576"), "mlp_demo", {"--in 1048576 x --hidden"});
+  expect_clean_failure(mlp_demo("--steps 3 --batch 65536 --in 65536 --hidden 8"), "mlp_demo",
+                       {"--batch 65536 x --in 65536"});
+  expect_clean_failure(mlp_demo("--steps 3 --batch 8 --in 1048576 --hidden 1048576"), "mlp_demo",
+                       {"--in 1048576 x --hidden"});
 }
 
 TEST(Programs, MlpDemoWritesItsTrace) {
@@ -132,21 +143,24 @@ TEST(Programs, MlpDemoWritesItsTrace) {
 }
 
 TEST(Programs, MemoryLessonUnwritableTraceDirFails) {
-  expect_clean_failure(memory_lesson(kTiny + "--trace-dir /proc/x"), "memory_lesson", {"--trace-dir", "/proc/x"});
+  expect_clean_failure(memory_lesson(kTiny + "--trace-dir /proc/x"), "memory_lesson",
+                       {"--trace-dir", "/proc/x"});
   // A directory below a regular file cannot be made (even by root, which /proc/x does not stop).
   const std::string dir = temp_dir();
   std::ofstream(dir + "/file") << "x";
-  expect_clean_failure(memory_lesson(kTiny + "--trace-dir '" + dir + "/file/traces'"), "memory_lesson",
-                       {"--trace-dir", "cannot create the directory"});
+  expect_clean_failure(memory_lesson(kTiny + "--trace-dir '" + dir + "/file/traces'"),
+                       "memory_lesson", {"--trace-dir", "cannot create the directory"});
   std::filesystem::remove_all(dir);
 }
 
 TEST(Programs, MemoryLessonWritesOneTracePerPath) {
   const std::string dir = temp_dir();
-  const ProgramRun r = memory_lesson(kTiny + "--paths naive,fused --trace-dir '" + dir + "/traces'");
+  const ProgramRun r =
+      memory_lesson(kTiny + "--paths naive,fused --trace-dir '" + dir + "/traces'");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   for (const char* path : {"naive", "fused"}) {
-    const nlohmann::json trace = nlohmann::json::parse(read_file(dir + "/traces/trace_" + path + ".json"));
+    const nlohmann::json trace =
+        nlohmann::json::parse(read_file(dir + "/traces/trace_" + path + ".json"));
     EXPECT_GT(trace["events"].size(), 0u) << path;
   }
   std::filesystem::remove_all(dir);
@@ -158,18 +172,22 @@ TEST(Programs, MemoryLessonWritesOneTracePerPath) {
 // for cuda is one error line naming the option, not a crash in the first allocation.
 TEST(Programs, MemoryLessonDeviceIsCheckedUpFront) {
   // A value that is no device name is named as the option, as in mlp_demo and train.
-  expect_clean_failure(memory_lesson(kTiny + "--device tpu"), "memory_lesson", {"--device tpu", "bad device string"});
-  expect_clean_failure(memory_lesson(kTiny + "--device ''"), "memory_lesson", {"--device ", "bad device string ''"});
+  expect_clean_failure(memory_lesson(kTiny + "--device tpu"), "memory_lesson",
+                       {"--device tpu", "bad device string"});
+  expect_clean_failure(memory_lesson(kTiny + "--device ''"), "memory_lesson",
+                       {"--device ", "bad device string ''"});
   if (cg::cuda_available()) GTEST_SKIP() << "a GPU is present: --device cuda would run";
   expect_clean_failure(memory_lesson(kTiny + "--device cuda"), "memory_lesson", {"--device cuda"});
-  expect_clean_failure(memory_lesson(kTiny + "--device cuda:1"), "memory_lesson", {"--device cuda:1"});
+  expect_clean_failure(memory_lesson(kTiny + "--device cuda:1"), "memory_lesson",
+                       {"--device cuda:1"});
 }
 
 // On a GPU the lesson runs with head_loss's own chunk budget (a --chunk-budget-mb of 0
 // once became a budget of 0 bytes there).
 TEST(Programs, MemoryLessonRunsOnTheGpu) {
   if (!cg::cuda_available()) GTEST_SKIP() << "no CUDA device";
-  const ProgramRun r = memory_lesson(kTiny + "--device cuda --loss kl --ce-weight 0.1 --dtype bf16");
+  const ProgramRun r =
+      memory_lesson(kTiny + "--device cuda --loss kl --ce-weight 0.1 --dtype bf16");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("on cuda:0"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("fused"), std::string::npos) << r.out;
@@ -177,20 +195,25 @@ TEST(Programs, MemoryLessonRunsOnTheGpu) {
 
 TEST(Programs, MemoryLessonCeWeightNeedsATeacherLoss) {
   expect_clean_failure(memory_lesson(kTiny + "--ce-weight 0.5"), "memory_lesson", {"--ce-weight"});
-  expect_clean_failure(memory_lesson(kTiny + "--loss kl --ce-weight 2"), "memory_lesson", {"--ce-weight"});
+  expect_clean_failure(memory_lesson(kTiny + "--loss kl --ce-weight 2"), "memory_lesson",
+                       {"--ce-weight"});
 }
 
 TEST(Programs, NegativeAndHugeSizesAreRefused) {
-  expect_clean_failure(memory_lesson("--T -5"), "memory_lesson", {"--T", "must be an integer from 1 to", "-5"});
-  expect_clean_failure(mlp_demo("--batch 4611686018427387904"), "mlp_demo", {"--batch", "4611686018427387904"});
-  expect_clean_failure(memory_lesson("--T 5 --D 4 --scale 300000"), "memory_lesson", {"--scale", "300000"});
+  expect_clean_failure(memory_lesson("--T -5"), "memory_lesson",
+                       {"--T", "must be an integer from 1 to", "-5"});
+  expect_clean_failure(mlp_demo("--batch 4611686018427387904"), "mlp_demo",
+                       {"--batch", "4611686018427387904"});
+  expect_clean_failure(memory_lesson("--T 5 --D 4 --scale 300000"), "memory_lesson",
+                       {"--scale", "300000"});
 }
 
 TEST(Programs, OutOfMemoryWhileMakingTheInputsIsOneLine) {
   // [2^24, 2^24] f32 hidden states: 1 PiB, more than any machine has. (Under ASan the
   // host allocation must return null, as it does without, instead of aborting.)
-  const ProgramRun r = run_program(CHUNKGRAD_MEMORY_LESSON, "--T 16777216 --D 16777216 --V 8 --repeat 1",
-                                   "ASAN_OPTIONS=allocator_may_return_null=1");
+  const ProgramRun r =
+      run_program(CHUNKGRAD_MEMORY_LESSON, "--T 16777216 --D 16777216 --V 8 --repeat 1",
+                  "ASAN_OPTIONS=allocator_may_return_null=1");
   expect_clean_failure(r, "memory_lesson", {"out of memory", "inputs"});
 }
 
@@ -198,14 +221,18 @@ TEST(Programs, OutOfMemoryWhileMakingTheInputsIsOneLine) {
 
 TEST(Programs, BadValuesAreRefusedWithTheOptionsName) {
   expect_clean_failure(mlp_demo("--memory-limit-mb -5"), "mlp_demo", {"--memory-limit-mb", "-5"});
-  expect_clean_failure(memory_lesson("--memory-limit-mb -5"), "memory_lesson", {"--memory-limit-mb", "-5"});
+  expect_clean_failure(memory_lesson("--memory-limit-mb -5"), "memory_lesson",
+                       {"--memory-limit-mb", "-5"});
   expect_clean_failure(memory_lesson("--repeat 0"), "memory_lesson", {"--repeat", "from 1 to"});
-  expect_clean_failure(memory_lesson("--chunk-budget-mb -1"), "memory_lesson", {"--chunk-budget-mb", "-1"});
-  expect_clean_failure(memory_lesson("--chunk-budget-mb nan"), "memory_lesson", {"--chunk-budget-mb", "finite"});
+  expect_clean_failure(memory_lesson("--chunk-budget-mb -1"), "memory_lesson",
+                       {"--chunk-budget-mb", "-1"});
+  expect_clean_failure(memory_lesson("--chunk-budget-mb nan"), "memory_lesson",
+                       {"--chunk-budget-mb", "finite"});
   expect_clean_failure(memory_lesson("--T 0"), "memory_lesson", {"--T", "got 0"});
   expect_clean_failure(memory_lesson("--paths naive,naive"), "memory_lesson", {"--paths", "twice"});
   expect_clean_failure(memory_lesson("--paths naive,fast"), "memory_lesson", {"--paths", "fast"});
-  expect_clean_failure(memory_lesson("--loss mse"), "memory_lesson", {"--loss", "ce, kl, rkl, soft_ce"});
+  expect_clean_failure(memory_lesson("--loss mse"), "memory_lesson",
+                       {"--loss", "ce, kl, rkl, soft_ce"});
   expect_clean_failure(mlp_demo("--lr nan"), "mlp_demo", {"--lr", "finite", "nan"});
   expect_clean_failure(mlp_demo("--lr inf"), "mlp_demo", {"--lr"});
   expect_clean_failure(mlp_demo("--lr 0"), "mlp_demo", {"--lr", "greater than 0"});
@@ -246,7 +273,8 @@ TEST(Programs, MemoryLimitCoversTheInputs) {
 // ---- item 14: the lesson's text follows its own table ----
 
 TEST(Programs, LessonTextFollowsTheNumbersWith16BitLogits) {
-  const ProgramRun r = memory_lesson("--T 256 --D 32 --V 4096 --dtype bf16 --chunk-budget-mb 1 --repeat 1 --json");
+  const ProgramRun r =
+      memory_lesson("--T 256 --D 32 --V 4096 --dtype bf16 --chunk-budget-mb 1 --repeat 1 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   const nlohmann::json& naive = j["paths"]["naive"];
@@ -255,7 +283,8 @@ TEST(Programs, LessonTextFollowsTheNumbersWith16BitLogits) {
   const int64_t fp32_logits = 4 * 256 * 4096;
   EXPECT_GE(naive["largest_forward_block_bytes"].get<int64_t>(), fp32_logits);
   EXPECT_LT(chunked["largest_forward_block_bytes"].get<int64_t>(), fp32_logits / 2);
-  EXPECT_LT(chunked["forward_peak_bytes"].get<int64_t>(), naive["forward_peak_bytes"].get<int64_t>() * 9 / 10);
+  EXPECT_LT(chunked["forward_peak_bytes"].get<int64_t>(),
+            naive["forward_peak_bytes"].get<int64_t>() * 9 / 10);
   std::string lesson;
   for (const auto& line : j["lesson"]) lesson += line.get<std::string>() + "\n";
   EXPECT_NE(lesson.find("fp32 copy of all of [T, V]"), std::string::npos) << lesson;
@@ -276,7 +305,8 @@ TEST(Programs, LessonTextExplainsAFusedPeakAboveNaives) {
 
 TEST(Programs, OutOfMemoryRowsSayItOnce) {
   // naive needs a 4 MiB logits block (a 20 MiB segment); fused fits in small segments.
-  const ProgramRun r = memory_lesson("--T 256 --D 32 --V 4096 --chunk-budget-mb 0.5 --repeat 1 --memory-limit-mb 6");
+  const ProgramRun r =
+      memory_lesson("--T 256 --D 32 --V 4096 --chunk-budget-mb 0.5 --repeat 1 --memory-limit-mb 6");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("naive    out of memory"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("out of memory: out of memory"), std::string::npos) << r.out;
@@ -315,14 +345,16 @@ TEST(Programs, TooSmallChunkBudgetFailsBeforeAnyPathRuns) {
 }
 
 TEST(Programs, ABadThreadCountFailsEvenWhenNoKernelWouldStartThePool) {
-  const ProgramRun r = run_program(CHUNKGRAD_MLP_DEMO, "--steps 2 --batch 4 --hidden 4", "CHUNKGRAD_NUM_THREADS=abc");
+  const ProgramRun r = run_program(CHUNKGRAD_MLP_DEMO, "--steps 2 --batch 4 --hidden 4",
+                                   "CHUNKGRAD_NUM_THREADS=abc");
   expect_clean_failure(r, "mlp_demo", {"CHUNKGRAD_NUM_THREADS", "abc"});
 }
 
 TEST(Programs, AFailedWriteToStdoutIsAFailedRun) {
   if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full here";
   const std::string err = ::testing::TempDir() + "chunkgrad_devfull_err";
-  const std::string cmd = std::string("'") + CHUNKGRAD_MLP_DEMO + "' --steps 2 >/dev/full 2>'" + err + "'";
+  const std::string cmd =
+      std::string("'") + CHUNKGRAD_MLP_DEMO + "' --steps 2 >/dev/full 2>'" + err + "'";
   const int status = std::system(cmd.c_str());
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status;
   EXPECT_NE(read_file(err).find("standard output failed"), std::string::npos) << read_file(err);
@@ -333,7 +365,9 @@ TEST(Programs, AFailedWriteToStdoutIsAFailedRun) {
 std::string help_line(const std::string& help, const std::string& option) {
   std::istringstream lines(help);
   for (std::string line; std::getline(lines, line);) {
-    if (line.find(option + " ") != std::string::npos || line.find(option + "=") != std::string::npos) return line;
+    if (line.find(option + " ") != std::string::npos ||
+        line.find(option + "=") != std::string::npos)
+      return line;
   }
   return "";
 }
@@ -355,7 +389,8 @@ TEST(Programs, LessonReportsProgressOnStderr) {
   const ProgramRun r = memory_lesson(kTiny + "--json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("chunkgrad memory_lesson: naive: step 1 of 1"), std::string::npos) << r.err;
-  EXPECT_NO_THROW(static_cast<void>(nlohmann::json::parse(r.out).size())) << "progress leaked into the JSON on stdout";
+  EXPECT_NO_THROW(static_cast<void>(nlohmann::json::parse(r.out).size()))
+      << "progress leaked into the JSON on stdout";
 }
 
 }  // namespace
@@ -367,7 +402,8 @@ ProgramRun chunkgrad(const std::string& args) { return run_program(CHUNKGRAD_CLI
 TEST(Programs, ChunkgradTraceHelpShowsItsOptions) {
   const ProgramRun r = chunkgrad("trace --help");
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  for (const char* option : {"--html", "--svg-dir", "--snapshot-dir", "--perfetto-dir", "--names", "--top"}) {
+  for (const char* option :
+       {"--html", "--svg-dir", "--snapshot-dir", "--perfetto-dir", "--names", "--top"}) {
     EXPECT_NE(r.out.find(option), std::string::npos) << option;
   }
 }
@@ -376,11 +412,14 @@ TEST(Programs, ChunkgradTraceRefusesBadFilesInOneLine) {
   const std::string dir = temp_dir();
   expect_clean_failure(chunkgrad("trace '" + dir + "/missing.json'"), "trace", {"missing.json"});
   std::ofstream(dir + "/empty.json") << "";
-  expect_clean_failure(chunkgrad("trace '" + dir + "/empty.json'"), "trace", {"empty.json", "is empty"});
+  expect_clean_failure(chunkgrad("trace '" + dir + "/empty.json'"), "trace",
+                       {"empty.json", "is empty"});
   std::ofstream(dir + "/cut.json") << R"({"events":[{"action":"alloc","time_us":1,)";
-  expect_clean_failure(chunkgrad("trace '" + dir + "/cut.json'"), "trace", {"cut.json", "truncated"});
+  expect_clean_failure(chunkgrad("trace '" + dir + "/cut.json'"), "trace",
+                       {"cut.json", "truncated"});
   std::ofstream(dir + "/other.json") << R"({"traceEvents":[]})";
-  expect_clean_failure(chunkgrad("trace '" + dir + "/other.json'"), "trace", {"not a chunkgrad memory trace"});
+  expect_clean_failure(chunkgrad("trace '" + dir + "/other.json'"), "trace",
+                       {"not a chunkgrad memory trace"});
   expect_clean_failure(chunkgrad("trace"), "trace", {"files"});
   std::filesystem::remove_all(dir);
 }
@@ -395,18 +434,26 @@ TEST(Programs, ChunkgradTraceSaysWhatItsNumbersMean) {
   expect_clean_failure(r, "trace", {"ends in the middle of its JSON after 13 bytes"});
   EXPECT_EQ(r.err.find("byte 14"), std::string::npos) << r.err;
   std::ofstream(dir + "/tail.json") << R"({"a": 1} x)";
-  expect_clean_failure(chunkgrad("trace '" + dir + "/tail.json'"), "trace", {"is not JSON", "at byte 10 of 10"});
+  expect_clean_failure(chunkgrad("trace '" + dir + "/tail.json'"), "trace",
+                       {"is not JSON", "at byte 10 of 10"});
   // One block allocated in no segment the trace knows: reserved 0, allocated 512.
-  std::ofstream(dir + "/neg.json") << R"({"format": "chunkgrad.memory_trace", "version": 1, "capacity": 8, "dropped": 0,
+  std::ofstream(dir + "/neg.json")
+      << R"({"format": "chunkgrad.memory_trace", "version": 1, "capacity": 8, "dropped": 0,
     "segments": [], "events": [{"action": "alloc", "addr": 4096, "category": "activation", "device": "cpu",
     "requested": 512, "scope": "", "size": 512, "stream": 0, "time_us": 10}]})";
   r = chunkgrad("trace '" + dir + "/neg.json' '" + dir + "/neg.json' --names a,b");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("-512 B (NEGATIVE: reserved is below allocated; see the note)"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("NOTE: at the peak reserved (0 B) is below allocated (512 B)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("-512 B (NEGATIVE: reserved is below allocated; see the note)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("NOTE: at the peak reserved (0 B) is below allocated (512 B)"),
+            std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("-512 B (!)"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("each counted once for the first node that saved it (chunkgrad train's \"largest graph node\""),
-            std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("each counted once for the first node that saved it (chunkgrad train's "
+                       "\"largest graph node\""),
+            std::string::npos)
+      << r.out;
   std::filesystem::remove_all(dir);
 }
 
@@ -420,8 +467,9 @@ TEST(Programs, ChunkgradTraceNeverWritesOverItsInput) {
   expect_clean_failure(chunkgrad("trace '" + trace + "' --html '" + trace + "'"), "trace",
                        {"--html", "is the input trace", "Give another output path"});
   // <dir>/<name>.json from --snapshot-dir, with the trace named after its own file.
-  expect_clean_failure(chunkgrad("trace '" + trace + "' --names trace_fused --snapshot-dir '" + dir + "'"), "trace",
-                       {"--snapshot-dir", "is the input trace"});
+  expect_clean_failure(
+      chunkgrad("trace '" + trace + "' --names trace_fused --snapshot-dir '" + dir + "'"), "trace",
+      {"--snapshot-dir", "is the input trace"});
   EXPECT_EQ(read_file(trace), before);
   std::filesystem::remove_all(dir);
 }
@@ -432,13 +480,14 @@ TEST(Programs, ChunkgradTraceComparesTracesOfTheSameName) {
     ASSERT_EQ(memory_lesson(kTiny + "--paths fused --trace-dir '" + dir + run + "'").exit_code, 0);
   }
   // Two runs' trace_fused.json: fused and fused_2, not "give --names".
-  const ProgramRun r = chunkgrad("trace '" + dir + "/a/trace_fused.json' '" + dir + "/b/trace_fused.json' --svg-dir '" +
-                                 dir + "/svg'");
+  const ProgramRun r = chunkgrad("trace '" + dir + "/a/trace_fused.json' '" + dir +
+                                 "/b/trace_fused.json' --svg-dir '" + dir + "/svg'");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("fused_2 ("), std::string::npos) << r.out;
   EXPECT_TRUE(std::filesystem::exists(dir + "/svg/memory_fused_2.svg"));
   // Names given twice on purpose are still refused (their files would collide).
-  expect_clean_failure(chunkgrad("trace '" + dir + "/a/trace_fused.json' '" + dir + "/b/trace_fused.json' --names x,x"),
+  expect_clean_failure(chunkgrad("trace '" + dir + "/a/trace_fused.json' '" + dir +
+                                 "/b/trace_fused.json' --names x,x"),
                        "trace", {"both called \"x\""});
   std::filesystem::remove_all(dir);
 }
@@ -446,18 +495,21 @@ TEST(Programs, ChunkgradTraceComparesTracesOfTheSameName) {
 TEST(Programs, ChunkgradTraceNamesTheHoldersAtThePeak) {
   const std::string dir = temp_dir();
   ASSERT_EQ(memory_lesson(kTiny + "--chunk-rows 16 --trace-dir '" + dir + "'").exit_code, 0);
-  const std::string traces = "'" + dir + "/trace_naive.json' '" + dir + "/trace_chunked.json' '" + dir +
-                             "/trace_fused.json'";
+  const std::string traces = "'" + dir + "/trace_naive.json' '" + dir + "/trace_chunked.json' '" +
+                             dir + "/trace_fused.json'";
   // An unwritable output fails before any trace is read.
-  expect_clean_failure(chunkgrad("trace " + traces + " --html /proc/x/report.html"), "trace", {"--html", "/proc/x"});
+  expect_clean_failure(chunkgrad("trace " + traces + " --html /proc/x/report.html"), "trace",
+                       {"--html", "/proc/x"});
   expect_clean_failure(chunkgrad("trace " + traces + " --device cuda:0"), "trace",
                        {"--device cuda:0", "has no events on it", "it has: cpu"});
-  const ProgramRun r = chunkgrad("trace " + traces + " --html '" + dir + "/report.html' --svg-dir '" + dir +
-                                 "/svg' --snapshot-dir '" + dir + "/snap' --perfetto-dir '" + dir + "/perfetto'");
+  const ProgramRun r =
+      chunkgrad("trace " + traces + " --html '" + dir + "/report.html' --svg-dir '" + dir +
+                "/svg' --snapshot-dir '" + dir + "/snap' --perfetto-dir '" + dir + "/perfetto'");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   SCOPED_TRACE(r.out);
-  for (const char* words : {"naive (", "chunked (", "fused (", "peak allocated", "fragmentation",
-                            "RowLossBackward:logits", "FusedHeadRowsBackward:dh", "side by side", "(phase "}) {
+  for (const char* words :
+       {"naive (", "chunked (", "fused (", "peak allocated", "fragmentation",
+        "RowLossBackward:logits", "FusedHeadRowsBackward:dh", "side by side", "(phase "}) {
     EXPECT_NE(r.out.find(words), std::string::npos) << words;
   }
   // The comparison's holder row names the logits for naive and chunked, dh for fused.
@@ -466,8 +518,9 @@ TEST(Programs, ChunkgradTraceNamesTheHoldersAtThePeak) {
   const std::string line = r.out.substr(row, r.out.find('\n', row) - row);
   EXPECT_NE(line.find("RowLossBackward:logits"), std::string::npos) << line;
   EXPECT_NE(line.find("FusedHeadRowsBackward:dh"), std::string::npos) << line;
-  for (const char* file : {"/report.html", "/svg/memory_naive.svg", "/svg/memory_fused.svg", "/snap/chunked.pickle",
-                           "/snap/chunked.json", "/perfetto/fused.perfetto.json"}) {
+  for (const char* file :
+       {"/report.html", "/svg/memory_naive.svg", "/svg/memory_fused.svg", "/snap/chunked.pickle",
+        "/snap/chunked.json", "/perfetto/fused.perfetto.json"}) {
     EXPECT_GT(std::filesystem::file_size(dir + file), 100u) << file;
   }
   std::filesystem::remove_all(dir);
@@ -483,21 +536,23 @@ TEST(Programs, ChunkgradTraceKeepsOldOutputsWhenAnInputIsBroken) {
   std::ofstream(dir + "/old.html") << "OLD REPORT";
   std::ofstream(dir + "/svg/memory_broken.svg") << "OLD SVG";
   std::ofstream(dir + "/broken.json") << "{not json at all";
-  expect_clean_failure(chunkgrad("trace '" + dir + "/broken.json' --html '" + dir + "/old.html' --svg-dir '" + dir +
-                                 "/svg'"),
+  expect_clean_failure(chunkgrad("trace '" + dir + "/broken.json' --html '" + dir +
+                                 "/old.html' --svg-dir '" + dir + "/svg'"),
                        "trace", {"broken.json", "not JSON"});
   EXPECT_EQ(read_file(dir + "/old.html"), "OLD REPORT");
   EXPECT_EQ(read_file(dir + "/svg/memory_broken.svg"), "OLD SVG");
   EXPECT_FALSE(std::filesystem::exists(dir + "/old.html.tmp")) << "a temporary was left behind";
-  EXPECT_FALSE(std::filesystem::exists(dir + "/svg/memory_broken.svg.tmp")) << "a temporary was left behind";
+  EXPECT_FALSE(std::filesystem::exists(dir + "/svg/memory_broken.svg.tmp"))
+      << "a temporary was left behind";
   std::filesystem::remove_all(dir);
 }
 
 TEST(Programs, MemoryLessonKeepsOldTracesWhenARunIsRefused) {
   const std::string dir = temp_dir();
   std::ofstream(dir + "/trace_naive.json") << "OLD TRACE";
-  expect_clean_failure(memory_lesson(kTiny + "--paths naive --chunk-budget-mb 0.000001 --trace-dir '" + dir + "'"),
-                       "memory_lesson", {"--chunk-budget-mb"});
+  expect_clean_failure(
+      memory_lesson(kTiny + "--paths naive --chunk-budget-mb 0.000001 --trace-dir '" + dir + "'"),
+      "memory_lesson", {"--chunk-budget-mb"});
   EXPECT_EQ(read_file(dir + "/trace_naive.json"), "OLD TRACE");
   EXPECT_FALSE(std::filesystem::exists(dir + "/trace_naive.json.tmp"));
   std::filesystem::remove_all(dir);
@@ -509,9 +564,13 @@ TEST(Programs, ChunkgradTraceRefusesDeepNestingInOneShortLine) {
   const std::string dir = temp_dir();
   for (const char* key : {"time_us", "format"}) {
     const int depth = 100000;
-    std::ofstream(dir + "/deep.json") << R"({"format": )" << (std::string(key) == "format" ? "" : "\"chunkgrad.memory_trace\", \"events\": [{\"action\": \"alloc\", \"time_us\": ")
-                                      << std::string(depth, '[') << std::string(depth, ']')
-                                      << (std::string(key) == "format" ? ", \"events\": []}" : "}]}");
+    std::ofstream(dir + "/deep.json")
+        << R"({"format": )"
+        << (std::string(key) == "format"
+                ? ""
+                : "\"chunkgrad.memory_trace\", \"events\": [{\"action\": \"alloc\", \"time_us\": ")
+        << std::string(depth, '[') << std::string(depth, ']')
+        << (std::string(key) == "format" ? ", \"events\": []}" : "}]}");
     const ProgramRun r = chunkgrad("trace '" + dir + "/deep.json'");
     expect_clean_failure(r, "trace", {"deep.json", "nests"});
   }

@@ -54,7 +54,8 @@ class RunSafety : public ::testing::Test {
   std::vector<std::string> temporaries() const {
     std::vector<std::string> out;
     for (const auto& e : std::filesystem::recursive_directory_iterator(dir_)) {
-      if (e.path().filename().string().find(".tmp") != std::string::npos) out.push_back(e.path().string());
+      if (e.path().filename().string().find(".tmp") != std::string::npos)
+        out.push_back(e.path().string());
     }
     return out;
   }
@@ -85,7 +86,8 @@ TEST_F(RunSafety, AnUnwritablePlaceFailsUpFrontNamingWhat) {
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--html"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("No such file or directory"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("No such file or directory"), std::string::npos)
+        << e.what();
   }
   EXPECT_THROW(check_writable_dir(path("missing"), "traces"), Error);
   EXPECT_NO_THROW(check_writable_dir(dir_.string(), "traces"));
@@ -100,13 +102,13 @@ TEST_F(RunSafety, AFailedWriteLeavesTheOldFileAndNoTemporary) {
   ASSERT_GE(child, 0);
   if (child == 0) {
     std::signal(SIGXFSZ, SIG_IGN);
-    struct rlimit limit {4096, 4096};
+    struct rlimit limit {
+      4096, 4096
+    };
     ::setrlimit(RLIMIT_FSIZE, &limit);
     try {
       write_file_atomically(path("big.bin"), std::string(1 << 16, 'x'), "the test output");
-    } catch (const Error&) {
-      ::_exit(3);
-    }
+    } catch (const Error&) { ::_exit(3); }
     ::_exit(0);
   }
   int status = 0;
@@ -124,7 +126,8 @@ TEST_F(RunSafety, TheRunLockNamesItsHolderAndIsTakenOverWhenTheHolderIsDead) {
       train::RunLock second(dir_.string());
       FAIL() << "two locks on one run directory";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("pid " + std::to_string(::getpid())), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("pid " + std::to_string(::getpid())), std::string::npos)
+          << e.what();
     }
   }
   EXPECT_FALSE(std::filesystem::exists(path(".lock"))) << "a released lock leaves its file";
@@ -155,8 +158,9 @@ TEST_F(RunSafety, AStopSignalOnlySetsTheFlag) {
   EXPECT_EQ(after.sa_handler, before.sa_handler) << "the handlers before the run did not come back";
   EXPECT_FALSE(train::stop_requested());
   const train::Interrupted stopped("drafter", 7);
-  EXPECT_NE(std::string(stopped.what()).find("interrupted at step 7; run the same command to resume"),
-            std::string::npos)
+  EXPECT_NE(
+      std::string(stopped.what()).find("interrupted at step 7; run the same command to resume"),
+      std::string::npos)
       << stopped.what();
 }
 
@@ -172,19 +176,29 @@ TEST_F(RunSafety, FingerprintsFollowTheBytesNotThePath) {
   c.target.checkpoint = path("a.txt");
   const nlohmann::json with_target = train::data_fingerprint(c, "corpus one");
   std::ofstream(path("a.txt")) << "abd";
-  EXPECT_NE(with_target, train::data_fingerprint(c, "corpus one")) << "an edited target.checkpoint went unnoticed";
+  EXPECT_NE(with_target, train::data_fingerprint(c, "corpus one"))
+      << "an edited target.checkpoint went unnoticed";
 }
 
 // "lossless: identical tokens" was printed whenever lossless was true, also when outputs
 // diverged at near ties.
 TEST_F(RunSafety, TheSummarySaysWhetherTokensWereIdenticalOrTiedOnly) {
-  nlohmann::json s = {{"eval_block_size", 4}, {"tau", 2.0}, {"speedup", 1.5}, {"lossless", true},
-                      {"identical", false}, {"tie_divergences", 2}, {"target_tokens_per_s", 1.0},
-                      {"speculative_tokens_per_s", 1.5}, {"ceiling_speedup", 3.0},
-                      {"per_slot_accuracy", {1.0, 0.5}}, {"expected_acceptance_length", 1.5},
+  nlohmann::json s = {{"eval_block_size", 4},
+                      {"tau", 2.0},
+                      {"speedup", 1.5},
+                      {"lossless", true},
+                      {"identical", false},
+                      {"tie_divergences", 2},
+                      {"target_tokens_per_s", 1.0},
+                      {"speculative_tokens_per_s", 1.5},
+                      {"ceiling_speedup", 3.0},
+                      {"per_slot_accuracy", {1.0, 0.5}},
+                      {"expected_acceptance_length", 1.5},
                       {"measured_acceptance_length", 1.5},
                       {"drafter_steps", {{"trained", 2}, {"final", 2}, {"resumed_at", 0}}},
-                      {"drafter_train_tokens_per_s", 10.0}, {"seconds", {{"total", 1.0}}}, {"memory_table", ""}};
+                      {"drafter_train_tokens_per_s", 10.0},
+                      {"seconds", {{"total", 1.0}}},
+                      {"memory_table", ""}};
   std::string text = train::summary_text(s);
   EXPECT_EQ(text.find("identical tokens"), std::string::npos) << text;
   EXPECT_NE(text.find("2 prompts diverged"), std::string::npos) << text;
@@ -197,19 +211,27 @@ TEST_F(RunSafety, TheSummarySaysWhetherTokensWereIdenticalOrTiedOnly) {
   EXPECT_NE(train::summary_text(s).find("NOT LOSSLESS"), std::string::npos);
   // Issue 18 item 19: tau and the two acceptance lengths side by side, each said what it counts.
   text = train::summary_text(s);
-  EXPECT_NE(text.find("expected acceptance length 1.50 (1 + the sum over k of the product of the slot 1..k accuracies"),
-            std::string::npos) << text;
-  EXPECT_NE(text.find("measured per block 1.50 (1 + each block's correct prefix"), std::string::npos) << text;
+  EXPECT_NE(text.find("expected acceptance length 1.50 (1 + the sum over k of the product of the "
+                      "slot 1..k accuracies"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("measured per block 1.50 (1 + each block's correct prefix"),
+            std::string::npos)
+      << text;
   EXPECT_NE(text.find("tau above is what decoding achieved"), std::string::npos) << text;
   // Issue 18 items 17 and 22: no memory stage is said in words; a memory table says how
   // its "largest graph node" counts (the traces' "largest autograd holder" counts otherwise).
   s["memory"] = nlohmann::json::array();
-  EXPECT_NE(train::summary_text(s).find("not measured (memory.enabled is false)"), std::string::npos);
+  EXPECT_NE(train::summary_text(s).find("not measured (memory.enabled is false)"),
+            std::string::npos);
   s["memory"] = {{{"report", ""}}};
   s["memory_table"] = "the table\n";
   text = train::summary_text(s);
-  EXPECT_NE(text.find("the table\n  (largest graph node: a node name's saved tensors once the forward is done"),
-            std::string::npos) << text;
+  EXPECT_NE(
+      text.find(
+          "the table\n  (largest graph node: a node name's saved tensors once the forward is done"),
+      std::string::npos)
+      << text;
 }
 
 // An interrupted target training goes on from its saved step with the very steps an
@@ -223,13 +245,16 @@ TEST_F(RunSafety, AnInterruptedTargetTrainingResumesExactly) {
       train::ByteTokenizer().encode(train::corpus_text(train::generate_corpus_lines(1, 100)));
   auto fresh_lm = [&] {
     Generator init(5);
-    return std::make_unique<nn::Qwen3ForCausalLM>(train::target_model_config(t, train::ByteTokenizer::kVocabSize),
-                                                  nn::InitOptions{.generator = &init});
+    return std::make_unique<nn::Qwen3ForCausalLM>(
+        train::target_model_config(t, train::ByteTokenizer::kVocabSize),
+        nn::InitOptions{.generator = &init});
   };
   std::map<int64_t, double> straight, resumed;
   {
     auto lm = fresh_lm();
-    train::train_target(*lm, tokens, t, 3, {.on_step = [&](int64_t s, int64_t, double l, int64_t) { straight[s] = l; }});
+    train::train_target(*lm, tokens, t, 3, {.on_step = [&](int64_t s, int64_t, double l, int64_t) {
+      straight[s] = l;
+    }});
   }
   const std::string state = path("interrupted.safetensors");
   int64_t stopped_at = 0;
@@ -240,11 +265,10 @@ TEST_F(RunSafety, AnInterruptedTargetTrainingResumesExactly) {
       if (s == 10) train::request_stop();
     };
     try {
-      train::train_target(*lm, tokens, t, 3, {.on_step = on_step, .resume_file = state, .fingerprint = "f"});
+      train::train_target(*lm, tokens, t, 3,
+                          {.on_step = on_step, .resume_file = state, .fingerprint = "f"});
       FAIL() << "the stop was not taken";
-    } catch (const train::Interrupted& e) {
-      stopped_at = e.step();
-    }
+    } catch (const train::Interrupted& e) { stopped_at = e.step(); }
   }
   ASSERT_GT(stopped_at, 10);
   ASSERT_TRUE(std::filesystem::exists(state));
@@ -254,7 +278,9 @@ TEST_F(RunSafety, AnInterruptedTargetTrainingResumesExactly) {
     int64_t first = -1;
     train::train_target(*lm, tokens, t, 3,
                         {.on_step = [&](int64_t s, int64_t, double l, int64_t) { resumed[s] = l; },
-                         .on_start = [&](int64_t f) { first = f; }, .resume_file = state, .fingerprint = "f"});
+                         .on_start = [&](int64_t f) { first = f; },
+                         .resume_file = state,
+                         .fingerprint = "f"});
     EXPECT_EQ(first, stopped_at);
   }
   ASSERT_EQ(resumed.size(), straight.size());

@@ -52,8 +52,8 @@ TEST(Safetensors, RoundTripEveryDtypeBitExact) {
   TempDir dir;
   st::NamedTensors tensors;
   uint64_t seed = 1;
-  for (DType dt : {DType::f32, DType::bf16, DType::f16, DType::f64, DType::i64, DType::i32,
-                   DType::boolean}) {
+  for (DType dt :
+       {DType::f32, DType::bf16, DType::f16, DType::f64, DType::i64, DType::i32, DType::boolean}) {
     tensors.emplace_back(std::string("t_") + dtype_name(dt), random_bits({3, 5}, dt, seed++));
   }
   tensors.emplace_back("scalar", random_bits({}, DType::f32, 99));
@@ -68,9 +68,7 @@ TEST(Safetensors, RoundTripEveryDtypeBitExact) {
   EXPECT_EQ(file.data_start() % 8, 0u);  // header padded to 8-byte alignment
   EXPECT_EQ(file.metadata().at("step"), "12");
   EXPECT_EQ(file.metadata().at("format"), "pt");
-  for (const auto& [name, t] : tensors) {
-    EXPECT_TRUE(bit_equal(file.load(name), t)) << name;
-  }
+  for (const auto& [name, t] : tensors) { EXPECT_TRUE(bit_equal(file.load(name), t)) << name; }
   EXPECT_EQ(file.info("t_bf16").dtype, DType::bf16);
   EXPECT_EQ(file.info("scalar").shape, Shape{});
   // Names come back in data order, which is the order they were written in.
@@ -81,12 +79,11 @@ TEST(Safetensors, RoundTripEveryDtypeBitExact) {
 TEST(Safetensors, HandMadeFileParses) {
   TempDir dir;
   // Header lists b before a and puts a first in the data: offsets decide, not order.
-  const std::string header =
-      R"({"__metadata__":{"who":"hand"},)"
-      R"("b":{"dtype":"I32","shape":[2],"data_offsets":[8,16]},)"
-      R"("a":{"dtype":"F32","shape":[1,2],"data_offsets":[0,8]},)"
-      R"("c":{"dtype":"BF16","shape":[3],"data_offsets":[16,22]},)"
-      R"("z":{"dtype":"F16","shape":[0],"data_offsets":[22,22]}})";
+  const std::string header = R"({"__metadata__":{"who":"hand"},)"
+                             R"("b":{"dtype":"I32","shape":[2],"data_offsets":[8,16]},)"
+                             R"("a":{"dtype":"F32","shape":[1,2],"data_offsets":[0,8]},)"
+                             R"("c":{"dtype":"BF16","shape":[3],"data_offsets":[16,22]},)"
+                             R"("z":{"dtype":"F16","shape":[0],"data_offsets":[22,22]}})";
   const std::string data = bytes_of<float>({1.5f, -2.0f}) + bytes_of<int32_t>({7, -9}) +
                            bytes_of<uint16_t>({0x3F80, 0xC000, 0x7F80});  // 1, -2, inf
   write_bytes(dir.file("h.safetensors"), file_bytes(header, data));
@@ -113,9 +110,7 @@ std::string open_error(const TempDir& dir, const std::string& bytes) {
   write_bytes(dir.file("bad.safetensors"), bytes);
   try {
     st::File f(dir.file("bad.safetensors"));
-  } catch (const Error& e) {
-    return e.message();
-  }
+  } catch (const Error& e) { return e.message(); }
   return "(no error)";
 }
 
@@ -151,10 +146,10 @@ TEST(Safetensors, CorruptHeadersRaiseClearErrors) {
   expect(file_bytes("{" + entry("a", "F32", "[4]", 0, 16) + "}", data8),
          {"'a'", "reach past the data section", "8 bytes"});
   // Overlapping tensors.
-  expect(file_bytes("{" + entry("a", "F32", "[2]", 0, 8) + "," + entry("b", "F32", "[1]", 4, 8) +
-                        "}",
-                    data8),
-         {"overlap", "'a'", "'b'"});
+  expect(
+      file_bytes("{" + entry("a", "F32", "[2]", 0, 8) + "," + entry("b", "F32", "[1]", 4, 8) + "}",
+                 data8),
+      {"overlap", "'a'", "'b'"});
   // A hole in the data section; trailing bytes.
   expect(file_bytes("{" + entry("a", "F32", "[1]", 4, 8) + "}", data8), {"belong to no tensor"});
   expect(file_bytes("{" + entry("a", "F32", "[1]", 0, 4) + "}", data8), {"trailing bytes"});
@@ -163,15 +158,14 @@ TEST(Safetensors, CorruptHeadersRaiseClearErrors) {
          {"span 8 bytes", "needs 12"});
   // Unknown dtype; a real dtype chunkgrad cannot hold.
   expect(file_bytes("{" + entry("a", "Q7", "[2]", 0, 8) + "}", data8), {"unknown dtype 'Q7'"});
-  expect(file_bytes("{" + entry("a", "U8", "[8]", 0, 8) + "}", data8),
-         {"dtype U8", "cannot hold"});
+  expect(file_bytes("{" + entry("a", "U8", "[8]", 0, 8) + "}", data8), {"dtype U8", "cannot hold"});
   // Negative shape; end before begin; a duplicate name; a missing field.
   expect(file_bytes("{" + entry("a", "F32", "[-2]", 0, 8) + "}", data8), {"non-negative"});
   expect(file_bytes("{" + entry("a", "F32", "[2]", 8, 0) + "}", data8), {"end before"});
-  expect(file_bytes("{" + entry("a", "F32", "[1]", 0, 4) + "," + entry("a", "F32", "[1]", 4, 8) +
-                        "}",
-                    data8),
-         {"names tensor 'a' twice"});
+  expect(
+      file_bytes("{" + entry("a", "F32", "[1]", 0, 4) + "," + entry("a", "F32", "[1]", 4, 8) + "}",
+                 data8),
+      {"names tensor 'a' twice"});
   expect(file_bytes(R"({"a":{"dtype":"F32","shape":[2]}})", data8), {"data_offsets"});
   // Metadata must be strings.
   expect(file_bytes(R"({"__metadata__":{"n":3},)" + entry("a", "F32", "[2]", 0, 8) + "}", data8),

@@ -63,7 +63,7 @@ TEST(SizeOverflow, FormatBytesCoversAll64Bits) {
   EXPECT_EQ(format_bytes(kInt64Max), "8.00 EiB");
   EXPECT_EQ(format_bytes(int64_t{1} << 50), "1.00 PiB");
   EXPECT_EQ(format_bytes(int64_t{-1536}), "-1.50 KiB");
-  EXPECT_EQ(format_bytes(512), "512 B");            // int: no ambiguous overload
+  EXPECT_EQ(format_bytes(512), "512 B");  // int: no ambiguous overload
   EXPECT_EQ(format_bytes(size_t{3} * MiB), "3.00 MiB");
   EXPECT_EQ(format_bytes(0LL), "0 B");
 }

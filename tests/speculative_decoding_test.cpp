@@ -44,7 +44,8 @@ class ScriptedDrafter : public train::BlockDrafter {
   void truncate_context(int64_t length) override { length_ = std::min(length_, length); }
 
   void append_context(const Tensor& features, int64_t first) override {
-    if (first != length_) violation("append_context first " + std::to_string(first) + " != " + std::to_string(length_));
+    if (first != length_)
+      violation("append_context first " + std::to_string(first) + " != " + std::to_string(length_));
     if (features.dim() != 2) return violation("features not 2-D");
     if (width_ > 0) {
       if (features.size(1) != width_) return violation("feature width");
@@ -55,7 +56,8 @@ class ScriptedDrafter : public train::BlockDrafter {
           if (rows_match(got, features.size(0), s, 0)) current_ = static_cast<int64_t>(s);
         }
         if (current_ < 0) return violation("the prompt's features match no script");
-      } else if (current_ >= 0 && !rows_match(got, features.size(0), static_cast<size_t>(current_), first)) {
+      } else if (current_ >= 0 &&
+                 !rows_match(got, features.size(0), static_cast<size_t>(current_), first)) {
         return violation("features of positions " + std::to_string(first) + ".. are wrong");
       }
     }
@@ -78,10 +80,11 @@ class ScriptedDrafter : public train::BlockDrafter {
       const size_t pos = static_cast<size_t>(anchor_position + i);
       const int64_t truth = pos < script.size() ? script[pos] : 0;
       const bool right = accuracy_ >= 1.0 || (accuracy_ > 0.0 && gen_.uniform() < accuracy_);
-      draft.push_back(right ? truth
-                            : (truth + 1 + static_cast<int64_t>(gen_.next_u64() %
-                                                                static_cast<uint64_t>(vocab_ - 1))) %
-                                  vocab_);
+      draft.push_back(
+          right ? truth
+                : (truth + 1 +
+                   static_cast<int64_t>(gen_.next_u64() % static_cast<uint64_t>(vocab_ - 1))) %
+                      vocab_);
     }
     return draft;
   }
@@ -121,8 +124,7 @@ struct Fixture {
   std::vector<int64_t> script(const std::vector<int64_t>& prompt, int64_t max_new, int64_t block) {
     return train::generate(lm, prompt, {.max_new_tokens = max_new + block}).tokens;
   }
-  void arm(ScriptedDrafter& d, const std::vector<int64_t>& prompt, int64_t max_new,
-           int64_t block) {
+  void arm(ScriptedDrafter& d, const std::vector<int64_t>& prompt, int64_t max_new, int64_t block) {
     const auto s = script(prompt, max_new, block);
     d.add_script(s, train::target_features(lm, s, layers));
   }
@@ -163,7 +165,8 @@ TEST(SpeculativeDecoding, AlwaysWrongDrafterEmitsOneTokenPerForward) {
     const auto prompt = random_ids(5, f.config.vocab_size, f.gen);
     ScriptedDrafter wrong(f.layers, f.config.vocab_size, 0.0);
     f.arm(wrong, prompt, 17, B);
-    const auto g = train::speculative_generate(f.lm, wrong, prompt, {.block_size = B, .max_new_tokens = 17});
+    const auto g =
+        train::speculative_generate(f.lm, wrong, prompt, {.block_size = B, .max_new_tokens = 17});
     EXPECT_EQ(g.tokens, testing_decode::greedy_without_cache(f.lm, prompt, 17));  // no cache at all
     EXPECT_TRUE(wrong.violations.empty()) << wrong.violations.front();
     EXPECT_EQ(g.emitted_per_verify, std::vector<int64_t>(16, 1));
@@ -178,7 +181,8 @@ TEST(SpeculativeDecoding, RandomAccuracyDraftersEqualGreedyForEveryBlockSize) {
       const int64_t max_new = 10 + B;
       ScriptedDrafter d(f.layers, f.config.vocab_size, accuracy, static_cast<uint64_t>(B));
       f.arm(d, prompt, max_new, B);
-      const auto g = train::speculative_generate(f.lm, d, prompt, {.block_size = B, .max_new_tokens = max_new});
+      const auto g = train::speculative_generate(f.lm, d, prompt,
+                                                 {.block_size = B, .max_new_tokens = max_new});
       ASSERT_EQ(g.tokens, train::generate(f.lm, prompt, {.max_new_tokens = max_new}).tokens)
           << "B " << B << " accuracy " << accuracy;
       EXPECT_TRUE(d.violations.empty()) << d.violations.front();
@@ -201,8 +205,8 @@ TEST(SpeculativeDecoding, EosInsideAnAcceptedBlockStopsLikeGreedy) {
     for (double accuracy : {1.0, 0.5}) {
       ScriptedDrafter d(f.layers, f.config.vocab_size, accuracy);
       f.arm(d, prompt, 30, 8);
-      const auto g = train::speculative_generate(f.lm, d, prompt,
-                                                 {.block_size = 8, .max_new_tokens = 30, .eos_id = eos});
+      const auto g = train::speculative_generate(
+          f.lm, d, prompt, {.block_size = 8, .max_new_tokens = 30, .eos_id = eos});
       EXPECT_EQ(g.tokens, want.tokens) << "eos at " << at;
       EXPECT_TRUE(g.stopped_at_eos);
       EXPECT_TRUE(d.violations.empty());
@@ -216,8 +220,10 @@ TEST(SpeculativeDecoding, MaxNewTokensCutsLikeGreedy) {
   for (int64_t max_new : {0, 1, 2, 7, 8, 9, 15}) {
     ScriptedDrafter oracle(f.layers, f.config.vocab_size, 1.0);
     f.arm(oracle, prompt, max_new, 8);
-    const auto g = train::speculative_generate(f.lm, oracle, prompt, {.block_size = 8, .max_new_tokens = max_new});
-    EXPECT_EQ(g.tokens, train::generate(f.lm, prompt, {.max_new_tokens = max_new}).tokens) << max_new;
+    const auto g = train::speculative_generate(f.lm, oracle, prompt,
+                                               {.block_size = 8, .max_new_tokens = max_new});
+    EXPECT_EQ(g.tokens, train::generate(f.lm, prompt, {.max_new_tokens = max_new}).tokens)
+        << max_new;
     EXPECT_EQ(static_cast<int64_t>(g.new_tokens().size()), max_new);
   }
 }
@@ -229,7 +235,8 @@ TEST(SpeculativeDecoding, EvaluateReportsTauSpeedupAndLossless) {
   // The always-wrong drafter (tau == 1 exactly) on several prompts, the oracle on one.
   ScriptedDrafter wrong(f.layers, f.config.vocab_size, 0.0);
   for (const auto& p : prompts) f.arm(wrong, p, 12, 4);
-  const auto r = train::evaluate_speculative(f.lm, wrong, prompts, {.block_size = 4, .max_new_tokens = 12});
+  const auto r =
+      train::evaluate_speculative(f.lm, wrong, prompts, {.block_size = 4, .max_new_tokens = 12});
   EXPECT_TRUE(r.identical);
   EXPECT_TRUE(r.lossless);
   EXPECT_TRUE(r.mismatch.empty());
@@ -250,15 +257,16 @@ TEST(SpeculativeDecoding, EvaluateReportsTauSpeedupAndLossless) {
   ScriptedDrafter oracle(f.layers, f.config.vocab_size, 1.0);
   f.arm(oracle, prompts[1], 12, 4);
   const auto o = train::evaluate_speculative(f.lm, oracle, {prompts[1]},
-                                            {.block_size = 4, .max_new_tokens = 12, .repeats = 3});
+                                             {.block_size = 4, .max_new_tokens = 12, .repeats = 3});
   EXPECT_TRUE(o.identical);
-  EXPECT_DOUBLE_EQ(o.tau, 11.0 / 3.0);  // blocks of 4, 4, 3 after the prompt's token
+  EXPECT_DOUBLE_EQ(o.tau, 11.0 / 3.0);          // blocks of 4, 4, 3 after the prompt's token
   EXPECT_DOUBLE_EQ(o.ceiling_tau, 11.0 / 3.0);  // the replayed greedy output: an oracle too
   EXPECT_GT(o.ceiling_speedup, 0);
   EXPECT_DOUBLE_EQ(r.ceiling_tau, 11.0 / 3.0);  // whatever the real drafter does
   EXPECT_NE(r.str().find("ceiling"), std::string::npos);
   const auto no_ceiling = train::evaluate_speculative(
-      f.lm, oracle, {prompts[1]}, {.block_size = 4, .max_new_tokens = 12, .measure_ceiling = false});
+      f.lm, oracle, {prompts[1]},
+      {.block_size = 4, .max_new_tokens = 12, .measure_ceiling = false});
   EXPECT_EQ(no_ceiling.ceiling_seconds, 0);
   EXPECT_EQ(no_ceiling.ceiling_tau, 0);
   EXPECT_EQ(o.acceptance_histogram[4], 2);
@@ -294,12 +302,14 @@ TEST(SpeculativeDecoding, EvaluateCatchesADecoderThatIsNotLossless) {
   Fixture f;
   const std::vector<std::vector<int64_t>> prompts{random_ids(4, f.config.vocab_size, f.gen)};
   SabotagingDrafter bad(f.lm, f.layers);
-  EXPECT_ERROR_HAS(train::evaluate_speculative(f.lm, bad, prompts,
-                                               {.block_size = 4, .max_new_tokens = 10, .warmup = false}),
-                   "not lossless", "prompt 0");
+  EXPECT_ERROR_HAS(
+      train::evaluate_speculative(f.lm, bad, prompts,
+                                  {.block_size = 4, .max_new_tokens = 10, .warmup = false}),
+      "not lossless", "prompt 0");
   SabotagingDrafter bad2(f.lm, f.layers);
   const auto r = train::evaluate_speculative(
-      f.lm, bad2, prompts, {.block_size = 4, .max_new_tokens = 10, .warmup = false, .throw_on_mismatch = false});
+      f.lm, bad2, prompts,
+      {.block_size = 4, .max_new_tokens = 10, .warmup = false, .throw_on_mismatch = false});
   EXPECT_FALSE(r.identical);
   EXPECT_FALSE(r.lossless);
   EXPECT_NE(r.mismatch.find("differs from greedy decoding"), std::string::npos) << r.mismatch;
@@ -319,19 +329,24 @@ TEST(SpeculativeDecoding, BadDraftersAndOptionsAreRefused) {
   Fixture f;
   const std::vector<int64_t> prompt{1, 2, 3};
   FixedDrafter short_draft(f.layers, {1, 2});
-  EXPECT_ERROR_HAS(train::speculative_generate(f.lm, short_draft, prompt, {.block_size = 4, .max_new_tokens = 5}),
+  EXPECT_ERROR_HAS(train::speculative_generate(f.lm, short_draft, prompt,
+                                               {.block_size = 4, .max_new_tokens = 5}),
                    "proposed 2 tokens", "block_size - 1 = 3");
   FixedDrafter outside(f.layers, {1, 40, 2});
-  EXPECT_ERROR_HAS(train::speculative_generate(f.lm, outside, prompt, {.block_size = 4, .max_new_tokens = 5}),
-                   "token 40", "slot 2", "[0, 40)");
+  EXPECT_ERROR_HAS(
+      train::speculative_generate(f.lm, outside, prompt, {.block_size = 4, .max_new_tokens = 5}),
+      "token 40", "slot 2", "[0, 40)");
   ScriptedDrafter ok(f.layers, f.config.vocab_size, 0.0);
-  EXPECT_ERROR_HAS(train::speculative_generate(f.lm, ok, prompt, {.block_size = 1}), "block_size must be >= 2");
+  EXPECT_ERROR_HAS(train::speculative_generate(f.lm, ok, prompt, {.block_size = 1}),
+                   "block_size must be >= 2");
   EXPECT_ERROR_HAS(train::speculative_generate(f.lm, ok, {}, {}), "prompt is empty");
   nn::KVCache small = f.lm.make_cache(10);
-  EXPECT_ERROR_HAS(train::speculative_generate(f.lm, ok, prompt, {.block_size = 4, .max_new_tokens = 5}, &small),
-                   "holds 10", "needs 12");
+  EXPECT_ERROR_HAS(
+      train::speculative_generate(f.lm, ok, prompt, {.block_size = 4, .max_new_tokens = 5}, &small),
+      "holds 10", "needs 12");
   ScriptedDrafter no_layers({}, f.config.vocab_size, 0.0);
-  EXPECT_ERROR_HAS(train::speculative_generate(f.lm, no_layers, prompt, {}), "reads no target layers");
+  EXPECT_ERROR_HAS(train::speculative_generate(f.lm, no_layers, prompt, {}),
+                   "reads no target layers");
   ScriptedDrafter bad_layer({5}, f.config.vocab_size, 0.0);
   EXPECT_ERROR_HAS(train::speculative_generate(f.lm, bad_layer, prompt, {}), "layer 5");
   EXPECT_ERROR_HAS(train::evaluate_speculative(f.lm, ok, {}, {}), "no prompts");

@@ -38,7 +38,8 @@ TEST(ThreadPool, EveryIndexOnceInContiguousPieces) {
       cpu::parallel_for(n, [&](int64_t begin, int64_t end, int worker) {
         ASSERT_GE(worker, 0);
         ASSERT_LT(worker, threads);
-        EXPECT_EQ(worker_used[worker].fetch_add(1), 0) << "worker index " << worker << " used twice";
+        EXPECT_EQ(worker_used[worker].fetch_add(1), 0)
+            << "worker index " << worker << " used twice";
         EXPECT_TRUE(cpu::in_parallel_region() || n == 1);
         calls.fetch_add(1);
         for (int64_t i = begin; i < end; ++i) hits[i].fetch_add(1);
@@ -72,9 +73,10 @@ TEST(ThreadPool, NestedCallsRunInline) {
 TEST(ThreadPool, ExceptionsReachTheCaller) {
   ThreadCount count(4);
   for (int attempt = 0; attempt < 20; ++attempt) {
-    EXPECT_THROW(cpu::parallel_for(100, [&](int64_t begin, int64_t) {
-                   if (begin >= 50) CG_FAIL("piece at ", begin, " failed");
-                 }),
+    EXPECT_THROW(cpu::parallel_for(100,
+                                   [&](int64_t begin, int64_t) {
+                                     if (begin >= 50) CG_FAIL("piece at ", begin, " failed");
+                                   }),
                  Error);
   }
   // The pool still works afterwards.
@@ -128,14 +130,20 @@ TEST(ThreadPool, IdleWorkersSleep) {
 
 TEST(ThreadPool, CountFromTheEnvironment) {
   auto with_env = [](const char* chunkgrad, const char* omp) {
-    if (chunkgrad) setenv("CHUNKGRAD_NUM_THREADS", chunkgrad, 1); else unsetenv("CHUNKGRAD_NUM_THREADS");
-    if (omp) setenv("OMP_NUM_THREADS", omp, 1); else unsetenv("OMP_NUM_THREADS");
+    if (chunkgrad)
+      setenv("CHUNKGRAD_NUM_THREADS", chunkgrad, 1);
+    else
+      unsetenv("CHUNKGRAD_NUM_THREADS");
+    if (omp)
+      setenv("OMP_NUM_THREADS", omp, 1);
+    else
+      unsetenv("OMP_NUM_THREADS");
     return cpu::threads_from_environment();
   };
   const char* saved_cg = std::getenv("CHUNKGRAD_NUM_THREADS");
   const char* saved_omp = std::getenv("OMP_NUM_THREADS");
   const std::string keep_cg = saved_cg ? saved_cg : "", keep_omp = saved_omp ? saved_omp : "";
-  EXPECT_EQ(with_env("3", "5"), 3);    // CHUNKGRAD_NUM_THREADS wins
+  EXPECT_EQ(with_env("3", "5"), 3);  // CHUNKGRAD_NUM_THREADS wins
   EXPECT_EQ(with_env(nullptr, "5"), 5);
   EXPECT_EQ(with_env(nullptr, "6,2"), 6);  // OpenMP's nested list: its first entry
   const int cores = with_env(nullptr, nullptr);
@@ -147,8 +155,14 @@ TEST(ThreadPool, CountFromTheEnvironment) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("CHUNKGRAD_NUM_THREADS"), std::string::npos) << e.what();
   }
-  if (saved_cg) setenv("CHUNKGRAD_NUM_THREADS", keep_cg.c_str(), 1); else unsetenv("CHUNKGRAD_NUM_THREADS");
-  if (saved_omp) setenv("OMP_NUM_THREADS", keep_omp.c_str(), 1); else unsetenv("OMP_NUM_THREADS");
+  if (saved_cg)
+    setenv("CHUNKGRAD_NUM_THREADS", keep_cg.c_str(), 1);
+  else
+    unsetenv("CHUNKGRAD_NUM_THREADS");
+  if (saved_omp)
+    setenv("OMP_NUM_THREADS", keep_omp.c_str(), 1);
+  else
+    unsetenv("OMP_NUM_THREADS");
 }
 
 TEST(ThreadPool, SetNumThreadsChecksItsArgument) {

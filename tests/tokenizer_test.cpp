@@ -56,8 +56,7 @@ TEST(Tokenizer, BosEosAndSpecialsInDecode) {
   EXPECT_EQ(ids, (std::vector<int64_t>{ByteTokenizer::kBos, 'a', 'b', ByteTokenizer::kEos}));
   EXPECT_EQ(tok.decode(ids), "ab");
   EXPECT_EQ(tok.decode(ids, /*keep_special=*/true), "<|bos|>ab<|eos|>");
-  EXPECT_EQ(tok.decode({'x', ByteTokenizer::kMask, ByteTokenizer::kPad}, true),
-            "x<|mask|><|pad|>");
+  EXPECT_EQ(tok.decode({'x', ByteTokenizer::kMask, ByteTokenizer::kPad}, true), "x<|mask|><|pad|>");
 }
 
 TEST(Tokenizer, TokenStrIsReadable) {

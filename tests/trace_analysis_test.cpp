@@ -14,9 +14,9 @@
 #include "core/caching_allocator.h"
 #include "core/error.h"
 #include "core/factories.h"
+#include "ops/head_loss.h"
 #include "trace/trace_analysis.h"
 #include "trace/trace_file.h"
-#include "ops/head_loss.h"
 
 namespace cg {
 namespace {
@@ -183,44 +183,59 @@ void expect_error(const std::string& path, const std::vector<std::string>& words
     ADD_FAILURE() << path << " was accepted";
   } catch (const Error& e) {
     const std::string m = e.what();
-    for (const std::string& w : words) EXPECT_NE(m.find(w), std::string::npos) << "missing '" << w << "' in: " << m;
+    for (const std::string& w : words)
+      EXPECT_NE(m.find(w), std::string::npos) << "missing '" << w << "' in: " << m;
   }
   std::filesystem::remove(path);
 }
 
 TEST_F(TraceAnalysisTest, BadFilesGiveClearErrors) {
-  expect_error(write_temp("empty.json", ""), {"is empty", "not a chunkgrad memory trace", "--trace-dir"});
+  expect_error(write_temp("empty.json", ""),
+               {"is empty", "not a chunkgrad memory trace", "--trace-dir"});
   expect_error(write_temp("blank.json", "  \n"), {"is empty"});
-  expect_error(write_temp("truncated.json", R"({"format":"chunkgrad.memory_trace","version":1,"events":[{"action":"al)"),
-               {"truncated"});
+  expect_error(
+      write_temp("truncated.json",
+                 R"({"format":"chunkgrad.memory_trace","version":1,"events":[{"action":"al)"),
+      {"truncated"});
   expect_error(write_temp("png.json", std::string("\x89PNG\r\n\x1a\n\0\0", 10)), {"is not JSON"});
-  expect_error(write_temp("perfetto.json", R"({"traceEvents":[]})"), {"not a chunkgrad memory trace", "Perfetto"});
-  expect_error(write_temp("snapshot.json", R"({"segments":[],"device_traces":[[]]})"), {"memory_viz"});
+  expect_error(write_temp("perfetto.json", R"({"traceEvents":[]})"),
+               {"not a chunkgrad memory trace", "Perfetto"});
+  expect_error(write_temp("snapshot.json", R"({"segments":[],"device_traces":[[]]})"),
+               {"memory_viz"});
   expect_error(write_temp("list.json", "[1,2,3]"), {"no \"events\" list"});
   expect_error(write_temp("field.json", R"({"events":[{"action":"alloc","time_us":0,"addr":16}]})"),
                {"event 0", "\"size\""});
-  expect_error(write_temp("action.json", R"({"events":[{"action":"malloc","time_us":0,"addr":16,"size":1}]})"),
+  expect_error(write_temp("action.json",
+                          R"({"events":[{"action":"malloc","time_us":0,"addr":16,"size":1}]})"),
                {"event 0", "unknown action", "malloc"});
-  expect_error(write_temp("negative.json", R"({"events":[{"action":"alloc","time_us":0,"addr":16,"size":-1}]})"),
+  expect_error(write_temp("negative.json",
+                          R"({"events":[{"action":"alloc","time_us":0,"addr":16,"size":-1}]})"),
                {"non-negative"});
   // 2^64 - 1 bytes wrapped the replay's int64 counts into a lower, wrong peak, silently.
-  expect_error(write_temp("huge.json", R"({"events":[{"action":"alloc","time_us":0,"addr":16,"size":18446744073709551615}]})"),
-               {"event 0", "larger than any allocation", "damaged"});
-  expect_error(write_temp("time.json",
-                          R"({"events":[{"action":"alloc","time_us":5,"addr":16,"size":1},)"
-                          R"({"action":"free","time_us":4,"addr":16,"size":1}]})"),
-               {"event 1", "back in time"});
-  expect_error(write_temp("tiles.json",
-                          R"({"events":[],"segments":[{"device":"cpu","addr":0,"size":1024,"small_pool":true,)"
-                          R"("blocks":[{"addr":0,"size":512,"requested":1,"allocated":true}]}]})"),
-               {"segment 0", "cover 512 of its 1024"});
-  expect_error(write_temp("version.json", R"({"format":"chunkgrad.memory_trace","version":7,"events":[]})"),
-               {"version 7"});
+  expect_error(
+      write_temp(
+          "huge.json",
+          R"({"events":[{"action":"alloc","time_us":0,"addr":16,"size":18446744073709551615}]})"),
+      {"event 0", "larger than any allocation", "damaged"});
+  expect_error(
+      write_temp("time.json", R"({"events":[{"action":"alloc","time_us":5,"addr":16,"size":1},)"
+                              R"({"action":"free","time_us":4,"addr":16,"size":1}]})"),
+      {"event 1", "back in time"});
+  expect_error(
+      write_temp(
+          "tiles.json",
+          R"({"events":[],"segments":[{"device":"cpu","addr":0,"size":1024,"small_pool":true,)"
+          R"("blocks":[{"addr":0,"size":512,"requested":1,"allocated":true}]}]})"),
+      {"segment 0", "cover 512 of its 1024"});
+  expect_error(
+      write_temp("version.json", R"({"format":"chunkgrad.memory_trace","version":7,"events":[]})"),
+      {"version 7"});
   try {
     read_trace_file("/nonexistent/trace.json");
     ADD_FAILURE();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("cannot open the trace /nonexistent/trace.json"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("cannot open the trace /nonexistent/trace.json"),
+              std::string::npos);
   }
 }
 

@@ -7,9 +7,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -21,8 +21,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/caching_allocator.h"
-#include "trace/chrome_trace.h"
 #include "core/error.h"
+#include "trace/chrome_trace.h"
 #include "trace/memory_snapshot.h"
 #include "trace/trace_report.h"
 
@@ -97,7 +97,8 @@ struct PickleReader {
         case 'u': {
           const size_t m = marks.back();
           marks.pop_back();
-          for (size_t i = m; i + 1 < stack.size(); i += 2) stack[m - 1][stack[i].get<std::string>()] = stack[i + 1];
+          for (size_t i = m; i + 1 < stack.size(); i += 2)
+            stack[m - 1][stack[i].get<std::string>()] = stack[i + 1];
           stack.resize(m);
           break;
         }
@@ -209,8 +210,8 @@ TEST(TraceExport, SnapshotFollowsTheViewersRulesAndReplaysBackwards) {
     }
     EXPECT_EQ(at, s["address"].get<uint64_t>() + s["total_size"].get<uint64_t>());
     EXPECT_EQ(s["allocated_size"].get<uint64_t>(), sum);
-    for (const char* key : {"stream", "segment_type", "segment_pool_id", "is_expandable", "frames", "requested_size",
-                            "active_size"}) {
+    for (const char* key : {"stream", "segment_type", "segment_pool_id", "is_expandable", "frames",
+                            "requested_size", "active_size"}) {
       EXPECT_TRUE(s.contains(key)) << key;
     }
   }
@@ -231,7 +232,8 @@ TEST(TraceExport, SnapshotFollowsTheViewersRulesAndReplaysBackwards) {
   EXPECT_EQ(actions["free_requested"], actions["free_completed"]);
   std::function<void(const nlohmann::json&)> check_ints = [&](const nlohmann::json& j) {
     if (j.is_number_unsigned()) EXPECT_LT(j.get<uint64_t>(), uint64_t{1} << 53);
-    if (j.is_number_integer() && !j.is_number_unsigned()) EXPECT_LT(std::abs(j.get<int64_t>()), int64_t{1} << 53);
+    if (j.is_number_integer() && !j.is_number_unsigned())
+      EXPECT_LT(std::abs(j.get<int64_t>()), int64_t{1} << 53);
     if (j.is_structured()) {
       for (const auto& v : j) check_ints(v);
     }
@@ -242,14 +244,19 @@ TEST(TraceExport, SnapshotFollowsTheViewersRulesAndReplaysBackwards) {
   // allocator's state in the middle of the run.
   size_t entries_before_mid = 0;  // the viewer's entries made of the first mid_events events
   for (size_t i = 0; i < run.mid_events; ++i) {
-    const std::string a = file.events[i].action == TraceAction::free ? "free" : action_name(file.events[i].action);
-    entries_before_mid += a == "free" ? 2 : (a == "alloc" || a == "segment_alloc" || a == "segment_free" || a == "oom");
+    const std::string a =
+        file.events[i].action == TraceAction::free ? "free" : action_name(file.events[i].action);
+    entries_before_mid +=
+        a == "free" ? 2
+                    : (a == "alloc" || a == "segment_alloc" || a == "segment_free" || a == "oom");
   }
   std::set<std::pair<uint64_t, uint64_t>> state = allocated;
   for (size_t i = trace.size(); i-- > entries_before_mid;) {
     const auto& e = trace[i];
-    if (e["action"] == "alloc") EXPECT_EQ(state.erase({e["addr"].get<uint64_t>(), e["size"].get<uint64_t>()}), 1u);
-    if (e["action"] == "free_completed") EXPECT_TRUE(state.emplace(e["addr"].get<uint64_t>(), e["size"].get<uint64_t>()).second);
+    if (e["action"] == "alloc")
+      EXPECT_EQ(state.erase({e["addr"].get<uint64_t>(), e["size"].get<uint64_t>()}), 1u);
+    if (e["action"] == "free_completed")
+      EXPECT_TRUE(state.emplace(e["addr"].get<uint64_t>(), e["size"].get<uint64_t>()).second);
   }
   EXPECT_EQ(state, run.mid_blocks);
 }
@@ -260,16 +267,20 @@ TEST(TraceExport, PickleAndJsonCarryTheSameSnapshot) {
   EXPECT_EQ(PickleReader{pickle}.read(), snap);
 
   // And Python's own pickle module, when there is one.
-  if (std::system("command -v python3 >/dev/null 2>&1") != 0) GTEST_SKIP() << "python3 is not on PATH";
+  if (std::system("command -v python3 >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "python3 is not on PATH";
   const std::string dir = ::testing::TempDir() + "chunkgrad_snapshot_" + std::to_string(::getpid());
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/s.pickle", std::ios::binary) << pickle;
   std::ofstream(dir + "/s.json") << snap.dump();
-  std::ofstream(dir + "/big.pickle", std::ios::binary) << to_pickle({{"a", UINT64_MAX}, {"b", INT64_MIN}}, 4);
-  const std::string cmd = "python3 -c \"import pickle,json,sys; d=sys.argv[1]; "
-                          "p=pickle.load(open(d+'/s.pickle','rb')); j=json.load(open(d+'/s.json')); "
-                          "b=pickle.load(open(d+'/big.pickle','rb')); "
-                          "sys.exit(0 if p==j and b=={'a':2**64-1,'b':-2**63} else 3)\" '" + dir + "'";
+  std::ofstream(dir + "/big.pickle", std::ios::binary)
+      << to_pickle({{"a", UINT64_MAX}, {"b", INT64_MIN}}, 4);
+  const std::string cmd =
+      "python3 -c \"import pickle,json,sys; d=sys.argv[1]; "
+      "p=pickle.load(open(d+'/s.pickle','rb')); j=json.load(open(d+'/s.json')); "
+      "b=pickle.load(open(d+'/big.pickle','rb')); "
+      "sys.exit(0 if p==j and b=={'a':2**64-1,'b':-2**63} else 3)\" '" +
+      dir + "'";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << "Python's pickle.load differs from the JSON";
   std::filesystem::remove_all(dir);
 }
@@ -281,12 +292,16 @@ TEST(TraceExport, PyTorchsSnapshotReaderReadsThePickle) {
   if (std::system("python3 -c 'import torch.cuda._memory_viz' >/dev/null 2>&1") != 0) {
     GTEST_SKIP() << "python3 with torch is not on PATH";
   }
-  const std::string path = ::testing::TempDir() + "chunkgrad_snapshot_" + std::to_string(::getpid()) + ".pickle";
-  std::ofstream(path, std::ios::binary) << to_pickle(memory_viz_snapshot(parse_trace_file(traced_run().file)));
-  const std::string cmd = "python3 -c \"import pickle,sys; from torch.cuda import _memory_viz as mv; "
-                          "d=pickle.load(open(sys.argv[1],'rb')); mv.segsum(d); mv.trace(d); "
-                          "mv.memory(d, format_flamegraph=lambda x: x); mv.segments(d, format_flamegraph=lambda x: x)\" '" +
-                          path + "' >/dev/null";
+  const std::string path =
+      ::testing::TempDir() + "chunkgrad_snapshot_" + std::to_string(::getpid()) + ".pickle";
+  std::ofstream(path, std::ios::binary)
+      << to_pickle(memory_viz_snapshot(parse_trace_file(traced_run().file)));
+  const std::string cmd =
+      "python3 -c \"import pickle,sys; from torch.cuda import _memory_viz as mv; "
+      "d=pickle.load(open(sys.argv[1],'rb')); mv.segsum(d); mv.trace(d); "
+      "mv.memory(d, format_flamegraph=lambda x: x); mv.segments(d, format_flamegraph=lambda x: "
+      "x)\" '" +
+      path + "' >/dev/null";
   EXPECT_EQ(std::system(cmd.c_str()), 0);
   std::filesystem::remove(path);
 }
@@ -314,7 +329,8 @@ TEST(TraceExport, PerfettoHasCountersSpansAndOomInstants) {
     if (ph == "i") ++ooms;
   }
   EXPECT_GT(counters, 10);
-  for (const char* k : {"allocated", "reserved", "activation", "temporary"}) EXPECT_TRUE(counter_keys.count(k)) << k;
+  for (const char* k : {"allocated", "reserved", "activation", "temporary"})
+    EXPECT_TRUE(counter_keys.count(k)) << k;
   EXPECT_EQ(spans, (std::set<std::string>{"forward", "backward"}));
   EXPECT_EQ(ooms, 1);
 }
@@ -322,13 +338,15 @@ TEST(TraceExport, PerfettoHasCountersSpansAndOomInstants) {
 TEST(TraceExport, ReportAndSvgAreSelfContained) {
   const TraceFile file = parse_trace_file(traced_run().file);
   std::vector<ReportTrace> traces;
-  for (const char* name : {"one", "two"}) traces.push_back({name, "run.json", analyse_trace(file), {}});
+  for (const char* name : {"one", "two"})
+    traces.push_back({name, "run.json", analyse_trace(file), {}});
   const std::string svg = timeline_svg(traces[0]);
   EXPECT_EQ(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\"", 0), 0u);
   EXPECT_NE(svg.find("class=\"area\""), std::string::npos);
   EXPECT_NE(svg.find("class=\"peak-label\""), std::string::npos);
   const std::string html = html_report(traces);
-  for (const char* needle : {"<svg class=\"timeline\"", "peak-label", "report-ok", "window.onerror", "id=\"comparison\""}) {
+  for (const char* needle : {"<svg class=\"timeline\"", "peak-label", "report-ok", "window.onerror",
+                             "id=\"comparison\""}) {
     EXPECT_NE(html.find(needle), std::string::npos) << needle;
   }
   // Nothing is fetched: no src= or href= attributes, no URL but the SVG namespace.

@@ -181,8 +181,8 @@ TEST_F(TraceTest, ToJsonShape) {
   ASSERT_TRUE(j.contains("dropped"));
   EXPECT_EQ(j["dropped"].get<uint64_t>(), 1u);
   for (const auto& e : j["events"]) {
-    for (const char* key : {"action", "time_us", "addr", "size", "requested", "device",
-                            "category", "scope"}) {
+    for (const char* key :
+         {"action", "time_us", "addr", "size", "requested", "device", "category", "scope"}) {
       EXPECT_TRUE(e.contains(key)) << "event lacks '" << key << "': " << e.dump();
     }
   }

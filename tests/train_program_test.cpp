@@ -53,9 +53,11 @@ class TrainProgram : public ::testing::Test {
   void TearDown() override {
     // Folders a test made read-only are writable again, so that they can be removed.
     std::error_code ec;
-    for (auto it = std::filesystem::recursive_directory_iterator(dir_, ec); !ec && it != decltype(it)(); it.increment(ec)) {
+    for (auto it = std::filesystem::recursive_directory_iterator(dir_, ec);
+         !ec && it != decltype(it)(); it.increment(ec)) {
       if (it->is_directory() && !it->is_symlink()) {
-        std::filesystem::permissions(it->path(), std::filesystem::perms::owner_all, std::filesystem::perm_options::add, ec);
+        std::filesystem::permissions(it->path(), std::filesystem::perms::owner_all,
+                                     std::filesystem::perm_options::add, ec);
       }
     }
     std::filesystem::remove_all(dir_);
@@ -67,8 +69,8 @@ class TrainProgram : public ::testing::Test {
     return path(name);
   }
   TrainRun train(const std::string& args) const {
-    const std::string cmd = std::string("CHUNKGRAD_NUM_THREADS=1 '") + CHUNKGRAD_CLI + "' train " + args +
-                            " >'" + path("out") + "' 2>'" + path("err") + "'";
+    const std::string cmd = std::string("CHUNKGRAD_NUM_THREADS=1 '") + CHUNKGRAD_CLI + "' train " +
+                            args + " >'" + path("out") + "' 2>'" + path("err") + "'";
     const int status = std::system(cmd.c_str());
     TrainRun r;
     r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
@@ -85,8 +87,8 @@ class TrainProgram : public ::testing::Test {
   }
   // A config that trains everything in a fraction of a second.
   std::string tiny(const std::string& run_dir, const std::string& corpus_path = "") const {
-    return R"({"run_dir": ")" + run_dir + R"(", "progress": false, "corpus": {"lines": 200, "path": ")" +
-           corpus_path + R"("},
+    return R"({"run_dir": ")" + run_dir +
+           R"(", "progress": false, "corpus": {"lines": 200, "path": ")" + corpus_path + R"("},
       "target": {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1, "head_dim": 8,
                  "intermediate_size": 32, "seq_len": 32, "optim": {"steps": 3, "batch_size": 2}},
       "data": {"num_sequences": 2, "max_new_tokens": 12},
@@ -105,8 +107,8 @@ class TrainProgram : public ::testing::Test {
   }
   // `chunkgrad train args` started in the background; its PID.
   pid_t start_train(const std::string& args) const {
-    const std::string cmd = std::string("exec '") + CHUNKGRAD_CLI + "' train " + args + " >'" + path("out") +
-                            "' 2>'" + path("err") + "'";
+    const std::string cmd = std::string("exec '") + CHUNKGRAD_CLI + "' train " + args + " >'" +
+                            path("out") + "' 2>'" + path("err") + "'";
     const pid_t pid = ::fork();
     if (pid == 0) {
       ::setenv("CHUNKGRAD_NUM_THREADS", "1", 1);
@@ -151,7 +153,8 @@ class TrainProgram : public ::testing::Test {
   static bool make_unwritable_dir(const std::string& dir) {
     if (::geteuid() != 0) {
       std::filesystem::create_directories(dir);
-      std::filesystem::permissions(dir, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+      std::filesystem::permissions(
+          dir, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
     } else {
       std::error_code ec;
       std::filesystem::create_directory_symlink("/sys", dir, ec);
@@ -178,7 +181,8 @@ class TrainProgram : public ::testing::Test {
   // A corpus file's text: 200 lines "question N: answer 7N".
   static std::string question_corpus() {
     std::string text;
-    for (int i = 0; i < 200; ++i) text += "question " + std::to_string(i) + ": answer " + std::to_string(i * 7) + "\n";
+    for (int i = 0; i < 200; ++i)
+      text += "question " + std::to_string(i) + ": answer " + std::to_string(i * 7) + "\n";
     return text;
   }
   static std::string replaced(std::string text, const std::string& from, const std::string& to) {
@@ -201,7 +205,9 @@ TEST_F(TrainProgram, BlockSizeBelowTwoIsRefused) {
 }
 
 TEST_F(TrainProgram, AnchorsBeyondTheSequenceAreRefused) {
-  expect_error(train("--config " + write("c.json", R"({"drafter": {"max_anchors": 200}, "data": {"max_new_tokens": 64}})")),
+  expect_error(train("--config " +
+                     write("c.json",
+                           R"({"drafter": {"max_anchors": 200}, "data": {"max_new_tokens": 64}})")),
                "beyond the sequence");
 }
 
@@ -212,8 +218,10 @@ TEST_F(TrainProgram, DeviceCudaWithoutAGpuIsOneErrorLine) {
   const std::string run = path("run");
   const TrainRun r = train("--config " + write("c.json", tiny(run)) + " --device cuda");
   expect_error(r, "device cuda is not available");
-  EXPECT_TRUE(r.err.find("CUDA") != std::string::npos || r.err.find("cuda") != std::string::npos) << r.err;
-  EXPECT_FALSE(std::filesystem::exists(run + "/target")) << "nothing may run before the device check";
+  EXPECT_TRUE(r.err.find("CUDA") != std::string::npos || r.err.find("cuda") != std::string::npos)
+      << r.err;
+  EXPECT_FALSE(std::filesystem::exists(run + "/target"))
+      << "nothing may run before the device check";
   expect_error(train("--config " + write("d.json", R"({"device": "tpu"})")), "device");
 }
 
@@ -221,8 +229,10 @@ TEST_F(TrainProgram, DeviceCudaWithoutAGpuIsOneErrorLine) {
 // empty value was once read as "not given" and the run went on with the config's device.
 TEST_F(TrainProgram, ABadOrEmptyDeviceOptionIsNamed) {
   const std::string config = write("c.json", tiny(path("run")));
-  expect_error(train("--config " + config + " --print-config --device ''"), "--device: bad device string ''");
-  expect_error(train("--config " + config + " --print-config --device gpu"), "--device: bad device string 'gpu'");
+  expect_error(train("--config " + config + " --print-config --device ''"),
+               "--device: bad device string ''");
+  expect_error(train("--config " + config + " --print-config --device gpu"),
+               "--device: bad device string 'gpu'");
   expect_error(train("--config " + config + " --print-config --device cuda:0x1"), "--device");
   const TrainRun ok = train("--config " + config + " --print-config --device cpu");
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
@@ -238,13 +248,15 @@ TEST_F(TrainProgram, ADivergingTargetStopsNamingTheTargetAndTheStep) {
   const std::string run = path("run");
   std::string config = tiny(run);
   const std::string from = R"("optim": {"steps": 3, "batch_size": 2})";
-  config.replace(config.find(from), from.size(),
-                 R"("optim": {"steps": 40, "batch_size": 2, "lr": 10, "weight_decay": 10, "grad_clip": 0, "warmup_ratio": 0})");
+  config.replace(
+      config.find(from), from.size(),
+      R"("optim": {"steps": 40, "batch_size": 2, "lr": 10, "weight_decay": 10, "grad_clip": 0, "warmup_ratio": 0})");
   const TrainRun r = train("--config " + write("c.json", config));
   expect_error(r, "the target loss became");
   EXPECT_NE(r.err.find("lower target.optim.lr"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("drafter"), std::string::npos) << r.err;
-  EXPECT_FALSE(std::filesystem::exists(run + "/target/model.safetensors")) << "a diverged target was cached";
+  EXPECT_FALSE(std::filesystem::exists(run + "/target/model.safetensors"))
+      << "a diverged target was cached";
   // Every step before the bad one is logged once, with a number.
   std::istringstream log(slurp(run + "/metrics.jsonl"));
   int64_t lines = 0;
@@ -252,7 +264,8 @@ TEST_F(TrainProgram, ADivergingTargetStopsNamingTheTargetAndTheStep) {
     EXPECT_NE(line.find("\"step\":" + std::to_string(lines + 1) + "}"), std::string::npos) << line;
     EXPECT_EQ(line.find("null"), std::string::npos) << line;
   }
-  EXPECT_NE(r.err.find("at step " + std::to_string(lines + 1) + ";"), std::string::npos) << r.err << lines;
+  EXPECT_NE(r.err.find("at step " + std::to_string(lines + 1) + ";"), std::string::npos)
+      << r.err << lines;
 }
 
 TEST_F(TrainProgram, MissingConfigFileIsNamed) {
@@ -296,14 +309,17 @@ TEST_F(TrainProgram, AFreshRunLeavesNoStaleCheckpointForTheNextResume) {
   const std::string config = write("c.json", tiny(run));
   ASSERT_EQ(train("--config " + config).exit_code, 0);
   // As if an earlier run had trained 9 steps: the next resume would load it, not this run's.
-  std::filesystem::copy_file(run + "/drafter/step_00000002.safetensors", run + "/drafter/step_00000009.safetensors");
+  std::filesystem::copy_file(run + "/drafter/step_00000002.safetensors",
+                             run + "/drafter/step_00000009.safetensors");
   ASSERT_EQ(train("--config " + config + " --fresh").exit_code, 0);
   EXPECT_FALSE(std::filesystem::exists(run + "/drafter/step_00000009.safetensors"));
   EXPECT_TRUE(std::filesystem::exists(run + "/drafter/step_00000002.safetensors"));
   // A resume at the last step trains nothing, and says so instead of "0 label tokens/s".
   const TrainRun again = train("--config " + config);
   ASSERT_EQ(again.exit_code, 0) << again.err;
-  EXPECT_NE(again.out.find("drafter training: none (resumed at step 2, the last)"), std::string::npos) << again.out;
+  EXPECT_NE(again.out.find("drafter training: none (resumed at step 2, the last)"),
+            std::string::npos)
+      << again.out;
   EXPECT_EQ(again.out.find("0 label tokens/s"), std::string::npos) << again.out;
   // metrics.jsonl: three runs, yet each drafter step and the summary once (a killed run's
   // steps after its checkpoint, or an earlier run's, were kept beside the new ones).
@@ -322,14 +338,16 @@ TEST_F(TrainProgram, ABadHfConfigIsNamedByItsPath) {
   const std::string hf = write("hf.json", R"({"hidden_size": 16})");
   std::string config = tiny(run);
   config.replace(config.find(R"("target": {)"), 11,
-                 R"("target": {"checkpoint": ")" + path("none.safetensors") + R"(", "hf_config": ")" + hf + R"(", )");
+                 R"("target": {"checkpoint": ")" + path("none.safetensors") +
+                     R"(", "hf_config": ")" + hf + R"(", )");
   expect_error(train("--config " + write("c.json", config)), "target.hf_config '" + hf + "': ");
 }
 
 TEST_F(TrainProgram, AnUnusableTraceDirFailsBeforeTraining) {
   const std::string run = path("run");
   std::string config = tiny(run);
-  config.replace(config.find(R"("memory": {"enabled": false})"), 28, R"("memory": {"enabled": true})");
+  config.replace(config.find(R"("memory": {"enabled": false})"), 28,
+                 R"("memory": {"enabled": true})");
   std::filesystem::create_directories(run);
   std::ofstream(run + "/traces") << "a file where the trace folder goes";
   const TrainRun r = train("--config " + write("c.json", config));
@@ -373,7 +391,8 @@ TEST_F(TrainProgram, ALockedRunDirectoryIsRefusedNamingTheHolder) {
   std::filesystem::create_directories(run);
   {
     cg::train::RunLock held(run);  // this test process is the other run
-    expect_error(train("--config " + write("c.json", tiny(run))), "pid " + std::to_string(::getpid()));
+    expect_error(train("--config " + write("c.json", tiny(run))),
+                 "pid " + std::to_string(::getpid()));
     EXPECT_FALSE(std::filesystem::exists(run + "/metrics.jsonl")) << "the refused run wrote";
   }
   // A lock left by a run that died is taken over.
@@ -394,20 +413,23 @@ TEST_F(TrainProgram, AnEditedCorpusRetrainsTheTargetAndRefusesTheResume) {
   const std::string corpus = write("corpus.txt", text);
   const std::string config = write("c.json", tiny(run, corpus));
   ASSERT_EQ(train("--config " + config).exit_code, 0);
-  text[text.size() - 2] = text[text.size() - 2] == '1' ? '2' : '1';  // same size, same path, other bytes
+  text[text.size() - 2] =
+      text[text.size() - 2] == '1' ? '2' : '1';  // same size, same path, other bytes
   write("corpus.txt", text);
   const TrainRun refused = train("--config " + config);
   expect_error(refused, "was trained on other data");
   EXPECT_NE(refused.err.find("corpus_xxh3"), std::string::npos) << refused.err;
   const TrainRun fresh = train("--config " + config + " --fresh --json");
   ASSERT_EQ(fresh.exit_code, 0) << fresh.err;
-  EXPECT_EQ(nlohmann::json::parse(fresh.out)["target_source"], "trained") << "the old text's target was reused";
+  EXPECT_EQ(nlohmann::json::parse(fresh.out)["target_source"], "trained")
+      << "the old text's target was reused";
   // The file behind target.checkpoint is fingerprinted the same way.
   const std::string target = path("target.safetensors");
   std::filesystem::copy_file(run + "/target/model.safetensors", target);
   const std::string run2 = path("run2");
-  const std::string with_target = write(
-      "t.json", replaced(tiny(run2, corpus), R"("target": {)", R"("target": {"checkpoint": ")" + target + R"(", )"));
+  const std::string with_target =
+      write("t.json", replaced(tiny(run2, corpus), R"("target": {)",
+                               R"("target": {"checkpoint": ")" + target + R"(", )"));
   ASSERT_EQ(train("--config " + with_target).exit_code, 0) << slurp(path("err"));
   std::ofstream(target, std::ios::app) << " ";
   expect_error(train("--config " + with_target), "target_checkpoint_xxh3");
@@ -428,7 +450,8 @@ TEST_F(TrainProgram, AnInterruptedDrafterSavesItsStepAndResumesFromIt) {
   const int64_t step = std::stoll(r.err.substr(at + 38));
   EXPECT_NE(r.err.find("; run the same command to resume"), std::string::npos) << r.err;
   char name[64];
-  std::snprintf(name, sizeof name, "/drafter/step_%08lld.safetensors", static_cast<long long>(step));
+  std::snprintf(name, sizeof name, "/drafter/step_%08lld.safetensors",
+                static_cast<long long>(step));
   EXPECT_TRUE(std::filesystem::exists(run + name)) << r.err;
   EXPECT_FALSE(std::filesystem::exists(run + "/.lock"));
   // The same command goes on from that step (stopped again at once: the test does not
@@ -449,12 +472,14 @@ TEST_F(TrainProgram, AnInterruptedDrafterSavesItsStepAndResumesFromIt) {
 // its steps twice in metrics.jsonl.
 TEST_F(TrainProgram, AnInterruptedTargetSavesItsStateAndLogsEachStepOnce) {
   const std::string run = path("run");
-  const std::string config = write(
-      "c.json", replaced(tiny(run), R"("optim": {"steps": 3, "batch_size": 2})", R"("optim": {"steps": 100000, "batch_size": 2})"));
+  const std::string config =
+      write("c.json", replaced(tiny(run), R"("optim": {"steps": 3, "batch_size": 2})",
+                               R"("optim": {"steps": 100000, "batch_size": 2})"));
   int64_t last = 0;
   for (int round = 0; round < 2; ++round) {
     const pid_t pid = start_train("--config " + config);
-    ASSERT_TRUE(wait_for(run + "/metrics.jsonl", R"("step":)" + std::to_string(last + 10) + "}")) << slurp(path("err"));
+    ASSERT_TRUE(wait_for(run + "/metrics.jsonl", R"("step":)" + std::to_string(last + 10) + "}"))
+        << slurp(path("err"));
     const TrainRun r = stop(pid, SIGINT);
     EXPECT_EQ(r.exit_code, 130) << r.err;
     const size_t at = r.err.find("target training: interrupted at step ");
@@ -474,13 +499,15 @@ TEST_F(TrainProgram, AnInterruptedTargetSavesItsStateAndLogsEachStepOnce) {
 TEST_F(TrainProgram, AFullDiskLeavesNoTemporaries) {
   const std::string run = path("run");
   const std::string config = write("c.json", tiny(run));
-  const std::string cmd = "trap '' XFSZ; ulimit -f 8; CHUNKGRAD_NUM_THREADS=1 exec '" + std::string(CHUNKGRAD_CLI) +
-                          "' train --config '" + config + "' >'" + path("out") + "' 2>'" + path("err") + "'";
+  const std::string cmd = "trap '' XFSZ; ulimit -f 8; CHUNKGRAD_NUM_THREADS=1 exec '" +
+                          std::string(CHUNKGRAD_CLI) + "' train --config '" + config + "' >'" +
+                          path("out") + "' 2>'" + path("err") + "'";
   const int status = std::system(("bash -c \"" + cmd + "\"").c_str());
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 1) << slurp(path("err"));
   EXPECT_NE(slurp(path("err")).find("File too large"), std::string::npos) << slurp(path("err"));
-  for (const auto& [file, bytes] : files_of(run)) EXPECT_EQ(file.find(".tmp"), std::string::npos) << file;
+  for (const auto& [file, bytes] : files_of(run))
+    EXPECT_EQ(file.find(".tmp"), std::string::npos) << file;
   EXPECT_EQ(train("--config " + config).exit_code, 0) << "the retry failed";
 }
 
@@ -493,12 +520,13 @@ TEST_F(TrainProgram, AFailedFreshRunLeavesNoOldSummaryAndKeepsOldCheckpoints) {
   const std::string diverging = replaced(
       tiny(run), R"("optim": {"steps": 2, "batch_size": 2})",
       R"("optim": {"steps": 40, "batch_size": 2, "lr": 10, "weight_decay": 10, "grad_clip": 0, "warmup_ratio": 0}, "checkpoint_every": 0)");
-  expect_error(train("--config " + write("d.json", diverging) + " --fresh"), "the drafter loss became");
-  EXPECT_FALSE(std::filesystem::exists(run + "/summary.json")) << "the earlier run's summary survived a failed run";
+  expect_error(train("--config " + write("d.json", diverging) + " --fresh"),
+               "the drafter loss became");
+  EXPECT_FALSE(std::filesystem::exists(run + "/summary.json"))
+      << "the earlier run's summary survived a failed run";
   EXPECT_TRUE(std::filesystem::exists(run + "/drafter/step_00000002.safetensors"))
       << "the earlier run's checkpoint went before this run saved one";
 }
-
 
 // ---- issue 18, late failures: everything checked before the first expensive stage ----
 
@@ -513,33 +541,38 @@ TEST_F(TrainProgram, UnwritableOutputFoldersFailBeforeTraining) {
       GTEST_SKIP() << "no way to make an unwritable folder here (root without /sys): not tested";
     }
     const std::string config = write(
-        "c_" + sub + ".json", replaced(tiny(run), R"("memory": {"enabled": false})", R"("memory": {"enabled": true})"));
+        "c_" + sub + ".json",
+        replaced(tiny(run), R"("memory": {"enabled": false})", R"("memory": {"enabled": true})"));
     const TrainRun r = train("--config " + config);
     expect_error(r, "cannot create files in " + run + "/" + sub);
     EXPECT_TRUE(r.err.find("Permission denied") != std::string::npos ||
-                r.err.find("Read-only file system") != std::string::npos) << r.err;
+                r.err.find("Read-only file system") != std::string::npos)
+        << r.err;
     EXPECT_EQ(steps_logged(run, "target").size(), 0u) << "the target trained first";
   }
 }
-
 
 // Item 12: eval.block_size had no upper bound (INT64_MAX overflowed the cache size, 1e8 ran
 // out of memory after training), and a size other than the drafter's was not mentioned.
 TEST_F(TrainProgram, EvalBlockSizeIsBoundedAndAnotherSizeThanTheDrafterIsWarned) {
   const std::string run = path("run");
   for (const std::string big : {"9223372036854775807", "100000000", "4097"}) {
-    expect_error(train("--config " + write("c.json", replaced(tiny(run), R"("accuracy_sequences": 1)",
-                                                              R"("accuracy_sequences": 1, "block_size": )" + big))),
-                 "eval.block_size: must be 0 (drafter.block_size) or from 2 to 4096, got " + big);
+    expect_error(
+        train("--config " +
+              write("c.json", replaced(tiny(run), R"("accuracy_sequences": 1)",
+                                       R"("accuracy_sequences": 1, "block_size": )" + big))),
+        "eval.block_size: must be 0 (drafter.block_size) or from 2 to 4096, got " + big);
   }
   EXPECT_FALSE(std::filesystem::exists(run + "/target"));
-  const TrainRun r = train("--config " + write("d.json", replaced(tiny(run), R"("accuracy_sequences": 1)",
-                                                                  R"("accuracy_sequences": 1, "block_size": 6)")));
+  const TrainRun r =
+      train("--config " + write("d.json", replaced(tiny(run), R"("accuracy_sequences": 1)",
+                                                   R"("accuracy_sequences": 1, "block_size": 6)")));
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.err.find("warning: eval.block_size 6 differs from drafter.block_size 4"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("warning: eval.block_size 6 differs from drafter.block_size 4"),
+            std::string::npos)
+      << r.err;
   EXPECT_NE(r.out.find("(block 6, trained on blocks of 4)"), std::string::npos) << r.out;
 }
-
 
 // Item 13: a corpus with no line of 2 bytes or more was found only after target training.
 TEST_F(TrainProgram, ACorpusWithoutPromptsFailsBeforeTraining) {
@@ -556,10 +589,12 @@ TEST_F(TrainProgram, ACorpusWithoutPromptsFailsBeforeTraining) {
 TEST_F(TrainProgram, ALongPromptIsCutAndTheRunSaysSo) {
   const std::string run = path("run");
   std::string text;
-  for (int i = 0; i < 3; ++i) text += std::string(3000, static_cast<char>('a' + i)) + ": answer " + std::to_string(i) + "\n";
+  for (int i = 0; i < 3; ++i)
+    text += std::string(3000, static_cast<char>('a' + i)) + ": answer " + std::to_string(i) + "\n";
   const TrainRun r = train("--config " + write("c.json", tiny(run, write("corpus.txt", text))));
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.err.find("warning: corpus: 4 of 4 prompts (the text before a line's first \": \") were longer than "
+  EXPECT_NE(r.err.find("warning: corpus: 4 of 4 prompts (the text before a line's first \": \") "
+                       "were longer than "
                        "1024 bytes and were cut to their last 1024 bytes"),
             std::string::npos)
       << r.err;
@@ -572,7 +607,8 @@ TEST_F(TrainProgram, AMismatchedOrNonFiniteDrafterCheckpointIsRefusedBeforeAnySt
   const std::string run = path("run"), other = path("other");
   const std::string config = write("c.json", tiny(run));
   ASSERT_EQ(train("--config " + config).exit_code, 0);
-  ASSERT_EQ(train("--config " + write("o.json", replaced(tiny(other), R"("hidden_size": 16)", R"("hidden_size": 24)")))
+  ASSERT_EQ(train("--config " + write("o.json", replaced(tiny(other), R"("hidden_size": 16)",
+                                                         R"("hidden_size": 24)")))
                 .exit_code,
             0);
   const std::string mine = run + "/drafter/step_00000002.safetensors";
@@ -581,7 +617,8 @@ TEST_F(TrainProgram, AMismatchedOrNonFiniteDrafterCheckpointIsRefusedBeforeAnySt
   {
     const auto reader = cg::safetensors::open(other + "/drafter/step_00000002.safetensors");
     const auto tensors = reader->load_all();
-    cg::safetensors::save_file({tensors.begin(), tensors.end()}, newest, cg::safetensors::open(mine)->metadata());
+    cg::safetensors::save_file({tensors.begin(), tensors.end()}, newest,
+                               cg::safetensors::open(mine)->metadata());
   }
   auto before = files_of(run);
   TrainRun r = train("--config " + config);
@@ -608,13 +645,13 @@ TEST_F(TrainProgram, ANonFiniteTargetCheckpointNamesTheTensorAndTheFile) {
   ASSERT_EQ(train("--config " + write("c.json", tiny(run))).exit_code, 0);
   const std::string target = path("target.safetensors");
   std::ofstream(target, std::ios::binary) << with_nan(run + "/target/model.safetensors", 8);
-  const TrainRun r = train("--config " + write("t.json", replaced(tiny(path("run2")), R"("target": {)",
-                                                                  R"("target": {"checkpoint": ")" + target + R"(", )")));
+  const TrainRun r = train(
+      "--config " + write("t.json", replaced(tiny(path("run2")), R"("target": {)",
+                                             R"("target": {"checkpoint": ")" + target + R"(", )")));
   expect_error(r, "checkpoint '" + target + "': tensor '");
   EXPECT_NE(r.err.find("holds nan at element 2"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("lr"), std::string::npos) << r.err;
 }
-
 
 // ---- issue 18, confusing output ----
 
@@ -623,8 +660,9 @@ TEST_F(TrainProgram, ANonFiniteTargetCheckpointNamesTheTensorAndTheFile) {
 TEST_F(TrainProgram, TheErrorLineStartsItsOwnLineAfterAProgressBar) {
   const std::string run = path("run");
   std::string config = replaced(tiny(run), R"("progress": false)", R"("progress": true)");
-  config = replaced(config, R"("optim": {"steps": 3, "batch_size": 2})",
-                    R"("optim": {"steps": 40, "batch_size": 2, "lr": 10, "weight_decay": 10, "grad_clip": 0, "warmup_ratio": 0})");
+  config = replaced(
+      config, R"("optim": {"steps": 3, "batch_size": 2})",
+      R"("optim": {"steps": 40, "batch_size": 2, "lr": 10, "weight_decay": 10, "grad_clip": 0, "warmup_ratio": 0})");
   const TrainRun r = train("--config " + write("c.json", config));
   EXPECT_EQ(r.exit_code, 1) << r.err;
   ASSERT_NE(r.err.find("ETA"), std::string::npos) << "no progress bar was drawn: " << r.err;
@@ -633,22 +671,23 @@ TEST_F(TrainProgram, TheErrorLineStartsItsOwnLineAfterAProgressBar) {
   EXPECT_TRUE(at == 0 || r.err[at - 1] == '\n') << r.err;
 }
 
-
 // Item 17: memory.enabled=false printed the memory table's heading over an empty table.
 TEST_F(TrainProgram, AMemoryStageThatIsOffSaysSo) {
   const TrainRun r = train("--config " + write("c.json", tiny(path("run"))));
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("memory of one drafter training step: not measured (memory.enabled is false)"),
-            std::string::npos) << r.out;
+  EXPECT_NE(
+      r.out.find("memory of one drafter training step: not measured (memory.enabled is false)"),
+      std::string::npos)
+      << r.out;
   EXPECT_EQ(r.out.find("(caching allocator):"), std::string::npos) << r.out;
 }
-
 
 // Item 21: config reading that fell back silently or said the wrong thing.
 TEST_F(TrainProgram, ConfigMistakesAreNamedNotIgnored) {
   expect_error(train("--config " + dir_.string()), "is a directory; give a file");
-  expect_error(train("--config " + write("a.json", R"({"seed": 1, "drafter": {"gamma": 4, "gamma": 7}})")),
-               "has the key \"drafter.gamma\" twice");
+  expect_error(
+      train("--config " + write("a.json", R"({"seed": 1, "drafter": {"gamma": 4, "gamma": 7}})")),
+      "has the key \"drafter.gamma\" twice");
   expect_error(train("--config " + write("b.json", R"({"drafter": {"target_layers": [0, 0]}})")),
                "drafter.target_layers: layer 0 is listed twice");
   expect_error(train("--config ''"), "--config: must not be empty");
@@ -658,9 +697,11 @@ TEST_F(TrainProgram, ConfigMistakesAreNamedNotIgnored) {
   const TrainRun extra = train("--print-config --aa 1 --bb --cc");
   expect_error(extra, "not expected: --aa 1 --bb --cc");
   // A folder name with two dots in it is a name, not a way out of run_dir.
-  const TrainRun dots = train("--print-config --config " + write("d.json", R"({"memory": {"trace_dir": "a..b"}})"));
+  const TrainRun dots =
+      train("--print-config --config " + write("d.json", R"({"memory": {"trace_dir": "a..b"}})"));
   EXPECT_EQ(dots.exit_code, 0) << dots.err;
-  expect_error(train("--config " + write("e.json", R"({"memory": {"trace_dir": "a/../../b"}})")), "memory.trace_dir");
+  expect_error(train("--config " + write("e.json", R"({"memory": {"trace_dir": "a/../../b"}})")),
+               "memory.trace_dir");
 }
 
 // Item 20: a resume was refused when run_dir was spelled differently (./runs/x, absolute)
@@ -674,29 +715,33 @@ TEST_F(TrainProgram, ARunResumesWhereverItsFolderIsAndHoweverItIsSpelled) {
   std::filesystem::rename(run, moved);
   std::filesystem::rename(corpus, path("corpus2.txt"));  // the corpus moved too: same bytes
   const std::string moved_config = write("m.json", tiny(moved, path("corpus2.txt")));
-  for (const std::string spelled : {moved, dir_.string() + "/./moved", "'" + dir_.string() + "/x/../moved'"}) {
+  for (const std::string spelled :
+       {moved, dir_.string() + "/./moved", "'" + dir_.string() + "/x/../moved'"}) {
     const TrainRun r = train("--config " + moved_config + " --run-dir " + spelled);
     ASSERT_EQ(r.exit_code, 0) << spelled << ": " << r.err;
-    EXPECT_NE(r.out.find("drafter training: none (resumed at step 2, the last)"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("drafter training: none (resumed at step 2, the last)"), std::string::npos)
+        << r.out;
   }
 }
-
 
 // Item 23: a resume with nothing to train left a stray " 0:00" line, and stage times were
 // raw doubles ("12.345678 s").
 TEST_F(TrainProgram, StageLinesAreReadableAndAnEmptyStageDrawsNothing) {
   const std::string run = path("run");
-  const std::string config = write("c.json", replaced(tiny(run), R"("progress": false)", R"("progress": true)"));
+  const std::string config =
+      write("c.json", replaced(tiny(run), R"("progress": false)", R"("progress": true)"));
   const TrainRun first = train("--config " + config);
   ASSERT_EQ(first.exit_code, 0) << first.err;
-  for (const char* stage : {"chunkgrad train: target: trained (", "chunkgrad train: drafter data: 2 target generations, "}) {
+  for (const char* stage : {"chunkgrad train: target: trained (",
+                            "chunkgrad train: drafter data: 2 target generations, "}) {
     const size_t at = first.err.find(stage);
     ASSERT_NE(at, std::string::npos) << stage << "\n" << first.err;
     const std::string line = first.err.substr(at, first.err.find('\n', at) - at);
     // "12.3 s" or "3:05", not std::to_string's "12.345678 s".
     EXPECT_TRUE(std::regex_search(line, std::regex(R"((, | \()(\d+\.\d s|\d+:\d\d)\)?$)"))) << line;
   }
-  EXPECT_NE(first.err.find("chunkgrad train: drafter data: the target continues 2 prompts"), std::string::npos)
+  EXPECT_NE(first.err.find("chunkgrad train: drafter data: the target continues 2 prompts"),
+            std::string::npos)
       << first.err;
   EXPECT_NE(first.err.find("chunkgrad train: evaluation: "), std::string::npos) << first.err;
   const TrainRun again = train("--config " + config);

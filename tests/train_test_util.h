@@ -11,7 +11,8 @@
 
 namespace cg::testing_train {
 
-inline train::TrainConfig ci_train_config(const std::string& run_dir, const std::string& device = "cpu") {
+inline train::TrainConfig ci_train_config(const std::string& run_dir,
+                                          const std::string& device = "cpu") {
   train::TrainConfig c;
   c.run_dir = run_dir;
   c.device = device;
@@ -48,7 +49,6 @@ inline train::TrainConfig ci_train_config(const std::string& run_dir, const std:
   c.memory.enabled = false;
   return c;
 }
-
 
 // `len` random ids below 38 (a vocabulary of 40 with room for MASK); the first `prompt`
 // are the prompt (loss mask 0).

@@ -64,8 +64,7 @@ TEST(VersionCounter, SameUnderNoGradGuard) {
     NoGradGuard no_grad;  // an optimizer step between forward and backward
     add_(x, ones({3}), 100.0);
   }
-  EXPECT_ERROR_HAS(loss.backward(), "modified by an inplace operation", "MulBackward",
-                   "[3] f32");
+  EXPECT_ERROR_HAS(loss.backward(), "modified by an inplace operation", "MulBackward", "[3] f32");
 }
 
 TEST(VersionCounter, ViewOfASavedTensorChangedInPlace) {

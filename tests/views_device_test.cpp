@@ -42,9 +42,7 @@ class ViewsOnDevice : public ::testing::Test {
   }
   // Byte transfers so far through the fake backend (-1 on a real GPU: not counted there).
   int copies() const { return fake_ != nullptr ? fake_->counts.transfers : -1; }
-  int expected_copies(int before, int more) const {
-    return fake_ != nullptr ? before + more : -1;
-  }
+  int expected_copies(int before, int more) const { return fake_ != nullptr ? before + more : -1; }
   bool using_fake() const { return fake_ != nullptr; }
 
   fake::FakeDeviceBackend* fake_ = nullptr;
@@ -153,9 +151,9 @@ TEST_F(ViewsOnDevice, ItemPrintingAndFactories) {
 TEST_F(ViewsOnDevice, CrossDeviceOpsAreRefusedClearly) {
   const Tensor on_host = ones({2, 3});
   const Tensor on_device = to(ones({2, 3}), device_);
-  for (auto op : {+[](const Tensor& a, const Tensor& b) { return add(a, b); },
-                  +[](const Tensor& a, const Tensor& b) { return mul(a, b); },
-                  +[](const Tensor& a, const Tensor& b) { return matmul(a, transpose(b, 0, 1)); }}) {
+  for (auto op : {+[](const Tensor&a, const Tensor&b) { return add(a, b); },
+                  +[](const Tensor&a, const Tensor&b) { return mul(a, b); },
+                  +[](const Tensor&a, const Tensor&b) { return matmul(a, transpose(b, 0, 1)); }}) {
     try {
       op(on_host, on_device);
       FAIL() << "an op mixing cpu and " << device_.str() << " tensors did not throw";

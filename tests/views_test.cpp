@@ -40,7 +40,7 @@ TEST(Views, TransposeSharesStorageAndSwapsStrides) {
   EXPECT_FALSE(t.is_contiguous());
   EXPECT_EQ(t.storage(), base.storage());
   EXPECT_EQ(t.to_vector(), (V{0, 3, 1, 4, 2, 5}));
-  set(t, {2, 1}, 42);  // write through the view...
+  set(t, {2, 1}, 42);               // write through the view...
   EXPECT_EQ(at(base, {1, 2}), 42);  // ...read from the base
   EXPECT_EQ(raw::transpose(base, -1, -2).strides(), (Shape{1, 3}));
   TENSOR_EXPECT_ERROR(raw::transpose(base, 0, 2), "transpose", "dim 2", "2-d", "-2..1");
@@ -213,8 +213,7 @@ TEST(Views, CopyIntoStridedDestinations) {
   const Tensor inner = raw::slice(raw::narrow(base, 1, 1, 2), 0, 0, 3, 2);  // rows 0, 2
   raw::copy_(inner, from_vector({-1, -2, -3, -4}, {2, 2}, {.dtype = DType::bf16}));
   EXPECT_EQ(base.to_vector(), (V{0, -1, -2, 9, 1, 4, 7, 10, 2, -3, -4, 11}));
-  TENSOR_EXPECT_ERROR(raw::copy_(raw::expand(zeros({1, 4}), {3, 4}), base), "copy_",
-                      "clone");
+  TENSOR_EXPECT_ERROR(raw::copy_(raw::expand(zeros({1, 4}), {3, 4}), base), "copy_", "clone");
 }
 
 TEST(Views, CopyBetweenOverlappingViewsReadsFirst) {
@@ -229,12 +228,12 @@ TEST(Views, CopyBetweenOverlappingViewsReadsFirst) {
 }
 
 TEST(Views, CopyEveryDtypePair) {
-  const DType all[] = {DType::f32, DType::f64, DType::f16, DType::bf16,
+  const DType all[] = {DType::f32, DType::f64, DType::f16,    DType::bf16,
                        DType::i32, DType::i64, DType::boolean};
   for (DType from : all) {
     for (DType to : all) {
-      const V values = from == DType::boolean || to == DType::boolean ? V{0, 1, 1, 0}
-                                                                       : V{0, 3, -2, 100};
+      const V values =
+          from == DType::boolean || to == DType::boolean ? V{0, 1, 1, 0} : V{0, 3, -2, 100};
       const Tensor src = raw::transpose(from_vector(values, {2, 2}, {.dtype = from}), 0, 1);
       const Tensor dst = zeros({2, 2}, {.dtype = to});
       raw::copy_(dst, src);
@@ -279,17 +278,17 @@ TEST(Views, FillAnyLayout) {
 TEST(Views, FillAndArangeThroughTheHostBackend) {
   // fill's step makes arange: value + i * step in the destination's row-major order.
   const Tensor t = zeros({3, 4}, {.dtype = DType::i64});
-  host_backend().fill(kCPU, raw::transpose(t, 0, 1).data_ptr(), DType::i64, {4, 3}, {1, 4},
-                      10.0, 2.0);
+  host_backend().fill(kCPU, raw::transpose(t, 0, 1).data_ptr(), DType::i64, {4, 3}, {1, 4}, 10.0,
+                      2.0);
   EXPECT_EQ(t.to_vector(), (V{10, 16, 22, 28, 12, 18, 24, 30, 14, 20, 26, 32}));
-  TENSOR_EXPECT_ERROR(host_backend().fill(cuda_device(0), t.data_ptr(), DType::i64, {12}, {1},
-                                          0.0, 0.0),
-                      "cpu backend", "cuda:0");
+  TENSOR_EXPECT_ERROR(
+      host_backend().fill(cuda_device(0), t.data_ptr(), DType::i64, {12}, {1}, 0.0, 0.0),
+      "cpu backend", "cuda:0");
 }
 
 TEST(Views, AddAccumulatesAcrossDtypesLayoutsAndBroadcasts) {
   const Tensor acc = zeros({2, 3});
-  raw::add_(acc, iota({2, 3}, DType::bf16));                      // f32 += bf16
+  raw::add_(acc, iota({2, 3}, DType::bf16));  // f32 += bf16
   raw::add_(raw::transpose(acc, 0, 1), from_vector({0.5, -0.5}, {2}, {.dtype = DType::f64}));
   EXPECT_EQ(acc.to_vector(), (V{0.5, 1.5, 2.5, 2.5, 3.5, 4.5}));
   raw::add_(acc, acc);  // x += x
@@ -305,12 +304,12 @@ TEST(Views, AddAccumulatesAcrossDtypesLayoutsAndBroadcasts) {
   raw::add_(h, full({1}, 1.5, {.dtype = DType::f32}));
   EXPECT_EQ(h.item(), 258.0);
 
-  TENSOR_EXPECT_ERROR(raw::add_(zeros({2}, {.dtype = DType::i32}), zeros({2})), "add_",
-                      "floating", "i32");
+  TENSOR_EXPECT_ERROR(raw::add_(zeros({2}, {.dtype = DType::i32}), zeros({2})), "add_", "floating",
+                      "i32");
   TENSOR_EXPECT_ERROR(raw::add_(zeros({2, 3}), zeros({3, 2})), "add_", "[3, 2]",
                       "cannot be broadcast", "[2, 3]");
-  TENSOR_EXPECT_ERROR(raw::add_(raw::expand(zeros({1}), {3}), zeros({3})), "add_",
-                      "expanded", "clone");
+  TENSOR_EXPECT_ERROR(raw::add_(raw::expand(zeros({1}), {3}), zeros({3})), "add_", "expanded",
+                      "clone");
   TENSOR_EXPECT_ERROR(raw::add_(Tensor(), zeros({3})), "add_", "undefined");
 }
 

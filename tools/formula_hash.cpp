@@ -53,22 +53,22 @@ const char* dtype_label(DType d) {
 std::vector<double> edge_values(DType d) {
   const double inf = std::numeric_limits<double>::infinity();
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  std::vector<double> v = {0.0,  -0.0, 1.0,   -1.0, 0.5,  -0.5,  2.0,   3.0,  -2.5, 1e-3,
-                           -1e-3, 7.0, -7.0,  20.0, -20.0, 40.0, -40.0, 88.5, -88.5, 100.0,
-                           -100.0, inf, -inf, nan,  -nan};
+  std::vector<double> v = {0.0,   -0.0,  1.0,    -1.0, 0.5,  -0.5,  2.0,  3.0,   -2.5,
+                           1e-3,  -1e-3, 7.0,    -7.0, 20.0, -20.0, 40.0, -40.0, 88.5,
+                           -88.5, 100.0, -100.0, inf,  -inf, nan,   -nan};
   switch (d) {
     case DType::f64:
-      v.insert(v.end(), {4.9e-324, -4.9e-324, 1e-310, 2.2250738585072014e-308, 1e-300,
-                         1.7e308, -1.7e308, 1e154, 709.0, -709.0, 745.0, -745.0});
+      v.insert(v.end(), {4.9e-324, -4.9e-324, 1e-310, 2.2250738585072014e-308, 1e-300, 1.7e308,
+                         -1.7e308, 1e154, 709.0, -709.0, 745.0, -745.0});
       break;
     case DType::f32:
     case DType::bf16:
-      v.insert(v.end(), {1.4e-45, -1.4e-45, 1e-40, 1.1754943508222875e-38, 1e-30, 3.0e38,
-                         -3.0e38, 1.8e19, 87.0, -87.0, 104.0, -104.0});
+      v.insert(v.end(), {1.4e-45, -1.4e-45, 1e-40, 1.1754943508222875e-38, 1e-30, 3.0e38, -3.0e38,
+                         1.8e19, 87.0, -87.0, 104.0, -104.0});
       break;
     case DType::f16:
-      v.insert(v.end(), {6e-8, -6e-8, 1e-5, 6.103515625e-5, 1e-4, 65504.0, -65504.0, 255.0,
-                         11.0, -11.0, 17.0, -17.0});
+      v.insert(v.end(), {6e-8, -6e-8, 1e-5, 6.103515625e-5, 1e-4, 65504.0, -65504.0, 255.0, 11.0,
+                         -11.0, 17.0, -17.0});
       break;
     default: break;
   }
@@ -102,20 +102,34 @@ struct Named {
   Op op;
   const char* name;
 };
-constexpr Named<BinaryOp> kBinaryOps[] = {
-    {BinaryOp::add, "add"}, {BinaryOp::sub, "sub"}, {BinaryOp::mul, "mul"},
-    {BinaryOp::relu_backward, "relu_backward"}, {BinaryOp::div, "div"}, {BinaryOp::pow, "pow"},
-    {BinaryOp::xlogy, "xlogy"}, {BinaryOp::sqrt_backward, "sqrt_backward"},
-    {BinaryOp::rsqrt_backward, "rsqrt_backward"}, {BinaryOp::tanh_backward, "tanh_backward"},
-    {BinaryOp::sigmoid_backward, "sigmoid_backward"}, {BinaryOp::silu_backward, "silu_backward"},
-    {BinaryOp::gelu_backward, "gelu_backward"},
-    {BinaryOp::gelu_tanh_backward, "gelu_tanh_backward"}};
-constexpr Named<UnaryOp> kUnaryOps[] = {
-    {UnaryOp::neg, "neg"}, {UnaryOp::scale, "scale"}, {UnaryOp::add_scalar, "add_scalar"},
-    {UnaryOp::relu, "relu"}, {UnaryOp::exp, "exp"}, {UnaryOp::log, "log"},
-    {UnaryOp::sqrt, "sqrt"}, {UnaryOp::rsqrt, "rsqrt"}, {UnaryOp::pow, "pow"},
-    {UnaryOp::tanh, "tanh"}, {UnaryOp::sigmoid, "sigmoid"}, {UnaryOp::silu, "silu"},
-    {UnaryOp::gelu, "gelu"}, {UnaryOp::gelu_tanh, "gelu_tanh"}};
+constexpr Named<BinaryOp> kBinaryOps[] = {{BinaryOp::add, "add"},
+                                          {BinaryOp::sub, "sub"},
+                                          {BinaryOp::mul, "mul"},
+                                          {BinaryOp::relu_backward, "relu_backward"},
+                                          {BinaryOp::div, "div"},
+                                          {BinaryOp::pow, "pow"},
+                                          {BinaryOp::xlogy, "xlogy"},
+                                          {BinaryOp::sqrt_backward, "sqrt_backward"},
+                                          {BinaryOp::rsqrt_backward, "rsqrt_backward"},
+                                          {BinaryOp::tanh_backward, "tanh_backward"},
+                                          {BinaryOp::sigmoid_backward, "sigmoid_backward"},
+                                          {BinaryOp::silu_backward, "silu_backward"},
+                                          {BinaryOp::gelu_backward, "gelu_backward"},
+                                          {BinaryOp::gelu_tanh_backward, "gelu_tanh_backward"}};
+constexpr Named<UnaryOp> kUnaryOps[] = {{UnaryOp::neg, "neg"},
+                                        {UnaryOp::scale, "scale"},
+                                        {UnaryOp::add_scalar, "add_scalar"},
+                                        {UnaryOp::relu, "relu"},
+                                        {UnaryOp::exp, "exp"},
+                                        {UnaryOp::log, "log"},
+                                        {UnaryOp::sqrt, "sqrt"},
+                                        {UnaryOp::rsqrt, "rsqrt"},
+                                        {UnaryOp::pow, "pow"},
+                                        {UnaryOp::tanh, "tanh"},
+                                        {UnaryOp::sigmoid, "sigmoid"},
+                                        {UnaryOp::silu, "silu"},
+                                        {UnaryOp::gelu, "gelu"},
+                                        {UnaryOp::gelu_tanh, "gelu_tanh"}};
 
 // The scalars each unary op runs with (pow's special-cased exponents and two others).
 std::vector<double> scalars_of(UnaryOp op) {
@@ -156,8 +170,8 @@ void run(DType d) {
   const char* inplace_names[] = {"add", "mul", "copy"};
   for (int i = 0; i < 3; ++i) {
     for (double alpha : {1.0, 0.3, -1.5}) {
-      const std::string name = std::string("inplace ") + inplace_names[i] +
-                               " alpha=" + std::to_string(alpha);
+      const std::string name =
+          std::string("inplace ") + inplace_names[i] + " alpha=" + std::to_string(alpha);
       Tensor dst = cg::raw::clone(a);
       k.inplace(inplace_ops[i], dst, b, alpha);
       print(name + " flat", d, dst);
@@ -168,8 +182,8 @@ void run(DType d) {
   }
   for (bool divide : {false, true}) {
     for (double value : {1.0, -0.25}) {
-      const std::string name = std::string("addcmul divide=") + (divide ? "1" : "0") +
-                               " value=" + std::to_string(value);
+      const std::string name =
+          std::string("addcmul divide=") + (divide ? "1" : "0") + " value=" + std::to_string(value);
       Tensor dst = cg::raw::clone(make(xc, {int64_t(n)}, d));
       k.addcmul(dst, a, b, value, divide);
       print(name, d, dst);

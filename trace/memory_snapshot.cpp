@@ -15,10 +15,14 @@ namespace cg {
 
 namespace {
 
-nlohmann::json frames(const TraceFile& file, uint32_t scope, uint32_t holder, MemoryCategory category) {
-  const std::string name = holder != 0 ? "saved by " + file.name(holder) : std::string("(") + category_name(category) + ")";
+nlohmann::json frames(const TraceFile& file, uint32_t scope, uint32_t holder,
+                      MemoryCategory category) {
+  const std::string name = holder != 0 ? "saved by " + file.name(holder)
+                                       : std::string("(") + category_name(category) + ")";
   return nlohmann::json::array(
-      {{{"filename", scope == 0 ? std::string("<top level>") : file.name(scope)}, {"line", 0}, {"name", name}}});
+      {{{"filename", scope == 0 ? std::string("<top level>") : file.name(scope)},
+        {"line", 0},
+        {"name", name}}});
 }
 
 // For each alloc and free event: the label of the first node that saved the block
@@ -137,7 +141,8 @@ void encode(std::string& out, const nlohmann::json& j) {
 }  // namespace
 
 std::string to_pickle(const nlohmann::json& j, int protocol) {
-  CG_CHECK(protocol >= 2 && protocol <= 4, "to_pickle: protocol ", protocol, " is not supported (2, 3 or 4)");
+  CG_CHECK(protocol >= 2 && protocol <= 4, "to_pickle: protocol ", protocol,
+           " is not supported (2, 3 or 4)");
   std::string out;
   out.push_back('\x80');  // PROTO
   out.push_back(static_cast<char>(protocol));
@@ -179,23 +184,29 @@ nlohmann::json memory_viz_snapshot(const TraceFile& file) {
       case TraceAction::oom:
         entry.erase("addr");
         entry["action"] = "oom";
-        entry["device_free"] = 0;  // not recorded: the request was refused by the limit or the source
+        entry["device_free"] =
+            0;  // not recorded: the request was refused by the limit or the source
         list.push_back(std::move(entry));
         break;
       default: break;  // saved and phases are chunkgrad's own; they went into frames above
     }
   }
   if (any_category && !any_unknown) {
-    traces[0].push_back({{"action", "snapshot"}, {"addr", 0}, {"size", 0}, {"stream", 0},
+    traces[0].push_back({{"action", "snapshot"},
+                         {"addr", 0},
+                         {"size", 0},
+                         {"stream", 0},
                          {"time_us", file.events.empty() ? 0 : file.events.back().time_us},
-                         {"frames", nlohmann::json::array()}, {"category", "unknown"}});
+                         {"frames", nlohmann::json::array()},
+                         {"category", "unknown"}});
   }
 
   // Who held each block at the end (the node that saved it), for the blocks' frames.
   std::vector<std::unordered_map<uint64_t, uint32_t>> end_holder(devices);
   for (size_t d = 0; d < devices; ++d) {
     if (file.events.empty()) break;
-    for (const LiveBlock& b : live_blocks_after(file, static_cast<int>(d), file.events.size() - 1)) {
+    for (const LiveBlock& b :
+         live_blocks_after(file, static_cast<int>(d), file.events.size() - 1)) {
       if (!b.holders.empty()) end_holder[d][b.addr] = b.holders.front();
     }
   }
@@ -209,13 +220,15 @@ nlohmann::json memory_viz_snapshot(const TraceFile& file) {
         requested += b.requested;
       }
       auto h = end_holder[s.device].find(b.addr);
-      blocks.push_back({{"address", b.addr},
-                        {"size", b.size},
-                        {"requested_size", b.allocated ? b.requested : 0},
-                        {"state", b.allocated ? "active_allocated" : "inactive"},
-                        {"frames", b.allocated ? frames(file, b.scope, h == end_holder[s.device].end() ? 0 : h->second,
-                                                        b.category)
-                                               : nlohmann::json::array()}});
+      blocks.push_back(
+          {{"address", b.addr},
+           {"size", b.size},
+           {"requested_size", b.allocated ? b.requested : 0},
+           {"state", b.allocated ? "active_allocated" : "inactive"},
+           {"frames",
+            b.allocated
+                ? frames(file, b.scope, h == end_holder[s.device].end() ? 0 : h->second, b.category)
+                : nlohmann::json::array()}});
     }
     segments.push_back({{"device", s.device},
                         {"address", s.addr},

@@ -46,7 +46,8 @@ struct Replay {
       if (s.device != device) continue;
       reserved += static_cast<int64_t>(s.size);
       for (const BlockRecord& b : s.blocks) {
-        if (b.allocated) live[b.addr] = LiveBlock{b.addr, b.size, b.requested, b.category, b.scope, {}, true};
+        if (b.allocated)
+          live[b.addr] = LiveBlock{b.addr, b.size, b.requested, b.category, b.scope, {}, true};
       }
     }
     for (auto it = file.events.rbegin(); it != file.events.rend(); ++it) {
@@ -54,7 +55,9 @@ struct Replay {
       if (e.device != device) continue;
       switch (e.action) {
         case TraceAction::free:
-          if (!live.emplace(e.addr, LiveBlock{e.addr, e.size, e.requested, e.category, e.scope, {}, true}).second) {
+          if (!live.emplace(e.addr,
+                            LiveBlock{e.addr, e.size, e.requested, e.category, e.scope, {}, true})
+                   .second) {
             ++inconsistencies;
           }
           break;
@@ -98,8 +101,8 @@ struct Replay {
       case TraceAction::segment_free: reserved -= static_cast<int64_t>(e.size); break;
       case TraceAction::saved: {
         auto it = live.find(e.addr);
-        if (it != live.end() && std::find(it->second.holders.begin(), it->second.holders.end(), e.label) ==
-                                    it->second.holders.end()) {
+        if (it != live.end() && std::find(it->second.holders.begin(), it->second.holders.end(),
+                                          e.label) == it->second.holders.end()) {
           it->second.holders.push_back(e.label);
         }
         break;
@@ -116,7 +119,8 @@ struct Replay {
 std::vector<MemoryGroup> sorted_groups(const std::map<std::string, MemoryGroup>& groups) {
   std::vector<MemoryGroup> out;
   for (const auto& [name, g] : groups) out.push_back(g);
-  std::stable_sort(out.begin(), out.end(), [](const MemoryGroup& a, const MemoryGroup& b) { return a.bytes > b.bytes; });
+  std::stable_sort(out.begin(), out.end(),
+                   [](const MemoryGroup& a, const MemoryGroup& b) { return a.bytes > b.bytes; });
   return out;
 }
 
@@ -135,7 +139,8 @@ std::vector<PhaseSpan> phase_spans(const TraceFile& file) {
   for (size_t i = 0; i < file.events.size(); ++i) {
     const TraceRecord& e = file.events[i];
     if (e.action == TraceAction::phase_begin) {
-      open.push_back(PhaseSpan{file.name(e.label), e.time_us, last, i, file.events.size(), static_cast<int>(open.size())});
+      open.push_back(PhaseSpan{file.name(e.label), e.time_us, last, i, file.events.size(),
+                               static_cast<int>(open.size())});
     } else if (e.action == TraceAction::phase_end) {
       // The innermost open phase of that name (an end without a begin: the begin was dropped).
       for (size_t k = open.size(); k-- > 0;) {
@@ -150,20 +155,24 @@ std::vector<PhaseSpan> phase_spans(const TraceFile& file) {
     }
   }
   spans.insert(spans.end(), open.begin(), open.end());
-  std::sort(spans.begin(), spans.end(), [](const PhaseSpan& a, const PhaseSpan& b) { return a.begin_event < b.begin_event; });
+  std::sort(spans.begin(), spans.end(),
+            [](const PhaseSpan& a, const PhaseSpan& b) { return a.begin_event < b.begin_event; });
   return spans;
 }
 
 }  // namespace
 
 const char* const kHolderCounting =
-    "largest autograd holder: the allocator blocks live at the peak, each counted once for the first node that "
-    "saved it (chunkgrad train's \"largest graph node\" counts a node name's saved tensors once the forward is "
+    "largest autograd holder: the allocator blocks live at the peak, each counted once for the "
+    "first node that "
+    "saved it (chunkgrad train's \"largest graph node\" counts a node name's saved tensors once "
+    "the forward is "
     "done, so the two can differ)";
 
 std::string TraceAnalysis::fragmentation_text() const {
   const int64_t f = fragmentation();
-  return f >= 0 ? format_bytes(f) : format_bytes(f) + " (NEGATIVE: reserved is below allocated; see the note)";
+  return f >= 0 ? format_bytes(f)
+                : format_bytes(f) + " (NEGATIVE: reserved is below allocated; see the note)";
 }
 
 const MemoryGroup* TraceAnalysis::top_saved_holder() const {
@@ -177,7 +186,8 @@ std::vector<LiveBlock> live_blocks_after(const TraceFile& file, int device, size
   Replay r(file, device);
   r.start();
   if (event != SIZE_MAX) {
-    CG_CHECK(event < file.events.size(), "live_blocks_after: event ", event, " of ", file.events.size());
+    CG_CHECK(event < file.events.size(), "live_blocks_after: event ", event, " of ",
+             file.events.size());
     for (size_t i = 0; i <= event; ++i) r.apply(file.events[i]);
     // A node may save a block after this event (fused saves dh once its loop is done):
     // it holds the block for the block's whole life, so later saves count until it is freed.
@@ -191,14 +201,15 @@ std::vector<LiveBlock> live_blocks_after(const TraceFile& file, int device, size
   }
   std::vector<LiveBlock> out;
   for (const auto& [addr, b] : r.live) out.push_back(b);
-  std::sort(out.begin(), out.end(), [](const LiveBlock& a, const LiveBlock& b) { return a.addr < b.addr; });
+  std::sort(out.begin(), out.end(),
+            [](const LiveBlock& a, const LiveBlock& b) { return a.addr < b.addr; });
   return out;
 }
 
 TraceAnalysis analyse_trace(const TraceFile& file, int device) {
   if (device < 0) device = pick_device(file);
-  CG_CHECK(file.devices.empty() || device < static_cast<int>(file.devices.size()), file.source, ": no device ",
-           device, " (the trace has ", file.devices.size(), ")");
+  CG_CHECK(file.devices.empty() || device < static_cast<int>(file.devices.size()), file.source,
+           ": no device ", device, " (the trace has ", file.devices.size(), ")");
   TraceAnalysis a;
   a.device = file.devices.empty() ? "cpu" : file.devices[device];
   if (!file.events.empty()) {
@@ -207,8 +218,9 @@ TraceAnalysis analyse_trace(const TraceFile& file, int device) {
   }
   if (file.partial()) a.notes.push_back(file.partial_note());
   if (!file.end_state_recorded) {
-    a.notes.push_back("the file has no end state (\"segments\"): blocks allocated before tracing began and never "
-                      "freed are not counted");
+    a.notes.push_back(
+        "the file has no end state (\"segments\"): blocks allocated before tracing began and never "
+        "freed are not counted");
   }
 
   Replay r(file, device);
@@ -219,7 +231,8 @@ TraceAnalysis analyse_trace(const TraceFile& file, int device) {
     if (e.device == device) ++a.events;
     if (e.device == device && changes_memory(e.action)) ++memory_events;
   }
-  const size_t per_point = std::max<size_t>(1, (memory_events + kTimelinePoints - 1) / kTimelinePoints);
+  const size_t per_point =
+      std::max<size_t>(1, (memory_events + kTimelinePoints - 1) / kTimelinePoints);
   a.timeline.push_back(a.peak);
   TimelinePoint bucket;
   size_t in_bucket = 0;
@@ -238,27 +251,33 @@ TraceAnalysis analyse_trace(const TraceFile& file, int device) {
     }
   }
   if (in_bucket > 0) a.timeline.push_back(bucket);
-  const TimelinePoint end = r.point(a.end_us, file.events.empty() ? SIZE_MAX : file.events.size() - 1);
+  const TimelinePoint end =
+      r.point(a.end_us, file.events.empty() ? SIZE_MAX : file.events.size() - 1);
   if (a.timeline.back().event != end.event) a.timeline.push_back(end);
   a.inconsistencies = r.inconsistencies;
   if (a.inconsistencies > 0) {
-    a.notes.push_back(std::to_string(a.inconsistencies) +
-                      " events do not match the blocks replayed so far (a free of an unknown block or an allocation "
-                      "over a live one): the file was edited, merged from two runs, or the end state is not this "
-                      "trace's; the numbers may be off");
+    a.notes.push_back(
+        std::to_string(a.inconsistencies) +
+        " events do not match the blocks replayed so far (a free of an unknown block or an "
+        "allocation "
+        "over a live one): the file was edited, merged from two runs, or the end state is not this "
+        "trace's; the numbers may be off");
   }
 
   if (a.fragmentation() < 0) {
-    a.notes.push_back("at the peak reserved (" + format_bytes(a.peak.reserved) + ") is below allocated (" +
-                      format_bytes(a.peak.allocated) + "): blocks lie outside the segments the trace knows (its "
-                      "segment events are missing or it is inconsistent), so its fragmentation is negative and "
-                      "means nothing");
+    a.notes.push_back(
+        "at the peak reserved (" + format_bytes(a.peak.reserved) + ") is below allocated (" +
+        format_bytes(a.peak.allocated) +
+        "): blocks lie outside the segments the trace knows (its "
+        "segment events are missing or it is inconsistent), so its fragmentation is negative and "
+        "means nothing");
   }
   a.live_at_peak = live_blocks_after(file, device, a.peak.event);
   std::stable_sort(a.live_at_peak.begin(), a.live_at_peak.end(),
                    [](const LiveBlock& x, const LiveBlock& y) { return x.size > y.size; });
   std::map<std::string, MemoryGroup> by_category, by_scope, by_holder;
-  auto count = [](std::map<std::string, MemoryGroup>& groups, const std::string& name, uint64_t bytes) {
+  auto count = [](std::map<std::string, MemoryGroup>& groups, const std::string& name,
+                  uint64_t bytes) {
     MemoryGroup& g = groups[name];
     g.name = name;
     g.bytes += static_cast<int64_t>(bytes);
@@ -275,7 +294,8 @@ TraceAnalysis analyse_trace(const TraceFile& file, int device) {
 
   a.phases = phase_spans(file);
   for (const PhaseSpan& p : a.phases) {
-    const bool contains = a.peak.event != SIZE_MAX && p.begin_event <= a.peak.event && a.peak.event <= p.end_event;
+    const bool contains =
+        a.peak.event != SIZE_MAX && p.begin_event <= a.peak.event && a.peak.event <= p.end_event;
     if (contains) a.peak_phase = p.name;  // spans are in begin order: the last one is innermost
   }
   return a;

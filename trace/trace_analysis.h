@@ -61,15 +61,15 @@ struct TraceAnalysis {
   // At most ~kTimelinePoints points: each stands for a run of events and is the one with
   // the most allocated bytes in it, so the peak is always a point.
   std::vector<TimelinePoint> timeline;
-  TimelinePoint peak;               // the first time allocated reached its maximum
+  TimelinePoint peak;                   // the first time allocated reached its maximum
   std::vector<LiveBlock> live_at_peak;  // largest first
   std::vector<MemoryGroup> by_category, by_scope, by_holder;  // largest first
   std::vector<PhaseSpan> phases;
-  std::string peak_phase;           // innermost phase around the peak ("" if none)
+  std::string peak_phase;  // innermost phase around the peak ("" if none)
   std::vector<TraceRecord> ooms;
-  size_t events = 0;                // events of this device
-  size_t inconsistencies = 0;       // frees of unknown blocks, allocs over live ones
-  std::vector<std::string> notes;   // partial trace, inconsistencies: say them with the answer
+  size_t events = 0;               // events of this device
+  size_t inconsistencies = 0;      // frees of unknown blocks, allocs over live ones
+  std::vector<std::string> notes;  // partial trace, inconsistencies: say them with the answer
   int64_t fragmentation() const { return peak.reserved - peak.allocated; }
   // fragmentation() for a report: a negative one (reserved below allocated, which only a
   // partial or inconsistent trace shows) is flagged, never a bare "-512 B".

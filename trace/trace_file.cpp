@@ -29,7 +29,8 @@ TraceAction parse_action(const std::string& s, const std::string& where) {
                         TraceAction::phase_begin, TraceAction::phase_end}) {
     if (s == action_name(a)) return a;
   }
-  CG_FAIL(where, ": unknown action \"", s, "\" (expected alloc, free, segment_alloc, segment_free, oom, "
+  CG_FAIL(where, ": unknown action \"", s,
+          "\" (expected alloc, free, segment_alloc, segment_free, oom, "
           "saved, phase_begin or phase_end)");
 }
 
@@ -57,7 +58,8 @@ struct Reader {
     out.devices.push_back(s);
     return device_ids[s] = static_cast<int>(out.devices.size()) - 1;
   }
-  static const nlohmann::json& field(const nlohmann::json& j, const char* key, const std::string& where) {
+  static const nlohmann::json& field(const nlohmann::json& j, const char* key,
+                                     const std::string& where) {
     CG_CHECK(j.is_object(), where, " is not a JSON object");
     auto it = j.find(key);
     CG_CHECK(it != j.end(), where, " has no \"", key, "\"");
@@ -65,8 +67,8 @@ struct Reader {
   }
   static uint64_t u64(const nlohmann::json& j, const char* key, const std::string& where) {
     const nlohmann::json& v = field(j, key, where);
-    CG_CHECK(v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0), where, ": \"", key,
-             "\" must be a non-negative integer, got ", describe_json(v));
+    CG_CHECK(v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0), where,
+             ": \"", key, "\" must be a non-negative integer, got ", describe_json(v));
     return v.get<uint64_t>();
   }
   // A block or segment size: at most kMaxAllocation, the largest the allocator hands out.
@@ -74,8 +76,9 @@ struct Reader {
   // wrong peaks. (An "oom" event's request may be larger: it is what was refused.)
   static uint64_t bytes(const nlohmann::json& j, const char* key, const std::string& where) {
     const uint64_t v = u64(j, key, where);
-    CG_CHECK(v <= kMaxAllocation, where, ": \"", key, "\" ", v, " is larger than any allocation (at most ",
-             kMaxAllocation, " bytes): the file is damaged");
+    CG_CHECK(v <= kMaxAllocation, where, ": \"", key, "\" ", v,
+             " is larger than any allocation (at most ", kMaxAllocation,
+             " bytes): the file is damaged");
     return v;
   }
   static std::string str(const nlohmann::json& j, const char* key, const std::string& where) {
@@ -98,7 +101,8 @@ void rebuild_end_state(TraceFile& t) {
     const auto key = std::make_pair(e.device, e.addr);
     switch (e.action) {
       case TraceAction::segment_alloc:
-        segments[key] = SegmentRecord{e.device, e.addr, e.size, e.size <= kSmallBuffer, e.stream, {}};
+        segments[key] =
+            SegmentRecord{e.device, e.addr, e.size, e.size <= kSmallBuffer, e.stream, {}};
         break;
       case TraceAction::segment_free: segments.erase(key); break;
       case TraceAction::alloc:
@@ -110,14 +114,17 @@ void rebuild_end_state(TraceFile& t) {
   }
   for (auto& [key, seg] : segments) {
     uint64_t at = seg.addr;
-    for (auto it = blocks.lower_bound({seg.device, seg.addr}); it != blocks.end() && it->first.first == seg.device &&
-                                                               it->first.second < seg.addr + seg.size;
+    for (auto it = blocks.lower_bound({seg.device, seg.addr});
+         it != blocks.end() && it->first.first == seg.device &&
+         it->first.second < seg.addr + seg.size;
          ++it) {
-      if (it->second.addr > at) seg.blocks.push_back(BlockRecord{at, it->second.addr - at, 0, false, {}, 0});
+      if (it->second.addr > at)
+        seg.blocks.push_back(BlockRecord{at, it->second.addr - at, 0, false, {}, 0});
       seg.blocks.push_back(it->second);
       at = it->second.addr + it->second.size;
     }
-    if (at < seg.addr + seg.size) seg.blocks.push_back(BlockRecord{at, seg.addr + seg.size - at, 0, false, {}, 0});
+    if (at < seg.addr + seg.size)
+      seg.blocks.push_back(BlockRecord{at, seg.addr + seg.size - at, 0, false, {}, 0});
     t.segments.push_back(std::move(seg));
   }
 }
@@ -126,7 +133,8 @@ void rebuild_end_state(TraceFile& t) {
 
 MemoryCategory parse_category(const std::string& name) {
   for (int c = 0; c <= static_cast<int>(MemoryCategory::input); ++c) {
-    if (name == category_name(static_cast<MemoryCategory>(c))) return static_cast<MemoryCategory>(c);
+    if (name == category_name(static_cast<MemoryCategory>(c)))
+      return static_cast<MemoryCategory>(c);
   }
   return MemoryCategory::unknown;
 }
@@ -182,14 +190,18 @@ TraceFile parse_trace_file(const nlohmann::json& j, const std::string& source) {
   Reader r(t);
   CG_CHECK(j.is_object() && j.contains("events"), source,
            " is not a chunkgrad memory trace: it has no \"events\" list",
-           j.is_object() && j.contains("traceEvents") ? " (it looks like a Chrome/Perfetto trace: open it in ui.perfetto.dev)"
-           : j.is_object() && j.contains("device_traces") ? " (it looks like a PyTorch memory snapshot: open it in pytorch.org/memory_viz)"
-                                                          : "",
+           j.is_object() && j.contains("traceEvents")
+               ? " (it looks like a Chrome/Perfetto trace: open it in ui.perfetto.dev)"
+           : j.is_object() && j.contains("device_traces")
+               ? " (it looks like a PyTorch memory snapshot: open it in pytorch.org/memory_viz)"
+               : "",
            "; ", kHowToWrite);
   if (j.contains("format")) {
-    CG_CHECK(j["format"] == kFormat, source, ": format ", describe_json(j["format"]), " is not ", kFormat);
+    CG_CHECK(j["format"] == kFormat, source, ": format ", describe_json(j["format"]), " is not ",
+             kFormat);
     const uint64_t version = Reader::u64(j, "version", source);
-    CG_CHECK(version == 1, source, ": trace version ", version, " is newer than this reader (1); rebuild chunkgrad");
+    CG_CHECK(version == 1, source, ": trace version ", version,
+             " is newer than this reader (1); rebuild chunkgrad");
   }
   const nlohmann::json& events = j["events"];
   CG_CHECK(events.is_array(), source, ": \"events\" must be a list");
@@ -203,10 +215,11 @@ TraceFile parse_trace_file(const nlohmann::json& j, const std::string& source) {
     TraceRecord rec;
     rec.action = parse_action(Reader::str(e, "action", where), where);
     const nlohmann::json& time = Reader::field(e, "time_us", where);
-    CG_CHECK(time.is_number_integer(), where, ": \"time_us\" must be an integer, got ", describe_json(time));
+    CG_CHECK(time.is_number_integer(), where, ": \"time_us\" must be an integer, got ",
+             describe_json(time));
     rec.time_us = time.get<int64_t>();
-    CG_CHECK(rec.time_us >= last_time, where, ": time_us ", rec.time_us, " goes back in time (previous ", last_time,
-             "): events must be oldest first");
+    CG_CHECK(rec.time_us >= last_time, where, ": time_us ", rec.time_us,
+             " goes back in time (previous ", last_time, "): events must be oldest first");
     last_time = rec.time_us;
     rec.addr = Reader::u64(e, "addr", where);
     if (rec.action == TraceAction::oom) {
@@ -217,7 +230,8 @@ TraceFile parse_trace_file(const nlohmann::json& j, const std::string& source) {
       rec.requested = e.contains("requested") ? Reader::bytes(e, "requested", where) : rec.size;
     }
     rec.device = r.device_id(Reader::str_or(e, "device", "cpu"), where);
-    rec.stream = e.contains("stream") ? static_cast<StreamId>(Reader::u64(e, "stream", where)) : kDefaultStream;
+    rec.stream = e.contains("stream") ? static_cast<StreamId>(Reader::u64(e, "stream", where))
+                                      : kDefaultStream;
     rec.category = parse_category(Reader::str_or(e, "category", "unknown"));
     rec.scope = r.name_id(Reader::str_or(e, "scope", ""));
     rec.label = r.name_id(Reader::str_or(e, "label", ""));
@@ -233,8 +247,10 @@ TraceFile parse_trace_file(const nlohmann::json& j, const std::string& source) {
       seg.device = r.device_id(Reader::str(s, "device", where), where);
       seg.addr = Reader::u64(s, "addr", where);
       seg.size = Reader::bytes(s, "size", where);
-      seg.small_pool = Reader::field(s, "small_pool", where).is_boolean() && s["small_pool"].get<bool>();
-      seg.stream = s.contains("stream") ? static_cast<StreamId>(Reader::u64(s, "stream", where)) : kDefaultStream;
+      seg.small_pool =
+          Reader::field(s, "small_pool", where).is_boolean() && s["small_pool"].get<bool>();
+      seg.stream = s.contains("stream") ? static_cast<StreamId>(Reader::u64(s, "stream", where))
+                                        : kDefaultStream;
       const nlohmann::json& blocks = Reader::field(s, "blocks", where);
       CG_CHECK(blocks.is_array(), where, ": \"blocks\" must be a list");
       uint64_t at = seg.addr;
@@ -248,11 +264,13 @@ TraceFile parse_trace_file(const nlohmann::json& j, const std::string& source) {
         block.allocated = allocated.get<bool>();
         block.category = parse_category(Reader::str_or(b, "category", "unknown"));
         block.scope = r.name_id(Reader::str_or(b, "scope", ""));
-        CG_CHECK(block.addr == at, where, ": its blocks do not tile it (a block at ", block.addr, ", expected ", at, ")");
+        CG_CHECK(block.addr == at, where, ": its blocks do not tile it (a block at ", block.addr,
+                 ", expected ", at, ")");
         at += block.size;
         seg.blocks.push_back(block);
       }
-      CG_CHECK(at == seg.addr + seg.size, where, ": its blocks cover ", at - seg.addr, " of its ", seg.size, " bytes");
+      CG_CHECK(at == seg.addr + seg.size, where, ": its blocks cover ", at - seg.addr, " of its ",
+               seg.size, " bytes");
       t.segments.push_back(std::move(seg));
     }
     t.end_state_recorded = true;
@@ -279,13 +297,14 @@ TraceFile read_trace_file(const std::string& path) {
   } catch (const nlohmann::json::parse_error& e) {
     // e.byte counts from 1 and is one past the text when the input ended early ("byte 14
     // of 13"): that case is said in words.
-    const bool at_end = e.byte > text.size() || std::string(e.what()).find("unexpected end of input") != std::string::npos;
+    const bool at_end = e.byte > text.size() ||
+                        std::string(e.what()).find("unexpected end of input") != std::string::npos;
     if (at_end) {
       CG_FAIL(path, " ends in the middle of its JSON after ", text.size(),
               " bytes (truncated? the run may have been killed while writing it)");
     }
-    CG_FAIL(path, " is not JSON (a chunkgrad memory trace is JSON): parse error at byte ", e.byte, " of ",
-            text.size());
+    CG_FAIL(path, " is not JSON (a chunkgrad memory trace is JSON): parse error at byte ", e.byte,
+            " of ", text.size());
   }
   return parse_trace_file(j, path);
 }

@@ -27,12 +27,12 @@ namespace cg {
 struct TraceRecord {
   TraceAction action = TraceAction::alloc;
   MemoryCategory category = MemoryCategory::unknown;
-  int device = 0;          // index into TraceFile::devices
+  int device = 0;  // index into TraceFile::devices
   StreamId stream = kDefaultStream;
   int64_t time_us = 0;
   uint64_t addr = 0, size = 0, requested = 0;
-  uint32_t scope = 0;      // index into TraceFile::names ("" = top level)
-  uint32_t label = 0;      // saved: the holder; phases: the phase name (0 = none)
+  uint32_t scope = 0;  // index into TraceFile::names ("" = top level)
+  uint32_t label = 0;  // saved: the holder; phases: the phase name (0 = none)
 };
 
 struct BlockRecord {
@@ -51,14 +51,14 @@ struct SegmentRecord {
 };
 
 struct TraceFile {
-  std::string source;                 // the file's path (or "<json>") for messages
-  std::vector<std::string> devices;   // "cpu", "cuda:0", in order of appearance
-  std::vector<std::string> names;     // scope paths and labels; names[0] == ""
-  std::vector<TraceRecord> events;    // oldest first
+  std::string source;                   // the file's path (or "<json>") for messages
+  std::vector<std::string> devices;     // "cpu", "cuda:0", in order of appearance
+  std::vector<std::string> names;       // scope paths and labels; names[0] == ""
+  std::vector<TraceRecord> events;      // oldest first
   std::vector<SegmentRecord> segments;  // the end state (Note [Trace file])
-  bool end_state_recorded = false;    // false: segments were rebuilt from the events
-  uint64_t dropped = 0;               // events the ring buffer overwrote before these
-  uint64_t capacity = 0;              // of the ring buffer (0: unknown)
+  bool end_state_recorded = false;      // false: segments were rebuilt from the events
+  uint64_t dropped = 0;                 // events the ring buffer overwrote before these
+  uint64_t capacity = 0;                // of the ring buffer (0: unknown)
   bool partial() const { return dropped > 0; }
   const std::string& name(uint32_t id) const { return names.at(id); }
   // One line for reports: why the answer covers only part of the run, or "".

@@ -53,7 +53,8 @@ BlockBatch build_block_batch(const std::vector<const DrafterSequence*>& sequence
   b.num_blocks = num_blocks;
   b.block_size = block_size;
   for (const auto* s : sequences) {
-    CG_CHECK(s->ids.size() == s->loss_mask.size(), "build_block_batch: ids and loss_mask differ in length");
+    CG_CHECK(s->ids.size() == s->loss_mask.size(),
+             "build_block_batch: ids and loss_mask differ in length");
     b.seq_len = std::max(b.seq_len, static_cast<int64_t>(s->ids.size()));
   }
   CG_CHECK(seq_len == 0 || seq_len >= b.seq_len, "build_block_batch: seq_len ", seq_len,
@@ -73,8 +74,8 @@ BlockBatch build_block_batch(const std::vector<const DrafterSequence*>& sequence
     const int64_t len = static_cast<int64_t>(seq.ids.size());
     std::copy(seq.ids.begin(), seq.ids.end(), b.context_ids.begin() + r * S);
     const auto& a = anchors[static_cast<size_t>(r)];
-    CG_CHECK(static_cast<int64_t>(a.size()) <= N, "build_block_batch: ", a.size(),
-             " anchors for ", N, " blocks");
+    CG_CHECK(static_cast<int64_t>(a.size()) <= N, "build_block_batch: ", a.size(), " anchors for ",
+             N, " blocks");
     for (int64_t blk = 0; blk < N; ++blk) {
       const bool keep = blk < static_cast<int64_t>(a.size());
       const int64_t anchor = keep ? a[static_cast<size_t>(blk)] : -1;
@@ -90,7 +91,9 @@ BlockBatch build_block_batch(const std::vector<const DrafterSequence*>& sequence
         if (!keep) continue;
         if (k == 0) b.block_ids[i] = seq.ids[static_cast<size_t>(anchor)];
         const int64_t t = anchor + k;
-        const double w = (k >= 1 && t < len && seq.loss_mask[static_cast<size_t>(t)]) ? slot_weight(k, gamma) : 0.0;
+        const double w = (k >= 1 && t < len && seq.loss_mask[static_cast<size_t>(t)])
+                             ? slot_weight(k, gamma)
+                             : 0.0;
         if (w <= 0) continue;
         b.weights[i] = w;
         b.labels[i] = seq.ids[static_cast<size_t>(t)];

@@ -35,13 +35,13 @@ double slot_weight(int64_t k, double gamma);
 // A batch of B sequences of one length S, N blocks of block_size each per sequence.
 struct BlockBatch {
   int64_t batch = 0, seq_len = 0, num_blocks = 0, block_size = 0;
-  std::vector<int64_t> context_ids;  // [B, S] (the sequences, padded with pad_id)
-  std::vector<int64_t> anchors;      // [B, N]; -1 = padded block
-  std::vector<uint8_t> padded;       // [B, N]
-  std::vector<int64_t> block_ids;    // [B, N*bs]: anchor token, then MASK
-  std::vector<int64_t> positions;    // [B, N*bs]: anchor + k (k for padded blocks)
-  std::vector<int64_t> labels;       // [B*N*bs]: ids[a+k], or kIgnoreLabel where weight 0
-  std::vector<double> weights;       // [B*N*bs]
+  std::vector<int64_t> context_ids;   // [B, S] (the sequences, padded with pad_id)
+  std::vector<int64_t> anchors;       // [B, N]; -1 = padded block
+  std::vector<uint8_t> padded;        // [B, N]
+  std::vector<int64_t> block_ids;     // [B, N*bs]: anchor token, then MASK
+  std::vector<int64_t> positions;     // [B, N*bs]: anchor + k (k for padded blocks)
+  std::vector<int64_t> labels;        // [B*N*bs]: ids[a+k], or kIgnoreLabel where weight 0
+  std::vector<double> weights;        // [B*N*bs]
   std::vector<int64_t> teacher_rows;  // [B*N*bs]: row b*S + a+k-1 of the target's [B*S]
                                       // hidden states (the teacher of slot k); 0 where weight 0
   std::vector<int64_t> source;        // [B]: the caller's index of each sequence (optional)

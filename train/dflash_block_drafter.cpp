@@ -46,8 +46,8 @@ void DFlashBlockDrafter::append_context(const Tensor& features, int64_t first) {
 }
 
 void DFlashBlockDrafter::truncate_context(int64_t length) {
-  CG_CHECK(length >= 0 && length <= length_, "DFlash drafter: truncate_context(", length,
-           ") with ", length_, " positions cached");
+  CG_CHECK(length >= 0 && length <= length_, "DFlash drafter: truncate_context(", length, ") with ",
+           length_, " positions cached");
   if (length == length_) return;
   for (auto& c : cache_) {
     if (!c.k.defined()) continue;
@@ -66,7 +66,10 @@ std::vector<int64_t> DFlashBlockDrafter::propose(int64_t anchor_token, int64_t a
   std::vector<int64_t> ids(static_cast<size_t>(block_size), drafter_.config().mask_token_id);
   ids[0] = anchor_token;
   const DType dtype = drafter_.fc->weight.dtype();
-  const Tensor x = to_dtype(drafter_.embed(from_ints(ids, {1, block_size}, {.dtype = DType::i64, .device = drafter_.fc->weight.device()})), dtype);
+  const Tensor x = to_dtype(
+      drafter_.embed(from_ints(ids, {1, block_size},
+                               {.dtype = DType::i64, .device = drafter_.fc->weight.device()})),
+      dtype);
   const Tensor pos = nn::RotaryEmbedding::positions(anchor_position, block_size, x.device());
   const Tensor h = drafter_.forward_cached(x, pos, cache_);
   const Tensor rows = reshape(narrow(h, 1, 1, block_size - 1), {block_size - 1, h.size(2)});

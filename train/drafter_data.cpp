@@ -17,7 +17,8 @@ std::vector<DrafterSequence> make_drafter_sequences(const nn::Qwen3ForCausalLM& 
   ByteTokenizer tok;
   std::vector<std::vector<int64_t>> ids;
   for (const auto& p : prompts) ids.push_back(tok.encode(p, {.bos = true}));
-  const std::vector<Generation> generated = generate_all(lm, ids, {.max_new_tokens = max_new_tokens});
+  const std::vector<Generation> generated =
+      generate_all(lm, ids, {.max_new_tokens = max_new_tokens});
   std::vector<DrafterSequence> out;
   for (size_t i = 0; i < ids.size(); ++i) {
     DrafterSequence s;
@@ -37,7 +38,8 @@ TargetFeatures compute_target_features(const nn::Qwen3ForCausalLM& lm,
                                        int64_t pad_id) {
   NoGradGuard no_grad;
   TargetFeatures tf;
-  for (const auto& s : sequences) tf.seq_len = std::max(tf.seq_len, static_cast<int64_t>(s.ids.size()));
+  for (const auto& s : sequences)
+    tf.seq_len = std::max(tf.seq_len, static_cast<int64_t>(s.ids.size()));
   const int64_t S = tf.seq_len, N = static_cast<int64_t>(sequences.size());
   constexpr int64_t kGroup = 32;  // sequences per forward (bounds the activations)
   std::vector<Tensor> feats, finals;
@@ -48,7 +50,9 @@ TargetFeatures compute_target_features(const nn::Qwen3ForCausalLM& lm,
       const auto& s = sequences[static_cast<size_t>(g0 + r)].ids;
       std::copy(s.begin(), s.end(), ids.begin() + r * S);
     }
-    nn::DecoderOutput out = lm.forward(from_ints(ids, {g, S}, {.dtype = DType::i64, .device = lm.lm_head->weight.device()}), {.capture_layers = layers, .logits = false});
+    nn::DecoderOutput out = lm.forward(
+        from_ints(ids, {g, S}, {.dtype = DType::i64, .device = lm.lm_head->weight.device()}),
+        {.capture_layers = layers, .logits = false});
     feats.push_back(cat(out.layer_hidden, 2));
     if (final_hidden) finals.push_back(out.hidden);
   }

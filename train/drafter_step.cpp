@@ -45,7 +45,8 @@ DrafterHeadLoss drafter_eval_head_loss(const DrafterConfig& d) {
   return h;
 }
 
-void check_drafter_chunk(const DrafterHeadLoss& h, int64_t vocab, int64_t hidden, DType dtype, Device device) {
+void check_drafter_chunk(const DrafterHeadLoss& h, int64_t vocab, int64_t hidden, DType dtype,
+                         Device device) {
   if (h.chunk_rows > 0) return;
   // head_loss_chunk_bytes reads shapes, dtypes and strides: one row of hidden states, and
   // the head as that row expanded (a [V, D] view of D elements).
@@ -57,8 +58,9 @@ void check_drafter_chunk(const DrafterHeadLoss& h, int64_t vocab, int64_t hidden
   o.loss = h.loss;
   const size_t one_row = head_loss_chunk_bytes(in, o, 1);
   CG_CHECK(h.chunk_budget_bytes >= one_row, "train config: drafter.head_loss_chunk_budget_mb: ",
-           static_cast<double>(h.chunk_budget_bytes) / (1 << 20), " MiB cannot hold one row of a chunk at V=",
-           vocab, " (", format_bytes(one_row), " of logits and GEMM scratch); raise it, or set "
+           static_cast<double>(h.chunk_budget_bytes) / (1 << 20),
+           " MiB cannot hold one row of a chunk at V=", vocab, " (", format_bytes(one_row),
+           " of logits and GEMM scratch); raise it, or set "
            "drafter.head_loss_chunk_rows");
 }
 
@@ -82,9 +84,9 @@ HeadLossResult drafter_loss(const nn::DFlashDrafter& drafter, const DrafterLossI
   const Tensor x = to_dtype(drafter.embed(from_ints(b.block_ids, {B, T}, ints)), dtype);
   const Tensor positions = from_ints(b.positions, {B, T}, ints);
   std::vector<int64_t> padded(b.padded.begin(), b.padded.end());
-  const AttentionMask mask = AttentionMask::dflash_blocks(
-      b.seq_len, b.block_size, from_ints(b.anchors, {B, b.num_blocks}),
-      to_dtype(from_ints(padded, {B, b.num_blocks}), DType::boolean));
+  const AttentionMask mask =
+      AttentionMask::dflash_blocks(b.seq_len, b.block_size, from_ints(b.anchors, {B, b.num_blocks}),
+                                   to_dtype(from_ints(padded, {B, b.num_blocks}), DType::boolean));
   const Tensor hidden = reshape(drafter.forward(x, positions, mask, context), {B * T, H});
   HeadLossInputs hi;
   hi.hidden = hidden;
@@ -94,7 +96,8 @@ HeadLossResult drafter_loss(const nn::DFlashDrafter& drafter, const DrafterLossI
   if (loss_needs_teacher(loss)) {
     CG_CHECK(in.teacher_hidden.defined(), "drafter_loss: a ", loss_kind_name(loss.kind),
              " loss needs the target's final hidden states");
-    hi.teacher_hidden = to_dtype(index_select(in.teacher_hidden, 0, from_ints(b.teacher_rows, {B * T}, ints)), dtype);
+    hi.teacher_hidden = to_dtype(
+        index_select(in.teacher_hidden, 0, from_ints(b.teacher_rows, {B * T}, ints)), dtype);
   }
   HeadLossOptions o;
   o.path = h.path;

@@ -51,8 +51,8 @@ DrafterHeadLoss drafter_eval_head_loss(const DrafterConfig& config);
 // cannot hold one row of a chunk of a head [vocab, hidden] of `dtype` on `device` (with a
 // teacher's logits when the loss has one). Allocates one row, not the head: called before
 // any work, for every shape the run will step.
-void check_drafter_chunk(const DrafterHeadLoss& head_loss, int64_t vocab, int64_t hidden, DType dtype,
-                         Device device);
+void check_drafter_chunk(const DrafterHeadLoss& head_loss, int64_t vocab, int64_t hidden,
+                         DType dtype, Device device);
 
 struct DrafterLossInputs {
   const BlockBatch* batch = nullptr;
@@ -70,11 +70,11 @@ HeadLossResult drafter_loss(const nn::DFlashDrafter& drafter, const DrafterLossI
 struct SlotMetrics {
   explicit SlotMetrics(int64_t block_size = 0);
   void add(const BlockBatch& batch, const std::vector<int64_t>& argmax);
-  std::vector<double> accuracy() const;       // [block_size]; slot 0 is reported as 1
+  std::vector<double> accuracy() const;  // [block_size]; slot 0 is reported as 1
   // 1 + sum_k prod_{i<=k} acc_i: the expected tokens per target step if slot misses were
   // independent (the notes' EAL, plus the bonus token).
   double expected_acceptance_length() const;
-  double mean_acceptance_length() const;      // the measured 1 + correct prefix per block
+  double mean_acceptance_length() const;  // the measured 1 + correct prefix per block
   int64_t block_size;
   std::vector<int64_t> correct, total;
   double accept_sum = 0;

@@ -1,20 +1,20 @@
 // Why this file exists: the drafter's training loop and checkpoints (drafter_trainer.h).
 #include "train/drafter_trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <regex>
-#include <algorithm>
 
 #include "autograd/grad_mode.h"
 #include "core/factories.h"
+#include "core/json_input.h"
 #include "core/views.h"
 #include "nn/checkpoint.h"
-#include "core/json_input.h"
 #include "nn/safetensors.h"
-#include "ops/index_ops.h"
 #include "ops/elementwise.h"
+#include "ops/index_ops.h"
 #include "ops/shape_ops.h"
 #include "train/stop_signal.h"
 #include "train/target_lm.h"
@@ -24,7 +24,8 @@ namespace cg::train {
 
 namespace {
 
-nn::DFlashDrafterConfig drafter_model_config(const nn::Qwen3Config& tc, const DrafterConfig& config, int64_t mask_id) {
+nn::DFlashDrafterConfig drafter_model_config(const nn::Qwen3Config& tc, const DrafterConfig& config,
+                                             int64_t mask_id) {
   nn::DFlashDrafterConfig dc;
   dc.layers = tc;
   dc.layers.num_layers = config.num_layers;
@@ -65,14 +66,19 @@ uint64_t step_seed(uint64_t seed, int64_t step) {
 
 }  // namespace
 
-DrafterTrainer::DrafterTrainer(nn::DFlashDrafter& drafter, const TrainConfig& config, DrafterTrainData data)
-    : drafter_(drafter), config_(config), data_(std::move(data)),
-      opt_(drafter.parameters(), {.beta1 = config.drafter.optim.beta1, .beta2 = config.drafter.optim.beta2,
+DrafterTrainer::DrafterTrainer(nn::DFlashDrafter& drafter, const TrainConfig& config,
+                               DrafterTrainData data)
+    : drafter_(drafter),
+      config_(config),
+      data_(std::move(data)),
+      opt_(drafter.parameters(), {.beta1 = config.drafter.optim.beta1,
+                                  .beta2 = config.drafter.optim.beta2,
                                   .eps = config.drafter.optim.eps,
                                   .weight_decay = config.drafter.optim.weight_decay,
                                   .grad_clip = config.drafter.optim.grad_clip}),
       head_loss_(drafter_head_loss(config.drafter)) {
-  CG_CHECK(data_.sequences != nullptr && !data_.sequences->empty(), "drafter training: no sequences");
+  CG_CHECK(data_.sequences != nullptr && !data_.sequences->empty(),
+           "drafter training: no sequences");
   CG_CHECK(!loss_needs_teacher(head_loss_.loss) || data_.features.final_hidden.defined(),
            "drafter training: a ", loss_kind_name(head_loss_.loss.kind),
            " loss needs the target's final hidden states");
@@ -126,9 +132,11 @@ QueuedStep DrafterTrainer::train_step_queued() {
     const Tensor part = to_dtype(r.loss.detach(), DType::f32) * share;
     q.loss = q.loss.defined() ? q.loss + part : part;
     q.argmax.push_back(r.argmax);
-    q.tokens += static_cast<int64_t>(std::count_if(b.weights.begin(), b.weights.end(), [](double w) { return w > 0; }));
+    q.tokens += static_cast<int64_t>(
+        std::count_if(b.weights.begin(), b.weights.end(), [](double w) { return w > 0; }));
   }
-  const int64_t warmup = static_cast<int64_t>(d.optim.warmup_ratio * static_cast<double>(d.optim.steps));
+  const int64_t warmup =
+      static_cast<int64_t>(d.optim.warmup_ratio * static_cast<double>(d.optim.steps));
   q.lr = warmup_cosine_lr(q.step, d.optim.steps, warmup, d.optim.lr, d.optim.min_lr_ratio);
   opt_.step(q.lr, 1.0);
   q.grad_norm = opt_.last_grad_norm_tensor();
@@ -160,7 +168,8 @@ StepRecord DrafterTrainer::train_step() { return finish(train_step_queued()); }
 namespace {
 
 // run_dir/drafter/step_<N>.safetensors, with N.
-std::vector<std::pair<int64_t, std::filesystem::path>> checkpoint_files(const std::string& run_dir) {
+std::vector<std::pair<int64_t, std::filesystem::path>> checkpoint_files(
+    const std::string& run_dir) {
   const std::filesystem::path dir = std::filesystem::path(run_dir) / "drafter";
   std::vector<std::pair<int64_t, std::filesystem::path>> files;
   if (!std::filesystem::is_directory(dir)) return files;
@@ -187,7 +196,9 @@ std::string latest_drafter_checkpoint(const std::string& run_dir) {
   return path;
 }
 
-std::string DrafterTrainer::latest_checkpoint() const { return latest_drafter_checkpoint(config_.run_dir); }
+std::string DrafterTrainer::latest_checkpoint() const {
+  return latest_drafter_checkpoint(config_.run_dir);
+}
 
 int64_t DrafterTrainer::remove_checkpoints(int64_t keep) const {
   int64_t n = 0;
@@ -211,10 +222,11 @@ void DrafterTrainer::save_checkpoint() {
   std::snprintf(name, sizeof name, "step_%08lld.safetensors", static_cast<long long>(step()));
   const std::filesystem::path final_path = dir / name;
   // save_file writes next to the target and renames (core/atomic_file.h).
-  safetensors::save_file(tensors, final_path.string(), {{"format", "chunkgrad-dflash-drafter-1"},
-                                                        {"step", std::to_string(step())},
-                                                        {"config", config_.to_json().dump()},
-                                                        {"data", data_.data_fingerprint}});
+  safetensors::save_file(tensors, final_path.string(),
+                         {{"format", "chunkgrad-dflash-drafter-1"},
+                          {"step", std::to_string(step())},
+                          {"config", config_.to_json().dump()},
+                          {"data", data_.data_fingerprint}});
   if (replace_earlier_) {  // this run's first checkpoint exists: the earlier run's may go
     remove_checkpoints(step());
     replace_earlier_ = false;
@@ -269,26 +281,31 @@ std::string first_difference(const nlohmann::json& was, const nlohmann::json& no
 
 // Reads a drafter checkpoint's metadata and checks it against this run (config and data);
 // returns its step. `left` says what a refusal leaves as it was.
-int64_t checked_metadata(const safetensors::Reader& reader, const std::string& path, const TrainConfig& config,
-                         const std::string& data_fingerprint, const char* left) {
+int64_t checked_metadata(const safetensors::Reader& reader, const std::string& path,
+                         const TrainConfig& config, const std::string& data_fingerprint,
+                         const char* left) {
   auto fail = [&](const std::string& why) { refuse_resume(path, why, left); };
   const auto& meta = reader.metadata();
   auto get = [&](const char* key) {
     auto it = meta.find(key);
-    if (it == meta.end()) fail(std::string("has no '") + key + "' metadata (not a chunkgrad drafter checkpoint)");
+    if (it == meta.end())
+      fail(std::string("has no '") + key + "' metadata (not a chunkgrad drafter checkpoint)");
     return it->second;
   };
-  if (get("format") != "chunkgrad-dflash-drafter-1") fail("has an unknown format '" + get("format") + "'");
+  if (get("format") != "chunkgrad-dflash-drafter-1")
+    fail("has an unknown format '" + get("format") + "'");
   int64_t step = 0;
   nlohmann::json saved, saved_data;
   try {
     step = std::stoll(get("step"));
     saved = parse_untrusted_json(get("config"), "its config");
     auto data = meta.find("data");
-    if (data != meta.end() && !data->second.empty()) saved_data = parse_untrusted_json(data->second, "its data fingerprint");
+    if (data != meta.end() && !data->second.empty())
+      saved_data = parse_untrusted_json(data->second, "its data fingerprint");
   } catch (const std::exception& e) {
     const auto* error = dynamic_cast<const Error*>(&e);  // one "(at ...)" per line
-    fail(std::string("has damaged metadata: ") + (error ? error->message() : std::string(e.what())));
+    fail(std::string("has damaged metadata: ") +
+         (error ? error->message() : std::string(e.what())));
   }
   // A field the checkpoint's config predates (drafter.head_loss_chunk_rows, say) counts as
   // its default: the saved config over the defaults.
@@ -298,18 +315,23 @@ int64_t checked_metadata(const safetensors::Reader& reader, const std::string& p
     saved_full.merge_patch(saved);
   }
   const bool by_content = !data_fingerprint.empty() && !saved_data.is_null();
-  const nlohmann::json was = resumable_part(saved_full, by_content), now = resumable_part(config.to_json(), by_content);
+  const nlohmann::json was = resumable_part(saved_full, by_content),
+                       now = resumable_part(config.to_json(), by_content);
   if (was != now) {
-    fail("was trained with another config (" + first_difference(was, now) + "; only "
-         "drafter.optim.steps, drafter.checkpoint_every, eval, memory, threads, progress and run_dir may change on "
+    fail("was trained with another config (" + first_difference(was, now) +
+         "; only "
+         "drafter.optim.steps, drafter.checkpoint_every, eval, memory, threads, progress and "
+         "run_dir may change on "
          "resume)");
   }
   // Checkpoints from before fingerprints have none: accepted, as they were.
   if (!data_fingerprint.empty() && !saved_data.is_null()) {
     const nlohmann::json here = nlohmann::json::parse(data_fingerprint);
     if (saved_data != here) {
-      fail("was trained on other data: the content of the corpus or of target.checkpoint changed since (" +
-           first_difference(saved_data, here) + ")");
+      fail(
+          "was trained on other data: the content of the corpus or of target.checkpoint changed "
+          "since (" +
+          first_difference(saved_data, here) + ")");
     }
   }
   return step;
@@ -327,15 +349,17 @@ Tensor finite_tensor(const safetensors::Reader& reader, const std::string& name)
 // checkpoint is refused here, before the target and the drafter data are made, not after.
 // The drafter is made for its shapes only: its frozen tables are stride-0 views of one
 // zero, which cost no memory.
-void checked_tensors(const safetensors::Reader& reader, const std::string& path, const TrainConfig& config) {
+void checked_tensors(const safetensors::Reader& reader, const std::string& path,
+                     const TrainConfig& config) {
   auto fail = [&](const std::string& why) { refuse_resume(path, why, kRunDirUnchanged); };
   std::unique_ptr<nn::DFlashDrafter> shapes;
   try {
-    const nn::DFlashDrafterConfig dc =
-        drafter_model_config(target_architecture(config.target), config.drafter, ByteTokenizer::kMask);
+    const nn::DFlashDrafterConfig dc = drafter_model_config(target_architecture(config.target),
+                                                            config.drafter, ByteTokenizer::kMask);
     const Tensor table = expand(zeros({1, 1}), {dc.layers.vocab_size, dc.layers.hidden_size});
     Generator gen(0);
-    shapes = std::make_unique<nn::DFlashDrafter>(dc, table, table, nn::InitOptions{.generator = &gen});
+    shapes =
+        std::make_unique<nn::DFlashDrafter>(dc, table, table, nn::InitOptions{.generator = &gen});
   } catch (const Error& e) {
     fail(std::string("cannot be checked: this config's drafter cannot be made: ") + e.message());
   }
@@ -344,20 +368,20 @@ void checked_tensors(const safetensors::Reader& reader, const std::string& path,
     if (!reader.contains(name)) fail("does not fit this drafter: it has no tensor '" + name + "'");
     const Shape& saved = reader.info(name).shape;
     if (saved != p.shape()) {
-      fail("does not fit this drafter: '" + name + "' is " + shape_str(saved) + " there and " + shape_str(p.shape()) +
+      fail("does not fit this drafter: '" + name + "' is " + shape_str(saved) + " there and " +
+           shape_str(p.shape()) +
            " here (target.hf_config or the target's checkpoint changed since?)");
     }
   }
   try {
     for (const std::string& name : reader.names()) finite_tensor(reader, name);
-  } catch (const Error& e) {
-    fail(std::string("is damaged: ") + e.message());
-  }
+  } catch (const Error& e) { fail(std::string("is damaged: ") + e.message()); }
 }
 
 }  // namespace
 
-std::string checked_resume_checkpoint(const TrainConfig& config, const std::string& data_fingerprint) {
+std::string checked_resume_checkpoint(const TrainConfig& config,
+                                      const std::string& data_fingerprint) {
   if (!config.resume) return "";
   const std::string path = latest_drafter_checkpoint(config.run_dir);
   if (path.empty()) return "";
@@ -388,24 +412,20 @@ void DrafterTrainer::load_checkpoint(const std::string& path) {
   std::unique_ptr<safetensors::Reader> reader;
   try {
     reader = safetensors::open(path);
-  } catch (const Error& e) {
-    fail(std::string("is unreadable: ") + e.message());
-  }
-  const int64_t step = checked_metadata(*reader, path, config_, data_.data_fingerprint, kCheckpointsUnchanged);
+  } catch (const Error& e) { fail(std::string("is unreadable: ") + e.message()); }
+  const int64_t step =
+      checked_metadata(*reader, path, config_, data_.data_fingerprint, kCheckpointsUnchanged);
   // Read everything first; change nothing until every tensor is known to be good.
   std::vector<std::pair<std::string, Tensor>> params, optim;
   try {
-    for (auto& [n, t] : drafter_.named_parameters()) params.emplace_back(n, finite_tensor(*reader, "drafter." + n));
+    for (auto& [n, t] : drafter_.named_parameters())
+      params.emplace_back(n, finite_tensor(*reader, "drafter." + n));
     for (auto& [n, t] : opt_.state()) optim.emplace_back(n, finite_tensor(*reader, "optim." + n));
-  } catch (const Error& e) {
-    fail(std::string("is damaged: ") + e.message());
-  }
+  } catch (const Error& e) { fail(std::string("is damaged: ") + e.message()); }
   nn::StateDict state(params.begin(), params.end());
   try {
     drafter_.load_state_dict(state);
-  } catch (const Error& e) {
-    fail(std::string("does not fit this drafter: ") + e.message());
-  }
+  } catch (const Error& e) { fail(std::string("does not fit this drafter: ") + e.message()); }
   opt_.load_state(optim, step);
 }
 
@@ -418,9 +438,14 @@ double DrafterTrainer::run(MetricsLog* log) {
       const StepRecord r = finish(q);
       bar.update(r.step, r.loss, r.tokens);
       if (log) {
-        log->write({{"phase", "drafter"}, {"step", r.step}, {"loss", r.loss}, {"lr", r.lr},
-                    {"grad_norm", r.grad_norm}, {"slot1_accuracy", r.slot1_accuracy},
-                    {"label_tokens", r.tokens}, {"seconds", r.seconds}});
+        log->write({{"phase", "drafter"},
+                    {"step", r.step},
+                    {"loss", r.loss},
+                    {"lr", r.lr},
+                    {"grad_norm", r.grad_norm},
+                    {"slot1_accuracy", r.slot1_accuracy},
+                    {"label_tokens", r.tokens},
+                    {"seconds", r.seconds}});
       }
     }
     queued.clear();
@@ -429,7 +454,8 @@ double DrafterTrainer::run(MetricsLog* log) {
     queued.push_back(train_step_queued());
     const int64_t s = queued.back().step;
     const bool stop = stop_agreed();  // Note [Stopping together], train/stop_signal.h
-    const bool save = stop || (d.checkpoint_every > 0 && s % d.checkpoint_every == 0) || s == d.optim.steps;
+    const bool save =
+        stop || (d.checkpoint_every > 0 && s % d.checkpoint_every == 0) || s == d.optim.steps;
     if (save || static_cast<int64_t>(queued.size()) >= kFinishEvery) finish_queued();
     if (save) save_checkpoint();
     if (stop) {

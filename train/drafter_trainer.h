@@ -38,7 +38,8 @@ std::unique_ptr<nn::DFlashDrafter> make_drafter(const nn::Qwen3ForCausalLM& targ
 struct DrafterTrainData {
   const std::vector<DrafterSequence>* sequences = nullptr;
   TargetFeatures features;  // of *sequences
-  std::string data_fingerprint;  // data_fingerprint(...).dump(): saved with each checkpoint ("": none)
+  std::string
+      data_fingerprint;  // data_fingerprint(...).dump(): saved with each checkpoint ("": none)
 };
 
 // The newest run_dir/drafter/step_<N>.safetensors ("" when none).
@@ -49,7 +50,8 @@ std::string latest_drafter_checkpoint(const std::string& run_dir);
 // trained with a resumable config and the same data (data_fingerprint: the JSON text, ""
 // to skip). Throws the refusal, naming the checkpoint and the first difference. Reads
 // only: call it before any stage writes, so that "the run directory is unchanged" holds.
-std::string checked_resume_checkpoint(const TrainConfig& config, const std::string& data_fingerprint);
+std::string checked_resume_checkpoint(const TrainConfig& config,
+                                      const std::string& data_fingerprint);
 // The tensors of that checkpoint: each one this config's drafter has, with its shape, and
 // every tensor finite (Note [Finite on load], nn/checkpoint.h); throws the refusal as
 // above. Reads the whole file: with checked_resume_checkpoint, before any stage writes, a
@@ -84,7 +86,7 @@ class DrafterTrainer {
 
   // The blocks of step `step` (deterministic in seed and step).
   std::vector<BlockBatch> step_batches(int64_t step) const;
-  StepRecord train_step();  // the next step, finished (reads its values on the host)
+  StepRecord train_step();         // the next step, finished (reads its values on the host)
   QueuedStep train_step_queued();  // the next step, its values left on the device
   StepRecord finish(const QueuedStep& q) const;
   static constexpr int64_t kFinishEvery = 10;  // Note [Steps that do not wait]

@@ -24,15 +24,20 @@ std::string hex(const XXH128_hash_t& h) {
 }
 }  // namespace
 
-std::string content_hash(std::string_view bytes) { return hex(XXH3_128bits(bytes.data(), bytes.size())); }
+std::string content_hash(std::string_view bytes) {
+  return hex(XXH3_128bits(bytes.data(), bytes.size()));
+}
 
 std::string file_content_hash(const std::string& path, const std::string& what) {
   errno = 0;
   std::ifstream in(path, std::ios::binary);
   const int err = errno;
-  CG_CHECK(in.is_open(), what, ": cannot read ", path, err ? std::string(": ") + std::strerror(err) : std::string());
-  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(), &XXH3_freeState);
-  CG_CHECK(state != nullptr && XXH3_128bits_reset(state.get()) == XXH_OK, "cannot start a content hash");
+  CG_CHECK(in.is_open(), what, ": cannot read ", path,
+           err ? std::string(": ") + std::strerror(err) : std::string());
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
+                                                                 &XXH3_freeState);
+  CG_CHECK(state != nullptr && XXH3_128bits_reset(state.get()) == XXH_OK,
+           "cannot start a content hash");
   std::vector<char> buf(1 << 20);
   while (in) {
     in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
@@ -47,9 +52,10 @@ nlohmann::json data_fingerprint(const TrainConfig& config, std::string_view corp
   if (!config.target.checkpoint.empty()) {
     // A missing file is left to the target stage, whose error names it with the rest of
     // the target's settings (target.hf_config first).
-    f["target_checkpoint_xxh3"] = std::filesystem::exists(config.target.checkpoint)
-                                      ? nlohmann::json(file_content_hash(config.target.checkpoint, "target.checkpoint"))
-                                      : nlohmann::json();
+    f["target_checkpoint_xxh3"] =
+        std::filesystem::exists(config.target.checkpoint)
+            ? nlohmann::json(file_content_hash(config.target.checkpoint, "target.checkpoint"))
+            : nlohmann::json();
   }
   return f;
 }

@@ -34,11 +34,11 @@ int64_t argmax_row(const float* row, int64_t vocab) {
 }  // namespace
 
 std::vector<int64_t> greedy_tokens(const Tensor& logits) {
-  CG_CHECK(logits.defined() && logits.dim() >= 1 && logits.size(-1) > 0 &&
-               is_floating(logits.dtype()),
-           "greedy_tokens: logits must be a floating [..., vocab] tensor, got ",
-           logits.defined() ? std::string(dtype_name(logits.dtype())) + " " + shape_str(logits.shape())
-                            : std::string("undefined"));
+  CG_CHECK(
+      logits.defined() && logits.dim() >= 1 && logits.size(-1) > 0 && is_floating(logits.dtype()),
+      "greedy_tokens: logits must be a floating [..., vocab] tensor, got ",
+      logits.defined() ? std::string(dtype_name(logits.dtype())) + " " + shape_str(logits.shape())
+                       : std::string("undefined"));
   const Tensor h = host_f32(logits);
   const int64_t vocab = h.size(-1), rows = h.numel() / vocab;
   const float* p = h.data<float>();
@@ -74,7 +74,8 @@ int64_t pick_token(const Tensor& logits, const SamplingOptions& sampling) {
     }
   }
   const double m = *std::max_element(scaled.begin(), scaled.end());
-  CG_CHECK(std::isfinite(m), "pick_token: the logits have no finite maximum (NaN or inf); "
+  CG_CHECK(std::isfinite(m),
+           "pick_token: the logits have no finite maximum (NaN or inf); "
            "cannot sample");
   double total = 0.0;
   for (double& s : scaled) total += (s = std::exp(s - m));
@@ -102,14 +103,16 @@ Tensor target_features(const nn::Qwen3ForCausalLM& lm, const std::vector<int64_t
   CG_CHECK(!tokens.empty(), "target_features: tokens must not be empty");
   CG_CHECK(!layers.empty(), "target_features: name at least one target layer");
   NoGradGuard no_grad;
-  const auto out = lm.forward(from_ints(tokens, {1, static_cast<int64_t>(tokens.size())}, ids_on(lm)),
-                              {.capture_layers = layers, .logits = false});
+  const auto out =
+      lm.forward(from_ints(tokens, {1, static_cast<int64_t>(tokens.size())}, ids_on(lm)),
+                 {.capture_layers = layers, .logits = false});
   return concat_features(out.layer_hidden);
 }
 
 Generation generate(const nn::Qwen3ForCausalLM& lm, const std::vector<int64_t>& prompt,
                     const GenerateOptions& options, nn::KVCache* cache) {
-  CG_CHECK(!prompt.empty(), "generate: the prompt is empty; start it with at least one token "
+  CG_CHECK(!prompt.empty(),
+           "generate: the prompt is empty; start it with at least one token "
            "(e.g. BOS)");
   CG_CHECK(options.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0, got ",
            options.max_new_tokens);
@@ -132,8 +135,7 @@ Generation generate(const nn::Qwen3ForCausalLM& lm, const std::vector<int64_t>& 
   const bool capture = !options.capture_layers.empty();
   if (options.max_new_tokens == 0 && !capture) return g;
 
-  nn::CachedForwardOptions step{.capture_layers = options.capture_layers,
-                                .last_logits_only = true};
+  nn::CachedForwardOptions step{.capture_layers = options.capture_layers, .last_logits_only = true};
   std::vector<Tensor> features;
   Tensor input = from_ints(prompt, {1, P}, ids_on(lm));
   int64_t produced = 0;
@@ -208,20 +210,23 @@ std::vector<Generation> generate_all(const nn::Qwen3ForCausalLM& lm,
                                      const std::vector<std::vector<int64_t>>& prompts,
                                      const GenerateOptions& options) {
   const Device device = lm.lm_head->weight.device();
-  const bool batched = backend_for(device).capabilities().queued_work && options.capture_layers.empty() &&
-                       options.sampling.temperature == 0.0;
+  const bool batched = backend_for(device).capabilities().queued_work &&
+                       options.capture_layers.empty() && options.sampling.temperature == 0.0;
   if (batched) {  // Note [Batched generation on a GPU]
-    CG_CHECK(options.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0, got ", options.max_new_tokens);
+    CG_CHECK(options.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0, got ",
+             options.max_new_tokens);
     std::vector<Generation> out(prompts.size());
     std::map<size_t, std::vector<size_t>> by_length;
     for (size_t i = 0; i < prompts.size(); ++i) {
-      CG_CHECK(!prompts[i].empty(), "generate: the prompt is empty; start it with at least one token (e.g. BOS)");
+      CG_CHECK(!prompts[i].empty(),
+               "generate: the prompt is empty; start it with at least one token (e.g. BOS)");
       by_length[prompts[i].size()].push_back(i);
     }
     for (const auto& [length, members] : by_length) {
       for (size_t g0 = 0; g0 < members.size(); g0 += kGenerateBatch) {
         std::vector<const std::vector<int64_t>*> group;
-        for (size_t j = g0; j < std::min(members.size(), g0 + kGenerateBatch); ++j) group.push_back(&prompts[members[j]]);
+        for (size_t j = g0; j < std::min(members.size(), g0 + kGenerateBatch); ++j)
+          group.push_back(&prompts[members[j]]);
         std::vector<Generation> done = generate_batch(lm, group, options);
         for (size_t j = 0; j < done.size(); ++j) out[members[g0 + j]] = std::move(done[j]);
       }

@@ -58,9 +58,7 @@ struct Generation {
   // capture_layers.
   Tensor features;
 
-  std::vector<int64_t> new_tokens() const {
-    return {tokens.begin() + prompt_length, tokens.end()};
-  }
+  std::vector<int64_t> new_tokens() const { return {tokens.begin() + prompt_length, tokens.end()}; }
 };
 
 // One prompt (non-empty ids). The cache may be passed to reuse its buffers across prompts

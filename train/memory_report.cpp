@@ -5,15 +5,15 @@
 #include <fstream>
 #include <sstream>
 
-#include "core/atomic_file.h"
 #include "autograd/graph_bytes.h"
 #include "core/allocator_stats.h"
+#include "core/atomic_file.h"
 #include "core/caching_allocator.h"
 #include "core/factories.h"
 #include "core/memory_trace.h"
+#include "ops/shape_ops.h"
 #include "trace/trace_file.h"
 #include "trace/trace_report.h"
-#include "ops/shape_ops.h"
 #include "train/drafter_step.h"
 
 namespace cg::train {
@@ -30,7 +30,8 @@ double MemoryReport::naive_over_fused() const {
 
 namespace {
 
-MemoryReport measure_paths(const MemoryShape& s, const std::string& trace_dir, uint64_t seed, Device device) {
+MemoryReport measure_paths(const MemoryShape& s, const std::string& trace_dir, uint64_t seed,
+                           Device device) {
   MemoryReport report;
   report.shape = s;
   Generator gen(seed);
@@ -64,7 +65,8 @@ MemoryReport measure_paths(const MemoryShape& s, const std::string& trace_dir, u
     std::vector<uint8_t> all(static_cast<size_t>(s.seq_len), 1);  // anchors anywhere
     anchors.push_back(sample_anchors(all, s.anchors, gen));
   }
-  const BlockBatch batch = build_block_batch(rows, anchors, s.anchors, s.block_size, 4.0, dc.mask_token_id, 0);
+  const BlockBatch batch =
+      build_block_batch(rows, anchors, s.anchors, s.block_size, 4.0, dc.mask_token_id, 0);
   Tensor features;
   {
     CategoryGuard category(MemoryCategory::input);
@@ -173,20 +175,31 @@ void check_memory_chunk(const TrainConfig& config, Device device) {
 nlohmann::json to_json(const MemoryReport& r) {
   nlohmann::json paths = nlohmann::json::object();
   for (const auto& p : r.paths) {
-    paths[p.path] = {{"allocated_before_step_bytes", p.base}, {"forward_peak_bytes", p.forward_peak},
+    paths[p.path] = {{"allocated_before_step_bytes", p.base},
+                     {"forward_peak_bytes", p.forward_peak},
                      {"step_peak_bytes", p.step_peak},
-                     {"graph_retained_bytes", p.graph_bytes}, {"graph_bytes_by_node", p.graph_by_node},
-                     {"loss", p.loss}, {"chunk_rows", p.chunk_rows}, {"trace", p.trace_file}};
+                     {"graph_retained_bytes", p.graph_bytes},
+                     {"graph_bytes_by_node", p.graph_by_node},
+                     {"loss", p.loss},
+                     {"chunk_rows", p.chunk_rows},
+                     {"trace", p.trace_file}};
     if (!p.oom_phase.empty()) {  // the peaks are what it reached before running out
       paths[p.path]["out_of_memory"] = {{"phase", p.oom_phase}, {"message", p.oom_message}};
     }
   }
   const MemoryShape& s = r.shape;
-  return {{"shape", {{"name", s.name}, {"vocab", s.vocab}, {"hidden", s.hidden}, {"seq_len", s.seq_len},
-                     {"anchors", s.anchors}, {"block_size", s.block_size}, {"batch", s.batch},
-                     {"drafter_layers", s.drafter_layers}, {"chunk_rows", s.chunk_rows},
-                     {"chunk_budget_bytes", s.chunk_budget_bytes},
-                     {"positions", s.batch * s.anchors * s.block_size}}},
+  return {{"shape",
+           {{"name", s.name},
+            {"vocab", s.vocab},
+            {"hidden", s.hidden},
+            {"seq_len", s.seq_len},
+            {"anchors", s.anchors},
+            {"block_size", s.block_size},
+            {"batch", s.batch},
+            {"drafter_layers", s.drafter_layers},
+            {"chunk_rows", s.chunk_rows},
+            {"chunk_budget_bytes", s.chunk_budget_bytes},
+            {"positions", s.batch * s.anchors * s.block_size}}},
           {"paths", paths},
           {"naive_over_fused_step_peak", r.naive_over_fused()},
           {"report", r.report_file}};
@@ -195,8 +208,8 @@ nlohmann::json to_json(const MemoryReport& r) {
 std::string memory_table(const std::vector<MemoryReport>& reports) {
   std::ostringstream o;
   char line[256];
-  std::snprintf(line, sizeof line, "%-12s %-8s %14s %14s %14s  %s\n", "config", "path", "forward peak",
-                "step peak", "graph keeps", "largest graph node");
+  std::snprintf(line, sizeof line, "%-12s %-8s %14s %14s %14s  %s\n", "config", "path",
+                "forward peak", "step peak", "graph keeps", "largest graph node");
   o << line;
   for (const auto& r : reports) {
     for (const auto& p : r.paths) {
@@ -210,7 +223,8 @@ std::string memory_table(const std::vector<MemoryReport>& reports) {
       }
       const bool oom = !p.oom_phase.empty(), fwd_oom = oom && p.oom_phase != "backward";
       std::snprintf(line, sizeof line, "%-12s %-8s %14s %14s %14s  %s\n", r.shape.name.c_str(),
-                    p.path.c_str(), fwd_oom ? "out of memory" : format_bytes(p.forward_peak).c_str(),
+                    p.path.c_str(),
+                    fwd_oom ? "out of memory" : format_bytes(p.forward_peak).c_str(),
                     oom ? "out of memory" : format_bytes(p.step_peak).c_str(),
                     fwd_oom ? "-" : format_bytes(p.graph_bytes).c_str(),
                     oom ? ("ran out of memory in " + p.oom_phase).c_str() : top.c_str());
@@ -218,14 +232,18 @@ std::string memory_table(const std::vector<MemoryReport>& reports) {
     }
     char ratio[64] = "- (a path ran out of memory)";
     if (r.naive_over_fused() > 0) std::snprintf(ratio, sizeof ratio, "%.1fx", r.naive_over_fused());
-    std::snprintf(line, sizeof line, "%-12s V=%lld H=%lld positions=%lld: naive / fused step peak = %s\n",
-                  r.shape.name.c_str(), static_cast<long long>(r.shape.vocab),
-                  static_cast<long long>(r.shape.hidden),
-                  static_cast<long long>(r.shape.batch * r.shape.anchors * r.shape.block_size), ratio);
+    std::snprintf(
+        line, sizeof line, "%-12s V=%lld H=%lld positions=%lld: naive / fused step peak = %s\n",
+        r.shape.name.c_str(), static_cast<long long>(r.shape.vocab),
+        static_cast<long long>(r.shape.hidden),
+        static_cast<long long>(r.shape.batch * r.shape.anchors * r.shape.block_size), ratio);
     o << line;
-    if (!r.paths.empty() && r.paths.front().oom_phase != "setup") {  // Note [Step peaks are above the base]
-      std::snprintf(line, sizeof line, "%-12s peaks above the %s allocated before the step (weights, data); "
-                    "its traces' peaks include them\n", r.shape.name.c_str(), format_bytes(r.paths.front().base).c_str());
+    if (!r.paths.empty() &&
+        r.paths.front().oom_phase != "setup") {  // Note [Step peaks are above the base]
+      std::snprintf(line, sizeof line,
+                    "%-12s peaks above the %s allocated before the step (weights, data); "
+                    "its traces' peaks include them\n",
+                    r.shape.name.c_str(), format_bytes(r.paths.front().base).c_str());
       o << line;
     }
   }

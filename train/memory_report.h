@@ -49,8 +49,8 @@ struct PathMemory {
 
 struct MemoryReport {
   MemoryShape shape;
-  std::vector<PathMemory> paths;  // naive, chunked, fused
-  std::string report_file;        // the three traces' HTML report ("" when not traced)
+  std::vector<PathMemory> paths;    // naive, chunked, fused
+  std::string report_file;          // the three traces' HTML report ("" when not traced)
   double naive_over_fused() const;  // step peak ratio (0 when either ran out of memory)
 };
 

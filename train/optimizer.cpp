@@ -30,9 +30,12 @@ AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
     : params_(std::move(params)), options_(options) {
   CategoryGuard category(MemoryCategory::optimizer_state);
   for (const Tensor& p : params_) {
-    CG_CHECK(p.defined() && p.requires_grad(), "AdamW: every parameter must be a leaf that requires grad");
+    CG_CHECK(p.defined() && p.requires_grad(),
+             "AdamW: every parameter must be a leaf that requires grad");
     const TensorOptions f32{.dtype = DType::f32, .device = p.device()};
-    masters_.push_back(p.dtype() == DType::f32 ? Tensor() : raw::contiguous(raw::to_dtype(p.detach(), DType::f32)));
+    masters_.push_back(p.dtype() == DType::f32
+                           ? Tensor()
+                           : raw::contiguous(raw::to_dtype(p.detach(), DType::f32)));
     exp_avg_.push_back(zeros(p.shape(), f32));
     exp_avg_sq_.push_back(zeros(p.shape(), f32));
   }
@@ -57,8 +60,12 @@ void AdamW::step(double lr, double grad_multiplier) {
   last_norm_ = global_grad_norm(g, scale);
   if (options_.grad_clip > 0) scale = mul(scale, clip_coefficient(last_norm_, options_.grad_clip));
   adamw_step(p, m, g, a, v, scale,
-             {.lr = lr, .beta1 = options_.beta1, .beta2 = options_.beta2, .eps = options_.eps,
-              .weight_decay = options_.weight_decay, .step = step_});
+             {.lr = lr,
+              .beta1 = options_.beta1,
+              .beta2 = options_.beta2,
+              .eps = options_.eps,
+              .weight_decay = options_.weight_decay,
+              .step = step_});
   for (const Tensor& t : params_) t.set_grad(Tensor());
 }
 

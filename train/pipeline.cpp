@@ -25,13 +25,13 @@
 #include "train/drafter_data.h"
 #include "train/drafter_trainer.h"
 #include "train/fingerprint.h"
+#include "train/generate.h"
 #include "train/memory_report.h"
 #include "train/progress.h"
 #include "train/run_lock.h"
 #include "train/speculative_decoding.h"
 #include "train/stop_signal.h"
 #include "train/target_lm.h"
-#include "train/generate.h"
 #include "train/tokenizer.h"
 
 namespace cg::train {
@@ -48,7 +48,8 @@ std::string seconds_text(double seconds) {
     std::snprintf(buf, sizeof buf, "%.1f s", seconds);
   } else {
     const int64_t s = static_cast<int64_t>(seconds + 0.5);
-    std::snprintf(buf, sizeof buf, "%lld:%02lld", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
+    std::snprintf(buf, sizeof buf, "%lld:%02lld", static_cast<long long>(s / 60),
+                  static_cast<long long>(s % 60));
   }
   return buf;
 }
@@ -116,9 +117,12 @@ SlotMetrics slot_metrics(const nn::DFlashDrafter& drafter, const std::vector<Dra
     if (anchors.empty()) continue;
     if (anchors.size() > 256) anchors.resize(256);
     const int64_t n = static_cast<int64_t>(anchors.size());
-    BlockBatch b = build_block_batch({&seqs[i]}, {anchors}, n, block_size, 0.0,
-                                     drafter.config().mask_token_id, ByteTokenizer::kPad, tf.seq_len);
-    const Tensor f = index_select(tf.features, 0, from_ints({static_cast<int64_t>(i)}, {1}, {.dtype = DType::i64, .device = tf.features.device()}));
+    BlockBatch b =
+        build_block_batch({&seqs[i]}, {anchors}, n, block_size, 0.0, drafter.config().mask_token_id,
+                          ByteTokenizer::kPad, tf.seq_len);
+    const Tensor f = index_select(tf.features, 0,
+                                  from_ints({static_cast<int64_t>(i)}, {1},
+                                            {.dtype = DType::i64, .device = tf.features.device()}));
     HeadLossResult r = drafter_loss(drafter, {&b, f, Tensor()}, ce);
     const std::vector<double> am = r.argmax.to_vector();
     m.add(b, std::vector<int64_t>(am.begin(), am.end()));
@@ -142,7 +146,8 @@ std::string printable(const std::string& text) {
   return out;
 }
 
-std::vector<std::string> train_prompts(const TrainConfig& c, const std::string& text, int64_t count, int64_t* cut) {
+std::vector<std::string> train_prompts(const TrainConfig& c, const std::string& text, int64_t count,
+                                       int64_t* cut) {
   if (c.corpus.path.empty()) {
     std::vector<std::string> p;
     for (const auto& l : generate_corpus_lines(c.corpus.seed, count)) p.push_back(l.prompt);
@@ -151,10 +156,12 @@ std::vector<std::string> train_prompts(const TrainConfig& c, const std::string& 
   return prompts_from_text(text, count, 16, c.seed, PromptSplit::training, cut);
 }
 
-std::vector<std::string> eval_prompts(const TrainConfig& c, const std::string& text, int64_t count, int64_t* cut) {
+std::vector<std::string> eval_prompts(const TrainConfig& c, const std::string& text, int64_t count,
+                                      int64_t* cut) {
   if (c.corpus.path.empty()) {  // held out: another seed than the corpus and the drafter data
     std::vector<std::string> p;
-    for (const auto& l : generate_corpus_lines(c.corpus.seed + 1000003, count)) p.push_back(l.prompt);
+    for (const auto& l : generate_corpus_lines(c.corpus.seed + 1000003, count))
+      p.push_back(l.prompt);
     return p;
   }
   return prompts_from_text(text, count, 16, c.seed + 1000003, PromptSplit::evaluation, cut);
@@ -174,11 +181,13 @@ void lock_run_directory(RunState& s) {
 // Before any stage: what the config allows but the user probably did not mean.
 void warn_about_config(const TrainConfig& c) {
   if (c.eval.block_size > 0 && c.eval.block_size != c.drafter.block_size) {
-    warn("eval.block_size " + std::to_string(c.eval.block_size) + " differs from drafter.block_size " +
-         std::to_string(c.drafter.block_size) + ": the drafter is trained on blocks of " +
-         std::to_string(c.drafter.block_size) + " and evaluated on blocks of " + std::to_string(c.eval.block_size) +
-         (c.eval.block_size > c.drafter.block_size ? " (the slots beyond were never trained)" : "") +
-         "; set eval.block_size to 0 to evaluate at the trained size");
+    warn(
+        "eval.block_size " + std::to_string(c.eval.block_size) +
+        " differs from drafter.block_size " + std::to_string(c.drafter.block_size) +
+        ": the drafter is trained on blocks of " + std::to_string(c.drafter.block_size) +
+        " and evaluated on blocks of " + std::to_string(c.eval.block_size) +
+        (c.eval.block_size > c.drafter.block_size ? " (the slots beyond were never trained)" : "") +
+        "; set eval.block_size to 0 to evaluate at the trained size");
   }
 }
 
@@ -191,19 +200,23 @@ void read_corpus(RunState& s) {
   s.tokens = s.tok.encode(s.text);
   s.data_fingerprint = data_fingerprint(config, s.text).dump();
   say(config, "corpus: " + std::to_string(s.tokens.size()) + " byte tokens (" +
-                  (config.corpus.path.empty() ? std::string("generated") : config.corpus.path) + ")");
+                  (config.corpus.path.empty() ? std::string("generated") : config.corpus.path) +
+                  ")");
   // The prompts of the later stages, taken now: a corpus they cannot come from fails
   // before the target is trained, and prompts that had to be cut are named up front.
   int64_t cut = 0;
   s.train_prompts = train_prompts(config, s.text, config.data.num_sequences, &cut);
-  s.eval_prompts = eval_prompts(config, s.text, config.eval.prompts + config.eval.accuracy_sequences, &cut);
+  s.eval_prompts =
+      eval_prompts(config, s.text, config.eval.prompts + config.eval.accuracy_sequences, &cut);
   s.accuracy_prompts.assign(s.eval_prompts.begin() + config.eval.prompts, s.eval_prompts.end());
   s.eval_prompts.resize(static_cast<size_t>(config.eval.prompts));
   if (cut > 0) {
     warn("corpus: " + std::to_string(cut) + " of " +
-         std::to_string(config.data.num_sequences + config.eval.prompts + config.eval.accuracy_sequences) +
-         " prompts (the text before a line's first \": \") were longer than " + std::to_string(kMaxPromptBytes) +
-         " bytes and were cut to their last " + std::to_string(kMaxPromptBytes) + " bytes");
+         std::to_string(config.data.num_sequences + config.eval.prompts +
+                        config.eval.accuracy_sequences) +
+         " prompts (the text before a line's first \": \") were longer than " +
+         std::to_string(kMaxPromptBytes) + " bytes and were cut to their last " +
+         std::to_string(kMaxPromptBytes) + " bytes");
   }
 }
 
@@ -222,8 +235,8 @@ void check_resume(RunState& s) {
 void probe_output_dir(const std::string& dir, const std::string& what, const std::string& advice) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  CG_CHECK(!ec && std::filesystem::is_directory(dir), what, ": cannot create the directory ", dir, ": ",
-           ec ? ec.message() : std::string("a file is in the way"), "; ", advice);
+  CG_CHECK(!ec && std::filesystem::is_directory(dir), what, ": cannot create the directory ", dir,
+           ": ", ec ? ec.message() : std::string("a file is in the way"), "; ", advice);
   check_writable_dir(dir, what);
 }
 
@@ -239,14 +252,17 @@ void prepare_run_directory(RunState& s) {
     probe_output_dir(config.run_dir + "/" + config.memory.trace_dir, "memory.trace_dir",
                      "give another trace_dir or \"\" for no traces");
   }
-  if (config.target.checkpoint.empty()) probe_output_dir(config.run_dir + "/target", "the target cache", fix);
+  if (config.target.checkpoint.empty())
+    probe_output_dir(config.run_dir + "/target", "the target cache", fix);
   probe_output_dir(config.run_dir + "/drafter", "the drafter checkpoints", fix);
   s.log = MetricsLog(config.run_dir + "/metrics.jsonl");
   std::error_code ec;
   std::filesystem::remove(config.run_dir + "/summary.json", ec);
-  CG_CHECK(!ec, "cannot remove the previous run's ", config.run_dir, "/summary.json: ", ec.message());
+  CG_CHECK(!ec, "cannot remove the previous run's ", config.run_dir,
+           "/summary.json: ", ec.message());
   if (!config.memory.trace_dir.empty()) {
-    const std::filesystem::path dir = std::filesystem::path(config.run_dir) / config.memory.trace_dir;
+    const std::filesystem::path dir =
+        std::filesystem::path(config.run_dir) / config.memory.trace_dir;
     if (std::filesystem::is_directory(dir)) {
       for (const auto& e : std::filesystem::directory_iterator(dir)) {
         const std::string name = e.path().filename().string();
@@ -256,7 +272,8 @@ void prepare_run_directory(RunState& s) {
       }
     }
   }
-  write_file_atomically(config.run_dir + "/config.json", config.to_json().dump(2) + "\n", "the run's config");
+  write_file_atomically(config.run_dir + "/config.json", config.to_json().dump(2) + "\n",
+                        "the run's config");
 }
 
 // Stage 4: the target LM, trained, or from the run directory's cache or a checkpoint.
@@ -266,8 +283,11 @@ void obtain_target_model(RunState& s) {
   // trains a new target, a moved one does not.
   nlohmann::json corpus = config.to_json()["corpus"];
   corpus.erase("path");
-  nlohmann::json fp = {{"target", config.to_json()["target"]}, {"corpus", corpus}, {"seed", config.seed},
-                       {"data", nlohmann::json::parse(s.data_fingerprint)}, {"version", 2}};
+  nlohmann::json fp = {{"target", config.to_json()["target"]},
+                       {"corpus", corpus},
+                       {"seed", config.seed},
+                       {"data", nlohmann::json::parse(s.data_fingerprint)},
+                       {"version", 2}};
   ProgressBar target_bar("target", config.target.optim.steps, config.progress);
   auto on_step = [&](int64_t step, int64_t, double loss, int64_t n) {
     target_bar.update(step, loss, n);
@@ -302,7 +322,8 @@ void make_drafter_data(RunState& s) {
   s.drafter = make_drafter(s.lm(), config.drafter, ByteTokenizer::kMask, config.seed + 23);
   const bool teacher = config.drafter.loss.kind != "ce";
   s.data = DrafterTrainData{&s.train_seqs,
-                            compute_target_features(s.lm(), s.train_seqs, s.target_layers(), teacher, ByteTokenizer::kPad),
+                            compute_target_features(s.lm(), s.train_seqs, s.target_layers(),
+                                                    teacher, ByteTokenizer::kPad),
                             s.data_fingerprint};
   s.data_seconds = seconds_since(t0);
   say(config, "drafter data: " + std::to_string(s.train_seqs.size()) + " target generations, " +
@@ -323,8 +344,9 @@ void train_drafter(RunState& s) {
   s.first_step = trainer.step();
   s.log.drop_after("drafter", s.first_step);  // MetricsLog::drop_after: each step once, this run's
   if (s.first_step >= config.drafter.optim.steps) {
-    say(config, "drafter: the checkpoint is at step " + std::to_string(s.first_step) + ", drafter.optim.steps is " +
-                    std::to_string(config.drafter.optim.steps) + ": nothing to train (raise steps, or --fresh)");
+    say(config, "drafter: the checkpoint is at step " + std::to_string(s.first_step) +
+                    ", drafter.optim.steps is " + std::to_string(config.drafter.optim.steps) +
+                    ": nothing to train (raise steps, or --fresh)");
   }
   const auto t0 = std::chrono::steady_clock::now();
   s.train_tokens_per_s = trainer.run(&s.log);
@@ -341,13 +363,15 @@ void evaluate_drafter(RunState& s) {
   s.eval_block = config.eval.block_size > 0 ? config.eval.block_size : config.drafter.block_size;
   say(config, "evaluation: per-slot accuracy on " + std::to_string(s.accuracy_prompts.size()) +
                   " held-out target generations");
-  const std::vector<DrafterSequence> held = make_drafter_sequences(s.lm(), s.accuracy_prompts, config.data.max_new_tokens);
-  const TargetFeatures held_features = compute_target_features(s.lm(), held, s.target_layers(), false, ByteTokenizer::kPad);
+  const std::vector<DrafterSequence> held =
+      make_drafter_sequences(s.lm(), s.accuracy_prompts, config.data.max_new_tokens);
+  const TargetFeatures held_features =
+      compute_target_features(s.lm(), held, s.target_layers(), false, ByteTokenizer::kPad);
   s.slots = slot_metrics(*s.drafter, held, held_features, config.drafter);
   DFlashBlockDrafter block_drafter(*s.drafter);
   for (const auto& p : s.eval_prompts) s.eval_prompt_ids.push_back(s.tok.encode(p, {.bos = true}));
-  say(config, "speculative decoding of " + std::to_string(s.eval_prompts.size()) + " held-out prompts, block " +
-                  std::to_string(s.eval_block));
+  say(config, "speculative decoding of " + std::to_string(s.eval_prompts.size()) +
+                  " held-out prompts, block " + std::to_string(s.eval_block));
   // Note [Decoding threads]: a decoding step is a few hundred small ops (one to eight rows
   // each); on two cores shared with other work, waking a second thread for the verify's
   // GEMMs costs more than it saves, and it would tilt the comparison (one-token greedy
@@ -359,8 +383,10 @@ void evaluate_drafter(RunState& s) {
   const int training_threads = get_num_threads();
   if (config.eval.threads > 0) set_num_threads(static_cast<int>(config.eval.threads));
   s.spec = evaluate_speculative(s.lm(), block_drafter, s.eval_prompt_ids,
-                                {.block_size = s.eval_block, .max_new_tokens = config.eval.max_new_tokens,
-                                 .repeats = config.eval.timing_repeats, .throw_on_mismatch = false});
+                                {.block_size = s.eval_block,
+                                 .max_new_tokens = config.eval.max_new_tokens,
+                                 .repeats = config.eval.timing_repeats,
+                                 .throw_on_mismatch = false});
   set_num_threads(training_threads);
   s.eval_seconds = seconds_since(t0);
   say(config, "evaluation: " + seconds_text(s.eval_seconds));
@@ -377,16 +403,36 @@ void measure_memory(RunState& s) {
     std::filesystem::create_directories(trace_dir);
   }
   const nn::Qwen3Config& tc = s.lm().config();
-  MemoryShape toy{"toy", tc.vocab_size, tc.hidden_size, tc.num_heads, tc.num_kv_heads, tc.head_dim,
-                  config.drafter.intermediate_size, config.drafter.num_layers,
-                  static_cast<int64_t>(s.target_layers().size()), s.data.features.seq_len, config.drafter.max_anchors,
-                  config.drafter.block_size, config.drafter.optim.batch_size};
+  MemoryShape toy{"toy",
+                  tc.vocab_size,
+                  tc.hidden_size,
+                  tc.num_heads,
+                  tc.num_kv_heads,
+                  tc.head_dim,
+                  config.drafter.intermediate_size,
+                  config.drafter.num_layers,
+                  static_cast<int64_t>(s.target_layers().size()),
+                  s.data.features.seq_len,
+                  config.drafter.max_anchors,
+                  config.drafter.block_size,
+                  config.drafter.optim.batch_size};
   const MemoryConfig& m = config.memory;
   const int64_t heads = std::max<int64_t>(1, m.large_hidden / 64);
-  MemoryShape large{"large_vocab", m.large_vocab, m.large_hidden, heads, std::max<int64_t>(1, heads / 4),
-                    64, 3 * m.large_hidden, 1, 3, m.large_seq_len, m.large_anchors,
-                    m.large_block_size, 1};
-  for (MemoryShape* shape : {&toy, &large}) set_chunk(*shape, config.drafter);  // Note [The drafter's chunk]
+  MemoryShape large{"large_vocab",
+                    m.large_vocab,
+                    m.large_hidden,
+                    heads,
+                    std::max<int64_t>(1, heads / 4),
+                    64,
+                    3 * m.large_hidden,
+                    1,
+                    3,
+                    m.large_seq_len,
+                    m.large_anchors,
+                    m.large_block_size,
+                    1};
+  for (MemoryShape* shape : {&toy, &large})
+    set_chunk(*shape, config.drafter);  // Note [The drafter's chunk]
   for (const MemoryShape& shape : {toy, large}) {
     say(config, "memory: one drafter step per head-loss path at the " + shape.name + " config");
     s.memory.push_back(measure_drafter_step_memory(shape, trace_dir, config.seed + 31, s.device));
@@ -423,7 +469,8 @@ nlohmann::json write_summary(RunState& s) {
   nlohmann::json peaks = nlohmann::json::object();
   for (const auto& r : s.memory) {
     nlohmann::json p = nlohmann::json::object();
-    for (const auto& pm : r.paths) p[pm.path] = pm.oom_phase.empty() ? nlohmann::json(pm.step_peak) : nlohmann::json();
+    for (const auto& pm : r.paths)
+      p[pm.path] = pm.oom_phase.empty() ? nlohmann::json(pm.step_peak) : nlohmann::json();
     peaks[r.shape.name] = p;
   }
   summary["peak_bytes"] = peaks;
@@ -432,11 +479,14 @@ nlohmann::json write_summary(RunState& s) {
   summary["memory"] = mem;
   summary["memory_table"] = memory_table(s.memory);
   summary["drafter_train_tokens_per_s"] = s.train_tokens_per_s;
-  summary["drafter_steps"] = {{"resumed_at", s.first_step}, {"trained", s.final_step - s.first_step},
+  summary["drafter_steps"] = {{"resumed_at", s.first_step},
+                              {"trained", s.final_step - s.first_step},
                               {"final", s.final_step}};
   summary["target_source"] = s.target.source;
-  summary["seconds"] = {{"target", s.target.seconds}, {"drafter_data", s.data_seconds},
-                        {"drafter_training", s.drafter_seconds}, {"evaluation", s.eval_seconds},
+  summary["seconds"] = {{"target", s.target.seconds},
+                        {"drafter_data", s.data_seconds},
+                        {"drafter_training", s.drafter_seconds},
+                        {"evaluation", s.eval_seconds},
                         {"total", seconds_since(s.start)}};
   summary["peak_allocated_bytes"] = allocator_for(kCPU).stats().allocated_bytes.peak;
   summary["device"] = s.device.str();
@@ -485,7 +535,8 @@ std::string lossless_text(const nlohmann::json& s) {
   const int64_t ties = s.value("tie_divergences", int64_t{0});
   if (s["lossless"].get<bool>() && identical) return "lossless: identical tokens";
   if (s["lossless"].get<bool>()) {
-    return "lossless up to near ties: " + std::to_string(ties) + (ties == 1 ? " prompt" : " prompts") +
+    return "lossless up to near ties: " + std::to_string(ties) +
+           (ties == 1 ? " prompt" : " prompts") +
            " diverged where the top two logits were within the tie tolerance, no real mismatch";
   }
   return "NOT LOSSLESS";
@@ -500,11 +551,14 @@ std::string summary_text(const nlohmann::json& s) {
   const int64_t trained = s.value("drafter_block_size", block);
   std::string block_text = "block " + std::to_string(block);
   if (trained != block) block_text += ", trained on blocks of " + std::to_string(trained);
-  std::snprintf(line, sizeof line, "speculative decoding (%s): tau %.2f tokens per target step, speedup %.2fx over target-only greedy (",
+  std::snprintf(line, sizeof line,
+                "speculative decoding (%s): tau %.2f tokens per target step, speedup %.2fx over "
+                "target-only greedy (",
                 block_text.c_str(), s["tau"].get<double>(), s["speedup"].get<double>());
   o << line << lossless_text(s) << ")\n";
   std::snprintf(line, sizeof line,
-                "  target-only %.1f tok/s, speculative %.1f tok/s; a free, always-right drafter would give %.2fx\n",
+                "  target-only %.1f tok/s, speculative %.1f tok/s; a free, always-right drafter "
+                "would give %.2fx\n",
                 s["target_tokens_per_s"].get<double>(), s["speculative_tokens_per_s"].get<double>(),
                 s["ceiling_speedup"].get<double>());
   o << line;
@@ -523,33 +577,43 @@ std::string summary_text(const nlohmann::json& s) {
   // what speculative decoding achieved on the held-out prompts, where each block starts
   // where the last one stopped and the eval block size is used.
   char acceptance[512];
-  std::snprintf(acceptance, sizeof acceptance,
-                "\nexpected acceptance length %.2f (1 + the sum over k of the product of the slot 1..k accuracies: "
-                "as if misses were independent); measured per block %.2f (1 + each block's correct prefix, "
-                "averaged: usually higher, as misses cluster; blocks cut by a sequence's end lower it)\n",
-                s["expected_acceptance_length"].get<double>(), s["measured_acceptance_length"].get<double>());
+  std::snprintf(
+      acceptance, sizeof acceptance,
+      "\nexpected acceptance length %.2f (1 + the sum over k of the product of the slot 1..k "
+      "accuracies: "
+      "as if misses were independent); measured per block %.2f (1 + each block's correct prefix, "
+      "averaged: usually higher, as misses cluster; blocks cut by a sequence's end lower it)\n",
+      s["expected_acceptance_length"].get<double>(), s["measured_acceptance_length"].get<double>());
   o << acceptance;
-  o << "  (both on held-out blocks of drafter.block_size anchored at true positions; tau above is what decoding "
+  o << "  (both on held-out blocks of drafter.block_size anchored at true positions; tau above is "
+       "what decoding "
        "achieved, each block starting where the last one stopped)\n";
   const nlohmann::json& steps = s["drafter_steps"];
   if (steps["trained"].get<int64_t>() > 0) {
-    std::snprintf(line, sizeof line, "drafter training: %lld steps, %.0f label tokens/s; total %.1f s\n",
-                  static_cast<long long>(steps["trained"].get<int64_t>()), s["drafter_train_tokens_per_s"].get<double>(),
-                  s["seconds"]["total"].get<double>());
+    std::snprintf(
+        line, sizeof line, "drafter training: %lld steps, %.0f label tokens/s; total %.1f s\n",
+        static_cast<long long>(steps["trained"].get<int64_t>()),
+        s["drafter_train_tokens_per_s"].get<double>(), s["seconds"]["total"].get<double>());
   } else {  // resumed at or past the last step: there is no training speed to report
-    std::snprintf(line, sizeof line, "drafter training: none (resumed at step %lld, the last); total %.1f s\n",
-                  static_cast<long long>(steps["final"].get<int64_t>()), s["seconds"]["total"].get<double>());
+    std::snprintf(line, sizeof line,
+                  "drafter training: none (resumed at step %lld, the last); total %.1f s\n",
+                  static_cast<long long>(steps["final"].get<int64_t>()),
+                  s["seconds"]["total"].get<double>());
   }
   o << line;
-  if (s.contains("device") && s["device"] != kCPU.str()) o << "device: " << s["device"].get<std::string>() << "\n";
+  if (s.contains("device") && s["device"] != kCPU.str())
+    o << "device: " << s["device"].get<std::string>() << "\n";
   if (s.contains("memory") && s["memory"].is_array() && s["memory"].empty()) {
     o << "memory of one drafter training step: not measured (memory.enabled is false)\n";
   } else {
-    o << "memory of one drafter training step (caching allocator):\n" << s["memory_table"].get<std::string>();
+    o << "memory of one drafter training step (caching allocator):\n"
+      << s["memory_table"].get<std::string>();
     // The traces' reports (chunkgrad trace) name a "largest autograd holder" that counts
     // otherwise; say how this one counts so that the two are not read as a contradiction.
-    o << "  (largest graph node: a node name's saved tensors once the forward is done, all its instances together; "
-         "chunkgrad trace's \"largest autograd holder\" counts the allocator blocks live at the step's peak)\n";
+    o << "  (largest graph node: a node name's saved tensors once the forward is done, all its "
+         "instances together; "
+         "chunkgrad trace's \"largest autograd holder\" counts the allocator blocks live at the "
+         "step's peak)\n";
   }
   // The traces' HTML reports (timelines by category, the holders at the peak), when traced.
   if (s.contains("memory") && s["memory"].is_array()) {

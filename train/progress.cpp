@@ -20,13 +20,17 @@ std::atomic<bool> g_line_open{false};
 std::string clock_str(double seconds) {
   const int64_t s = static_cast<int64_t>(seconds + 0.5);
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%lld:%02lld", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
+  std::snprintf(buf, sizeof buf, "%lld:%02lld", static_cast<long long>(s / 60),
+                static_cast<long long>(s % 60));
   return buf;
 }
 }  // namespace
 
 ProgressBar::ProgressBar(std::string phase, int64_t total, bool enabled, int64_t first_step)
-    : phase_(std::move(phase)), total_(total), first_(first_step), enabled_(enabled),
+    : phase_(std::move(phase)),
+      total_(total),
+      first_(first_step),
+      enabled_(enabled),
       start_(std::chrono::steady_clock::now()) {}
 
 double ProgressBar::seconds() const {
@@ -50,23 +54,25 @@ void ProgressBar::update(int64_t step, double loss, int64_t tokens) {
   last_draw_ = now;
   const int64_t done = step - rate_from_;
   const double elapsed = std::chrono::duration<double>(now - rate_start_).count();
-  const std::string eta = done > 0 && elapsed > 0
-                              ? clock_str(elapsed / static_cast<double>(done) * static_cast<double>(total_ - step))
-                              : (step == total_ ? clock_str(0) : std::string("--:--"));
+  const std::string eta =
+      done > 0 && elapsed > 0
+          ? clock_str(elapsed / static_cast<double>(done) * static_cast<double>(total_ - step))
+          : (step == total_ ? clock_str(0) : std::string("--:--"));
   constexpr int kWidth = 24;
   const int filled = total_ > 0 ? static_cast<int>(kWidth * step / total_) : kWidth;
   std::string bar(static_cast<size_t>(filled), '#');
   bar.resize(kWidth, '.');
-  std::fprintf(stderr, "\r%-8s [%s] %lld/%lld loss %.4f  %.0f tok/s  ETA %s ", phase_.c_str(), bar.c_str(),
-               static_cast<long long>(step), static_cast<long long>(total_), loss, tokens_per_second(),
-               eta.c_str());
+  std::fprintf(stderr, "\r%-8s [%s] %lld/%lld loss %.4f  %.0f tok/s  ETA %s ", phase_.c_str(),
+               bar.c_str(), static_cast<long long>(step), static_cast<long long>(total_), loss,
+               tokens_per_second(), eta.c_str());
   std::fflush(stderr);
   g_line_open = true;
   drawn_ = true;
 }
 
 void ProgressBar::finish() {
-  if (!enabled_ || !drawn_) return;  // nothing drawn (a resume with nothing to train): no stray " 0:00" line
+  if (!enabled_ || !drawn_)
+    return;  // nothing drawn (a resume with nothing to train): no stray " 0:00" line
   drawn_ = false;
   std::fprintf(stderr, " %s\n", clock_str(seconds()).c_str());
   std::fflush(stderr);
@@ -81,7 +87,9 @@ void end_open_progress_line() {
 }
 
 namespace {
-std::string system_reason() { return errno ? std::string(std::strerror(errno)) : std::string("unknown reason"); }
+std::string system_reason() {
+  return errno ? std::string(std::strerror(errno)) : std::string("unknown reason");
+}
 }  // namespace
 
 MetricsLog::MetricsLog(const std::string& path) : path_(path) {
@@ -104,24 +112,26 @@ void MetricsLog::drop_after(const std::string& phase, int64_t step) {
   {
     std::ifstream in(path_);
     for (std::string line; std::getline(in, line);) {
-      bool shallow = true;  // a hand-edited line nested too deep is kept, never parsed (core/json_input.h)
+      bool shallow =
+          true;  // a hand-edited line nested too deep is kept, never parsed (core/json_input.h)
       try {
         check_json_depth(line, "a metrics line");
-      } catch (const Error&) {
-        shallow = false;
-      }
-      const nlohmann::json r = shallow ? nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false) : nlohmann::json();
+      } catch (const Error&) { shallow = false; }
+      const nlohmann::json r =
+          shallow ? nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false)
+                  : nlohmann::json();
       const bool drop = r.is_object() && r.contains("phase") &&
                         (r["phase"] == "summary" ||
-                         (r["phase"] == phase && r.contains("step") && r["step"].is_number_integer() &&
-                          r["step"].get<int64_t>() > step));
+                         (r["phase"] == phase && r.contains("step") &&
+                          r["step"].is_number_integer() && r["step"].get<int64_t>() > step));
       if (!drop) kept += line + "\n";  // lines it cannot read stay as they were
     }
   }
   write_file_atomically(path_, kept, "the metrics log");
   errno = 0;
   out_.open(path_, std::ios::app);
-  CG_CHECK(out_.good(), "metrics log '", path_, "' cannot be opened for writing: ", system_reason());
+  CG_CHECK(out_.good(), "metrics log '", path_,
+           "' cannot be opened for writing: ", system_reason());
 }
 
 }  // namespace cg::train

@@ -39,12 +39,14 @@ RunLock::RunLock(const std::string& run_dir) : path_(run_dir + "/.lock") {
       const int lock_err = errno;
       const long holder = pid_in(fd);
       ::close(fd);
-      CG_CHECK(lock_err == EWOULDBLOCK, "run_dir: cannot lock ", path_, ": ", std::strerror(lock_err));
+      CG_CHECK(lock_err == EWOULDBLOCK, "run_dir: cannot lock ", path_, ": ",
+               std::strerror(lock_err));
       CG_FAIL("run_dir ", run_dir, " is in use by another chunkgrad train (pid ",
               holder > 0 ? std::to_string(holder) : std::string("unknown"),
               "); wait for it to finish, stop it, or give another --run-dir");
     }
-    struct stat held {}, now {};
+    struct stat held {
+    }, now{};
     if (::fstat(fd, &held) != 0 || ::stat(path_.c_str(), &now) != 0 || held.st_ino != now.st_ino ||
         held.st_dev != now.st_dev) {
       ::close(fd);
@@ -55,7 +57,8 @@ RunLock::RunLock(const std::string& run_dir) : path_(run_dir + "/.lock") {
     const long old = pid_in(fd);
     stale_pid_ = old != static_cast<long>(::getpid()) ? old : 0;
     const std::string pid = std::to_string(::getpid()) + "\n";
-    if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+    if (::ftruncate(fd, 0) != 0 ||
+        ::pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
       const int write_err = errno;
       ::close(fd);
       CG_FAIL("run_dir: cannot write the lock file ", path_, ": ", std::strerror(write_err));

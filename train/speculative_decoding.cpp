@@ -26,27 +26,33 @@ double seconds_since(Clock::time_point start) {
 }
 
 void check_options(int64_t block_size, int64_t max_new_tokens, const char* what) {
-  CG_CHECK(block_size >= 2, what, ": block_size must be >= 2 (the anchor plus at least one "
-           "drafted token), got ", block_size);
+  CG_CHECK(block_size >= 2, what,
+           ": block_size must be >= 2 (the anchor plus at least one "
+           "drafted token), got ",
+           block_size);
   CG_CHECK(max_new_tokens >= 0, what, ": max_new_tokens must be >= 0, got ", max_new_tokens);
   // Far beyond any real use, and low enough that prompt + max_new_tokens + block_size
   // cannot overflow (INT64_MAX once gave a cache of -9223372036854775727 positions).
   constexpr int64_t kLimit = int64_t{1} << 30;
-  CG_CHECK(block_size <= kLimit && max_new_tokens <= kLimit, what, ": block_size and max_new_tokens must be at most ",
-           kLimit, ", got ", block_size, " and ", max_new_tokens);
+  CG_CHECK(block_size <= kLimit && max_new_tokens <= kLimit, what,
+           ": block_size and max_new_tokens must be at most ", kLimit, ", got ", block_size,
+           " and ", max_new_tokens);
 }
 
 // The drafter's guesses, checked: block_size - 1 tokens, each a token id of the target.
 std::vector<int64_t> checked_draft(BlockDrafter& drafter, int64_t anchor, int64_t position,
                                    int64_t block_size, int64_t vocab) {
   std::vector<int64_t> draft = drafter.propose(anchor, position, block_size);
-  CG_CHECK(static_cast<int64_t>(draft.size()) == block_size - 1, "speculative decoding: the "
-           "drafter proposed ", draft.size(), " tokens for block_size ", block_size,
+  CG_CHECK(static_cast<int64_t>(draft.size()) == block_size - 1,
+           "speculative decoding: the "
+           "drafter proposed ",
+           draft.size(), " tokens for block_size ", block_size,
            "; propose() must return block_size - 1 = ", block_size - 1);
   for (size_t i = 0; i < draft.size(); ++i) {
-    CG_CHECK(draft[i] >= 0 && draft[i] < vocab, "speculative decoding: the drafter proposed "
-             "token ", draft[i], " (slot ", i + 1, ") outside the target's vocabulary [0, ",
-             vocab, ")");
+    CG_CHECK(draft[i] >= 0 && draft[i] < vocab,
+             "speculative decoding: the drafter proposed "
+             "token ",
+             draft[i], " (slot ", i + 1, ") outside the target's vocabulary [0, ", vocab, ")");
   }
   return draft;
 }
@@ -56,12 +62,13 @@ std::vector<int64_t> checked_draft(BlockDrafter& drafter, int64_t anchor, int64_
 SpeculativeGeneration speculative_generate(const nn::Qwen3ForCausalLM& target,
                                            BlockDrafter& drafter,
                                            const std::vector<int64_t>& prompt,
-                                           const SpeculativeOptions& options,
-                                           nn::KVCache* cache) {
+                                           const SpeculativeOptions& options, nn::KVCache* cache) {
   check_options(options.block_size, options.max_new_tokens, "speculative_generate");
-  CG_CHECK(!prompt.empty(), "speculative_generate: the prompt is empty; start it with at "
+  CG_CHECK(!prompt.empty(),
+           "speculative_generate: the prompt is empty; start it with at "
            "least one token (e.g. BOS)");
-  CG_CHECK(!drafter.target_layers().empty(), "speculative_generate: the drafter reads no "
+  CG_CHECK(!drafter.target_layers().empty(),
+           "speculative_generate: the drafter reads no "
            "target layers (target_layers() is empty)");
   NoGradGuard no_grad;
   const int64_t P = static_cast<int64_t>(prompt.size()), B = options.block_size;
@@ -90,7 +97,8 @@ SpeculativeGeneration speculative_generate(const nn::Qwen3ForCausalLM& target,
   // The prompt: its features become the drafter's context, its last logits the first token.
   nn::CachedForwardOptions forward{.capture_layers = drafter.target_layers(),
                                    .last_logits_only = true};
-  nn::DecoderOutput out = target.forward_cached(from_ints(prompt, {1, P}, ids_on(target)), *cache, forward);
+  nn::DecoderOutput out =
+      target.forward_cached(from_ints(prompt, {1, P}, ids_on(target)), *cache, forward);
   ++g.target_forwards;
   timed([&] {
     drafter.reset();
@@ -111,10 +119,11 @@ SpeculativeGeneration speculative_generate(const nn::Qwen3ForCausalLM& target,
       timed([&] { draft = checked_draft(drafter, anchor, a, B, vocab); });
       block.insert(block.end(), draft.begin(), draft.begin() + (L - 1));
     }
-    out = target.forward_cached(from_ints(block, {1, L}, ids_on(target)), *cache, forward);  // positions a..a+L-1
+    out = target.forward_cached(from_ints(block, {1, L}, ids_on(target)), *cache,
+                                forward);  // positions a..a+L-1
     ++g.target_forwards;
     const std::vector<int64_t> verified = greedy_tokens(out.logits);  // [L]
-    int64_t k = 0;  // accepted drafts
+    int64_t k = 0;                                                    // accepted drafts
     while (k < L - 1 && block[static_cast<size_t>(k + 1)] == verified[static_cast<size_t>(k)]) ++k;
     int64_t emitted = 0;
     for (int64_t i = 0; i <= k && !g.stopped_at_eos; ++i) {
@@ -127,9 +136,8 @@ SpeculativeGeneration speculative_generate(const nn::Qwen3ForCausalLM& target,
     if (g.stopped_at_eos || produced >= max_new) break;
     // Keep positions a .. a+k (anchor + accepted drafts); the bonus is the next anchor.
     cache->truncate(a + k + 1);
-    timed([&] {
-      drafter.append_context(narrow(concat_features(out.layer_hidden), 0, 0, k + 1), a);
-    });
+    timed(
+        [&] { drafter.append_context(narrow(concat_features(out.layer_hidden), 0, 0, k + 1), a); });
     anchor = verified[static_cast<size_t>(k)];
     a += k + 1;
   }
@@ -140,8 +148,8 @@ namespace {
 
 // Note [Near ties]: whether greedy decoding's pick `a` and speculative decoding's pick `b`
 // after `prefix` are both within tolerance of the prefix's largest logit.
-bool is_near_tie(const nn::Qwen3ForCausalLM& target, const std::vector<int64_t>& prefix,
-                 int64_t a, int64_t b, double tolerance) {
+bool is_near_tie(const nn::Qwen3ForCausalLM& target, const std::vector<int64_t>& prefix, int64_t a,
+                 int64_t b, double tolerance) {
   NoGradGuard no_grad;
   const int64_t S = static_cast<int64_t>(prefix.size());
   const auto out = target.forward(from_ints(prefix, {1, S}, ids_on(target)));
@@ -194,8 +202,7 @@ std::string describe_tokens(const std::vector<int64_t>& tokens, size_t from, siz
 
 }  // namespace
 
-SpeculativeReport evaluate_speculative(const nn::Qwen3ForCausalLM& target,
-                                       BlockDrafter& drafter,
+SpeculativeReport evaluate_speculative(const nn::Qwen3ForCausalLM& target, BlockDrafter& drafter,
                                        const std::vector<std::vector<int64_t>>& prompts,
                                        const EvaluateOptions& options) {
   check_options(options.block_size, options.max_new_tokens, "evaluate_speculative");
@@ -304,23 +311,27 @@ SpeculativeReport evaluate_speculative(const nn::Qwen3ForCausalLM& target,
     while (j < want.size() && j < got.size() && want[j] == got[j]) ++j;
     const bool both_continue = j < want.size() && j < got.size();
     if (both_continue &&
-        is_near_tie(target, {want.begin(), want.begin() + static_cast<std::ptrdiff_t>(j)},
-                    want[j], got[j], options.tie_tolerance)) {
+        is_near_tie(target, {want.begin(), want.begin() + static_cast<std::ptrdiff_t>(j)}, want[j],
+                    got[j], options.tie_tolerance)) {
       ++r.tie_divergences;
       continue;
     }
     if (r.mismatch.empty()) {
       std::ostringstream s;
       s << "prompt " << i << " (length " << prompts[i].size() << "): speculative decoding "
-        << "differs from greedy decoding at new token " << static_cast<int64_t>(j) - static_cast<int64_t>(prompts[i].size())
-        << ": greedy " << describe_tokens(want, j, 6) << ", speculative "
-        << describe_tokens(got, j, 6) << " (not a near tie of the logits)";
+        << "differs from greedy decoding at new token "
+        << static_cast<int64_t>(j) - static_cast<int64_t>(prompts[i].size()) << ": greedy "
+        << describe_tokens(want, j, 6) << ", speculative " << describe_tokens(got, j, 6)
+        << " (not a near tie of the logits)";
       r.mismatch = s.str();
     }
   }
   r.lossless = r.mismatch.empty();
-  CG_CHECK(r.lossless || !options.throw_on_mismatch, "evaluate_speculative: output is not "
-           "lossless: ", r.mismatch, ". This is a bug in the decoding loop or the KV cache, "
+  CG_CHECK(r.lossless || !options.throw_on_mismatch,
+           "evaluate_speculative: output is not "
+           "lossless: ",
+           r.mismatch,
+           ". This is a bug in the decoding loop or the KV cache, "
            "not in the drafter");
   return r;
 }
@@ -328,12 +339,16 @@ SpeculativeReport evaluate_speculative(const nn::Qwen3ForCausalLM& target,
 std::string SpeculativeReport::str() const {
   std::ostringstream s;
   char buf[160];
-  std::snprintf(buf, sizeof buf, "speculative decoding: block_size %lld, %lld prompts, "
-                "max_new_tokens %lld\n", static_cast<long long>(block_size),
-                static_cast<long long>(num_prompts), static_cast<long long>(max_new_tokens));
+  std::snprintf(buf, sizeof buf,
+                "speculative decoding: block_size %lld, %lld prompts, "
+                "max_new_tokens %lld\n",
+                static_cast<long long>(block_size), static_cast<long long>(num_prompts),
+                static_cast<long long>(max_new_tokens));
   s << buf;
-  std::snprintf(buf, sizeof buf, "  tau %.3f tokens per verify forward (bonus included), "
-                "%lld verify forwards\n", tau, static_cast<long long>(verify_forwards));
+  std::snprintf(buf, sizeof buf,
+                "  tau %.3f tokens per verify forward (bonus included), "
+                "%lld verify forwards\n",
+                tau, static_cast<long long>(verify_forwards));
   s << buf << "  emitted per verify forward:";
   for (size_t n = 1; n < acceptance_histogram.size(); ++n) {
     s << " " << n << ":" << acceptance_histogram[n];
@@ -342,18 +357,22 @@ std::string SpeculativeReport::str() const {
                 static_cast<long long>(greedy_new_tokens), greedy_seconds,
                 greedy_tokens_per_second);
   s << buf;
-  std::snprintf(buf, sizeof buf, "  speculative %lld tokens in %.3f s (%.1f tokens/s; "
-                "drafter %.3f s)\n", static_cast<long long>(new_tokens), speculative_seconds,
+  std::snprintf(buf, sizeof buf,
+                "  speculative %lld tokens in %.3f s (%.1f tokens/s; "
+                "drafter %.3f s)\n",
+                static_cast<long long>(new_tokens), speculative_seconds,
                 speculative_tokens_per_second, drafter_seconds);
   s << buf;
   std::snprintf(buf, sizeof buf, "  speedup %.2fx; outputs %s\n", speedup,
-                identical ? "identical token for token"
+                identical  ? "identical token for token"
                 : lossless ? "equal up to floating-point near ties"
                            : "DIFFERENT (not lossless)");
   s << buf;
   if (ceiling_seconds > 0) {
-    std::snprintf(buf, sizeof buf, "  ceiling (a free drafter that is always right): tau %.2f, "
-                  "speedup %.2fx\n", ceiling_tau, ceiling_speedup);
+    std::snprintf(buf, sizeof buf,
+                  "  ceiling (a free drafter that is always right): tau %.2f, "
+                  "speedup %.2fx\n",
+                  ceiling_tau, ceiling_speedup);
     s << buf;
   }
   if (tie_divergences > 0) s << "  prompts diverged at near ties: " << tie_divergences << "\n";

@@ -70,13 +70,11 @@ struct SpeculativeGeneration {
   std::vector<int64_t> tokens;  // prompt + new tokens
   int64_t prompt_length = 0;
   bool stopped_at_eos = false;
-  int64_t target_forwards = 0;               // the prompt's forward + verify forwards
-  std::vector<int64_t> emitted_per_verify;   // tokens each verify forward emitted (1 .. B)
-  double drafter_seconds = 0;                // in propose and append_context
+  int64_t target_forwards = 0;              // the prompt's forward + verify forwards
+  std::vector<int64_t> emitted_per_verify;  // tokens each verify forward emitted (1 .. B)
+  double drafter_seconds = 0;               // in propose and append_context
 
-  std::vector<int64_t> new_tokens() const {
-    return {tokens.begin() + prompt_length, tokens.end()};
-  }
+  std::vector<int64_t> new_tokens() const { return {tokens.begin() + prompt_length, tokens.end()}; }
 };
 
 // One prompt (Note [Speculative step]). The cache, if given, is reused (cleared first;
@@ -93,7 +91,7 @@ struct EvaluateOptions {
   int64_t block_size = 8;
   int64_t max_new_tokens = 64;
   int64_t eos_id = -1;
-  bool warmup = true;             // one untimed run of the first prompt by each decoder
+  bool warmup = true;  // one untimed run of the first prompt by each decoder
   // Each prompt is decoded this many times by each decoder, alternating; the fastest run of
   // each counts (on a shared machine, noise only ever adds time).
   int64_t repeats = 1;
@@ -114,7 +112,7 @@ struct SpeculativeReport {
   // histogram[n] = verify forwards that emitted n tokens, n = 0 .. block_size (0 unused).
   std::vector<int64_t> acceptance_histogram;
   double greedy_seconds = 0, speculative_seconds = 0, drafter_seconds = 0;
-  double speedup = 0;                  // greedy_seconds / speculative_seconds
+  double speedup = 0;  // greedy_seconds / speculative_seconds
   double greedy_tokens_per_second = 0, speculative_tokens_per_second = 0;
   // Note [Speedup ceiling]: the same prompts decoded with a drafter that costs nothing and
   // is always right (it replays the greedy output), so tau is block_size up to cuts. What
@@ -122,12 +120,12 @@ struct SpeculativeReport {
   // separates ceiling_speedup from block_size is the verify forward costing more than a
   // one-token step. 0 when not measured.
   double ceiling_tau = 0, ceiling_seconds = 0, ceiling_speedup = 0;
-  bool identical = false;    // every prompt's output equal token for token
-  bool lossless = false;     // identical, or diverged only at near ties (Note [Near ties])
+  bool identical = false;       // every prompt's output equal token for token
+  bool lossless = false;        // identical, or diverged only at near ties (Note [Near ties])
   int64_t tie_divergences = 0;  // prompts that diverged at a near tie
-  std::string mismatch;      // the first real mismatch, described; empty when none
+  std::string mismatch;         // the first real mismatch, described; empty when none
 
-  std::string str() const;   // a few readable lines
+  std::string str() const;  // a few readable lines
   nlohmann::json json() const;
 };
 
@@ -135,8 +133,7 @@ struct SpeculativeReport {
 // by speculative decoding (drafter time included), each timed; the decoders alternate
 // prompt by prompt so that a change in machine load hits both alike. Then the comparison.
 // Both decoders use a KV cache sized once for the longest prompt.
-SpeculativeReport evaluate_speculative(const nn::Qwen3ForCausalLM& target,
-                                       BlockDrafter& drafter,
+SpeculativeReport evaluate_speculative(const nn::Qwen3ForCausalLM& target, BlockDrafter& drafter,
                                        const std::vector<std::vector<int64_t>>& prompts,
                                        const EvaluateOptions& options);
 

@@ -42,6 +42,7 @@ void request_stop() { g_stop.store(true); }
 Interrupted::Interrupted(const std::string& phase, int64_t step)
     : std::runtime_error(phase + " training: interrupted at step " + std::to_string(step) +
                          "; run the same command to resume"),
-      phase_(phase), step_(step) {}
+      phase_(phase),
+      step_(step) {}
 
 }  // namespace cg::train

@@ -38,7 +38,8 @@ class StopSignals {
   StopSignals& operator=(const StopSignals&) = delete;
 
  private:
-  struct sigaction old_int_ {}, old_term_ {};  // what comes back (nesting restores in order)
+  struct sigaction old_int_ {
+  }, old_term_{};  // what comes back (nesting restores in order)
 };
 
 // Whether a signal asked this process to stop.

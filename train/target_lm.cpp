@@ -40,11 +40,10 @@ nn::Qwen3Config target_architecture(const TargetConfig& t) {
   nn::Qwen3Config mc;
   try {  // Qwen3Config's messages say "config.json"; name the file the user gave
     mc = nn::Qwen3Config::from_hf_file(t.hf_config);
-  } catch (const Error& e) {
-    CG_FAIL("target.hf_config '", t.hf_config, "': ", e.message());
-  }
-  CG_CHECK(mc.vocab_size >= ByteTokenizer::kVocabSize, "target.hf_config '", t.hf_config, "': vocab_size ",
-           mc.vocab_size, " is smaller than the byte tokenizer's ", ByteTokenizer::kVocabSize,
+  } catch (const Error& e) { CG_FAIL("target.hf_config '", t.hf_config, "': ", e.message()); }
+  CG_CHECK(mc.vocab_size >= ByteTokenizer::kVocabSize, "target.hf_config '", t.hf_config,
+           "': vocab_size ", mc.vocab_size, " is smaller than the byte tokenizer's ",
+           ByteTokenizer::kVocabSize,
            " ids (train/tokenizer.h): the target must read byte-level tokens");
   return mc;
 }
@@ -53,13 +52,15 @@ namespace {
 
 constexpr const char* kInterruptedFormat = "chunkgrad-target-interrupted-1";
 
-void save_interrupted(const nn::Qwen3ForCausalLM& lm, const AdamW& opt, const TargetTrainingHooks& hooks) {
+void save_interrupted(const nn::Qwen3ForCausalLM& lm, const AdamW& opt,
+                      const TargetTrainingHooks& hooks) {
   std::filesystem::create_directories(std::filesystem::path(hooks.resume_file).parent_path());
   safetensors::NamedTensors tensors;
   for (auto& [n, t] : lm.named_parameters()) tensors.emplace_back("model." + n, t.detach());
   for (auto& [n, t] : opt.state()) tensors.emplace_back("optim." + n, t);
   safetensors::save_file(tensors, hooks.resume_file,
-                         {{"format", kInterruptedFormat}, {"fingerprint", hooks.fingerprint},
+                         {{"format", kInterruptedFormat},
+                          {"fingerprint", hooks.fingerprint},
                           {"step", std::to_string(opt.steps_taken())}});
 }
 
@@ -97,8 +98,11 @@ double train_target(nn::Qwen3ForCausalLM& lm, const std::vector<int64_t>& tokens
   CG_CHECK(static_cast<int64_t>(tokens.size()) > S + 1, "target training: the corpus has ",
            tokens.size(), " tokens, fewer than target.seq_len + 2 = ", S + 2);
   lm.train();
-  AdamW opt(lm.parameters(), {.beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps,
-                              .weight_decay = o.weight_decay, .grad_clip = o.grad_clip});
+  AdamW opt(lm.parameters(), {.beta1 = o.beta1,
+                              .beta2 = o.beta2,
+                              .eps = o.eps,
+                              .weight_decay = o.weight_decay,
+                              .grad_clip = o.grad_clip});
   Generator gen(seed);
   const int64_t warmup = static_cast<int64_t>(o.warmup_ratio * static_cast<double>(o.steps));
   const uint64_t starts = tokens.size() - static_cast<uint64_t>(S) - 1;
@@ -167,7 +171,8 @@ TargetResult obtain_target(const TrainConfig& config, const std::vector<int64_t>
   const nn::Qwen3Config mc = target_architecture(t);
   Generator init_gen(config.seed);
   r.lm = std::make_unique<nn::Qwen3ForCausalLM>(mc, nn::InitOptions{.generator = &init_gen});
-  r.lm->to(config.compute_device());  // made on the host (same initial values everywhere), then moved
+  r.lm->to(
+      config.compute_device());  // made on the host (same initial values everywhere), then moved
   const std::string dir = config.run_dir + "/target";
   const std::string cached = dir + "/model.safetensors";
   if (!t.checkpoint.empty()) {
@@ -192,10 +197,13 @@ TargetResult obtain_target(const TrainConfig& config, const std::vector<int64_t>
     } else {
       const std::string interrupted = dir + "/interrupted.safetensors";
       r.final_loss = train_target(*r.lm, corpus_tokens, t, config.seed + 11,
-                                  {.on_step = on_step, .on_start = on_start, .resume_file = interrupted,
+                                  {.on_step = on_step,
+                                   .on_start = on_start,
+                                   .resume_file = interrupted,
                                    .fingerprint = fingerprint});
       std::filesystem::create_directories(dir);
-      nn::save_checkpoint(*r.lm, cached, {{"fingerprint", fingerprint}, {"config", mc.str()}});  // atomic
+      nn::save_checkpoint(*r.lm, cached,
+                          {{"fingerprint", fingerprint}, {"config", mc.str()}});  // atomic
       std::error_code ec;
       std::filesystem::remove(interrupted, ec);  // done: the interrupted state is spent
       r.source = "trained";

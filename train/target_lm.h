@@ -30,10 +30,10 @@ using StepCallback = std::function<void(int64_t step, int64_t total, double loss
 
 // How a target training reports and where it keeps an interrupted state.
 struct TargetTrainingHooks {
-  StepCallback on_step;                      // after each step
-  std::function<void(int64_t)> on_start;     // once, with the step it goes on after (0: the first)
-  std::string resume_file;                   // an interrupted training's state ("": not kept)
-  std::string fingerprint;                   // what resume_file must have been trained on
+  StepCallback on_step;                   // after each step
+  std::function<void(int64_t)> on_start;  // once, with the step it goes on after (0: the first)
+  std::string resume_file;                // an interrupted training's state ("": not kept)
+  std::string fingerprint;                // what resume_file must have been trained on
 };
 
 // Trains `lm` on random windows of seq_len + 1 tokens of `tokens` (next-token CE), going on

@@ -9,8 +9,8 @@ namespace cg::train {
 
 namespace {
 void check_id(int64_t id, size_t index) {
-  CG_CHECK(id >= 0 && id < ByteTokenizer::kVocabSize, "ByteTokenizer: id ", id, " at index ",
-           index, " is not a token id; ids are 0..255 (bytes) and 256..259 (BOS, EOS, PAD, MASK)");
+  CG_CHECK(id >= 0 && id < ByteTokenizer::kVocabSize, "ByteTokenizer: id ", id, " at index ", index,
+           " is not a token id; ids are 0..255 (bytes) and 256..259 (BOS, EOS, PAD, MASK)");
 }
 }  // namespace
 

@@ -33,11 +33,11 @@ struct EncodeOptions {
 
 class ByteTokenizer {
  public:
-  static constexpr int64_t kNumBytes = 256;   // ids 0 .. 255 are the bytes themselves
-  static constexpr int64_t kBos = 256;        // beginning of a sequence
-  static constexpr int64_t kEos = 257;        // end of a sequence (generation stops here)
-  static constexpr int64_t kPad = 258;        // filler in padded batches; never a label
-  static constexpr int64_t kMask = 259;       // DFlash's MASK: block slots 1 .. B-1
+  static constexpr int64_t kNumBytes = 256;  // ids 0 .. 255 are the bytes themselves
+  static constexpr int64_t kBos = 256;       // beginning of a sequence
+  static constexpr int64_t kEos = 257;       // end of a sequence (generation stops here)
+  static constexpr int64_t kPad = 258;       // filler in padded batches; never a label
+  static constexpr int64_t kMask = 259;      // DFlash's MASK: block slots 1 .. B-1
   static constexpr int64_t kVocabSize = 260;
 
   int64_t vocab_size() const { return kVocabSize; }

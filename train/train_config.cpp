@@ -43,9 +43,10 @@ struct Reader {
         if constexpr (std::is_unsigned_v<T>) {
           CG_CHECK(it->is_number_unsigned(), "must be a non-negative integer");
         } else {
-          CG_CHECK(!it->is_number_unsigned() ||
-                       it->template get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max()),
-                   "must be an integer of at most ", std::numeric_limits<T>::max());
+          CG_CHECK(
+              !it->is_number_unsigned() || it->template get<uint64_t>() <=
+                                               static_cast<uint64_t>(std::numeric_limits<T>::max()),
+              "must be an integer of at most ", std::numeric_limits<T>::max());
         }
       } else {
         CG_CHECK(it->is_array(), "must be an array of integers");
@@ -82,7 +83,9 @@ struct Reader {
 struct Writer {
   nlohmann::json& j;
   template <typename T>
-  void field(const char* name, T& value) { j[name] = value; }
+  void field(const char* name, T& value) {
+    j[name] = value;
+  }
   template <typename F>
   void object(const char* name, F&& body) {
     nlohmann::json sub = nlohmann::json::object();
@@ -191,8 +194,8 @@ std::string number(double v) {
 }
 
 void in_range(const char* name, double v, double lo, double hi) {
-  CG_CHECK(std::isfinite(v) && v >= lo && v <= hi, "train config: ", name, ": must be from ", number(lo),
-           " to ", number(hi), ", got ", number(v));
+  CG_CHECK(std::isfinite(v) && v >= lo && v <= hi, "train config: ", name, ": must be from ",
+           number(lo), " to ", number(hi), ", got ", number(v));
 }
 
 void check_optim(const std::string& p, const OptimConfig& o) {
@@ -216,13 +219,13 @@ void TrainConfig::validate() const {
   in_range("threads", static_cast<double>(threads), 0, 1024);
   try {
     Device::parse(device);  // the name only: compute_device() checks it is present
-  } catch (const Error& e) {
-    CG_FAIL("train config: device: ", e.message());
-  }
+  } catch (const Error& e) { CG_FAIL("train config: device: ", e.message()); }
   in_range("corpus.lines", static_cast<double>(corpus.lines), 1, 1e8);
   const TargetConfig& t = target;
-  CG_CHECK(t.hf_config.empty() || !t.checkpoint.empty(), "train config: target.hf_config describes the model in "
-           "target.checkpoint, which is empty; give the checkpoint too, or describe a target to train with "
+  CG_CHECK(t.hf_config.empty() || !t.checkpoint.empty(),
+           "train config: target.hf_config describes the model in "
+           "target.checkpoint, which is empty; give the checkpoint too, or describe a target to "
+           "train with "
            "target.hidden_size, num_layers, ...");
   in_range("target.hidden_size", static_cast<double>(t.hidden_size), 1, 65536);
   in_range("target.num_layers", static_cast<double>(t.num_layers), 1, 1024);
@@ -236,8 +239,10 @@ void TrainConfig::validate() const {
   in_range("data.num_sequences", static_cast<double>(data.num_sequences), 1, 1e7);
   in_range("data.max_new_tokens", static_cast<double>(data.max_new_tokens), 2, 1 << 20);
   const DrafterConfig& d = drafter;
-  CG_CHECK(d.block_size >= 2, "train config: drafter.block_size: must be >= 2 (the anchor and at "
-           "least one predicted token), got ", d.block_size);
+  CG_CHECK(d.block_size >= 2,
+           "train config: drafter.block_size: must be >= 2 (the anchor and at "
+           "least one predicted token), got ",
+           d.block_size);
   in_range("drafter.block_size", static_cast<double>(d.block_size), 2, kMaxBlockSize);
   in_range("drafter.num_layers", static_cast<double>(d.num_layers), 1, 1024);
   in_range("drafter.intermediate_size", static_cast<double>(d.intermediate_size), 1, 1 << 20);
@@ -246,39 +251,45 @@ void TrainConfig::validate() const {
   // Anchor candidates lie in the generated part of a sequence: prompt + max_new_tokens
   // tokens, of which at most max_new_tokens - 1 have a successor inside it.
   CG_CHECK(d.max_anchors <= data.max_new_tokens - 1, "train config: drafter.max_anchors ",
-           d.max_anchors, " is beyond the sequence: a sequence has at most data.max_new_tokens - 1 = ",
+           d.max_anchors,
+           " is beyond the sequence: a sequence has at most data.max_new_tokens - 1 = ",
            data.max_new_tokens - 1, " anchor positions; lower max_anchors or raise max_new_tokens");
   // A block's labels are tokens anchor+1 .. anchor+block_size-1 of the generated part, so a
   // longer block has slots that never get a label (and no accuracy to report).
   CG_CHECK(d.block_size <= data.max_new_tokens, "train config: drafter.block_size ", d.block_size,
-           " is longer than the generated part of a sequence (data.max_new_tokens ", data.max_new_tokens,
+           " is longer than the generated part of a sequence (data.max_new_tokens ",
+           data.max_new_tokens,
            "): its last slots would never have a label; lower block_size or raise max_new_tokens");
   in_range("drafter.gamma", d.gamma, 0, 1e6);
   const LossKind kind = d.loss.loss_kind();  // throws naming the field and the accepted kinds
   in_range("drafter.loss.ce_weight", d.loss.ce_weight, 0, 1);
   if (d.loss.ce_weight != 0) {
-    CG_CHECK(d.loss.kind != "mix", "train config: drafter.loss.ce_weight: kind mix takes its CE weight from "
+    CG_CHECK(d.loss.kind != "mix",
+             "train config: drafter.loss.ce_weight: kind mix takes its CE weight from "
              "mix_ce_weight; drop ce_weight, or give kind kl with ce_weight");
-    CG_CHECK(loss_kind_info(kind).needs_teacher, "train config: drafter.loss.ce_weight: mixes hard CE into a "
-             "teacher kind, and kind '", d.loss.kind, "' is cross-entropy already; drop ce_weight or pick a "
+    CG_CHECK(loss_kind_info(kind).needs_teacher,
+             "train config: drafter.loss.ce_weight: mixes hard CE into a "
+             "teacher kind, and kind '",
+             d.loss.kind,
+             "' is cross-entropy already; drop ce_weight or pick a "
              "teacher kind");
   }
   in_range("drafter.loss.mix_ce_weight", d.loss.mix_ce_weight, 0, 1);
   in_range("drafter.loss.temperature", d.loss.temperature, 1e-3, 1e3);
   try {
     parse_head_loss_path(d.head_loss_path);
-  } catch (const Error& e) {
-    CG_FAIL("train config: drafter.head_loss_path: ", e.message());
-  }
+  } catch (const Error& e) { CG_FAIL("train config: drafter.head_loss_path: ", e.message()); }
   in_range("drafter.head_loss_chunk_rows", static_cast<double>(d.head_loss_chunk_rows), 0, 1 << 24);
   // A fraction of a MiB is allowed (small shapes); above 1 TiB is a typo. Whether one row
   // fits is checked against the real shape before training (drafter_head_loss).
-  CG_CHECK(std::isfinite(d.head_loss_chunk_budget_mb) && d.head_loss_chunk_budget_mb > 0 &&
-               d.head_loss_chunk_budget_mb <= 1 << 20,
-           "train config: drafter.head_loss_chunk_budget_mb: must be above 0 and at most 1048576 (MiB; "
-           "used when head_loss_chunk_rows is 0), got ", number(d.head_loss_chunk_budget_mb));
-  CG_CHECK(d.dtype == "f32" || d.dtype == "bf16", "train config: drafter.dtype: must be f32 or bf16, got '",
-           d.dtype, "'");
+  CG_CHECK(
+      std::isfinite(d.head_loss_chunk_budget_mb) && d.head_loss_chunk_budget_mb > 0 &&
+          d.head_loss_chunk_budget_mb <= 1 << 20,
+      "train config: drafter.head_loss_chunk_budget_mb: must be above 0 and at most 1048576 (MiB; "
+      "used when head_loss_chunk_rows is 0), got ",
+      number(d.head_loss_chunk_budget_mb));
+  CG_CHECK(d.dtype == "f32" || d.dtype == "bf16",
+           "train config: drafter.dtype: must be f32 or bf16, got '", d.dtype, "'");
   in_range("drafter.checkpoint_every", static_cast<double>(d.checkpoint_every), 0, 1e9);
   check_optim("drafter.optim.", d.optim);
   std::set<int64_t> listed;
@@ -295,8 +306,8 @@ void TrainConfig::validate() const {
   // a block far beyond what the drafter was trained on only measures out-of-range slots
   // (INT64_MAX once overflowed the cache size; 1e8 ran out of memory after training).
   CG_CHECK(eval.block_size == 0 || (eval.block_size >= 2 && eval.block_size <= kMaxBlockSize),
-           "train config: eval.block_size: must be 0 (drafter.block_size) or from 2 to ", kMaxBlockSize, ", got ",
-           eval.block_size);
+           "train config: eval.block_size: must be 0 (drafter.block_size) or from 2 to ",
+           kMaxBlockSize, ", got ", eval.block_size);
   in_range("eval.accuracy_sequences", static_cast<double>(eval.accuracy_sequences), 1, 1e6);
   in_range("eval.timing_repeats", static_cast<double>(eval.timing_repeats), 1, 100);
   in_range("eval.threads", static_cast<double>(eval.threads), 0, 1024);
@@ -309,19 +320,19 @@ void TrainConfig::validate() const {
   bool inside = std::filesystem::path(memory.trace_dir).is_relative();
   for (const auto& part : std::filesystem::path(memory.trace_dir)) inside = inside && part != "..";
   CG_CHECK(memory.trace_dir.empty() || inside,
-           "train config: memory.trace_dir: must be a folder inside run_dir (relative, without a .. component), got '",
+           "train config: memory.trace_dir: must be a folder inside run_dir (relative, without a "
+           ".. component), got '",
            memory.trace_dir, "'");
   CG_CHECK(memory.large_anchors < memory.large_seq_len, "train config: memory.large_anchors ",
-           memory.large_anchors, " is beyond the sequence (memory.large_seq_len ", memory.large_seq_len, ")");
+           memory.large_anchors, " is beyond the sequence (memory.large_seq_len ",
+           memory.large_seq_len, ")");
 }
 
 LossKind LossSpec::loss_kind() const {
   if (kind == "mix") return LossKind::forward_kl;
   try {
     return parse_loss_kind(kind, "train config: drafter.loss.kind");
-  } catch (const Error& e) {
-    CG_FAIL(e.message(), ", or mix (kl with mix_ce_weight of hard CE)");
-  }
+  } catch (const Error& e) { CG_FAIL(e.message(), ", or mix (kl with mix_ce_weight of hard CE)"); }
 }
 
 double LossSpec::hard_ce_weight() const {

@@ -24,8 +24,8 @@ struct CorpusConfig {
 
 struct OptimConfig {
   int64_t steps = 100;
-  int64_t batch_size = 8;   // sequences per micro-batch
-  int64_t grad_accum = 1;   // micro-batches per optimiser step
+  int64_t batch_size = 8;  // sequences per micro-batch
+  int64_t grad_accum = 1;  // micro-batches per optimiser step
   double lr = 3e-3;
   double warmup_ratio = 0.04;  // linear warmup over this fraction of the steps
   double min_lr_ratio = 0.1;   // cosine decays to lr * this
@@ -60,19 +60,19 @@ struct LossSpec {
 struct DrafterConfig {
   int64_t num_layers = 1;
   int64_t intermediate_size = 192;
-  int64_t num_target_features = 3;        // n of the public layer rule
-  std::vector<int64_t> target_layers;     // explicit ids instead of the rule ([] = rule)
+  int64_t num_target_features = 3;     // n of the public layer rule
+  std::vector<int64_t> target_layers;  // explicit ids instead of the rule ([] = rule)
   int64_t block_size = 8;
-  int64_t max_anchors = 16;               // anchors sampled per sequence per step
-  double gamma = 4.0;                     // slot weight exp(-(k-1)/gamma); 0 = all 1
+  int64_t max_anchors = 16;  // anchors sampled per sequence per step
+  double gamma = 4.0;        // slot weight exp(-(k-1)/gamma); 0 = all 1
   LossSpec loss;
-  std::string head_loss_path = "fused";   // "naive" | "chunked" | "fused"
+  std::string head_loss_path = "fused";  // "naive" | "chunked" | "fused"
   // Rows per chunk of the chunked and fused paths; 0 = as many as the budget below holds.
   // 256: the memory report's chunk (Note [The drafter's chunk], drafter_step.h).
   int64_t head_loss_chunk_rows = 256;
   double head_loss_chunk_budget_mb = 1536;  // with chunk rows 0: the chunk's temporaries, MiB
-  std::string dtype = "f32";              // compute dtype: "f32" | "bf16" (fp32 masters)
-  int64_t checkpoint_every = 250;         // steps between checkpoints (0 = only the last)
+  std::string dtype = "f32";                // compute dtype: "f32" | "bf16" (fp32 masters)
+  int64_t checkpoint_every = 250;           // steps between checkpoints (0 = only the last)
   OptimConfig optim{.steps = 1000};
 };
 
@@ -82,31 +82,32 @@ struct DataConfig {
 };
 
 struct EvalConfig {
-  int64_t prompts = 16;          // held-out prompts (another seed)
-  int64_t max_new_tokens = 96;   // per prompt, both decoders
-  int64_t block_size = 0;        // speculative decoding block (0 = drafter.block_size)
+  int64_t prompts = 16;             // held-out prompts (another seed)
+  int64_t max_new_tokens = 96;      // per prompt, both decoders
+  int64_t block_size = 0;           // speculative decoding block (0 = drafter.block_size)
   int64_t accuracy_sequences = 32;  // sequences for per-slot accuracy (from held-out data)
-  int64_t timing_repeats = 3;    // speculative evaluations; speedup from the fastest of each decoder
-  int64_t threads = 1;           // CPU threads while decoding (both decoders); 0 = as training
+  int64_t timing_repeats = 3;  // speculative evaluations; speedup from the fastest of each decoder
+  int64_t threads = 1;         // CPU threads while decoding (both decoders); 0 = as training
 };
 
 struct MemoryConfig {
   bool enabled = true;
-  int64_t large_vocab = 65536;   // the large-vocabulary config: V
-  int64_t large_hidden = 512;    //                               H
-  int64_t large_anchors = 64;    //                               anchors per step
-  int64_t large_block_size = 16;  //                              block size
-  int64_t large_seq_len = 1024;  //                               context length
+  int64_t large_vocab = 65536;       // the large-vocabulary config: V
+  int64_t large_hidden = 512;        //                               H
+  int64_t large_anchors = 64;        //                               anchors per step
+  int64_t large_block_size = 16;     //                              block size
+  int64_t large_seq_len = 1024;      //                               context length
   std::string trace_dir = "traces";  // inside the run dir; "" = no traces
 };
 
 struct TrainConfig {
   std::string run_dir = "runs/toy";
   uint64_t seed = 1;
-  int64_t threads = 0;         // 0 = the library's default (CHUNKGRAD_NUM_THREADS or cores)
-  std::string device = kCPU.str();  // a name of core/device.h's table: where the models train and run
-  bool resume = true;          // continue from run_dir's last drafter checkpoint if any
-  bool progress = true;        // progress bar on stderr
+  int64_t threads = 0;  // 0 = the library's default (CHUNKGRAD_NUM_THREADS or cores)
+  std::string device =
+      kCPU.str();        // a name of core/device.h's table: where the models train and run
+  bool resume = true;    // continue from run_dir's last drafter checkpoint if any
+  bool progress = true;  // progress bar on stderr
   CorpusConfig corpus;
   TargetConfig target;
   DataConfig data;

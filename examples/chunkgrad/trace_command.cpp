@@ -25,12 +25,12 @@
 
 #include "core/allocator_stats.h"
 #include "core/atomic_file.h"
-#include "trace/chrome_trace.h"
 #include "core/error.h"
-#include "trace/memory_snapshot.h"
-#include "trace/trace_report.h"
 #include "examples/chunkgrad/commands.h"
 #include "examples/common/program.h"
+#include "trace/chrome_trace.h"
+#include "trace/memory_snapshot.h"
+#include "trace/trace_report.h"
 
 namespace cg::cli {
 
@@ -56,7 +56,8 @@ class TextOut {
       : path_(std::move(path)), option_(std::move(option)) {
     for (const std::string& in : inputs) {
       std::error_code ec;
-      CG_CHECK(!std::filesystem::equivalent(path_, in, ec), option_, ": ", path_, " is the input trace ", in,
+      CG_CHECK(!std::filesystem::equivalent(path_, in, ec), option_, ": ", path_,
+               " is the input trace ", in,
                "; writing it would destroy the trace. Give another output path.");
     }
     out_ = std::make_unique<AtomicFile>(path_, option_);
@@ -96,12 +97,12 @@ std::vector<std::string> split_names(const TraceOptions& o) {
   } else {
     std::stringstream list(o.names);
     for (std::string n; std::getline(list, n, ',');) names.push_back(n);
-    CG_CHECK(names.size() == o.files.size(), "--names: ", names.size(), " names for ", o.files.size(),
-             " trace files; give one name per file, comma-separated");
+    CG_CHECK(names.size() == o.files.size(), "--names: ", names.size(), " names for ",
+             o.files.size(), " trace files; give one name per file, comma-separated");
   }
   for (size_t i = 0; i < names.size(); ++i) {
-    CG_CHECK(!names[i].empty() && names[i].find_first_of("/\\") == std::string::npos, "--names: \"", names[i],
-             "\" cannot name output files; use letters, digits, - and _");
+    CG_CHECK(!names[i].empty() && names[i].find_first_of("/\\") == std::string::npos, "--names: \"",
+             names[i], "\" cannot name output files; use letters, digits, - and _");
     for (size_t k = 0; k < i; ++k) {
       CG_CHECK(names[k] != names[i], "two traces are both called \"", names[i],
                "\" (their output files would collide); give --names");
@@ -118,35 +119,41 @@ void print_groups(const char* title, const std::vector<MemoryGroup>& groups, int
       std::printf("    ... %zu more\n", groups.size() - static_cast<size_t>(top));
       break;
     }
-    std::printf("    %12s  %5lld block%s  %s\n", format_bytes(g.bytes).c_str(), static_cast<long long>(g.blocks),
-                g.blocks == 1 ? " " : "s", g.name.c_str());
+    std::printf("    %12s  %5lld block%s  %s\n", format_bytes(g.bytes).c_str(),
+                static_cast<long long>(g.blocks), g.blocks == 1 ? " " : "s", g.name.c_str());
   }
 }
 
 void print_trace(const ReportTrace& t, const TraceFile& file, int top) {
   const TraceAnalysis& a = t.analysis;
-  std::printf("%s (%s): %zu events over %.2f ms on %s\n", t.name.c_str(), t.source.c_str(), a.events,
-              static_cast<double>(a.end_us - a.start_us) / 1000.0, a.device.c_str());
+  std::printf("%s (%s): %zu events over %.2f ms on %s\n", t.name.c_str(), t.source.c_str(),
+              a.events, static_cast<double>(a.end_us - a.start_us) / 1000.0, a.device.c_str());
   for (const std::string& n : t.notes) std::printf("  NOTE: %s\n", n.c_str());
-  std::printf("  peak allocated %s at %.2f ms%s; reserved then %s: fragmentation (reserved - allocated) %s\n",
-              format_bytes(a.peak.allocated).c_str(), static_cast<double>(a.peak.time_us - a.start_us) / 1000.0,
-              a.peak_phase.empty() ? "" : (" (phase " + a.peak_phase + ")").c_str(),
-              format_bytes(a.peak.reserved).c_str(), a.fragmentation_text().c_str());
-  print_groups("live at the peak, by the autograd node that saved them (each block once, for the first)", a.by_holder,
-               top);
+  std::printf(
+      "  peak allocated %s at %.2f ms%s; reserved then %s: fragmentation (reserved - allocated) "
+      "%s\n",
+      format_bytes(a.peak.allocated).c_str(),
+      static_cast<double>(a.peak.time_us - a.start_us) / 1000.0,
+      a.peak_phase.empty() ? "" : (" (phase " + a.peak_phase + ")").c_str(),
+      format_bytes(a.peak.reserved).c_str(), a.fragmentation_text().c_str());
+  print_groups(
+      "live at the peak, by the autograd node that saved them (each block once, for the first)",
+      a.by_holder, top);
   print_groups("by category", a.by_category, top);
   print_groups("by scope", a.by_scope, top);
   std::printf("  largest blocks at the peak:\n");
   int n = 0;
   for (const LiveBlock& b : a.live_at_peak) {
     if (n++ == top) break;
-    std::printf("    %12s  %-15s %s%s%s\n", format_bytes(static_cast<int64_t>(b.size)).c_str(), category_name(b.category),
+    std::printf("    %12s  %-15s %s%s%s\n", format_bytes(static_cast<int64_t>(b.size)).c_str(),
+                category_name(b.category),
                 b.scope == 0 ? "(top level)" : file.name(b.scope).c_str(),
                 b.holders.empty() ? "" : ("  saved by " + file.name(b.holders.front())).c_str(),
                 b.before_trace ? "  (allocated before the trace)" : "");
   }
   for (const TraceRecord& e : a.ooms) {
-    std::printf("  out of memory at %.2f ms: %s requested\n", static_cast<double>(e.time_us - a.start_us) / 1000.0,
+    std::printf("  out of memory at %.2f ms: %s requested\n",
+                static_cast<double>(e.time_us - a.start_us) / 1000.0,
                 format_bytes(static_cast<int64_t>(e.size)).c_str());
   }
   std::printf("\n");
@@ -164,9 +171,12 @@ void print_comparison(const std::vector<ReportTrace>& traces) {
   row("peak allocated", [](const TraceAnalysis& a) { return format_bytes(a.peak.allocated); });
   row("reserved at the peak", [](const TraceAnalysis& a) { return format_bytes(a.peak.reserved); });
   row("fragmentation at the peak", [](const TraceAnalysis& a) {
-    return a.fragmentation() >= 0 ? format_bytes(a.fragmentation()) : format_bytes(a.fragmentation()) + " (!)";
+    return a.fragmentation() >= 0 ? format_bytes(a.fragmentation())
+                                  : format_bytes(a.fragmentation()) + " (!)";
   });
-  row("phase of the peak", [](const TraceAnalysis& a) { return a.peak_phase.empty() ? std::string("-") : a.peak_phase; });
+  row("phase of the peak", [](const TraceAnalysis& a) {
+    return a.peak_phase.empty() ? std::string("-") : a.peak_phase;
+  });
   row("largest autograd holder", [](const TraceAnalysis& a) {
     const MemoryGroup* h = a.top_saved_holder();
     return h ? h->name : std::string("none");
@@ -178,7 +188,8 @@ void print_comparison(const std::vector<ReportTrace>& traces) {
   const int64_t base = traces.front().analysis.peak.allocated;
   row("peak vs the first", [&](const TraceAnalysis& a) {
     char buf[32];
-    std::snprintf(buf, sizeof buf, "%.2fx", base > 0 ? static_cast<double>(a.peak.allocated) / base : 0.0);
+    std::snprintf(buf, sizeof buf, "%.2fx",
+                  base > 0 ? static_cast<double>(a.peak.allocated) / base : 0.0);
     return std::string(buf);
   });
   std::printf("  (%s)\n", kHolderCounting);
@@ -196,7 +207,8 @@ int device_index(const TraceFile& file, const std::string& device) {
   for (size_t i = 0; i < file.devices.size(); ++i) {
     if (file.devices[i] == device) return static_cast<int>(i);
   }
-  CG_FAIL("--device ", device, ": ", file.source, " has no events on it (it has: ", device_list(file), ")");
+  CG_FAIL("--device ", device, ": ", file.source,
+          " has no events on it (it has: ", device_list(file), ")");
 }
 
 void run_trace(const TraceOptions& o) {
@@ -209,13 +221,18 @@ void run_trace(const TraceOptions& o) {
   if (!o.snapshot_dir.empty()) program::make_output_dir(o.snapshot_dir, "--snapshot-dir");
   if (!o.perfetto_dir.empty()) program::make_output_dir(o.perfetto_dir, "--perfetto-dir");
   for (const std::string& n : names) {
-    if (!o.svg_dir.empty()) svgs.push_back(std::make_unique<TextOut>(o.svg_dir + "/memory_" + n + ".svg", "--svg-dir", o.files));
+    if (!o.svg_dir.empty())
+      svgs.push_back(
+          std::make_unique<TextOut>(o.svg_dir + "/memory_" + n + ".svg", "--svg-dir", o.files));
     if (!o.snapshot_dir.empty()) {
-      pickles.push_back(std::make_unique<TextOut>(o.snapshot_dir + "/" + n + ".pickle", "--snapshot-dir", o.files));
-      snapshots.push_back(std::make_unique<TextOut>(o.snapshot_dir + "/" + n + ".json", "--snapshot-dir", o.files));
+      pickles.push_back(std::make_unique<TextOut>(o.snapshot_dir + "/" + n + ".pickle",
+                                                  "--snapshot-dir", o.files));
+      snapshots.push_back(
+          std::make_unique<TextOut>(o.snapshot_dir + "/" + n + ".json", "--snapshot-dir", o.files));
     }
     if (!o.perfetto_dir.empty()) {
-      perfettos.push_back(std::make_unique<TextOut>(o.perfetto_dir + "/" + n + ".perfetto.json", "--perfetto-dir", o.files));
+      perfettos.push_back(std::make_unique<TextOut>(o.perfetto_dir + "/" + n + ".perfetto.json",
+                                                    "--perfetto-dir", o.files));
     }
   }
 
@@ -223,11 +240,14 @@ void run_trace(const TraceOptions& o) {
   std::vector<ReportTrace> traces;
   for (size_t i = 0; i < o.files.size(); ++i) {
     files.push_back(read_trace_file(o.files[i]));
-    ReportTrace t{names[i], o.files[i], analyse_trace(files.back(), device_index(files.back(), o.device)), {}};
+    ReportTrace t{names[i],
+                  o.files[i],
+                  analyse_trace(files.back(), device_index(files.back(), o.device)),
+                  {}};
     t.notes = t.analysis.notes;
     if (files.back().devices.size() > 1 && o.device.empty()) {
-      t.notes.push_back("the trace has events on " + device_list(files.back()) + "; this is " + t.analysis.device +
-                        " (pick another with --device)");
+      t.notes.push_back("the trace has events on " + device_list(files.back()) + "; this is " +
+                        t.analysis.device + " (pick another with --device)");
     }
     traces.push_back(std::move(t));
   }
@@ -246,7 +266,8 @@ void run_trace(const TraceOptions& o) {
   }
   if (html) html->write(html_report(traces, o.top));
   auto wrote = [](const char* what, const std::string& where) {
-    if (!where.empty()) std::fprintf(stderr, "chunkgrad trace: wrote %s to %s\n", what, where.c_str());
+    if (!where.empty())
+      std::fprintf(stderr, "chunkgrad trace: wrote %s to %s\n", what, where.c_str());
   };
   wrote("the HTML report", o.html);
   wrote("SVG timelines", o.svg_dir);
@@ -259,19 +280,25 @@ void run_trace(const TraceOptions& o) {
 void add_trace_command(CLI::App& app, CommandBody& run) {
   auto o = std::make_shared<TraceOptions>();
   CLI::App* sub = app.add_subcommand("trace", "read allocator traces: the peak and what held it");
-  sub->add_option("files", o->files, "trace files (memory_lesson --trace-dir, mlp_demo --trace); two or three are "
-                                     "compared side by side")
+  sub->add_option("files", o->files,
+                  "trace files (memory_lesson --trace-dir, mlp_demo --trace); two or three are "
+                  "compared side by side")
       ->required()
       ->check(CLI::ExistingFile);
-  sub->add_option("--names", o->names, "comma-separated names for the traces (default: file names without trace_)");
+  sub->add_option("--names", o->names,
+                  "comma-separated names for the traces (default: file names without trace_)");
   sub->add_option("--top", o->top, "rows per table")->check(program::integer_in(1, 1000));
-  sub->add_option("--device", o->device, "the device to report on, as the trace names it (default: the one with "
-                                         "the most allocations)");
-  sub->add_option("--html", o->html, "write a self-contained HTML report (timelines, holders, comparison) here");
-  sub->add_option("--svg-dir", o->svg_dir, "write memory_<name>.svg timelines (one byte scale for all) here");
+  sub->add_option("--device", o->device,
+                  "the device to report on, as the trace names it (default: the one with "
+                  "the most allocations)");
+  sub->add_option("--html", o->html,
+                  "write a self-contained HTML report (timelines, holders, comparison) here");
+  sub->add_option("--svg-dir", o->svg_dir,
+                  "write memory_<name>.svg timelines (one byte scale for all) here");
   sub->add_option("--snapshot-dir", o->snapshot_dir,
                   "write <name>.pickle and <name>.json snapshots for pytorch.org/memory_viz here");
-  sub->add_option("--perfetto-dir", o->perfetto_dir, "write <name>.perfetto.json for ui.perfetto.dev here");
+  sub->add_option("--perfetto-dir", o->perfetto_dir,
+                  "write <name>.perfetto.json for ui.perfetto.dev here");
   sub->callback([&run, o] { run = [o] { run_trace(*o); }; });
 }
 

@@ -33,14 +33,16 @@ void add_train_command(CLI::App& app, CommandBody& run) {
   CLI::App* sub = app.add_subcommand("train", "train a target LM and a DFlash drafter for it");
   // Both checked as given, as --device: `--config ""` was read as "not given" (the toy
   // defaults) and `--run-dir ""` as "the config's run_dir".
-  sub->add_option("--config", o.config,
-                  "JSON config (docs/train_config.md); without it the toy defaults (configs/toy.json)")
+  sub->add_option(
+         "--config", o.config,
+         "JSON config (docs/train_config.md); without it the toy defaults (configs/toy.json)")
       ->check(program::not_empty());
   sub->add_option("--run-dir", o.run_dir, "run directory (overrides the config's run_dir)")
       ->check(program::not_empty());
   // Checked as given: `--device ""` is an error, not "the config's device" (o.device
   // stays empty only when --device is not given at all).
-  sub->add_option("--device", o.device, cg::device_names_help() + " (overrides the config's device)")
+  sub->add_option("--device", o.device,
+                  cg::device_names_help() + " (overrides the config's device)")
       ->check(program::device_name());
   sub->add_flag("--json", o.json, "print the summary as JSON on stdout instead of text");
   sub->add_flag("--no-progress", o.no_progress, "no progress bar or stage lines on stderr");
@@ -51,7 +53,8 @@ void add_train_command(CLI::App& app, CommandBody& run) {
   sub->callback([&run] {
     run = [] {
       program::set_cpu_memory_limit_mb(o.memory_limit_mb);
-      train::TrainConfig config = o.config.empty() ? train::TrainConfig() : train::TrainConfig::from_file(o.config);
+      train::TrainConfig config =
+          o.config.empty() ? train::TrainConfig() : train::TrainConfig::from_file(o.config);
       if (!o.run_dir.empty()) config.run_dir = o.run_dir;
       if (o.no_progress) config.progress = false;
       if (o.fresh) config.resume = false;
@@ -67,7 +70,8 @@ void add_train_command(CLI::App& app, CommandBody& run) {
       if (o.json) {
         std::cout << summary.dump() << "\n";
       } else {
-        std::cout << train::summary_text(summary) << "summary: " << config.run_dir << "/summary.json\n";
+        std::cout << train::summary_text(summary) << "summary: " << config.run_dir
+                  << "/summary.json\n";
       }
       std::cout.flush();
       CG_CHECK(std::cout.good(), "writing the summary to stdout failed");

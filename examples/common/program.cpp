@@ -83,9 +83,11 @@ int Program::run(int argc, char** argv, const std::function<void()>& body) {
   try {
     app_.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app_.exit(e);  // --help
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success))
+      return app_.exit(e);  // --help
     std::string message = e.what();
-    if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) message = unexpected_arguments(argc, argv);
+    if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr)
+      message = unexpected_arguments(argc, argv);
     print_error_line(error_name(), message + " (run with --help to see the options)");
     return kExitError;
   }
@@ -100,7 +102,8 @@ int Program::run(int argc, char** argv, const std::function<void()>& body) {
     CG_CHECK(!std::cout.fail() && std::fflush(stdout) == 0 && !std::ferror(stdout),
              "writing the results to standard output failed (disk full, or a closed pipe?)");
     return 0;
-  } catch (const cg::train::Interrupted& e) {  // a stop signal: saved, resumable (train/stop_signal.h)
+  } catch (
+      const cg::train::Interrupted& e) {  // a stop signal: saved, resumable (train/stop_signal.h)
     cg::train::end_open_progress_line();
     std::fprintf(stderr, "chunkgrad %s: %s\n", error_name().c_str(), e.what());
     std::fflush(stderr);
@@ -110,10 +113,9 @@ int Program::run(int argc, char** argv, const std::function<void()>& body) {
   } catch (const CLI::Error& e) {  // a check made after parsing, on the parsed values
     print_error_line(error_name(), e.what());
   } catch (const std::bad_alloc&) {
-    print_error_line(error_name(), "out of host memory (std::bad_alloc): lower the sizes or the number of steps");
-  } catch (const std::exception& e) {
-    print_error_line(error_name(), e.what());
-  } catch (...) {
+    print_error_line(error_name(),
+                     "out of host memory (std::bad_alloc): lower the sizes or the number of steps");
+  } catch (const std::exception& e) { print_error_line(error_name(), e.what()); } catch (...) {
     print_error_line(error_name(), "unknown exception");
   }
   return kExitError;
@@ -137,21 +139,23 @@ CLI::Validator integer_in(int64_t lo, int64_t hi) {
 }
 
 CLI::Validator number_in(double lo, double hi, bool lo_open) {
-  const std::string range = "a finite number " +
-                            (lo_open ? "greater than " + number_str(lo) : "from " + number_str(lo)) +
-                            (lo_open ? " and at most " : " to ") + number_str(hi);
+  const std::string range =
+      "a finite number " + (lo_open ? "greater than " + number_str(lo) : "from " + number_str(lo)) +
+      (lo_open ? " and at most " : " to ") + number_str(hi);
   return CLI::Validator(
       [lo, hi, lo_open, range](std::string& text) -> std::string {
         errno = 0;
         char* end = nullptr;
         const double value = std::strtod(text.c_str(), &end);
         const bool parsed = !text.empty() && end == text.c_str() + text.size() && errno != ERANGE;
-        if (!parsed || !std::isfinite(value) || value > hi || (lo_open ? value <= lo : value < lo)) {
+        if (!parsed || !std::isfinite(value) || value > hi ||
+            (lo_open ? value <= lo : value < lo)) {
           return "must be " + range + ", got " + text;
         }
         return std::string();
       },
-      (lo_open ? "greater than " : "from ") + number_str(lo) + (lo_open ? ", at most " : " to ") + number_str(hi));
+      (lo_open ? "greater than " : "from ") + number_str(lo) + (lo_open ? ", at most " : " to ") +
+          number_str(hi));
 }
 
 CLI::Validator one_of(const std::vector<std::string>& allowed) {
@@ -181,7 +185,8 @@ CLI::Validator subset_of(const std::vector<std::string>& allowed) {
           }
           if (!seen.insert(name).second) return "'" + name + "' is listed twice (got " + text + ")";
         }
-        if (count == 0 || text.back() == ',') return "must be a comma-separated subset of " + names + ", got '" + text + "'";
+        if (count == 0 || text.back() == ',')
+          return "must be a comma-separated subset of " + names + ", got '" + text + "'";
         return std::string();
       },
       "subset of " + names);
@@ -189,7 +194,9 @@ CLI::Validator subset_of(const std::vector<std::string>& allowed) {
 
 CLI::Validator not_empty() {
   return CLI::Validator(
-      [](std::string& text) -> std::string { return text.empty() ? std::string("must not be empty") : std::string(); },
+      [](std::string& text) -> std::string {
+        return text.empty() ? std::string("must not be empty") : std::string();
+      },
       "not empty");
 }
 
@@ -198,9 +205,7 @@ CLI::Validator device_name() {
       [](std::string& text) -> std::string {
         try {
           cg::Device::parse(text);
-        } catch (const cg::Error& e) {
-          return e.message();
-        }
+        } catch (const cg::Error& e) { return e.message(); }
         return std::string();
       },
       cg::device_names_help());
