@@ -25,8 +25,9 @@ TEST(AdamWBadInput, GradientOnAnotherDeviceNamesBothDevices) {
   const Tensor m = zeros({4}, {.device = dev});
   const Tensor v = zeros({4}, {.device = dev});
   const Tensor g_host = ones({4});
+  const std::string dev_name = dev.str();  // alive while the macro reads its words
   EXPECT_ERROR_HAS(adamw_step({p}, {}, {g_host}, {m}, {v}, Tensor(), AdamWArgs{.lr = 0.1}),
-                   "grads[0] is on cpu", "parameters are on", dev.str().c_str(), "cg::to");
+                   "grads[0] is on cpu", "parameters are on", dev_name.c_str(), "cg::to");
 }
 
 TEST(AdamWBadInput, GradientShapeAndDtypeAreNamed) {
