@@ -1,0 +1,115 @@
+// Why this file exists: the main job's summary as text (summary_text in pipeline.h): what
+// the run printed at its end, read back from summary.json, so that the text and the file
+// always agree. Kept apart from the stages (pipeline.cpp), which write that JSON.
+#include <cstdint>
+#include <cstdio>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "train/pipeline.h"
+
+namespace cg::train {
+
+namespace {
+
+// What the token-for-token check found, exactly: "identical tokens" only when they were.
+std::string lossless_text(const nlohmann::json& s) {
+  const bool identical = s.value("identical", false);
+  const int64_t ties = s.value("tie_divergences", int64_t{0});
+  if (s["lossless"].get<bool>() && identical) return "lossless: identical tokens";
+  if (s["lossless"].get<bool>()) {
+    return "lossless up to near ties: " + std::to_string(ties) +
+           (ties == 1 ? " prompt" : " prompts") +
+           " diverged where the top two logits were within the tie tolerance, no real mismatch";
+  }
+  return "NOT LOSSLESS";
+}
+
+}  // namespace
+
+std::string summary_text(const nlohmann::json& s) {
+  std::ostringstream o;
+  char line[256];
+  const int64_t block = s["eval_block_size"].get<int64_t>();
+  const int64_t trained = s.value("drafter_block_size", block);
+  std::string block_text = "block " + std::to_string(block);
+  if (trained != block) block_text += ", trained on blocks of " + std::to_string(trained);
+  std::snprintf(line, sizeof line,
+                "speculative decoding (%s): tau %.2f tokens per target step, speedup %.2fx over "
+                "target-only greedy (",
+                block_text.c_str(), s["tau"].get<double>(), s["speedup"].get<double>());
+  o << line << lossless_text(s) << ")\n";
+  std::snprintf(line, sizeof line,
+                "  target-only %.1f tok/s, speculative %.1f tok/s; a free, always-right drafter "
+                "would give %.2fx\n",
+                s["target_tokens_per_s"].get<double>(), s["speculative_tokens_per_s"].get<double>(),
+                s["ceiling_speedup"].get<double>());
+  o << line;
+  o << "per-slot accuracy (slot 1..):";
+  const auto acc = s["per_slot_accuracy"].get<std::vector<double>>();
+  for (size_t k = 1; k < acc.size(); ++k) {
+    std::snprintf(line, sizeof line, " %.3f", acc[k]);
+    o << line;
+  }
+  // Note [Three acceptance numbers]: tau, the expected and the measured acceptance length
+  // are three measurements, not one printed three ways. The last two come from held-out
+  // blocks of the target's own text, each anchored at a true position (teacher-forced):
+  // "expected" combines the per-slot accuracies as if misses were independent, "measured"
+  // averages each block's 1 + correct prefix (usually higher: misses cluster; blocks cut
+  // short by the end of a sequence pull it down). tau is
+  // what speculative decoding achieved on the held-out prompts, where each block starts
+  // where the last one stopped and the eval block size is used.
+  char acceptance[512];
+  std::snprintf(
+      acceptance, sizeof acceptance,
+      "\nexpected acceptance length %.2f (1 + the sum over k of the product of the slot 1..k "
+      "accuracies: "
+      "as if misses were independent); measured per block %.2f (1 + each block's correct prefix, "
+      "averaged: usually higher, as misses cluster; blocks cut by a sequence's end lower it)\n",
+      s["expected_acceptance_length"].get<double>(), s["measured_acceptance_length"].get<double>());
+  o << acceptance;
+  o << "  (both on held-out blocks of drafter.block_size anchored at true positions; tau above is "
+       "what decoding "
+       "achieved, each block starting where the last one stopped)\n";
+  const nlohmann::json& steps = s["drafter_steps"];
+  if (steps["trained"].get<int64_t>() > 0) {
+    std::snprintf(
+        line, sizeof line, "drafter training: %lld steps, %.0f label tokens/s; total %.1f s\n",
+        static_cast<long long>(steps["trained"].get<int64_t>()),
+        s["drafter_train_tokens_per_s"].get<double>(), s["seconds"]["total"].get<double>());
+  } else {  // resumed at or past the last step: there is no training speed to report
+    std::snprintf(line, sizeof line,
+                  "drafter training: none (resumed at step %lld, the last); total %.1f s\n",
+                  static_cast<long long>(steps["final"].get<int64_t>()),
+                  s["seconds"]["total"].get<double>());
+  }
+  o << line;
+  if (s.contains("device") && s["device"] != kCPU.str())
+    o << "device: " << s["device"].get<std::string>() << "\n";
+  if (s.contains("memory") && s["memory"].is_array() && s["memory"].empty()) {
+    o << "memory of one drafter training step: not measured (memory.enabled is false)\n";
+  } else {
+    o << "memory of one drafter training step (caching allocator):\n"
+      << s["memory_table"].get<std::string>();
+    // The traces' reports (chunkgrad trace) name a "largest autograd holder" that counts
+    // otherwise; say how this one counts so that the two are not read as a contradiction.
+    o << "  (largest graph node: a node name's saved tensors once the forward is done, all its "
+         "instances together; "
+         "chunkgrad trace's \"largest autograd holder\" counts the allocator blocks live at the "
+         "step's peak)\n";
+  }
+  // The traces' HTML reports (timelines by category, the holders at the peak), when traced.
+  if (s.contains("memory") && s["memory"].is_array()) {
+    for (const auto& m : s["memory"]) {
+      if (m.contains("report") && !m["report"].get<std::string>().empty()) {
+        o << "memory timeline: " << m["report"].get<std::string>() << "\n";
+      }
+    }
+  }
+  return o.str();
+}
+
+
+}  // namespace cg::train
