@@ -111,5 +111,4 @@ std::string summary_text(const nlohmann::json& s) {
   return o.str();
 }
 
-
 }  // namespace cg::train
