@@ -185,6 +185,10 @@ AttnMaskArgs mask_args(const ResolvedAttentionMask& m, Device device, cudaStream
   AttnMaskArgs a;
   a.kind = kind_of(m.kind);
   if (m.kind == AttentionMask::Kind::dflash_blocks) {
+    CG_CHECK(m.sliding_window == 0,
+             "scaled_dot_product_attention on CUDA: the sliding-window DFlash rule "
+             "(sliding_window = ",
+             m.sliding_window, ") is not in the CUDA kernels yet; run this layer on the CPU");
     a.context_len = m.context_len;
     a.block_size = m.block_size;
     a.num_blocks = m.num_blocks;

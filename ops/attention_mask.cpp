@@ -15,11 +15,15 @@ AttentionMask AttentionMask::causal() {
 }
 
 AttentionMask AttentionMask::dflash_blocks(int64_t context_len, int64_t block_size,
-                                           const Tensor& anchors, const Tensor& padded) {
+                                           const Tensor& anchors, const Tensor& padded,
+                                           int64_t sliding_window) {
   CG_CHECK(context_len >= 0, "AttentionMask::dflash_blocks: context_len must be >= 0, got ",
            context_len);
   CG_CHECK(block_size > 0, "AttentionMask::dflash_blocks: block_size must be > 0, got ",
            block_size);
+  CG_CHECK(sliding_window >= 0,
+           "AttentionMask::dflash_blocks: sliding_window must be >= 0 (0 = the full rule), got ",
+           sliding_window);
   CG_CHECK(anchors.defined(),
            "AttentionMask::dflash_blocks: anchors is an undefined tensor; "
            "pass the N anchor positions as an i64 tensor [N] or [B, N]");
@@ -42,6 +46,7 @@ AttentionMask AttentionMask::dflash_blocks(int64_t context_len, int64_t block_si
   m.kind_ = Kind::dflash_blocks;
   m.context_len_ = context_len;
   m.block_size_ = block_size;
+  m.sliding_window_ = sliding_window;
   m.anchors_ = anchors;
   m.padded_ = padded;
   return m;
@@ -68,6 +73,9 @@ std::string AttentionMask::str() const {
     case Kind::dflash_blocks:
       return detail::concat("dflash_blocks(S=", context_len_, ", block_size=", block_size_,
                             ", anchors ", shape_str(anchors_.shape()),
+                            sliding_window_ > 0
+                                ? detail::concat(", sliding_window=", sliding_window_)
+                                : std::string(),
                             padded_.defined() ? ", padded flags)" : ")");
     case Kind::dense: return "dense " + shape_str(allowed_.shape());
   }
@@ -102,6 +110,7 @@ void resolve_dflash(const AttentionMask& mask, ResolvedAttentionMask& r, const c
   r.context_len = S;
   r.block_size = Bs;
   r.num_blocks = n;
+  r.sliding_window = mask.sliding_window();
   r.context_batch_stride = per_batch ? n : 0;
   r.visible_context.resize(ac.numel());
   for (int64_t i = 0; i < ac.numel(); ++i) {

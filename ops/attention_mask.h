@@ -39,8 +39,13 @@ class AttentionMask {
   //            negative for a padded block.
   //   padded:  optional bool of the anchors' shape; true marks a padded block.
   // A padded block sees nothing: its output is 0 and its gradients are 0.
+  //   sliding_window: 0 = the full rule above. W > 0 = the sliding rule of the drafter's
+  //            sliding layers (docs/dflash_training.md): slot k of block b (position
+  //            anchor_b + k) sees context keys anchor_b + k - (W - 1) <= j < anchor_b and
+  //            the slots k' of its own block with k - (W - 1) <= k' <= k (causal inside
+  //            the block, every key within W - 1 positions behind the query).
   static AttentionMask dflash_blocks(int64_t context_len, int64_t block_size, const Tensor& anchors,
-                                     const Tensor& padded = Tensor());
+                                     const Tensor& padded = Tensor(), int64_t sliding_window = 0);
   // An explicit mask: bool, broadcastable to [B, Hq, Sq, Sk], true = may attend.
   // Costs O(Sk) per query row whatever it allows; prefer a rule where one fits.
   static AttentionMask dense(const Tensor& allowed);
@@ -48,6 +53,7 @@ class AttentionMask {
   Kind kind() const { return kind_; }
   int64_t context_len() const { return context_len_; }
   int64_t block_size() const { return block_size_; }
+  int64_t sliding_window() const { return sliding_window_; }  // 0 = full rule
   const Tensor& anchors() const { return anchors_; }
   const Tensor& padded() const { return padded_; }
   const Tensor& allowed() const { return allowed_; }
@@ -55,7 +61,7 @@ class AttentionMask {
 
  private:
   Kind kind_ = Kind::none;
-  int64_t context_len_ = 0, block_size_ = 0;
+  int64_t context_len_ = 0, block_size_ = 0, sliding_window_ = 0;
   Tensor anchors_, padded_, allowed_;
 };
 
@@ -82,6 +88,7 @@ struct ResolvedAttentionMask {
   // dflash_blocks: visible_context[b * context_batch_stride + block] is the number of
   // context keys the block sees (its anchor), or -1 for a padded block.
   int64_t context_len = 0, block_size = 0, num_blocks = 0;
+  int64_t sliding_window = 0;  // 0 = full rule; W = the sliding rule (AttentionMask::dflash_blocks)
   std::vector<int64_t> visible_context;
   int64_t context_batch_stride = 0;  // 0 when one set of anchors serves every batch row
 
@@ -105,12 +112,25 @@ struct ResolvedAttentionMask {
         const int64_t block = i / block_size;
         const int64_t anchor = visible_context[b * context_batch_stride + block];
         if (anchor < 0) break;  // padded: nothing
-        if (anchor > 0) {
-          r.begin[r.count] = 0;
+        const int64_t block_begin = context_len + block * block_size;
+        if (sliding_window == 0) {  // full rule: [0, anchor) and the whole block
+          if (anchor > 0) {
+            r.begin[r.count] = 0;
+            r.end[r.count++] = anchor;
+          }
+          r.begin[r.count] = block_begin;
+          r.end[r.count++] = block_begin + block_size;
+          break;
+        }
+        // Sliding rule: slot k at position anchor + k sees positions > anchor + k - W.
+        const int64_t k = i % block_size;
+        const int64_t first_context = std::max<int64_t>(0, anchor + k - (sliding_window - 1));
+        if (first_context < anchor) {
+          r.begin[r.count] = first_context;
           r.end[r.count++] = anchor;
         }
-        r.begin[r.count] = context_len + block * block_size;
-        r.end[r.count++] = context_len + (block + 1) * block_size;
+        r.begin[r.count] = block_begin + std::max<int64_t>(0, k - (sliding_window - 1));
+        r.end[r.count++] = block_begin + k + 1;
         break;
       }
     }
