@@ -24,7 +24,8 @@ namespace cg::train {
 // The features of B samples, padded to the source's seq_len.
 struct FeatureBatch {
   Tensor hidden_states;  // [B, S, K*H]: the K target layers in config order, concatenated
-  Tensor last_hidden;    // [B, S, H] after the target's final norm; undefined unless has_last_hidden()
+  Tensor
+      last_hidden;  // [B, S, H] after the target's final norm; undefined unless has_last_hidden()
 };
 
 class FeatureSource {
@@ -33,11 +34,11 @@ class FeatureSource {
 
   // Every sample's token ids and loss mask (host memory; seq_len entries or fewer).
   virtual const std::vector<DrafterSequence>& sequences() const = 0;
-  virtual int64_t seq_len() const = 0;           // S: every fetched batch is padded to it
+  virtual int64_t seq_len() const = 0;             // S: every fetched batch is padded to it
   virtual int64_t num_feature_layers() const = 0;  // K
   virtual int64_t hidden_size() const = 0;         // H
-  virtual DType dtype() const = 0;               // of the fetched tensors
-  virtual bool has_last_hidden() const = 0;      // a teacher for KL-type losses
+  virtual DType dtype() const = 0;                 // of the fetched tensors
+  virtual bool has_last_hidden() const = 0;        // a teacher for KL-type losses
   // A line for logs: "in memory (256 samples)", "offline /data/feats (12 shards)", ...
   virtual std::string describe() const = 0;
 

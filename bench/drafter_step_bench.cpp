@@ -1,0 +1,220 @@
+// Why this file exists: issue 19's full-scale drafter step, timed as one unit on a GPU next
+// to its PyTorch twin (bench/drafter_step_torch.py, same shapes, same FLOP count): one
+// sequence of S context tokens, N anchors x block bs, a DFlash drafter of the published
+// 27B-class layout (nn/dflash_drafter.h), the frozen embedding and lm_head over V tokens,
+// forward KL + CE with slot weights, backward, AdamW with fp32 masters. The inputs are
+// random (time and memory do not depend on them). Per head-loss path it prints the median
+// step time with its spread, context tokens/s, positions/s, MFU (GEMM + attention FLOPs /
+// time / 989.4 TFLOP/s, H200 dense bf16), the allocator's peak and what was resident
+// before the step (weights, masters, moments, inputs), and how many segments the timed
+// steps took from the driver (0 = the caching allocator served every step from its cache).
+//
+//   ./build/bench/drafter_step_bench                        # the seed's shape, fused
+//   ./build/bench/drafter_step_bench --paths fused,chunked,naive --memory-limit-gb 88.5
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "core/backend.h"
+#include "core/caching_allocator.h"
+#include "core/error.h"
+#include "core/factories.h"
+#include "cuda/compute_stream.h"
+#include "cuda/device_info.h"
+#include "cuda/event_timer.h"
+#include "nn/dflash_drafter.h"
+#include "train/dflash_batch.h"
+#include "train/drafter_step.h"
+#include "train/optimizer.h"
+
+namespace {
+
+struct Options {
+  int64_t context = 4096, anchors = 1024, block = 24;
+  int64_t hidden = 5120, target_layers = 5, layers = 5, heads = 32, kv_heads = 8, head_dim = 128;
+  int64_t mlp = 17408, vocab = 248320;
+  double gamma = 7.0, ce_weight = 0.1;
+  std::string paths = "fused";
+  int64_t chunk_rows = 0;
+  double budget_mib = 1536;
+  int steps = 5, warmup = 2;
+  double memory_limit_gb = 0;  // 0 = the card
+};
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double kH200DenseBf16 = 989.4e12;
+
+// Note [Step FLOPs]: every GEMM and attention the step runs, recomputation not counted
+// (the same count as bench/drafter_step_torch.py): the fc forward and its weight gradient
+// (the features need none); per layer the block's projections and MLP three times (forward,
+// input gradient, weight gradient) and the context's k/v projections likewise; attention
+// 4 hd FLOPs per visible (query, key) pair forward and 2.5x that backward; the head's
+// student logits, their dh and the teacher's logits (the head is frozen: no dW).
+double step_flops(const Options& o, const std::vector<int64_t>& anchors) {
+  const double S = double(o.context), T = double(o.anchors * o.block), H = double(o.hidden);
+  const double qw = double(o.heads * o.head_dim), kvw = double(o.kv_heads * o.head_dim);
+  const double fc = 2 * S * double(o.target_layers) * H * H * 2;
+  const double block =
+      3 * (2 * T * H * (qw + 2 * kvw) + 2 * T * qw * H + 6 * T * H * double(o.mlp));
+  const double context_kv = 3 * 2 * S * H * 2 * kvw;
+  double pairs = 0;  // full rule: every slot sees its anchor's context and the whole block
+  for (int64_t a : anchors) pairs += double(o.block) * double(a + o.block);
+  const double attention = pairs * double(o.heads) * 4 * double(o.head_dim) * 3.5;
+  const double head = 3 * 2 * T * H * double(o.vocab);
+  return fc + double(o.layers) * (block + context_kv + attention) + head;
+}
+
+struct Row {
+  std::string path, error;
+  std::vector<double> ms;
+  double peak = 0, resident = 0;
+  int64_t new_segments = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"the full-scale DFlash drafter step on a GPU (issue 19)"};
+  app.add_option("--context", o.context, "context tokens S")->check(CLI::Range(2, 1 << 20));
+  app.add_option("--anchors", o.anchors, "anchors N")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--block", o.block, "block size")->check(CLI::Range(2, 256));
+  app.add_option("--hidden", o.hidden, "hidden size")->check(CLI::Range(8, 1 << 16));
+  app.add_option("--target-layers", o.target_layers, "K target layers")->check(CLI::Range(1, 64));
+  app.add_option("--layers", o.layers, "drafter layers")->check(CLI::Range(1, 64));
+  app.add_option("--heads", o.heads, "query heads")->check(CLI::Range(1, 256));
+  app.add_option("--kv-heads", o.kv_heads, "key/value heads")->check(CLI::Range(1, 256));
+  app.add_option("--head-dim", o.head_dim, "head dim")->check(CLI::IsMember({64, 128}));
+  app.add_option("--mlp", o.mlp, "MLP inner size")->check(CLI::Range(1, 1 << 18));
+  app.add_option("--vocab", o.vocab, "vocabulary V")->check(CLI::Range(16, 1 << 22));
+  app.add_option("--paths", o.paths, "head-loss paths, comma-separated: fused,chunked,naive");
+  app.add_option("--chunk-rows", o.chunk_rows, "head-loss rows per chunk (0: from the budget)");
+  app.add_option("--budget-mib", o.budget_mib, "head-loss chunk budget, MiB")
+      ->check(CLI::Range(1.0, 1e6));
+  app.add_option("--steps", o.steps, "timed steps")->check(CLI::Range(1, 1000));
+  app.add_option("--warmup", o.warmup, "untimed steps first")->check(CLI::Range(0, 100));
+  app.add_option("--memory-limit-gb", o.memory_limit_gb,
+                 "cap the allocator's reserved bytes (GB = 1e9 B; 0 = the card)")
+      ->check(CLI::Range(0.0, 1e4));
+  CLI11_PARSE(app, argc, argv);
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  try {
+    CG_CHECK(o.anchors < o.context, "--anchors ", o.anchors, " needs --context above it");
+    CG_CHECK(o.heads % o.kv_heads == 0, "--heads ", o.heads, " must be a multiple of --kv-heads ",
+             o.kv_heads);
+    if (cg::cuda::device_count() == 0) {
+      std::printf("no CUDA device: %s\n", cg::cuda::unavailable_reason().c_str());
+      return 1;
+    }
+    const cg::Device dev = cg::cuda_device(0);
+    cg::CachingAllocator& alloc = cg::allocator_for(dev);
+    if (o.memory_limit_gb > 0) alloc.set_memory_limit(static_cast<size_t>(o.memory_limit_gb * 1e9));
+    cg::cuda::EventTimer timer(cg::cuda::compute_stream(0));
+    cg::Generator gen(1);
+
+    cg::nn::DFlashDrafterConfig dc;
+    dc.layers.vocab_size = o.vocab;
+    dc.layers.hidden_size = o.hidden;
+    dc.layers.num_layers = o.layers;
+    dc.layers.num_heads = o.heads;
+    dc.layers.num_kv_heads = o.kv_heads;
+    dc.layers.head_dim = o.head_dim;
+    dc.layers.intermediate_size = o.mlp;
+    dc.layers.rope_theta = 1e7;
+    for (int64_t i = 0; i < o.target_layers; ++i) dc.target_layers.push_back(1 + 15 * i);
+    dc.mask_token_id = o.vocab - 250;
+    cg::Tensor embed, head;
+    {
+      cg::CategoryGuard category(cg::MemoryCategory::parameter);
+      const cg::TensorOptions bf16{.dtype = cg::DType::bf16, .device = dev};
+      embed = cg::randn({o.vocab, o.hidden}, bf16, &gen, 0.0, 0.02);
+      head = cg::randn({o.vocab, o.hidden}, bf16, &gen, 0.0, 1.0 / std::sqrt(double(o.hidden)));
+    }
+    cg::nn::DFlashDrafter drafter(dc, embed, head, cg::nn::InitOptions{.generator = &gen});
+    drafter.to(dev);
+    drafter.to(cg::DType::bf16);
+    int64_t params = 0;
+    for (const cg::Tensor& p : drafter.parameters()) params += p.numel();
+    cg::train::AdamW opt(drafter.parameters(), {});
+
+    cg::train::DrafterSequence seq;
+    for (int64_t t = 0; t < o.context; ++t) {
+      seq.ids.push_back(static_cast<int64_t>(gen.next_u64() % static_cast<uint64_t>(o.vocab)));
+      seq.loss_mask.push_back(t > 0 ? 1 : 0);
+    }
+    const std::vector<int64_t> anchors = cg::train::sample_anchors(seq.loss_mask, o.anchors, gen);
+    cg::train::BlockBatch batch = cg::train::build_block_batch(
+        {&seq}, {anchors}, o.anchors, o.block, o.gamma, dc.mask_token_id, 0, o.context);
+    cg::train::DrafterLossInputs in{&batch, {}, {}};
+    {
+      cg::CategoryGuard category(cg::MemoryCategory::activation);
+      const cg::TensorOptions bf16{.dtype = cg::DType::bf16, .device = dev};
+      in.features = cg::randn({1, o.context, o.target_layers * o.hidden}, bf16, &gen);
+      in.teacher_hidden = cg::randn({o.context, o.hidden}, bf16, &gen);
+    }
+    const double flops = step_flops(o, anchors);
+    std::printf(
+        "chunkgrad drafter step, %s: drafter %.3fB params (bf16, fp32 masters), %lld x %lld "
+        "anchors over %lld context, V %lld, %lld layers (full rule), KL + %.2g CE, gamma %.3g; "
+        "%.1f TFLOP per step; median of %d after %d warm-up\n",
+        cg::cuda::device_properties(0).summary().c_str(), double(params) / 1e9,
+        (long long)o.anchors, (long long)o.block, (long long)o.context, (long long)o.vocab,
+        (long long)o.layers, o.ce_weight, o.gamma, flops / 1e12, o.steps, o.warmup);
+    std::printf("%-18s %9s %17s %10s %10s %6s %9s %13s %8s\n", "path", "ms", "min-max", "ctx tok/s",
+                "pos/s", "MFU", "peak GiB", "resident GiB", "new segs");
+
+    std::stringstream list(o.paths);
+    for (std::string name; std::getline(list, name, ',');) {
+      Row row;
+      row.path = "chunkgrad " + name;
+      cg::train::DrafterConfig cfg;
+      cfg.loss.kind = "kl";
+      cfg.loss.ce_weight = o.ce_weight;
+      cfg.head_loss_path = name;
+      cfg.head_loss_chunk_rows = o.chunk_rows;
+      cfg.head_loss_chunk_budget_mb = o.budget_mib;
+      try {
+        const cg::train::DrafterHeadLoss hl = cg::train::drafter_head_loss(cfg);
+        for (int s = 0; s < o.warmup + o.steps; ++s) {
+          cg::backend_for(dev).synchronize(dev.index);
+          if (s == o.warmup) {
+            alloc.reset_peak_stats();
+            row.resident = double(alloc.stats().allocated_bytes.current) / kGiB;
+            row.new_segments = -alloc.stats().segment.allocated;
+          }
+          timer.start();
+          {
+            cg::HeadLossResult r = cg::train::drafter_loss(drafter, in, hl);
+            r.loss.backward();
+          }
+          opt.step(1e-5);
+          const double ms = timer.stop_ms();
+          if (s >= o.warmup) row.ms.push_back(ms);
+        }
+        row.peak = double(alloc.stats().allocated_bytes.peak) / kGiB;
+        row.new_segments += alloc.stats().segment.allocated;
+      } catch (const cg::OutOfMemoryError& e) { row.error = e.message(); }
+      for (const cg::Tensor& p : drafter.parameters()) p.set_grad(cg::Tensor());
+      alloc.empty_cache();
+      if (!row.error.empty()) {
+        std::printf("%-18s out of memory: %s\n", row.path.c_str(), row.error.c_str());
+        continue;
+      }
+      std::sort(row.ms.begin(), row.ms.end());
+      const double med = cg::median(row.ms), sec = med / 1e3;
+      std::printf("%-18s %9.1f %8.1f-%-8.1f %10.0f %10.0f %5.1f%% %9.2f %13.2f %8lld\n",
+                  row.path.c_str(), med, row.ms.front(), row.ms.back(), double(o.context) / sec,
+                  double(o.anchors * o.block) / sec, 100 * flops / sec / kH200DenseBf16, row.peak,
+                  row.resident, (long long)row.new_segments);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "drafter_step_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
