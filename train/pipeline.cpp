@@ -23,6 +23,7 @@
 #include "ops/threads.h"
 #include "train/corpus.h"
 #include "train/dflash_block_drafter.h"
+#include "train/drafter_checkpoints.h"
 #include "train/drafter_data.h"
 #include "train/drafter_trainer.h"
 #include "train/fingerprint.h"
@@ -82,7 +83,7 @@ struct RunState {
   std::vector<int64_t> tokens;
   std::vector<std::string> train_prompts, eval_prompts, accuracy_prompts;
   std::string data_fingerprint;  // of the corpus and target.checkpoint (fingerprint.h)
-  std::string resume_from;       // the checked drafter checkpoint, or ""
+  ResumeChoice resume;           // the checked drafter checkpoint (path "" for none)
 
   TargetResult target;  // stage 2
 
@@ -221,13 +222,27 @@ void read_corpus(RunState& s) {
   }
 }
 
-// Stage 2: the resume decision, from the newest drafter checkpoint's header, then its
-// tensors (shapes and finiteness): a run with another config or other data, or a damaged
-// or mismatched checkpoint, is refused here, before any stage writes, so the refusal's
-// "the run directory is unchanged" is true.
-void check_resume(RunState& s) {
-  s.resume_from = checked_resume_checkpoint(s.config, s.data_fingerprint);
-  if (!s.resume_from.empty()) check_resume_tensors(s.config, s.resume_from);
+// Stage 2: the resume decision (drafter_checkpoints.h): the newest drafter checkpoint, or
+// the one --resume-from names, its header and its tensors (shapes and finiteness): a run
+// with another config or other data, or a mismatched checkpoint, is refused here, before
+// any stage writes, so the refusal's "the run directory is unchanged" is true. A damaged
+// newest checkpoint is skipped for the one before, in one line each.
+void check_resume(RunState& s, const PipelineOptions& options) {
+  s.resume = choose_resume_checkpoint(s.config, s.data_fingerprint, options.resume_from);
+  for (const std::string& skipped : s.resume.skipped) {
+    warn("resume: " + skipped + "; skipped it, resuming from " + s.resume.path +
+         " (the skipped one is removed when this run saves its first checkpoint)");
+  }
+  if (!options.resume_from.empty()) {
+    int64_t later = 0;
+    for (const auto& [step, path] : drafter_checkpoint_files(s.config.run_dir))
+      later += step > s.resume.step ? 1 : 0;
+    if (later > 0) {
+      warn("resume: from " + options.resume_from + " (step " + std::to_string(s.resume.step) +
+           ") as --resume-from asks; the run directory's " + std::to_string(later) +
+           " later checkpoint(s) are removed when this run saves its first checkpoint");
+    }
+  }
 }
 
 // A folder a later stage writes into, made and probed now (a file is created in it and
@@ -335,13 +350,21 @@ void make_drafter_data(RunState& s) {
 void train_drafter(RunState& s) {
   const TrainConfig& config = s.config;
   DrafterTrainer trainer(*s.drafter, config, s.data);
-  if (!s.resume_from.empty()) {
-    trainer.load_checkpoint(s.resume_from);
-    say(config, "resumed from " + s.resume_from + " at step " + std::to_string(trainer.step()));
+  if (!s.resume.path.empty()) {
+    trainer.load_checkpoint(s.resume.path);
+    say(config, "resumed from " + s.resume.path + " at step " + std::to_string(trainer.step()));
+    // Note [Resume and the schedule], drafter_checkpoints.h.
+    const std::string schedule =
+        schedule_change_line(config.drafter.optim, s.resume.saved_steps, trainer.step());
+    if (!schedule.empty()) warn(schedule);
+    // Checkpoints after this one (skipped as damaged, or later than the one --resume-from
+    // named) go when this run has saved its first checkpoint, not before.
+    trainer.replace_checkpoints_after(trainer.step());
+  } else if (!config.resume) {
+    // --fresh: the earlier run's checkpoints go when this run has saved its first one,
+    // not before (a fresh run that fails early leaves them).
+    trainer.replace_checkpoints_after(-1);
   }
-  // --fresh: the earlier run's checkpoints go when this run has saved its first one, not
-  // before (a fresh run that fails early leaves them).
-  if (!config.resume) trainer.replace_earlier_checkpoints();
   s.first_step = trainer.step();
   s.log.drop_after("drafter", s.first_step);  // MetricsLog::drop_after: each step once, this run's
   if (s.first_step >= config.drafter.optim.steps) {
@@ -508,7 +531,7 @@ void stop_if_asked(const RunState& s) {
 
 }  // namespace
 
-nlohmann::json run_pipeline(const TrainConfig& config) {
+nlohmann::json run_pipeline(const TrainConfig& config, const PipelineOptions& options) {
   config.validate();
   RunState s(config, config.compute_device());
   check_memory_chunk(config, s.device);  // a chunk budget too small for the large config fails now
@@ -516,7 +539,7 @@ nlohmann::json run_pipeline(const TrainConfig& config) {
   warn_about_config(config);
   lock_run_directory(s);
   read_corpus(s);
-  check_resume(s);
+  check_resume(s, options);
   prepare_run_directory(s);
   obtain_target_model(s);
   make_drafter_data(s);
