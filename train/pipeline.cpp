@@ -401,9 +401,9 @@ void evaluate_drafter(RunState& s) {
   // GEMMs costs more than it saves, and it would tilt the comparison (one-token greedy
   // steps stay below the threading threshold, verify steps do not). Both decoders run
   // with eval.threads threads (1 by default), training keeps its own count. The decoders
-  // alternate prompt by prompt and the fastest of eval.timing_repeats runs counts
-  // (evaluate_speculative's repeats), so a burst of load from other processes does not
-  // land on one decoder only.
+  // run back to back prompt by prompt in each of eval.timing_repeats passes, and the
+  // median over the passes counts, with its spread (Note [Timing noise]), so a burst of
+  // load from other processes does not land on one decoder only.
   const int training_threads = get_num_threads();
   if (config.eval.threads > 0) set_num_threads(static_cast<int>(config.eval.threads));
   s.spec = evaluate_speculative(s.lm(), block_drafter, s.eval_prompt_ids,
@@ -480,6 +480,11 @@ nlohmann::json write_summary(RunState& s) {
   summary["target_tokens_per_s"] = spec.greedy_tokens_per_second;
   summary["speculative_tokens_per_s"] = spec.speculative_tokens_per_second;
   summary["ceiling_speedup"] = spec.ceiling_speedup;
+  // Note [Timing noise], speculative_decoding.h: the spread over eval.timing_repeats.
+  summary["speedup_spread"] = spec.json()["speedup_spread"];
+  summary["ceiling_spread"] = spec.json()["ceiling_spread"];
+  summary["timing_repeats"] = spec.repeats;
+  summary["timing_noisy"] = spec.timing_noisy;
   summary["speculative"] = spec.json();
   {
     const std::vector<int64_t> sample(s.eval_prompt_ids[0].begin(), s.eval_prompt_ids[0].end());

@@ -87,8 +87,8 @@ struct EvalConfig {
   int64_t max_new_tokens = 96;      // per prompt, both decoders
   int64_t block_size = 0;           // speculative decoding block (0 = drafter.block_size)
   int64_t accuracy_sequences = 32;  // sequences for per-slot accuracy (from held-out data)
-  int64_t timing_repeats = 3;  // speculative evaluations; speedup from the fastest of each decoder
-  int64_t threads = 1;         // CPU threads while decoding (both decoders); 0 = as training
+  int64_t timing_repeats = 3;       // timed passes over the prompts; the speedup is their median
+  int64_t threads = 1;              // CPU threads while decoding (both decoders); 0 = as training
 };
 
 struct MemoryConfig {
