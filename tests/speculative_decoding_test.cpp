@@ -273,6 +273,21 @@ TEST(SpeculativeDecoding, EvaluateReportsTauSpeedupAndLossless) {
   EXPECT_EQ(o.json()["speedup_spread"].size(), 3u);
   EXPECT_DOUBLE_EQ(r.ceiling_tau, 11.0 / 3.0);  // whatever the real drafter does
   EXPECT_NE(r.str().find("ceiling"), std::string::npos);
+  // Issue 18 item 23: progress for each prompt of each repeat (3 x 1 here), with the tokens
+  // of all three decoders (12 each).
+  std::vector<int64_t> done;
+  int64_t tokens = 0;
+  train::evaluate_speculative(f.lm, oracle, {prompts[1], prompts[1]},
+                              {.block_size = 4,
+                               .max_new_tokens = 12,
+                               .repeats = 3,
+                               .on_progress = [&](int64_t d, int64_t total, int64_t fresh) {
+                                 EXPECT_EQ(total, 6);
+                                 done.push_back(d);
+                                 tokens += fresh;
+                               }});
+  EXPECT_EQ(done, (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(tokens, 6 * 3 * 12);
   const auto no_ceiling = train::evaluate_speculative(
       f.lm, oracle, {prompts[1]},
       {.block_size = 4, .max_new_tokens = 12, .measure_ceiling = false});

@@ -560,6 +560,9 @@ TEST_F(TrainProgram, StageLinesAreReadableAndAnEmptyStageDrawsNothing) {
             std::string::npos)
       << first.err;
   EXPECT_NE(first.err.find("chunkgrad train: evaluation: "), std::string::npos) << first.err;
+  // The drafter-data and evaluation stages draw bars too (prompts done, tokens/s, ETA).
+  for (const char* bar : {"data     [", "held-out [", "decoding ["})
+    EXPECT_NE(first.err.find(std::string("\r") + bar), std::string::npos) << bar << first.err;
   const TrainRun again = train("--config " + config);
   ASSERT_EQ(again.exit_code, 0) << again.err;
   EXPECT_NE(again.err.find("nothing to train"), std::string::npos) << again.err;

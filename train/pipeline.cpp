@@ -69,6 +69,18 @@ void warn(const std::string& line) {
   std::fflush(stderr);
 }
 
+// A progress bar for a stage without a loss (generation, decoding), fed by generate_all's
+// or evaluate_speculative's callback: prompts done of `total`, tokens/s and an ETA, the
+// line ended when the last prompt is done (Note [Batched generation on a GPU]: on a GPU a
+// batch of prompts ends at once).
+GenerateProgress progress_bar(const std::string& phase, size_t total, const TrainConfig& c) {
+  auto bar = std::make_shared<ProgressBar>(phase, static_cast<int64_t>(total), c.progress);
+  return [bar](int64_t done, int64_t all, int64_t tokens) {
+    bar->update(done, tokens);
+    if (done == all) bar->finish();
+  };
+}
+
 // What the stages hand each other, filled in stage by stage.
 struct RunState {
   RunState(const TrainConfig& c, Device d) : config(c), device(d) {}
@@ -334,7 +346,8 @@ void make_drafter_data(RunState& s) {
   say(config, "drafter data: the target continues " + std::to_string(s.train_prompts.size()) +
                   " prompts by up to " + std::to_string(config.data.max_new_tokens) +
                   " tokens each, then its features are computed");
-  s.train_seqs = make_drafter_sequences(s.lm(), s.train_prompts, config.data.max_new_tokens);
+  s.train_seqs = make_drafter_sequences(s.lm(), s.train_prompts, config.data.max_new_tokens,
+                                        progress_bar("data", s.train_prompts.size(), config));
   s.drafter = make_drafter(s.lm(), config.drafter, ByteTokenizer::kMask, config.seed + 23);
   const bool teacher = config.drafter.loss.kind != "ce";
   s.data = DrafterTrainData{&s.train_seqs,
@@ -388,7 +401,8 @@ void evaluate_drafter(RunState& s) {
   say(config, "evaluation: per-slot accuracy on " + std::to_string(s.accuracy_prompts.size()) +
                   " held-out target generations");
   const std::vector<DrafterSequence> held =
-      make_drafter_sequences(s.lm(), s.accuracy_prompts, config.data.max_new_tokens);
+      make_drafter_sequences(s.lm(), s.accuracy_prompts, config.data.max_new_tokens,
+                             progress_bar("held-out", s.accuracy_prompts.size(), config));
   const TargetFeatures held_features =
       compute_target_features(s.lm(), held, s.target_layers(), false, ByteTokenizer::kPad);
   s.slots = slot_metrics(*s.drafter, held, held_features, config.drafter);
@@ -406,11 +420,14 @@ void evaluate_drafter(RunState& s) {
   // load from other processes does not land on one decoder only.
   const int training_threads = get_num_threads();
   if (config.eval.threads > 0) set_num_threads(static_cast<int>(config.eval.threads));
-  s.spec = evaluate_speculative(s.lm(), block_drafter, s.eval_prompt_ids,
-                                {.block_size = s.eval_block,
-                                 .max_new_tokens = config.eval.max_new_tokens,
-                                 .repeats = config.eval.timing_repeats,
-                                 .throw_on_mismatch = false});
+  s.spec = evaluate_speculative(
+      s.lm(), block_drafter, s.eval_prompt_ids,
+      {.block_size = s.eval_block,
+       .max_new_tokens = config.eval.max_new_tokens,
+       .repeats = config.eval.timing_repeats,
+       .throw_on_mismatch = false,
+       .on_progress =
+           progress_bar("decoding", s.eval_prompts.size() * config.eval.timing_repeats, config)});
   set_num_threads(training_threads);
   s.eval_seconds = seconds_since(t0);
   say(config, "evaluation: " + seconds_text(s.eval_seconds));

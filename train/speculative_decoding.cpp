@@ -292,6 +292,7 @@ SpeculativeReport evaluate_speculative(const nn::Qwen3ForCausalLM& target, Block
     double greedy_total = 0, spec_total = 0, ceiling_total = 0;
     for (size_t i = 0; i < prompts.size(); ++i) {
       const int decoders = options.measure_ceiling ? 3 : 2;
+      int64_t emitted = 0;  // by the decoders of this prompt, for on_progress
       for (int k = 0; k < decoders; ++k) {
         // Greedy first in the first pass: the replaying decoder needs its output.
         const int which = rep == 0 ? k : static_cast<int>((k + rep + i) % decoders);
@@ -299,22 +300,29 @@ SpeculativeReport evaluate_speculative(const nn::Qwen3ForCausalLM& target, Block
         if (which == 0) {
           Generation g = generate(target, prompts[i], greedy, &greedy_cache);
           greedy_total += seconds_since(start);
+          emitted += static_cast<int64_t>(g.tokens.size()) - g.prompt_length;
           if (rep == 0) reference[i] = std::move(g);
         } else if (which == 1) {
           SpeculativeGeneration g =
               speculative_generate(target, drafter, prompts[i], spec, &spec_cache);
           spec_total += seconds_since(start);
+          emitted += static_cast<int64_t>(g.tokens.size()) - g.prompt_length;
           if (rep == 0) results[i] = std::move(g);
         } else {
           replay.set_tokens(&reference[i].tokens);
           const SpeculativeGeneration g =
               speculative_generate(target, replay, prompts[i], spec, &spec_cache);
           ceiling_total += seconds_since(start);
+          emitted += static_cast<int64_t>(g.tokens.size()) - g.prompt_length;
           if (rep == 0) {
             ceiling_steps += static_cast<int64_t>(g.emitted_per_verify.size());
             for (int64_t n : g.emitted_per_verify) ceiling_emitted += n;
           }
         }
+      }
+      if (options.on_progress) {
+        const int64_t n = static_cast<int64_t>(prompts.size());
+        options.on_progress(rep * n + static_cast<int64_t>(i) + 1, options.repeats * n, emitted);
       }
     }
     greedy_totals.push_back(greedy_total);

@@ -57,6 +57,7 @@
 
 #include "nn/qwen3.h"
 #include "train/block_drafter.h"
+#include "train/generate.h"
 
 namespace cg::train {
 
@@ -126,6 +127,9 @@ struct EvaluateOptions {
   // Also time speculative decoding with a free, perfect drafter that replays the greedy
   // output (Note [Speedup ceiling]).
   bool measure_ceiling = true;
+  // Told after each prompt of each repeat (total: repeats x prompts), with the tokens the
+  // decoders emitted for it: for a progress bar (train/progress.h).
+  GenerateProgress on_progress{};
 };
 
 struct SpeculativeReport {
