@@ -272,18 +272,6 @@ std::string checked_resume_checkpoint(const TrainConfig& config,
   return path;
 }
 
-void check_resume_tensors(const TrainConfig& config, const std::string& path) {
-  std::unique_ptr<safetensors::Reader> reader;
-  try {
-    reader = safetensors::open(path);
-  } catch (const Error& e) {
-    refuse_resume(path, std::string("is unreadable: ") + e.message(), kRunDirUnchanged);
-  }
-  check_shapes(*reader, path, config);
-  const std::string damage = tensor_damage(*reader);
-  if (!damage.empty()) refuse_resume(path, damage, kRunDirUnchanged);
-}
-
 std::string schedule_change_line(const OptimConfig& now, int64_t saved_steps, int64_t step) {
   if (saved_steps <= 0 || saved_steps == now.steps || step >= now.steps) return "";
   auto lr = [&](int64_t at, int64_t total) {

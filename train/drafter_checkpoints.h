@@ -55,9 +55,6 @@ ResumeChoice choose_resume_checkpoint(const TrainConfig& config,
 // fallback, no tensors): "" when config.resume is false or there is none.
 std::string checked_resume_checkpoint(const TrainConfig& config,
                                       const std::string& data_fingerprint);
-// A checkpoint's tensors: each one this config's drafter has, with its shape, and every
-// tensor finite (Note [Finite on load], nn/checkpoint.h); throws the refusal.
-void check_resume_tensors(const TrainConfig& config, const std::string& path);
 
 // The one line said when a resume changes drafter.optim.steps (Note [Resume and the
 // schedule]); "" when the steps are the same.
