@@ -16,6 +16,7 @@
 #include "train/generate.h"
 #include "train/pipeline.h"
 #include "train/speculative_decoding.h"
+#include "train_test_util.h"
 
 namespace cg {
 namespace {
@@ -407,24 +408,14 @@ TEST(SpeculativeDecoding, ASpeedupAboveItsCeilingOrWidelySpreadIsCalledNoise) {
   EXPECT_FALSE(train::judge_speedup({1.8, 1.8, 1.8}, {}, 1).noisy);  // no ceiling measured
 
   // The summary never prints the impossible number as a result.
-  nlohmann::json s = {{"eval_block_size", 8},
-                      {"tau", 4.0},
-                      {"speedup", 2.93},
-                      {"ceiling_speedup", 2.91},
-                      {"speedup_spread", {2.90, 2.93, 2.95}},
-                      {"ceiling_spread", {2.89, 2.91, 2.92}},
-                      {"timing_repeats", 3},
-                      {"lossless", true},
-                      {"identical", true},
-                      {"target_tokens_per_s", 1.0},
-                      {"speculative_tokens_per_s", 2.9},
-                      {"per_slot_accuracy", {1.0, 0.5}},
-                      {"expected_acceptance_length", 1.5},
-                      {"measured_acceptance_length", 1.5},
-                      {"drafter_steps", {{"trained", 2}, {"final", 2}, {"resumed_at", 0}}},
-                      {"drafter_train_tokens_per_s", 10.0},
-                      {"seconds", {{"total", 1.0}}},
-                      {"memory_table", ""}};
+  nlohmann::json s = testing_train::summary_example();
+  s["identical"] = true;
+  s["tie_divergences"] = 0;
+  s["speedup"] = 2.93;
+  s["ceiling_speedup"] = 2.91;
+  s["speedup_spread"] = {2.90, 2.93, 2.95};
+  s["ceiling_spread"] = {2.89, 2.91, 2.92};
+  s["timing_repeats"] = 3;
   std::string text = train::summary_text(s);
   EXPECT_EQ(text.find("2.93x over"), std::string::npos) << text;
   EXPECT_NE(text.find("speedup not measured: timing noise"), std::string::npos) << text;
