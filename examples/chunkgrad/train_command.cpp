@@ -72,7 +72,7 @@ void add_train_command(CLI::App& app, CommandBody& run) {
   // Checked as given (the key names a field; the syntax), before any work; the value's type
   // and range when the config is read, with the same errors as in the file.
   sub->add_option("--set", o.sets,
-                  "KEY=VALUE: set one config field by its dotted name, after --config is read "
+                  "set one config field by its dotted name, after --config is read "
                   "(repeatable; e.g. --set drafter.optim.lr=1e-3 --set drafter.loss.kind=kl). "
                   "VALUE is JSON when it parses as JSON (numbers, true/false, [1, 2], \"text\"), "
                   "otherwise text; --run-dir, --device and --fresh still win")
@@ -84,7 +84,9 @@ void add_train_command(CLI::App& app, CommandBody& run) {
             } catch (const cg::Error& e) { return e.message(); }
             return std::string();
           },
-          "KEY=VALUE"));
+          ""))
+      ->type_name("KEY=VALUE")
+      ->default_str("");
   sub->add_flag("--json", o.json, "print the summary as JSON on stdout instead of text");
   sub->add_flag("--no-progress", o.no_progress, "no progress bar or stage lines on stderr");
   CLI::Option* fresh = sub->add_flag("--fresh", o.fresh,
