@@ -17,11 +17,16 @@ class ProgressBar {
   ProgressBar(std::string phase, int64_t total, bool enabled, int64_t first_step = 0);
   // Redraws after step `step` (1-based) with the step's loss and token count.
   void update(int64_t step, double loss, int64_t tokens);
+  // The same for a stage without a loss (generation, evaluation): step `step` of the
+  // total, with its token count; the line shows no loss.
+  void update(int64_t step, int64_t tokens);
   void finish();  // ends the line
   double tokens_per_second() const;
   double seconds() const;
 
  private:
+  void draw(int64_t step, const double* loss, int64_t tokens);
+
   std::string phase_;
   int64_t total_, first_;
   bool enabled_;
