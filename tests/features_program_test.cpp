@@ -18,15 +18,24 @@
 #include <nlohmann/json.hpp>
 
 #include "core/backend.h"
-#include "program_run_util.h"
+#include "train_program_fixture.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-using cg::testing_program::files_of;
-using cg::testing_program::ProgramRun;
-using cg::testing_program::slurp;
+using ProgramRun = train_program_fixture::TrainRun;
+using train_program_fixture::slurp;
+
+// Every file under `dir` and its bytes (none when `dir` does not exist).
+std::map<std::string, std::string> files_of(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  if (!fs::exists(dir)) return files;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (e.is_regular_file()) files[e.path().string()] = slurp(e.path().string());
+  }
+  return files;
+}
 
 // The toy target, trained once for the whole suite on "question N: answer 7N" lines, and
 // 40 of those lines as pre-tokenized JSONL (BOS, bytes; loss mask on the answer).
