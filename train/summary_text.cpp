@@ -62,17 +62,21 @@ std::string summary_text(const nlohmann::json& s) {
   const int64_t trained = s.value("drafter_block_size", block);
   std::string block_text = "block " + std::to_string(block);
   if (trained != block) block_text += ", trained on blocks of " + std::to_string(trained);
-  std::string timing;
-  const std::string speedup = speedup_text(s, &timing);
-  std::snprintf(line, sizeof line, "speculative decoding (%s): tau %.2f tokens per target step, ",
-                block_text.c_str(), s["tau"].get<double>());
-  o << line << speedup << " (" << lossless_text(s) << ")\n";
-  std::snprintf(line, sizeof line,
-                "  target-only %.1f tok/s, speculative %.1f tok/s; a free, always-right drafter "
-                "would give %.2fx\n",
-                s["target_tokens_per_s"].get<double>(), s["speculative_tokens_per_s"].get<double>(),
-                s["ceiling_speedup"].get<double>());
-  o << line << "  timing: " << timing << "\n";
+  if (s.contains("evaluation_skipped")) {  // an offline run (Note [Offline runs])
+    o << "evaluation skipped: " << s["evaluation_skipped"].get<std::string>() << "\n";
+  } else {
+    std::string timing;
+    const std::string speedup = speedup_text(s, &timing);
+    std::snprintf(line, sizeof line, "speculative decoding (%s): tau %.2f tokens per target step, ",
+                  block_text.c_str(), s["tau"].get<double>());
+    o << line << speedup << " (" << lossless_text(s) << ")\n";
+    std::snprintf(line, sizeof line,
+                  "  target-only %.1f tok/s, speculative %.1f tok/s; a free, always-right drafter "
+                  "would give %.2fx\n",
+                  s["target_tokens_per_s"].get<double>(),
+                  s["speculative_tokens_per_s"].get<double>(), s["ceiling_speedup"].get<double>());
+    o << line << "  timing: " << timing << "\n";
+  }
   o << "per-slot accuracy (slot 1..):";
   const auto acc = s["per_slot_accuracy"].get<std::vector<double>>();
   for (size_t k = 1; k < acc.size(); ++k) {
@@ -96,9 +100,11 @@ std::string summary_text(const nlohmann::json& s) {
       "averaged: usually higher, as misses cluster; blocks cut by a sequence's end lower it)\n",
       s["expected_acceptance_length"].get<double>(), s["measured_acceptance_length"].get<double>());
   o << acceptance;
-  o << "  (both on held-out blocks of drafter.block_size anchored at true positions; tau above is "
-       "what decoding "
-       "achieved, each block starting where the last one stopped)\n";
+  o << (s.contains("evaluation_skipped")
+            ? "  (both on held-out blocks of drafter.block_size anchored at true positions)\n"
+            : "  (both on held-out blocks of drafter.block_size anchored at true positions; tau "
+              "above is what decoding achieved, each block starting where the last one "
+              "stopped)\n");
   const nlohmann::json& steps = s["drafter_steps"];
   if (steps["trained"].get<int64_t>() > 0) {
     std::snprintf(

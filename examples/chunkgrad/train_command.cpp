@@ -23,6 +23,7 @@ struct TrainOptions {
   std::string device;             // overrides the config's device
   std::vector<std::string> sets;  // --set key=value, in the order given
   std::string resume_from;        // a drafter checkpoint instead of the newest
+  std::string features;           // features.source offline with this folder
   bool json = false;
   bool no_progress = false;
   bool fresh = false;
@@ -87,6 +88,10 @@ void add_train_command(CLI::App& app, CommandBody& run) {
           ""))
       ->type_name("KEY=VALUE")
       ->default_str("");
+  sub->add_option("--features", o.features,
+                  "train from the feature folder `chunkgrad features` wrote (features.source "
+                  "offline, features.dir DIR; docs/feature_files.md)")
+      ->check(program::not_empty());
   sub->add_flag("--json", o.json, "print the summary as JSON on stdout instead of text");
   sub->add_flag("--no-progress", o.no_progress, "no progress bar or stage lines on stderr");
   CLI::Option* fresh = sub->add_flag("--fresh", o.fresh,
@@ -109,6 +114,10 @@ void add_train_command(CLI::App& app, CommandBody& run) {
       if (o.no_progress) config.progress = false;
       if (o.fresh) config.resume = false;
       if (!o.device.empty()) config.device = o.device;
+      if (!o.features.empty()) {
+        config.features.source = "offline";
+        config.features.dir = o.features;
+      }
       config.validate();
       config.compute_device();  // up front: no GPU is one error line, before any work
       if (o.print_config) {
