@@ -133,13 +133,13 @@ DType dtype_from_safetensors(const std::string& name, const std::string& tensor_
     if (name == d.name) return d.dtype;
   }
   static const std::set<std::string> known_elsewhere = {
-      "U8",      "I8",      "U16", "I16",     "U32",     "U64", "F8_E4M3",
+      "I8",      "U16", "I16",     "U32",     "U64", "F8_E4M3",
       "F8_E5M2", "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2", "C64"};
   CG_CHECK(!known_elsewhere.count(name), "safetensors: tensor '", tensor_name, "' has dtype ", name,
            ", which chunkgrad cannot hold; it reads F32, BF16, F16, F64, I64, I32 and "
            "BOOL (convert the checkpoint first)");
   CG_FAIL("safetensors: tensor '", tensor_name, "' has unknown dtype '", name,
-          "'; expected one of F32, BF16, F16, F64, I64, I32, BOOL");
+          "'; expected one of F32, BF16, F16, F64, I64, I32, U8, BOOL");
 }
 
 // ---- Reader ----------------------------------------------------------------------
@@ -200,7 +200,9 @@ File::File(std::string path) : path_(std::move(path)) {
              describe_json(entry["dtype"]));
     TensorInfo info;
     info.name = name;
-    info.dtype = dtype_from_safetensors(entry["dtype"].get<std::string>(), name);
+    info.u8 = entry["dtype"].get<std::string>() == "U8";  // Note [U8 as bytes]
+    info.dtype = info.u8 ? DType::boolean
+                         : dtype_from_safetensors(entry["dtype"].get<std::string>(), name);
     CG_CHECK(entry["shape"].is_array(), where, ": shape must be an array, got ",
              describe_json(entry["shape"]));
     for (const json& d : entry["shape"]) {
@@ -370,7 +372,7 @@ std::string build_header(const std::vector<TensorInfo>& infos,
   ordered_json header = ordered_json::object();
   if (!metadata.empty()) header[kMetadataKey] = metadata;
   for (const TensorInfo& info : infos) {
-    header[info.name] = {{"dtype", dtype_to_safetensors(info.dtype)},
+    header[info.name] = {{"dtype", info.u8 ? "U8" : dtype_to_safetensors(info.dtype)},
                          {"shape", info.shape},
                          {"data_offsets", {info.begin, info.end}}};
   }
@@ -383,7 +385,8 @@ std::string build_header(const std::vector<TensorInfo>& infos,
 }
 
 void save_file(const NamedTensors& tensors, const std::string& path,
-               const std::map<std::string, std::string>& metadata) {
+               const std::map<std::string, std::string>& metadata,
+               const std::set<std::string>& u8_names) {
   std::set<std::string> seen;
   std::vector<TensorInfo> infos;
   uint64_t offset = 0;
@@ -393,6 +396,9 @@ void save_file(const NamedTensors& tensors, const std::string& path,
              "' appears twice in what is being saved to '", path, "'");
     CG_CHECK(t.defined(), "safetensors: tensor '", name, "' saved to '", path, "' is undefined");
     TensorInfo info{name, t.dtype(), t.shape(), offset, offset + t.nbytes()};
+    info.u8 = u8_names.count(name) > 0;
+    CG_CHECK(!info.u8 || t.dtype() == DType::boolean, "safetensors: tensor '", name,
+             "' is written as U8 but is ", dtype_name(t.dtype()), ", not bool");
     offset = info.end;
     infos.push_back(std::move(info));
   }

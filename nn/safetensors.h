@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,7 +30,13 @@
 
 namespace cg::safetensors {
 
-// "F32", "BF16", ... <-> DType. Names chunkgrad cannot hold (U8, F8_E4M3, ...) throw.
+// "F32", "BF16", ... <-> DType. Names chunkgrad cannot hold (I8, F8_E4M3, ...) throw.
+//
+// Note [U8 as bytes]: chunkgrad has no uint8 dtype, but masks (the feature files' loss
+// masks, docs/feature_files.md) are stored as U8 so that any reader takes them. A U8
+// tensor is read into a DType::boolean tensor (one byte per element, the bytes as stored:
+// the caller checks the values it allows), and TensorInfo::u8 says so; a boolean tensor
+// is written as U8 when save_file is asked to (its u8_names).
 const char* dtype_to_safetensors(DType dtype);
 DType dtype_from_safetensors(const std::string& name, const std::string& tensor_name);
 
@@ -40,6 +47,7 @@ struct TensorInfo {
   Shape shape;
   uint64_t begin = 0;
   uint64_t end = 0;
+  bool u8 = false;  // stored as U8, held as DType::boolean's bytes (Note [U8 as bytes])
   uint64_t nbytes() const { return end - begin; }
 };
 
@@ -128,9 +136,11 @@ std::unique_ptr<Reader> open(const std::string& path);
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
 // Writes one file. Tensors may be on any device, any strides (copied to host,
-// contiguous); names must be unique and not "__metadata__".
+// contiguous); names must be unique and not "__metadata__". The boolean tensors named in
+// u8_names are written as U8 (Note [U8 as bytes]).
 void save_file(const NamedTensors& tensors, const std::string& path,
-               const std::map<std::string, std::string>& metadata = {});
+               const std::map<std::string, std::string>& metadata = {},
+               const std::set<std::string>& u8_names = {});
 
 // Writes `tensors` into `folder` as shards of at most max_shard_bytes of tensor data
 // each (a tensor larger than that gets a shard of its own), named

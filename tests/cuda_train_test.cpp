@@ -28,6 +28,7 @@
 #include "train/drafter_data.h"
 #include "train/drafter_step.h"
 #include "train/drafter_trainer.h"
+#include "train/in_memory_features.h"
 #include "train/generate.h"
 #include "train/optimizer.h"
 #include "train/pipeline.h"
@@ -232,9 +233,9 @@ TEST(CudaTrain, NoNewSegmentAndNoHostWaitInAStepAfterWarmUp) {
     for (int i = 0; i < 6; ++i) prompts.push_back("prompt number " + std::to_string(i) + ": ");
     const auto seqs = train::make_drafter_sequences(lm, prompts, 20);
     auto drafter = train::make_drafter(lm, c.drafter, train::ByteTokenizer::kMask, 5);
-    train::DrafterTrainData data{
-        &seqs, train::compute_target_features(lm, seqs, drafter->config().target_layers, false,
-                                              train::ByteTokenizer::kPad)};
+    train::DrafterTrainData data{std::make_shared<train::InMemoryFeatureSource>(
+        seqs, train::compute_target_features(lm, seqs, drafter->config().target_layers, false,
+                                             train::ByteTokenizer::kPad))};
     train::DrafterTrainer trainer(*drafter, c, data);
     CachingAllocator& alloc = allocator_for(kGpu);
     std::vector<train::QueuedStep> queued;

@@ -26,6 +26,7 @@
 #include "train/drafter_data.h"
 #include "train/drafter_step.h"
 #include "train/drafter_trainer.h"
+#include "train/in_memory_features.h"
 #include "train/memory_report.h"
 #include "train/target_lm.h"
 #include "train/tokenizer.h"
@@ -119,10 +120,15 @@ struct SmallTarget {
     return train::make_drafter(lm, config.drafter, train::ByteTokenizer::kMask, 5);
   }
   train::DrafterTrainData data(const nn::DFlashDrafter& drafter) const {
-    return {&seqs, train::compute_target_features(lm, seqs, drafter.config().target_layers, true,
-                                                  train::ByteTokenizer::kPad)};
+    return {std::make_shared<train::InMemoryFeatureSource>(
+        seqs, train::compute_target_features(lm, seqs, drafter.config().target_layers, true,
+                                             train::ByteTokenizer::kPad))};
   }
 };
+
+const train::TargetFeatures& features_of(const train::DrafterTrainData& data) {
+  return dynamic_cast<const train::InMemoryFeatureSource&>(*data.source).features();
+}
 
 // drafter_loss's inputs for a batch of the trainer's, made as the trainer makes them.
 train::DrafterLossInputs step_inputs(const train::BlockBatch& b, const train::TargetFeatures& tf) {
@@ -161,7 +167,7 @@ TEST(DrafterLossKinds, ATrainingStepTrainsTheConfiguredKind) {
     expected.path = parse_head_loss_path(c.drafter.head_loss_path);
     expected.chunk_rows = c.drafter.head_loss_chunk_rows;
     const double want =
-        train::drafter_loss(*drafter, step_inputs(batches[0], data.features), expected).loss.item();
+        train::drafter_loss(*drafter, step_inputs(batches[0], features_of(data)), expected).loss.item();
     const train::StepRecord step = trainer.train_step();
     EXPECT_NEAR(step.loss, want, 1e-6 * std::max(1.0, std::abs(want)));
     for (double other : step_losses)
@@ -181,7 +187,7 @@ TEST(DrafterChunk, TheChunkDoesNotChangeTheCpuNumbers) {
   const train::DrafterTrainData data = target.data(*drafter);
   train::DrafterTrainer trainer(*drafter, c, data);
   const train::BlockBatch b = trainer.step_batches(1)[0];
-  const train::DrafterLossInputs in = step_inputs(b, data.features);
+  const train::DrafterLossInputs in = step_inputs(b, features_of(data));
   std::vector<std::vector<double>> results;
   for (int64_t rows : {0, 32, 16}) {  // 0: the budget holds all 128 rows
     train::DrafterHeadLoss h = train::drafter_head_loss(c.drafter);

@@ -76,6 +76,28 @@ TEST(Safetensors, RoundTripEveryDtypeBitExact) {
   EXPECT_EQ(file.names().back(), "transposed");
 }
 
+// Note [U8 as bytes]: a boolean tensor written as U8 says U8 in the header, and any U8
+// tensor (values 0..255, as a mask from another writer may hold) reads back as its bytes.
+TEST(Safetensors, U8MasksRoundTripAsTheirBytes) {
+  TempDir dir;
+  const Tensor mask = from_ints({1, 0, 1, 1, 0}, {5}, {.dtype = DType::boolean});
+  st::save_file({{"mask", mask}, {"ids", from_ints({7, 8}, {2}, {.dtype = DType::i32})}},
+                dir.file("m.safetensors"), {}, {"mask"});
+  st::File file(dir.file("m.safetensors"));
+  EXPECT_TRUE(file.info("mask").u8);
+  EXPECT_FALSE(file.info("ids").u8);
+  EXPECT_TRUE(bit_equal(file.load("mask"), mask));
+  EXPECT_TRUE(bit_equal(file.load("ids"), from_ints({7, 8}, {2}, {.dtype = DType::i32})));
+  std::ifstream in(dir.file("m.safetensors"), std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(bytes.find("\"dtype\":\"U8\""), std::string::npos);
+  // Written from a float tensor: refused, naming it.
+  try {
+    st::save_file({{"m", zeros({2})}}, dir.file("bad.safetensors"), {}, {"m"});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) { EXPECT_NE(e.message().find("'m' is written as U8"), std::string::npos); }
+}
+
 TEST(Safetensors, HandMadeFileParses) {
   TempDir dir;
   // Header lists b before a and puts a first in the data: offsets decide, not order.
@@ -158,7 +180,7 @@ TEST(Safetensors, CorruptHeadersRaiseClearErrors) {
          {"span 8 bytes", "needs 12"});
   // Unknown dtype; a real dtype chunkgrad cannot hold.
   expect(file_bytes("{" + entry("a", "Q7", "[2]", 0, 8) + "}", data8), {"unknown dtype 'Q7'"});
-  expect(file_bytes("{" + entry("a", "U8", "[8]", 0, 8) + "}", data8), {"dtype U8", "cannot hold"});
+  expect(file_bytes("{" + entry("a", "I8", "[8]", 0, 8) + "}", data8), {"dtype I8", "cannot hold"});
   // Negative shape; end before begin; a duplicate name; a missing field.
   expect(file_bytes("{" + entry("a", "F32", "[-2]", 0, 8) + "}", data8), {"non-negative"});
   expect(file_bytes("{" + entry("a", "F32", "[2]", 8, 0) + "}", data8), {"end before"});

@@ -77,9 +77,9 @@ DrafterTrainer::DrafterTrainer(nn::DFlashDrafter& drafter, const TrainConfig& co
                                   .weight_decay = config.drafter.optim.weight_decay,
                                   .grad_clip = config.drafter.optim.grad_clip}),
       head_loss_(drafter_head_loss(config.drafter)) {
-  CG_CHECK(data_.sequences != nullptr && !data_.sequences->empty(),
+  CG_CHECK(data_.source != nullptr && !data_.source->sequences().empty(),
            "drafter training: no sequences");
-  CG_CHECK(!loss_needs_teacher(head_loss_.loss) || data_.features.final_hidden.defined(),
+  CG_CHECK(!loss_needs_teacher(head_loss_.loss) || data_.source->has_last_hidden(),
            "drafter training: a ", loss_kind_name(head_loss_.loss.kind),
            " loss needs the target's final hidden states");
   const Tensor& head = drafter_.head_weight();
@@ -89,7 +89,7 @@ DrafterTrainer::DrafterTrainer(nn::DFlashDrafter& drafter, const TrainConfig& co
 std::vector<BlockBatch> DrafterTrainer::step_batches(int64_t step) const {
   const DrafterConfig& d = config_.drafter;
   Generator gen(step_seed(config_.seed, step));
-  const auto& seqs = *data_.sequences;
+  const auto& seqs = data_.source->sequences();
   std::vector<BlockBatch> out;
   for (int64_t micro = 0; micro < d.optim.grad_accum; ++micro) {
     std::vector<const DrafterSequence*> rows;
@@ -102,7 +102,7 @@ std::vector<BlockBatch> DrafterTrainer::step_batches(int64_t step) const {
     }
     out.push_back(build_block_batch(rows, anchors, d.max_anchors, d.block_size, d.gamma,
                                     drafter_.config().mask_token_id, ByteTokenizer::kPad,
-                                    data_.features.seq_len));
+                                    data_.source->seq_len()));
     out.back().source = std::move(source);
   }
   return out;
@@ -113,17 +113,31 @@ QueuedStep DrafterTrainer::train_step_queued() {
   QueuedStep q;
   q.step = opt_.steps_taken() + 1;
   const DrafterConfig& d = config_.drafter;
-  q.batches = step_batches(q.step);
+  // Note [Prefetching the next step]: the batches of a step are deterministic in (seed,
+  // step), so the next step's are drawn now and their samples handed to the source's
+  // prefetch() before this step's fetches: a source that reads from disk reads them while
+  // this step computes. The next step then takes the batches drawn here.
+  q.batches = next_step_ == q.step ? std::move(next_batches_) : step_batches(q.step);
+  if (next_step_ != q.step) {  // nothing asked for yet (the first step, or after a resume)
+    for (const BlockBatch& b : q.batches) data_.source->prefetch(b.source);
+  }
+  next_batches_.clear();
+  next_step_ = -1;
+  if (q.step < d.optim.steps) {
+    next_batches_ = step_batches(q.step + 1);
+    next_step_ = q.step + 1;
+    for (const BlockBatch& b : next_batches_) data_.source->prefetch(b.source);
+  }
   double total_weight = 0;
   for (const auto& b : q.batches) total_weight += b.weight_sum();
   const Device device = drafter_.fc->weight.device();
   drafter_.train();
   for (const BlockBatch& b : q.batches) {
-    const Tensor idx = from_ints(b.source, {b.batch}, {.dtype = DType::i64, .device = device});
-    DrafterLossInputs in{&b, index_select(data_.features.features, 0, idx), Tensor()};
+    const FeatureBatch f = data_.source->fetch(b.source, device);
+    DrafterLossInputs in{&b, f.hidden_states, Tensor()};
     if (loss_needs_teacher(head_loss_.loss)) {
-      in.teacher_hidden = reshape(index_select(data_.features.final_hidden, 0, idx),
-                                  {b.batch * b.seq_len, data_.features.final_hidden.size(2)});
+      in.teacher_hidden =
+          reshape(f.last_hidden, {b.batch * b.seq_len, f.last_hidden.size(2)});
     }
     HeadLossResult r = drafter_loss(drafter_, in, head_loss_);
     const double share = total_weight > 0 ? b.weight_sum() / total_weight : 0.0;

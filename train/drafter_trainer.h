@@ -22,6 +22,7 @@
 #include "ops/head_loss.h"
 #include "train/drafter_data.h"
 #include "train/drafter_step.h"
+#include "train/feature_source.h"
 #include "train/optimizer.h"
 #include "train/progress.h"
 #include "train/train_config.h"
@@ -35,9 +36,10 @@ std::unique_ptr<nn::DFlashDrafter> make_drafter(const nn::Qwen3ForCausalLM& targ
                                                 const DrafterConfig& config, int64_t mask_id,
                                                 uint64_t seed);
 
+// What the drafter learns from: the sequences and their features (train/feature_source.h;
+// shared, so that the caller may keep using the source after the trainer is gone).
 struct DrafterTrainData {
-  const std::vector<DrafterSequence>* sequences = nullptr;
-  TargetFeatures features;  // of *sequences
+  std::shared_ptr<FeatureSource> source;
   std::string
       data_fingerprint;  // data_fingerprint(...).dump(): saved with each checkpoint ("": none)
 };
@@ -118,6 +120,10 @@ class DrafterTrainer {
   AdamW opt_;
   DrafterHeadLoss head_loss_;  // loss, path and chunk (Note [The drafter's chunk])
   bool replace_earlier_ = false;
+  // step_batches(step + 1), drawn when step `step` was queued so that its ids could be
+  // prefetched (Note [Prefetching the next step]); empty before the first step.
+  int64_t next_step_ = -1;
+  std::vector<BlockBatch> next_batches_;
 };
 
 }  // namespace cg::train

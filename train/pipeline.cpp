@@ -27,6 +27,7 @@
 #include "train/drafter_trainer.h"
 #include "train/fingerprint.h"
 #include "train/generate.h"
+#include "train/in_memory_features.h"
 #include "train/memory_report.h"
 #include "train/progress.h"
 #include "train/run_lock.h"
@@ -322,10 +323,11 @@ void make_drafter_data(RunState& s) {
   s.train_seqs = make_drafter_sequences(s.lm(), s.train_prompts, config.data.max_new_tokens);
   s.drafter = make_drafter(s.lm(), config.drafter, ByteTokenizer::kMask, config.seed + 23);
   const bool teacher = config.drafter.loss.kind != "ce";
-  s.data = DrafterTrainData{&s.train_seqs,
-                            compute_target_features(s.lm(), s.train_seqs, s.target_layers(),
-                                                    teacher, ByteTokenizer::kPad),
-                            s.data_fingerprint};
+  TargetFeatures features = compute_target_features(s.lm(), s.train_seqs, s.target_layers(),
+                                                    teacher, ByteTokenizer::kPad);
+  s.data = DrafterTrainData{
+      std::make_shared<InMemoryFeatureSource>(s.train_seqs, std::move(features)),
+      s.data_fingerprint};
   s.data_seconds = seconds_since(t0);
   say(config, "drafter data: " + std::to_string(s.train_seqs.size()) + " target generations, " +
                   seconds_text(s.data_seconds));
@@ -413,7 +415,7 @@ void measure_memory(RunState& s) {
                   config.drafter.intermediate_size,
                   config.drafter.num_layers,
                   static_cast<int64_t>(s.target_layers().size()),
-                  s.data.features.seq_len,
+                  s.data.source->seq_len(),
                   config.drafter.max_anchors,
                   config.drafter.block_size,
                   config.drafter.optim.batch_size};
