@@ -132,9 +132,9 @@ DType dtype_from_safetensors(const std::string& name, const std::string& tensor_
   for (const auto& d : kDTypeNames) {
     if (name == d.name) return d.dtype;
   }
-  static const std::set<std::string> known_elsewhere = {
-      "I8",      "U16", "I16",     "U32",     "U64", "F8_E4M3",
-      "F8_E5M2", "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2", "C64"};
+  static const std::set<std::string> known_elsewhere = {"I8",  "U16",     "I16",     "U32",
+                                                        "U64", "F8_E4M3", "F8_E5M2", "F8_E8M0",
+                                                        "F4",  "F6_E2M3", "F6_E3M2", "C64"};
   CG_CHECK(!known_elsewhere.count(name), "safetensors: tensor '", tensor_name, "' has dtype ", name,
            ", which chunkgrad cannot hold; it reads F32, BF16, F16, F64, I64, I32 and "
            "BOOL (convert the checkpoint first)");
@@ -201,8 +201,8 @@ File::File(std::string path) : path_(std::move(path)) {
     TensorInfo info;
     info.name = name;
     info.u8 = entry["dtype"].get<std::string>() == "U8";  // Note [U8 as bytes]
-    info.dtype = info.u8 ? DType::boolean
-                         : dtype_from_safetensors(entry["dtype"].get<std::string>(), name);
+    info.dtype =
+        info.u8 ? DType::boolean : dtype_from_safetensors(entry["dtype"].get<std::string>(), name);
     CG_CHECK(entry["shape"].is_array(), where, ": shape must be an array, got ",
              describe_json(entry["shape"]));
     for (const json& d : entry["shape"]) {

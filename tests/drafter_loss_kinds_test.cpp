@@ -167,7 +167,8 @@ TEST(DrafterLossKinds, ATrainingStepTrainsTheConfiguredKind) {
     expected.path = parse_head_loss_path(c.drafter.head_loss_path);
     expected.chunk_rows = c.drafter.head_loss_chunk_rows;
     const double want =
-        train::drafter_loss(*drafter, step_inputs(batches[0], features_of(data)), expected).loss.item();
+        train::drafter_loss(*drafter, step_inputs(batches[0], features_of(data)), expected)
+            .loss.item();
     const train::StepRecord step = trainer.train_step();
     EXPECT_NEAR(step.loss, want, 1e-6 * std::max(1.0, std::abs(want)));
     for (double other : step_losses)

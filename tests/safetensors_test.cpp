@@ -95,7 +95,9 @@ TEST(Safetensors, U8MasksRoundTripAsTheirBytes) {
   try {
     st::save_file({{"m", zeros({2})}}, dir.file("bad.safetensors"), {}, {"m"});
     ADD_FAILURE() << "no error";
-  } catch (const Error& e) { EXPECT_NE(e.message().find("'m' is written as U8"), std::string::npos); }
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("'m' is written as U8"), std::string::npos);
+  }
 }
 
 TEST(Safetensors, HandMadeFileParses) {

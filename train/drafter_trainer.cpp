@@ -136,8 +136,7 @@ QueuedStep DrafterTrainer::train_step_queued() {
     const FeatureBatch f = data_.source->fetch(b.source, device);
     DrafterLossInputs in{&b, f.hidden_states, Tensor()};
     if (loss_needs_teacher(head_loss_.loss)) {
-      in.teacher_hidden =
-          reshape(f.last_hidden, {b.batch * b.seq_len, f.last_hidden.size(2)});
+      in.teacher_hidden = reshape(f.last_hidden, {b.batch * b.seq_len, f.last_hidden.size(2)});
     }
     HeadLossResult r = drafter_loss(drafter_, in, head_loss_);
     const double share = total_weight > 0 ? b.weight_sum() / total_weight : 0.0;

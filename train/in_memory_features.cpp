@@ -31,11 +31,12 @@ std::string InMemoryFeatureSource::describe() const {
 
 FeatureBatch InMemoryFeatureSource::fetch(const std::vector<int64_t>& ids, Device device) {
   const Device here = features_.features.device();
-  const Tensor idx = from_ints(ids, {static_cast<int64_t>(ids.size())},
-                               {.dtype = DType::i64, .device = here});
+  const Tensor idx =
+      from_ints(ids, {static_cast<int64_t>(ids.size())}, {.dtype = DType::i64, .device = here});
   FeatureBatch b;
   b.hidden_states = index_select(features_.features, 0, idx);
-  if (features_.final_hidden.defined()) b.last_hidden = index_select(features_.final_hidden, 0, idx);
+  if (features_.final_hidden.defined())
+    b.last_hidden = index_select(features_.final_hidden, 0, idx);
   b.hidden_states = to_device(b.hidden_states, device);
   if (b.last_hidden.defined()) b.last_hidden = to_device(b.last_hidden, device);
   return b;

@@ -325,9 +325,9 @@ void make_drafter_data(RunState& s) {
   const bool teacher = config.drafter.loss.kind != "ce";
   TargetFeatures features = compute_target_features(s.lm(), s.train_seqs, s.target_layers(),
                                                     teacher, ByteTokenizer::kPad);
-  s.data = DrafterTrainData{
-      std::make_shared<InMemoryFeatureSource>(s.train_seqs, std::move(features)),
-      s.data_fingerprint};
+  s.data =
+      DrafterTrainData{std::make_shared<InMemoryFeatureSource>(s.train_seqs, std::move(features)),
+                       s.data_fingerprint};
   s.data_seconds = seconds_since(t0);
   say(config, "drafter data: " + std::to_string(s.train_seqs.size()) + " target generations, " +
                   seconds_text(s.data_seconds));
