@@ -16,7 +16,8 @@ namespace cg::cli {
 // stores its work in `run`; main runs it inside Program::run.
 using CommandBody = std::function<void()>;
 
-void add_train_command(CLI::App& app, CommandBody& run);  // train_command.cpp
-void add_trace_command(CLI::App& app, CommandBody& run);  // trace_command.cpp
+void add_train_command(CLI::App& app, CommandBody& run);     // train_command.cpp
+void add_trace_command(CLI::App& app, CommandBody& run);     // trace_command.cpp
+void add_features_command(CLI::App& app, CommandBody& run);  // features_command.cpp
 
 }  // namespace cg::cli

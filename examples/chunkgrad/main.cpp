@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   cg::cli::CommandBody run;
   cg::cli::add_train_command(app, run);
   cg::cli::add_trace_command(app, run);
+  cg::cli::add_features_command(app, run);
   return program.run(argc, argv, [&] {
     CG_CHECK(run, "no subcommand ran");
     run();

@@ -1,0 +1,134 @@
+// Why this file exists: `chunkgrad features`, the offline feature stage (issue 19): a
+// target (a Hugging Face Qwen3 folder or a chunkgrad run's cached toy target) reads
+// pre-tokenized JSONL and its hidden states are written as feature shards
+// (docs/feature_files.md) that `chunkgrad train --features DIR` trains a drafter from.
+// The work is train/feature_target.h's; this file reads and checks the command line.
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+#include <sstream>
+
+#include "core/backend.h"
+#include "core/error.h"
+#include "examples/chunkgrad/commands.h"
+#include "examples/common/program.h"
+#include "train/feature_target.h"
+#include "train/train_config.h"
+
+namespace cg::cli {
+
+namespace {
+
+struct FeaturesOptions {
+  std::string target, data, out, layers, dtype = "bf16", device = "cpu";
+  int64_t shard_mb = 1024;
+  bool no_progress = false;
+};
+
+// "1,16,31" -> ids; "" when not given. Throws naming --layers.
+std::vector<int64_t> parse_layers(const std::string& text) {
+  std::vector<int64_t> ids;
+  if (text.empty()) return ids;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    size_t used = 0;
+    int64_t v = -1;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) { used = 0; }
+    CG_CHECK(used == item.size() && !item.empty() && v >= 0, "--layers '", text,
+             "': expected layer ids >= 0 separated by commas (e.g. 1,16,31), not '", item, "'");
+    ids.push_back(v);
+  }
+  CG_CHECK(!text.ends_with(","), "--layers '", text, "': a trailing comma");
+  return ids;
+}
+
+CLI::Validator layer_list() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        try {
+          parse_layers(text);
+        } catch (const Error& e) { return e.message(); }
+        return text.empty() ? std::string("must not be empty") : std::string();
+      },
+      "L1,L2,...");
+}
+
+}  // namespace
+
+void add_features_command(CLI::App& app, CommandBody& run) {
+  static FeaturesOptions o;
+  CLI::App* sub = app.add_subcommand(
+      "features", "write a target's hidden states for pre-tokenized data as feature shards");
+  sub->add_option("--target", o.target,
+                  "a Hugging Face Qwen3 folder (config.json + safetensors) or a chunkgrad run "
+                  "directory with a cached target")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  sub->add_option("--data", o.data,
+                  "pre-tokenized JSONL: {\"input_ids\": [...], \"loss_mask\": [...]} a line")
+      ->required()
+      ->check(CLI::ExistingFile);
+  sub->add_option("--out", o.out, "the feature folder to write (must not hold index.json)")
+      ->required()
+      ->check(program::not_empty());
+  sub->add_option("--layers", o.layers,
+                  "target layer ids (layer l = the output of decoder layer l); default: a run's "
+                  "drafter layers, else the DFlash rule for the target's depth")
+      ->check(layer_list());
+  sub->add_option("--dtype", o.dtype, "storage dtype")->check(program::one_of({"bf16", "f32"}));
+  sub->add_option("--device", o.device, cg::device_names_help() + " (default cpu)")
+      ->check(program::device_name());
+  sub->add_option("--shard-mb", o.shard_mb, "MiB of features per shard (default 1024)")
+      ->check(program::integer_in(1, int64_t{1} << 30));
+  sub->add_flag("--no-progress", o.no_progress, "no progress lines on stderr");
+  sub->callback([&run] {
+    run = [] {
+      const Device device = Device::parse(o.device);
+      backend_for(device);  // no GPU: one error line before any work
+      CG_CHECK(!std::filesystem::exists(std::filesystem::path(o.out) / "index.json"), "--out ",
+               o.out, " already holds index.json (a feature set); give an empty folder");
+      CG_CHECK(!std::filesystem::exists(o.out) || std::filesystem::is_directory(o.out), "--out ",
+               o.out, " is a file, not a folder");
+      std::vector<train::DrafterSequence> samples =
+          train::read_token_jsonl(o.data, std::numeric_limits<int64_t>::max());
+      train::FeatureTarget target = train::load_feature_target(o.target, device);
+      const nn::Qwen3Config& arch = target.lm->config();
+      for (size_t i = 0; i < samples.size(); ++i) {
+        for (int64_t id : samples[i].ids) {
+          CG_CHECK(id < arch.vocab_size, "--data ", o.data, ": sample ", i, " has token id ", id,
+                   "; the target's vocabulary has ", arch.vocab_size, " ids");
+        }
+      }
+      std::vector<int64_t> layers = parse_layers(o.layers);
+      if (layers.empty()) layers = target.default_layers;
+      for (int64_t l : layers) {
+        CG_CHECK(l < arch.num_layers, "--layers: layer ", l, " does not exist; the target has ",
+                 arch.num_layers, " decoder layers (0 .. ", arch.num_layers - 1, ")");
+      }
+      const DType dtype = o.dtype == "f32" ? DType::f32 : DType::bf16;
+      if (!o.no_progress) {
+        std::fprintf(stderr, "chunkgrad features: %s target %s, %zu samples, layers", target.kind.c_str(),
+                     o.target.c_str(), samples.size());
+        for (int64_t l : layers) std::fprintf(stderr, " %lld", static_cast<long long>(l));
+        std::fprintf(stderr, ", %s\n", o.dtype.c_str());
+      }
+      const train::FeatureFileIndex index = train::write_feature_files(
+          target, samples, layers, dtype, o.out, static_cast<uint64_t>(o.shard_mb) << 20,
+          [&](int64_t i) {
+            if (!o.no_progress && ((i + 1) % 100 == 0 || i + 1 == static_cast<int64_t>(samples.size())))
+              std::fprintf(stderr, "chunkgrad features: %lld / %zu samples\n",
+                           static_cast<long long>(i + 1), samples.size());
+          });
+      uint64_t bytes = 0;
+      for (const auto& s : index.shards) bytes += s.bytes;
+      std::printf("features: %lld samples, %zu shards, %llu bytes in %s\n",
+                  static_cast<long long>(index.num_samples), index.shards.size(),
+                  static_cast<unsigned long long>(bytes), o.out.c_str());
+    };
+  });
+}
+
+}  // namespace cg::cli

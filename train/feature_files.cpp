@@ -1,0 +1,215 @@
+// Why this file exists: the feature files' index and writer (feature_files.h).
+#include "train/feature_files.h"
+
+#include <cstdio>
+#include <filesystem>
+
+#include "core/atomic_file.h"
+#include "core/factories.h"
+#include "core/json_input.h"
+#include "core/views.h"
+#include "ops/shape_ops.h"
+
+namespace cg::train {
+
+namespace fs = std::filesystem;
+
+nlohmann::json FeatureFileIndex::to_json() const {
+  nlohmann::json shard_list = nlohmann::json::array();
+  for (const Shard& s : shards) {
+    shard_list.push_back({{"file", s.file}, {"first", s.first}, {"count", s.count},
+                          {"bytes", s.bytes}});
+  }
+  return {{"format", "chunkgrad-features"},
+          {"format_version", kFeatureFormatVersion},
+          {"num_samples", num_samples},
+          {"shards", shard_list},
+          {"layer_ids", layer_ids},
+          {"num_layers", num_layers()},
+          {"hidden_size", hidden_size},
+          {"dtype", dtype_name(dtype)},
+          {"max_seq_len", max_seq_len},
+          {"target", target},
+          {"target_fingerprint", target_fingerprint},
+          {"tokenizer_hash", tokenizer_hash}};
+}
+
+namespace {
+
+// A field of index.json, present and of the right kind, or one error naming both.
+struct IndexFields {
+  const nlohmann::json& j;
+  const std::string& path;
+  const nlohmann::json& get(const char* name) const {
+    CG_CHECK(j.contains(name), "feature files: ", path, ": field '", name,
+             "' is missing (written by another program, or damaged)");
+    return j[name];
+  }
+  int64_t integer(const nlohmann::json& v, const std::string& name, int64_t low) const {
+    CG_CHECK(v.is_number_integer() && v.get<int64_t>() >= low, "feature files: ", path,
+             ": field '", name, "' must be an integer >= ", low, ", got ", describe_json(v));
+    return v.get<int64_t>();
+  }
+  int64_t integer(const char* name, int64_t low) const { return integer(get(name), name, low); }
+  std::string text(const char* name) const {
+    const nlohmann::json& v = get(name);
+    CG_CHECK(v.is_string(), "feature files: ", path, ": field '", name,
+             "' must be a string, got ", describe_json(v));
+    return v.get<std::string>();
+  }
+};
+
+}  // namespace
+
+FeatureFileIndex FeatureFileIndex::from_json(const std::string& text, const std::string& path) {
+  const nlohmann::json j = parse_untrusted_json(text, path);
+  CG_CHECK(j.is_object(), "feature files: ", path, " is not a JSON object");
+  const IndexFields f{j, path};
+  CG_CHECK(f.text("format") == "chunkgrad-features", "feature files: ", path,
+           ": field 'format' is '", f.text("format"), "', not 'chunkgrad-features'");
+  const int64_t version = f.integer("format_version", 1);
+  CG_CHECK(version == kFeatureFormatVersion, "feature files: ", path, ": field 'format_version' is ",
+           version, "; this chunkgrad reads version ", kFeatureFormatVersion,
+           " (write the features again with this chunkgrad)");
+  FeatureFileIndex x;
+  x.num_samples = f.integer("num_samples", 1);
+  x.hidden_size = f.integer("hidden_size", 1);
+  x.max_seq_len = f.integer("max_seq_len", 1);
+  const std::string dt = f.text("dtype");
+  CG_CHECK(dt == "bf16" || dt == "f32", "feature files: ", path, ": field 'dtype' is '", dt,
+           "'; expected bf16 or f32");
+  x.dtype = parse_dtype(dt);
+  const nlohmann::json& layers = f.get("layer_ids");
+  CG_CHECK(layers.is_array() && !layers.empty(), "feature files: ", path,
+           ": field 'layer_ids' must be a non-empty array, got ", describe_json(layers));
+  for (const auto& l : layers) x.layer_ids.push_back(f.integer(l, "layer_ids", 0));
+  const int64_t k = f.integer("num_layers", 1);
+  CG_CHECK(k == x.num_layers(), "feature files: ", path, ": field 'num_layers' is ", k,
+           " but 'layer_ids' lists ", x.num_layers(), " layers");
+  x.target = f.text("target");
+  x.target_fingerprint = f.text("target_fingerprint");
+  x.tokenizer_hash = f.text("tokenizer_hash");
+  const nlohmann::json& shards = f.get("shards");
+  CG_CHECK(shards.is_array() && !shards.empty(), "feature files: ", path,
+           ": field 'shards' must be a non-empty array, got ", describe_json(shards));
+  int64_t next = 0;
+  for (const auto& s : shards) {
+    CG_CHECK(s.is_object() && s.contains("file") && s["file"].is_string() && s.contains("first") &&
+                 s.contains("count") && s.contains("bytes"),
+             "feature files: ", path, ": a 'shards' entry must be {file, first, count, bytes}, got ",
+             describe_json(s));
+    Shard sh;
+    sh.file = s["file"].get<std::string>();
+    CG_CHECK(fs::path(sh.file).filename().string() == sh.file && !sh.file.empty() &&
+                 sh.file != "." && sh.file != "..",
+             "feature files: ", path, ": shard file '", sh.file,
+             "' must be a plain file name in the folder");
+    sh.first = f.integer(s["first"], "shards.first", 0);
+    sh.count = f.integer(s["count"], "shards.count", 1);
+    sh.bytes = static_cast<uint64_t>(f.integer(s["bytes"], "shards.bytes", 8));
+    CG_CHECK(sh.first == next, "feature files: ", path, ": shard '", sh.file, "' starts at sample ",
+             sh.first, ", expected ", next, " (shards must cover the samples in order)");
+    next += sh.count;
+    x.shards.push_back(sh);
+  }
+  CG_CHECK(next == x.num_samples, "feature files: ", path, ": the shards hold ", next,
+           " samples but field 'num_samples' is ", x.num_samples);
+  return x;
+}
+
+uint64_t feature_sample_bytes(int64_t seq_len, int64_t num_layers, int64_t hidden_size,
+                              DType dtype) {
+  const uint64_t s = static_cast<uint64_t>(seq_len);
+  return s * 4 + s * 1 +
+         s * static_cast<uint64_t>((num_layers + 1) * hidden_size) * element_size(dtype);
+}
+
+std::string feature_tensor_name(int64_t sample, const char* field) {
+  return std::to_string(sample) + "." + field;
+}
+
+FeatureFileWriter::FeatureFileWriter(std::string dir, FeatureFileIndex header,
+                                     uint64_t max_shard_bytes)
+    : dir_(std::move(dir)), index_(std::move(header)), max_shard_bytes_(max_shard_bytes) {
+  CG_CHECK(index_.dtype == DType::bf16 || index_.dtype == DType::f32,
+           "feature files: the storage dtype must be bf16 or f32, not ",
+           dtype_name(index_.dtype));
+  CG_CHECK(index_.num_layers() >= 1 && index_.hidden_size >= 1,
+           "feature files: need at least one layer and a hidden size");
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  CG_CHECK(!ec && fs::is_directory(dir_), "feature files: cannot create the folder ", dir_, ": ",
+           ec ? ec.message() : std::string("a file is in the way"));
+  CG_CHECK(!fs::exists(fs::path(dir_) / "index.json"), "feature files: ", dir_,
+           " already holds index.json (a feature set); give an empty folder or remove it first");
+  check_writable_dir(dir_, "the feature folder");
+  index_.shards.clear();
+  index_.num_samples = 0;
+  index_.max_seq_len = 0;
+}
+
+void FeatureFileWriter::add(const DrafterSequence& sequence, const Tensor& hidden_states,
+                            const Tensor& last_hidden) {
+  CG_CHECK(!finished_, "feature files: add() after finish()");
+  const int64_t S = static_cast<int64_t>(sequence.ids.size());
+  const int64_t K = index_.num_layers(), H = index_.hidden_size;
+  CG_CHECK(S >= 1 && sequence.loss_mask.size() == sequence.ids.size(), "feature files: sample ",
+           index_.num_samples, " has ", S, " ids and ", sequence.loss_mask.size(),
+           " loss-mask entries");
+  CG_CHECK(hidden_states.defined() && hidden_states.shape() == Shape({S, K * H}),
+           "feature files: sample ", index_.num_samples, ": hidden_states must be [", S, ", ",
+           K * H, "], got ", hidden_states.defined() ? shape_str(hidden_states.shape()) : "none");
+  CG_CHECK(last_hidden.defined() && last_hidden.shape() == Shape({S, H}), "feature files: sample ",
+           index_.num_samples, ": last_hidden must be [", S, ", ", H, "], got ",
+           last_hidden.defined() ? shape_str(last_hidden.shape()) : "none");
+  const int64_t i = index_.num_samples;
+  std::vector<int64_t> mask(sequence.loss_mask.begin(), sequence.loss_mask.end());
+  for (int64_t id : sequence.ids) {
+    CG_CHECK(id >= 0 && id <= INT32_MAX, "feature files: sample ", i, " has token id ", id,
+             ", which int32 cannot hold");
+  }
+  const auto host = [&](const Tensor& t) {
+    return raw::contiguous(raw::to_dtype(raw::to_device(t, kCPU), index_.dtype));
+  };
+  pending_.emplace_back(feature_tensor_name(i, "input_ids"),
+                        from_ints(sequence.ids, {S}, {.dtype = DType::i32}));
+  pending_.emplace_back(feature_tensor_name(i, "loss_mask"),
+                        from_ints(mask, {S}, {.dtype = DType::boolean}));
+  pending_u8_.insert(feature_tensor_name(i, "loss_mask"));
+  pending_.emplace_back(feature_tensor_name(i, "hidden_states"), host(hidden_states));
+  pending_.emplace_back(feature_tensor_name(i, "last_hidden"), host(last_hidden));
+  ++index_.num_samples;
+  index_.max_seq_len = std::max(index_.max_seq_len, S);
+  pending_bytes_ += feature_sample_bytes(S, K, H, index_.dtype);
+  if (pending_bytes_ >= max_shard_bytes_) flush_shard();
+}
+
+void FeatureFileWriter::flush_shard() {
+  if (pending_.empty()) return;
+  char name[64];
+  std::snprintf(name, sizeof name, "features-%05zu.safetensors", index_.shards.size());
+  const std::string path = (fs::path(dir_) / name).string();
+  safetensors::save_file(pending_, path, {{"format", "chunkgrad-features"}}, pending_u8_);
+  FeatureFileIndex::Shard s;
+  s.file = name;
+  s.first = pending_first_;
+  s.count = index_.num_samples - pending_first_;
+  s.bytes = fs::file_size(path);
+  index_.shards.push_back(s);
+  pending_.clear();
+  pending_u8_.clear();
+  pending_bytes_ = 0;
+  pending_first_ = index_.num_samples;
+}
+
+const FeatureFileIndex& FeatureFileWriter::finish() {
+  CG_CHECK(!finished_, "feature files: finish() twice");
+  CG_CHECK(index_.num_samples > 0, "feature files: no samples were written to ", dir_);
+  flush_shard();
+  write_file_atomically((fs::path(dir_) / "index.json").string(), index_.to_json().dump(2) + "\n",
+                        "the feature index");
+  finished_ = true;
+  return index_;
+}
+
+}  // namespace cg::train

@@ -1,0 +1,88 @@
+// Why this file exists: the offline feature stage (issue 19) keeps the target's features
+// on disk, so that a drafter trains without the target in memory and the same features
+// serve many runs. This file is the format (docs/feature_files.md): a folder with
+// `index.json` and `features-NNNNN.safetensors` shards holding, per sample i (global
+// index),
+//   i.input_ids      [S] int32
+//   i.loss_mask      [S] uint8 (0/1; Note [U8 as bytes], nn/safetensors.h)
+//   i.hidden_states  [S, K*H]   the K target layers in the index's order, concatenated
+//   i.last_hidden    [S, H]     after the target's final norm (the KL teacher's input)
+// in bf16 (default) or f32. The writer is here; the reader is train/offline_features.h.
+//
+//   FeatureFileWriter w(out_dir, header);           // header: layers, H, dtype, fingerprints
+//   w.add(sequence, hidden_states, last_hidden);    // one sample at a time
+//   w.finish();                                     // the last shard, then index.json
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/tensor.h"
+#include "nn/safetensors.h"
+#include "train/dflash_batch.h"
+
+namespace cg::train {
+
+constexpr int64_t kFeatureFormatVersion = 1;
+
+// index.json, in memory.
+struct FeatureFileIndex {
+  struct Shard {
+    std::string file;  // "features-00000.safetensors", in the folder
+    int64_t first = 0, count = 0;
+    uint64_t bytes = 0;  // the file's size
+  };
+  int64_t num_samples = 0;
+  std::vector<Shard> shards;
+  std::vector<int64_t> layer_ids;  // K entries: decoder layer l's output (HF hidden_states[l+1])
+  int64_t hidden_size = 0;         // H
+  DType dtype = DType::bf16;       // of hidden_states and last_hidden
+  int64_t max_seq_len = 0;         // the longest sample
+  std::string target;              // where the target was read from (a folder)
+  std::string target_fingerprint;  // train/feature_target.h
+  std::string tokenizer_hash;
+
+  int64_t num_layers() const { return static_cast<int64_t>(layer_ids.size()); }  // K
+  nlohmann::json to_json() const;
+  // Parses and checks index.json's text; errors name `path` and the field.
+  static FeatureFileIndex from_json(const std::string& text, const std::string& path);
+};
+
+// Bytes of one sample of S tokens on disk (tensor data; the header adds a few hundred).
+uint64_t feature_sample_bytes(int64_t seq_len, int64_t num_layers, int64_t hidden_size,
+                              DType dtype);
+
+// The tensor names of sample i.
+std::string feature_tensor_name(int64_t sample, const char* field);
+
+class FeatureFileWriter {
+ public:
+  // `header`: every field but the shards, num_samples and max_seq_len (filled here). The
+  // folder is made; it must not hold an index.json already (a second write would mix two
+  // sets of features).
+  FeatureFileWriter(std::string dir, FeatureFileIndex header,
+                    uint64_t max_shard_bytes = uint64_t{1} << 30);
+  // One sample: hidden_states [S, K*H], last_hidden [S, H] (any device and float dtype:
+  // stored in the header's dtype), S = sequence.ids.size().
+  void add(const DrafterSequence& sequence, const Tensor& hidden_states, const Tensor& last_hidden);
+  // Writes the last shard, then index.json (atomically: a folder without index.json is
+  // not a feature set). Returns the index.
+  const FeatureFileIndex& finish();
+
+ private:
+  void flush_shard();
+
+  std::string dir_;
+  FeatureFileIndex index_;
+  uint64_t max_shard_bytes_;
+  safetensors::NamedTensors pending_;
+  std::set<std::string> pending_u8_;
+  uint64_t pending_bytes_ = 0;
+  int64_t pending_first_ = 0;
+  bool finished_ = false;
+};
+
+}  // namespace cg::train

@@ -1,0 +1,174 @@
+// Why this file exists: the target of the feature stage, by folder (feature_target.h).
+#include "train/feature_target.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/factories.h"
+#include "core/json_input.h"
+#include "nn/checkpoint.h"
+#include "nn/dflash_drafter.h"
+#include "ops/shape_ops.h"
+#include "train/fingerprint.h"
+#include "train/target_lm.h"
+#include "train/tokenizer.h"
+#include "train/train_config.h"
+
+namespace cg::train {
+
+namespace fs = std::filesystem;
+
+std::string byte_tokenizer_hash() {
+  return content_hash("chunkgrad ByteTokenizer: bytes 0-255, bos " +
+                      std::to_string(ByteTokenizer::kBos) + ", eos " +
+                      std::to_string(ByteTokenizer::kEos) + ", pad " +
+                      std::to_string(ByteTokenizer::kPad) + ", mask " +
+                      std::to_string(ByteTokenizer::kMask));
+}
+
+namespace {
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  CG_CHECK(in.is_open(), "target: cannot read ", path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+FeatureTarget load_feature_target(const std::string& dir, Device device) {
+  FeatureTarget t;
+  t.path = dir;
+  const fs::path config_path = fs::path(dir) / "config.json";
+  CG_CHECK(fs::is_directory(dir), "--target ", dir, " is not a folder");
+  CG_CHECK(fs::exists(config_path), "--target ", dir,
+           ": no config.json (expected a Hugging Face Qwen3 folder or a chunkgrad run directory)");
+  const nlohmann::json config =
+      parse_untrusted_json(read_text(config_path.string()), config_path.string());
+  nn::Qwen3Config arch;
+  std::vector<std::string> weights;  // the files the weights are read from
+  std::string load_from;
+  if (config.is_object() && config.contains("target") && config.contains("drafter")) {
+    t.kind = "chunkgrad run";
+    const TrainConfig run = TrainConfig::from_file(config_path.string());
+    arch = target_architecture(run.target);
+    load_from = run.target.checkpoint.empty() ? (fs::path(dir) / "target" / "model.safetensors").string()
+                                               : run.target.checkpoint;
+    CG_CHECK(fs::exists(load_from), "--target ", dir, ": the run has no cached target (",
+             load_from, " is missing; run `chunkgrad train` in it first)");
+    weights.push_back(load_from);
+    t.tokenizer_hash = byte_tokenizer_hash();
+    t.default_layers = run.drafter.target_layers.empty()
+                           ? nn::dflash_target_layers(arch.num_layers,
+                                                      run.drafter.num_target_features)
+                           : run.drafter.target_layers;
+  } else {
+    t.kind = "hugging face";
+    arch = nn::Qwen3Config::from_hf_file(config_path.string());
+    load_from = dir;
+    for (const auto& e : fs::directory_iterator(dir)) {
+      if (e.path().extension() == ".safetensors") weights.push_back(e.path().string());
+    }
+    std::sort(weights.begin(), weights.end());
+    CG_CHECK(!weights.empty(), "--target ", dir, ": no .safetensors files beside config.json");
+    t.default_layers =
+        nn::dflash_target_layers(arch.num_layers, DrafterConfig().num_target_features);
+    const fs::path tok = fs::path(dir) / "tokenizer.json";
+    t.tokenizer_hash = fs::exists(tok) ? file_content_hash(tok.string(), "the tokenizer")
+                                       : byte_tokenizer_hash();
+  }
+  std::string prints = arch.str();
+  for (const std::string& w : weights)
+    prints += "\n" + fs::path(w).filename().string() + " " + file_content_hash(w, "the target");
+  t.fingerprint = content_hash(prints);
+  Generator init(0);
+  t.lm = std::make_unique<nn::Qwen3ForCausalLM>(arch, nn::InitOptions{.generator = &init});
+  try {
+    nn::load_checkpoint(*t.lm, load_from, {.strict = true, .convert_dtype = true});
+  } catch (const Error& e) { CG_FAIL("--target ", dir, ": ", e.message()); }
+  t.lm->to(device);
+  t.lm->eval();
+  t.lm->freeze();
+  return t;
+}
+
+SampleFeatures sample_features(const nn::Qwen3ForCausalLM& lm, const DrafterSequence& sequence,
+                               const std::vector<int64_t>& layers) {
+  const TargetFeatures f = compute_target_features(lm, {sequence}, layers, true, ByteTokenizer::kPad);
+  const int64_t S = f.seq_len;
+  return {reshape(f.features, {S, f.features.size(2)}),
+          reshape(f.final_hidden, {S, f.final_hidden.size(2)})};
+}
+
+std::vector<DrafterSequence> read_token_jsonl(const std::string& path, int64_t vocab_size) {
+  std::ifstream in(path, std::ios::binary);
+  CG_CHECK(in.is_open(), "--data ", path, ": cannot be read");
+  std::vector<DrafterSequence> out;
+  std::string line;
+  int64_t number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = path + " line " + std::to_string(number);
+    nlohmann::json j;
+    try {
+      j = parse_untrusted_json(line, where);
+    } catch (const Error& e) { CG_FAIL("--data ", e.message()); }
+    CG_CHECK(j.is_object() && j.contains("input_ids") && j["input_ids"].is_array(), "--data ",
+             where, ": expected an object with \"input_ids\": [ints], got ", describe_json(j));
+    DrafterSequence s;
+    for (const auto& v : j["input_ids"]) {
+      CG_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < vocab_size,
+               "--data ", where, ": input_ids entry ", describe_json(v),
+               " is not a token id of the target (0 .. ", vocab_size - 1, ")");
+      s.ids.push_back(v.get<int64_t>());
+    }
+    CG_CHECK(s.ids.size() >= 2, "--data ", where, ": input_ids has ", s.ids.size(),
+             " tokens; a sample needs at least 2");
+    if (j.contains("loss_mask")) {
+      const nlohmann::json& m = j["loss_mask"];
+      CG_CHECK(m.is_array() && m.size() == s.ids.size(), "--data ", where,
+               ": loss_mask must be an array of ", s.ids.size(),
+               " entries (one per input id), got ", describe_json(m));
+      for (const auto& v : m) {
+        CG_CHECK(v.is_number_integer() && (v.get<int64_t>() == 0 || v.get<int64_t>() == 1),
+                 "--data ", where, ": loss_mask entry ", describe_json(v), " is not 0 or 1");
+        s.loss_mask.push_back(static_cast<uint8_t>(v.get<int64_t>()));
+      }
+    } else {
+      s.loss_mask.assign(s.ids.size(), 1);
+    }
+    out.push_back(std::move(s));
+  }
+  CG_CHECK(!out.empty(), "--data ", path, ": no samples (one JSON object a line)");
+  return out;
+}
+
+FeatureFileIndex write_feature_files(const FeatureTarget& target,
+                                     const std::vector<DrafterSequence>& sequences,
+                                     const std::vector<int64_t>& layers, DType dtype,
+                                     const std::string& out_dir, uint64_t max_shard_bytes,
+                                     const std::function<void(int64_t)>& on_sample) {
+  FeatureFileIndex header;
+  header.layer_ids = layers;
+  header.hidden_size = target.lm->config().hidden_size;
+  header.dtype = dtype;
+  header.target = fs::absolute(target.path).lexically_normal().string();
+  header.target_fingerprint = target.fingerprint;
+  header.tokenizer_hash = target.tokenizer_hash;
+  FeatureFileWriter writer(out_dir, header, max_shard_bytes);
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    const SampleFeatures f = sample_features(*target.lm, sequences[i], layers);
+    writer.add(sequences[i], f.hidden_states, f.last_hidden);
+    if (on_sample) on_sample(static_cast<int64_t>(i));
+  }
+  return writer.finish();
+}
+
+}  // namespace cg::train

@@ -1,0 +1,59 @@
+// Why this file exists: `chunkgrad features` and a run from offline features both need
+// "the target" by folder: a Hugging Face Qwen3 folder (config.json + safetensors) or a
+// chunkgrad run directory whose target stage cached its toy target (target/model.safetensors,
+// the run's config.json saying its architecture). Both ends fingerprint it the same way,
+// so that features written from one target are refused for a run with another.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nn/qwen3.h"
+#include "train/drafter_data.h"
+#include "train/feature_files.h"
+
+namespace cg::train {
+
+struct FeatureTarget {
+  std::unique_ptr<nn::Qwen3ForCausalLM> lm;  // frozen, in eval mode, on the asked device
+  std::string path;                          // the folder as given
+  std::string kind;                          // "hugging face" or "chunkgrad run"
+  std::string fingerprint;                   // XXH3 of the architecture and the weight files
+  std::string tokenizer_hash;                // of tokenizer.json; the byte tokenizer's for a run
+  // The layers a drafter for it reads by default: a run's drafter layers (its
+  // drafter.target_layers, or the public rule with its num_target_features); for a
+  // Hugging Face folder the public rule with DrafterConfig's default count.
+  std::vector<int64_t> default_layers;
+};
+
+// Loads the target in `dir` (throws naming the folder and what is missing). The weights
+// come in the checkpoint's dtype converted to f32 (the features are computed in f32).
+FeatureTarget load_feature_target(const std::string& dir, Device device);
+
+// The hash that stands for chunkgrad's byte tokenizer (train/tokenizer.h) in index.json.
+std::string byte_tokenizer_hash();
+
+// Features of one sequence: [S, K*H] (the layers' outputs in `layers` order) and [S, H]
+// (after the final norm), from one forward with no padding.
+struct SampleFeatures {
+  Tensor hidden_states, last_hidden;
+};
+SampleFeatures sample_features(const nn::Qwen3ForCausalLM& lm, const DrafterSequence& sequence,
+                               const std::vector<int64_t>& layers);
+
+// Pre-tokenized JSONL, one object a line: "input_ids" (array of ints >= 0, below
+// `vocab_size`, at least 2), optional "loss_mask" (0/1, the same length; default all 1).
+// Blank lines are skipped. Errors name the file and the line number.
+std::vector<DrafterSequence> read_token_jsonl(const std::string& path, int64_t vocab_size);
+
+// Writes the features of `sequences` to `out_dir` (train/feature_files.h), sample by sample.
+// `on_sample(i)` after each (progress). Returns the index written.
+FeatureFileIndex write_feature_files(const FeatureTarget& target,
+                                     const std::vector<DrafterSequence>& sequences,
+                                     const std::vector<int64_t>& layers, DType dtype,
+                                     const std::string& out_dir, uint64_t max_shard_bytes,
+                                     const std::function<void(int64_t)>& on_sample = {});
+
+}  // namespace cg::train

@@ -1,0 +1,286 @@
+// Why this file exists: the offline feature source (offline_features.h).
+#include "train/offline_features.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/factories.h"
+#include "core/views.h"
+#include "ops/shape_ops.h"
+
+namespace cg::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string list_text(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+// pread until `n` bytes are in `dst`; throws naming the file.
+void read_exactly(int fd, char* dst, uint64_t offset, uint64_t n, const std::string& path) {
+  while (n > 0) {
+    const ssize_t got = ::pread(fd, dst, n, static_cast<off_t>(offset));
+    CG_CHECK(got > 0, "feature files: reading ", path, " failed at byte ", offset, ": ",
+             got == 0 ? std::string("the file ends early (truncated?)") : std::strerror(errno));
+    dst += got;
+    offset += static_cast<uint64_t>(got);
+    n -= static_cast<uint64_t>(got);
+  }
+}
+
+}  // namespace
+
+FeatureFileIndex read_feature_index(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "index.json").string();
+  CG_CHECK(fs::is_directory(dir), "feature files: ", dir, " is not a folder");
+  std::ifstream in(path, std::ios::binary);
+  CG_CHECK(in.is_open(), "feature files: ", path,
+           " does not exist or cannot be read (not a folder written by `chunkgrad features`)");
+  std::stringstream text;
+  text << in.rdbuf();
+  return FeatureFileIndex::from_json(text.str(), path);
+}
+
+OfflineFeatureSource::OfflineFeatureSource(const std::string& dir,
+                                           const FeatureExpectations& expect, int64_t first,
+                                           int64_t count)
+    : dir_(dir), index_(read_feature_index(dir)) {
+  const std::string index_path = (fs::path(dir) / "index.json").string();
+  const int64_t K = index_.num_layers(), H = index_.hidden_size;
+  // The index against the run first: one line saying what to change.
+  if (!expect.layer_ids.empty() && expect.layer_ids != index_.layer_ids) {
+    CG_FAIL("feature files: ", index_path, ": field '",
+            static_cast<int64_t>(expect.layer_ids.size()) != K ? "num_layers" : "layer_ids",
+            "' disagrees with the config: the features hold layers ", list_text(index_.layer_ids),
+            " (K = ", K, "), the drafter reads layers ", list_text(expect.layer_ids), " (K = ",
+            expect.layer_ids.size(),
+            "); write the features with --layers matching drafter.target_layers, or change it");
+  }
+  CG_CHECK(expect.hidden_size == 0 || expect.hidden_size == H, "feature files: ", index_path,
+           ": field 'hidden_size' is ", H, " but the target's hidden size is ", expect.hidden_size,
+           " (features of another target)");
+  CG_CHECK(expect.target_fingerprint.empty() ||
+               expect.target_fingerprint == index_.target_fingerprint,
+           "feature files: ", index_path, ": field 'target_fingerprint' is ",
+           index_.target_fingerprint, " but the target now has ", expect.target_fingerprint,
+           " (the target's weights or config changed since the features were written; write "
+           "them again)");
+  CG_CHECK(expect.tokenizer_hash.empty() || expect.tokenizer_hash == index_.tokenizer_hash,
+           "feature files: ", index_path, ": field 'tokenizer_hash' is ", index_.tokenizer_hash,
+           " but the target's tokenizer has ", expect.tokenizer_hash,
+           " (features tokenized by another tokenizer)");
+  if (count < 0) count = index_.num_samples - first;
+  CG_CHECK(first >= 0 && count >= 1 && first + count <= index_.num_samples, "feature files: ",
+           index_path, " holds ", index_.num_samples, " samples; samples [", first, ", ",
+           first + count, ") were asked for");
+
+  // Every shard: its size, its header, and the tensors of the samples it holds.
+  for (size_t si = 0; si < index_.shards.size(); ++si) {
+    const FeatureFileIndex::Shard& sh = index_.shards[si];
+    const std::string path = shard_path(static_cast<int>(si));
+    std::error_code ec;
+    const uint64_t size = fs::file_size(path, ec);
+    CG_CHECK(!ec, "feature files: shard ", path, " (field 'shards' of index.json) is missing: ",
+             ec.message());
+    CG_CHECK(size == sh.bytes, "feature files: shard ", path, " is ", size,
+             " bytes but field 'shards.bytes' of index.json says ", sh.bytes,
+             size < sh.bytes ? " (the shard is truncated)" : " (the shard was replaced)",
+             "; write the features again");
+    std::unique_ptr<safetensors::File> file;
+    try {
+      file = std::make_unique<safetensors::File>(path);
+    } catch (const Error& e) { CG_FAIL("feature files: shard ", path, ": ", e.message()); }
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    CG_CHECK(fd >= 0, "feature files: cannot open ", path, ": ", std::strerror(errno));
+    fds_.push_back(fd);
+    for (int64_t i = sh.first; i < sh.first + sh.count; ++i) {
+      if (i < first || i >= first + count) continue;
+      auto tensor = [&](const char* field, DType dtype, const Shape& shape,
+                        const std::string& hint) -> const safetensors::TensorInfo& {
+        const std::string name = feature_tensor_name(i, field);
+        CG_CHECK(file->contains(name), "feature files: shard ", path, ": tensor '", name,
+                 "' of sample ", i, " is missing");
+        const safetensors::TensorInfo& t = file->info(name);
+        const bool u8 = dtype == DType::boolean;
+        CG_CHECK(t.dtype == dtype && t.u8 == u8, "feature files: shard ", path, ": tensor '", name,
+                 "' is ", t.u8 ? "u8" : dtype_name(t.dtype), ", expected ",
+                 u8 ? "u8" : dtype_name(dtype), hint);
+        CG_CHECK(t.shape == shape, "feature files: shard ", path, ": tensor '", name, "' is ",
+                 shape_str(t.shape), ", expected ", shape_str(shape), hint);
+        return t;
+      };
+      const std::string ids_name = feature_tensor_name(i, "input_ids");
+      CG_CHECK(file->contains(ids_name), "feature files: shard ", path, ": tensor '", ids_name,
+               "' of sample ", i, " is missing");
+      const Shape& ids_shape = file->info(ids_name).shape;
+      CG_CHECK(ids_shape.size() == 1 && ids_shape[0] >= 1 && ids_shape[0] <= index_.max_seq_len,
+               "feature files: shard ", path, ": tensor '", ids_name, "' is ",
+               shape_str(ids_shape), ", expected [S] with 1 <= S <= max_seq_len ",
+               index_.max_seq_len);
+      const int64_t S = ids_shape[0];
+      tensor("input_ids", DType::i32, {S}, "");
+      tensor("loss_mask", DType::boolean, {S}, "");
+      const std::string layers_hint = " (K = " + std::to_string(K) + " layers " +
+                                      list_text(index_.layer_ids) + " of H = " +
+                                      std::to_string(H) + " in index.json: a layer missing?)";
+      const std::string dtype_hint = " (field 'dtype' of index.json)";
+      const auto& hs = tensor("hidden_states", index_.dtype, {S, K * H},
+                              file->info(feature_tensor_name(i, "hidden_states")).dtype ==
+                                      index_.dtype
+                                  ? layers_hint
+                                  : dtype_hint);
+      const auto& last = tensor("last_hidden", index_.dtype, {S, H},
+                                file->info(feature_tensor_name(i, "last_hidden")).dtype ==
+                                        index_.dtype
+                                    ? " (H = " + std::to_string(H) + " in index.json)"
+                                    : dtype_hint);
+      SampleFiles f;
+      f.seq_len = S;
+      f.hidden_states = {static_cast<int>(si), file->data_start() + hs.begin, hs.nbytes()};
+      f.last_hidden = {static_cast<int>(si), file->data_start() + last.begin, last.nbytes()};
+      samples_.push_back(f);
+      // The ids and the mask, read now: the trainer samples anchors from them.
+      const Tensor ids = file->load(ids_name);
+      const Tensor mask = file->load(feature_tensor_name(i, "loss_mask"));
+      DrafterSequence seq;
+      const int32_t* id = ids.data<int32_t>();
+      const uint8_t* m = static_cast<const uint8_t*>(mask.data_ptr());
+      for (int64_t t = 0; t < S; ++t) {
+        CG_CHECK(id[t] >= 0, "feature files: shard ", path, ": tensor '", ids_name, "' holds ",
+                 id[t], " at ", t, "; token ids are >= 0");
+        CG_CHECK(m[t] <= 1, "feature files: shard ", path, ": tensor '",
+                 feature_tensor_name(i, "loss_mask"), "' holds ", static_cast<int>(m[t]), " at ",
+                 t, "; a loss mask is 0 or 1");
+        seq.ids.push_back(id[t]);
+        seq.loss_mask.push_back(m[t]);
+      }
+      sequences_.push_back(std::move(seq));
+    }
+  }
+}
+
+OfflineFeatureSource::~OfflineFeatureSource() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (reader_.joinable()) reader_.join();
+  for (int fd : fds_) ::close(fd);
+}
+
+std::string OfflineFeatureSource::shard_path(int shard) const {
+  return (fs::path(dir_) / index_.shards[static_cast<size_t>(shard)].file).string();
+}
+
+std::string OfflineFeatureSource::describe() const {
+  return "offline " + dir_ + " (" + std::to_string(sequences_.size()) + " samples, " +
+         std::to_string(index_.shards.size()) + " shards, " + dtype_name(index_.dtype) + ")";
+}
+
+void OfflineFeatureSource::read_batch(HostBatch& b) const {
+  const int64_t B = static_cast<int64_t>(b.ids.size()), S = index_.max_seq_len;
+  const uint64_t es = element_size(index_.dtype);
+  const uint64_t row_hs = static_cast<uint64_t>(index_.num_layers() * index_.hidden_size) * es;
+  const uint64_t row_last = static_cast<uint64_t>(index_.hidden_size) * es;
+  b.hidden_states.assign(static_cast<size_t>(B * S) * row_hs, 0);
+  b.last_hidden.assign(static_cast<size_t>(B * S) * row_last, 0);
+  for (int64_t r = 0; r < B; ++r) {
+    const int64_t id = b.ids[static_cast<size_t>(r)];
+    CG_CHECK(id >= 0 && id < static_cast<int64_t>(samples_.size()),
+             "feature files: sample ", id, " asked for; ", dir_, " has ", samples_.size());
+    const SampleFiles& f = samples_[static_cast<size_t>(id)];
+    read_exactly(fds_[static_cast<size_t>(f.hidden_states.shard)],
+                 b.hidden_states.data() + static_cast<uint64_t>(r * S) * row_hs,
+                 f.hidden_states.offset, f.hidden_states.nbytes, shard_path(f.hidden_states.shard));
+    read_exactly(fds_[static_cast<size_t>(f.last_hidden.shard)],
+                 b.last_hidden.data() + static_cast<uint64_t>(r * S) * row_last,
+                 f.last_hidden.offset, f.last_hidden.nbytes, shard_path(f.last_hidden.shard));
+  }
+}
+
+void OfflineFeatureSource::reader_loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    wake_.wait(lock, [&] {
+      if (stop_) return true;
+      for (const auto& b : queue_)
+        if (!b->done) return true;
+      return false;
+    });
+    if (stop_) return;
+    std::shared_ptr<HostBatch> next;
+    for (const auto& b : queue_) {
+      if (!b->done) {
+        next = b;
+        break;
+      }
+    }
+    lock.unlock();
+    try {
+      read_batch(*next);
+    } catch (const Error& e) { next->error = e.message(); } catch (const std::exception& e) {
+      next->error = e.what();
+    }
+    lock.lock();
+    next->done = true;
+    ready_.notify_all();
+  }
+}
+
+void OfflineFeatureSource::prefetch(const std::vector<int64_t>& ids) {
+  auto b = std::make_shared<HostBatch>();
+  b->ids = ids;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(std::move(b));
+    if (!reader_.joinable()) reader_ = std::thread([this] { reader_loop(); });
+  }
+  wake_.notify_all();
+}
+
+FeatureBatch OfflineFeatureSource::fetch(const std::vector<int64_t>& ids, Device device) {
+  std::shared_ptr<HostBatch> b;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    // The first queued batch with these ids; the ones before it were not fetched and go.
+    for (size_t i = 0; i < queue_.size(); ++i) {
+      if (queue_[i]->ids != ids) continue;
+      b = queue_[i];
+      queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+      break;
+    }
+    if (b) {
+      ready_.wait(lock, [&] { return b->done; });
+      ++prefetch_hits_;
+    }
+  }
+  if (!b) {  // nobody asked for it: read here
+    b = std::make_shared<HostBatch>();
+    b->ids = ids;
+    read_batch(*b);
+  }
+  CG_CHECK(b->error.empty(), b->error);
+  const int64_t B = static_cast<int64_t>(ids.size()), S = index_.max_seq_len;
+  const int64_t K = index_.num_layers(), H = index_.hidden_size;
+  FeatureBatch out;
+  Tensor hs = empty({B, S, K * H}, {.dtype = index_.dtype});
+  std::memcpy(hs.data_ptr(), b->hidden_states.data(), hs.nbytes());
+  Tensor last = empty({B, S, H}, {.dtype = index_.dtype});
+  std::memcpy(last.data_ptr(), b->last_hidden.data(), last.nbytes());
+  out.hidden_states = to_device(hs, device);
+  out.last_hidden = to_device(last, device);
+  return out;
+}
+
+}  // namespace cg::train
