@@ -257,6 +257,7 @@ nlohmann::json resumable_part(nlohmann::json j, bool by_content) {
   if (by_content) {
     if (j["corpus"].is_object()) j["corpus"].erase("path");
     if (j["target"].is_object()) j["target"].erase("checkpoint");
+    if (j["features"].is_object()) j["features"].erase("dir");
   }
   j["drafter"]["optim"].erase("steps");
   j["drafter"].erase("checkpoint_every");

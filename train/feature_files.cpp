@@ -17,8 +17,8 @@ namespace fs = std::filesystem;
 nlohmann::json FeatureFileIndex::to_json() const {
   nlohmann::json shard_list = nlohmann::json::array();
   for (const Shard& s : shards) {
-    shard_list.push_back({{"file", s.file}, {"first", s.first}, {"count", s.count},
-                          {"bytes", s.bytes}});
+    shard_list.push_back(
+        {{"file", s.file}, {"first", s.first}, {"count", s.count}, {"bytes", s.bytes}});
   }
   return {{"format", "chunkgrad-features"},
           {"format_version", kFeatureFormatVersion},
@@ -46,15 +46,15 @@ struct IndexFields {
     return j[name];
   }
   int64_t integer(const nlohmann::json& v, const std::string& name, int64_t low) const {
-    CG_CHECK(v.is_number_integer() && v.get<int64_t>() >= low, "feature files: ", path,
-             ": field '", name, "' must be an integer >= ", low, ", got ", describe_json(v));
+    CG_CHECK(v.is_number_integer() && v.get<int64_t>() >= low, "feature files: ", path, ": field '",
+             name, "' must be an integer >= ", low, ", got ", describe_json(v));
     return v.get<int64_t>();
   }
   int64_t integer(const char* name, int64_t low) const { return integer(get(name), name, low); }
   std::string text(const char* name) const {
     const nlohmann::json& v = get(name);
-    CG_CHECK(v.is_string(), "feature files: ", path, ": field '", name,
-             "' must be a string, got ", describe_json(v));
+    CG_CHECK(v.is_string(), "feature files: ", path, ": field '", name, "' must be a string, got ",
+             describe_json(v));
     return v.get<std::string>();
   }
 };
@@ -68,9 +68,9 @@ FeatureFileIndex FeatureFileIndex::from_json(const std::string& text, const std:
   CG_CHECK(f.text("format") == "chunkgrad-features", "feature files: ", path,
            ": field 'format' is '", f.text("format"), "', not 'chunkgrad-features'");
   const int64_t version = f.integer("format_version", 1);
-  CG_CHECK(version == kFeatureFormatVersion, "feature files: ", path, ": field 'format_version' is ",
-           version, "; this chunkgrad reads version ", kFeatureFormatVersion,
-           " (write the features again with this chunkgrad)");
+  CG_CHECK(version == kFeatureFormatVersion, "feature files: ", path,
+           ": field 'format_version' is ", version, "; this chunkgrad reads version ",
+           kFeatureFormatVersion, " (write the features again with this chunkgrad)");
   FeatureFileIndex x;
   x.num_samples = f.integer("num_samples", 1);
   x.hidden_size = f.integer("hidden_size", 1);
@@ -96,8 +96,8 @@ FeatureFileIndex FeatureFileIndex::from_json(const std::string& text, const std:
   for (const auto& s : shards) {
     CG_CHECK(s.is_object() && s.contains("file") && s["file"].is_string() && s.contains("first") &&
                  s.contains("count") && s.contains("bytes"),
-             "feature files: ", path, ": a 'shards' entry must be {file, first, count, bytes}, got ",
-             describe_json(s));
+             "feature files: ", path,
+             ": a 'shards' entry must be {file, first, count, bytes}, got ", describe_json(s));
     Shard sh;
     sh.file = s["file"].get<std::string>();
     CG_CHECK(fs::path(sh.file).filename().string() == sh.file && !sh.file.empty() &&
@@ -132,8 +132,7 @@ FeatureFileWriter::FeatureFileWriter(std::string dir, FeatureFileIndex header,
                                      uint64_t max_shard_bytes)
     : dir_(std::move(dir)), index_(std::move(header)), max_shard_bytes_(max_shard_bytes) {
   CG_CHECK(index_.dtype == DType::bf16 || index_.dtype == DType::f32,
-           "feature files: the storage dtype must be bf16 or f32, not ",
-           dtype_name(index_.dtype));
+           "feature files: the storage dtype must be bf16 or f32, not ", dtype_name(index_.dtype));
   CG_CHECK(index_.num_layers() >= 1 && index_.hidden_size >= 1,
            "feature files: need at least one layer and a hidden size");
   std::error_code ec;

@@ -23,11 +23,10 @@ namespace cg::train {
 namespace fs = std::filesystem;
 
 std::string byte_tokenizer_hash() {
-  return content_hash("chunkgrad ByteTokenizer: bytes 0-255, bos " +
-                      std::to_string(ByteTokenizer::kBos) + ", eos " +
-                      std::to_string(ByteTokenizer::kEos) + ", pad " +
-                      std::to_string(ByteTokenizer::kPad) + ", mask " +
-                      std::to_string(ByteTokenizer::kMask));
+  return content_hash(
+      "chunkgrad ByteTokenizer: bytes 0-255, bos " + std::to_string(ByteTokenizer::kBos) +
+      ", eos " + std::to_string(ByteTokenizer::kEos) + ", pad " +
+      std::to_string(ByteTokenizer::kPad) + ", mask " + std::to_string(ByteTokenizer::kMask));
 }
 
 namespace {
@@ -58,16 +57,17 @@ FeatureTarget load_feature_target(const std::string& dir, Device device) {
     t.kind = "chunkgrad run";
     const TrainConfig run = TrainConfig::from_file(config_path.string());
     arch = target_architecture(run.target);
-    load_from = run.target.checkpoint.empty() ? (fs::path(dir) / "target" / "model.safetensors").string()
-                                               : run.target.checkpoint;
-    CG_CHECK(fs::exists(load_from), "--target ", dir, ": the run has no cached target (",
-             load_from, " is missing; run `chunkgrad train` in it first)");
+    load_from = run.target.checkpoint.empty()
+                    ? (fs::path(dir) / "target" / "model.safetensors").string()
+                    : run.target.checkpoint;
+    CG_CHECK(fs::exists(load_from), "--target ", dir, ": the run has no cached target (", load_from,
+             " is missing; run `chunkgrad train` in it first)");
     weights.push_back(load_from);
     t.tokenizer_hash = byte_tokenizer_hash();
-    t.default_layers = run.drafter.target_layers.empty()
-                           ? nn::dflash_target_layers(arch.num_layers,
-                                                      run.drafter.num_target_features)
-                           : run.drafter.target_layers;
+    t.default_layers =
+        run.drafter.target_layers.empty()
+            ? nn::dflash_target_layers(arch.num_layers, run.drafter.num_target_features)
+            : run.drafter.target_layers;
   } else {
     t.kind = "hugging face";
     arch = nn::Qwen3Config::from_hf_file(config_path.string());
@@ -80,8 +80,8 @@ FeatureTarget load_feature_target(const std::string& dir, Device device) {
     t.default_layers =
         nn::dflash_target_layers(arch.num_layers, DrafterConfig().num_target_features);
     const fs::path tok = fs::path(dir) / "tokenizer.json";
-    t.tokenizer_hash = fs::exists(tok) ? file_content_hash(tok.string(), "the tokenizer")
-                                       : byte_tokenizer_hash();
+    t.tokenizer_hash =
+        fs::exists(tok) ? file_content_hash(tok.string(), "the tokenizer") : byte_tokenizer_hash();
   }
   std::string prints = arch.str();
   for (const std::string& w : weights)
@@ -100,7 +100,8 @@ FeatureTarget load_feature_target(const std::string& dir, Device device) {
 
 SampleFeatures sample_features(const nn::Qwen3ForCausalLM& lm, const DrafterSequence& sequence,
                                const std::vector<int64_t>& layers) {
-  const TargetFeatures f = compute_target_features(lm, {sequence}, layers, true, ByteTokenizer::kPad);
+  const TargetFeatures f =
+      compute_target_features(lm, {sequence}, layers, true, ByteTokenizer::kPad);
   const int64_t S = f.seq_len;
   return {reshape(f.features, {S, f.features.size(2)}),
           reshape(f.final_hidden, {S, f.final_hidden.size(2)})};

@@ -62,27 +62,27 @@ OfflineFeatureSource::OfflineFeatureSource(const std::string& dir,
     CG_FAIL("feature files: ", index_path, ": field '",
             static_cast<int64_t>(expect.layer_ids.size()) != K ? "num_layers" : "layer_ids",
             "' disagrees with the config: the features hold layers ", list_text(index_.layer_ids),
-            " (K = ", K, "), the drafter reads layers ", list_text(expect.layer_ids), " (K = ",
-            expect.layer_ids.size(),
+            " (K = ", K, "), the drafter reads layers ", list_text(expect.layer_ids),
+            " (K = ", expect.layer_ids.size(),
             "); write the features with --layers matching drafter.target_layers, or change it");
   }
   CG_CHECK(expect.hidden_size == 0 || expect.hidden_size == H, "feature files: ", index_path,
            ": field 'hidden_size' is ", H, " but the target's hidden size is ", expect.hidden_size,
            " (features of another target)");
-  CG_CHECK(expect.target_fingerprint.empty() ||
-               expect.target_fingerprint == index_.target_fingerprint,
-           "feature files: ", index_path, ": field 'target_fingerprint' is ",
-           index_.target_fingerprint, " but the target now has ", expect.target_fingerprint,
-           " (the target's weights or config changed since the features were written; write "
-           "them again)");
+  CG_CHECK(
+      expect.target_fingerprint.empty() || expect.target_fingerprint == index_.target_fingerprint,
+      "feature files: ", index_path, ": field 'target_fingerprint' is ", index_.target_fingerprint,
+      " but the target now has ", expect.target_fingerprint,
+      " (the target's weights or config changed since the features were written; write "
+      "them again)");
   CG_CHECK(expect.tokenizer_hash.empty() || expect.tokenizer_hash == index_.tokenizer_hash,
            "feature files: ", index_path, ": field 'tokenizer_hash' is ", index_.tokenizer_hash,
            " but the target's tokenizer has ", expect.tokenizer_hash,
            " (features tokenized by another tokenizer)");
   if (count < 0) count = index_.num_samples - first;
-  CG_CHECK(first >= 0 && count >= 1 && first + count <= index_.num_samples, "feature files: ",
-           index_path, " holds ", index_.num_samples, " samples; samples [", first, ", ",
-           first + count, ") were asked for");
+  CG_CHECK(first >= 0 && count >= 1 && first + count <= index_.num_samples,
+           "feature files: ", index_path, " holds ", index_.num_samples, " samples; samples [",
+           first, ", ", first + count, ") were asked for");
 
   // Every shard: its size, its header, and the tensors of the samples it holds.
   for (size_t si = 0; si < index_.shards.size(); ++si) {
@@ -90,8 +90,8 @@ OfflineFeatureSource::OfflineFeatureSource(const std::string& dir,
     const std::string path = shard_path(static_cast<int>(si));
     std::error_code ec;
     const uint64_t size = fs::file_size(path, ec);
-    CG_CHECK(!ec, "feature files: shard ", path, " (field 'shards' of index.json) is missing: ",
-             ec.message());
+    CG_CHECK(!ec, "feature files: shard ", path,
+             " (field 'shards' of index.json) is missing: ", ec.message());
     CG_CHECK(size == sh.bytes, "feature files: shard ", path, " is ", size,
              " bytes but field 'shards.bytes' of index.json says ", sh.bytes,
              size < sh.bytes ? " (the shard is truncated)" : " (the shard was replaced)",
@@ -124,26 +124,24 @@ OfflineFeatureSource::OfflineFeatureSource(const std::string& dir,
                "' of sample ", i, " is missing");
       const Shape& ids_shape = file->info(ids_name).shape;
       CG_CHECK(ids_shape.size() == 1 && ids_shape[0] >= 1 && ids_shape[0] <= index_.max_seq_len,
-               "feature files: shard ", path, ": tensor '", ids_name, "' is ",
-               shape_str(ids_shape), ", expected [S] with 1 <= S <= max_seq_len ",
-               index_.max_seq_len);
+               "feature files: shard ", path, ": tensor '", ids_name, "' is ", shape_str(ids_shape),
+               ", expected [S] with 1 <= S <= max_seq_len ", index_.max_seq_len);
       const int64_t S = ids_shape[0];
       tensor("input_ids", DType::i32, {S}, "");
       tensor("loss_mask", DType::boolean, {S}, "");
       const std::string layers_hint = " (K = " + std::to_string(K) + " layers " +
-                                      list_text(index_.layer_ids) + " of H = " +
-                                      std::to_string(H) + " in index.json: a layer missing?)";
+                                      list_text(index_.layer_ids) + " of H = " + std::to_string(H) +
+                                      " in index.json: a layer missing?)";
       const std::string dtype_hint = " (field 'dtype' of index.json)";
-      const auto& hs = tensor("hidden_states", index_.dtype, {S, K * H},
-                              file->info(feature_tensor_name(i, "hidden_states")).dtype ==
-                                      index_.dtype
-                                  ? layers_hint
-                                  : dtype_hint);
-      const auto& last = tensor("last_hidden", index_.dtype, {S, H},
-                                file->info(feature_tensor_name(i, "last_hidden")).dtype ==
-                                        index_.dtype
-                                    ? " (H = " + std::to_string(H) + " in index.json)"
-                                    : dtype_hint);
+      const auto& hs = tensor(
+          "hidden_states", index_.dtype, {S, K * H},
+          file->info(feature_tensor_name(i, "hidden_states")).dtype == index_.dtype ? layers_hint
+                                                                                    : dtype_hint);
+      const auto& last =
+          tensor("last_hidden", index_.dtype, {S, H},
+                 file->info(feature_tensor_name(i, "last_hidden")).dtype == index_.dtype
+                     ? " (H = " + std::to_string(H) + " in index.json)"
+                     : dtype_hint);
       SampleFiles f;
       f.seq_len = S;
       f.hidden_states = {static_cast<int>(si), file->data_start() + hs.begin, hs.nbytes()};
@@ -159,8 +157,8 @@ OfflineFeatureSource::OfflineFeatureSource(const std::string& dir,
         CG_CHECK(id[t] >= 0, "feature files: shard ", path, ": tensor '", ids_name, "' holds ",
                  id[t], " at ", t, "; token ids are >= 0");
         CG_CHECK(m[t] <= 1, "feature files: shard ", path, ": tensor '",
-                 feature_tensor_name(i, "loss_mask"), "' holds ", static_cast<int>(m[t]), " at ",
-                 t, "; a loss mask is 0 or 1");
+                 feature_tensor_name(i, "loss_mask"), "' holds ", static_cast<int>(m[t]), " at ", t,
+                 "; a loss mask is 0 or 1");
         seq.ids.push_back(id[t]);
         seq.loss_mask.push_back(m[t]);
       }
@@ -197,8 +195,8 @@ void OfflineFeatureSource::read_batch(HostBatch& b) const {
   b.last_hidden.assign(static_cast<size_t>(B * S) * row_last, 0);
   for (int64_t r = 0; r < B; ++r) {
     const int64_t id = b.ids[static_cast<size_t>(r)];
-    CG_CHECK(id >= 0 && id < static_cast<int64_t>(samples_.size()),
-             "feature files: sample ", id, " asked for; ", dir_, " has ", samples_.size());
+    CG_CHECK(id >= 0 && id < static_cast<int64_t>(samples_.size()), "feature files: sample ", id,
+             " asked for; ", dir_, " has ", samples_.size());
     const SampleFiles& f = samples_[static_cast<size_t>(id)];
     read_exactly(fds_[static_cast<size_t>(f.hidden_states.shard)],
                  b.hidden_states.data() + static_cast<uint64_t>(r * S) * row_hs,
@@ -253,15 +251,18 @@ FeatureBatch OfflineFeatureSource::fetch(const std::vector<int64_t>& ids, Device
   std::shared_ptr<HostBatch> b;
   {
     std::unique_lock<std::mutex> lock(mutex_);
-    // The first queued batch with these ids; the ones before it were not fetched and go.
+    // The first queued batch with these ids; the ones before it were not fetched and go
+    // (one the reader is reading finishes unseen). The batch itself stays queued until it
+    // is read: the reader takes its work from the queue.
     for (size_t i = 0; i < queue_.size(); ++i) {
       if (queue_[i]->ids != ids) continue;
       b = queue_[i];
-      queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+      queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(i));
       break;
     }
     if (b) {
       ready_.wait(lock, [&] { return b->done; });
+      queue_.pop_front();  // b: nothing before it was added since
       ++prefetch_hits_;
     }
   }

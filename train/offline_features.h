@@ -78,7 +78,7 @@ class OfflineFeatureSource : public FeatureSource {
     std::vector<int64_t> ids;
     std::vector<char> hidden_states, last_hidden;  // [B, S, K*H] and [B, S, H], zero padded
     std::string error;
-    bool done = false, cancelled = false;
+    bool done = false;
   };
 
   void read_batch(HostBatch& b) const;  // any thread

@@ -29,6 +29,7 @@
 #include "train/generate.h"
 #include "train/in_memory_features.h"
 #include "train/memory_report.h"
+#include "train/offline_run.h"
 #include "train/progress.h"
 #include "train/run_lock.h"
 #include "train/speculative_decoding.h"
@@ -86,6 +87,10 @@ struct RunState {
   std::string resume_from;       // the checked drafter checkpoint, or ""
 
   TargetResult target;  // stage 2
+  // features.source offline (Note [Offline runs]): the target the features came from, the
+  // training samples and the held-out ones, opened and checked before any stage writes.
+  bool offline = false;
+  std::shared_ptr<OfflineFeatureSource> offline_train, offline_held;
 
   std::vector<DrafterSequence> train_seqs;  // stage 3
   std::unique_ptr<nn::DFlashDrafter> drafter;
@@ -99,6 +104,7 @@ struct RunState {
   std::vector<std::vector<int64_t>> eval_prompt_ids;
   SpeculativeReport spec;
   SlotMetrics slots;
+  std::string eval_skipped;  // what the evaluation could not do, in words ("": nothing)
   double eval_seconds = 0;
 
   std::vector<MemoryReport> memory;  // stage 6
@@ -108,9 +114,11 @@ struct RunState {
 };
 
 // Per-slot accuracy with every candidate anchor of each held-out sequence (up to 256).
-SlotMetrics slot_metrics(const nn::DFlashDrafter& drafter, const std::vector<DrafterSequence>& seqs,
-                         const TargetFeatures& tf, const DrafterConfig& d) {
+SlotMetrics slot_metrics(const nn::DFlashDrafter& drafter, FeatureSource& source,
+                         const DrafterConfig& d) {
   NoGradGuard no_grad;
+  const std::vector<DrafterSequence>& seqs = source.sequences();
+  const Device device = drafter.fc->weight.device();
   const int64_t block_size = d.block_size;
   SlotMetrics m(block_size);
   const DrafterHeadLoss ce = drafter_eval_head_loss(d);
@@ -121,11 +129,9 @@ SlotMetrics slot_metrics(const nn::DFlashDrafter& drafter, const std::vector<Dra
     const int64_t n = static_cast<int64_t>(anchors.size());
     BlockBatch b =
         build_block_batch({&seqs[i]}, {anchors}, n, block_size, 0.0, drafter.config().mask_token_id,
-                          ByteTokenizer::kPad, tf.seq_len);
-    const Tensor f = index_select(tf.features, 0,
-                                  from_ints({static_cast<int64_t>(i)}, {1},
-                                            {.dtype = DType::i64, .device = tf.features.device()}));
-    HeadLossResult r = drafter_loss(drafter, {&b, f, Tensor()}, ce);
+                          ByteTokenizer::kPad, source.seq_len());
+    const FeatureBatch f = source.fetch({static_cast<int64_t>(i)}, device);
+    HeadLossResult r = drafter_loss(drafter, {&b, f.hidden_states, Tensor()}, ce);
     const std::vector<double> am = r.argmax.to_vector();
     m.add(b, std::vector<int64_t>(am.begin(), am.end()));
   }
@@ -222,6 +228,19 @@ void read_corpus(RunState& s) {
   }
 }
 
+// Stage 1 of an offline run, instead of the corpus: the feature folder and the target it
+// names, opened and checked (offline_run.h). Reads only.
+void open_offline_features(RunState& s) {
+  OfflineRun r = open_offline_run(s.config, s.device);
+  s.offline = true;
+  s.offline_train = r.train;
+  s.offline_held = r.held;
+  s.data_fingerprint = r.data_fingerprint;
+  s.target.lm = std::move(r.target.lm);
+  s.target.source = "features (" + r.target.kind + " " + r.target.path + ")";
+  say(s.config, "features: " + s.offline_train->describe() + ", target " + r.target.path);
+}
+
 // Stage 2: the resume decision, from the newest drafter checkpoint's header, then its
 // tensors (shapes and finiteness): a run with another config or other data, or a damaged
 // or mismatched checkpoint, is refused here, before any stage writes, so the refusal's
@@ -254,7 +273,7 @@ void prepare_run_directory(RunState& s) {
     probe_output_dir(config.run_dir + "/" + config.memory.trace_dir, "memory.trace_dir",
                      "give another trace_dir or \"\" for no traces");
   }
-  if (config.target.checkpoint.empty())
+  if (config.target.checkpoint.empty() && !s.offline)
     probe_output_dir(config.run_dir + "/target", "the target cache", fix);
   probe_output_dir(config.run_dir + "/drafter", "the drafter checkpoints", fix);
   s.log = MetricsLog(config.run_dir + "/metrics.jsonl");
@@ -281,6 +300,7 @@ void prepare_run_directory(RunState& s) {
 // Stage 4: the target LM, trained, or from the run directory's cache or a checkpoint.
 void obtain_target_model(RunState& s) {
   const TrainConfig& config = s.config;
+  if (s.offline) return;  // open_offline_features loaded it
   // Keyed by content (the corpus's bytes), not by the corpus's path: an edited corpus
   // trains a new target, a moved one does not.
   nlohmann::json corpus = config.to_json()["corpus"];
@@ -316,6 +336,12 @@ void obtain_target_model(RunState& s) {
 void make_drafter_data(RunState& s) {
   const TrainConfig& config = s.config;
   const auto t0 = std::chrono::steady_clock::now();
+  if (s.offline) {
+    s.drafter = make_drafter(s.lm(), config.drafter, ByteTokenizer::kMask, config.seed + 23);
+    s.data = DrafterTrainData{s.offline_train, s.data_fingerprint};
+    say(config, "drafter data: " + s.offline_train->describe());
+    return;
+  }
   // Said before the work: the stage has no bar, and a long one looked like a hang.
   say(config, "drafter data: the target continues " + std::to_string(s.train_prompts.size()) +
                   " prompts by up to " + std::to_string(config.data.max_new_tokens) +
@@ -358,19 +384,42 @@ void train_drafter(RunState& s) {
   s.drafter->eval();
 }
 
+// Stage 7 of an offline run (Note [Offline runs], offline_run.h): per-slot accuracy on the
+// held-out samples; no decoding.
+void evaluate_offline(RunState& s) {
+  s.eval_block = s.config.drafter.block_size;
+  s.eval_skipped = "speculative decoding (offline features hold no prompts to decode)";
+  if (s.offline_held) {
+    say(s.config, "evaluation: per-slot accuracy on " +
+                      std::to_string(s.offline_held->sequences().size()) +
+                      " held-out feature samples; speculative decoding skipped (offline)");
+    s.slots = slot_metrics(*s.drafter, *s.offline_held, s.config.drafter);
+  } else {
+    s.slots = SlotMetrics(s.config.drafter.block_size);
+    s.eval_skipped += " and per-slot accuracy (fewer than 4 samples: none held out)";
+    say(s.config, "evaluation: skipped " + s.eval_skipped);
+  }
+}
+
 // Stage 7: evaluation on held-out prompts: per-slot accuracy, then speculative decoding
 // against target-only greedy decoding.
 void evaluate_drafter(RunState& s) {
   const TrainConfig& config = s.config;
   const auto t0 = std::chrono::steady_clock::now();
   s.eval_block = config.eval.block_size > 0 ? config.eval.block_size : config.drafter.block_size;
+  if (s.offline) {
+    evaluate_offline(s);
+    s.eval_seconds = seconds_since(t0);
+    return;
+  }
   say(config, "evaluation: per-slot accuracy on " + std::to_string(s.accuracy_prompts.size()) +
                   " held-out target generations");
-  const std::vector<DrafterSequence> held =
+  std::vector<DrafterSequence> held =
       make_drafter_sequences(s.lm(), s.accuracy_prompts, config.data.max_new_tokens);
-  const TargetFeatures held_features =
+  TargetFeatures held_features =
       compute_target_features(s.lm(), held, s.target_layers(), false, ByteTokenizer::kPad);
-  s.slots = slot_metrics(*s.drafter, held, held_features, config.drafter);
+  InMemoryFeatureSource held_source(std::move(held), std::move(held_features));
+  s.slots = slot_metrics(*s.drafter, held_source, config.drafter);
   DFlashBlockDrafter block_drafter(*s.drafter);
   for (const auto& p : s.eval_prompts) s.eval_prompt_ids.push_back(s.tok.encode(p, {.bos = true}));
   say(config, "speculative decoding of " + std::to_string(s.eval_prompts.size()) +
@@ -460,7 +509,9 @@ nlohmann::json write_summary(RunState& s) {
   summary["speculative_tokens_per_s"] = spec.speculative_tokens_per_second;
   summary["ceiling_speedup"] = spec.ceiling_speedup;
   summary["speculative"] = spec.json();
-  {
+  if (!s.eval_skipped.empty()) summary["evaluation_skipped"] = s.eval_skipped;
+  summary["features"] = s.data.source->describe();
+  if (!s.eval_prompt_ids.empty()) {
     const std::vector<int64_t> sample(s.eval_prompt_ids[0].begin(), s.eval_prompt_ids[0].end());
     const Generation g = generate(s.lm(), sample, {.max_new_tokens = config.eval.max_new_tokens});
     summary["sample"] = {{"prompt", printable(s.eval_prompts[0])},
@@ -517,7 +568,11 @@ nlohmann::json run_pipeline(const TrainConfig& config) {
   StopSignals signals;  // SIGINT/SIGTERM: finish the step, save, stop (stop_signal.h)
   warn_about_config(config);
   lock_run_directory(s);
-  read_corpus(s);
+  if (config.features.source == "offline") {
+    open_offline_features(s);
+  } else {
+    read_corpus(s);
+  }
   check_resume(s);
   prepare_run_directory(s);
   obtain_target_model(s);

@@ -36,17 +36,21 @@ std::string summary_text(const nlohmann::json& s) {
   const int64_t trained = s.value("drafter_block_size", block);
   std::string block_text = "block " + std::to_string(block);
   if (trained != block) block_text += ", trained on blocks of " + std::to_string(trained);
-  std::snprintf(line, sizeof line,
-                "speculative decoding (%s): tau %.2f tokens per target step, speedup %.2fx over "
-                "target-only greedy (",
-                block_text.c_str(), s["tau"].get<double>(), s["speedup"].get<double>());
-  o << line << lossless_text(s) << ")\n";
-  std::snprintf(line, sizeof line,
-                "  target-only %.1f tok/s, speculative %.1f tok/s; a free, always-right drafter "
-                "would give %.2fx\n",
-                s["target_tokens_per_s"].get<double>(), s["speculative_tokens_per_s"].get<double>(),
-                s["ceiling_speedup"].get<double>());
-  o << line;
+  if (s.contains("evaluation_skipped")) {  // an offline run (Note [Offline runs])
+    o << "evaluation skipped: " << s["evaluation_skipped"].get<std::string>() << "\n";
+  } else {
+    std::snprintf(line, sizeof line,
+                  "speculative decoding (%s): tau %.2f tokens per target step, speedup %.2fx over "
+                  "target-only greedy (",
+                  block_text.c_str(), s["tau"].get<double>(), s["speedup"].get<double>());
+    o << line << lossless_text(s) << ")\n";
+    std::snprintf(line, sizeof line,
+                  "  target-only %.1f tok/s, speculative %.1f tok/s; a free, always-right drafter "
+                  "would give %.2fx\n",
+                  s["target_tokens_per_s"].get<double>(),
+                  s["speculative_tokens_per_s"].get<double>(), s["ceiling_speedup"].get<double>());
+    o << line;
+  }
   o << "per-slot accuracy (slot 1..):";
   const auto acc = s["per_slot_accuracy"].get<std::vector<double>>();
   for (size_t k = 1; k < acc.size(); ++k) {

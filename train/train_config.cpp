@@ -181,6 +181,10 @@ void visit_fields(V& v, TrainConfig& c) {
     s.field("large_seq_len", m.large_seq_len);
     s.field("trace_dir", m.trace_dir);
   });
+  v.object("features", [&](auto& s) {
+    s.field("source", c.features.source);
+    s.field("dir", c.features.dir);
+  });
 }
 
 // The longest block, for training and for evaluation (docs/train_config.md).
@@ -323,6 +327,20 @@ void TrainConfig::validate() const {
            "train config: memory.trace_dir: must be a folder inside run_dir (relative, without a "
            ".. component), got '",
            memory.trace_dir, "'");
+  const FeaturesConfig& f = features;
+  CG_CHECK(f.source == "online" || f.source == "offline" || f.source == "synthetic",
+           "train config: features.source: must be online, offline or synthetic, got '", f.source,
+           "'");
+  // Reserved for the synthetic feature source (issue 19, item 3), which is not built yet.
+  CG_CHECK(f.source != "synthetic",
+           "train config: features.source: synthetic features are not implemented yet; use "
+           "online, or offline with features.dir");
+  CG_CHECK(f.source != "offline" || !f.dir.empty(),
+           "train config: features.source is offline but features.dir is empty; give the folder "
+           "`chunkgrad features --out` wrote");
+  CG_CHECK(f.source == "offline" || f.dir.empty(), "train config: features.dir '", f.dir,
+           "' is given but features.source is ", f.source,
+           "; set source to offline to train from it, or remove dir");
   CG_CHECK(memory.large_anchors < memory.large_seq_len, "train config: memory.large_anchors ",
            memory.large_anchors, " is beyond the sequence (memory.large_seq_len ",
            memory.large_seq_len, ")");

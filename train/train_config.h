@@ -100,6 +100,16 @@ struct MemoryConfig {
   std::string trace_dir = "traces";  // inside the run dir; "" = no traces
 };
 
+// Where the drafter's target features come from (issue 19's feature stage;
+// train/feature_source.h).
+struct FeaturesConfig {
+  // "online": the target runs in this process (trained or loaded, then its generations);
+  // "offline": shards written by `chunkgrad features` in `dir` (no target training, no
+  // data generation; evaluation without decoding); "synthetic": reserved (not yet).
+  std::string source = "online";
+  std::string dir;  // the offline folder (docs/feature_files.md)
+};
+
 struct TrainConfig {
   std::string run_dir = "runs/toy";
   uint64_t seed = 1;
@@ -114,6 +124,7 @@ struct TrainConfig {
   DrafterConfig drafter;
   EvalConfig eval;
   MemoryConfig memory;
+  FeaturesConfig features;
 
   // Every field checked (ranges, known names); throws naming the first bad one.
   void validate() const;

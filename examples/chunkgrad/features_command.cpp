@@ -110,15 +110,16 @@ void add_features_command(CLI::App& app, CommandBody& run) {
       }
       const DType dtype = o.dtype == "f32" ? DType::f32 : DType::bf16;
       if (!o.no_progress) {
-        std::fprintf(stderr, "chunkgrad features: %s target %s, %zu samples, layers", target.kind.c_str(),
-                     o.target.c_str(), samples.size());
+        std::fprintf(stderr, "chunkgrad features: %s target %s, %zu samples, layers",
+                     target.kind.c_str(), o.target.c_str(), samples.size());
         for (int64_t l : layers) std::fprintf(stderr, " %lld", static_cast<long long>(l));
         std::fprintf(stderr, ", %s\n", o.dtype.c_str());
       }
       const train::FeatureFileIndex index = train::write_feature_files(
           target, samples, layers, dtype, o.out, static_cast<uint64_t>(o.shard_mb) << 20,
           [&](int64_t i) {
-            if (!o.no_progress && ((i + 1) % 100 == 0 || i + 1 == static_cast<int64_t>(samples.size())))
+            if (!o.no_progress &&
+                ((i + 1) % 100 == 0 || i + 1 == static_cast<int64_t>(samples.size())))
               std::fprintf(stderr, "chunkgrad features: %lld / %zu samples\n",
                            static_cast<long long>(i + 1), samples.size());
           });

@@ -17,9 +17,10 @@ namespace cg::cli {
 
 namespace {
 struct TrainOptions {
-  std::string config;   // "" = the built-in toy defaults
-  std::string run_dir;  // overrides the config's run_dir
-  std::string device;   // overrides the config's device
+  std::string config;    // "" = the built-in toy defaults
+  std::string run_dir;   // overrides the config's run_dir
+  std::string device;    // overrides the config's device
+  std::string features;  // features.source offline with this folder
   bool json = false;
   bool no_progress = false;
   bool fresh = false;
@@ -44,6 +45,10 @@ void add_train_command(CLI::App& app, CommandBody& run) {
   sub->add_option("--device", o.device,
                   cg::device_names_help() + " (overrides the config's device)")
       ->check(program::device_name());
+  sub->add_option("--features", o.features,
+                  "train from the feature folder `chunkgrad features` wrote (features.source "
+                  "offline, features.dir DIR; docs/feature_files.md)")
+      ->check(program::not_empty());
   sub->add_flag("--json", o.json, "print the summary as JSON on stdout instead of text");
   sub->add_flag("--no-progress", o.no_progress, "no progress bar or stage lines on stderr");
   sub->add_flag("--fresh", o.fresh, "do not resume from the run directory's drafter checkpoint");
@@ -59,6 +64,10 @@ void add_train_command(CLI::App& app, CommandBody& run) {
       if (o.no_progress) config.progress = false;
       if (o.fresh) config.resume = false;
       if (!o.device.empty()) config.device = o.device;
+      if (!o.features.empty()) {
+        config.features.source = "offline";
+        config.features.dir = o.features;
+      }
       config.validate();
       config.compute_device();  // up front: no GPU is one error line, before any work
       if (o.print_config) {

@@ -1,0 +1,53 @@
+// Why this file exists: opening a run from offline features (offline_run.h).
+#include "train/offline_run.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "nn/dflash_drafter.h"
+#include "train/fingerprint.h"
+
+namespace cg::train {
+
+namespace fs = std::filesystem;
+
+OfflineRun open_offline_run(const TrainConfig& config, Device device) {
+  const std::string& dir = config.features.dir;
+  const FeatureFileIndex index = read_feature_index(dir);
+  // The target the index names; a folder that moved since is looked for in the run
+  // directory (a run's cached target).
+  std::string target_dir = index.target;
+  if (!fs::is_directory(target_dir)) {
+    CG_CHECK(fs::exists(fs::path(config.run_dir) / "target" / "model.safetensors"),
+             "feature files: ", dir, "/index.json: field 'target' names ", index.target,
+             ", which is not a folder, and the run directory ", config.run_dir,
+             " has no cached target; put the target back or write the features again");
+    target_dir = config.run_dir;
+  }
+  OfflineRun r;
+  r.target = load_feature_target(target_dir, device);
+  const nn::Qwen3Config& arch = r.target.lm->config();
+  FeatureExpectations expect;
+  expect.layer_ids = config.drafter.target_layers.empty()
+                         ? nn::dflash_target_layers(arch.num_layers,
+                                                    config.drafter.num_target_features)
+                         : config.drafter.target_layers;
+  expect.hidden_size = arch.hidden_size;
+  expect.target_fingerprint = r.target.fingerprint;
+  expect.tokenizer_hash = r.target.tokenizer_hash;
+  const int64_t n = index.num_samples;
+  const int64_t held = std::min<int64_t>(config.eval.accuracy_sequences, n / 4);
+  r.train = std::make_shared<OfflineFeatureSource>(dir, expect, 0, n - held);
+  if (held > 0) r.held = std::make_shared<OfflineFeatureSource>(dir, expect, n - held, held);
+  std::ifstream in(fs::path(dir) / "index.json", std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  r.data_fingerprint = nlohmann::json{{"features_index_xxh3", content_hash(text.str())},
+                                      {"target", r.target.fingerprint}}
+                           .dump();
+  return r;
+}
+
+}  // namespace cg::train
