@@ -133,15 +133,16 @@ OfflineFeatureSource::OfflineFeatureSource(const std::string& dir,
                                       list_text(index_.layer_ids) + " of H = " + std::to_string(H) +
                                       " in index.json: a layer missing?)";
       const std::string dtype_hint = " (field 'dtype' of index.json)";
-      const auto& hs = tensor(
-          "hidden_states", index_.dtype, {S, K * H},
-          file->info(feature_tensor_name(i, "hidden_states")).dtype == index_.dtype ? layers_hint
-                                                                                    : dtype_hint);
+      auto hint = [&](const char* field, const std::string& shape_hint) {
+        const std::string name = feature_tensor_name(i, field);
+        return file->contains(name) && file->info(name).dtype != index_.dtype ? dtype_hint
+                                                                              : shape_hint;
+      };
+      const auto& hs =
+          tensor("hidden_states", index_.dtype, {S, K * H}, hint("hidden_states", layers_hint));
       const auto& last =
           tensor("last_hidden", index_.dtype, {S, H},
-                 file->info(feature_tensor_name(i, "last_hidden")).dtype == index_.dtype
-                     ? " (H = " + std::to_string(H) + " in index.json)"
-                     : dtype_hint);
+                 hint("last_hidden", " (H = " + std::to_string(H) + " in index.json)"));
       SampleFiles f;
       f.seq_len = S;
       f.hidden_states = {static_cast<int>(si), file->data_start() + hs.begin, hs.nbytes()};

@@ -30,10 +30,10 @@ OfflineRun open_offline_run(const TrainConfig& config, Device device) {
   r.target = load_feature_target(target_dir, device);
   const nn::Qwen3Config& arch = r.target.lm->config();
   FeatureExpectations expect;
-  expect.layer_ids = config.drafter.target_layers.empty()
-                         ? nn::dflash_target_layers(arch.num_layers,
-                                                    config.drafter.num_target_features)
-                         : config.drafter.target_layers;
+  expect.layer_ids =
+      config.drafter.target_layers.empty()
+          ? nn::dflash_target_layers(arch.num_layers, config.drafter.num_target_features)
+          : config.drafter.target_layers;
   expect.hidden_size = arch.hidden_size;
   expect.target_fingerprint = r.target.fingerprint;
   expect.tokenizer_hash = r.target.tokenizer_hash;

@@ -1,0 +1,245 @@
+// Why this file exists: the offline feature files (train/feature_files.h,
+// train/offline_features.h): what is written is what is read back, bit for bit, in bf16
+// and f32, through the background read-ahead and without it; and a damaged or
+// mismatched folder is refused in one line naming the file and the field.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/factories.h"
+#include "nn/safetensors.h"
+#include "nn_test_util.h"
+#include "ops/shape_ops.h"
+#include "tensor_test_helpers.h"
+#include "train/feature_files.h"
+#include "train/offline_features.h"
+#include "train_test_util.h"
+
+namespace cg {
+namespace {
+
+namespace fs = std::filesystem;
+using testing_nn::bit_equal;
+using testing_nn::TempDir;
+using testing_train::make_sequence;
+
+// Row r of a [B, ...] tensor.
+Tensor row(const Tensor& t, int64_t r) { return squeeze(narrow(t, 0, r, 1), 0); }
+
+constexpr int64_t kK = 2, kH = 8;
+
+train::FeatureFileIndex header(DType dtype) {
+  train::FeatureFileIndex h;
+  h.layer_ids = {1, 3};
+  h.hidden_size = kH;
+  h.dtype = dtype;
+  h.target = "/nowhere/target";
+  h.target_fingerprint = "f00d";
+  h.tokenizer_hash = "beef";
+  return h;
+}
+
+struct Written {
+  std::vector<train::DrafterSequence> seqs;
+  std::vector<Tensor> hidden, last;  // f32 as given
+};
+
+// Five samples of lengths 5..13, over shards of about two samples each.
+Written write_features(const std::string& dir, DType dtype) {
+  Written w;
+  train::FeatureFileWriter writer(dir, header(dtype), 2 * train::feature_sample_bytes(9, kK, kH, dtype));
+  Generator gen(7);
+  for (int64_t i = 0; i < 5; ++i) {
+    const int64_t S = 5 + 2 * i;
+    w.seqs.push_back(make_sequence(S, 2, 100 + static_cast<uint64_t>(i)));
+    w.hidden.push_back(randn({S, kK * kH}, {}, &gen));
+    w.last.push_back(randn({S, kH}, {}, &gen));
+    writer.add(w.seqs.back(), w.hidden.back(), w.last.back());
+  }
+  const train::FeatureFileIndex& index = writer.finish();
+  EXPECT_EQ(index.num_samples, 5);
+  EXPECT_EQ(index.max_seq_len, 13);
+  EXPECT_GE(index.shards.size(), 2u);
+  return w;
+}
+
+// Sample `r` of a fetched batch equals what was written (stored in `dtype`), zeros after it.
+void expect_row(const train::FeatureBatch& b, int64_t r, const Written& w, int64_t id, DType dtype) {
+  const int64_t S = static_cast<int64_t>(w.seqs[static_cast<size_t>(id)].ids.size());
+  const Tensor hs = narrow(row(b.hidden_states, r), 0, 0, S);
+  const Tensor last = narrow(row(b.last_hidden, r), 0, 0, S);
+  EXPECT_TRUE(bit_equal(contiguous(hs), to_dtype(w.hidden[static_cast<size_t>(id)], dtype)));
+  EXPECT_TRUE(bit_equal(contiguous(last), to_dtype(w.last[static_cast<size_t>(id)], dtype)));
+  const Tensor pad = narrow(row(b.hidden_states, r), 0, S, b.hidden_states.size(1) - S);
+  for (double v : pad.to_vector()) ASSERT_EQ(v, 0.0);
+}
+
+TEST(FeatureFiles, WhatIsWrittenIsReadBackBf16AndF32) {
+  for (DType dtype : {DType::bf16, DType::f32}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    TempDir dir;
+    const Written w = write_features(dir.file("f"), dtype);
+    train::OfflineFeatureSource source(dir.file("f"), {.layer_ids = {1, 3}, .hidden_size = kH});
+    ASSERT_EQ(source.sequences().size(), 5u);
+    EXPECT_EQ(source.seq_len(), 13);
+    EXPECT_EQ(source.num_feature_layers(), kK);
+    EXPECT_EQ(source.dtype(), dtype);
+    for (size_t i = 0; i < 5; ++i) {
+      EXPECT_EQ(source.sequences()[i].ids, w.seqs[i].ids);
+      EXPECT_EQ(source.sequences()[i].loss_mask, w.seqs[i].loss_mask);
+    }
+    // Read on this thread (nothing prefetched), then through the read-ahead.
+    const train::FeatureBatch direct = source.fetch({4, 0}, kCPU);
+    EXPECT_EQ(direct.hidden_states.shape(), Shape({2, 13, kK * kH}));
+    expect_row(direct, 0, w, 4, dtype);
+    expect_row(direct, 1, w, 0, dtype);
+    source.prefetch({1, 2});
+    source.prefetch({3});
+    source.prefetch({2, 1});
+    const train::FeatureBatch a = source.fetch({1, 2}, kCPU);
+    const train::FeatureBatch c = source.fetch({2, 1}, kCPU);  // {3} was skipped: dropped
+    EXPECT_EQ(source.prefetched_batches_used(), 2);
+    expect_row(a, 0, w, 1, dtype);
+    expect_row(a, 1, w, 2, dtype);
+    expect_row(c, 0, w, 2, dtype);
+    expect_row(c, 1, w, 1, dtype);
+    // A range of the samples, renumbered from 0 (the held-out split of an offline run).
+    train::OfflineFeatureSource tail(dir.file("f"), {}, 3, 2);
+    ASSERT_EQ(tail.sequences().size(), 2u);
+    EXPECT_EQ(tail.sequences()[0].ids, w.seqs[3].ids);
+    expect_row(tail.fetch({1}, kCPU), 0, w, 4, dtype);
+  }
+}
+
+// The error of opening `dir` with `expect`, or "" when it opens.
+std::string open_error(const std::string& dir, const train::FeatureExpectations& expect = {}) {
+  try {
+    train::OfflineFeatureSource source(dir, expect);
+  } catch (const Error& e) { return e.message(); }
+  return "";
+}
+
+void expect_names(const std::string& error, const std::vector<std::string>& parts) {
+  EXPECT_FALSE(error.empty()) << "no error";
+  EXPECT_EQ(error.find('\n'), std::string::npos) << "one line: " << error;
+  for (const auto& p : parts) EXPECT_NE(error.find(p), std::string::npos) << p << " in: " << error;
+}
+
+TEST(FeatureFiles, AMismatchWithTheRunIsRefusedNamingTheField) {
+  TempDir dir;
+  write_features(dir.file("f"), DType::bf16);
+  const std::string f = dir.file("f");
+  EXPECT_EQ(open_error(f, {.layer_ids = {1, 3}, .hidden_size = kH, .target_fingerprint = "f00d",
+                           .tokenizer_hash = "beef"}),
+            "");
+  expect_names(open_error(f, {.layer_ids = {1, 2}}), {"index.json", "'layer_ids'", "[1, 2]"});
+  expect_names(open_error(f, {.layer_ids = {1, 3, 5}}), {"index.json", "'num_layers'", "K = 3"});
+  expect_names(open_error(f, {.hidden_size = 16}), {"index.json", "'hidden_size'", "16"});
+  expect_names(open_error(f, {.target_fingerprint = "cafe"}),
+               {"index.json", "'target_fingerprint'", "cafe", "changed"});
+  expect_names(open_error(f, {.tokenizer_hash = "0"}), {"index.json", "'tokenizer_hash'"});
+}
+
+TEST(FeatureFiles, ATruncatedShardIsRefusedNamingItsSize) {
+  TempDir dir;
+  write_features(dir.file("f"), DType::bf16);
+  const fs::path shard = fs::path(dir.file("f")) / "features-00001.safetensors";
+  fs::resize_file(shard, fs::file_size(shard) - 10);
+  expect_names(open_error(dir.file("f")),
+               {"features-00001.safetensors", "'shards.bytes'", "truncated"});
+  fs::remove(shard);
+  expect_names(open_error(dir.file("f")), {"features-00001.safetensors", "missing"});
+}
+
+// A one-sample folder whose shard is written by hand with `tensors` (the index right).
+std::string hand_made(const TempDir& dir, const safetensors::NamedTensors& tensors,
+                      int64_t seq_len = 4) {
+  const std::string folder = dir.file("hand");
+  fs::create_directories(folder);
+  const std::string shard = (fs::path(folder) / "features-00000.safetensors").string();
+  safetensors::save_file(tensors, shard, {}, {"0.loss_mask"});
+  train::FeatureFileIndex index = header(DType::bf16);
+  index.num_samples = 1;
+  index.max_seq_len = seq_len;
+  index.shards = {{"features-00000.safetensors", 0, 1, fs::file_size(shard)}};
+  std::ofstream(fs::path(folder) / "index.json") << index.to_json().dump(2);
+  return folder;
+}
+
+TEST(FeatureFiles, AWrongShapeDtypeOrMissingTensorIsRefusedNamingTheTensor) {
+  TempDir dir;
+  const Tensor ids = from_ints({1, 2, 3, 4}, {4}, {.dtype = DType::i32});
+  const Tensor mask = from_ints({0, 1, 1, 1}, {4}, {.dtype = DType::boolean});
+  auto bf = [](const Shape& s) { return to_dtype(zeros(s), DType::bf16); };
+  // Right: opens.
+  EXPECT_EQ(open_error(hand_made(dir, {{"0.input_ids", ids},
+                                       {"0.loss_mask", mask},
+                                       {"0.hidden_states", bf({4, kK * kH})},
+                                       {"0.last_hidden", bf({4, kH})}})),
+            "");
+  fs::remove_all(dir.file("hand"));
+  // One layer missing: [S, H] where [S, K*H] is due.
+  expect_names(open_error(hand_made(dir, {{"0.input_ids", ids},
+                                          {"0.loss_mask", mask},
+                                          {"0.hidden_states", bf({4, kH})},
+                                          {"0.last_hidden", bf({4, kH})}})),
+               {"features-00000.safetensors", "'0.hidden_states'", "[4, 16]", "layer missing"});
+  fs::remove_all(dir.file("hand"));
+  // f32 where the index says bf16.
+  expect_names(open_error(hand_made(dir, {{"0.input_ids", ids},
+                                          {"0.loss_mask", mask},
+                                          {"0.hidden_states", zeros({4, kK * kH})},
+                                          {"0.last_hidden", bf({4, kH})}})),
+               {"features-00000.safetensors", "'0.hidden_states'", "f32", "'dtype'"});
+  fs::remove_all(dir.file("hand"));
+  // No teacher.
+  expect_names(open_error(hand_made(dir, {{"0.input_ids", ids},
+                                          {"0.loss_mask", mask},
+                                          {"0.hidden_states", bf({4, kK * kH})}})),
+               {"features-00000.safetensors", "'0.last_hidden'", "missing"});
+  fs::remove_all(dir.file("hand"));
+  // A mask that is not 0/1 (another writer's U8 bytes).
+  const Tensor two = from_ints({0, 1, 1, 1}, {4}, {.dtype = DType::boolean});
+  static_cast<uint8_t*>(two.data_ptr())[2] = 2;
+  expect_names(open_error(hand_made(dir, {{"0.input_ids", ids},
+                                          {"0.loss_mask", two},
+                                          {"0.hidden_states", bf({4, kK * kH})},
+                                          {"0.last_hidden", bf({4, kH})}})),
+               {"'0.loss_mask'", "0 or 1"});
+}
+
+TEST(FeatureFiles, ABadIndexIsRefusedNamingTheField) {
+  TempDir dir;
+  write_features(dir.file("f"), DType::f32);
+  const fs::path index = fs::path(dir.file("f")) / "index.json";
+  std::ifstream in(index);
+  nlohmann::json j = nlohmann::json::parse(in);
+  in.close();
+  for (const char* field : {"hidden_size", "layer_ids", "target_fingerprint", "shards"}) {
+    nlohmann::json bad = j;
+    bad.erase(field);
+    std::ofstream(index) << bad.dump();
+    expect_names(open_error(dir.file("f")), {"index.json", std::string("'") + field + "'"});
+  }
+  nlohmann::json bad = j;
+  bad["dtype"] = "f16";
+  std::ofstream(index) << bad.dump();
+  expect_names(open_error(dir.file("f")), {"index.json", "'dtype'", "f16"});
+  fs::remove(index);
+  expect_names(open_error(dir.file("f")), {"index.json", "chunkgrad features"});
+  // The writer refuses to write over a feature set.
+  std::ofstream(index) << j.dump();
+  try {
+    train::FeatureFileWriter again(dir.file("f"), header(DType::f32));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) { expect_names(e.message(), {"already holds index.json"}); }
+}
+
+TEST(FeatureFiles, BytesPerSample) {
+  // The README's figure: 4096 tokens, K = 5, H = 5120, bf16.
+  EXPECT_EQ(train::feature_sample_bytes(4096, 5, 5120, DType::bf16), uint64_t{251678720});
+}
+
+}  // namespace
+}  // namespace cg
