@@ -48,7 +48,8 @@ struct Written {
 // Five samples of lengths 5..13, over shards of about two samples each.
 Written write_features(const std::string& dir, DType dtype) {
   Written w;
-  train::FeatureFileWriter writer(dir, header(dtype), 2 * train::feature_sample_bytes(9, kK, kH, dtype));
+  train::FeatureFileWriter writer(dir, header(dtype),
+                                  2 * train::feature_sample_bytes(9, kK, kH, dtype));
   Generator gen(7);
   for (int64_t i = 0; i < 5; ++i) {
     const int64_t S = 5 + 2 * i;
@@ -65,7 +66,8 @@ Written write_features(const std::string& dir, DType dtype) {
 }
 
 // Sample `r` of a fetched batch equals what was written (stored in `dtype`), zeros after it.
-void expect_row(const train::FeatureBatch& b, int64_t r, const Written& w, int64_t id, DType dtype) {
+void expect_row(const train::FeatureBatch& b, int64_t r, const Written& w, int64_t id,
+                DType dtype) {
   const int64_t S = static_cast<int64_t>(w.seqs[static_cast<size_t>(id)].ids.size());
   const Tensor hs = narrow(row(b.hidden_states, r), 0, 0, S);
   const Tensor last = narrow(row(b.last_hidden, r), 0, 0, S);
@@ -130,7 +132,9 @@ TEST(FeatureFiles, AMismatchWithTheRunIsRefusedNamingTheField) {
   TempDir dir;
   write_features(dir.file("f"), DType::bf16);
   const std::string f = dir.file("f");
-  EXPECT_EQ(open_error(f, {.layer_ids = {1, 3}, .hidden_size = kH, .target_fingerprint = "f00d",
+  EXPECT_EQ(open_error(f, {.layer_ids = {1, 3},
+                           .hidden_size = kH,
+                           .target_fingerprint = "f00d",
                            .tokenizer_hash = "beef"}),
             "");
   expect_names(open_error(f, {.layer_ids = {1, 2}}), {"index.json", "'layer_ids'", "[1, 2]"});

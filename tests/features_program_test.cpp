@@ -1,0 +1,222 @@
+// Why this file exists: `chunkgrad features` and `chunkgrad train --features DIR` end to
+// end: bad options are one error line and exit 1; features written from the toy target
+// train a drafter that learns as the toy run's does; and a damaged or mismatched feature
+// folder is refused before the run directory changes. Runs the built program
+// (tests/CMakeLists.txt passes its path) at CI sizes, a second or two in all.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct ProgramRun {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::map<std::string, std::string> files_of(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  if (!fs::exists(dir)) return files;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (e.is_regular_file()) files[e.path().string()] = slurp(e.path().string());
+  }
+  return files;
+}
+
+// The toy target, trained once for the whole suite on "question N: answer 7N" lines, and
+// 40 of those lines as pre-tokenized JSONL (BOS, bytes; loss mask on the answer).
+class FeaturesProgram : public ::testing::Test {
+ protected:
+  static fs::path& root() {
+    static fs::path p = fs::temp_directory_path() /
+                        ("chunkgrad_features_program_" + std::to_string(::getpid()));
+    return p;
+  }
+  static std::string at(const std::string& name) { return (root() / name).string(); }
+  static ProgramRun cli(const std::string& args) {
+    const std::string cmd = std::string("CHUNKGRAD_NUM_THREADS=1 '") + CHUNKGRAD_CLI + "' " + args +
+                            " >'" + at("out") + "' 2>'" + at("err") + "'";
+    const int status = std::system(cmd.c_str());
+    ProgramRun r;
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r.out = slurp(at("out"));
+    r.err = slurp(at("err"));
+    return r;
+  }
+  static std::string config(const std::string& run_dir, const std::string& drafter_extra = "") {
+    return R"({"run_dir": ")" + run_dir + R"(", "progress": false, "corpus": {"path": ")" +
+           at("q.txt") + R"("},
+      "target": {"hidden_size": 32, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1,
+                 "head_dim": 16, "intermediate_size": 64, "seq_len": 48,
+                 "optim": {"steps": 80, "batch_size": 4, "lr": 0.01}},
+      "data": {"num_sequences": 12, "max_new_tokens": 24},
+      "drafter": {)" +
+           drafter_extra + R"("num_layers": 1, "intermediate_size": 64, "num_target_features": 1,
+                  "block_size": 4, "max_anchors": 8, "checkpoint_every": 10,
+                  "optim": {"steps": 80, "batch_size": 4, "lr": 0.01}},
+      "eval": {"prompts": 3, "max_new_tokens": 24, "accuracy_sequences": 4, "timing_repeats": 1},
+      "memory": {"enabled": false}})";
+  }
+  static void write(const std::string& name, const std::string& text) {
+    std::ofstream(at(name)) << text;
+  }
+  static void SetUpTestSuite() {
+    fs::remove_all(root());
+    fs::create_directories(root());
+    std::string text, jsonl;
+    for (int i = 0; i < 200; ++i) {
+      const std::string line = "question " + std::to_string(i) + ": answer " + std::to_string(i * 7);
+      text += line + "\n";
+      if (i % 5 != 0) continue;
+      nlohmann::json ids = {256}, mask = {0};
+      const size_t answer = line.find(": ") + 2;
+      for (size_t c = 0; c < line.size(); ++c) {
+        ids.push_back(static_cast<unsigned char>(line[c]));
+        mask.push_back(c >= answer ? 1 : 0);
+      }
+      jsonl += nlohmann::json{{"input_ids", ids}, {"loss_mask", mask}}.dump() + "\n";
+    }
+    write("q.txt", text);
+    write("q.jsonl", jsonl);
+    write("toy.json", config(at("toy")));
+    const ProgramRun r = cli("train --config '" + at("toy.json") + "' --json");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    write("toy_summary.json", r.out);
+  }
+  static void TearDownTestSuite() { fs::remove_all(root()); }
+
+  static void expect_error(const ProgramRun& r, const std::string& command, const std::string& what) {
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_EQ(r.err.rfind("chunkgrad " + command + ": error: ", 0), 0u) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find(what), std::string::npos) << what << " in: " << r.err;
+  }
+  // `chunkgrad features` from the toy run into `out`.
+  static ProgramRun features(const std::string& out, const std::string& extra = "") {
+    return cli("features --target '" + at("toy") + "' --data '" + at("q.jsonl") + "' --out '" +
+               at(out) + "' --no-progress " + extra);
+  }
+};
+
+TEST_F(FeaturesProgram, BadOptionsAreOneErrorLine) {
+  const std::string data = " --data '" + at("q.jsonl") + "'";
+  const std::string target = " --target '" + at("toy") + "'";
+  expect_error(cli("features" + data + " --out " + at("x")), "features", "--target");
+  expect_error(cli("features --target " + at("nowhere") + data + " --out " + at("x")), "features",
+               "nowhere");
+  expect_error(cli("features" + target + data + " --out " + at("x") + " --dtype f16"), "features",
+               "--dtype");
+  expect_error(cli("features" + target + data + " --out " + at("x") + " --layers 1,x"), "features",
+               "--layers");
+  expect_error(cli("features" + target + data + " --out " + at("x") + " --layers 7"), "features",
+               "layer 7 does not exist; the target has 2 decoder layers");
+  expect_error(cli("features" + target + data + " --out " + at("x") + " --device nodevice"),
+               "features", "--device");
+  write("bad.jsonl", "{\"input_ids\": [256, 65, 66]}\n{\"input_ids\": [1, 2], \"loss_mask\": [1]}\n");
+  expect_error(cli("features" + target + " --data " + at("bad.jsonl") + " --out " + at("x")),
+               "features", "bad.jsonl line 2: loss_mask must be an array of 2");
+  write("bad2.jsonl", "{\"input_ids\": [256, 65, 9999]}\n");
+  expect_error(cli("features" + target + " --data " + at("bad2.jsonl") + " --out " + at("x")),
+               "features", "9999");
+  EXPECT_FALSE(fs::exists(at("x") + "/index.json"));
+  // A folder that holds a feature set already.
+  ASSERT_EQ(features("twice").exit_code, 0);
+  expect_error(features("twice"), "features", "already holds index.json");
+}
+
+// Features written from the toy target by `chunkgrad features` train a drafter that learns
+// as the toy run's does (which trains on the target's own generations instead).
+TEST_F(FeaturesProgram, AnOfflineRunLearnsAsTheToyRunDoes) {
+  const ProgramRun f = features("qf");
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_NE(f.out.find("features: 40 samples"), std::string::npos) << f.out;
+  const nlohmann::json index = nlohmann::json::parse(slurp(at("qf/index.json")));
+  EXPECT_EQ(index["layer_ids"], nlohmann::json({1}));  // the run's drafter layers: 2 layers, n 1
+  EXPECT_EQ(index["dtype"], "bf16");
+  const ProgramRun r = cli("train --config '" + at("toy.json") + "' --run-dir '" + at("off") +
+                    "' --features '" + at("qf") + "' --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json off = nlohmann::json::parse(r.out);
+  const nlohmann::json toy = nlohmann::json::parse(slurp(at("toy_summary.json")));
+  EXPECT_NE(off["evaluation_skipped"].get<std::string>().find("speculative decoding"),
+            std::string::npos);
+  EXPECT_FALSE(fs::exists(at("off/target")));  // no target trained or cached
+  std::vector<double> losses;
+  std::istringstream log(slurp(at("off/metrics.jsonl")));
+  for (std::string line; std::getline(log, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j["phase"] == "drafter") losses.push_back(j["loss"].get<double>());
+  }
+  ASSERT_EQ(losses.size(), 80u);
+  const double first = (losses[0] + losses[1] + losses[2]) / 3;
+  const double last = (losses[77] + losses[78] + losses[79]) / 3;
+  EXPECT_LT(last, 0.4 * first) << "the loss did not fall: " << first << " -> " << last;
+  const double off_acc = off["per_slot_accuracy"][1].get<double>();
+  const double toy_acc = toy["per_slot_accuracy"][1].get<double>();
+  EXPECT_GT(off_acc, 0.5);
+  EXPECT_GT(off_acc, toy_acc - 0.2) << "offline " << off_acc << ", toy " << toy_acc;
+}
+
+// A damaged or mismatched folder: one error line naming the file and the field, and the
+// run directory as it was (here: an offline run's, from the test above's kind of run).
+TEST_F(FeaturesProgram, AMismatchedOrDamagedFolderLeavesTheRunDirectoryUnchanged) {
+  ASSERT_EQ(features("good").exit_code, 0);
+  const std::string run = at("refused");
+  ASSERT_EQ(cli("train --config '" + at("toy.json") + "' --run-dir '" + run + "' --features '" +
+                at("good") + "'")
+                .exit_code,
+            0);
+  const auto before = files_of(run);
+  // Other layers than the config's drafter reads.
+  write("layers.json", config(run, R"("target_layers": [0, 1], )"));
+  expect_error(cli("train --config '" + at("layers.json") + "' --features '" + at("good") + "'"),
+               "train", "index.json: field 'num_layers' disagrees with the config");
+  EXPECT_EQ(files_of(run), before);
+  // Features of another target (their index says so).
+  fs::copy(at("good"), at("moved"), fs::copy_options::recursive);
+  {
+    nlohmann::json index = nlohmann::json::parse(slurp(at("moved/index.json")));
+    index["target_fingerprint"] = "0123456789abcdef0123456789abcdef";
+    write("moved/index.json", index.dump(2));
+  }
+  expect_error(cli("train --config '" + at("toy.json") + "' --run-dir '" + run + "' --features '" +
+                   at("moved") + "'"),
+               "train", "field 'target_fingerprint'");
+  EXPECT_EQ(files_of(run), before);
+  // A truncated shard.
+  const std::string shard = at("good/features-00000.safetensors");
+  fs::resize_file(shard, fs::file_size(shard) - 100);
+  expect_error(cli("train --config '" + at("toy.json") + "' --run-dir '" + run + "' --features '" +
+                   at("good") + "'"),
+               "train", "features-00000.safetensors is");
+  EXPECT_EQ(files_of(run), before);
+  // A fresh run directory stays empty.
+  expect_error(cli("train --config '" + at("toy.json") + "' --run-dir '" + at("fresh") +
+                   "' --features '" + at("good") + "'"),
+               "train", "truncated");
+  EXPECT_TRUE(files_of(at("fresh")).empty());
+  // Synthetic features are reserved, not built yet.
+  write("synthetic.json", R"({"features": {"source": "synthetic"}})");
+  expect_error(cli("train --config '" + at("synthetic.json") + "'"), "train", "not implemented yet");
+}
+
+}  // namespace
