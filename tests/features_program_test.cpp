@@ -47,8 +47,8 @@ std::map<std::string, std::string> files_of(const std::string& dir) {
 class FeaturesProgram : public ::testing::Test {
  protected:
   static fs::path& root() {
-    static fs::path p = fs::temp_directory_path() /
-                        ("chunkgrad_features_program_" + std::to_string(::getpid()));
+    static fs::path p =
+        fs::temp_directory_path() / ("chunkgrad_features_program_" + std::to_string(::getpid()));
     return p;
   }
   static std::string at(const std::string& name) { return (root() / name).string(); }
@@ -84,7 +84,8 @@ class FeaturesProgram : public ::testing::Test {
     fs::create_directories(root());
     std::string text, jsonl;
     for (int i = 0; i < 200; ++i) {
-      const std::string line = "question " + std::to_string(i) + ": answer " + std::to_string(i * 7);
+      const std::string line =
+          "question " + std::to_string(i) + ": answer " + std::to_string(i * 7);
       text += line + "\n";
       if (i % 5 != 0) continue;
       nlohmann::json ids = {256}, mask = {0};
@@ -104,7 +105,8 @@ class FeaturesProgram : public ::testing::Test {
   }
   static void TearDownTestSuite() { fs::remove_all(root()); }
 
-  static void expect_error(const ProgramRun& r, const std::string& command, const std::string& what) {
+  static void expect_error(const ProgramRun& r, const std::string& command,
+                           const std::string& what) {
     EXPECT_EQ(r.exit_code, 1) << r.err;
     EXPECT_EQ(r.err.rfind("chunkgrad " + command + ": error: ", 0), 0u) << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
@@ -131,7 +133,8 @@ TEST_F(FeaturesProgram, BadOptionsAreOneErrorLine) {
                "layer 7 does not exist; the target has 2 decoder layers");
   expect_error(cli("features" + target + data + " --out " + at("x") + " --device nodevice"),
                "features", "--device");
-  write("bad.jsonl", "{\"input_ids\": [256, 65, 66]}\n{\"input_ids\": [1, 2], \"loss_mask\": [1]}\n");
+  write("bad.jsonl",
+        "{\"input_ids\": [256, 65, 66]}\n{\"input_ids\": [1, 2], \"loss_mask\": [1]}\n");
   expect_error(cli("features" + target + " --data " + at("bad.jsonl") + " --out " + at("x")),
                "features", "bad.jsonl line 2: loss_mask must be an array of 2");
   write("bad2.jsonl", "{\"input_ids\": [256, 65, 9999]}\n");
@@ -153,7 +156,7 @@ TEST_F(FeaturesProgram, AnOfflineRunLearnsAsTheToyRunDoes) {
   EXPECT_EQ(index["layer_ids"], nlohmann::json({1}));  // the run's drafter layers: 2 layers, n 1
   EXPECT_EQ(index["dtype"], "bf16");
   const ProgramRun r = cli("train --config '" + at("toy.json") + "' --run-dir '" + at("off") +
-                    "' --features '" + at("qf") + "' --json");
+                           "' --features '" + at("qf") + "' --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json off = nlohmann::json::parse(r.out);
   const nlohmann::json toy = nlohmann::json::parse(slurp(at("toy_summary.json")));
@@ -216,7 +219,8 @@ TEST_F(FeaturesProgram, AMismatchedOrDamagedFolderLeavesTheRunDirectoryUnchanged
   EXPECT_TRUE(files_of(at("fresh")).empty());
   // Synthetic features are reserved, not built yet.
   write("synthetic.json", R"({"features": {"source": "synthetic"}})");
-  expect_error(cli("train --config '" + at("synthetic.json") + "'"), "train", "not implemented yet");
+  expect_error(cli("train --config '" + at("synthetic.json") + "'"), "train",
+               "not implemented yet");
 }
 
 }  // namespace

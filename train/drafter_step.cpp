@@ -1,11 +1,13 @@
 // Why this file exists: the drafter's forward + loss and slot metrics (drafter_step.h).
 #include "train/drafter_step.h"
 
+#include "autograd/grad_mode.h"
 #include "core/allocator_stats.h"
 #include "core/factories.h"
 #include "core/views.h"
 #include "ops/index_ops.h"
 #include "ops/shape_ops.h"
+#include "train/tokenizer.h"
 
 namespace cg::train {
 
@@ -155,6 +157,31 @@ double SlotMetrics::expected_acceptance_length() const {
 
 double SlotMetrics::mean_acceptance_length() const {
   return blocks > 0 ? accept_sum / static_cast<double>(blocks) : 0.0;
+}
+
+// Per-slot accuracy with every candidate anchor of each held-out sequence (up to 256).
+SlotMetrics held_out_slot_metrics(const nn::DFlashDrafter& drafter, FeatureSource& source,
+                                  const DrafterConfig& d) {
+  NoGradGuard no_grad;
+  const std::vector<DrafterSequence>& seqs = source.sequences();
+  const Device device = drafter.fc->weight.device();
+  const int64_t block_size = d.block_size;
+  SlotMetrics m(block_size);
+  const DrafterHeadLoss ce = drafter_eval_head_loss(d);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    std::vector<int64_t> anchors = anchor_candidates(seqs[i].loss_mask);
+    if (anchors.empty()) continue;
+    if (anchors.size() > 256) anchors.resize(256);
+    const int64_t n = static_cast<int64_t>(anchors.size());
+    BlockBatch b =
+        build_block_batch({&seqs[i]}, {anchors}, n, block_size, 0.0, drafter.config().mask_token_id,
+                          ByteTokenizer::kPad, source.seq_len());
+    const FeatureBatch f = source.fetch({static_cast<int64_t>(i)}, device);
+    HeadLossResult r = drafter_loss(drafter, {&b, f.hidden_states, Tensor()}, ce);
+    const std::vector<double> am = r.argmax.to_vector();
+    m.add(b, std::vector<int64_t>(am.begin(), am.end()));
+  }
+  return m;
 }
 
 }  // namespace cg::train

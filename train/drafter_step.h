@@ -14,6 +14,7 @@
 #include "nn/dflash_drafter.h"
 #include "ops/head_loss.h"
 #include "train/dflash_batch.h"
+#include "train/feature_source.h"
 #include "train/train_config.h"
 
 namespace cg::train {
@@ -80,5 +81,10 @@ struct SlotMetrics {
   double accept_sum = 0;
   int64_t blocks = 0;
 };
+
+// Per-slot accuracy of `drafter` on every sample of `source` (held-out data), with every
+// candidate anchor of each (up to 256), CE only, no graph.
+SlotMetrics held_out_slot_metrics(const nn::DFlashDrafter& drafter, FeatureSource& source,
+                                  const DrafterConfig& d);
 
 }  // namespace cg::train

@@ -113,31 +113,6 @@ struct RunState {
   const std::vector<int64_t>& target_layers() const { return drafter->config().target_layers; }
 };
 
-// Per-slot accuracy with every candidate anchor of each held-out sequence (up to 256).
-SlotMetrics slot_metrics(const nn::DFlashDrafter& drafter, FeatureSource& source,
-                         const DrafterConfig& d) {
-  NoGradGuard no_grad;
-  const std::vector<DrafterSequence>& seqs = source.sequences();
-  const Device device = drafter.fc->weight.device();
-  const int64_t block_size = d.block_size;
-  SlotMetrics m(block_size);
-  const DrafterHeadLoss ce = drafter_eval_head_loss(d);
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    std::vector<int64_t> anchors = anchor_candidates(seqs[i].loss_mask);
-    if (anchors.empty()) continue;
-    if (anchors.size() > 256) anchors.resize(256);
-    const int64_t n = static_cast<int64_t>(anchors.size());
-    BlockBatch b =
-        build_block_batch({&seqs[i]}, {anchors}, n, block_size, 0.0, drafter.config().mask_token_id,
-                          ByteTokenizer::kPad, source.seq_len());
-    const FeatureBatch f = source.fetch({static_cast<int64_t>(i)}, device);
-    HeadLossResult r = drafter_loss(drafter, {&b, f.hidden_states, Tensor()}, ce);
-    const std::vector<double> am = r.argmax.to_vector();
-    m.add(b, std::vector<int64_t>(am.begin(), am.end()));
-  }
-  return m;
-}
-
 // Text for the summary: printable ASCII and newlines as they are, other bytes as \xNN
 // (a small target may emit bytes that are not UTF-8, which JSON cannot hold).
 std::string printable(const std::string& text) {
@@ -393,7 +368,7 @@ void evaluate_offline(RunState& s) {
     say(s.config, "evaluation: per-slot accuracy on " +
                       std::to_string(s.offline_held->sequences().size()) +
                       " held-out feature samples; speculative decoding skipped (offline)");
-    s.slots = slot_metrics(*s.drafter, *s.offline_held, s.config.drafter);
+    s.slots = held_out_slot_metrics(*s.drafter, *s.offline_held, s.config.drafter);
   } else {
     s.slots = SlotMetrics(s.config.drafter.block_size);
     s.eval_skipped += " and per-slot accuracy (fewer than 4 samples: none held out)";
@@ -419,7 +394,7 @@ void evaluate_drafter(RunState& s) {
   TargetFeatures held_features =
       compute_target_features(s.lm(), held, s.target_layers(), false, ByteTokenizer::kPad);
   InMemoryFeatureSource held_source(std::move(held), std::move(held_features));
-  s.slots = slot_metrics(*s.drafter, held_source, config.drafter);
+  s.slots = held_out_slot_metrics(*s.drafter, held_source, config.drafter);
   DFlashBlockDrafter block_drafter(*s.drafter);
   for (const auto& p : s.eval_prompts) s.eval_prompt_ids.push_back(s.tok.encode(p, {.bos = true}));
   say(config, "speculative decoding of " + std::to_string(s.eval_prompts.size()) +

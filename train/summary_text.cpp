@@ -74,9 +74,11 @@ std::string summary_text(const nlohmann::json& s) {
       "averaged: usually higher, as misses cluster; blocks cut by a sequence's end lower it)\n",
       s["expected_acceptance_length"].get<double>(), s["measured_acceptance_length"].get<double>());
   o << acceptance;
-  o << "  (both on held-out blocks of drafter.block_size anchored at true positions; tau above is "
-       "what decoding "
-       "achieved, each block starting where the last one stopped)\n";
+  o << (s.contains("evaluation_skipped")
+            ? "  (both on held-out blocks of drafter.block_size anchored at true positions)\n"
+            : "  (both on held-out blocks of drafter.block_size anchored at true positions; tau "
+              "above is what decoding achieved, each block starting where the last one "
+              "stopped)\n");
   const nlohmann::json& steps = s["drafter_steps"];
   if (steps["trained"].get<int64_t>() > 0) {
     std::snprintf(
