@@ -17,30 +17,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "program_run_util.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-struct ProgramRun {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::map<std::string, std::string> files_of(const std::string& dir) {
-  std::map<std::string, std::string> files;
-  if (!fs::exists(dir)) return files;
-  for (const auto& e : fs::recursive_directory_iterator(dir)) {
-    if (e.is_regular_file()) files[e.path().string()] = slurp(e.path().string());
-  }
-  return files;
-}
+using cg::testing_program::files_of;
+using cg::testing_program::ProgramRun;
+using cg::testing_program::slurp;
 
 // The toy target, trained once for the whole suite on "question N: answer 7N" lines, and
 // 40 of those lines as pre-tokenized JSONL (BOS, bytes; loss mask on the answer).

@@ -25,21 +25,14 @@
 
 #include "core/backend.h"
 #include "nn/safetensors.h"
+#include "program_run_util.h"
 #include "train/run_lock.h"
 
 namespace {
 
-struct TrainRun {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using TrainRun = cg::testing_program::ProgramRun;
+using cg::testing_program::files_of;
+using cg::testing_program::slurp;
 
 class TrainProgram : public ::testing::Test {
  protected:
@@ -96,14 +89,6 @@ class TrainProgram : public ::testing::Test {
                   "max_anchors": 4, "optim": {"steps": 2, "batch_size": 2}},
       "eval": {"prompts": 1, "max_new_tokens": 8, "accuracy_sequences": 1},
       "memory": {"enabled": false}})";
-  }
-  // Every file under `dir` and its bytes.
-  static std::map<std::string, std::string> files_of(const std::string& dir) {
-    std::map<std::string, std::string> files;
-    for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
-      if (e.is_regular_file()) files[e.path().string()] = slurp(e.path().string());
-    }
-    return files;
   }
   // `chunkgrad train args` started in the background; its PID.
   pid_t start_train(const std::string& args) const {

@@ -20,7 +20,7 @@ namespace cg::cli {
 namespace {
 
 struct FeaturesOptions {
-  std::string target, data, out, layers, dtype = "bf16", device = "cpu";
+  std::string target, data, out, layers, dtype = "bf16", device = kCPU.str();
   int64_t shard_mb = 1024;
   bool no_progress = false;
 };
