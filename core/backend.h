@@ -74,6 +74,27 @@ class DeviceBackend {
                     size_t nbytes) = 0;
   virtual void synchronize(int index) = 0;
 
+  // Note [Pinned uploads]: page-locked host memory, which a device copies from in its own
+  // stream order while the host goes on (the offline feature reader's batches,
+  // train/offline_features.h). allocate_pinned_host returns nullptr where the device has
+  // no such memory (the host, and the default): the caller then uses ordinary memory and
+  // copy(). upload_pinned queues dst (memory of dst_device) <- src (from
+  // allocate_pinned_host) and returns without waiting; src must stay as it is until
+  // upload_done(ticket), which never waits, says true. Default: copy(), done at once.
+  virtual void* allocate_pinned_host(size_t nbytes) {
+    (void)nbytes;
+    return nullptr;
+  }
+  virtual void free_pinned_host(void* ptr) { (void)ptr; }
+  virtual uint64_t upload_pinned(void* dst, Device dst_device, const void* src, size_t nbytes) {
+    copy(dst, dst_device, src, kCPU, nbytes);
+    return 0;
+  }
+  virtual bool upload_done(uint64_t ticket) {
+    (void)ticket;
+    return true;
+  }
+
   // ---- data primitives (Note [Device primitives]) ----
   using Dims = std::vector<int64_t>;
   // dst[i] = value + i * step for the elements in row-major order (step 0: a constant;

@@ -6,7 +6,9 @@
 // kernels (cuda/copy_kernels.cu) on the device's one compute stream (Note [One compute
 // stream], cuda/compute_stream.h).
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include <cuda_runtime_api.h>
@@ -155,7 +157,52 @@ class CudaBackend final : public DeviceBackend {
                          stream);
   }
 
+  // ---- Note [Pinned uploads] (core/backend.h) ----
+
+  void* allocate_pinned_host(size_t nbytes) override {
+    void* ptr = nullptr;
+    CG_CUDA_CHECK(cudaHostAlloc(&ptr, nbytes, cudaHostAllocPortable));
+    return ptr;
+  }
+  void free_pinned_host(void* ptr) override {
+    if (ptr != nullptr) CG_CUDA_CHECK(cudaFreeHost(ptr));
+  }
+  // In the compute stream's order (after the kernels queued so far, before those queued
+  // next), then an event whose completion frees the source.
+  uint64_t upload_pinned(void* dst, Device dst_device, const void* src, size_t nbytes) override {
+    const cudaStream_t stream = enter(dst_device, "upload_pinned");
+    CG_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, stream));
+    cudaEvent_t done{};
+    CG_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    CG_CUDA_CHECK(cudaEventRecord(done, stream));
+    std::lock_guard<std::mutex> lock(uploads_mutex_);
+    uploads_.emplace(++last_ticket_, done);
+    return last_ticket_;
+  }
+  bool upload_done(uint64_t ticket) override {
+    cudaEvent_t done{};
+    {
+      std::lock_guard<std::mutex> lock(uploads_mutex_);
+      auto it = uploads_.find(ticket);
+      if (it == uploads_.end()) return true;  // seen done before (or 0: no upload)
+      done = it->second;
+    }
+    const cudaError_t state = cudaEventQuery(done);  // never waits
+    if (state == cudaErrorNotReady) {
+      cudaGetLastError();
+      return false;
+    }
+    CG_CUDA_CHECK(state);
+    std::lock_guard<std::mutex> lock(uploads_mutex_);
+    if (uploads_.erase(ticket) > 0) CG_CUDA_CHECK(cudaEventDestroy(done));
+    return true;
+  }
+
  private:
+  std::mutex uploads_mutex_;                 // guards uploads_ and last_ticket_
+  std::map<uint64_t, cudaEvent_t> uploads_;  // queued pinned uploads not yet seen done
+  uint64_t last_ticket_ = 0;
+
   // Makes `device` current and returns its compute stream.
   cudaStream_t enter(Device device, const char* what) {
     CG_CHECK(device.is_cuda(), "the CUDA backend's ", what, " was asked to run on ", device.str(),

@@ -4,6 +4,7 @@
 
 #include <sys/mman.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -121,6 +122,20 @@ void FakeDeviceBackend::fill(Device device, void* dst, DType dtype, const Dims& 
   check_on_device(device, dst, span_bytes(sizes, strides, dtype), "fill");
   DeviceMemoryAccessible open;
   host_backend().fill(kCPU, dst, dtype, sizes, strides, value, step);
+}
+
+void* FakeDeviceBackend::allocate_pinned_host(size_t nbytes) {
+  ++counts.pinned_buffers;
+  return std::malloc(nbytes);
+}
+
+void FakeDeviceBackend::free_pinned_host(void* ptr) { std::free(ptr); }
+
+uint64_t FakeDeviceBackend::upload_pinned(void* dst, Device dst_device, const void* src,
+                                          size_t nbytes) {
+  ++counts.pinned_uploads;
+  copy(dst, dst_device, src, kCPU, nbytes);
+  return static_cast<uint64_t>(counts.pinned_uploads);
 }
 
 void FakeDeviceBackend::copy_strided(Device device, void* dst, DType dst_dtype, const Dims& sizes,

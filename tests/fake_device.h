@@ -30,6 +30,8 @@ struct Counts {
   int strided_copies = 0;
   int accumulates = 0;
   int random_fills = 0;
+  int pinned_buffers = 0;  // allocate_pinned_host() calls
+  int pinned_uploads = 0;  // upload_pinned() calls
 };
 
 class FakeDeviceBackend final : public DeviceBackend {
@@ -56,6 +58,12 @@ class FakeDeviceBackend final : public DeviceBackend {
                       uint64_t seed, uint64_t offset, double low, double high) override;
   void random_normal(Device device, void* dst, DType dtype, const Dims& sizes, const Dims& strides,
                      uint64_t seed, uint64_t offset, double mean, double std) override;
+
+  // Note [Pinned uploads]: ordinary host memory stands for pinned memory, and an upload
+  // is done at once (copy()); the counts show that a caller took the pinned path.
+  void* allocate_pinned_host(size_t nbytes) override;
+  void free_pinned_host(void* ptr) override;
+  uint64_t upload_pinned(void* dst, Device dst_device, const void* src, size_t nbytes) override;
 
   Counts counts;
 };

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "core/factories.h"
+#include "fake_device.h"
 #include "nn/safetensors.h"
 #include "nn_test_util.h"
 #include "ops/shape_ops.h"
@@ -77,6 +78,10 @@ void expect_row(const train::FeatureBatch& b, int64_t r, const Written& w, int64
   for (double v : pad.to_vector()) ASSERT_EQ(v, 0.0);
 }
 
+train::FeatureBatch to_cpu(const train::FeatureBatch& b) {
+  return {to_device(b.hidden_states, kCPU), to_device(b.last_hidden, kCPU)};
+}
+
 TEST(FeatureFiles, WhatIsWrittenIsReadBackBf16AndF32) {
   for (DType dtype : {DType::bf16, DType::f32}) {
     SCOPED_TRACE(dtype_name(dtype));
@@ -112,6 +117,27 @@ TEST(FeatureFiles, WhatIsWrittenIsReadBackBf16AndF32) {
     EXPECT_EQ(tail.sequences()[0].ids, w.seqs[3].ids);
     expect_row(tail.fetch({1}, kCPU), 0, w, 4, dtype);
   }
+}
+
+// On a device with memory of its own (the fake device standing for a GPU), batches read
+// ahead go through pinned buffers (Note [Pinned uploads]), a pool that stops growing; the
+// features are the same.
+TEST(FeatureFiles, ReadAheadGoesThroughPinnedBuffersOnADevice) {
+  fake::FakeDeviceScope scope;
+  TempDir dir;
+  const Written w = write_features(dir.file("f"), DType::bf16);
+  train::OfflineFeatureSource source(dir.file("f"));
+  expect_row(to_cpu(source.fetch({0}, fake::fake_device())), 0, w, 0, DType::bf16);
+  EXPECT_EQ(scope.backend().counts.pinned_uploads, 2);  // read here, through pinned memory too
+  for (int step = 0; step < 6; ++step) {
+    const std::vector<int64_t> ids = {step % 5, (step + 2) % 5};
+    source.prefetch(ids);
+    const train::FeatureBatch b = to_cpu(source.fetch(ids, fake::fake_device()));
+    expect_row(b, 0, w, ids[0], DType::bf16);
+    expect_row(b, 1, w, ids[1], DType::bf16);
+  }
+  EXPECT_EQ(scope.backend().counts.pinned_uploads, 14);
+  EXPECT_LE(scope.backend().counts.pinned_buffers, 4);  // reused, not made per batch
 }
 
 // The error of opening `dir` with `expect`, or "" when it opens.

@@ -176,6 +176,10 @@ OfflineFeatureSource::~OfflineFeatureSource() {
   wake_.notify_all();
   if (reader_.joinable()) reader_.join();
   for (int fd : fds_) ::close(fd);
+  for (PinnedBuffer& p : pinned_) {
+    while (!pinned_backend_->upload_done(p.ticket)) std::this_thread::yield();
+    pinned_backend_->free_pinned_host(p.ptr);
+  }
 }
 
 std::string OfflineFeatureSource::shard_path(int shard) const {
@@ -187,24 +191,63 @@ std::string OfflineFeatureSource::describe() const {
          std::to_string(index_.shards.size()) + " shards, " + dtype_name(index_.dtype) + ")";
 }
 
-void OfflineFeatureSource::read_batch(HostBatch& b) const {
+void OfflineFeatureSource::take_buffer(size_t nbytes, HostBuffer& out) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (pinned_backend_ != nullptr) {
+      int found = -1;
+      for (size_t i = 0; i < pinned_.size() && found < 0; ++i) {
+        PinnedBuffer& p = pinned_[i];
+        if (!p.in_use && p.size >= nbytes && pinned_backend_->upload_done(p.ticket))
+          found = static_cast<int>(i);
+      }
+      if (found < 0) {
+        void* ptr = pinned_backend_->allocate_pinned_host(std::max<size_t>(nbytes, 1));
+        if (ptr != nullptr) {
+          pinned_.push_back({ptr, std::max<size_t>(nbytes, 1), 0, false});
+          found = static_cast<int>(pinned_.size()) - 1;
+        }
+      }
+      if (found >= 0) {
+        pinned_[static_cast<size_t>(found)].in_use = true;
+        out.pinned = found;
+        out.data = static_cast<char*>(pinned_[static_cast<size_t>(found)].ptr);
+        std::memset(out.data, 0, nbytes);
+        return;
+      }
+    }
+  }
+  out.plain.assign(nbytes, 0);
+  out.data = out.plain.data();
+}
+
+void OfflineFeatureSource::release_locked(HostBuffer& b, uint64_t ticket) {
+  if (b.pinned < 0) return;
+  PinnedBuffer& p = pinned_[static_cast<size_t>(b.pinned)];
+  p.ticket = ticket;
+  p.in_use = false;
+  b.pinned = -1;
+  b.data = nullptr;
+}
+
+void OfflineFeatureSource::read_batch(HostBatch& b) {
   const int64_t B = static_cast<int64_t>(b.ids.size()), S = index_.max_seq_len;
   const uint64_t es = element_size(index_.dtype);
   const uint64_t row_hs = static_cast<uint64_t>(index_.num_layers() * index_.hidden_size) * es;
   const uint64_t row_last = static_cast<uint64_t>(index_.hidden_size) * es;
-  b.hidden_states.assign(static_cast<size_t>(B * S) * row_hs, 0);
-  b.last_hidden.assign(static_cast<size_t>(B * S) * row_last, 0);
+  take_buffer(static_cast<size_t>(B * S) * row_hs, b.hidden_states);
+  take_buffer(static_cast<size_t>(B * S) * row_last, b.last_hidden);
   for (int64_t r = 0; r < B; ++r) {
     const int64_t id = b.ids[static_cast<size_t>(r)];
     CG_CHECK(id >= 0 && id < static_cast<int64_t>(samples_.size()), "feature files: sample ", id,
              " asked for; ", dir_, " has ", samples_.size());
     const SampleFiles& f = samples_[static_cast<size_t>(id)];
     read_exactly(fds_[static_cast<size_t>(f.hidden_states.shard)],
-                 b.hidden_states.data() + static_cast<uint64_t>(r * S) * row_hs,
+                 b.hidden_states.data + static_cast<uint64_t>(r * S) * row_hs,
                  f.hidden_states.offset, f.hidden_states.nbytes, shard_path(f.hidden_states.shard));
     read_exactly(fds_[static_cast<size_t>(f.last_hidden.shard)],
-                 b.last_hidden.data() + static_cast<uint64_t>(r * S) * row_last,
-                 f.last_hidden.offset, f.last_hidden.nbytes, shard_path(f.last_hidden.shard));
+                 b.last_hidden.data + static_cast<uint64_t>(r * S) * row_last, f.last_hidden.offset,
+                 f.last_hidden.nbytes, shard_path(f.last_hidden.shard));
   }
 }
 
@@ -233,6 +276,10 @@ void OfflineFeatureSource::reader_loop() {
     }
     lock.lock();
     next->done = true;
+    if (next->dropped) {  // fetch() went past it while it was being read
+      release_locked(next->hidden_states, 0);
+      release_locked(next->last_hidden, 0);
+    }
     ready_.notify_all();
   }
 }
@@ -252,12 +299,24 @@ FeatureBatch OfflineFeatureSource::fetch(const std::vector<int64_t>& ids, Device
   std::shared_ptr<HostBatch> b;
   {
     std::unique_lock<std::mutex> lock(mutex_);
+    // From now on batches are read into pinned memory when the device has its own (a
+    // batch read ahead before the first fetch named the device goes the ordinary way).
+    if (pinned_backend_ == nullptr && backend_for(device).capabilities().own_memory)
+      pinned_backend_ = &backend_for(device);
     // The first queued batch with these ids; the ones before it were not fetched and go
     // (one the reader is reading finishes unseen). The batch itself stays queued until it
     // is read: the reader takes its work from the queue.
     for (size_t i = 0; i < queue_.size(); ++i) {
       if (queue_[i]->ids != ids) continue;
       b = queue_[i];
+      for (size_t k = 0; k < i; ++k) {
+        HostBatch& skipped = *queue_[k];
+        skipped.dropped = true;
+        if (skipped.done) {
+          release_locked(skipped.hidden_states, 0);
+          release_locked(skipped.last_hidden, 0);
+        }
+      }
       queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(i));
       break;
     }
@@ -274,15 +333,29 @@ FeatureBatch OfflineFeatureSource::fetch(const std::vector<int64_t>& ids, Device
   }
   CG_CHECK(b->error.empty(), b->error);
   const int64_t B = static_cast<int64_t>(ids.size()), S = index_.max_seq_len;
-  const int64_t K = index_.num_layers(), H = index_.hidden_size;
   FeatureBatch out;
-  Tensor hs = empty({B, S, K * H}, {.dtype = index_.dtype});
-  std::memcpy(hs.data_ptr(), b->hidden_states.data(), hs.nbytes());
-  Tensor last = empty({B, S, H}, {.dtype = index_.dtype});
-  std::memcpy(last.data_ptr(), b->last_hidden.data(), last.nbytes());
-  out.hidden_states = to_device(hs, device);
-  out.last_hidden = to_device(last, device);
+  out.hidden_states =
+      upload(b->hidden_states, {B, S, index_.num_layers() * index_.hidden_size}, device);
+  out.last_hidden = upload(b->last_hidden, {B, S, index_.hidden_size}, device);
   return out;
+}
+
+// A pinned buffer goes to the device in its stream order, and back to the pool with the
+// upload's ticket; ordinary memory is copied into a tensor (and that to the device).
+Tensor OfflineFeatureSource::upload(HostBuffer& b, const Shape& shape, Device device) {
+  Tensor t;
+  uint64_t ticket = 0;
+  if (b.pinned >= 0 && backend_for(device).capabilities().own_memory) {
+    t = empty(shape, {.dtype = index_.dtype, .device = device});
+    ticket = pinned_backend_->upload_pinned(t.data_ptr(), device, b.data, t.nbytes());
+  } else {
+    t = empty(shape, {.dtype = index_.dtype});
+    std::memcpy(t.data_ptr(), b.data, t.nbytes());
+    t = to_device(t, device);
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  release_locked(b, ticket);
+  return t;
 }
 
 }  // namespace cg::train

@@ -10,9 +10,11 @@
 // background thread reads their bytes from the shards (pread, no tensor is made off the
 // main thread) into one host buffer per batch, laid out as the padded batch [B, S, K*H],
 // while the current step computes. fetch() then only copies that buffer into a tensor and
-// to the device; a fetch nobody asked for reads on the calling thread. Page-locked host
-// memory and an asynchronous upload (so that the copy overlaps the GPU's work too) are
-// the device backend's to offer; on the CPU the buffer is ordinary memory.
+// to the device; a fetch nobody asked for reads on the calling thread. On a device with
+// memory of its own the buffers are page-locked host memory from a small pool and go up
+// asynchronously in the device's stream order (Note [Pinned uploads], core/backend.h): the
+// copy overlaps the device's work and a buffer is reused once its upload is done. On the
+// CPU the buffer is ordinary memory.
 #pragma once
 
 #include <condition_variable>
@@ -24,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/backend.h"
 #include "train/feature_files.h"
 #include "train/feature_source.h"
 
@@ -74,14 +77,30 @@ class OfflineFeatureSource : public FeatureSource {
     Location hidden_states, last_hidden;
     int64_t seq_len = 0;
   };
+  // Host memory for one tensor of a batch: ordinary, or a pinned buffer of the pool
+  // (Note [Pinned uploads], core/backend.h).
+  struct HostBuffer {
+    std::vector<char> plain;
+    int pinned = -1;  // index into pinned_, or -1
+    char* data = nullptr;
+  };
   struct HostBatch {  // Note [Reading ahead]
     std::vector<int64_t> ids;
-    std::vector<char> hidden_states, last_hidden;  // [B, S, K*H] and [B, S, H], zero padded
+    HostBuffer hidden_states, last_hidden;  // [B, S, K*H] and [B, S, H], zero padded
     std::string error;
-    bool done = false;
+    bool done = false, dropped = false;
+  };
+  struct PinnedBuffer {
+    void* ptr = nullptr;
+    size_t size = 0;
+    uint64_t ticket = 0;  // the last upload from it (DeviceBackend::upload_done)
+    bool in_use = false;
   };
 
-  void read_batch(HostBatch& b) const;  // any thread
+  void read_batch(HostBatch& b);                     // any thread
+  void take_buffer(size_t nbytes, HostBuffer& out);  // any thread; zeroed
+  void release_locked(HostBuffer& b, uint64_t ticket);
+  Tensor upload(HostBuffer& b, const Shape& shape, Device device);
   void reader_loop();
   std::string shard_path(int shard) const;
 
@@ -97,6 +116,10 @@ class OfflineFeatureSource : public FeatureSource {
   bool stop_ = false;
   std::thread reader_;  // started by the first prefetch()
   int64_t prefetch_hits_ = 0;
+  // Set by the first fetch to a device with memory of its own; the pool of its pinned
+  // buffers, reused once their last upload is done (both guarded by mutex_).
+  DeviceBackend* pinned_backend_ = nullptr;
+  std::vector<PinnedBuffer> pinned_;
 };
 
 }  // namespace cg::train
