@@ -29,12 +29,27 @@
 
 namespace cg::train {
 
-// The drafter for a target: width and RoPE of the target, the config's depth and MLP,
-// target layers by the public rule (or the explicit list), the tokenizer's MASK id;
-// compute dtype f32 or bf16 (then the frozen embed/head are bf16 copies).
+// The drafter's architecture for a target of architecture `target`: the target's width
+// and vocabulary; the config's depth, MLP, heads, head_dim, RoPE theta and eps (each 0 =
+// the target's), layer types and window; target layers by the public rule over the
+// target's depth (or the explicit list); drafter.mask_token_id, or `mask_id` at -1.
+// Throws when drafter.hidden_size / vocab_size / num_target_layers disagree with the target.
+nn::DFlashDrafterConfig drafter_model_config(const nn::Qwen3Config& target,
+                                             const DrafterConfig& config, int64_t mask_id);
+// The target's architecture as far as a drafter needs it, from drafter.hidden_size,
+// vocab_size and num_target_layers, where there is no target model (synthetic features).
+nn::Qwen3Config synthetic_target_architecture(const DrafterConfig& config);
+
+// The drafter for a target (drafter_model_config); compute dtype f32 or bf16 (then the
+// frozen embed/head are bf16 copies).
 std::unique_ptr<nn::DFlashDrafter> make_drafter(const nn::Qwen3ForCausalLM& target,
                                                 const DrafterConfig& config, int64_t mask_id,
                                                 uint64_t seed);
+// The same from the frozen tables alone ([V, H] each, already in the compute dtype and on
+// the device), where there is no target model.
+std::unique_ptr<nn::DFlashDrafter> make_drafter(const nn::Qwen3Config& target, Tensor embed,
+                                                Tensor head, const DrafterConfig& config,
+                                                int64_t mask_id, uint64_t seed);
 
 // What the drafter learns from: the sequences and their features (train/feature_source.h;
 // shared, so that the caller may keep using the source after the trainer is gone).

@@ -60,6 +60,21 @@ struct LossSpec {
 struct DrafterConfig {
   int64_t num_layers = 1;
   int64_t intermediate_size = 192;
+  // The drafter's own attention sizes, RoPE and norm eps (the published 27B-class drafter:
+  // 32 x 128 query heads at hidden 5120); 0 = the target's value.
+  int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  double rope_theta = 0;
+  double rms_eps = 0;
+  // Per layer "full_attention" | "sliding_attention" ([] = every layer full), and the
+  // sliding layers' window W (docs/dflash_training.md).
+  std::vector<std::string> layer_types;
+  int64_t sliding_window = 0;
+  int64_t mask_token_id = -1;  // the MASK token; -1 = the tokenizer's (train/tokenizer.h)
+  // The target's sizes where there is no target model (features.source "synthetic"):
+  // hidden_size (H, the drafter's width), vocab_size (V of the frozen embedding and
+  // lm_head) and num_target_layers (L, for the layer-id rule). 0 = the target model's;
+  // with a target model a non-zero value must equal it.
+  int64_t hidden_size = 0, vocab_size = 0, num_target_layers = 0;
   int64_t num_target_features = 3;     // n of the public layer rule
   std::vector<int64_t> target_layers;  // explicit ids instead of the rule ([] = rule)
   int64_t block_size = 8;
