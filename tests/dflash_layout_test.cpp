@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 
 #include "autograd/grad_mode.h"
 #include "core/factories.h"
@@ -292,6 +293,18 @@ TEST(DFlashLayout, ToyDrafterWithSlidingLayersLearns) {
   const auto acc = s["per_slot_accuracy"].get<std::vector<double>>();
   EXPECT_GT(acc[1], 0.2) << "slot-1 accuracy (chance: 1/260)";
   EXPECT_TRUE(s["lossless"].get<bool>());
+  // Every drafter step's log line has its time, rates, MFU and the allocator's peak.
+  std::ifstream metrics(dir.file("run/metrics.jsonl"));
+  int64_t steps = 0;
+  for (std::string line; std::getline(metrics, line);) {
+    const nlohmann::json r = nlohmann::json::parse(line);
+    if (r["phase"] != "drafter") continue;
+    ++steps;
+    for (const char* field :
+         {"ms", "context_tokens_per_s", "positions_per_s", "mfu", "peak_allocated_bytes"})
+      EXPECT_GT(r[field].get<double>(), 0) << field << " of step " << r["step"];
+  }
+  EXPECT_EQ(steps, c.drafter.optim.steps);
 }
 
 }  // namespace

@@ -8,6 +8,9 @@
 #include <regex>
 
 #include "autograd/grad_mode.h"
+#include "core/allocator_stats.h"
+#include "core/backend.h"
+#include "core/caching_allocator.h"
 #include "core/factories.h"
 #include "core/json_input.h"
 #include "core/views.h"
@@ -16,6 +19,7 @@
 #include "ops/elementwise.h"
 #include "ops/index_ops.h"
 #include "ops/shape_ops.h"
+#include "train/flop_count.h"
 #include "train/stop_signal.h"
 #include "train/target_lm.h"
 #include "train/tokenizer.h"
@@ -485,13 +489,52 @@ void DrafterTrainer::load_checkpoint(const std::string& path) {
   opt_.load_state(optim, step);
 }
 
+namespace {
+
+// The allocator's peak on the device the drafter trains on (the host's for the CPU).
+int64_t device_peak_bytes(Device device) {
+  const Device where = backend_for(device).capabilities().own_memory ? device : kCPU;
+  return static_cast<int64_t>(allocator_for(where).stats().allocated_bytes.peak);
+}
+
+std::string step_detail(const StepThroughput& t, int64_t peak) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%.0f ms  %.0f pos/s  MFU %.1f%%  peak %.2f GiB", t.ms,
+                t.positions_per_s, 100 * t.mfu, static_cast<double>(peak) / (1 << 30));
+  return buf;
+}
+
+}  // namespace
+
 double DrafterTrainer::run(MetricsLog* log) {
   const DrafterConfig& d = config_.drafter;
   ProgressBar bar("drafter", d.optim.steps, config_.progress, step());
+  // Note [Step time]: a GPU step is queued work (Note [Steps that do not wait]); its time
+  // is known only when the host waits, so every step of a finished group is logged with
+  // the group's wall time / its steps (a checkpoint's save falls in no group).
+  const DrafterStepShape shape = drafter_step_shape(drafter_.config(), d, data_.source->seq_len());
+  const double flops = drafter_step_flops(shape).total();
+  if (config_.progress) {
+    std::fprintf(stderr,
+                 "chunkgrad train: drafter step: %.4g TFLOP (every GEMM and attention, forward "
+                 "and backward; MFU = FLOPs / step time / %.1f TFLOP/s, H200 dense bf16)\n",
+                 flops / 1e12, kH200DenseBf16Flops / 1e12);
+  }
+  const Device device = drafter_.fc->weight.device();
   std::vector<QueuedStep> queued;  // Note [Steps that do not wait]
+  auto group_start = std::chrono::steady_clock::now();
   auto finish_queued = [&] {
-    for (const QueuedStep& q : queued) {
-      const StepRecord r = finish(q);
+    std::vector<StepRecord> done;
+    for (const QueuedStep& q : queued) done.push_back(finish(q));  // waits for the device
+    queued.clear();
+    if (done.empty()) return;
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - group_start).count();
+    const StepThroughput t =
+        step_throughput(shape, flops, seconds / static_cast<double>(done.size()));
+    const int64_t peak = device_peak_bytes(device);
+    bar.set_detail(step_detail(t, peak));
+    for (const StepRecord& r : done) {
       bar.update(r.step, r.loss, r.tokens);
       if (log) {
         log->write({{"phase", "drafter"},
@@ -501,12 +544,17 @@ double DrafterTrainer::run(MetricsLog* log) {
                     {"grad_norm", r.grad_norm},
                     {"slot1_accuracy", r.slot1_accuracy},
                     {"label_tokens", r.tokens},
-                    {"seconds", r.seconds}});
+                    {"seconds", r.seconds},
+                    {"ms", t.ms},
+                    {"context_tokens_per_s", t.context_tokens_per_s},
+                    {"positions_per_s", t.positions_per_s},
+                    {"mfu", t.mfu},
+                    {"peak_allocated_bytes", peak}});
       }
     }
-    queued.clear();
   };
   while (step() < d.optim.steps) {
+    if (queued.empty()) group_start = std::chrono::steady_clock::now();
     queued.push_back(train_step_queued());
     const int64_t s = queued.back().step;
     const bool stop = stop_agreed();  // Note [Stopping together], train/stop_signal.h

@@ -44,6 +44,39 @@ DrafterStepFlops drafter_step_flops(const DrafterStepShape& s) {
   return f;
 }
 
+DrafterStepShape drafter_step_shape(const nn::DFlashDrafterConfig& drafter,
+                                    const DrafterConfig& config, int64_t seq_len) {
+  DrafterStepShape s;
+  s.sequences = config.optim.batch_size * config.optim.grad_accum;
+  s.context_len = seq_len;
+  s.anchors = config.max_anchors;
+  s.block_size = config.block_size;
+  const nn::Qwen3Config& l = drafter.layers;
+  s.hidden = l.hidden_size;
+  s.target_features = static_cast<int64_t>(drafter.target_layers.size());
+  s.num_heads = l.num_heads;
+  s.num_kv_heads = l.num_kv_heads;
+  s.head_dim = l.head_dim;
+  s.intermediate = l.intermediate_size;
+  s.vocab = l.vocab_size;
+  for (int64_t i = 0; i < l.num_layers; ++i)
+    s.sliding.push_back(drafter.layer_type(static_cast<size_t>(i)) ==
+                        nn::DrafterAttention::sliding);
+  s.sliding_window = drafter.sliding_window;
+  s.teacher = config.loss.loss_kind() != LossKind::cross_entropy;
+  return s;
+}
+
+StepThroughput step_throughput(const DrafterStepShape& s, double flops, double seconds) {
+  StepThroughput t;
+  if (seconds <= 0) return t;
+  t.ms = seconds * 1e3;
+  t.context_tokens_per_s = static_cast<double>(s.sequences * s.context_len) / seconds;
+  t.positions_per_s = static_cast<double>(s.sequences * s.anchors * s.block_size) / seconds;
+  t.mfu = model_flops_utilization(flops, seconds);
+  return t;
+}
+
 double model_flops_utilization(double flops, double seconds, double peak) {
   return seconds > 0 && peak > 0 ? flops / seconds / peak : 0;
 }

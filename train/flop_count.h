@@ -21,6 +21,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "nn/dflash_drafter.h"
+#include "train/train_config.h"
+
 namespace cg::train {
 
 // H200 SXM dense bf16 tensor-core peak, FLOP/s (no sparsity).
@@ -55,6 +58,18 @@ struct DrafterStepFlops {
 double mean_visible_keys(int64_t context_len, int64_t block_size, int64_t window);
 
 DrafterStepFlops drafter_step_flops(const DrafterStepShape& shape);
+
+// The shape of one optimiser step of `drafter` under the run's config: batch_size x
+// grad_accum sequences of seq_len context tokens, max_anchors blocks each, the teacher's
+// logits when the loss kind has a teacher.
+DrafterStepShape drafter_step_shape(const nn::DFlashDrafterConfig& drafter,
+                                    const DrafterConfig& config, int64_t seq_len);
+
+// What the training log shows per step (train/drafter_trainer.cpp's run()).
+struct StepThroughput {
+  double ms = 0, context_tokens_per_s = 0, positions_per_s = 0, mfu = 0;
+};
+StepThroughput step_throughput(const DrafterStepShape& shape, double flops, double seconds);
 
 // flops / seconds / peak (0 when seconds is 0).
 double model_flops_utilization(double flops, double seconds, double peak = kH200DenseBf16Flops);

@@ -62,9 +62,9 @@ void ProgressBar::update(int64_t step, double loss, int64_t tokens) {
   const int filled = total_ > 0 ? static_cast<int>(kWidth * step / total_) : kWidth;
   std::string bar(static_cast<size_t>(filled), '#');
   bar.resize(kWidth, '.');
-  std::fprintf(stderr, "\r%-8s [%s] %lld/%lld loss %.4f  %.0f tok/s  ETA %s ", phase_.c_str(),
+  std::fprintf(stderr, "\r%-8s [%s] %lld/%lld loss %.4f  %.0f tok/s%s%s  ETA %s ", phase_.c_str(),
                bar.c_str(), static_cast<long long>(step), static_cast<long long>(total_), loss,
-               tokens_per_second(), eta.c_str());
+               tokens_per_second(), detail_.empty() ? "" : "  ", detail_.c_str(), eta.c_str());
   std::fflush(stderr);
   g_line_open = true;
   drawn_ = true;
