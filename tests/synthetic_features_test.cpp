@@ -7,17 +7,23 @@
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <map>
 
 #include "autograd/grad_mode.h"
 #include "core/factories.h"
 #include "nn/dflash_drafter.h"
+#include "nn_test_util.h"
 #include "ops/ops.h"
 #include "train/dflash_batch.h"
 #include "train/drafter_step.h"
 #include "train/drafter_trainer.h"
+#include "train/flop_count.h"
 #include "train/optimizer.h"
+#include "train/pipeline.h"
 #include "train/synthetic_features.h"
+#include "train/synthetic_pipeline.h"
+#include "train/train_config.h"
 
 namespace cg {
 namespace {
@@ -136,6 +142,83 @@ TEST(SyntheticFeatures, TheLossFallsOverAShortRun) {
   EXPECT_LT(ce_last, std::log(24.0) - 0.5) << "CE";
   const auto [kl_first, kl_last] = first_and_last_loss("kl", 0.1);
   EXPECT_LT(kl_last, 0.5 * kl_first) << "KL + 0.1 CE";
+}
+
+// `chunkgrad train` with features.source synthetic at a CI size: no target, no corpus;
+// the drafter trains on the task, held-out slot accuracy shows the rule learned, the
+// summary says decoding was skipped.
+TEST(SyntheticPipeline, ACiSizedRunLearns) {
+  testing_nn::TempDir dir;
+  train::TrainConfig c;
+  c.run_dir = dir.file("run");
+  c.progress = false;
+  c.features.source = "synthetic";
+  c.data.num_sequences = 8;
+  c.data.max_new_tokens = 64;
+  auto& d = c.drafter;
+  d.hidden_size = 32;
+  d.vocab_size = 512;
+  d.num_target_layers = 8;
+  d.num_target_features = 2;
+  d.num_layers = 2;
+  d.num_heads = 2;
+  d.num_kv_heads = 1;
+  d.head_dim = 16;
+  d.intermediate_size = 64;
+  d.layer_types = {"sliding_attention", "full_attention"};
+  d.sliding_window = 8;
+  d.block_size = 4;
+  d.max_anchors = 8;
+  d.loss.kind = "kl";
+  d.loss.ce_weight = 0.1;
+  d.optim.steps = 120;
+  d.optim.batch_size = 2;
+  d.optim.lr = 1e-2;
+  d.checkpoint_every = 60;
+  c.eval.accuracy_sequences = 2;
+  const nlohmann::json s = train::run_pipeline(c);
+  const auto acc = s["per_slot_accuracy"].get<std::vector<double>>();
+  EXPECT_GT(acc[1], 0.5) << "held-out slot-1 accuracy (the unigram guess: about 1/24)";
+  EXPECT_NE(s["evaluation_skipped"].get<std::string>().find("speculative decoding"),
+            std::string::npos);
+  EXPECT_NE(train::summary_text(s).find("evaluation skipped: speculative decoding"),
+            std::string::npos);
+  EXPECT_TRUE(std::filesystem::exists(dir.file("run/drafter/step_00000120.safetensors")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("run/target")));
+  // Resuming the finished run trains nothing and gives the same summary accuracy.
+  const nlohmann::json again = train::run_pipeline(c);
+  EXPECT_EQ(again["drafter_steps"]["trained"], 0);
+  EXPECT_EQ(again["per_slot_accuracy"], s["per_slot_accuracy"]);
+}
+
+// configs/dflash_27b.json: the seed's run. It loads and validates; its drafter is the
+// published layout (1.73B parameters, target layers 1, 16, 31, 46, 61 of 64); its step is
+// about 440 TFLOP; on a host without the memory it is refused before anything is made.
+TEST(SyntheticPipeline, The27bConfigIsTheSeedsRun) {
+  const train::TrainConfig c =
+      train::TrainConfig::from_file(CHUNKGRAD_TEST_DATA_DIR "/../../configs/dflash_27b.json");
+  const train::DrafterConfig& d = c.drafter;
+  const nn::DFlashDrafterConfig dc =
+      train::drafter_model_config(train::synthetic_target_architecture(d), d, d.vocab_size - 1);
+  EXPECT_EQ(dc.parameter_count(), 1730213120);
+  EXPECT_EQ(dc.target_layers, nn::dflash_target_layers(64, 5));
+  EXPECT_EQ(dc.mask_token_id, 248070);
+  EXPECT_EQ(dc.layers.rope_theta, 1e7);
+  EXPECT_EQ(dc.layers.num_heads * dc.layers.head_dim, 4096);
+  const double tflop =
+      train::drafter_step_flops(train::drafter_step_shape(dc, d, c.data.max_new_tokens)).total() /
+      1e12;
+  EXPECT_NEAR(tflop, 440, 10);
+  const double gib = static_cast<double>(train::synthetic_static_bytes(c)) / (1 << 30);
+  EXPECT_NEAR(gib, 30.6, 0.5) << "tables 4.7 + bf16 weights 3.2 + grads 3.2 + masters 6.4 + "
+                                 "moments 12.9 GiB";
+  try {
+    train::check_synthetic_memory(c, kCPU, int64_t{24} << 30);
+    ADD_FAILURE() << "a 24 GiB host was not refused";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("run it on a GPU"), std::string::npos) << e.message();
+  }
+  EXPECT_NO_THROW(train::check_synthetic_memory(c, kCPU, int64_t{64} << 30));
 }
 
 }  // namespace

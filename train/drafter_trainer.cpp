@@ -414,8 +414,11 @@ void checked_tensors(const safetensors::Reader& reader, const std::string& path,
   auto fail = [&](const std::string& why) { refuse_resume(path, why, kRunDirUnchanged); };
   std::unique_ptr<nn::DFlashDrafter> shapes;
   try {
-    const nn::DFlashDrafterConfig dc = drafter_model_config(target_architecture(config.target),
-                                                            config.drafter, ByteTokenizer::kMask);
+    const bool synthetic = config.features.source == "synthetic";  // no target model
+    const nn::DFlashDrafterConfig dc = drafter_model_config(
+        synthetic ? synthetic_target_architecture(config.drafter)
+                  : target_architecture(config.target),
+        config.drafter, synthetic ? config.drafter.vocab_size - 1 : ByteTokenizer::kMask);
     const Tensor table = expand(zeros({1, 1}), {dc.layers.vocab_size, dc.layers.hidden_size});
     Generator gen(0);
     shapes =
@@ -558,8 +561,10 @@ double DrafterTrainer::run(MetricsLog* log) {
     queued.push_back(train_step_queued());
     const int64_t s = queued.back().step;
     const bool stop = stop_agreed();  // Note [Stopping together], train/stop_signal.h
+    // checkpoint_every -1: no checkpoints at all (a benchmark; a full-scale one is 24 GB).
     const bool save =
-        stop || (d.checkpoint_every > 0 && s % d.checkpoint_every == 0) || s == d.optim.steps;
+        d.checkpoint_every >= 0 &&
+        (stop || (d.checkpoint_every > 0 && s % d.checkpoint_every == 0) || s == d.optim.steps);
     if (save || static_cast<int64_t>(queued.size()) >= kFinishEvery) finish_queued();
     if (save) save_checkpoint();
     if (stop) {

@@ -34,6 +34,7 @@
 #include "train/run_lock.h"
 #include "train/speculative_decoding.h"
 #include "train/stop_signal.h"
+#include "train/synthetic_pipeline.h"
 #include "train/target_lm.h"
 #include "train/tokenizer.h"
 
@@ -538,6 +539,7 @@ void stop_if_asked(const RunState& s) {
 
 nlohmann::json run_pipeline(const TrainConfig& config) {
   config.validate();
+  if (config.features.source == "synthetic") return run_synthetic_pipeline(config);
   RunState s(config, config.compute_device());
   check_memory_chunk(config, s.device);  // a chunk budget too small for the large config fails now
   StopSignals signals;  // SIGINT/SIGTERM: finish the step, save, stop (stop_signal.h)

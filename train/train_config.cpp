@@ -265,6 +265,26 @@ void check_drafter_layout(const DrafterConfig& d) {
            d.sliding_window);
 }
 
+// What features.source synthetic needs: the target's sizes, no target checkpoint.
+void check_synthetic_features(const TrainConfig& c) {
+  if (c.features.source != "synthetic") return;
+  const DrafterConfig& d = c.drafter;
+  CG_CHECK(d.hidden_size > 0 && d.vocab_size > 0 && d.num_target_layers > 0,
+           "train config: features.source synthetic has no target model: give the target's "
+           "sizes as drafter.hidden_size, drafter.vocab_size and drafter.num_target_layers "
+           "(got ",
+           d.hidden_size, ", ", d.vocab_size, ", ", d.num_target_layers, ")");
+  CG_CHECK(c.target.checkpoint.empty(),
+           "train config: target.checkpoint: features.source synthetic uses no target; drop the "
+           "checkpoint or use features.source online");
+  CG_CHECK(d.mask_token_id < d.vocab_size, "train config: drafter.mask_token_id ", d.mask_token_id,
+           " is not in the vocabulary (drafter.vocab_size ", d.vocab_size, ")");
+  CG_CHECK(d.vocab_size >= 128,
+           "train config: drafter.vocab_size: the synthetic task draws its tokens from 64 of "
+           "them and needs at least 128, got ",
+           d.vocab_size);
+}
+
 }  // namespace
 
 void TrainConfig::validate() const {
@@ -344,7 +364,7 @@ void TrainConfig::validate() const {
       number(d.head_loss_chunk_budget_mb));
   CG_CHECK(d.dtype == "f32" || d.dtype == "bf16",
            "train config: drafter.dtype: must be f32 or bf16, got '", d.dtype, "'");
-  in_range("drafter.checkpoint_every", static_cast<double>(d.checkpoint_every), 0, 1e9);
+  in_range("drafter.checkpoint_every", static_cast<double>(d.checkpoint_every), -1, 1e9);
   check_optim("drafter.optim.", d.optim);
   std::set<int64_t> listed;
   const int64_t target_depth = d.num_target_layers > 0 ? d.num_target_layers : t.num_layers;
@@ -382,16 +402,13 @@ void TrainConfig::validate() const {
   CG_CHECK(f.source == "online" || f.source == "offline" || f.source == "synthetic",
            "train config: features.source: must be online, offline or synthetic, got '", f.source,
            "'");
-  // Reserved for the synthetic feature source (issue 19, item 3), which is not built yet.
-  CG_CHECK(f.source != "synthetic",
-           "train config: features.source: synthetic features are not implemented yet; use "
-           "online, or offline with features.dir");
   CG_CHECK(f.source != "offline" || !f.dir.empty(),
            "train config: features.source is offline but features.dir is empty; give the folder "
            "`chunkgrad features --out` wrote");
   CG_CHECK(f.source == "offline" || f.dir.empty(), "train config: features.dir '", f.dir,
            "' is given but features.source is ", f.source,
            "; set source to offline to train from it, or remove dir");
+  check_synthetic_features(*this);
   CG_CHECK(memory.large_anchors < memory.large_seq_len, "train config: memory.large_anchors ",
            memory.large_anchors, " is beyond the sequence (memory.large_seq_len ",
            memory.large_seq_len, ")");

@@ -87,7 +87,7 @@ struct DrafterConfig {
   int64_t head_loss_chunk_rows = 256;
   double head_loss_chunk_budget_mb = 1536;  // with chunk rows 0: the chunk's temporaries, MiB
   std::string dtype = "f32";                // compute dtype: "f32" | "bf16" (fp32 masters)
-  int64_t checkpoint_every = 250;           // steps between checkpoints (0 = only the last)
+  int64_t checkpoint_every = 250;  // steps between checkpoints (0 = only the last, -1 = none)
   OptimConfig optim{.steps = 1000};
 };
 
@@ -120,7 +120,9 @@ struct MemoryConfig {
 struct FeaturesConfig {
   // "online": the target runs in this process (trained or loaded, then its generations);
   // "offline": shards written by `chunkgrad features` in `dir` (no target training, no
-  // data generation; evaluation without decoding); "synthetic": reserved (not yet).
+  // data generation; evaluation without decoding); "synthetic": seeded features of a
+  // learnable task and seeded frozen tables, no target model (train/synthetic_features.h;
+  // the drafter's sizes from drafter.hidden_size, vocab_size, num_target_layers).
   std::string source = "online";
   std::string dir;  // the offline folder (docs/feature_files.md)
 };
