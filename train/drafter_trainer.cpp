@@ -94,11 +94,17 @@ std::unique_ptr<nn::DFlashDrafter> make_drafter(const nn::Qwen3ForCausalLM& targ
 
 std::unique_ptr<nn::DFlashDrafter> make_drafter(const nn::Qwen3Config& target, Tensor embed,
                                                 Tensor head, const DrafterConfig& config,
-                                                int64_t mask_id, uint64_t seed) {
+                                                int64_t mask_id, uint64_t seed,
+                                                bool init_on_device) {
   const nn::DFlashDrafterConfig dc = drafter_model_config(target, config, mask_id);
   const DType dtype = config.dtype == "bf16" ? DType::bf16 : DType::f32;
   Generator gen(seed);
-  auto d = std::make_unique<nn::DFlashDrafter>(dc, embed, head, nn::InitOptions{.generator = &gen});
+  nn::InitOptions init{.generator = &gen};
+  if (init_on_device) {
+    init.dtype = dtype;
+    init.device = embed.device();
+  }
+  auto d = std::make_unique<nn::DFlashDrafter>(dc, embed, head, init);
   d->to(embed.device());  // the target's device; its own layers were made on the host
   if (dtype != DType::f32) d->to(dtype);
   return d;

@@ -46,10 +46,14 @@ std::unique_ptr<nn::DFlashDrafter> make_drafter(const nn::Qwen3ForCausalLM& targ
                                                 const DrafterConfig& config, int64_t mask_id,
                                                 uint64_t seed);
 // The same from the frozen tables alone ([V, H] each, already in the compute dtype and on
-// the device), where there is no target model.
+// the device), where there is no target model. init_on_device: the drafter's weights are
+// drawn on the tables' device in the compute dtype (a 1.7B-parameter drafter is not made
+// in f32 on the host first); false: made on the host in f32, then moved and cast, so that
+// every device starts from the same values.
 std::unique_ptr<nn::DFlashDrafter> make_drafter(const nn::Qwen3Config& target, Tensor embed,
                                                 Tensor head, const DrafterConfig& config,
-                                                int64_t mask_id, uint64_t seed);
+                                                int64_t mask_id, uint64_t seed,
+                                                bool init_on_device = false);
 
 // What the drafter learns from: the sequences and their features (train/feature_source.h;
 // shared, so that the caller may keep using the source after the trainer is gone).

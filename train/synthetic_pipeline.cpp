@@ -159,7 +159,8 @@ nlohmann::json run_synthetic_pipeline(const TrainConfig& config) {
   auto source = std::make_shared<SyntheticFeatureSource>(o);
   say(config, "features: " + source->describe());
   auto drafter = make_drafter(synthetic_target_architecture(d), source->embed_weight(),
-                              source->head_weight(), d, dc.mask_token_id, config.seed + 23);
+                              source->head_weight(), d, dc.mask_token_id, config.seed + 23,
+                              /*init_on_device=*/true);
   say(config, "drafter: " + std::to_string(drafter->num_parameters()) + " parameters, " +
                   std::to_string(dc.layers.num_layers) + " layers, target layers " +
                   nlohmann::json(dc.target_layers).dump());
