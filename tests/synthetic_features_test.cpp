@@ -83,22 +83,30 @@ TEST(SyntheticFeatures, ShapesRuleAndDeterminism) {
   EXPECT_EQ(held.head_weight().to_vector(), a.head_weight().to_vector());
 }
 
-// A short run on the task: the loss must fall well below where it starts.
-std::pair<double, double> first_and_last_loss(const char* kind, double ce_weight) {
-  train::SyntheticFeatureSource source(small_task());
+// A drafter for small_task(): its target sizes, two layers (sliding, then full), 2 x 16
+// heads at hidden 32.
+train::DrafterConfig small_drafter() {
   train::DrafterConfig d;
-  d.num_layers = 2;
-  d.intermediate_size = 64;
-  d.num_heads = 2;
-  d.num_kv_heads = 1;
-  d.head_dim = 16;
-  d.layer_types = {"sliding_attention", "full_attention"};
-  d.sliding_window = 8;
   d.hidden_size = 32;
   d.vocab_size = 512;
   d.num_target_layers = 8;
   d.num_target_features = 2;
+  d.num_layers = 2;
+  d.num_heads = 2;
+  d.num_kv_heads = 1;
+  d.head_dim = 16;
+  d.intermediate_size = 64;
+  d.layer_types = {"sliding_attention", "full_attention"};
+  d.sliding_window = 8;
   d.block_size = 4;
+  d.max_anchors = 8;
+  return d;
+}
+
+// A short run on the task: the loss must fall well below where it starts.
+std::pair<double, double> first_and_last_loss(const char* kind, double ce_weight) {
+  train::SyntheticFeatureSource source(small_task());
+  train::DrafterConfig d = small_drafter();
   d.loss.kind = kind;
   d.loss.ce_weight = ce_weight;
   d.head_loss_path = "fused";
@@ -155,20 +163,8 @@ TEST(SyntheticPipeline, ACiSizedRunLearns) {
   c.features.source = "synthetic";
   c.data.num_sequences = 8;
   c.data.max_new_tokens = 64;
+  c.drafter = small_drafter();
   auto& d = c.drafter;
-  d.hidden_size = 32;
-  d.vocab_size = 512;
-  d.num_target_layers = 8;
-  d.num_target_features = 2;
-  d.num_layers = 2;
-  d.num_heads = 2;
-  d.num_kv_heads = 1;
-  d.head_dim = 16;
-  d.intermediate_size = 64;
-  d.layer_types = {"sliding_attention", "full_attention"};
-  d.sliding_window = 8;
-  d.block_size = 4;
-  d.max_anchors = 8;
   d.loss.kind = "kl";
   d.loss.ce_weight = 0.1;
   d.optim.steps = 120;
