@@ -431,12 +431,13 @@ void measure_memory(RunState& s) {
     std::filesystem::create_directories(trace_dir);
   }
   const nn::Qwen3Config& tc = s.lm().config();
+  const nn::Qwen3Config& dl = s.drafter->config().layers;  // the drafter's own heads
   MemoryShape toy{"toy",
                   tc.vocab_size,
                   tc.hidden_size,
-                  tc.num_heads,
-                  tc.num_kv_heads,
-                  tc.head_dim,
+                  dl.num_heads,
+                  dl.num_kv_heads,
+                  dl.head_dim,
                   config.drafter.intermediate_size,
                   config.drafter.num_layers,
                   static_cast<int64_t>(s.target_layers().size()),
