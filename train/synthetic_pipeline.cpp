@@ -69,30 +69,6 @@ int64_t host_available_bytes() {
 // sizes), which the resume check compares already; this names the kind of data.
 const char* kSyntheticFingerprint = R"({"synthetic_task":1})";
 
-// Held-out slot accuracy: up to 256 anchors per held-out sample, spread over the whole
-// sequence (so that the sliding layers' windows cut, as in training).
-SlotMetrics held_out_slot_metrics(const nn::DFlashDrafter& drafter, SyntheticFeatureSource& held,
-                                  const DrafterConfig& d, Device device) {
-  NoGradGuard no_grad;
-  SlotMetrics m(d.block_size);
-  const DrafterHeadLoss ce = drafter_eval_head_loss(d);
-  for (size_t i = 0; i < held.sequences().size(); ++i) {
-    const DrafterSequence& seq = held.sequences()[i];
-    const std::vector<int64_t> candidates = anchor_candidates(seq.loss_mask);
-    if (candidates.empty()) continue;
-    std::vector<int64_t> anchors;
-    const size_t n = std::min<size_t>(256, candidates.size());
-    for (size_t k = 0; k < n; ++k) anchors.push_back(candidates[k * candidates.size() / n]);
-    const BlockBatch b = build_block_batch({&seq}, {anchors}, static_cast<int64_t>(n), d.block_size,
-                                           0.0, drafter.config().mask_token_id, 0, held.seq_len());
-    const FeatureBatch f = held.fetch({static_cast<int64_t>(i)}, device);
-    HeadLossResult r = drafter_loss(drafter, {&b, f.hidden_states, Tensor()}, ce);
-    const std::vector<double> am = r.argmax.to_vector();
-    m.add(b, std::vector<int64_t>(am.begin(), am.end()));
-  }
-  return m;
-}
-
 }  // namespace
 
 int64_t synthetic_static_bytes(const TrainConfig& config) {
@@ -187,7 +163,7 @@ nlohmann::json run_synthetic_pipeline(const TrainConfig& config) {
                   " held-out synthetic samples; speculative decoding skipped (no target model "
                   "to verify drafts)");
   SyntheticFeatureSource held(*source, int64_t{1} << 40, config.eval.accuracy_sequences);
-  const SlotMetrics slots = held_out_slot_metrics(*drafter, held, d, device);
+  const SlotMetrics slots = held_out_slot_metrics(*drafter, held, d);
 
   nlohmann::json summary;
   summary["features"] = source->describe();
