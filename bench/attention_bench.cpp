@@ -1,17 +1,21 @@
 // Why this file exists: the GPU attention speed of issue 11, measured in one run, next to
 // PyTorch (bench/attention_torch.py prints the same rows; run_attention_bench.sh runs
-// both). Two shapes, bf16, head_dim 128, GQA 40/8:
+// both). Three tables, bf16, head_dim 128, GQA 40/8 (--heads 32/8,40/8 gives the DFlash
+// tables at each head count; 32/8 is the 27B-class drafter's):
 //   causal   the target LM's attention: 4096 tokens, causal mask
-//   dflash   the drafter's block rule: 1024 blocks x 24 query slots over 4096 context keys
-//            (Sk = 4096 + 24576); block b's anchor is 4 * (1 + (389 b mod 1024)), so the
-//            anchors are 4, 8, ..., 4096 in a fixed shuffled order (the same formula as
-//            the PyTorch script)
+//   dflash   the drafter's full layers: 1024 blocks x 24 query slots over 4096 context
+//            keys (Sk = 4096 + 24576); block b's anchor is 4 * (1 + (389 b mod 1024)), so
+//            the anchors are 4, 8, ..., 4096 in a fixed shuffled order (the same formula
+//            as the PyTorch script)
+//   sliding  the drafter's sliding layers: the same blocks and anchors under the sliding
+//            rule of window --window (2048): slot k sees context keys from
+//            anchor + k - (W - 1) and its block's slots up to k (ops/attention_mask.h)
 // --path picks the attention path(s) (auto, cudnn, flash, rows), one table each; the
 // table head says what ran (for cudnn: the cuDNN version and engines). For each: forward,
 // backward (dq, dk, dv) and forward + backward, medians over --repeats
 // (CUDA events on the compute stream, after a warm-up), in ms and TFLOP/s. FLOPs count
-// the visible (query, key) pairs only: 4 hd per pair forward, 10 hd backward (2.5x), as
-// FlashAttention's benchmarks do. The "dq only" and "dk, dv only" rows time one of the
+// the visible (query, key) pairs only, counted exactly for each rule (visible_pairs):
+// 4 hd per pair forward, 10 hd backward (2.5x), as FlashAttention's benchmarks do. The "dq only" and "dk, dv only" rows time one of the
 // two backward passes (plus delta) on flash; their TFLOP/s count 2 and 3 of the 5 backward
 // GEMMs. cuDNN's backward computes all three gradients in one pass, so on cudnn those rows
 // time the whole backward.
@@ -20,6 +24,7 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -39,9 +44,10 @@ namespace {
 
 struct Options {
   int64_t batch = 1, hq = 40, hkv = 8, hd = 128, tokens = 4096;
-  int64_t context = 4096, blocks = 1024, block_size = 24;
+  int64_t context = 4096, blocks = 1024, block_size = 24, window = 2048;
+  std::string heads;  // "HQ/HKV,..." for the DFlash tables; empty: --hq/--hkv
   std::string dtype = "bf16";
-  std::string which = "causal,dflash";
+  std::string which = "causal,dflash,sliding";
   std::string paths = "auto";  // comma-separated: auto, cudnn, flash, rows
   int repeats = 10;
 };
@@ -153,6 +159,40 @@ std::vector<std::string> split(const std::string& list) {
   return out;
 }
 
+// The visible (query, key) pairs per (batch, query head) of the DFlash rule over these
+// anchors: full (window 0) or sliding (window W; ops/attention_mask.h), slot by slot.
+double visible_pairs(const std::vector<int64_t>& anchors, int64_t block_size, int64_t window) {
+  double pairs = 0;
+  for (int64_t a : anchors) {
+    if (a < 0) continue;  // padded: sees nothing
+    if (window == 0) {
+      pairs += static_cast<double>(block_size) * static_cast<double>(a + block_size);
+      continue;
+    }
+    for (int64_t k = 0; k < block_size; ++k) {
+      const int64_t first_context = std::max<int64_t>(0, a + k - (window - 1));
+      const int64_t first_slot = std::max<int64_t>(0, k - (window - 1));
+      pairs += static_cast<double>(std::max<int64_t>(0, a - first_context) + (k + 1 - first_slot));
+    }
+  }
+  return pairs;
+}
+
+// The (Hq, Hkv) pairs of --heads ("32/8,40/8"), or --hq/--hkv when it is empty.
+std::vector<std::pair<int64_t, int64_t>> head_counts(const Options& o) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (const std::string& h : split(o.heads)) {
+    const size_t slash = h.find('/');
+    CG_CHECK(slash != std::string::npos, "--heads: '", h, "' is not HQ/HKV (e.g. 32/8)");
+    const int64_t hq = std::stoll(h.substr(0, slash)), hkv = std::stoll(h.substr(slash + 1));
+    CG_CHECK(hq > 0 && hkv > 0 && hq % hkv == 0, "--heads: '", h,
+             "' needs HQ a positive multiple of HKV");
+    out.emplace_back(hq, hkv);
+  }
+  if (out.empty()) out.emplace_back(o.hq, o.hkv);
+  return out;
+}
+
 // One path's table; a path that cannot run the shape prints why and the others go on.
 void run_path(const std::string& path, const std::function<void()>& f) {
   try {
@@ -167,7 +207,7 @@ void run_path(const std::string& path, const std::function<void()>& f) {
 int run_bench(int argc, char** argv) {
   Options o;
   CLI::App app{"chunkgrad GPU attention benchmark: causal and DFlash block rule, fwd and bwd"};
-  app.add_option("--which", o.which, "comma-separated: causal, dflash");
+  app.add_option("--which", o.which, "comma-separated: causal, dflash, sliding");
   app.add_option("--path", o.paths,
                  "comma-separated attention paths, each its own table: "
                  "auto, cudnn, flash, rows (a path that cannot run a shape says why)");
@@ -180,12 +220,17 @@ int run_bench(int argc, char** argv) {
   app.add_option("--blocks", o.blocks, "dflash: blocks")->check(CLI::PositiveNumber);
   app.add_option("--block-size", o.block_size, "dflash: query slots per block")
       ->check(CLI::PositiveNumber);
+  app.add_option("--window", o.window, "sliding: the window W")->check(CLI::PositiveNumber);
+  app.add_option("--heads", o.heads,
+                 "dflash, sliding: comma-separated HQ/HKV head counts, one table each "
+                 "(e.g. 32/8,40/8; default --hq/--hkv)");
   app.add_option("--dtype", o.dtype, "bf16 | f16 | f32")
       ->check(CLI::IsMember({"bf16", "f16", "f32"}));
   app.add_option("--repeats", o.repeats, "timed runs per row (median)")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
-  CG_CHECK(cg::cuda::device_count() > 0, "no CUDA device: ", cg::cuda::unavailable_reason());
   CG_CHECK(o.hq % o.hkv == 0, "--hq must be a multiple of --hkv");
+  head_counts(o);  // checks --heads before the device starts
+  CG_CHECK(cg::cuda::device_count() > 0, "no CUDA device: ", cg::cuda::unavailable_reason());
   std::printf("chunkgrad GPU attention on %s\n", cg::cuda::device_properties(0).summary().c_str());
 
   if (o.which.find("causal") != std::string::npos) {
@@ -197,19 +242,26 @@ int run_bench(int argc, char** argv) {
       });
     }
   }
-  if (o.which.find("dflash") != std::string::npos) {
-    std::vector<int64_t> anchors(o.blocks);
-    double pairs = 0;
-    for (int64_t b = 0; b < o.blocks; ++b) {
-      anchors[b] = std::min(o.context, 4 * (1 + (389 * b) % 1024));
-      pairs += static_cast<double>(o.block_size) * static_cast<double>(anchors[b] + o.block_size);
-    }
-    const cg::Tensor a = cg::from_ints(anchors, {o.blocks});
-    for (const std::string& p : split(o.paths)) {
-      run_path(p, [&] {
-        bench_shape(o, "dflash", o.blocks * o.block_size, o.context + o.blocks * o.block_size,
-                    cg::AttentionMask::dflash_blocks(o.context, o.block_size, a), pairs, p);
-      });
+  std::vector<int64_t> anchors(o.blocks);
+  for (int64_t b = 0; b < o.blocks; ++b) {
+    anchors[b] = std::min(o.context, 4 * (1 + (389 * b) % 1024));
+  }
+  const cg::Tensor a = cg::from_ints(anchors, {o.blocks});
+  const int64_t Sq = o.blocks * o.block_size, Sk = o.context + o.blocks * o.block_size;
+  // The full rule's table, then the sliding rule's, for each head count.
+  for (const auto& [hq, hkv] : head_counts(o)) {
+    Options oh = o;
+    oh.hq = hq;
+    oh.hkv = hkv;
+    for (const int64_t window : {int64_t{0}, o.window}) {
+      const std::string name = window == 0 ? "dflash" : "sliding";
+      if (o.which.find(name) == std::string::npos) continue;
+      const cg::AttentionMask mask =
+          cg::AttentionMask::dflash_blocks(o.context, o.block_size, a, cg::Tensor(), window);
+      const double pairs = visible_pairs(anchors, o.block_size, window);
+      for (const std::string& p : split(o.paths)) {
+        run_path(p, [&] { bench_shape(oh, name, Sq, Sk, mask, pairs, p); });
+      }
     }
   }
   std::printf(

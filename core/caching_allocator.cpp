@@ -21,7 +21,9 @@ struct CachingAllocator::Block {
   Block* next = nullptr;
   MemoryCategory category = MemoryCategory::unknown;  // Note [Block owner]
   uint32_t scope_id = 0;
-  StreamId stream = kDefaultStream;  // of the segment (Note [Streams])
+  StreamId stream = kDefaultStream;   // of the segment (Note [Streams])
+  std::vector<StreamId> stream_uses;  // other streams that used it (record_stream)
+  int pending_events = 0;             // freed, waiting for this many events
 };
 
 // Best fit in PyTorch's (stream, size, address) order: the blocks of one stream are one
@@ -38,6 +40,7 @@ CachingAllocator::CachingAllocator(std::unique_ptr<SegmentSource> source, Alloca
 }
 
 CachingAllocator::~CachingAllocator() {
+  for (const PendingFree& p : pending_) source_->release_event(p.event);
   // Tear down without stats or trace: give every segment back, live blocks included.
   for (Block* head : segments_) {
     size_t total = 0;
@@ -173,11 +176,18 @@ void* CachingAllocator::allocate(size_t nbytes, StreamId stream) {
   const size_t size = round_size(nbytes);
   const bool small = size <= kSmallSize;
   Pool& pool = small ? small_pool_ : large_pool_;
+  if (!pending_.empty()) process_pending(false);
 
   Block* b = find_free_block(pool, size, stream);
   if (b == nullptr) {
     const size_t segment_size = segment_size_for(size);
     b = alloc_segment(segment_size, small, stream);
+    if (b == nullptr && !pending_.empty()) {
+      // Blocks still used by another stream: wait for that work, then look again.
+      process_pending(true);
+      b = find_free_block(pool, size, stream);
+      if (b == nullptr) b = alloc_segment(segment_size, small, stream);
+    }
     if (b == nullptr) {
       // Note [OOM]: give cached memory back and try again before failing.
       ++stats_.num_alloc_retries;
@@ -242,15 +252,28 @@ void CachingAllocator::free(void* ptr) {
   Block* b = it->second;
   live_.erase(it);
   stats_.allocation.add(-1);
-  stats_.active.add(-1);
   stats_.allocated_bytes.add(-static_cast<int64_t>(b->size));
-  stats_.active_bytes.add(-static_cast<int64_t>(b->size));
   stats_.requested_bytes.add(-static_cast<int64_t>(b->requested));
   // Note [Block owner]: the block's own category and scope, not the thread's.
   MemoryTrace::record(TraceAction::free, source_->device(), reinterpret_cast<uint64_t>(b->ptr),
                       b->size, b->requested, b->category, b->scope_id, b->stream);
-  b->allocated = false;
   b->requested = 0;
+  // Note [Streams]: a block another stream used waits for that stream's events; until
+  // then it stays marked allocated, so that no neighbour merges with it.
+  for (StreamId use : b->stream_uses) {
+    const SegmentSource::Event event = source_->record_event(use);
+    if (event == 0) continue;
+    pending_.push_back({b, event});
+    ++b->pending_events;
+  }
+  b->stream_uses.clear();
+  if (b->pending_events == 0) return_to_pool(b);
+}
+
+void CachingAllocator::return_to_pool(Block* b) {
+  stats_.active.add(-1);
+  stats_.active_bytes.add(-static_cast<int64_t>(b->size));
+  b->allocated = false;
   b->category = MemoryCategory::unknown;
   b->scope_id = 0;
   Pool& pool = pool_of(b);
@@ -258,8 +281,42 @@ void CachingAllocator::free(void* ptr) {
   pool_insert(pool, b);
 }
 
+void CachingAllocator::process_pending(bool wait) {
+  std::vector<PendingFree> still;
+  for (const PendingFree& p : pending_) {
+    if (wait) source_->wait_event(p.event);
+    if (!wait && !source_->event_done(p.event)) {
+      still.push_back(p);
+      continue;
+    }
+    source_->release_event(p.event);
+    if (--p.block->pending_events == 0) return_to_pool(p.block);
+  }
+  pending_ = std::move(still);
+}
+
+void CachingAllocator::record_stream(void* ptr, StreamId stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = live_.find(ptr);
+  CG_CHECK(it != live_.end(), "CachingAllocator(", source_->name(), "): record_stream of pointer ",
+           ptr, " that is not a live block of this allocator");
+  Block* b = it->second;
+  if (stream == b->stream) return;
+  if (std::find(b->stream_uses.begin(), b->stream_uses.end(), stream) == b->stream_uses.end()) {
+    b->stream_uses.push_back(stream);
+  }
+}
+
+int64_t CachingAllocator::pending_frees() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::set<const Block*> blocks;
+  for (const PendingFree& p : pending_) blocks.insert(p.block);
+  return static_cast<int64_t>(blocks.size());
+}
+
 void CachingAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (!pending_.empty()) process_pending(true);
   release_cached(false);
 }
 

@@ -15,14 +15,19 @@
 // with OutOfMemoryError before any arithmetic, so a size that wrapped around 64 bits
 // upstream can never come back as a small block.
 //
-// Note [Streams]: chunkgrad commits to one compute stream per device for now: every op
-// runs on the default stream, so a block freed on the host may be handed out again at
-// once (no cross-stream event or record_stream is needed). The stream is nevertheless a
-// property of every block and segment, as in PyTorch: the best-fit order is
-// (stream, size, address), a request is served only from blocks of its own stream, split
-// remainders keep their segment's stream, and trace events carry it. A second stream
-// (a copy stream, say) is then a change in one place: the deferred reuse of blocks that
-// another stream still reads (PyTorch's record_stream and its event queue), in free().
+// Note [Streams]: each device has one compute stream (cuda/compute_stream.h) and may have
+// side streams (a copy stream, a second compute stream). The stream is a property of
+// every block and segment, as in PyTorch: the best-fit order is (stream, size, address),
+// a request is served only from blocks of its own stream, split remainders keep their
+// segment's stream, and trace events carry it. Work on one stream runs in issue order, so
+// a block freed on the host goes back to its stream's pool at once: its next user on that
+// stream is ordered after its last. A block that another stream also used is different:
+// record_stream(ptr, other) says so, and free() then records an event on each such stream
+// (Note [Stream events], core/segment_source.h) and keeps the block out of the pools --
+// still "active", no longer "allocated" -- until every event has completed. allocate()
+// returns completed blocks to their pools first; before an out-of-memory error and in
+// empty_cache() the host waits for the pending ones. (PyTorch's record_stream and its
+// event queue.)
 //
 // Note [Block owner]: a block keeps the category, scope and stream it was allocated
 // under for its whole life; its free event copies them from the block. (Taking them from
@@ -92,7 +97,12 @@ class CachingAllocator {
   void* allocate(size_t nbytes, StreamId stream = kDefaultStream);
   // Returns a block obtained from allocate(). Throws cg::Error on an unknown pointer.
   void free(void* ptr);
-  // Returns every fully free segment to the source.
+  // The live block at `ptr` is also used by work queued on `stream` (Note [Streams]): its
+  // reuse after free() waits for that work. A no-op for the block's own stream.
+  void record_stream(void* ptr, StreamId stream);
+  // Blocks freed but waiting for another stream's work (Note [Streams]).
+  int64_t pending_frees() const;
+  // Returns every fully free segment to the source (after waiting for pending frees).
   void empty_cache();
 
   AllocatorStats stats() const;
@@ -122,6 +132,9 @@ class CachingAllocator {
   void release_segment(Block* head);
   void split(Block* block, size_t size, Pool& pool);
   Block* merge_with_free_neighbours(Block* block, Pool& pool);
+  void return_to_pool(Block* block);
+  // Returns the pending blocks whose events completed (all of them, waiting, when `wait`).
+  void process_pending(bool wait);
   void pool_insert(Pool& pool, Block* block);
   void pool_erase(Pool& pool, Block* block);
   Pool& pool_of(const Block* block);
@@ -136,6 +149,11 @@ class CachingAllocator {
   Pool large_pool_;
   std::unordered_map<void*, Block*> live_;  // allocated blocks by address
   std::vector<Block*> segments_;            // first block of every segment
+  struct PendingFree {
+    Block* block;
+    SegmentSource::Event event;
+  };
+  std::vector<PendingFree> pending_;  // Note [Streams]
   AllocatorStats stats_;
 };
 

@@ -56,4 +56,15 @@ void FakeSegmentSource::free_segment(void* ptr, size_t bytes) {
   ++segment_frees_;
 }
 
+SegmentSource::Event FakeSegmentSource::record_event(StreamId stream) {
+  (void)stream;
+  pending_.insert(next_event_);
+  return next_event_++;
+}
+
+void FakeSegmentSource::wait_event(Event event) {
+  ++host_waits_;
+  pending_.erase(event);
+}
+
 }  // namespace cg

@@ -20,4 +20,8 @@ StorageImpl::~StorageImpl() {
   if (allocator_ != nullptr && data_ != nullptr) allocator_->free(data_);
 }
 
+void StorageImpl::record_stream(StreamId stream) const {
+  if (allocator_ != nullptr && data_ != nullptr) allocator_->record_stream(data_, stream);
+}
+
 }  // namespace cg

@@ -27,6 +27,9 @@ class StorageImpl {
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
+  // Work queued on `stream` (not the one the bytes were allocated on) uses them: their
+  // reuse after the last holder lets go waits for it (Note [Streams], caching_allocator.h).
+  void record_stream(StreamId stream) const;
 
   // Note [Version counter]: how many in-place writes went into these bytes through the
   // public API (ops/inplace.h, raw::copy_ / raw::fill_, loading a checkpoint into a

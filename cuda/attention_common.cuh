@@ -68,13 +68,28 @@ __device__ inline DevKeyRanges key_ranges(const AttnMaskArgs& m, int64_t Sq, int
       const int64_t block = i / m.block_size;
       const int64_t anchor = dflash_anchor(m, b, block);
       if (anchor < 0) break;
-      if (anchor > 0) {
-        r.begin[0] = 0;
+      const int64_t block_begin = m.context_len + block * m.block_size;
+      if (m.sliding_window == 0) {  // full rule: [0, anchor) and the whole block
+        if (anchor > 0) {
+          r.begin[0] = 0;
+          r.end[0] = anchor;
+          r.count = 1;
+        }
+        r.begin[r.count] = block_begin;
+        r.end[r.count] = block_begin + m.block_size;
+        ++r.count;
+        break;
+      }
+      // Sliding rule: slot k (position anchor + k) sees positions > anchor + k - W.
+      const int64_t k = i - block * m.block_size, w1 = m.sliding_window - 1;
+      const int64_t first_context = max(int64_t{0}, anchor + k - w1);
+      if (first_context < anchor) {
+        r.begin[0] = first_context;
         r.end[0] = anchor;
         r.count = 1;
       }
-      r.begin[r.count] = m.context_len + block * m.block_size;
-      r.end[r.count] = m.context_len + (block + 1) * m.block_size;
+      r.begin[r.count] = block_begin + max(int64_t{0}, k - w1);
+      r.end[r.count] = block_begin + k + 1;
       ++r.count;
       break;
     }

@@ -64,6 +64,7 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BwdArgs a) {
   int64_t hw, iw;
   const bool warp_active = qt.row(warp * 16, hw, iw);
   const CausalRule causal = causal_rule(s, a.m);
+  const SlidingRule& sliding = cta.sliding;  // Note [Sliding tiles]
   const int64_t row0 = (b * s.Hq + h0) * s.Sq + i0, row1 = (b * s.Hq + h1) * s.Sq + i1;
   const float L0 = ok0 ? lse_log2(a.lse, row0) : INFINITY;
   const float L1 = ok1 ? lse_log2(a.lse, row1) : INFINITY;
@@ -113,7 +114,7 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(BwdArgs a) {
         for (int e = 0; e < 4; ++e) {
           const int64_t j = j0 + n * 8 + (lane % 4) * 2 + (e & 1);
           const int64_t i = e < 2 ? i0 : i1;
-          const bool vis = j < jend && !causal.hides(j, i);
+          const bool vis = j < jend && !causal.hides(j, i) && !sliding.hides(j, i);
           const float pe = vis ? exp2f(p[n][e] * a.scale_log2 - (e < 2 ? L0 : L1)) : 0.f;
           p[n][e] = pe * (dp[n][e] - (e < 2 ? D0 : D1));
         }

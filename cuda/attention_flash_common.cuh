@@ -20,6 +20,7 @@
 //   - dk/dv (backward): a CTA owns 64 keys of one kv head and walks the query tiles that
 //     see them: causal rows from the key's diagonal on; for a DFlash context key tile, the
 //     blocks whose anchor is past its first key; for a block's own keys, that block.
+//   - the sliding DFlash rule: Note [Sliding tiles].
 // Rows past the end of a tile are zero-filled (cp.async with src-size 0) and never stored.
 #pragma once
 
@@ -164,6 +165,38 @@ __device__ inline CausalRule causal_rule(const AttnShape& s, const AttnMaskArgs&
   return CausalRule{m.kind == AttnMaskKind::causal, s.Sk - s.Sq};
 }
 
+// Note [Sliding tiles]: under the sliding DFlash rule (window W > 0) slot k of block b,
+// at position anchor_b + k, sees only positions anchor_b + k - (W - 1) .. anchor_b + k:
+// context keys j >= anchor_b + k - (W - 1) (and j < anchor_b) and its own block's slots
+// k - (W - 1) .. k. A packed query tile holds rows of one block with different slots k
+// (the virtual rows run over the slots once per head of the group), so its rows see
+// different keys. The tile visits the union of its rows' ranges -- with kmin, kmax the
+// smallest and largest slot among its rows: context keys [anchor + kmin - (W - 1),
+// anchor) and block slots [kmin - (W - 1), kmax] (clipped at 0) -- and masks element by
+// element (SlidingRule::hides). A context key tile is left unmasked only when it starts at
+// or after anchor + kmax - (W - 1), where every row sees all of it; block tiles are always
+// masked (causal). Inverted for the dk/dv pass: context key j is seen by block b iff
+// anchor_b - (W - 1) <= j < anchor_b (slot 0 reaches furthest back; the block size plays
+// no part), and block slot k' by the slots k' .. k' + W - 1 of its block.
+struct SlidingRule {  // positions in 32 bits: Sk < 2^31 (checked at launch)
+  bool on = false;
+  int w1 = 0;  // W - 1
+  int context_len = 0;
+  int query_shift = 0;    // query row i is at position i + query_shift (anchor - block's row 0)
+  int key_shift = 0;      // block key j is at position j + key_shift (anchor - block's key 0)
+  int unmasked_from = 0;  // anchor + kmax - (W - 1): context tiles from here see all keys
+  __device__ bool hides(int64_t j, int64_t i) const {
+    if (!on) return false;
+    const int jj = static_cast<int>(j);
+    const int d = static_cast<int>(i) + query_shift - (jj < context_len ? jj : jj + key_shift);
+    return d < 0 || d > w1;
+  }
+  // Whether the key tile starting at j0 (all context keys or all block keys) needs masks.
+  __device__ bool masks_tile(int64_t j0) const {
+    return on && (j0 >= context_len || j0 < unmasked_from);
+  }
+};
+
 // Which (head, query row) row r of a query tile is (Note [Flash tiles]).
 struct QueryTile {
   bool packed = false;    // dflash: virtual rows of one block across a head group
@@ -230,10 +263,51 @@ inline QueryGrid query_grid(const AttnShape& s, const AttnMaskArgs& m, int64_t r
   return g;
 }
 
-// The query tile of CTA (x, unit, b) and the key ranges its rows may see.
+// The key ranges of packed DFlash tile qt of a block anchored at `anchor` (>= 0) whose
+// keys start at block_begin; under the sliding rule also the tile's SlidingRule.
+__device__ inline void dflash_key_plan(const AttnMaskArgs& m, const QueryTile& qt, int64_t anchor,
+                                       int64_t block_begin, int64_t rows_per_tile, KeyPlan& kp,
+                                       SlidingRule& sr) {
+  const int64_t bs = m.block_size;
+  if (m.sliding_window == 0) {  // full rule: [0, anchor) and the whole block
+    if (anchor > 0) {
+      kp.begin[kp.count] = 0;
+      kp.end[kp.count++] = anchor;
+    }
+    kp.begin[kp.count] = block_begin;
+    kp.end[kp.count++] = block_begin + bs;
+    return;
+  }
+  // Note [Sliding tiles]: the slots of virtual rows first .. last (one head's slots, or
+  // a run that wraps into the next head and so holds slot bs - 1 and slot 0).
+  const int64_t last = min(qt.first + rows_per_tile, qt.limit) - 1;
+  int64_t kmin = 0, kmax = bs - 1;
+  if (qt.first / bs == last / bs) {
+    kmin = qt.first % bs;
+    kmax = last % bs;
+  }
+  const int64_t w1 = m.sliding_window - 1;
+  const int64_t first_context = max(int64_t{0}, anchor + kmin - w1);
+  if (first_context < anchor) {
+    kp.begin[kp.count] = first_context;
+    kp.end[kp.count++] = anchor;
+  }
+  kp.begin[kp.count] = block_begin + max(int64_t{0}, kmin - w1);
+  kp.end[kp.count++] = block_begin + kmax + 1;
+  sr.on = true;
+  sr.w1 = static_cast<int>(min(w1, int64_t{INT32_MAX}));
+  sr.context_len = static_cast<int>(m.context_len);
+  sr.query_shift = static_cast<int>(anchor - qt.block_row);
+  sr.key_shift = static_cast<int>(anchor - block_begin);
+  sr.unmasked_from = static_cast<int>(max(anchor + kmax - w1, int64_t{INT32_MIN}));
+}
+
+// The query tile of CTA (x, unit, b), the key ranges its rows may see and, under the
+// sliding DFlash rule, the per-element rule (Note [Sliding tiles]).
 __device__ inline void query_tile_of(const AttnShape& s, const AttnMaskArgs& m,
                                      int64_t rows_per_tile, int64_t tiles_per_unit, int64_t x,
-                                     int64_t unit, int64_t b, QueryTile& qt, KeyPlan& kp) {
+                                     int64_t unit, int64_t b, QueryTile& qt, KeyPlan& kp,
+                                     SlidingRule& sr) {
   if (m.kind == AttnMaskKind::dflash) {
     const int64_t group = s.Hq / s.Hkv;
     const int64_t block = x / tiles_per_unit;
@@ -245,12 +319,7 @@ __device__ inline void query_tile_of(const AttnShape& s, const AttnMaskArgs& m,
     qt.block_size = m.block_size;
     const int64_t anchor = attn::dflash_anchor(m, b, block);
     if (anchor >= 0) {
-      if (anchor > 0) {
-        kp.begin[kp.count] = 0;
-        kp.end[kp.count++] = anchor;
-      }
-      kp.begin[kp.count] = m.context_len + block * m.block_size;
-      kp.end[kp.count++] = m.context_len + (block + 1) * m.block_size;
+      dflash_key_plan(m, qt, anchor, m.context_len + block * m.block_size, rows_per_tile, kp, sr);
     }
     return;
   }
@@ -282,6 +351,7 @@ struct QueryCta {
   int64_t b = 0;  // batch (Note [Batch grid])
   QueryTile qt;
   KeyPlan kp;
+  SlidingRule sliding;       // on only under the sliding DFlash rule
   const T* kbase = nullptr;  // row 0 of the kv head's K
   const T* vbase = nullptr;  // and V
   int64_t key_tiles = 0;     // kp.total_tiles()
@@ -307,7 +377,7 @@ __device__ inline QueryCta<T> query_cta_of(const Args& a, int64_t rows_per_tile)
   QueryCta<T> c;
   c.b = batch_of_block();
   const int64_t unit = blockIdx.x % a.units, tile = blockIdx.x / a.units;
-  query_tile_of(a.s, a.m, rows_per_tile, a.tiles_per_unit, tile, unit, c.b, c.qt, c.kp);
+  query_tile_of(a.s, a.m, rows_per_tile, a.tiles_per_unit, tile, unit, c.b, c.qt, c.kp, c.sliding);
   const int64_t kv_head = c.qt.packed ? unit : c.qt.head / (a.s.Hq / a.s.Hkv);
   c.kbase = head_rows<T>(a.k, c.b, kv_head);
   c.vbase = head_rows<T>(a.v, c.b, kv_head);
@@ -379,6 +449,10 @@ void launch_query_kernel(void (*kernel)(Args), Args a, int64_t rows_per_tile, in
   const QueryGrid g = query_grid(a.s, a.m, rows_per_tile);
   CG_CHECK(a.s.Sq < (int64_t{1} << 31), "scaled_dot_product_attention: ", a.s.Sq,
            " query rows are too many for one launch on cuda (at most 2^31 - 1)");
+  CG_CHECK(a.m.sliding_window == 0 || a.s.Sk < (int64_t{1} << 31),
+           "scaled_dot_product_attention: the sliding DFlash rule on cuda takes at most 2^31 - 1 "
+           "keys, got ",
+           a.s.Sk);
   const dim3 grid = batch_grid(g.x_tiles * g.units, a.s.B);  // Note [Batch grid]
   CG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   a.tiles_per_unit = g.tiles_per_unit;

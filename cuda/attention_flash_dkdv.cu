@@ -63,12 +63,15 @@ __device__ inline KeyTileWork key_tile_work(const AttnShape& s, const AttnMaskAr
   return w;
 }
 
-// Whether segment seg of the work has any row that sees the key tile.
+// Whether segment seg of the work has any row that sees the key tile. A context key
+// tile [j0, jend) and block seg: the full rule sees it iff anchor > j0; the sliding rule
+// also needs anchor - (W - 1) <= jend - 1 (Note [Sliding tiles]).
 __device__ inline bool segment_active(const KeyTileWork& w, const AttnMaskArgs& m, int64_t b,
                                       int64_t seg) {
   if (w.mode == 0) return w.seg_tiles > 0;
   if (w.mode == 1) return attn::dflash_anchor(m, b, w.block) >= 0;
-  return attn::dflash_anchor(m, b, seg) > w.j0;
+  const int64_t anchor = attn::dflash_anchor(m, b, seg);
+  return anchor > w.j0 && (m.sliding_window == 0 || anchor - (m.sliding_window - 1) < w.jend);
 }
 
 // Advances (seg, qt) to the next query tile of an active segment; false when none is left.
@@ -85,10 +88,13 @@ __device__ inline bool next_query_tile(const KeyTileWork& w, const AttnMaskArgs&
 
 template <int HD, int QT>
 constexpr int dkdv_smem_bytes() {
-  return (2 * kTile + 4 * QT) * (HD + kPad) * 2 + 4 * QT * 4;  // K, V; Q, dO x2; L, D x2
+  // K, V; Q, dO x2; L, D, slot x2
+  return (2 * kTile + 4 * QT) * (HD + kPad) * 2 + 6 * QT * 4;
 }
 
-template <typename T, int HD, int QT>
+// Sliding: the sliding DFlash rule (a template flag, so the other rules' kernels carry
+// none of its per-element work or registers).
+template <typename T, int HD, int QT, bool Sliding>
 __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
   if (batch_of_block() >= a.s.B) return;  // Note [Batch grid]
   constexpr int LD = HD + kPad;
@@ -99,6 +105,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
   T* sG = sQ + 2 * QT * LD;                                // (2, QT, LD)
   float* sL = reinterpret_cast<float*>(sG + 2 * QT * LD);  // (2, QT) lse
   float* sD = sL + 2 * QT;                                 // (2, QT) delta
+  int* sSlot = reinterpret_cast<int*>(sD + 2 * QT);        // (2, QT) slot in the block (dflash)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   // Every kv head's key tile t before any head's tile t + 1: the heavy tiles (causal's
   // first keys, DFlash's first context keys) start first.
@@ -152,6 +159,9 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
         const int64_t row = ok ? (b * s.Hq + h) * s.Sq + i : 0;
         cp_async4(smem_addr(sL + stage * QT + r), a.lse + row, ok);
         cp_async4(smem_addr(sD + stage * QT + r), a.delta + row, ok);
+        // The row's slot k (sliding rule). The stage was last read before the previous
+        // step's barrier, and is next read after this step's.
+        if constexpr (Sliding) sSlot[stage * QT + r] = static_cast<int>(i % m.block_size);
       }
     }
   };
@@ -165,6 +175,8 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
 
   const bool warp_active = w.j0 + warp * 16 < w.jend;
   const CausalRule causal = causal_rule(s, m);
+  constexpr bool sliding = Sliding;  // Note [Sliding tiles]; Sk < 2^31 (checked at launch)
+  [[maybe_unused]] const int w1 = static_cast<int>(min(m.sliding_window - 1, int64_t{INT32_MAX}));
   const int64_t kj0 = w.j0 + warp * 16 + lane / 4;  // this thread's keys: kj0, kj0 + 8
   float dk[HD / 8][4], dv[HD / 8][4];
 #pragma unroll
@@ -188,6 +200,15 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
       const int64_t anchor = w.mode == 2 ? attn::dflash_anchor(m, b, cseg) : INT64_MAX;
       const int64_t qrow0 = w.qlo + cqt * QT;  // mode 0: query row of tile row 0
       const int nrows = rows_in(cqt);
+      // Sliding: key kj0 + 8 * half sits at position rel[half] relative to the anchor;
+      // slot k sees it iff 0 <= k - rel <= W - 1.
+      [[maybe_unused]] const int* tSlot = sSlot + stage * QT;
+      [[maybe_unused]] int rel[2] = {0, 0};
+      if constexpr (sliding) {
+        const int64_t origin = w.mode == 2 ? anchor : m.context_len + w.block * m.block_size;
+        rel[0] = static_cast<int>(kj0 - origin);
+        rel[1] = rel[0] + 8;
+      }
       // acc (16 keys x QT rows) = rows warp*16.. of sA (keys) times the tile's rows of tB.
       auto key_by_row = [&](const T* sA, const T* tB, float(&acc)[QT / 8][4]) {
 #pragma unroll
@@ -240,7 +261,11 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
         for (int e = 0; e < 4; ++e) {
           const int c = n * 8 + (lane % 4) * 2 + (e & 1);  // query row in the tile
           const int64_t j = kj0 + (e < 2 ? 0 : 8);
-          const bool vis = c < nrows && j < w.jend && j < anchor && !causal.hides(j, qrow0 + c);
+          bool vis = c < nrows && j < w.jend && j < anchor && !causal.hides(j, qrow0 + c);
+          if constexpr (sliding) {
+            const int d = tSlot[c] - rel[e / 2];
+            vis = vis && d >= 0 && d <= w1;
+          }
           // (a visited row always sees a key, so its lse is finite)
           acc[n][e] = vis ? exp2f(acc[n][e] * a.scale_log2 - tL[c] * kLog2e) : 0.f;
         }
@@ -299,11 +324,16 @@ void launch_dkdv_typed(const BwdArgs& a, cudaStream_t stream) {
     key_tiles = (s.Sk + kTile - 1) / kTile;
   }
   if (key_tiles == 0) return;
+  CG_CHECK(a.m.sliding_window == 0 || s.Sk < (int64_t{1} << 31),
+           "scaled_dot_product_attention: the sliding DFlash rule on cuda takes at most 2^31 - 1 "
+           "keys, got ",
+           s.Sk);
   const dim3 grid = batch_grid(key_tiles * s.Hkv, s.B);  // Note [Batch grid]
   constexpr int smem = dkdv_smem_bytes<HD, QT>();
-  CG_CUDA_CHECK(cudaFuncSetAttribute(flash_dkdv_kernel<T, HD, QT>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  flash_dkdv_kernel<T, HD, QT><<<grid, kThreads, smem, stream>>>(a);
+  auto* kernel = a.m.sliding_window > 0 ? flash_dkdv_kernel<T, HD, QT, true>
+                                        : flash_dkdv_kernel<T, HD, QT, false>;
+  CG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  kernel<<<grid, kThreads, smem, stream>>>(a);
   CG_CUDA_CHECK(cudaGetLastError());
 }
 

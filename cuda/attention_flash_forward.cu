@@ -77,6 +77,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdArgs a) {
   int64_t hw, iw;
   const bool warp_active = qt.row(warp * 16 * MT, hw, iw);  // valid rows are a prefix
   const CausalRule causal = causal_rule(s, a.m);
+  const SlidingRule& sliding = cta.sliding;  // Note [Sliding tiles]
   int64_t first_i = 0, fh;
   qt.row(0, fh, first_i);
 
@@ -122,7 +123,8 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdArgs a) {
           }
         }
       }
-      const bool need_mask = j0 + kTile > jend || causal.hides(j0 + kTile - 1, first_i);
+      const bool need_mask =
+          j0 + kTile > jend || causal.hides(j0 + kTile - 1, first_i) || sliding.masks_tile(j0);
       uint32_t pa[MT][kTile / 16][4];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
@@ -133,7 +135,9 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdArgs a) {
             for (int e = 0; e < 4; ++e) {
               const int64_t j = j0 + n * 8 + (lane % 4) * 2 + (e & 1);
               const int64_t i = ir[mt][e / 2];  // (Sq < 2^31: checked at launch)
-              if (j >= jend || causal.hides(j, i)) sc[mt][n][e] = -INFINITY;
+              if (j >= jend || causal.hides(j, i) || sliding.hides(j, i)) {
+                sc[mt][n][e] = -INFINITY;
+              }
             }
           }
         }

@@ -2,7 +2,7 @@
 // sizes (cuda/cuda_attention.cpp turns tensors into these). Two families:
 //   - flash (cuda/attention_flash*.cu): tiled, tensor cores (mma.sync m16n8k16), online
 //     softmax, no [Sq, Sk] buffer; bf16/f16 with fp32 math, head_dim 64 or 128, masks
-//     none / causal / dflash_blocks. Each query tile visits only the key tiles its rows
+//     none / causal / dflash_blocks (full and sliding rules). Each query tile visits only the key tiles its rows
 //     may see (Note [Flash tiles] in attention_flash_common.cuh).
 //   - rows (cuda/attention_rows.cu): one warp per query row (forward, dq) or key row (dk,
 //     dv); every dtype (f32, f64, bf16, f16), head_dim up to 256, every mask kind
@@ -34,8 +34,11 @@ enum class AttnMaskKind : int { none = 0, causal = 1, dflash = 2, dense = 3 };
 struct AttnMaskArgs {
   AttnMaskKind kind = AttnMaskKind::none;
   // dflash: block b of batch row bb sees context keys j < visible_context[bb * stride + b]
-  // and its own block's keys; -1 marks a padded block (sees nothing).
+  // and its own block's keys; -1 marks a padded block (sees nothing). sliding_window W > 0:
+  // the sliding rule (ops/attention_mask.h): slot k of block b at position anchor_b + k sees
+  // only the keys at positions anchor_b + k - (W - 1) .. anchor_b + k (causal in the block).
   int64_t context_len = 0, block_size = 1, num_blocks = 0;
+  int64_t sliding_window = 0;                // 0 = the full rule
   const int64_t* visible_context = nullptr;  // device memory
   int64_t context_batch_stride = 0;
   // dense: allowed[b * s0 + h * s1 + i * s2 + j * s3] (device memory).

@@ -226,13 +226,25 @@ __global__ void rows_dkdv_kernel(AttnShape s, AttnOperand q, AttnOperand k, Attn
         visit(max(int64_t{0}, j - (s.Sk - s.Sq)), s.Sq);
         break;
       case AttnMaskKind::dflash: {
-        const int64_t bs = m.block_size;
+        // Full rule: every slot of the block. Sliding (W = w1 + 1): slot k sees a key at
+        // position p iff anchor + k - w1 <= p <= anchor + k, so the slots that see it are
+        // k in [p - anchor, p - anchor + w1], clipped to the block.
+        const int64_t bs = m.block_size, w1 = m.sliding_window - 1;
+        auto visit_slots = [&](int64_t blk, int64_t rel) {  // rel = key position - anchor
+          if (m.sliding_window == 0) {
+            visit(blk * bs, (blk + 1) * bs);
+            return;
+          }
+          const int64_t lo = max(int64_t{0}, rel), hi = min(bs, rel + w1 + 1);
+          if (lo < hi) visit(blk * bs + lo, blk * bs + hi);
+        };
         if (j >= m.context_len) {  // a block key: its own block's rows, unless padded
           const int64_t blk = (j - m.context_len) / bs;
-          if (attn::dflash_anchor(m, b, blk) >= 0) visit(blk * bs, (blk + 1) * bs);
+          if (attn::dflash_anchor(m, b, blk) >= 0) visit_slots(blk, j - m.context_len - blk * bs);
         } else {  // a context key: every block whose anchor is past it
           for (int64_t blk = 0; blk < m.num_blocks; ++blk) {
-            if (attn::dflash_anchor(m, b, blk) > j) visit(blk * bs, (blk + 1) * bs);
+            const int64_t anchor = attn::dflash_anchor(m, b, blk);
+            if (anchor > j) visit_slots(blk, j - anchor);
           }
         }
         break;

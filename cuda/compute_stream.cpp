@@ -1,5 +1,5 @@
-// Why this file exists: makes each device's compute stream once (Note [One compute
-// stream], compute_stream.h).
+// Why this file exists: makes each device's compute stream, and its side streams, once
+// (Note [One compute stream], compute_stream.h).
 #include "cuda/compute_stream.h"
 
 #include <array>
@@ -27,6 +27,25 @@ cudaStream_t compute_stream(int index) {
     CG_CUDA_CHECK(cudaSetDevice(current));
   });
   return streams[index];
+}
+
+cudaStream_t stream_for(int index, StreamId id) {
+  if (id == kDefaultStream) return compute_stream(index);
+  CG_CHECK(index >= 0 && index < kMaxDevices, "stream_for: device index ", index,
+           " is out of range [0, ", kMaxDevices, ")");
+  CG_CHECK(id <= kMaxSideStreams, "stream_for: stream id ", id, " is out of range [0, ",
+           kMaxSideStreams, "]");
+  static std::array<std::array<cudaStream_t, kMaxSideStreams>, kMaxDevices> streams{};
+  static std::array<std::array<std::once_flag, kMaxSideStreams>, kMaxDevices> made;
+  cudaStream_t& stream = streams[index][id - 1];
+  std::call_once(made[index][id - 1], [index, &stream] {
+    int current = 0;
+    CG_CUDA_CHECK(cudaGetDevice(&current));
+    CG_CUDA_CHECK(cudaSetDevice(index));
+    CG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    CG_CUDA_CHECK(cudaSetDevice(current));
+  });
+  return stream;
 }
 
 }  // namespace cg::cuda

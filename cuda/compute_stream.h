@@ -17,9 +17,18 @@
 
 #include <cuda_runtime_api.h>
 
+#include "core/device.h"
+
 namespace cg::cuda {
 
 // The compute stream of CUDA device `index` (Note [One compute stream]).
 cudaStream_t compute_stream(int index);
+
+// Side streams: work that should overlap the compute stream (a copy, a second GEMM). Id
+// kDefaultStream is the compute stream; ids 1 .. kMaxSideStreams are made on first use,
+// non-blocking, and kept. Memory a side stream touches must be recorded with
+// StorageImpl::record_stream (Note [Streams], core/caching_allocator.h).
+constexpr StreamId kMaxSideStreams = 4;
+cudaStream_t stream_for(int index, StreamId id);
 
 }  // namespace cg::cuda

@@ -12,6 +12,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -185,11 +186,10 @@ AttnMaskArgs mask_args(const ResolvedAttentionMask& m, Device device, cudaStream
   AttnMaskArgs a;
   a.kind = kind_of(m.kind);
   if (m.kind == AttentionMask::Kind::dflash_blocks) {
-    CG_CHECK(m.sliding_window == 0,
-             "scaled_dot_product_attention on CUDA: the sliding-window DFlash rule "
-             "(sliding_window = ",
-             m.sliding_window, ") is not in the CUDA kernels yet; run this layer on the CPU");
     a.context_len = m.context_len;
+    // Flash and rows both take the sliding rule. No two positions are context_len +
+    // block_size apart, so a wider window is that window (and 32-bit friendly).
+    a.sliding_window = std::min(m.sliding_window, m.context_len + m.block_size);
     a.block_size = m.block_size;
     a.num_blocks = m.num_blocks;
     a.context_batch_stride = m.context_batch_stride;

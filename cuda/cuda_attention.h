@@ -14,10 +14,11 @@
 //     feeds a backward of another. Its backward computes dq, dk and dv in one pass (asking
 //     for one of them costs the same).
 //   - flash (tensor cores, cuda/attention_flash_*.cu): bf16 or f16, head_dim 64 or 128,
-//     masks none / causal / dflash_blocks, scale > 0. Work proportional to the keys each
-//     query may see; nothing [Sq, Sk] in memory.
+//     masks none / causal / dflash_blocks (full and sliding rules), scale > 0. Work
+//     proportional to the keys each query may see; nothing [Sq, Sk] in memory.
 //   - rows (cuda/attention_rows.cu): everything else -- f32, f64, dense boolean masks,
-//     other head dims up to 256. Correct but slow (no tensor cores): a warp per row.
+//     other head dims up to 256 (the sliding rule too). Correct but slow (no tensor
+//     cores): a warp per row. cudnn never takes the DFlash rules.
 //   - head_dim above 256 throws "... not supported on cuda ..." (move the tensors to the
 //     CPU for those).
 // cuda_attention_path() says which one a call takes.

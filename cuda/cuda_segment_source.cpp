@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include "core/error.h"
+#include "cuda/compute_stream.h"
 #include "cuda/cuda_check.h"
 #include "cuda/device_info.h"
 
@@ -62,6 +63,33 @@ int64_t CudaSegmentSource::free_bytes() const {
     return -1;
   }
   return static_cast<int64_t>(free);
+}
+
+// Events travel through the allocator as integers: the cudaEvent_t pointer's bits.
+SegmentSource::Event CudaSegmentSource::record_event(StreamId stream) {
+  CG_CUDA_CHECK(cudaSetDevice(index_));
+  cudaEvent_t event = nullptr;
+  CG_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  CG_CUDA_CHECK(cudaEventRecord(event, stream_for(index_, stream)));
+  return reinterpret_cast<Event>(event);
+}
+
+bool CudaSegmentSource::event_done(Event event) {
+  const cudaError_t err = cudaEventQuery(reinterpret_cast<cudaEvent_t>(event));
+  if (err == cudaErrorNotReady) {
+    cudaGetLastError();  // not an error: the work is still running
+    return false;
+  }
+  CG_CUDA_CHECK(err);
+  return true;
+}
+
+void CudaSegmentSource::wait_event(Event event) {
+  CG_CUDA_CHECK(cudaEventSynchronize(reinterpret_cast<cudaEvent_t>(event)));
+}
+
+void CudaSegmentSource::release_event(Event event) {
+  cudaEventDestroy(reinterpret_cast<cudaEvent_t>(event));  // unchecked: runs in teardown too
 }
 
 }  // namespace cg::cuda

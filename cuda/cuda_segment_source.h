@@ -23,6 +23,12 @@ class CudaSegmentSource : public SegmentSource {
   // cudaMemGetInfo's free figure; -1 when the query fails.
   int64_t free_bytes() const override;
   std::string name() const override { return "cuda:" + std::to_string(index_); }
+  // Note [Stream events] (core/segment_source.h): a CUDA event (timing off) recorded on
+  // stream_for(index, stream), queried, waited on and destroyed.
+  Event record_event(StreamId stream) override;
+  bool event_done(Event event) override;
+  void wait_event(Event event) override;
+  void release_event(Event event) override;
 
  private:
   int index_;

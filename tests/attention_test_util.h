@@ -3,7 +3,10 @@
 // product, in double, on host vectors -- and the dense boolean masks that the compact
 // rules stand for. Both are written here from the rule's definition, independently of
 // ops/attention_mask.cpp, so the rule path is checked against the definition, not itself.
+// Also the harness that compares two attention calls by values and gradients in f64.
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
@@ -38,6 +41,29 @@ inline AllowedFn allow_dflash(int64_t S, int64_t Bs, std::vector<int64_t> anchor
     if (a < 0) return false;
     if (j < S) return j < a;
     return (j - S) / Bs == block;
+  };
+}
+
+// DFlash, sliding rule of window W (AttentionMask::dflash_blocks, sliding_window = W),
+// written in positions: slot k of a block anchored at a sits at position a + k; context
+// key j at position j (only j < a exists for the block); slot k' of its own block at a + k'.
+// A key is visible iff it is at or before the query and fewer than W positions behind it.
+inline AllowedFn allow_dflash_sliding(int64_t S, int64_t Bs, std::vector<int64_t> anchors,
+                                      int64_t N, bool per_batch, int64_t W) {
+  return [=](int64_t b, int64_t, int64_t i, int64_t j) {
+    const int64_t block = i / Bs;
+    const int64_t a = anchors[(per_batch ? b * N : 0) + block];
+    if (a < 0) return false;
+    const int64_t query_pos = a + i % Bs;
+    int64_t key_pos = 0;
+    if (j < S) {
+      if (j >= a) return false;
+      key_pos = j;
+    } else {
+      if ((j - S) / Bs != block) return false;
+      key_pos = a + (j - S) % Bs;
+    }
+    return key_pos <= query_pos && query_pos - key_pos < W;
   };
 }
 
@@ -97,6 +123,36 @@ inline double max_abs(const std::vector<double>& a) {
   double m = 0;
   for (double x : a) m = std::max(m, std::abs(x));
   return m;
+}
+
+// Standard normal f64 input, seeded; a leaf that requires grad when `grad`.
+inline Tensor rand_f64(const Shape& shape, uint64_t seed, bool grad = false) {
+  Generator gen(seed);
+  Tensor t = randn(shape, {.dtype = DType::f64}, &gen);
+  if (grad) t.requires_grad_();
+  return t;
+}
+
+// Values and gradients of one attention call under a fixed upstream gradient.
+struct AttentionRun {
+  std::vector<double> out, dq, dk, dv;
+};
+
+inline AttentionRun run_with_grads(
+    const std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)>& f, const Shape& qs,
+    const Shape& ks, uint64_t seed) {
+  Tensor q = rand_f64(qs, seed, true), k = rand_f64(ks, seed + 1, true),
+         v = rand_f64(ks, seed + 2, true);
+  Tensor out = f(q, k, v);
+  out.backward(rand_f64(out.shape(), seed + 3));
+  return {out.to_vector(), q.grad().to_vector(), k.grad().to_vector(), v.grad().to_vector()};
+}
+
+inline void expect_runs_equal(const AttentionRun& a, const AttentionRun& b, double tol) {
+  EXPECT_LE(max_abs_diff(a.out, b.out), tol) << "outputs differ";
+  EXPECT_LE(max_abs_diff(a.dq, b.dq), tol) << "dq differs";
+  EXPECT_LE(max_abs_diff(a.dk, b.dk), tol) << "dk differs";
+  EXPECT_LE(max_abs_diff(a.dv, b.dv), tol) << "dv differs";
 }
 
 }  // namespace cg::testing

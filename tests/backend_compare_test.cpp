@@ -292,6 +292,15 @@ std::vector<Case> all_cases() {
                  const AttentionMask m = AttentionMask::dflash_blocks(5, 3, anchors);
                  return std::vector<Tensor>{scaled_dot_product_attention(x[0], x[1], x[2], m)};
                }});
+  c.push_back({"attention_dflash_sliding",  // window 2 < block 3; anchors at 0 and the end
+               {"attention_forward", "attention_backward"},
+               kF32F64,
+               {f({1, 4, 6, 4}), f({1, 2, 11, 4}), f({1, 2, 11, 4})},
+               [](auto& x) {
+                 const Tensor anchors = from_ints({0, 5}, {2});
+                 const AttentionMask m = AttentionMask::dflash_blocks(5, 3, anchors, Tensor(), 2);
+                 return std::vector<Tensor>{scaled_dot_product_attention(x[0], x[1], x[2], m)};
+               }});
   c.push_back({"indexing",
                {"index_select", "index_add", "gather", "scatter_add", "check_indices"},
                kAllFloat,

@@ -305,8 +305,19 @@ TEST(CudaTrain, BatchedGenerationEqualsOnePromptAtATime) {
     prompts.push_back(p);
   }
   const train::GenerateOptions opt{.max_new_tokens = 12, .eos_id = 17};
-  const std::vector<train::Generation> all = train::generate_all(lm, prompts, opt);
+  std::vector<int64_t> done;  // progress after each batch: 3 lengths, 3 prompts each
+  int64_t told = 0;
+  const std::vector<train::Generation> all =
+      train::generate_all(lm, prompts, opt, [&](int64_t d, int64_t total, int64_t fresh) {
+        EXPECT_EQ(total, 9);
+        done.push_back(d);
+        told += fresh;
+      });
   ASSERT_EQ(all.size(), prompts.size());
+  EXPECT_EQ(done, (std::vector<int64_t>{3, 6, 9}));
+  int64_t fresh = 0;
+  for (const auto& g : all) fresh += static_cast<int64_t>(g.new_tokens().size());
+  EXPECT_EQ(told, fresh);
   for (size_t i = 0; i < prompts.size(); ++i) {
     const train::Generation one = train::generate(lm, prompts[i], opt);
     EXPECT_EQ(all[i].tokens, one.tokens) << "prompt " << i;

@@ -304,8 +304,20 @@ TEST(DFlashPipeline, Bf16ComputeWithFp32Masters) {
   EXPECT_TRUE(s["lossless"].get<bool>());
 }
 
-// Resume gives the same next-step loss as an uninterrupted run; a corrupt checkpoint is
-// a clear error and leaves the run directory as it was.
+// The drafter losses of metrics.jsonl, in order.
+std::vector<double> losses_of(const std::string& metrics) {
+  std::vector<double> losses;
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j["phase"] == "drafter") losses.push_back(j["loss"].get<double>());
+  }
+  return losses;
+}
+
+// Resume gives the same next-step loss as an uninterrupted run; a damaged newest
+// checkpoint falls back to the previous one; when none is usable, the error is clear and
+// leaves the run directory as it was.
 TEST(DFlashPipeline, ResumeIsExactAndAFailedResumeChangesNothing) {
   TempDir dir;
   train::TrainConfig c = ci_config(dir.file("run"));
@@ -315,39 +327,32 @@ TEST(DFlashPipeline, ResumeIsExactAndAFailedResumeChangesNothing) {
   train::run_pipeline(c);  // checkpoints at steps 10 and 12
   const std::string ckpt10 = dir.file("run/drafter/step_00000010.safetensors");
   ASSERT_TRUE(std::filesystem::exists(ckpt10));
-  std::vector<double> losses;
-  {
-    std::ifstream in(dir.file("run/metrics.jsonl"));
-    for (std::string line; std::getline(in, line);) {
-      auto j = nlohmann::json::parse(line);
-      if (j["phase"] == "drafter") losses.push_back(j["loss"].get<double>());
-    }
-  }
+  const std::vector<double> losses = losses_of(dir.file("run/metrics.jsonl"));
   ASSERT_EQ(losses.size(), 12u);
   // Rebuild the trainer from the step-10 checkpoint and take step 11.
-  const std::string text;  // unused
   std::filesystem::remove(dir.file("run/drafter/step_00000012.safetensors"));
   train::TrainConfig c2 = c;
   c2.drafter.optim.steps = 11;
   const nlohmann::json s2 = train::run_pipeline(c2);
-  std::vector<double> losses2;
-  {
-    std::ifstream in(dir.file("run/metrics.jsonl"));
-    for (std::string line; std::getline(in, line);) {
-      auto j = nlohmann::json::parse(line);
-      if (j["phase"] == "drafter") losses2.push_back(j["loss"].get<double>());
-    }
-  }
+  const std::vector<double> losses2 = losses_of(dir.file("run/metrics.jsonl"));
   ASSERT_EQ(losses2.size(), 11u);  // steps 1..10 kept, 11 and 12 of the first run dropped, 11 again
   EXPECT_EQ(losses2.back(), losses[10]) << "step 11 after resuming from step 10";
   EXPECT_EQ(s2["target_source"], "cache");
 
-  // Corrupt the latest checkpoint: a clear error, and nothing in the run dir changes.
+  // A damaged latest checkpoint is skipped for the one before (drafter_checkpoints.h):
+  // the run resumes from step 10 and takes step 11 again, with the same loss.
   const std::string latest = dir.file("run/drafter/step_00000011.safetensors");
-  {
-    std::ofstream out(latest, std::ios::binary | std::ios::trunc);
+  auto damage = [](const std::string& file) {
+    std::ofstream out(file, std::ios::binary | std::ios::trunc);
     out << "not a checkpoint";
-  }
+  };
+  damage(latest);
+  const nlohmann::json s3 = train::run_pipeline(c2);
+  EXPECT_EQ(s3["drafter_steps"]["resumed_at"], 10);
+  EXPECT_EQ(losses_of(dir.file("run/metrics.jsonl")).back(), losses[10]);
+  // Every checkpoint damaged: a clear error, and nothing in the run dir changes.
+  damage(latest);
+  damage(ckpt10);
   std::map<std::string, std::string> before;
   for (const auto& e : std::filesystem::recursive_directory_iterator(dir.file("run"))) {
     if (e.is_regular_file()) {

@@ -82,6 +82,25 @@ TEST(Generate, BatchRunsEachPromptAlone) {
   }
 }
 
+// Issue 18 item 23: the drafter-data and evaluation stages had no progress; generate_all
+// tells a progress bar each prompt that finishes, with its new tokens.
+TEST(Generate, GenerateAllTellsEachFinishedPrompt) {
+  Fixture f;
+  std::vector<std::vector<int64_t>> prompts;
+  for (int64_t P : {2, 9, 1, 4, 3}) prompts.push_back(random_ids(P, f.config.vocab_size, f.gen));
+  std::vector<int64_t> done;
+  int64_t tokens = 0;
+  const auto all = train::generate_all(f.lm, prompts, {.max_new_tokens = 6},
+                                       [&](int64_t d, int64_t total, int64_t fresh) {
+                                         EXPECT_EQ(total, 5);
+                                         done.push_back(d);
+                                         tokens += fresh;
+                                       });
+  EXPECT_EQ(done, (std::vector<int64_t>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(tokens, 5 * 6);
+  EXPECT_EQ(all.size(), prompts.size());
+}
+
 TEST(Generate, SamplingIsSeededAndTopOneIsGreedy) {
   Fixture f;
   const auto prompt = random_ids(3, f.config.vocab_size, f.gen);

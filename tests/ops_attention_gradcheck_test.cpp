@@ -1,6 +1,7 @@
 // Why this file exists: the fused attention op's hand-written backward (probabilities
 // recomputed from the saved logsumexp) checked against finite differences in f64, for
-// q, k and v, under every mask kind, grouped-query heads, strided inputs and odd sizes.
+// q, k and v, under every mask kind (the DFlash rule full and sliding), grouped-query
+// heads, strided inputs and odd sizes.
 #include <gtest/gtest.h>
 
 #include "ops/ops.h"
@@ -74,6 +75,20 @@ TEST(OpsAttentionGradcheck, DflashBlocks) {
   Tensor shared = from_ints({1, 4, 3}, {N});
   EXPECT_GRADCHECK([&](const V& x) { return sdpa(x, AttentionMask::dflash_blocks(S, Bs, shared)); },
                    q, k, v);
+}
+
+TEST(OpsAttentionGradcheck, DflashSlidingWindow) {
+  // The sliding rule, W = 2 < block 3 (the in-block causal window cuts), per-batch anchors
+  // at 0, at the end, and padded.
+  const int64_t S = 5, Bs = 3, N = 2;
+  Tensor anchors = from_ints({0, 5, 3, -1}, {2, N});
+  Tensor q = make_input({2, 2, N * Bs, 3}, 40), k = make_input({2, 1, S + N * Bs, 3}, 41),
+         v = make_input({2, 1, S + N * Bs, 3}, 42);
+  EXPECT_GRADCHECK(
+      [&](const V& x) {
+        return sdpa(x, AttentionMask::dflash_blocks(S, Bs, anchors, Tensor(), 2));
+      },
+      q, k, v);
 }
 
 TEST(OpsAttentionGradcheck, GroupedQueryHeads) {

@@ -14,38 +14,13 @@
 namespace cg {
 namespace {
 
+using testing::AttentionRun;
+using testing::expect_runs_equal;
 using testing::max_abs;
 using testing::max_abs_diff;
+using testing::rand_f64;
 using testing::reference_attention;
-
-Tensor rand_f64(const Shape& shape, uint64_t seed, bool grad = false) {
-  Generator gen(seed);
-  Tensor t = randn(shape, {.dtype = DType::f64}, &gen);
-  if (grad) t.requires_grad_();
-  return t;
-}
-
-// Values and gradients of one attention call under a fixed upstream gradient.
-struct AttentionRun {
-  std::vector<double> out, dq, dk, dv;
-};
-
-AttentionRun run_with_grads(
-    const std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)>& f, const Shape& qs,
-    const Shape& ks, uint64_t seed) {
-  Tensor q = rand_f64(qs, seed, true), k = rand_f64(ks, seed + 1, true),
-         v = rand_f64(ks, seed + 2, true);
-  Tensor out = f(q, k, v);
-  out.backward(rand_f64(out.shape(), seed + 3));
-  return {out.to_vector(), q.grad().to_vector(), k.grad().to_vector(), v.grad().to_vector()};
-}
-
-void expect_runs_equal(const AttentionRun& a, const AttentionRun& b, double tol) {
-  EXPECT_LE(max_abs_diff(a.out, b.out), tol) << "outputs differ";
-  EXPECT_LE(max_abs_diff(a.dq, b.dq), tol) << "dq differs";
-  EXPECT_LE(max_abs_diff(a.dk, b.dk), tol) << "dk differs";
-  EXPECT_LE(max_abs_diff(a.dv, b.dv), tol) << "dv differs";
-}
+using testing::run_with_grads;
 
 // ---- forward against the explicit reference ------------------------------------------
 

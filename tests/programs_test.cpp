@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <string>
 
@@ -84,6 +85,23 @@ void expect_clean_failure(const ProgramRun& r, const std::string& program,
 }
 
 // ---- item 9: outputs that cannot be written fail before the work, loudly ----
+
+// Issue 18 item 24: every program says its version and what the build holds; `chunkgrad
+// trace --help` names the files `chunkgrad train` writes.
+TEST(Programs, VersionAndTraceHelpNameWhatAUserNeeds) {
+  for (const std::string& program :
+       {std::string(CHUNKGRAD_MLP_DEMO), std::string(CHUNKGRAD_MEMORY_LESSON),
+        std::string(CHUNKGRAD_CLI)}) {
+    const ProgramRun r = run_program(program, "--version");
+    SCOPED_TRACE(program + ": " + r.out + r.err);
+    EXPECT_EQ(r.exit_code, 0);
+    EXPECT_TRUE(std::regex_search(r.out, std::regex(R"((^|\()chunkgrad \d+\.\d+\.\d+)")));
+    EXPECT_NE(r.out.find("devices built in: cpu (1 present)"), std::string::npos);
+  }
+  const ProgramRun help = run_program(CHUNKGRAD_CLI, "trace --help");
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.out.find("traces/trace_<config>_<path>.json"), std::string::npos) << help.out;
+}
 
 TEST(Programs, MlpDemoUnwritableTraceFailsBeforeTraining) {
   // As /nonexistent/dir/trace.json: a directory that does not exist.

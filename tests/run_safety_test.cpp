@@ -183,22 +183,7 @@ TEST_F(RunSafety, FingerprintsFollowTheBytesNotThePath) {
 // "lossless: identical tokens" was printed whenever lossless was true, also when outputs
 // diverged at near ties.
 TEST_F(RunSafety, TheSummarySaysWhetherTokensWereIdenticalOrTiedOnly) {
-  nlohmann::json s = {{"eval_block_size", 4},
-                      {"tau", 2.0},
-                      {"speedup", 1.5},
-                      {"lossless", true},
-                      {"identical", false},
-                      {"tie_divergences", 2},
-                      {"target_tokens_per_s", 1.0},
-                      {"speculative_tokens_per_s", 1.5},
-                      {"ceiling_speedup", 3.0},
-                      {"per_slot_accuracy", {1.0, 0.5}},
-                      {"expected_acceptance_length", 1.5},
-                      {"measured_acceptance_length", 1.5},
-                      {"drafter_steps", {{"trained", 2}, {"final", 2}, {"resumed_at", 0}}},
-                      {"drafter_train_tokens_per_s", 10.0},
-                      {"seconds", {{"total", 1.0}}},
-                      {"memory_table", ""}};
+  nlohmann::json s = testing_train::summary_example();
   std::string text = train::summary_text(s);
   EXPECT_EQ(text.find("identical tokens"), std::string::npos) << text;
   EXPECT_NE(text.find("2 prompts diverged"), std::string::npos) << text;

@@ -14,7 +14,9 @@
 #include "error_helpers.h"
 #include "ops/inplace.h"
 #include "train/generate.h"
+#include "train/pipeline.h"
 #include "train/speculative_decoding.h"
+#include "train_test_util.h"
 
 namespace cg {
 namespace {
@@ -262,8 +264,31 @@ TEST(SpeculativeDecoding, EvaluateReportsTauSpeedupAndLossless) {
   EXPECT_DOUBLE_EQ(o.tau, 11.0 / 3.0);          // blocks of 4, 4, 3 after the prompt's token
   EXPECT_DOUBLE_EQ(o.ceiling_tau, 11.0 / 3.0);  // the replayed greedy output: an oracle too
   EXPECT_GT(o.ceiling_speedup, 0);
+  // Note [Timing noise]: three repeats, each with its own speedups; the median and spread.
+  EXPECT_EQ(o.repeats, 3);
+  EXPECT_LE(o.speedup_spread.min, o.speedup);
+  EXPECT_DOUBLE_EQ(o.speedup_spread.median, o.speedup);
+  EXPECT_LE(o.speedup, o.speedup_spread.max);
+  EXPECT_DOUBLE_EQ(o.ceiling_spread.median, o.ceiling_speedup);
+  EXPECT_FALSE(o.timing_note.empty());
+  EXPECT_EQ(o.json()["speedup_spread"].size(), 3u);
   EXPECT_DOUBLE_EQ(r.ceiling_tau, 11.0 / 3.0);  // whatever the real drafter does
   EXPECT_NE(r.str().find("ceiling"), std::string::npos);
+  // Issue 18 item 23: progress for each prompt of each repeat (3 x 1 here), with the tokens
+  // of all three decoders (12 each).
+  std::vector<int64_t> done;
+  int64_t tokens = 0;
+  train::evaluate_speculative(f.lm, oracle, {prompts[1], prompts[1]},
+                              {.block_size = 4,
+                               .max_new_tokens = 12,
+                               .repeats = 3,
+                               .on_progress = [&](int64_t d, int64_t total, int64_t fresh) {
+                                 EXPECT_EQ(total, 6);
+                                 done.push_back(d);
+                                 tokens += fresh;
+                               }});
+  EXPECT_EQ(done, (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(tokens, 6 * 3 * 12);
   const auto no_ceiling = train::evaluate_speculative(
       f.lm, oracle, {prompts[1]},
       {.block_size = 4, .max_new_tokens = 12, .measure_ceiling = false});
@@ -352,6 +377,59 @@ TEST(SpeculativeDecoding, BadDraftersAndOptionsAreRefused) {
   EXPECT_ERROR_HAS(train::evaluate_speculative(f.lm, ok, {}, {}), "no prompts");
   EXPECT_ERROR_HAS(train::evaluate_speculative(f.lm, ok, {{1}, {}}, {}), "prompt 1 is empty");
   EXPECT_ERROR_HAS(train::evaluate_speculative(f.lm, ok, {{1}}, {.repeats = 0}), "repeats");
+}
+
+// Issue 18 item 18: a speedup of 2.93x was printed above its own "free drafter" ceiling of
+// 2.91x (the same model gave 1.80x the next run). Measured the same way, a speedup above
+// the ceiling is noise, and the summary says so instead of printing it as a result; a
+// wide spread over the repeats is flagged too.
+TEST(SpeculativeDecoding, ASpeedupAboveItsCeilingOrWidelySpreadIsCalledNoise) {
+  const train::TimingSpread odd = train::spread_of({3.0, 1.0, 2.0});
+  EXPECT_EQ(odd.min, 1.0);
+  EXPECT_EQ(odd.median, 2.0);
+  EXPECT_EQ(odd.max, 3.0);
+  EXPECT_EQ(train::spread_of({10.0, 1.0, 3.0, 2.0}).median, 2.5);
+  EXPECT_EQ(train::spread_of({}).median, 0.0);
+
+  const train::SpeedupVerdict above =
+      train::judge_speedup({2.90, 2.93, 2.95}, {2.89, 2.91, 2.92}, 3);
+  EXPECT_TRUE(above.noisy);
+  EXPECT_TRUE(above.above_ceiling);
+  EXPECT_NE(above.note.find("2.93x, above its own ceiling 2.91x"), std::string::npos) << above.note;
+  const train::SpeedupVerdict wide = train::judge_speedup({1.5, 1.8, 2.1}, {3.0, 3.1, 3.2}, 3);
+  EXPECT_TRUE(wide.noisy);
+  EXPECT_FALSE(wide.above_ceiling);
+  EXPECT_NE(wide.note.find("from 1.50x to 2.10x"), std::string::npos) << wide.note;
+  const train::SpeedupVerdict steady =
+      train::judge_speedup({1.78, 1.80, 1.83}, {3.0, 3.05, 3.1}, 3);
+  EXPECT_FALSE(steady.noisy);
+  EXPECT_NE(steady.note.find("median of 3 repeats, which gave 1.78x to 1.83x"), std::string::npos)
+      << steady.note;
+  EXPECT_FALSE(train::judge_speedup({1.8, 1.8, 1.8}, {}, 1).noisy);  // no ceiling measured
+
+  // The summary never prints the impossible number as a result.
+  nlohmann::json s = testing_train::summary_example();
+  s["identical"] = true;
+  s["tie_divergences"] = 0;
+  s["speedup"] = 2.93;
+  s["ceiling_speedup"] = 2.91;
+  s["speedup_spread"] = {2.90, 2.93, 2.95};
+  s["ceiling_spread"] = {2.89, 2.91, 2.92};
+  s["timing_repeats"] = 3;
+  std::string text = train::summary_text(s);
+  EXPECT_EQ(text.find("2.93x over"), std::string::npos) << text;
+  EXPECT_NE(text.find("speedup not measured: timing noise"), std::string::npos) << text;
+  EXPECT_NE(text.find("timing: the timing is noise"), std::string::npos) << text;
+  s["speedup"] = 1.80;
+  s["speedup_spread"] = {1.5, 1.8, 2.1};
+  text = train::summary_text(s);
+  EXPECT_NE(text.find("speedup 1.80x (NOISY, see below) over target-only greedy"),
+            std::string::npos)
+      << text;
+  s["speedup_spread"] = {1.78, 1.8, 1.83};
+  text = train::summary_text(s);
+  EXPECT_NE(text.find("speedup 1.80x over target-only greedy"), std::string::npos) << text;
+  EXPECT_NE(text.find("timing: median of 3 repeats"), std::string::npos) << text;
 }
 
 }  // namespace

@@ -1,15 +1,39 @@
 // Why this file exists: the CI-sized `chunkgrad train` config (a run of a few hundred
 // milliseconds that still learns) is shared by the CPU pipeline tests
-// (dflash_train_test.cpp) and their GPU twins (cuda_train_test.cpp).
+// (dflash_train_test.cpp) and their GPU twins (cuda_train_test.cpp); and a summary with
+// every field summary_text reads, for the tests of what it prints.
 #pragma once
 
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "core/factories.h"
 #include "train/dflash_batch.h"
 #include "train/train_config.h"
 
 namespace cg::testing_train {
+
+// A summary (train/pipeline.h) as small as summary_text takes: lossless with 2 prompts
+// tied, speedup 1.5x under a 3.0x ceiling, one repeat.
+inline nlohmann::json summary_example() {
+  return {{"eval_block_size", 4},
+          {"tau", 2.0},
+          {"speedup", 1.5},
+          {"lossless", true},
+          {"identical", false},
+          {"tie_divergences", 2},
+          {"target_tokens_per_s", 1.0},
+          {"speculative_tokens_per_s", 1.5},
+          {"ceiling_speedup", 3.0},
+          {"per_slot_accuracy", {1.0, 0.5}},
+          {"expected_acceptance_length", 1.5},
+          {"measured_acceptance_length", 1.5},
+          {"drafter_steps", {{"trained", 2}, {"final", 2}, {"resumed_at", 0}}},
+          {"drafter_train_tokens_per_s", 10.0},
+          {"seconds", {{"total", 1.0}}},
+          {"memory_table", ""}};
+}
 
 inline train::TrainConfig ci_train_config(const std::string& run_dir,
                                           const std::string& device = "cpu") {

@@ -13,12 +13,13 @@ namespace cg::train {
 
 std::vector<DrafterSequence> make_drafter_sequences(const nn::Qwen3ForCausalLM& lm,
                                                     const std::vector<std::string>& prompts,
-                                                    int64_t max_new_tokens) {
+                                                    int64_t max_new_tokens,
+                                                    const GenerateProgress& on_progress) {
   ByteTokenizer tok;
   std::vector<std::vector<int64_t>> ids;
   for (const auto& p : prompts) ids.push_back(tok.encode(p, {.bos = true}));
   const std::vector<Generation> generated =
-      generate_all(lm, ids, {.max_new_tokens = max_new_tokens});
+      generate_all(lm, ids, {.max_new_tokens = max_new_tokens}, on_progress);
   std::vector<DrafterSequence> out;
   for (size_t i = 0; i < ids.size(); ++i) {
     DrafterSequence s;

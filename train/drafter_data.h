@@ -12,14 +12,17 @@
 
 #include "nn/qwen3.h"
 #include "train/dflash_batch.h"
+#include "train/generate.h"
 
 namespace cg::train {
 
 // [BOS] + prompt + the target's greedy continuation (train/generate.h, with the KV cache);
 // loss mask 1 on the continuation.
+// on_progress: generate_all's, as the prompts are continued.
 std::vector<DrafterSequence> make_drafter_sequences(const nn::Qwen3ForCausalLM& lm,
                                                     const std::vector<std::string>& prompts,
-                                                    int64_t max_new_tokens);
+                                                    int64_t max_new_tokens,
+                                                    const GenerateProgress& on_progress = {});
 
 // The target's view of the sequences, padded to the longest (pad id, loss mask 0).
 struct TargetFeatures {

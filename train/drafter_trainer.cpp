@@ -5,7 +5,6 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <regex>
 
 #include "autograd/grad_mode.h"
 #include "core/allocator_stats.h"
@@ -19,6 +18,7 @@
 #include "ops/elementwise.h"
 #include "ops/index_ops.h"
 #include "ops/shape_ops.h"
+#include "train/drafter_checkpoints.h"
 #include "train/flop_count.h"
 #include "train/stop_signal.h"
 #include "train/target_lm.h"
@@ -146,51 +146,14 @@ StepRecord DrafterTrainer::finish(const QueuedStep& q) const {
 
 StepRecord DrafterTrainer::train_step() { return finish(train_step_queued()); }
 
-namespace {
-
-// run_dir/drafter/step_<N>.safetensors, with N.
-std::vector<std::pair<int64_t, std::filesystem::path>> checkpoint_files(
-    const std::string& run_dir) {
-  const std::filesystem::path dir = std::filesystem::path(run_dir) / "drafter";
-  std::vector<std::pair<int64_t, std::filesystem::path>> files;
-  if (!std::filesystem::is_directory(dir)) return files;
-  static const std::regex name(R"(step_(\d{1,18})\.safetensors)");
-  for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    std::smatch m;
-    const std::string f = e.path().filename().string();
-    if (std::regex_match(f, m, name)) files.emplace_back(std::stoll(m[1].str()), e.path());
-  }
-  return files;
-}
-
-}  // namespace
-
-std::string latest_drafter_checkpoint(const std::string& run_dir) {
-  int64_t best = -1;
-  std::string path;
-  for (const auto& [s, p] : checkpoint_files(run_dir)) {
-    if (s > best) {
-      best = s;
-      path = p.string();
-    }
-  }
-  return path;
-}
-
 std::string DrafterTrainer::latest_checkpoint() const {
   return latest_drafter_checkpoint(config_.run_dir);
 }
 
-int64_t DrafterTrainer::remove_checkpoints(int64_t keep) const {
-  int64_t n = 0;
-  for (const auto& [s, p] : checkpoint_files(config_.run_dir)) {
-    if (s == keep) continue;
-    std::error_code ec;
-    std::filesystem::remove(p, ec);
-    CG_CHECK(!ec, "fresh run: cannot remove the old checkpoint ", p.string(), ": ", ec.message());
-    ++n;
-  }
-  return n;
+void DrafterTrainer::remove_checkpoint(const std::string& path, const char* why) const {
+  std::error_code ec;
+  std::filesystem::remove(path, ec);
+  CG_CHECK(!ec, "cannot remove the checkpoint ", path, " (", why, "): ", ec.message());
 }
 
 void DrafterTrainer::save_checkpoint() {
@@ -208,204 +171,41 @@ void DrafterTrainer::save_checkpoint() {
                           {"step", std::to_string(step())},
                           {"config", config_.to_json().dump()},
                           {"data", data_.data_fingerprint}});
-  if (replace_earlier_) {  // this run's first checkpoint exists: the earlier run's may go
-    remove_checkpoints(step());
-    replace_earlier_ = false;
-  }
-}
-
-namespace {
-
-// The config fields a resumed run may not change: not how long, how often to save, how to
-// show, and not where the run lives (run_dir: spelled "./runs/x" or absolute, or the
-// folder moved, it is the same run). With content fingerprints on both sides (`by_content`)
-// the corpus and target checkpoint are compared by their bytes, not by their paths.
-nlohmann::json resumable_part(nlohmann::json j, bool by_content) {
-  j.erase("run_dir");
-  if (by_content) {
-    if (j["corpus"].is_object()) j["corpus"].erase("path");
-    if (j["target"].is_object()) j["target"].erase("checkpoint");
-    if (j["features"].is_object()) j["features"].erase("dir");
-  }
-  j["drafter"]["optim"].erase("steps");
-  j["drafter"].erase("checkpoint_every");
-  j.erase("progress");
-  j.erase("resume");
-  j.erase("threads");
-  j.erase("device");  // a run may go on on another device
-  j.erase("eval");
-  j.erase("memory");
-  return j;
-}
-
-constexpr const char* kRunDirUnchanged = "the run directory is unchanged";
-constexpr const char* kCheckpointsUnchanged = "the checkpoints are unchanged";
-
-[[noreturn]] void refuse_resume(const std::string& path, const std::string& why, const char* left) {
-  CG_FAIL("resume: checkpoint '", path, "' ", why, "; ", left,
-          " (delete the checkpoint or set \"resume\": false to start over)");
-}
-
-// The first field where two JSON objects differ, as "drafter.gamma: 4 then, 2 now", so
-// that the user knows which edit to undo instead of diffing config.json by hand.
-std::string first_difference(const nlohmann::json& was, const nlohmann::json& now) {
-  std::string field = "?", then = "-", here = "-";
-  const nlohmann::json patch = nlohmann::json::diff(was, now);
-  if (!patch.empty()) {
-    const nlohmann::json::json_pointer at(patch[0]["path"].get<std::string>());
-    field = at.to_string().substr(1);
-    std::replace(field.begin(), field.end(), '/', '.');
-    if (was.contains(at)) then = describe_json(was[at]);
-    if (now.contains(at)) here = describe_json(now[at]);
-  }
-  return field + ": " + then + " then, " + here + " now";
-}
-
-// Reads a drafter checkpoint's metadata and checks it against this run (config and data);
-// returns its step. `left` says what a refusal leaves as it was.
-int64_t checked_metadata(const safetensors::Reader& reader, const std::string& path,
-                         const TrainConfig& config, const std::string& data_fingerprint,
-                         const char* left) {
-  auto fail = [&](const std::string& why) { refuse_resume(path, why, left); };
-  const auto& meta = reader.metadata();
-  auto get = [&](const char* key) {
-    auto it = meta.find(key);
-    if (it == meta.end())
-      fail(std::string("has no '") + key + "' metadata (not a chunkgrad drafter checkpoint)");
-    return it->second;
-  };
-  if (get("format") != "chunkgrad-dflash-drafter-1")
-    fail("has an unknown format '" + get("format") + "'");
-  int64_t step = 0;
-  nlohmann::json saved, saved_data;
-  try {
-    step = std::stoll(get("step"));
-    saved = parse_untrusted_json(get("config"), "its config");
-    auto data = meta.find("data");
-    if (data != meta.end() && !data->second.empty())
-      saved_data = parse_untrusted_json(data->second, "its data fingerprint");
-  } catch (const std::exception& e) {
-    const auto* error = dynamic_cast<const Error*>(&e);  // one "(at ...)" per line
-    fail(std::string("has damaged metadata: ") +
-         (error ? error->message() : std::string(e.what())));
-  }
-  // A field the checkpoint's config predates (drafter.head_loss_chunk_rows, say) counts as
-  // its default: the saved config over the defaults.
-  nlohmann::json saved_full = saved;
-  if (saved.is_object()) {
-    saved_full = TrainConfig().to_json();
-    saved_full.merge_patch(saved);
-  }
-  const bool by_content = !data_fingerprint.empty() && !saved_data.is_null();
-  const nlohmann::json was = resumable_part(saved_full, by_content),
-                       now = resumable_part(config.to_json(), by_content);
-  if (was != now) {
-    fail("was trained with another config (" + first_difference(was, now) +
-         "; only "
-         "drafter.optim.steps, drafter.checkpoint_every, eval, memory, threads, progress and "
-         "run_dir may change on "
-         "resume)");
-  }
-  // Checkpoints from before fingerprints have none: accepted, as they were.
-  if (!data_fingerprint.empty() && !saved_data.is_null()) {
-    const nlohmann::json here = nlohmann::json::parse(data_fingerprint);
-    if (saved_data != here) {
-      fail(
-          "was trained on other data: the content of the corpus or of target.checkpoint changed "
-          "since (" +
-          first_difference(saved_data, here) + ")");
+  // This run's checkpoint exists: the ones it replaces may go (replace_checkpoints_after),
+  // then all but the newest drafter.keep_checkpoints.
+  const int64_t keep = config_.drafter.keep_checkpoints;
+  int64_t kept = 0;
+  for (const auto& [s, p] : drafter_checkpoint_files(config_.run_dir)) {  // newest first
+    if (s == step()) {
+      ++kept;
+    } else if (replace_after_ && s > *replace_after_) {
+      remove_checkpoint(p, "a checkpoint of the run this one replaces");
+    } else if (keep > 0 && kept >= keep) {
+      remove_checkpoint(p, "drafter.keep_checkpoints");
+    } else {
+      ++kept;
     }
   }
-  return step;
-}
-
-// A tensor of a checkpoint, read and checked to be finite (Note [Finite on load], nn/checkpoint.h).
-Tensor finite_tensor(const safetensors::Reader& reader, const std::string& name) {
-  Tensor t = reader.load(name);
-  nn::check_finite(t, name, reader.path());
-  return t;
-}
-
-// The checkpoint's tensors against the drafter this config makes (names and shapes, from
-// the header), then every tensor read and checked to be finite: a damaged or mismatched
-// checkpoint is refused here, before the target and the drafter data are made, not after.
-// The drafter is made for its shapes only: its frozen tables are stride-0 views of one
-// zero, which cost no memory.
-void checked_tensors(const safetensors::Reader& reader, const std::string& path,
-                     const TrainConfig& config) {
-  auto fail = [&](const std::string& why) { refuse_resume(path, why, kRunDirUnchanged); };
-  std::unique_ptr<nn::DFlashDrafter> shapes;
-  try {
-    const bool synthetic = config.features.source == "synthetic";  // no target model
-    const nn::DFlashDrafterConfig dc = drafter_model_config(
-        synthetic ? synthetic_target_architecture(config.drafter)
-                  : target_architecture(config.target),
-        config.drafter, synthetic ? config.drafter.vocab_size - 1 : ByteTokenizer::kMask);
-    const Tensor table = expand(zeros({1, 1}), {dc.layers.vocab_size, dc.layers.hidden_size});
-    Generator gen(0);
-    shapes =
-        std::make_unique<nn::DFlashDrafter>(dc, table, table, nn::InitOptions{.generator = &gen});
-  } catch (const Error& e) {
-    fail(std::string("cannot be checked: this config's drafter cannot be made: ") + e.message());
-  }
-  for (const auto& [n, p] : shapes->named_parameters()) {
-    const std::string name = "drafter." + n;
-    if (!reader.contains(name)) fail("does not fit this drafter: it has no tensor '" + name + "'");
-    const Shape& saved = reader.info(name).shape;
-    if (saved != p.shape()) {
-      fail("does not fit this drafter: '" + name + "' is " + shape_str(saved) + " there and " +
-           shape_str(p.shape()) +
-           " here (target.hf_config or the target's checkpoint changed since?)");
-    }
-  }
-  try {
-    for (const std::string& name : reader.names()) finite_tensor(reader, name);
-  } catch (const Error& e) { fail(std::string("is damaged: ") + e.message()); }
-}
-
-}  // namespace
-
-std::string checked_resume_checkpoint(const TrainConfig& config,
-                                      const std::string& data_fingerprint) {
-  if (!config.resume) return "";
-  const std::string path = latest_drafter_checkpoint(config.run_dir);
-  if (path.empty()) return "";
-  std::unique_ptr<safetensors::Reader> reader;
-  try {
-    reader = safetensors::open(path);
-  } catch (const Error& e) {
-    refuse_resume(path, std::string("is unreadable: ") + e.message(), kRunDirUnchanged);
-  }
-  checked_metadata(*reader, path, config, data_fingerprint, kRunDirUnchanged);
-  return path;
-}
-
-void check_resume_tensors(const TrainConfig& config, const std::string& path) {
-  std::unique_ptr<safetensors::Reader> reader;
-  try {
-    reader = safetensors::open(path);
-  } catch (const Error& e) {
-    refuse_resume(path, std::string("is unreadable: ") + e.message(), kRunDirUnchanged);
-  }
-  checked_tensors(*reader, path, config);
+  replace_after_.reset();
 }
 
 void DrafterTrainer::load_checkpoint(const std::string& path) {
-  // checked_resume_checkpoint ran before any stage wrote; what can still fail here (the
+  // choose_resume_checkpoint ran before any stage wrote; what can still fail here (the
   // tensors themselves) leaves the drafter and the checkpoints as they were.
   auto fail = [&](const std::string& why) { refuse_resume(path, why, kCheckpointsUnchanged); };
   std::unique_ptr<safetensors::Reader> reader;
   try {
     reader = safetensors::open(path);
   } catch (const Error& e) { fail(std::string("is unreadable: ") + e.message()); }
-  const int64_t step =
-      checked_metadata(*reader, path, config_, data_.data_fingerprint, kCheckpointsUnchanged);
+  const int64_t step = checked_checkpoint_metadata(*reader, path, config_, data_.data_fingerprint,
+                                                   kCheckpointsUnchanged);
   // Read everything first; change nothing until every tensor is known to be good.
   std::vector<std::pair<std::string, Tensor>> params, optim;
   try {
     for (auto& [n, t] : drafter_.named_parameters())
-      params.emplace_back(n, finite_tensor(*reader, "drafter." + n));
-    for (auto& [n, t] : opt_.state()) optim.emplace_back(n, finite_tensor(*reader, "optim." + n));
+      params.emplace_back(n, finite_checkpoint_tensor(*reader, "drafter." + n));
+    for (auto& [n, t] : opt_.state())
+      optim.emplace_back(n, finite_checkpoint_tensor(*reader, "optim." + n));
   } catch (const Error& e) { fail(std::string("is damaged: ") + e.message()); }
   nn::StateDict state(params.begin(), params.end());
   try {

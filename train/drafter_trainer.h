@@ -8,18 +8,22 @@
 // Checkpoints: <run_dir>/drafter/step_<N>.safetensors, written to a temporary name and
 // renamed, holding "drafter.<param>" and "optim.<state>" tensors and metadata {format,
 // step, config, data} (data: the content fingerprint of train/fingerprint.h). A resume
-// with another config or other data is refused by checked_resume_checkpoint() before any
-// stage writes; a checkpoint whose tensors turn out damaged later is refused by
-// load_checkpoint() without changing the drafter or the checkpoints.
+// with another config or other data is refused by choose_resume_checkpoint() before any
+// stage writes (train/drafter_checkpoints.h: which checkpoint a run resumes from, the
+// fallback past a damaged one, and how many are kept); a checkpoint whose tensors turn out
+// damaged later is refused by load_checkpoint() without changing the drafter or the
+// checkpoints.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "nn/dflash_drafter.h"
 #include "ops/head_loss.h"
+#include "train/drafter_checkpoints.h"
 #include "train/drafter_data.h"
 #include "train/drafter_model.h"
 #include "train/drafter_step.h"
@@ -35,23 +39,6 @@ struct DrafterTrainData {
   std::string
       data_fingerprint;  // data_fingerprint(...).dump(): saved with each checkpoint ("": none)
 };
-
-// The newest run_dir/drafter/step_<N>.safetensors ("" when none).
-std::string latest_drafter_checkpoint(const std::string& run_dir);
-
-// The checkpoint a run with this config resumes from: "" when config.resume is false or
-// there is none; otherwise the newest, after reading its header and checking that it was
-// trained with a resumable config and the same data (data_fingerprint: the JSON text, ""
-// to skip). Throws the refusal, naming the checkpoint and the first difference. Reads
-// only: call it before any stage writes, so that "the run directory is unchanged" holds.
-std::string checked_resume_checkpoint(const TrainConfig& config,
-                                      const std::string& data_fingerprint);
-// The tensors of that checkpoint: each one this config's drafter has, with its shape, and
-// every tensor finite (Note [Finite on load], nn/checkpoint.h); throws the refusal as
-// above. Reads the whole file: with checked_resume_checkpoint, before any stage writes, a
-// damaged or mismatched checkpoint is found before the target and the drafter data are
-// made, not after.
-void check_resume_tensors(const TrainConfig& config, const std::string& path);
 
 struct StepRecord {
   int64_t step = 0;
@@ -88,13 +75,13 @@ class DrafterTrainer {
 
   // Latest checkpoint in the run directory ("" when none).
   std::string latest_checkpoint() const;
-  // Deletes run_dir/drafter/step_<N>.safetensors except step `keep` (-1: all); returns how
-  // many.
-  int64_t remove_checkpoints(int64_t keep = -1) const;
-  // A fresh run: the earlier run's checkpoints stay until this run saves its first one,
-  // and go then (a stale step_<N> of an earlier, longer run would otherwise be the
-  // "newest checkpoint" the next resume loads, instead of this run's last).
-  void replace_earlier_checkpoints() { replace_earlier_ = true; }
+  // The checkpoints of run_dir after `step` (all of them: -1) belong to a run this one
+  // replaces (--fresh: -1; a resume from an older or the previous, undamaged checkpoint:
+  // its step). They stay until this run saves its first checkpoint, and go then: a stale
+  // later step_<N> would otherwise be the "newest checkpoint" the next resume loads.
+  void replace_checkpoints_after(int64_t step) { replace_after_ = step; }
+  // Writes step_<N>.safetensors (atomically), then removes what replace_checkpoints_after
+  // named and all but the newest drafter.keep_checkpoints (0: keeps all).
   void save_checkpoint();
   // Loads a checkpoint (params, optimiser state, step); throws naming the file and the
   // problem, without changing the drafter when the file is unreadable or does not match.
@@ -111,7 +98,8 @@ class DrafterTrainer {
   DrafterTrainData data_;
   AdamW opt_;
   DrafterHeadLoss head_loss_;  // loss, path and chunk (Note [The drafter's chunk])
-  bool replace_earlier_ = false;
+  std::optional<int64_t> replace_after_;
+  void remove_checkpoint(const std::string& path, const char* why) const;
   // step_batches(step + 1), drawn when step `step` was queued so that its ids could be
   // prefetched (Note [Prefetching the next step]); empty before the first step.
   int64_t next_step_ = -1;

@@ -208,7 +208,18 @@ std::vector<Generation> generate_batch(const nn::Qwen3ForCausalLM& lm,
 
 std::vector<Generation> generate_all(const nn::Qwen3ForCausalLM& lm,
                                      const std::vector<std::vector<int64_t>>& prompts,
-                                     const GenerateOptions& options) {
+                                     const GenerateOptions& options,
+                                     const GenerateProgress& on_progress) {
+  const int64_t total = static_cast<int64_t>(prompts.size());
+  int64_t done = 0;
+  auto finished = [&](const Generation* first, size_t count) {
+    if (!on_progress) return;
+    int64_t fresh = 0;
+    for (size_t i = 0; i < count; ++i)
+      fresh += static_cast<int64_t>(first[i].tokens.size()) - first[i].prompt_length;
+    done += static_cast<int64_t>(count);
+    on_progress(done, total, fresh);
+  };
   const Device device = lm.lm_head->weight.device();
   const bool batched = backend_for(device).capabilities().queued_work &&
                        options.capture_layers.empty() && options.sampling.temperature == 0.0;
@@ -227,8 +238,9 @@ std::vector<Generation> generate_all(const nn::Qwen3ForCausalLM& lm,
         std::vector<const std::vector<int64_t>*> group;
         for (size_t j = g0; j < std::min(members.size(), g0 + kGenerateBatch); ++j)
           group.push_back(&prompts[members[j]]);
-        std::vector<Generation> done = generate_batch(lm, group, options);
-        for (size_t j = 0; j < done.size(); ++j) out[members[g0 + j]] = std::move(done[j]);
+        std::vector<Generation> batch = generate_batch(lm, group, options);
+        finished(batch.data(), batch.size());
+        for (size_t j = 0; j < batch.size(); ++j) out[members[g0 + j]] = std::move(batch[j]);
       }
     }
     return out;
@@ -238,7 +250,10 @@ std::vector<Generation> generate_all(const nn::Qwen3ForCausalLM& lm,
   std::vector<Generation> out;
   if (prompts.empty()) return out;
   nn::KVCache cache = lm.make_cache(std::max<int64_t>(1, longest + options.max_new_tokens));
-  for (const auto& p : prompts) out.push_back(generate(lm, p, options, &cache));
+  for (const auto& p : prompts) {
+    out.push_back(generate(lm, p, options, &cache));
+    finished(&out.back(), 1);
+  }
   return out;
 }
 

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/factories.h"
@@ -66,11 +67,17 @@ struct Generation {
 Generation generate(const nn::Qwen3ForCausalLM& lm, const std::vector<int64_t>& prompt,
                     const GenerateOptions& options, nn::KVCache* cache = nullptr);
 
+// Told as prompts finish, for a progress bar (train/progress.h): `done` of `total`
+// prompts, and the new tokens of those just finished.
+using GenerateProgress = std::function<void(int64_t done, int64_t total, int64_t new_tokens)>;
+
 // Several prompts: one after another sharing one cache on the CPU; on a GPU, greedy
 // generation without captured layers runs prompts of equal length as one batch.
+// on_progress (when set) is called after each prompt, or after each batch on a GPU.
 std::vector<Generation> generate_all(const nn::Qwen3ForCausalLM& lm,
                                      const std::vector<std::vector<int64_t>>& prompts,
-                                     const GenerateOptions& options);
+                                     const GenerateOptions& options,
+                                     const GenerateProgress& on_progress = {});
 
 // The index of the largest logit of each row of logits [..., vocab] (first on ties), read
 // on the host: [1, n, vocab] gives n tokens.

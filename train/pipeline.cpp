@@ -23,6 +23,7 @@
 #include "ops/threads.h"
 #include "train/corpus.h"
 #include "train/dflash_block_drafter.h"
+#include "train/drafter_checkpoints.h"
 #include "train/drafter_data.h"
 #include "train/drafter_trainer.h"
 #include "train/fingerprint.h"
@@ -71,6 +72,18 @@ void warn(const std::string& line) {
   std::fflush(stderr);
 }
 
+// A progress bar for a stage without a loss (generation, decoding), fed by generate_all's
+// or evaluate_speculative's callback: prompts done of `total`, tokens/s and an ETA, the
+// line ended when the last prompt is done (Note [Batched generation on a GPU]: on a GPU a
+// batch of prompts ends at once).
+GenerateProgress progress_bar(const std::string& phase, size_t total, const TrainConfig& c) {
+  auto bar = std::make_shared<ProgressBar>(phase, static_cast<int64_t>(total), c.progress);
+  return [bar](int64_t done, int64_t all, int64_t tokens) {
+    bar->update(done, tokens);
+    if (done == all) bar->finish();
+  };
+}
+
 // What the stages hand each other, filled in stage by stage.
 struct RunState {
   RunState(const TrainConfig& c, Device d) : config(c), device(d) {}
@@ -85,7 +98,7 @@ struct RunState {
   std::vector<int64_t> tokens;
   std::vector<std::string> train_prompts, eval_prompts, accuracy_prompts;
   std::string data_fingerprint;  // of the corpus and target.checkpoint (fingerprint.h)
-  std::string resume_from;       // the checked drafter checkpoint, or ""
+  ResumeChoice resume;           // the checked drafter checkpoint (path "" for none)
 
   TargetResult target;  // stage 2
   // features.source offline (Note [Offline runs]): the target the features came from, the
@@ -217,13 +230,27 @@ void open_offline_features(RunState& s) {
   say(s.config, "features: " + s.offline_train->describe() + ", target " + r.target.path);
 }
 
-// Stage 2: the resume decision, from the newest drafter checkpoint's header, then its
-// tensors (shapes and finiteness): a run with another config or other data, or a damaged
-// or mismatched checkpoint, is refused here, before any stage writes, so the refusal's
-// "the run directory is unchanged" is true.
-void check_resume(RunState& s) {
-  s.resume_from = checked_resume_checkpoint(s.config, s.data_fingerprint);
-  if (!s.resume_from.empty()) check_resume_tensors(s.config, s.resume_from);
+// Stage 2: the resume decision (drafter_checkpoints.h): the newest drafter checkpoint, or
+// the one --resume-from names, its header and its tensors (shapes and finiteness): a run
+// with another config or other data, or a mismatched checkpoint, is refused here, before
+// any stage writes, so the refusal's "the run directory is unchanged" is true. A damaged
+// newest checkpoint is skipped for the one before, in one line each.
+void check_resume(RunState& s, const PipelineOptions& options) {
+  s.resume = choose_resume_checkpoint(s.config, s.data_fingerprint, options.resume_from);
+  for (const std::string& skipped : s.resume.skipped) {
+    warn("resume: " + skipped + "; skipped it, resuming from " + s.resume.path +
+         " (the skipped one is removed when this run saves its first checkpoint)");
+  }
+  if (!options.resume_from.empty()) {
+    int64_t later = 0;
+    for (const auto& [step, path] : drafter_checkpoint_files(s.config.run_dir))
+      later += step > s.resume.step ? 1 : 0;
+    if (later > 0) {
+      warn("resume: from " + options.resume_from + " (step " + std::to_string(s.resume.step) +
+           ") as --resume-from asks; the run directory's " + std::to_string(later) +
+           " later checkpoint(s) are removed when this run saves its first checkpoint");
+    }
+  }
 }
 
 // A folder a later stage writes into, made and probed now (a file is created in it and
@@ -322,7 +349,8 @@ void make_drafter_data(RunState& s) {
   say(config, "drafter data: the target continues " + std::to_string(s.train_prompts.size()) +
                   " prompts by up to " + std::to_string(config.data.max_new_tokens) +
                   " tokens each, then its features are computed");
-  s.train_seqs = make_drafter_sequences(s.lm(), s.train_prompts, config.data.max_new_tokens);
+  s.train_seqs = make_drafter_sequences(s.lm(), s.train_prompts, config.data.max_new_tokens,
+                                        progress_bar("data", s.train_prompts.size(), config));
   s.drafter = make_drafter(s.lm(), config.drafter, ByteTokenizer::kMask, config.seed + 23);
   const bool teacher = config.drafter.loss.kind != "ce";
   TargetFeatures features = compute_target_features(s.lm(), s.train_seqs, s.target_layers(),
@@ -339,13 +367,21 @@ void make_drafter_data(RunState& s) {
 void train_drafter(RunState& s) {
   const TrainConfig& config = s.config;
   DrafterTrainer trainer(*s.drafter, config, s.data);
-  if (!s.resume_from.empty()) {
-    trainer.load_checkpoint(s.resume_from);
-    say(config, "resumed from " + s.resume_from + " at step " + std::to_string(trainer.step()));
+  if (!s.resume.path.empty()) {
+    trainer.load_checkpoint(s.resume.path);
+    say(config, "resumed from " + s.resume.path + " at step " + std::to_string(trainer.step()));
+    // Note [Resume and the schedule], drafter_checkpoints.h.
+    const std::string schedule =
+        schedule_change_line(config.drafter.optim, s.resume.saved_steps, trainer.step());
+    if (!schedule.empty()) warn(schedule);
+    // Checkpoints after this one (skipped as damaged, or later than the one --resume-from
+    // named) go when this run has saved its first checkpoint, not before.
+    trainer.replace_checkpoints_after(trainer.step());
+  } else if (!config.resume) {
+    // --fresh: the earlier run's checkpoints go when this run has saved its first one,
+    // not before (a fresh run that fails early leaves them).
+    trainer.replace_checkpoints_after(-1);
   }
-  // --fresh: the earlier run's checkpoints go when this run has saved its first one, not
-  // before (a fresh run that fails early leaves them).
-  if (!config.resume) trainer.replace_earlier_checkpoints();
   s.first_step = trainer.step();
   s.log.drop_after("drafter", s.first_step);  // MetricsLog::drop_after: each step once, this run's
   if (s.first_step >= config.drafter.optim.steps) {
@@ -391,7 +427,8 @@ void evaluate_drafter(RunState& s) {
   say(config, "evaluation: per-slot accuracy on " + std::to_string(s.accuracy_prompts.size()) +
                   " held-out target generations");
   std::vector<DrafterSequence> held =
-      make_drafter_sequences(s.lm(), s.accuracy_prompts, config.data.max_new_tokens);
+      make_drafter_sequences(s.lm(), s.accuracy_prompts, config.data.max_new_tokens,
+                             progress_bar("held-out", s.accuracy_prompts.size(), config));
   TargetFeatures held_features =
       compute_target_features(s.lm(), held, s.target_layers(), false, ByteTokenizer::kPad);
   InMemoryFeatureSource held_source(std::move(held), std::move(held_features));
@@ -405,16 +442,19 @@ void evaluate_drafter(RunState& s) {
   // GEMMs costs more than it saves, and it would tilt the comparison (one-token greedy
   // steps stay below the threading threshold, verify steps do not). Both decoders run
   // with eval.threads threads (1 by default), training keeps its own count. The decoders
-  // alternate prompt by prompt and the fastest of eval.timing_repeats runs counts
-  // (evaluate_speculative's repeats), so a burst of load from other processes does not
-  // land on one decoder only.
+  // run back to back prompt by prompt in each of eval.timing_repeats passes, and the
+  // median over the passes counts, with its spread (Note [Timing noise]), so a burst of
+  // load from other processes does not land on one decoder only.
   const int training_threads = get_num_threads();
   if (config.eval.threads > 0) set_num_threads(static_cast<int>(config.eval.threads));
-  s.spec = evaluate_speculative(s.lm(), block_drafter, s.eval_prompt_ids,
-                                {.block_size = s.eval_block,
-                                 .max_new_tokens = config.eval.max_new_tokens,
-                                 .repeats = config.eval.timing_repeats,
-                                 .throw_on_mismatch = false});
+  s.spec = evaluate_speculative(
+      s.lm(), block_drafter, s.eval_prompt_ids,
+      {.block_size = s.eval_block,
+       .max_new_tokens = config.eval.max_new_tokens,
+       .repeats = config.eval.timing_repeats,
+       .throw_on_mismatch = false,
+       .on_progress =
+           progress_bar("decoding", s.eval_prompts.size() * config.eval.timing_repeats, config)});
   set_num_threads(training_threads);
   s.eval_seconds = seconds_since(t0);
   say(config, "evaluation: " + seconds_text(s.eval_seconds));
@@ -485,6 +525,11 @@ nlohmann::json write_summary(RunState& s) {
   summary["target_tokens_per_s"] = spec.greedy_tokens_per_second;
   summary["speculative_tokens_per_s"] = spec.speculative_tokens_per_second;
   summary["ceiling_speedup"] = spec.ceiling_speedup;
+  // Note [Timing noise], speculative_decoding.h: the spread over eval.timing_repeats.
+  summary["speedup_spread"] = spec.json()["speedup_spread"];
+  summary["ceiling_spread"] = spec.json()["ceiling_spread"];
+  summary["timing_repeats"] = spec.repeats;
+  summary["timing_noisy"] = spec.timing_noisy;
   summary["speculative"] = spec.json();
   if (!s.eval_skipped.empty()) summary["evaluation_skipped"] = s.eval_skipped;
   summary["features"] = s.data.source->describe();
@@ -538,9 +583,9 @@ void stop_if_asked(const RunState& s) {
 
 }  // namespace
 
-nlohmann::json run_pipeline(const TrainConfig& config) {
+nlohmann::json run_pipeline(const TrainConfig& config, const PipelineOptions& options) {
   config.validate();
-  if (config.features.source == "synthetic") return run_synthetic_pipeline(config);
+  if (config.features.source == "synthetic") return run_synthetic_pipeline(config, options);
   RunState s(config, config.compute_device());
   check_memory_chunk(config, s.device);  // a chunk budget too small for the large config fails now
   StopSignals signals;  // SIGINT/SIGTERM: finish the step, save, stop (stop_signal.h)
@@ -551,7 +596,7 @@ nlohmann::json run_pipeline(const TrainConfig& config) {
   } else {
     read_corpus(s);
   }
-  check_resume(s);
+  check_resume(s, options);
   prepare_run_directory(s);
   obtain_target_model(s);
   make_drafter_data(s);

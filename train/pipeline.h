@@ -14,8 +14,15 @@
 
 namespace cg::train {
 
+// What a run is asked on its command line, beside its config (not saved with it).
+struct PipelineOptions {
+  // A drafter checkpoint to resume from instead of the run directory's newest ("": the
+  // newest; `chunkgrad train --resume-from`), checked as a resume is (drafter_checkpoints.h).
+  std::string resume_from;
+};
+
 // Runs everything; returns the summary (also written to <run_dir>/summary.json).
-nlohmann::json run_pipeline(const TrainConfig& config);
+nlohmann::json run_pipeline(const TrainConfig& config, const PipelineOptions& options = {});
 
 // The summary as the lines printed at the end of a run.
 std::string summary_text(const nlohmann::json& summary);

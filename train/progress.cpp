@@ -42,7 +42,11 @@ double ProgressBar::tokens_per_second() const {
   return s > 0 ? static_cast<double>(tokens_) / s : 0.0;
 }
 
-void ProgressBar::update(int64_t step, double loss, int64_t tokens) {
+void ProgressBar::update(int64_t step, double loss, int64_t tokens) { draw(step, &loss, tokens); }
+
+void ProgressBar::update(int64_t step, int64_t tokens) { draw(step, nullptr, tokens); }
+
+void ProgressBar::draw(int64_t step, const double* loss, int64_t tokens) {
   tokens_ += tokens;
   if (!enabled_) return;
   const auto now = std::chrono::steady_clock::now();
@@ -62,8 +66,10 @@ void ProgressBar::update(int64_t step, double loss, int64_t tokens) {
   const int filled = total_ > 0 ? static_cast<int>(kWidth * step / total_) : kWidth;
   std::string bar(static_cast<size_t>(filled), '#');
   bar.resize(kWidth, '.');
-  std::fprintf(stderr, "\r%-8s [%s] %lld/%lld loss %.4f  %.0f tok/s%s%s  ETA %s ", phase_.c_str(),
-               bar.c_str(), static_cast<long long>(step), static_cast<long long>(total_), loss,
+  char loss_text[32] = "";
+  if (loss != nullptr) std::snprintf(loss_text, sizeof loss_text, " loss %.4f", *loss);
+  std::fprintf(stderr, "\r%-8s [%s] %lld/%lld%s  %.0f tok/s%s%s  ETA %s ", phase_.c_str(),
+               bar.c_str(), static_cast<long long>(step), static_cast<long long>(total_), loss_text,
                tokens_per_second(), detail_.empty() ? "" : "  ", detail_.c_str(), eta.c_str());
   std::fflush(stderr);
   g_line_open = true;

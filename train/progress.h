@@ -19,11 +19,16 @@ class ProgressBar {
   void update(int64_t step, double loss, int64_t tokens);
   // A short text drawn after tok/s from the next update on ("812 ms  MFU 54%  peak 57 GiB").
   void set_detail(std::string detail) { detail_ = std::move(detail); }
+  // The same for a stage without a loss (generation, evaluation): step `step` of the
+  // total, with its token count; the line shows no loss.
+  void update(int64_t step, int64_t tokens);
   void finish();  // ends the line
   double tokens_per_second() const;
   double seconds() const;
 
  private:
+  void draw(int64_t step, const double* loss, int64_t tokens);
+
   std::string phase_;
   int64_t total_, first_;
   bool enabled_;

@@ -202,6 +202,48 @@ std::string describe_tokens(const std::vector<int64_t>& tokens, size_t from, siz
 
 }  // namespace
 
+TimingSpread spread_of(std::vector<double> values) {
+  if (values.empty()) return {};
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  const double median = n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+  return {values.front(), median, values.back()};
+}
+
+SpeedupVerdict judge_speedup(const TimingSpread& speedup, const TimingSpread& ceiling,
+                             int64_t repeats) {
+  SpeedupVerdict v;
+  char buf[400];
+  const char* advice = "rerun on a quieter machine, or raise eval.timing_repeats";
+  auto wide = [](const TimingSpread& t) {
+    return t.median > 0 && t.max - t.min > kNoisySpread * t.median;
+  };
+  if (ceiling.median > 0 && speedup.median > ceiling.median) {
+    v.noisy = v.above_ceiling = true;
+    std::snprintf(buf, sizeof buf,
+                  "the timing is noise: the speedup came out at %.2fx, above its own ceiling "
+                  "%.2fx (a free drafter that is always right), which no drafter can beat "
+                  "(%lld repeat(s): speedup %.2fx to %.2fx, ceiling %.2fx to %.2fx); %s",
+                  speedup.median, ceiling.median, static_cast<long long>(repeats), speedup.min,
+                  speedup.max, ceiling.min, ceiling.max, advice);
+  } else if (repeats > 1 && (wide(speedup) || wide(ceiling))) {
+    v.noisy = true;
+    std::snprintf(buf, sizeof buf,
+                  "the timing is noisy: over %lld repeats the speedup went from %.2fx to %.2fx "
+                  "and the ceiling from %.2fx to %.2fx (more than %.0f%% of the median apart: "
+                  "the machine's load changed while timing); %s",
+                  static_cast<long long>(repeats), speedup.min, speedup.max, ceiling.min,
+                  ceiling.max, kNoisySpread * 100, advice);
+  } else if (repeats > 1) {
+    std::snprintf(buf, sizeof buf, "median of %lld repeats, which gave %.2fx to %.2fx",
+                  static_cast<long long>(repeats), speedup.min, speedup.max);
+  } else {
+    std::snprintf(buf, sizeof buf, "one repeat: no spread measured (eval.timing_repeats)");
+  }
+  v.note = buf;
+  return v;
+}
+
 SpeculativeReport evaluate_speculative(const nn::Qwen3ForCausalLM& target, BlockDrafter& drafter,
                                        const std::vector<std::vector<int64_t>>& prompts,
                                        const EvaluateOptions& options) {
@@ -229,56 +271,81 @@ SpeculativeReport evaluate_speculative(const nn::Qwen3ForCausalLM& target, Block
   r.block_size = options.block_size;
   r.max_new_tokens = options.max_new_tokens;
   r.num_prompts = static_cast<int64_t>(prompts.size());
-  std::vector<Generation> reference;
-  std::vector<SpeculativeGeneration> results;
-  for (const auto& p : prompts) {
-    std::optional<Generation> fastest_greedy;
-    std::optional<SpeculativeGeneration> fastest_spec;
-    double best_greedy = 0, best_spec = 0;
-    for (int64_t rep = 0; rep < options.repeats; ++rep) {
-      auto start = Clock::now();
-      Generation g = generate(target, p, greedy, &greedy_cache);
-      const double greedy_time = seconds_since(start);
-      start = Clock::now();
-      SpeculativeGeneration s = speculative_generate(target, drafter, p, spec, &spec_cache);
-      const double spec_time = seconds_since(start);
-      if (!fastest_greedy || greedy_time < best_greedy) {
-        best_greedy = greedy_time;
-        fastest_greedy = std::move(g);
-      }
-      if (!fastest_spec || spec_time < best_spec) {
-        best_spec = spec_time;
-        fastest_spec = std::move(s);
-      }
-    }
-    reference.push_back(std::move(*fastest_greedy));
-    results.push_back(std::move(*fastest_spec));
-    r.greedy_seconds += best_greedy;
-    r.speculative_seconds += best_spec;
+  r.repeats = options.repeats;
+  // Note [Timing noise]: every repeat is a pass over all prompts, and in each pass every
+  // prompt is decoded by greedy, speculative and (for the ceiling) the replaying decoder
+  // one right after the other, the first of the three rotating, so that a change in load
+  // lands on all of them alike. Each repeat gives its own speedups; the report takes their
+  // median and keeps their spread.
+  std::vector<Generation> reference(prompts.size());
+  std::vector<SpeculativeGeneration> results(prompts.size());
+  ReplayDrafter replay(drafter.target_layers());
+  if (options.warmup && options.measure_ceiling) {
+    const Generation g = generate(target, prompts[0], greedy, &greedy_cache);
+    replay.set_tokens(&g.tokens);
+    speculative_generate(target, replay, prompts[0], spec, &spec_cache);
   }
-
-  if (options.measure_ceiling) {
-    ReplayDrafter replay(drafter.target_layers());
-    int64_t steps = 0, emitted = 0;
+  std::vector<double> greedy_totals, spec_totals, ceiling_totals;
+  std::vector<double> speedups, ceilings;
+  int64_t ceiling_steps = 0, ceiling_emitted = 0;
+  for (int64_t rep = 0; rep < options.repeats; ++rep) {
+    double greedy_total = 0, spec_total = 0, ceiling_total = 0;
     for (size_t i = 0; i < prompts.size(); ++i) {
-      replay.set_tokens(&reference[i].tokens);
-      double best = 0;
-      for (int64_t rep = 0; rep < options.repeats; ++rep) {
+      const int decoders = options.measure_ceiling ? 3 : 2;
+      int64_t emitted = 0;  // by the decoders of this prompt, for on_progress
+      for (int k = 0; k < decoders; ++k) {
+        // Greedy first in the first pass: the replaying decoder needs its output.
+        const int which = rep == 0 ? k : static_cast<int>((k + rep + i) % decoders);
         const auto start = Clock::now();
-        const SpeculativeGeneration s =
-            speculative_generate(target, replay, prompts[i], spec, &spec_cache);
-        const double seconds = seconds_since(start);
-        if (rep == 0 || seconds < best) best = seconds;
-        if (rep == 0) {
-          steps += static_cast<int64_t>(s.emitted_per_verify.size());
-          for (int64_t n : s.emitted_per_verify) emitted += n;
+        if (which == 0) {
+          Generation g = generate(target, prompts[i], greedy, &greedy_cache);
+          greedy_total += seconds_since(start);
+          emitted += static_cast<int64_t>(g.tokens.size()) - g.prompt_length;
+          if (rep == 0) reference[i] = std::move(g);
+        } else if (which == 1) {
+          SpeculativeGeneration g =
+              speculative_generate(target, drafter, prompts[i], spec, &spec_cache);
+          spec_total += seconds_since(start);
+          emitted += static_cast<int64_t>(g.tokens.size()) - g.prompt_length;
+          if (rep == 0) results[i] = std::move(g);
+        } else {
+          replay.set_tokens(&reference[i].tokens);
+          const SpeculativeGeneration g =
+              speculative_generate(target, replay, prompts[i], spec, &spec_cache);
+          ceiling_total += seconds_since(start);
+          emitted += static_cast<int64_t>(g.tokens.size()) - g.prompt_length;
+          if (rep == 0) {
+            ceiling_steps += static_cast<int64_t>(g.emitted_per_verify.size());
+            for (int64_t n : g.emitted_per_verify) ceiling_emitted += n;
+          }
         }
       }
-      r.ceiling_seconds += best;
+      if (options.on_progress) {
+        const int64_t n = static_cast<int64_t>(prompts.size());
+        options.on_progress(rep * n + static_cast<int64_t>(i) + 1, options.repeats * n, emitted);
+      }
     }
-    r.ceiling_tau = steps > 0 ? static_cast<double>(emitted) / steps : 0.0;
-    r.ceiling_speedup = r.ceiling_seconds > 0 ? r.greedy_seconds / r.ceiling_seconds : 0.0;
+    greedy_totals.push_back(greedy_total);
+    spec_totals.push_back(spec_total);
+    speedups.push_back(spec_total > 0 ? greedy_total / spec_total : 0.0);
+    if (options.measure_ceiling) {
+      ceiling_totals.push_back(ceiling_total);
+      ceilings.push_back(ceiling_total > 0 ? greedy_total / ceiling_total : 0.0);
+    }
   }
+  r.greedy_seconds = spread_of(greedy_totals).median;
+  r.speculative_seconds = spread_of(spec_totals).median;
+  r.speedup_spread = spread_of(speedups);
+  r.speedup = r.speedup_spread.median;
+  if (options.measure_ceiling) {
+    r.ceiling_seconds = spread_of(ceiling_totals).median;
+    r.ceiling_spread = spread_of(ceilings);
+    r.ceiling_speedup = r.ceiling_spread.median;
+    r.ceiling_tau = ceiling_steps > 0 ? static_cast<double>(ceiling_emitted) / ceiling_steps : 0.0;
+  }
+  const SpeedupVerdict verdict = judge_speedup(r.speedup_spread, r.ceiling_spread, r.repeats);
+  r.timing_noisy = verdict.noisy;
+  r.timing_note = verdict.note;
 
   r.acceptance_histogram.assign(static_cast<size_t>(options.block_size + 1), 0);
   int64_t verified_tokens = 0;
@@ -296,7 +363,6 @@ SpeculativeReport evaluate_speculative(const nn::Qwen3ForCausalLM& target, Block
     }
   }
   r.tau = r.verify_forwards > 0 ? static_cast<double>(verified_tokens) / r.verify_forwards : 0.0;
-  r.speedup = r.speculative_seconds > 0 ? r.greedy_seconds / r.speculative_seconds : 0.0;
   r.greedy_tokens_per_second = r.greedy_seconds > 0 ? r.greedy_new_tokens / r.greedy_seconds : 0;
   r.speculative_tokens_per_second =
       r.speculative_seconds > 0 ? r.new_tokens / r.speculative_seconds : 0;
@@ -338,7 +404,7 @@ SpeculativeReport evaluate_speculative(const nn::Qwen3ForCausalLM& target, Block
 
 std::string SpeculativeReport::str() const {
   std::ostringstream s;
-  char buf[160];
+  char buf[512];
   std::snprintf(buf, sizeof buf,
                 "speculative decoding: block_size %lld, %lld prompts, "
                 "max_new_tokens %lld\n",
@@ -363,7 +429,7 @@ std::string SpeculativeReport::str() const {
                 static_cast<long long>(new_tokens), speculative_seconds,
                 speculative_tokens_per_second, drafter_seconds);
   s << buf;
-  std::snprintf(buf, sizeof buf, "  speedup %.2fx; outputs %s\n", speedup,
+  std::snprintf(buf, sizeof buf, "  speedup %.2fx (%s); outputs %s\n", speedup, timing_note.c_str(),
                 identical  ? "identical token for token"
                 : lossless ? "equal up to floating-point near ties"
                            : "DIFFERENT (not lossless)");
@@ -394,6 +460,11 @@ nlohmann::json SpeculativeReport::json() const {
           {"speculative_seconds", speculative_seconds},
           {"drafter_seconds", drafter_seconds},
           {"speedup", speedup},
+          {"repeats", repeats},
+          {"speedup_spread", {speedup_spread.min, speedup_spread.median, speedup_spread.max}},
+          {"ceiling_spread", {ceiling_spread.min, ceiling_spread.median, ceiling_spread.max}},
+          {"timing_noisy", timing_noisy},
+          {"timing_note", timing_note},
           {"greedy_tokens_per_second", greedy_tokens_per_second},
           {"speculative_tokens_per_second", speculative_tokens_per_second},
           {"ceiling_tau", ceiling_tau},

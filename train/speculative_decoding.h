@@ -57,6 +57,7 @@
 
 #include "nn/qwen3.h"
 #include "train/block_drafter.h"
+#include "train/generate.h"
 
 namespace cg::train {
 
@@ -87,19 +88,48 @@ SpeculativeGeneration speculative_generate(const nn::Qwen3ForCausalLM& target,
                                            const SpeculativeOptions& options,
                                            nn::KVCache* cache = nullptr);
 
+// Note [Timing noise]: wall-clock speedups on a shared machine move with its load (the
+// same model once gave 2.93x, above its own 2.91x ceiling, then 1.80x). So the decoders
+// are timed the same way: every repeat is one pass over all prompts in which each prompt
+// is decoded by greedy, speculative and the ceiling's replaying decoder back to back (the
+// order rotating), each repeat gives its own speedups, and the report takes their median
+// and keeps the spread (min, median, max over the repeats). judge_speedup() calls a
+// measurement noisy when the speedup came out above its own ceiling -- impossible for any
+// drafter, so the number is not printed as a result -- or when the repeats' speedups (or
+// ceilings) lie more than kNoisySpread of the median apart.
+struct TimingSpread {
+  double min = 0, median = 0, max = 0;
+};
+// min, median (the mean of the middle two for an even count) and max; zeros when empty.
+TimingSpread spread_of(std::vector<double> values);
+
+constexpr double kNoisySpread = 0.15;
+
+struct SpeedupVerdict {
+  bool noisy = false;
+  bool above_ceiling = false;  // the speedup's median above the ceiling's: not a result
+  std::string note;            // one sentence on the spread, and what to do when noisy
+};
+// ceiling: zeros when not measured. repeats: how many each spread has.
+SpeedupVerdict judge_speedup(const TimingSpread& speedup, const TimingSpread& ceiling,
+                             int64_t repeats);
+
 struct EvaluateOptions {
   int64_t block_size = 8;
   int64_t max_new_tokens = 64;
   int64_t eos_id = -1;
   bool warmup = true;  // one untimed run of the first prompt by each decoder
-  // Each prompt is decoded this many times by each decoder, alternating; the fastest run of
-  // each counts (on a shared machine, noise only ever adds time).
+  // Passes over all prompts, each decoder timed in each (Note [Timing noise]); the
+  // speedups are the median over the passes, with their spread.
   int64_t repeats = 1;
   bool throw_on_mismatch = true;  // a divergence that is not a near tie throws
   double tie_tolerance = 1e-4;    // Note [Near ties]
   // Also time speculative decoding with a free, perfect drafter that replays the greedy
   // output (Note [Speedup ceiling]).
   bool measure_ceiling = true;
+  // Told after each prompt of each repeat (total: repeats x prompts), with the tokens the
+  // decoders emitted for it: for a progress bar (train/progress.h).
+  GenerateProgress on_progress{};
 };
 
 struct SpeculativeReport {
@@ -111,8 +141,13 @@ struct SpeculativeReport {
   double tau = 0;                 // Note [tau]
   // histogram[n] = verify forwards that emitted n tokens, n = 0 .. block_size (0 unused).
   std::vector<int64_t> acceptance_histogram;
+  // Seconds for all prompts: the median over the repeats (Note [Timing noise]).
   double greedy_seconds = 0, speculative_seconds = 0, drafter_seconds = 0;
-  double speedup = 0;  // greedy_seconds / speculative_seconds
+  int64_t repeats = 0;
+  double speedup = 0;           // the median of the repeats' greedy / speculative times
+  TimingSpread speedup_spread;  // over the repeats
+  bool timing_noisy = false;    // judge_speedup's verdict, and its sentence
+  std::string timing_note;
   double greedy_tokens_per_second = 0, speculative_tokens_per_second = 0;
   // Note [Speedup ceiling]: the same prompts decoded with a drafter that costs nothing and
   // is always right (it replays the greedy output), so tau is block_size up to cuts. What
@@ -120,6 +155,7 @@ struct SpeculativeReport {
   // separates ceiling_speedup from block_size is the verify forward costing more than a
   // one-token step. 0 when not measured.
   double ceiling_tau = 0, ceiling_seconds = 0, ceiling_speedup = 0;
+  TimingSpread ceiling_spread;
   bool identical = false;       // every prompt's output equal token for token
   bool lossless = false;        // identical, or diverged only at near ties (Note [Near ties])
   int64_t tie_divergences = 0;  // prompts that diverged at a near tie
@@ -129,9 +165,10 @@ struct SpeculativeReport {
   nlohmann::json json() const;
 };
 
-// Each prompt is decoded by target-only greedy decoding (generate, no features) and then
-// by speculative decoding (drafter time included), each timed; the decoders alternate
-// prompt by prompt so that a change in machine load hits both alike. Then the comparison.
+// Each prompt is decoded by target-only greedy decoding (generate, no features) and by
+// speculative decoding (drafter time included), and by the ceiling's replaying decoder,
+// each timed, back to back prompt by prompt in every repeat (Note [Timing noise]). Then
+// the comparison.
 // Both decoders use a KV cache sized once for the longest prompt.
 SpeculativeReport evaluate_speculative(const nn::Qwen3ForCausalLM& target, BlockDrafter& drafter,
                                        const std::vector<std::vector<int64_t>>& prompts,

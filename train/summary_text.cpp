@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "train/pipeline.h"
+#include "train/speculative_decoding.h"
 
 namespace cg::train {
 
@@ -27,6 +28,31 @@ std::string lossless_text(const nlohmann::json& s) {
   return "NOT LOSSLESS";
 }
 
+// The speedup as a result, or -- when the timing was noise (Note [Timing noise],
+// speculative_decoding.h) -- said to be one: a speedup above its own ceiling is never
+// printed as a result. Summaries without a spread (older ones) count as one repeat.
+std::string speedup_text(const nlohmann::json& s, std::string* note) {
+  const double speedup = s["speedup"].get<double>();
+  const double ceiling = s.value("ceiling_speedup", 0.0);
+  auto spread = [&](const char* key, double value) {
+    const nlohmann::json& j = s.contains(key) ? s[key] : nlohmann::json();
+    if (!j.is_array() || j.size() != 3) return TimingSpread{value, value, value};
+    return TimingSpread{j[0].get<double>(), j[1].get<double>(), j[2].get<double>()};
+  };
+  const SpeedupVerdict v =
+      judge_speedup(spread("speedup_spread", speedup), spread("ceiling_spread", ceiling),
+                    s.value("timing_repeats", int64_t{1}));
+  char text[160];
+  if (v.above_ceiling) {
+    std::snprintf(text, sizeof text, "speedup not measured: timing noise (see below)");
+  } else {
+    std::snprintf(text, sizeof text, "speedup %.2fx%s over target-only greedy", speedup,
+                  v.noisy ? " (NOISY, see below)" : "");
+  }
+  *note = v.note;
+  return text;
+}
+
 }  // namespace
 
 std::string summary_text(const nlohmann::json& s) {
@@ -39,17 +65,17 @@ std::string summary_text(const nlohmann::json& s) {
   if (s.contains("evaluation_skipped")) {  // offline or synthetic features: no decoding
     o << "evaluation skipped: " << s["evaluation_skipped"].get<std::string>() << "\n";
   } else {
-    std::snprintf(line, sizeof line,
-                  "speculative decoding (%s): tau %.2f tokens per target step, speedup %.2fx over "
-                  "target-only greedy (",
-                  block_text.c_str(), s["tau"].get<double>(), s["speedup"].get<double>());
-    o << line << lossless_text(s) << ")\n";
+    std::string timing;
+    const std::string speedup = speedup_text(s, &timing);
+    std::snprintf(line, sizeof line, "speculative decoding (%s): tau %.2f tokens per target step, ",
+                  block_text.c_str(), s["tau"].get<double>());
+    o << line << speedup << " (" << lossless_text(s) << ")\n";
     std::snprintf(line, sizeof line,
                   "  target-only %.1f tok/s, speculative %.1f tok/s; a free, always-right drafter "
                   "would give %.2fx\n",
                   s["target_tokens_per_s"].get<double>(),
                   s["speculative_tokens_per_s"].get<double>(), s["ceiling_speedup"].get<double>());
-    o << line;
+    o << line << "  timing: " << timing << "\n";
   }
   o << "per-slot accuracy (slot 1..):";
   const auto acc = s["per_slot_accuracy"].get<std::vector<double>>();

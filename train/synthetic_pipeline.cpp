@@ -16,6 +16,7 @@
 #include "core/backend.h"
 #include "core/caching_allocator.h"
 #include "core/error.h"
+#include "train/drafter_checkpoints.h"
 #include "train/drafter_step.h"
 #include "train/drafter_trainer.h"
 #include "train/flop_count.h"
@@ -94,7 +95,7 @@ void check_synthetic_memory(const TrainConfig& config, Device device, int64_t av
            "hidden_size, num_layers or intermediate_size");
 }
 
-nlohmann::json run_synthetic_pipeline(const TrainConfig& config) {
+nlohmann::json run_synthetic_pipeline(const TrainConfig& config, const PipelineOptions& options) {
   config.validate();
   CG_CHECK(config.features.source == "synthetic", "run_synthetic_pipeline: features.source is '",
            config.features.source, "'");
@@ -105,8 +106,10 @@ nlohmann::json run_synthetic_pipeline(const TrainConfig& config) {
   std::filesystem::create_directories(config.run_dir);
   RunLock lock(config.run_dir);
   // The resume decision before anything is written (as run_pipeline's check_resume).
-  const std::string resume_from = checked_resume_checkpoint(config, kSyntheticFingerprint);
-  if (!resume_from.empty()) check_resume_tensors(config, resume_from);
+  const ResumeChoice resume =
+      choose_resume_checkpoint(config, kSyntheticFingerprint, options.resume_from);
+  for (const std::string& skipped : resume.skipped)
+    say(config, "resume: " + skipped + "; skipped it, resuming from " + resume.path);
   std::filesystem::create_directories(config.run_dir + "/drafter");
   check_writable_dir(config.run_dir + "/drafter", "the drafter checkpoints");
   MetricsLog log(config.run_dir + "/metrics.jsonl");
@@ -143,11 +146,13 @@ nlohmann::json run_synthetic_pipeline(const TrainConfig& config) {
 
   // Training, resumed from the checkpoint chosen above.
   DrafterTrainer trainer(*drafter, config, DrafterTrainData{source, kSyntheticFingerprint});
-  if (!resume_from.empty()) {
-    trainer.load_checkpoint(resume_from);
-    say(config, "resumed from " + resume_from + " at step " + std::to_string(trainer.step()));
+  if (!resume.path.empty()) {
+    trainer.load_checkpoint(resume.path);
+    say(config, "resumed from " + resume.path + " at step " + std::to_string(trainer.step()));
+    trainer.replace_checkpoints_after(trainer.step());  // as run_pipeline's train_drafter
+  } else if (!config.resume) {
+    trainer.replace_checkpoints_after(-1);
   }
-  if (!config.resume) trainer.replace_earlier_checkpoints();
   const int64_t first_step = trainer.step();
   log.drop_after("drafter", first_step);
   const auto t_train = std::chrono::steady_clock::now();

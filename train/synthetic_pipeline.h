@@ -13,13 +13,15 @@
 #include <nlohmann/json.hpp>
 
 #include "core/device.h"
+#include "train/pipeline.h"
 #include "train/train_config.h"
 
 namespace cg::train {
 
 // The run of a synthetic config (config.features.source == "synthetic"); returns the
 // summary, also written to <run_dir>/summary.json. run_pipeline calls it.
-nlohmann::json run_synthetic_pipeline(const TrainConfig& config);
+nlohmann::json run_synthetic_pipeline(const TrainConfig& config,
+                                      const PipelineOptions& options = {});
 
 // Bytes the run holds before its first activation: the frozen embedding and lm_head, the
 // drafter's weights, their gradients, AdamW's fp32 masters (bf16 compute) and moments.

@@ -175,6 +175,7 @@ void visit_fields(V& v, TrainConfig& c) {
     s.field("head_loss_chunk_budget_mb", d.head_loss_chunk_budget_mb);
     s.field("dtype", d.dtype);
     s.field("checkpoint_every", d.checkpoint_every);
+    s.field("keep_checkpoints", d.keep_checkpoints);
     s.object("optim", [&](auto& o) { visit_optim(o, d.optim); });
   });
   v.object("eval", [&](auto& s) {
@@ -365,6 +366,7 @@ void TrainConfig::validate() const {
   CG_CHECK(d.dtype == "f32" || d.dtype == "bf16",
            "train config: drafter.dtype: must be f32 or bf16, got '", d.dtype, "'");
   in_range("drafter.checkpoint_every", static_cast<double>(d.checkpoint_every), -1, 1e9);
+  in_range("drafter.keep_checkpoints", static_cast<double>(d.keep_checkpoints), 0, 1e9);
   check_optim("drafter.optim.", d.optim);
   std::set<int64_t> listed;
   const int64_t target_depth = d.num_target_layers > 0 ? d.num_target_layers : t.num_layers;
@@ -445,10 +447,11 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
   return c;
 }
 
-TrainConfig TrainConfig::from_file(const std::string& path) {
+nlohmann::json TrainConfig::file_json(const std::string& path) {
   const std::string what = "train config '" + path + "'";
-  const std::string text = read_text_file(path, what);
-  return from_json(parse_untrusted_json(text, what));
+  return parse_untrusted_json(read_text_file(path, what), what);
 }
+
+TrainConfig TrainConfig::from_file(const std::string& path) { return from_json(file_json(path)); }
 
 }  // namespace cg::train

@@ -88,6 +88,7 @@ struct DrafterConfig {
   double head_loss_chunk_budget_mb = 1536;  // with chunk rows 0: the chunk's temporaries, MiB
   std::string dtype = "f32";                // compute dtype: "f32" | "bf16" (fp32 masters)
   int64_t checkpoint_every = 250;  // steps between checkpoints (0 = only the last, -1 = none)
+  int64_t keep_checkpoints = 3;  // after each save, all but the newest this many go (0 = keep all)
   OptimConfig optim{.steps = 1000};
 };
 
@@ -101,8 +102,8 @@ struct EvalConfig {
   int64_t max_new_tokens = 96;      // per prompt, both decoders
   int64_t block_size = 0;           // speculative decoding block (0 = drafter.block_size)
   int64_t accuracy_sequences = 32;  // sequences for per-slot accuracy (from held-out data)
-  int64_t timing_repeats = 3;  // speculative evaluations; speedup from the fastest of each decoder
-  int64_t threads = 1;         // CPU threads while decoding (both decoders); 0 = as training
+  int64_t timing_repeats = 3;       // timed passes over the prompts; the speedup is their median
+  int64_t threads = 1;              // CPU threads while decoding (both decoders); 0 = as training
 };
 
 struct MemoryConfig {
@@ -153,6 +154,9 @@ struct TrainConfig {
   // Unknown fields, wrong types and bad values are errors naming the field.
   static TrainConfig from_json(const nlohmann::json& j);
   static TrainConfig from_file(const std::string& path);
+  // The JSON of a config file, read and parsed (errors name the file), not yet checked:
+  // what from_file reads, for a caller that changes it first (config_overrides.h).
+  static nlohmann::json file_json(const std::string& path);
 };
 
 }  // namespace cg::train

@@ -280,9 +280,13 @@ void run_trace(const TraceOptions& o) {
 void add_trace_command(CLI::App& app, CommandBody& run) {
   auto o = std::make_shared<TraceOptions>();
   CLI::App* sub = app.add_subcommand("trace", "read allocator traces: the peak and what held it");
-  sub->add_option("files", o->files,
-                  "trace files (memory_lesson --trace-dir, mlp_demo --trace); two or three are "
-                  "compared side by side")
+  sub->add_option(
+         "files", o->files,
+         "trace files: `chunkgrad train` writes <run_dir>/traces/trace_<config>_<path>.json "
+         "(traces: its memory.trace_dir; config toy or large_vocab, path naive, chunked or fused, "
+         "e.g. "
+         "runs/toy/traces/trace_large_vocab_fused.json); also memory_lesson "
+         "--trace-dir, mlp_demo --trace. Two or three are compared side by side")
       ->required()
       ->check(CLI::ExistingFile);
   sub->add_option("--names", o->names,

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "examples/chunkgrad/commands.h"
 #include "examples/common/program.h"
+#include "train/config_overrides.h"
 #include "train/pipeline.h"
 #include "train/train_config.h"
 
@@ -17,16 +18,40 @@ namespace cg::cli {
 
 namespace {
 struct TrainOptions {
-  std::string config;    // "" = the built-in toy defaults
-  std::string run_dir;   // overrides the config's run_dir
-  std::string device;    // overrides the config's device
-  std::string features;  // features.source offline with this folder
+  std::string config;             // "" = the built-in toy defaults
+  std::string run_dir;            // overrides the config's run_dir
+  std::string device;             // overrides the config's device
+  std::string features;           // features.source offline with this folder
+  std::vector<std::string> sets;  // --set key=value, in the order given
+  std::string resume_from;        // a drafter checkpoint instead of the newest
   bool json = false;
   bool no_progress = false;
   bool fresh = false;
   bool print_config = false;
   int64_t memory_limit_mb = 0;
 };
+
+// The config file (or the toy defaults), each --set applied in order, then read and
+// checked; an error about a field that a --set gave says so.
+train::TrainConfig read_config(const std::string& path, const std::vector<std::string>& sets) {
+  nlohmann::json j = path.empty() ? nlohmann::json::object() : train::TrainConfig::file_json(path);
+  for (const std::string& s : sets) train::apply_config_override(j, s);
+  try {
+    return train::TrainConfig::from_json(j);
+  } catch (const cg::Error& e) {
+    for (auto it = sets.rbegin(); it != sets.rend(); ++it) {
+      const std::string key = it->substr(0, it->find('='));
+      if (e.message().find(key) == std::string::npos) continue;
+      // A value that parses as JSON is JSON: run_dir=123 is a number; "123" is the text.
+      const bool text = e.message().find("must be a string") != std::string::npos;
+      CG_FAIL(e.message(), " (set by --set ", key,
+              text ? "; for text that reads as JSON, quote it: --set '" + key + "=\"...\"'" : "",
+              ")");
+    }
+    throw;
+  }
+}
+
 }  // namespace
 
 void add_train_command(CLI::App& app, CommandBody& run) {
@@ -49,17 +74,42 @@ void add_train_command(CLI::App& app, CommandBody& run) {
                   "train from the feature folder `chunkgrad features` wrote (features.source "
                   "offline, features.dir DIR; docs/feature_files.md)")
       ->check(program::not_empty());
+  // Checked as given (the key names a field; the syntax), before any work; the value's type
+  // and range when the config is read, with the same errors as in the file.
+  sub->add_option("--set", o.sets,
+                  "set one config field by its dotted name, after --config is read "
+                  "(repeatable; e.g. --set drafter.optim.lr=1e-3 --set drafter.loss.kind=kl). "
+                  "VALUE is JSON when it parses as JSON (numbers, true/false, [1, 2], \"text\"), "
+                  "otherwise text; --run-dir, --device and --fresh still win")
+      ->allow_extra_args(false)
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            try {
+              train::parse_config_override(text);
+            } catch (const cg::Error& e) { return e.message(); }
+            return std::string();
+          },
+          ""))
+      ->type_name("KEY=VALUE")
+      ->default_str("");
   sub->add_flag("--json", o.json, "print the summary as JSON on stdout instead of text");
   sub->add_flag("--no-progress", o.no_progress, "no progress bar or stage lines on stderr");
-  sub->add_flag("--fresh", o.fresh, "do not resume from the run directory's drafter checkpoint");
+  CLI::Option* fresh = sub->add_flag("--fresh", o.fresh,
+                                     "do not resume from the run directory's drafter checkpoint");
+  sub->add_option("--resume-from", o.resume_from,
+                  "resume from this drafter checkpoint (a step_<N>.safetensors) instead of the run "
+                  "directory's newest; checked as a resume is, and refused rather than replaced "
+                  "when damaged. The run directory's later checkpoints are removed when this run "
+                  "saves its first")
+      ->check(CLI::ExistingFile)
+      ->excludes(fresh);
   sub->add_flag("--print-config", o.print_config, "print the effective config as JSON and exit");
   sub->add_option("--memory-limit-mb", o.memory_limit_mb, "cap the CPU allocator (0: no limit)")
       ->check(program::integer_in(0, int64_t{1} << 40));
   sub->callback([&run] {
     run = [] {
       program::set_cpu_memory_limit_mb(o.memory_limit_mb);
-      train::TrainConfig config =
-          o.config.empty() ? train::TrainConfig() : train::TrainConfig::from_file(o.config);
+      train::TrainConfig config = read_config(o.config, o.sets);
       if (!o.run_dir.empty()) config.run_dir = o.run_dir;
       if (o.no_progress) config.progress = false;
       if (o.fresh) config.resume = false;
@@ -75,7 +125,7 @@ void add_train_command(CLI::App& app, CommandBody& run) {
         return;
       }
       program::make_output_dir(config.run_dir, "run_dir");
-      const nlohmann::json summary = train::run_pipeline(config);
+      const nlohmann::json summary = train::run_pipeline(config, {.resume_from = o.resume_from});
       if (o.json) {
         std::cout << summary.dump() << "\n";
       } else {

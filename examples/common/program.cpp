@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/atomic_file.h"
+#include "core/backend.h"
 #include "core/caching_allocator.h"
 #include "core/error.h"
 #include "ops/threads.h"
@@ -51,10 +52,37 @@ void print_error_line(const std::string& program, const std::string& message) {
 
 }  // namespace
 
+namespace {
+
+// "mlp_demo (chunkgrad 0.4.0); devices built in: cpu (1 present), cuda (0 present: no
+// CUDA driver)": what a bug report needs, and whether this build can use a GPU at all.
+// Asked only when --version is given: counting GPUs starts the driver, which no other
+// program start should pay for.
+std::string version_text(const std::string& program) {
+  std::string devices;
+  for (size_t slot = 0; slot < kDeviceTypeCount; ++slot) {
+    const DeviceBackend* backend = find_backend(static_cast<DeviceType>(slot));
+    if (backend == nullptr) continue;  // not built in
+    const int count = backend->device_count();
+    std::string why = count == 0 ? backend->unavailable_reason() : std::string();
+    devices += std::string(devices.empty() ? "" : ", ") + backend->name() + " (" +
+               std::to_string(count) + " present" + (why.empty() ? "" : ": " + why) + ")";
+  }
+  const std::string version = program == "chunkgrad"
+                                  ? std::string("chunkgrad " CHUNKGRAD_VERSION)
+                                  : program + " (chunkgrad " CHUNKGRAD_VERSION ")";
+  return version + "; devices built in: " + devices;
+}
+
+}  // namespace
+
 Program::Program(std::string name, std::string description)
     : name_(std::move(name)), app_(std::move(description), name_) {
   // --help shows each option's default ("[300]"), captured when the option is added.
   app_.option_defaults()->always_capture_default();
+  app_.set_version_flag("--version",
+                        std::function<std::string()>([name = name_] { return version_text(name); }),
+                        "print the version and the devices this build contains, then exit");
 }
 
 // CLI11 lists the arguments it did not expect last one first ("--cc --bb --aa"); they are

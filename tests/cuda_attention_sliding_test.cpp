@@ -1,0 +1,140 @@
+// Why this file exists: the sliding-window DFlash rule (the drafter's sliding layers,
+// AttentionMask::dflash_blocks with sliding_window W) on the GPU against the CPU
+// reference, forward (out, lse) and backward (dq, dk, dv), on every path that takes it:
+// flash (bf16, f16; Note [Sliding tiles] in cuda/attention_flash_common.cuh) and rows
+// (every dtype). The cases aim at the packed tiles: GQA groups 4 (32/8 heads) and 5
+// (40/8), head dims 64 and 128, anchors at 0, 1 and the end, repeated and padded (by a
+// negative anchor and by flag), per-batch anchors, windows of 1, narrower than a block,
+// straddling key tiles and wider than the context, blocks wider than a tile (tiles whose
+// rows are one head's slots kmin..kmax with kmin > 0), and a shape near the real one
+// (64 blocks x 24 over 4096 context keys, W = 2048). Compiled only in CUDA builds;
+// skipped without a GPU.
+#if defined(CHUNKGRAD_WITH_CUDA)
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "core/factories.h"
+#include "cuda/cuda_attention.h"
+#include "cuda/cuda_kernels.h"
+#include "ops/attention_mask.h"
+#include "tests/cuda_attention_test_util.h"
+
+namespace cg {
+namespace {
+
+using cuda::AttentionPath;
+using testing::Case;
+using testing::check_case;
+using testing::check_paths;
+using testing::kDTypes;
+
+class CudaAttentionSlidingTest : public testing::CudaAttentionTest {};
+
+// A sliding-rule case of B batch rows, heads hq / hkv, N blocks of Bs over S context keys.
+Case sliding_case(DType dt, int64_t hd, int64_t hq, int64_t hkv, int64_t B, int64_t S, int64_t N,
+                  int64_t Bs, const AttentionMask& mask) {
+  Case c;
+  c.B = B;
+  c.Hq = hq;
+  c.Hkv = hkv;
+  c.Sq = N * Bs;
+  c.Sk = S + N * Bs;
+  c.hd = hd;
+  c.dtype = dt;
+  c.mask = mask;
+  return c;
+}
+
+std::string label(int64_t hq, int64_t hkv, int64_t hd, int64_t W) {
+  return "heads " + std::to_string(hq) + "/" + std::to_string(hkv) + " hd " + std::to_string(hd) +
+         " W " + std::to_string(W);
+}
+
+// Blocks of 24 over 150 context keys (three key tiles), per-batch anchors at 0, 1, the
+// end (150), repeated, mid-way and padded both ways; windows 1 (a slot sees itself), 5
+// (narrower than the block: the in-block window cuts), 70 (straddles key tiles) and 1000
+// (wider than the context). Every dtype and path, hd 64 and 128, GQA 4 and 5.
+TEST_F(CudaAttentionSlidingTest, EdgeCasesEveryDtypeAndPath) {
+  const int64_t S = 150, N = 6, Bs = 24;
+  const Tensor anchors = from_ints({0, 1, 150, 150, -1, 64,  //
+                                    7, 0, 97, 97, 130, 2},
+                                   {2, N});
+  const Tensor padded =
+      from_vector({0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0}, {2, N}, {.dtype = DType::boolean});
+  for (DType dt : kDTypes) {
+    for (int64_t hd : {64, 128}) {
+      for (int64_t hq : {32, 40}) {
+        for (int64_t W : {1, 5, 70, 1000}) {
+          const AttentionMask m = AttentionMask::dflash_blocks(S, Bs, anchors, padded, W);
+          check_paths(sliding_case(dt, hd, hq, 8, 2, S, N, Bs, m), label(hq, 8, hd, W));
+        }
+      }
+    }
+  }
+}
+
+// Shared anchors ([N]), sorted as the trainer draws them, including the first and last
+// context positions; W around a tile (63, 64, 65) and the block size (24).
+TEST_F(CudaAttentionSlidingTest, SharedAnchorsWindowsAroundATile) {
+  const int64_t S = 200, N = 5, Bs = 24;
+  const Tensor anchors = from_ints({0, 33, 64, 129, 200}, {N});
+  for (DType dt : {DType::bf16, DType::f16}) {
+    for (int64_t W : {24, 63, 64, 65}) {
+      const AttentionMask m = AttentionMask::dflash_blocks(S, Bs, anchors, Tensor(), W);
+      check_paths(sliding_case(dt, 128, 32, 8, 1, S, N, Bs, m), label(32, 8, 128, W));
+    }
+  }
+}
+
+// Blocks wider than a tile: 70 slots x group 3 (210 packed rows; dq tiles of one head's
+// slots 0..63 and 52..69), 150 slots x group 2 (a forward tile of slots 106..149 only),
+// and blocks of 16 without GQA.
+TEST_F(CudaAttentionSlidingTest, WideAndSmallBlocks) {
+  for (DType dt : {DType::bf16, DType::f32}) {
+    for (int64_t W : {30, 100}) {
+      const AttentionMask m70 =
+          AttentionMask::dflash_blocks(40, 70, from_ints({0, 40, 17}, {3}), Tensor(), W);
+      check_paths(sliding_case(dt, 128, 3, 1, 1, 40, 3, 70, m70), "Bs 70 " + label(3, 1, 128, W));
+      const AttentionMask m150 =
+          AttentionMask::dflash_blocks(300, 150, from_ints({300, 120}, {2}), Tensor(), W);
+      check_paths(sliding_case(dt, 64, 2, 1, 1, 300, 2, 150, m150), "Bs 150 " + label(2, 1, 64, W));
+      const AttentionMask m16 =
+          AttentionMask::dflash_blocks(70, 16, from_ints({1, 0, 70, 33, 64}, {5}), Tensor(), W);
+      check_paths(sliding_case(dt, 64, 2, 2, 1, 70, 5, 16, m16), "Bs 16 " + label(2, 2, 64, W));
+    }
+  }
+}
+
+// Near the drafter's shape: 64 blocks of 24 over 4096 context keys, W = 2048, 32/8 heads
+// of 128, anchors spread over the context and sorted (one at 0, one at the end), bf16 on
+// the path automatic takes (flash).
+TEST_F(CudaAttentionSlidingTest, NearTheRealShape) {
+  const int64_t S = 4096, N = 64, Bs = 24, W = 2048;
+  std::vector<int64_t> a(N);
+  for (int64_t b = 0; b < N; ++b) a[b] = b * S / (N - 1);
+  const AttentionMask m = AttentionMask::dflash_blocks(S, Bs, from_ints(a, {N}), Tensor(), W);
+  check_case(sliding_case(DType::bf16, 128, 32, 8, 1, S, N, Bs, m), AttentionPath::automatic,
+             "64 x 24 over 4096, " + label(32, 8, 128, W));
+}
+
+// Automatic takes flash for the sliding rule in bf16 / f16 (rows otherwise); forcing
+// cudnn on it is refused, as for the full DFlash rule.
+TEST_F(CudaAttentionSlidingTest, PathChoice) {
+  const Device d = cuda_device(0);
+  const AttentionMask m = AttentionMask::dflash_blocks(8, 4, from_ints({4, 8}, {2}), Tensor(), 3);
+  const ResolvedAttentionMask r = resolve_attention_mask(m, 1, 4, 8, 16, d, "t");
+  EXPECT_EQ(r.sliding_window, 3);
+  EXPECT_STREQ(cuda::cuda_attention_path(DType::bf16, 128, r, 0.1), "flash");
+  EXPECT_STREQ(cuda::cuda_attention_path(DType::f32, 128, r, 0.1), "rows");
+  const Tensor q = empty({1, 4, 8, 128}, {.dtype = DType::bf16, .device = d});
+  const Tensor k = empty({1, 4, 16, 128}, {.dtype = DType::bf16, .device = d});
+  EXPECT_THROW(cuda::CudaKernels(AttentionPath::cudnn).attention_forward(q, k, k, r, 0.1), Error);
+}
+
+}  // namespace
+}  // namespace cg
+
+#endif  // CHUNKGRAD_WITH_CUDA

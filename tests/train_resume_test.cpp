@@ -1,0 +1,152 @@
+// Why this file exists: what users of PyTorch and Hugging Face trainers expect of
+// `chunkgrad train` (issue 18 item 24), run on the built program with tiny configs:
+// `--set key=value` overrides, `--resume-from PATH`, the fallback past a damaged newest
+// checkpoint, drafter.keep_checkpoints, and the line a resume with another
+// drafter.optim.steps says about the learning-rate schedule.
+#include "tests/train_program_fixture.h"
+
+namespace {
+
+using train_program_fixture::slurp;
+using train_program_fixture::TrainProgram;
+using train_program_fixture::TrainRun;
+
+class TrainResume : public TrainProgram {
+ protected:
+  // The drafter checkpoints' steps in `run`, oldest first.
+  static std::vector<int64_t> checkpoint_steps(const std::string& run) {
+    std::vector<int64_t> steps;
+    for (const auto& e : std::filesystem::directory_iterator(run + "/drafter")) {
+      const std::string name = e.path().filename().string();
+      if (name.starts_with("step_") && name.ends_with(".safetensors"))
+        steps.push_back(std::stoll(name.substr(5)));
+    }
+    std::sort(steps.begin(), steps.end());
+    return steps;
+  }
+  static std::string checkpoint(const std::string& run, int step) {
+    char name[64];
+    std::snprintf(name, sizeof name, "/drafter/step_%08d.safetensors", step);
+    return run + name;
+  }
+  // The step the summary says the drafter resumed at.
+  static int64_t resumed_at(const TrainRun& r) {
+    return nlohmann::json::parse(r.out)["drafter_steps"]["resumed_at"].get<int64_t>();
+  }
+};
+
+TEST_F(TrainResume, SetOverridesFieldsAndNamesTheBadOnes) {
+  const std::string config = write("c.json", tiny(path("run")));
+  const TrainRun r = train("--print-config --config " + config +
+                           " --set drafter.optim.lr=1e-3 --set drafter.loss.kind=kl"
+                           " --set 'drafter.target_layers=[0]' --set run_dir=elsewhere"
+                           " --run-dir " +
+                           path("wins"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["drafter"]["optim"]["lr"], 1e-3);
+  EXPECT_EQ(j["drafter"]["loss"]["kind"], "kl");
+  EXPECT_EQ(j["drafter"]["target_layers"], nlohmann::json::array({0}));
+  EXPECT_EQ(j["drafter"]["optim"]["steps"], 2);  // the file's, not the default's
+  EXPECT_EQ(j["run_dir"], path("wins"));         // --run-dir after --set
+  // Keys that name no field: the nearest ones are named; a section is not a field.
+  expect_error(train("--print-config --set lr=1"),
+               "'lr' is not a config field; did you mean drafter.optim.lr or target.optim.lr?");
+  expect_error(train("--print-config --set drafter.blok_size=4"),
+               "did you mean drafter.block_size?");
+  expect_error(train("--print-config --set drafter.optim=3"), "is a section, not a field");
+  expect_error(train("--print-config --set seed"), "expected KEY=VALUE");
+  // Types and ranges: the config reader's own errors, saying the --set gave the value.
+  expect_error(train("--print-config --set drafter.optim.lr=abc"),
+               "drafter.optim.lr: must be a number, got \"abc\" (set by --set drafter.optim.lr");
+  expect_error(train("--print-config --set drafter.block_size=1"), "drafter.block_size");
+  expect_error(train("--print-config --set run_dir=123"), "quote it");
+}
+
+// A newest checkpoint that is unreadable or holds NaN was a refusal that left the user to
+// find and delete it; the run now resumes from the one before and says which it skipped.
+TEST_F(TrainResume, ADamagedNewestCheckpointFallsBackToThePreviousOne) {
+  const std::string run = path("run");
+  const std::string args = "--json --config " + write("c.json", tiny(run)) +
+                           " --set drafter.optim.steps=4 --set drafter.checkpoint_every=2";
+  ASSERT_EQ(train(args).exit_code, 0);
+  ASSERT_EQ(checkpoint_steps(run), (std::vector<int64_t>{2, 4}));
+  const std::string good = slurp(checkpoint(run, 4));
+  for (const std::string damage : {"truncated", "nan"}) {
+    SCOPED_TRACE(damage);
+    std::ofstream(checkpoint(run, 4), std::ios::binary | std::ios::trunc)
+        << (damage == "nan" ? with_nan(checkpoint(run, 2), 0) : good.substr(0, good.size() / 2));
+    const TrainRun r = train(args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(resumed_at(r), 2);
+    const std::string line = "chunkgrad train: warning: resume: " + checkpoint(run, 4) + " is ";
+    const size_t at = r.err.find(line);
+    ASSERT_NE(at, std::string::npos) << r.err;
+    const std::string said = r.err.substr(at, r.err.find('\n', at) - at);
+    EXPECT_NE(said.find("skipped it, resuming from " + checkpoint(run, 2)), std::string::npos)
+        << said;
+    EXPECT_NE(said.find(damage == "nan" ? "holds nan" : "unreadable"), std::string::npos) << said;
+    EXPECT_EQ(slurp(checkpoint(run, 4)).size(), good.size());  // saved again by this run
+  }
+  // A checkpoint the user names is never replaced by another: refused, nothing changed.
+  std::ofstream(checkpoint(run, 2), std::ios::binary | std::ios::trunc) << "garbage";
+  const auto before = files_of(run);
+  const TrainRun named = train(args + " --resume-from " + checkpoint(run, 2));
+  expect_error(named, "is unreadable");
+  EXPECT_NE(named.err.find("(given by --resume-from)"), std::string::npos) << named.err;
+  EXPECT_EQ(files_of(run), before);
+  // Every checkpoint damaged: the newest one's damage is the refusal.
+  std::ofstream(checkpoint(run, 4), std::ios::binary | std::ios::trunc) << "garbage";
+  expect_error(train(args), "the 1 earlier checkpoint(s) are damaged too");
+}
+
+TEST_F(TrainResume, ResumeFromANamedCheckpointReplacesTheLaterOnes) {
+  const std::string run = path("run");
+  const std::string args = "--json --config " + write("c.json", tiny(run)) +
+                           " --set drafter.optim.steps=4 --set drafter.keep_checkpoints=0";
+  ASSERT_EQ(train(args + " --set drafter.checkpoint_every=1").exit_code, 0);
+  ASSERT_EQ(checkpoint_steps(run), (std::vector<int64_t>{1, 2, 3, 4}));
+  const std::string saved = path("step2.safetensors");  // anywhere, not only in run_dir
+  std::filesystem::copy_file(checkpoint(run, 2), saved);
+  const TrainRun r = train(args + " --resume-from " + saved);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(resumed_at(r), 2);
+  EXPECT_NE(r.err.find("2 later checkpoint(s) are removed when this run saves its first"),
+            std::string::npos)
+      << r.err;
+  // This run saved only its last step (checkpoint_every 250): the other run's step 3 went.
+  EXPECT_EQ(checkpoint_steps(run), (std::vector<int64_t>{1, 2, 4}));
+  // Options checked up front: a file that is not there, and --fresh with it.
+  expect_error(train(args + " --resume-from " + path("none.safetensors")), "none.safetensors");
+  expect_error(train(args + " --fresh --resume-from " + saved), "excludes");
+  // A checkpoint of another config is refused as a resume is, naming the field.
+  expect_error(train(args + " --set drafter.gamma=2 --resume-from " + saved),
+               "drafter.gamma: 4.0 then, 2.0 now");
+}
+
+TEST_F(TrainResume, OnlyTheNewestCheckpointsAreKept) {
+  const std::string run = path("run");
+  const std::string args = "--config " + write("c.json", tiny(run)) +
+                           " --set drafter.optim.steps=5 --set drafter.checkpoint_every=1";
+  ASSERT_EQ(train(args + " --set drafter.keep_checkpoints=2").exit_code, 0);
+  EXPECT_EQ(checkpoint_steps(run), (std::vector<int64_t>{4, 5}));
+  expect_error(train(args + " --set drafter.keep_checkpoints=-1 --print-config"),
+               "drafter.keep_checkpoints");
+}
+
+// Note [Resume and the schedule]: the schedule follows the new drafter.optim.steps, and
+// the resume says so with both learning rates.
+TEST_F(TrainResume, ARunWithOtherStepsSaysWhatItDoesToTheSchedule) {
+  const std::string run = path("run");
+  const std::string config = write("c.json", tiny(run));
+  ASSERT_EQ(train("--config " + config).exit_code, 0);
+  const TrainRun r = train("--config " + config + " --set drafter.optim.steps=4");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("warning: drafter.optim.steps is 4 now and was 2 when step 2 was saved: "
+                       "the learning-rate schedule (warmup and cosine) is recomputed for 4 steps"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+}  // namespace
