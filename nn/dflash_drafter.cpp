@@ -2,8 +2,9 @@
 // drafter (dflash_drafter.h).
 #include "nn/dflash_drafter.h"
 
-#include <cmath>
+#include <algorithm>
 
+#include "core/factories.h"
 #include "ops/attention.h"
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
@@ -12,6 +13,11 @@
 
 namespace cg::nn {
 
+// Note [Layer-id rounding]: the public code computes round(1 + i*(L-4)/(n-1)) in Python,
+// whose round() takes a half to the even neighbour; C's llround takes it away from zero
+// and gave [1, 13, 24] for L = 27, n = 3 where the public drafters use [1, 12, 24]. The
+// value is the fraction ((n-1) + i*(L-4)) / (n-1), so the rounding is done exactly in
+// integers: a half is a remainder of exactly (n-1)/2.
 std::vector<int64_t> dflash_target_layers(int64_t num_target_layers, int64_t n) {
   CG_CHECK(n >= 1, "dflash target layers: need at least 1 feature layer, got ", n);
   CG_CHECK(num_target_layers >= 1, "dflash target layers: the target has no layers");
@@ -21,13 +27,37 @@ std::vector<int64_t> dflash_target_layers(int64_t num_target_layers, int64_t n) 
            "target layers for n = ",
            n, " feature layers, got L = ", num_target_layers,
            "; use 1 feature layer or list target_layers explicitly");
+  const int64_t den = n - 1;
   std::vector<int64_t> ids;
   for (int64_t i = 0; i < n; ++i) {
-    ids.push_back(static_cast<int64_t>(
-        std::llround(1.0 + static_cast<double>(i) * static_cast<double>(num_target_layers - 4) /
-                               static_cast<double>(n - 1))));
+    const int64_t num = den + i * (num_target_layers - 4);  // >= 0
+    int64_t q = num / den;
+    const int64_t twice_rem = 2 * (num % den);
+    if (twice_rem > den || (twice_rem == den && q % 2 == 1)) ++q;  // half to even
+    ids.push_back(q);
   }
   return ids;
+}
+
+DrafterAttention parse_drafter_attention(const std::string& name) {
+  if (name == "full_attention") return DrafterAttention::full;
+  if (name == "sliding_attention") return DrafterAttention::sliding;
+  CG_FAIL("DFlash drafter: unknown layer type '", name,
+          "'; the layer types are full_attention and sliding_attention");
+}
+
+const char* drafter_attention_name(DrafterAttention type) {
+  switch (type) {
+    case DrafterAttention::full: return "full_attention";
+    case DrafterAttention::sliding: return "sliding_attention";
+  }
+  return "?";
+}
+
+int64_t DFlashDrafterConfig::parameter_count() const {
+  const int64_t H = layers.hidden_size;
+  const int64_t n = static_cast<int64_t>(target_layers.size());
+  return n * H * H + H + layers.num_layers * layers.layer_parameters() + H;
 }
 
 void DFlashDrafterConfig::validate() const {
@@ -36,6 +66,15 @@ void DFlashDrafterConfig::validate() const {
   CG_CHECK(mask_token_id >= 0 && mask_token_id < layers.vocab_size,
            "DFlash drafter: mask_token_id ", mask_token_id, " is not in the vocabulary [0, ",
            layers.vocab_size, ")");
+  CG_CHECK(layer_types.empty() || static_cast<int64_t>(layer_types.size()) == layers.num_layers,
+           "DFlash drafter: layer_types has ", layer_types.size(), " entries for ",
+           layers.num_layers, " layers; give one per layer (or none: every layer full)");
+  const bool slides = std::find(layer_types.begin(), layer_types.end(),
+                                DrafterAttention::sliding) != layer_types.end();
+  CG_CHECK(!slides || sliding_window > 0,
+           "DFlash drafter: sliding layers need sliding_window > 0, got ", sliding_window);
+  CG_CHECK(sliding_window >= 0, "DFlash drafter: sliding_window must be >= 0, got ",
+           sliding_window);
 }
 
 DFlashDrafter::DFlashDrafter(const DFlashDrafterConfig& config, Tensor embed_weight,
@@ -80,8 +119,21 @@ Tensor DFlashDrafter::forward(const Tensor& x, const Tensor& block_positions,
   auto scope = enter_scope();
   const AttentionContext ctx{context,
                              RotaryEmbedding::positions(0, context.size(1), context.device())};
+  // The sliding rule over the same anchors, made once for every sliding layer.
+  AttentionMask sliding = mask;
+  if (config_.sliding_window > 0) {
+    CG_CHECK(mask.kind() == AttentionMask::Kind::dflash_blocks && mask.sliding_window() == 0,
+             "DFlash drafter: a drafter with sliding layers needs the full-rule dflash_blocks "
+             "mask (it derives the sliding rule from its anchors), got ",
+             mask.str());
+    sliding = AttentionMask::dflash_blocks(mask.context_len(), mask.block_size(), mask.anchors(),
+                                           mask.padded(), config_.sliding_window);
+  }
   Tensor h = x;
-  for (size_t i = 0; i < layers->size(); ++i) h = layer(i).forward(h, block_positions, mask, ctx);
+  for (size_t i = 0; i < layers->size(); ++i) {
+    const bool slides = config_.layer_type(i) == DrafterAttention::sliding;
+    h = layer(i).forward(h, block_positions, slides ? sliding : mask, ctx);
+  }
   return norm->forward(h);
 }
 
@@ -91,6 +143,11 @@ DrafterLayerCache DFlashDrafter::context_keys_values(size_t i, const Tensor& con
   return {k, v};
 }
 
+// Note [Sliding at inference]: serving engines run a sliding layer as a causal decoder
+// with window_left = W - 1; for one block at anchor C that is the training rule with
+// anchors [C] over the C cached context keys: slot k sees cached positions from
+// C + k - (W - 1) and the slots before it. The cache keeps every context key (the full
+// layers need them); the mask, not the cache, bounds what a sliding layer reads.
 Tensor DFlashDrafter::forward_cached(const Tensor& x, const Tensor& block_positions,
                                      const std::vector<DrafterLayerCache>& cache) const {
   auto scope = enter_scope();
@@ -109,8 +166,16 @@ Tensor DFlashDrafter::forward_cached(const Tensor& x, const Tensor& block_positi
       k = cat({cache[i].k, k}, 1);
       v = cat({cache[i].v, v}, 1);
     }
-    Tensor o =
-        scaled_dot_product_attention(transpose(q, 1, 2), transpose(k, 1, 2), transpose(v, 1, 2));
+    // One block whose anchor is the cached length C: a full layer sees everything (no
+    // mask); a sliding layer the training rule with the window (Note [Sliding at inference]).
+    AttentionMask rule = AttentionMask::none();
+    if (config_.layer_type(i) == DrafterAttention::sliding) {
+      const int64_t C = k.size(1) - T;
+      rule =
+          AttentionMask::dflash_blocks(C, T, from_ints({C}, {1}), Tensor(), config_.sliding_window);
+    }
+    Tensor o = scaled_dot_product_attention(transpose(q, 1, 2), transpose(k, 1, 2),
+                                            transpose(v, 1, 2), rule);
     o = a.o_proj->forward(reshape(transpose(o, 1, 2), {B, T, a.num_heads() * a.head_dim()}));
     h = h + o;
     h = h + L.mlp->forward(L.post_attention_layernorm->forward(h));

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "nn/qwen3.h"
@@ -22,14 +23,41 @@
 namespace cg::nn {
 
 // The public rule for which target layers feed the drafter: n layers spread over
-// [1, L-3], layer_id(i) = round(1 + i*(L-4)/(n-1)); one layer: L/2. Throws when n < 1,
-// or n > 1 and L < 5 (the rule has no room), naming L and n.
+// [1, L-3], layer_id(i) = round(1 + i*(L-4)/(n-1)); one layer: L/2. round is Python's
+// (half to even), as in the public code: L = 27, n = 3 gives [1, 12, 24], not 13.
+// Layer id l is the output of decoder layer l (0-based), i.e. Hugging Face's
+// hidden_states[l + 1]. Throws when n < 1, or n > 1 and L < 5 (the rule has no room),
+// naming L and n.
 std::vector<int64_t> dflash_target_layers(int64_t num_target_layers, int64_t n);
 
+// The attention rule of one drafter layer (the published config's `layer_types`).
+enum class DrafterAttention : int8_t {
+  full,     // "full_attention": context keys j < anchor, its own block bidirectionally
+  sliding,  // "sliding_attention": keys within sliding_window - 1 positions behind the query,
+            // causal inside the block (AttentionMask::dflash_blocks with a window)
+};
+// "full_attention" / "sliding_attention" <-> the enum; parse throws naming the accepted names.
+DrafterAttention parse_drafter_attention(const std::string& name);
+const char* drafter_attention_name(DrafterAttention type);
+
 struct DFlashDrafterConfig {
-  Qwen3Config layers;                  // hidden_size = the target's; num_layers = drafter layers
+  // The drafter's own sizes: hidden_size = the target's (the features and the shared
+  // embedding/lm_head have that width); heads, head_dim (num_heads * head_dim may differ
+  // from hidden_size: 32 x 128 = 4096 at hidden 5120), MLP, RoPE and eps are its own.
+  // num_layers = drafter layers; vocab_size = the target's.
+  Qwen3Config layers;
   std::vector<int64_t> target_layers;  // target layer ids whose outputs are the features
   int64_t mask_token_id = 0;           // the reserved MASK token (a target vocabulary id)
+  // One entry per layer; empty = every layer full.
+  std::vector<DrafterAttention> layer_types;
+  int64_t sliding_window = 0;  // W of the sliding layers (> 0 when any layer slides)
+
+  DrafterAttention layer_type(size_t layer) const {
+    return layer_types.empty() ? DrafterAttention::full : layer_types[layer];
+  }
+  // fc + hidden_norm + the layers + the final norm, by hand (what the module must add up to;
+  // the published 27B layout: 1,730,213,120).
+  int64_t parameter_count() const;
   void validate() const;
 };
 
@@ -50,16 +78,19 @@ class DFlashDrafter : public Module {
   Tensor embed(const Tensor& ids) const;
 
   // Training: x [B, T, H] block embeddings, block_positions i64 [B, T] (anchor + k),
-  // mask (AttentionMask::dflash_blocks over S context keys), context [B, S, H] at
-  // positions 0 .. S-1 -> final-norm hidden [B, T, H].
+  // mask (AttentionMask::dflash_blocks over S context keys, the full rule), context
+  // [B, S, H] at positions 0 .. S-1 -> final-norm hidden [B, T, H]. A sliding layer runs
+  // the same anchors under the sliding rule (the mask with sliding_window = W).
   Tensor forward(const Tensor& x, const Tensor& block_positions, const AttentionMask& mask,
                  const Tensor& context) const;
 
   // Inference: the keys/values layer `i` makes of new context rows [B, n, H] at positions.
   DrafterLayerCache context_keys_values(size_t layer, const Tensor& context,
                                         const Tensor& positions) const;
-  // Inference: x [B, T, H] attends to every cached context key and to the whole block
-  // (bidirectional) -> final-norm hidden [B, T, H].
+  // Inference: x [B, T, H], one block whose anchor is the cached length C, attends to
+  // every cached context key and to the whole block (bidirectional) in a full layer; in a
+  // sliding layer slot k sees keys within W - 1 positions behind it (the cached positions
+  // C + k - (W - 1) .. C - 1 and slots <= k), as in training -> final-norm hidden [B, T, H].
   Tensor forward_cached(const Tensor& x, const Tensor& block_positions,
                         const std::vector<DrafterLayerCache>& cache) const;
 

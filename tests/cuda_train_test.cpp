@@ -56,8 +56,10 @@ using train::DrafterSequence;
 const Device kGpu = cuda_device(0);
 
 // A tiny drafter (vocab 40, hidden 16) made on the host from a seed; `device` then moves it.
+// sliding_window > 0: its first layer is a sliding layer of that window, with its own
+// query width (3 x 8 = 24 at hidden 16).
 struct TinyDrafter {
-  TinyDrafter(DType dtype, Device device) : gen(5) {
+  TinyDrafter(DType dtype, Device device, int64_t sliding_window = 0) : gen(5) {
     cfg.layers.vocab_size = 40;
     cfg.layers.hidden_size = 16;
     cfg.layers.num_layers = 2;
@@ -68,6 +70,11 @@ struct TinyDrafter {
     cfg.layers.rope_theta = 10000;
     cfg.target_layers = {0, 1};
     cfg.mask_token_id = 39;
+    if (sliding_window > 0) {
+      cfg.layers.num_heads = 3;
+      cfg.layer_types = {nn::DrafterAttention::sliding, nn::DrafterAttention::full};
+      cfg.sliding_window = sliding_window;
+    }
     // The frozen embed/head are the caller's tensors (not parameters): made here in the
     // compute dtype on the device; the drafter's own layers are made on the host, then moved.
     embed = raw::to_device(raw::to_dtype(randn({40, 16}, {}, &gen, 0, 0.5), dtype), device);
@@ -91,8 +98,9 @@ struct StepResult {
 };
 
 // One drafter step: forward + head loss on `path`, backward, AdamW.
-StepResult drafter_step(DType dtype, Device device, const char* kind, HeadLossPath path) {
-  TinyDrafter t(dtype, device);
+StepResult drafter_step(DType dtype, Device device, const char* kind, HeadLossPath path,
+                        int64_t sliding_window = 0) {
+  TinyDrafter t(dtype, device, sliding_window);
   const DrafterSequence s0 = make_sequence(24, 4, 6), s1 = make_sequence(20, 6, 7);
   Generator g(9);
   const std::vector<std::vector<int64_t>> anchors = {train::sample_anchors(s0.loss_mask, 5, g),
@@ -146,6 +154,22 @@ TEST(CudaTrain, DrafterStepEqualsTheCpuStepInFp32) {
       EXPECT_LE(worst(gpu.grads, cpu.grads, 2e-6, 1e-4), 1.0) << "gradients";
       EXPECT_LE(worst(gpu.params, cpu.params, 1e-5, 1e-5), 1.0) << "parameters after AdamW";
     }
+  }
+}
+
+// The same with a sliding layer (issue 19): the sliding rule in the CUDA flash kernels,
+// forward and backward, against the CPU's. Window 3 cuts the context of every anchor past
+// 2 and the block's own slots; window 64 cuts nothing but the block's causal part.
+TEST(CudaTrain, SlidingDrafterStepEqualsTheCpuStepInFp32) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t window : {3, 64}) {
+    SCOPED_TRACE("window " + std::to_string(window));
+    const StepResult cpu = drafter_step(DType::f32, kCPU, "mix", HeadLossPath::fused, window);
+    const StepResult gpu = drafter_step(DType::f32, kGpu, "mix", HeadLossPath::fused, window);
+    EXPECT_NEAR(gpu.loss, cpu.loss, 1e-5 * (1 + std::abs(cpu.loss)));
+    ASSERT_EQ(gpu.grads.size(), cpu.grads.size());
+    EXPECT_LE(worst(gpu.grads, cpu.grads, 2e-6, 1e-4), 1.0) << "gradients";
+    EXPECT_LE(worst(gpu.params, cpu.params, 1e-5, 1e-5), 1.0) << "parameters after AdamW";
   }
 }
 

@@ -228,10 +228,10 @@ TEST_F(FeaturesProgram, AMismatchedOrDamagedFolderLeavesTheRunDirectoryUnchanged
                    "' --features '" + at("good") + "'"),
                "train", "truncated");
   EXPECT_TRUE(files_of(at("fresh")).empty());
-  // Synthetic features are reserved, not built yet.
+  // Synthetic features without the target's sizes (there is no target model to take them from).
   write("synthetic.json", R"({"features": {"source": "synthetic"}})");
   expect_error(cli("train --config '" + at("synthetic.json") + "'"), "train",
-               "not implemented yet");
+               "drafter.hidden_size, drafter.vocab_size and drafter.num_target_layers");
 }
 
 }  // namespace

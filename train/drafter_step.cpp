@@ -171,7 +171,11 @@ SlotMetrics held_out_slot_metrics(const nn::DFlashDrafter& drafter, FeatureSourc
   for (size_t i = 0; i < seqs.size(); ++i) {
     std::vector<int64_t> anchors = anchor_candidates(seqs[i].loss_mask);
     if (anchors.empty()) continue;
-    if (anchors.size() > 256) anchors.resize(256);
+    if (anchors.size() > 256) {     // 256 spread over the sequence, not its first 256 positions
+      std::vector<int64_t> spread;  // (a long sample's sliding windows cut only further in)
+      for (size_t k = 0; k < 256; ++k) spread.push_back(anchors[k * anchors.size() / 256]);
+      anchors = std::move(spread);
+    }
     const int64_t n = static_cast<int64_t>(anchors.size());
     BlockBatch b =
         build_block_batch({&seqs[i]}, {anchors}, n, block_size, 0.0, drafter.config().mask_token_id,

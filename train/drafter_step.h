@@ -83,7 +83,8 @@ struct SlotMetrics {
 };
 
 // Per-slot accuracy of `drafter` on every sample of `source` (held-out data), with every
-// candidate anchor of each (up to 256), CE only, no graph.
+// candidate anchor of each (beyond 256 candidates, 256 spread evenly over them), CE only,
+// no graph.
 SlotMetrics held_out_slot_metrics(const nn::DFlashDrafter& drafter, FeatureSource& source,
                                   const DrafterConfig& d);
 

@@ -7,6 +7,9 @@
 #include <filesystem>
 
 #include "autograd/grad_mode.h"
+#include "core/allocator_stats.h"
+#include "core/backend.h"
+#include "core/caching_allocator.h"
 #include "core/factories.h"
 #include "core/json_input.h"
 #include "core/views.h"
@@ -16,43 +19,12 @@
 #include "ops/index_ops.h"
 #include "ops/shape_ops.h"
 #include "train/drafter_checkpoints.h"
+#include "train/flop_count.h"
 #include "train/stop_signal.h"
 #include "train/target_lm.h"
 #include "train/tokenizer.h"
 
 namespace cg::train {
-
-nn::DFlashDrafterConfig drafter_model_config(const nn::Qwen3Config& tc, const DrafterConfig& config,
-                                             int64_t mask_id) {
-  nn::DFlashDrafterConfig dc;
-  dc.layers = tc;
-  dc.layers.num_layers = config.num_layers;
-  dc.layers.intermediate_size = config.intermediate_size;
-  dc.target_layers = config.target_layers.empty()
-                         ? nn::dflash_target_layers(tc.num_layers, config.num_target_features)
-                         : config.target_layers;
-  dc.mask_token_id = mask_id;
-  return dc;
-}
-
-std::unique_ptr<nn::DFlashDrafter> make_drafter(const nn::Qwen3ForCausalLM& target,
-                                                const DrafterConfig& config, int64_t mask_id,
-                                                uint64_t seed) {
-  const nn::DFlashDrafterConfig dc = drafter_model_config(target.config(), config, mask_id);
-  const DType dtype = config.dtype == "bf16" ? DType::bf16 : DType::f32;
-  Tensor embed = target.model->embed_tokens->weight.detach();
-  Tensor head = target.lm_head->weight.detach();
-  if (dtype != embed.dtype()) {
-    CategoryGuard category(MemoryCategory::parameter);
-    embed = raw::contiguous(raw::to_dtype(embed, dtype));
-    head = raw::contiguous(raw::to_dtype(head, dtype));
-  }
-  Generator gen(seed);
-  auto d = std::make_unique<nn::DFlashDrafter>(dc, embed, head, nn::InitOptions{.generator = &gen});
-  d->to(embed.device());  // the target's device; its own layers were made on the host
-  if (dtype != DType::f32) d->to(dtype);
-  return d;
-}
 
 namespace {
 
@@ -242,13 +214,52 @@ void DrafterTrainer::load_checkpoint(const std::string& path) {
   opt_.load_state(optim, step);
 }
 
+namespace {
+
+// The allocator's peak on the device the drafter trains on (the host's for the CPU).
+int64_t device_peak_bytes(Device device) {
+  const Device where = backend_for(device).capabilities().own_memory ? device : kCPU;
+  return static_cast<int64_t>(allocator_for(where).stats().allocated_bytes.peak);
+}
+
+std::string step_detail(const StepThroughput& t, int64_t peak) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%.0f ms  %.0f pos/s  MFU %.1f%%  peak %.2f GiB", t.ms,
+                t.positions_per_s, 100 * t.mfu, static_cast<double>(peak) / (1 << 30));
+  return buf;
+}
+
+}  // namespace
+
 double DrafterTrainer::run(MetricsLog* log) {
   const DrafterConfig& d = config_.drafter;
   ProgressBar bar("drafter", d.optim.steps, config_.progress, step());
+  // Note [Step time]: a GPU step is queued work (Note [Steps that do not wait]); its time
+  // is known only when the host waits, so every step of a finished group is logged with
+  // the group's wall time / its steps (a checkpoint's save falls in no group).
+  const DrafterStepShape shape = drafter_step_shape(drafter_.config(), d, data_.source->seq_len());
+  const double flops = drafter_step_flops(shape).total();
+  if (config_.progress) {
+    std::fprintf(stderr,
+                 "chunkgrad train: drafter step: %.4g TFLOP (every GEMM and attention, forward "
+                 "and backward; MFU = FLOPs / step time / %.1f TFLOP/s, H200 dense bf16)\n",
+                 flops / 1e12, kH200DenseBf16Flops / 1e12);
+  }
+  const Device device = drafter_.fc->weight.device();
   std::vector<QueuedStep> queued;  // Note [Steps that do not wait]
+  auto group_start = std::chrono::steady_clock::now();
   auto finish_queued = [&] {
-    for (const QueuedStep& q : queued) {
-      const StepRecord r = finish(q);
+    std::vector<StepRecord> done;
+    for (const QueuedStep& q : queued) done.push_back(finish(q));  // waits for the device
+    queued.clear();
+    if (done.empty()) return;
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - group_start).count();
+    const StepThroughput t =
+        step_throughput(shape, flops, seconds / static_cast<double>(done.size()));
+    const int64_t peak = device_peak_bytes(device);
+    bar.set_detail(step_detail(t, peak));
+    for (const StepRecord& r : done) {
       bar.update(r.step, r.loss, r.tokens);
       if (log) {
         log->write({{"phase", "drafter"},
@@ -258,17 +269,24 @@ double DrafterTrainer::run(MetricsLog* log) {
                     {"grad_norm", r.grad_norm},
                     {"slot1_accuracy", r.slot1_accuracy},
                     {"label_tokens", r.tokens},
-                    {"seconds", r.seconds}});
+                    {"seconds", r.seconds},
+                    {"ms", t.ms},
+                    {"context_tokens_per_s", t.context_tokens_per_s},
+                    {"positions_per_s", t.positions_per_s},
+                    {"mfu", t.mfu},
+                    {"peak_allocated_bytes", peak}});
       }
     }
-    queued.clear();
   };
   while (step() < d.optim.steps) {
+    if (queued.empty()) group_start = std::chrono::steady_clock::now();
     queued.push_back(train_step_queued());
     const int64_t s = queued.back().step;
     const bool stop = stop_agreed();  // Note [Stopping together], train/stop_signal.h
+    // checkpoint_every -1: no checkpoints at all (a benchmark; a full-scale one is 24 GB).
     const bool save =
-        stop || (d.checkpoint_every > 0 && s % d.checkpoint_every == 0) || s == d.optim.steps;
+        d.checkpoint_every >= 0 &&
+        (stop || (d.checkpoint_every > 0 && s % d.checkpoint_every == 0) || s == d.optim.steps);
     if (save || static_cast<int64_t>(queued.size()) >= kFinishEvery) finish_queued();
     if (save) save_checkpoint();
     if (stop) {

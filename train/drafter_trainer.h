@@ -25,6 +25,7 @@
 #include "ops/head_loss.h"
 #include "train/drafter_checkpoints.h"
 #include "train/drafter_data.h"
+#include "train/drafter_model.h"
 #include "train/drafter_step.h"
 #include "train/feature_source.h"
 #include "train/optimizer.h"
@@ -33,19 +34,6 @@
 
 namespace cg::train {
 
-// The drafter for a target: width and RoPE of the target, the config's depth and MLP,
-// target layers by the public rule (or the explicit list), the tokenizer's MASK id;
-// compute dtype f32 or bf16 (then the frozen embed/head are bf16 copies).
-// The drafter's architecture for a target of architecture `target` (what make_drafter
-// builds; the resume check makes one of it to compare shapes).
-nn::DFlashDrafterConfig drafter_model_config(const nn::Qwen3Config& target,
-                                             const DrafterConfig& config, int64_t mask_id);
-std::unique_ptr<nn::DFlashDrafter> make_drafter(const nn::Qwen3ForCausalLM& target,
-                                                const DrafterConfig& config, int64_t mask_id,
-                                                uint64_t seed);
-
-// What the drafter learns from: the sequences and their features (train/feature_source.h;
-// shared, so that the caller may keep using the source after the trainer is gone).
 struct DrafterTrainData {
   std::shared_ptr<FeatureSource> source;
   std::string
@@ -111,11 +99,11 @@ class DrafterTrainer {
   AdamW opt_;
   DrafterHeadLoss head_loss_;  // loss, path and chunk (Note [The drafter's chunk])
   std::optional<int64_t> replace_after_;
+  void remove_checkpoint(const std::string& path, const char* why) const;
   // step_batches(step + 1), drawn when step `step` was queued so that its ids could be
   // prefetched (Note [Prefetching the next step]); empty before the first step.
   int64_t next_step_ = -1;
   std::vector<BlockBatch> next_batches_;
-  void remove_checkpoint(const std::string& path, const char* why) const;
 };
 
 }  // namespace cg::train

@@ -35,6 +35,7 @@
 #include "train/run_lock.h"
 #include "train/speculative_decoding.h"
 #include "train/stop_signal.h"
+#include "train/synthetic_pipeline.h"
 #include "train/target_lm.h"
 #include "train/tokenizer.h"
 
@@ -470,12 +471,13 @@ void measure_memory(RunState& s) {
     std::filesystem::create_directories(trace_dir);
   }
   const nn::Qwen3Config& tc = s.lm().config();
+  const nn::Qwen3Config& dl = s.drafter->config().layers;  // the drafter's own heads
   MemoryShape toy{"toy",
                   tc.vocab_size,
                   tc.hidden_size,
-                  tc.num_heads,
-                  tc.num_kv_heads,
-                  tc.head_dim,
+                  dl.num_heads,
+                  dl.num_kv_heads,
+                  dl.head_dim,
                   config.drafter.intermediate_size,
                   config.drafter.num_layers,
                   static_cast<int64_t>(s.target_layers().size()),
@@ -583,6 +585,7 @@ void stop_if_asked(const RunState& s) {
 
 nlohmann::json run_pipeline(const TrainConfig& config, const PipelineOptions& options) {
   config.validate();
+  if (config.features.source == "synthetic") return run_synthetic_pipeline(config, options);
   RunState s(config, config.compute_device());
   check_memory_chunk(config, s.device);  // a chunk budget too small for the large config fails now
   StopSignals signals;  // SIGINT/SIGTERM: finish the step, save, stop (stop_signal.h)

@@ -68,9 +68,9 @@ void ProgressBar::draw(int64_t step, const double* loss, int64_t tokens) {
   bar.resize(kWidth, '.');
   char loss_text[32] = "";
   if (loss != nullptr) std::snprintf(loss_text, sizeof loss_text, " loss %.4f", *loss);
-  std::fprintf(stderr, "\r%-8s [%s] %lld/%lld%s  %.0f tok/s  ETA %s ", phase_.c_str(), bar.c_str(),
-               static_cast<long long>(step), static_cast<long long>(total_), loss_text,
-               tokens_per_second(), eta.c_str());
+  std::fprintf(stderr, "\r%-8s [%s] %lld/%lld%s  %.0f tok/s%s%s  ETA %s ", phase_.c_str(),
+               bar.c_str(), static_cast<long long>(step), static_cast<long long>(total_), loss_text,
+               tokens_per_second(), detail_.empty() ? "" : "  ", detail_.c_str(), eta.c_str());
   std::fflush(stderr);
   g_line_open = true;
   drawn_ = true;

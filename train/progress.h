@@ -17,6 +17,8 @@ class ProgressBar {
   ProgressBar(std::string phase, int64_t total, bool enabled, int64_t first_step = 0);
   // Redraws after step `step` (1-based) with the step's loss and token count.
   void update(int64_t step, double loss, int64_t tokens);
+  // A short text drawn after tok/s from the next update on ("812 ms  MFU 54%  peak 57 GiB").
+  void set_detail(std::string detail) { detail_ = std::move(detail); }
   // The same for a stage without a loss (generation, evaluation): step `step` of the
   // total, with its token count; the line shows no loss.
   void update(int64_t step, int64_t tokens);
@@ -37,7 +39,8 @@ class ProgressBar {
   // at step 1 ten times too long (30:31 for a three-minute stage).
   std::chrono::steady_clock::time_point rate_start_{};
   int64_t rate_from_ = -1;  // the step of the first update (-1: none yet)
-  bool drawn_ = false;      // a line was drawn: finish() ends it (and prints nothing otherwise)
+  bool drawn_ = false;
+  std::string detail_;  // a line was drawn: finish() ends it (and prints nothing otherwise)
 };
 
 // Ends the progress line when a bar left one open (it redraws in place and ends its line

@@ -62,7 +62,7 @@ std::string summary_text(const nlohmann::json& s) {
   const int64_t trained = s.value("drafter_block_size", block);
   std::string block_text = "block " + std::to_string(block);
   if (trained != block) block_text += ", trained on blocks of " + std::to_string(trained);
-  if (s.contains("evaluation_skipped")) {  // an offline run (Note [Offline runs])
+  if (s.contains("evaluation_skipped")) {  // offline or synthetic features: no decoding
     o << "evaluation skipped: " << s["evaluation_skipped"].get<std::string>() << "\n";
   } else {
     std::string timing;
@@ -120,7 +120,10 @@ std::string summary_text(const nlohmann::json& s) {
   o << line;
   if (s.contains("device") && s["device"] != kCPU.str())
     o << "device: " << s["device"].get<std::string>() << "\n";
-  if (s.contains("memory") && s["memory"].is_array() && s["memory"].empty()) {
+  if (s.contains("memory_skipped")) {
+    o << "memory of one drafter training step: not measured ("
+      << s["memory_skipped"].get<std::string>() << ")\n";
+  } else if (s.contains("memory") && s["memory"].is_array() && s["memory"].empty()) {
     o << "memory of one drafter training step: not measured (memory.enabled is false)\n";
   } else {
     o << "memory of one drafter training step (caching allocator):\n"

@@ -48,6 +48,9 @@ struct Reader {
                                                static_cast<uint64_t>(std::numeric_limits<T>::max()),
               "must be an integer of at most ", std::numeric_limits<T>::max());
         }
+      } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+        CG_CHECK(it->is_array(), "must be an array of strings");
+        for (const auto& e : *it) CG_CHECK(e.is_string(), "must be an array of strings");
       } else {
         CG_CHECK(it->is_array(), "must be an array of integers");
         for (const auto& e : *it) CG_CHECK(e.is_number_integer(), "must be an array of integers");
@@ -145,6 +148,17 @@ void visit_fields(V& v, TrainConfig& c) {
     auto& d = c.drafter;
     s.field("num_layers", d.num_layers);
     s.field("intermediate_size", d.intermediate_size);
+    s.field("num_heads", d.num_heads);
+    s.field("num_kv_heads", d.num_kv_heads);
+    s.field("head_dim", d.head_dim);
+    s.field("rope_theta", d.rope_theta);
+    s.field("rms_eps", d.rms_eps);
+    s.field("layer_types", d.layer_types);
+    s.field("sliding_window", d.sliding_window);
+    s.field("mask_token_id", d.mask_token_id);
+    s.field("hidden_size", d.hidden_size);
+    s.field("vocab_size", d.vocab_size);
+    s.field("num_target_layers", d.num_target_layers);
     s.field("num_target_features", d.num_target_features);
     s.field("target_layers", d.target_layers);
     s.field("block_size", d.block_size);
@@ -217,6 +231,61 @@ void check_optim(const std::string& p, const OptimConfig& o) {
   in_range((p + "grad_clip").c_str(), o.grad_clip, 0, 1e9);
 }
 
+// The drafter's own sizes (0 = the target's), its layer types and window.
+void check_drafter_layout(const DrafterConfig& d) {
+  in_range("drafter.num_heads", static_cast<double>(d.num_heads), 0, 1024);
+  in_range("drafter.num_kv_heads", static_cast<double>(d.num_kv_heads), 0, 1024);
+  in_range("drafter.head_dim", static_cast<double>(d.head_dim), 0, 4096);
+  CG_CHECK(d.head_dim % 2 == 0,
+           "train config: drafter.head_dim: must be even (RoPE rotates pairs), got ", d.head_dim);
+  CG_CHECK(d.num_heads == 0 || d.num_kv_heads == 0 || d.num_heads % d.num_kv_heads == 0,
+           "train config: drafter.num_heads ", d.num_heads, " must be a multiple of num_kv_heads ",
+           d.num_kv_heads);
+  CG_CHECK(d.rope_theta == 0 ||
+               (std::isfinite(d.rope_theta) && d.rope_theta >= 1 && d.rope_theta <= 1e12),
+           "train config: drafter.rope_theta: must be 0 (the target's) or from 1 to 1e12, got ",
+           number(d.rope_theta));
+  in_range("drafter.rms_eps", d.rms_eps, 0, 1);
+  in_range("drafter.sliding_window", static_cast<double>(d.sliding_window), 0, 1 << 24);
+  in_range("drafter.mask_token_id", static_cast<double>(d.mask_token_id), -1, 1 << 30);
+  in_range("drafter.hidden_size", static_cast<double>(d.hidden_size), 0, 65536);
+  in_range("drafter.vocab_size", static_cast<double>(d.vocab_size), 0, 1 << 30);
+  in_range("drafter.num_target_layers", static_cast<double>(d.num_target_layers), 0, 1024);
+  CG_CHECK(d.layer_types.empty() || static_cast<int64_t>(d.layer_types.size()) == d.num_layers,
+           "train config: drafter.layer_types: has ", d.layer_types.size(), " entries for ",
+           d.num_layers, " layers (drafter.num_layers); give one per layer, or [] for all full");
+  bool slides = false;
+  for (const std::string& t : d.layer_types) {
+    CG_CHECK(t == "full_attention" || t == "sliding_attention",
+             "train config: drafter.layer_types: unknown type '", t,
+             "'; the types are full_attention and sliding_attention");
+    slides = slides || t == "sliding_attention";
+  }
+  CG_CHECK(!slides || d.sliding_window > 0,
+           "train config: drafter.sliding_window: sliding_attention layers need a window > 0, got ",
+           d.sliding_window);
+}
+
+// What features.source synthetic needs: the target's sizes, no target checkpoint.
+void check_synthetic_features(const TrainConfig& c) {
+  if (c.features.source != "synthetic") return;
+  const DrafterConfig& d = c.drafter;
+  CG_CHECK(d.hidden_size > 0 && d.vocab_size > 0 && d.num_target_layers > 0,
+           "train config: features.source synthetic has no target model: give the target's "
+           "sizes as drafter.hidden_size, drafter.vocab_size and drafter.num_target_layers "
+           "(got ",
+           d.hidden_size, ", ", d.vocab_size, ", ", d.num_target_layers, ")");
+  CG_CHECK(c.target.checkpoint.empty(),
+           "train config: target.checkpoint: features.source synthetic uses no target; drop the "
+           "checkpoint or use features.source online");
+  CG_CHECK(d.mask_token_id < d.vocab_size, "train config: drafter.mask_token_id ", d.mask_token_id,
+           " is not in the vocabulary (drafter.vocab_size ", d.vocab_size, ")");
+  CG_CHECK(d.vocab_size >= 128,
+           "train config: drafter.vocab_size: the synthetic task draws its tokens from 64 of "
+           "them and needs at least 128, got ",
+           d.vocab_size);
+}
+
 }  // namespace
 
 void TrainConfig::validate() const {
@@ -252,6 +321,7 @@ void TrainConfig::validate() const {
   in_range("drafter.num_layers", static_cast<double>(d.num_layers), 1, 1024);
   in_range("drafter.intermediate_size", static_cast<double>(d.intermediate_size), 1, 1 << 20);
   in_range("drafter.num_target_features", static_cast<double>(d.num_target_features), 1, 1024);
+  check_drafter_layout(d);
   in_range("drafter.max_anchors", static_cast<double>(d.max_anchors), 1, 1 << 20);
   // Anchor candidates lie in the generated part of a sequence: prompt + max_new_tokens
   // tokens, of which at most max_new_tokens - 1 have a successor inside it.
@@ -295,13 +365,14 @@ void TrainConfig::validate() const {
       number(d.head_loss_chunk_budget_mb));
   CG_CHECK(d.dtype == "f32" || d.dtype == "bf16",
            "train config: drafter.dtype: must be f32 or bf16, got '", d.dtype, "'");
-  in_range("drafter.checkpoint_every", static_cast<double>(d.checkpoint_every), 0, 1e9);
+  in_range("drafter.checkpoint_every", static_cast<double>(d.checkpoint_every), -1, 1e9);
   in_range("drafter.keep_checkpoints", static_cast<double>(d.keep_checkpoints), 0, 1e9);
   check_optim("drafter.optim.", d.optim);
   std::set<int64_t> listed;
+  const int64_t target_depth = d.num_target_layers > 0 ? d.num_target_layers : t.num_layers;
   for (int64_t id : d.target_layers) {
-    CG_CHECK(id >= 0 && id < t.num_layers, "train config: drafter.target_layers: layer ", id,
-             " is not a target layer (0..", t.num_layers - 1, ")");
+    CG_CHECK(id >= 0 && id < target_depth, "train config: drafter.target_layers: layer ", id,
+             " is not a target layer (0..", target_depth - 1, ")");
     // A layer twice would feed the drafter the same features twice under two slots.
     CG_CHECK(listed.insert(id).second, "train config: drafter.target_layers: layer ", id,
              " is listed twice; list each layer once");
@@ -333,16 +404,13 @@ void TrainConfig::validate() const {
   CG_CHECK(f.source == "online" || f.source == "offline" || f.source == "synthetic",
            "train config: features.source: must be online, offline or synthetic, got '", f.source,
            "'");
-  // Reserved for the synthetic feature source (issue 19, item 3), which is not built yet.
-  CG_CHECK(f.source != "synthetic",
-           "train config: features.source: synthetic features are not implemented yet; use "
-           "online, or offline with features.dir");
   CG_CHECK(f.source != "offline" || !f.dir.empty(),
            "train config: features.source is offline but features.dir is empty; give the folder "
            "`chunkgrad features --out` wrote");
   CG_CHECK(f.source == "offline" || f.dir.empty(), "train config: features.dir '", f.dir,
            "' is given but features.source is ", f.source,
            "; set source to offline to train from it, or remove dir");
+  check_synthetic_features(*this);
   CG_CHECK(memory.large_anchors < memory.large_seq_len, "train config: memory.large_anchors ",
            memory.large_anchors, " is beyond the sequence (memory.large_seq_len ",
            memory.large_seq_len, ")");

@@ -60,6 +60,21 @@ struct LossSpec {
 struct DrafterConfig {
   int64_t num_layers = 1;
   int64_t intermediate_size = 192;
+  // The drafter's own attention sizes, RoPE and norm eps (the published 27B-class drafter:
+  // 32 x 128 query heads at hidden 5120); 0 = the target's value.
+  int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  double rope_theta = 0;
+  double rms_eps = 0;
+  // Per layer "full_attention" | "sliding_attention" ([] = every layer full), and the
+  // sliding layers' window W (docs/dflash_training.md).
+  std::vector<std::string> layer_types;
+  int64_t sliding_window = 0;
+  int64_t mask_token_id = -1;  // the MASK token; -1 = the tokenizer's (train/tokenizer.h)
+  // The target's sizes where there is no target model (features.source "synthetic"):
+  // hidden_size (H, the drafter's width), vocab_size (V of the frozen embedding and
+  // lm_head) and num_target_layers (L, for the layer-id rule). 0 = the target model's;
+  // with a target model a non-zero value must equal it.
+  int64_t hidden_size = 0, vocab_size = 0, num_target_layers = 0;
   int64_t num_target_features = 3;     // n of the public layer rule
   std::vector<int64_t> target_layers;  // explicit ids instead of the rule ([] = rule)
   int64_t block_size = 8;
@@ -72,7 +87,7 @@ struct DrafterConfig {
   int64_t head_loss_chunk_rows = 256;
   double head_loss_chunk_budget_mb = 1536;  // with chunk rows 0: the chunk's temporaries, MiB
   std::string dtype = "f32";                // compute dtype: "f32" | "bf16" (fp32 masters)
-  int64_t checkpoint_every = 250;           // steps between checkpoints (0 = only the last)
+  int64_t checkpoint_every = 250;  // steps between checkpoints (0 = only the last, -1 = none)
   int64_t keep_checkpoints = 3;  // after each save, all but the newest this many go (0 = keep all)
   OptimConfig optim{.steps = 1000};
 };
@@ -106,7 +121,9 @@ struct MemoryConfig {
 struct FeaturesConfig {
   // "online": the target runs in this process (trained or loaded, then its generations);
   // "offline": shards written by `chunkgrad features` in `dir` (no target training, no
-  // data generation; evaluation without decoding); "synthetic": reserved (not yet).
+  // data generation; evaluation without decoding); "synthetic": seeded features of a
+  // learnable task and seeded frozen tables, no target model (train/synthetic_features.h;
+  // the drafter's sizes from drafter.hidden_size, vocab_size, num_target_layers).
   std::string source = "online";
   std::string dir;  // the offline folder (docs/feature_files.md)
 };

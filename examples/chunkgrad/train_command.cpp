@@ -21,9 +21,9 @@ struct TrainOptions {
   std::string config;             // "" = the built-in toy defaults
   std::string run_dir;            // overrides the config's run_dir
   std::string device;             // overrides the config's device
+  std::string features;           // features.source offline with this folder
   std::vector<std::string> sets;  // --set key=value, in the order given
   std::string resume_from;        // a drafter checkpoint instead of the newest
-  std::string features;           // features.source offline with this folder
   bool json = false;
   bool no_progress = false;
   bool fresh = false;
@@ -70,6 +70,10 @@ void add_train_command(CLI::App& app, CommandBody& run) {
   sub->add_option("--device", o.device,
                   cg::device_names_help() + " (overrides the config's device)")
       ->check(program::device_name());
+  sub->add_option("--features", o.features,
+                  "train from the feature folder `chunkgrad features` wrote (features.source "
+                  "offline, features.dir DIR; docs/feature_files.md)")
+      ->check(program::not_empty());
   // Checked as given (the key names a field; the syntax), before any work; the value's type
   // and range when the config is read, with the same errors as in the file.
   sub->add_option("--set", o.sets,
@@ -88,10 +92,6 @@ void add_train_command(CLI::App& app, CommandBody& run) {
           ""))
       ->type_name("KEY=VALUE")
       ->default_str("");
-  sub->add_option("--features", o.features,
-                  "train from the feature folder `chunkgrad features` wrote (features.source "
-                  "offline, features.dir DIR; docs/feature_files.md)")
-      ->check(program::not_empty());
   sub->add_flag("--json", o.json, "print the summary as JSON on stdout instead of text");
   sub->add_flag("--no-progress", o.no_progress, "no progress bar or stage lines on stderr");
   CLI::Option* fresh = sub->add_flag("--fresh", o.fresh,

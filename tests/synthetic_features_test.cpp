@@ -1,0 +1,221 @@
+// Why this file exists: the synthetic feature source is what the full-scale benchmark
+// trains on, so it must be a task the drafter can learn (Note [The synthetic task],
+// train/synthetic_features.h): at a reduced size on the CPU, a drafter with a sliding
+// layer trained on it for a few dozen steps must lower its loss (CE and KL + CE), and the
+// source must be deterministic in (seed, sample) with the shapes the trainer expects.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+
+#include "autograd/grad_mode.h"
+#include "core/factories.h"
+#include "nn/dflash_drafter.h"
+#include "nn_test_util.h"
+#include "ops/ops.h"
+#include "train/dflash_batch.h"
+#include "train/drafter_step.h"
+#include "train/drafter_trainer.h"
+#include "train/flop_count.h"
+#include "train/optimizer.h"
+#include "train/pipeline.h"
+#include "train/synthetic_features.h"
+#include "train/synthetic_pipeline.h"
+#include "train/train_config.h"
+
+namespace cg {
+namespace {
+
+train::SyntheticFeatureOptions small_task() {
+  train::SyntheticFeatureOptions o;
+  o.vocab = 512;
+  o.hidden = 32;
+  o.feature_layers = 2;
+  o.seq_len = 64;
+  o.num_samples = 16;
+  o.task_vocab = 24;
+  o.mask_token_id = 511;
+  o.seed = 3;
+  o.dtype = DType::f32;
+  return o;
+}
+
+TEST(SyntheticFeatures, ShapesRuleAndDeterminism) {
+  train::SyntheticFeatureSource a(small_task()), b(small_task());
+  ASSERT_EQ(a.sequences().size(), 16u);
+  EXPECT_EQ(a.sequences()[5].ids, b.sequences()[5].ids);
+  EXPECT_EQ(a.embed_weight().to_vector(), b.embed_weight().to_vector());
+  // The rule holds between restarts: a token's successor is mostly one fixed token.
+  int64_t follows = 0, total = 0;
+  std::map<int64_t, std::map<int64_t, int64_t>> counts;
+  for (const auto& s : a.sequences()) {
+    for (size_t t = 0; t + 1 < s.ids.size(); ++t) {
+      EXPECT_NE(s.ids[t], 511) << "MASK is never a task token";
+      ++counts[s.ids[t]][s.ids[t + 1]];
+    }
+  }
+  for (const auto& [tok, next] : counts) {
+    int64_t best = 0;
+    for (const auto& [n, c] : next) {
+      best = std::max(best, c);
+      total += c;
+    }
+    follows += best;
+  }
+  EXPECT_GT(static_cast<double>(follows) / static_cast<double>(total), 0.9);
+  const train::FeatureBatch f = a.fetch({5, 2}, kCPU);
+  EXPECT_EQ(f.hidden_states.shape(), (Shape{2, 64, 64}));
+  EXPECT_EQ(f.last_hidden.shape(), (Shape{2, 64, 32}));
+  // The teacher puts most of its mass on the true next token.
+  NoGradGuard no_grad;
+  const Tensor probs = softmax(linear(reshape(f.last_hidden, {128, 32}), a.head_weight()), -1);
+  const std::vector<double> p = probs.to_vector();
+  double mass = 0;
+  const auto& ids = a.sequences()[5].ids;
+  for (int64_t t = 0; t + 1 < 64; ++t)
+    mass += p[static_cast<size_t>(t * 512 + ids[static_cast<size_t>(t + 1)])];
+  EXPECT_GT(mass / 63, 0.5);
+  // Held-out samples: another range of the same task.
+  train::SyntheticFeatureSource held(a, 1000, 4);
+  EXPECT_NE(held.sequences()[0].ids, a.sequences()[0].ids);
+  EXPECT_EQ(held.head_weight().to_vector(), a.head_weight().to_vector());
+}
+
+// A drafter for small_task(): its target sizes, two layers (sliding, then full), 2 x 16
+// heads at hidden 32.
+train::DrafterConfig small_drafter() {
+  train::DrafterConfig d;
+  d.hidden_size = 32;
+  d.vocab_size = 512;
+  d.num_target_layers = 8;
+  d.num_target_features = 2;
+  d.num_layers = 2;
+  d.num_heads = 2;
+  d.num_kv_heads = 1;
+  d.head_dim = 16;
+  d.intermediate_size = 64;
+  d.layer_types = {"sliding_attention", "full_attention"};
+  d.sliding_window = 8;
+  d.block_size = 4;
+  d.max_anchors = 8;
+  return d;
+}
+
+// A short run on the task: the loss must fall well below where it starts.
+std::pair<double, double> first_and_last_loss(const char* kind, double ce_weight) {
+  train::SyntheticFeatureSource source(small_task());
+  train::DrafterConfig d = small_drafter();
+  d.loss.kind = kind;
+  d.loss.ce_weight = ce_weight;
+  d.head_loss_path = "fused";
+  const nn::Qwen3Config target = train::synthetic_target_architecture(d);
+  auto drafter =
+      train::make_drafter(target, source.embed_weight(), source.head_weight(), d, 511, 7);
+  train::AdamW opt(drafter->parameters(), {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8});
+  const train::DrafterHeadLoss head_loss = train::drafter_head_loss(d);
+  Generator gen(5);
+  double first = 0, last = 0;
+  const int steps = 150;
+  for (int step = 0; step < steps; ++step) {
+    std::vector<int64_t> ids = {static_cast<int64_t>(gen.next_u64() % 16),
+                                static_cast<int64_t>(gen.next_u64() % 16)};
+    std::vector<const train::DrafterSequence*> rows;
+    std::vector<std::vector<int64_t>> anchors;
+    for (int64_t id : ids) {
+      rows.push_back(&source.sequences()[static_cast<size_t>(id)]);
+      anchors.push_back(train::sample_anchors(rows.back()->loss_mask, 8, gen));
+    }
+    const train::BlockBatch b =
+        train::build_block_batch(rows, anchors, 8, 4, 4.0, 511, 0, source.seq_len());
+    const train::FeatureBatch f = source.fetch(ids, kCPU);
+    train::DrafterLossInputs in{&b, f.hidden_states, reshape(f.last_hidden, {2 * 64, 32})};
+    HeadLossResult r = train::drafter_loss(*drafter, in, head_loss);
+    r.loss.backward();
+    opt.step(1e-2, 1.0);
+    const double l = r.loss.item();
+    if (step < 3) first += l / 3;
+    if (step >= steps - 3) last += l / 3;
+  }
+  std::printf("%s: loss %.3f -> %.3f\n", kind, first, last);
+  return {first, last};
+}
+
+TEST(SyntheticFeatures, TheLossFallsOverAShortRun) {
+  const auto [ce_first, ce_last] = first_and_last_loss("ce", 0.0);
+  EXPECT_NEAR(ce_first, std::log(512.0), 0.5) << "CE starts near chance over the vocabulary";
+  // Below the entropy of the task's 24 tokens taken one by one: the rule is learned, not
+  // only which tokens occur.
+  EXPECT_LT(ce_last, std::log(24.0) - 0.5) << "CE";
+  const auto [kl_first, kl_last] = first_and_last_loss("kl", 0.1);
+  EXPECT_LT(kl_last, 0.5 * kl_first) << "KL + 0.1 CE";
+}
+
+// `chunkgrad train` with features.source synthetic at a CI size: no target, no corpus;
+// the drafter trains on the task, held-out slot accuracy shows the rule learned, the
+// summary says decoding was skipped.
+TEST(SyntheticPipeline, ACiSizedRunLearns) {
+  testing_nn::TempDir dir;
+  train::TrainConfig c;
+  c.run_dir = dir.file("run");
+  c.progress = false;
+  c.features.source = "synthetic";
+  c.data.num_sequences = 8;
+  c.data.max_new_tokens = 64;
+  c.drafter = small_drafter();
+  auto& d = c.drafter;
+  d.loss.kind = "kl";
+  d.loss.ce_weight = 0.1;
+  d.optim.steps = 120;
+  d.optim.batch_size = 2;
+  d.optim.lr = 1e-2;
+  d.checkpoint_every = 60;
+  c.eval.accuracy_sequences = 2;
+  const nlohmann::json s = train::run_pipeline(c);
+  const auto acc = s["per_slot_accuracy"].get<std::vector<double>>();
+  EXPECT_GT(acc[1], 0.5) << "held-out slot-1 accuracy (the unigram guess: about 1/24)";
+  EXPECT_NE(s["evaluation_skipped"].get<std::string>().find("speculative decoding"),
+            std::string::npos);
+  EXPECT_NE(train::summary_text(s).find("evaluation skipped: speculative decoding"),
+            std::string::npos);
+  EXPECT_TRUE(std::filesystem::exists(dir.file("run/drafter/step_00000120.safetensors")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("run/target")));
+  // Resuming the finished run trains nothing and gives the same summary accuracy.
+  const nlohmann::json again = train::run_pipeline(c);
+  EXPECT_EQ(again["drafter_steps"]["trained"], 0);
+  EXPECT_EQ(again["per_slot_accuracy"], s["per_slot_accuracy"]);
+}
+
+// configs/dflash_27b.json: the seed's run. It loads and validates; its drafter is the
+// published layout (1.73B parameters, target layers 1, 16, 31, 46, 61 of 64); its step is
+// about 440 TFLOP; on a host without the memory it is refused before anything is made.
+TEST(SyntheticPipeline, The27bConfigIsTheSeedsRun) {
+  const train::TrainConfig c =
+      train::TrainConfig::from_file(CHUNKGRAD_TEST_DATA_DIR "/../../configs/dflash_27b.json");
+  const train::DrafterConfig& d = c.drafter;
+  const nn::DFlashDrafterConfig dc =
+      train::drafter_model_config(train::synthetic_target_architecture(d), d, d.vocab_size - 1);
+  EXPECT_EQ(dc.parameter_count(), 1730213120);
+  EXPECT_EQ(dc.target_layers, nn::dflash_target_layers(64, 5));
+  EXPECT_EQ(dc.mask_token_id, 248070);
+  EXPECT_EQ(dc.layers.rope_theta, 1e7);
+  EXPECT_EQ(dc.layers.num_heads * dc.layers.head_dim, 4096);
+  const double tflop =
+      train::drafter_step_flops(train::drafter_step_shape(dc, d, c.data.max_new_tokens)).total() /
+      1e12;
+  EXPECT_NEAR(tflop, 440, 10);
+  const double gib = static_cast<double>(train::synthetic_static_bytes(c)) / (1 << 30);
+  EXPECT_NEAR(gib, 30.6, 0.5) << "tables 4.7 + bf16 weights 3.2 + grads 3.2 + masters 6.4 + "
+                                 "moments 12.9 GiB";
+  try {
+    train::check_synthetic_memory(c, kCPU, int64_t{24} << 30);
+    ADD_FAILURE() << "a 24 GiB host was not refused";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("run it on a GPU"), std::string::npos) << e.message();
+  }
+  EXPECT_NO_THROW(train::check_synthetic_memory(c, kCPU, int64_t{64} << 30));
+}
+
+}  // namespace
+}  // namespace cg

@@ -1,0 +1,94 @@
+// Why this file exists: the drafter a run makes (drafter_model.h).
+#include "train/drafter_model.h"
+
+#include "core/memory_trace.h"
+#include "core/views.h"
+#include "ops/shape_ops.h"
+
+namespace cg::train {
+
+nn::DFlashDrafterConfig drafter_model_config(const nn::Qwen3Config& tc, const DrafterConfig& config,
+                                             int64_t mask_id) {
+  auto own = [](int64_t drafter_value, int64_t target_value) {
+    return drafter_value > 0 ? drafter_value : target_value;
+  };
+  auto same = [](const char* field, int64_t drafter_value, int64_t target_value) {
+    CG_CHECK(drafter_value == 0 || drafter_value == target_value, "train config: drafter.", field,
+             " is ", drafter_value, " but the target's is ", target_value,
+             "; set it to 0 (the target's) or to ", target_value);
+  };
+  same("hidden_size", config.hidden_size, tc.hidden_size);
+  same("vocab_size", config.vocab_size, tc.vocab_size);
+  same("num_target_layers", config.num_target_layers, tc.num_layers);
+  nn::DFlashDrafterConfig dc;
+  dc.layers = tc;  // hidden and vocabulary: the target's
+  dc.layers.num_layers = config.num_layers;
+  dc.layers.intermediate_size = config.intermediate_size;
+  dc.layers.num_heads = own(config.num_heads, tc.num_heads);
+  dc.layers.num_kv_heads = own(config.num_kv_heads, tc.num_kv_heads);
+  dc.layers.head_dim = own(config.head_dim, tc.head_dim);
+  if (config.rope_theta > 0) dc.layers.rope_theta = config.rope_theta;
+  if (config.rms_eps > 0) dc.layers.rms_eps = config.rms_eps;
+  dc.target_layers = config.target_layers.empty()
+                         ? nn::dflash_target_layers(tc.num_layers, config.num_target_features)
+                         : config.target_layers;
+  dc.mask_token_id = config.mask_token_id >= 0 ? config.mask_token_id : mask_id;
+  for (const std::string& t : config.layer_types)
+    dc.layer_types.push_back(nn::parse_drafter_attention(t));
+  dc.sliding_window = config.sliding_window;
+  return dc;
+}
+
+nn::Qwen3Config synthetic_target_architecture(const DrafterConfig& config) {
+  CG_CHECK(config.hidden_size > 0 && config.vocab_size > 0 && config.num_target_layers > 0,
+           "train config: without a target model (features.source synthetic) the drafter needs "
+           "drafter.hidden_size, drafter.vocab_size and drafter.num_target_layers (the target's "
+           "width, vocabulary and depth); got ",
+           config.hidden_size, ", ", config.vocab_size, ", ", config.num_target_layers);
+  nn::Qwen3Config tc;
+  tc.vocab_size = config.vocab_size;
+  tc.hidden_size = config.hidden_size;
+  tc.num_layers = config.num_target_layers;
+  // No target attention exists: the drafter's own sizes must be given (0 falls back here).
+  tc.num_heads = config.num_heads > 0 ? config.num_heads : 1;
+  tc.num_kv_heads = config.num_kv_heads > 0 ? config.num_kv_heads : 1;
+  tc.head_dim = config.head_dim > 0 ? config.head_dim : config.hidden_size;
+  tc.intermediate_size = config.intermediate_size;
+  if (config.rope_theta > 0) tc.rope_theta = config.rope_theta;
+  if (config.rms_eps > 0) tc.rms_eps = config.rms_eps;
+  return tc;
+}
+
+std::unique_ptr<nn::DFlashDrafter> make_drafter(const nn::Qwen3ForCausalLM& target,
+                                                const DrafterConfig& config, int64_t mask_id,
+                                                uint64_t seed) {
+  const DType dtype = config.dtype == "bf16" ? DType::bf16 : DType::f32;
+  Tensor embed = target.model->embed_tokens->weight.detach();
+  Tensor head = target.lm_head->weight.detach();
+  if (dtype != embed.dtype()) {
+    CategoryGuard category(MemoryCategory::parameter);
+    embed = raw::contiguous(raw::to_dtype(embed, dtype));
+    head = raw::contiguous(raw::to_dtype(head, dtype));
+  }
+  return make_drafter(target.config(), embed, head, config, mask_id, seed);
+}
+
+std::unique_ptr<nn::DFlashDrafter> make_drafter(const nn::Qwen3Config& target, Tensor embed,
+                                                Tensor head, const DrafterConfig& config,
+                                                int64_t mask_id, uint64_t seed,
+                                                bool init_on_device) {
+  const nn::DFlashDrafterConfig dc = drafter_model_config(target, config, mask_id);
+  const DType dtype = config.dtype == "bf16" ? DType::bf16 : DType::f32;
+  Generator gen(seed);
+  nn::InitOptions init{.generator = &gen};
+  if (init_on_device) {
+    init.dtype = dtype;
+    init.device = embed.device();
+  }
+  auto d = std::make_unique<nn::DFlashDrafter>(dc, embed, head, init);
+  d->to(embed.device());  // the target's device; its own layers were made on the host
+  if (dtype != DType::f32) d->to(dtype);
+  return d;
+}
+
+}  // namespace cg::train

@@ -1,0 +1,205 @@
+// Why this file exists: the stages of a synthetic-features run (synthetic_pipeline.h).
+#include "train/synthetic_pipeline.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "autograd/grad_mode.h"
+#include "core/allocator_stats.h"
+#include "core/atomic_file.h"
+#include "core/backend.h"
+#include "core/caching_allocator.h"
+#include "core/error.h"
+#include "train/drafter_checkpoints.h"
+#include "train/drafter_step.h"
+#include "train/drafter_trainer.h"
+#include "train/flop_count.h"
+#include "train/progress.h"
+#include "train/run_lock.h"
+#include "train/stop_signal.h"
+#include "train/synthetic_features.h"
+
+namespace cg::train {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+void say(const TrainConfig& c, const std::string& line) {
+  if (c.progress) {
+    std::fprintf(stderr, "chunkgrad train: %s\n", line.c_str());
+    std::fflush(stderr);
+  }
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / kGiB);
+  return buf;
+}
+
+// The drafter's architecture without a target model: the target's sizes from drafter.*,
+// MASK = drafter.mask_token_id or the vocabulary's last id.
+nn::DFlashDrafterConfig synthetic_drafter_config(const TrainConfig& c) {
+  return drafter_model_config(synthetic_target_architecture(c.drafter), c.drafter,
+                              c.drafter.vocab_size - 1);
+}
+
+// What the host has available (MemAvailable of /proc/meminfo; free pages elsewhere).
+int64_t host_available_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return static_cast<int64_t>(sysconf(_SC_AVPHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+}
+
+// The data fingerprint saved with each checkpoint: the task is fixed by the config (seed,
+// sizes), which the resume check compares already; this names the kind of data.
+const char* kSyntheticFingerprint = R"({"synthetic_task":1})";
+
+}  // namespace
+
+int64_t synthetic_static_bytes(const TrainConfig& config) {
+  const DrafterConfig& d = config.drafter;
+  const int64_t params = synthetic_drafter_config(config).parameter_count();
+  const int64_t bytes = d.dtype == "bf16" ? 2 : 4;
+  const int64_t tables = 2 * d.vocab_size * d.hidden_size * bytes;
+  const int64_t masters = d.dtype == "bf16" ? 4 * params : 0;
+  return tables + params * bytes /* weights */ + params * bytes /* gradients */ + masters +
+         8 * params /* AdamW moments */;
+}
+
+void check_synthetic_memory(const TrainConfig& config, Device device, int64_t available) {
+  if (backend_for(device).capabilities().own_memory) return;  // the device allocator's to say
+  const int64_t need = synthetic_static_bytes(config);
+  if (available < 0) available = host_available_bytes();
+  CG_CHECK(need <= available, "train config: this synthetic run needs at least ", gib(need),
+           " on the ", device.str(),
+           " before its first activation (the frozen embedding and lm_head, the drafter's "
+           "weights and gradients, AdamW's masters and moments) and the host has ",
+           gib(available),
+           " available; run it on a GPU (--device cuda) or shrink drafter.vocab_size, "
+           "hidden_size, num_layers or intermediate_size");
+}
+
+nlohmann::json run_synthetic_pipeline(const TrainConfig& config, const PipelineOptions& options) {
+  config.validate();
+  CG_CHECK(config.features.source == "synthetic", "run_synthetic_pipeline: features.source is '",
+           config.features.source, "'");
+  const Device device = config.compute_device();
+  const auto start = std::chrono::steady_clock::now();
+  check_synthetic_memory(config, device);  // before anything is allocated or written
+  StopSignals signals;  // SIGINT/SIGTERM: finish the step, save, stop (stop_signal.h)
+  std::filesystem::create_directories(config.run_dir);
+  RunLock lock(config.run_dir);
+  // The resume decision before anything is written (as run_pipeline's check_resume).
+  const ResumeChoice resume =
+      choose_resume_checkpoint(config, kSyntheticFingerprint, options.resume_from);
+  for (const std::string& skipped : resume.skipped)
+    say(config, "resume: " + skipped + "; skipped it, resuming from " + resume.path);
+  std::filesystem::create_directories(config.run_dir + "/drafter");
+  check_writable_dir(config.run_dir + "/drafter", "the drafter checkpoints");
+  MetricsLog log(config.run_dir + "/metrics.jsonl");
+  std::error_code ec;
+  std::filesystem::remove(config.run_dir + "/summary.json", ec);
+  write_file_atomically(config.run_dir + "/config.json", config.to_json().dump(2) + "\n",
+                        "the run's config");
+
+  // The task and its frozen tables, then the drafter over them.
+  const DrafterConfig& d = config.drafter;
+  const nn::DFlashDrafterConfig dc = synthetic_drafter_config(config);
+  SyntheticFeatureOptions o;
+  o.vocab = d.vocab_size;
+  o.hidden = d.hidden_size;
+  o.feature_layers = static_cast<int64_t>(dc.target_layers.size());
+  o.seq_len = config.data.max_new_tokens;
+  o.num_samples = config.data.num_sequences;
+  o.mask_token_id = dc.mask_token_id;
+  o.seed = config.seed;
+  o.dtype = d.dtype == "bf16" ? DType::bf16 : DType::f32;
+  o.device = device;
+  o.last_hidden = d.loss.loss_kind() != LossKind::cross_entropy;
+  say(config, "features: synthetic, no target model: the frozen embedding and lm_head [" +
+                  std::to_string(o.vocab) + ", " + std::to_string(o.hidden) + "] made on " +
+                  device.str());
+  auto source = std::make_shared<SyntheticFeatureSource>(o);
+  say(config, "features: " + source->describe());
+  auto drafter = make_drafter(synthetic_target_architecture(d), source->embed_weight(),
+                              source->head_weight(), d, dc.mask_token_id, config.seed + 23,
+                              /*init_on_device=*/true);
+  say(config, "drafter: " + std::to_string(drafter->num_parameters()) + " parameters, " +
+                  std::to_string(dc.layers.num_layers) + " layers, target layers " +
+                  nlohmann::json(dc.target_layers).dump());
+
+  // Training, resumed from the checkpoint chosen above.
+  DrafterTrainer trainer(*drafter, config, DrafterTrainData{source, kSyntheticFingerprint});
+  if (!resume.path.empty()) {
+    trainer.load_checkpoint(resume.path);
+    say(config, "resumed from " + resume.path + " at step " + std::to_string(trainer.step()));
+    trainer.replace_checkpoints_after(trainer.step());  // as run_pipeline's train_drafter
+  } else if (!config.resume) {
+    trainer.replace_checkpoints_after(-1);
+  }
+  const int64_t first_step = trainer.step();
+  log.drop_after("drafter", first_step);
+  const auto t_train = std::chrono::steady_clock::now();
+  const double tokens_per_s = trainer.run(&log);
+  const double train_seconds = seconds_since(t_train);
+  const int64_t final_step = trainer.step();
+  drafter->eval();
+  if (stop_agreed()) throw Interrupted("drafter", final_step);
+
+  // Evaluation: held-out samples of the same task (another range of sample ids).
+  const auto t_eval = std::chrono::steady_clock::now();
+  say(config, "evaluation: per-slot accuracy on " + std::to_string(config.eval.accuracy_sequences) +
+                  " held-out synthetic samples; speculative decoding skipped (no target model "
+                  "to verify drafts)");
+  SyntheticFeatureSource held(*source, int64_t{1} << 40, config.eval.accuracy_sequences);
+  const SlotMetrics slots = held_out_slot_metrics(*drafter, held, d);
+
+  nlohmann::json summary;
+  summary["features"] = source->describe();
+  summary["evaluation_skipped"] =
+      "speculative decoding (features.source synthetic has no target model to verify drafts)";
+  summary["eval_block_size"] = d.block_size;
+  summary["drafter_block_size"] = d.block_size;
+  summary["drafter_parameters"] = drafter->num_parameters();
+  summary["step_tflop"] =
+      drafter_step_flops(drafter_step_shape(dc, d, source->seq_len())).total() / 1e12;
+  summary["per_slot_accuracy"] = slots.accuracy();
+  summary["expected_acceptance_length"] = slots.expected_acceptance_length();
+  summary["measured_acceptance_length"] = slots.mean_acceptance_length();
+  summary["drafter_train_tokens_per_s"] = tokens_per_s;
+  summary["drafter_steps"] = {
+      {"resumed_at", first_step}, {"trained", final_step - first_step}, {"final", final_step}};
+  summary["seconds"] = {{"drafter_training", train_seconds},
+                        {"evaluation", seconds_since(t_eval)},
+                        {"total", seconds_since(start)}};
+  summary["memory_skipped"] =
+      "features.source synthetic: the memory report's toy and large shapes need a target; "
+      "the training step's own peak is in metrics.jsonl (peak_allocated_bytes)";
+  summary["peak_allocated_bytes"] = allocator_for(kCPU).stats().allocated_bytes.peak;
+  summary["device"] = device.str();
+  if (backend_for(device).capabilities().own_memory)
+    summary["device_peak_allocated_bytes"] = allocator_for(device).stats().allocated_bytes.peak;
+  summary["config"] = config.to_json();
+  write_file_atomically(config.run_dir + "/summary.json", summary.dump(2) + "\n", "the summary");
+  log.write({{"phase", "summary"},
+             {"slot1_accuracy", slots.accuracy().size() > 1 ? slots.accuracy()[1] : 0.0}});
+  return summary;
+}
+
+}  // namespace cg::train
