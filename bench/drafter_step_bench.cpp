@@ -4,8 +4,8 @@
 // 27B-class layout (nn/dflash_drafter.h), the frozen embedding and lm_head over V tokens,
 // forward KL + CE with slot weights, backward, AdamW with fp32 masters. The inputs are
 // random (time and memory do not depend on them). Per head-loss path it prints the median
-// step time with its spread, context tokens/s, positions/s, MFU (GEMM + attention FLOPs /
-// time / 989.4 TFLOP/s, H200 dense bf16), the allocator's peak and what was resident
+// step time with its spread, context tokens/s, positions/s, MFU (train/flop_count.h: GEMM +
+// attention FLOPs / time / 989.4 TFLOP/s, H200 dense bf16), the allocator's peak and what was resident
 // before the step (weights, masters, moments, inputs), and how many segments the timed
 // steps took from the driver (0 = the caching allocator served every step from its cache).
 //
@@ -30,6 +30,7 @@
 #include "nn/dflash_drafter.h"
 #include "train/dflash_batch.h"
 #include "train/drafter_step.h"
+#include "train/flop_count.h"
 #include "train/optimizer.h"
 
 namespace {
@@ -38,6 +39,7 @@ struct Options {
   int64_t context = 4096, anchors = 1024, block = 24;
   int64_t hidden = 5120, target_layers = 5, layers = 5, heads = 32, kv_heads = 8, head_dim = 128;
   int64_t mlp = 17408, vocab = 248320;
+  int64_t window = 2048, full_layers = 1;  // the last full_layers use the full rule
   double gamma = 7.0, ce_weight = 0.1;
   std::string paths = "fused";
   int64_t chunk_rows = 0;
@@ -47,27 +49,6 @@ struct Options {
 };
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-constexpr double kH200DenseBf16 = 989.4e12;
-
-// Note [Step FLOPs]: every GEMM and attention the step runs, recomputation not counted
-// (the same count as bench/drafter_step_torch.py): the fc forward and its weight gradient
-// (the features need none); per layer the block's projections and MLP three times (forward,
-// input gradient, weight gradient) and the context's k/v projections likewise; attention
-// 4 hd FLOPs per visible (query, key) pair forward and 2.5x that backward; the head's
-// student logits, their dh and the teacher's logits (the head is frozen: no dW).
-double step_flops(const Options& o, const std::vector<int64_t>& anchors) {
-  const double S = double(o.context), T = double(o.anchors * o.block), H = double(o.hidden);
-  const double qw = double(o.heads * o.head_dim), kvw = double(o.kv_heads * o.head_dim);
-  const double fc = 2 * S * double(o.target_layers) * H * H * 2;
-  const double block =
-      3 * (2 * T * H * (qw + 2 * kvw) + 2 * T * qw * H + 6 * T * H * double(o.mlp));
-  const double context_kv = 3 * 2 * S * H * 2 * kvw;
-  double pairs = 0;  // full rule: every slot sees its anchor's context and the whole block
-  for (int64_t a : anchors) pairs += double(o.block) * double(a + o.block);
-  const double attention = pairs * double(o.heads) * 4 * double(o.head_dim) * 3.5;
-  const double head = 3 * 2 * T * H * double(o.vocab);
-  return fc + double(o.layers) * (block + context_kv + attention) + head;
-}
 
 struct Row {
   std::string path, error;
@@ -92,6 +73,10 @@ int main(int argc, char** argv) {
   app.add_option("--head-dim", o.head_dim, "head dim")->check(CLI::IsMember({64, 128}));
   app.add_option("--mlp", o.mlp, "MLP inner size")->check(CLI::Range(1, 1 << 18));
   app.add_option("--vocab", o.vocab, "vocabulary V")->check(CLI::Range(16, 1 << 22));
+  app.add_option("--window", o.window, "sliding window W of the sliding layers (0: all full)")
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_option("--full-layers", o.full_layers, "the last N layers use the full rule")
+      ->check(CLI::Range(0, 64));
   app.add_option("--paths", o.paths, "head-loss paths, comma-separated: fused,chunked,naive");
   app.add_option("--chunk-rows", o.chunk_rows, "head-loss rows per chunk (0: from the budget)");
   app.add_option("--budget-mib", o.budget_mib, "head-loss chunk budget, MiB")
@@ -128,6 +113,12 @@ int main(int argc, char** argv) {
     dc.layers.rope_theta = 1e7;
     for (int64_t i = 0; i < o.target_layers; ++i) dc.target_layers.push_back(1 + 15 * i);
     dc.mask_token_id = o.vocab - 250;
+    if (o.window > 0) {
+      for (int64_t i = 0; i < o.layers; ++i)
+        dc.layer_types.push_back(i < o.layers - o.full_layers ? cg::nn::DrafterAttention::sliding
+                                                              : cg::nn::DrafterAttention::full);
+      dc.sliding_window = o.window;
+    }
     cg::Tensor embed, head;
     {
       cg::CategoryGuard category(cg::MemoryCategory::parameter);
@@ -157,14 +148,26 @@ int main(int argc, char** argv) {
       in.features = cg::randn({1, o.context, o.target_layers * o.hidden}, bf16, &gen);
       in.teacher_hidden = cg::randn({o.context, o.hidden}, bf16, &gen);
     }
-    const double flops = step_flops(o, anchors);
+    cg::train::DrafterConfig step_config;
+    step_config.max_anchors = o.anchors;
+    step_config.block_size = o.block;
+    step_config.optim.batch_size = 1;
+    step_config.loss.kind = "kl";
+    const double flops =
+        cg::train::drafter_step_flops(cg::train::drafter_step_shape(dc, step_config, o.context))
+            .total();
     std::printf(
         "chunkgrad drafter step, %s: drafter %.3fB params (bf16, fp32 masters), %lld x %lld "
-        "anchors over %lld context, V %lld, %lld layers (full rule), KL + %.2g CE, gamma %.3g; "
-        "%.1f TFLOP per step; median of %d after %d warm-up\n",
+        "anchors over %lld context, V %lld, %lld layers (%s), KL + %.2g CE, gamma %.3g; %.1f "
+        "TFLOP per step (train/flop_count.h); median of %d after %d warm-up\n",
         cg::cuda::device_properties(0).summary().c_str(), double(params) / 1e9,
         (long long)o.anchors, (long long)o.block, (long long)o.context, (long long)o.vocab,
-        (long long)o.layers, o.ce_weight, o.gamma, flops / 1e12, o.steps, o.warmup);
+        (long long)o.layers,
+        o.window > 0 ? (std::to_string(o.layers - o.full_layers) + " sliding (W " +
+                        std::to_string(o.window) + ") + " + std::to_string(o.full_layers) + " full")
+                           .c_str()
+                     : "all full",
+        o.ce_weight, o.gamma, flops / 1e12, o.steps, o.warmup);
     std::printf("%-18s %9s %17s %10s %10s %6s %9s %13s %8s\n", "path", "ms", "min-max", "ctx tok/s",
                 "pos/s", "MFU", "peak GiB", "resident GiB", "new segs");
 
@@ -209,8 +212,9 @@ int main(int argc, char** argv) {
       const double med = cg::median(row.ms), sec = med / 1e3;
       std::printf("%-18s %9.1f %8.1f-%-8.1f %10.0f %10.0f %5.1f%% %9.2f %13.2f %8lld\n",
                   row.path.c_str(), med, row.ms.front(), row.ms.back(), double(o.context) / sec,
-                  double(o.anchors * o.block) / sec, 100 * flops / sec / kH200DenseBf16, row.peak,
-                  row.resident, (long long)row.new_segments);
+                  double(o.anchors * o.block) / sec,
+                  100 * cg::train::model_flops_utilization(flops, sec), row.peak, row.resident,
+                  (long long)row.new_segments);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "drafter_step_bench: %s\n", e.what());
