@@ -10,10 +10,12 @@
 // steps took from the driver (0 = the caching allocator served every step from its cache).
 //
 //   ./build/bench/drafter_step_bench                        # the seed's shape, fused
-//   ./build/bench/drafter_step_bench --paths fused,chunked,naive --memory-limit-gb 88.5
+//   ./build/bench/drafter_step_bench --paths fused,chunked,naive --memory-limit-gb 95
+//   ./build/bench/drafter_step_bench --trace-dir /tmp/step   # + what held the peak
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -24,10 +26,13 @@
 #include "core/caching_allocator.h"
 #include "core/error.h"
 #include "core/factories.h"
+#include "core/memory_trace.h"
 #include "cuda/compute_stream.h"
 #include "cuda/device_info.h"
 #include "cuda/event_timer.h"
 #include "nn/dflash_drafter.h"
+#include "trace/trace_analysis.h"
+#include "trace/trace_file.h"
 #include "train/dflash_batch.h"
 #include "train/drafter_step.h"
 #include "train/flop_count.h"
@@ -46,6 +51,7 @@ struct Options {
   double budget_mib = 1536;
   int steps = 5, warmup = 2;
   double memory_limit_gb = 0;  // 0 = the card
+  std::string trace_dir;       // "": no traces; else one traced step per path, analysed
 };
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
@@ -55,7 +61,26 @@ struct Row {
   std::vector<double> ms;
   double peak = 0, resident = 0;
   int64_t new_segments = 0;
+  std::string trace_file;
 };
+
+// What held the memory at the traced step's peak, by the allocator's categories (the
+// seed's accounting from chunkgrad's own numbers) and by the autograd node that kept it.
+void print_holders(const std::string& path, const std::string& trace_file) {
+  const cg::TraceAnalysis a = cg::analyse_trace(cg::read_trace_file(trace_file));
+  std::printf("  %s, at the traced step's peak (%.2f GiB allocated, %s; %s):\n", path.c_str(),
+              double(a.peak.allocated) / kGiB,
+              a.peak_phase.empty() ? "no phase" : ("in " + a.peak_phase).c_str(),
+              trace_file.c_str());
+  for (const cg::MemoryGroup& g : a.by_category)
+    std::printf("    %-16s %8.2f GiB  %6lld blocks\n", g.name.c_str(), double(g.bytes) / kGiB,
+                (long long)g.blocks);
+  int shown = 0;
+  for (const cg::MemoryGroup& g : a.by_holder) {
+    if (shown++ == 4) break;
+    std::printf("    held by %-30s %8.2f GiB\n", g.name.c_str(), double(g.bytes) / kGiB);
+  }
+}
 
 }  // namespace
 
@@ -86,6 +111,9 @@ int main(int argc, char** argv) {
   app.add_option("--memory-limit-gb", o.memory_limit_gb,
                  "cap the allocator's reserved bytes (GB = 1e9 B; 0 = the card)")
       ->check(CLI::Range(0.0, 1e4));
+  app.add_option("--trace-dir", o.trace_dir,
+                 "trace the last step of each path into DIR/trace_step_<path>.json and print "
+                 "what held the memory at its peak (open it with `chunkgrad trace`)");
   CLI11_PARSE(app, argc, argv);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   try {
@@ -190,18 +218,38 @@ int main(int argc, char** argv) {
             row.resident = double(alloc.stats().allocated_bytes.current) / kGiB;
             row.new_segments = -alloc.stats().segment.allocated;
           }
+          const bool traced = !o.trace_dir.empty() && s == o.warmup + o.steps - 1;
+          if (traced) cg::MemoryTrace::enable(size_t{1} << 22);
           timer.start();
           {
-            cg::HeadLossResult r = cg::train::drafter_loss(drafter, in, hl);
+            cg::HeadLossResult r;
+            {
+              cg::TracePhase phase("forward");
+              cg::CategoryGuard category(cg::MemoryCategory::activation);
+              r = cg::train::drafter_loss(drafter, in, hl);
+            }
+            cg::TracePhase phase("backward");
             r.loss.backward();
           }
-          opt.step(1e-5);
+          {
+            cg::TracePhase phase("optimizer");
+            opt.step(1e-5);
+          }
           const double ms = timer.stop_ms();
+          if (traced) {
+            std::filesystem::create_directories(o.trace_dir);
+            row.trace_file = o.trace_dir + "/trace_step_" + name + ".json";
+            cg::write_memory_trace_file(row.trace_file);
+            cg::MemoryTrace::disable();
+          }
           if (s >= o.warmup) row.ms.push_back(ms);
         }
         row.peak = double(alloc.stats().allocated_bytes.peak) / kGiB;
         row.new_segments += alloc.stats().segment.allocated;
-      } catch (const cg::OutOfMemoryError& e) { row.error = e.message(); }
+      } catch (const cg::OutOfMemoryError& e) {
+        row.error = e.message();
+        cg::MemoryTrace::disable();
+      }
       for (const cg::Tensor& p : drafter.parameters()) p.set_grad(cg::Tensor());
       alloc.empty_cache();
       if (!row.error.empty()) {
