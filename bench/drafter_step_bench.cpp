@@ -263,6 +263,7 @@ int main(int argc, char** argv) {
                   double(o.anchors * o.block) / sec,
                   100 * cg::train::model_flops_utilization(flops, sec), row.peak, row.resident,
                   (long long)row.new_segments);
+      if (!row.trace_file.empty()) print_holders(row.path, row.trace_file);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "drafter_step_bench: %s\n", e.what());
