@@ -7,12 +7,15 @@
 // step time with its spread, context tokens/s, positions/s, MFU (train/flop_count.h: GEMM +
 // attention FLOPs / time / 989.4 TFLOP/s, H200 dense bf16), the allocator's peak and what was resident
 // before the step (weights, masters, moments, inputs), and how many segments the timed
-// steps took from the driver (0 = the caching allocator served every step from its cache).
+// steps took from the driver (0 = the caching allocator served every step from its cache),
+// and the host's time to enqueue a step (median; well under the step's ms = the GPU never
+// waits for the host, unless something inside the step synchronises).
 //
 //   ./build/bench/drafter_step_bench                        # the seed's shape, fused
 //   ./build/bench/drafter_step_bench --paths fused,chunked,naive --memory-limit-gb 95
 //   ./build/bench/drafter_step_bench --trace-dir /tmp/step   # + what held the peak
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -58,7 +61,7 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 struct Row {
   std::string path, error;
-  std::vector<double> ms;
+  std::vector<double> ms, host_ms;  // GPU time of each step; host time to enqueue it
   double peak = 0, resident = 0;
   int64_t new_segments = 0;
   std::string trace_file;
@@ -196,8 +199,8 @@ int main(int argc, char** argv) {
                            .c_str()
                      : "all full",
         o.ce_weight, o.gamma, flops / 1e12, o.steps, o.warmup);
-    std::printf("%-18s %9s %17s %10s %10s %6s %9s %13s %8s\n", "path", "ms", "min-max", "ctx tok/s",
-                "pos/s", "MFU", "peak GiB", "resident GiB", "new segs");
+    std::printf("%-18s %9s %17s %10s %10s %6s %9s %13s %8s %8s\n", "path", "ms", "min-max",
+                "ctx tok/s", "pos/s", "MFU", "peak GiB", "resident GiB", "new segs", "host ms");
 
     std::stringstream list(o.paths);
     for (std::string name; std::getline(list, name, ',');) {
@@ -221,6 +224,7 @@ int main(int argc, char** argv) {
           const bool traced = !o.trace_dir.empty() && s == o.warmup + o.steps - 1;
           if (traced) cg::MemoryTrace::enable(size_t{1} << 22);
           timer.start();
+          const auto host_start = std::chrono::steady_clock::now();
           {
             cg::HeadLossResult r;
             {
@@ -235,6 +239,9 @@ int main(int argc, char** argv) {
             cg::TracePhase phase("optimizer");
             opt.step(1e-5);
           }
+          const double host_ms = std::chrono::duration<double, std::milli>(
+                                     std::chrono::steady_clock::now() - host_start)
+                                     .count();
           const double ms = timer.stop_ms();
           if (traced) {
             std::filesystem::create_directories(o.trace_dir);
@@ -242,7 +249,10 @@ int main(int argc, char** argv) {
             cg::write_memory_trace_file(row.trace_file);
             cg::MemoryTrace::disable();
           }
-          if (s >= o.warmup) row.ms.push_back(ms);
+          if (s >= o.warmup) {
+            row.ms.push_back(ms);
+            row.host_ms.push_back(host_ms);
+          }
         }
         row.peak = double(alloc.stats().allocated_bytes.peak) / kGiB;
         row.new_segments += alloc.stats().segment.allocated;
@@ -258,11 +268,11 @@ int main(int argc, char** argv) {
       }
       std::sort(row.ms.begin(), row.ms.end());
       const double med = cg::median(row.ms), sec = med / 1e3;
-      std::printf("%-18s %9.1f %8.1f-%-8.1f %10.0f %10.0f %5.1f%% %9.2f %13.2f %8lld\n",
+      std::printf("%-18s %9.1f %8.1f-%-8.1f %10.0f %10.0f %5.1f%% %9.2f %13.2f %8lld %8.1f\n",
                   row.path.c_str(), med, row.ms.front(), row.ms.back(), double(o.context) / sec,
                   double(o.anchors * o.block) / sec,
                   100 * cg::train::model_flops_utilization(flops, sec), row.peak, row.resident,
-                  (long long)row.new_segments);
+                  (long long)row.new_segments, cg::median(row.host_ms));
       if (!row.trace_file.empty()) print_holders(row.path, row.trace_file);
     }
   } catch (const std::exception& e) {

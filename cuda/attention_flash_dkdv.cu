@@ -8,6 +8,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "core/error.h"
 #include "cuda/attention_flash_backward.cuh"
@@ -312,10 +314,38 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
   }
 }
 
+// Note [dk/dv query tiles]: the pass walks query tiles of QT rows. A DFlash block packs
+// group * block_size rows (Note [Flash tiles]); when that is a multiple of 32 but not of
+// 64 -- 4 x 24 = 96 in the 27B-class drafter -- 64-row tiles leave a third of the second
+// tile empty, so 32-row tiles are taken (less shared memory too: three CTAs a
+// multiprocessor instead of two). CHUNKGRAD_FLASH_DKDV_ROWS=32 or 64 forces one size (read
+// once; for benchmarks).
+int dkdv_query_rows(const AttnShape& s, const AttnMaskArgs& m) {
+  static const int forced = [] {
+    const char* e = std::getenv("CHUNKGRAD_FLASH_DKDV_ROWS");
+    const std::string v = e != nullptr ? e : "";
+    return v == "32" ? 32 : v == "64" ? 64 : 0;
+  }();
+  if (forced != 0) return forced;
+  if (m.kind != AttnMaskKind::dflash) return 64;
+  const int64_t packed = (s.Hq / s.Hkv) * m.block_size;
+  return packed % 64 != 0 && packed % 32 == 0 ? 32 : 64;
+}
+
+template <typename T, int HD, int QT>
+void launch_dkdv_rows(const BwdArgs& a, int64_t key_tiles, cudaStream_t stream) {
+  const dim3 grid = batch_grid(key_tiles * a.s.Hkv, a.s.B);  // Note [Batch grid]
+  constexpr int smem = dkdv_smem_bytes<HD, QT>();
+  auto* kernel = a.m.sliding_window > 0 ? flash_dkdv_kernel<T, HD, QT, true>
+                                        : flash_dkdv_kernel<T, HD, QT, false>;
+  CG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  kernel<<<grid, kThreads, smem, stream>>>(a);
+  CG_CUDA_CHECK(cudaGetLastError());
+}
+
 template <typename T, int HD>
 void launch_dkdv_typed(const BwdArgs& a, cudaStream_t stream) {
   const AttnShape& s = a.s;
-  constexpr int QT = 64;  // query rows per step
   int64_t key_tiles;
   if (a.m.kind == AttnMaskKind::dflash) {
     key_tiles = (a.m.context_len + kTile - 1) / kTile +
@@ -328,13 +358,11 @@ void launch_dkdv_typed(const BwdArgs& a, cudaStream_t stream) {
            "scaled_dot_product_attention: the sliding DFlash rule on cuda takes at most 2^31 - 1 "
            "keys, got ",
            s.Sk);
-  const dim3 grid = batch_grid(key_tiles * s.Hkv, s.B);  // Note [Batch grid]
-  constexpr int smem = dkdv_smem_bytes<HD, QT>();
-  auto* kernel = a.m.sliding_window > 0 ? flash_dkdv_kernel<T, HD, QT, true>
-                                        : flash_dkdv_kernel<T, HD, QT, false>;
-  CG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  kernel<<<grid, kThreads, smem, stream>>>(a);
-  CG_CUDA_CHECK(cudaGetLastError());
+  if (dkdv_query_rows(s, a.m) == 32) {
+    launch_dkdv_rows<T, HD, 32>(a, key_tiles, stream);
+  } else {
+    launch_dkdv_rows<T, HD, 64>(a, key_tiles, stream);
+  }
 }
 
 }  // namespace

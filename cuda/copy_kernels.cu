@@ -2,7 +2,8 @@
 // [Device primitives], core/backend.h), so that factories, copies, casts and gradient
 // accumulation on a GPU never go through host memory. One grid-stride kernel per
 // primitive, templated on the element types; each thread turns a row-major element
-// number into per-operand offsets through a small by-value Geometry (64-bit indexing).
+// number into per-operand offsets through a small by-value Geometry (Note [Copy index
+// math]).
 // The element rules are core's (cast_element in core/dtype_dispatch.h): 16-bit floats
 // are read and written through fp32 with round-to-nearest-even, to bool is x != 0,
 // float to int truncates; random values come from core/philox.h, the same code the
@@ -39,15 +40,22 @@ inline constexpr bool is_16bit_float_v =
 // ---------------------------------------------------------------------------------------
 // kernels
 
-// Offsets of row-major element i in each of the first N operands.
-template <int N>
-__device__ inline void offsets_of(const Geometry& g, int64_t i, int64_t (&off)[N]) {
+// Note [Copy index math]: a GPU has no 64-bit integer divider; a 64-bit i % size and
+// i / size per dim cost tens of instructions, which made copies, casts and gradient sums
+// of a few hundred MB compute-bound at a third of the memory bandwidth. So copies and
+// sums of one flat run (every operand contiguous) take kernels with no division at all,
+// and the others take 32-bit index math whenever every element number and offset fits
+// (fits_32_bits), 64-bit only beyond.
+
+// Offsets of row-major element i in each of the first N operands, in index type I.
+template <int N, typename I = int64_t>
+__device__ inline void offsets_of(const Geometry& g, I i, I (&off)[N]) {
   for (int k = 0; k < N; ++k) off[k] = 0;
   for (int d = g.ndim - 1; d >= 0; --d) {
-    const int64_t size = g.sizes[d];
-    const int64_t index = i % size;
+    const I size = static_cast<I>(g.sizes[d]);
+    const I index = i % size;
     i /= size;
-    for (int k = 0; k < N; ++k) off[k] += index * g.strides[k][d];
+    for (int k = 0; k < N; ++k) off[k] += index * static_cast<I>(g.strides[k][d]);
   }
 }
 
@@ -89,24 +97,44 @@ __global__ void fill_kernel(T* dst, Geometry g, int64_t n, double value, double 
 }
 
 // dst, src: (n,) elements in g's geometry (operand 0 dst, 1 src). dst[i] = cast(src[i]).
-template <typename D, typename S>
-__global__ void copy_kernel(D* dst, const S* src, Geometry g, int64_t n) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) {
-    int64_t off[2];
-    offsets_of<2>(g, i, off);
+template <typename D, typename S, typename I>
+__global__ void copy_kernel(D* dst, const S* src, Geometry g, I n) {
+  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<I>(gridDim.x) * blockDim.x) {
+    I off[2];
+    offsets_of<2, I>(g, i, off);
     dst[off[0]] = convert<D>(src[off[1]]);
   }
 }
 
+// dst, src: (n,) contiguous elements. dst[i] = cast(src[i]).
+template <typename D, typename S>
+__global__ void copy_flat_kernel(D* dst, const S* src, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) dst[i] = convert<D>(src[i]);
+}
+
 // dst, src: (n,) floating elements. dst[i] += src[i], summed in f64 when either is f64.
 template <typename D, typename S>
-__global__ void accumulate_kernel(D* dst, const S* src, Geometry g, int64_t n) {
-  using Acc =
-      std::conditional_t<std::is_same_v<D, double> || std::is_same_v<S, double>, double, float>;
-  for (int64_t i = first_index(); i < n; i += grid_stride()) {
-    int64_t off[2];
-    offsets_of<2>(g, i, off);
+using AccumulateType =
+    std::conditional_t<std::is_same_v<D, double> || std::is_same_v<S, double>, double, float>;
+
+template <typename D, typename S, typename I>
+__global__ void accumulate_kernel(D* dst, const S* src, Geometry g, I n) {
+  using Acc = AccumulateType<D, S>;
+  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<I>(gridDim.x) * blockDim.x) {
+    I off[2];
+    offsets_of<2, I>(g, i, off);
     dst[off[0]] = convert<D>(convert<Acc>(dst[off[0]]) + convert<Acc>(src[off[1]]));
+  }
+}
+
+// dst, src: (n,) contiguous floating elements. dst[i] += src[i].
+template <typename D, typename S>
+__global__ void accumulate_flat_kernel(D* dst, const S* src, int64_t n) {
+  using Acc = AccumulateType<D, S>;
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    dst[i] = convert<D>(convert<Acc>(dst[i]) + convert<Acc>(src[i]));
   }
 }
 
@@ -199,6 +227,24 @@ bool is_flat(const LoopNest<N>& loop) {
   return true;
 }
 
+// Whether every element number below n and every operand offset fits in int32 (Note [Copy
+// index math]): the largest offset an operand reaches is sum |stride| * (size - 1).
+template <size_t N>
+bool fits_32_bits(const LoopNest<N>& loop) {
+  constexpr int64_t kMax = INT32_MAX;
+  // (the grid-stride step is added to an element number below n: room for it too)
+  if (loop.numel() >= kMax - int64_t{65536} * kThreads) return false;
+  for (size_t k = 0; k < N; ++k) {
+    int64_t reach = 0;
+    for (size_t d = 0; d < loop.dims(); ++d) {
+      reach +=
+          (loop.strides[k][d] < 0 ? -loop.strides[k][d] : loop.strides[k][d]) * (loop.sizes[d] - 1);
+    }
+    if (reach >= kMax) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 void launch_fill(void* dst, DType dtype, const LoopNest<1>& loop, double value, double step,
@@ -228,12 +274,21 @@ void launch_copy(void* dst, DType dst_dtype, const void* src, DType src_dtype,
     return;
   }
   const Geometry g = geometry_of(loop, "copy");
+  const bool flat = is_flat(loop), small = fits_32_bits(loop);
   visit_device_dtype(dst_dtype, [&](auto dst_tag) {
     using D = typename decltype(dst_tag)::type;
     visit_device_dtype(src_dtype, [&](auto src_tag) {
       using S = typename decltype(src_tag)::type;
-      copy_kernel<D, S><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<D*>(dst),
-                                                                static_cast<const S*>(src), g, n);
+      auto* d = static_cast<D*>(dst);
+      const auto* x = static_cast<const S*>(src);
+      if (flat) {
+        copy_flat_kernel<D, S><<<blocks_for(n), kThreads, 0, stream>>>(d, x, n);
+      } else if (small) {
+        copy_kernel<D, S, int32_t>
+            <<<blocks_for(n), kThreads, 0, stream>>>(d, x, g, static_cast<int32_t>(n));
+      } else {
+        copy_kernel<D, S, int64_t><<<blocks_for(n), kThreads, 0, stream>>>(d, x, g, n);
+      }
     });
   });
   CG_CUDA_CHECK(cudaGetLastError());
@@ -244,12 +299,21 @@ void launch_accumulate(void* dst, DType dst_dtype, const void* src, DType src_dt
   const int64_t n = loop.numel();
   if (n == 0) return;
   const Geometry g = geometry_of(loop, "accumulate");
+  const bool flat = is_flat(loop), small = fits_32_bits(loop);
   visit_floating_dtype(dst_dtype, "accumulate (destination)", [&](auto dst_tag) {
     using D = typename decltype(dst_tag)::type;
     visit_floating_dtype(src_dtype, "accumulate (source)", [&](auto src_tag) {
       using S = typename decltype(src_tag)::type;
-      accumulate_kernel<D, S><<<blocks_for(n), kThreads, 0, stream>>>(
-          static_cast<D*>(dst), static_cast<const S*>(src), g, n);
+      auto* d = static_cast<D*>(dst);
+      const auto* x = static_cast<const S*>(src);
+      if (flat) {
+        accumulate_flat_kernel<D, S><<<blocks_for(n), kThreads, 0, stream>>>(d, x, n);
+      } else if (small) {
+        accumulate_kernel<D, S, int32_t>
+            <<<blocks_for(n), kThreads, 0, stream>>>(d, x, g, static_cast<int32_t>(n));
+      } else {
+        accumulate_kernel<D, S, int64_t><<<blocks_for(n), kThreads, 0, stream>>>(d, x, g, n);
+      }
     });
   });
   CG_CUDA_CHECK(cudaGetLastError());

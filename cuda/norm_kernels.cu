@@ -3,10 +3,12 @@
 // sum over rows: each thread sums a column over one slice of the rows in fp32 (f64 for
 // f64) into a [splits, D] double scratch, and a second kernel adds the slices in order in double, so the
 // result is the same on every run. rotary takes a thread per (row, pair) and computes its
-// angle in double, as the CPU's table does.
+// angle in double, as the CPU's table does, then its sine and cosine in float from the
+// angle reduced to [-pi, pi] (in double for f64 tensors).
 #include "cuda/norm_kernels.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "cuda/cuda_check.h"
 #include "cuda/device_math.cuh"
@@ -102,21 +104,45 @@ __global__ void rms_dw_finish_kernel(const double* partial, T* dweight, int64_t 
   }
 }
 
+// The angle pos * theta^(-2i/hd) is formed in double and reduced to [-pi, pi] there;
+// sine and cosine of the reduced angle are then taken in float (about 1e-7 absolute:
+// double sincos per element made this kernel compute-bound). The frequencies of the
+// first kRotaryTable pairs are computed once per block.
+constexpr int kRotaryTable = 256;
+
 template <typename T>
 __global__ void rotary_kernel(const T* x, T* out, const int64_t* positions, Strided rows,
                               int64_t hd, int64_t sx, double theta, double sign) {
   using C = compute_t<T>;
+  constexpr double kTwoPi = 6.283185307179586476925286766559;
   const int64_t half = hd / 2;
+  __shared__ double inv_table[kRotaryTable];
+  for (int64_t i = threadIdx.x; i < half && i < kRotaryTable; i += blockDim.x) {
+    inv_table[i] = pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
+  }
+  __syncthreads();
   const int64_t n = rows.numel * half;
   for (int64_t e = first_index(); e < n; e += grid_stride()) {
     const int64_t r = e / half, i = e % half;
     int64_t o[3];
     offsets_of<3>(rows, r, o);
-    const double inv_freq = pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
+    const double inv_freq =
+        i < kRotaryTable ? inv_table[i]
+                         : pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
     const double angle = static_cast<double>(positions[o[2]]) * inv_freq;
-    double sd, cd;
-    sincos(angle, &sd, &cd);
-    const C c = static_cast<C>(cd), s = static_cast<C>(sign * sd);
+    const float reduced = static_cast<float>(angle - kTwoPi * rint(angle / kTwoPi));
+    float sf, cf;
+    sincosf(reduced, &sf, &cf);
+    C c, s;
+    if constexpr (std::is_same_v<C, double>) {  // f64 tensors keep double throughout
+      double sd, cd;
+      sincos(angle, &sd, &cd);
+      c = static_cast<C>(cd);
+      s = static_cast<C>(sign * sd);
+    } else {
+      c = static_cast<C>(cf);
+      s = static_cast<C>(sign * sf);
+    }
     const T* xr = x + o[0];
     T* yr = out + r * hd;
     const C x1 = ld(xr + i * sx), x2 = ld(xr + (i + half) * sx);
@@ -127,8 +153,13 @@ __global__ void rotary_kernel(const T* x, T* out, const int64_t* positions, Stri
 
 }  // namespace
 
-int rms_norm_dweight_splits(int64_t rows) {
-  return static_cast<int>(std::clamp<int64_t>(rows / 64, 1, 256));
+int rms_norm_dweight_splits(int64_t rows, int64_t D) {
+  // Enough pieces for about 4096 blocks (a narrow D -- qk-norm's head_dim 128 over
+  // 786432 rows -- would otherwise leave each thread thousands of rows in a row), and at
+  // least 64 rows a piece.
+  const int64_t column_blocks = std::max<int64_t>(1, (D + kThreads - 1) / kThreads);
+  const int64_t most = std::max<int64_t>(256, 4096 / column_blocks);
+  return static_cast<int>(std::clamp<int64_t>(rows / 64, 1, most));
 }
 
 void launch_rms_norm_forward(DType dtype, const void* x, const void* weight, void* out, void* rstd,

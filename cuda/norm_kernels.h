@@ -22,8 +22,8 @@ void launch_rms_norm_backward(DType dtype, const void* grad, const void* x, cons
                               const void* rstd, void* dx, void* dweight, double* dw_partial,
                               int splits, const Strided& rows, int64_t D, int64_t sx, int64_t sg,
                               int64_t sw, cudaStream_t stream);
-// Pieces the rows are cut into for dweight (the scratch's first dim).
-int rms_norm_dweight_splits(int64_t rows);
+// Pieces the rows are cut into for dweight (the scratch's first dim), for rows of D.
+int rms_norm_dweight_splits(int64_t rows, int64_t D);
 
 // rows {x, out, positions} over x's leading dims [..., S, H]; x row elements step sx; out
 // rows contiguous [hd]; positions i64. Rotates pairs (i, i + hd/2) by pos * theta^(-2i/hd)

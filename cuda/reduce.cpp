@@ -121,7 +121,7 @@ RmsNormGrads CudaKernels::rms_norm_backward(const Tensor& grad, const Tensor& x,
   RmsNormGrads grads;
   if (need_dx) grads.dx = raw::empty(x.shape(), x.dtype(), x.device());
   Tensor partial;
-  const int splits = rms_norm_dweight_splits(rows.numel);
+  const int splits = rms_norm_dweight_splits(rows.numel, D);
   if (need_dweight) {
     grads.dweight = raw::empty({D}, x.dtype(), x.device());
     partial = scratch(static_cast<int64_t>(splits) * D, DType::f64, x.device());
