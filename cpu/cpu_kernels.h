@@ -46,6 +46,9 @@ class CpuKernels : public DeviceKernels {
   // ---- reductions (cpu/reduce.cpp); outputs keep the reduced dim as 1 (callers squeeze) --
   // scale * sum of a over the dims where reduce[d] is true; keepdim keeps them as 1.
   Tensor sum(const Tensor& a, const std::vector<bool>& reduce, bool keepdim, double scale) override;
+  // sum of a^2 (a contiguous), in blocks of kSumBlock added in order, as a [] compute-dtype
+  // tensor.
+  Tensor sum_of_squares(const Tensor& a) override;
   // Indices (i64) of the maximum of each row along `dim`: the first one on ties; a NaN
   // counts as the maximum (the first NaN). When `values` is given it receives the maxima
   // (a's dtype). a.shape()[dim] must be > 0.

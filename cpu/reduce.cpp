@@ -8,8 +8,11 @@
 // cpu/parallel.h); (2) the last dim is kept (a bias gradient, [B*T, D] -> [D]): the
 // input in memory order into a double buffer, split between threads by columns;
 // (3) otherwise per output element over its inputs, output elements split between threads.
+// sum_of_squares takes walk (1) over a^2.
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "core/views.h"
 #include "cpu/cpu_kernels.h"
@@ -109,6 +112,32 @@ Tensor CpuKernels::sum(const Tensor& a, const std::vector<bool>& reduce, bool ke
                               store(po + outer[1], static_cast<C>(acc * scale));
                             });
     });
+  });
+  return out;
+}
+
+Tensor CpuKernels::sum_of_squares(const Tensor& a) {
+  const int64_t numel = a.numel();
+  Tensor out = raw::empty({}, compute_dtype_of(a.dtype()), a.device());
+  dispatch_floating(a.dtype(), "sum_of_squares", [&]<typename T>() {
+    using C = compute_t<T>;
+    const T* pa = static_cast<const T*>(a.data_ptr());
+    const int64_t blocks = (numel + kSumBlock - 1) / kSumBlock;
+    std::vector<double> partial(static_cast<size_t>(blocks), 0.0);
+    parallel_range(blocks, numel, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        const int64_t begin = b * kSumBlock, end = std::min(numel, begin + kSumBlock);
+        double acc = 0.0;
+        for (int64_t i = begin; i < end; ++i) {
+          const double x = static_cast<double>(load(pa + i));
+          acc += x * x;
+        }
+        partial[static_cast<size_t>(b)] = acc;
+      }
+    });
+    double total = 0.0;
+    for (const double p : partial) total += p;
+    store(static_cast<C*>(out.data_ptr()), static_cast<C>(total));
   });
   return out;
 }

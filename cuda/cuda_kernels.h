@@ -49,6 +49,7 @@ class CudaKernels final : public DeviceKernels {
 
   // ---- reductions and rows (cuda/reduce.cpp -> cuda/reduce_kernels.cu, norm_kernels.cu) --
   Tensor sum(const Tensor& a, const std::vector<bool>& reduce, bool keepdim, double scale) override;
+  Tensor sum_of_squares(const Tensor& a) override;
   Tensor max_along_dim(const Tensor& a, int64_t dim, Tensor* values) override;
   Tensor logsumexp_along_dim(const Tensor& a, int64_t dim) override;
   Tensor scatter_along_dim(const Tensor& src, const Tensor& index, int64_t dim,

@@ -46,6 +46,14 @@ Tensor CudaKernels::sum(const Tensor& a, const std::vector<bool>& reduce, bool k
   return out;
 }
 
+Tensor CudaKernels::sum_of_squares(const Tensor& a) {
+  Tensor out = raw::empty({}, compute_dtype_of(a.dtype()), a.device());
+  const Tensor partial = scratch(kSquaresBlocks, DType::f64, a.device());
+  launch_sum_of_squares(a.dtype(), a.data_ptr(), a.numel(), out.data_ptr(), partial.data<double>(),
+                        stream_of(a));
+  return out;
+}
+
 Tensor CudaKernels::max_along_dim(const Tensor& a, int64_t dim, Tensor* values) {
   const Shape kept = with_dim_one(a.shape(), dim);
   Tensor indices = raw::empty(kept, DType::i64, a.device());

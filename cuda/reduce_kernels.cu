@@ -70,6 +70,32 @@ __global__ void sum_block_kernel(const T* a, T* out, Strided kept, Strided reduc
   }
 }
 
+// Block b sums a[i]^2 over its contiguous piece [b * per, (b + 1) * per) of a (n,).
+template <typename T>
+__global__ void squares_block_kernel(const T* a, int64_t n, double* partial) {
+  __shared__ double scratch[32];
+  const int64_t per = (n + gridDim.x - 1) / gridDim.x;
+  const int64_t begin = static_cast<int64_t>(blockIdx.x) * per, end = min(n, begin + per);
+  double acc = 0.0;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const double x = static_cast<double>(ld(a + i));
+    acc += x * x;
+  }
+  acc = block_sum(acc, scratch);
+  if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+
+// One block: out = the pieces' sums added in order (thread t takes pieces t, t + blockDim,
+// ...; block_sum's tree is fixed), in the compute type.
+template <typename T>
+__global__ void squares_finish_kernel(const double* partial, compute_t<T>* out) {
+  __shared__ double scratch[32];
+  double acc = 0.0;
+  for (int i = threadIdx.x; i < kSquaresBlocks; i += blockDim.x) acc += partial[i];
+  acc = block_sum(acc, scratch);
+  if (threadIdx.x == 0) *out = static_cast<compute_t<T>>(acc);
+}
+
 template <typename T>
 __global__ void sum_finish_kernel(const double* partial, T* out, Strided kept, double scale,
                                   int splits) {
@@ -284,6 +310,18 @@ void launch_sum(DType dtype, const void* a, void* out, const Strided& kept, cons
       sum_finish_kernel<T>
           <<<blocks_for(kept.numel), kThreads, 0, stream>>>(partial, po, kept, scale, splits);
     }
+  });
+  CG_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_sum_of_squares(DType dtype, const void* a, int64_t n, void* out, double* partial,
+                           cudaStream_t stream) {
+  visit_floating(dtype, "sum_of_squares", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    squares_block_kernel<T>
+        <<<kSquaresBlocks, kThreads, 0, stream>>>(static_cast<const T*>(a), n, partial);
+    CG_CUDA_CHECK(cudaGetLastError());
+    squares_finish_kernel<T><<<1, kThreads, 0, stream>>>(partial, static_cast<compute_t<T>*>(out));
   });
   CG_CUDA_CHECK(cudaGetLastError());
 }

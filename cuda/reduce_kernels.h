@@ -27,6 +27,13 @@ SumPlan sum_plan(int64_t outputs, int64_t reduced, bool coalesced);
 void launch_sum(DType dtype, const void* a, void* out, const Strided& kept, const Strided& reduced,
                 double scale, double* partial, const SumPlan& plan, cudaStream_t stream);
 
+// out (a [] tensor of a's compute dtype) = sum of a[i]^2 over n contiguous elements:
+// kSquaresBlocks blocks each sum one contiguous piece in double into partial (kSquaresBlocks
+// doubles of scratch), then one block adds the pieces in order (the same result every run).
+constexpr int kSquaresBlocks = 1024;
+void launch_sum_of_squares(DType dtype, const void* a, int64_t n, void* out, double* partial,
+                           cudaStream_t stream);
+
 // rows {a, indices, values}: indices[r] (i64) = first argmax (a NaN wins), values[r] =
 // a at it (copied as stored); values may be null.
 void launch_max_rows(DType dtype, const void* a, int64_t* indices, void* values,

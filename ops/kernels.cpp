@@ -31,6 +31,7 @@ const std::vector<std::string>& kernel_entry_names() {
                                                  "inplace_scalar",
                                                  "addcmul",
                                                  "sum",
+                                                 "sum_of_squares",
                                                  "max_along_dim",
                                                  "logsumexp_along_dim",
                                                  "scatter_along_dim",
@@ -92,6 +93,7 @@ void DeviceKernels::addcmul(const Tensor&, const Tensor&, const Tensor&, double,
   missing("addcmul");
 }
 Tensor DeviceKernels::sum(const Tensor&, const std::vector<bool>&, bool, double) { missing("sum"); }
+Tensor DeviceKernels::sum_of_squares(const Tensor&) { missing("sum_of_squares"); }
 Tensor DeviceKernels::max_along_dim(const Tensor&, int64_t, Tensor*) { missing("max_along_dim"); }
 Tensor DeviceKernels::logsumexp_along_dim(const Tensor&, int64_t) {
   missing("logsumexp_along_dim");

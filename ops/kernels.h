@@ -158,6 +158,10 @@ class DeviceKernels {
   // -- reductions (dim in [0, ndim); reduced dims kept as 1) --
   // scale * sum of a over the dims where reduce[d]; keepdim keeps them as 1.
   virtual Tensor sum(const Tensor& a, const std::vector<bool>& reduce, bool keepdim, double scale);
+  // sum of a[i]^2 over every element (a contiguous, floating), accumulated in double in a
+  // fixed order, as a [] tensor of a's compute dtype (f32; f64 for f64): one read of a
+  // gradient for the global norm, no cast or square temporaries.
+  virtual Tensor sum_of_squares(const Tensor& a);
   // i64 argmax along dim (first on ties, NaN wins); `values` receives the maxima if given.
   virtual Tensor max_along_dim(const Tensor& a, int64_t dim, Tensor* values);
   virtual Tensor logsumexp_along_dim(const Tensor& a, int64_t dim);

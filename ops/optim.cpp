@@ -70,8 +70,15 @@ Tensor global_grad_norm(const std::vector<Tensor>& grads, const Tensor& scale) {
   Tensor total;
   for (const Tensor& g : grads) {
     if (!g.defined()) continue;
-    const Tensor g32 = to_dtype(g.detach(), DType::f32);
-    const Tensor sq = sum(mul(g32, g32));
+    CG_CHECK(is_floating(g.dtype()), "global_grad_norm: a gradient has dtype ",
+             dtype_name(g.dtype()), "; gradients must be floating (f32, f64, bf16 or f16)");
+    CG_CHECK(!total.defined() || g.device() == total.device(),
+             "global_grad_norm: a gradient is on ", g.device().str(), " but an earlier one is on ",
+             total.device().str(), "; one norm covers the gradients of one device");
+    // One read of each gradient in its own dtype (no f32 copy, no squares tensor).
+    const Tensor flat = g.is_contiguous() ? g.detach() : contiguous(g.detach());
+    Tensor sq = kernels_for(flat.device(), "sum_of_squares").sum_of_squares(flat);
+    if (sq.dtype() != DType::f32) sq = to_dtype(sq, DType::f32);
     total = total.defined() ? add(total, sq) : sq;
   }
   CG_CHECK(total.defined(), "global_grad_norm: no gradient is defined");

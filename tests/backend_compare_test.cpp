@@ -341,6 +341,18 @@ std::vector<Case> all_cases() {
                  return std::vector<Tensor>{p, m, v, master ? w : p};
                },
                /*fp32_math=*/true});
+  // The global gradient norm: a short gradient, a transposed view (made contiguous first)
+  // and one long enough for many pieces of the device's blocks, scaled on the device.
+  c.push_back({"grad_norm",
+               {"sum_of_squares"},
+               kAllFloat,
+               {constant({5, 3}), grad_view, constant({3, 40000})},
+               [](auto& x) {
+                 const Tensor s = full({1}, 0.5, {.device = x[0].device()});
+                 return std::vector<Tensor>{global_grad_norm({x[0], x[1], x[2]}),
+                                            global_grad_norm({x[2]}, s)};
+               },
+               /*fp32_math=*/true});
   // Sizes and layouts the cases above do not reach: long sums cut into pieces and added in
   // order, long softmax rows, a vocabulary wide enough for the 16-byte row packs and one
   // that is odd (no packs), rms_norm without a weight over strided rows, contiguous swiglu

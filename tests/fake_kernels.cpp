@@ -44,6 +44,7 @@ class CountingKernels final : public cpu::CpuKernels {
   Tensor sum(const Tensor& a, const std::vector<bool>& r, bool keep, double s) override {
     CG_FORWARD(sum, a, r, keep, s);
   }
+  Tensor sum_of_squares(const Tensor& a) override { CG_FORWARD(sum_of_squares, a); }
   Tensor max_along_dim(const Tensor& a, int64_t dim, Tensor* values) override {
     CG_FORWARD(max_along_dim, a, dim, values);
   }
