@@ -42,9 +42,10 @@ namespace cg {
 //
 // The memory trade, for a stack of L checkpointed layers: the forward keeps L layer
 // inputs (one [T, H] each, plus once what every layer reads: the drafter's context) in
-// place of L layers' intermediates (norms, q/k/v, attention output and lse, the MLP's
-// gate, up and product -- at the full-scale drafter about ten times the input, the MLP's
-// [T, 17408] tensors the largest). In the backward only one layer's intermediates and its
+// place of L layers' intermediates (norms, q/k/v, attention output and lse, o_proj, the
+// MLP's gate, up and product: at the full-scale drafter, H 5120 and MLP 17408, the MLP's
+// three [T, 17408] tensors alone are ten times the layer's input, everything about
+// fifteen to twenty times). In the backward only one layer's intermediates and its
 // backward temporaries are alive at a time, and each layer input goes as soon as its
 // layer's backward is done. The price is one more forward of every layer (about a third
 // more layer FLOPs; MFU counts do not include it). Outputs of f are not saved by the node:
