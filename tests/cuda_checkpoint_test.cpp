@@ -8,11 +8,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "checkpoint_test_util.h"
 #include "core/backend.h"
 #include "core/caching_allocator.h"
 #include "core/factories.h"
-#include "core/views.h"
-#include "nn/dflash_drafter.h"
 #include "ops/ops.h"
 #include "train/dflash_batch.h"
 #include "train/drafter_step.h"
@@ -21,39 +20,14 @@
 namespace cg {
 namespace {
 
-#define SKIP_WITHOUT_GPU()                                                               \
-  do {                                                                                   \
-    if (!cuda_available()) {                                                             \
-      DeviceBackend* b = find_backend(DeviceType::cuda);                                 \
-      GTEST_SKIP() << "no GPU: "                                                         \
-                   << (b ? b->unavailable_reason() : std::string("built without CUDA")); \
-    }                                                                                    \
-  } while (0)
-
 using nn::ActivationCheckpointing;
+using testing_checkpoint::small_drafter;
 
-// A small drafter, sliding / full / sliding (W 3), made on the host from a seed, then moved.
-std::unique_ptr<nn::DFlashDrafter> small_drafter(Device device, int64_t H, int64_t mlp) {
-  nn::DFlashDrafterConfig c;
-  c.layers.vocab_size = 40;
-  c.layers.hidden_size = H;
-  c.layers.num_layers = 3;
-  c.layers.num_heads = 4;
-  c.layers.num_kv_heads = 2;
-  c.layers.head_dim = 8;
-  c.layers.intermediate_size = mlp;
-  c.layers.rope_theta = 10000;
-  c.target_layers = {0, 1};
-  c.mask_token_id = 39;
-  c.layer_types = {nn::DrafterAttention::sliding, nn::DrafterAttention::full,
-                   nn::DrafterAttention::sliding};
-  c.sliding_window = 3;
-  Generator gen(5);
-  const Tensor embed = raw::to_device(randn({40, H}, {}, &gen, 0, 0.5), device);
-  const Tensor head = raw::to_device(randn({40, H}, {}, &gen, 0, 0.5), device);
-  auto d = std::make_unique<nn::DFlashDrafter>(c, embed, head, nn::InitOptions{.generator = &gen});
-  d->to(device);
-  return d;
+// Empty with a GPU; else why there is none (the test skips, saying so).
+std::string no_gpu_reason() {
+  if (cuda_available()) return "";
+  DeviceBackend* b = find_backend(DeviceType::cuda);
+  return b ? b->unavailable_reason() : std::string("built without CUDA");
 }
 
 struct Step {
@@ -65,7 +39,7 @@ struct Step {
 // One drafter step (fused head loss, KL + CE) forward and backward: loss and gradients.
 Step drafter_step(Device device, ActivationCheckpointing mode, int64_t H = 16, int64_t mlp = 24,
                   int64_t anchors = 5) {
-  auto d = small_drafter(device, H, mlp);
+  auto d = small_drafter(H, mlp, 3, device);
   d->set_activation_checkpointing(mode);
   const int64_t S = 2 * anchors + 30;
   const train::DrafterSequence s = testing_train::make_sequence(S, 4, 6);
@@ -103,7 +77,7 @@ double worst(const Step& a, const Step& b, double atol, double rtol) {
 }
 
 TEST(CudaCheckpoint, CheckpointedDrafterStepEqualsCpuAndPlainInFp32) {
-  SKIP_WITHOUT_GPU();
+  if (const std::string why = no_gpu_reason(); !why.empty()) GTEST_SKIP() << "no GPU: " << why;
   const Device gpu = cuda_device(0);
   const Step cpu = drafter_step(kCPU, ActivationCheckpointing::layers);
   const Step ckpt = drafter_step(gpu, ActivationCheckpointing::layers);
@@ -119,7 +93,7 @@ TEST(CudaCheckpoint, CheckpointedDrafterStepEqualsCpuAndPlainInFp32) {
 // MLP 1024 at hidden 64 over 96 x 4 positions: the plain step keeps three layers of MLP
 // activations, the checkpointed one a layer at a time.
 TEST(CudaCheckpoint, PeakIsLowerWhereActivationsDominate) {
-  SKIP_WITHOUT_GPU();
+  if (const std::string why = no_gpu_reason(); !why.empty()) GTEST_SKIP() << "no GPU: " << why;
   const Device gpu = cuda_device(0);
   const Step plain = drafter_step(gpu, ActivationCheckpointing::none, 64, 1024, 96);
   const Step ckpt = drafter_step(gpu, ActivationCheckpointing::layers, 64, 1024, 96);

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "autograd/graph_bytes.h"
+#include "checkpoint_test_util.h"
 #include "core/caching_allocator.h"
 #include "core/factories.h"
 #include "error_helpers.h"
@@ -24,33 +25,7 @@ namespace cg {
 namespace {
 
 using nn::ActivationCheckpointing;
-using nn::DrafterAttention;
-
-// hidden H, MLP width, layers sliding / full / sliding, W = 5.
-nn::DFlashDrafterConfig small_config(int64_t H, int64_t mlp) {
-  nn::DFlashDrafterConfig c;
-  c.layers.vocab_size = 40;
-  c.layers.hidden_size = H;
-  c.layers.num_layers = 3;
-  c.layers.num_heads = 4;
-  c.layers.num_kv_heads = 2;
-  c.layers.head_dim = 8;
-  c.layers.intermediate_size = mlp;
-  c.layers.rope_theta = 10000;
-  c.target_layers = {0, 1};
-  c.mask_token_id = 39;
-  c.layer_types = {DrafterAttention::sliding, DrafterAttention::full, DrafterAttention::sliding};
-  c.sliding_window = 5;
-  return c;
-}
-
-std::unique_ptr<nn::DFlashDrafter> small_drafter(const nn::DFlashDrafterConfig& c) {
-  Generator gen(21);
-  const int64_t H = c.layers.hidden_size;
-  const Tensor embed = randn({40, H}, {}, &gen, 0, 0.5);
-  const Tensor head = randn({40, H}, {}, &gen, 0, 0.5);
-  return std::make_unique<nn::DFlashDrafter>(c, embed, head, nn::InitOptions{.generator = &gen});
-}
+using testing_checkpoint::small_drafter;
 
 // Anchors spread over a context of S keys, blocks of bs: positions [1, N*bs] and the mask.
 struct Blocks {
@@ -81,7 +56,7 @@ double max_abs(const Tensor& a) {
 // Every parameter's and both inputs' gradients, with and without checkpointing, f32: equal
 // up to the order in which the context's gradient sums its layers' parts.
 TEST(DFlashCheckpoint, GradientsEqualThePlainForward) {
-  auto d = small_drafter(small_config(16, 24));
+  auto d = small_drafter(16, 24, 5);
   const int64_t S = 20, N = 3, bs = 4;
   const Blocks blocks = make_blocks(S, N, bs);
   Generator gen(3);
@@ -118,7 +93,7 @@ TEST(DFlashCheckpoint, GradientsEqualThePlainForward) {
 
 // The training step itself (drafter_loss: embed, fuse, layers, head loss), parameters only.
 TEST(DFlashCheckpoint, DrafterLossStepGradientsEqual) {
-  auto d = small_drafter(small_config(16, 24));
+  auto d = small_drafter(16, 24, 5);
   const train::DrafterSequence s = testing_train::make_sequence(24, 2, 5);
   const train::BlockBatch b = train::build_block_batch({&s}, {{2, 9, 17}}, 3, 5, 4.0, 39, 0);
   Generator gen(4);
@@ -143,7 +118,7 @@ TEST(DFlashCheckpoint, DrafterLossStepGradientsEqual) {
 // CPU allocator is well below the plain one: the plain forward keeps three layers of them,
 // the checkpointed backward one at a time.
 TEST(DFlashCheckpoint, PeakIsLowerWhereActivationsDominate) {
-  auto d = small_drafter(small_config(32, 512));
+  auto d = small_drafter(32, 512, 5);
   const int64_t S = 64, N = 24, bs = 8;
   const Blocks blocks = make_blocks(S, N, bs);
   Generator gen(8);
