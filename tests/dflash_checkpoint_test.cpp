@@ -1,7 +1,8 @@
 // Why this file exists: the drafter's activation_checkpointing "layers" (issue 19 items 4
 // and 5) must be a memory choice only: the same gradients of every parameter and input as
 // the plain forward, on a drafter with sliding and full layers, and a lower allocator peak
-// where the layers' activations dominate. Also the config field that selects it.
+// where the layers' activations dominate; a CI-sized run with it learns. Also the config
+// field that selects it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,11 +14,13 @@
 #include "core/factories.h"
 #include "error_helpers.h"
 #include "nn/dflash_drafter.h"
+#include "nn_test_util.h"
 #include "ops/ops.h"
 #include "train/config_overrides.h"
 #include "train/dflash_batch.h"
 #include "train/drafter_model.h"
 #include "train/drafter_step.h"
+#include "train/pipeline.h"
 #include "train/train_config.h"
 #include "train_test_util.h"
 
@@ -139,6 +142,21 @@ TEST(DFlashCheckpoint, PeakIsLowerWhereActivationsDominate) {
   RecordProperty("plain_peak_bytes", std::to_string(plain));
   RecordProperty("checkpointed_peak_bytes", std::to_string(ckpt));
   EXPECT_LT(ckpt, plain * 6 / 10) << "plain " << plain << " B, checkpointed " << ckpt << " B";
+}
+
+// The CI-sized run (tests/train_test_util.h) with checkpointed sliding and full layers
+// trains end to end through the trainer and learns as the plain run does.
+TEST(DFlashCheckpoint, ACheckpointedRunLearns) {
+  testing_nn::TempDir dir;
+  train::TrainConfig c = testing_train::ci_train_config(dir.file("run"));
+  c.drafter.num_layers = 2;
+  c.drafter.layer_types = {"sliding_attention", "full_attention"};
+  c.drafter.sliding_window = 8;
+  c.drafter.activation_checkpointing = "layers";
+  const nlohmann::json s = train::run_pipeline(c);
+  EXPECT_GT(s["per_slot_accuracy"].get<std::vector<double>>()[1], 0.2) << "chance: 1/260";
+  EXPECT_TRUE(s["lossless"].get<bool>());
+  EXPECT_EQ(s["config"]["drafter"]["activation_checkpointing"], "layers");
 }
 
 // drafter.activation_checkpointing: read, written, overridden with --set, passed to the
