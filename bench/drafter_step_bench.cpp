@@ -10,10 +10,14 @@
 // steps took from the driver (0 = the caching allocator served every step from its cache),
 // and the host's time to enqueue a step (median; well under the step's ms = the GPU never
 // waits for the host, unless something inside the step synchronises).
+// A "+ckpt" row is the same path with each decoder layer checkpointed (its MFU counts the
+// same FLOPs: the recompute is not useful work).
 //
 //   ./build/bench/drafter_step_bench                        # the seed's shape, fused
 //   ./build/bench/drafter_step_bench --paths fused,chunked,naive --memory-limit-gb 95
 //   ./build/bench/drafter_step_bench --trace-dir /tmp/step   # + what held the peak
+//   ./build/bench/drafter_step_bench --checkpoint-layers     # + a row per path with each
+//                                                            #   layer recomputed in backward
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -53,8 +57,9 @@ struct Options {
   int64_t chunk_rows = 0;
   double budget_mib = 1536;
   int steps = 5, warmup = 2;
-  double memory_limit_gb = 0;  // 0 = the card
-  std::string trace_dir;       // "": no traces; else one traced step per path, analysed
+  double memory_limit_gb = 0;      // 0 = the card
+  std::string trace_dir;           // "": no traces; else one traced step per path, analysed
+  bool checkpoint_layers = false;  // each path also with activation checkpointing per layer
 };
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
@@ -117,6 +122,9 @@ int main(int argc, char** argv) {
   app.add_option("--trace-dir", o.trace_dir,
                  "trace the last step of each path into DIR/trace_step_<path>.json and print "
                  "what held the memory at its peak (open it with `chunkgrad trace`)");
+  app.add_flag("--checkpoint-layers", o.checkpoint_layers,
+               "after each path's row, the same path with activation checkpointing per layer "
+               "(row '<path> +ckpt': each decoder layer recomputed in the backward)");
   CLI11_PARSE(app, argc, argv);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   try {
@@ -199,13 +207,23 @@ int main(int argc, char** argv) {
                            .c_str()
                      : "all full",
         o.ce_weight, o.gamma, flops / 1e12, o.steps, o.warmup);
-    std::printf("%-18s %9s %17s %10s %10s %6s %9s %13s %8s %8s\n", "path", "ms", "min-max",
-                "ctx tok/s", "pos/s", "MFU", "peak GiB", "resident GiB", "new segs", "host ms");
+    const int name_width = o.checkpoint_layers ? 24 : 18;  // room for "chunkgrad chunked +ckpt"
+    std::printf("%-*s %9s %17s %10s %10s %6s %9s %13s %8s %8s\n", name_width, "path", "ms",
+                "min-max", "ctx tok/s", "pos/s", "MFU", "peak GiB", "resident GiB", "new segs",
+                "host ms");
 
+    // (head-loss path, checkpointed) per row, in the order printed.
+    std::vector<std::pair<std::string, bool>> rows;
     std::stringstream list(o.paths);
     for (std::string name; std::getline(list, name, ',');) {
+      rows.emplace_back(name, false);
+      if (o.checkpoint_layers) rows.emplace_back(name, true);
+    }
+    for (const auto& [name, checkpointed] : rows) {
       Row row;
-      row.path = "chunkgrad " + name;
+      row.path = "chunkgrad " + name + (checkpointed ? " +ckpt" : "");
+      drafter.set_activation_checkpointing(checkpointed ? cg::nn::ActivationCheckpointing::layers
+                                                        : cg::nn::ActivationCheckpointing::none);
       cg::train::DrafterConfig cfg;
       cfg.loss.kind = "kl";
       cfg.loss.ce_weight = o.ce_weight;
@@ -245,7 +263,8 @@ int main(int argc, char** argv) {
           const double ms = timer.stop_ms();
           if (traced) {
             std::filesystem::create_directories(o.trace_dir);
-            row.trace_file = o.trace_dir + "/trace_step_" + name + ".json";
+            row.trace_file =
+                o.trace_dir + "/trace_step_" + name + (checkpointed ? "_ckpt" : "") + ".json";
             cg::write_memory_trace_file(row.trace_file);
             cg::MemoryTrace::disable();
           }
@@ -263,14 +282,14 @@ int main(int argc, char** argv) {
       for (const cg::Tensor& p : drafter.parameters()) p.set_grad(cg::Tensor());
       alloc.empty_cache();
       if (!row.error.empty()) {
-        std::printf("%-18s out of memory: %s\n", row.path.c_str(), row.error.c_str());
+        std::printf("%-*s out of memory: %s\n", name_width, row.path.c_str(), row.error.c_str());
         continue;
       }
       std::sort(row.ms.begin(), row.ms.end());
       const double med = cg::median(row.ms), sec = med / 1e3;
-      std::printf("%-18s %9.1f %8.1f-%-8.1f %10.0f %10.0f %5.1f%% %9.2f %13.2f %8lld %8.1f\n",
-                  row.path.c_str(), med, row.ms.front(), row.ms.back(), double(o.context) / sec,
-                  double(o.anchors * o.block) / sec,
+      std::printf("%-*s %9.1f %8.1f-%-8.1f %10.0f %10.0f %5.1f%% %9.2f %13.2f %8lld %8.1f\n",
+                  name_width, row.path.c_str(), med, row.ms.front(), row.ms.back(),
+                  double(o.context) / sec, double(o.anchors * o.block) / sec,
                   100 * cg::train::model_flops_utilization(flops, sec), row.peak, row.resident,
                   (long long)row.new_segments, cg::median(row.host_ms));
       if (!row.trace_file.empty()) print_holders(row.path, row.trace_file);

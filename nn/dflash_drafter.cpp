@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "autograd/activation_checkpoint.h"
 #include "core/factories.h"
 #include "ops/attention.h"
 #include "ops/elementwise.h"
@@ -50,6 +51,22 @@ const char* drafter_attention_name(DrafterAttention type) {
   switch (type) {
     case DrafterAttention::full: return "full_attention";
     case DrafterAttention::sliding: return "sliding_attention";
+  }
+  return "?";
+}
+
+ActivationCheckpointing parse_activation_checkpointing(const std::string& name) {
+  if (name == "none") return ActivationCheckpointing::none;
+  if (name == "layers") return ActivationCheckpointing::layers;
+  CG_FAIL("DFlash drafter: unknown activation checkpointing '", name,
+          "'; it is none (keep every layer's activations) or layers (recompute each layer in "
+          "the backward)");
+}
+
+const char* activation_checkpointing_name(ActivationCheckpointing mode) {
+  switch (mode) {
+    case ActivationCheckpointing::none: return "none";
+    case ActivationCheckpointing::layers: return "layers";
   }
   return "?";
 }
@@ -132,7 +149,20 @@ Tensor DFlashDrafter::forward(const Tensor& x, const Tensor& block_positions,
   Tensor h = x;
   for (size_t i = 0; i < layers->size(); ++i) {
     const bool slides = config_.layer_type(i) == DrafterAttention::sliding;
-    h = layer(i).forward(h, block_positions, slides ? sliding : mask, ctx);
+    const AttentionMask& rule = slides ? sliding : mask;
+    if (config_.activation_checkpointing == ActivationCheckpointing::none) {
+      h = layer(i).forward(h, block_positions, rule, ctx);
+      continue;
+    }
+    // The context is an input (it needs its gradient); the positions and the mask need
+    // none and ride in the closure, which the checkpoint keeps until the backward.
+    const Qwen3DecoderLayer* L = &layer(i);
+    CheckpointFunction run_layer = [L, block_positions, rule,
+                                    positions = ctx.positions](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{
+          L->forward(in[0], block_positions, rule, AttentionContext{in[1], positions})};
+    };
+    h = checkpoint(run_layer, {h, context}, L->parameters())[0];
   }
   return norm->forward(h);
 }

@@ -40,6 +40,15 @@ enum class DrafterAttention : int8_t {
 DrafterAttention parse_drafter_attention(const std::string& name);
 const char* drafter_attention_name(DrafterAttention type);
 
+// What the training forward keeps for backward. none: every layer's intermediates (the
+// fastest step). layers: only each decoder layer's inputs; each layer runs again inside the
+// backward, one at a time (autograd/activation_checkpoint.h, Note [Activation
+// checkpointing]): less memory, one more forward of the layers. Gradients are the same.
+enum class ActivationCheckpointing : int8_t { none, layers };
+// "none" / "layers" <-> the enum; parse throws naming the accepted names.
+ActivationCheckpointing parse_activation_checkpointing(const std::string& name);
+const char* activation_checkpointing_name(ActivationCheckpointing mode);
+
 struct DFlashDrafterConfig {
   // The drafter's own sizes: hidden_size = the target's (the features and the shared
   // embedding/lm_head have that width); heads, head_dim (num_heads * head_dim may differ
@@ -51,6 +60,8 @@ struct DFlashDrafterConfig {
   // One entry per layer; empty = every layer full.
   std::vector<DrafterAttention> layer_types;
   int64_t sliding_window = 0;  // W of the sliding layers (> 0 when any layer slides)
+  // Training only (not the architecture): forward() with the layers checkpointed.
+  ActivationCheckpointing activation_checkpointing = ActivationCheckpointing::none;
 
   DrafterAttention layer_type(size_t layer) const {
     return layer_types.empty() ? DrafterAttention::full : layer_types[layer];
@@ -95,6 +106,10 @@ class DFlashDrafter : public Module {
                         const std::vector<DrafterLayerCache>& cache) const;
 
   const DFlashDrafterConfig& config() const { return config_; }
+  // Switches checkpointing for later forwards (a bench times both on one drafter).
+  void set_activation_checkpointing(ActivationCheckpointing mode) {
+    config_.activation_checkpointing = mode;
+  }
   size_t num_layers() const { return layers->size(); }
   Qwen3DecoderLayer& layer(size_t i) const { return layers->at<Qwen3DecoderLayer>(i); }
   const Tensor& head_weight() const { return head_weight_; }

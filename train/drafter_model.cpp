@@ -36,6 +36,7 @@ nn::DFlashDrafterConfig drafter_model_config(const nn::Qwen3Config& tc, const Dr
   for (const std::string& t : config.layer_types)
     dc.layer_types.push_back(nn::parse_drafter_attention(t));
   dc.sliding_window = config.sliding_window;
+  dc.activation_checkpointing = nn::parse_activation_checkpointing(config.activation_checkpointing);
   return dc;
 }
 

@@ -14,7 +14,7 @@ namespace cg::train {
 
 // The drafter's architecture for a target of architecture `target`: the target's width
 // and vocabulary; the config's depth, MLP, heads, head_dim, RoPE theta and eps (each 0 =
-// the target's), layer types and window; target layers by the public rule over the
+// the target's), layer types and window, activation checkpointing; target layers by the public rule over the
 // target's depth (or the explicit list); drafter.mask_token_id, or `mask_id` at -1.
 // Throws when drafter.hidden_size / vocab_size / num_target_layers disagree with the target.
 nn::DFlashDrafterConfig drafter_model_config(const nn::Qwen3Config& target,

@@ -242,8 +242,12 @@ double DrafterTrainer::run(MetricsLog* log) {
   if (config_.progress) {
     std::fprintf(stderr,
                  "chunkgrad train: drafter step: %.4g TFLOP (every GEMM and attention, forward "
-                 "and backward; MFU = FLOPs / step time / %.1f TFLOP/s, H200 dense bf16)\n",
-                 flops / 1e12, kH200DenseBf16Flops / 1e12);
+                 "and backward; MFU = FLOPs / step time / %.1f TFLOP/s, H200 dense bf16)%s\n",
+                 flops / 1e12, kH200DenseBf16Flops / 1e12,
+                 drafter_.config().activation_checkpointing == nn::ActivationCheckpointing::layers
+                     ? "; activation checkpointing: each layer recomputed in the backward (not "
+                       "counted)"
+                     : "");
   }
   const Device device = drafter_.fc->weight.device();
   std::vector<QueuedStep> queued;  // Note [Steps that do not wait]

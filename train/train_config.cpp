@@ -174,6 +174,7 @@ void visit_fields(V& v, TrainConfig& c) {
     s.field("head_loss_chunk_rows", d.head_loss_chunk_rows);
     s.field("head_loss_chunk_budget_mb", d.head_loss_chunk_budget_mb);
     s.field("dtype", d.dtype);
+    s.field("activation_checkpointing", d.activation_checkpointing);
     s.field("checkpoint_every", d.checkpoint_every);
     s.field("keep_checkpoints", d.keep_checkpoints);
     s.object("optim", [&](auto& o) { visit_optim(o, d.optim); });
@@ -365,6 +366,10 @@ void TrainConfig::validate() const {
       number(d.head_loss_chunk_budget_mb));
   CG_CHECK(d.dtype == "f32" || d.dtype == "bf16",
            "train config: drafter.dtype: must be f32 or bf16, got '", d.dtype, "'");
+  CG_CHECK(d.activation_checkpointing == "none" || d.activation_checkpointing == "layers",
+           "train config: drafter.activation_checkpointing: must be none (keep every layer's "
+           "activations) or layers (recompute each layer in the backward), got '",
+           d.activation_checkpointing, "'");
   in_range("drafter.checkpoint_every", static_cast<double>(d.checkpoint_every), -1, 1e9);
   in_range("drafter.keep_checkpoints", static_cast<double>(d.keep_checkpoints), 0, 1e9);
   check_optim("drafter.optim.", d.optim);

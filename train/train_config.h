@@ -87,6 +87,9 @@ struct DrafterConfig {
   int64_t head_loss_chunk_rows = 256;
   double head_loss_chunk_budget_mb = 1536;  // with chunk rows 0: the chunk's temporaries, MiB
   std::string dtype = "f32";                // compute dtype: "f32" | "bf16" (fp32 masters)
+  // "none" | "layers": recompute each drafter layer in the backward instead of keeping its
+  // activations (nn::ActivationCheckpointing); same gradients, less memory, more time.
+  std::string activation_checkpointing = "none";
   int64_t checkpoint_every = 250;  // steps between checkpoints (0 = only the last, -1 = none)
   int64_t keep_checkpoints = 3;  // after each save, all but the newest this many go (0 = keep all)
   OptimConfig optim{.steps = 1000};
