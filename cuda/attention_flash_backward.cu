@@ -173,29 +173,41 @@ void launch_flash_dq(DType dtype, const BwdArgs& a, cudaStream_t stream) {
 
 }  // namespace flash
 
+size_t flash_attention_backward_scratch_bytes(const AttnShape& s, const AttnMaskArgs& m) {
+  const int parts = flash::dkdv_context_parts(s, m);
+  if (parts == 1) return 0;
+  return sizeof(float) * 2 * static_cast<size_t>(s.B * parts * s.Hkv * m.context_len * s.hd);
+}
+
 void launch_flash_attention_backward(DType dtype, const AttnShape& s, AttnOperand q, AttnOperand k,
                                      AttnOperand v, AttnOperand grad_out, const float* lse,
                                      const float* delta, const AttnMaskArgs& m, double scale,
-                                     void* dq, void* dk, void* dv, cudaStream_t stream) {
+                                     void* dq, void* dk, void* dv, float* scratch,
+                                     cudaStream_t stream) {
   CG_CHECK(flash_attention_supports(dtype, s.hd, m.kind),
            "flash attention backward on cuda takes bf16/f16, head_dim 64 or 128 and masks none, "
            "causal or dflash_blocks; got ",
            dtype_name(dtype), ", head_dim ", s.hd);
-  const flash::BwdArgs a{s,
-                         q,
-                         k,
-                         v,
-                         grad_out,
-                         lse,
-                         delta,
-                         dq,
-                         dk,
-                         dv,
-                         m,
-                         static_cast<float>(scale),
-                         static_cast<float>(scale) * flash::kLog2e,
-                         0,
-                         0};
+  flash::BwdArgs a{s,
+                   q,
+                   k,
+                   v,
+                   grad_out,
+                   lse,
+                   delta,
+                   dq,
+                   dk,
+                   dv,
+                   m,
+                   static_cast<float>(scale),
+                   static_cast<float>(scale) * flash::kLog2e,
+                   0,
+                   0};
+  a.ctx_parts = dk != nullptr || dv != nullptr ? flash::dkdv_context_parts(s, m) : 1;
+  CG_CHECK(a.ctx_parts == 1 || scratch != nullptr,
+           "flash attention backward: this problem needs flash_attention_backward_scratch_bytes() "
+           "of scratch and got none");
+  a.ctx_partial = scratch;
   if (dq != nullptr) flash::launch_flash_dq(dtype, a, stream);
   if (dk != nullptr || dv != nullptr) flash::launch_flash_dkdv(dtype, a, stream);
 }

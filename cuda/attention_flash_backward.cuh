@@ -24,7 +24,15 @@ struct BwdArgs {
   AttnMaskArgs m;
   float scale, scale_log2;
   int64_t tiles_per_unit, units;
+  // Note [Context key parts]: the CTAs per DFlash context key tile (1: none) and, when
+  // more, their partial dk and dv, fp32 [2][B][parts][Hkv][context_len][hd].
+  int ctx_parts = 1;
+  float* ctx_partial = nullptr;
 };
+
+// The parts each DFlash context key tile's query blocks are split into (1: the tile is one
+// CTA) for this problem on the current device.
+int dkdv_context_parts(const AttnShape& s, const AttnMaskArgs& m);
 
 // dq pass (a.dq set): launches on `stream`. dtype bf16 or f16, hd 64 or 128.
 void launch_flash_dq(DType dtype, const BwdArgs& a, cudaStream_t stream);

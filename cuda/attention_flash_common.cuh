@@ -310,7 +310,9 @@ __device__ inline void query_tile_of(const AttnShape& s, const AttnMaskArgs& m,
                                      SlidingRule& sr) {
   if (m.kind == AttnMaskKind::dflash) {
     const int64_t group = s.Hq / s.Hkv;
-    const int64_t block = x / tiles_per_unit;
+    // Last block first: anchors are usually sorted, so the blocks that see the most context
+    // keys start first and the light ones fill the last wave (as causal tiles do below).
+    const int64_t block = m.num_blocks - 1 - x / tiles_per_unit;
     qt.packed = true;
     qt.head = unit * group;
     qt.first = (x % tiles_per_unit) * rows_per_tile;

@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -29,38 +30,52 @@ namespace {
 struct KeyTileWork {
   int mode = 0;  // 0: none/causal; 1: a DFlash block's own keys; 2: DFlash context keys
   int64_t j0 = 0, jend = 0;
-  int64_t nseg = 0, seg_tiles = 0;
-  int64_t block = 0;  // mode 1: the block
-  int64_t qlo = 0;    // mode 0: first query row that sees j0 (causal)
+  int64_t seg_begin = 0, seg_end = 0, seg_tiles = 0;  // segments [seg_begin, seg_end)
+  int64_t block = 0;                                  // mode 1: the block
+  int64_t qlo = 0;  // mode 0: first query row that sees j0 (causal)
+  int part = 0;     // mode 2: which of the tile's parts (Note [Context key parts])
 };
 
+// Note [Context key parts]: a DFlash context key tile is seen by every block anchored past
+// it (full rule) or within a window after it (sliding), so one CTA per tile walks up to
+// all 1024 blocks of the 27B-class step while the tiles number only 64 per kv head: the
+// heaviest CTAs (the first tiles, or under the sliding rule a second wave of equal ones)
+// set the pass's time while most multiprocessors idle. So the blocks of each context tile
+// are cut into `parts` contiguous ranges, one CTA each (parts of a tile launched together,
+// heavy tiles first); each writes its partial dk, dv (fp32, unscaled) to scratch, and a
+// second kernel adds the parts in order (the same result every run) into dk and dv.
+// Block-key tiles are light and stay whole.
+
 template <int QT>
-__device__ inline KeyTileWork key_tile_work(const AttnShape& s, const AttnMaskArgs& m, int64_t x) {
+__device__ inline KeyTileWork key_tile_work(const AttnShape& s, const AttnMaskArgs& m, int parts,
+                                            int64_t x) {
   KeyTileWork w;
   const int64_t group = s.Hq / s.Hkv;
   if (m.kind != AttnMaskKind::dflash) {
     w.j0 = x * kTile;
     w.jend = min(s.Sk, w.j0 + kTile);
-    w.nseg = group;
+    w.seg_end = group;
     if (m.kind == AttnMaskKind::causal) w.qlo = min(s.Sq, max(int64_t{0}, w.j0 - (s.Sk - s.Sq)));
     w.seg_tiles = (s.Sq - w.qlo + QT - 1) / QT;
     return w;
   }
   const int64_t ctx_tiles = (m.context_len + kTile - 1) / kTile;
   w.seg_tiles = (group * m.block_size + QT - 1) / QT;
-  if (x < ctx_tiles) {
+  if (x < ctx_tiles * parts) {
     w.mode = 2;
-    w.j0 = x * kTile;
+    w.part = static_cast<int>(x % parts);
+    w.j0 = (x / parts) * kTile;
     w.jend = min(m.context_len, w.j0 + kTile);
-    w.nseg = m.num_blocks;
+    w.seg_begin = m.num_blocks * w.part / parts;
+    w.seg_end = m.num_blocks * (w.part + 1) / parts;
   } else {
     const int64_t per_block = (m.block_size + kTile - 1) / kTile;
-    const int64_t y = x - ctx_tiles;
+    const int64_t y = x - ctx_tiles * parts;
     w.mode = 1;
     w.block = y / per_block;
     w.j0 = m.context_len + w.block * m.block_size + (y % per_block) * kTile;
     w.jend = min(m.context_len + (w.block + 1) * m.block_size, w.j0 + kTile);
-    w.nseg = 1;
+    w.seg_end = 1;
   }
   return w;
 }
@@ -80,9 +95,9 @@ __device__ inline bool segment_active(const KeyTileWork& w, const AttnMaskArgs& 
 __device__ inline bool next_query_tile(const KeyTileWork& w, const AttnMaskArgs& m, int64_t b,
                                        int64_t& seg, int64_t& qt) {
   ++qt;
-  if (seg >= 0 && qt < w.seg_tiles) return true;
+  if (seg >= w.seg_begin && qt < w.seg_tiles) return true;
   qt = 0;
-  for (++seg; seg < w.nseg; ++seg) {
+  for (++seg; seg < w.seg_end; ++seg) {
     if (segment_active(w, m, b, seg)) return true;
   }
   return false;
@@ -115,7 +130,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
   const int64_t b = batch_of_block(), hk = blockIdx.x % s.Hkv;  // Note [Batch grid]
   const AttnMaskArgs& m = a.m;
   const int64_t group = s.Hq / s.Hkv;
-  const KeyTileWork w = key_tile_work<QT>(s, m, blockIdx.x / s.Hkv);
+  const KeyTileWork w = key_tile_work<QT>(s, m, a.ctx_parts, blockIdx.x / s.Hkv);
   load_kv_tile_async<T, HD>(sK, sV, a.k, a.v, head_rows<T>(a.k, b, hk), head_rows<T>(a.v, b, hk),
                             w.j0, w.jend);
 
@@ -168,7 +183,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
     }
   };
 
-  int64_t seg = -1, qt = -1;
+  int64_t seg = w.seg_begin - 1, qt = -1;
   bool have = next_query_tile(w, m, b, seg, qt);
   if (have) load_q_tile(seg, qt, 0);
   cp_async_commit();
@@ -293,6 +308,23 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
   }
 
   const int col = (lane % 4) * 2;
+  if (w.mode == 2 && a.ctx_parts > 1) {  // Note [Context key parts]: partial sums, unscaled
+    const int64_t plane = s.B * a.ctx_parts * s.Hkv * m.context_len * HD;
+    float* pk = a.ctx_partial + ((b * a.ctx_parts + w.part) * s.Hkv + hk) * m.context_len * HD;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int64_t j = kj0 + half * 8;
+      if (j >= w.jend) continue;
+#pragma unroll
+      for (int n = 0; n < HD / 8; ++n) {
+        const int64_t at = j * HD + n * 8 + col;
+        *reinterpret_cast<float2*>(pk + at) = make_float2(dk[n][2 * half], dk[n][2 * half + 1]);
+        *reinterpret_cast<float2*>(pk + plane + at) =
+            make_float2(dv[n][2 * half], dv[n][2 * half + 1]);
+      }
+    }
+    return;
+  }
   T* dkp = static_cast<T*>(a.dk);
   T* dvp = static_cast<T*>(a.dv);
 #pragma unroll
@@ -310,6 +342,39 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
         *reinterpret_cast<uint32_t*>(dvp + row * HD + n * 8 + col) =
             pack2<T>(dv[n][2 * half], dv[n][2 * half + 1]);
       }
+    }
+  }
+}
+
+// Note [Context key parts]: dk = scale * (sum of the parts' dk), dv = sum of their dv, for
+// the context keys [0, context_len) of every (b, kv head); a thread per pair of elements.
+template <typename T, int HD>
+__global__ void context_parts_sum_kernel(BwdArgs a) {
+  const AttnShape& s = a.s;
+  const int64_t ctx = a.m.context_len, parts = a.ctx_parts;
+  const int64_t pairs = s.B * s.Hkv * ctx * (HD / 2);
+  const int64_t plane = s.B * parts * s.Hkv * ctx * HD;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < pairs;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t d = (e % (HD / 2)) * 2, j = (e / (HD / 2)) % ctx;
+    const int64_t hk = (e / (HD / 2) / ctx) % s.Hkv, b = e / (HD / 2) / ctx / s.Hkv;
+    float2 sk = make_float2(0.f, 0.f), sv = make_float2(0.f, 0.f);
+    for (int64_t p = 0; p < parts; ++p) {
+      const int64_t at = (((b * parts + p) * s.Hkv + hk) * ctx + j) * HD + d;
+      const float2 k = *reinterpret_cast<const float2*>(a.ctx_partial + at);
+      const float2 v = *reinterpret_cast<const float2*>(a.ctx_partial + plane + at);
+      sk.x += k.x;
+      sk.y += k.y;
+      sv.x += v.x;
+      sv.y += v.y;
+    }
+    const int64_t row = (b * s.Hkv + hk) * s.Sk + j;
+    if (a.dk != nullptr) {
+      *reinterpret_cast<uint32_t*>(static_cast<T*>(a.dk) + row * HD + d) =
+          pack2<T>(sk.x * a.scale, sk.y * a.scale);
+    }
+    if (a.dv != nullptr) {
+      *reinterpret_cast<uint32_t*>(static_cast<T*>(a.dv) + row * HD + d) = pack2<T>(sv.x, sv.y);
     }
   }
 }
@@ -334,6 +399,7 @@ int dkdv_query_rows(const AttnShape& s, const AttnMaskArgs& m) {
 
 template <typename T, int HD, int QT>
 void launch_dkdv_rows(const BwdArgs& a, int64_t key_tiles, cudaStream_t stream) {
+  // (key_tiles counts every part of a split context tile: Note [Context key parts])
   const dim3 grid = batch_grid(key_tiles * a.s.Hkv, a.s.B);  // Note [Batch grid]
   constexpr int smem = dkdv_smem_bytes<HD, QT>();
   auto* kernel = a.m.sliding_window > 0 ? flash_dkdv_kernel<T, HD, QT, true>
@@ -348,12 +414,14 @@ void launch_dkdv_typed(const BwdArgs& a, cudaStream_t stream) {
   const AttnShape& s = a.s;
   int64_t key_tiles;
   if (a.m.kind == AttnMaskKind::dflash) {
-    key_tiles = (a.m.context_len + kTile - 1) / kTile +
+    key_tiles = (a.m.context_len + kTile - 1) / kTile * a.ctx_parts +
                 a.m.num_blocks * ((a.m.block_size + kTile - 1) / kTile);
   } else {
     key_tiles = (s.Sk + kTile - 1) / kTile;
   }
   if (key_tiles == 0) return;
+  CG_CHECK(a.ctx_parts == 1 || (a.m.kind == AttnMaskKind::dflash && a.ctx_partial != nullptr),
+           "flash dk/dv: context key parts need a DFlash mask and scratch");
   CG_CHECK(a.m.sliding_window == 0 || s.Sk < (int64_t{1} << 31),
            "scaled_dot_product_attention: the sliding DFlash rule on cuda takes at most 2^31 - 1 "
            "keys, got ",
@@ -363,9 +431,32 @@ void launch_dkdv_typed(const BwdArgs& a, cudaStream_t stream) {
   } else {
     launch_dkdv_rows<T, HD, 64>(a, key_tiles, stream);
   }
+  if (a.ctx_parts > 1 && a.m.context_len > 0) {
+    const int64_t pairs = s.B * s.Hkv * a.m.context_len * (HD / 2);
+    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((pairs + 255) / 256, 65536));
+    context_parts_sum_kernel<T, HD><<<blocks, 256, 0, stream>>>(a);
+    CG_CUDA_CHECK(cudaGetLastError());
+  }
 }
 
 }  // namespace
+
+int dkdv_context_parts(const AttnShape& s, const AttnMaskArgs& m) {
+  if (m.kind != AttnMaskKind::dflash || m.context_len == 0 || m.num_blocks < 2) return 1;
+  static const int forced = [] {  // CHUNKGRAD_FLASH_DKDV_PARTS=1..8: for benchmarks
+    const char* e = std::getenv("CHUNKGRAD_FLASH_DKDV_PARTS");
+    const int v = e != nullptr ? std::atoi(e) : 0;
+    return v >= 1 && v <= 8 ? v : 0;
+  }();
+  int device = 0, sms = 0;
+  CG_CUDA_CHECK(cudaGetDevice(&device));
+  CG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  // About four waves of context CTAs at three CTAs a multiprocessor (Note [dk/dv query
+  // tiles]), so that no single tile's CTA outlasts the rest by much.
+  const int64_t ctx_ctas = (m.context_len + kTile - 1) / kTile * s.Hkv * s.B;
+  const int64_t wanted = forced != 0 ? forced : (int64_t{12} * sms + ctx_ctas - 1) / ctx_ctas;
+  return static_cast<int>(std::clamp<int64_t>(wanted, 1, std::min<int64_t>(8, m.num_blocks)));
+}
 
 void launch_flash_dkdv(DType dtype, const BwdArgs& a, cudaStream_t stream) {
   dispatch_flash(dtype, a.s.hd, [&]<typename T, int HD>() { launch_dkdv_typed<T, HD>(a, stream); });

@@ -76,10 +76,16 @@ bool flash_attention_supports(DType dtype, int64_t head_dim, AttnMaskKind kind);
 void launch_flash_attention_forward(DType dtype, const AttnShape& s, AttnOperand q, AttnOperand k,
                                     AttnOperand v, void* out, float* lse, const AttnMaskArgs& m,
                                     double scale, cudaStream_t stream);
-// dq / dk / dv contiguous (null = not wanted); lse, delta f32 contiguous [B, Hq, Sq].
+// Bytes of fp32 scratch the flash backward takes for this problem on the current device (0:
+// none): the partial dk/dv sums of DFlash context keys whose query blocks are split among
+// several CTAs (Note [Context key parts] in attention_flash_dkdv.cu).
+size_t flash_attention_backward_scratch_bytes(const AttnShape& s, const AttnMaskArgs& m);
+// dq / dk / dv contiguous (null = not wanted); lse, delta f32 contiguous [B, Hq, Sq];
+// scratch: flash_attention_backward_scratch_bytes() of device memory (null when that is 0).
 void launch_flash_attention_backward(DType dtype, const AttnShape& s, AttnOperand q, AttnOperand k,
                                      AttnOperand v, AttnOperand grad_out, const float* lse,
                                      const float* delta, const AttnMaskArgs& m, double scale,
-                                     void* dq, void* dk, void* dv, cudaStream_t stream);
+                                     void* dq, void* dk, void* dv, float* scratch,
+                                     cudaStream_t stream);
 
 }  // namespace cg::cuda

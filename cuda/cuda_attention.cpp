@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/memory_trace.h"
 #include "core/views.h"
 #include "cuda/attention_kernels.h"
 #include "cuda/compute_stream.h"
@@ -332,9 +333,19 @@ AttentionGrads CudaKernels::attention_backward(const Tensor& grad_out, const Ten
   void* dk = need_dk ? grads.dk.data_ptr() : nullptr;
   void* dv = need_dv ? grads.dv.data_ptr() : nullptr;
   if (flash) {
-    launch_flash_attention_backward(q.dtype(), s, operand(qr), operand(kr), operand(vr),
-                                    operand(gr), lr.data<float>(), delta.data<float>(), m, scale,
-                                    dq, dk, dv, stream);
+    // Partial dk/dv of split DFlash context tiles (Note [Context key parts]).
+    Tensor parts_scratch;
+    const size_t scratch_bytes =
+        dk != nullptr || dv != nullptr ? flash_attention_backward_scratch_bytes(s, m) : 0;
+    if (scratch_bytes > 0) {
+      CategoryGuard temporary(MemoryCategory::temporary);
+      parts_scratch =
+          raw::empty({static_cast<int64_t>(scratch_bytes / sizeof(float))}, DType::f32, q.device());
+    }
+    launch_flash_attention_backward(
+        q.dtype(), s, operand(qr), operand(kr), operand(vr), operand(gr), lr.data<float>(),
+        delta.data<float>(), m, scale, dq, dk, dv,
+        scratch_bytes > 0 ? parts_scratch.data<float>() : nullptr, stream);
   } else {
     launch_attention_rows_backward(q.dtype(), s, operand(qr), operand(kr), operand(vr), operand(gr),
                                    lr.data_ptr(), delta.data_ptr(), m, scale, dq, dk, dv, stream);
