@@ -14,11 +14,17 @@
 //   ./build/bench/drafter_step_bench                        # the seed's shape, fused
 //   ./build/bench/drafter_step_bench --paths fused,chunked,naive --memory-limit-gb 95
 //   ./build/bench/drafter_step_bench --trace-dir /tmp/step   # + what held the peak
+//   ./build/bench/drafter_step_bench --offline-dir /tmp      # + fed from shards on disk
+//
+// With --offline-dir each path runs twice: with the features already on the device, then
+// fed from feature shards through the offline loader (drafter_step_offline.h); the table
+// gives both, their ratio (issue 19: within 3%) and what the loader waited for.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -33,6 +39,7 @@
 #include "cuda/compute_stream.h"
 #include "cuda/device_info.h"
 #include "cuda/event_timer.h"
+#include "drafter_step_offline.h"
 #include "nn/dflash_drafter.h"
 #include "trace/trace_analysis.h"
 #include "trace/trace_file.h"
@@ -55,12 +62,16 @@ struct Options {
   int steps = 5, warmup = 2;
   double memory_limit_gb = 0;  // 0 = the card
   std::string trace_dir;       // "": no traces; else one traced step per path, analysed
+  std::string offline_dir;     // "": features on the device only; else also from shards here
+  int64_t offline_samples = 8;
 };
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 struct Row {
   std::string path, error;
+  bool offline = false;
+  cg::train::OfflineFeatureSource::ReadAheadStats loader;  // over the timed steps
   std::vector<double> ms, host_ms;  // GPU time of each step; host time to enqueue it
   double peak = 0, resident = 0;
   int64_t new_segments = 0;
@@ -83,6 +94,20 @@ void print_holders(const std::string& path, const std::string& trace_file) {
     if (shown++ == 4) break;
     std::printf("    held by %-30s %8.2f GiB\n", g.name.c_str(), double(g.bytes) / kGiB);
   }
+}
+
+// The offline row against the on-device one (issue 19: within 3%), and what the loader
+// waited for over the timed steps.
+void print_loader(const Row& row, double offline_ms, double device_ms) {
+  const double ratio = device_ms > 0 ? offline_ms / device_ms : 0;
+  const cg::train::OfflineFeatureSource::ReadAheadStats& l = row.loader;
+  std::printf(
+      "  offline / on device: %.4f (%s 3%%); per step the host waited %.2f ms for the "
+      "reader; %lld of %lld fetches uploaded ahead, %lld still uploading at the fetch "
+      "(the stream waited for those)\n",
+      ratio, std::abs(ratio - 1) <= 0.03 ? "within" : "NOT within",
+      l.fetches > 0 ? 1e3 * l.wait_seconds / double(l.fetches) : 0.0, (long long)l.uploaded_ahead,
+      (long long)l.fetches, (long long)l.upload_in_flight);
 }
 
 }  // namespace
@@ -117,6 +142,13 @@ int main(int argc, char** argv) {
   app.add_option("--trace-dir", o.trace_dir,
                  "trace the last step of each path into DIR/trace_step_<path>.json and print "
                  "what held the memory at its peak (open it with `chunkgrad trace`)");
+  app.add_option("--offline-dir", o.offline_dir,
+                 "also feed each path from feature shards written into "
+                 "DIR/drafter_step_bench_features (removed at the end) through the offline "
+                 "loader, beside the features on the device");
+  app.add_option("--offline-samples", o.offline_samples,
+                 "samples written for --offline-dir (about 250 MB each at the seed's shape)")
+      ->check(CLI::Range(1, 1000));
   CLI11_PARSE(app, argc, argv);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   try {
@@ -179,6 +211,17 @@ int main(int argc, char** argv) {
       in.features = cg::randn({1, o.context, o.target_layers * o.hidden}, bf16, &gen);
       in.teacher_hidden = cg::randn({o.context, o.hidden}, bf16, &gen);
     }
+    const cg::Tensor device_features = in.features, device_teacher = in.teacher_hidden;
+    std::unique_ptr<cg::bench::OfflineStepFeed> feed;
+    if (!o.offline_dir.empty()) {
+      feed = std::make_unique<cg::bench::OfflineStepFeed>(o.offline_dir, o.offline_samples, seq, dc,
+                                                          dev, gen);
+      std::printf(
+          "offline features: %lld samples, %.2f GB in %s, written in %.1f s and dropped "
+          "from the page cache; %s\n",
+          (long long)o.offline_samples, double(feed->bytes()) / 1e9, feed->folder().c_str(),
+          feed->write_seconds(), feed->source().describe().c_str());
+    }
     cg::train::DrafterConfig step_config;
     step_config.max_anchors = o.anchors;
     step_config.block_size = o.block;
@@ -199,13 +242,21 @@ int main(int argc, char** argv) {
                            .c_str()
                      : "all full",
         o.ce_weight, o.gamma, flops / 1e12, o.steps, o.warmup);
-    std::printf("%-18s %9s %17s %10s %10s %6s %9s %13s %8s %8s\n", "path", "ms", "min-max",
+    std::printf("%-27s %9s %17s %10s %10s %6s %9s %13s %8s %8s\n", "path", "ms", "min-max",
                 "ctx tok/s", "pos/s", "MFU", "peak GiB", "resident GiB", "new segs", "host ms");
 
     std::stringstream list(o.paths);
+    std::vector<std::pair<std::string, bool>> runs;  // (path, fed from the shards)
     for (std::string name; std::getline(list, name, ',');) {
+      runs.emplace_back(name, false);
+      if (feed) runs.emplace_back(name, true);
+    }
+    double device_ms = 0;  // the last on-device row's median
+    for (const auto& [name, offline] : runs) {
       Row row;
-      row.path = "chunkgrad " + name;
+      row.path = "chunkgrad " + name + (offline ? ", offline" : "");
+      row.offline = offline;
+      cg::train::OfflineFeatureSource::ReadAheadStats before;
       cg::train::DrafterConfig cfg;
       cfg.loss.kind = "kl";
       cfg.loss.ce_weight = o.ce_weight;
@@ -217,6 +268,7 @@ int main(int argc, char** argv) {
         for (int s = 0; s < o.warmup + o.steps; ++s) {
           cg::backend_for(dev).synchronize(dev.index);
           if (s == o.warmup) {
+            if (offline) before = feed->source().stats();
             alloc.reset_peak_stats();
             row.resident = double(alloc.stats().allocated_bytes.current) / kGiB;
             row.new_segments = -alloc.stats().segment.allocated;
@@ -225,6 +277,7 @@ int main(int argc, char** argv) {
           if (traced) cg::MemoryTrace::enable(size_t{1} << 22);
           timer.start();
           const auto host_start = std::chrono::steady_clock::now();
+          if (offline) feed->before_step(s, o.warmup + o.steps, in);
           {
             cg::HeadLossResult r;
             {
@@ -255,25 +308,36 @@ int main(int argc, char** argv) {
           }
         }
         row.peak = double(alloc.stats().allocated_bytes.peak) / kGiB;
+        if (offline) {
+          const auto after = feed->source().stats();
+          row.loader.fetches = after.fetches - before.fetches;
+          row.loader.uploaded_ahead = after.uploaded_ahead - before.uploaded_ahead;
+          row.loader.upload_in_flight = after.upload_in_flight - before.upload_in_flight;
+          row.loader.wait_seconds = after.wait_seconds - before.wait_seconds;
+        }
         row.new_segments += alloc.stats().segment.allocated;
       } catch (const cg::OutOfMemoryError& e) {
         row.error = e.message();
         cg::MemoryTrace::disable();
       }
+      in.features = device_features;  // the fetched ones go before the next row
+      in.teacher_hidden = device_teacher;
       for (const cg::Tensor& p : drafter.parameters()) p.set_grad(cg::Tensor());
       alloc.empty_cache();
       if (!row.error.empty()) {
-        std::printf("%-18s out of memory: %s\n", row.path.c_str(), row.error.c_str());
+        std::printf("%-27s out of memory: %s\n", row.path.c_str(), row.error.c_str());
         continue;
       }
       std::sort(row.ms.begin(), row.ms.end());
       const double med = cg::median(row.ms), sec = med / 1e3;
-      std::printf("%-18s %9.1f %8.1f-%-8.1f %10.0f %10.0f %5.1f%% %9.2f %13.2f %8lld %8.1f\n",
+      std::printf("%-27s %9.1f %8.1f-%-8.1f %10.0f %10.0f %5.1f%% %9.2f %13.2f %8lld %8.1f\n",
                   row.path.c_str(), med, row.ms.front(), row.ms.back(), double(o.context) / sec,
                   double(o.anchors * o.block) / sec,
                   100 * cg::train::model_flops_utilization(flops, sec), row.peak, row.resident,
                   (long long)row.new_segments, cg::median(row.host_ms));
       if (!row.trace_file.empty()) print_holders(row.path, row.trace_file);
+      if (!offline) device_ms = med;
+      if (offline) print_loader(row, med, device_ms);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "drafter_step_bench: %s\n", e.what());
