@@ -60,6 +60,9 @@ OfflineStepFeed::OfflineStepFeed(const std::string& parent, int64_t samples,
   write_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   source_ = std::make_unique<train::OfflineFeatureSource>(
       folder_, train::FeatureExpectations{.layer_ids = config.target_layers, .hidden_size = H});
+  // One fetch names the device, so that every batch of the timed rows is uploaded ahead
+  // (Note [Uploading ahead]: before the first fetch a batch goes the CPU way).
+  source_->fetch({0}, device);
 }
 
 OfflineStepFeed::~OfflineStepFeed() {

@@ -286,7 +286,9 @@ void OfflineFeatureSource::reader_loop() {
       release_locked(next->hidden_states, 0);
       release_locked(next->last_hidden, 0);
     } else if (next->error.empty()) {
-      upload_ahead_locked(*next);
+      try {
+        upload_ahead_locked(*next);
+      } catch (const std::exception& e) { next->error = e.what(); }  // fetch() throws it
     }
     ready_.notify_all();
   }
