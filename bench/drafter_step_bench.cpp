@@ -18,11 +18,17 @@
 //   ./build/bench/drafter_step_bench --trace-dir /tmp/step   # + what held the peak
 //   ./build/bench/drafter_step_bench --checkpoint-layers     # + a row per path with each
 //                                                            #   layer recomputed in backward
+//   ./build/bench/drafter_step_bench --offline-dir /tmp      # + fed from shards on disk
+//
+// With --offline-dir each path runs twice: with the features already on the device, then
+// fed from feature shards through the offline loader (drafter_step_offline.h); the table
+// gives both, their ratio (issue 19: within 3%) and what the loader waited for.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -37,6 +43,7 @@
 #include "cuda/compute_stream.h"
 #include "cuda/device_info.h"
 #include "cuda/event_timer.h"
+#include "drafter_step_offline.h"
 #include "nn/dflash_drafter.h"
 #include "trace/trace_analysis.h"
 #include "trace/trace_file.h"
@@ -60,12 +67,16 @@ struct Options {
   double memory_limit_gb = 0;      // 0 = the card
   std::string trace_dir;           // "": no traces; else one traced step per path, analysed
   bool checkpoint_layers = false;  // each path also with activation checkpointing per layer
+  std::string offline_dir;         // "": features on the device only; else also from shards here
+  int64_t offline_samples = 8;
 };
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 struct Row {
   std::string path, error;
+  bool offline = false;
+  cg::train::OfflineFeatureSource::ReadAheadStats loader;  // over the timed steps
   std::vector<double> ms, host_ms;  // GPU time of each step; host time to enqueue it
   double peak = 0, resident = 0;
   int64_t new_segments = 0;
@@ -88,6 +99,20 @@ void print_holders(const std::string& path, const std::string& trace_file) {
     if (shown++ == 4) break;
     std::printf("    held by %-30s %8.2f GiB\n", g.name.c_str(), double(g.bytes) / kGiB);
   }
+}
+
+// The offline row against the on-device one (issue 19: within 3%), and what the loader
+// waited for over the timed steps.
+void print_loader(const Row& row, double offline_ms, double device_ms) {
+  const double ratio = device_ms > 0 ? offline_ms / device_ms : 0;
+  const cg::train::OfflineFeatureSource::ReadAheadStats& l = row.loader;
+  std::printf(
+      "  offline / on device: %.4f (%s 3%%); per step the host waited %.2f ms for the "
+      "reader; %lld of %lld fetches uploaded ahead, %lld still uploading at the fetch "
+      "(the stream waited for those)\n",
+      ratio, std::abs(ratio - 1) <= 0.03 ? "within" : "NOT within",
+      l.fetches > 0 ? 1e3 * l.wait_seconds / double(l.fetches) : 0.0, (long long)l.uploaded_ahead,
+      (long long)l.fetches, (long long)l.upload_in_flight);
 }
 
 }  // namespace
@@ -125,6 +150,13 @@ int main(int argc, char** argv) {
   app.add_flag("--checkpoint-layers", o.checkpoint_layers,
                "after each path's row, the same path with activation checkpointing per layer "
                "(row '<path> +ckpt': each decoder layer recomputed in the backward)");
+  app.add_option("--offline-dir", o.offline_dir,
+                 "also feed each path from feature shards written into "
+                 "DIR/drafter_step_bench_features (removed at the end) through the offline "
+                 "loader, beside the features on the device");
+  app.add_option("--offline-samples", o.offline_samples,
+                 "samples written for --offline-dir (about 250 MB each at the seed's shape)")
+      ->check(CLI::Range(1, 1000));
   CLI11_PARSE(app, argc, argv);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   try {
@@ -187,6 +219,17 @@ int main(int argc, char** argv) {
       in.features = cg::randn({1, o.context, o.target_layers * o.hidden}, bf16, &gen);
       in.teacher_hidden = cg::randn({o.context, o.hidden}, bf16, &gen);
     }
+    const cg::Tensor device_features = in.features, device_teacher = in.teacher_hidden;
+    std::unique_ptr<cg::bench::OfflineStepFeed> feed;
+    if (!o.offline_dir.empty()) {
+      feed = std::make_unique<cg::bench::OfflineStepFeed>(o.offline_dir, o.offline_samples, seq, dc,
+                                                          dev, gen);
+      std::printf(
+          "offline features: %lld samples, %.2f GB in %s, written in %.1f s and dropped "
+          "from the page cache; %s\n",
+          (long long)o.offline_samples, double(feed->bytes()) / 1e9, feed->folder().c_str(),
+          feed->write_seconds(), feed->source().describe().c_str());
+    }
     cg::train::DrafterConfig step_config;
     step_config.max_anchors = o.anchors;
     step_config.block_size = o.block;
@@ -207,23 +250,33 @@ int main(int argc, char** argv) {
                            .c_str()
                      : "all full",
         o.ce_weight, o.gamma, flops / 1e12, o.steps, o.warmup);
-    const int name_width = o.checkpoint_layers ? 24 : 18;  // room for "chunkgrad chunked +ckpt"
+    const int name_width = 31;  // room for "chunkgrad chunked +ckpt, offline"
     std::printf("%-*s %9s %17s %10s %10s %6s %9s %13s %8s %8s\n", name_width, "path", "ms",
                 "min-max", "ctx tok/s", "pos/s", "MFU", "peak GiB", "resident GiB", "new segs",
                 "host ms");
 
-    // (head-loss path, checkpointed) per row, in the order printed.
-    std::vector<std::pair<std::string, bool>> rows;
+    // The rows in the order printed: per head-loss path, plain, then checkpointed
+    // (--checkpoint-layers), then fed from the shards (--offline-dir).
+    struct RunKind {
+      std::string path;
+      bool checkpointed = false, offline = false;
+    };
     std::stringstream list(o.paths);
+    std::vector<RunKind> runs;
     for (std::string name; std::getline(list, name, ',');) {
-      rows.emplace_back(name, false);
-      if (o.checkpoint_layers) rows.emplace_back(name, true);
+      runs.push_back({name, false, false});
+      if (o.checkpoint_layers) runs.push_back({name, true, false});
+      if (feed) runs.push_back({name, false, true});
     }
-    for (const auto& [name, checkpointed] : rows) {
+    double device_ms = 0;  // the last on-device, uncheckpointed row's median
+    for (const auto& [name, checkpointed, offline] : runs) {
       Row row;
-      row.path = "chunkgrad " + name + (checkpointed ? " +ckpt" : "");
+      row.path =
+          "chunkgrad " + name + (checkpointed ? " +ckpt" : "") + (offline ? ", offline" : "");
+      row.offline = offline;
       drafter.set_activation_checkpointing(checkpointed ? cg::nn::ActivationCheckpointing::layers
                                                         : cg::nn::ActivationCheckpointing::none);
+      cg::train::OfflineFeatureSource::ReadAheadStats before;
       cg::train::DrafterConfig cfg;
       cfg.loss.kind = "kl";
       cfg.loss.ce_weight = o.ce_weight;
@@ -235,6 +288,7 @@ int main(int argc, char** argv) {
         for (int s = 0; s < o.warmup + o.steps; ++s) {
           cg::backend_for(dev).synchronize(dev.index);
           if (s == o.warmup) {
+            if (offline) before = feed->source().stats();
             alloc.reset_peak_stats();
             row.resident = double(alloc.stats().allocated_bytes.current) / kGiB;
             row.new_segments = -alloc.stats().segment.allocated;
@@ -243,6 +297,7 @@ int main(int argc, char** argv) {
           if (traced) cg::MemoryTrace::enable(size_t{1} << 22);
           timer.start();
           const auto host_start = std::chrono::steady_clock::now();
+          if (offline) feed->before_step(s, o.warmup + o.steps, in);
           {
             cg::HeadLossResult r;
             {
@@ -263,8 +318,8 @@ int main(int argc, char** argv) {
           const double ms = timer.stop_ms();
           if (traced) {
             std::filesystem::create_directories(o.trace_dir);
-            row.trace_file =
-                o.trace_dir + "/trace_step_" + name + (checkpointed ? "_ckpt" : "") + ".json";
+            row.trace_file = o.trace_dir + "/trace_step_" + name + (checkpointed ? "_ckpt" : "") +
+                             (offline ? "_offline" : "") + ".json";
             cg::write_memory_trace_file(row.trace_file);
             cg::MemoryTrace::disable();
           }
@@ -274,11 +329,20 @@ int main(int argc, char** argv) {
           }
         }
         row.peak = double(alloc.stats().allocated_bytes.peak) / kGiB;
+        if (offline) {
+          const auto after = feed->source().stats();
+          row.loader.fetches = after.fetches - before.fetches;
+          row.loader.uploaded_ahead = after.uploaded_ahead - before.uploaded_ahead;
+          row.loader.upload_in_flight = after.upload_in_flight - before.upload_in_flight;
+          row.loader.wait_seconds = after.wait_seconds - before.wait_seconds;
+        }
         row.new_segments += alloc.stats().segment.allocated;
       } catch (const cg::OutOfMemoryError& e) {
         row.error = e.message();
         cg::MemoryTrace::disable();
       }
+      in.features = device_features;  // the fetched ones go before the next row
+      in.teacher_hidden = device_teacher;
       for (const cg::Tensor& p : drafter.parameters()) p.set_grad(cg::Tensor());
       alloc.empty_cache();
       if (!row.error.empty()) {
@@ -293,6 +357,8 @@ int main(int argc, char** argv) {
                   100 * cg::train::model_flops_utilization(flops, sec), row.peak, row.resident,
                   (long long)row.new_segments, cg::median(row.host_ms));
       if (!row.trace_file.empty()) print_holders(row.path, row.trace_file);
+      if (!offline && !checkpointed) device_ms = med;
+      if (offline) print_loader(row, med, device_ms);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "drafter_step_bench: %s\n", e.what());

@@ -74,21 +74,41 @@ class DeviceBackend {
                     size_t nbytes) = 0;
   virtual void synchronize(int index) = 0;
 
-  // Note [Pinned uploads]: page-locked host memory, which a device copies from in its own
-  // stream order while the host goes on (the offline feature reader's batches,
-  // train/offline_features.h). allocate_pinned_host returns nullptr where the device has
-  // no such memory (the host, and the default): the caller then uses ordinary memory and
-  // copy(). upload_pinned queues dst (memory of dst_device) <- src (from
-  // allocate_pinned_host) and returns without waiting; src must stay as it is until
-  // upload_done(ticket), which never waits, says true. Default: copy(), done at once.
+  // Note [Pinned uploads]: page-locked host memory, which a device copies from on a copy
+  // engine of its own while the host and the compute stream go on (the offline feature
+  // reader's batches, train/offline_features.h). allocate_pinned_host returns nullptr where
+  // the device has no such memory (the host, and the default): the caller then uses
+  // ordinary memory and copy(). Tickets name points in a device's queues:
+  //   record_compute(d)     the work queued on d's compute stream so far;
+  //   upload_pinned(...)    queues dst (memory of dst_device) <- src (from
+  //                         allocate_pinned_host) on d's upload stream, after ticket `after`
+  //                         (0: none; consumed), and returns without waiting: src must stay
+  //                         as it is until upload_done(ticket). Any thread may call it;
+  //   wait_for(d, ticket)   work queued on d's compute stream from now on runs after the
+  //                         ticket; the host does not wait;
+  //   upload_done(ticket)   true once the ticket's work is done; never waits.
+  // A destination the compute stream may still use (a block the caching allocator handed
+  // back) is safe when `after` was recorded once it was allocated; the compute stream must
+  // wait_for the upload before it reads or frees the destination. Default: no queues:
+  // copy() at once, every ticket 0 and done.
   virtual void* allocate_pinned_host(size_t nbytes) {
     (void)nbytes;
     return nullptr;
   }
   virtual void free_pinned_host(void* ptr) { (void)ptr; }
-  virtual uint64_t upload_pinned(void* dst, Device dst_device, const void* src, size_t nbytes) {
+  virtual uint64_t record_compute(Device device) {
+    (void)device;
+    return 0;
+  }
+  virtual uint64_t upload_pinned(void* dst, Device dst_device, const void* src, size_t nbytes,
+                                 uint64_t after) {
+    (void)after;
     copy(dst, dst_device, src, kCPU, nbytes);
     return 0;
+  }
+  virtual void wait_for(Device device, uint64_t ticket) {
+    (void)device;
+    (void)ticket;
   }
   virtual bool upload_done(uint64_t ticket) {
     (void)ticket;

@@ -30,5 +30,9 @@ cudaStream_t compute_stream(int index);
 // StorageImpl::record_stream (Note [Streams], core/caching_allocator.h).
 constexpr StreamId kMaxSideStreams = 4;
 cudaStream_t stream_for(int index, StreamId id);
+// The side stream of the offline features' pinned uploads (Note [Pinned uploads],
+// core/backend.h): host-to-device copies only, so that a copy engine runs them beside the
+// compute stream.
+constexpr StreamId kUploadStream = kMaxSideStreams;
 
 }  // namespace cg::cuda

@@ -167,11 +167,56 @@ class CudaBackend final : public DeviceBackend {
   void free_pinned_host(void* ptr) override {
     if (ptr != nullptr) CG_CUDA_CHECK(cudaFreeHost(ptr));
   }
-  // In the compute stream's order (after the kernels queued so far, before those queued
-  // next), then an event whose completion frees the source.
-  uint64_t upload_pinned(void* dst, Device dst_device, const void* src, size_t nbytes) override {
-    const cudaStream_t stream = enter(dst_device, "upload_pinned");
+  // The compute stream's work so far: an event on it.
+  uint64_t record_compute(Device device) override {
+    return record(enter(device, "record_compute"));
+  }
+  // On the upload stream (a copy engine beside the compute stream), after `after`; then an
+  // event whose completion frees the source.
+  uint64_t upload_pinned(void* dst, Device dst_device, const void* src, size_t nbytes,
+                         uint64_t after) override {
+    enter(dst_device, "upload_pinned");  // checks the device and makes it current
+    const cudaStream_t stream = cuda::stream_for(dst_device.index, cuda::kUploadStream);
+    {
+      std::lock_guard<std::mutex> lock(uploads_mutex_);
+      auto it = uploads_.find(after);
+      if (it != uploads_.end()) {  // else 0, or seen done already
+        CG_CUDA_CHECK(cudaStreamWaitEvent(stream, it->second, 0));
+        CG_CUDA_CHECK(cudaEventDestroy(it->second));  // released once it completes
+        uploads_.erase(it);
+      }
+    }
     CG_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, stream));
+    return record(stream);
+  }
+  void wait_for(Device device, uint64_t ticket) override {
+    const cudaStream_t stream = enter(device, "wait_for");
+    std::lock_guard<std::mutex> lock(uploads_mutex_);  // upload_done may destroy the event
+    auto it = uploads_.find(ticket);
+    if (it != uploads_.end()) CG_CUDA_CHECK(cudaStreamWaitEvent(stream, it->second, 0));
+  }
+  bool upload_done(uint64_t ticket) override {
+    std::lock_guard<std::mutex> lock(uploads_mutex_);
+    auto it = uploads_.find(ticket);
+    if (it == uploads_.end()) return true;                 // seen done before (or 0: no upload)
+    const cudaError_t state = cudaEventQuery(it->second);  // never waits
+    if (state == cudaErrorNotReady) {
+      cudaGetLastError();
+      return false;
+    }
+    CG_CUDA_CHECK(state);
+    CG_CUDA_CHECK(cudaEventDestroy(it->second));
+    uploads_.erase(it);
+    return true;
+  }
+
+ private:
+  std::mutex uploads_mutex_;                 // guards uploads_ and last_ticket_
+  std::map<uint64_t, cudaEvent_t> uploads_;  // tickets not yet seen done
+  uint64_t last_ticket_ = 0;
+
+  // A ticket for the work queued on `stream` so far.
+  uint64_t record(cudaStream_t stream) {
     cudaEvent_t done{};
     CG_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
     CG_CUDA_CHECK(cudaEventRecord(done, stream));
@@ -179,29 +224,6 @@ class CudaBackend final : public DeviceBackend {
     uploads_.emplace(++last_ticket_, done);
     return last_ticket_;
   }
-  bool upload_done(uint64_t ticket) override {
-    cudaEvent_t done{};
-    {
-      std::lock_guard<std::mutex> lock(uploads_mutex_);
-      auto it = uploads_.find(ticket);
-      if (it == uploads_.end()) return true;  // seen done before (or 0: no upload)
-      done = it->second;
-    }
-    const cudaError_t state = cudaEventQuery(done);  // never waits
-    if (state == cudaErrorNotReady) {
-      cudaGetLastError();
-      return false;
-    }
-    CG_CUDA_CHECK(state);
-    std::lock_guard<std::mutex> lock(uploads_mutex_);
-    if (uploads_.erase(ticket) > 0) CG_CUDA_CHECK(cudaEventDestroy(done));
-    return true;
-  }
-
- private:
-  std::mutex uploads_mutex_;                 // guards uploads_ and last_ticket_
-  std::map<uint64_t, cudaEvent_t> uploads_;  // queued pinned uploads not yet seen done
-  uint64_t last_ticket_ = 0;
 
   // Makes `device` current and returns its compute stream.
   cudaStream_t enter(Device device, const char* what) {

@@ -132,10 +132,41 @@ void* FakeDeviceBackend::allocate_pinned_host(size_t nbytes) {
 void FakeDeviceBackend::free_pinned_host(void* ptr) { std::free(ptr); }
 
 uint64_t FakeDeviceBackend::upload_pinned(void* dst, Device dst_device, const void* src,
-                                          size_t nbytes) {
+                                          size_t nbytes, uint64_t after) {
+  (void)after;  // the fake's compute work runs at once: it is always done
+  std::lock_guard<std::mutex> lock(uploads_mutex_);
   ++counts.pinned_uploads;
-  copy(dst, dst_device, src, kCPU, nbytes);
-  return static_cast<uint64_t>(counts.pinned_uploads);
+  uploads_.emplace(++last_ticket_, Upload{dst, dst_device, src, nbytes});
+  return last_ticket_;
+}
+
+// The upload stream runs in order: the uploads up to `ticket` are copied now.
+void FakeDeviceBackend::run_uploads_through(uint64_t ticket) {
+  while (true) {
+    Upload u{};
+    {
+      std::lock_guard<std::mutex> lock(uploads_mutex_);
+      if (uploads_.empty() || uploads_.begin()->first > ticket) return;
+      u = uploads_.begin()->second;
+    }
+    copy(u.dst, u.device, u.src, kCPU, u.nbytes);
+    std::lock_guard<std::mutex> lock(uploads_mutex_);
+    uploads_.erase(uploads_.begin());  // after the copy: the source is in use until then
+  }
+}
+
+void FakeDeviceBackend::wait_for(Device, uint64_t ticket) { run_uploads_through(ticket); }
+
+void FakeDeviceBackend::run_uploads() { run_uploads_through(UINT64_MAX); }
+
+bool FakeDeviceBackend::upload_done(uint64_t ticket) {
+  std::lock_guard<std::mutex> lock(uploads_mutex_);
+  return uploads_.empty() || uploads_.begin()->first > ticket;
+}
+
+int FakeDeviceBackend::pending_uploads() {
+  std::lock_guard<std::mutex> lock(uploads_mutex_);
+  return static_cast<int>(uploads_.size());
 }
 
 void FakeDeviceBackend::copy_strided(Device device, void* dst, DType dst_dtype, const Dims& sizes,

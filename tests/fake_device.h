@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "core/backend.h"
@@ -59,13 +60,33 @@ class FakeDeviceBackend final : public DeviceBackend {
   void random_normal(Device device, void* dst, DType dtype, const Dims& sizes, const Dims& strides,
                      uint64_t seed, uint64_t offset, double mean, double std) override;
 
-  // Note [Pinned uploads]: ordinary host memory stands for pinned memory, and an upload
-  // is done at once (copy()); the counts show that a caller took the pinned path.
+  // Note [Pinned uploads]: ordinary host memory stands for pinned memory. An upload is
+  // only queued (any thread): its bytes are copied when the compute stream is made to
+  // wait for it (wait_for) or when a test runs the queue (run_uploads), so that a reader
+  // that rewrote a buffer before upload_done said so, or a step that read a destination
+  // without wait_for, gets the wrong bytes, as on a GPU. The counts show the path taken.
   void* allocate_pinned_host(size_t nbytes) override;
   void free_pinned_host(void* ptr) override;
-  uint64_t upload_pinned(void* dst, Device dst_device, const void* src, size_t nbytes) override;
+  uint64_t upload_pinned(void* dst, Device dst_device, const void* src, size_t nbytes,
+                         uint64_t after) override;
+  void wait_for(Device device, uint64_t ticket) override;
+  bool upload_done(uint64_t ticket) override;
+  void run_uploads();  // the upload stream catches up (main thread)
+  int pending_uploads();
 
   Counts counts;
+
+ private:
+  struct Upload {
+    void* dst;
+    Device device;
+    const void* src;
+    size_t nbytes;
+  };
+  void run_uploads_through(uint64_t ticket);
+  std::mutex uploads_mutex_;
+  std::map<uint64_t, Upload> uploads_;  // queued, not yet copied, in ticket order
+  uint64_t last_ticket_ = 0;
 };
 
 // Registers the fake device's backend and returns it, with its counts reset. uninstall()

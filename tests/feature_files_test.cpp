@@ -4,8 +4,10 @@
 // mismatched folder is refused in one line naming the file and the field.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "core/backend.h"
 #include "core/factories.h"
@@ -108,7 +110,7 @@ TEST(FeatureFiles, WhatIsWrittenIsReadBackBf16AndF32) {
     source.prefetch({2, 1});
     const train::FeatureBatch a = source.fetch({1, 2}, kCPU);
     const train::FeatureBatch c = source.fetch({2, 1}, kCPU);  // {3} was skipped: dropped
-    EXPECT_EQ(source.prefetched_batches_used(), 2);
+    EXPECT_EQ(source.stats().prefetched, 2);
     expect_row(a, 0, w, 1, dtype);
     expect_row(a, 1, w, 2, dtype);
     expect_row(c, 0, w, 2, dtype);
@@ -140,6 +142,53 @@ TEST(FeatureFiles, ReadAheadGoesThroughPinnedBuffersOnADevice) {
   }
   EXPECT_EQ(scope.backend().counts.pinned_uploads, 14);
   EXPECT_LE(scope.backend().counts.pinned_buffers, 4);  // reused, not made per batch
+}
+
+// Note [Uploading ahead], on the fake device whose uploads run only when the compute
+// stream waits for them: each step's batch is uploaded before its fetch, batches come in
+// the order asked for, and a pinned buffer whose upload has not run is never rewritten by
+// the reader (if it were, the late copy would carry the next batch's bytes and a row
+// below would not match). A batch skipped after its upload was queued is waited for.
+TEST(FeatureFiles, UploadsGoAheadInOrderAndNoBufferIsRewrittenInFlight) {
+  fake::FakeDeviceScope scope;
+  fake::FakeDeviceBackend& fake = scope.backend();
+  TempDir dir;
+  const Written w = write_features(dir.file("f"), DType::bf16);
+  train::OfflineFeatureSource source(dir.file("f"));
+  source.fetch({0}, fake::fake_device());  // names the device
+  // Until the reader has queued `n` uploads (it runs on its own thread).
+  auto until_pending = [&](int n) {
+    for (int i = 0; i < 5000 && fake.pending_uploads() < n; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_EQ(fake.pending_uploads(), n);
+  };
+  auto ids_of = [](int step) { return std::vector<int64_t>{step % 5, (step + 1) % 5}; };
+  std::vector<train::FeatureBatch> got;
+  source.prefetch(ids_of(0));
+  until_pending(2);
+  for (int step = 0; step < 6; ++step) {
+    source.prefetch(ids_of(step + 1));  // the trainer's order: the next step's, then this one's
+    until_pending(4);                   // both batches' uploads queued, none run
+    got.push_back(source.fetch(ids_of(step), fake::fake_device()));
+    EXPECT_EQ(fake.pending_uploads(), 2) << "the fetch ran the next batch's upload too";
+  }
+  for (int step = 0; step < 6; ++step) {
+    SCOPED_TRACE(step);
+    const train::FeatureBatch b = to_cpu(got[static_cast<size_t>(step)]);
+    expect_row(b, 0, w, ids_of(step)[0], DType::bf16);
+    expect_row(b, 1, w, ids_of(step)[1], DType::bf16);
+  }
+  const auto stats = source.stats();
+  EXPECT_EQ(stats.fetches, 7);
+  EXPECT_EQ(stats.prefetched, 6);
+  EXPECT_EQ(stats.uploaded_ahead, 6);
+  EXPECT_EQ(stats.upload_in_flight, 6);      // the fake runs an upload only when waited for
+  EXPECT_LE(fake.counts.pinned_buffers, 8);  // two batches in flight and the pool's spares
+  // Batch 6 was asked for and never fetched: fetching batch 7 drops it, after its upload.
+  source.prefetch({4});
+  until_pending(4);
+  expect_row(to_cpu(source.fetch({4}, fake::fake_device())), 0, w, 4, DType::bf16);
+  EXPECT_EQ(fake.pending_uploads(), 0);
 }
 
 // The same on the GPU: the features that arrive are the CPU's bits, and once the pool of

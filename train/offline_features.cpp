@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -175,6 +176,8 @@ OfflineFeatureSource::~OfflineFeatureSource() {
   }
   wake_.notify_all();
   if (reader_.joinable()) reader_.join();
+  for (const auto& b : queue_) drop_locked(*b);  // the reader is gone: no lock needed
+  queue_.clear();
   for (int fd : fds_) ::close(fd);
   for (PinnedBuffer& p : pinned_) {
     while (!pinned_backend_->upload_done(p.ticket)) std::this_thread::yield();
@@ -191,6 +194,7 @@ std::string OfflineFeatureSource::describe() const {
          std::to_string(index_.shards.size()) + " shards, " + dtype_name(index_.dtype) + ")";
 }
 
+// Not zeroed: read_batch writes every byte (the samples, then zeros to S).
 void OfflineFeatureSource::take_buffer(size_t nbytes, HostBuffer& out) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -212,12 +216,11 @@ void OfflineFeatureSource::take_buffer(size_t nbytes, HostBuffer& out) {
         pinned_[static_cast<size_t>(found)].in_use = true;
         out.pinned = found;
         out.data = static_cast<char*>(pinned_[static_cast<size_t>(found)].ptr);
-        std::memset(out.data, 0, nbytes);
         return;
       }
     }
   }
-  out.plain.assign(nbytes, 0);
+  out.plain.resize(nbytes);
   out.data = out.plain.data();
 }
 
@@ -242,12 +245,15 @@ void OfflineFeatureSource::read_batch(HostBatch& b) {
     CG_CHECK(id >= 0 && id < static_cast<int64_t>(samples_.size()), "feature files: sample ", id,
              " asked for; ", dir_, " has ", samples_.size());
     const SampleFiles& f = samples_[static_cast<size_t>(id)];
-    read_exactly(fds_[static_cast<size_t>(f.hidden_states.shard)],
-                 b.hidden_states.data + static_cast<uint64_t>(r * S) * row_hs,
-                 f.hidden_states.offset, f.hidden_states.nbytes, shard_path(f.hidden_states.shard));
-    read_exactly(fds_[static_cast<size_t>(f.last_hidden.shard)],
-                 b.last_hidden.data + static_cast<uint64_t>(r * S) * row_last, f.last_hidden.offset,
+    char* hs = b.hidden_states.data + static_cast<uint64_t>(r * S) * row_hs;
+    char* last = b.last_hidden.data + static_cast<uint64_t>(r * S) * row_last;
+    read_exactly(fds_[static_cast<size_t>(f.hidden_states.shard)], hs, f.hidden_states.offset,
+                 f.hidden_states.nbytes, shard_path(f.hidden_states.shard));
+    read_exactly(fds_[static_cast<size_t>(f.last_hidden.shard)], last, f.last_hidden.offset,
                  f.last_hidden.nbytes, shard_path(f.last_hidden.shard));
+    const uint64_t pad = static_cast<uint64_t>(S - f.seq_len);  // rows after the sample
+    std::memset(hs + f.hidden_states.nbytes, 0, pad * row_hs);
+    std::memset(last + f.last_hidden.nbytes, 0, pad * row_last);
   }
 }
 
@@ -279,6 +285,10 @@ void OfflineFeatureSource::reader_loop() {
     if (next->dropped) {  // fetch() went past it while it was being read
       release_locked(next->hidden_states, 0);
       release_locked(next->last_hidden, 0);
+    } else if (next->error.empty()) {
+      try {
+        upload_ahead_locked(*next);
+      } catch (const std::exception& e) { next->error = e.what(); }  // fetch() throws it
     }
     ready_.notify_all();
   }
@@ -289,6 +299,13 @@ void OfflineFeatureSource::prefetch(const std::vector<int64_t>& ids) {
   b->ids = ids;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (pinned_backend_ != nullptr) {  // Note [Uploading ahead]
+      const int64_t B = static_cast<int64_t>(ids.size()), S = index_.max_seq_len;
+      const TensorOptions on{.dtype = index_.dtype, .device = pinned_device_};
+      b->device_hidden_states = empty({B, S, index_.num_layers() * index_.hidden_size}, on);
+      b->device_last_hidden = empty({B, S, index_.hidden_size}, on);
+      b->after = pinned_backend_->record_compute(pinned_device_);
+    }
     queue_.push_back(std::move(b));
     if (!reader_.joinable()) reader_ = std::thread([this] { reader_loop(); });
   }
@@ -299,31 +316,41 @@ FeatureBatch OfflineFeatureSource::fetch(const std::vector<int64_t>& ids, Device
   std::shared_ptr<HostBatch> b;
   {
     std::unique_lock<std::mutex> lock(mutex_);
-    // From now on batches are read into pinned memory when the device has its own (a
-    // batch read ahead before the first fetch named the device goes the ordinary way).
-    if (pinned_backend_ == nullptr && backend_for(device).capabilities().own_memory)
+    ++stats_.fetches;
+    // From now on batches are read into pinned memory and uploaded ahead when the device
+    // has memory of its own (Note [Uploading ahead]).
+    if (pinned_backend_ == nullptr && backend_for(device).capabilities().own_memory) {
       pinned_backend_ = &backend_for(device);
+      pinned_device_ = device;
+    }
+    CG_CHECK(pinned_backend_ == nullptr || device == pinned_device_, "feature files: ", describe(),
+             " uploads to ", pinned_device_.str(), " and was asked for ", device.str(),
+             "; open one source per device");
     // The first queued batch with these ids; the ones before it were not fetched and go
     // (one the reader is reading finishes unseen). The batch itself stays queued until it
     // is read: the reader takes its work from the queue.
     for (size_t i = 0; i < queue_.size(); ++i) {
       if (queue_[i]->ids != ids) continue;
       b = queue_[i];
-      for (size_t k = 0; k < i; ++k) {
-        HostBatch& skipped = *queue_[k];
-        skipped.dropped = true;
-        if (skipped.done) {
-          release_locked(skipped.hidden_states, 0);
-          release_locked(skipped.last_hidden, 0);
-        }
-      }
+      for (size_t k = 0; k < i; ++k) drop_locked(*queue_[k]);
       queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(i));
       break;
     }
     if (b) {
+      const auto t0 = std::chrono::steady_clock::now();
       ready_.wait(lock, [&] { return b->done; });
+      stats_.wait_seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       queue_.pop_front();  // b: nothing before it was added since
-      ++prefetch_hits_;
+      ++stats_.prefetched;
+      if (b->uploaded != 0) {
+        ++stats_.uploaded_ahead;
+        if (!pinned_backend_->upload_done(b->uploaded)) ++stats_.upload_in_flight;
+        pinned_backend_->wait_for(device, b->uploaded);
+        return {std::move(b->device_hidden_states), std::move(b->device_last_hidden)};
+      }
+      b->device_hidden_states = Tensor();  // not uploaded ahead (nothing was queued on them)
+      b->device_last_hidden = Tensor();
     }
   }
   if (!b) {  // nobody asked for it: read here
@@ -340,14 +367,52 @@ FeatureBatch OfflineFeatureSource::fetch(const std::vector<int64_t>& ids, Device
   return out;
 }
 
-// A pinned buffer goes to the device in its stream order, and back to the pool with the
-// upload's ticket; ordinary memory is copied into a tensor (and that to the device).
+// Note [Uploading ahead]: the reader has read `b`; its bytes go up now, after the compute
+// work that was queued when its device tensors were made.
+void OfflineFeatureSource::upload_ahead_locked(HostBatch& b) {
+  if (!b.device_hidden_states.defined() || b.hidden_states.pinned < 0 || b.last_hidden.pinned < 0)
+    return;  // fetch() uploads it the CPU way
+  const uint64_t first = pinned_backend_->upload_pinned(b.device_hidden_states.data_ptr(),
+                                                        pinned_device_, b.hidden_states.data,
+                                                        b.device_hidden_states.nbytes(), b.after);
+  b.after = 0;  // consumed
+  b.uploaded = pinned_backend_->upload_pinned(b.device_last_hidden.data_ptr(), pinned_device_,
+                                              b.last_hidden.data, b.device_last_hidden.nbytes(), 0);
+  release_locked(b.hidden_states, first);
+  release_locked(b.last_hidden, b.uploaded);
+}
+
+// A batch nobody will fetch (main thread): its pinned buffers go back to the pool (with
+// their upload's ticket, if it was queued); its device tensors are freed once the compute
+// stream is ordered after the upload into them.
+void OfflineFeatureSource::drop_locked(HostBatch& b) {
+  b.dropped = true;
+  if (b.uploaded != 0) pinned_backend_->wait_for(pinned_device_, b.uploaded);
+  b.uploaded = 0;
+  if (b.done) {  // else the reader releases them when it finishes
+    release_locked(b.hidden_states, 0);
+    release_locked(b.last_hidden, 0);
+  }
+  b.device_hidden_states = Tensor();
+  b.device_last_hidden = Tensor();
+}
+
+OfflineFeatureSource::ReadAheadStats OfflineFeatureSource::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+// A batch not uploaded ahead: a pinned buffer goes up now (the compute stream waits for
+// it) and back to the pool with the upload's ticket; ordinary memory is copied into a
+// tensor, and that to the device.
 Tensor OfflineFeatureSource::upload(HostBuffer& b, const Shape& shape, Device device) {
   Tensor t;
   uint64_t ticket = 0;
   if (b.pinned >= 0 && backend_for(device).capabilities().own_memory) {
     t = empty(shape, {.dtype = index_.dtype, .device = device});
-    ticket = pinned_backend_->upload_pinned(t.data_ptr(), device, b.data, t.nbytes());
+    const uint64_t after = pinned_backend_->record_compute(device);
+    ticket = pinned_backend_->upload_pinned(t.data_ptr(), device, b.data, t.nbytes(), after);
+    pinned_backend_->wait_for(device, ticket);
   } else {
     t = empty(shape, {.dtype = index_.dtype});
     std::memcpy(t.data_ptr(), b.data, t.nbytes());

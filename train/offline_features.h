@@ -9,12 +9,25 @@
 // Note [Reading ahead]: the trainer calls prefetch() with the next step's samples; a
 // background thread reads their bytes from the shards (pread, no tensor is made off the
 // main thread) into one host buffer per batch, laid out as the padded batch [B, S, K*H],
-// while the current step computes. fetch() then only copies that buffer into a tensor and
-// to the device; a fetch nobody asked for reads on the calling thread. On a device with
-// memory of its own the buffers are page-locked host memory from a small pool and go up
-// asynchronously in the device's stream order (Note [Pinned uploads], core/backend.h): the
-// copy overlaps the device's work and a buffer is reused once its upload is done. On the
-// CPU the buffer is ordinary memory.
+// while the current step computes. fetch() then only hands over what was read; a fetch
+// nobody asked for reads on the calling thread. On the CPU the buffer is ordinary memory,
+// copied into a tensor.
+//
+// Note [Uploading ahead]: on a device with memory of its own (once a fetch has named it)
+// the buffers are page-locked host memory from a small pool, and the batch goes up while
+// the current step computes, not between steps (Note [Pinned uploads], core/backend.h):
+//   prefetch() (main thread)  makes the batch's device tensors and a ticket for the compute
+//                             stream's work so far (the tensors' blocks may have been in
+//                             use until then);
+//   the reader                reads into a pinned buffer, then queues the upload on the
+//                             device's upload stream after that ticket;
+//   fetch()                   makes the compute stream wait for the upload (the host does
+//                             not) and returns the tensors.
+// Invariants: a pinned buffer is written again only once upload_done() says its last
+// upload finished (so no step sees a half-rewritten buffer); a device tensor that an
+// upload writes is freed or read only after wait_for() on that upload; batches are handed
+// out in the order they were asked for, skipped ones dropped (their uploads waited for).
+// Before the first fetch the device is unknown: that batch goes the CPU way, then up.
 #pragma once
 
 #include <condition_variable>
@@ -27,6 +40,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/tensor.h"
 #include "train/feature_files.h"
 #include "train/feature_source.h"
 
@@ -64,9 +78,16 @@ class OfflineFeatureSource : public FeatureSource {
   void prefetch(const std::vector<int64_t>& ids) override;
 
   const FeatureFileIndex& index() const { return index_; }
-  // Batches read by the background thread and taken by fetch() (tests: > 0 once the
-  // trainer prefetches).
-  int64_t prefetched_batches_used() const { return prefetch_hits_; }
+  // What the read-ahead did so far (a bench prints it; tests check it).
+  struct ReadAheadStats {
+    int64_t fetches = 0;
+    int64_t prefetched = 0;        // fetches served by the background reader
+    int64_t uploaded_ahead = 0;    // ... whose upload was queued before the fetch
+    int64_t upload_in_flight = 0;  // ... whose upload had not finished at the fetch (the
+                                   // compute stream may wait for it, the host did not)
+    double wait_seconds = 0;       // host time fetch() spent waiting for the reader
+  };
+  ReadAheadStats stats() const;
 
  private:
   struct Location {  // where one tensor's bytes are
@@ -87,6 +108,11 @@ class OfflineFeatureSource : public FeatureSource {
   struct HostBatch {  // Note [Reading ahead]
     std::vector<int64_t> ids;
     HostBuffer hidden_states, last_hidden;  // [B, S, K*H] and [B, S, H], zero padded
+    // Note [Uploading ahead]: made by prefetch() when the device is known; `after`: the
+    // compute stream's work when they were made; `uploaded`: the ticket of the last upload
+    // into them (0: not queued).
+    Tensor device_hidden_states, device_last_hidden;
+    uint64_t after = 0, uploaded = 0;
     std::string error;
     bool done = false, dropped = false;
   };
@@ -100,6 +126,8 @@ class OfflineFeatureSource : public FeatureSource {
   void read_batch(HostBatch& b);                     // any thread
   void take_buffer(size_t nbytes, HostBuffer& out);  // any thread; zeroed
   void release_locked(HostBuffer& b, uint64_t ticket);
+  void drop_locked(HostBatch& b);          // main thread
+  void upload_ahead_locked(HostBatch& b);  // the reader, once b is read
   Tensor upload(HostBuffer& b, const Shape& shape, Device device);
   void reader_loop();
   std::string shard_path(int shard) const;
@@ -110,15 +138,16 @@ class OfflineFeatureSource : public FeatureSource {
   std::vector<DrafterSequence> sequences_;
   std::vector<SampleFiles> samples_;
 
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable wake_, ready_;
   std::deque<std::shared_ptr<HostBatch>> queue_;  // asked for, in order
   bool stop_ = false;
   std::thread reader_;  // started by the first prefetch()
-  int64_t prefetch_hits_ = 0;
+  ReadAheadStats stats_;
   // Set by the first fetch to a device with memory of its own; the pool of its pinned
-  // buffers, reused once their last upload is done (both guarded by mutex_).
+  // buffers, reused once their last upload is done (all guarded by mutex_).
   DeviceBackend* pinned_backend_ = nullptr;
+  Device pinned_device_ = kCPU;
   std::vector<PinnedBuffer> pinned_;
 };
 
