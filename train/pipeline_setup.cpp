@@ -1,0 +1,240 @@
+// Why this file exists: the main job's first stages (pipeline_stages.h): the run directory
+// locked and checked, the corpus or the offline feature files opened, the resume
+// checkpoint chosen -- everything that must hold before a stage writes -- and the helpers
+// every stage prints with. The later stages are in train/pipeline.cpp.
+#include "train/pipeline_stages.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "core/atomic_file.h"
+#include "ops/threads.h"
+#include "train/corpus.h"
+#include "train/fingerprint.h"
+#include "train/offline_run.h"
+
+namespace cg::train::pipeline_stages {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// A stage's time as people read it: "12.3 s", "3:05" from a minute on.
+std::string seconds_text(double seconds) {
+  char buf[32];
+  if (seconds < 60) {
+    std::snprintf(buf, sizeof buf, "%.1f s", seconds);
+  } else {
+    const int64_t s = static_cast<int64_t>(seconds + 0.5);
+    std::snprintf(buf, sizeof buf, "%lld:%02lld", static_cast<long long>(s / 60),
+                  static_cast<long long>(s % 60));
+  }
+  return buf;
+}
+
+void say(const TrainConfig& c, const std::string& line) {
+  if (c.progress) {
+    std::fprintf(stderr, "chunkgrad train: %s\n", line.c_str());
+    std::fflush(stderr);
+  }
+}
+
+// A warning goes to stderr with or without progress (--no-progress drops stage lines only).
+void warn(const std::string& line) {
+  std::fprintf(stderr, "chunkgrad train: warning: %s\n", line.c_str());
+  std::fflush(stderr);
+}
+
+// A progress bar for a stage without a loss (generation, decoding), fed by generate_all's
+// or evaluate_speculative's callback: prompts done of `total`, tokens/s and an ETA, the
+// line ended when the last prompt is done (Note [Batched generation on a GPU]: on a GPU a
+// batch of prompts ends at once).
+GenerateProgress progress_bar(const std::string& phase, size_t total, const TrainConfig& c) {
+  auto bar = std::make_shared<ProgressBar>(phase, static_cast<int64_t>(total), c.progress);
+  return [bar](int64_t done, int64_t all, int64_t tokens) {
+    bar->update(done, tokens);
+    if (done == all) bar->finish();
+  };
+}
+
+// Text for the summary: printable ASCII and newlines as they are, other bytes as \xNN
+// (a small target may emit bytes that are not UTF-8, which JSON cannot hold).
+std::string printable(const std::string& text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (c == '\n' || (c >= 0x20 && c < 0x7f)) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02X", c);
+      out += buf;
+    }
+  }
+  return out;
+}
+
+namespace {
+
+std::vector<std::string> train_prompts(const TrainConfig& c, const std::string& text, int64_t count,
+                                       int64_t* cut) {
+  if (c.corpus.path.empty()) {
+    std::vector<std::string> p;
+    for (const auto& l : generate_corpus_lines(c.corpus.seed, count)) p.push_back(l.prompt);
+    return p;
+  }
+  return prompts_from_text(text, count, 16, c.seed, PromptSplit::training, cut);
+}
+
+std::vector<std::string> eval_prompts(const TrainConfig& c, const std::string& text, int64_t count,
+                                      int64_t* cut) {
+  if (c.corpus.path.empty()) {  // held out: another seed than the corpus and the drafter data
+    std::vector<std::string> p;
+    for (const auto& l : generate_corpus_lines(c.corpus.seed + 1000003, count))
+      p.push_back(l.prompt);
+    return p;
+  }
+  return prompts_from_text(text, count, 16, c.seed + 1000003, PromptSplit::evaluation, cut);
+}
+
+// A folder a later stage writes into, made and probed now (a file is created in it and
+// removed): a folder that cannot be made or written fails before the minutes of training,
+// with the system's reason, not after them.
+void probe_output_dir(const std::string& dir, const std::string& what, const std::string& advice) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  CG_CHECK(!ec && std::filesystem::is_directory(dir), what, ": cannot create the directory ", dir,
+           ": ", ec ? ec.message() : std::string("a file is in the way"), "; ", advice);
+  check_writable_dir(dir, what);
+}
+
+}  // namespace
+
+// Stage 0: the run directory, locked for this run (run_lock.h) before anything in it is
+// read or written.
+void lock_run_directory(RunState& s) {
+  std::filesystem::create_directories(s.config.run_dir);
+  s.lock = std::make_unique<RunLock>(s.config.run_dir);
+  if (s.lock->stale_pid() > 0) {
+    say(s.config, "run_dir: took over the lock of pid " + std::to_string(s.lock->stale_pid()) +
+                      ", which is no longer running");
+  }
+}
+
+// Before any stage: what the config allows but the user probably did not mean.
+void warn_about_config(const TrainConfig& c) {
+  if (c.eval.block_size > 0 && c.eval.block_size != c.drafter.block_size) {
+    warn(
+        "eval.block_size " + std::to_string(c.eval.block_size) +
+        " differs from drafter.block_size " + std::to_string(c.drafter.block_size) +
+        ": the drafter is trained on blocks of " + std::to_string(c.drafter.block_size) +
+        " and evaluated on blocks of " + std::to_string(c.eval.block_size) +
+        (c.eval.block_size > c.drafter.block_size ? " (the slots beyond were never trained)" : "") +
+        "; set eval.block_size to 0 to evaluate at the trained size");
+  }
+}
+
+// Stage 1: the corpus text, its byte tokens and the content fingerprint. Reads only.
+void read_corpus(RunState& s) {
+  const TrainConfig& config = s.config;
+  s.text = config.corpus.path.empty()
+               ? corpus_text(generate_corpus_lines(config.corpus.seed, config.corpus.lines))
+               : read_corpus_file(config.corpus.path);
+  s.tokens = s.tok.encode(s.text);
+  s.data_fingerprint = data_fingerprint(config, s.text).dump();
+  say(config, "corpus: " + std::to_string(s.tokens.size()) + " byte tokens (" +
+                  (config.corpus.path.empty() ? std::string("generated") : config.corpus.path) +
+                  ")");
+  // The prompts of the later stages, taken now: a corpus they cannot come from fails
+  // before the target is trained, and prompts that had to be cut are named up front.
+  int64_t cut = 0;
+  s.train_prompts = train_prompts(config, s.text, config.data.num_sequences, &cut);
+  s.eval_prompts =
+      eval_prompts(config, s.text, config.eval.prompts + config.eval.accuracy_sequences, &cut);
+  s.accuracy_prompts.assign(s.eval_prompts.begin() + config.eval.prompts, s.eval_prompts.end());
+  s.eval_prompts.resize(static_cast<size_t>(config.eval.prompts));
+  if (cut > 0) {
+    warn("corpus: " + std::to_string(cut) + " of " +
+         std::to_string(config.data.num_sequences + config.eval.prompts +
+                        config.eval.accuracy_sequences) +
+         " prompts (the text before a line's first \": \") were longer than " +
+         std::to_string(kMaxPromptBytes) + " bytes and were cut to their last " +
+         std::to_string(kMaxPromptBytes) + " bytes");
+  }
+}
+
+// Stage 1 of an offline run, instead of the corpus: the feature folder and the target it
+// names, opened and checked (offline_run.h). Reads only.
+void open_offline_features(RunState& s) {
+  OfflineRun r = open_offline_run(s.config, s.device);
+  s.offline = true;
+  s.offline_train = r.train;
+  s.offline_held = r.held;
+  s.data_fingerprint = r.data_fingerprint;
+  s.target.lm = std::move(r.target.lm);
+  s.target.source = "features (" + r.target.kind + " " + r.target.path + ")";
+  say(s.config, "features: " + s.offline_train->describe() + ", target " + r.target.path);
+}
+
+// Stage 2: the resume decision (drafter_checkpoints.h): the newest drafter checkpoint, or
+// the one --resume-from names, its header and its tensors (shapes and finiteness): a run
+// with another config or other data, or a mismatched checkpoint, is refused here, before
+// any stage writes, so the refusal's "the run directory is unchanged" is true. A damaged
+// newest checkpoint is skipped for the one before, in one line each.
+void check_resume(RunState& s, const PipelineOptions& options) {
+  s.resume = choose_resume_checkpoint(s.config, s.data_fingerprint, options.resume_from);
+  for (const std::string& skipped : s.resume.skipped) {
+    warn("resume: " + skipped + "; skipped it, resuming from " + s.resume.path +
+         " (the skipped one is removed when this run saves its first checkpoint)");
+  }
+  if (!options.resume_from.empty()) {
+    int64_t later = 0;
+    for (const auto& [step, path] : drafter_checkpoint_files(s.config.run_dir))
+      later += step > s.resume.step ? 1 : 0;
+    if (later > 0) {
+      warn("resume: from " + options.resume_from + " (step " + std::to_string(s.resume.step) +
+           ") as --resume-from asks; the run directory's " + std::to_string(later) +
+           " later checkpoint(s) are removed when this run saves its first checkpoint");
+    }
+  }
+}
+
+// Stage 3: the run directory made ready: the folders the later stages write into probed
+// (target/, drafter/, the trace folder), the metrics log, this run's config.json, and the
+// previous run's results invalidated (a run that fails must not leave an old summary.json
+// beside the new config.json).
+void prepare_run_directory(RunState& s) {
+  const TrainConfig& config = s.config;
+  if (config.threads > 0) set_num_threads(static_cast<int>(config.threads));
+  const std::string fix = "make it a writable folder, or give another run_dir";
+  if (config.memory.enabled && !config.memory.trace_dir.empty()) {
+    probe_output_dir(config.run_dir + "/" + config.memory.trace_dir, "memory.trace_dir",
+                     "give another trace_dir or \"\" for no traces");
+  }
+  if (config.target.checkpoint.empty() && !s.offline)
+    probe_output_dir(config.run_dir + "/target", "the target cache", fix);
+  probe_output_dir(config.run_dir + "/drafter", "the drafter checkpoints", fix);
+  s.log = MetricsLog(config.run_dir + "/metrics.jsonl");
+  std::error_code ec;
+  std::filesystem::remove(config.run_dir + "/summary.json", ec);
+  CG_CHECK(!ec, "cannot remove the previous run's ", config.run_dir,
+           "/summary.json: ", ec.message());
+  if (!config.memory.trace_dir.empty()) {
+    const std::filesystem::path dir =
+        std::filesystem::path(config.run_dir) / config.memory.trace_dir;
+    if (std::filesystem::is_directory(dir)) {
+      for (const auto& e : std::filesystem::directory_iterator(dir)) {
+        const std::string name = e.path().filename().string();
+        const bool ours = (name.starts_with("trace_") && name.ends_with(".json")) ||
+                          (name.starts_with("report_") && name.ends_with(".html"));
+        if (ours && e.is_regular_file()) std::filesystem::remove(e.path(), ec);
+      }
+    }
+  }
+  write_file_atomically(config.run_dir + "/config.json", config.to_json().dump(2) + "\n",
+                        "the run's config");
+}
+
+}  // namespace cg::train::pipeline_stages
