@@ -5,14 +5,20 @@
 // logits GEMM and the teacher's, then dh = dlogits W, and dW += dlogits^T h in fp32 for a
 // trainable head; with a shared frozen head also the stacked [2c, D] variant, printed to
 // show why the loop does not use it: Note [Separate teacher GEMM]), timed in the
-// same process on the same buffers' shapes. Medians of --repeats (CUDA events on the
-// compute stream, after one untimed warm-up). Memory: the caching allocator's allocated
+// same process on the same buffers' shapes. "fused" is the pipelined loop (a chunk's row
+// pass and gradient GEMMs on a side stream beside the next chunk's logits GEMMs: Note
+// [Pipelined chunks], ops/fused_head_loop.cpp), "fused-serial" the one-stream loop; each
+// sizes its chunk from the budget, and the floor is printed at both chunks, the ratios
+// taken to the one-stream loop's (the first floor row). Medians of --repeats (CUDA events
+// on the compute stream, which the side stream joins before head_loss returns, after one
+// untimed warm-up). Memory: the caching allocator's allocated
 // peak minus the bytes alive before the call (the inputs), and that peak less the
 // gradients the call hands back (Note [What the grads column subtracts]).
 // bench/fused_loss_torch.py prints PyTorch on the same shapes; bench/run_fused_loss_bench.sh
 // runs both for the shapes.
 //
 //   ./build-gpu/bench/fused_loss_bench --loss kl --head frozen --ce-weight 0.1
+//   ./build-gpu/bench/fused_loss_bench --loss kl --ce-weight 0.1 --paths floor,fused,fused-serial
 //   ./build-gpu/bench/fused_loss_bench --loss ce --head trainable --T 16384 --D 4096 --V 128256
 #include <algorithm>
 #include <cmath>
@@ -42,7 +48,7 @@ struct Options {
   std::string loss = "kl";      // a loss kind's short name (ops/loss_config.h)
   std::string head = "frozen";  // frozen | trainable
   double ce_weight = 0.0;       // teacher kinds: loss = a CE + (1 - a) teacher loss
-  std::string paths = "floor,fused,chunked,naive";
+  std::string paths = "floor,fused,fused-serial,chunked,naive";
   int repeats = 5;
   int64_t chunk_rows = 0;
   double budget_mib = 0;  // 0: head_loss's default budget
@@ -77,11 +83,12 @@ int64_t grad_bytes(const cg::HeadLossInputs& in, cg::HeadLossPath path, bool for
   return b;
 }
 
-Row run_path(cg::HeadLossPath path, const cg::HeadLossInputs& in, cg::HeadLossOptions o,
+// `o` says the path, and for fused whether it runs pipelined.
+Row run_path(const std::string& name, const cg::HeadLossInputs& in, const cg::HeadLossOptions& o,
              int repeats, cg::CachingAllocator& alloc, EventTimer& timer) {
   Row row;
-  row.name = std::string("chunkgrad ") + cg::head_loss_path_name(path);
-  o.path = path;
+  row.name = "chunkgrad " + name;
+  const cg::HeadLossPath path = o.path;
   std::vector<double> ms;
   try {
     for (int r = 0; r <= repeats; ++r) {
@@ -189,7 +196,8 @@ int main(int argc, char** argv) {
   app.add_option("--ce-weight", o.ce_weight, "teacher kinds: weight of hard CE in the mix (0..1)")
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--paths", o.paths,
-                 "comma-separated, in order: floor (first, for the ratios), fused, chunked, naive");
+                 "comma-separated, in order: floor (first, for the ratios), fused (pipelined), "
+                 "fused-serial (one stream), chunked, naive");
   app.add_option("--repeats", o.repeats, "timed runs per path")->check(CLI::Range(1, 1000));
   app.add_option("--chunk-rows", o.chunk_rows, "rows per chunk (0: from the budget)");
   app.add_option("--budget-mib", o.budget_mib, "chunk budget in MiB (0: head_loss's default)");
@@ -224,14 +232,17 @@ int main(int argc, char** argv) {
     hopt.chunk_rows = o.chunk_rows;
     if (o.budget_mib > 0) hopt.chunk_budget_bytes = static_cast<size_t>(o.budget_mib * 1024 * 1024);
     hopt.with_metrics = true;
-    const int64_t chunk = cg::head_loss_chunk_rows(in, hopt);
+    cg::HeadLossOptions serial = hopt;
+    serial.pipelined = false;
+    const int64_t chunk = cg::head_loss_chunk_rows(in, serial);
+    const int64_t pipelined_chunk = cg::head_loss_chunk_rows(in, hopt);
     std::printf(
-        "chunkgrad head loss, %s, bf16, T=%lld D=%lld V=%lld, %s%s, head %s, chunk %lld rows, "
-        "median of %d\n",
+        "chunkgrad head loss, %s, bf16, T=%lld D=%lld V=%lld, %s%s, head %s, chunk %lld rows "
+        "(one stream) / %lld (pipelined), median of %d\n",
         cg::cuda::device_properties(0).summary().c_str(), (long long)o.T, (long long)o.D,
         (long long)o.V, cg::loss_kind_name(hopt.loss.kind),
         teacher && o.ce_weight > 0 ? (" + " + std::to_string(o.ce_weight) + " CE").c_str() : "",
-        o.head.c_str(), (long long)chunk, o.repeats);
+        o.head.c_str(), (long long)chunk, (long long)pipelined_chunk, o.repeats);
     const int64_t in_bytes = alloc.stats().allocated_bytes.current;
     std::printf(
         "inputs %.2f GiB; peak = allocated peak above them; peak-grads = the larger of forward "
@@ -249,17 +260,28 @@ int main(int argc, char** argv) {
     for (std::string n; std::getline(list, n, ',');) {
       Row r;
       if (n == "floor") {
-        // The floor is the loop's own GEMMs; the stacked variant is shown next to it.
+        // The floor is the loop's own GEMMs at the one-stream chunk (the ratios' base), then
+        // at the pipelined loop's chunk where that differs; the stacked variant last.
         r = gemm_floor(in, hopt, chunk, false, o.repeats, timer);
         floor_ms = r.ms;
+        auto print_floor = [&](const Row& f) {
+          std::printf("%-30s %7lld %10.2f %9.3f %12s %16s\n", f.name.c_str(), (long long)f.chunk,
+                      f.ms, f.ms / floor_ms, "-", "-");
+        };
+        if (pipelined_chunk != chunk) {
+          print_floor(r);
+          r = gemm_floor(in, hopt, pipelined_chunk, false, o.repeats, timer);
+          r.name = "GEMM floor (pipelined chunk)";
+        }
         if (cg::loss_needs_teacher(hopt.loss) && !in.teacher_head.defined()) {
-          std::printf("%-30s %7lld %10.2f %9.3f %12s %16s\n", r.name.c_str(), (long long)chunk,
-                      r.ms, 1.0, "-", "-");
+          print_floor(r);
           r = gemm_floor(in, hopt, chunk, true, o.repeats, timer);
         }
         alloc.empty_cache();
       } else {
-        r = run_path(cg::parse_head_loss_path(n), in, hopt, o.repeats, alloc, timer);
+        cg::HeadLossOptions p = n == "fused-serial" ? serial : hopt;
+        p.path = cg::parse_head_loss_path(n == "fused-serial" ? "fused" : n);
+        r = run_path(n, in, p, o.repeats, alloc, timer);
       }
       if (!r.error.empty()) {
         std::printf("%-30s out of memory: %s\n", r.name.c_str(), r.error.c_str());

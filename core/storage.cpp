@@ -5,6 +5,7 @@
 
 #include "core/backend.h"
 #include "core/caching_allocator.h"
+#include "core/stream_guard.h"
 
 namespace cg {
 
@@ -13,7 +14,7 @@ StorageImpl::StorageImpl(size_t nbytes, Device device) : nbytes_(nbytes), device
   if (!device.is_cpu()) backend_for(device);
   if (nbytes == 0) return;
   allocator_ = &allocator_for(device);
-  data_ = allocator_->allocate(nbytes);
+  data_ = allocator_->allocate(nbytes, current_stream(device));  // core/stream_guard.h
 }
 
 StorageImpl::~StorageImpl() {

@@ -1,11 +1,12 @@
 // Why this file exists: makes each device's compute stream, and its side streams, once
-// (Note [One compute stream], compute_stream.h).
+// (Note [One compute stream], compute_stream.h), and orders them with events.
 #include "cuda/compute_stream.h"
 
 #include <array>
 #include <mutex>
 
 #include "core/error.h"
+#include "core/stream_guard.h"
 #include "cuda/cuda_check.h"
 
 namespace cg::cuda {
@@ -46,6 +47,22 @@ cudaStream_t stream_for(int index, StreamId id) {
     CG_CUDA_CHECK(cudaSetDevice(current));
   });
   return stream;
+}
+
+cudaStream_t current_stream(int index) {
+  return stream_for(index, cg::current_stream(cuda_device(index)));
+}
+
+void stream_wait(int index, StreamId waiter, StreamId producer) {
+  if (waiter == producer) return;
+  CG_CUDA_CHECK(cudaSetDevice(index));
+  // The wait takes the event's state now, so the event may be destroyed at once (CUDA
+  // releases it when it completes): a few microseconds per call, no pool to manage.
+  cudaEvent_t done{};
+  CG_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  CG_CUDA_CHECK(cudaEventRecord(done, stream_for(index, producer)));
+  CG_CUDA_CHECK(cudaStreamWaitEvent(stream_for(index, waiter), done, 0));
+  CG_CUDA_CHECK(cudaEventDestroy(done));
 }
 
 }  // namespace cg::cuda

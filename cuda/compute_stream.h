@@ -1,6 +1,5 @@
 // Why this file exists: the one place that says on which CUDA stream chunkgrad's work for
-// a device runs, so that kernels, copies and (later) cuBLAS calls agree on it and a
-// second stream later is a change here.
+// a device runs, so that kernels, copies and cuBLAS calls agree on it.
 //
 // Note [One compute stream]: each device has one compute stream, created by the
 // backend on first use (non-blocking with respect to the legacy default stream) and
@@ -13,6 +12,10 @@
 // its bytes; a host-to-device copy must be done with the host buffer) and synchronize().
 // Not cudaStreamPerThread: its stream depends on the calling host thread, and two
 // threads would then race on one device's blocks.
+// A StreamGuard (core/stream_guard.h) sends the calling thread's work on a device to a
+// side stream instead: kernels, cuBLASLt calls and the backend's data primitives launch
+// on current_stream(index). (The attention entries still launch on the compute stream:
+// no caller guards them.)
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -34,5 +37,13 @@ cudaStream_t stream_for(int index, StreamId id);
 // core/backend.h): host-to-device copies only, so that a copy engine runs them beside the
 // compute stream.
 constexpr StreamId kUploadStream = kMaxSideStreams;
+
+// The stream the calling thread's work on device `index` goes to: stream_for(index,
+// cg::current_stream(cuda_device(index))).
+cudaStream_t current_stream(int index);
+
+// Work queued on `waiter` from now on starts after everything queued on `producer` so far
+// (an event recorded on one, waited for by the other); the host does not wait.
+void stream_wait(int index, StreamId waiter, StreamId producer);
 
 }  // namespace cg::cuda

@@ -102,7 +102,7 @@ class CudaBackend final : public DeviceBackend {
     // buffer afterwards (kernels, copies, the allocator's reuse of a freed block) is
     // ordered after it on the same stream, so it does not wait either (a contiguous
     // clone in a training step would otherwise be a host synchronisation).
-    const cudaStream_t stream = compute_stream(index);
+    const cudaStream_t stream = current_stream(index);
     if (kind == cudaMemcpyHostToDevice && stage_host_to_device(dst, src, nbytes, index, stream))
       return;
     CG_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, kind, stream));
@@ -225,13 +225,14 @@ class CudaBackend final : public DeviceBackend {
     return last_ticket_;
   }
 
-  // Makes `device` current and returns its compute stream.
+  // Makes `device` current and returns the calling thread's stream on it (the compute
+  // stream unless a StreamGuard says otherwise: compute_stream.h).
   cudaStream_t enter(Device device, const char* what) {
     CG_CHECK(device.is_cuda(), "the CUDA backend's ", what, " was asked to run on ", device.str(),
              " (a dispatch bug: use that device's backend)");
     check_device(device, what);
     CG_CUDA_CHECK(cudaSetDevice(device.index));
-    return compute_stream(device.index);
+    return current_stream(device.index);
   }
 
   void check_device(Device d, const char* role) const {

@@ -4,7 +4,8 @@
 // and so on (the list below says where). An entry checks nothing the op layer already
 // checked, allocates its outputs through the caching allocator, builds the launch geometry
 // and calls the launcher that sits beside its kernel in cuda/*.cu (llm.c's layout: kernel,
-// then launcher, in one file), on the device's one compute stream:
+// then launcher, in one file), on the calling thread's current stream (the compute stream
+// unless a StreamGuard names a side stream: cuda/compute_stream.h):
 //   op -> CudaKernels::x -> launch_x -> kernel
 // (gemm and matmul call cuBLASLt where the others call a launcher; attention picks among
 // cuDNN's graph, the flash and the rows launchers). cuda/cuda_kernels.cpp registers one
@@ -89,6 +90,11 @@ class CudaKernels final : public DeviceKernels {
   void gemm(const Tensor& a, const Tensor& b, const Tensor& out, double alpha,
             double beta) override;
   size_t gemm_scratch_bytes(const GemmDesc& desc) const override;
+
+  // ---- streams (cuda/cuda_kernels.cpp -> cuda/compute_stream.cpp) ------------------------
+  // The side streams of compute_stream.h, ordered by events (Note [Side streams]).
+  int side_streams() const override;
+  void stream_wait(Device device, StreamId waiter, StreamId producer) override;
 
   // ---- attention (cuda/cuda_attention.cpp -> cuDNN's graph, cuda/attention_*.cu) ----------
   // The path: attention_path() of the constructor (Note [Which attention path runs on

@@ -13,7 +13,7 @@ namespace cg::cuda {
 
 cudaStream_t stream_of(const Tensor& t) {
   CG_CUDA_CHECK(cudaSetDevice(t.device().index));
-  return compute_stream(t.device().index);
+  return current_stream(t.device().index);
 }
 
 Shape broadcast_strides_of(const Tensor& t, const Shape& shape) {

@@ -208,7 +208,7 @@ void run_lt(int index, const LtMatrix& a, const LtMatrix& b, const LtMatrix& out
                                     beta != 0.0};
 
   CG_CUDA_CHECK(cudaSetDevice(index));
-  const cudaStream_t stream = compute_stream(index);
+  const cudaStream_t stream = current_stream(index);
   Plan* plan = nullptr;
   cublasLtHandle_t handle = nullptr;
   {
@@ -303,7 +303,7 @@ void scale_output(const Tensor& out, double beta) {
   if (beta == 1.0) return;
   const Strided g = strided_of<2>(out.shape(), {&out.strides(), &out.strides()}, "gemm");
   launch_unary(UnaryOp::scale, out.dtype(), out.data_ptr(), out.data_ptr(), beta, g,
-               compute_stream(out.device().index));
+               current_stream(out.device().index));
 }
 
 size_t allocator_rounded(size_t bytes) {

@@ -40,6 +40,7 @@ FusedHeadLoopArgs base_args(const HeadLossInputs& in, const HeadLossOptions& o,
   if (in.labels.defined()) a.labels = raw::contiguous(in.labels.detach());
   a.config = o.loss;
   a.chunk_rows = chunk_rows;
+  a.pipelined = o.pipelined;
   return a;
 }
 
@@ -99,12 +100,14 @@ class FusedHeadRecomputeBackward : public Node {
   std::string name() const override { return "FusedHeadRecomputeBackward"; }
   LossConfig config;
   int64_t chunk_rows = 0;
+  bool pipelined = false;
 
  protected:
   std::vector<Tensor> backward(std::vector<Tensor>&& grads) override {
     FusedHeadLoopArgs a;
     a.config = config;
     a.chunk_rows = chunk_rows;
+    a.pipelined = pipelined;
     size_t i = 0;
     a.hidden = saved(i++);
     a.head = saved(i++);
@@ -218,6 +221,7 @@ HeadLossResult recompute(const HeadLossInputs& in, const HeadLossOptions& o, int
   auto node = make_node<FusedHeadRecomputeBackward>({&in.hidden, &in.head});
   node->config = o.loss;
   node->chunk_rows = chunk;
+  node->pipelined = o.pipelined;
   node->save(a.hidden);
   node->save(a.head);
   if (a.teacher_hidden.defined()) {

@@ -65,6 +65,12 @@ struct HeadLossOptions {
   int64_t chunk_rows = 0;
   size_t chunk_budget_bytes = size_t{3} << 29;  // 1.5 GiB
   bool recompute_in_backward = false;           // fused only
+  // Fused only, on a device with side streams (a GPU): chunk i's row pass and gradient
+  // GEMMs run on a side stream beside chunk i + 1's logits GEMMs, with a second slot of
+  // the student's logits in the budget (so about 2/3 of the rows per chunk with a teacher,
+  // 1/2 without; Note [Pipelined chunks], ops/fused_head_loop.cpp). false: one stream, as
+  // on the CPU (which ignores it).
+  bool pipelined = true;
   bool with_metrics = true;
 };
 

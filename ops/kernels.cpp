@@ -44,6 +44,8 @@ const std::vector<std::string>& kernel_entry_names() {
                                                  "matmul",
                                                  "gemm",
                                                  "gemm_scratch_bytes",
+                                                 "side_streams",
+                                                 "stream_wait",
                                                  "rms_norm_forward",
                                                  "rms_norm_backward",
                                                  "rotary",
@@ -116,6 +118,9 @@ void DeviceKernels::gemm(const Tensor&, const Tensor&, const Tensor&, double, do
   missing("gemm");
 }
 size_t DeviceKernels::gemm_scratch_bytes(const GemmDesc&) const { return 0; }
+// One queue (Note [Side streams]): no side streams, and nothing to order.
+int DeviceKernels::side_streams() const { return 0; }
+void DeviceKernels::stream_wait(Device, StreamId, StreamId) {}
 RmsNormForward DeviceKernels::rms_norm_forward(const Tensor&, const Tensor&, double) {
   missing("rms_norm_forward");
 }

@@ -20,11 +20,19 @@
 // Fill, strided copy and dtype conversion are core/ device primitives (core/backend.h),
 // used through core/views.h, because core's factories and copies need them too.
 //
-// Note [One compute stream]: every entry of a device runs on that device's one compute
-// stream, in call order, and returns without waiting for the device unless the entry
-// says it reads a result on the host (the checks do). The caching allocator records the
-// stream of each block (core/caching_allocator.h); a second stream (copy/compute
-// overlap) is then a change in the tables and the allocator, not in the op files.
+// Note [One compute stream]: every entry of a device runs on that device's current stream
+// (core/stream_guard.h: the compute stream unless a StreamGuard names a side stream), in
+// call order, and returns without waiting for the device unless the entry says it reads a
+// result on the host (the checks do). Tensors an entry makes come from the current
+// stream's pool of the caching allocator (Note [Streams], core/caching_allocator.h).
+//
+// Note [Side streams]: a device may run work on side streams beside its compute stream
+// (side_streams() > 0), so that one kernel overlaps another (the fused head loss's row
+// pass beside the next chunk's GEMMs: Note [Pipelined chunks], ops/fused_head_loop.cpp).
+// The caller orders the streams with stream_wait, never with a host wait, and joins every
+// side stream back into the compute stream before it returns, so whoever runs next (on the
+// compute stream, or the host after synchronize()) sees all of its work. A device whose
+// work runs in call order anyway (the host) reports 0 and is never asked to wait.
 #pragma once
 
 #include <cstddef>
@@ -195,6 +203,14 @@ class DeviceKernels {
   virtual void gemm(const Tensor& a, const Tensor& b, const Tensor& out, double alpha, double beta);
   // Upper bound of the allocator bytes gemm takes for such operands (workspace, tiles).
   virtual size_t gemm_scratch_bytes(const GemmDesc& desc) const;
+
+  // -- streams (Note [Side streams]) --
+  // How many side streams, ids 1 .. n, the device runs beside its compute stream (0: one
+  // queue, in call order, as on the host; callers then make no StreamGuard).
+  virtual int side_streams() const;
+  // Work queued on `waiter` of `device` from now on starts after all the work queued on
+  // `producer` so far. The host does not wait. Nothing to do for a device with one queue.
+  virtual void stream_wait(Device device, StreamId waiter, StreamId producer);
 
   // -- transformer pieces --
   virtual RmsNormForward rms_norm_forward(const Tensor& x, const Tensor& weight, double eps);

@@ -234,8 +234,15 @@ std::vector<Case> all_cases() {
   for (HeadLossPath path : {HeadLossPath::naive, HeadLossPath::chunked, HeadLossPath::fused}) {
     const std::string p = head_loss_path_name(path);
     const std::string product = path == HeadLossPath::fused ? "gemm" : "matmul";
+    // The fused cases run the pipelined loop where the device has a side stream.
+    std::vector<std::string> streams;
+    if (path == HeadLossPath::fused) streams = {"side_streams", "stream_wait"};
+    auto with_streams = [&](std::vector<std::string> e) {
+      e.insert(e.end(), streams.begin(), streams.end());
+      return e;
+    };
     c.push_back({"head_loss_ce_" + p,
-                 {product, "head_loss_rows", "check_labels", "row_weights"},
+                 with_streams({product, "head_loss_rows", "check_labels", "row_weights"}),
                  kAllFloat,
                  {f({17, 8}), f({23, 8}), idx({17}, -23), weights({17})},
                  [path](auto& x) {
@@ -245,7 +252,7 @@ std::vector<Case> all_cases() {
                    return std::vector<Tensor>{r.loss, r.per_token, r.lse, r.argmax};
                  }});
     c.push_back({"head_loss_kl_frozen_" + p,
-                 {product, "head_loss_rows"},
+                 with_streams({product, "head_loss_rows"}),
                  kAllFloat,
                  {f({14, 8}), constant({23, 8}), idx({14}, 23), weights({14}), constant({14, 8})},
                  [path](auto& x) {

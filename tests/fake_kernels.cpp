@@ -82,6 +82,14 @@ class CountingKernels final : public cpu::CpuKernels {
     ++const_cast<CountingKernels*>(this)->calls["gemm_scratch_bytes"];
     return CpuKernels::gemm_scratch_bytes(d);
   }
+  // One side stream, as a GPU has, so that CI runs the pipelined head-loss loop (Note
+  // [Pipelined chunks], ops/fused_head_loop.cpp): the fake runs every call at once, which
+  // is one of the orders the loop's waits allow.
+  int side_streams() const override {
+    ++const_cast<CountingKernels*>(this)->calls["side_streams"];
+    return 1;
+  }
+  void stream_wait(Device, StreamId, StreamId) override { ++calls["stream_wait"]; }
   RmsNormForward rms_norm_forward(const Tensor& x, const Tensor& w, double eps) override {
     CG_FORWARD(rms_norm_forward, x, w, eps);
   }
