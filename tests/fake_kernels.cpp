@@ -7,6 +7,10 @@
 // the CPU loop.
 #include "fake_kernels.h"
 
+#include <functional>
+#include <vector>
+
+#include "core/stream_guard.h"
 #include "cpu/cpu_kernels.h"
 #include "fake_device.h"
 
@@ -65,7 +69,12 @@ class CountingKernels final : public cpu::CpuKernels {
     ++const_cast<CountingKernels*>(this)->calls["head_logits_dtype"];
     return CpuKernels::head_logits_dtype(input);
   }
-  void head_loss_rows(const HeadRowsArgs& a) override { CG_FORWARD(head_loss_rows, a); }
+  void head_loss_rows(const HeadRowsArgs& a) override {
+    ++calls["head_loss_rows"];
+    if (deferred(a.logits.device(), [this, a] { CpuKernels::head_loss_rows(a); })) return;
+    fake::DeviceMemoryAccessible open;
+    CpuKernels::head_loss_rows(a);
+  }
   void check_labels(const Tensor& l, int64_t v, int64_t ignore) override {
     CG_FORWARD(check_labels, l, v, ignore);
   }
@@ -76,20 +85,41 @@ class CountingKernels final : public cpu::CpuKernels {
   Tensor matmul(const Tensor& a, const Tensor& b) override { CG_FORWARD(matmul, a, b); }
   void gemm(const Tensor& a, const Tensor& b, const Tensor& out, double alpha,
             double beta) override {
-    CG_FORWARD(gemm, a, b, out, alpha, beta);
+    ++calls["gemm"];
+    if (deferred(out.device(), [=, this] { CpuKernels::gemm(a, b, out, alpha, beta); })) return;
+    fake::DeviceMemoryAccessible open;
+    CpuKernels::gemm(a, b, out, alpha, beta);
   }
   size_t gemm_scratch_bytes(const GemmDesc& d) const override {
     ++const_cast<CountingKernels*>(this)->calls["gemm_scratch_bytes"];
     return CpuKernels::gemm_scratch_bytes(d);
   }
   // One side stream, as a GPU has, so that CI runs the pipelined head-loss loop (Note
-  // [Pipelined chunks], ops/fused_head_loop.cpp): the fake runs every call at once, which
-  // is one of the orders the loop's waits allow.
+  // [Pipelined chunks], ops/fused_head_loop.cpp). The compute stream's calls run at once;
+  // the side stream's gemm and head_loss_rows wait in a queue until the compute stream
+  // waits for them: the latest order the waits allow, so that a missing wait lets the
+  // compute stream overwrite what the side stream has yet to read, and the numbers change.
   int side_streams() const override {
     ++const_cast<CountingKernels*>(this)->calls["side_streams"];
     return 1;
   }
-  void stream_wait(Device, StreamId, StreamId) override { ++calls["stream_wait"]; }
+  void stream_wait(Device, StreamId waiter, StreamId producer) override {
+    ++calls["stream_wait"];
+    if (waiter != kDefaultStream || producer == kDefaultStream) return;
+    std::vector<std::function<void()>> queued;
+    queued.swap(side_queue);
+    fake::DeviceMemoryAccessible open;
+    for (auto& work : queued) work();
+  }
+  std::vector<std::function<void()>> side_queue;
+
+  // Queues `work` when the calling thread is on a side stream of `device`.
+  template <typename F>
+  bool deferred(Device device, F&& work) {
+    if (current_stream(device) == kDefaultStream) return false;
+    side_queue.emplace_back(std::forward<F>(work));
+    return true;
+  }
   RmsNormForward rms_norm_forward(const Tensor& x, const Tensor& w, double eps) override {
     CG_FORWARD(rms_norm_forward, x, w, eps);
   }
@@ -156,6 +186,7 @@ FakeKernelDevice::FakeKernelDevice() : impl_(std::make_unique<Impl>()) {
 }
 
 FakeKernelDevice::~FakeKernelDevice() {
+  impl_->kernels.side_queue.clear();  // work never joined (a test failed): dropped
   replace_kernels(DeviceType::fake, impl_->previous_kernels);
 }
 

@@ -5,7 +5,8 @@
 // (cpu/cpu_kernels.h) by derivation, that runs each CPU entry on that memory inside the
 // guard and counts the calls per entry (the
 // comparison harness, tests/backend_compare_test.cpp, checks each case reaches the entries
-// it names). Both are unregistered when it is destroyed.
+// it names). It has one side stream whose work runs as late as the waits allow (Note
+// [Side streams], ops/kernels.h). Both are unregistered when it is destroyed.
 #pragma once
 
 #include <map>

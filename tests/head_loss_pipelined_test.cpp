@@ -1,9 +1,10 @@
 // Why this file exists: the pipelined fused head loss (Note [Pipelined chunks],
 // ops/fused_head_loop.cpp) and the current stream it runs on (core/stream_guard.h), in
 // every CI build. The fake device (tests/fake_kernels.h) reports one side stream, so the
-// pipelined loop runs on it -- every call at once, one of the orders its waits allow --
-// and must give the one-stream loop's numbers exactly (both are the CPU's arithmetic), with
-// the waits the Note lists, in the bytes head_loss_chunk_bytes promises. On a GPU the same
+// pipelined loop runs on it -- the side stream's calls as late as the loop's waits allow,
+// so a missing wait lets a GEMM overwrite a slot before the row pass reads it -- and must
+// give the one-stream loop's numbers exactly (both are the CPU's arithmetic), with the
+// waits the Note lists, in the bytes head_loss_chunk_bytes promises. On a GPU the same
 // comparison runs in tests/cuda_head_loss_pipelined_test.cpp.
 #include <gtest/gtest.h>
 
