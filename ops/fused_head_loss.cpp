@@ -248,6 +248,7 @@ HeadLossResult fused_head_loss(const HeadLossInputs& in, const HeadLossOptions& 
 
 size_t fused_head_chunk_bytes(const HeadLossInputs& in, const HeadLossOptions& o, int64_t rows) {
   FusedHeadLoopArgs a = base_args(in, o, std::max<int64_t>(rows, 1));
+  a.pipelined = o.pipelined && o.path == HeadLossPath::fused;  // chunked: one stream's bytes
   const bool records =
       GradMode::is_enabled() && (in.hidden.requires_grad() || in.head.requires_grad());
   a.gradients = records;

@@ -69,7 +69,7 @@ struct HeadLossOptions {
   // GEMMs run on a side stream beside chunk i + 1's logits GEMMs, with a second slot of
   // the student's logits in the budget (so about 2/3 of the rows per chunk with a teacher,
   // 1/2 without; Note [Pipelined chunks], ops/fused_head_loop.cpp). false: one stream, as
-  // on the CPU (which ignores it).
+  // on the CPU (which ignores it). The chunked path sizes its chunks as one stream does.
   bool pipelined = true;
   bool with_metrics = true;
 };

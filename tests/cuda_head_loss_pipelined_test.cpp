@@ -25,26 +25,13 @@
 #include "core/factories.h"
 #include "core/views.h"
 #include "cuda/device_info.h"
+#include "head_loss_loops_util.h"
 #include "ops/head_loss.h"
 
 namespace cg {
 namespace {
 
-std::vector<double> host(const Tensor& t) {
-  const Tensor c = raw::contiguous(raw::to_device(raw::to_dtype(t, DType::f64), kCPU));
-  return std::vector<double>(c.data<double>(), c.data<double>() + c.numel());
-}
-
-// max |a - b| / max |b|
-double rel_err(const std::vector<double>& a, const std::vector<double>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    diff = std::max(diff, std::abs(a[i] - b[i]));
-    scale = std::max(scale, std::abs(b[i]));
-  }
-  return scale == 0 ? diff : diff / scale;
-}
+using namespace head_loss_test;
 
 class CudaHeadLossPipelined : public ::testing::Test {
  protected:
@@ -53,58 +40,16 @@ class CudaHeadLossPipelined : public ::testing::Test {
   }
 };
 
-struct Problem {
-  Tensor h, w, labels, teacher;
-};
-
-Problem make_problem(DType dt, int64_t T, int64_t D, int64_t V, bool trainable) {
-  Generator gen(5);
-  const Device dev = cuda_device(0);
-  Problem p;
-  p.h = randn({T, D}, {.dtype = dt, .device = dev}, &gen).requires_grad_();
-  p.w = randn({V, D}, {.dtype = dt, .device = dev}, &gen, 0.0, 2.0 / std::sqrt(double(D)));
-  if (trainable) p.w.requires_grad_();
-  std::vector<int64_t> y(static_cast<size_t>(T));
-  for (int64_t i = 0; i < T; ++i)
-    y[i] = i % 7 == 3 ? -100 : static_cast<int64_t>(gen.next_u64() % V);
-  p.labels = from_ints(y, {T}, {.dtype = DType::i64, .device = dev});
-  p.teacher = randn({T, D}, {.dtype = dt, .device = dev}, &gen);
-  return p;
-}
-
-struct Outcome {
-  std::vector<double> per_token, lse, argmax, dh, dw;
-};
-
-Outcome run(const Problem& p, LossKind kind, int64_t chunk, bool pipelined, bool recompute) {
-  p.h.set_grad(Tensor());
-  if (p.w.requires_grad()) p.w.set_grad(Tensor());
-  HeadLossOptions o;
-  o.loss.kind = kind;
-  if (kind != LossKind::cross_entropy) o.loss.hard_ce_weight = 0.1f;
-  o.chunk_rows = chunk;
-  o.pipelined = pipelined;
-  o.recompute_in_backward = recompute;
-  HeadLossInputs in{p.h, p.w, p.labels, Tensor(), Tensor(), Tensor()};
-  if (kind != LossKind::cross_entropy) in.teacher_hidden = p.teacher;
-  HeadLossResult r = head_loss(in, o);
-  EXPECT_EQ(r.chunk_rows, chunk);
-  r.loss.backward();
-  Outcome out{host(r.per_token), host(r.lse), host(r.argmax), host(p.h.grad()), {}};
-  if (p.w.requires_grad()) out.dw = host(p.w.grad());
-  return out;
-}
-
 TEST_F(CudaHeadLossPipelined, EqualsTheOneStreamLoop) {
   constexpr int64_t T = 1000, D = 256, V = 32000;
   for (DType dt : {DType::bf16, DType::f32}) {
-    const Problem frozen = make_problem(dt, T, D, V, false);
-    const Problem trainable = make_problem(dt, T, D, V, true);
+    const LoopProblem frozen = make_loop_problem(cuda_device(0), dt, T, D, V, false);
+    const LoopProblem trainable = make_loop_problem(cuda_device(0), dt, T, D, V, true);
     const double tol = dt == DType::bf16 ? 4e-3 : 1e-6;
     // 5 chunks (the last of 104 rows), 4 (the last of 1 row), 8 (the last of 104).
     for (int64_t chunk : {224, 333, 128}) {
       struct Mode {
-        const Problem* p;
+        const LoopProblem* p;
         LossKind kind;
         bool recompute;
         const char* name;
@@ -114,8 +59,8 @@ TEST_F(CudaHeadLossPipelined, EqualsTheOneStreamLoop) {
                             Mode{&trainable, LossKind::forward_kl, true, "KL + CE, recompute"}}) {
         const std::string what =
             std::string(dtype_name(dt)) + ", chunk " + std::to_string(chunk) + ", " + m.name;
-        const Outcome one = run(*m.p, m.kind, chunk, false, m.recompute);
-        const Outcome two = run(*m.p, m.kind, chunk, true, m.recompute);
+        const LoopOutcome one = run_loop(*m.p, m.kind, chunk, false, m.recompute);
+        const LoopOutcome two = run_loop(*m.p, m.kind, chunk, true, m.recompute);
         const double loss = rel_err(two.per_token, one.per_token), dh = rel_err(two.dh, one.dh);
         const double dw = one.dw.empty() ? 0.0 : rel_err(two.dw, one.dw);
         std::printf("%-40s largest difference: per-token %.3g, dh %.3g, dW %.3g\n", what.c_str(),

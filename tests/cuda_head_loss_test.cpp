@@ -22,6 +22,7 @@
 #include "core/factories.h"
 #include "core/views.h"
 #include "cuda/device_info.h"
+#include "head_loss_loops_util.h"
 #include "ops/head_loss.h"
 #include "ops/kernels.h"
 #include "ops/loss.h"
@@ -29,26 +30,13 @@
 namespace cg {
 namespace {
 
+using head_loss_test::host;
+using head_loss_test::rel_err;
+
 struct Grads {
   double loss = 0;
   std::vector<double> dh, dw, per_token;
 };
-
-std::vector<double> host(const Tensor& t) {
-  const Tensor c = raw::contiguous(raw::to_device(raw::to_dtype(t, DType::f64), kCPU));
-  return std::vector<double>(c.data<double>(), c.data<double>() + c.numel());
-}
-
-// max |a - b| / max |b|
-double rel_err(const std::vector<double>& a, const std::vector<double>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    diff = std::max(diff, std::abs(a[i] - b[i]));
-    scale = std::max(scale, std::abs(b[i]));
-  }
-  return scale == 0 ? diff : diff / scale;
-}
 
 struct Shape3 {
   int64_t T, D, V;

@@ -15,16 +15,14 @@
 #include "core/stream_guard.h"
 #include "core/views.h"
 #include "fake_kernels.h"
+#include "head_loss_loops_util.h"
 #include "ops/head_loss.h"
 #include "ops/ops.h"
 
 namespace cg {
 namespace {
 
-std::vector<double> host(const Tensor& t) {
-  const Tensor c = raw::contiguous(raw::to_device(raw::to_dtype(t, DType::f64), kCPU));
-  return std::vector<double>(c.data<double>(), c.data<double>() + c.numel());
-}
+using namespace head_loss_test;
 
 TEST(StreamGuard, SetsTheStreamOfItsDeviceOnlyAndNests) {
   const Device a{DeviceType::fake, 0}, b{DeviceType::cuda, 0};
@@ -64,46 +62,7 @@ TEST(StreamGuard, TensorsComeFromTheCurrentStreamsPool) {
   EXPECT_EQ(stream_of_block(on_side), 1u);
 }
 
-struct Problem {
-  Tensor h, w, labels, teacher;
-};
-
-Problem make_problem(Device dev, int64_t T, int64_t D, int64_t V, bool trainable) {
-  Generator gen(11);
-  Problem p;
-  p.h = raw::to_device(randn({T, D}, {}, &gen), dev).requires_grad_();
-  p.w = raw::to_device(randn({V, D}, {}, &gen, 0.0, 0.3), dev);
-  if (trainable) p.w.requires_grad_();
-  std::vector<int64_t> y(static_cast<size_t>(T));
-  for (int64_t i = 0; i < T; ++i) y[i] = i % 5 == 2 ? -100 : static_cast<int64_t>(i * 7 % V);
-  p.labels = raw::to_device(from_ints(y, {T}), dev);
-  p.teacher = raw::to_device(randn({T, D}, {}, &gen), dev);
-  return p;
-}
-
-struct Outcome {
-  std::vector<double> loss, per_token, lse, argmax, dh, dw;
-};
-
-Outcome run(const Problem& p, LossKind kind, int64_t chunk, bool pipelined, bool recompute) {
-  p.h.set_grad(Tensor());
-  if (p.w.requires_grad()) p.w.set_grad(Tensor());
-  HeadLossOptions o;
-  o.loss.kind = kind;
-  if (kind != LossKind::cross_entropy) o.loss.hard_ce_weight = 0.1f;
-  o.chunk_rows = chunk;
-  o.pipelined = pipelined;
-  o.recompute_in_backward = recompute;
-  HeadLossInputs in{p.h, p.w, p.labels, Tensor(), Tensor(), Tensor()};
-  if (kind != LossKind::cross_entropy) in.teacher_hidden = p.teacher;
-  HeadLossResult r = head_loss(in, o);
-  r.loss.backward();
-  Outcome out{host(r.loss), host(r.per_token), host(r.lse), host(r.argmax), host(p.h.grad()), {}};
-  if (p.w.requires_grad()) out.dw = host(p.w.grad());
-  return out;
-}
-
-void expect_same(const Outcome& a, const Outcome& b, const std::string& what) {
+void expect_same(const LoopOutcome& a, const LoopOutcome& b, const std::string& what) {
   EXPECT_EQ(a.loss, b.loss) << what;
   EXPECT_EQ(a.per_token, b.per_token) << what;
   EXPECT_EQ(a.lse, b.lse) << what;
@@ -115,13 +74,13 @@ void expect_same(const Outcome& a, const Outcome& b, const std::string& what) {
 TEST(HeadLossPipelined, EqualsTheOneStreamLoopWithTheNotesWaits) {
   FakeKernelDevice fake;
   constexpr int64_t T = 23;
-  const Problem frozen = make_problem(fake.device(), T, 8, 29, false);
-  const Problem trainable = make_problem(fake.device(), T, 8, 29, true);
+  const LoopProblem frozen = make_loop_problem(fake.device(), DType::f32, T, 8, 29, false);
+  const LoopProblem trainable = make_loop_problem(fake.device(), DType::f32, T, 8, 29, true);
   // 5 chunks (odd, the last of 3 rows), 6 (even, the last of 3), 3 (the last of 1 row), 1.
   for (int64_t chunk : {5, 4, 11, 23}) {
     const int64_t n = (T + chunk - 1) / chunk;
     struct Mode {
-      const Problem* p;
+      const LoopProblem* p;
       LossKind kind;
       bool recompute;
       int64_t waits;  // Note [Pipelined chunks]: per chunk 3 with a teacher, 2 without; a join
@@ -131,9 +90,9 @@ TEST(HeadLossPipelined, EqualsTheOneStreamLoopWithTheNotesWaits) {
                           Mode{&trainable, LossKind::forward_kl, true, 2 * (3 * n + 1)}}) {
       const std::string what = "chunk " + std::to_string(chunk) + ", " + loss_kind_name(m.kind) +
                                (m.recompute ? ", recompute" : "");
-      const Outcome one = run(*m.p, m.kind, chunk, false, m.recompute);
+      const LoopOutcome one = run_loop(*m.p, m.kind, chunk, false, m.recompute);
       fake.reset_calls();
-      const Outcome two = run(*m.p, m.kind, chunk, true, m.recompute);
+      const LoopOutcome two = run_loop(*m.p, m.kind, chunk, true, m.recompute);
       // One chunk has nothing to overlap: the one-stream loop runs, with no wait.
       EXPECT_EQ(fake.calls("stream_wait"), n > 1 ? m.waits : 0) << what;
       expect_same(one, two, what);
@@ -144,7 +103,7 @@ TEST(HeadLossPipelined, EqualsTheOneStreamLoopWithTheNotesWaits) {
 TEST(HeadLossPipelined, BudgetHoldsTheSecondSlotAndThePeakStaysInIt) {
   FakeKernelDevice fake;
   constexpr int64_t T = 64, D = 16, V = 1000;
-  const Problem p = make_problem(fake.device(), T, D, V, false);
+  const LoopProblem p = make_loop_problem(fake.device(), DType::f32, T, D, V, false);
   const HeadLossInputs in{p.h, p.w, p.labels, Tensor(), p.teacher, Tensor()};
   HeadLossOptions o;
   o.loss.kind = LossKind::forward_kl;
@@ -158,6 +117,9 @@ TEST(HeadLossPipelined, BudgetHoldsTheSecondSlotAndThePeakStaysInIt) {
   o.chunk_budget_bytes = serial.chunk_budget_bytes = 3 * 4 * 10 * V;
   EXPECT_EQ(head_loss_chunk_rows(in, o), 10);
   EXPECT_EQ(head_loss_chunk_rows(in, serial), 15);
+  HeadLossOptions chunked = o;  // the autograd chunks overlap nothing: one stream's sizing
+  chunked.path = HeadLossPath::chunked;
+  EXPECT_EQ(head_loss_chunk_rows(in, chunked), 15);
   // The peak above the inputs: the loop's bytes plus the outputs (loss, lse, entropy [T]
   // f32; argmax, teacher argmax [T] i64; dh [T, D] f32), requested bytes.
   CachingAllocator& a = allocator_for(fake.device());
@@ -175,15 +137,15 @@ TEST(HeadLossPipelined, BudgetHoldsTheSecondSlotAndThePeakStaysInIt) {
 
 TEST(HeadLossPipelined, TheHostIgnoresIt) {
   // The CPU has no side stream: the option changes neither the chunk nor the numbers.
-  const Problem p = make_problem(kCPU, 23, 8, 29, false);
+  const LoopProblem p = make_loop_problem(kCPU, DType::f32, 23, 8, 29, false);
   const HeadLossInputs in{p.h, p.w, p.labels, Tensor(), p.teacher, Tensor()};
   HeadLossOptions o;
   o.loss.kind = LossKind::forward_kl;
   HeadLossOptions serial = o;
   serial.pipelined = false;
   EXPECT_EQ(head_loss_chunk_bytes(in, o, 5), head_loss_chunk_bytes(in, serial, 5));
-  expect_same(run(p, LossKind::forward_kl, 5, true, false),
-              run(p, LossKind::forward_kl, 5, false, false), "cpu");
+  expect_same(run_loop(p, LossKind::forward_kl, 5, true, false),
+              run_loop(p, LossKind::forward_kl, 5, false, false), "cpu");
 }
 
 }  // namespace
