@@ -67,9 +67,9 @@ inline Device kCPU{DeviceType::cpu, 0};
 // option for a type this build has no backend for, the valid indices for an absent device.
 Device resolve_device(const std::string& text, const std::string& what = "device");
 
-// A device's queue of work (a CUDA stream). chunkgrad runs one compute stream per device
-// for now (Note [Streams] in core/caching_allocator.h); the allocator and the memory trace
-// already carry the id, so that a second stream is a change in one place.
+// A device's queue of work (a CUDA stream): 0 is the device's compute stream, others are
+// side streams (Note [Streams] in core/caching_allocator.h; a thread's current stream:
+// core/stream_guard.h). The allocator and the memory trace carry the id.
 using StreamId = uint32_t;
 constexpr StreamId kDefaultStream = 0;
 // For cuda/, its tests and its benches.

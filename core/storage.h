@@ -18,7 +18,7 @@ class CachingAllocator;
 class StorageImpl {
  public:
   // Allocates nbytes on `device` from allocator_for(device), under the calling thread's
-  // memory category and scope.
+  // memory category and scope, from the pool of its current stream (core/stream_guard.h).
   StorageImpl(size_t nbytes, Device device);
   ~StorageImpl();
   StorageImpl(const StorageImpl&) = delete;
