@@ -169,7 +169,8 @@ class CudaBackend final : public DeviceBackend {
   }
   // The compute stream's work so far: an event on it.
   uint64_t record_compute(Device device) override {
-    return record(enter(device, "record_compute"));
+    enter(device, "record_compute");
+    return record(compute_stream(device.index));  // whatever the thread's current stream
   }
   // On the upload stream (a copy engine beside the compute stream), after `after`; then an
   // event whose completion frees the source.
@@ -190,7 +191,8 @@ class CudaBackend final : public DeviceBackend {
     return record(stream);
   }
   void wait_for(Device device, uint64_t ticket) override {
-    const cudaStream_t stream = enter(device, "wait_for");
+    enter(device, "wait_for");
+    const cudaStream_t stream = compute_stream(device.index);
     std::lock_guard<std::mutex> lock(uploads_mutex_);  // upload_done may destroy the event
     auto it = uploads_.find(ticket);
     if (it != uploads_.end()) CG_CUDA_CHECK(cudaStreamWaitEvent(stream, it->second, 0));
