@@ -5,9 +5,10 @@
 // logits GEMM and the teacher's, then dh = dlogits W, and dW += dlogits^T h in fp32 for a
 // trainable head; with a shared frozen head also the stacked [2c, D] variant, printed to
 // show why the loop does not use it: Note [Separate teacher GEMM]), timed in the
-// same process on the same buffers' shapes. "fused" is the pipelined loop (a chunk's row
-// pass and gradient GEMMs on a side stream beside the next chunk's logits GEMMs: Note
-// [Pipelined chunks], ops/fused_head_loop.cpp), "fused-serial" the one-stream loop; each
+// same process on the same buffers' shapes. "fused" is the one-stream loop (head_loss's
+// default), "fused-pipelined" the pipelined one (a chunk's row pass and gradient GEMMs on
+// a side stream beside the next chunk's logits GEMMs: Note [Pipelined chunks],
+// ops/fused_head_loop.cpp); each
 // sizes its chunk from the budget, and the floor is printed at both chunks, the ratios
 // taken to the one-stream loop's (the first floor row). Medians of --repeats (CUDA events
 // on the compute stream, which the side stream joins before head_loss returns, after one
@@ -18,7 +19,7 @@
 // runs both for the shapes.
 //
 //   ./build-gpu/bench/fused_loss_bench --loss kl --head frozen --ce-weight 0.1
-//   ./build-gpu/bench/fused_loss_bench --loss kl --ce-weight 0.1 --paths floor,fused,fused-serial
+//   ./build-gpu/bench/fused_loss_bench --loss kl --ce-weight 0.1 --paths floor,fused,fused-pipelined
 //   ./build-gpu/bench/fused_loss_bench --loss ce --head trainable --T 16384 --D 4096 --V 128256
 #include <algorithm>
 #include <cmath>
@@ -48,7 +49,7 @@ struct Options {
   std::string loss = "kl";      // a loss kind's short name (ops/loss_config.h)
   std::string head = "frozen";  // frozen | trainable
   double ce_weight = 0.0;       // teacher kinds: loss = a CE + (1 - a) teacher loss
-  std::string paths = "floor,fused,fused-serial,chunked,naive";
+  std::string paths = "floor,fused,fused-pipelined,chunked,naive";
   int repeats = 5;
   int64_t chunk_rows = 0;
   double budget_mib = 0;  // 0: head_loss's default budget
@@ -196,8 +197,8 @@ int main(int argc, char** argv) {
   app.add_option("--ce-weight", o.ce_weight, "teacher kinds: weight of hard CE in the mix (0..1)")
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--paths", o.paths,
-                 "comma-separated, in order: floor (first, for the ratios), fused (pipelined), "
-                 "fused-serial (one stream), chunked, naive");
+                 "comma-separated, in order: floor (first, for the ratios), fused (one stream), "
+                 "fused-pipelined (a side stream), chunked, naive");
   app.add_option("--repeats", o.repeats, "timed runs per path")->check(CLI::Range(1, 1000));
   app.add_option("--chunk-rows", o.chunk_rows, "rows per chunk (0: from the budget)");
   app.add_option("--budget-mib", o.budget_mib, "chunk budget in MiB (0: head_loss's default)");
@@ -234,6 +235,7 @@ int main(int argc, char** argv) {
     hopt.with_metrics = true;
     cg::HeadLossOptions serial = hopt;
     serial.pipelined = false;
+    hopt.pipelined = true;
     const int64_t chunk = cg::head_loss_chunk_rows(in, serial);
     const int64_t pipelined_chunk = cg::head_loss_chunk_rows(in, hopt);
     std::printf(
@@ -279,8 +281,8 @@ int main(int argc, char** argv) {
         }
         alloc.empty_cache();
       } else {
-        cg::HeadLossOptions p = n == "fused-serial" ? serial : hopt;
-        p.path = cg::parse_head_loss_path(n == "fused-serial" ? "fused" : n);
+        cg::HeadLossOptions p = n == "fused-pipelined" ? hopt : serial;
+        p.path = cg::parse_head_loss_path(n == "fused-pipelined" ? "fused" : n);
         r = run_path(n, in, p, o.repeats, alloc, timer);
       }
       if (!r.error.empty()) {

@@ -6,13 +6,13 @@
 #   CE, trainable head, the same shape; 16384 x 4096 x 128256; 8192 x 2304 x 256000
 #   bash bench/run_fused_loss_bench.sh                     # --repeats 5, every path
 #   REPEATS=3 PATHS=fused,chunked,floor bash bench/run_fused_loss_bench.sh
-# PATHS is chunkgrad's list (floor,fused,fused-serial,chunked,naive: fused is the pipelined
-# loop, fused-serial the one-stream loop); TORCH_PATHS PyTorch's.
+# PATHS is chunkgrad's list (floor,fused,fused-pipelined,chunked,naive: fused is the
+# one-stream loop, head_loss's default; fused-pipelined the side-stream one); TORCH_PATHS PyTorch's.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD_DIR:-$root/build-gpu-bench}"
 repeats="${REPEATS:-5}"
-paths="${PATHS:-floor,fused,fused-serial,chunked,naive}"
+paths="${PATHS:-floor,fused,fused-pipelined,chunked,naive}"
 torch_paths="${TORCH_PATHS:-fused,chunked,naive}"
 export PATH="/usr/local/cuda/bin:$PATH"
 if [[ ! -x "$build/bench/fused_loss_bench" ]]; then

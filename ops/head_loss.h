@@ -70,7 +70,10 @@ struct HeadLossOptions {
   // the student's logits in the budget (so about 2/3 of the rows per chunk with a teacher,
   // 1/2 without; Note [Pipelined chunks], ops/fused_head_loop.cpp). false: one stream, as
   // on the CPU (which ignores it). The chunked path sizes its chunks as one stream does.
-  bool pipelined = true;
+  // Off by default: on the H200 at the DFlash shape it was slower (KL + 0.1 CE, frozen
+  // head: 317.2 ms pipelined vs 307.1 one stream, 1.177x vs 1.139x the GEMM floor) -- the
+  // smaller chunks cost the GEMMs more than the overlap hides (Note [Pipelined chunks]).
+  bool pipelined = false;
   bool with_metrics = true;
 };
 

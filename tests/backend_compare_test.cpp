@@ -121,6 +121,7 @@ HeadLossResult head(const std::vector<Tensor>& in, HeadLossPath path, LossKind k
   o.chunk_budget_bytes = 3000;
   o.with_metrics = metrics;
   o.loss.softcap = 20.0f;
+  o.pipelined = true;  // the fused cases run the pipelined loop where a side stream exists
   HeadLossInputs hi{in[0], in[1], in[2], in[3], Tensor(), Tensor()};
   if (kind != LossKind::cross_entropy) hi.teacher_hidden = in[4];
   return head_loss(hi, o);

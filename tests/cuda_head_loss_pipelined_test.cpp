@@ -93,6 +93,7 @@ TEST_F(CudaHeadLossPipelined, DflashShapeStaysUnderTwoGiB) {
   for (auto& v : y) v = static_cast<int64_t>(gen.next_u64() % static_cast<uint64_t>(V));
   in.labels = from_ints(y, {T}, {.dtype = DType::i64, .device = dev});
   HeadLossOptions o;
+  o.pipelined = true;
   o.loss.kind = LossKind::forward_kl;
   o.loss.hard_ce_weight = 0.1f;
   HeadLossOptions serial = o;

@@ -106,6 +106,7 @@ TEST(HeadLossPipelined, BudgetHoldsTheSecondSlotAndThePeakStaysInIt) {
   const LoopProblem p = make_loop_problem(fake.device(), DType::f32, T, D, V, false);
   const HeadLossInputs in{p.h, p.w, p.labels, Tensor(), p.teacher, Tensor()};
   HeadLossOptions o;
+  o.pipelined = true;
   o.loss.kind = LossKind::forward_kl;
   HeadLossOptions serial = o;
   serial.pipelined = false;
@@ -140,6 +141,7 @@ TEST(HeadLossPipelined, TheHostIgnoresIt) {
   const LoopProblem p = make_loop_problem(kCPU, DType::f32, 23, 8, 29, false);
   const HeadLossInputs in{p.h, p.w, p.labels, Tensor(), p.teacher, Tensor()};
   HeadLossOptions o;
+  o.pipelined = true;
   o.loss.kind = LossKind::forward_kl;
   HeadLossOptions serial = o;
   serial.pipelined = false;
