@@ -279,6 +279,10 @@ TEST(FeatureFiles, AMismatchWithTheRunIsRefusedNamingTheField) {
   expect_names(open_error(f, {.target_fingerprint = "cafe"}),
                {"index.json", "'target_fingerprint'", "cafe", "changed"});
   expect_names(open_error(f, {.tokenizer_hash = "0"}), {"index.json", "'tokenizer_hash'"});
+  // Token ids past the target's vocabulary: refused at open, naming the shard and tensor.
+  EXPECT_EQ(open_error(f, {.vocab_size = 1 << 20}), "");
+  expect_names(open_error(f, {.vocab_size = 1}),
+               {"features-", "input_ids", "not a token id of the target (vocabulary of 1)"});
 }
 
 TEST(FeatureFiles, ATruncatedShardIsRefusedNamingItsSize) {

@@ -126,6 +126,8 @@ TEST_F(FeaturesProgram, BadOptionsAreOneErrorLine) {
                "--layers");
   expect_error(cli("features" + target + data + " --out " + at("x") + " --layers 7"), "features",
                "layer 7 does not exist; the target has 2 decoder layers");
+  expect_error(cli("features" + target + data + " --out " + at("x") + " --layers 1,1"), "features",
+               "layer 1 is listed twice");
   expect_error(cli("features" + target + data + " --out " + at("x") + " --device nodevice"),
                "features", "--device");
   write("bad.jsonl",

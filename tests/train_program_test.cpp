@@ -336,8 +336,7 @@ TEST_F(TrainProgram, AFailedFreshRunLeavesNoOldSummaryAndKeepsOldCheckpoints) {
   const std::string diverging = replaced(
       tiny(run), R"("optim": {"steps": 2, "batch_size": 2})",
       R"("optim": {"steps": 40, "batch_size": 2, "lr": 10, "weight_decay": 10, "grad_clip": 0, "warmup_ratio": 0}, "checkpoint_every": 0)");
-  expect_error(train("--config " + write("d.json", diverging) + " --fresh"),
-               "the drafter loss became");
+  expect_error(train("--config " + write("d.json", diverging) + " --fresh"), "the drafter loss is");
   EXPECT_FALSE(std::filesystem::exists(run + "/summary.json"))
       << "the earlier run's summary survived a failed run";
   EXPECT_TRUE(std::filesystem::exists(run + "/drafter/step_00000002.safetensors"))

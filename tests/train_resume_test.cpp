@@ -2,7 +2,8 @@
 // `chunkgrad train` (issue 18 item 24), run on the built program with tiny configs:
 // `--set key=value` overrides, `--resume-from PATH`, the fallback past a damaged newest
 // checkpoint, drafter.keep_checkpoints, and the line a resume with another
-// drafter.optim.steps says about the learning-rate schedule.
+// drafter.optim.steps says about the learning-rate schedule; a resume may switch
+// activation checkpointing.
 #include "tests/train_program_fixture.h"
 
 namespace {
@@ -61,6 +62,16 @@ TEST_F(TrainResume, SetOverridesFieldsAndNamesTheBadOnes) {
                "drafter.optim.lr: must be a number, got \"abc\" (set by --set drafter.optim.lr");
   expect_error(train("--print-config --set drafter.block_size=1"), "drafter.block_size");
   expect_error(train("--print-config --set run_dir=123"), "quote it");
+  // --features against a --set of the same fields: an error, not one silently winning.
+  const std::string feats = path("feats");
+  const TrainRun same =
+      train("--print-config --features " + feats + " --set features.dir=" + feats);
+  ASSERT_EQ(same.exit_code, 0) << same.err;
+  EXPECT_EQ(nlohmann::json::parse(same.out)["features"]["source"], "offline");
+  expect_error(train("--print-config --features " + feats + " --set features.source=online"),
+               "disagree");
+  expect_error(train("--print-config --features " + feats + " --set features.dir=elsewhere"),
+               "name two folders");
 }
 
 // A newest checkpoint that is unreadable or holds NaN was a refusal that left the user to
@@ -147,6 +158,21 @@ TEST_F(TrainResume, ARunWithOtherStepsSaysWhatItDoesToTheSchedule) {
             std::string::npos)
       << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+// Activation checkpointing is a memory switch with the same gradients: a run that ran out
+// of memory turns it on and resumes (and off again), instead of starting over.
+TEST_F(TrainResume, ActivationCheckpointingMayChangeOnResume) {
+  const std::string run = path("run");
+  const std::string config = write("c.json", tiny(run));
+  ASSERT_EQ(train("--json --config " + config).exit_code, 0);
+  TrainRun r = train("--json --config " + config +
+                     " --set drafter.optim.steps=3 --set drafter.activation_checkpointing=layers");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(resumed_at(r), 2);
+  r = train("--json --config " + config + " --set drafter.optim.steps=4");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(resumed_at(r), 3);
 }
 
 }  // namespace

@@ -53,7 +53,8 @@ Tensor finite_checkpoint_tensor(const safetensors::Reader& reader, const std::st
 namespace {
 
 // The config fields a resumed run may not change: not how long, how often to save, how to
-// show, and not where the run lives (run_dir: spelled "./runs/x" or absolute, or the
+// show, whether layers are recomputed in backward (a memory switch: out of memory -> turn
+// it on -> resume), and not where the run lives (run_dir: spelled "./runs/x" or absolute, or the
 // folder moved, it is the same run). With content fingerprints on both sides (`by_content`)
 // the corpus and target checkpoint are compared by their bytes, not by their paths.
 nlohmann::json resumable_part(nlohmann::json j, bool by_content) {
@@ -66,6 +67,7 @@ nlohmann::json resumable_part(nlohmann::json j, bool by_content) {
   j["drafter"]["optim"].erase("steps");
   j["drafter"].erase("checkpoint_every");
   j["drafter"].erase("keep_checkpoints");
+  j["drafter"].erase("activation_checkpointing");
   j.erase("progress");
   j.erase("resume");
   j.erase("threads");
@@ -144,8 +146,9 @@ void check_header(const Header& h, const std::string& path, const TrainConfig& c
                        now = resumable_part(config.to_json(), by_content);
   if (was != now) {
     fail("was trained with another config (" + first_difference(was, now) +
-         "; only drafter.optim.steps, drafter.checkpoint_every, drafter.keep_checkpoints, eval, "
-         "memory, threads, progress and run_dir may change on resume)");
+         "; only drafter.optim.steps, drafter.checkpoint_every, drafter.keep_checkpoints, "
+         "drafter.activation_checkpointing, eval, memory, threads, progress and run_dir may "
+         "change on resume)");
   }
   // Checkpoints from before fingerprints have none: accepted, as they were.
   if (by_content) {

@@ -139,8 +139,13 @@ StepRecord DrafterTrainer::finish(const QueuedStep& q) const {
     slots.add(q.batches[i], std::vector<int64_t>(am.begin(), am.end()));
   }
   rec.slot1_accuracy = slots.accuracy().size() > 1 ? slots.accuracy()[1] : 0.0;
-  CG_CHECK(std::isfinite(rec.loss), "the drafter loss became ", rec.loss, " at step ", rec.step,
-           "; lower drafter.optim.lr or raise drafter.optim.warmup_ratio");
+  // Step 1's loss comes before any update: a NaN there is in the inputs, not the rate.
+  CG_CHECK(std::isfinite(rec.loss), "the drafter loss is ", rec.loss, " at step ", rec.step,
+           rec.step <= 1
+               ? ", before any update: the inputs hold a NaN or inf (the features or the "
+                 "teacher's hidden states: check the feature files or the target)"
+               : "; lower drafter.optim.lr or raise drafter.optim.warmup_ratio (or the inputs "
+                 "hold a NaN or inf: check the feature files or the target)");
   return rec;
 }
 

@@ -158,6 +158,12 @@ OfflineFeatureSource::OfflineFeatureSource(const std::string& dir,
       for (int64_t t = 0; t < S; ++t) {
         CG_CHECK(id[t] >= 0, "feature files: shard ", path, ": tensor '", ids_name, "' holds ",
                  id[t], " at ", t, "; token ids are >= 0");
+        // Checked here, before the run directory is touched, rather than as an embedding
+        // or head-loss range error at step 1 that names no file.
+        CG_CHECK(expect.vocab_size <= 0 || id[t] < expect.vocab_size, "feature files: shard ", path,
+                 ": tensor '", ids_name, "' holds ", id[t], " at ", t,
+                 ", not a token id of the target (vocabulary of ", expect.vocab_size,
+                 "); were these features written for another target or tokenizer?");
         CG_CHECK(m[t] <= 1, "feature files: shard ", path, ": tensor '",
                  feature_tensor_name(i, "loss_mask"), "' holds ", static_cast<int>(m[t]), " at ", t,
                  "; a loss mask is 0 or 1");

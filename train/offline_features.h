@@ -50,6 +50,7 @@ namespace cg::train {
 struct FeatureExpectations {
   std::vector<int64_t> layer_ids;
   int64_t hidden_size = 0;
+  int64_t vocab_size = 0;  // > 0: every input id must be below it (the target's vocabulary)
   std::string target_fingerprint;
   std::string tokenizer_hash;
 };

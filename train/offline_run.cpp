@@ -35,6 +35,7 @@ OfflineRun open_offline_run(const TrainConfig& config, Device device) {
           ? nn::dflash_target_layers(arch.num_layers, config.drafter.num_target_features)
           : config.drafter.target_layers;
   expect.hidden_size = arch.hidden_size;
+  expect.vocab_size = arch.vocab_size;
   expect.target_fingerprint = r.target.fingerprint;
   expect.tokenizer_hash = r.target.tokenizer_hash;
   const int64_t n = index.num_samples;

@@ -3,6 +3,7 @@
 // pre-tokenized JSONL and its hidden states are written as feature shards
 // (docs/feature_files.md) that `chunkgrad train --features DIR` trains a drafter from.
 // The work is train/feature_target.h's; this file reads and checks the command line.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <limits>
@@ -39,6 +40,10 @@ std::vector<int64_t> parse_layers(const std::string& text) {
     } catch (const std::exception&) { used = 0; }
     CG_CHECK(used == item.size() && !item.empty() && v >= 0, "--layers '", text,
              "': expected layer ids >= 0 separated by commas (e.g. 1,16,31), not '", item, "'");
+    // As drafter.target_layers: a layer twice would be the same features under two slots,
+    // which no training config accepts.
+    CG_CHECK(std::find(ids.begin(), ids.end(), v) == ids.end(), "--layers '", text, "': layer ", v,
+             " is listed twice; list each layer once");
     ids.push_back(v);
   }
   CG_CHECK(!text.ends_with(","), "--layers '", text, "': a trailing comma");

@@ -31,11 +31,27 @@ struct TrainOptions {
   int64_t memory_limit_mb = 0;
 };
 
-// The config file (or the toy defaults), each --set applied in order, then read and
-// checked; an error about a field that a --set gave says so.
-train::TrainConfig read_config(const std::string& path, const std::vector<std::string>& sets) {
+// The config file (or the toy defaults), each --set applied in order, then --features
+// (features.source offline and features.dir; a --set of either that says otherwise is an
+// error, not silently overridden), then read and checked; an error about a field that a
+// --set gave says so.
+train::TrainConfig read_config(const std::string& path, const std::vector<std::string>& sets,
+                               const std::string& features) {
   nlohmann::json j = path.empty() ? nlohmann::json::object() : train::TrainConfig::file_json(path);
   for (const std::string& s : sets) train::apply_config_override(j, s);
+  if (!features.empty()) {
+    nlohmann::json& f = j["features"];
+    if (!f.is_object()) f = nlohmann::json::object();
+    for (const std::string& s : sets) {
+      const std::string key = s.substr(0, s.find('='));
+      CG_CHECK(key != "features.source" || f["source"] == "offline", "--features ", features,
+               " and --set ", s, " disagree: --features reads offline feature files; drop one");
+      CG_CHECK(key != "features.dir" || f["dir"] == features, "--features ", features,
+               " and --set ", s, " name two folders; drop one");
+    }
+    f["source"] = "offline";
+    f["dir"] = features;
+  }
   try {
     return train::TrainConfig::from_json(j);
   } catch (const cg::Error& e) {
@@ -109,15 +125,11 @@ void add_train_command(CLI::App& app, CommandBody& run) {
   sub->callback([&run] {
     run = [] {
       program::set_cpu_memory_limit_mb(o.memory_limit_mb);
-      train::TrainConfig config = read_config(o.config, o.sets);
+      train::TrainConfig config = read_config(o.config, o.sets, o.features);
       if (!o.run_dir.empty()) config.run_dir = o.run_dir;
       if (o.no_progress) config.progress = false;
       if (o.fresh) config.resume = false;
       if (!o.device.empty()) config.device = o.device;
-      if (!o.features.empty()) {
-        config.features.source = "offline";
-        config.features.dir = o.features;
-      }
       config.validate();
       config.compute_device();  // up front: no GPU is one error line, before any work
       if (o.print_config) {
