@@ -179,6 +179,15 @@ TEST(SyntheticPipeline, ACiSizedRunLearns) {
             std::string::npos);
   EXPECT_NE(train::summary_text(s).find("evaluation skipped: speculative decoding"),
             std::string::npos);
+  // With no held-out block measured, the summary holds nulls and the text says so, rather
+  // than accuracies of 0 and a measured acceptance length of 0 (it is at least 1).
+  nlohmann::json none = s;
+  train::SlotMetrics(24).write_to(none);
+  EXPECT_TRUE(none["per_slot_accuracy"].is_null());
+  EXPECT_TRUE(none["measured_acceptance_length"].is_null());
+  const std::string text = train::summary_text(none);
+  EXPECT_NE(text.find("none (no held-out blocks to measure)"), std::string::npos) << text;
+  EXPECT_EQ(text.find("measured per block"), std::string::npos) << text;
   EXPECT_TRUE(std::filesystem::exists(dir.file("run/drafter/step_00000120.safetensors")));
   EXPECT_FALSE(std::filesystem::exists(dir.file("run/target")));
   // Resuming the finished run trains nothing and gives the same summary accuracy.

@@ -159,6 +159,18 @@ double SlotMetrics::mean_acceptance_length() const {
   return blocks > 0 ? accept_sum / static_cast<double>(blocks) : 0.0;
 }
 
+void SlotMetrics::write_to(nlohmann::json& summary) const {
+  if (blocks == 0) {
+    summary["per_slot_accuracy"] = nullptr;
+    summary["expected_acceptance_length"] = nullptr;
+    summary["measured_acceptance_length"] = nullptr;
+    return;
+  }
+  summary["per_slot_accuracy"] = accuracy();
+  summary["expected_acceptance_length"] = expected_acceptance_length();
+  summary["measured_acceptance_length"] = mean_acceptance_length();
+}
+
 // Per-slot accuracy with every candidate anchor of each held-out sequence (up to 256).
 SlotMetrics held_out_slot_metrics(const nn::DFlashDrafter& drafter, FeatureSource& source,
                                   const DrafterConfig& d) {

@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "nn/dflash_drafter.h"
 #include "ops/head_loss.h"
 #include "train/dflash_batch.h"
@@ -76,6 +78,9 @@ struct SlotMetrics {
   // independent (the notes' EAL, plus the bonus token).
   double expected_acceptance_length() const;
   double mean_acceptance_length() const;  // the measured 1 + correct prefix per block
+  // The three as summary fields (per_slot_accuracy, expected_ and measured_acceptance_length),
+  // null when no block was measured (no held-out samples): never a made-up 0.
+  void write_to(nlohmann::json& summary) const;
   int64_t block_size;
   std::vector<int64_t> correct, total;
   double accept_sum = 0;

@@ -285,9 +285,7 @@ nlohmann::json write_summary(RunState& s) {
     summary["sample"] = {{"prompt", printable(s.eval_prompts[0])},
                          {"target_greedy", printable(s.tok.decode(g.new_tokens()))}};
   }
-  summary["per_slot_accuracy"] = s.slots.accuracy();
-  summary["expected_acceptance_length"] = s.slots.expected_acceptance_length();
-  summary["measured_acceptance_length"] = s.slots.mean_acceptance_length();
+  s.slots.write_to(summary);
   nlohmann::json peaks = nlohmann::json::object();
   for (const auto& r : s.memory) {
     nlohmann::json p = nlohmann::json::object();

@@ -77,34 +77,39 @@ std::string summary_text(const nlohmann::json& s) {
                   s["speculative_tokens_per_s"].get<double>(), s["ceiling_speedup"].get<double>());
     o << line << "  timing: " << timing << "\n";
   }
-  o << "per-slot accuracy (slot 1..):";
-  const auto acc = s["per_slot_accuracy"].get<std::vector<double>>();
-  for (size_t k = 1; k < acc.size(); ++k) {
-    std::snprintf(line, sizeof line, " %.3f", acc[k]);
-    o << line;
+  if (s["per_slot_accuracy"].is_null()) {  // no held-out block was measured
+    o << "per-slot accuracy and acceptance lengths: none (no held-out blocks to measure)\n";
+  } else {
+    o << "per-slot accuracy (slot 1..):";
+    const auto acc = s["per_slot_accuracy"].get<std::vector<double>>();
+    for (size_t k = 1; k < acc.size(); ++k) {
+      std::snprintf(line, sizeof line, " %.3f", acc[k]);
+      o << line;
+    }
+    // Note [Three acceptance numbers]: tau, the expected and the measured acceptance length
+    // are three measurements, not one printed three ways. The last two come from held-out
+    // blocks of the target's own text, each anchored at a true position (teacher-forced):
+    // "expected" combines the per-slot accuracies as if misses were independent, "measured"
+    // averages each block's 1 + correct prefix (usually higher: misses cluster; blocks cut
+    // short by the end of a sequence pull it down). tau is
+    // what speculative decoding achieved on the held-out prompts, where each block starts
+    // where the last one stopped and the eval block size is used.
+    char acceptance[512];
+    std::snprintf(
+        acceptance, sizeof acceptance,
+        "\nexpected acceptance length %.2f (1 + the sum over k of the product of the slot 1..k "
+        "accuracies: "
+        "as if misses were independent); measured per block %.2f (1 + each block's correct prefix, "
+        "averaged: usually higher, as misses cluster; blocks cut by a sequence's end lower it)\n",
+        s["expected_acceptance_length"].get<double>(),
+        s["measured_acceptance_length"].get<double>());
+    o << acceptance;
+    o << (s.contains("evaluation_skipped")
+              ? "  (both on held-out blocks of drafter.block_size anchored at true positions)\n"
+              : "  (both on held-out blocks of drafter.block_size anchored at true positions; tau "
+                "above is what decoding achieved, each block starting where the last one "
+                "stopped)\n");
   }
-  // Note [Three acceptance numbers]: tau, the expected and the measured acceptance length
-  // are three measurements, not one printed three ways. The last two come from held-out
-  // blocks of the target's own text, each anchored at a true position (teacher-forced):
-  // "expected" combines the per-slot accuracies as if misses were independent, "measured"
-  // averages each block's 1 + correct prefix (usually higher: misses cluster; blocks cut
-  // short by the end of a sequence pull it down). tau is
-  // what speculative decoding achieved on the held-out prompts, where each block starts
-  // where the last one stopped and the eval block size is used.
-  char acceptance[512];
-  std::snprintf(
-      acceptance, sizeof acceptance,
-      "\nexpected acceptance length %.2f (1 + the sum over k of the product of the slot 1..k "
-      "accuracies: "
-      "as if misses were independent); measured per block %.2f (1 + each block's correct prefix, "
-      "averaged: usually higher, as misses cluster; blocks cut by a sequence's end lower it)\n",
-      s["expected_acceptance_length"].get<double>(), s["measured_acceptance_length"].get<double>());
-  o << acceptance;
-  o << (s.contains("evaluation_skipped")
-            ? "  (both on held-out blocks of drafter.block_size anchored at true positions)\n"
-            : "  (both on held-out blocks of drafter.block_size anchored at true positions; tau "
-              "above is what decoding achieved, each block starting where the last one "
-              "stopped)\n");
   const nlohmann::json& steps = s["drafter_steps"];
   if (steps["trained"].get<int64_t>() > 0) {
     std::snprintf(

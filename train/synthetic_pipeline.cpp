@@ -179,9 +179,7 @@ nlohmann::json run_synthetic_pipeline(const TrainConfig& config, const PipelineO
   summary["drafter_parameters"] = drafter->num_parameters();
   summary["step_tflop"] =
       drafter_step_flops(drafter_step_shape(dc, d, source->seq_len())).total() / 1e12;
-  summary["per_slot_accuracy"] = slots.accuracy();
-  summary["expected_acceptance_length"] = slots.expected_acceptance_length();
-  summary["measured_acceptance_length"] = slots.mean_acceptance_length();
+  slots.write_to(summary);
   summary["drafter_train_tokens_per_s"] = tokens_per_s;
   summary["drafter_steps"] = {
       {"resumed_at", first_step}, {"trained", final_step - first_step}, {"final", final_step}};
