@@ -7,6 +7,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <thread>
 
 #include "core/backend.h"
@@ -283,6 +284,31 @@ TEST(FeatureFiles, AMismatchWithTheRunIsRefusedNamingTheField) {
   EXPECT_EQ(open_error(f, {.vocab_size = 1 << 20}), "");
   expect_names(open_error(f, {.vocab_size = 1}),
                {"features-", "input_ids", "not a token id of the target (vocabulary of 1)"});
+}
+
+// A NaN or inf in a feature: the fetch that reads it fails naming the shard and the
+// tensor (the reader scans each sample), instead of a NaN loss at step 1.
+TEST(FeatureFiles, ANonFiniteFeatureIsAnErrorNamingTheTensor) {
+  for (DType dtype : {DType::bf16, DType::f32}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    TempDir dir;
+    train::FeatureFileWriter writer(dir.file("f"), header(dtype), size_t{1} << 20);
+    Generator gen(3);
+    for (int i = 0; i < 3; ++i) {
+      Tensor hidden = randn({6, kK * kH}, {}, &gen), last = randn({6, kH}, {}, &gen);
+      if (i == 2) last.data<float>()[7] = std::numeric_limits<float>::infinity();
+      writer.add(make_sequence(6, 2, 10 + static_cast<uint64_t>(i)), hidden, last);
+    }
+    writer.finish();
+    train::OfflineFeatureSource source(dir.file("f"));
+    EXPECT_NO_THROW(source.fetch({0, 1}, kCPU));
+    try {
+      source.fetch({2}, kCPU);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      expect_names(e.message(), {"features-", "'2.last_hidden'", "NaN or inf", "element 7"});
+    }
+  }
 }
 
 TEST(FeatureFiles, ATruncatedShardIsRefusedNamingItsSize) {

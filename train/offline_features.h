@@ -98,6 +98,7 @@ class OfflineFeatureSource : public FeatureSource {
   struct SampleFiles {
     Location hidden_states, last_hidden;
     int64_t seq_len = 0;
+    int64_t index = 0;  // the sample's number in the folder (its tensors' "i." prefix)
   };
   // Host memory for one tensor of a batch: ordinary, or a pinned buffer of the pool
   // (Note [Pinned uploads], core/backend.h).
