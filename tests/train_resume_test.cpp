@@ -62,6 +62,9 @@ TEST_F(TrainResume, SetOverridesFieldsAndNamesTheBadOnes) {
                "drafter.optim.lr: must be a number, got \"abc\" (set by --set drafter.optim.lr");
   expect_error(train("--print-config --set drafter.block_size=1"), "drafter.block_size");
   expect_error(train("--print-config --set run_dir=123"), "quote it");
+  // A target too shallow for the layer rule: refused before the target trains.
+  expect_error(train("--print-config --set target.num_layers=4"),
+               "drafter.target_layers is empty, so the layer rule picks 3 of the target's 4");
   // --features against a --set of the same fields: an error, not one silently winning.
   const std::string feats = path("feats");
   const TrainRun same =

@@ -12,6 +12,7 @@
 #include "core/backend.h"
 #include "core/error.h"
 #include "core/json_input.h"
+#include "nn/dflash_drafter.h"
 #include "ops/head_loss.h"
 
 namespace cg::train {
@@ -375,6 +376,17 @@ void TrainConfig::validate() const {
   check_optim("drafter.optim.", d.optim);
   std::set<int64_t> listed;
   const int64_t target_depth = d.num_target_layers > 0 ? d.num_target_layers : t.num_layers;
+  // Without a list the public rule picks the layers: a target too shallow for it is an
+  // error now, not after the target has trained.
+  if (d.target_layers.empty() && features.source == "online") {
+    try {
+      nn::dflash_target_layers(target_depth, d.num_target_features);
+    } catch (const Error& e) {
+      CG_FAIL("train config: drafter.target_layers is empty, so the layer rule picks ",
+              d.num_target_features, " of the target's ", target_depth,
+              " layers (target.num_layers): ", e.message());
+    }
+  }
   for (int64_t id : d.target_layers) {
     CG_CHECK(id >= 0 && id < target_depth, "train config: drafter.target_layers: layer ", id,
              " is not a target layer (0..", target_depth - 1, ")");
