@@ -141,6 +141,9 @@ TEST_F(FeaturesProgram, BadOptionsAreOneErrorLine) {
   // A folder that holds a feature set already.
   ASSERT_EQ(features("twice").exit_code, 0);
   expect_error(features("twice"), "features", "already holds index.json");
+  // A folder with other things in it (an interrupted run's shards, without index.json).
+  fs::remove(at("twice") + "/index.json");
+  expect_error(features("twice"), "features", "is not empty");
 }
 
 // Features written from the toy target by `chunkgrad features` train a drafter that learns

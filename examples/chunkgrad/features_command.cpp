@@ -97,6 +97,13 @@ void add_features_command(CLI::App& app, CommandBody& run) {
                o.out, " already holds index.json (a feature set); give an empty folder");
       CG_CHECK(!std::filesystem::exists(o.out) || std::filesystem::is_directory(o.out), "--out ",
                o.out, " is a file, not a folder");
+      // Anything else in the folder (a half-written set of an interrupted run: shards
+      // without index.json) would end up beside the new shards.
+      CG_CHECK(!std::filesystem::exists(o.out) || std::filesystem::is_empty(o.out), "--out ", o.out,
+               " is not empty (",
+               std::filesystem::directory_iterator(o.out)->path().filename().string(),
+               " ...); give an empty folder: shards of an earlier or interrupted run would "
+               "mix with the new ones");
       std::vector<train::DrafterSequence> samples =
           train::read_token_jsonl(o.data, std::numeric_limits<int64_t>::max());
       train::FeatureTarget target = train::load_feature_target(o.target, device);
