@@ -14,6 +14,9 @@ int main(int argc, char** argv) {
   cg::cli::add_train_command(app, run);
   cg::cli::add_trace_command(app, run);
   cg::cli::add_features_command(app, run);
+#ifdef CHUNKGRAD_WITH_TOKENIZER
+  cg::cli::add_tokenize_command(app, run);
+#endif
   return program.run(argc, argv, [&] {
     CG_CHECK(run, "no subcommand ran");
     run();
