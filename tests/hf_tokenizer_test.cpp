@@ -216,6 +216,18 @@ TEST(HfTokenizer, ReadsOldStyleMergesAndGpt2Regex) {
   EXPECT_EQ(tok.encode("aaaaa"), (Ids{261, 262}));
 }
 
+TEST(HfTokenizer, IgnoreMergesTakesAPieceThatIsOneToken) {
+  // Llama-3-style files set ignore_merges: a piece found whole in the vocabulary is that
+  // token even when no merges lead to it.
+  json j = hf_tokenizer_test::tiny_tokenizer_json();
+  j["model"]["vocab"]["ab"] = 299;
+  EXPECT_EQ(HfTokenizer::from_json(j.dump(), "merges").encode("ab"), (Ids{97, 98}));
+  j["model"]["ignore_merges"] = true;
+  const HfTokenizer tok = HfTokenizer::from_json(j.dump(), "ignore_merges");
+  EXPECT_EQ(tok.encode("ab ab"), (Ids{299, 32, 97, 98}));
+  EXPECT_EQ(tok.encode("hello"), (Ids{257, 260}));
+}
+
 TEST(HfTokenizer, MissingFileIsOneClearError) {
   EXPECT_THROW(HfTokenizer::from_file("/nonexistent/tokenizer.json"), cg::Error);
 }

@@ -4,61 +4,27 @@
 // exit code 1 for a bad line or a malformed tokenizer.json.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "hf_tokenizer_test_util.h"
+#include "train_program_fixture.h"
 
 namespace {
 
-namespace fs = std::filesystem;
+using Result = train_program_fixture::TrainRun;
 
-struct Result {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-class TokenizeProgram : public ::testing::Test {
+class TokenizeProgram : public train_program_fixture::TrainProgram {
  protected:
-  static fs::path& root() {
-    static fs::path p =
-        fs::temp_directory_path() / ("chunkgrad_tokenize_program_" + std::to_string(::getpid()));
-    return p;
-  }
-  static std::string at(const std::string& name) { return (root() / name).string(); }
-  static void write(const std::string& name, const std::string& text) {
-    std::ofstream(at(name), std::ios::binary) << text;
-  }
-  static std::string slurp(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
-  static void SetUpTestSuite() {
-    fs::create_directories(root());
+  void SetUp() override {
+    TrainProgram::SetUp();
     write("tokenizer.json", hf_tokenizer_test::tiny_tokenizer_json().dump());
   }
-  static void TearDownTestSuite() { fs::remove_all(root()); }
-  // Runs `chunkgrad tokenize --tokenizer <tiny> ARGS`; `stdin_file` is fed to its stdin.
-  static Result tokenize(const std::string& args, const std::string& stdin_file = "/dev/null",
-                         const std::string& tokenizer = "tokenizer.json") {
-    const std::string cmd = std::string("'") + CHUNKGRAD_CLI + "' tokenize --tokenizer '" +
-                            at(tokenizer) + "' " + args + " <'" + stdin_file + "' >'" + at("out") +
-                            "' 2>'" + at("err") + "'";
-    const int status = std::system(cmd.c_str());
-    Result r;
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    r.out = slurp(at("out"));
-    r.err = slurp(at("err"));
-    return r;
+  std::string at(const std::string& name) const { return path(name); }
+  // `chunkgrad tokenize --tokenizer <tokenizer> ARGS <stdin_file`.
+  Result tokenize(const std::string& args, const std::string& stdin_file = "/dev/null",
+                  const std::string& tokenizer = "tokenizer.json") const {
+    return run("tokenize --tokenizer '" + path(tokenizer) + "' " + args + " <'" + stdin_file + "'");
   }
 };
 
