@@ -14,6 +14,20 @@ int main(int argc, char** argv) {
   cg::cli::add_train_command(app, run);
   cg::cli::add_trace_command(app, run);
   cg::cli::add_features_command(app, run);
+#ifdef CHUNKGRAD_WITH_TOKENIZER
+  cg::cli::add_tokenize_command(app, run);
+#else
+  // Built without PCRE2 / utf8proc (CMakeLists.txt): the subcommand is there to say so.
+  app.add_subcommand("tokenize", "not in this build (needs libpcre2-dev and libutf8proc-dev)")
+      ->allow_extras()
+      ->callback([&run] {
+        run = [] {
+          CG_FAIL(
+              "this chunkgrad was built without the tokenizer: install libpcre2-dev and "
+              "libutf8proc-dev (tools/deps.sh does) and configure and build again");
+        };
+      });
+#endif
   return program.run(argc, argv, [&] {
     CG_CHECK(run, "no subcommand ran");
     run();

@@ -1,0 +1,124 @@
+// Why this file exists: `chunkgrad tokenize`, the tokenizer of a Hugging Face checkpoint
+// (train/hf_tokenizer.h) on the command line, to look at ids, to check them against
+// another tool, and to pre-tokenize text for the pipeline's stages:
+//
+//   chunkgrad tokenize --tokenizer tokenizer.json notes.txt        [9707, 11, 1879, 0]
+//   chunkgrad tokenize --tokenizer tokenizer.json --jsonl texts.jsonl  one array a line
+//   chunkgrad tokenize --tokenizer tokenizer.json --decode ids.json    the text back
+//
+// Without --jsonl the whole input (a file, or stdin for "-") is one text and the output
+// one JSON array; decoding reads one array and writes the text's bytes as they are, so
+// encode then decode gives the input back. With --jsonl each input line is a JSON string
+// (encode) or a JSON array of ids (decode) and gets its own output line, an array or a
+// JSON string. A bad line is one error naming its line number.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "examples/chunkgrad/commands.h"
+#include "examples/common/program.h"
+#include "train/hf_tokenizer.h"
+
+namespace cg::cli {
+
+namespace {
+
+using nlohmann::json;
+
+struct TokenizeOptions {
+  std::string tokenizer, input = "-";
+  bool jsonl = false, decode = false;
+};
+
+void write(const std::string& text) {
+  CG_CHECK(std::fwrite(text.data(), 1, text.size(), stdout) == text.size(),
+           "writing to stdout failed");
+}
+
+std::string ids_json(const std::vector<int64_t>& ids) { return json(ids).dump(); }
+
+// `where`: "the input" or "line 12"; throws naming it when j is not an array of ids.
+std::vector<int64_t> ids_of(const json& j, const std::string& where) {
+  CG_CHECK(j.is_array(), where, ": expected a JSON array of token ids, got ",
+           j.dump().substr(0, 80));
+  std::vector<int64_t> ids;
+  ids.reserve(j.size());
+  for (const json& v : j) {
+    CG_CHECK(v.is_number_integer(), where, ": expected integer token ids, got ", v.dump());
+    ids.push_back(v.get<int64_t>());
+  }
+  return ids;
+}
+
+json parse(const std::string& text, const std::string& where) {
+  try {
+    return json::parse(text);
+  } catch (const json::parse_error& e) { CG_FAIL(where, ": not valid JSON (", e.what(), ")"); }
+}
+
+// Error messages from the tokenizer (bad UTF-8, an unknown id) get the place in front.
+template <typename F>
+auto at(const std::string& where, F f) {
+  try {
+    return f();
+  } catch (const Error& e) { CG_FAIL(where, ": ", e.message()); }
+}
+
+void run_tokenize(const TokenizeOptions& o) {
+  const train::HfTokenizer tok = train::HfTokenizer::from_file(o.tokenizer);
+  std::ifstream file;
+  if (o.input != "-") {
+    file.open(o.input, std::ios::binary);
+    CG_CHECK(file, "cannot open the input '", o.input, "'");
+  }
+  std::istream& in = o.input == "-" ? std::cin : file;
+  if (!o.jsonl) {
+    std::stringstream all;
+    all << in.rdbuf();
+    if (o.decode) {
+      write(at("the input",
+               [&] { return tok.decode(ids_of(parse(all.str(), "the input"), "the input")); }));
+    } else {
+      write(ids_json(at("the input", [&] { return tok.encode(all.str()); })) + "\n");
+    }
+    return;
+  }
+  std::string line;
+  for (int64_t number = 1; std::getline(in, line); ++number) {
+    const std::string where = "line " + std::to_string(number);
+    const json j = parse(line, where);
+    if (o.decode) {
+      const std::string text = at(where, [&] { return tok.decode(ids_of(j, where)); });
+      // Ids cut mid-character decode to invalid UTF-8, which JSON cannot hold: U+FFFD.
+      write(json(text).dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
+    } else {
+      CG_CHECK(j.is_string(), where, ": expected a JSON string (the text to encode), got ",
+               j.dump().substr(0, 80));
+      write(ids_json(at(where, [&] { return tok.encode(j.get<std::string>()); })) + "\n");
+    }
+  }
+}
+
+}  // namespace
+
+void add_tokenize_command(CLI::App& app, CommandBody& run) {
+  static TokenizeOptions o;
+  CLI::App* sub = app.add_subcommand(
+      "tokenize", "encode text to token ids (or decode ids) with a Hugging Face tokenizer.json");
+  sub->add_option("--tokenizer", o.tokenizer, "a tokenizer.json (byte-level BPE, the Qwen family)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  sub->add_flag(
+      "--jsonl", o.jsonl,
+      "one JSON string (or, with --decode, one array of ids) a line; one output line each");
+  sub->add_flag("--decode", o.decode, "ids to text: the input holds JSON arrays of token ids");
+  sub->add_option("input", o.input, "the input file, or - for stdin (default -)")
+      ->check(CLI::ExistingFile | CLI::IsMember({"-"}));
+  sub->callback([&run] { run = [] { run_tokenize(o); }; });
+}
+
+}  // namespace cg::cli
