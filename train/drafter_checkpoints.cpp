@@ -13,8 +13,6 @@
 #include "ops/shape_ops.h"
 #include "train/drafter_trainer.h"
 #include "train/optimizer.h"
-#include "train/target_lm.h"
-#include "train/tokenizer.h"
 
 namespace cg::train {
 
@@ -171,11 +169,7 @@ void check_shapes(const safetensors::Reader& reader, const std::string& path,
   auto fail = [&](const std::string& why) { refuse_resume(path, why, kRunDirUnchanged); };
   std::unique_ptr<nn::DFlashDrafter> shapes;
   try {
-    const bool synthetic = config.features.source == "synthetic";  // no target model
-    const nn::DFlashDrafterConfig dc = drafter_model_config(
-        synthetic ? synthetic_target_architecture(config.drafter)
-                  : target_architecture(config.target),
-        config.drafter, synthetic ? config.drafter.vocab_size - 1 : ByteTokenizer::kMask);
+    const nn::DFlashDrafterConfig dc = run_drafter_config(config);
     const Tensor table = expand(zeros({1, 1}), {dc.layers.vocab_size, dc.layers.hidden_size});
     Generator gen(0);
     shapes =

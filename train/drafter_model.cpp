@@ -4,6 +4,8 @@
 #include "core/memory_trace.h"
 #include "core/views.h"
 #include "ops/shape_ops.h"
+#include "train/target_lm.h"
+#include "train/tokenizer.h"
 
 namespace cg::train {
 
@@ -38,6 +40,15 @@ nn::DFlashDrafterConfig drafter_model_config(const nn::Qwen3Config& tc, const Dr
   dc.sliding_window = config.sliding_window;
   dc.activation_checkpointing = nn::parse_activation_checkpointing(config.activation_checkpointing);
   return dc;
+}
+
+nn::DFlashDrafterConfig run_drafter_config(const TrainConfig& config) {
+  if (config.features.source == "synthetic") {
+    return drafter_model_config(synthetic_target_architecture(config.drafter), config.drafter,
+                                config.drafter.vocab_size - 1);
+  }
+  return drafter_model_config(target_architecture(config.target), config.drafter,
+                              ByteTokenizer::kMask);
 }
 
 nn::Qwen3Config synthetic_target_architecture(const DrafterConfig& config) {

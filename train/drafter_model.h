@@ -19,6 +19,10 @@ namespace cg::train {
 // Throws when drafter.hidden_size / vocab_size / num_target_layers disagree with the target.
 nn::DFlashDrafterConfig drafter_model_config(const nn::Qwen3Config& target,
                                              const DrafterConfig& config, int64_t mask_id);
+// The drafter a run's config makes, from the config alone (no target loaded): the target's
+// architecture (target_architecture, or synthetic_target_architecture for synthetic
+// features) and the MASK id the run uses (the byte tokenizer's; synthetic: vocab_size - 1).
+nn::DFlashDrafterConfig run_drafter_config(const TrainConfig& config);
 // The target's architecture as far as a drafter needs it, from drafter.hidden_size,
 // vocab_size and num_target_layers, where there is no target model (synthetic features).
 nn::Qwen3Config synthetic_target_architecture(const DrafterConfig& config);

@@ -26,6 +26,7 @@
 #include "train/dflash_block_drafter.h"
 #include "train/drafter_checkpoints.h"
 #include "train/drafter_data.h"
+#include "train/drafter_export.h"
 #include "train/drafter_trainer.h"
 #include "train/fingerprint.h"
 #include "train/generate.h"
@@ -112,6 +113,10 @@ void make_drafter_data(RunState& s) {
 // Stage 6: drafter training, resumed from the checkpoint check_resume chose.
 void train_drafter(RunState& s) {
   const TrainConfig& config = s.config;
+  if (s.resume.path.empty() && !config.drafter.init_from.empty()) {
+    load_public_drafter(*s.drafter, public_drafter_info(config), config.drafter.init_from);
+    say(config, "drafter: weights from " + config.drafter.init_from);
+  }
   DrafterTrainer trainer(*s.drafter, config, s.data);
   if (!s.resume.path.empty()) {
     trainer.load_checkpoint(s.resume.path);

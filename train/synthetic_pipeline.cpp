@@ -17,6 +17,7 @@
 #include "core/caching_allocator.h"
 #include "core/error.h"
 #include "train/drafter_checkpoints.h"
+#include "train/drafter_export.h"
 #include "train/drafter_step.h"
 #include "train/drafter_trainer.h"
 #include "train/flop_count.h"
@@ -144,6 +145,10 @@ nlohmann::json run_synthetic_pipeline(const TrainConfig& config, const PipelineO
                   std::to_string(dc.layers.num_layers) + " layers, target layers " +
                   nlohmann::json(dc.target_layers).dump());
 
+  if (resume.path.empty() && !d.init_from.empty()) {
+    load_public_drafter(*drafter, public_drafter_info(config), d.init_from);
+    say(config, "drafter: weights from " + d.init_from);
+  }
   // Training, resumed from the checkpoint chosen above.
   DrafterTrainer trainer(*drafter, config, DrafterTrainData{source, kSyntheticFingerprint});
   if (!resume.path.empty()) {

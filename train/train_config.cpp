@@ -176,6 +176,7 @@ void visit_fields(V& v, TrainConfig& c) {
     s.field("head_loss_chunk_budget_mb", d.head_loss_chunk_budget_mb);
     s.field("dtype", d.dtype);
     s.field("activation_checkpointing", d.activation_checkpointing);
+    s.field("init_from", d.init_from);
     s.field("checkpoint_every", d.checkpoint_every);
     s.field("keep_checkpoints", d.keep_checkpoints);
     s.object("optim", [&](auto& o) { visit_optim(o, d.optim); });

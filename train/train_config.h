@@ -90,6 +90,10 @@ struct DrafterConfig {
   // "none" | "layers": recompute each drafter layer in the backward instead of keeping its
   // activations (nn::ActivationCheckpointing); same gradients, less memory, more time.
   std::string activation_checkpointing = "none";
+  // A drafter in the public DFlash layout (config.json + model.safetensors, docs/export.md)
+  // whose weights a fresh run starts from instead of random ones ("" = random); its
+  // config.json must match this drafter field by field. A resumed run ignores it.
+  std::string init_from;
   int64_t checkpoint_every = 250;  // steps between checkpoints (0 = only the last, -1 = none)
   int64_t keep_checkpoints = 3;  // after each save, all but the newest this many go (0 = keep all)
   OptimConfig optim{.steps = 1000};

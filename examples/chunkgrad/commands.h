@@ -21,5 +21,6 @@ void add_trace_command(CLI::App& app, CommandBody& run);     // trace_command.cp
 void add_features_command(CLI::App& app, CommandBody& run);  // features_command.cpp
 // Built with the tokenizer only (CHUNKGRAD_WITH_TOKENIZER, set on main.cpp).
 void add_tokenize_command(CLI::App& app, CommandBody& run);  // tokenize_command.cpp
+void add_export_command(CLI::App& app, CommandBody& run);    // export_command.cpp
 
 }  // namespace cg::cli

@@ -1,0 +1,307 @@
+// Why this file exists: the public DFlash drafter layout, written and read
+// (drafter_export.h, docs/export.md).
+#include "train/drafter_export.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "core/factories.h"
+#include "core/json_input.h"
+#include "core/views.h"
+#include "nn/checkpoint.h"
+#include "nn/safetensors.h"
+#include "ops/shape_ops.h"
+#include "train/drafter_checkpoints.h"
+#include "train/drafter_model.h"
+#include "train/target_lm.h"
+
+namespace cg::train {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::vector<std::string> public_drafter_names(int64_t num_layers) {
+  std::vector<std::string> names{"fc.weight", "hidden_norm.weight"};
+  static const char* const kLayer[] = {
+      "self_attn.q_proj.weight",  "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+      "self_attn.o_proj.weight",  "self_attn.q_norm.weight", "self_attn.k_norm.weight",
+      "mlp.gate_proj.weight",     "mlp.up_proj.weight",      "mlp.down_proj.weight",
+      "input_layernorm.weight",   "post_attention_layernorm.weight"};
+  for (int64_t i = 0; i < num_layers; ++i)
+    for (const char* n : kLayer) names.push_back("layers." + std::to_string(i) + "." + n);
+  names.push_back("norm.weight");
+  return names;
+}
+
+// Note [Public config fields]: the fields are those of the published drafter configs
+// (SpecForge configs/qwen3-8b-dflash.json @b3d2401, qwen3.5-27b-dflash.json @95d22a7; the
+// dflash_config block as z-lab's model.py reads it: _draft_value looks in dflash_config
+// first, then at the top level). block_size is written at both places (older checkpoints
+// keep it at the top, newer ones in dflash_config). Left out on purpose: auto_map (it names
+// Python code this folder does not ship), bos/eos ids (the tokenizer's), initializer_range
+// and max_window_layers (layer_types says which layers slide). Never written: rope
+// scaling, rope_parameters, M-RoPE sections, partial_rotary_factor -- a target's RoPE
+// options leaking into a drafter config is a known cause of near-zero acceptance in
+// serving (docs/dflash_training.md); the drafter's RoPE is plain, full-dim, its own theta.
+json public_drafter_config(const nn::DFlashDrafterConfig& dc, const PublicDrafterInfo& info) {
+  const nn::Qwen3Config& L = dc.layers;
+  json layer_types = json::array();
+  bool slides = false;
+  for (int64_t i = 0; i < L.num_layers; ++i) {
+    const nn::DrafterAttention t = dc.layer_type(static_cast<size_t>(i));
+    slides = slides || t == nn::DrafterAttention::sliding;
+    layer_types.push_back(nn::drafter_attention_name(t));
+  }
+  json c;
+  c["architectures"] = {"DFlashDraftModel"};
+  c["model_type"] = "qwen3";
+  c["dflash_config"] = {{"mask_token_id", dc.mask_token_id},
+                        {"target_layer_ids", dc.target_layers},
+                        {"block_size", info.block_size}};
+  c["block_size"] = info.block_size;
+  c["num_target_layers"] = info.num_target_layers;
+  c["hidden_size"] = L.hidden_size;
+  c["num_hidden_layers"] = L.num_layers;
+  c["num_attention_heads"] = L.num_heads;
+  c["num_key_value_heads"] = L.num_kv_heads;
+  c["head_dim"] = L.head_dim;
+  c["intermediate_size"] = L.intermediate_size;
+  c["hidden_act"] = "silu";
+  c["attention_bias"] = false;
+  c["attention_dropout"] = 0.0;
+  c["rms_norm_eps"] = L.rms_eps;
+  c["vocab_size"] = L.vocab_size;
+  c["max_position_embeddings"] = info.max_position_embeddings;
+  c["layer_types"] = layer_types;
+  c["use_sliding_window"] = slides;
+  c["sliding_window"] = slides ? json(dc.sliding_window) : json(nullptr);
+  c["rope_theta"] = L.rope_theta;
+  c["rope_scaling"] = nullptr;
+  c["tie_word_embeddings"] = false;  // the drafter has no embedding or head of its own
+  c["dtype"] = "bfloat16";
+  c["use_cache"] = true;
+  return c;
+}
+
+void write_public_drafter(const nn::DFlashDrafter& drafter, const PublicDrafterInfo& info,
+                          const std::string& out_dir) {
+  const std::vector<std::string> names = public_drafter_names(drafter.config().layers.num_layers);
+  safetensors::NamedTensors tensors;
+  for (const auto& [name, p] : drafter.named_parameters()) {
+    CG_CHECK(std::find(names.begin(), names.end(), name) != names.end(), "export: the drafter has a "
+             "parameter '", name, "' that the public DFlash layout has no name for");
+    tensors.emplace_back(name, raw::to_dtype(p.detach(), DType::bf16));
+  }
+  CG_CHECK(tensors.size() == names.size(), "export: the drafter has ", tensors.size(),
+           " parameters, the public layout ", names.size());
+  for (const char* f : {"config.json", "model.safetensors"}) {
+    CG_CHECK(!fs::exists(fs::path(out_dir) / f), "export: ", out_dir, " already holds ", f,
+             "; give an empty or new folder with --out");
+  }
+  fs::create_directories(out_dir);
+  safetensors::save_file(tensors, (fs::path(out_dir) / "model.safetensors").string(),
+                         {{"format", "pt"}});
+  write_file_atomically((fs::path(out_dir) / "config.json").string(),
+                        public_drafter_config(drafter.config(), info).dump(2) + "\n",
+                        "the drafter's config.json");
+}
+
+namespace {
+
+bool same_value(const json& a, const json& b) {
+  if (a.is_number() && b.is_number()) {
+    const double x = a.get<double>(), y = b.get<double>();
+    return x == y || std::fabs(x - y) <= 1e-9 * std::max(std::fabs(x), std::fabs(y));
+  }
+  return a == b;
+}
+
+// The value of `name` as z-lab's _draft_value finds it: dflash_config first, then the top.
+const json* draft_value(const json& c, const char* name) {
+  if (c.contains("dflash_config") && c["dflash_config"].is_object() &&
+      c["dflash_config"].contains(name))
+    return &c["dflash_config"][name];
+  return c.contains(name) ? &c[name] : nullptr;
+}
+
+}  // namespace
+
+PublicDrafterInfo public_drafter_info(const TrainConfig& config) {
+  PublicDrafterInfo info;
+  info.block_size = config.drafter.block_size;
+  info.num_target_layers = config.features.source == "synthetic"
+                               ? config.drafter.num_target_layers
+                               : target_architecture(config.target).num_layers;
+  if (!config.target.hf_config.empty()) {  // the target's own context length
+    const json t = parse_untrusted_json(
+        read_text_file(config.target.hf_config, "target.hf_config"), "target.hf_config");
+    if (t.contains("max_position_embeddings") && t["max_position_embeddings"].is_number_integer())
+      info.max_position_embeddings = t["max_position_embeddings"].get<int64_t>();
+  }
+  return info;
+}
+
+std::vector<std::string> public_config_mismatches(const json& c, const nn::DFlashDrafterConfig& dc,
+                                                  const PublicDrafterInfo& info) {
+  std::vector<std::string> out;
+  if (!c.is_object()) return {"config.json is not a JSON object"};
+  const nn::Qwen3Config& L = dc.layers;
+  auto compare = [&](const std::string& field, const json* there, const json& here,
+                     const char* which) {
+    if (!there) {
+      out.push_back(field + ": missing from config.json; " + here.dump() + " here (" + which + ")");
+    } else if (!same_value(*there, here)) {
+      out.push_back(field + ": " + describe_json(*there) + " in config.json, " + here.dump() +
+                    " here (" + which + ")");
+    }
+  };
+  auto top = [&](const char* f) { return c.contains(f) ? &c[f] : nullptr; };
+  const json* arch = top("architectures");
+  if (!arch || !arch->is_array() || arch->empty() || (*arch)[0] != "DFlashDraftModel")
+    out.push_back("architectures: " + (arch ? describe_json(*arch) : std::string("missing")) +
+                  "; a DFlash drafter says [\"DFlashDraftModel\"]");
+  compare("hidden_size", top("hidden_size"), L.hidden_size, "the target's hidden size");
+  compare("num_hidden_layers", top("num_hidden_layers"), L.num_layers, "drafter.num_layers");
+  compare("num_attention_heads", top("num_attention_heads"), L.num_heads, "drafter.num_heads");
+  compare("num_key_value_heads", top("num_key_value_heads"), L.num_kv_heads,
+          "drafter.num_kv_heads");
+  // Without head_dim, engines take hidden / heads.
+  const json derived = (top("hidden_size") && top("num_attention_heads") &&
+                        c["num_attention_heads"].is_number_integer() &&
+                        c["num_attention_heads"].get<int64_t>() > 0 &&
+                        c["hidden_size"].is_number_integer())
+                           ? json(c["hidden_size"].get<int64_t>() /
+                                  c["num_attention_heads"].get<int64_t>())
+                           : json(nullptr);
+  compare("head_dim", top("head_dim") ? top("head_dim") : &derived, L.head_dim, "drafter.head_dim");
+  compare("intermediate_size", top("intermediate_size"), L.intermediate_size,
+          "drafter.intermediate_size");
+  compare("vocab_size", top("vocab_size"), L.vocab_size, "the target's vocabulary");
+  compare("rms_norm_eps", top("rms_norm_eps"), L.rms_eps, "drafter.rms_eps");
+  const json* theta = top("rope_theta");
+  if (!theta && c.contains("rope_parameters") && c["rope_parameters"].is_object() &&
+      c["rope_parameters"].contains("rope_theta"))
+    theta = &c["rope_parameters"]["rope_theta"];  // transformers 5 writes it there
+  compare("rope_theta", theta, L.rope_theta, "drafter.rope_theta, or the target's");
+  compare("num_target_layers", top("num_target_layers"), info.num_target_layers,
+          "the target's decoder layers");
+  compare("block_size", draft_value(c, "block_size"), info.block_size, "drafter.block_size");
+  compare("dflash_config.target_layer_ids", draft_value(c, "target_layer_ids"),
+          json(dc.target_layers), "drafter.target_layers, or the public rule");
+  const json* mask = draft_value(c, "mask_token_id");
+  if (mask && !mask->is_null())  // a published config may leave it null (the tokenizer's)
+    compare("dflash_config.mask_token_id", mask, dc.mask_token_id, "drafter.mask_token_id");
+  json types = json::array();
+  bool slides = false;
+  for (int64_t i = 0; i < L.num_layers; ++i) {
+    slides = slides || dc.layer_type(static_cast<size_t>(i)) == nn::DrafterAttention::sliding;
+    types.push_back(nn::drafter_attention_name(dc.layer_type(static_cast<size_t>(i))));
+  }
+  const json all_full(std::vector<std::string>(types.size(), "full_attention"));
+  compare("layer_types", top("layer_types") ? top("layer_types") : &all_full, types,
+          "drafter.layer_types");
+  if (slides) {
+    compare("sliding_window", top("sliding_window"), dc.sliding_window, "drafter.sliding_window");
+    if (!c.contains("use_sliding_window") || c["use_sliding_window"] != true)
+      out.push_back("use_sliding_window: not true in config.json, but layers slide (transformers "
+                    "then drops the window and runs them as full layers)");
+  }
+  const json* scaling = top("rope_scaling");
+  if (scaling && !scaling->is_null())
+    out.push_back("rope_scaling: " + describe_json(*scaling) +
+                  " in config.json; a DFlash drafter runs plain RoPE (null)");
+  const json* partial = top("partial_rotary_factor");
+  if (partial && !same_value(*partial, 1.0))
+    out.push_back("partial_rotary_factor: " + describe_json(*partial) +
+                  " in config.json; the drafter rotates every head dim (1 or absent)");
+  if (c.contains("attention_bias") && c["attention_bias"] == true)
+    out.push_back("attention_bias: true in config.json; the drafter has no biases");
+  if (c.contains("hidden_act") && c["hidden_act"] != "silu")
+    out.push_back("hidden_act: " + describe_json(c["hidden_act"]) + "; the drafter's MLP is silu");
+  return out;
+}
+
+void load_public_drafter(nn::DFlashDrafter& drafter, const PublicDrafterInfo& info,
+                         const std::string& dir) {
+  const std::string where = "drafter.init_from '" + dir + "'";
+  const fs::path config_path = fs::path(dir) / "config.json";
+  const fs::path weights_path = fs::path(dir) / "model.safetensors";
+  CG_CHECK(fs::is_directory(dir), where, ": not a folder; give a folder holding config.json and "
+           "model.safetensors (the public DFlash layout, docs/export.md)");
+  CG_CHECK(fs::exists(config_path), where, ": no config.json; a DFlash drafter folder holds "
+           "config.json and model.safetensors (docs/export.md)");
+  CG_CHECK(fs::exists(weights_path), where, ": no model.safetensors beside config.json");
+  const json c = parse_untrusted_json(read_text_file(config_path.string(), where + " config.json"),
+                                      where + " config.json");
+  const std::vector<std::string> bad = public_config_mismatches(c, drafter.config(), info);
+  if (!bad.empty()) {
+    std::string lines;
+    for (const std::string& b : bad) lines += "\n  " + b;
+    CG_FAIL(where, ": config.json does not match this run's drafter (", bad.size(),
+            " field(s); change the train config, or export the drafter again):", lines);
+  }
+  std::unique_ptr<safetensors::Reader> reader;
+  try {
+    reader = safetensors::open(weights_path.string());
+  } catch (const Error& e) { CG_FAIL(where, ": model.safetensors is unreadable: ", e.message()); }
+  const auto params = drafter.named_parameters();
+  for (const auto& [name, p] : params) {
+    CG_CHECK(reader->contains(name), where, ": model.safetensors has no tensor '", name,
+             "' (the public names are listed in docs/export.md)");
+    CG_CHECK(reader->info(name).shape == p.shape(), where, ": '", name, "' is ",
+             shape_str(reader->info(name).shape), " in model.safetensors and ",
+             shape_str(p.shape()), " in this run's drafter");
+  }
+  for (const std::string& name : reader->names()) {
+    const bool known = std::any_of(params.begin(), params.end(),
+                                   [&](const auto& np) { return np.first == name; });
+    CG_CHECK(known, where, ": model.safetensors holds '", name,
+             "', which a DFlash drafter does not have (no embedding, no lm_head: they are the "
+             "target's)");
+  }
+  nn::load_checkpoint(drafter, *reader, {.strict = true, .convert_dtype = true});
+}
+
+ExportResult export_drafter_checkpoint(const std::string& run_dir, const std::string& checkpoint,
+                                       const std::string& out_dir,
+                                       int64_t max_position_embeddings) {
+  ExportResult r;
+  r.checkpoint = checkpoint.empty() ? latest_drafter_checkpoint(run_dir) : checkpoint;
+  CG_CHECK(!r.checkpoint.empty(), "export: ", run_dir,
+           " has no drafter checkpoint (drafter/step_<N>.safetensors); train first, or name a "
+           "checkpoint with --checkpoint");
+  std::unique_ptr<safetensors::Reader> reader;
+  try {
+    reader = safetensors::open(r.checkpoint);
+  } catch (const Error& e) { CG_FAIL("export: ", r.checkpoint, " is unreadable: ", e.message()); }
+  const auto& meta = reader->metadata();
+  auto get = [&](const char* key) {
+    auto it = meta.find(key);
+    CG_CHECK(it != meta.end(), "export: ", r.checkpoint, " has no '", key,
+             "' metadata: not a chunkgrad drafter checkpoint");
+    return it->second;
+  };
+  CG_CHECK(get("format") == "chunkgrad-dflash-drafter-1", "export: ", r.checkpoint,
+           " has an unknown format '", get("format"), "'");
+  r.step = std::stoll(get("step"));
+  json saved = TrainConfig().to_json();  // fields the checkpoint predates: their defaults
+  saved.merge_patch(parse_untrusted_json(get("config"), "the checkpoint's config"));
+  const TrainConfig config = TrainConfig::from_json(saved);
+  const nn::DFlashDrafterConfig dc = run_drafter_config(config);
+  PublicDrafterInfo info = public_drafter_info(config);
+  if (max_position_embeddings > 0) info.max_position_embeddings = max_position_embeddings;
+  // The drafter is made for its shapes; its frozen tables are stride-0 views of one zero.
+  const Tensor table = expand(zeros({1, 1}), {dc.layers.vocab_size, dc.layers.hidden_size});
+  Generator gen(0);
+  nn::DFlashDrafter drafter(dc, table, table, nn::InitOptions{.generator = &gen});
+  nn::load_checkpoint(drafter, *reader,
+                      {.strict = true, .convert_dtype = true, .prefix = "drafter."});
+  write_public_drafter(drafter, info, out_dir);
+  r.parameters = drafter.num_parameters();
+  return r;
+}
+
+}  // namespace cg::train
