@@ -77,8 +77,13 @@ TEST(DrafterExport, ConfigMatchesPublishedFieldByField) {
 // The serving trap: a target's RoPE options (rope_scaling, partial_rotary_factor, M-RoPE)
 // or theta leaking into the drafter config. The drafter's theta is its own field.
 TEST(DrafterExport, RopeFieldsDoNotLeakFromTheTarget) {
-  nn::Qwen3Config target{.vocab_size = 260, .hidden_size = 64, .num_layers = 8, .num_heads = 2,
-                         .num_kv_heads = 1, .head_dim = 32, .intermediate_size = 96};
+  nn::Qwen3Config target{.vocab_size = 260,
+                         .hidden_size = 64,
+                         .num_layers = 8,
+                         .num_heads = 2,
+                         .num_kv_heads = 1,
+                         .head_dim = 32,
+                         .intermediate_size = 96};
   target.rope_theta = 1e7;
   train::DrafterConfig d;
   d.rope_theta = 5e5;
@@ -106,8 +111,7 @@ TEST(DrafterExport, SlidingWindowOnlyWhenALayerSlides) {
   json c = train::public_drafter_config(d->config(), {8, 6, 4096});
   EXPECT_EQ(c["use_sliding_window"], true);
   EXPECT_EQ(c["sliding_window"], 5);
-  EXPECT_EQ(c["layer_types"],
-            json({"sliding_attention", "full_attention", "sliding_attention"}));
+  EXPECT_EQ(c["layer_types"], json({"sliding_attention", "full_attention", "sliding_attention"}));
   nn::DFlashDrafterConfig full = d->config();
   full.layer_types.clear();
   full.sliding_window = 0;
@@ -164,8 +168,7 @@ TEST(DrafterExport, RoundTripIsBitExactInBf16) {
   train::write_public_drafter(*b, {8, 6, 4096}, dir.file("b"));
   const auto fa = safetensors::open(dir.file("a/model.safetensors"));
   const auto fb = safetensors::open(dir.file("b/model.safetensors"));
-  for (const std::string& n : fa->names())
-    EXPECT_TRUE(same_bytes(fa->load(n), fb->load(n))) << n;
+  for (const std::string& n : fa->names()) EXPECT_TRUE(same_bytes(fa->load(n), fb->load(n))) << n;
   EXPECT_EQ(read_json(dir.file("a/config.json")), read_json(dir.file("b/config.json")));
 }
 

@@ -25,11 +25,12 @@ using nlohmann::json;
 
 std::vector<std::string> public_drafter_names(int64_t num_layers) {
   std::vector<std::string> names{"fc.weight", "hidden_norm.weight"};
-  static const char* const kLayer[] = {
-      "self_attn.q_proj.weight",  "self_attn.k_proj.weight", "self_attn.v_proj.weight",
-      "self_attn.o_proj.weight",  "self_attn.q_norm.weight", "self_attn.k_norm.weight",
-      "mlp.gate_proj.weight",     "mlp.up_proj.weight",      "mlp.down_proj.weight",
-      "input_layernorm.weight",   "post_attention_layernorm.weight"};
+  static const char* const kLayer[] = {"self_attn.q_proj.weight",        "self_attn.k_proj.weight",
+                                       "self_attn.v_proj.weight",        "self_attn.o_proj.weight",
+                                       "self_attn.q_norm.weight",        "self_attn.k_norm.weight",
+                                       "mlp.gate_proj.weight",           "mlp.up_proj.weight",
+                                       "mlp.down_proj.weight",           "input_layernorm.weight",
+                                       "post_attention_layernorm.weight"};
   for (int64_t i = 0; i < num_layers; ++i)
     for (const char* n : kLayer) names.push_back("layers." + std::to_string(i) + "." + n);
   names.push_back("norm.weight");
@@ -91,8 +92,10 @@ void write_public_drafter(const nn::DFlashDrafter& drafter, const PublicDrafterI
   const std::vector<std::string> names = public_drafter_names(drafter.config().layers.num_layers);
   safetensors::NamedTensors tensors;
   for (const auto& [name, p] : drafter.named_parameters()) {
-    CG_CHECK(std::find(names.begin(), names.end(), name) != names.end(), "export: the drafter has a "
-             "parameter '", name, "' that the public DFlash layout has no name for");
+    CG_CHECK(std::find(names.begin(), names.end(), name) != names.end(),
+             "export: the drafter has a "
+             "parameter '",
+             name, "' that the public DFlash layout has no name for");
     tensors.emplace_back(name, raw::to_dtype(p.detach(), DType::bf16));
   }
   CG_CHECK(tensors.size() == names.size(), "export: the drafter has ", tensors.size(),
@@ -136,8 +139,8 @@ PublicDrafterInfo public_drafter_info(const TrainConfig& config) {
                                ? config.drafter.num_target_layers
                                : target_architecture(config.target).num_layers;
   if (!config.target.hf_config.empty()) {  // the target's own context length
-    const json t = parse_untrusted_json(
-        read_text_file(config.target.hf_config, "target.hf_config"), "target.hf_config");
+    const json t = parse_untrusted_json(read_text_file(config.target.hf_config, "target.hf_config"),
+                                        "target.hf_config");
     if (t.contains("max_position_embeddings") && t["max_position_embeddings"].is_number_integer())
       info.max_position_embeddings = t["max_position_embeddings"].get<int64_t>();
   }
@@ -169,13 +172,12 @@ std::vector<std::string> public_config_mismatches(const json& c, const nn::DFlas
   compare("num_key_value_heads", top("num_key_value_heads"), L.num_kv_heads,
           "drafter.num_kv_heads");
   // Without head_dim, engines take hidden / heads.
-  const json derived = (top("hidden_size") && top("num_attention_heads") &&
-                        c["num_attention_heads"].is_number_integer() &&
-                        c["num_attention_heads"].get<int64_t>() > 0 &&
-                        c["hidden_size"].is_number_integer())
-                           ? json(c["hidden_size"].get<int64_t>() /
-                                  c["num_attention_heads"].get<int64_t>())
-                           : json(nullptr);
+  const json derived =
+      (top("hidden_size") && top("num_attention_heads") &&
+       c["num_attention_heads"].is_number_integer() &&
+       c["num_attention_heads"].get<int64_t>() > 0 && c["hidden_size"].is_number_integer())
+          ? json(c["hidden_size"].get<int64_t>() / c["num_attention_heads"].get<int64_t>())
+          : json(nullptr);
   compare("head_dim", top("head_dim") ? top("head_dim") : &derived, L.head_dim, "drafter.head_dim");
   compare("intermediate_size", top("intermediate_size"), L.intermediate_size,
           "drafter.intermediate_size");
@@ -201,13 +203,15 @@ std::vector<std::string> public_config_mismatches(const json& c, const nn::DFlas
     types.push_back(nn::drafter_attention_name(dc.layer_type(static_cast<size_t>(i))));
   }
   const json all_full(std::vector<std::string>(types.size(), "full_attention"));
-  compare("layer_types", top("layer_types") ? top("layer_types") : &all_full, types,
-          "drafter.layer_types");
+  if (!top("num_hidden_layers") || same_value(c["num_hidden_layers"], L.num_layers))
+    compare("layer_types", top("layer_types") ? top("layer_types") : &all_full, types,
+            "drafter.layer_types");
   if (slides) {
     compare("sliding_window", top("sliding_window"), dc.sliding_window, "drafter.sliding_window");
     if (!c.contains("use_sliding_window") || c["use_sliding_window"] != true)
-      out.push_back("use_sliding_window: not true in config.json, but layers slide (transformers "
-                    "then drops the window and runs them as full layers)");
+      out.push_back(
+          "use_sliding_window: not true in config.json, but layers slide (transformers "
+          "then drops the window and runs them as full layers)");
   }
   const json* scaling = top("rope_scaling");
   if (scaling && !scaling->is_null())
@@ -229,19 +233,21 @@ void load_public_drafter(nn::DFlashDrafter& drafter, const PublicDrafterInfo& in
   const std::string where = "drafter.init_from '" + dir + "'";
   const fs::path config_path = fs::path(dir) / "config.json";
   const fs::path weights_path = fs::path(dir) / "model.safetensors";
-  CG_CHECK(fs::is_directory(dir), where, ": not a folder; give a folder holding config.json and "
+  CG_CHECK(fs::is_directory(dir), where,
+           ": not a folder; give a folder holding config.json and "
            "model.safetensors (the public DFlash layout, docs/export.md)");
-  CG_CHECK(fs::exists(config_path), where, ": no config.json; a DFlash drafter folder holds "
+  CG_CHECK(fs::exists(config_path), where,
+           ": no config.json; a DFlash drafter folder holds "
            "config.json and model.safetensors (docs/export.md)");
   CG_CHECK(fs::exists(weights_path), where, ": no model.safetensors beside config.json");
   const json c = parse_untrusted_json(read_text_file(config_path.string(), where + " config.json"),
                                       where + " config.json");
   const std::vector<std::string> bad = public_config_mismatches(c, drafter.config(), info);
   if (!bad.empty()) {
-    std::string lines;
-    for (const std::string& b : bad) lines += "\n  " + b;
-    CG_FAIL(where, ": config.json does not match this run's drafter (", bad.size(),
-            " field(s); change the train config, or export the drafter again):", lines);
+    std::string fields;
+    for (const std::string& b : bad) fields += (fields.empty() ? "" : "; ") + b;
+    CG_FAIL(where, ": config.json does not match this run's drafter in ", bad.size(),
+            " field(s) (change the train config to match, or choose another folder): ", fields);
   }
   std::unique_ptr<safetensors::Reader> reader;
   try {
@@ -256,8 +262,8 @@ void load_public_drafter(nn::DFlashDrafter& drafter, const PublicDrafterInfo& in
              shape_str(p.shape()), " in this run's drafter");
   }
   for (const std::string& name : reader->names()) {
-    const bool known = std::any_of(params.begin(), params.end(),
-                                   [&](const auto& np) { return np.first == name; });
+    const bool known =
+        std::any_of(params.begin(), params.end(), [&](const auto& np) { return np.first == name; });
     CG_CHECK(known, where, ": model.safetensors holds '", name,
              "', which a DFlash drafter does not have (no embedding, no lm_head: they are the "
              "target's)");

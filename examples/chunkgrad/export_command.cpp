@@ -23,7 +23,8 @@ struct ExportOptions {
 void add_export_command(CLI::App& app, CommandBody& run) {
   static ExportOptions o;
   CLI::App* sub = app.add_subcommand(
-      "export", "write a trained drafter as config.json + model.safetensors (public DFlash layout)");
+      "export",
+      "write a trained drafter as config.json + model.safetensors (public DFlash layout)");
   auto* run_dir = sub->add_option("--run-dir", o.run_dir,
                                   "a chunkgrad run directory: its newest drafter checkpoint")
                       ->check(CLI::ExistingDirectory);
@@ -41,8 +42,8 @@ void add_export_command(CLI::App& app, CommandBody& run) {
     run = [] {
       CG_CHECK(!o.run_dir.empty() || !o.checkpoint.empty(),
                "give --run-dir DIR (its newest checkpoint) or --checkpoint FILE");
-      const train::ExportResult r = train::export_drafter_checkpoint(
-          o.run_dir, o.checkpoint, o.out, o.max_position_embeddings);
+      const train::ExportResult r = train::export_drafter_checkpoint(o.run_dir, o.checkpoint, o.out,
+                                                                     o.max_position_embeddings);
       std::printf("export: %s (step %lld, %lld parameters) -> %s/config.json, model.safetensors\n",
                   r.checkpoint.c_str(), static_cast<long long>(r.step),
                   static_cast<long long>(r.parameters), o.out.c_str());
