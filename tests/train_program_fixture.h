@@ -83,10 +83,11 @@ class TrainProgram : public ::testing::Test {
     r.err = slurp(path("err"));
     return r;
   }
-  // One error line naming `what`, exit code 1.
-  void expect_error(const TrainRun& r, const std::string& what) const {
+  // One error line of `command` naming `what`, exit code 1.
+  void expect_error(const TrainRun& r, const std::string& what,
+                    const std::string& command = "train") const {
     EXPECT_EQ(r.exit_code, 1) << r.err;
-    EXPECT_EQ(r.err.rfind("chunkgrad train: error: ", 0), 0u) << r.err;
+    EXPECT_EQ(r.err.rfind("chunkgrad " + command + ": error: ", 0), 0u) << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
     EXPECT_NE(r.err.find(what), std::string::npos) << r.err;
   }
