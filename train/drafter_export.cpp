@@ -135,12 +135,12 @@ const json* draft_value(const json& c, const char* name) {
 PublicDrafterInfo public_drafter_info(const TrainConfig& config) {
   PublicDrafterInfo info;
   info.block_size = config.drafter.block_size;
-  info.num_target_layers = config.features.source == "synthetic"
-                               ? config.drafter.num_target_layers
-                               : target_architecture(config.target).num_layers;
-  if (!config.target.hf_config.empty()) {  // the target's own context length
-    const json t = parse_untrusted_json(read_text_file(config.target.hf_config, "target.hf_config"),
-                                        "target.hf_config");
+  const std::string hf = run_target_hf_config(config);
+  info.num_target_layers = config.features.source == "synthetic" ? config.drafter.num_target_layers
+                           : !hf.empty() ? nn::Qwen3Config::from_hf_file(hf).num_layers
+                                         : target_architecture(config.target).num_layers;
+  if (!hf.empty()) {  // the target's own context length
+    const json t = parse_untrusted_json(read_text_file(hf, "the target's config.json"), hf);
     if (t.contains("max_position_embeddings") && t["max_position_embeddings"].is_number_integer())
       info.max_position_embeddings = t["max_position_embeddings"].get<int64_t>();
   }

@@ -1,9 +1,13 @@
 // Why this file exists: the drafter a run makes (drafter_model.h).
 #include "train/drafter_model.h"
 
+#include <filesystem>
+
+#include "core/json_input.h"
 #include "core/memory_trace.h"
 #include "core/views.h"
 #include "ops/shape_ops.h"
+#include "train/offline_features.h"
 #include "train/target_lm.h"
 #include "train/tokenizer.h"
 
@@ -42,10 +46,38 @@ nn::DFlashDrafterConfig drafter_model_config(const nn::Qwen3Config& tc, const Dr
   return dc;
 }
 
+std::string run_target_hf_config(const TrainConfig& config) {
+  namespace fs = std::filesystem;
+  std::string folder;
+  if (config.features.source == "target") folder = config.features.target;
+  if (config.features.source == "offline") {
+    try {  // the folder the features were written from, when it is still there
+      folder = read_feature_index(config.features.dir).target;
+    } catch (const Error&) { folder.clear(); }
+  }
+  if (!folder.empty()) {
+    const fs::path file = fs::path(folder) / "config.json";
+    std::error_code ec;
+    if (fs::is_regular_file(file, ec)) {
+      try {  // a chunkgrad run directory's config.json has a "drafter" section
+        const nlohmann::json j = parse_untrusted_json(read_text_file(file.string(), "config.json"),
+                                                      file.string());
+        if (j.is_object() && !j.contains("drafter")) return file.string();
+      } catch (const Error&) {}
+    }
+  }
+  return config.target.hf_config;
+}
+
 nn::DFlashDrafterConfig run_drafter_config(const TrainConfig& config) {
   if (config.features.source == "synthetic") {
     return drafter_model_config(synthetic_target_architecture(config.drafter), config.drafter,
                                 config.drafter.vocab_size - 1);
+  }
+  const std::string hf = run_target_hf_config(config);
+  if (hf != config.target.hf_config) {
+    return drafter_model_config(nn::Qwen3Config::from_hf_file(hf), config.drafter,
+                                ByteTokenizer::kMask);
   }
   return drafter_model_config(target_architecture(config.target), config.drafter,
                               ByteTokenizer::kMask);

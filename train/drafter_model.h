@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "nn/dflash_drafter.h"
 #include "train/train_config.h"
@@ -23,6 +24,10 @@ nn::DFlashDrafterConfig drafter_model_config(const nn::Qwen3Config& target,
 // architecture (target_architecture, or synthetic_target_architecture for synthetic
 // features) and the MASK id the run uses (the byte tokenizer's; synthetic: vocab_size - 1).
 nn::DFlashDrafterConfig run_drafter_config(const TrainConfig& config);
+// The Hugging Face config.json of the run's target: features.target's (source target), the
+// feature folder's target's when that is a Hugging Face folder (source offline), else
+// target.hf_config ("" for the toy target).
+std::string run_target_hf_config(const TrainConfig& config);
 // The target's architecture as far as a drafter needs it, from drafter.hidden_size,
 // vocab_size and num_target_layers, where there is no target model (synthetic features).
 nn::Qwen3Config synthetic_target_architecture(const DrafterConfig& config);

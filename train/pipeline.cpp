@@ -151,7 +151,9 @@ void train_drafter(RunState& s) {
 // held-out samples; no decoding.
 void evaluate_offline(RunState& s) {
   s.eval_block = s.config.drafter.block_size;
-  s.eval_skipped = "speculative decoding (offline features hold no prompts to decode)";
+  s.eval_skipped = s.config.features.source == "target"
+                       ? "speculative decoding (run `chunkgrad eval` on the exported drafter)"
+                       : "speculative decoding (offline features hold no prompts to decode)";
   if (s.offline_held) {
     say(s.config, "evaluation: per-slot accuracy on " +
                       std::to_string(s.offline_held->sequences().size()) +
@@ -342,6 +344,8 @@ nlohmann::json run_pipeline(const TrainConfig& config, const PipelineOptions& op
   lock_run_directory(s);
   if (config.features.source == "offline") {
     open_offline_features(s);
+  } else if (config.features.source == "target") {
+    open_target_features(s);
   } else {
     read_corpus(s);
   }

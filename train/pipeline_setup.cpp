@@ -15,6 +15,7 @@
 #include "train/corpus.h"
 #include "train/fingerprint.h"
 #include "train/offline_run.h"
+#include "train/target_features.h"
 
 namespace cg::train::pipeline_stages {
 
@@ -176,6 +177,19 @@ void open_offline_features(RunState& s) {
   s.target.lm = std::move(r.target.lm);
   s.target.source = "features (" + r.target.kind + " " + r.target.path + ")";
   say(s.config, "features: " + s.offline_train->describe() + ", target " + r.target.path);
+}
+
+// Stage 1 of a run from a Hugging Face target (features.source target), instead of the
+// corpus: the target folder and the samples, opened and checked (target_features.h).
+void open_target_features(RunState& s) {
+  TargetRun r = open_target_run(s.config, s.device);
+  s.offline = true;
+  s.offline_train = r.train;
+  s.offline_held = r.held;
+  s.data_fingerprint = r.data_fingerprint;
+  s.target.lm = std::move(r.target.lm);
+  s.target.source = "features (" + r.target.kind + " " + r.target.path + ", computed each step)";
+  say(s.config, "features: " + s.offline_train->describe());
 }
 
 // Stage 2: the resume decision (drafter_checkpoints.h): the newest drafter checkpoint, or

@@ -45,10 +45,11 @@ struct RunState {
   ResumeChoice resume;           // the checked drafter checkpoint (path "" for none)
 
   TargetResult target;  // stage 2
-  // features.source offline (Note [Offline runs], offline_run.h): the training samples and
-  // the held-out ones, opened and checked before any stage writes.
+  // features.source offline (Note [Offline runs], offline_run.h) or target
+  // (target_features.h): the training samples and the held-out ones, opened and checked
+  // before any stage writes; the target is not trained and generates nothing.
   bool offline = false;
-  std::shared_ptr<OfflineFeatureSource> offline_train, offline_held;
+  std::shared_ptr<FeatureSource> offline_train, offline_held;
 
   std::vector<DrafterSequence> train_seqs;  // stage 3
   std::unique_ptr<nn::DFlashDrafter> drafter;
@@ -89,6 +90,7 @@ void warn_about_config(const TrainConfig& c);
 void lock_run_directory(RunState& s);
 void read_corpus(RunState& s);
 void open_offline_features(RunState& s);
+void open_target_features(RunState& s);
 void check_resume(RunState& s, const PipelineOptions& options);
 void prepare_run_directory(RunState& s);
 

@@ -202,6 +202,8 @@ void visit_fields(V& v, TrainConfig& c) {
   v.object("features", [&](auto& s) {
     s.field("source", c.features.source);
     s.field("dir", c.features.dir);
+    s.field("target", c.features.target);
+    s.field("data", c.features.data);
   });
 }
 
@@ -419,9 +421,19 @@ void TrainConfig::validate() const {
            ".. component), got '",
            memory.trace_dir, "'");
   const FeaturesConfig& f = features;
-  CG_CHECK(f.source == "online" || f.source == "offline" || f.source == "synthetic",
-           "train config: features.source: must be online, offline or synthetic, got '", f.source,
-           "'");
+  CG_CHECK(f.source == "online" || f.source == "offline" || f.source == "synthetic" ||
+               f.source == "target",
+           "train config: features.source: must be online, offline, synthetic or target, got '",
+           f.source, "'");
+  CG_CHECK(f.source != "target" || (!f.target.empty() && !f.data.empty()),
+           "train config: features.source is target but features.target or features.data is "
+           "empty; give the Hugging Face Qwen3 folder and at least one JSONL file (chunkgrad "
+           "train --target DIR --data FILE)");
+  CG_CHECK(f.source == "target" || (f.target.empty() && f.data.empty()),
+           "train config: features.target / features.data are given but features.source is ",
+           f.source, "; set source to target to train from them, or remove them");
+  for (const std::string& file : f.data)
+    CG_CHECK(!file.empty(), "train config: features.data: an empty file name");
   CG_CHECK(f.source != "offline" || !f.dir.empty(),
            "train config: features.source is offline but features.dir is empty; give the folder "
            "`chunkgrad features --out` wrote");

@@ -131,8 +131,12 @@ struct FeaturesConfig {
   // data generation; evaluation without decoding); "synthetic": seeded features of a
   // learnable task and seeded frozen tables, no target model (train/synthetic_features.h;
   // the drafter's sizes from drafter.hidden_size, vocab_size, num_target_layers).
+  // "target": a Hugging Face Qwen3 folder (`target`) runs in this process, frozen, and
+  // computes each step's features from the samples of `data` (train/target_features.h).
   std::string source = "online";
-  std::string dir;  // the offline folder (docs/feature_files.md)
+  std::string dir;                // the offline folder (docs/feature_files.md)
+  std::string target;             // source "target": the Hugging Face Qwen3 folder
+  std::vector<std::string> data;  // source "target": JSONL files of samples
 };
 
 struct TrainConfig {

@@ -22,6 +22,8 @@ struct TrainOptions {
   std::string run_dir;            // overrides the config's run_dir
   std::string device;             // overrides the config's device
   std::string features;           // features.source offline with this folder
+  std::string target;             // features.source target with this folder ...
+  std::vector<std::string> data;  // ... and these sample files
   std::vector<std::string> sets;  // --set key=value, in the order given
   std::string resume_from;        // a drafter checkpoint instead of the newest
   bool json = false;
@@ -36,9 +38,23 @@ struct TrainOptions {
 // error, not silently overridden), then read and checked; an error about a field that a
 // --set gave says so.
 train::TrainConfig read_config(const std::string& path, const std::vector<std::string>& sets,
-                               const std::string& features) {
+                               const std::string& features, const std::string& target,
+                               const std::vector<std::string>& data) {
   nlohmann::json j = path.empty() ? nlohmann::json::object() : train::TrainConfig::file_json(path);
   for (const std::string& s : sets) train::apply_config_override(j, s);
+  if (!target.empty()) {
+    nlohmann::json& f = j["features"];
+    if (!f.is_object()) f = nlohmann::json::object();
+    for (const std::string& s : sets) {
+      const std::string key = s.substr(0, s.find('='));
+      CG_CHECK(key != "features.source" && key != "features.target" && key != "features.data",
+               "--target ", target, " and --set ", s,
+               " both say where the features come from; drop one");
+    }
+    f["source"] = "target";
+    f["target"] = target;
+    f["data"] = data;
+  }
   if (!features.empty()) {
     nlohmann::json& f = j["features"];
     if (!f.is_object()) f = nlohmann::json::object();
@@ -90,6 +106,18 @@ void add_train_command(CLI::App& app, CommandBody& run) {
                   "train from the feature folder `chunkgrad features` wrote (features.source "
                   "offline, features.dir DIR; docs/feature_files.md)")
       ->check(program::not_empty());
+  CLI::Option* target =
+      sub->add_option("--target", o.target,
+                      "train from a Hugging Face Qwen3 folder's features, computed each step on "
+                      "--device (features.source target; needs --data and "
+                      "drafter.mask_token_id)")
+          ->check(CLI::ExistingDirectory);
+  sub->add_option("--data", o.data,
+                  "with --target: pre-tokenized JSONL samples, {\"input_ids\": [...], "
+                  "\"loss_mask\": [...]} a line (repeatable)")
+      ->check(CLI::ExistingFile)
+      ->needs(target);
+  target->excludes("--features");
   // Checked as given (the key names a field; the syntax), before any work; the value's type
   // and range when the config is read, with the same errors as in the file.
   sub->add_option("--set", o.sets,
@@ -125,7 +153,7 @@ void add_train_command(CLI::App& app, CommandBody& run) {
   sub->callback([&run] {
     run = [] {
       program::set_cpu_memory_limit_mb(o.memory_limit_mb);
-      train::TrainConfig config = read_config(o.config, o.sets, o.features);
+      train::TrainConfig config = read_config(o.config, o.sets, o.features, o.target, o.data);
       if (!o.run_dir.empty()) config.run_dir = o.run_dir;
       if (o.no_progress) config.progress = false;
       if (o.fresh) config.resume = false;

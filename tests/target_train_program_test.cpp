@@ -1,0 +1,67 @@
+// Why this file exists: `chunkgrad train --target DIR --data FILE` (features.source
+// "target", train/target_features.h) end to end through the built program: a Hugging Face
+// Qwen3 folder (tests/data/qwen3_tiny_untied, made by transformers) trains a drafter from
+// features computed each step, the run exports to the public layout, and the options that
+// cannot work together are one error line. About a second at these sizes.
+#include "train_program_fixture.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using train_program_fixture::slurp;
+using train_program_fixture::TrainRun;
+
+class TargetTrainProgram : public train_program_fixture::TrainProgram {
+ protected:
+  std::string target() const { return std::string(CHUNKGRAD_SOURCE_DIR) + "/tests/data/qwen3_tiny_untied"; }
+  std::string samples(int count) const {
+    std::string text;
+    for (int i = 0; i < count; ++i) {
+      text += "{\"input_ids\": [" + std::to_string(10 + i) + ", 20, 30, 40, 50, 60, " +
+              std::to_string(70 + i) + ", 80], \"loss_mask\": [0, 0, 1, 1, 1, 1, 1, 1]}\n";
+    }
+    return write("samples.jsonl", text);
+  }
+  std::string options(const std::string& run_dir) const {
+    return "--no-progress --run-dir '" + path(run_dir) + "' --target '" + target() +
+           "' --data '" + samples(12) +
+           "' --set drafter.num_layers=1 --set drafter.intermediate_size=32 "
+           "--set drafter.target_layers=[0,1] --set drafter.block_size=4 "
+           "--set drafter.max_anchors=2 --set drafter.optim.steps=3 "
+           "--set drafter.optim.batch_size=2 --set eval.accuracy_sequences=2 "
+           "--set memory.enabled=false";
+  }
+};
+
+TEST_F(TargetTrainProgram, TrainsFromAHuggingFaceTargetAndExports) {
+  const TrainRun r = train(options("run") + " --set drafter.mask_token_id=255 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto summary = nlohmann::json::parse(slurp(path("run/summary.json")));
+  EXPECT_NE(summary.dump().find("chunkgrad eval"), std::string::npos) << summary.dump(2);
+  const TrainRun e = run("export --run-dir '" + path("run") + "' --out '" + path("pub") + "'");
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  const auto c = nlohmann::json::parse(slurp(path("pub/config.json")));
+  EXPECT_EQ(c["dflash_config"]["mask_token_id"], 255);
+  EXPECT_EQ(c["dflash_config"]["target_layer_ids"], nlohmann::json::parse("[0, 1]"));
+  EXPECT_EQ(c["hidden_size"], 32);
+  EXPECT_EQ(c["num_target_layers"], 2);
+}
+
+TEST_F(TargetTrainProgram, MissingMaskIdIsOneLine) {
+  expect_error(train(options("run")), "drafter.mask_token_id");
+  EXPECT_FALSE(fs::exists(path("run/config.json")));  // refused before the run dir is written
+}
+
+TEST_F(TargetTrainProgram, DataWithoutTargetIsRefused) {
+  const TrainRun r = train("--no-progress --run-dir '" + path("run") + "' --data '" + samples(2) + "'");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("--target"), std::string::npos) << r.err;
+}
+
+TEST_F(TargetTrainProgram, TargetAndFeaturesExcludeEachOther) {
+  const TrainRun r = train(options("run") + " --features '" + path("") + "'");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("--features"), std::string::npos) << r.err;
+}
+
+}  // namespace

@@ -1,0 +1,118 @@
+// Why this file exists: the features of a Hugging Face target computed step by step
+// (target_features.h).
+#include "train/target_features.h"
+
+#include <algorithm>
+
+#include "autograd/grad_mode.h"
+#include "core/error.h"
+#include "core/factories.h"
+#include "nn/dflash_drafter.h"
+#include "ops/elementwise.h"
+#include "ops/join_ops.h"
+#include "ops/shape_ops.h"
+#include "train/drafter_data.h"
+#include "train/fingerprint.h"
+
+namespace cg::train {
+
+TargetFeatureSource::TargetFeatureSource(const nn::Qwen3ForCausalLM& lm,
+                                         std::vector<DrafterSequence> sequences,
+                                         std::vector<int64_t> layers, std::string name)
+    : lm_(lm), sequences_(std::move(sequences)), layers_(std::move(layers)),
+      name_(std::move(name)) {
+  CG_CHECK(!sequences_.empty(), "target features: ", name_, ": no samples");
+  for (const int64_t l : layers_) {
+    CG_CHECK(l >= 0 && l < lm_.config().num_layers, "target features: layer ", l,
+             " is not a layer of the target (0 .. ", lm_.config().num_layers - 1, ")");
+  }
+  for (const DrafterSequence& s : sequences_)
+    seq_len_ = std::max(seq_len_, static_cast<int64_t>(s.ids.size()));
+}
+
+int64_t TargetFeatureSource::hidden_size() const { return lm_.config().hidden_size; }
+
+DType TargetFeatureSource::dtype() const { return lm_.model->norm->weight.dtype(); }
+
+std::string TargetFeatureSource::describe() const {
+  return "target " + name_ + " (" + std::to_string(sequences_.size()) +
+         " samples, computed each step)";
+}
+
+FeatureBatch TargetFeatureSource::fetch(const std::vector<int64_t>& ids, Device device) {
+  NoGradGuard no_grad;
+  std::vector<DrafterSequence> batch;
+  batch.reserve(ids.size());
+  for (const int64_t i : ids) {
+    CG_CHECK(i >= 0 && i < static_cast<int64_t>(sequences_.size()), "target features: sample ",
+             i, " of ", sequences_.size());
+    batch.push_back(sequences_[static_cast<size_t>(i)]);
+  }
+  // Any id of the vocabulary pads: causal attention keeps it out of the real positions.
+  TargetFeatures f = compute_target_features(lm_, batch, layers_, true, /*pad_id=*/0);
+  // Zeros past each sample's end, as an offline folder hands them out: [B, S_batch, 1].
+  const int64_t B = static_cast<int64_t>(batch.size()), S = f.seq_len;
+  bool ragged = false;
+  std::vector<double> keep(static_cast<size_t>(B * S), 0.0);
+  for (int64_t r = 0; r < B; ++r) {
+    const int64_t n = static_cast<int64_t>(batch[static_cast<size_t>(r)].ids.size());
+    ragged = ragged || n < S;
+    std::fill_n(keep.begin() + r * S, n, 1.0);
+  }
+  if (ragged) {
+    const Tensor mask = from_vector(
+        keep, {B, S, 1}, {.dtype = f.features.dtype(), .device = f.features.device()});
+    f.features = f.features * mask;
+    f.final_hidden = f.final_hidden * mask;
+  }
+  const int64_t extra = seq_len_ - S;
+  FeatureBatch out;
+  out.hidden_states = extra > 0 ? pad(f.features, {0, 0, 0, extra}) : f.features;
+  out.last_hidden = extra > 0 ? pad(f.final_hidden, {0, 0, 0, extra}) : f.final_hidden;
+  out.hidden_states = to_device(out.hidden_states, device);
+  out.last_hidden = to_device(out.last_hidden, device);
+  return out;
+}
+
+TargetRun open_target_run(const TrainConfig& config, Device device) {
+  TargetRun r;
+  r.target = load_feature_target(config.features.target, device);
+  CG_CHECK(r.target.kind == "hugging face", "features.target ", config.features.target,
+           " is a chunkgrad run directory; features.source target takes a Hugging Face Qwen3 "
+           "folder (for a run's toy target use features.source online)");
+  const nn::Qwen3Config& arch = r.target.lm->config();
+  // The byte tokenizer's MASK id means nothing in a real vocabulary: the drafter's block
+  // slots would be fed an ordinary token's embedding.
+  CG_CHECK(config.drafter.mask_token_id >= 0 && config.drafter.mask_token_id < arch.vocab_size,
+           "train config: drafter.mask_token_id is ", config.drafter.mask_token_id,
+           "; a Hugging Face target needs the MASK id set, an id of its vocabulary (0 .. ",
+           arch.vocab_size - 1,
+           ") that the tokenizer never produces (Qwen3: 151669, the published drafters' id)");
+  const std::vector<int64_t> layers =
+      config.drafter.target_layers.empty()
+          ? nn::dflash_target_layers(arch.num_layers, config.drafter.num_target_features)
+          : config.drafter.target_layers;
+  std::vector<DrafterSequence> all;
+  std::string prints = r.target.fingerprint;
+  for (const std::string& file : config.features.data) {
+    std::vector<DrafterSequence> part = read_token_jsonl(file, arch.vocab_size);
+    all.insert(all.end(), part.begin(), part.end());
+    prints += "\n" + file_content_hash(file, "features.data");
+  }
+  const int64_t n = static_cast<int64_t>(all.size());
+  const int64_t held = std::min<int64_t>(config.eval.accuracy_sequences, n / 4);
+  std::vector<DrafterSequence> held_seqs(all.end() - held, all.end());
+  all.resize(static_cast<size_t>(n - held));
+  r.train = std::make_shared<TargetFeatureSource>(*r.target.lm, std::move(all), layers,
+                                                  config.features.target);
+  if (held > 0) {
+    r.held = std::make_shared<TargetFeatureSource>(*r.target.lm, std::move(held_seqs), layers,
+                                                   config.features.target + " (held out)");
+  }
+  r.data_fingerprint = nlohmann::json{{"target_features_xxh3", content_hash(prints)},
+                                      {"target", r.target.fingerprint}}
+                           .dump();
+  return r;
+}
+
+}  // namespace cg::train
