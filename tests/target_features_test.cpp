@@ -95,7 +95,8 @@ std::string write_samples(const TempDir& dir, int count) {
   const std::string path = dir.file("samples.jsonl");
   std::ofstream out(path);
   for (int i = 0; i < count; ++i) {
-    out << "{\"input_ids\": [" << 3 + i << ", 7, 9, " << 11 + i << "], \"loss_mask\": [0, 0, 1, 1]}\n";
+    out << "{\"input_ids\": [" << 3 + i << ", 7, 9, " << 11 + i
+        << "], \"loss_mask\": [0, 0, 1, 1]}\n";
   }
   return path;
 }

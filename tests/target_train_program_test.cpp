@@ -13,7 +13,9 @@ using train_program_fixture::TrainRun;
 
 class TargetTrainProgram : public train_program_fixture::TrainProgram {
  protected:
-  std::string target() const { return std::string(CHUNKGRAD_SOURCE_DIR) + "/tests/data/qwen3_tiny_untied"; }
+  std::string target() const {
+    return std::string(CHUNKGRAD_SOURCE_DIR) + "/tests/data/qwen3_tiny_untied";
+  }
   std::string samples(int count) const {
     std::string text;
     for (int i = 0; i < count; ++i) {
@@ -23,8 +25,8 @@ class TargetTrainProgram : public train_program_fixture::TrainProgram {
     return write("samples.jsonl", text);
   }
   std::string options(const std::string& run_dir) const {
-    return "--no-progress --run-dir '" + path(run_dir) + "' --target '" + target() +
-           "' --data '" + samples(12) +
+    return "--no-progress --run-dir '" + path(run_dir) + "' --target '" + target() + "' --data '" +
+           samples(12) +
            "' --set drafter.num_layers=1 --set drafter.intermediate_size=32 "
            "--set drafter.target_layers=[0,1] --set drafter.block_size=4 "
            "--set drafter.max_anchors=2 --set drafter.optim.steps=3 "
@@ -53,7 +55,8 @@ TEST_F(TargetTrainProgram, MissingMaskIdIsOneLine) {
 }
 
 TEST_F(TargetTrainProgram, DataWithoutTargetIsRefused) {
-  const TrainRun r = train("--no-progress --run-dir '" + path("run") + "' --data '" + samples(2) + "'");
+  const TrainRun r =
+      train("--no-progress --run-dir '" + path("run") + "' --data '" + samples(2) + "'");
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_NE(r.err.find("--target"), std::string::npos) << r.err;
 }

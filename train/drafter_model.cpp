@@ -60,8 +60,8 @@ std::string run_target_hf_config(const TrainConfig& config) {
     std::error_code ec;
     if (fs::is_regular_file(file, ec)) {
       try {  // a chunkgrad run directory's config.json has a "drafter" section
-        const nlohmann::json j = parse_untrusted_json(read_text_file(file.string(), "config.json"),
-                                                      file.string());
+        const nlohmann::json j =
+            parse_untrusted_json(read_text_file(file.string(), "config.json"), file.string());
         if (j.is_object() && !j.contains("drafter")) return file.string();
       } catch (const Error&) {}
     }

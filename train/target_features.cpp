@@ -19,7 +19,9 @@ namespace cg::train {
 TargetFeatureSource::TargetFeatureSource(const nn::Qwen3ForCausalLM& lm,
                                          std::vector<DrafterSequence> sequences,
                                          std::vector<int64_t> layers, std::string name)
-    : lm_(lm), sequences_(std::move(sequences)), layers_(std::move(layers)),
+    : lm_(lm),
+      sequences_(std::move(sequences)),
+      layers_(std::move(layers)),
       name_(std::move(name)) {
   CG_CHECK(!sequences_.empty(), "target features: ", name_, ": no samples");
   for (const int64_t l : layers_) {
@@ -44,8 +46,8 @@ FeatureBatch TargetFeatureSource::fetch(const std::vector<int64_t>& ids, Device 
   std::vector<DrafterSequence> batch;
   batch.reserve(ids.size());
   for (const int64_t i : ids) {
-    CG_CHECK(i >= 0 && i < static_cast<int64_t>(sequences_.size()), "target features: sample ",
-             i, " of ", sequences_.size());
+    CG_CHECK(i >= 0 && i < static_cast<int64_t>(sequences_.size()), "target features: sample ", i,
+             " of ", sequences_.size());
     batch.push_back(sequences_[static_cast<size_t>(i)]);
   }
   // Any id of the vocabulary pads: causal attention keeps it out of the real positions.
@@ -60,8 +62,8 @@ FeatureBatch TargetFeatureSource::fetch(const std::vector<int64_t>& ids, Device 
     std::fill_n(keep.begin() + r * S, n, 1.0);
   }
   if (ragged) {
-    const Tensor mask = from_vector(
-        keep, {B, S, 1}, {.dtype = f.features.dtype(), .device = f.features.device()});
+    const Tensor mask =
+        from_vector(keep, {B, S, 1}, {.dtype = f.features.dtype(), .device = f.features.device()});
     f.features = f.features * mask;
     f.final_hidden = f.final_hidden * mask;
   }
