@@ -15,7 +15,8 @@
 // Note [The Qwen3 template] (the chat_template of Qwen3-8B's tokenizer_config.json, copied
 // verbatim in tests/golden/make_chat_golden.py, which names its source):
 //   - a first message of role system is `<|im_start|>system\n{content}<|im_end|>\n`; there
-//     is no system turn unless one is given; a later system message renders as a user does;
+//     is no system turn unless one is given; a later system message is a turn of its own,
+//     `<|im_start|>system\n{content}<|im_end|>\n` like a user's;
 //   - user: `<|im_start|>user\n{content}<|im_end|>\n`;
 //   - the last query is the last user message whose content is not wrapped in
 //     <tool_response> ... </tool_response> (none: no message is after it);
