@@ -127,6 +127,44 @@ TEST(FeatureFiles, WhatIsWrittenIsReadBackBf16AndF32) {
 // On a device with memory of its own (the fake device standing for a GPU), batches read
 // ahead go through pinned buffers (Note [Pinned uploads]), a pool that stops growing; the
 // features are the same.
+// Each sample's dataset (train/chat_data.h) is recorded when any sample is named; an index
+// without the two fields (written before them) reads as no names.
+TEST(FeatureFiles, DatasetNamesAreRecordedPerSampleAndOptional) {
+  TempDir dir;
+  train::FeatureFileWriter writer(dir.file("f"), header(DType::f32));
+  Generator gen(3);
+  for (const char* name : {"math", "chat", "math"})
+    writer.add(make_sequence(6, 2, 9), randn({6, kK * kH}, {}, &gen), randn({6, kH}, {}, &gen),
+               name);
+  const train::FeatureFileIndex& written = writer.finish();
+  EXPECT_EQ(written.dataset_names, (std::vector<std::string>{"math", "chat"}));
+  EXPECT_EQ(written.sample_datasets, (std::vector<int32_t>{0, 1, 0}));
+  nlohmann::json j = written.to_json();
+  const auto back = train::FeatureFileIndex::from_json(j.dump(), "index.json");
+  EXPECT_EQ(back.dataset_names, written.dataset_names);
+  EXPECT_EQ(back.sample_datasets, written.sample_datasets);
+  const auto error = [&](const nlohmann::json& bad) {
+    try {
+      train::FeatureFileIndex::from_json(bad.dump(), "index.json");
+    } catch (const Error& e) { return e.message(); }
+    return std::string("no error");
+  };
+  nlohmann::json bad = j;
+  bad["sample_datasets"] = {0, 1};
+  EXPECT_NE(error(bad).find("'sample_datasets' must be an array of 3"), std::string::npos);
+  bad["sample_datasets"] = {0, 1, 2};
+  EXPECT_NE(error(bad).find("holds 2 but 'dataset_names' has 2 names"), std::string::npos);
+  bad.erase("dataset_names");
+  EXPECT_NE(error(bad).find("'dataset_names' is missing"), std::string::npos);
+  j.erase("dataset_names");
+  j.erase("sample_datasets");
+  EXPECT_TRUE(train::FeatureFileIndex::from_json(j.dump(), "index.json").dataset_names.empty());
+  // Unnamed samples record nothing.
+  train::FeatureFileWriter plain(dir.file("g"), header(DType::f32));
+  plain.add(make_sequence(6, 2, 9), randn({6, kK * kH}, {}, &gen), randn({6, kH}, {}, &gen));
+  EXPECT_FALSE(plain.finish().to_json().contains("dataset_names"));
+}
+
 TEST(FeatureFiles, ReadAheadGoesThroughPinnedBuffersOnADevice) {
   fake::FakeDeviceScope scope;
   TempDir dir;

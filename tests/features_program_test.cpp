@@ -132,12 +132,24 @@ TEST_F(FeaturesProgram, BadOptionsAreOneErrorLine) {
                "features", "--device");
   write("bad.jsonl",
         "{\"input_ids\": [256, 65, 66]}\n{\"input_ids\": [1, 2], \"loss_mask\": [1]}\n");
-  expect_error(cli("features" + target + " --data " + at("bad.jsonl") + " --out " + at("x")),
-               "features", "bad.jsonl line 2: loss_mask must be an array of 2");
+  expect_error(
+      cli("features" + target + " --data " + at("bad.jsonl") + " --out " + at("x") + " --strict"),
+      "features", "bad.jsonl:2: loss_mask must be an array of 2");
   write("bad2.jsonl", "{\"input_ids\": [256, 65, 9999]}\n");
-  expect_error(cli("features" + target + " --data " + at("bad2.jsonl") + " --out " + at("x")),
-               "features", "9999");
+  expect_error(
+      cli("features" + target + " --data " + at("bad2.jsonl") + " --out " + at("x") + " --strict"),
+      "features", "9999");
   EXPECT_FALSE(fs::exists(at("x") + "/index.json"));
+  // Without --strict bad lines are skipped and counted (docs/chat_data.md).
+  const ProgramRun skipped =
+      cli("features" + target + " --data " + at("bad.jsonl") + " --out " + at("skipped"));
+  EXPECT_EQ(skipped.exit_code, 0) << skipped.err;
+  EXPECT_NE(skipped.out.find("features: 1 samples"), std::string::npos) << skipped.out;
+  EXPECT_NE(skipped.err.find("1 sample; 1 bad line skipped (first: line 2: loss_mask must be"),
+            std::string::npos)
+      << skipped.err;
+  expect_error(cli("features" + target + " --data " + at("bad2.jsonl") + " --out " + at("x")),
+               "features", "no samples in the data");
   // A folder that holds a feature set already.
   ASSERT_EQ(features("twice").exit_code, 0);
   expect_error(features("twice"), "features", "already holds index.json");

@@ -1,6 +1,7 @@
 // Why this file exists: the feature files' index and writer (feature_files.h).
 #include "train/feature_files.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -20,18 +21,23 @@ nlohmann::json FeatureFileIndex::to_json() const {
     shard_list.push_back(
         {{"file", s.file}, {"first", s.first}, {"count", s.count}, {"bytes", s.bytes}});
   }
-  return {{"format", "chunkgrad-features"},
-          {"format_version", kFeatureFormatVersion},
-          {"num_samples", num_samples},
-          {"shards", shard_list},
-          {"layer_ids", layer_ids},
-          {"num_layers", num_layers()},
-          {"hidden_size", hidden_size},
-          {"dtype", dtype_name(dtype)},
-          {"max_seq_len", max_seq_len},
-          {"target", target},
-          {"target_fingerprint", target_fingerprint},
-          {"tokenizer_hash", tokenizer_hash}};
+  nlohmann::json j = {{"format", "chunkgrad-features"},
+                      {"format_version", kFeatureFormatVersion},
+                      {"num_samples", num_samples},
+                      {"shards", shard_list},
+                      {"layer_ids", layer_ids},
+                      {"num_layers", num_layers()},
+                      {"hidden_size", hidden_size},
+                      {"dtype", dtype_name(dtype)},
+                      {"max_seq_len", max_seq_len},
+                      {"target", target},
+                      {"target_fingerprint", target_fingerprint},
+                      {"tokenizer_hash", tokenizer_hash}};
+  if (!dataset_names.empty()) {
+    j["dataset_names"] = dataset_names;
+    j["sample_datasets"] = sample_datasets;
+  }
+  return j;
 }
 
 namespace {
@@ -114,6 +120,28 @@ FeatureFileIndex FeatureFileIndex::from_json(const std::string& text, const std:
   }
   CG_CHECK(next == x.num_samples, "feature files: ", path, ": the shards hold ", next,
            " samples but field 'num_samples' is ", x.num_samples);
+  if (j.contains("dataset_names") || j.contains("sample_datasets")) {  // optional: newer files
+    const nlohmann::json& names = f.get("dataset_names");
+    const nlohmann::json& of = f.get("sample_datasets");
+    CG_CHECK(names.is_array() && !names.empty(), "feature files: ", path,
+             ": field 'dataset_names' must be a non-empty array of strings, got ",
+             describe_json(names));
+    for (const auto& n : names) {
+      CG_CHECK(n.is_string(), "feature files: ", path,
+               ": field 'dataset_names' must hold strings, got ", describe_json(n));
+      x.dataset_names.push_back(n.get<std::string>());
+    }
+    CG_CHECK(of.is_array() && static_cast<int64_t>(of.size()) == x.num_samples,
+             "feature files: ", path, ": field 'sample_datasets' must be an array of ",
+             x.num_samples, " entries (one per sample), got ", describe_json(of));
+    for (const auto& v : of) {
+      const int64_t d = f.integer(v, "sample_datasets", 0);
+      CG_CHECK(d < static_cast<int64_t>(x.dataset_names.size()), "feature files: ", path,
+               ": field 'sample_datasets' holds ", d, " but 'dataset_names' has ",
+               x.dataset_names.size(), " names");
+      x.sample_datasets.push_back(static_cast<int32_t>(d));
+    }
+  }
   return x;
 }
 
@@ -148,7 +176,7 @@ FeatureFileWriter::FeatureFileWriter(std::string dir, FeatureFileIndex header,
 }
 
 void FeatureFileWriter::add(const DrafterSequence& sequence, const Tensor& hidden_states,
-                            const Tensor& last_hidden) {
+                            const Tensor& last_hidden, const std::string& dataset) {
   CG_CHECK(!finished_, "feature files: add() after finish()");
   const int64_t S = static_cast<int64_t>(sequence.ids.size());
   const int64_t K = index_.num_layers(), H = index_.hidden_size;
@@ -177,6 +205,7 @@ void FeatureFileWriter::add(const DrafterSequence& sequence, const Tensor& hidde
   pending_u8_.insert(feature_tensor_name(i, "loss_mask"));
   pending_.emplace_back(feature_tensor_name(i, "hidden_states"), host(hidden_states));
   pending_.emplace_back(feature_tensor_name(i, "last_hidden"), host(last_hidden));
+  datasets_.push_back(dataset);
   ++index_.num_samples;
   index_.max_seq_len = std::max(index_.max_seq_len, S);
   pending_bytes_ += feature_sample_bytes(S, K, H, index_.dtype);
@@ -205,6 +234,16 @@ const FeatureFileIndex& FeatureFileWriter::finish() {
   CG_CHECK(!finished_, "feature files: finish() twice");
   CG_CHECK(index_.num_samples > 0, "feature files: no samples were written to ", dir_);
   flush_shard();
+  index_.dataset_names.clear();
+  index_.sample_datasets.clear();
+  if (std::any_of(datasets_.begin(), datasets_.end(), [](const auto& d) { return !d.empty(); })) {
+    for (const std::string& d : datasets_) {
+      auto it = std::find(index_.dataset_names.begin(), index_.dataset_names.end(), d);
+      if (it == index_.dataset_names.end())
+        it = index_.dataset_names.insert(index_.dataset_names.end(), d);
+      index_.sample_datasets.push_back(static_cast<int32_t>(it - index_.dataset_names.begin()));
+    }
+  }
   write_file_atomically((fs::path(dir_) / "index.json").string(), index_.to_json().dump(2) + "\n",
                         "the feature index");
   finished_ = true;

@@ -44,6 +44,10 @@ struct FeatureFileIndex {
   std::string target;              // where the target was read from (a folder)
   std::string target_fingerprint;  // train/feature_target.h
   std::string tokenizer_hash;
+  // The dataset of each sample (train/chat_data.h): names, and per sample an index into
+  // them. Both empty when no sample was named (and in index files written before).
+  std::vector<std::string> dataset_names;
+  std::vector<int32_t> sample_datasets;  // num_samples entries, or none
 
   int64_t num_layers() const { return static_cast<int64_t>(layer_ids.size()); }  // K
   nlohmann::json to_json() const;
@@ -66,8 +70,10 @@ class FeatureFileWriter {
   FeatureFileWriter(std::string dir, FeatureFileIndex header,
                     uint64_t max_shard_bytes = uint64_t{1} << 30);
   // One sample: hidden_states [S, K*H], last_hidden [S, H] (any device and float dtype:
-  // stored in the header's dtype), S = sequence.ids.size().
-  void add(const DrafterSequence& sequence, const Tensor& hidden_states, const Tensor& last_hidden);
+  // stored in the header's dtype), S = sequence.ids.size(). `dataset`: the sample's
+  // dataset name; the index records names when any sample has one.
+  void add(const DrafterSequence& sequence, const Tensor& hidden_states, const Tensor& last_hidden,
+           const std::string& dataset = "");
   // Writes the last shard, then index.json (atomically: a folder without index.json is
   // not a feature set). Returns the index.
   const FeatureFileIndex& finish();
@@ -83,6 +89,7 @@ class FeatureFileWriter {
   uint64_t pending_bytes_ = 0;
   int64_t pending_first_ = 0;
   bool finished_ = false;
+  std::vector<std::string> datasets_;  // per sample, "" when not named
 };
 
 }  // namespace cg::train

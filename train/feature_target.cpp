@@ -13,6 +13,7 @@
 #include "nn/checkpoint.h"
 #include "nn/dflash_drafter.h"
 #include "ops/shape_ops.h"
+#include "train/chat_data.h"
 #include "train/fingerprint.h"
 #include "train/target_lm.h"
 #include "train/tokenizer.h"
@@ -110,54 +111,17 @@ SampleFeatures sample_features(const nn::Qwen3ForCausalLM& lm, const DrafterSequ
 }
 
 std::vector<DrafterSequence> read_token_jsonl(const std::string& path, int64_t vocab_size) {
-  std::ifstream in(path, std::ios::binary);
-  CG_CHECK(in.is_open(), "--data ", path, ": cannot be read");
-  std::vector<DrafterSequence> out;
-  std::string line;
-  int64_t number = 0;
-  while (std::getline(in, line)) {
-    ++number;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = path + " line " + std::to_string(number);
-    nlohmann::json j;
-    try {
-      j = parse_untrusted_json(line, where);
-    } catch (const Error& e) { CG_FAIL("--data ", e.message()); }
-    CG_CHECK(j.is_object() && j.contains("input_ids") && j["input_ids"].is_array(), "--data ",
-             where, ": expected an object with \"input_ids\": [ints], got ", describe_json(j));
-    DrafterSequence s;
-    for (const auto& v : j["input_ids"]) {
-      CG_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < vocab_size,
-               "--data ", where, ": input_ids entry ", describe_json(v),
-               " is not a token id of the target (0 .. ", vocab_size - 1, ")");
-      s.ids.push_back(v.get<int64_t>());
-    }
-    CG_CHECK(s.ids.size() >= 2, "--data ", where, ": input_ids has ", s.ids.size(),
-             " tokens; a sample needs at least 2");
-    if (j.contains("loss_mask")) {
-      const nlohmann::json& m = j["loss_mask"];
-      CG_CHECK(m.is_array() && m.size() == s.ids.size(), "--data ", where,
-               ": loss_mask must be an array of ", s.ids.size(),
-               " entries (one per input id), got ", describe_json(m));
-      for (const auto& v : m) {
-        CG_CHECK(v.is_number_integer() && (v.get<int64_t>() == 0 || v.get<int64_t>() == 1),
-                 "--data ", where, ": loss_mask entry ", describe_json(v), " is not 0 or 1");
-        s.loss_mask.push_back(static_cast<uint8_t>(v.get<int64_t>()));
-      }
-    } else {
-      s.loss_mask.assign(s.ids.size(), 1);
-    }
-    out.push_back(std::move(s));
-  }
-  CG_CHECK(!out.empty(), "--data ", path, ": no samples (one JSON object a line)");
-  return out;
+  try {  // the strict reader of train/chat_data.h, which reads these lines too
+    return read_chat_data({path}, {.vocab_size = vocab_size, .strict = true}).sequences();
+  } catch (const Error& e) { CG_FAIL("--data ", e.message()); }
 }
 
 FeatureFileIndex write_feature_files(const FeatureTarget& target,
                                      const std::vector<DrafterSequence>& sequences,
                                      const std::vector<int64_t>& layers, DType dtype,
                                      const std::string& out_dir, uint64_t max_shard_bytes,
-                                     const std::function<void(int64_t)>& on_sample) {
+                                     const std::function<void(int64_t)>& on_sample,
+                                     const std::vector<std::string>& datasets) {
   FeatureFileIndex header;
   header.layer_ids = layers;
   header.hidden_size = target.lm->config().hidden_size;
@@ -168,7 +132,8 @@ FeatureFileIndex write_feature_files(const FeatureTarget& target,
   FeatureFileWriter writer(out_dir, header, max_shard_bytes);
   for (size_t i = 0; i < sequences.size(); ++i) {
     const SampleFeatures f = sample_features(*target.lm, sequences[i], layers);
-    writer.add(sequences[i], f.hidden_states, f.last_hidden);
+    writer.add(sequences[i], f.hidden_states, f.last_hidden,
+               i < datasets.size() ? datasets[i] : std::string());
     if (on_sample) on_sample(static_cast<int64_t>(i));
   }
   return writer.finish();

@@ -45,15 +45,18 @@ SampleFeatures sample_features(const nn::Qwen3ForCausalLM& lm, const DrafterSequ
 
 // Pre-tokenized JSONL, one object a line: "input_ids" (array of ints >= 0, below
 // `vocab_size`, at least 2), optional "loss_mask" (0/1, the same length; default all 1).
-// Blank lines are skipped. Errors name the file and the line number.
+// Blank lines are skipped; any other bad line is an error naming the file and the line
+// (train/chat_data.h read_chat_data, strict, without a tokenizer).
 std::vector<DrafterSequence> read_token_jsonl(const std::string& path, int64_t vocab_size);
 
 // Writes the features of `sequences` to `out_dir` (train/feature_files.h), sample by sample.
-// `on_sample(i)` after each (progress). Returns the index written.
+// `on_sample(i)` after each (progress). `datasets`: each sample's dataset name, recorded
+// in the index (none: not recorded). Returns the index written.
 FeatureFileIndex write_feature_files(const FeatureTarget& target,
                                      const std::vector<DrafterSequence>& sequences,
                                      const std::vector<int64_t>& layers, DType dtype,
                                      const std::string& out_dir, uint64_t max_shard_bytes,
-                                     const std::function<void(int64_t)>& on_sample = {});
+                                     const std::function<void(int64_t)>& on_sample = {},
+                                     const std::vector<std::string>& datasets = {});
 
 }  // namespace cg::train

@@ -29,6 +29,13 @@
 // are: ids cut mid-character decode to the partial bytes, and concatenating the decodes
 // of consecutive pieces gives the decode of the whole.
 //
+// Note [Offsets]: encode_with_offsets gives each token the byte range [begin, end) of the
+// input text it came from (chat data derives its loss mask from them, train/chat_data.h).
+// They are exact and in order wherever NFC leaves the text as it is. Where NFC changed it,
+// a token's range is that of the run of input whose normal form holds the token's bytes
+// (a run: an ASCII byte and the non-ASCII bytes after it), so tokens of one such run share
+// its range.
+//
 // Built only when libpcre2-dev and libutf8proc-dev are present (CHUNKGRAD_TOKENIZER in
 // CMakeLists.txt); a build without them leaves train/hf_tokenizer*.cpp out.
 #pragma once
@@ -38,6 +45,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace cg::train {
@@ -58,6 +66,12 @@ class HfTokenizer {
   // The ids of `text` (Note [The encode pipeline]). Throws when text is not valid UTF-8,
   // naming the byte offset.
   std::vector<int64_t> encode(std::string_view text) const;
+  // The same ids and, for each, its byte range in `text` (Note [Offsets]).
+  struct Encoding {
+    std::vector<int64_t> ids;
+    std::vector<std::pair<size_t, size_t>> offsets;  // [begin, end) per id
+  };
+  Encoding encode_with_offsets(std::string_view text) const;
   // The text of `ids` (Note [Decode]); skip_special leaves special added tokens out.
   // Throws for an id no token has.
   std::string decode(const std::vector<int64_t>& ids, bool skip_special = false) const;

@@ -1,18 +1,21 @@
 // Why this file exists: `chunkgrad features`, the offline feature stage (issue 19): a
-// target (a Hugging Face Qwen3 folder or a chunkgrad run's cached toy target) reads
-// pre-tokenized JSONL and its hidden states are written as feature shards
-// (docs/feature_files.md) that `chunkgrad train --features DIR` trains a drafter from.
-// The work is train/feature_target.h's; this file reads and checks the command line.
+// target (a Hugging Face Qwen3 folder or a chunkgrad run's cached toy target) reads chat or
+// pre-tokenized JSONL (train/chat_data.h, docs/chat_data.md) and its hidden states are
+// written as feature shards (docs/feature_files.md) that `chunkgrad train --features DIR`
+// trains a drafter from. The work is train/feature_target.h's and train/chat_data.h's;
+// this file reads and checks the command line.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 #include "core/backend.h"
 #include "core/error.h"
 #include "examples/chunkgrad/commands.h"
 #include "examples/common/program.h"
+#include "train/chat_data.h"
 #include "train/feature_target.h"
 #include "train/train_config.h"
 
@@ -21,10 +24,37 @@ namespace cg::cli {
 namespace {
 
 struct FeaturesOptions {
-  std::string target, data, out, layers, dtype = "bf16", device = kCPU.str();
+  std::string target, out, layers, tokenizer, dtype = "bf16", device = kCPU.str();
+  std::vector<std::string> data;
   int64_t shard_mb = 1024;
-  bool no_progress = false;
+  bool no_progress = false, strict = false;
 };
+
+// The data files' samples (train/chat_data.h). Conversations need a tokenizer: --tokenizer,
+// else the target folder's tokenizer.json; none is loaded when there is neither (a
+// pre-tokenized file needs none, and a conversation line then says what to give).
+train::ChatData read_data(const FeaturesOptions& o, int64_t vocab_size) {
+  std::string tokenizer = o.tokenizer;
+  const std::string beside = (std::filesystem::path(o.target) / "tokenizer.json").string();
+  if (tokenizer.empty() && std::filesystem::exists(beside)) tokenizer = beside;
+  train::ChatDataOptions options{.vocab_size = vocab_size, .strict = o.strict};
+#ifdef CHUNKGRAD_WITH_TOKENIZER
+  std::optional<train::HfTokenizer> tok;
+  if (!tokenizer.empty()) {
+    tok.emplace(train::HfTokenizer::from_file(tokenizer));
+    options.encode = train::hf_encoder(*tok);
+  }
+  options.no_tokenizer_hint =
+      "give --tokenizer FILE (the target " + o.target + " has no tokenizer.json)";
+#else
+  options.no_tokenizer_hint =
+      "this chunkgrad was built without the tokenizer (install libpcre2-dev and "
+      "libutf8proc-dev and build again), so only pre-tokenized lines (input_ids) can be read";
+#endif
+  try {
+    return train::read_chat_data(o.data, options);
+  } catch (const Error& e) { CG_FAIL("--data ", e.message()); }
+}
 
 // "1,16,31" -> ids; "" when not given. Throws naming --layers.
 std::vector<int64_t> parse_layers(const std::string& text) {
@@ -73,9 +103,17 @@ void add_features_command(CLI::App& app, CommandBody& run) {
       ->required()
       ->check(CLI::ExistingDirectory);
   sub->add_option("--data", o.data,
-                  "pre-tokenized JSONL: {\"input_ids\": [...], \"loss_mask\": [...]} a line")
+                  "JSONL, one sample a line: chat ({\"messages\": [...]} or ShareGPT "
+                  "{\"conversations\": [...]}) or pre-tokenized ({\"input_ids\": [...]}); "
+                  "repeat for several files (docs/chat_data.md)")
       ->required()
       ->check(CLI::ExistingFile);
+  sub->add_option("--tokenizer", o.tokenizer,
+                  "the tokenizer.json chat lines are tokenized with (default: the target "
+                  "folder's; pre-tokenized lines need none)")
+      ->check(CLI::ExistingFile);
+  sub->add_flag("--strict", o.strict,
+                "a bad data line is an error (default: bad lines are skipped and counted)");
   sub->add_option("--out", o.out, "the feature folder to write (must not hold index.json)")
       ->required()
       ->check(program::not_empty());
@@ -104,16 +142,13 @@ void add_features_command(CLI::App& app, CommandBody& run) {
                std::filesystem::directory_iterator(o.out)->path().filename().string(),
                " ...); give an empty folder: shards of an earlier or interrupted run would "
                "mix with the new ones");
-      std::vector<train::DrafterSequence> samples =
-          train::read_token_jsonl(o.data, std::numeric_limits<int64_t>::max());
+      // The target first: its vocabulary decides which lines are bad.
       train::FeatureTarget target = train::load_feature_target(o.target, device);
       const nn::Qwen3Config& arch = target.lm->config();
-      for (size_t i = 0; i < samples.size(); ++i) {
-        for (int64_t id : samples[i].ids) {
-          CG_CHECK(id < arch.vocab_size, "--data ", o.data, ": sample ", i, " has token id ", id,
-                   "; the target's vocabulary has ", arch.vocab_size, " ids");
-        }
-      }
+      const train::ChatData data = read_data(o, arch.vocab_size);
+      const std::vector<train::DrafterSequence> samples = data.sequences();
+      std::vector<std::string> datasets;
+      for (const train::DataSample& s : data.samples) datasets.push_back(s.dataset);
       std::vector<int64_t> layers = parse_layers(o.layers);
       if (layers.empty()) layers = target.default_layers;
       CG_CHECK(!layers.empty(), "--layers: the target has ", arch.num_layers,
@@ -131,6 +166,10 @@ void add_features_command(CLI::App& app, CommandBody& run) {
         for (int64_t l : layers) std::fprintf(stderr, " %lld", static_cast<long long>(l));
         std::fprintf(stderr, ", %s\n", o.dtype.c_str());
       }
+      for (const train::DataFileReport& f : data.files) {  // bad lines are said even so
+        if (!o.no_progress || f.bad_lines > 0)
+          std::fprintf(stderr, "chunkgrad features: %s\n", f.describe().c_str());
+      }
       const train::FeatureFileIndex index = train::write_feature_files(
           target, samples, layers, dtype, o.out, static_cast<uint64_t>(o.shard_mb) << 20,
           [&](int64_t i) {
@@ -138,7 +177,8 @@ void add_features_command(CLI::App& app, CommandBody& run) {
                 ((i + 1) % 100 == 0 || i + 1 == static_cast<int64_t>(samples.size())))
               std::fprintf(stderr, "chunkgrad features: %lld / %zu samples\n",
                            static_cast<long long>(i + 1), samples.size());
-          });
+          },
+          datasets);
       uint64_t bytes = 0;
       for (const auto& s : index.shards) bytes += s.bytes;
       std::printf("features: %lld samples, %zu shards, %llu bytes in %s\n",
