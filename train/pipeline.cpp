@@ -345,7 +345,7 @@ nlohmann::json run_pipeline(const TrainConfig& config, const PipelineOptions& op
   if (config.features.source == "offline") {
     open_offline_features(s);
   } else if (config.features.source == "target") {
-    open_target_features(s);
+    open_target_features(s, options);
   } else {
     read_corpus(s);
   }

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "train/chat_data.h"
 #include "train/train_config.h"
 
 namespace cg::train {
@@ -19,6 +20,11 @@ struct PipelineOptions {
   // A drafter checkpoint to resume from instead of the run directory's newest ("": the
   // newest; `chunkgrad train --resume-from`), checked as a resume is (drafter_checkpoints.h).
   std::string resume_from;
+  // features.source target: how conversation lines of features.data are tokenized (the
+  // program builds it from features.tokenizer, examples/chunkgrad/data_files.h; without it
+  // only pre-tokenized lines are read) and what a conversation line says when it is empty.
+  ChatEncoder encode;
+  std::string no_tokenizer_hint = "give a tokenizer (features.tokenizer)";
 };
 
 // Runs everything; returns the summary (also written to <run_dir>/summary.json).

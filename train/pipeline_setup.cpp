@@ -181,8 +181,10 @@ void open_offline_features(RunState& s) {
 
 // Stage 1 of a run from a Hugging Face target (features.source target), instead of the
 // corpus: the target folder and the samples, opened and checked (target_features.h).
-void open_target_features(RunState& s) {
-  TargetRun r = open_target_run(s.config, s.device);
+void open_target_features(RunState& s, const PipelineOptions& options) {
+  ChatDataOptions data{.encode = options.encode};
+  data.no_tokenizer_hint = options.no_tokenizer_hint;
+  TargetRun r = open_target_run(s.config, s.device, data);
   s.offline = true;
   s.offline_train = r.train;
   s.offline_held = r.held;

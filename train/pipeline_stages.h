@@ -90,7 +90,7 @@ void warn_about_config(const TrainConfig& c);
 void lock_run_directory(RunState& s);
 void read_corpus(RunState& s);
 void open_offline_features(RunState& s);
-void open_target_features(RunState& s);
+void open_target_features(RunState& s, const PipelineOptions& options);
 void check_resume(RunState& s, const PipelineOptions& options);
 void prepare_run_directory(RunState& s);
 

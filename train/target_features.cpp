@@ -3,6 +3,8 @@
 #include "train/target_features.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <filesystem>
 
 #include "autograd/grad_mode.h"
 #include "core/error.h"
@@ -76,7 +78,8 @@ FeatureBatch TargetFeatureSource::fetch(const std::vector<int64_t>& ids, Device 
   return out;
 }
 
-TargetRun open_target_run(const TrainConfig& config, Device device) {
+TargetRun open_target_run(const TrainConfig& config, Device device,
+                          const ChatDataOptions& data_options) {
   TargetRun r;
   r.target = load_feature_target(config.features.target, device);
   CG_CHECK(r.target.kind == "hugging face", "features.target ", config.features.target,
@@ -94,13 +97,23 @@ TargetRun open_target_run(const TrainConfig& config, Device device) {
       config.drafter.target_layers.empty()
           ? nn::dflash_target_layers(arch.num_layers, config.drafter.num_target_features)
           : config.drafter.target_layers;
-  std::vector<DrafterSequence> all;
-  std::string prints = r.target.fingerprint;
-  for (const std::string& file : config.features.data) {
-    std::vector<DrafterSequence> part = read_token_jsonl(file, arch.vocab_size);
-    all.insert(all.end(), part.begin(), part.end());
-    prints += "\n" + file_content_hash(file, "features.data");
+  ChatDataOptions options = data_options;
+  options.vocab_size = arch.vocab_size;
+  ChatData data;
+  try {
+    data = read_chat_data(config.features.data, options);
+  } catch (const Error& e) { CG_FAIL("features.data: ", e.message()); }
+  for (const DataFileReport& f : data.files) {
+    if (f.bad_lines > 0) std::fprintf(stderr, "warning: features.data: %s\n", f.describe().c_str());
   }
+  std::vector<DrafterSequence> all = data.sequences();
+  std::string prints = r.target.fingerprint;
+  for (const std::string& file : config.features.data)
+    prints += "\n" + file_content_hash(file, "features.data");
+  const std::string tok = config.features.tokenizer.empty()
+                              ? config.features.target + "/tokenizer.json"
+                              : config.features.tokenizer;
+  if (std::filesystem::exists(tok)) prints += "\ntokenizer " + file_content_hash(tok, "the tokenizer");
   const int64_t n = static_cast<int64_t>(all.size());
   const int64_t held = std::min<int64_t>(config.eval.accuracy_sequences, n / 4);
   std::vector<DrafterSequence> held_seqs(all.end() - held, all.end());

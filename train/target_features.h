@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "train/chat_data.h"
 #include "train/feature_source.h"
 #include "train/feature_target.h"
 #include "train/train_config.h"
@@ -58,6 +59,7 @@ struct TargetRun {
   std::shared_ptr<TargetFeatureSource> train, held;  // held: null when the set is too small
   std::string data_fingerprint;                      // JSON text, saved with checkpoints
 };
-TargetRun open_target_run(const TrainConfig& config, Device device);
+TargetRun open_target_run(const TrainConfig& config, Device device,
+                          const ChatDataOptions& data_options = {});
 
 }  // namespace cg::train

@@ -204,6 +204,7 @@ void visit_fields(V& v, TrainConfig& c) {
     s.field("dir", c.features.dir);
     s.field("target", c.features.target);
     s.field("data", c.features.data);
+    s.field("tokenizer", c.features.tokenizer);
   });
 }
 
@@ -429,8 +430,8 @@ void TrainConfig::validate() const {
            "train config: features.source is target but features.target or features.data is "
            "empty; give the Hugging Face Qwen3 folder and at least one JSONL file (chunkgrad "
            "train --target DIR --data FILE)");
-  CG_CHECK(f.source == "target" || (f.target.empty() && f.data.empty()),
-           "train config: features.target / features.data are given but features.source is ",
+  CG_CHECK(f.source == "target" || (f.target.empty() && f.data.empty() && f.tokenizer.empty()),
+           "train config: features.target / data / tokenizer are given but features.source is ",
            f.source, "; set source to target to train from them, or remove them");
   for (const std::string& file : f.data)
     CG_CHECK(!file.empty(), "train config: features.data: an empty file name");

@@ -137,6 +137,7 @@ struct FeaturesConfig {
   std::string dir;                // the offline folder (docs/feature_files.md)
   std::string target;             // source "target": the Hugging Face Qwen3 folder
   std::vector<std::string> data;  // source "target": JSONL files of samples
+  std::string tokenizer;          // source "target": "" = the target folder's tokenizer.json
 };
 
 struct TrainConfig {

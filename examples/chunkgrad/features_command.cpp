@@ -14,6 +14,7 @@
 #include "core/backend.h"
 #include "core/error.h"
 #include "examples/chunkgrad/commands.h"
+#include "examples/chunkgrad/data_files.h"
 #include "examples/common/program.h"
 #include "train/chat_data.h"
 #include "train/feature_target.h"
@@ -29,32 +30,6 @@ struct FeaturesOptions {
   int64_t shard_mb = 1024;
   bool no_progress = false, strict = false;
 };
-
-// The data files' samples (train/chat_data.h). Conversations need a tokenizer: --tokenizer,
-// else the target folder's tokenizer.json; none is loaded when there is neither (a
-// pre-tokenized file needs none, and a conversation line then says what to give).
-train::ChatData read_data(const FeaturesOptions& o, int64_t vocab_size) {
-  std::string tokenizer = o.tokenizer;
-  const std::string beside = (std::filesystem::path(o.target) / "tokenizer.json").string();
-  if (tokenizer.empty() && std::filesystem::exists(beside)) tokenizer = beside;
-  train::ChatDataOptions options{.vocab_size = vocab_size, .strict = o.strict};
-#ifdef CHUNKGRAD_WITH_TOKENIZER
-  std::optional<train::HfTokenizer> tok;
-  if (!tokenizer.empty()) {
-    tok.emplace(train::HfTokenizer::from_file(tokenizer));
-    options.encode = train::hf_encoder(*tok);
-  }
-  options.no_tokenizer_hint =
-      "give --tokenizer FILE (the target " + o.target + " has no tokenizer.json)";
-#else
-  options.no_tokenizer_hint =
-      "this chunkgrad was built without the tokenizer (install libpcre2-dev and "
-      "libutf8proc-dev and build again), so only pre-tokenized lines (input_ids) can be read";
-#endif
-  try {
-    return train::read_chat_data(o.data, options);
-  } catch (const Error& e) { CG_FAIL("--data ", e.message()); }
-}
 
 // "1,16,31" -> ids; "" when not given. Throws naming --layers.
 std::vector<int64_t> parse_layers(const std::string& text) {
@@ -145,7 +120,7 @@ void add_features_command(CLI::App& app, CommandBody& run) {
       // The target first: its vocabulary decides which lines are bad.
       train::FeatureTarget target = train::load_feature_target(o.target, device);
       const nn::Qwen3Config& arch = target.lm->config();
-      const train::ChatData data = read_data(o, arch.vocab_size);
+      const train::ChatData data = read_data_files(o.data, data_tokenizer(o.tokenizer, o.target), arch.vocab_size, o.strict);
       const std::vector<train::DrafterSequence> samples = data.sequences();
       std::vector<std::string> datasets;
       for (const train::DataSample& s : data.samples) datasets.push_back(s.dataset);

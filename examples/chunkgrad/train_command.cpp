@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "examples/chunkgrad/commands.h"
+#include "examples/chunkgrad/data_files.h"
 #include "examples/common/program.h"
 #include "train/config_overrides.h"
 #include "train/pipeline.h"
@@ -24,6 +25,7 @@ struct TrainOptions {
   std::string features;           // features.source offline with this folder
   std::string target;             // features.source target with this folder ...
   std::vector<std::string> data;  // ... and these sample files
+  std::string tokenizer;          // ... read with this tokenizer.json (features.tokenizer)
   std::vector<std::string> sets;  // --set key=value, in the order given
   std::string resume_from;        // a drafter checkpoint instead of the newest
   bool json = false;
@@ -39,7 +41,7 @@ struct TrainOptions {
 // --set gave says so.
 train::TrainConfig read_config(const std::string& path, const std::vector<std::string>& sets,
                                const std::string& features, const std::string& target,
-                               const std::vector<std::string>& data) {
+                               const std::vector<std::string>& data, const std::string& tokenizer) {
   nlohmann::json j = path.empty() ? nlohmann::json::object() : train::TrainConfig::file_json(path);
   for (const std::string& s : sets) train::apply_config_override(j, s);
   if (!target.empty()) {
@@ -47,13 +49,15 @@ train::TrainConfig read_config(const std::string& path, const std::vector<std::s
     if (!f.is_object()) f = nlohmann::json::object();
     for (const std::string& s : sets) {
       const std::string key = s.substr(0, s.find('='));
-      CG_CHECK(key != "features.source" && key != "features.target" && key != "features.data",
+      CG_CHECK(key != "features.source" && key != "features.target" && key != "features.data" &&
+                   (key != "features.tokenizer" || tokenizer.empty()),
                "--target ", target, " and --set ", s,
                " both say where the features come from; drop one");
     }
     f["source"] = "target";
     f["target"] = target;
     f["data"] = data;
+    if (!tokenizer.empty()) f["tokenizer"] = tokenizer;
   }
   if (!features.empty()) {
     nlohmann::json& f = j["features"];
@@ -113,8 +117,13 @@ void add_train_command(CLI::App& app, CommandBody& run) {
                       "drafter.mask_token_id)")
           ->check(CLI::ExistingDirectory);
   sub->add_option("--data", o.data,
-                  "with --target: pre-tokenized JSONL samples, {\"input_ids\": [...], "
-                  "\"loss_mask\": [...]} a line (repeatable)")
+                  "with --target: JSONL samples, conversations or pre-tokenized "
+                  "(docs/chat_data.md; repeatable)")
+      ->check(CLI::ExistingFile)
+      ->needs(target);
+  sub->add_option("--tokenizer", o.tokenizer,
+                  "with --target: the tokenizer.json conversation lines are read with "
+                  "(features.tokenizer; default: the target folder's)")
       ->check(CLI::ExistingFile)
       ->needs(target);
   target->excludes("--features");
@@ -153,7 +162,7 @@ void add_train_command(CLI::App& app, CommandBody& run) {
   sub->callback([&run] {
     run = [] {
       program::set_cpu_memory_limit_mb(o.memory_limit_mb);
-      train::TrainConfig config = read_config(o.config, o.sets, o.features, o.target, o.data);
+      train::TrainConfig config = read_config(o.config, o.sets, o.features, o.target, o.data, o.tokenizer);
       if (!o.run_dir.empty()) config.run_dir = o.run_dir;
       if (o.no_progress) config.progress = false;
       if (o.fresh) config.resume = false;
@@ -165,7 +174,14 @@ void add_train_command(CLI::App& app, CommandBody& run) {
         return;
       }
       program::make_output_dir(config.run_dir, "run_dir");
-      const nlohmann::json summary = train::run_pipeline(config, {.resume_from = o.resume_from});
+      train::PipelineOptions options{.resume_from = o.resume_from};
+      DataTokenizer tokenizer;
+      if (config.features.source == "target") {
+        tokenizer = data_tokenizer(config.features.tokenizer, config.features.target);
+        options.encode = tokenizer.encode;
+        options.no_tokenizer_hint = tokenizer.hint;
+      }
+      const nlohmann::json summary = train::run_pipeline(config, options);
       if (o.json) {
         std::cout << summary.dump() << "\n";
       } else {
