@@ -46,6 +46,12 @@ TEST(CudaRegenerate, GpuBatchedDecodingEqualsTheCpu) {
   ASSERT_EQ(got.size(), prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i)
     EXPECT_EQ(got.at(static_cast<int64_t>(i)), want.at(static_cast<int64_t>(i))) << i;
+  // On the GPU alone: the ragged batch equals each prompt decoded by itself.
+  auto alone = options;
+  alone.batch_size = 1;
+  const auto by_itself = decode(gpu, prompts, alone);
+  for (size_t i = 0; i < prompts.size(); ++i)
+    EXPECT_EQ(got.at(static_cast<int64_t>(i)), by_itself.at(static_cast<int64_t>(i))) << i;
 }
 
 }  // namespace

@@ -69,9 +69,10 @@ class RegenerateProgram : public ::testing::Test {
     r.err = slurp(dir.file("stderr"));
     return r;
   }
-  std::string base(const std::string& out) {
-    return "--target '" + target() + "' --data '" + dir.file("d.jsonl") + "' --out '" +
-           dir.file(out) + "' --max-new-tokens 8 --eos-ids 3,200 --no-progress";
+  std::string base(const std::string& out) { return base_at(dir.file(out)); }
+  std::string base_at(const std::string& out_path) {
+    return "--target '" + target() + "' --data '" + dir.file("d.jsonl") + "' --out '" + out_path +
+           "' --max-new-tokens 8 --eos-ids 3,200 --no-progress";
   }
   void expect_error(const std::string& args, const std::string& words) {
     const ProgramRun r = cli(args);
@@ -125,6 +126,8 @@ TEST_F(RegenerateProgram, BadOptionsAreOneErrorLine) {
   expect_error(base("x.jsonl") + " --eos-ids 3,,4", "--eos-ids");
   expect_error(base("x.jsonl") + " --eos-ids 999", "outside the target's vocabulary");
   expect_error(base("x.jsonl") + " --dtype f16", "--dtype");
+  expect_error(base_at(dir.str()), "is a folder");
+  expect_error(base_at(dir.file("no/x.jsonl")), "does not exist");
   // The tiny checkpoint's config names no eos_token_id.
   expect_error("--target '" + target() + "' --data '" + dir.file("d.jsonl") + "' --out '" +
                    dir.file("x.jsonl") + "'",

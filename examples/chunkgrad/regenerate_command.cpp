@@ -3,6 +3,7 @@
 // prompts with the target's responses out, resumable. The work is train/regenerate.h's;
 // this file reads and checks the command line.
 #include <cstdio>
+#include <filesystem>
 #include <limits>
 #include <sstream>
 
@@ -97,6 +98,11 @@ void add_regenerate_command(CLI::App& app, CommandBody& run) {
                "--top-k and --top-p shape sampling; they need --temperature > 0 (greedy "
                "decoding takes the most likely token)");
       std::vector<int64_t> eos = o.eos_ids.empty() ? std::vector<int64_t>{} : parse_ids(o.eos_ids);
+      namespace fs = std::filesystem;
+      CG_CHECK(!fs::is_directory(o.out), "--out ", o.out, " is a folder; give a file (JSONL)");
+      const fs::path parent = fs::path(o.out).parent_path();
+      CG_CHECK(parent.empty() || fs::is_directory(parent), "--out ", o.out, ": the folder ",
+               parent.string(), " does not exist");
       const Device device = Device::parse(o.device);
       backend_for(device);  // no GPU: one error line before any work
       // The data first: its errors come before the target's (long) load.
