@@ -69,10 +69,12 @@ class RegenerateProgram : public ::testing::Test {
     r.err = slurp(dir.file("stderr"));
     return r;
   }
-  std::string base(const std::string& out) { return base_at(dir.file(out)); }
-  std::string base_at(const std::string& out_path) {
+  std::string base(const std::string& out, const std::string& eos = "3,200") {
+    return base_at(dir.file(out), eos);
+  }
+  std::string base_at(const std::string& out_path, const std::string& eos = "3,200") {
     return "--target '" + target() + "' --data '" + dir.file("d.jsonl") + "' --out '" + out_path +
-           "' --max-new-tokens 8 --eos-ids 3,200 --no-progress";
+           "' --max-new-tokens 8 --eos-ids " + eos + " --no-progress";
   }
   void expect_error(const std::string& args, const std::string& words) {
     const ProgramRun r = cli(args);
@@ -123,8 +125,8 @@ TEST_F(RegenerateProgram, BadOptionsAreOneErrorLine) {
   expect_error(base("x.jsonl") + " --top-p 0", "--top-p");
   expect_error(base("x.jsonl") + " --max-new-tokens 0", "--max-new-tokens");
   expect_error(base("x.jsonl") + " --batch-size 0", "--batch-size");
-  expect_error(base("x.jsonl") + " --eos-ids 3,,4", "--eos-ids");
-  expect_error(base("x.jsonl") + " --eos-ids 999", "outside the target's vocabulary");
+  expect_error(base("x.jsonl", "3,,4"), "--eos-ids");
+  expect_error(base("x.jsonl", "999"), "outside the target's vocabulary");
   expect_error(base("x.jsonl") + " --dtype f16", "--dtype");
   expect_error(base_at(dir.str()), "is a folder");
   expect_error(base_at(dir.file("no/x.jsonl")), "does not exist");

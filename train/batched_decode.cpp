@@ -15,6 +15,7 @@
 #include "core/views.h"
 #include "ops/attention.h"
 #include "ops/elementwise.h"
+#include "ops/reduce.h"
 #include "ops/shape_ops.h"
 
 namespace cg::train {
@@ -230,7 +231,10 @@ class Decoder {
     std::vector<int64_t> greedy_next;
     Tensor host;
     if (greedy) {
-      greedy_next = greedy_tokens(logits);  // [R]
+      // argmax where the logits are (first maximum on ties, as greedy_tokens): R ids cross
+      // to the host instead of R * vocab logits.
+      const Tensor best = raw::contiguous(raw::to_device(argmax(logits, -1), kCPU));  // [R, 1]
+      greedy_next.assign(best.data<int64_t>(), best.data<int64_t>() + R);
     } else {
       host = raw::contiguous(raw::to_dtype(raw::to_device(logits, kCPU), DType::f32));
     }
