@@ -38,7 +38,7 @@ model_dir = os.path.join(a.out, "target")
 torch.manual_seed(0)
 config = Qwen3Config(vocab_size=151936, max_position_embeddings=40960, rope_theta=1e6,
                      tie_word_embeddings=False, eos_token_id=[151645, 151643],
-                     torch_dtype="bfloat16", **SHAPES[a.shape])
+                     **SHAPES[a.shape])
 with torch.device("cuda"):
     model = Qwen3ForCausalLM(config).to(torch.bfloat16).eval()
 if not os.path.exists(os.path.join(model_dir, "config.json")):
