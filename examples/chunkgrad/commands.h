@@ -20,7 +20,8 @@ void add_train_command(CLI::App& app, CommandBody& run);     // train_command.cp
 void add_trace_command(CLI::App& app, CommandBody& run);     // trace_command.cpp
 void add_features_command(CLI::App& app, CommandBody& run);  // features_command.cpp
 // Built with the tokenizer only (CHUNKGRAD_WITH_TOKENIZER, set on main.cpp).
-void add_tokenize_command(CLI::App& app, CommandBody& run);  // tokenize_command.cpp
-void add_export_command(CLI::App& app, CommandBody& run);    // export_command.cpp
+void add_tokenize_command(CLI::App& app, CommandBody& run);    // tokenize_command.cpp
+void add_export_command(CLI::App& app, CommandBody& run);      // export_command.cpp
+void add_regenerate_command(CLI::App& app, CommandBody& run);  // regenerate_command.cpp
 
 }  // namespace cg::cli
