@@ -137,7 +137,7 @@ TEST_F(RegenerateProgram, BadOptionsAreOneErrorLine) {
   write_bytes(dir.file("bad.jsonl"), "{\"input_ids\": [1, 2], \"loss_mask\": [0, 0]}\n");
   expect_error("--target '" + target() + "' --data '" + dir.file("bad.jsonl") + "' --out '" +
                    dir.file("x.jsonl") + "' --eos-ids 3",
-               "line 1: loss_mask has no 1");
+               "bad.jsonl:1: loss_mask has no 1");
   EXPECT_FALSE(fs::exists(dir.file("x.jsonl")));
 }
 

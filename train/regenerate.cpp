@@ -32,6 +32,19 @@ json read_json_file(const std::string& path) {
 
 }  // namespace
 
+// Everything before the last run of loss_mask = 1; throws naming `at` when there is none
+// or it starts at the first token.
+static int64_t prompt_length_of(const std::vector<uint8_t>& loss_mask, const std::string& at) {
+  int64_t end = static_cast<int64_t>(loss_mask.size());
+  while (end > 0 && loss_mask[static_cast<size_t>(end - 1)] == 0) --end;
+  CG_CHECK(end > 0, at, ": loss_mask has no 1, so there is no assistant response to regenerate");
+  int64_t begin = end;
+  while (begin > 0 && loss_mask[static_cast<size_t>(begin - 1)] == 1) --begin;
+  CG_CHECK(begin > 0, at,
+           ": the response (loss_mask = 1) starts at the first token, so there is no prompt");
+  return begin;
+}
+
 std::vector<RegenerateSample> read_regenerate_inputs(const std::string& path, int64_t vocab_size) {
   std::ifstream in(path);
   CG_CHECK(in.good(), "--data ", path, ": cannot open it for reading");
@@ -69,18 +82,24 @@ std::vector<RegenerateSample> read_regenerate_inputs(const std::string& path, in
       CG_CHECK(j["dataset"].is_string(), where(path, line), ": \"dataset\" must be a string");
       s.dataset = j["dataset"].get<std::string>();
     }
-    int64_t end = static_cast<int64_t>(s.ids.size());
-    while (end > 0 && s.loss_mask[static_cast<size_t>(end - 1)] == 0) --end;
-    CG_CHECK(end > 0, where(path, line),
-             ": loss_mask has no 1, so there is no assistant response to regenerate");
-    int64_t begin = end;
-    while (begin > 0 && s.loss_mask[static_cast<size_t>(begin - 1)] == 1) --begin;
-    CG_CHECK(begin > 0, where(path, line),
-             ": the response (loss_mask = 1) starts at the first token, so there is no prompt");
-    s.prompt_length = begin;
+    s.prompt_length = prompt_length_of(s.loss_mask, where(path, line));
     samples.push_back(std::move(s));
   }
   CG_CHECK(!in.bad(), "--data ", path, ": a read error");
+  return samples;
+}
+
+std::vector<RegenerateSample> regenerate_inputs(const ChatData& data) {
+  std::vector<RegenerateSample> samples;
+  for (const DataSample& d : data.samples) {
+    RegenerateSample s;
+    s.ids = d.sequence.ids;
+    s.loss_mask = d.sequence.loss_mask;
+    s.dataset = d.dataset;
+    s.source_line = d.line;
+    s.prompt_length = prompt_length_of(s.loss_mask, d.where());
+    samples.push_back(std::move(s));
+  }
   return samples;
 }
 

@@ -23,6 +23,7 @@
 
 #include "nn/qwen3.h"
 #include "train/batched_decode.h"
+#include "train/chat_data.h"
 
 namespace cg::train {
 
@@ -42,6 +43,10 @@ struct RegenerateSample {
 // another length or with values other than 0/1, no 1 in the mask (no response to
 // replace), a response that starts at the first token (no prompt).
 std::vector<RegenerateSample> read_regenerate_inputs(const std::string& path, int64_t vocab_size);
+// The same from samples read by train/chat_data.h (conversations rendered with the Qwen3
+// template: the prompt then ends with `<|im_start|>assistant\n` and the empty think block,
+// as a serving engine renders it with thinking off). Errors name the sample's file:line.
+std::vector<RegenerateSample> regenerate_inputs(const ChatData& data);
 
 // The output line of `sample` with `response` in place of its last response (no newline).
 std::string regenerated_line(const RegenerateSample& sample, const std::vector<int64_t>& response);

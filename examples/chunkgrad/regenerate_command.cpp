@@ -10,6 +10,7 @@
 #include "core/backend.h"
 #include "core/error.h"
 #include "examples/chunkgrad/commands.h"
+#include "examples/chunkgrad/data_files.h"
 #include "examples/common/program.h"
 #include "train/feature_target.h"
 #include "train/regenerate.h"
@@ -20,11 +21,11 @@ namespace cg::cli {
 namespace {
 
 struct RegenerateCommandOptions {
-  std::string target, data, out, eos_ids, dtype = "f32", device = kCPU.str();
+  std::string target, data, out, eos_ids, tokenizer, dtype = "f32", device = kCPU.str();
   int64_t max_new_tokens = 512, batch_size = 64, top_k = 0, limit = 0;
   double temperature = 0.0, top_p = 1.0;
   uint64_t seed = 0;
-  bool no_progress = false;
+  bool no_progress = false, strict = false;
 };
 
 // "151645,151643" -> ids. Throws naming --eos-ids.
@@ -60,10 +61,14 @@ void add_regenerate_command(CLI::App& app, CommandBody& run) {
       ->required()
       ->check(CLI::ExistingDirectory);
   sub->add_option("--data", o.data,
-                  "pre-tokenized JSONL: {\"input_ids\": [...], \"loss_mask\": [...], \"dataset\": "
-                  "...} a line; the prompt is everything before the last run of loss_mask = 1")
+                  "chat or pre-tokenized JSONL (docs/chat_data.md); the prompt is everything "
+                  "before the last run of loss_mask = 1 (the last assistant answer)")
       ->required()
       ->check(CLI::ExistingFile);
+  sub->add_option("--tokenizer", o.tokenizer,
+                  "the tokenizer.json conversations are read with (default: the target folder's)")
+      ->check(CLI::ExistingFile);
+  sub->add_flag("--strict", o.strict, "a bad data line is an error (default: skipped, counted)");
   sub->add_option("--out", o.out,
                   "the JSONL to write; a rerun with the same options continues it "
                   "(its options are kept in OUT.options.json)")
@@ -106,8 +111,13 @@ void add_regenerate_command(CLI::App& app, CommandBody& run) {
       const Device device = Device::parse(o.device);
       backend_for(device);  // no GPU: one error line before any work
       // The data first: its errors come before the target's (long) load.
-      std::vector<train::RegenerateSample> samples =
-          train::read_regenerate_inputs(o.data, std::numeric_limits<int64_t>::max());
+      const train::ChatData data =
+          read_data_files({o.data}, data_tokenizer(o.tokenizer, o.target),
+                          std::numeric_limits<int64_t>::max(), o.strict);
+      for (const train::DataFileReport& f : data.files) {
+        if (f.bad_lines > 0) std::fprintf(stderr, "warning: --data %s\n", f.describe().c_str());
+      }
+      std::vector<train::RegenerateSample> samples = train::regenerate_inputs(data);
       if (o.limit > 0 && static_cast<int64_t>(samples.size()) > o.limit) samples.resize(o.limit);
       train::FeatureTarget target = train::load_feature_target(o.target, device);
       const nn::Qwen3Config& arch = target.lm->config();
