@@ -238,6 +238,57 @@ TEST(DrafterExport, FromACheckpointFile) {
                    "no drafter checkpoint", "--checkpoint");
 }
 
+// What a user sees when a checkpoint is damaged or --out cannot be a folder: one line that
+// names the file and what to do, never a bare "stoll" or a raw filesystem exception.
+TEST(DrafterExport, DamagedCheckpointOrBadOutIsOneClearError) {
+  TempDir dir;
+  train::TrainConfig config;
+  const nn::DFlashDrafterConfig dc = train::run_drafter_config(config);
+  const Tensor table = randn({dc.layers.vocab_size, dc.layers.hidden_size});
+  Generator gen(3);
+  nn::DFlashDrafter d(dc, table, table, nn::InitOptions{.generator = &gen});
+  safetensors::NamedTensors tensors;
+  for (const auto& [n, p] : d.named_parameters()) tensors.emplace_back("drafter." + n, p.detach());
+  auto save = [&](const std::string& name, const std::string& step, const std::string& cfg) {
+    safetensors::save_file(
+        tensors, dir.file(name),
+        {{"format", "chunkgrad-dflash-drafter-1"}, {"step", step}, {"config", cfg}});
+    return dir.file(name);
+  };
+  const std::string good = config.to_json().dump();
+  EXPECT_ERROR_HAS(
+      train::export_drafter_checkpoint("", save("a.safetensors", "abc", good), dir.file("out_a")),
+      "a.safetensors has step metadata \"abc\", not a step number");
+  EXPECT_ERROR_HAS(
+      train::export_drafter_checkpoint("", save("b.safetensors", "7x", good), dir.file("out_b")),
+      "step metadata \"7x\"");
+  const std::string damaged_config =
+      "export: " + dir.file("c.safetensors") + ": train config: drafter.num_layers";
+  EXPECT_ERROR_HAS(
+      train::export_drafter_checkpoint(
+          "", save("c.safetensors", "7", R"({"drafter": {"num_layers": "x"}})"), dir.file("out_c")),
+      damaged_config.c_str());
+  const std::string ok = save("d.safetensors", "7", good);
+  std::ofstream(dir.file("a_file")) << "x";
+  EXPECT_ERROR_HAS(train::export_drafter_checkpoint("", ok, dir.file("a_file")),
+                   "a_file is a file, not a folder", "--out");
+  EXPECT_ERROR_HAS(train::export_drafter_checkpoint("", ok, dir.file("a_file/sub")),
+                   "cannot make the folder", "a_file/sub", "--out");
+}
+
+// A mismatch in a list field shows the list config.json holds, so the user knows what to set.
+TEST(DrafterExport, MismatchedListsAreShown) {
+  TempDir dir;
+  auto d = small_drafter(16, 24, 5);
+  const train::PublicDrafterInfo info{8, 6, 4096};
+  train::write_public_drafter(*d, info, dir.file("ok"));
+  json c = read_json(dir.file("ok/config.json"));
+  c["dflash_config"]["target_layer_ids"] = {2, 4};
+  std::ofstream(dir.file("ok/config.json")) << c.dump();
+  EXPECT_ERROR_HAS(train::load_public_drafter(*d, info, dir.file("ok")),
+                   "dflash_config.target_layer_ids: [2, 4] in config.json");
+}
+
 TEST(DrafterExport, InitFromIsAConfigField) {
   train::TrainConfig c;
   EXPECT_EQ(c.drafter.init_from, "");

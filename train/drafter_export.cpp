@@ -100,11 +100,16 @@ void write_public_drafter(const nn::DFlashDrafter& drafter, const PublicDrafterI
   }
   CG_CHECK(tensors.size() == names.size(), "export: the drafter has ", tensors.size(),
            " parameters, the public layout ", names.size());
+  CG_CHECK(!fs::exists(out_dir) || fs::is_directory(out_dir), "export: ", out_dir,
+           " is a file, not a folder; give an empty or new folder with --out");
   for (const char* f : {"config.json", "model.safetensors"}) {
     CG_CHECK(!fs::exists(fs::path(out_dir) / f), "export: ", out_dir, " already holds ", f,
              "; give an empty or new folder with --out");
   }
-  fs::create_directories(out_dir);
+  std::error_code error;
+  fs::create_directories(out_dir, error);
+  CG_CHECK(!error, "export: cannot make the folder ", out_dir, " (", error.message(),
+           "); give a folder that can be written with --out");
   safetensors::save_file(tensors, (fs::path(out_dir) / "model.safetensors").string(),
                          {{"format", "pt"}});
   write_file_atomically((fs::path(out_dir) / "config.json").string(),
@@ -120,6 +125,19 @@ bool same_value(const json& a, const json& b) {
     return x == y || std::fabs(x - y) <= 1e-9 * std::max(std::fabs(x), std::fabs(y));
   }
   return a == b;
+}
+
+// A config.json value in an error: a short list of plain values in full ("[2, 4, 6]": the
+// user must see what to set), anything else as describe_json says it.
+std::string shown(const json& v) {
+  constexpr size_t kMaxListed = 16;
+  if (!v.is_array() || v.empty() || v.size() > kMaxListed) return describe_json(v);
+  std::string out = "[";
+  for (const json& e : v) {
+    if (e.is_structured()) return describe_json(v);
+    out += (out.size() > 1 ? ", " : "") + describe_json(e);
+  }
+  return out + "]";
 }
 
 // The value of `name` as z-lab's _draft_value finds it: dflash_config first, then the top.
@@ -157,8 +175,8 @@ std::vector<std::string> public_config_mismatches(const json& c, const nn::DFlas
     if (!there) {
       out.push_back(field + ": missing from config.json; " + here.dump() + " here (" + which + ")");
     } else if (!same_value(*there, here)) {
-      out.push_back(field + ": " + describe_json(*there) + " in config.json, " + here.dump() +
-                    " here (" + which + ")");
+      out.push_back(field + ": " + shown(*there) + " in config.json, " + here.dump() + " here (" +
+                    which + ")");
     }
   };
   auto top = [&](const char* f) { return c.contains(f) ? &c[f] : nullptr; };
@@ -292,10 +310,21 @@ ExportResult export_drafter_checkpoint(const std::string& run_dir, const std::st
   };
   CG_CHECK(get("format") == "chunkgrad-dflash-drafter-1", "export: ", r.checkpoint,
            " has an unknown format '", get("format"), "'");
-  r.step = std::stoll(get("step"));
+  const std::string step = get("step");
+  try {
+    size_t used = 0;
+    r.step = std::stoll(step, &used);
+    CG_CHECK(used == step.size() && r.step >= 0, "");
+  } catch (const std::exception&) {
+    CG_FAIL("export: ", r.checkpoint, " has step metadata ", describe_json(json(step)),
+            ", not a step number: the file is damaged; export another checkpoint");
+  }
   json saved = TrainConfig().to_json();  // fields the checkpoint predates: their defaults
-  saved.merge_patch(parse_untrusted_json(get("config"), "the checkpoint's config"));
-  const TrainConfig config = TrainConfig::from_json(saved);
+  TrainConfig config;
+  try {
+    saved.merge_patch(parse_untrusted_json(get("config"), "its saved train config"));
+    config = TrainConfig::from_json(saved);
+  } catch (const Error& e) { CG_FAIL("export: ", r.checkpoint, ": ", e.message()); }
   const nn::DFlashDrafterConfig dc = run_drafter_config(config);
   PublicDrafterInfo info = public_drafter_info(config);
   if (max_position_embeddings > 0) info.max_position_embeddings = max_position_embeddings;
