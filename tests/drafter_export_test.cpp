@@ -204,23 +204,42 @@ TEST(DrafterExport, BadFolderIsOneClearError) {
   EXPECT_ERROR_HAS(train::load_public_drafter(*d, info, dir.file("ok")), "no model.safetensors");
 }
 
+// A run's drafter as its chunkgrad checkpoints hold it ("drafter." + name, the step and
+// the train config in the metadata).
+struct SavedDrafter {
+  nn::DFlashDrafterConfig dc;
+  Tensor table;
+  std::unique_ptr<nn::DFlashDrafter> drafter;
+  safetensors::NamedTensors tensors;
+  explicit SavedDrafter(const train::TrainConfig& config)
+      : dc(train::run_drafter_config(config)),
+        table(randn({dc.layers.vocab_size, dc.layers.hidden_size})) {
+    Generator gen(3);
+    drafter =
+        std::make_unique<nn::DFlashDrafter>(dc, table, table, nn::InitOptions{.generator = &gen});
+    for (const auto& [n, p] : drafter->named_parameters())
+      tensors.emplace_back("drafter." + n, p.detach());
+  }
+  std::string save(const std::string& path, const std::string& step,
+                   const std::string& config_text) const {
+    safetensors::save_file(
+        tensors, path,
+        {{"format", "chunkgrad-dflash-drafter-1"}, {"step", step}, {"config", config_text}});
+    return path;
+  }
+};
+
 // `chunkgrad export`'s work from a chunkgrad checkpoint: the drafter is rebuilt from the
 // config saved in the file, so the toy target's theta (10000) stays out of config.json.
 TEST(DrafterExport, FromACheckpointFile) {
   TempDir dir;
   train::TrainConfig config;
   config.drafter.rope_theta = 5e5;
-  const nn::DFlashDrafterConfig dc = train::run_drafter_config(config);
-  const Tensor table = randn({dc.layers.vocab_size, dc.layers.hidden_size});
-  Generator gen(3);
-  nn::DFlashDrafter d(dc, table, table, nn::InitOptions{.generator = &gen});
-  safetensors::NamedTensors tensors;
-  for (const auto& [n, p] : d.named_parameters()) tensors.emplace_back("drafter." + n, p.detach());
-  const std::string ckpt = dir.file("step_00000007.safetensors");
-  safetensors::save_file(tensors, ckpt,
-                         {{"format", "chunkgrad-dflash-drafter-1"},
-                          {"step", "7"},
-                          {"config", config.to_json().dump()}});
+  const SavedDrafter saved(config);
+  const nn::DFlashDrafterConfig& dc = saved.dc;
+  const nn::DFlashDrafter& d = *saved.drafter;
+  const std::string ckpt =
+      saved.save(dir.file("step_00000007.safetensors"), "7", config.to_json().dump());
   const train::ExportResult r = train::export_drafter_checkpoint("", ckpt, dir.file("out"));
   EXPECT_EQ(r.step, 7);
   EXPECT_EQ(r.parameters, dc.parameter_count());
@@ -230,7 +249,8 @@ TEST(DrafterExport, FromACheckpointFile) {
   EXPECT_EQ(c["num_target_layers"], config.target.num_layers);
   EXPECT_EQ(c["dflash_config"]["mask_token_id"], dc.mask_token_id);
   // And back: the exported folder loads into the same run's drafter.
-  nn::DFlashDrafter back(dc, table, table, nn::InitOptions{.generator = &gen});
+  Generator gen(4);
+  nn::DFlashDrafter back(dc, saved.table, saved.table, nn::InitOptions{.generator = &gen});
   train::load_public_drafter(back, train::public_drafter_info(config), dir.file("out"));
   EXPECT_TRUE(same_bytes(raw::to_dtype(d.fc->weight, DType::bf16),
                          raw::to_dtype(back.fc->weight, DType::bf16)));
@@ -243,17 +263,9 @@ TEST(DrafterExport, FromACheckpointFile) {
 TEST(DrafterExport, DamagedCheckpointOrBadOutIsOneClearError) {
   TempDir dir;
   train::TrainConfig config;
-  const nn::DFlashDrafterConfig dc = train::run_drafter_config(config);
-  const Tensor table = randn({dc.layers.vocab_size, dc.layers.hidden_size});
-  Generator gen(3);
-  nn::DFlashDrafter d(dc, table, table, nn::InitOptions{.generator = &gen});
-  safetensors::NamedTensors tensors;
-  for (const auto& [n, p] : d.named_parameters()) tensors.emplace_back("drafter." + n, p.detach());
+  const SavedDrafter saved(config);
   auto save = [&](const std::string& name, const std::string& step, const std::string& cfg) {
-    safetensors::save_file(
-        tensors, dir.file(name),
-        {{"format", "chunkgrad-dflash-drafter-1"}, {"step", step}, {"config", cfg}});
-    return dir.file(name);
+    return saved.save(dir.file(name), step, cfg);
   };
   const std::string good = config.to_json().dump();
   EXPECT_ERROR_HAS(
