@@ -286,6 +286,15 @@ TEST(DrafterExport, DamagedCheckpointOrBadOutIsOneClearError) {
                    "a_file is a file, not a folder", "--out");
   EXPECT_ERROR_HAS(train::export_drafter_checkpoint("", ok, dir.file("a_file/sub")),
                    "cannot make the folder", "a_file/sub", "--out");
+  // A run on a Hugging Face target whose folder is gone (or was given relative to another
+  // directory): the error says so and what to do.
+  json moved = config.to_json();
+  moved["target"]["checkpoint"] = "no_such_target";
+  moved["target"]["hf_config"] = "no_such_target/config.json";
+  EXPECT_ERROR_HAS(train::export_drafter_checkpoint("", save("e.safetensors", "7", moved.dump()),
+                                                    dir.file("out_e")),
+                   "the drafter cannot be rebuilt from the run's saved config",
+                   "no_such_target/config.json", "run export from the folder the run started in");
 }
 
 // A mismatch in a list field shows the list config.json holds, so the user knows what to set.

@@ -325,8 +325,19 @@ ExportResult export_drafter_checkpoint(const std::string& run_dir, const std::st
     saved.merge_patch(parse_untrusted_json(get("config"), "its saved train config"));
     config = TrainConfig::from_json(saved);
   } catch (const Error& e) { CG_FAIL("export: ", r.checkpoint, ": ", e.message()); }
-  const nn::DFlashDrafterConfig dc = run_drafter_config(config);
-  PublicDrafterInfo info = public_drafter_info(config);
+  // A run on a Hugging Face target reads its config.json (the depth, the context length)
+  // at the path the run was given, which may have been relative or moved since.
+  nn::DFlashDrafterConfig dc;
+  PublicDrafterInfo info;
+  try {
+    dc = run_drafter_config(config);
+    info = public_drafter_info(config);
+  } catch (const Error& e) {
+    CG_FAIL("export: ", r.checkpoint,
+            ": the drafter cannot be rebuilt from the run's saved config (", e.message(),
+            "); a run on a Hugging Face target needs its config.json where the run "
+            "named it: run export from the folder the run started in, or put the target back");
+  }
   if (max_position_embeddings > 0) info.max_position_embeddings = max_position_embeddings;
   // The drafter is made for its shapes; its frozen tables are stride-0 views of one zero.
   const Tensor table = expand(zeros({1, 1}), {dc.layers.vocab_size, dc.layers.hidden_size});
