@@ -297,6 +297,22 @@ TEST(DrafterExport, DamagedCheckpointOrBadOutIsOneClearError) {
                    "no_such_target/config.json", "run export from the folder the run started in");
 }
 
+// A run from offline features takes its target's shapes from the feature folder; exported
+// after that folder is gone, the shapes no longer match, and the error says why.
+TEST(DrafterExport, ARunFromAFeatureFolderThatIsGoneSaysSo) {
+  TempDir dir;
+  const SavedDrafter saved(train::TrainConfig{});  // the toy target's shapes (hidden 64)
+  json config = train::TrainConfig{}.to_json();
+  config["features"]["source"] = "offline";
+  config["features"]["dir"] = dir.file("gone_features");
+  config["target"]["hidden_size"] = 32;  // what the run falls back to without the folder
+  config["target"]["head_dim"] = 16;
+  const std::string ckpt = saved.save(dir.file("step_00000005.safetensors"), "5", config.dump());
+  const std::string gone = "the run took its target's shapes from " + dir.file("gone_features");
+  EXPECT_ERROR_HAS(train::export_drafter_checkpoint("", ckpt, dir.file("out")), "fc.weight",
+                   gone.c_str(), "(features.dir)");
+}
+
 // A mismatch in a list field shows the list config.json holds, so the user knows what to set.
 TEST(DrafterExport, MismatchedListsAreShown) {
   TempDir dir;

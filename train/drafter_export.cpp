@@ -343,8 +343,20 @@ ExportResult export_drafter_checkpoint(const std::string& run_dir, const std::st
   const Tensor table = expand(zeros({1, 1}), {dc.layers.vocab_size, dc.layers.hidden_size});
   Generator gen(0);
   nn::DFlashDrafter drafter(dc, table, table, nn::InitOptions{.generator = &gen});
-  nn::load_checkpoint(drafter, *reader,
-                      {.strict = true, .convert_dtype = true, .prefix = "drafter."});
+  try {
+    nn::load_checkpoint(drafter, *reader,
+                        {.strict = true, .convert_dtype = true, .prefix = "drafter."});
+  } catch (const Error& e) {
+    // The target's shapes come from the folder the run read its features from (its index
+    // names the target); when that is gone, the toy target's description stands in.
+    const std::string from = config.features.source == "offline"  ? config.features.dir
+                             : config.features.source == "target" ? config.features.target
+                                                                  : std::string();
+    if (from.empty()) throw;
+    CG_FAIL("export: ", r.checkpoint, ": ", e.message(), "; the run took its target's shapes from ",
+            from, " (features.", config.features.source == "offline" ? "dir" : "target",
+            "), which must still be there, as the run named it, for the export");
+  }
   write_public_drafter(drafter, info, out_dir);
   r.parameters = drafter.num_parameters();
   return r;
