@@ -204,23 +204,42 @@ TEST(DrafterExport, BadFolderIsOneClearError) {
   EXPECT_ERROR_HAS(train::load_public_drafter(*d, info, dir.file("ok")), "no model.safetensors");
 }
 
+// A run's drafter as its chunkgrad checkpoints hold it ("drafter." + name, the step and
+// the train config in the metadata).
+struct SavedDrafter {
+  nn::DFlashDrafterConfig dc;
+  Tensor table;
+  std::unique_ptr<nn::DFlashDrafter> drafter;
+  safetensors::NamedTensors tensors;
+  explicit SavedDrafter(const train::TrainConfig& config)
+      : dc(train::run_drafter_config(config)),
+        table(randn({dc.layers.vocab_size, dc.layers.hidden_size})) {
+    Generator gen(3);
+    drafter =
+        std::make_unique<nn::DFlashDrafter>(dc, table, table, nn::InitOptions{.generator = &gen});
+    for (const auto& [n, p] : drafter->named_parameters())
+      tensors.emplace_back("drafter." + n, p.detach());
+  }
+  std::string save(const std::string& path, const std::string& step,
+                   const std::string& config_text) const {
+    safetensors::save_file(
+        tensors, path,
+        {{"format", "chunkgrad-dflash-drafter-1"}, {"step", step}, {"config", config_text}});
+    return path;
+  }
+};
+
 // `chunkgrad export`'s work from a chunkgrad checkpoint: the drafter is rebuilt from the
 // config saved in the file, so the toy target's theta (10000) stays out of config.json.
 TEST(DrafterExport, FromACheckpointFile) {
   TempDir dir;
   train::TrainConfig config;
   config.drafter.rope_theta = 5e5;
-  const nn::DFlashDrafterConfig dc = train::run_drafter_config(config);
-  const Tensor table = randn({dc.layers.vocab_size, dc.layers.hidden_size});
-  Generator gen(3);
-  nn::DFlashDrafter d(dc, table, table, nn::InitOptions{.generator = &gen});
-  safetensors::NamedTensors tensors;
-  for (const auto& [n, p] : d.named_parameters()) tensors.emplace_back("drafter." + n, p.detach());
-  const std::string ckpt = dir.file("step_00000007.safetensors");
-  safetensors::save_file(tensors, ckpt,
-                         {{"format", "chunkgrad-dflash-drafter-1"},
-                          {"step", "7"},
-                          {"config", config.to_json().dump()}});
+  const SavedDrafter saved(config);
+  const nn::DFlashDrafterConfig& dc = saved.dc;
+  const nn::DFlashDrafter& d = *saved.drafter;
+  const std::string ckpt =
+      saved.save(dir.file("step_00000007.safetensors"), "7", config.to_json().dump());
   const train::ExportResult r = train::export_drafter_checkpoint("", ckpt, dir.file("out"));
   EXPECT_EQ(r.step, 7);
   EXPECT_EQ(r.parameters, dc.parameter_count());
@@ -230,12 +249,81 @@ TEST(DrafterExport, FromACheckpointFile) {
   EXPECT_EQ(c["num_target_layers"], config.target.num_layers);
   EXPECT_EQ(c["dflash_config"]["mask_token_id"], dc.mask_token_id);
   // And back: the exported folder loads into the same run's drafter.
-  nn::DFlashDrafter back(dc, table, table, nn::InitOptions{.generator = &gen});
+  Generator gen(4);
+  nn::DFlashDrafter back(dc, saved.table, saved.table, nn::InitOptions{.generator = &gen});
   train::load_public_drafter(back, train::public_drafter_info(config), dir.file("out"));
   EXPECT_TRUE(same_bytes(raw::to_dtype(d.fc->weight, DType::bf16),
                          raw::to_dtype(back.fc->weight, DType::bf16)));
   EXPECT_ERROR_HAS(train::export_drafter_checkpoint(dir.str(), "", dir.file("out2")),
                    "no drafter checkpoint", "--checkpoint");
+}
+
+// What a user sees when a checkpoint is damaged or --out cannot be a folder: one line that
+// names the file and what to do, never a bare "stoll" or a raw filesystem exception.
+TEST(DrafterExport, DamagedCheckpointOrBadOutIsOneClearError) {
+  TempDir dir;
+  train::TrainConfig config;
+  const SavedDrafter saved(config);
+  auto save = [&](const std::string& name, const std::string& step, const std::string& cfg) {
+    return saved.save(dir.file(name), step, cfg);
+  };
+  const std::string good = config.to_json().dump();
+  EXPECT_ERROR_HAS(
+      train::export_drafter_checkpoint("", save("a.safetensors", "abc", good), dir.file("out_a")),
+      "a.safetensors has step metadata \"abc\", not a step number");
+  EXPECT_ERROR_HAS(
+      train::export_drafter_checkpoint("", save("b.safetensors", "7x", good), dir.file("out_b")),
+      "step metadata \"7x\"");
+  const std::string damaged_config =
+      "export: " + dir.file("c.safetensors") + ": train config: drafter.num_layers";
+  EXPECT_ERROR_HAS(
+      train::export_drafter_checkpoint(
+          "", save("c.safetensors", "7", R"({"drafter": {"num_layers": "x"}})"), dir.file("out_c")),
+      damaged_config.c_str());
+  const std::string ok = save("d.safetensors", "7", good);
+  std::ofstream(dir.file("a_file")) << "x";
+  EXPECT_ERROR_HAS(train::export_drafter_checkpoint("", ok, dir.file("a_file")),
+                   "a_file is a file, not a folder", "--out");
+  EXPECT_ERROR_HAS(train::export_drafter_checkpoint("", ok, dir.file("a_file/sub")),
+                   "cannot make the folder", "a_file/sub", "--out");
+  // A run on a Hugging Face target whose folder is gone (or was given relative to another
+  // directory): the error says so and what to do.
+  json moved = config.to_json();
+  moved["target"]["checkpoint"] = "no_such_target";
+  moved["target"]["hf_config"] = "no_such_target/config.json";
+  EXPECT_ERROR_HAS(train::export_drafter_checkpoint("", save("e.safetensors", "7", moved.dump()),
+                                                    dir.file("out_e")),
+                   "the drafter cannot be rebuilt from the run's saved config",
+                   "no_such_target/config.json", "run export from the folder the run started in");
+}
+
+// A run from offline features takes its target's shapes from the feature folder; exported
+// after that folder is gone, the shapes no longer match, and the error says why.
+TEST(DrafterExport, ARunFromAFeatureFolderThatIsGoneSaysSo) {
+  TempDir dir;
+  const SavedDrafter saved(train::TrainConfig{});  // the toy target's shapes (hidden 64)
+  json config = train::TrainConfig{}.to_json();
+  config["features"]["source"] = "offline";
+  config["features"]["dir"] = dir.file("gone_features");
+  config["target"]["hidden_size"] = 32;  // what the run falls back to without the folder
+  config["target"]["head_dim"] = 16;
+  const std::string ckpt = saved.save(dir.file("step_00000005.safetensors"), "5", config.dump());
+  const std::string gone = "the run took its target's shapes from " + dir.file("gone_features");
+  EXPECT_ERROR_HAS(train::export_drafter_checkpoint("", ckpt, dir.file("out")), "fc.weight",
+                   gone.c_str(), "(features.dir)");
+}
+
+// A mismatch in a list field shows the list config.json holds, so the user knows what to set.
+TEST(DrafterExport, MismatchedListsAreShown) {
+  TempDir dir;
+  auto d = small_drafter(16, 24, 5);
+  const train::PublicDrafterInfo info{8, 6, 4096};
+  train::write_public_drafter(*d, info, dir.file("ok"));
+  json c = read_json(dir.file("ok/config.json"));
+  c["dflash_config"]["target_layer_ids"] = {2, 4};
+  std::ofstream(dir.file("ok/config.json")) << c.dump();
+  EXPECT_ERROR_HAS(train::load_public_drafter(*d, info, dir.file("ok")),
+                   "dflash_config.target_layer_ids: [2, 4] in config.json");
 }
 
 TEST(DrafterExport, InitFromIsAConfigField) {

@@ -205,6 +205,37 @@ TEST(HfTokenizer, MalformedFilesNameTheField) {
       "post_processor.type: 'TemplateProcessing'");
 }
 
+TEST(HfTokenizer, TruncationAndFixedPaddingAreRefused) {
+  // `tokenizers` truncates and pads every encode as the file says; this tokenizer does
+  // neither, so such a file would give other ids without a word.
+  expect_error(
+      [](json& j) {
+        j["truncation"] = {{"max_length", 5}, {"strategy", "LongestFirst"}};
+      },
+      "truncation: an object with 2 keys is not supported");
+  expect_error(
+      [](json& j) {
+        j["padding"] = {{"strategy", {{"Fixed", 512}}}, {"pad_id", 0}};
+      },
+      "padding.strategy: an object with 1 keys is not supported");
+  expect_error(
+      [](json& j) {
+        j["padding"] = {{"strategy", "BatchLongest"}, {"pad_to_multiple_of", 8}};
+      },
+      "padding.pad_to_multiple_of: 8");
+  // Padding to the longest text of a batch leaves one text as it is.
+  json j = hf_tokenizer_test::tiny_tokenizer_json();
+  j["truncation"] = nullptr;
+  j["padding"] = {{"strategy", "BatchLongest"}, {"pad_to_multiple_of", nullptr}, {"pad_id", 0}};
+  EXPECT_EQ(HfTokenizer::from_json(j.dump(), "padded").encode("the"), (Ids{116, 257}));
+}
+
+TEST(HfTokenizer, DeeplyNestedFileIsAnErrorNotACrash) {
+  // A message that showed this value with dump() would recurse 200,000 deep.
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  expect_error("{\"pre_tokenizer\": " + deep + "}", "deeper than 64 levels");
+}
+
 TEST(HfTokenizer, ReadsOldStyleMergesAndGpt2Regex) {
   // Merges as "a b" strings (files before tokenizers 0.20) and a lone ByteLevel step with
   // its own GPT-2 regex: " 2024" is then one piece (" ?\p{N}+").

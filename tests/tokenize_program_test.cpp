@@ -46,11 +46,12 @@ TEST_F(TokenizeProgram, DecodeGivesTheBytesBack) {
 }
 
 TEST_F(TokenizeProgram, JsonlIsOneLineEach) {
-  write("texts.jsonl", "\"the\"\n\" the\"\r\n\"\"\n\"a\\r\\nb<|im_end|>\"\n");
+  // Blank lines are skipped (a JSONL file often ends in one; `chunkgrad features` skips them).
+  write("texts.jsonl", "\"the\"\n\" the\"\r\n\n  \r\n\"\"\n\"a\\r\\nb<|im_end|>\"\n\n");
   Result r = tokenize("--jsonl " + at("texts.jsonl"));
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "[116,257]\n[258]\n[]\n[97,13,10,98,301]\n");
-  write("ids.jsonl", "[116,257]\n[258]\n[]\n[97,13,10,98,301]\n[195]\n");
+  write("ids.jsonl", "[116,257]\n[258]\n\n[]\n[97,13,10,98,301]\n[195]\n");
   r = tokenize("--jsonl --decode " + at("ids.jsonl"));
   EXPECT_EQ(r.exit_code, 0) << r.err;
   // Half a character (byte C3 alone) is U+FFFD in JSON.
@@ -83,6 +84,58 @@ TEST_F(TokenizeProgram, BadInputIsOneErrorLine) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("model.merges[0]: 'zzz' is not in model.vocab"), std::string::npos) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+TEST_F(TokenizeProgram, DecodeErrorsNameTheIdAsGivenOnce) {
+  // 2^64 - 1 is not id -1; and the place is said once.
+  write("huge.json", "[116, 18446744073709551615]");
+  Result r = tokenize("--decode " + at("huge.json"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("the input: token id 18446744073709551615 is not in the tokenizer's "
+                       "vocabulary (ids 0 .. 303)"),
+            std::string::npos)
+      << r.err;
+  write("object.json", "{\"ids\": [1]}");
+  r = tokenize("--decode " + at("object.json"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("error: the input: expected a JSON array of token ids"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("the input: the input"), std::string::npos) << r.err;
+  write("floats.jsonl", "[1]\n[1.5]\n");
+  r = tokenize("--jsonl --decode " + at("floats.jsonl"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("error: line 2: expected integer token ids, got 1.5"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("line 2: line 2"), std::string::npos) << r.err;
+}
+
+TEST_F(TokenizeProgram, DeeplyNestedInputIsAnErrorNotACrash) {
+  // dump() of this in a message would recurse 200,000 deep and overflow the stack.
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  write("deep.json", deep);
+  Result r = tokenize("--decode " + at("deep.json"));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("the input nests JSON arrays and objects deeper than 64 levels"),
+            std::string::npos)
+      << r.err;
+  write("deep.jsonl", "\"fine\"\n" + deep + "\n");
+  r = tokenize("--jsonl " + at("deep.jsonl"));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("line 2 nests JSON arrays and objects deeper than 64 levels"),
+            std::string::npos)
+      << r.err;
+}
+
+TEST_F(TokenizeProgram, AMissingInputFileIsOneClearLine) {
+  Result r = tokenize(at("no_such.txt"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("no file '" + at("no_such.txt") + "' (give a file, or - for stdin)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find(" OR "), std::string::npos) << r.err;
+  r = tokenize(at(""));  // the test's folder
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("is a folder; give a file, or -"), std::string::npos) << r.err;
 }
 
 }  // namespace

@@ -100,11 +100,16 @@ void write_public_drafter(const nn::DFlashDrafter& drafter, const PublicDrafterI
   }
   CG_CHECK(tensors.size() == names.size(), "export: the drafter has ", tensors.size(),
            " parameters, the public layout ", names.size());
+  CG_CHECK(!fs::exists(out_dir) || fs::is_directory(out_dir), "export: ", out_dir,
+           " is a file, not a folder; give an empty or new folder with --out");
   for (const char* f : {"config.json", "model.safetensors"}) {
     CG_CHECK(!fs::exists(fs::path(out_dir) / f), "export: ", out_dir, " already holds ", f,
              "; give an empty or new folder with --out");
   }
-  fs::create_directories(out_dir);
+  std::error_code error;
+  fs::create_directories(out_dir, error);
+  CG_CHECK(!error, "export: cannot make the folder ", out_dir, " (", error.message(),
+           "); give a folder that can be written with --out");
   safetensors::save_file(tensors, (fs::path(out_dir) / "model.safetensors").string(),
                          {{"format", "pt"}});
   write_file_atomically((fs::path(out_dir) / "config.json").string(),
@@ -120,6 +125,19 @@ bool same_value(const json& a, const json& b) {
     return x == y || std::fabs(x - y) <= 1e-9 * std::max(std::fabs(x), std::fabs(y));
   }
   return a == b;
+}
+
+// A config.json value in an error: a short list of plain values in full ("[2, 4, 6]": the
+// user must see what to set), anything else as describe_json says it.
+std::string shown(const json& v) {
+  constexpr size_t kMaxListed = 16;
+  if (!v.is_array() || v.empty() || v.size() > kMaxListed) return describe_json(v);
+  std::string out = "[";
+  for (const json& e : v) {
+    if (e.is_structured()) return describe_json(v);
+    out += (out.size() > 1 ? ", " : "") + describe_json(e);
+  }
+  return out + "]";
 }
 
 // The value of `name` as z-lab's _draft_value finds it: dflash_config first, then the top.
@@ -157,8 +175,8 @@ std::vector<std::string> public_config_mismatches(const json& c, const nn::DFlas
     if (!there) {
       out.push_back(field + ": missing from config.json; " + here.dump() + " here (" + which + ")");
     } else if (!same_value(*there, here)) {
-      out.push_back(field + ": " + describe_json(*there) + " in config.json, " + here.dump() +
-                    " here (" + which + ")");
+      out.push_back(field + ": " + shown(*there) + " in config.json, " + here.dump() + " here (" +
+                    which + ")");
     }
   };
   auto top = [&](const char* f) { return c.contains(f) ? &c[f] : nullptr; };
@@ -292,19 +310,53 @@ ExportResult export_drafter_checkpoint(const std::string& run_dir, const std::st
   };
   CG_CHECK(get("format") == "chunkgrad-dflash-drafter-1", "export: ", r.checkpoint,
            " has an unknown format '", get("format"), "'");
-  r.step = std::stoll(get("step"));
+  const std::string step = get("step");
+  try {
+    size_t used = 0;
+    r.step = std::stoll(step, &used);
+    CG_CHECK(used == step.size() && r.step >= 0, "");
+  } catch (const std::exception&) {
+    CG_FAIL("export: ", r.checkpoint, " has step metadata ", describe_json(json(step)),
+            ", not a step number: the file is damaged; export another checkpoint");
+  }
   json saved = TrainConfig().to_json();  // fields the checkpoint predates: their defaults
-  saved.merge_patch(parse_untrusted_json(get("config"), "the checkpoint's config"));
-  const TrainConfig config = TrainConfig::from_json(saved);
-  const nn::DFlashDrafterConfig dc = run_drafter_config(config);
-  PublicDrafterInfo info = public_drafter_info(config);
+  TrainConfig config;
+  try {
+    saved.merge_patch(parse_untrusted_json(get("config"), "its saved train config"));
+    config = TrainConfig::from_json(saved);
+  } catch (const Error& e) { CG_FAIL("export: ", r.checkpoint, ": ", e.message()); }
+  // A run on a Hugging Face target reads its config.json (the depth, the context length)
+  // at the path the run was given, which may have been relative or moved since.
+  nn::DFlashDrafterConfig dc;
+  PublicDrafterInfo info;
+  try {
+    dc = run_drafter_config(config);
+    info = public_drafter_info(config);
+  } catch (const Error& e) {
+    CG_FAIL("export: ", r.checkpoint,
+            ": the drafter cannot be rebuilt from the run's saved config (", e.message(),
+            "); a run on a Hugging Face target needs its config.json where the run "
+            "named it: run export from the folder the run started in, or put the target back");
+  }
   if (max_position_embeddings > 0) info.max_position_embeddings = max_position_embeddings;
   // The drafter is made for its shapes; its frozen tables are stride-0 views of one zero.
   const Tensor table = expand(zeros({1, 1}), {dc.layers.vocab_size, dc.layers.hidden_size});
   Generator gen(0);
   nn::DFlashDrafter drafter(dc, table, table, nn::InitOptions{.generator = &gen});
-  nn::load_checkpoint(drafter, *reader,
-                      {.strict = true, .convert_dtype = true, .prefix = "drafter."});
+  try {
+    nn::load_checkpoint(drafter, *reader,
+                        {.strict = true, .convert_dtype = true, .prefix = "drafter."});
+  } catch (const Error& e) {
+    // The target's shapes come from the folder the run read its features from (its index
+    // names the target); when that is gone, the toy target's description stands in.
+    const std::string from = config.features.source == "offline"  ? config.features.dir
+                             : config.features.source == "target" ? config.features.target
+                                                                  : std::string();
+    if (from.empty()) throw;
+    CG_FAIL("export: ", r.checkpoint, ": ", e.message(), "; the run took its target's shapes from ",
+            from, " (features.", config.features.source == "offline" ? "dir" : "target",
+            "), which must still be there, as the run named it, for the export");
+  }
   write_public_drafter(drafter, info, out_dir);
   r.parameters = drafter.num_parameters();
   return r;

@@ -3,7 +3,7 @@
 // 'a b' merges into 'ab', which model.vocab lacks") instead of ids that differ from the
 // target's training data without a word. Anything this tokenizer would not reproduce
 // exactly (another model type, a normaliser other than NFC, lstrip on an added token, a
-// post-processor that adds tokens) is refused the same way.
+// post-processor that adds tokens, truncation or fixed padding) is refused the same way.
 #include <algorithm>
 #include <fstream>
 #include <sstream>
@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_input.h"
 #include "train/hf_tokenizer_impl.h"
 
 namespace cg::train {
@@ -33,24 +34,25 @@ struct FieldReader {
     return *it;
   }
   std::string string_of(const json& v, const std::string& field) const {
-    if (!v.is_string()) fail(field, "expected a string, got ", v.dump());
+    if (!v.is_string()) fail(field, "expected a string, got ", describe_json(v));
     return v.get<std::string>();
   }
   bool bool_or(const json& object, const std::string& key, bool fallback,
                const std::string& field) const {
     auto it = object.find(key);
     if (it == object.end() || it->is_null()) return fallback;
-    if (!it->is_boolean()) fail(field + "." + key, "expected true or false, got ", it->dump());
+    if (!it->is_boolean())
+      fail(field + "." + key, "expected true or false, got ", describe_json(*it));
     return it->get<bool>();
   }
   int64_t id_of(const json& v, const std::string& field) const {
     if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX)
-      fail(field, "expected a token id (an integer from 0 to 2^31 - 1), got ", v.dump());
+      fail(field, "expected a token id (an integer from 0 to 2^31 - 1), got ", describe_json(v));
     return v.get<int64_t>();
   }
   // The object's "type" ("NFC", "Sequence", ...).
   std::string type_of(const json& v, const std::string& field) const {
-    if (!v.is_object()) fail(field, "expected an object with a \"type\", got ", v.dump());
+    if (!v.is_object()) fail(field, "expected an object with a \"type\", got ", describe_json(v));
     return string_of(get(v, "type", field + ".type"), field + ".type");
   }
   // Empty or null: prefixes and suffixes the byte-level BPE does not use.
@@ -58,7 +60,7 @@ struct FieldReader {
     auto it = object.find(key);
     if (it == object.end() || it->is_null() || (it->is_string() && it->get<std::string>().empty()))
       return;
-    fail(field + "." + key, it->dump(),
+    fail(field + "." + key, describe_json(*it),
          " is not supported (a byte-level BPE has none): expected \"\" or null");
   }
 };
@@ -111,7 +113,7 @@ bool read_pre_tokenizer(HfTokenizer::Impl& t, const json& p, const FieldReader& 
     const bool is_regex = pattern.is_object() && pattern.contains("Regex");
     if (!is_regex && !(pattern.is_object() && pattern.contains("String")))
       r.fail(field + ".pattern", "expected {\"Regex\": ...} or {\"String\": ...}, got ",
-             pattern.dump());
+             describe_json(pattern));
     const std::string key = is_regex ? "Regex" : "String";
     const std::string text = r.string_of(pattern[key], field + ".pattern." + key);
     const std::string behavior =
@@ -142,7 +144,7 @@ void read_model(HfTokenizer::Impl& t, const json& m, const FieldReader& r) {
   }
   if (m.contains("dropout") && !m["dropout"].is_null() &&
       !(m["dropout"].is_number() && m["dropout"].get<double>() == 0.0))
-    r.fail("model.dropout", m["dropout"].dump(),
+    r.fail("model.dropout", describe_json(m["dropout"]),
            " is not supported (BPE dropout is random): expected null");
   r.require_empty(m, "continuing_subword_prefix", "model");
   r.require_empty(m, "end_of_word_suffix", "model");
@@ -172,14 +174,14 @@ void read_model(HfTokenizer::Impl& t, const json& m, const FieldReader& r) {
       const std::string s = e.get<std::string>();
       const size_t space = s.find(' ');
       if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos)
-        r.fail(field, "expected \"left right\" (one space), got ", e.dump());
+        r.fail(field, "expected \"left right\" (one space), got ", describe_json(e));
       left = s.substr(0, space);
       right = s.substr(space + 1);
     } else if (e.is_array() && e.size() == 2) {  // ["a", "b"]
       left = r.string_of(e[0], field + "[0]");
       right = r.string_of(e[1], field + "[1]");
     } else {
-      r.fail(field, "expected \"left right\" or [\"left\", \"right\"], got ", e.dump());
+      r.fail(field, "expected \"left right\" or [\"left\", \"right\"], got ", describe_json(e));
     }
     auto find = [&](const std::string& token) {
       auto it = t.token_ids.find(token);
@@ -234,11 +236,38 @@ void read_added_tokens(HfTokenizer::Impl& t, const json& list, const FieldReader
   }
 }
 
+// `tokenizers` applies a file's truncation and padding to every encode: a file saved with
+// truncation on cuts long texts, and fixed-length padding appends pad ids. Encoding here
+// does neither, so such a file is refused rather than giving other ids without a word.
+// Padding to the batch's longest sequence leaves one text as it is, and is accepted.
+void read_truncation_and_padding(const json& root, const FieldReader& r) {
+  const json truncation = root.value("truncation", json());
+  if (!truncation.is_null())
+    r.fail("truncation", describe_json(truncation),
+           " is not supported (tokenizers would cut every long text): set it to null");
+  const json padding = root.value("padding", json());
+  if (padding.is_null()) return;
+  if (!padding.is_object())
+    r.fail("padding", "expected an object or null, got ", describe_json(padding));
+  const json strategy = padding.value("strategy", json());
+  const json multiple = padding.value("pad_to_multiple_of", json());
+  if (strategy != "BatchLongest")
+    r.fail("padding.strategy", describe_json(strategy),
+           " is not supported (tokenizers would pad every text to a fixed length): set "
+           "padding to null");
+  if (!multiple.is_null())
+    r.fail("padding.pad_to_multiple_of", describe_json(multiple),
+           " is not supported (tokenizers would pad every text): set it to null");
+}
+
 }  // namespace
 
 std::unique_ptr<HfTokenizer::Impl> load_hf_tokenizer(std::string_view json_text,
                                                      const std::string& origin) {
   const FieldReader r{origin};
+  // A hostile file nested 100,000 deep would overflow the stack when a message shows a
+  // value (core/json_input.h): refused before parsing; messages use describe_json.
+  check_json_depth(json_text, "tokenizer.json " + origin);
   json root;
   try {
     root = json::parse(json_text);
@@ -254,6 +283,8 @@ std::unique_ptr<HfTokenizer::Impl> load_hf_tokenizer(std::string_view json_text,
   read_model(*t, r.get(root, "model", "model"), r);
   // Added tokens after the model: their ids may extend or repeat the model's.
   read_added_tokens(*t, root.value("added_tokens", json::array()), r);
+
+  read_truncation_and_padding(root, r);
 
   const json& decoder = r.get(root, "decoder", "decoder");
   if (r.type_of(decoder, "decoder") != "ByteLevel")

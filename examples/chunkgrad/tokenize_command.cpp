@@ -10,15 +10,19 @@
 // one JSON array; decoding reads one array and writes the text's bytes as they are, so
 // encode then decode gives the input back. With --jsonl each input line is a JSON string
 // (encode) or a JSON array of ids (decode) and gets its own output line, an array or a
-// JSON string. A bad line is one error naming its line number.
+// JSON string. Blank lines are skipped (as `chunkgrad features --data` skips them); a bad
+// line is one error naming its line number.
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_input.h"
 #include "examples/chunkgrad/commands.h"
 #include "examples/common/program.h"
 #include "train/hf_tokenizer.h"
@@ -42,19 +46,27 @@ void write(const std::string& text) {
 std::string ids_json(const std::vector<int64_t>& ids) { return json(ids).dump(); }
 
 // `where`: "the input" or "line 12"; throws naming it when j is not an array of ids.
-std::vector<int64_t> ids_of(const json& j, const std::string& where) {
-  CG_CHECK(j.is_array(), where, ": expected a JSON array of token ids, got ",
-           j.dump().substr(0, 80));
+std::vector<int64_t> ids_of(const json& j, const std::string& where,
+                            const train::HfTokenizer& tok) {
+  CG_CHECK(j.is_array(), where, ": expected a JSON array of token ids, got ", describe_json(j));
   std::vector<int64_t> ids;
   ids.reserve(j.size());
   for (const json& v : j) {
-    CG_CHECK(v.is_number_integer(), where, ": expected integer token ids, got ", v.dump());
+    CG_CHECK(v.is_number_integer(), where, ": expected integer token ids, got ", describe_json(v));
+    // An id above 2^63 - 1 would wrap to a negative one and be reported as such.
+    CG_CHECK(!v.is_number_unsigned() ||
+                 v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
+             where, ": token id ", describe_json(v),
+             " is not in the tokenizer's vocabulary (ids 0 .. ", tok.vocab_size() - 1, ")");
     ids.push_back(v.get<int64_t>());
   }
   return ids;
 }
 
+// Input nested deeper than ids need is refused before parsing (core/json_input.h: a
+// message showing such a value would overflow the stack); messages use describe_json.
 json parse(const std::string& text, const std::string& where) {
+  check_json_depth(text, where);
   try {
     return json::parse(text);
   } catch (const json::parse_error& e) { CG_FAIL(where, ": not valid JSON (", e.what(), ")"); }
@@ -80,8 +92,8 @@ void run_tokenize(const TokenizeOptions& o) {
     std::stringstream all;
     all << in.rdbuf();
     if (o.decode) {
-      write(at("the input",
-               [&] { return tok.decode(ids_of(parse(all.str(), "the input"), "the input")); }));
+      const std::vector<int64_t> ids = ids_of(parse(all.str(), "the input"), "the input", tok);
+      write(at("the input", [&] { return tok.decode(ids); }));
     } else {
       write(ids_json(at("the input", [&] { return tok.encode(all.str()); })) + "\n");
     }
@@ -89,15 +101,17 @@ void run_tokenize(const TokenizeOptions& o) {
   }
   std::string line;
   for (int64_t number = 1; std::getline(in, line); ++number) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = "line " + std::to_string(number);
     const json j = parse(line, where);
     if (o.decode) {
-      const std::string text = at(where, [&] { return tok.decode(ids_of(j, where)); });
+      const std::vector<int64_t> ids = ids_of(j, where, tok);
+      const std::string text = at(where, [&] { return tok.decode(ids); });
       // Ids cut mid-character decode to invalid UTF-8, which JSON cannot hold: U+FFFD.
       write(json(text).dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
     } else {
       CG_CHECK(j.is_string(), where, ": expected a JSON string (the text to encode), got ",
-               j.dump().substr(0, 80));
+               describe_json(j));
       write(ids_json(at(where, [&] { return tok.encode(j.get<std::string>()); })) + "\n");
     }
   }
@@ -117,7 +131,15 @@ void add_tokenize_command(CLI::App& app, CommandBody& run) {
       "one JSON string (or, with --decode, one array of ids) a line; one output line each");
   sub->add_flag("--decode", o.decode, "ids to text: the input holds JSON arrays of token ids");
   sub->add_option("input", o.input, "the input file, or - for stdin (default -)")
-      ->check(CLI::ExistingFile | CLI::IsMember({"-"}));
+      ->check(CLI::Validator(
+          [](std::string& input) -> std::string {
+            namespace fs = std::filesystem;
+            if (fs::is_directory(input)) return "'" + input + "' is a folder; give a file, or -";
+            // Named pipes and /dev/stdin are inputs too.
+            if (input == "-" || fs::exists(input)) return "";
+            return "no file '" + input + "' (give a file, or - for stdin)";
+          },
+          "FILE or -"));
   sub->callback([&run] { run = [] { run_tokenize(o); }; });
 }
 
