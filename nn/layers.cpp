@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "nn/init_mode.h"
 #include "ops/embedding.h"
 #include "ops/norm.h"
 #include "ops/rotary.h"
@@ -17,7 +18,12 @@ Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, InitOptions 
   CG_CHECK(num_embeddings > 0 && embedding_dim > 0, "Embedding: num_embeddings (", num_embeddings,
            ") and embedding_dim (", embedding_dim, ") must be positive");
   CategoryGuard category(MemoryCategory::parameter);
-  weight = randn({num_embeddings, embedding_dim}, init.tensor_options(), init.generator);
+  if (SkipParameterInit::active()) {  // Note [Uninitialized parameters]
+    weight = empty({num_embeddings, embedding_dim}, init.tensor_options());
+  } else {
+    weight = randn({num_embeddings, embedding_dim}, init.tensor_options(), init.generator);
+    count_parameter_init();
+  }
   register_parameter("weight", &weight);
 }
 
@@ -32,7 +38,12 @@ RMSNorm::RMSNorm(int64_t dim, double eps, InitOptions init) : Module("RMSNorm"),
   CG_CHECK(dim > 0, "RMSNorm: dim must be positive, got ", dim);
   CG_CHECK(eps >= 0.0, "RMSNorm: eps must be >= 0, got ", eps);
   CategoryGuard category(MemoryCategory::parameter);
-  weight = ones({dim}, init.tensor_options());
+  if (SkipParameterInit::active()) {  // Note [Uninitialized parameters]
+    weight = empty({dim}, init.tensor_options());
+  } else {
+    weight = ones({dim}, init.tensor_options());
+    count_parameter_init();
+  }
   register_parameter("weight", &weight);
 }
 

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "nn/init_mode.h"
 #include "ops/elementwise.h"
 #include "ops/linalg.h"
 
@@ -23,14 +24,22 @@ Linear::Linear(int64_t in_features, int64_t out_features, LinearOptions options)
              " but a Linear(", in_features, " -> ", out_features, ") needs [", out_features, ", ",
              in_features, "]");
     weight = options.shared_weight;
+  } else if (SkipParameterInit::active()) {  // Note [Uninitialized parameters]
+    weight = empty({out_features, in_features}, options.init.tensor_options());
   } else {
     weight = rand({out_features, in_features}, options.init.tensor_options(),
                   options.init.generator, -bound, bound);
+    count_parameter_init();
   }
   register_parameter("weight", &weight);
   if (options.bias) {
-    bias =
-        rand({out_features}, options.init.tensor_options(), options.init.generator, -bound, bound);
+    if (SkipParameterInit::active()) {
+      bias = empty({out_features}, options.init.tensor_options());
+    } else {
+      bias = rand({out_features}, options.init.tensor_options(), options.init.generator, -bound,
+                  bound);
+      count_parameter_init();
+    }
     register_parameter("bias", &bias);
   }
 }

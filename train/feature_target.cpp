@@ -12,6 +12,7 @@
 #include "core/json_input.h"
 #include "nn/checkpoint.h"
 #include "nn/dflash_drafter.h"
+#include "nn/init_mode.h"
 #include "ops/shape_ops.h"
 #include "train/chat_data.h"
 #include "train/fingerprint.h"
@@ -42,9 +43,12 @@ std::string read_text(const std::string& path) {
 
 }  // namespace
 
-FeatureTarget load_feature_target(const std::string& dir, Device device) {
+FeatureTarget load_feature_target(const std::string& dir, Device device, DType dtype) {
+  CG_CHECK(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16, "--target ", dir,
+           ": a target runs in f32, bf16 or f16, not ", dtype_name(dtype));
   FeatureTarget t;
   t.path = dir;
+  t.dtype = dtype;
   const fs::path config_path = fs::path(dir) / "config.json";
   CG_CHECK(fs::is_directory(dir), "--target ", dir, " is not a folder");
   CG_CHECK(fs::exists(config_path), "--target ", dir,
@@ -90,12 +94,15 @@ FeatureTarget load_feature_target(const std::string& dir, Device device) {
   for (const std::string& w : weights)
     prints += "\n" + fs::path(w).filename().string() + " " + file_content_hash(w, "the target");
   t.fingerprint = content_hash(prints);
-  Generator init(0);
-  t.lm = std::make_unique<nn::Qwen3ForCausalLM>(arch, nn::InitOptions{.generator = &init});
+  // Note [Uninitialized parameters]: every parameter is filled by the strict load below.
+  {
+    nn::SkipParameterInit no_init;
+    t.lm = std::make_unique<nn::Qwen3ForCausalLM>(
+        arch, nn::InitOptions{.dtype = dtype, .device = device});
+  }
   try {
     nn::load_checkpoint(*t.lm, load_from, {.strict = true, .convert_dtype = true});
   } catch (const Error& e) { CG_FAIL("--target ", dir, ": ", e.message()); }
-  t.lm->to(device);
   t.lm->eval();
   t.lm->freeze();
   return t;
@@ -103,11 +110,8 @@ FeatureTarget load_feature_target(const std::string& dir, Device device) {
 
 SampleFeatures sample_features(const nn::Qwen3ForCausalLM& lm, const DrafterSequence& sequence,
                                const std::vector<int64_t>& layers) {
-  const TargetFeatures f =
-      compute_target_features(lm, {sequence}, layers, true, ByteTokenizer::kPad);
-  const int64_t S = f.seq_len;
-  return {reshape(f.features, {S, f.features.size(2)}),
-          reshape(f.final_hidden, {S, f.final_hidden.size(2)})};
+  const LengthBucket one{{0}, static_cast<int64_t>(sequence.ids.size())};
+  return bucket_features(lm, {sequence}, one, layers, lm.model->norm->weight.dtype()).at(0);
 }
 
 std::vector<DrafterSequence> read_token_jsonl(const std::string& path, int64_t vocab_size) {
@@ -121,7 +125,8 @@ FeatureFileIndex write_feature_files(const FeatureTarget& target,
                                      const std::vector<int64_t>& layers, DType dtype,
                                      const std::string& out_dir, uint64_t max_shard_bytes,
                                      const std::function<void(int64_t)>& on_sample,
-                                     const std::vector<std::string>& datasets) {
+                                     const std::vector<std::string>& datasets,
+                                     const BucketOptions& buckets) {
   FeatureFileIndex header;
   header.layer_ids = layers;
   header.hidden_size = target.lm->config().hidden_size;
@@ -130,11 +135,33 @@ FeatureFileIndex write_feature_files(const FeatureTarget& target,
   header.target_fingerprint = target.fingerprint;
   header.tokenizer_hash = target.tokenizer_hash;
   FeatureFileWriter writer(out_dir, header, max_shard_bytes);
-  for (size_t i = 0; i < sequences.size(); ++i) {
-    const SampleFeatures f = sample_features(*target.lm, sequences[i], layers);
-    writer.add(sequences[i], f.hidden_states, f.last_hidden,
-               i < datasets.size() ? datasets[i] : std::string());
-    if (on_sample) on_sample(static_cast<int64_t>(i));
+  const int64_t window_tokens = 4 * buckets.batch_tokens;
+  for (size_t begin = 0; begin < sequences.size();) {
+    // A window of consecutive samples: bucketed inside, written in order.
+    size_t end = begin + 1;
+    int64_t tokens = static_cast<int64_t>(sequences[begin].ids.size());
+    while (end < sequences.size() &&
+           tokens + static_cast<int64_t>(sequences[end].ids.size()) <= window_tokens) {
+      tokens += static_cast<int64_t>(sequences[end].ids.size());
+      ++end;
+    }
+    const std::vector<DrafterSequence> window(sequences.begin() + static_cast<ptrdiff_t>(begin),
+                                              sequences.begin() + static_cast<ptrdiff_t>(end));
+    std::vector<int64_t> lengths;
+    for (const DrafterSequence& s : window) lengths.push_back(static_cast<int64_t>(s.ids.size()));
+    std::vector<SampleFeatures> features(window.size());
+    for (const LengthBucket& b : length_buckets(lengths, buckets)) {
+      std::vector<SampleFeatures> got = bucket_features(*target.lm, window, b, layers, dtype);
+      for (size_t r = 0; r < b.samples.size(); ++r) features[b.samples[r]] = std::move(got[r]);
+    }
+    for (size_t i = 0; i < window.size(); ++i) {
+      const size_t index = begin + i;
+      writer.add(window[i], features[i].hidden_states, features[i].last_hidden,
+                 index < datasets.size() ? datasets[index] : std::string());
+      features[i] = {};
+      if (on_sample) on_sample(static_cast<int64_t>(index));
+    }
+    begin = end;
   }
   return writer.finish();
 }

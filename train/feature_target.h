@@ -13,11 +13,13 @@
 #include "nn/qwen3.h"
 #include "train/drafter_data.h"
 #include "train/feature_files.h"
+#include "train/target_forward.h"
 
 namespace cg::train {
 
 struct FeatureTarget {
   std::unique_ptr<nn::Qwen3ForCausalLM> lm;  // frozen, in eval mode, on the asked device
+  DType dtype = DType::f32;                  // the parameters' and so the forward's
   std::string path;                          // the folder as given
   std::string kind;                          // "hugging face" or "chunkgrad run"
   std::string fingerprint;                   // XXH3 of the architecture and the weight files
@@ -28,18 +30,18 @@ struct FeatureTarget {
   std::vector<int64_t> default_layers;
 };
 
-// Loads the target in `dir` (throws naming the folder and what is missing). The weights
-// come in the checkpoint's dtype converted to f32 (the features are computed in f32).
-FeatureTarget load_feature_target(const std::string& dir, Device device);
+// Loads the target in `dir` (throws naming the folder and what is missing) straight into
+// `dtype` on `device`: the parameters are allocated there uninitialised (Note
+// [Uninitialized parameters], nn/init_mode.h) and the checkpoint's tensors (one file, or the
+// shards of model.safetensors.index.json) are read one at a time and converted into
+// them. f32 on the CPU is what the goldens compare; bf16 on a GPU is the fast path.
+FeatureTarget load_feature_target(const std::string& dir, Device device, DType dtype = DType::f32);
 
 // The hash that stands for chunkgrad's byte tokenizer (train/tokenizer.h) in index.json.
 std::string byte_tokenizer_hash();
 
 // Features of one sequence: [S, K*H] (the layers' outputs in `layers` order) and [S, H]
 // (after the final norm), from one forward with no padding.
-struct SampleFeatures {
-  Tensor hidden_states, last_hidden;
-};
 SampleFeatures sample_features(const nn::Qwen3ForCausalLM& lm, const DrafterSequence& sequence,
                                const std::vector<int64_t>& layers);
 
@@ -49,14 +51,18 @@ SampleFeatures sample_features(const nn::Qwen3ForCausalLM& lm, const DrafterSequ
 // (train/chat_data.h read_chat_data, strict, without a tokenizer).
 std::vector<DrafterSequence> read_token_jsonl(const std::string& path, int64_t vocab_size);
 
-// Writes the features of `sequences` to `out_dir` (train/feature_files.h), sample by sample.
-// `on_sample(i)` after each (progress). `datasets`: each sample's dataset name, recorded
-// in the index (none: not recorded). Returns the index written.
+// Writes the features of `sequences` to `out_dir` (train/feature_files.h) in their order.
+// With buckets.batch_tokens > 0 they run in length buckets (train/target_forward.h) over
+// windows of consecutive samples of about 4 x batch_tokens tokens, so that the host holds
+// one window's features at a time; 0 runs one sample per forward, unpadded.
+// `on_sample(i)` after each sample is written (progress). `datasets`: each sample's dataset
+// name, recorded in the index (none: not recorded). Returns the index written.
 FeatureFileIndex write_feature_files(const FeatureTarget& target,
                                      const std::vector<DrafterSequence>& sequences,
                                      const std::vector<int64_t>& layers, DType dtype,
                                      const std::string& out_dir, uint64_t max_shard_bytes,
                                      const std::function<void(int64_t)>& on_sample = {},
-                                     const std::vector<std::string>& datasets = {});
+                                     const std::vector<std::string>& datasets = {},
+                                     const BucketOptions& buckets = {});
 
 }  // namespace cg::train

@@ -28,6 +28,7 @@ struct FeaturesOptions {
   std::string target, out, layers, tokenizer, dtype = "bf16", device = kCPU.str();
   std::vector<std::string> data;
   int64_t shard_mb = 1024;
+  int64_t batch_tokens = -1;  // -1: 16384 on a GPU, 0 (one sample a forward) on the CPU
   bool no_progress = false, strict = false;
 };
 
@@ -101,6 +102,10 @@ void add_features_command(CLI::App& app, CommandBody& run) {
       ->check(program::device_name());
   sub->add_option("--shard-mb", o.shard_mb, "MiB of features per shard (default 1024)")
       ->check(program::integer_in(1, int64_t{1} << 30));
+  sub->add_option("--batch-tokens", o.batch_tokens,
+                  "padded tokens per target forward, samples bucketed by length; 0: one "
+                  "sample a forward (default 16384 on a GPU, 0 on the CPU)")
+      ->check(program::integer_in(0, int64_t{1} << 30));
   sub->add_flag("--no-progress", o.no_progress, "no progress lines on stderr");
   sub->callback([&run] {
     run = [] {
@@ -117,8 +122,10 @@ void add_features_command(CLI::App& app, CommandBody& run) {
                std::filesystem::directory_iterator(o.out)->path().filename().string(),
                " ...); give an empty folder: shards of an earlier or interrupted run would "
                "mix with the new ones");
-      // The target first: its vocabulary decides which lines are bad.
-      train::FeatureTarget target = train::load_feature_target(o.target, device);
+      // The target first: its vocabulary decides which lines are bad. It runs in the storage
+      // dtype on a GPU (bf16: the fast path), in f32 on the CPU (what the goldens compare).
+      const DType compute = device == kCPU || o.dtype == "f32" ? DType::f32 : DType::bf16;
+      train::FeatureTarget target = train::load_feature_target(o.target, device, compute);
       const nn::Qwen3Config& arch = target.lm->config();
       const train::ChatData data = read_data_files(o.data, data_tokenizer(o.tokenizer, o.target), arch.vocab_size, o.strict);
       const std::vector<train::DrafterSequence> samples = data.sequences();
@@ -139,7 +146,7 @@ void add_features_command(CLI::App& app, CommandBody& run) {
         std::fprintf(stderr, "chunkgrad features: %s target %s, %zu samples, layers",
                      target.kind.c_str(), o.target.c_str(), samples.size());
         for (int64_t l : layers) std::fprintf(stderr, " %lld", static_cast<long long>(l));
-        std::fprintf(stderr, ", %s\n", o.dtype.c_str());
+        std::fprintf(stderr, ", %s (computed in %s)\n", o.dtype.c_str(), dtype_name(compute));
       }
       for (const train::DataFileReport& f : data.files) {  // bad lines are said even so
         if (!o.no_progress || f.bad_lines > 0)
@@ -153,7 +160,10 @@ void add_features_command(CLI::App& app, CommandBody& run) {
               std::fprintf(stderr, "chunkgrad features: %lld / %zu samples\n",
                            static_cast<long long>(i + 1), samples.size());
           },
-          datasets);
+          datasets,
+          {.batch_tokens = o.batch_tokens >= 0 ? o.batch_tokens
+                           : device == kCPU    ? 0
+                                               : 16384});
       uint64_t bytes = 0;
       for (const auto& s : index.shards) bytes += s.bytes;
       std::printf("features: %lld samples, %zu shards, %llu bytes in %s\n",
