@@ -27,7 +27,9 @@ OfflineRun open_offline_run(const TrainConfig& config, Device device) {
     target_dir = config.run_dir;
   }
   OfflineRun r;
-  r.target = load_feature_target(target_dir, device);
+  // In the drafter's dtype: only its embedding and lm_head are used, in that dtype.
+  r.target = load_feature_target(target_dir, device,
+                                 config.drafter.dtype == "bf16" ? DType::bf16 : DType::f32);
   const nn::Qwen3Config& arch = r.target.lm->config();
   // The byte tokenizer's MASK id (the default) is an ordinary token of a real vocabulary.
   CG_CHECK(r.target.kind != "hugging face" ||

@@ -81,7 +81,10 @@ FeatureBatch TargetFeatureSource::fetch(const std::vector<int64_t>& ids, Device 
 TargetRun open_target_run(const TrainConfig& config, Device device,
                           const ChatDataOptions& data_options) {
   TargetRun r;
-  r.target = load_feature_target(config.features.target, device);
+  // In the drafter's dtype: bf16 weights (and features) for a bf16 drafter, the fast path
+  // on a GPU (train/target_forward.h); f32 for an f32 one, as the goldens compare.
+  r.target = load_feature_target(config.features.target, device,
+                                 config.drafter.dtype == "bf16" ? DType::bf16 : DType::f32);
   CG_CHECK(r.target.kind == "hugging face", "features.target ", config.features.target,
            " is a chunkgrad run directory; features.source target takes a Hugging Face Qwen3 "
            "folder (for a run's toy target use features.source online)");

@@ -119,7 +119,8 @@ void add_regenerate_command(CLI::App& app, CommandBody& run) {
       }
       std::vector<train::RegenerateSample> samples = train::regenerate_inputs(data);
       if (o.limit > 0 && static_cast<int64_t>(samples.size()) > o.limit) samples.resize(o.limit);
-      train::FeatureTarget target = train::load_feature_target(o.target, device);
+      train::FeatureTarget target = train::load_feature_target(
+          o.target, device, o.dtype == "bf16" ? DType::bf16 : DType::f32);
       const nn::Qwen3Config& arch = target.lm->config();
       for (const train::RegenerateSample& sample : samples) {
         for (int64_t id : sample.ids) {
@@ -138,7 +139,6 @@ void add_regenerate_command(CLI::App& app, CommandBody& run) {
         CG_CHECK(id < arch.vocab_size, "--eos-ids: id ", id,
                  " is outside the target's vocabulary (", arch.vocab_size, " ids)");
       }
-      if (o.dtype == "bf16") target.lm->to(DType::bf16);  // loaded in f32, then converted
       const nlohmann::json record{{"target_fingerprint", target.fingerprint},
                                   {"dtype", o.dtype},
                                   {"max_new_tokens", o.max_new_tokens},
