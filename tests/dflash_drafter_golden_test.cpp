@@ -23,9 +23,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <iostream>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -38,13 +38,13 @@
 #include "nn/dflash_drafter.h"
 #include "nn/safetensors.h"
 #include "ops/ops.h"
+#include "tests/nn_test_util.h"
 #include "train/dflash_batch.h"
 #include "train/drafter_export.h"
+#include "train/drafter_model.h"
 #include "train/drafter_step.h"
 #include "train/feature_target.h"
 #include "train/train_config.h"
-#include "train/drafter_model.h"
-#include "tests/nn_test_util.h"
 
 namespace cg {
 namespace {
@@ -62,9 +62,10 @@ bool have_goldens() {
          fs::exists(kGolden + "/drafter_sliding/config.json") &&
          fs::exists(kGolden + "/drafter_full/config.json");
 }
-#define SKIP_WITHOUT_GOLDENS()                                                           \
-  if (!have_goldens())                                                                   \
-  GTEST_SKIP() << "no " << kData << ": make it on a machine with torch and transformers " \
+#define SKIP_WITHOUT_GOLDENS()                                          \
+  if (!have_goldens())                                                  \
+  GTEST_SKIP() << "no " << kData                                        \
+               << ": make it on a machine with torch and transformers " \
                   "(tests/golden/make_qwen3_golden.py, then make_drafter_golden.py)"
 
 double rel_diff(const Tensor& got, const Tensor& want) {
@@ -139,8 +140,8 @@ struct GoldenDrafter {
                          const std::vector<int64_t>& positions) const {
     NoGradGuard no_grad;
     const TensorOptions i64{.dtype = DType::i64, .device = device()};
-    const Tensor features = to_device(reshape(at("features"), {1, S, at("features").size(1)}),
-                                      device());
+    const Tensor features =
+        to_device(reshape(at("features"), {1, S, at("features").size(1)}), device());
     const Tensor x = drafter->embed(from_ints(block_ids, {1, N * Bk}, i64));
     const AttentionMask mask =
         AttentionMask::dflash_blocks(S, Bk, to_device(at("anchors"), device()));
@@ -165,11 +166,14 @@ struct GoldenDrafter {
       const int64_t a = ints(at("anchors"))[static_cast<size_t>(b)];
       std::vector<nn::DrafterLayerCache> cache(drafter->num_layers());
       if (a > 0) {
-        const Tensor ctx = drafter->fuse(reshape(narrow(features, 0, 0, a), {1, a, features.size(1)}));
+        const Tensor ctx =
+            drafter->fuse(reshape(narrow(features, 0, 0, a), {1, a, features.size(1)}));
         const Tensor pos = nn::RotaryEmbedding::positions(0, a, device());
-        for (size_t i = 0; i < cache.size(); ++i) cache[i] = drafter->context_keys_values(i, ctx, pos);
+        for (size_t i = 0; i < cache.size(); ++i)
+          cache[i] = drafter->context_keys_values(i, ctx, pos);
       } else {
-        const int64_t kv = drafter->config().layers.num_kv_heads, hd = drafter->config().layers.head_dim;
+        const int64_t kv = drafter->config().layers.num_kv_heads,
+                      hd = drafter->config().layers.head_dim;
         for (auto& c : cache) {
           c.k = zeros({1, 0, kv, hd}, {.device = device()});
           c.v = zeros({1, 0, kv, hd}, {.device = device()});
@@ -177,7 +181,8 @@ struct GoldenDrafter {
       }
       const std::vector<int64_t> ids(block_ids.begin() + b * Bk, block_ids.begin() + (b + 1) * Bk);
       const Tensor x = drafter->embed(from_ints(ids, {1, Bk}, i64));
-      const Tensor h = drafter->forward_cached(x, nn::RotaryEmbedding::positions(a, Bk, device()), cache);
+      const Tensor h =
+          drafter->forward_cached(x, nn::RotaryEmbedding::positions(a, Bk, device()), cache);
       rows.push_back(linear(reshape(h, {Bk, h.size(2)}), drafter->head_weight()));
     }
     return cat(rows, 0);
@@ -233,8 +238,8 @@ TEST(DFlashDrafterGolden, TrainingBatchHasTheReferenceLabels) {
     s.ids = ints(g.at("ids"));
     s.loss_mask.assign(s.ids.size(), 1);
     const std::vector<int64_t> anchors = ints(g.at("anchors"));
-    const train::BlockBatch b = train::build_block_batch(
-        {&s}, {anchors}, g.N, g.Bk, 0.0, g.drafter->config().mask_token_id, 0);
+    const train::BlockBatch b = train::build_block_batch({&s}, {anchors}, g.N, g.Bk, 0.0,
+                                                         g.drafter->config().mask_token_id, 0);
     EXPECT_EQ(b.block_ids, ints(g.at("block_ids"))) << which;
     EXPECT_EQ(b.positions, g.golden_positions()) << which;
     const std::vector<int64_t> want = ints(g.at("labels"));  // [N, Bk]: ids[anchor + k]
@@ -281,7 +286,8 @@ TEST(DFlashDrafterGolden, ShiftedPositionsBreakTheComparison) {
   std::vector<int64_t> next_token = ints(g.at("block_ids"));
   const std::vector<int64_t> ids = ints(g.at("ids")), anchors = ints(g.at("anchors"));
   for (int64_t b = 0; b < g.N; ++b)
-    next_token[static_cast<size_t>(b * g.Bk)] = ids[static_cast<size_t>(anchors[static_cast<size_t>(b)] + 1)];
+    next_token[static_cast<size_t>(b * g.Bk)] =
+        ids[static_cast<size_t>(anchors[static_cast<size_t>(b)] + 1)];
   EXPECT_GT(rel_diff(g.training_logits(next_token, g.golden_positions()), g.at("logits")),
             100 * kCpuRelTol);
 }
@@ -317,7 +323,8 @@ TEST(DFlashDrafterGolden, ExportForTheReference) {
     Generator gen(29);
     nn::DFlashDrafter d(dc, embed, head, nn::InitOptions{.generator = &gen});
     safetensors::NamedTensors tensors;
-    for (const auto& [n, p] : d.named_parameters()) tensors.emplace_back("drafter." + n, p.detach());
+    for (const auto& [n, p] : d.named_parameters())
+      tensors.emplace_back("drafter." + n, p.detach());
     const std::string ckpt = tmp.file("step_00000001.safetensors");
     safetensors::save_file(tensors, ckpt,
                            {{"format", "chunkgrad-dflash-drafter-1"},
@@ -349,10 +356,10 @@ TEST(DFlashDrafterGolden, ExportForTheReference) {
       positions.push_back(a + k);
     }
   NoGradGuard no_grad;
-  const Tensor h = drafter.forward(
-      drafter.embed(from_ints(block_ids, {1, N * Bk})), from_ints(positions, {1, N * Bk}),
-      AttentionMask::dflash_blocks(S, Bk, from_ints(anchors, {N})),
-      drafter.fuse(reshape(features, {1, S, features.size(1)})));
+  const Tensor h = drafter.forward(drafter.embed(from_ints(block_ids, {1, N * Bk})),
+                                   from_ints(positions, {1, N * Bk}),
+                                   AttentionMask::dflash_blocks(S, Bk, from_ints(anchors, {N})),
+                                   drafter.fuse(reshape(features, {1, S, features.size(1)})));
   const Tensor logits = linear(reshape(h, {N * Bk, h.size(2)}), drafter.head_weight());
   safetensors::NamedTensors out;
   out.emplace_back("features", contiguous(features));

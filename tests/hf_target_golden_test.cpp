@@ -47,9 +47,10 @@ const std::vector<int64_t> kLengths = {1, 7, 33};
 constexpr double kRelTol = 2e-5;
 
 bool have_goldens() { return fs::exists(kTarget + "/config.json") && fs::exists(kHidden); }
-#define SKIP_WITHOUT_GOLDENS()                                                                 \
-  if (!have_goldens())                                                                         \
-  GTEST_SKIP() << "no " << kTarget << ": make it on a machine with torch and transformers " \
+#define SKIP_WITHOUT_GOLDENS()                                          \
+  if (!have_goldens())                                                  \
+  GTEST_SKIP() << "no " << kTarget                                      \
+               << ": make it on a machine with torch and transformers " \
                   "(python3 tests/golden/make_qwen3_golden.py)"
 
 // max |got - want| / max(1, max |want|), with a shape check.
@@ -98,9 +99,9 @@ void check_target(Device device) {
     }
     EXPECT_LE(rel_diff(reshape(out.hidden, {n, kHiddenSize}), g.hidden(n, kLayers)), kRelTol)
         << "n " << n << ": the final normed hidden vs hidden_states[L]";
-    EXPECT_LE(rel_diff(reshape(out.logits, {n, out.logits.size(2)}),
-                       g.at("logits." + std::to_string(n))),
-              kRelTol)
+    EXPECT_LE(
+        rel_diff(reshape(out.logits, {n, out.logits.size(2)}), g.at("logits." + std::to_string(n))),
+        kRelTol)
         << "n " << n << ": logits";
   }
 }
@@ -170,8 +171,7 @@ TEST(HfTargetGolden, ExportedDrafterConfigCarriesNoTargetRopeFields) {
   config.drafter.target_layers = {1, 2};
   config.drafter.mask_token_id = 1003;
   const nn::DFlashDrafterConfig dc = train::run_drafter_config(config);
-  const nlohmann::json c =
-      train::public_drafter_config(dc, train::public_drafter_info(config));
+  const nlohmann::json c = train::public_drafter_config(dc, train::public_drafter_info(config));
   EXPECT_EQ(c["rope_theta"].get<double>(), 5e6) << "the drafter's theta defaults to the target's";
   EXPECT_TRUE(c.contains("rope_scaling") && c["rope_scaling"].is_null()) << c.dump();
   EXPECT_EQ(c["max_position_embeddings"], 32768);
@@ -179,8 +179,7 @@ TEST(HfTargetGolden, ExportedDrafterConfigCarriesNoTargetRopeFields) {
                            "mrope_interleaved", "rope_type", "text_config"})
     EXPECT_FALSE(c.contains(leak)) << leak << " leaked into " << c.dump();
   // The same config read back (what init_from and a serving engine see) has no mismatch.
-  EXPECT_TRUE(
-      train::public_config_mismatches(c, dc, train::public_drafter_info(config)).empty());
+  EXPECT_TRUE(train::public_config_mismatches(c, dc, train::public_drafter_info(config)).empty());
 }
 
 // Note [Layer-id offset]: the neighbouring entries differ by far more than the tolerance,
@@ -200,9 +199,9 @@ TEST(HfTargetGolden, LayerIdsAreOffsetByOne) {
     EXPECT_GT(rel_diff(mine, g.hidden(n, l)), 100 * kRelTol)
         << "layer id " << l << " must not equal hidden_states[" << l << "]";
   }
-  EXPECT_GT(rel_diff(reshape(out.layer_hidden[kLayers - 1], {n, kHiddenSize}),
-                     g.hidden(n, kLayers)),
-            100 * kRelTol)
+  EXPECT_GT(
+      rel_diff(reshape(out.layer_hidden[kLayers - 1], {n, kHiddenSize}), g.hidden(n, kLayers)),
+      100 * kRelTol)
       << "hidden_states[L] is the normed output, not layer L - 1's";
 }
 
