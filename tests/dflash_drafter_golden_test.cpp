@@ -310,6 +310,7 @@ TEST(DFlashDrafterGolden, ExportForTheReference) {
   const Tensor head = target.lm->lm_head->weight;
   if (!fs::exists(dir + "/config.json")) {
     train::TrainConfig config;
+    config.target.checkpoint = kGolden + "/tiny_qwen3";
     config.target.hf_config = kGolden + "/tiny_qwen3/config.json";
     config.drafter.num_layers = 2;
     config.drafter.intermediate_size = 96;

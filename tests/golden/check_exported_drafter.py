@@ -57,7 +57,8 @@ def read_target_tensors(target_dir, names):
     index = os.path.join(target_dir, "model.safetensors.index.json")
     if os.path.exists(index):
         with open(index) as f:
-            files = sorted(set(json.load(f)["weight_map"][n] for n in names))
+            weight_map = json.load(f)["weight_map"]
+        files = sorted(set(weight_map[n] for n in names))
     else:
         files = ["model.safetensors"]
     found = {}
