@@ -299,7 +299,8 @@ TEST(DFlashDrafterGolden, ShiftedPositionsBreakTheComparison) {
 // $CHUNKGRAD_CROSSLOAD_DIR when set: when it already holds an export of a drafter for the
 // tiny target (the recipe's), that one is used; otherwise a random drafter for the tiny
 // target (a sliding and a full layer) is saved as a chunkgrad checkpoint and exported
-// there by the code of `chunkgrad export --checkpoint`.
+// there by the code of `chunkgrad export --checkpoint` (the checkpoint is kept at
+// $CHUNKGRAD_CROSSLOAD_CHECKPOINT when set, for the program itself to export it too).
 TEST(DFlashDrafterGolden, ExportForTheReference) {
   SKIP_WITHOUT_GOLDENS();
   testing_nn::TempDir tmp;
@@ -326,7 +327,10 @@ TEST(DFlashDrafterGolden, ExportForTheReference) {
     safetensors::NamedTensors tensors;
     for (const auto& [n, p] : d.named_parameters())
       tensors.emplace_back("drafter." + n, p.detach());
-    const std::string ckpt = tmp.file("step_00000001.safetensors");
+    // $CHUNKGRAD_CROSSLOAD_CHECKPOINT keeps the checkpoint, for `chunkgrad export` itself.
+    const char* keep = std::getenv("CHUNKGRAD_CROSSLOAD_CHECKPOINT");
+    const std::string ckpt =
+        keep && *keep ? std::string(keep) : tmp.file("step_00000001.safetensors");
     safetensors::save_file(tensors, ckpt,
                            {{"format", "chunkgrad-dflash-drafter-1"},
                             {"step", "1"},
