@@ -38,6 +38,7 @@
 #include "nn/dflash_drafter.h"
 #include "nn/safetensors.h"
 #include "ops/ops.h"
+#include "tests/golden_test_util.h"
 #include "tests/nn_test_util.h"
 #include "train/dflash_batch.h"
 #include "train/drafter_export.h"
@@ -51,6 +52,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using testing_golden::rel_diff;
 
 const std::string kGolden = std::string(CHUNKGRAD_TEST_DATA_DIR) + "/../golden";
 const std::string kData = kGolden + "/drafter_golden.safetensors";
@@ -67,19 +69,6 @@ bool have_goldens() {
   GTEST_SKIP() << "no " << kData                                        \
                << ": make it on a machine with torch and transformers " \
                   "(tests/golden/make_qwen3_golden.py, then make_drafter_golden.py)"
-
-double rel_diff(const Tensor& got, const Tensor& want) {
-  EXPECT_EQ(got.shape(), want.shape());
-  if (got.shape() != want.shape()) return INFINITY;
-  const std::vector<double> a = to_device(got, kCPU).to_vector(), b = want.to_vector();
-  double worst = 0.0, scale = 1.0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double d = std::abs(a[i] - b[i]);
-    if (!(d <= worst)) worst = d;
-    scale = std::max(scale, std::abs(b[i]));
-  }
-  return worst / scale;
-}
 
 std::vector<int64_t> ints(const Tensor& t) {
   const std::vector<double> v = t.to_vector();

@@ -19,26 +19,16 @@
 #include <nlohmann/json.hpp>
 
 #include "nn/safetensors.h"
+#include "tests/golden_test_util.h"
 #include "train_program_fixture.h"
 
 namespace {
 
 namespace fs = std::filesystem;
+using cg::testing_golden::rel_diff;
 using train_program_fixture::slurp;
 
 const std::string kGolden = std::string(CHUNKGRAD_SOURCE_DIR) + "/tests/golden";
-
-double rel_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  if (a.size() != b.size()) return INFINITY;
-  double worst = 0.0, scale = 1.0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double d = std::abs(a[i] - b[i]);
-    if (!(d <= worst)) worst = d;
-    scale = std::max(scale, std::abs(b[i]));
-  }
-  return worst / scale;
-}
 
 TEST(FeaturesGoldenProgram, FeaturesOfATransformersFolderAreItsHiddenStates) {
   const std::string target = kGolden + "/tiny_qwen3";

@@ -28,6 +28,7 @@
 #include "core/views.h"
 #include "nn/safetensors.h"
 #include "ops/ops.h"
+#include "tests/golden_test_util.h"
 #include "tests/nn_test_util.h"
 #include "train/drafter_export.h"
 #include "train/drafter_model.h"
@@ -37,6 +38,7 @@ namespace cg {
 namespace {
 
 namespace fs = std::filesystem;
+using testing_golden::rel_diff;
 
 const std::string kGolden = std::string(CHUNKGRAD_TEST_DATA_DIR) + "/../golden";
 const std::string kTarget = kGolden + "/tiny_qwen3";
@@ -54,20 +56,6 @@ bool have_goldens() { return fs::exists(kTarget + "/config.json") && fs::exists(
   GTEST_SKIP() << "no " << kTarget                                      \
                << ": make it on a machine with torch and transformers " \
                   "(python3 tests/golden/make_qwen3_golden.py)"
-
-// max |got - want| / max(1, max |want|), with a shape check.
-double rel_diff(const Tensor& got, const Tensor& want) {
-  EXPECT_EQ(got.shape(), want.shape());
-  if (got.shape() != want.shape()) return INFINITY;
-  const std::vector<double> a = to_device(got, kCPU).to_vector(), b = want.to_vector();
-  double worst = 0.0, scale = 1.0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double d = std::abs(a[i] - b[i]);
-    if (!(d <= worst)) worst = d;  // NaN is the worst
-    scale = std::max(scale, std::abs(b[i]));
-  }
-  return worst / scale;
-}
 
 struct Golden {
   std::unique_ptr<safetensors::Reader> file = safetensors::open(kHidden);
