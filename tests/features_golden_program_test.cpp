@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/backend.h"
 #include "nn/safetensors.h"
 #include "tests/golden_test_util.h"
 #include "train_program_fixture.h"
@@ -30,7 +31,8 @@ using train_program_fixture::slurp;
 
 const std::string kGolden = std::string(CHUNKGRAD_SOURCE_DIR) + "/tests/golden";
 
-TEST(FeaturesGoldenProgram, FeaturesOfATransformersFolderAreItsHiddenStates) {
+// `chunkgrad features --device DEVICE` on the golden target, compared at `tol`.
+void check_features(const std::string& device, double tol) {
   const std::string target = kGolden + "/tiny_qwen3";
   const std::string hidden = kGolden + "/tiny_qwen3_hidden.safetensors";
   if (!fs::exists(target + "/config.json") || !fs::exists(hidden))
@@ -53,7 +55,7 @@ TEST(FeaturesGoldenProgram, FeaturesOfATransformersFolderAreItsHiddenStates) {
   const std::string cmd = std::string("CHUNKGRAD_NUM_THREADS=1 '") + CHUNKGRAD_CLI +
                           "' features --target '" + target + "' --data '" +
                           (root / "ids.jsonl").string() + "' --out '" + (root / "f").string() +
-                          "' --layers 2,0,1 --dtype f32 --no-progress >'" +
+                          "' --layers 2,0,1 --dtype f32 --no-progress --device " + device + " >'" +
                           (root / "out").string() + "' 2>'" + (root / "err").string() + "'";
   const int status = std::system(cmd.c_str());
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << slurp((root / "err").string());
@@ -81,16 +83,25 @@ TEST(FeaturesGoldenProgram, FeaturesOfATransformersFolderAreItsHiddenStates) {
           mine.push_back(hs[static_cast<size_t>(s * 3 * H + static_cast<int64_t>(k) * H + h)]);
       const std::string want =
           "hidden_states." + std::to_string(n) + "." + std::to_string(layers[k] + 1);
-      EXPECT_LE(rel_diff(mine, golden->load(want).to_vector()), 2e-5)
+      EXPECT_LE(rel_diff(mine, golden->load(want).to_vector()), tol)
           << "sample " << i << ": layer id " << layers[k] << " vs " << want;
     }
     EXPECT_LE(rel_diff(load(sample + ".last_hidden"),
                        golden->load("hidden_states." + std::to_string(n) + "." + std::to_string(L))
                            .to_vector()),
-              2e-5)
+              tol)
         << "sample " << i << ": last_hidden vs hidden_states[L]";
   }
   fs::remove_all(root);
+}
+
+TEST(FeaturesGoldenProgram, FeaturesOfATransformersFolderAreItsHiddenStates) {
+  check_features("cpu", 2e-5);
+}
+
+TEST(FeaturesGoldenProgram, FeaturesOnTheGpuAreItsHiddenStates) {
+  if (!cg::cuda_available()) GTEST_SKIP() << "no GPU";
+  check_features("cuda", 2e-3);  // the GPU's f32 GEMMs (TF32 where allowed)
 }
 
 }  // namespace
