@@ -229,6 +229,13 @@ TEST(SpeculativeEval, ADrafterThatKnowsTheTargetsOutputAcceptsWholeBlocks) {
   run_knowing(kCPU, DType::f32);
 }
 
+// bf16 on the CPU: the target cast (Note [Eval target dtype]), the drafter in its dtype;
+// outputs may diverge only at near ties.
+TEST(SpeculativeEval, ABf16TargetDivergesAtMostAtNearTies) {
+  run_exported(kCPU, DType::bf16, 2e-2);
+  run_knowing(kCPU, DType::bf16);
+}
+
 TEST(SpeculativeEval, ADrafterForAnotherTargetIsRefusedFieldByField) {
   Folders f;
   const train::EvalTarget t = train::load_eval_target(f.target, kCPU, DType::f32);

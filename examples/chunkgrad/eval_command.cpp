@@ -112,7 +112,7 @@ void add_eval_command(CLI::App& app, CommandBody& run) {
       CG_CHECK(eos < arch.vocab_size, "--eos-id ", eos,
                " is outside the target's vocabulary (0 .. ", arch.vocab_size - 1, ")");
       say("drafter " + o.drafter + ": block_size " + std::to_string(drafter.info.block_size) +
-          ", " + std::to_string(drafter.config.layers.num_layers) + " layers; " +
+          ", drafter layers " + std::to_string(drafter.config.layers.num_layers) + "; " +
           std::to_string(prompts.size()) + " prompts, eos " + std::to_string(eos));
       train::DFlashBlockDrafter block_drafter(*drafter.drafter);
       auto bar = std::make_shared<train::ProgressBar>(
