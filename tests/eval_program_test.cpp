@@ -4,6 +4,7 @@
 // tau >= 1, per-slot acceptance in [0, 1] and never rising, outputs equal to target-only
 // decoding (f32); a drafter that knows the target's output accepts whole blocks; bad
 // options and a drafter for another target are one error line and exit 1.
+#include "decode_test_util.h"
 #include "eval_test_util.h"
 #include "train_program_fixture.h"
 
@@ -17,15 +18,9 @@ class EvalProgram : public train_program_fixture::TrainProgram {
  protected:
   // The target of the synthetic run's drafter: hidden 32, vocabulary 128, 6 layers.
   cg::nn::Qwen3Config target_config() const {
-    cg::nn::Qwen3Config c;
-    c.vocab_size = 128;
-    c.hidden_size = 32;
+    cg::nn::Qwen3Config c = cg::testing_decode::tiny_target_config(128);
+    c.hidden_size = 32;  // as the drafter's drafter.hidden_size, below
     c.num_layers = 6;
-    c.num_heads = 2;
-    c.num_kv_heads = 1;
-    c.head_dim = 16;
-    c.intermediate_size = 64;
-    c.rope_theta = 1e4;
     return c;
   }
   // A 3-step synthetic drafter run exported to `out` (as export_program_test.cpp's).

@@ -116,22 +116,10 @@ EvalTarget load_eval_target(const std::string& dir, Device device, DType dtype) 
   return t;
 }
 
-namespace {
-
-// The value of `name` as z-lab's _draft_value finds it: dflash_config first, then the top.
-const json* draft_field(const json& c, const char* name) {
-  if (c.contains("dflash_config") && c["dflash_config"].is_object() &&
-      c["dflash_config"].contains(name))
-    return &c["dflash_config"][name];
-  return c.contains(name) ? &c[name] : nullptr;
-}
-
-}  // namespace
-
 PublicDrafter public_drafter_from_config(const json& c, const std::string& where) {
   CG_CHECK(c.is_object(), where, ": config.json is not a JSON object");
   auto field = [&](const char* name) -> const json& {
-    const json* v = draft_field(c, name);
+    const json* v = draft_value(c, name);
     CG_CHECK(v && !v->is_null(), where, ": config.json has no ", name,
              " (a DFlash drafter config carries it; docs/export.md)");
     return *v;
@@ -158,10 +146,10 @@ PublicDrafter public_drafter_from_config(const json& c, const std::string& where
   L.num_layers = integer("num_hidden_layers");
   L.num_heads = integer("num_attention_heads");
   L.num_kv_heads =
-      draft_field(c, "num_key_value_heads") ? integer("num_key_value_heads") : L.num_heads;
+      draft_value(c, "num_key_value_heads") ? integer("num_key_value_heads") : L.num_heads;
   CG_CHECK(L.num_heads > 0, where, ": config.json num_attention_heads must be > 0");
   // Without head_dim, engines take hidden / heads (docs/export.md).
-  L.head_dim = draft_field(c, "head_dim") ? integer("head_dim") : L.hidden_size / L.num_heads;
+  L.head_dim = draft_value(c, "head_dim") ? integer("head_dim") : L.hidden_size / L.num_heads;
   L.intermediate_size = integer("intermediate_size");
   L.rms_eps = c.contains("rms_norm_eps") ? number(c["rms_norm_eps"], "rms_norm_eps") : 1e-6;
   const json* theta = c.contains("rope_theta") ? &c["rope_theta"] : nullptr;
@@ -179,7 +167,7 @@ PublicDrafter public_drafter_from_config(const json& c, const std::string& where
              ": config.json target_layer_ids holds ", describe_json(l), "; layer ids are >= 0");
     d.config.target_layers.push_back(l.get<int64_t>());
   }
-  const json* mask = draft_field(c, "mask_token_id");
+  const json* mask = draft_value(c, "mask_token_id");
   CG_CHECK(mask && mask->is_number_integer(), where,
            ": config.json dflash_config.mask_token_id is ",
            mask ? describe_json(*mask) : std::string("missing"),
