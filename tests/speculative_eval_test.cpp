@@ -17,6 +17,7 @@
 #include "error_helpers.h"
 #include "eval_test_util.h"
 #include "nn_test_util.h"
+#include "ops/inplace.h"
 #include "train/dflash_block_drafter.h"
 #include "train/eval_inputs.h"
 #include "train/generate.h"
@@ -157,6 +158,62 @@ TEST(SpeculativeEval, AnOracleAcceptsEverySlotAndAWrongDrafterNoneDatasetByDatas
   EXPECT_DOUBLE_EQ(w.tau, 1.0);
   EXPECT_EQ(w.slot_acceptance, (std::vector<double>(B - 1, 0.0)));
   EXPECT_TRUE(w.identical());
+}
+
+// Turns the target's lm_head around at its first proposal: speculative decoding then
+// differs from the greedy run made before it (as speculative_decoding_test's sabotage).
+class SabotagingDrafter : public KnowingDrafter {
+ public:
+  SabotagingDrafter(const nn::Qwen3ForCausalLM& lm)
+      : KnowingDrafter({0, 2}, lm.config().vocab_size, false), lm_(lm) {}
+  std::vector<int64_t> propose(int64_t anchor, int64_t at, int64_t block_size) override {
+    if (!done_) {
+      NoGradGuard no_grad;
+      mul_(lm_.lm_head->weight, -1.0);
+      done_ = true;
+    }
+    return KnowingDrafter::propose(anchor, at, block_size);
+  }
+
+ private:
+  const nn::Qwen3ForCausalLM& lm_;
+  bool done_ = false;
+};
+
+// Note [Eval losslessness]: a mismatch says NOT LOSSLESS; a near tie is counted apart;
+// neither is ever called identical, in the text or the JSON.
+TEST(SpeculativeEval, AMismatchOrANearTieIsNeverCalledIdentical) {
+  Generator gen(7);
+  const nn::Qwen3Config c = testing_decode::tiny_target_config();
+  nn::Qwen3ForCausalLM lm(c, {.generator = &gen});
+  const std::vector<train::EvalPrompt> prompts{
+      {"first", testing_decode::random_ids(4, c.vocab_size, gen)},
+      {"second", testing_decode::random_ids(5, c.vocab_size, gen)}};
+  SabotagingDrafter bad(lm);
+  for (const auto& p : prompts) bad.add(p.ids, p.ids);
+  const train::EvalReport r =
+      train::evaluate_by_dataset(lm, bad, prompts, 4, {.max_new_tokens = 10, .warmup = false});
+  EXPECT_GE(r.mismatched_prompts, 1);
+  EXPECT_FALSE(r.identical());
+  EXPECT_FALSE(r.lossless_up_to_near_ties());
+  EXPECT_NE(r.str().find("NOT LOSSLESS"), std::string::npos) << r.str();
+  EXPECT_NE(r.str().find("MISMATCHED"), std::string::npos) << r.str();
+  EXPECT_NE(r.first_mismatch.find("dataset first"), std::string::npos) << r.first_mismatch;
+  EXPECT_EQ(r.str().find("token for token\n"), std::string::npos) << r.str();
+  EXPECT_FALSE(r.json()["identical"].get<bool>());
+
+  train::EvalReport tie;
+  tie.num_prompts = 3;
+  tie.identical_prompts = 2;
+  tie.tie_divergences = 1;
+  EXPECT_FALSE(tie.identical());
+  EXPECT_TRUE(tie.lossless_up_to_near_ties());
+  EXPECT_EQ(tie.outcome().find("all 3"), std::string::npos) << tie.outcome();
+  EXPECT_NE(tie.outcome().find("2 of 3 prompts equal"), std::string::npos) << tie.outcome();
+  EXPECT_NE(tie.outcome().find("1 diverged at a near tie"), std::string::npos) << tie.outcome();
+  EXPECT_NE(tie.str().find("1 near tie"), std::string::npos) << tie.str();
+  EXPECT_EQ(tie.str().find("identical"), std::string::npos) << tie.str();
+  EXPECT_FALSE(tie.json()["identical"].get<bool>());
 }
 
 // A tiny Hugging Face target and a public-layout drafter for it, in a temporary folder.
