@@ -63,11 +63,11 @@ TEST(SpeculativeEval, PromptsAreGroupedByDatasetWithALimitPerDataset) {
   EXPECT_ERROR_HAS(train::read_eval_prompts({dir.file("bad.jsonl")}, 10, 0), "bad.jsonl line 2",
                    "leaves no prompt");
   std::ofstream(dir.file("vocab.jsonl")) << token_line({1, 12});
-  EXPECT_ERROR_HAS(train::read_eval_prompts({dir.file("vocab.jsonl")}, 10, 0), "vocab.jsonl line 1",
+  EXPECT_ERROR_HAS(train::read_eval_prompts({dir.file("vocab.jsonl")}, 10, 0), "vocab.jsonl:1",
                    "12");
   std::ofstream(dir.file("name.jsonl")) << "{\"input_ids\": [1, 2], \"dataset\": 3}\n";
-  EXPECT_ERROR_HAS(train::read_eval_prompts({dir.file("name.jsonl")}, 10, 0), "name.jsonl line 1",
-                   "\"dataset\" must be a non-empty string");
+  EXPECT_ERROR_HAS(train::read_eval_prompts({dir.file("name.jsonl")}, 10, 0), "name.jsonl:1",
+                   "\"dataset\" must be a string");
 }
 
 TEST(SpeculativeEval, SlotAcceptanceComesFromTheHistogramAndNeverRises) {
