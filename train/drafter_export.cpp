@@ -140,15 +140,14 @@ std::string shown(const json& v) {
   return out + "]";
 }
 
-// The value of `name` as z-lab's _draft_value finds it: dflash_config first, then the top.
+}  // namespace
+
 const json* draft_value(const json& c, const char* name) {
   if (c.contains("dflash_config") && c["dflash_config"].is_object() &&
       c["dflash_config"].contains(name))
     return &c["dflash_config"][name];
   return c.contains(name) ? &c[name] : nullptr;
 }
-
-}  // namespace
 
 PublicDrafterInfo public_drafter_info(const TrainConfig& config) {
   PublicDrafterInfo info;

@@ -53,6 +53,10 @@ nlohmann::json public_drafter_config(const nn::DFlashDrafterConfig& dc,
 void write_public_drafter(const nn::DFlashDrafter& drafter, const PublicDrafterInfo& info,
                           const std::string& out_dir);
 
+// The field `name` of a drafter's config.json as z-lab's _draft_value finds it:
+// dflash_config first, then the top level; nullptr when in neither.
+const nlohmann::json* draft_value(const nlohmann::json& config, const char* name);
+
 // One line per field of config.json (parsed) that disagrees with the drafter `dc` and
 // `info` ("hidden_size: 4096 in config.json, 64 here (...)"); empty when it fits.
 std::vector<std::string> public_config_mismatches(const nlohmann::json& config,

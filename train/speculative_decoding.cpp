@@ -382,6 +382,7 @@ SpeculativeReport evaluate_speculative(const nn::Qwen3ForCausalLM& target, Block
       ++r.tie_divergences;
       continue;
     }
+    ++r.mismatched_prompts;
     if (r.mismatch.empty()) {
       std::ostringstream s;
       s << "prompt " << i << " (length " << prompts[i].size() << "): speculative decoding "
@@ -473,6 +474,7 @@ nlohmann::json SpeculativeReport::json() const {
           {"identical", identical},
           {"lossless", lossless},
           {"tie_divergences", tie_divergences},
+          {"mismatched_prompts", mismatched_prompts},
           {"mismatch", mismatch}};
 }
 

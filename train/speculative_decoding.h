@@ -156,10 +156,11 @@ struct SpeculativeReport {
   // one-token step. 0 when not measured.
   double ceiling_tau = 0, ceiling_seconds = 0, ceiling_speedup = 0;
   TimingSpread ceiling_spread;
-  bool identical = false;       // every prompt's output equal token for token
-  bool lossless = false;        // identical, or diverged only at near ties (Note [Near ties])
-  int64_t tie_divergences = 0;  // prompts that diverged at a near tie
-  std::string mismatch;         // the first real mismatch, described; empty when none
+  bool identical = false;          // every prompt's output equal token for token
+  bool lossless = false;           // identical, or diverged only at near ties (Note [Near ties])
+  int64_t tie_divergences = 0;     // prompts that diverged at a near tie
+  int64_t mismatched_prompts = 0;  // prompts that diverged otherwise (not lossless)
+  std::string mismatch;            // the first real mismatch, described; empty when none
 
   std::string str() const;  // a few readable lines
   nlohmann::json json() const;

@@ -23,5 +23,6 @@ void add_features_command(CLI::App& app, CommandBody& run);  // features_command
 void add_tokenize_command(CLI::App& app, CommandBody& run);    // tokenize_command.cpp
 void add_export_command(CLI::App& app, CommandBody& run);      // export_command.cpp
 void add_regenerate_command(CLI::App& app, CommandBody& run);  // regenerate_command.cpp
+void add_eval_command(CLI::App& app, CommandBody& run);        // eval_command.cpp
 
 }  // namespace cg::cli

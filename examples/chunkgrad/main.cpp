@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
 #endif
   cg::cli::add_export_command(app, run);
   cg::cli::add_regenerate_command(app, run);
+  cg::cli::add_eval_command(app, run);
   return program.run(argc, argv, [&] {
     CG_CHECK(run, "no subcommand ran");
     run();
