@@ -96,13 +96,35 @@ std::vector<EvalPrompt> read_eval_prompts(const std::vector<std::string>& files,
   return out;
 }
 
+std::vector<EvalPrompt> eval_prompts(const ChatData& data, int64_t limit) {
+  std::vector<std::string> order;  // datasets in the order they first appear
+  std::map<std::string, std::vector<std::vector<int64_t>>> by_dataset;
+  for (const DataSample& s : data.samples) {
+    const std::vector<uint8_t>& mask = s.sequence.loss_mask;
+    const bool whole = std::find(mask.begin(), mask.end(), 0) == mask.end();
+    std::vector<int64_t> prompt =
+        prompt_before_last_response(s.sequence.ids, whole ? std::vector<uint8_t>{} : mask);
+    CG_CHECK(!prompt.empty(), "--data ", s.where(),
+             ": loss_mask marks the response from the first id on, which leaves no prompt "
+             "(set loss_mask to 0 on the prompt's ids)");
+    auto& group = by_dataset[s.dataset];
+    if (group.empty()) order.push_back(s.dataset);
+    if (limit <= 0 || static_cast<int64_t>(group.size()) < limit)
+      group.push_back(std::move(prompt));
+  }
+  std::vector<EvalPrompt> out;
+  for (const std::string& name : order) {
+    for (auto& ids : by_dataset[name]) out.push_back({name, std::move(ids)});
+  }
+  return out;
+}
+
 EvalTarget load_eval_target(const std::string& dir, Device device, DType dtype) {
   CG_CHECK(dtype == DType::f32 || dtype == DType::bf16, "--dtype: the target runs in f32 or bf16");
-  FeatureTarget loaded = load_feature_target(dir, device);
+  FeatureTarget loaded = load_feature_target(dir, device, dtype);  // Note [Eval target dtype]
   EvalTarget t;
   t.kind = loaded.kind;
   t.lm = std::move(loaded.lm);
-  if (dtype != DType::f32) t.lm->to(dtype);  // Note [Eval target dtype]
   const json c = parse_untrusted_json(
       read_text_file((fs::path(dir) / "config.json").string(), "--target config.json"),
       "--target " + dir + "/config.json");

@@ -31,6 +31,7 @@
 
 #include "nn/dflash_drafter.h"
 #include "nn/qwen3.h"
+#include "train/chat_data.h"
 #include "train/drafter_export.h"
 
 namespace cg::train {
@@ -50,6 +51,10 @@ std::vector<int64_t> prompt_before_last_response(const std::vector<int64_t>& ids
 // the file and line.
 std::vector<EvalPrompt> read_eval_prompts(const std::vector<std::string>& files, int64_t vocab_size,
                                           int64_t limit);
+// The same from samples read by train/chat_data.h (conversations rendered with the Qwen3
+// template, or pre-tokenized lines): a loss mask of all 1s (a pre-tokenized line without
+// one) means the whole line is the prompt. Errors name the sample's file:line.
+std::vector<EvalPrompt> eval_prompts(const ChatData& data, int64_t limit);
 
 // The target, frozen, in eval mode, on `device`, its weights in `dtype`.
 struct EvalTarget {
@@ -57,10 +62,9 @@ struct EvalTarget {
   std::string kind;     // "hugging face" or "chunkgrad run"
   int64_t eos_id = -1;  // config.json's eos_token_id (the first when a list); -1: none
 };
-// Note [Eval target dtype]: load_feature_target (train/feature_target.h) reads the
-// checkpoint into f32; bf16 is that model cast in place (Module::to). When the feature
-// target learns to load bf16 directly (no f32 copy on the way), this is the one call to
-// change.
+// Note [Eval target dtype]: load_feature_target (train/feature_target.h) builds the model
+// in `dtype` on the device and converts each checkpoint tensor as it is read: no f32 copy
+// of an 8B target on the way to bf16.
 EvalTarget load_eval_target(const std::string& dir, Device device, DType dtype);
 
 // A drafter read from a public DFlash folder, built for the target it runs with (the

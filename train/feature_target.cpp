@@ -116,7 +116,8 @@ SampleFeatures sample_features(const nn::Qwen3ForCausalLM& lm, const DrafterSequ
 
 std::vector<DrafterSequence> read_token_jsonl(const std::string& path, int64_t vocab_size) {
   try {  // the strict reader of train/chat_data.h, which reads these lines too
-    return read_chat_data({path}, {.encode = {}, .vocab_size = vocab_size, .strict = true}).sequences();
+    return read_chat_data({path}, {.encode = {}, .vocab_size = vocab_size, .strict = true})
+        .sequences();
   } catch (const Error& e) { CG_FAIL("--data ", e.message()); }
 }
 

@@ -32,12 +32,13 @@ OfflineRun open_offline_run(const TrainConfig& config, Device device) {
                                  config.drafter.dtype == "bf16" ? DType::bf16 : DType::f32);
   const nn::Qwen3Config& arch = r.target.lm->config();
   // The byte tokenizer's MASK id (the default) is an ordinary token of a real vocabulary.
-  CG_CHECK(r.target.kind != "hugging face" ||
-               (config.drafter.mask_token_id >= 0 && config.drafter.mask_token_id < arch.vocab_size),
-           "train config: drafter.mask_token_id is ", config.drafter.mask_token_id,
-           "; features of a Hugging Face target need the MASK id set, an id of its vocabulary (0 .. ",
-           arch.vocab_size - 1,
-           ") that the tokenizer never produces (Qwen3: 151669, the published drafters' id)");
+  CG_CHECK(
+      r.target.kind != "hugging face" ||
+          (config.drafter.mask_token_id >= 0 && config.drafter.mask_token_id < arch.vocab_size),
+      "train config: drafter.mask_token_id is ", config.drafter.mask_token_id,
+      "; features of a Hugging Face target need the MASK id set, an id of its vocabulary (0 .. ",
+      arch.vocab_size - 1,
+      ") that the tokenizer never produces (Qwen3: 151669, the published drafters' id)");
   FeatureExpectations expect;
   expect.layer_ids =
       config.drafter.target_layers.empty()

@@ -116,7 +116,8 @@ TargetRun open_target_run(const TrainConfig& config, Device device,
   const std::string tok = config.features.tokenizer.empty()
                               ? config.features.target + "/tokenizer.json"
                               : config.features.tokenizer;
-  if (std::filesystem::exists(tok)) prints += "\ntokenizer " + file_content_hash(tok, "the tokenizer");
+  if (std::filesystem::exists(tok))
+    prints += "\ntokenizer " + file_content_hash(tok, "the tokenizer");
   const int64_t n = static_cast<int64_t>(all.size());
   const int64_t held = std::min<int64_t>(config.eval.accuracy_sequences, n / 4);
   std::vector<DrafterSequence> held_seqs(all.end() - held, all.end());

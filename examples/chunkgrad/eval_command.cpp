@@ -18,6 +18,7 @@
 #include "core/backend.h"
 #include "core/error.h"
 #include "examples/chunkgrad/commands.h"
+#include "examples/chunkgrad/data_files.h"
 #include "examples/common/program.h"
 #include "train/dflash_block_drafter.h"
 #include "train/eval_inputs.h"
@@ -29,11 +30,11 @@ namespace cg::cli {
 namespace {
 
 struct EvalOptions {
-  std::string target, drafter, dtype = "f32", device = kCPU.str(), json;
+  std::string target, drafter, dtype = "f32", device = kCPU.str(), json, tokenizer;
   std::vector<std::string> data;
   int64_t max_new_tokens = 256, limit = 0, eos_id = -2;
   double tie_tolerance = -1;  // -1: by dtype (Note [Eval tie tolerance])
-  bool ceiling = false, no_progress = false;
+  bool ceiling = false, no_progress = false, strict = false;
 };
 
 // Note [Eval tie tolerance]: a divergence is a near tie when both picks are within
@@ -64,10 +65,14 @@ void add_eval_command(CLI::App& app, CommandBody& run) {
       ->required()
       ->check(CLI::ExistingDirectory);
   sub->add_option("--data", o.data,
-                  "pre-tokenized JSONL ({\"input_ids\", \"loss_mask\", \"dataset\"} a line; the "
-                  "prompt is what precedes the last response); repeat for several datasets")
+                  "chat or pre-tokenized JSONL (docs/chat_data.md); the prompt is what precedes "
+                  "the last assistant answer; repeat for several datasets")
       ->required()
       ->check(CLI::ExistingFile);
+  sub->add_option("--tokenizer", o.tokenizer,
+                  "the tokenizer.json conversations are read with (default: the target folder's)")
+      ->check(CLI::ExistingFile);
+  sub->add_flag("--strict", o.strict, "a bad data line is an error (default: skipped, counted)");
   sub->add_option("--max-new-tokens", o.max_new_tokens,
                   "tokens to generate per prompt (default 256)")
       ->check(program::integer_in(1, int64_t{1} << 20));
@@ -106,8 +111,12 @@ void add_eval_command(CLI::App& app, CommandBody& run) {
       train::EvalTarget target = train::load_eval_target(o.target, device, dtype);
       const nn::Qwen3Config& arch = target.lm->config();
       train::PublicDrafter drafter = train::load_drafter_for_target(o.drafter, *target.lm);
-      std::vector<train::EvalPrompt> prompts =
-          train::read_eval_prompts(o.data, arch.vocab_size, o.limit);
+      const train::ChatData data =
+          read_data_files(o.data, data_tokenizer(o.tokenizer, o.target), arch.vocab_size, o.strict);
+      for (const train::DataFileReport& f : data.files) {
+        if (f.bad_lines > 0) std::fprintf(stderr, "warning: --data %s\n", f.describe().c_str());
+      }
+      std::vector<train::EvalPrompt> prompts = train::eval_prompts(data, o.limit);
       const int64_t eos = o.eos_id == -2 ? target.eos_id : o.eos_id;
       CG_CHECK(eos < arch.vocab_size, "--eos-id ", eos,
                " is outside the target's vocabulary (0 .. ", arch.vocab_size - 1, ")");

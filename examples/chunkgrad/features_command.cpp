@@ -127,7 +127,8 @@ void add_features_command(CLI::App& app, CommandBody& run) {
       const DType compute = device == kCPU || o.dtype == "f32" ? DType::f32 : DType::bf16;
       train::FeatureTarget target = train::load_feature_target(o.target, device, compute);
       const nn::Qwen3Config& arch = target.lm->config();
-      const train::ChatData data = read_data_files(o.data, data_tokenizer(o.tokenizer, o.target), arch.vocab_size, o.strict);
+      const train::ChatData data =
+          read_data_files(o.data, data_tokenizer(o.tokenizer, o.target), arch.vocab_size, o.strict);
       const std::vector<train::DrafterSequence> samples = data.sequences();
       std::vector<std::string> datasets;
       for (const train::DataSample& s : data.samples) datasets.push_back(s.dataset);

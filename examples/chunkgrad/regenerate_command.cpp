@@ -111,9 +111,8 @@ void add_regenerate_command(CLI::App& app, CommandBody& run) {
       const Device device = Device::parse(o.device);
       backend_for(device);  // no GPU: one error line before any work
       // The data first: its errors come before the target's (long) load.
-      const train::ChatData data =
-          read_data_files({o.data}, data_tokenizer(o.tokenizer, o.target),
-                          std::numeric_limits<int64_t>::max(), o.strict);
+      const train::ChatData data = read_data_files({o.data}, data_tokenizer(o.tokenizer, o.target),
+                                                   std::numeric_limits<int64_t>::max(), o.strict);
       for (const train::DataFileReport& f : data.files) {
         if (f.bad_lines > 0) std::fprintf(stderr, "warning: --data %s\n", f.describe().c_str());
       }

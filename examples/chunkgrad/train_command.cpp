@@ -162,7 +162,8 @@ void add_train_command(CLI::App& app, CommandBody& run) {
   sub->callback([&run] {
     run = [] {
       program::set_cpu_memory_limit_mb(o.memory_limit_mb);
-      train::TrainConfig config = read_config(o.config, o.sets, o.features, o.target, o.data, o.tokenizer);
+      train::TrainConfig config =
+          read_config(o.config, o.sets, o.features, o.target, o.data, o.tokenizer);
       if (!o.run_dir.empty()) config.run_dir = o.run_dir;
       if (o.no_progress) config.progress = false;
       if (o.fresh) config.resume = false;
