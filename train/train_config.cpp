@@ -331,8 +331,10 @@ void TrainConfig::validate() const {
   in_range("drafter.max_anchors", static_cast<double>(d.max_anchors), 1, 1 << 20);
   // Anchor candidates lie in the generated part of a sequence: prompt + max_new_tokens
   // tokens, of which at most max_new_tokens - 1 have a successor inside it.
-  CG_CHECK(d.max_anchors <= data.max_new_tokens - 1, "train config: drafter.max_anchors ",
-           d.max_anchors,
+  // (Offline and target runs read their samples from files: data.max_new_tokens is unused.)
+  CG_CHECK(features.source == "offline" || features.source == "target" ||
+               d.max_anchors <= data.max_new_tokens - 1,
+           "train config: drafter.max_anchors ", d.max_anchors,
            " is beyond the sequence: a sequence has at most data.max_new_tokens - 1 = ",
            data.max_new_tokens - 1, " anchor positions; lower max_anchors or raise max_new_tokens");
   // A block's labels are tokens anchor+1 .. anchor+block_size-1 of the generated part, so a
@@ -391,9 +393,13 @@ void TrainConfig::validate() const {
               " layers (target.num_layers): ", e.message());
     }
   }
+  // Offline and target runs learn the target's depth when they open it (its folder, not
+  // target.num_layers), and check the ids against it there.
+  const bool depth_known = features.source == "online" || features.source == "synthetic";
   for (int64_t id : d.target_layers) {
-    CG_CHECK(id >= 0 && id < target_depth, "train config: drafter.target_layers: layer ", id,
-             " is not a target layer (0..", target_depth - 1, ")");
+    CG_CHECK(id >= 0 && (!depth_known || id < target_depth),
+             "train config: drafter.target_layers: layer ", id, " is not a target layer (0..",
+             target_depth - 1, ")");
     // A layer twice would feed the drafter the same features twice under two slots.
     CG_CHECK(listed.insert(id).second, "train config: drafter.target_layers: layer ", id,
              " is listed twice; list each layer once");
