@@ -60,7 +60,13 @@ TEST(SpeculativeEval, PromptsAreGroupedByDatasetWithALimitPerDataset) {
   EXPECT_EQ(one[1].dataset, "chat");
 
   std::ofstream(dir.file("bad.jsonl")) << token_line({1, 2}) << token_line({3, 4}, {1, 1});
-  EXPECT_ERROR_HAS(train::read_eval_prompts({dir.file("bad.jsonl")}, 10, 0), "bad.jsonl line 2",
+  // A mask of all 1s (as a line without one reads) leaves no response to cut: the whole
+  // line is the prompt.
+  const auto whole = train::read_eval_prompts({dir.file("bad.jsonl")}, 10, 0);
+  ASSERT_EQ(whole.size(), 2u);
+  EXPECT_EQ(whole[1].ids, (std::vector<int64_t>{3, 4}));
+  std::ofstream(dir.file("late.jsonl")) << token_line({3, 4, 5}, {1, 1, 0});
+  EXPECT_ERROR_HAS(train::read_eval_prompts({dir.file("late.jsonl")}, 10, 0), "late.jsonl:1",
                    "leaves no prompt");
   std::ofstream(dir.file("vocab.jsonl")) << token_line({1, 12});
   EXPECT_ERROR_HAS(train::read_eval_prompts({dir.file("vocab.jsonl")}, 10, 0), "vocab.jsonl:1",

@@ -30,70 +30,14 @@ std::vector<int64_t> prompt_before_last_response(const std::vector<int64_t>& ids
   return {ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(start)};
 }
 
-namespace {
-
-// What read_token_jsonl does not keep: each non-blank line's "dataset" and whether it
-// has a loss_mask (read_token_jsonl fills a missing one with 1s).
-struct LineExtras {
-  std::string dataset;
-  bool has_loss_mask = false;
-  int64_t line = 0;
-};
-
-std::vector<LineExtras> line_extras(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  CG_CHECK(in.is_open(), "--data ", path, ": cannot be read");
-  std::vector<LineExtras> out;
-  const std::string stem = fs::path(path).stem().string();
-  std::string text;
-  int64_t number = 0;
-  while (std::getline(in, text)) {
-    ++number;
-    if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = path + " line " + std::to_string(number);
-    const json j = parse_untrusted_json(text, where);  // read_token_jsonl accepted it
-    LineExtras e{stem, j.contains("loss_mask"), number};
-    if (j.contains("dataset")) {
-      CG_CHECK(j["dataset"].is_string() && !j["dataset"].get<std::string>().empty(), "--data ",
-               where, ": \"dataset\" must be a non-empty string, got ",
-               describe_json(j["dataset"]));
-      e.dataset = j["dataset"].get<std::string>();
-    }
-    out.push_back(std::move(e));
-  }
-  return out;
-}
-
-}  // namespace
-
 std::vector<EvalPrompt> read_eval_prompts(const std::vector<std::string>& files, int64_t vocab_size,
                                           int64_t limit) {
   CG_CHECK(!files.empty(), "--data: give at least one JSONL file");
-  std::vector<std::string> order;  // datasets in the order they first appear
-  std::map<std::string, std::vector<std::vector<int64_t>>> by_dataset;
-  for (const std::string& path : files) {
-    const std::vector<DrafterSequence> lines = read_token_jsonl(path, vocab_size);
-    const std::vector<LineExtras> extras = line_extras(path);
-    CG_CHECK(extras.size() == lines.size(), "--data ", path, ": ", lines.size(), " samples but ",
-             extras.size(), " non-blank lines");
-    for (size_t i = 0; i < lines.size(); ++i) {
-      const LineExtras& e = extras[i];
-      std::vector<int64_t> prompt = prompt_before_last_response(
-          lines[i].ids, e.has_loss_mask ? lines[i].loss_mask : std::vector<uint8_t>{});
-      CG_CHECK(!prompt.empty(), "--data ", path, " line ", e.line,
-               ": loss_mask marks the response from the first id on, which leaves no prompt "
-               "(set loss_mask to 0 on the prompt's ids)");
-      auto& group = by_dataset[e.dataset];
-      if (group.empty()) order.push_back(e.dataset);
-      if (limit <= 0 || static_cast<int64_t>(group.size()) < limit)
-        group.push_back(std::move(prompt));
-    }
-  }
-  std::vector<EvalPrompt> out;
-  for (const std::string& name : order) {
-    for (auto& ids : by_dataset[name]) out.push_back({name, std::move(ids)});
-  }
-  return out;
+  ChatData data;
+  try {
+    data = read_chat_data(files, {.encode = {}, .vocab_size = vocab_size, .strict = true});
+  } catch (const Error& e) { CG_FAIL("--data ", e.message()); }
+  return eval_prompts(data, limit);
 }
 
 std::vector<EvalPrompt> eval_prompts(const ChatData& data, int64_t limit) {
