@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -21,6 +22,31 @@ struct Qwen3Config {
   double rope_theta = 1e6;
   double rms_eps = 1e-6;
   bool tie_embeddings = false;  // lm_head shares embed_tokens' weight
+
+  // ---- the Qwen3.5 / Qwen3.6 hybrid family (issue 21); defaults are Qwen3 dense ----
+  // "qwen3" (dense Qwen3), "qwen3_5" (hybrid: Gated DeltaNet + gated full attention).
+  std::string family = "qwen3";
+  // One entry per layer: "full_attention" or "linear_attention" (Gated DeltaNet). Empty:
+  // every layer is full attention (Qwen3).
+  std::vector<std::string> layer_types{};
+  bool attn_output_gate = false;    // q_proj emits [query, gate] per head (Qwen3.5)
+  bool zero_centred_norm = false;   // RMSNorm scale (1 + w) instead of w (Qwen3.5)
+  double partial_rotary_factor = 1.0;  // the first head_dim * factor dims rotate
+  // Gated DeltaNet sizes (linear_attention layers; transformers' field names).
+  int64_t linear_num_key_heads = 16;
+  int64_t linear_num_value_heads = 32;
+  int64_t linear_key_head_dim = 128;
+  int64_t linear_value_head_dim = 128;
+  int64_t linear_conv_kernel_dim = 4;
+
+  // True when layer i is a Gated DeltaNet layer.
+  bool is_linear_layer(int64_t i) const {
+    return !layer_types.empty() && layer_types[static_cast<size_t>(i)] == "linear_attention";
+  }
+  // How many of each head's dims rotate (head_dim when partial_rotary_factor is 1).
+  int64_t rotary_dim() const {
+    return static_cast<int64_t>(static_cast<double>(head_dim) * partial_rotary_factor);
+  }
 
   // Throws naming the first inconsistent field (sizes positive, heads % kv_heads == 0,
   // head_dim even).

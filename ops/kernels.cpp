@@ -51,6 +51,8 @@ const std::vector<std::string>& kernel_entry_names() {
                                                  "rotary",
                                                  "swiglu_forward",
                                                  "swiglu_backward",
+                                                 "gated_delta_rule",
+                                                 "causal_conv1d",
                                                  "attention_forward",
                                                  "attention_backward",
                                                  "index_select",
@@ -129,6 +131,10 @@ RmsNormGrads DeviceKernels::rms_norm_backward(const Tensor&, const Tensor&, cons
   missing("rms_norm_backward");
 }
 Tensor DeviceKernels::rotary(const Tensor&, const Tensor&, double, bool) { missing("rotary"); }
+Tensor DeviceKernels::gated_delta_rule(const GatedDeltaArgs&) { missing("gated_delta_rule"); }
+Tensor DeviceKernels::causal_conv1d(const Tensor&, const Tensor&, const Tensor&, bool) {
+  missing("causal_conv1d");
+}
 Tensor DeviceKernels::swiglu_forward(const Tensor&, const Tensor&) { missing("swiglu_forward"); }
 SwigluGrads DeviceKernels::swiglu_backward(const Tensor&, const Tensor&, const Tensor&, bool,
                                            bool) {

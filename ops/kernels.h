@@ -116,6 +116,21 @@ struct AttentionGrads {
   Tensor dq, dk, dv;  // contiguous, the inputs' shapes and dtype; undefined when not asked
 };
 
+// One gated delta rule (Gated DeltaNet's recurrence, ops/gated_delta.h) over T tokens:
+// for each batch row b and value head h (key head kh = h / (Hv / Hk)), with S the state
+// [dk, dv] in fp32, per token t:
+//   qn = l2norm(q) * scale, kn = l2norm(k)   (l2norm only when l2norm_qk; fp32, eps 1e-6)
+//   S  = exp(g_t) S;  S += kn (beta_t (v_t - S^T kn))^T;  out_t = S^T qn
+struct GatedDeltaArgs {
+  Tensor q, k;   // [B, T, Hk, dk] floating, contiguous
+  Tensor v;      // [B, T, Hv, dv] q's dtype, contiguous; Hv a multiple of Hk
+  Tensor g;      // [B, T, Hv] f32 contiguous: log decay per token (<= 0)
+  Tensor beta;   // [B, T, Hv] f32 contiguous
+  Tensor state;  // [B, Hv, dk, dv] f32 contiguous: the initial state, overwritten with the final
+  bool l2norm_qk = true;
+  double scale = 1.0;  // q's scale after the norm (dk^-0.5 in Qwen3.5)
+};
+
 // A gemm's operands by shape only (to size buffers before any exist): out [m, n] =
 // a [m, k] @ b [k, n]; `dense` = the operand already has a unit stride in one dim.
 struct GemmDesc {
@@ -221,6 +236,15 @@ class DeviceKernels {
   virtual Tensor swiglu_forward(const Tensor& gate, const Tensor& up);
   virtual SwigluGrads swiglu_backward(const Tensor& grad, const Tensor& gate, const Tensor& up,
                                       bool need_dgate, bool need_dup);
+  // Note GatedDeltaArgs; returns out [B, T, Hv, dv] in v's dtype. A device may pick its
+  // algorithm by T (chunked for prefill, recurrent for a few tokens).
+  virtual Tensor gated_delta_rule(const GatedDeltaArgs& args);
+  // Causal depthwise conv1d over time: x [B, T, C] contiguous, weight [C, K] (x's dtype),
+  // history [B, K-1, C] (x's dtype; the K-1 inputs before x[:, 0]) or undefined (zeros):
+  //   out[b, t, c] = act(sum_j weight[c, j] * xx[b, t + j, c]),  xx = cat(history, x) on T
+  // act = SiLU when silu, else identity; fp32 accumulation, out [B, T, C] in x's dtype.
+  virtual Tensor causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& history,
+                               bool silu);
   virtual AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                              const ResolvedAttentionMask& mask, double scale);
   virtual AttentionGrads attention_backward(const Tensor& grad_out, const Tensor& q,
