@@ -29,8 +29,8 @@ struct Qwen3Config {
   // One entry per layer: "full_attention" or "linear_attention" (Gated DeltaNet). Empty:
   // every layer is full attention (Qwen3).
   std::vector<std::string> layer_types{};
-  bool attn_output_gate = false;    // q_proj emits [query, gate] per head (Qwen3.5)
-  bool zero_centred_norm = false;   // RMSNorm scale (1 + w) instead of w (Qwen3.5)
+  bool attn_output_gate = false;       // q_proj emits [query, gate] per head (Qwen3.5)
+  bool zero_centred_norm = false;      // RMSNorm scale (1 + w) instead of w (Qwen3.5)
   double partial_rotary_factor = 1.0;  // the first head_dim * factor dims rotate
   // Gated DeltaNet sizes (linear_attention layers; transformers' field names).
   int64_t linear_num_key_heads = 16;

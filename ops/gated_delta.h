@@ -15,9 +15,9 @@
 namespace cg {
 
 struct GatedDeltaOptions {
-  Tensor state{};          // [B, Hv, dk, dv] f32, the state before token 0; undefined: zeros
-  bool l2norm_qk = true;   // L2-normalise q and k (fp32, eps 1e-6) inside the op
-  double scale = 1.0;      // q's scale after the norm
+  Tensor state{};         // [B, Hv, dk, dv] f32, the state before token 0; undefined: zeros
+  bool l2norm_qk = true;  // L2-normalise q and k (fp32, eps 1e-6) inside the op
+  double scale = 1.0;     // q's scale after the norm
 };
 struct GatedDeltaResult {
   Tensor out;          // [B, T, Hv, dv], v's dtype
