@@ -296,3 +296,26 @@ TEST(DrafterChunk, TheMemoryReportUsesTheConfiguredChunk) {
 
 }  // namespace
 }  // namespace cg
+
+namespace cg {
+namespace {
+
+// A feature set without two loss positions in a row anchors no block: refused up front,
+// not trained at loss 0.
+TEST(DrafterTrainer, ASetWithNoLossPositionsIsRefused) {
+  SmallTarget target;
+  auto drafter = target.drafter();
+  std::vector<train::DrafterSequence> seqs = target.seqs;
+  for (auto& s : seqs) {
+    for (size_t t = 0; t < s.loss_mask.size(); ++t) s.loss_mask[t] = t % 2;  // never two in a row
+  }
+  const train::DrafterTrainData data{std::make_shared<train::InMemoryFeatureSource>(
+      seqs, train::compute_target_features(target.lm, seqs, drafter->config().target_layers, true,
+                                           train::ByteTokenizer::kPad))};
+  const std::string e =
+      error_of([&] { train::DrafterTrainer trainer(*drafter, target.config, data); });
+  EXPECT_NE(e.find("has two loss positions in a row"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace cg

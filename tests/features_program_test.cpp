@@ -174,6 +174,8 @@ TEST_F(FeaturesProgram, AnOfflineRunLearnsAsTheToyRunDoes) {
   const nlohmann::json toy = nlohmann::json::parse(slurp(at("toy_summary.json")));
   EXPECT_NE(off["evaluation_skipped"].get<std::string>().find("speculative decoding"),
             std::string::npos);
+  EXPECT_TRUE(off["tau"].is_null()) << off["tau"];  // no decoding ran: null, not 0
+  EXPECT_TRUE(off["speedup"].is_null()) << off["speedup"];
   EXPECT_FALSE(fs::exists(at("off/target")));  // no target trained or cached
   std::vector<double> losses;
   std::istringstream log(slurp(at("off/metrics.jsonl")));

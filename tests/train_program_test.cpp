@@ -570,3 +570,16 @@ TEST_F(TrainProgram, StageLinesAreReadableAndAnEmptyStageDrawsNothing) {
 }
 
 }  // namespace
+
+// An unknown or missing subcommand is named, with the list of subcommands.
+TEST_F(TrainProgram, UnknownSubcommandIsNamed) {
+  auto top_level_error = [](const TrainRun& r, const std::string& what) {
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_EQ(r.err.rfind("chunkgrad: error: ", 0), 0u) << r.err;
+    EXPECT_NE(r.err.find(what), std::string::npos) << r.err;
+  };
+  top_level_error(run("bogus"), "unknown subcommand 'bogus'; the subcommands are: train, trace");
+  top_level_error(run(""), "a subcommand is required, one of: train, trace");
+  // A missing option of a real subcommand still says which option.
+  expect_error(run("export"), "--out is required", "export");
+}

@@ -47,6 +47,17 @@ DrafterTrainer::DrafterTrainer(nn::DFlashDrafter& drafter, const TrainConfig& co
       head_loss_(drafter_head_loss(config.drafter)) {
   CG_CHECK(data_.source != nullptr && !data_.source->sequences().empty(),
            "drafter training: no sequences");
+  // A set where no sequence has two loss positions in a row has no anchor: every step
+  // would train on nothing at loss 0. Refused instead of trained silently.
+  const auto& seqs = data_.source->sequences();
+  const bool any_anchor = std::any_of(seqs.begin(), seqs.end(), [](const DrafterSequence& q) {
+    return !anchor_candidates(q.loss_mask).empty();
+  });
+  CG_CHECK(any_anchor, "drafter training: none of the ", seqs.size(), " training sequences of ",
+           data_.source->describe(),
+           " has two loss positions in a row (loss_mask 1 on a token and the next), so no block "
+           "can be anchored and the loss would be 0: give data with answers (assistant turns, "
+           "or a loss_mask with 1s)");
   CG_CHECK(!loss_needs_teacher(head_loss_.loss) || data_.source->has_last_hidden(),
            "drafter training: a ", loss_kind_name(head_loss_.loss.kind),
            " loss needs the target's final hidden states");

@@ -284,7 +284,15 @@ nlohmann::json write_summary(RunState& s) {
   summary["timing_repeats"] = spec.repeats;
   summary["timing_noisy"] = spec.timing_noisy;
   summary["speculative"] = spec.json();
-  if (!s.eval_skipped.empty()) summary["evaluation_skipped"] = s.eval_skipped;
+  if (!s.eval_skipped.empty()) {
+    // No decoding ran: its figures are null, not zeros a reader could take for results.
+    summary["evaluation_skipped"] = s.eval_skipped;
+    for (const char* key :
+         {"tau", "speedup", "lossless", "identical", "tie_divergences", "mismatch",
+          "target_tokens_per_s", "speculative_tokens_per_s", "ceiling_speedup", "speedup_spread",
+          "ceiling_spread", "timing_noisy", "speculative"})
+      summary[key] = nullptr;
+  }
   summary["features"] = s.data.source->describe();
   if (!s.eval_prompt_ids.empty()) {
     const std::vector<int64_t> sample(s.eval_prompt_ids[0].begin(), s.eval_prompt_ids[0].end());
@@ -322,7 +330,7 @@ nlohmann::json write_summary(RunState& s) {
   }
   summary["config"] = config.to_json();
   write_file_atomically(config.run_dir + "/summary.json", summary.dump(2) + "\n", "the summary");
-  s.log.write({{"phase", "summary"}, {"tau", spec.tau}, {"speedup", spec.speedup}});
+  s.log.write({{"phase", "summary"}, {"tau", summary["tau"]}, {"speedup", summary["speedup"]}});
   return summary;
 }
 

@@ -116,6 +116,8 @@ int Program::run(int argc, char** argv, const std::function<void()>& body) {
     std::string message = e.what();
     if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr)
       message = unexpected_arguments(argc, argv);
+    if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr)
+      message = missing_subcommand(argc, argv, message);
     print_error_line(error_name(), message + " (run with --help to see the options)");
     return kExitError;
   }
@@ -147,6 +149,22 @@ int Program::run(int argc, char** argv, const std::function<void()>& body) {
     print_error_line(error_name(), "unknown exception");
   }
   return kExitError;
+}
+
+std::string Program::missing_subcommand(int argc, char** argv, const std::string& message) const {
+  // A subcommand was parsed: the error is about its own options.
+  if (!app_.get_subcommands().empty()) return message;
+  const auto subcommands = app_.get_subcommands([](const CLI::App*) { return true; });
+  if (subcommands.empty()) return message;
+  std::string names;
+  for (const CLI::App* sub : subcommands) names += (names.empty() ? "" : ", ") + sub->get_name();
+  // The first word that is not an option: what the user meant as the subcommand.
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (!word.empty() && word[0] != '-')
+      return "unknown subcommand '" + word + "'; the subcommands are: " + names;
+  }
+  return "a subcommand is required, one of: " + names;
 }
 
 CLI::Validator integer_in(int64_t lo, int64_t hi) {

@@ -53,6 +53,9 @@ class Program {
   std::string error_name() const;
   // "The following arguments were not expected: ...", in the order they were given.
   std::string unexpected_arguments(int argc, char** argv) const;
+  // A program with subcommands run with none, or with an unknown word: names it and lists
+  // the subcommands. Other "required" errors (a missing option) keep `message`.
+  std::string missing_subcommand(int argc, char** argv, const std::string& message) const;
 
   std::string name_;
   CLI::App app_;
