@@ -107,6 +107,12 @@ class CpuKernels : public DeviceKernels {
   Tensor swiglu_forward(const Tensor& gate, const Tensor& up) override;
   SwigluGrads swiglu_backward(const Tensor& grad, const Tensor& gate, const Tensor& up,
                               bool need_dgate, bool need_dup) override;
+  // Gated DeltaNet (cpu/gated_delta.cpp; the math in ops/kernels.h): the plain recurrence,
+  // one token after another, in fp32 (double for f64), one (batch row, value head) per
+  // task; the causal depthwise conv1d, one (batch row, time) row of channels per task.
+  Tensor gated_delta_rule(const GatedDeltaArgs& args) override;
+  Tensor causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& history,
+                       bool silu) override;
   // scaled_dot_product_attention (cpu/attention.cpp): q [B, Hq, Sq, hd], k and v
   // [B, Hkv, Sk, hd], any strides, one floating dtype. The backward recomputes the
   // probabilities row by row from `lse` (no [Sq, Sk] buffer).

@@ -17,18 +17,35 @@
 #include "nn/kv_cache.h"
 #include "nn/linear.h"
 #include "nn/module.h"
+#include "ops/gated_delta.h"
 
 namespace cg::nn {
 
+// The layer's recurrence from in_proj_qkv's output: causal conv + SiLU over the q|k|v
+// channels (after `history` [B, K-1, C], or zeros), split into q, k, v in that order,
+// the gated delta rule with l2norm(q, k) and q scaled by k_head_dim^-0.5, from `state`
+// (undefined: zeros). mixed_qkv [B, n, C]; g, beta [B, n, Hv]. Records no graph.
+GatedDeltaResult gated_delta_from_projections(const GatedDeltaShape& shape, const Tensor& mixed_qkv,
+                                              const Tensor& conv_weight, const Tensor& history,
+                                              const Tensor& g, const Tensor& beta,
+                                              const Tensor& state);
+
 class GatedDeltaNet : public Module {
  public:
-  // Sizes from config.linear_* and hidden_size; eps from rms_eps.
+  // Sizes from config.linear_* and hidden_size; eps from rms_eps. Init as transformers':
+  // the Linears as every Linear here, conv1d as PyTorch's Conv1d (uniform +-1/sqrt(K)),
+  // A_log = log(uniform(0.01, 16)), dt_bias and norm.weight ones.
   GatedDeltaNet(const Qwen3Config& config, InitOptions init = {});
-  // x [B, S, hidden] -> [B, S, hidden], from an empty state (prefill, features).
+  // x [B, S, hidden] -> [B, S, hidden], from an empty state (prefill, features). A frozen
+  // target's layer: throws while grad mode is on and a parameter or x requires grad
+  // (freeze() the model or run under cg::NoGradGuard).
   Tensor forward(const Tensor& x) const;
   // x [B, n, hidden], the n positions after cache.length(): reads and updates the layer's
-  // recurrent and conv state in `cache` (Note [DeltaNet rollback], nn/kv_cache.h).
+  // recurrent and conv state in `cache` (Note [DeltaNet rollback], nn/kv_cache.h). Turns
+  // grad mode off itself, like Qwen3Model::forward_cached. The model calls
+  // cache.advance(n) after its last layer, as for attention layers.
   Tensor forward_cached(const Tensor& x, KVCache& cache, int64_t layer) const;
+  const GatedDeltaShape& shape() const { return shape_; }
 
   Linear* in_proj_qkv;
   Linear* in_proj_z;
@@ -41,8 +58,17 @@ class GatedDeltaNet : public Module {
   Tensor norm_weight;  // registered as "norm.weight"
 
  private:
-  int64_t num_k_heads_, num_v_heads_, k_head_dim_, v_head_dim_, conv_kernel_;
-  double eps_;
+  struct Gates {
+    Tensor g, beta;  // [B, S, Hv]: g f32, beta the model dtype
+  };
+  Gates gates_of(const Tensor& x) const;
+  // The gated RMSNorm with z = in_proj_z(x), then out_proj: [B, S, Hv, dv] -> [B, S, hidden].
+  Tensor output_of(const Tensor& core, const Tensor& x) const;
+  void check_input(const Tensor& x, const char* what) const;
+
+  GatedDeltaShape shape_;
+  int64_t hidden_ = 0;
+  double eps_ = 1e-6;
 };
 
 }  // namespace cg::nn

@@ -21,6 +21,7 @@
 #include "core/factories.h"
 #include "core/views.h"
 #include "fake_kernels.h"
+#include "ops/gated_delta.h"
 #include "ops/head_loss.h"
 #include "ops/kernels.h"
 #include "ops/loss.h"
@@ -308,6 +309,37 @@ std::vector<Case> all_cases() {
                  const Tensor anchors = from_ints({0, 5}, {2});
                  const AttentionMask m = AttentionMask::dflash_blocks(5, 3, anchors, Tensor(), 2);
                  return std::vector<Tensor>{scaled_dot_product_attention(x[0], x[1], x[2], m)};
+               }});
+  // Gated DeltaNet (frozen-target ops: constant inputs, no backward). 4 value heads over 2
+  // key heads, a nonzero initial state, log decays g in [-1, 0), beta in [0, 1); the conv
+  // with a history, HF's [C, 1, K] weight and without SiLU.
+  InputSpec log_decay = constant({2, 5, 4});
+  log_decay.low = -1.0;
+  log_decay.high = 0.0;
+  InputSpec gate = constant({2, 5, 4});
+  gate.low = 0.0;
+  c.push_back({"gated_delta_rule",
+               {"gated_delta_rule"},
+               kAllFloat,
+               {constant({2, 5, 2, 6}), constant({2, 5, 2, 6}), constant({2, 5, 4, 3}), log_decay,
+                gate, constant({2, 4, 6, 3})},
+               [](auto& x) {
+                 const Tensor state = to_dtype(x[5], DType::f32);
+                 GatedDeltaResult a =
+                     gated_delta_rule(x[0], x[1], x[2], x[3], x[4], {.state = state, .scale = 0.4});
+                 GatedDeltaResult b = gated_delta_rule(x[0], x[1], x[2], x[3], x[4],
+                                                       {.l2norm_qk = false, .scale = 0.3});
+                 return std::vector<Tensor>{a.out, a.final_state, b.out, b.final_state};
+               },
+               /*fp32_math=*/true});
+  c.push_back({"causal_conv1d",
+               {"causal_conv1d"},
+               kAllFloat,
+               {constant({2, 6, 5}), constant({5, 4}), constant({2, 3, 5})},
+               [](auto& x) {
+                 const Tensor hf_weight = unsqueeze(x[1], 1);  // [C, 1, K]
+                 return std::vector<Tensor>{causal_conv1d(x[0], x[1], x[2]),
+                                            causal_conv1d(x[0], hf_weight, Tensor(), false)};
                }});
   c.push_back({"indexing",
                {"index_select", "index_add", "gather", "scatter_add", "check_indices"},

@@ -137,6 +137,10 @@ class CountingKernels final : public cpu::CpuKernels {
                               bool du) override {
     CG_FORWARD(swiglu_backward, d, g, u, dg, du);
   }
+  Tensor gated_delta_rule(const GatedDeltaArgs& a) override { CG_FORWARD(gated_delta_rule, a); }
+  Tensor causal_conv1d(const Tensor& x, const Tensor& w, const Tensor& h, bool silu) override {
+    CG_FORWARD(causal_conv1d, x, w, h, silu);
+  }
   AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                      const ResolvedAttentionMask& m, double s) override {
     CG_FORWARD(attention_forward, q, k, v, m, s);

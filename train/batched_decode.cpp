@@ -311,6 +311,18 @@ DecodeStats decode_batched(const nn::Qwen3ForCausalLM& lm, const std::vector<Dec
   for (size_t i = 0; i < prompts.size(); ++i) {
     CG_CHECK(!prompts[i].ids.empty(), "decode_batched: prompt ", i, " is empty");
   }
+  // Note [Ragged batch] with Gated DeltaNet layers: padding never runs through a layer
+  // here (prompts prefill alone; the rebuild writes zero keys into padding slots), so a
+  // DeltaNet row's state is its own and needs no padding mask -- but ragged_step runs
+  // attention layers only and the rebuild copies keys and values only. Until both handle
+  // DeltaNet layers (run GatedDeltaNet::forward_cached; copy each row's recurrent and conv
+  // state), a hybrid target is refused rather than decoded wrongly.
+  for (int64_t l = 0; l < lm.config().num_layers; ++l) {
+    CG_CHECK(!lm.config().is_linear_layer(l), "decode_batched: layer ", l,
+             " of the target is a Gated DeltaNet (linear_attention) layer, which the ragged "
+             "batch decoder does not run yet; regenerate with a Qwen3 (dense) target, or use "
+             "generate / speculative decoding, which support Qwen3.5 targets");
+  }
   NoGradGuard no_grad;
   Decoder decoder(lm, prompts, options, on_done);
   return decoder.run();
