@@ -11,6 +11,16 @@
 //
 // Parameters (Hugging Face names): q_proj [Hq*hd, hidden], k_proj/v_proj [Hkv*hd,
 // hidden], o_proj [hidden, Hq*hd], all without bias; q_norm/k_norm [hd]. No norm on v.
+//
+// Note [Gated attention]: the Qwen3.5 family's full-attention layers (config
+// attn_output_gate) make q_proj twice as wide, [Hq*2*hd, hidden], and view its output per
+// head as [B, S, Hq, 2*hd]: in each head the first hd values are the query, the next hd
+// that head's gate (NOT the first and second half of the whole output: that reading loads
+// without error and computes another model). The attention output [B, S, Hq*hd] is
+// multiplied by sigmoid(gate) before o_proj. Their norms are zero-centred (layers.h), and
+// only the first rotary_dim() = hd * partial_rotary_factor dims of each q/k head rotate,
+// with frequencies over rotary_dim; the rest pass through unchanged, as in transformers'
+// apply_rotary_pos_emb. The KV cache stores keys after k_norm and rotary.
 #pragma once
 
 #include "nn/config.h"
@@ -56,6 +66,8 @@ class Attention : public Module {
   int64_t num_heads() const { return num_heads_; }
   int64_t num_kv_heads() const { return num_kv_heads_; }
   int64_t head_dim() const { return head_dim_; }
+  int64_t rotary_dim() const { return rotary_dim_; }
+  bool output_gate() const { return output_gate_; }
 
   Linear* q_proj;
   Linear* k_proj;
@@ -63,10 +75,18 @@ class Attention : public Module {
   Linear* o_proj;
   RMSNorm* q_norm;
   RMSNorm* k_norm;
-  RotaryEmbedding* rotary_emb;
+  RotaryEmbedding* rotary_emb;  // over rotary_dim() dims (Note [Gated attention])
 
  private:
-  int64_t hidden_, num_heads_, num_kv_heads_, head_dim_;
+  // q [B, S, Hq, hd] after q_norm, before rotary; gate [B, S, Hq*hd] (undefined ungated).
+  std::pair<Tensor, Tensor> queries_and_gate(const Tensor& x) const;
+  // Rotary on the first rotary_dim_ dims of each head of x [B, S, H, hd].
+  Tensor rotate(const Tensor& x, const Tensor& positions) const;
+  // out [B, S, Hq*hd] -> o_proj(out * sigmoid(gate)) (no gate: o_proj(out)).
+  Tensor project_output(const Tensor& out, const Tensor& gate) const;
+
+  int64_t hidden_, num_heads_, num_kv_heads_, head_dim_, rotary_dim_;
+  bool output_gate_;
 };
 
 }  // namespace cg::nn

@@ -17,20 +17,28 @@ namespace {
 
 class CheckpointSource : public StateSource {
  public:
-  CheckpointSource(const safetensors::Reader& reader, std::string prefix)
-      : reader_(reader), prefix_(std::move(prefix)) {}
-
-  std::vector<std::string> keys() const override {
-    std::vector<std::string> out;
+  CheckpointSource(const safetensors::Reader& reader, const CheckpointLoadOptions& options)
+      : reader_(reader) {
+    const std::string& prefix = options.prefix;
     for (const std::string& name : reader_.names()) {
-      if (name.compare(0, prefix_.size(), prefix_) == 0) out.push_back(name.substr(prefix_.size()));
+      if (name.compare(0, prefix.size(), prefix) != 0) continue;
+      const std::string key =
+          options.rename ? options.rename(name.substr(prefix.size())) : name.substr(prefix.size());
+      if (key.empty()) continue;  // a tensor the model does not use
+      const auto [it, fresh] = file_name_.emplace(key, name);
+      CG_CHECK(fresh, "checkpoint '", reader_.path(), "': tensors '", it->second, "' and '", name,
+               "' both hold the model's '", key,
+               "'; the folder mixes two checkpoint layouts, keep one");
+      keys_.push_back(key);
     }
-    return out;
   }
-  Shape shape(const std::string& key) const override { return reader_.info(prefix_ + key).shape; }
-  DType dtype(const std::string& key) const override { return reader_.info(prefix_ + key).dtype; }
+
+  std::vector<std::string> keys() const override { return keys_; }
+  Shape shape(const std::string& key) const override { return reader_.info(file(key)).shape; }
+  DType dtype(const std::string& key) const override { return reader_.info(file(key)).dtype; }
+  std::string name_in_source(const std::string& key) const override { return file(key); }
   void copy_into(const std::string& key, const Tensor& dst) const override {
-    const std::string name = prefix_ + key;
+    const std::string name = file(key);
     if (dst.device() == kCPU && dst.is_contiguous() && dst.dtype() == dtype(key)) {
       reader_.load_into(name, dst);             // straight into the parameter
       check_finite(dst, name, reader_.path());  // Note [Finite on load]
@@ -44,8 +52,11 @@ class CheckpointSource : public StateSource {
   std::string describe() const override { return "checkpoint '" + reader_.path() + "'"; }
 
  private:
+  const std::string& file(const std::string& key) const { return file_name_.at(key); }
+
   const safetensors::Reader& reader_;
-  std::string prefix_;
+  std::vector<std::string> keys_;
+  std::map<std::string, std::string> file_name_;  // module name -> name in the file
 };
 
 safetensors::NamedTensors tensors_of(const Module& module) {
@@ -77,8 +88,23 @@ LoadResult load_checkpoint(Module& module, const std::string& path,
 
 LoadResult load_checkpoint(Module& module, const safetensors::Reader& reader,
                            const CheckpointLoadOptions& options) {
-  return module.load_state_dict(CheckpointSource(reader, options.prefix), options.strict,
+  return module.load_state_dict(CheckpointSource(reader, options), options.strict,
                                 options.convert_dtype);
+}
+
+std::string hf_target_name(const Qwen3Config& config, const std::string& name) {
+  if (config.family != "qwen3_5") return name;
+  auto starts = [&](const char* p) { return name.rfind(p, 0) == 0; };
+  if (starts("model.visual.") || starts("mtp.")) return "";
+  static const std::string nested = "model.language_model.";
+  if (starts(nested.c_str())) return "model." + name.substr(nested.size());
+  return name;
+}
+
+CheckpointLoadOptions hf_target_load_options(const Qwen3Config& config) {
+  return {.strict = true, .convert_dtype = true, .rename = [config](const std::string& name) {
+            return hf_target_name(config, name);
+          }};
 }
 
 void check_finite(const Tensor& cpu, const std::string& tensor, const std::string& file) {

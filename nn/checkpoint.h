@@ -8,9 +8,11 @@
 //   cg::nn::load_checkpoint(lm, "/models/Qwen3-8B", {.strict = false, .convert_dtype = true});
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 
+#include "nn/config.h"
 #include "nn/module.h"
 #include "nn/safetensors.h"
 
@@ -23,7 +25,23 @@ struct CheckpointLoadOptions {
   // ("model." lets a Qwen3Model load from a Qwen3ForCausalLM checkpoint). With a prefix,
   // checkpoint keys outside it are not "unexpected".
   std::string prefix{};
+  // When set: the module's name for each checkpoint tensor (after the prefix), or "" to skip
+  // the tensor (never loaded, never "unexpected"). Two tensors mapping to one name are an
+  // error. Errors name the tensor as the checkpoint does.
+  std::function<std::string(const std::string&)> rename{};
 };
+
+// Note [Hugging Face target names]: the module name of checkpoint tensor `name` for a target
+// of config.family, or "" for a tensor the model does not use. Qwen3 ("qwen3"): the name
+// itself. Qwen3.5 / Qwen3.6 ("qwen3_5"): Qwen3_5ForConditionalGeneration keeps the language
+// model under model.language_model.* (-> model.*), lm_head.weight at the top, the vision
+// tower under model.visual.* and, in released checkpoints, a multi-token-prediction head
+// under mtp.* (both skipped: chunkgrad runs text only and does not use the MTP head);
+// Qwen3_5ForCausalLM checkpoints, and chunkgrad's own saves, already use model.*.
+std::string hf_target_name(const Qwen3Config& config, const std::string& name);
+// The strict, dtype-converting load every Hugging Face target loader uses (rename set to
+// hf_target_name for the config's family).
+CheckpointLoadOptions hf_target_load_options(const Qwen3Config& config);
 
 // The module's state (shared parameters once, registration order) as one file, with
 // metadata {"format": "pt"} added so transformers accepts it.

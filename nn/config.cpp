@@ -29,6 +29,34 @@ void Qwen3Config::validate() const {
            head_dim);
   CG_CHECK(rope_theta > 0.0, "Qwen3Config: rope_theta must be positive, got ", rope_theta);
   CG_CHECK(rms_eps >= 0.0, "Qwen3Config: rms_eps must be >= 0, got ", rms_eps);
+  CG_CHECK(family == "qwen3" || family == "qwen3_5", "Qwen3Config: family must be \"qwen3\" or ",
+           "\"qwen3_5\", got \"", family, "\"");
+  CG_CHECK(layer_types.empty() || static_cast<int64_t>(layer_types.size()) == num_layers,
+           "Qwen3Config: layer_types has ", layer_types.size(), " entries but num_layers is ",
+           num_layers, "; give one type per layer");
+  bool any_linear = false;
+  for (size_t i = 0; i < layer_types.size(); ++i) {
+    CG_CHECK(layer_types[i] == "full_attention" || layer_types[i] == "linear_attention",
+             "Qwen3Config: layer_types[", i, "] is \"", layer_types[i],
+             "\"; chunkgrad knows \"full_attention\" and \"linear_attention\" (Gated DeltaNet)");
+    any_linear = any_linear || layer_types[i] == "linear_attention";
+  }
+  CG_CHECK(partial_rotary_factor > 0.0 && partial_rotary_factor <= 1.0,
+           "Qwen3Config: partial_rotary_factor must be in (0, 1], got ", partial_rotary_factor);
+  CG_CHECK(rotary_dim() > 0 && rotary_dim() % 2 == 0, "Qwen3Config: rotary_dim = head_dim (",
+           head_dim, ") * partial_rotary_factor (", partial_rotary_factor, ") = ", rotary_dim(),
+           " must be even and positive (dims rotate in pairs)");
+  if (any_linear) {
+    positive(linear_num_key_heads, "linear_num_key_heads");
+    positive(linear_num_value_heads, "linear_num_value_heads");
+    positive(linear_key_head_dim, "linear_key_head_dim");
+    positive(linear_value_head_dim, "linear_value_head_dim");
+    positive(linear_conv_kernel_dim, "linear_conv_kernel_dim");
+    CG_CHECK(linear_num_value_heads % linear_num_key_heads == 0,
+             "Qwen3Config: linear_num_value_heads (", linear_num_value_heads,
+             ") must be a multiple of linear_num_key_heads (", linear_num_key_heads,
+             "): each key head serves a whole group of value heads");
+  }
 }
 
 std::string Qwen3Config::str() const {
@@ -36,12 +64,33 @@ std::string Qwen3Config::str() const {
   out << "Qwen3Config(vocab " << vocab_size << ", hidden " << hidden_size << ", layers "
       << num_layers << ", heads " << num_heads << "/" << num_kv_heads << " kv, head_dim "
       << head_dim << ", mlp " << intermediate_size << ", rope_theta " << rope_theta << ", rms_eps "
-      << rms_eps << (tie_embeddings ? ", tied" : "") << ")";
+      << rms_eps << (tie_embeddings ? ", tied" : "");
+  if (family != "qwen3" || !layer_types.empty() || attn_output_gate || zero_centred_norm ||
+      partial_rotary_factor != 1.0) {
+    int64_t linear = 0;
+    for (int64_t i = 0; i < static_cast<int64_t>(layer_types.size()); ++i)
+      linear += is_linear_layer(i) ? 1 : 0;
+    out << ", family " << family << ", " << linear << " linear_attention + " << num_layers - linear
+        << " full_attention layers";
+    if (linear > 0) {
+      out << ", layer_types [";
+      for (size_t i = 0; i < layer_types.size(); ++i)
+        out << (i ? "," : "") << (layer_types[i] == "linear_attention" ? "L" : "F");
+      out << "], deltanet " << linear_num_key_heads << " k / " << linear_num_value_heads
+          << " v heads x " << linear_key_head_dim << "/" << linear_value_head_dim << ", conv "
+          << linear_conv_kernel_dim;
+    }
+    out << (attn_output_gate ? ", gated attention" : "")
+        << (zero_centred_norm ? ", zero-centred norms" : "") << ", rotary_dim " << rotary_dim()
+        << " (partial_rotary_factor " << partial_rotary_factor << ")";
+  }
+  out << ")";
   return out.str();
 }
 
 int64_t Qwen3Config::attention_parameters() const {
-  const int64_t q = hidden_size * num_heads * head_dim;
+  // A gated q_proj emits a query and a gate per head (Note [Gated attention], attention.h).
+  const int64_t q = hidden_size * num_heads * head_dim * (attn_output_gate ? 2 : 1);
   const int64_t kv = 2 * hidden_size * num_kv_heads * head_dim;
   const int64_t o = num_heads * head_dim * hidden_size;
   return q + kv + o + 2 * head_dim;  // + q_norm, k_norm
@@ -53,9 +102,29 @@ int64_t Qwen3Config::layer_parameters() const {
   return attention_parameters() + mlp_parameters() + 2 * hidden_size;
 }
 
+int64_t Qwen3Config::linear_attention_parameters() const {
+  const int64_t key_dim = linear_num_key_heads * linear_key_head_dim;
+  const int64_t value_dim = linear_num_value_heads * linear_value_head_dim;
+  const int64_t conv_dim = 2 * key_dim + value_dim;  // q, k, v
+  return hidden_size * conv_dim                      // in_proj_qkv
+         + hidden_size * value_dim                   // in_proj_z
+         + 2 * hidden_size * linear_num_value_heads  // in_proj_b, in_proj_a
+         + conv_dim * linear_conv_kernel_dim         // conv1d (depthwise, no bias)
+         + 2 * linear_num_value_heads                // dt_bias, A_log
+         + linear_value_head_dim                     // the gated norm
+         + value_dim * hidden_size;                  // out_proj
+}
+
+int64_t Qwen3Config::linear_layer_parameters() const {
+  return linear_attention_parameters() + mlp_parameters() + 2 * hidden_size;
+}
+
 int64_t Qwen3Config::total_parameters() const {
   const int64_t embed = vocab_size * hidden_size;
-  return embed + num_layers * layer_parameters() + hidden_size + (tie_embeddings ? 0 : embed);
+  int64_t layers = 0;
+  for (int64_t i = 0; i < num_layers; ++i)
+    layers += is_linear_layer(i) ? linear_layer_parameters() : layer_parameters();
+  return embed + layers + hidden_size + (tie_embeddings ? 0 : embed);
 }
 
 namespace {
@@ -72,7 +141,13 @@ using json = nlohmann::json;
 // take its class default, 10000; chunkgrad does not guess a number every logit depends
 // on), and any rope type but "default" is refused: chunkgrad implements plain RoPE, and
 // yarn, linear, dynamic or llama3 scaling change the frequencies.
-void check_default_rope_type(const json& rope, const char* field) {
+// Keys of rope_parameters that the Qwen3.5 family adds and that do not change plain RoPE
+// for text (Note [Qwen3.5 config]).
+bool is_hybrid_rope_key(const std::string& key) {
+  return key == "partial_rotary_factor" || key == "mrope_section" || key == "mrope_interleaved";
+}
+
+void check_default_rope_type(const json& rope, const char* field, bool hybrid) {
   for (const char* key : {"rope_type", "type"}) {
     if (!rope.contains(key) || rope[key].is_null()) continue;
     CG_CHECK(rope[key].is_string() && rope[key].get<std::string>() == "default",
@@ -84,6 +159,7 @@ void check_default_rope_type(const json& rope, const char* field) {
   // A scaling parameter without a type is scaling all the same (transformers infers the
   // type); only the base and the type may be there for plain RoPE.
   for (const auto& [key, value] : rope.items()) {
+    if (hybrid && is_hybrid_rope_key(key)) continue;
     CG_CHECK(key == "rope_theta" || key == "rope_type" || key == "type" || value.is_null(),
              "Qwen3Config: config.json has ", field, ".", key, " = ", describe_json(value),
              "; that is a RoPE scaling parameter, and chunkgrad implements only the default "
@@ -92,7 +168,7 @@ void check_default_rope_type(const json& rope, const char* field) {
   }
 }
 
-double rope_theta_of(const json& j) {
+double rope_theta_of(const json& j, bool hybrid) {
   std::optional<double> top, nested;
   if (j.contains("rope_theta") && !j["rope_theta"].is_null()) {
     CG_CHECK(j["rope_theta"].is_number(), "Qwen3Config: \"rope_theta\" must be a number, got ",
@@ -103,7 +179,7 @@ double rope_theta_of(const json& j) {
     const json& rope = j["rope_parameters"];
     CG_CHECK(rope.is_object(), "Qwen3Config: \"rope_parameters\" must be an object, got ",
              describe_json(rope));
-    check_default_rope_type(rope, "rope_parameters");
+    check_default_rope_type(rope, "rope_parameters", hybrid);
     if (rope.contains("rope_theta") && !rope["rope_theta"].is_null()) {
       CG_CHECK(rope["rope_theta"].is_number(),
                "Qwen3Config: rope_parameters.rope_theta must be a number, got ",
@@ -116,7 +192,7 @@ double rope_theta_of(const json& j) {
              "Qwen3Config: \"rope_scaling\" must be null or an "
              "object, got ",
              describe_json(j["rope_scaling"]));
-    check_default_rope_type(j["rope_scaling"], "rope_scaling");
+    check_default_rope_type(j["rope_scaling"], "rope_scaling", hybrid);
   }
   CG_CHECK(top || nested,
            "Qwen3Config: config.json gives no RoPE base: neither a top-level "
@@ -133,7 +209,7 @@ double rope_theta_of(const json& j) {
 
 // Fields chunkgrad's Qwen3 does not implement: when a config asks for them it would compute
 // another model, so it is refused rather than loaded (absent or null means the default).
-void check_supported_architecture(const json& j) {
+void check_supported_architecture(const json& j, bool hybrid) {
   auto present = [&](const char* key) { return j.contains(key) && !j[key].is_null(); };
   if (present("hidden_act")) {
     CG_CHECK(j["hidden_act"] == "silu", "Qwen3Config: hidden_act is ",
@@ -149,7 +225,7 @@ void check_supported_architecture(const json& j) {
              describe_json(j["use_sliding_window"]),
              "; chunkgrad's Qwen3 attention is full causal attention in every layer");
   }
-  if (present("layer_types")) {
+  if (present("layer_types") && !hybrid) {
     CG_CHECK(j["layer_types"].is_array(), "Qwen3Config: layer_types must be an array, got ",
              describe_json(j["layer_types"]));
     for (const json& t : j["layer_types"]) {
@@ -159,35 +235,147 @@ void check_supported_architecture(const json& j) {
   }
 }
 
+// Note [Qwen3.5 config]: transformers 5 writes the Qwen3.5 / Qwen3.6 family two ways.
+// Qwen3_5ForConditionalGeneration (model_type "qwen3_5") nests the language model's fields
+// in "text_config" (model_type "qwen3_5_text") beside a "vision_config" that chunkgrad
+// ignores (it never runs vision inputs; the model.visual.* weights are skipped on load), and
+// keeps tie_word_embeddings on the OUTER config (an inner one is ignored, as transformers'
+// ForConditionalGeneration does). Qwen3_5ForCausalLM (model_type "qwen3_5_text") is flat.
+// The text fields are Qwen3's plus:
+//   layer_types            "linear_attention" / "full_attention" per layer; when absent,
+//                          derived as transformers does from full_attention_interval
+//                          (default 4): layer i is full when (i + 1) % interval == 0
+//   partial_rotary_factor  at the top of the text config or in rope_parameters (both:
+//                          they must agree); default 0.25, transformers' default for the
+//                          family. Only the first head_dim * factor dims of a head rotate.
+//   rope_parameters        rope_theta (required, as for Qwen3), rope_type "default" only,
+//                          and "mrope_section" / "mrope_interleaved", accepted: with text
+//                          only, the temporal, height and width position ids are all the
+//                          token's position, so M-RoPE (interleaved or not) gives every
+//                          frequency the same angle as plain RoPE over the rotary dims.
+//   linear_*               the Gated DeltaNet sizes; absent ones take transformers'
+//                          Qwen3_5TextConfig defaults (16 key / 32 value heads, dims 128,
+//                          conv kernel 4).
+// Every layer of this family gates its attention output and zero-centres its RMSNorms
+// (attn_output_gate, zero_centred_norm). "qwen3_5_moe" (mixture of experts) is refused.
+void read_hybrid_fields(const json& text, const std::string& where, Qwen3Config& c) {
+  c.family = "qwen3_5";
+  c.attn_output_gate = true;
+  c.zero_centred_norm = true;
+  c.linear_num_key_heads = text.value("linear_num_key_heads", int64_t{16});
+  c.linear_num_value_heads = text.value("linear_num_value_heads", int64_t{32});
+  c.linear_key_head_dim = text.value("linear_key_head_dim", int64_t{128});
+  c.linear_value_head_dim = text.value("linear_value_head_dim", int64_t{128});
+  c.linear_conv_kernel_dim = text.value("linear_conv_kernel_dim", int64_t{4});
+  if (text.contains("layer_types") && !text["layer_types"].is_null()) {
+    const json& types = text["layer_types"];
+    CG_CHECK(types.is_array(), "Qwen3Config: ", where, " has layer_types = ", describe_json(types),
+             "; it must be a list of \"full_attention\" / "
+             "\"linear_attention\", one per layer");
+    for (const json& t : types) {
+      CG_CHECK(t.is_string(), "Qwen3Config: ", where, " lists ", describe_json(t),
+               " in layer_types; each entry must be \"full_attention\" or \"linear_attention\"");
+      c.layer_types.push_back(t.get<std::string>());
+    }
+  } else {
+    const int64_t interval = text.value("full_attention_interval", int64_t{4});
+    CG_CHECK(interval > 0, "Qwen3Config: ", where, " has full_attention_interval = ", interval,
+             "; it must be positive (every interval-th layer is full attention)");
+    for (int64_t i = 0; i < c.num_layers; ++i)
+      c.layer_types.push_back((i + 1) % interval == 0 ? "full_attention" : "linear_attention");
+  }
+  std::optional<double> top, nested;
+  if (text.contains("partial_rotary_factor") && !text["partial_rotary_factor"].is_null())
+    top = text["partial_rotary_factor"].get<double>();
+  if (text.contains("rope_parameters") && text["rope_parameters"].is_object()) {
+    const json& rope = text["rope_parameters"];
+    if (rope.contains("partial_rotary_factor") && !rope["partial_rotary_factor"].is_null())
+      nested = rope["partial_rotary_factor"].get<double>();
+    if (rope.contains("mrope_section") && !rope["mrope_section"].is_null()) {
+      CG_CHECK(rope["mrope_section"].is_array(), "Qwen3Config: ", where,
+               " has rope_parameters.mrope_section = ", describe_json(rope["mrope_section"]),
+               "; it must be a list of section sizes");
+      for (const json& v : rope["mrope_section"]) {
+        CG_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0, "Qwen3Config: ", where,
+                 " has rope_parameters.mrope_section entry ", describe_json(v),
+                 "; sections are non-negative integers");
+      }
+    }
+    if (rope.contains("mrope_interleaved") && !rope["mrope_interleaved"].is_null()) {
+      CG_CHECK(rope["mrope_interleaved"].is_boolean(), "Qwen3Config: ", where,
+               " has rope_parameters.mrope_interleaved = ",
+               describe_json(rope["mrope_interleaved"]), "; it must be true or false");
+    }
+  }
+  CG_CHECK(!top || !nested || *top == *nested, "Qwen3Config: ", where,
+           " gives two partial_rotary_factor values, ", *top, " at the top and ", *nested,
+           " in rope_parameters; which one the model was trained with is unclear, so fix the file");
+  c.partial_rotary_factor = top ? *top : nested ? *nested : 0.25;
+}
+
 }  // namespace
 
 Qwen3Config Qwen3Config::from_hf_json(const nlohmann::json& j) {
   CG_CHECK(j.is_object(), "Qwen3Config: config.json must be a JSON object, got ", describe_json(j));
-  auto need = [&](const char* key) -> const nlohmann::json& {
-    CG_CHECK(j.contains(key) && !j.at(key).is_null(), "Qwen3Config: config.json lacks \"", key,
-             "\"");
-    return j.at(key);
+  const std::string model_type = j.contains("model_type") && j["model_type"].is_string()
+                                     ? j["model_type"].get<std::string>()
+                                     : std::string();
+  auto refuse_moe = [](const std::string& type) {
+    CG_CHECK(type != "qwen3_5_moe" && type != "qwen3_5_moe_text", "Qwen3Config: model_type is \"",
+             type,
+             "\", a mixture-of-experts Qwen3.5 / Qwen3.6; chunkgrad does not implement its "
+             "expert layers yet (issue 21 item 2), only the dense \"qwen3_5\" / \"qwen3_5_text\"");
   };
-  check_supported_architecture(j);
+  refuse_moe(model_type);
+  const bool nested = model_type == "qwen3_5";
+  const bool hybrid = nested || model_type == "qwen3_5_text";
+  if (nested) {
+    CG_CHECK(j.contains("text_config") && j["text_config"].is_object(),
+             "Qwen3Config: config.json has model_type \"qwen3_5\" but no \"text_config\" object "
+             "(Qwen3_5ForConditionalGeneration keeps the language model's fields there)");
+    const json& inner = j["text_config"];
+    if (inner.contains("model_type") && inner["model_type"].is_string()) {
+      const std::string inner_type = inner["model_type"].get<std::string>();
+      refuse_moe(inner_type);
+      CG_CHECK(inner_type == "qwen3_5_text",
+               "Qwen3Config: config.json's text_config has "
+               "model_type \"",
+               inner_type,
+               "\"; a \"qwen3_5\" model's text_config is "
+               "\"qwen3_5_text\"");
+    }
+  }
+  const json& t = nested ? j["text_config"] : j;
+  const std::string where = nested ? "config.json's text_config" : "config.json";
+  auto need = [&](const char* key) -> const nlohmann::json& {
+    CG_CHECK(t.contains(key) && !t.at(key).is_null(), "Qwen3Config: ", where, " lacks \"", key,
+             "\"");
+    return t.at(key);
+  };
+  check_supported_architecture(t, hybrid);
   Qwen3Config c;
   try {
     c.vocab_size = need("vocab_size").get<int64_t>();
     c.hidden_size = need("hidden_size").get<int64_t>();
     c.num_layers = need("num_hidden_layers").get<int64_t>();
     c.num_heads = need("num_attention_heads").get<int64_t>();
-    // transformers' own rule for a missing or null num_key_value_heads: one per head.
-    c.num_kv_heads = j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null()
-                         ? j["num_key_value_heads"].get<int64_t>()
+    // transformers' Qwen3 rule for a missing or null num_key_value_heads: one per head.
+    // Its Qwen3.5 class defaults to 4 instead; a guess there is refused.
+    c.num_kv_heads = hybrid ? need("num_key_value_heads").get<int64_t>()
+                     : t.contains("num_key_value_heads") && !t["num_key_value_heads"].is_null()
+                         ? t["num_key_value_heads"].get<int64_t>()
                          : c.num_heads;
     // No default: transformers' Qwen3Config would take 128, Llama-style code
     // hidden_size / num_attention_heads; a guess either way changes the model.
     c.head_dim = need("head_dim").get<int64_t>();
     c.intermediate_size = need("intermediate_size").get<int64_t>();
-    c.rope_theta = rope_theta_of(j);
-    c.rms_eps = j.value("rms_norm_eps", 1e-6);  // transformers' Qwen3 default (4.x and 5)
-    c.tie_embeddings = j.value("tie_word_embeddings", false);  // likewise
+    c.rope_theta = rope_theta_of(t, hybrid);
+    c.rms_eps = t.value("rms_norm_eps", 1e-6);  // transformers' default (Qwen3 and Qwen3.5)
+    // Note [Qwen3.5 config]: a nested model ties by its outer config.
+    c.tie_embeddings = (nested ? j : t).value("tie_word_embeddings", false);
+    if (hybrid) read_hybrid_fields(t, where, c);
   } catch (const nlohmann::json::exception& e) {
-    CG_FAIL("Qwen3Config: config.json has a field of the wrong type (", e.what(), ")");
+    CG_FAIL("Qwen3Config: ", where, " has a field of the wrong type (", e.what(), ")");
   }
   c.validate();
   return c;

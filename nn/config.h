@@ -49,15 +49,18 @@ struct Qwen3Config {
   }
 
   // Throws naming the first inconsistent field (sizes positive, heads % kv_heads == 0,
-  // head_dim even).
+  // head_dim even; for the hybrid fields: one known layer type per layer, rotary_dim even
+  // and positive, value heads a multiple of key heads, a known family).
   void validate() const;
   std::string str() const;
 
   // Parameter counts by hand (what the modules must add up to).
-  int64_t attention_parameters() const;  // q,k,v,o projections + q/k norms
-  int64_t mlp_parameters() const;        // gate, up, down
-  int64_t layer_parameters() const;      // attention + mlp + two norms
-  int64_t total_parameters() const;      // embed + layers + final norm (+ lm_head unless tied)
+  int64_t attention_parameters() const;         // q (twice as wide when gated),k,v,o + q/k norms
+  int64_t linear_attention_parameters() const;  // one Gated DeltaNet (nn/gated_deltanet.h)
+  int64_t mlp_parameters() const;               // gate, up, down
+  int64_t layer_parameters() const;         // a full-attention layer: attention + mlp + two norms
+  int64_t linear_layer_parameters() const;  // a linear-attention layer: DeltaNet + mlp + norms
+  int64_t total_parameters() const;         // embed + layers + final norm (+ lm_head unless tied)
 
   // From a Hugging Face config.json (num_hidden_layers, num_attention_heads, ...), as
   // transformers 4 or 5 writes it: the RoPE base from "rope_theta" or from
@@ -66,6 +69,9 @@ struct Qwen3Config {
   // architecture options chunkgrad does not implement (attention biases, sliding windows,
   // an activation other than silu). Absent num_key_value_heads, rms_norm_eps and
   // tie_word_embeddings take transformers' Qwen3 defaults (num_attention_heads, 1e-6, false).
+  // Also the Qwen3.5 / Qwen3.6 family (model_type "qwen3_5" with the language model in
+  // "text_config", "qwen3_5_text" flat): Note [Qwen3.5 config] in config.cpp says what is
+  // read, what is defaulted and what is refused.
   static Qwen3Config from_hf_json(const nlohmann::json& json);
   static Qwen3Config from_hf_file(const std::string& path);  // a config.json path
 };

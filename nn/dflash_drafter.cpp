@@ -79,6 +79,13 @@ int64_t DFlashDrafterConfig::parameter_count() const {
 
 void DFlashDrafterConfig::validate() const {
   layers.validate();
+  // Issue 21 item 4: the drafter's layers are dense Qwen3 (plain norms, ungated attention,
+  // full-dim RoPE) even for a Qwen3.5 target; its config must not inherit the target's.
+  CG_CHECK(layers.family == "qwen3" && layers.layer_types.empty() && !layers.attn_output_gate &&
+               !layers.zero_centred_norm && layers.partial_rotary_factor == 1.0,
+           "DFlash drafter: its layers must be dense Qwen3 layers, got ", layers.str(),
+           "; build the drafter config with drafter_model_config, which drops a Qwen3.5 "
+           "target's hybrid fields");
   CG_CHECK(!target_layers.empty(), "DFlash drafter: target_layers is empty");
   CG_CHECK(mask_token_id >= 0 && mask_token_id < layers.vocab_size,
            "DFlash drafter: mask_token_id ", mask_token_id, " is not in the vocabulary [0, ",

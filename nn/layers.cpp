@@ -5,9 +5,11 @@
 #include <cmath>
 
 #include "nn/init_mode.h"
+#include "ops/elementwise.h"
 #include "ops/embedding.h"
 #include "ops/norm.h"
 #include "ops/rotary.h"
+#include "ops/shape_ops.h"
 
 namespace cg::nn {
 
@@ -34,14 +36,28 @@ Tensor Embedding::forward(const Tensor& ids) const {
 
 // ---- RMSNorm ---------------------------------------------------------------------
 
-RMSNorm::RMSNorm(int64_t dim, double eps, InitOptions init) : Module("RMSNorm"), eps_(eps) {
+// Note [Zero-centred RMSNorm]: the Qwen3.5 family stores each RMSNorm's scale as an offset
+// from 1 (transformers' Qwen3_5RMSNorm: weight initialised to zeros, y = norm(x) * (1 + w),
+// all in fp32, one rounding to x's dtype at the end). Forming 1 + w in bf16 would round the
+// scale itself (w = 0.01 becomes 1.0078), so forward() makes the scale in fp32 and runs the
+// fused norm on fp32 x; for an f32 model that is the plain op with weight 1 + w. The rule for
+// each norm of a Qwen3.5 target and of its drafter:
+//   input_layernorm, post_attention_layernorm, model.norm   zero-centred (1 + w)
+//   self_attn.q_norm, self_attn.k_norm (full layers)          zero-centred (1 + w)
+//   linear_attn.norm (the DeltaNet's gated norm)             plain w, times SiLU(z)
+//   every norm of a DFlash drafter (hidden_norm, layer norms,
+//   q/k norms, final norm), whatever its target             plain w (its own config)
+// Qwen3 dense targets: plain w everywhere (zero_centred_norm false).
+RMSNorm::RMSNorm(int64_t dim, double eps, InitOptions init, bool zero_centred)
+    : Module("RMSNorm"), eps_(eps), zero_centred_(zero_centred) {
   CG_CHECK(dim > 0, "RMSNorm: dim must be positive, got ", dim);
   CG_CHECK(eps >= 0.0, "RMSNorm: eps must be >= 0, got ", eps);
   CategoryGuard category(MemoryCategory::parameter);
   if (SkipParameterInit::active()) {  // Note [Uninitialized parameters]
     weight = empty({dim}, init.tensor_options());
   } else {
-    weight = ones({dim}, init.tensor_options());
+    weight =
+        zero_centred ? zeros({dim}, init.tensor_options()) : ones({dim}, init.tensor_options());
     count_parameter_init();
   }
   register_parameter("weight", &weight);
@@ -52,7 +68,10 @@ Tensor RMSNorm::forward(const Tensor& x) const {
   CG_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == weight.size(0), "RMSNorm(", weight.size(0),
            ") '", name(), "': the input's last dim must be ", weight.size(0), ", got shape ",
            x.defined() ? shape_str(x.shape()) : "undefined");
-  return rms_norm(x, weight, eps_);
+  if (!zero_centred_) return rms_norm(x, weight, eps_);
+  const DType compute = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  const Tensor scale = to_dtype(weight, compute) + 1.0;
+  return to_dtype(rms_norm(to_dtype(x, compute), scale, eps_), x.dtype());
 }
 
 // ---- RotaryEmbedding -------------------------------------------------------------

@@ -22,20 +22,24 @@ class Embedding : public Module {
 };
 
 // y = x / sqrt(mean(x^2, last dim) + eps) * weight.  weight [dim], initialised to ones.
+// zero_centred (Qwen3.5): y = x / sqrt(...) * (1 + weight) with weight initialised to zeros,
+// computed in fp32 and rounded once to x's dtype (Note [Zero-centred RMSNorm], layers.cpp).
 class RMSNorm : public Module {
  public:
-  RMSNorm(int64_t dim, double eps = 1e-6, InitOptions init = {});
+  RMSNorm(int64_t dim, double eps = 1e-6, InitOptions init = {}, bool zero_centred = false);
   Tensor forward(const Tensor& x) const;
   double eps() const { return eps_; }
+  bool zero_centred() const { return zero_centred_; }
 
   Tensor weight;
 
  private:
   double eps_;
+  bool zero_centred_;
 };
 
 // Rotary position embedding (Qwen3 / HF rotate_half convention) with base theta over
-// head_dim. No parameters and no cached table: apply_rotary builds cos/sin for exactly
+// head_dim (for partial rotary, the rotated dims only: Attention narrows each head to them). No parameters and no cached table: apply_rotary builds cos/sin for exactly
 // the positions it is given, which for DFlash are arbitrary (context keys at 0..S-1,
 // block tokens at anchor+k).
 class RotaryEmbedding : public Module {

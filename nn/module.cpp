@@ -203,7 +203,7 @@ LoadResult Module::load_state_dict(const StateSource& source, bool strict, bool 
 
   LoadResult result;
   for (const std::string& key : keys) {
-    if (!by_name.count(key)) result.unexpected.push_back(key);
+    if (!by_name.count(key)) result.unexpected.push_back(source.name_in_source(key));
   }
   // Which key fills each parameter: its first name that the source has.
   std::vector<std::pair<std::string, Tensor>> plan;
@@ -239,9 +239,12 @@ LoadResult Module::load_state_dict(const StateSource& source, bool strict, bool 
     if (it == by_name.end()) continue;
     const Tensor& p = it->second;
     const Shape shape = source.shape(key);
+    const std::string in_source = source.name_in_source(key);
     CG_CHECK(shape == p.shape(), "load_state_dict into ", type_name_, ": '", key, "' is ",
-             shape_str(shape), " in ", source.describe(), " but the parameter is ",
-             shape_str(p.shape()), "; the checkpoint was made for another config");
+             shape_str(shape), " in ", source.describe(),
+             in_source == key ? std::string() : " (as '" + in_source + "')",
+             " but the parameter is ", shape_str(p.shape()),
+             "; the checkpoint was made for another config");
     const DType dtype = source.dtype(key);
     CG_CHECK(convert_dtype || dtype == p.dtype(), "load_state_dict into ", type_name_, ": '", key,
              "' is ", dtype_name(dtype), " in ", source.describe(), " but the parameter is ",

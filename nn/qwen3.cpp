@@ -31,32 +31,51 @@ Tensor Qwen3MLP::forward(const Tensor& x) const {
 
 // ---- Qwen3DecoderLayer -----------------------------------------------------------
 
-Qwen3DecoderLayer::Qwen3DecoderLayer(const Qwen3Config& config, InitOptions init)
+Qwen3DecoderLayer::Qwen3DecoderLayer(const Qwen3Config& config, InitOptions init, int64_t index)
     : Module("Qwen3DecoderLayer") {
   // Hugging Face's registration order, so named_parameters() lists as HF does.
-  self_attn = register_module("self_attn", std::make_unique<Attention>(config, init));
+  if (config.is_linear_layer(index)) {
+    linear_attn = register_module("linear_attn", std::make_unique<GatedDeltaNet>(config, init));
+  } else {
+    self_attn = register_module("self_attn", std::make_unique<Attention>(config, init));
+  }
   mlp = register_module(
       "mlp", std::make_unique<Qwen3MLP>(config.hidden_size, config.intermediate_size, init));
+  const bool zc = config.zero_centred_norm;  // Note [Zero-centred RMSNorm], layers.cpp
   input_layernorm = register_module(
-      "input_layernorm", std::make_unique<RMSNorm>(config.hidden_size, config.rms_eps, init));
+      "input_layernorm", std::make_unique<RMSNorm>(config.hidden_size, config.rms_eps, init, zc));
   post_attention_layernorm =
       register_module("post_attention_layernorm",
-                      std::make_unique<RMSNorm>(config.hidden_size, config.rms_eps, init));
+                      std::make_unique<RMSNorm>(config.hidden_size, config.rms_eps, init, zc));
 }
 
 Tensor Qwen3DecoderLayer::forward(const Tensor& x, const Tensor& positions,
                                   const AttentionMask& mask,
                                   const AttentionContext& context) const {
   auto scope = enter_scope();
-  const Tensor h = x + self_attn->forward(input_layernorm->forward(x), positions, mask, context);
+  const Tensor normed = input_layernorm->forward(x);
+  Tensor mixed;
+  if (linear_attn) {
+    // A Gated DeltaNet is causal by construction: it can serve a causal LM only.
+    CG_CHECK(mask.kind() == AttentionMask::Kind::causal && !context.hidden.defined(),
+             "Qwen3DecoderLayer '", name(),
+             "': a linear_attention (Gated DeltaNet) layer runs "
+             "causally over its own tokens only; it cannot take another attention mask or "
+             "DFlash context");
+    mixed = linear_attn->forward(normed);
+  } else {
+    mixed = self_attn->forward(normed, positions, mask, context);
+  }
+  const Tensor h = x + mixed;
   return h + mlp->forward(post_attention_layernorm->forward(h));
 }
 
 Tensor Qwen3DecoderLayer::forward_cached(const Tensor& x, KVCache& cache, int64_t layer,
                                          const Tensor& positions) const {
   auto scope = enter_scope();
-  const Tensor h =
-      x + self_attn->forward_cached(input_layernorm->forward(x), cache, layer, positions);
+  const Tensor normed = input_layernorm->forward(x);
+  const Tensor h = x + (linear_attn ? linear_attn->forward_cached(normed, cache, layer)
+                                    : self_attn->forward_cached(normed, cache, layer, positions));
   return h + mlp->forward(post_attention_layernorm->forward(h));
 }
 
@@ -68,10 +87,10 @@ Qwen3Model::Qwen3Model(const Qwen3Config& config, InitOptions init) : Module("Qw
       "embed_tokens", std::make_unique<Embedding>(config.vocab_size, config.hidden_size, init));
   layers = register_module("layers", std::make_unique<ModuleList>());
   for (int64_t i = 0; i < config.num_layers; ++i) {
-    layers->push_back(std::make_unique<Qwen3DecoderLayer>(config, init));
+    layers->push_back(std::make_unique<Qwen3DecoderLayer>(config, init, i));
   }
-  norm =
-      register_module("norm", std::make_unique<RMSNorm>(config.hidden_size, config.rms_eps, init));
+  norm = register_module("norm", std::make_unique<RMSNorm>(config.hidden_size, config.rms_eps, init,
+                                                           config.zero_centred_norm));
 }
 
 namespace {

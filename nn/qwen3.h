@@ -9,6 +9,12 @@
 //   model.layers.{i}.mlp.{gate,up,down}_proj.weight
 //   model.norm.weight
 //   lm_head.weight            (absent when tied: it IS model.embed_tokens.weight)
+// A Qwen3.5 / Qwen3.6 target (config.family "qwen3_5") has the same names, except that its
+// linear_attention layers hold model.layers.{i}.linear_attn.* (nn/gated_deltanet.h) instead
+// of self_attn.*, its self_attn.q_proj is twice as wide (Note [Gated attention],
+// attention.h) and its norms are zero-centred (Note [Zero-centred RMSNorm], layers.cpp).
+// Checkpoints of that family name the tensors differently on disk: hf_checkpoint_name
+// (nn/hf_names.h) maps them.
 //
 //   cg::nn::Qwen3ForCausalLM lm(config, {.generator = &gen});
 //   auto out = lm.forward(ids, {.capture_layers = {1, 9, 17, 25, 33}});
@@ -25,6 +31,7 @@
 
 #include "nn/attention.h"
 #include "nn/config.h"
+#include "nn/gated_deltanet.h"
 #include "nn/layers.h"
 
 namespace cg::nn {
@@ -41,9 +48,11 @@ class Qwen3MLP : public Module {
 };
 
 // Pre-norm block: h = x + attn(input_layernorm(x)); out = h + mlp(post_attention_layernorm(h)).
+// attn is self_attn (full attention), or linear_attn (Gated DeltaNet) when
+// config.is_linear_layer(index); the other pointer is null.
 class Qwen3DecoderLayer : public Module {
  public:
-  Qwen3DecoderLayer(const Qwen3Config& config, InitOptions init = {});
+  Qwen3DecoderLayer(const Qwen3Config& config, InitOptions init = {}, int64_t index = 0);
   // x [B, S, hidden]; positions, mask and context as Attention::forward.
   Tensor forward(const Tensor& x, const Tensor& positions = {},
                  const AttentionMask& mask = AttentionMask::none(),
@@ -52,8 +61,11 @@ class Qwen3DecoderLayer : public Module {
   Tensor forward_cached(const Tensor& x, KVCache& cache, int64_t layer,
                         const Tensor& positions = {}) const;
 
+  bool is_linear() const { return linear_attn != nullptr; }
+
   RMSNorm* input_layernorm;
-  Attention* self_attn;
+  Attention* self_attn = nullptr;
+  GatedDeltaNet* linear_attn = nullptr;
   RMSNorm* post_attention_layernorm;
   Qwen3MLP* mlp;
 };

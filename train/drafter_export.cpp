@@ -157,7 +157,13 @@ PublicDrafterInfo public_drafter_info(const TrainConfig& config) {
                            : !hf.empty() ? nn::Qwen3Config::from_hf_file(hf).num_layers
                                          : target_architecture(config.target).num_layers;
   if (!hf.empty()) {  // the target's own context length
-    const json t = parse_untrusted_json(read_text_file(hf, "the target's config.json"), hf);
+    const json whole = parse_untrusted_json(read_text_file(hf, "the target's config.json"), hf);
+    // A Qwen3.5 Qwen3_5ForConditionalGeneration keeps it in text_config (nn/config.cpp,
+    // Note [Qwen3.5 config]).
+    const json& t =
+        whole.is_object() && whole.contains("text_config") && whole["text_config"].is_object()
+            ? whole["text_config"]
+            : whole;
     if (t.contains("max_position_embeddings") && t["max_position_embeddings"].is_number_integer())
       info.max_position_embeddings = t["max_position_embeddings"].get<int64_t>();
   }

@@ -28,6 +28,20 @@ nn::DFlashDrafterConfig drafter_model_config(const nn::Qwen3Config& tc, const Dr
   same("num_target_layers", config.num_target_layers, tc.num_layers);
   nn::DFlashDrafterConfig dc;
   dc.layers = tc;  // hidden and vocabulary: the target's
+  // Issue 21 item 4: a drafter's layers are dense Qwen3 whatever its target. None of a
+  // Qwen3.5 target's hybrid fields (DeltaNet layers, gated attention, zero-centred norms,
+  // partial rotary / M-RoPE) carries over: its RoPE is plain and full-dim, its norms plain w.
+  const nn::Qwen3Config dense;
+  dc.layers.family = dense.family;
+  dc.layers.layer_types.clear();
+  dc.layers.attn_output_gate = false;
+  dc.layers.zero_centred_norm = false;
+  dc.layers.partial_rotary_factor = 1.0;
+  dc.layers.linear_num_key_heads = dense.linear_num_key_heads;
+  dc.layers.linear_num_value_heads = dense.linear_num_value_heads;
+  dc.layers.linear_key_head_dim = dense.linear_key_head_dim;
+  dc.layers.linear_value_head_dim = dense.linear_value_head_dim;
+  dc.layers.linear_conv_kernel_dim = dense.linear_conv_kernel_dim;
   dc.layers.num_layers = config.num_layers;
   dc.layers.intermediate_size = config.intermediate_size;
   dc.layers.num_heads = own(config.num_heads, tc.num_heads);

@@ -176,7 +176,7 @@ TargetResult obtain_target(const TrainConfig& config, const std::vector<int64_t>
   const std::string dir = config.run_dir + "/target";
   const std::string cached = dir + "/model.safetensors";
   if (!t.checkpoint.empty()) {
-    nn::load_checkpoint(*r.lm, t.checkpoint, {.strict = true, .convert_dtype = true});
+    nn::load_checkpoint(*r.lm, t.checkpoint, nn::hf_target_load_options(mc));
     r.source = "checkpoint";
   } else {
     bool hit = false;
