@@ -5,7 +5,7 @@
 #   logits = h W^T      [T, D] x [D, V]
 #   dh     = dlogits W  [T, V] x [V, D]
 # and their sum, the row bench/head_loss_cpu_bench.cpp's naive and fused rows are
-# compared with. run_cpu_bench.sh runs it with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE
+# compared with; wall-clock and process CPU seconds, as that bench prints them. run_cpu_bench.sh runs it with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE
 # unset (OpenBLAS then picks its kernels and blocking from the CPU itself).
 import argparse
 import os
@@ -16,13 +16,15 @@ import numpy as np
 
 
 def time_median(repeats, f):
-    f()  # warm-up, untimed
-    times = []
+    """Medians of wall-clock and process CPU seconds (one warm-up run first)."""
+    f()
+    wall, cpu = [], []
     for _ in range(max(1, repeats)):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         f()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    return statistics.median(wall), statistics.median(cpu)
 
 
 def blas_name():
@@ -51,13 +53,14 @@ def main():
 
     print(f"numpy {np.__version__} ({blas_name()}): T={a.T} D={a.D} V={a.V}, {a.dtype}, "
           f"{os.cpu_count()} cores, median of {a.repeats}")
-    print(f"{'row':<14} {'seconds':>10} {'GFLOP/s':>12}")
+    print(f"{'row':<14} {'seconds':>10} {'GFLOP/s':>12} {'cpu s':>10}")
     flops = 2.0 * a.T * a.D * a.V
     g1 = time_median(a.repeats, lambda: np.matmul(hidden, head.T, out=logits))
     g2 = time_median(a.repeats, lambda: np.matmul(dlogits, head, out=dh))
-    for name, s, f in (("gemm h W^T", g1, flops), ("gemm dl W", g2, flops),
-                       ("both gemms", g1 + g2, 2 * flops)):
-        print(f"{name:<14} {s:>10.3f} {f / s * 1e-9:>12.1f}", flush=True)
+    both = (g1[0] + g2[0], g1[1] + g2[1])
+    for name, (s, c), f in (("gemm h W^T", g1, flops), ("gemm dl W", g2, flops),
+                            ("both gemms", both, 2 * flops)):
+        print(f"{name:<14} {s:>10.3f} {f / s * 1e-9:>12.1f} {c:>10.3f}", flush=True)
 
 
 if __name__ == "__main__":

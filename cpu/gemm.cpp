@@ -190,10 +190,35 @@ void blas_gemm(CBLAS_ORDER o, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int
   cblas_dgemm(o, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+void blas_gemv(CBLAS_ORDER o, CBLAS_TRANSPOSE t, int m, int n, float alpha, const float* a, int lda,
+               const float* x, int incx, float beta, float* y, int incy) {
+  cblas_sgemv(o, t, m, n, alpha, a, lda, x, incx, beta, y, incy);
+}
+void blas_gemv(CBLAS_ORDER o, CBLAS_TRANSPOSE t, int m, int n, double alpha, const double* a,
+               int lda, const double* x, int incx, double beta, double* y, int incy) {
+  cblas_dgemv(o, t, m, n, alpha, a, lda, x, incx, beta, y, incy);
+}
+
 // c = alpha * a b + beta * c; a [m, k], b [k, n], c [m, n]. In c's order, an operand
-// stored the other way round is the transpose of what it stores (no copy).
+// stored the other way round is the transpose of what it stores (no copy). One row (or
+// one column) of out is a matrix-vector product: OpenBLAS's GEMM would pack all of the
+// matrix for it, its GEMV streams it once (a decoding step's one token).
 template <typename C>
 void product(View<C> a, View<C> b, View<C> c, int64_t m, int64_t n, int64_t k, C alpha, C beta) {
+  // The stride between consecutive elements of a row (along_rows) or a column of x.
+  auto step = [](View<C> x, bool along_row) {
+    return blas_int(x.row_major == along_row ? 1 : x.ld);
+  };
+  if (m == 1) {  // out row = a row @ b: b^T x, b in its own order
+    blas_gemv(b.row_major ? CblasRowMajor : CblasColMajor, CblasTrans, blas_int(k), blas_int(n),
+              alpha, b.p, blas_int(b.ld), a.p, step(a, true), beta, c.p, step(c, true));
+    return;
+  }
+  if (n == 1) {  // out column = a @ b column
+    blas_gemv(a.row_major ? CblasRowMajor : CblasColMajor, CblasNoTrans, blas_int(m), blas_int(k),
+              alpha, a.p, blas_int(a.ld), b.p, step(b, false), beta, c.p, step(c, false));
+    return;
+  }
   const CBLAS_ORDER order = c.row_major ? CblasRowMajor : CblasColMajor;
   const CBLAS_TRANSPOSE ta = a.row_major == c.row_major ? CblasNoTrans : CblasTrans;
   const CBLAS_TRANSPOSE tb = b.row_major == c.row_major ? CblasNoTrans : CblasTrans;

@@ -128,6 +128,11 @@ TEST(Gemm, OddAndEmptySizes) {
             beta);
       check(130, 2, 1, dt, dt, dt, Layout::row_major, Layout::row_major, Layout::transposed, 1.0,
             beta);
+      // One row or one column of out: the BLAS's matrix-vector product, every layout.
+      check(1, 300, 65, dt, dt, dt, Layout::transposed, Layout::padded, Layout::transposed, 0.5,
+            beta);
+      check(130, 40, 1, dt, dt, dt, Layout::padded, Layout::transposed, Layout::padded, -2.0, beta);
+      check(1, 40, 1, dt, dt, dt, Layout::transposed, Layout::padded, Layout::row_major, 1.0, beta);
     }
   }
   // Nothing to compute: no error, nothing written.
