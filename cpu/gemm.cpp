@@ -68,13 +68,16 @@ struct Plan {
 };
 
 // The grid with the smallest largest tile (in kGemmCut x kGemmCut units) using at most
-// `max_tiles` tiles; among equals, the one whose tiles are least thin (the BLAS packs
-// each tile's operands: a thin tile spends its time packing).
+// `max_tiles` tiles, none thinner than kGemmMinTileUnits units where the dim allows;
+// among equals, the one whose tiles are least thin (Note [GEMM blocking]).
 void choose_grid(Plan& p, int64_t max_tiles) {
   p.grid_m = p.grid_n = 1;
   int64_t best_area = p.units_m * p.units_n, best_side = std::min(p.units_m, p.units_n);
-  for (int64_t gm = 1; gm <= std::min(max_tiles, p.units_m); ++gm) {
-    const int64_t gn = std::min(max_tiles / gm, p.units_n);
+  // At most one tile per kGemmMinTileUnits units of a dim (a dim shorter than that is one).
+  const int64_t most_m = std::max<int64_t>(p.units_m / kGemmMinTileUnits, 1),
+                most_n = std::max<int64_t>(p.units_n / kGemmMinTileUnits, 1);
+  for (int64_t gm = 1; gm <= std::min(max_tiles, most_m); ++gm) {
+    const int64_t gn = std::min(max_tiles / gm, most_n);
     const int64_t um = (p.units_m + gm - 1) / gm, un = (p.units_n + gn - 1) / gn;
     const int64_t area = um * un, side = std::min(um, un);
     if (area < best_area || (area == best_area && side > best_side)) {

@@ -13,12 +13,14 @@
 // its kernel by the call's sizes (on AVX-512 a direct kernel for small products, on some
 // builds a small-matrix one), so a cut that moved with the thread count could change how
 // an element is summed; a fixed grid needs no knowledge of the library's internals. K is
-// never split between threads. The grid has at most kGemmMaxTiles tiles (enough for 16
-// threads to get 4 each) and at most one per kGemmTileWork multiply-adds (a smaller tile
-// costs more in calls than it gains); among the grids within that count, the one whose
-// largest tile is smallest, and among those the squarest: the BLAS packs a tile's rows of
-// a and columns of b, 1/n + 1/m of the multiply-adds, so thin tiles spend their time
-// packing (on a 2-core machine 64 tiles instead of 2 cost about ...% on the head-loss shape).
+// never split. The grid has at most kGemmMaxTiles tiles (16 threads get 4 each), at most
+// one per kGemmTileWork multiply-adds, and tiles at least kGemmMinTileUnits x kGemmCut =
+// 256 wide where the dim allows: the BLAS packs each tile's rows of a and columns of b,
+// about 13 (1/m + 1/n) of an m x n tile's time when K is long (2-core EPYC, one thread,
+// [3072, 31040] x [31040, 640]: 77.6 GFLOP/s as one call, 67.4 in 256 x 128 tiles, 62 for
+// a 512-row chunk in 128 x 128 tiles). Among the grids within those limits, the one whose
+// largest tile is smallest, then the squarest. The price: a product whose output is small
+// and K long (a chunk's dh = dlogits W) runs on few threads; chunks of more rows fix that.
 // Within a tile, a converted operand or output is walked in sub-tiles of at most
 // kGemmTileRows x kGemmTileRows: a converted sub-tile is reused for a whole row (or column)
 // of output sub-tiles, so conversion costs O(1/kGemmTileRows) of the multiply.
@@ -38,6 +40,7 @@ inline constexpr int64_t kGemmTileRows = 480;      // rows (and columns) of a co
 inline constexpr int64_t kGemmCut = 64;            // tiles are cut on multiples of this
 inline constexpr int64_t kGemmMaxTiles = 64;       // tiles of one product, at most
 inline constexpr int64_t kGemmTileWork = 1 << 20;  // multiply-adds per tile, at least
+inline constexpr int64_t kGemmMinTileUnits = 4;    // kGemmCut units per tile side, at least
 // M * N * K below which a product is one tile (one thread does it).
 inline constexpr int64_t kGemmParallelWork = 2 * kGemmTileWork;
 
