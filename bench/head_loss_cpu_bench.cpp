@@ -4,12 +4,15 @@
 //   gemm            logits = h W^T, one [T, D] x [D, V] product (the floor for the rest)
 //   naive           cg::head_loss path naive: logits [T, V], loss, backward to h
 //   fused/<rows>    cg::head_loss path fused with that many rows per chunk
-// and prints medians over --repeats and their ratios to the GEMM. The defaults are
+// and prints medians over --repeats and their ratios to the GEMM, wall-clock and the
+// process's CPU seconds (on a shared machine the CPU seconds measure the work when the
+// wall clock measures the neighbours). The defaults are
 // memory_lesson --scale 4's shape (T=6144, D=1280, V=62080); head_loss_cpu_torch.py prints
 // the same rows for PyTorch, and run_cpu_bench.sh runs both.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -32,7 +35,30 @@ struct Options {
   int threads = 0;  // 0: the library's default
 };
 
-using cg::median_seconds;  // core/timing.h: one warm-up, then the median of the runs
+struct Seconds {
+  double wall = 0, cpu = 0;
+};
+
+double process_cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// One warm-up, then the medians of the runs' wall-clock and CPU seconds.
+template <typename F>
+Seconds median_seconds(int repeats, F&& f) {
+  f();
+  std::vector<double> wall, cpu;
+  for (int i = 0; i < std::max(1, repeats); ++i) {
+    const double c0 = process_cpu_seconds();
+    const cg::Stopwatch watch;
+    f();
+    wall.push_back(watch.seconds());
+    cpu.push_back(process_cpu_seconds() - c0);
+  }
+  return {cg::median(std::move(wall)), cg::median(std::move(cpu))};
+}
 
 }  // namespace
 
@@ -67,14 +93,16 @@ int run_bench(int argc, char** argv) {
       "median of %d\n",
       (long long)o.T, (long long)o.D, (long long)o.V, o.dtype.c_str(), cg::get_num_threads(),
       o.repeats);
-  std::printf("%-14s %10s %10s %12s\n", "row", "seconds", "x gemm", "GFLOP/s");
+  std::printf("%-14s %10s %10s %12s %10s %10s\n", "row", "seconds", "x gemm", "GFLOP/s", "cpu s",
+              "cpu x gemm");
   const double gemm_flops = 2.0 * double(o.T) * double(o.D) * double(o.V);
-  auto row = [&](const std::string& name, double s, double gemm_s, double flops) {
-    std::printf("%-14s %10.3f %10.2f %12.1f\n", name.c_str(), s, s / gemm_s, flops / s * 1e-9);
+  auto row = [&](const std::string& name, Seconds s, Seconds gemm_s, double flops) {
+    std::printf("%-14s %10.3f %10.2f %12.1f %10.3f %10.2f\n", name.c_str(), s.wall,
+                s.wall / gemm_s.wall, flops / s.wall * 1e-9, s.cpu, s.cpu / gemm_s.cpu);
     std::fflush(stdout);
   };
 
-  const double gemm_s = median_seconds(o.repeats, [&] {
+  const Seconds gemm_s = median_seconds(o.repeats, [&] {
     cg::NoGradGuard no_grad;
     cg::Tensor logits = cg::matmul(hidden, cg::transpose(head, 0, 1));
   });
@@ -90,7 +118,7 @@ int run_bench(int argc, char** argv) {
   cg::HeadLossOptions naive;
   naive.path = cg::HeadLossPath::naive;
   naive.with_metrics = false;
-  const double naive_s = median_seconds(o.repeats, [&] { loss_step(naive); });
+  const Seconds naive_s = median_seconds(o.repeats, [&] { loss_step(naive); });
   row("naive", naive_s, gemm_s, 2 * gemm_flops);
 
   std::stringstream list(o.chunks);
@@ -99,7 +127,7 @@ int run_bench(int argc, char** argv) {
     fused.path = cg::HeadLossPath::fused;
     fused.with_metrics = false;
     fused.chunk_rows = std::stoll(item);
-    const double s = median_seconds(o.repeats, [&] { loss_step(fused); });
+    const Seconds s = median_seconds(o.repeats, [&] { loss_step(fused); });
     row("fused/" + item, s, gemm_s, 2 * gemm_flops);
   }
   std::printf(

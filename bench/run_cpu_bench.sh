@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Why this file exists: one command for the CPU speed table of issue 7 -- configures a
 # Release build in build-bench/ (CUDA off, -march=native), builds the benchmark, runs the
-# chunkgrad side and, when python3 can import torch, the PyTorch side on the same shape.
+# chunkgrad side and, when python3 can import torch, the PyTorch side on the same shape;
+# when a python3 can import numpy, numpy's two GEMMs on the system's BLAS (OpenBLAS on
+# Debian) as well: the floor of issue 24's 2-core targets.
 #   bash bench/run_cpu_bench.sh                     # T=6144 D=1280 V=62080 (memory_lesson --scale 4)
 #   bash bench/run_cpu_bench.sh --T 1024 --V 8192   # any head_loss_cpu_bench option; the
 #                                                   # shape options go to both sides
@@ -36,3 +38,15 @@ if python3 -c "import torch" 2>/dev/null; then
 else
   echo "(python3 cannot import torch here: the PyTorch table is skipped)"
 fi
+numpy_args=()
+for ((i = 0; i < ${#torch_args[@]}; i += 2)); do
+  case "${torch_args[$i]}" in --threads) ;; *) numpy_args+=("${torch_args[$i]}" "${torch_args[$((i + 1))]}") ;; esac
+done
+echo
+for py in python3 /usr/bin/python3; do
+  if "$py" -c "import numpy" 2>/dev/null; then
+    "$py" "$root/bench/head_loss_cpu_numpy.py" "${numpy_args[@]}"
+    exit 0
+  fi
+done
+echo "(no python3 here imports numpy: the numpy/OpenBLAS rows are skipped)"

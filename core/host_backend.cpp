@@ -147,7 +147,13 @@ class HostBackend final : public DeviceBackend {
   DeviceType type() const override { return DeviceType::cpu; }
   // Note [The host's GEMM rows]: 512 rows is the smallest chunk whose GEMMs ran within
   // ~10% of the best on the CPU (bench/head_loss_cpu_bench); smaller chunks ran several
-  // times slower (33 rows: 7x slower than 1024).
+  // times slower (33 rows: 7x slower than 1024). With OpenBLAS under cpu::gemm (issue 24)
+  // the curve on the 2-core machine is flat from 256 rows on (memory_lesson --scale 8's
+  // shape, CE, frozen head, process CPU seconds per step: 256 rows 1.83, 512 1.81, 1024
+  // 1.86; the README's table), so the knee is at or below 256 there; 512 stays, one step
+  // past it, for the 16-core host, where a chunk's dh GEMM ([rows, D] output, K = V) is
+  // cut into tiles at least 256 wide (Note [GEMM blocking], cpu/gemm.h) and so wants more
+  // rows to keep 16 threads busy.
   DeviceCapabilities capabilities() const override { return {.efficient_gemm_rows = 512}; }
   int device_count() const override { return 1; }
   std::string unavailable_reason() const override { return ""; }

@@ -84,7 +84,7 @@ class CpuKernels : public DeviceKernels {
   // Batched: a [..., n, k] @ b [..., k, m] -> [batch..., n, m], batch dims broadcast; each
   // batch (or all of them folded into rows) one cpu::gemm (cpu/matmul.cpp).
   Tensor matmul(const Tensor& a, const Tensor& b) override;
-  // cpu::gemm itself (cpu/gemm.h: Eigen, cut into deterministic pieces), and its scratch
+  // cpu::gemm itself (cpu/gemm.h: OpenBLAS calls on deterministic tiles), and its scratch
   // bound for operands known by shape only (cpu/gemm.cpp).
   void gemm(const Tensor& a, const Tensor& b, const Tensor& out, double alpha,
             double beta) override;

@@ -1,15 +1,18 @@
-// Why this file exists: see gemm.h (and its Note [GEMM blocking]). Shapes per piece of
-// the output, rows [m0, m1) x columns [n0, n1), walked in tiles when something converts:
-//   A tile [mt, kt] of a     (its own memory, or converted into a_buf)
-//   B tile [kt, nt] of b     (its own memory, or converted into b_buf)
-//   C tile [mt, nt] of out   (its own memory, or an accumulator o_buf stored at the end)
-// Each output element sums over k in the same order however the output is split (tiles
-// of k are kGemmTileRows whatever the piece, and Eigen's own k blocking depends only on
-// the k it is given), so the result does not depend on the thread count.
+// Why this file exists: see gemm.h (and its Note [GEMM blocking]). Shapes per tile of
+// the output, rows [m0, m1) x columns [n0, n1), walked in sub-tiles when something converts:
+//   A sub-tile [mt, kt] of a     (its own memory, or converted into a_buf)
+//   B sub-tile [kt, nt] of b     (its own memory, or converted into b_buf)
+//   C sub-tile [mt, nt] of out   (its own memory, or an accumulator o_buf stored at the end)
+// Each product is one single-threaded OpenBLAS call (cblas_sgemm / cblas_dgemm). The tiles
+// and sub-tiles depend on the shapes only, never on the thread count, so every BLAS call
+// is the same whichever thread makes it, and so are the bits it writes.
 #include "cpu/gemm.h"
 
-#include <Eigen/Core>
+#include <cblas.h>
+
 #include <algorithm>
+#include <limits>
+#include <mutex>
 
 #include "core/views.h"
 #include "cpu/cpu_kernels.h"
@@ -21,7 +24,7 @@ namespace cg::cpu {
 
 namespace {
 
-// A matrix as Eigen reads it: element (i, j) at p[i * ld + j] (row major) or p[i + j * ld].
+// A matrix as the BLAS reads it: element (i, j) at p[i * ld + j] (row major) or p[i + j * ld].
 template <typename C>
 struct View {
   C* p;
@@ -39,10 +42,12 @@ bool in_place_view(const GemmMatrix& x, int64_t& ld, bool& row_major) {
   return l.in_place;
 }
 
+// The BLAS takes int leading dimensions: a wider one is converted like any other layout.
 bool readable_in_place(const GemmMatrix& x, DType compute) {
   int64_t ld;
   bool row_major;
-  return x.dtype == compute && in_place_view(x, ld, row_major);
+  return x.dtype == compute && in_place_view(x, ld, row_major) &&
+         ld <= std::numeric_limits<int>::max();
 }
 
 DType compute_dtype(const GemmMatrix& a, const GemmMatrix& b, const GemmMatrix& out) {
@@ -52,23 +57,27 @@ DType compute_dtype(const GemmMatrix& a, const GemmMatrix& b, const GemmMatrix& 
 
 struct Plan {
   DType compute;
-  bool a_conv, b_conv, o_conv;  // walked in converted tiles
-  // Pieces form a grid_m x grid_n grid over out; its cuts fall on multiples of kGemmCut
-  // (Note [GEMM blocking]); the last row and column of pieces take the rest.
+  bool a_conv, b_conv, o_conv;  // walked in converted sub-tiles
+  // Tiles form a grid_m x grid_n grid over out, from the shapes alone; its cuts fall on
+  // multiples of kGemmCut (Note [GEMM blocking]); the last row and column take the rest.
   int64_t units_m, units_n;  // whole kGemmCut units along M and N (>= 1)
   int64_t grid_m, grid_n;
-  int64_t pieces;
-  int64_t a_elems, b_elems, o_elems;  // scratch elements per piece
+  int64_t tiles;
+  int64_t workers;                    // min(tiles, threads): scratch slots
+  int64_t a_elems, b_elems, o_elems;  // scratch elements per worker
 };
 
-// The grid with the smallest largest piece (in kGemmCut x kGemmCut units) using at most
-// `threads` pieces; among equals, the one whose pieces are least thin (Eigen packs a
-// piece's operands: a thin piece spends its time packing).
-void choose_grid(Plan& p, int64_t threads) {
+// The grid with the smallest largest tile (in kGemmCut x kGemmCut units) using at most
+// `max_tiles` tiles, none thinner than kGemmMinTileUnits units where the dim allows;
+// among equals, the one whose tiles are least thin (Note [GEMM blocking]).
+void choose_grid(Plan& p, int64_t max_tiles) {
   p.grid_m = p.grid_n = 1;
   int64_t best_area = p.units_m * p.units_n, best_side = std::min(p.units_m, p.units_n);
-  for (int64_t gm = 1; gm <= std::min(threads, p.units_m); ++gm) {
-    const int64_t gn = std::min(threads / gm, p.units_n);
+  // At most one tile per kGemmMinTileUnits units of a dim (a dim shorter than that is one).
+  const int64_t most_m = std::max<int64_t>(p.units_m / kGemmMinTileUnits, 1),
+                most_n = std::max<int64_t>(p.units_n / kGemmMinTileUnits, 1);
+  for (int64_t gm = 1; gm <= std::min(max_tiles, most_m); ++gm) {
+    const int64_t gn = std::min(max_tiles / gm, most_n);
     const int64_t um = (p.units_m + gm - 1) / gm, un = (p.units_n + gn - 1) / gn;
     const int64_t area = um * un, side = std::min(um, un);
     if (area < best_area || (area == best_area && side > best_side)) {
@@ -89,10 +98,13 @@ Plan plan_of(const GemmMatrix& a, const GemmMatrix& b, const GemmMatrix& out) {
   p.o_conv = !readable_in_place(out, p.compute);
   p.units_m = std::max<int64_t>(M / kGemmCut, 1);
   p.units_n = std::max<int64_t>(N / kGemmCut, 1);
+  // Shapes only: as many tiles as the work pays for, at most kGemmMaxTiles.
   const double work = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
-  p.grid_m = p.grid_n = 1;
-  if (work >= static_cast<double>(kGemmParallelWork)) choose_grid(p, num_threads());
-  p.pieces = p.grid_m * p.grid_n;
+  const double tiles = std::clamp(work / static_cast<double>(kGemmTileWork), 1.0,
+                                  static_cast<double>(kGemmMaxTiles));
+  choose_grid(p, static_cast<int64_t>(tiles));
+  p.tiles = p.grid_m * p.grid_n;
+  p.workers = std::min<int64_t>(p.tiles, num_threads());
   const int64_t tm = std::min(kGemmTileRows, M), tn = std::min(kGemmTileRows, N),
                 tk = std::min(kGemmTileRows, K);
   p.a_elems = p.a_conv ? tm * tk : 0;
@@ -103,7 +115,7 @@ Plan plan_of(const GemmMatrix& a, const GemmMatrix& b, const GemmMatrix& out) {
 
 int64_t scratch_elements(const Plan& p, const GemmMatrix& a) {
   if (a.cols == 0) return 0;  // K = 0: out is only scaled
-  return p.pieces * (p.a_elems + p.b_elems + p.o_elems);
+  return p.workers * (p.a_elems + p.b_elems + p.o_elems);
 }
 
 // ---- converting tiles -------------------------------------------------------------------
@@ -152,44 +164,69 @@ void store_tile(const GemmMatrix& out, int64_t r0, int64_t nr, int64_t c0, int64
   });
 }
 
-// ---- Eigen ------------------------------------------------------------------------------
+// ---- the BLAS ---------------------------------------------------------------------------
 
-template <typename C, int Order>
-using ConstMap = Eigen::Map<const Eigen::Matrix<C, Eigen::Dynamic, Eigen::Dynamic, Order>, 0,
-                            Eigen::OuterStride<>>;
-template <typename C, int Order>
-using MutMap =
-    Eigen::Map<Eigen::Matrix<C, Eigen::Dynamic, Eigen::Dynamic, Order>, 0, Eigen::OuterStride<>>;
-
-// c = alpha * a b (assign) or c += alpha * a b; a [m, k], b [k, n], c [m, n].
-template <typename C, int OA, int OB, int OC>
-void eigen_product(View<C> a, View<C> b, View<C> c, int64_t m, int64_t n, int64_t k, C alpha,
-                   bool assign) {
-  ConstMap<C, OA> A(a.p, m, k, Eigen::OuterStride<>(a.ld));
-  ConstMap<C, OB> B(b.p, k, n, Eigen::OuterStride<>(b.ld));
-  MutMap<C, OC> Cm(c.p, m, n, Eigen::OuterStride<>(c.ld));
-  if (assign) {
-    Cm.noalias() = alpha * (A * B);
-  } else {
-    Cm.noalias() += alpha * (A * B);
-  }
+// Note [BLAS threads]: OpenBLAS runs on the calling thread only (the pool splits the work),
+// set once before the first call. Its OpenMP build would reset that from omp_get_max_threads()
+// on every call from a pool thread and spin between calls; refuse it.
+void use_blas_on_the_calling_thread() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    CG_CHECK(openblas_get_parallel() != 2, "cpu::gemm: the loaded OpenBLAS is its OpenMP build (",
+             openblas_get_config(),
+             "); chunkgrad needs the pthread one: apt-get install libopenblas0-pthread and "
+             "rebuild (CMake links its openblas-pthread directory)");
+    openblas_set_num_threads(1);
+  });
 }
 
+int blas_int(int64_t v) { return static_cast<int>(std::max<int64_t>(v, 1)); }
+
+void blas_gemm(CBLAS_ORDER o, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k,
+               float alpha, const float* a, int lda, const float* b, int ldb, float beta, float* c,
+               int ldc) {
+  cblas_sgemm(o, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+void blas_gemm(CBLAS_ORDER o, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k,
+               double alpha, const double* a, int lda, const double* b, int ldb, double beta,
+               double* c, int ldc) {
+  cblas_dgemm(o, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void blas_gemv(CBLAS_ORDER o, CBLAS_TRANSPOSE t, int m, int n, float alpha, const float* a, int lda,
+               const float* x, int incx, float beta, float* y, int incy) {
+  cblas_sgemv(o, t, m, n, alpha, a, lda, x, incx, beta, y, incy);
+}
+void blas_gemv(CBLAS_ORDER o, CBLAS_TRANSPOSE t, int m, int n, double alpha, const double* a,
+               int lda, const double* x, int incx, double beta, double* y, int incy) {
+  cblas_dgemv(o, t, m, n, alpha, a, lda, x, incx, beta, y, incy);
+}
+
+// c = alpha * a b + beta * c; a [m, k], b [k, n], c [m, n]. In c's order, an operand
+// stored the other way round is the transpose of what it stores (no copy). One row (or
+// one column) of out is a matrix-vector product: OpenBLAS's GEMM would pack all of the
+// matrix for it, its GEMV streams it once (a decoding step's one token).
 template <typename C>
-void product(View<C> a, View<C> b, View<C> c, int64_t m, int64_t n, int64_t k, C alpha,
-             bool assign) {
-  constexpr int R = Eigen::RowMajor, L = Eigen::ColMajor;
-  const int key = (a.row_major ? 4 : 0) | (b.row_major ? 2 : 0) | (c.row_major ? 1 : 0);
-  switch (key) {
-    case 0: return eigen_product<C, L, L, L>(a, b, c, m, n, k, alpha, assign);
-    case 1: return eigen_product<C, L, L, R>(a, b, c, m, n, k, alpha, assign);
-    case 2: return eigen_product<C, L, R, L>(a, b, c, m, n, k, alpha, assign);
-    case 3: return eigen_product<C, L, R, R>(a, b, c, m, n, k, alpha, assign);
-    case 4: return eigen_product<C, R, L, L>(a, b, c, m, n, k, alpha, assign);
-    case 5: return eigen_product<C, R, L, R>(a, b, c, m, n, k, alpha, assign);
-    case 6: return eigen_product<C, R, R, L>(a, b, c, m, n, k, alpha, assign);
-    default: return eigen_product<C, R, R, R>(a, b, c, m, n, k, alpha, assign);
+void product(View<C> a, View<C> b, View<C> c, int64_t m, int64_t n, int64_t k, C alpha, C beta) {
+  // The stride between consecutive elements of a row (along_rows) or a column of x.
+  auto step = [](View<C> x, bool along_row) {
+    return blas_int(x.row_major == along_row ? 1 : x.ld);
+  };
+  if (m == 1) {  // out row = a row @ b: b^T x, b in its own order
+    blas_gemv(b.row_major ? CblasRowMajor : CblasColMajor, CblasTrans, blas_int(k), blas_int(n),
+              alpha, b.p, blas_int(b.ld), a.p, step(a, true), beta, c.p, step(c, true));
+    return;
   }
+  if (n == 1) {  // out column = a @ b column
+    blas_gemv(a.row_major ? CblasRowMajor : CblasColMajor, CblasNoTrans, blas_int(m), blas_int(k),
+              alpha, a.p, blas_int(a.ld), b.p, step(b, false), beta, c.p, step(c, false));
+    return;
+  }
+  const CBLAS_ORDER order = c.row_major ? CblasRowMajor : CblasColMajor;
+  const CBLAS_TRANSPOSE ta = a.row_major == c.row_major ? CblasNoTrans : CblasTrans;
+  const CBLAS_TRANSPOSE tb = b.row_major == c.row_major ? CblasNoTrans : CblasTrans;
+  blas_gemm(order, ta, tb, blas_int(m), blas_int(n), blas_int(k), alpha, a.p, blas_int(a.ld), b.p,
+            blas_int(b.ld), beta, c.p, blas_int(c.ld));
 }
 
 // Element (r, c) of an in-place matrix.
@@ -202,19 +239,10 @@ View<C> in_place_at(const GemmMatrix& x, int64_t r, int64_t c) {
   return {p, ld, row_major};
 }
 
-// c *= beta for an in-place output tile (beta != 0, != 1).
+// One tile: out[m0:m1, n0:n1] = alpha a[m0:m1, :] b[:, n0:n1] + beta out[m0:m1, n0:n1].
 template <typename C>
-void scale_view(View<C> c, int64_t m, int64_t n, C beta) {
-  for (int64_t i = 0; i < (c.row_major ? m : n); ++i) {
-    C* line = c.p + i * c.ld;
-    for (int64_t j = 0; j < (c.row_major ? n : m); ++j) line[j] *= beta;
-  }
-}
-
-// One piece: out[m0:m1, n0:n1] = alpha a[m0:m1, :] b[:, n0:n1] + beta out[m0:m1, n0:n1].
-template <typename C>
-void run_piece(const Plan& p, const GemmMatrix& a, const GemmMatrix& b, const GemmMatrix& out,
-               C alpha, C beta, int64_t m0, int64_t m1, int64_t n0, int64_t n1, C* scratch) {
+void run_tile(const Plan& p, const GemmMatrix& a, const GemmMatrix& b, const GemmMatrix& out,
+              C alpha, C beta, int64_t m0, int64_t m1, int64_t n0, int64_t n1, C* scratch) {
   const int64_t K = a.cols, pm = m1 - m0, pn = n1 - n0;
   const int64_t mt = p.a_conv || p.o_conv ? std::min(kGemmTileRows, pm) : pm;
   const int64_t nt = p.b_conv || p.o_conv ? std::min(kGemmTileRows, pn) : pn;
@@ -227,16 +255,16 @@ void run_piece(const Plan& p, const GemmMatrix& a, const GemmMatrix& b, const Ge
     for (int64_t j0 = n0; j0 < n1; j0 += nt) {
       const int64_t n = std::min(nt, n1 - j0);
       View<C> c;
-      bool assign = beta == C(0);
+      C first_beta = beta;  // the first k sub-tile scales out; the rest accumulate
       if (p.o_conv) {
         c = {o_buf, n, true};
-        if (!assign) {  // acc = beta * out
+        if (beta != C(0)) {  // acc = beta * out
           convert_tile<C>(out, i0, m, j0, n, o_buf, /*row_major=*/true);
           for (int64_t e = 0; e < m * n; ++e) o_buf[e] *= beta;
+          first_beta = C(1);
         }
       } else {
         c = in_place_at<C>(out, i0, j0);
-        if (!assign && beta != C(1)) scale_view(c, m, n, beta);
       }
       for (int64_t k0 = 0; k0 < K; k0 += kt) {
         const int64_t k = std::min(kt, K - k0);
@@ -244,8 +272,7 @@ void run_piece(const Plan& p, const GemmMatrix& a, const GemmMatrix& b, const Ge
             p.a_conv ? convert_tile<C>(a, i0, m, k0, k, a_buf) : in_place_at<C>(a, i0, k0);
         const View<C> bt =
             p.b_conv ? convert_tile<C>(b, k0, k, j0, n, b_buf) : in_place_at<C>(b, k0, j0);
-        product<C>(at, bt, c, m, n, k, alpha, assign);
-        assign = false;
+        product<C>(at, bt, c, m, n, k, alpha, k0 == 0 ? first_beta : C(1));
       }
       if (p.o_conv) store_tile<C>(out, i0, m, j0, n, o_buf);
     }
@@ -269,24 +296,33 @@ void scale_output(const GemmMatrix& out, double beta) {
 template <typename C>
 void run(const Plan& p, const GemmMatrix& a, const GemmMatrix& b, const GemmMatrix& out,
          double alpha, double beta, C* scratch) {
+  use_blas_on_the_calling_thread();
   const int64_t M = out.rows, N = out.cols;
-  const int64_t per_piece = p.a_elems + p.b_elems + p.o_elems;
-  // Cut i of `grid` pieces over `units` units of a dim of `size` elements.
+  const int64_t per_worker = p.a_elems + p.b_elems + p.o_elems;
+  // Cut i of `grid` tiles over `units` units of a dim of `size` elements.
   auto cut = [](int64_t i, int64_t grid, int64_t units, int64_t size) {
     return i == grid ? size : units * i / grid * kGemmCut;
   };
-  parallel_for(p.pieces, [&](int64_t begin, int64_t end, int worker) {
-    for (int64_t piece = begin; piece < end; ++piece) {
-      const int64_t pi = piece / p.grid_n, pj = piece % p.grid_n;
-      const int64_t m0 = cut(pi, p.grid_m, p.units_m, M), m1 = cut(pi + 1, p.grid_m, p.units_m, M);
-      const int64_t n0 = cut(pj, p.grid_n, p.units_n, N), n1 = cut(pj + 1, p.grid_n, p.units_n, N);
-      run_piece<C>(p, a, b, out, static_cast<C>(alpha), static_cast<C>(beta), m0, m1, n0, n1,
-                   scratch + worker * per_piece);
+  // Contiguous runs of tiles per thread, row after row of the grid: a thread's tiles
+  // mostly share their rows of a.
+  parallel_for(p.tiles, [&](int64_t begin, int64_t end, int worker) {
+    for (int64_t tile = begin; tile < end; ++tile) {
+      const int64_t ti = tile / p.grid_n, tj = tile % p.grid_n;
+      const int64_t m0 = cut(ti, p.grid_m, p.units_m, M), m1 = cut(ti + 1, p.grid_m, p.units_m, M);
+      const int64_t n0 = cut(tj, p.grid_n, p.units_n, N), n1 = cut(tj + 1, p.grid_n, p.units_n, N);
+      run_tile<C>(p, a, b, out, static_cast<C>(alpha), static_cast<C>(beta), m0, m1, n0, n1,
+                  scratch + worker * per_worker);
     }
   });
 }
 
 }  // namespace
+
+std::string blas_description() {
+  return std::string(openblas_get_config()) + ", kernels " + openblas_get_corename();
+}
+
+int blas_threads() { return openblas_get_num_threads(); }
 
 GemmMatrix gemm_matrix(const Tensor& t) {
   return {t.data_ptr(), t.dtype(), t.size(0), t.size(1), t.stride(0), t.stride(1)};
@@ -315,6 +351,10 @@ void gemm(const GemmMatrix& a, const GemmMatrix& b, const GemmMatrix& out, doubl
     scale_output(out, beta);
     return;
   }
+  constexpr int64_t kBlasMax = std::numeric_limits<int>::max();
+  CG_CHECK(out.rows <= kBlasMax && out.cols <= kBlasMax && a.cols <= kBlasMax, "cpu::gemm: [",
+           out.rows, ", ", a.cols, "] @ [", a.cols, ", ", out.cols,
+           "] has a dim above 2^31 - 1, the most the BLAS takes; split the product");
   const Plan p = plan_of(a, b, out);
   const int64_t elements = scratch_elements(p, a);
   const Tensor scratch = elements > 0 ? raw::empty({elements}, p.compute, kCPU) : Tensor();

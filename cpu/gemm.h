@@ -1,41 +1,48 @@
 // Why this file exists: the one CPU matrix product every other kernel builds on (matmul,
-// the head loss's logits and gradients). Eigen multiplies; this file decides how the work
-// is cut: the output is split into blocks of whole 64-row (or 64-column) panels, one per
-// thread of the pool, each an Eigen GEMM on Map views of the tensors' own memory. Operands
-// Eigen cannot read in place (16-bit, another dtype than the compute one, no unit stride)
-// are converted to the compute type one tile at a time, so the scratch is bounded by
-// gemm_scratch_bytes whatever the sizes.
+// the head loss's logits and gradients). OpenBLAS multiplies (through CBLAS, f32 and f64,
+// each call on one thread); this file decides how the work is cut: the output is split
+// into a grid of tiles, a run of tiles per thread of the pool, each tile a BLAS call on
+// the tensors' own memory. Operands the BLAS cannot read in place (16-bit, another dtype
+// than the compute one, no unit stride) are converted to the compute type one sub-tile at
+// a time, so the scratch is bounded by gemm_scratch_bytes whatever the sizes.
 //
-// Note [GEMM blocking]: at most a piece per thread, the pieces a grid over out (rows x
-// columns) cut on multiples of kGemmCut, chosen so that the largest piece is as small as
-// possible: a 1-D cut left threads idle when the split dim was short (a fused-loss chunk of
-// 512 rows against D = 1280 columns gave 6 pieces to 16 threads; measured on the 16-core
-// H200 host, fused/512 ran at 0.55x the GEMM rate before the grid). Among equal grids the
-// squarer pieces win, since Eigen packs each piece's operands. Products below
-// kGemmParallelWork multiply-adds stay on one thread. Within a
-// piece, a converted operand or output is walked in tiles of at most kGemmTileRows x
-// kGemmTileRows: a converted tile is reused for a whole row (or column) of output tiles,
-// so conversion costs O(1/kGemmTileRows) of the multiply.
-// Every cut (pieces and tiles) falls on a multiple of 48 in both dims: Eigen's kernel
-// computes the rows of its destination (our columns when out is row major) in groups of
-// up to 3 packets (48 floats with AVX-512, 24 with AVX2) and a partial group with another
-// accumulation order, so cuts anywhere else would make the last bits depend on where the
-// pieces start -- on the thread count. With these cuts
-// every element is computed the same way for any thread count (Note [Deterministic
-// threads] in cpu/parallel.h; tests/gemm_test.cpp checks it).
+// Note [GEMM blocking]: the tiles are a grid over out (rows x columns) cut on multiples of
+// kGemmCut, chosen from the shapes alone -- never from the thread count -- so that every
+// BLAS call, and so every bit of out, is the same for any number of threads (Note
+// [Deterministic threads] in cpu/parallel.h; tests/gemm_test.cpp checks it). OpenBLAS picks
+// its kernel by the call's sizes (on AVX-512 a direct kernel for small products, on some
+// builds a small-matrix one), so a cut that moved with the thread count could change how
+// an element is summed; a fixed grid needs no knowledge of the library's internals. K is
+// never split. The grid has at most kGemmMaxTiles tiles (16 threads get 4 each), at most
+// one per kGemmTileWork multiply-adds, and tiles at least kGemmMinTileUnits x kGemmCut =
+// 256 wide where the dim allows: the BLAS packs each tile's rows of a and columns of b,
+// about 13 (1/m + 1/n) of an m x n tile's time when K is long (2-core EPYC, one thread,
+// [3072, 31040] x [31040, 640]: 77.6 GFLOP/s as one call, 67.4 in 256 x 128 tiles, 62 for
+// a 512-row chunk in 128 x 128 tiles). Among the grids within those limits, the one whose
+// largest tile is smallest, then the squarest. The price: a product whose output is small
+// and K long (a chunk's dh = dlogits W) runs on few threads; chunks of more rows fix that.
+// Within a tile, a converted operand or output is walked in sub-tiles of at most
+// kGemmTileRows x kGemmTileRows: a converted sub-tile is reused for a whole row (or column)
+// of output sub-tiles, so conversion costs O(1/kGemmTileRows) of the multiply.
+// Note [BLAS threads] (gemm.cpp): the BLAS's own threads are off.
 // Internal to ops/: not a public header.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "core/tensor.h"
 
 namespace cg::cpu {
 
-inline constexpr int64_t kGemmTileRows = 480;          // rows (and columns) of a converted tile
-inline constexpr int64_t kGemmCut = 48;                // pieces are cut on multiples of this
-inline constexpr int64_t kGemmParallelWork = 1 << 18;  // M * N * K below which one thread does it
+inline constexpr int64_t kGemmTileRows = 480;      // rows (and columns) of a converted sub-tile
+inline constexpr int64_t kGemmCut = 64;            // tiles are cut on multiples of this
+inline constexpr int64_t kGemmMaxTiles = 64;       // tiles of one product, at most
+inline constexpr int64_t kGemmTileWork = 1 << 20;  // multiply-adds per tile, at least
+inline constexpr int64_t kGemmMinTileUnits = 4;    // kGemmCut units per tile side, at least
+// M * N * K below which a product is one tile (one thread does it).
+inline constexpr int64_t kGemmParallelWork = 2 * kGemmTileWork;
 
 // out [M, N] = alpha * a [M, K] @ b [K, N] + beta * out
 // a, b, out: 2-D tensors with any strides as long as each has a unit stride in one dim
@@ -63,6 +70,12 @@ GemmMatrix gemm_matrix(const Tensor& t);  // a 2-D CPU tensor as a GemmMatrix
 void gemm(const GemmMatrix& a, const GemmMatrix& b, const GemmMatrix& out, double alpha,
           double beta);
 size_t gemm_scratch_bytes(const GemmMatrix& a, const GemmMatrix& b, const GemmMatrix& out);
+// The BLAS under gemm, as it describes itself (OpenBLAS's build config and the kernels it
+// picked for this CPU), and the threads it uses per call: 1 once gemm has run (Note [BLAS
+// threads], gemm.cpp). The benchmarks print the first; tests check the second.
+std::string blas_description();
+int blas_threads();
+
 // True when gemm reads and writes all three in place (no scratch at all).
 bool gemm_in_place(const GemmMatrix& a, const GemmMatrix& b, const GemmMatrix& out);
 

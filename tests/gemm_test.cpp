@@ -5,8 +5,11 @@
 // same bits for any thread count, and scratch that stays within gemm_scratch_bytes.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <ctime>
 #include <limits>
+#include <thread>
 
 #include "core/caching_allocator.h"
 #include "core/factories.h"
@@ -125,6 +128,11 @@ TEST(Gemm, OddAndEmptySizes) {
             beta);
       check(130, 2, 1, dt, dt, dt, Layout::row_major, Layout::row_major, Layout::transposed, 1.0,
             beta);
+      // One row or one column of out: the BLAS's matrix-vector product, every layout.
+      check(1, 300, 65, dt, dt, dt, Layout::transposed, Layout::padded, Layout::transposed, 0.5,
+            beta);
+      check(130, 40, 1, dt, dt, dt, Layout::padded, Layout::transposed, Layout::padded, -2.0, beta);
+      check(1, 40, 1, dt, dt, dt, Layout::transposed, Layout::padded, Layout::row_major, 1.0, beta);
     }
   }
   // Nothing to compute: no error, nothing written.
@@ -135,7 +143,7 @@ TEST(Gemm, OddAndEmptySizes) {
 }
 
 // Large enough to split between threads (and, for 16-bit operands, to walk several
-// tiles of kGemmTileRows in every dim).
+// sub-tiles of kGemmTileRows in every dim).
 TEST(Gemm, LargeProductsSplitAndTile) {
   const int before = get_num_threads();
   set_num_threads(3);
@@ -152,7 +160,8 @@ TEST(Gemm, LargeProductsSplitAndTile) {
   set_num_threads(before);
 }
 
-// Note [Deterministic threads]: the same bits for 1, 2 and 5 threads.
+// Note [Deterministic threads]: the same bits for 1, 2, 3, 5 and 16 threads (the tiles
+// come from the shapes; Note [GEMM blocking]).
 TEST(Gemm, SameBitsForAnyThreadCount) {
   const int before = get_num_threads();
   const Tensor a = make(301, 277, DType::f32, Layout::row_major, 4);
@@ -161,7 +170,7 @@ TEST(Gemm, SameBitsForAnyThreadCount) {
   const Tensor a3 = make(700, 277, DType::f32, Layout::transposed, 7);   // split M
   const Tensor c3 = make(277, 190, DType::f32, Layout::row_major, 8);
   std::vector<std::vector<double>> results;
-  for (int threads : {1, 2, 3, 5}) {
+  for (int threads : {1, 2, 3, 5, 16}) {
     set_num_threads(threads);
     Tensor out1 = zeros({301, 1000}), out2 = zeros({301, 500}), out3 = zeros({700, 190});
     Tensor out4 = transpose(zeros({190, 700}), 0, 1);  // column-major output
@@ -266,6 +275,33 @@ TEST(Gemm, OperandLayoutRule) {
   expect(gemm_layout(1, 1, 7, 7), true, true, 1);
   expect(gemm_layout(4, 1, 3, 5), true, true, 3);
   expect(gemm_layout(1, 6, 0, 4), true, false, 4);  // one row, columns 4 apart
+}
+
+double process_cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// The busy-neighbour rule of ThreadPool.IdleWorkersSleep with the BLAS inside: after
+// products on 4 threads nothing spins, neither the pool's workers nor OpenBLAS's own
+// threads, which never get work (Note [BLAS threads] in cpu/gemm.cpp: each call runs on
+// the thread that makes it). The first wait lets the threads OpenBLAS starts when it
+// loads go to sleep.
+TEST(Gemm, NothingSpinsAfterProducts) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const int before = get_num_threads();
+  set_num_threads(4);
+  const Tensor a = make(384, 256, DType::f32, Layout::row_major, 21);
+  const Tensor b = make(256, 384, DType::f32, Layout::transposed, 22);
+  const Tensor out = zeros({384, 384});
+  for (int rep = 0; rep < 20; ++rep) cpu::gemm(a, b, out, 1.0, 0.0);
+  EXPECT_EQ(cpu::blas_threads(), 1) << cpu::blas_description();
+  const double t0 = process_cpu_seconds();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const double used = process_cpu_seconds() - t0;
+  set_num_threads(before);
+  EXPECT_LT(used, 0.02) << "idle threads used " << used << " s of CPU in 0.2 s";
 }
 
 }  // namespace

@@ -4,7 +4,7 @@
 # downloads of anything else), running apt-get update once, as root (or through sudo).
 set -euo pipefail
 
-packages=(cmake g++ ninja-build libeigen3-dev nlohmann-json3-dev libcli11-dev libgtest-dev libxxhash-dev
+packages=(cmake g++ ninja-build libeigen3-dev libopenblas-dev libopenblas-pthread-dev nlohmann-json3-dev libcli11-dev libgtest-dev libxxhash-dev
   libpcre2-dev libutf8proc-dev)
 # CI also renders the memory report in a real browser (tests/trace_report_chromium_test.sh,
 # which skips where chromium is missing) and checks the formatting (tools/format.sh --check);

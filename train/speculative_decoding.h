@@ -35,10 +35,11 @@
 //
 // Note [Verify cost]: speculative decoding pays off when a verify forward of B tokens
 // costs much less than B one-token steps. On the CPU a one-token step multiplies each
-// weight matrix by one vector (Eigen's GEMV: the weights are streamed once), while two or
-// more tokens take the GEMM path, which packs every weight matrix on every call. Measured
-// on the toy target (hidden 128, 6 layers, vocab 260; one thread of the shared 2-core
-// machine, 89 cached positions): a cached forward of 1 token 380 us, 2 tokens 695 us,
+// weight matrix by one vector (a GEMV: the weights are streamed once), while two or more
+// tokens take the GEMM path, which packs every weight matrix on every call. Measured
+// with Eigen's products (before issue 24 moved them to OpenBLAS, which does the same: one
+// row is its GEMV) on the toy target (hidden 128, 6 layers, vocab 260; one thread of the
+// shared 2-core machine, 89 cached positions): a cached forward of 1 token 380 us, 2 tokens 695 us,
 // 4: 764 us, 8: 1035 us, 16: 1616 us. So with a free, perfect drafter the speedup is at
 // most ~1.0x at B = 2, 1.8x at 4, 2.7x at 8, 3.7x at 16 (ceiling_speedup measures it on
 // the run's own prompts); a real drafter's tau and cost come off that.
