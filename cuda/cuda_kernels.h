@@ -62,6 +62,12 @@ class CudaKernels final : public DeviceKernels {
                                  const Tensor& rstd, bool need_dx, bool need_dweight) override;
   Tensor rotary(const Tensor& x, const Tensor& positions, double theta, bool inverse) override;
 
+  // ---- Gated DeltaNet (cuda/cuda_gated_delta.cpp -> cuda/gated_delta_kernels.cu) ----------
+  // Chunked for prefill, the recurrence for a few tokens (run_gated_delta_rule forces one).
+  Tensor gated_delta_rule(const GatedDeltaArgs& args) override;
+  Tensor causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& history,
+                       bool silu) override;
+
   // ---- lm_head loss rows and indexing (cuda/head_loss_and_index.cpp ->
   //      cuda/head_loss_kernels.cu, index_kernels.cu) ----
   // Note [16-bit logits on the GPU]: the fused head loss keeps a chunk's logits in bf16
