@@ -21,10 +21,10 @@
 
 namespace cg::cuda::gated_delta {
 
-constexpr int kChunk = 64;      // tokens per chunk of the chunked algorithm
-constexpr int kMaxDim = 128;    // dk, dv at most this (Qwen3.5 / Qwen3.6: 128)
-constexpr int kRowStride = 129; // a [64, <=128] f32 tile's row stride in shared memory
-constexpr int kSlice = 32;      // state columns (of dv) per block in the state passes
+constexpr int kChunk = 64;       // tokens per chunk of the chunked algorithm
+constexpr int kMaxDim = 128;     // dk, dv at most this (Qwen3.5 / Qwen3.6: 128)
+constexpr int kRowStride = 129;  // a [64, <=128] f32 tile's row stride in shared memory
+constexpr int kSlice = 32;       // state columns (of dv) per block in the state passes
 constexpr int kTriStride = kChunk + 1;
 
 __host__ __device__ inline void gd_sync() {
@@ -78,8 +78,7 @@ struct ChunkScratch {
 };
 
 // Shared floats the prepare body uses.
-constexpr int kPrepareSharedFloats =
-    2 * kChunk * kRowStride + 2 * kChunk * kTriStride + 4 * kChunk;
+constexpr int kPrepareSharedFloats = 2 * kChunk * kRowStride + 2 * kChunk * kTriStride + 4 * kChunk;
 // Shared floats the chunked state pass uses.
 constexpr int kStateSharedFloats =
     kMaxDim * kSlice + kChunk * kRowStride + kChunk * kTriStride + kChunk * (kSlice + 1);
@@ -100,14 +99,14 @@ __host__ __device__ void prepare_chunk(const Problem& p, const T* q, const T* k,
   const int b = bh / p.Hv, h = bh % p.Hv, kh = h / (p.Hv / p.Hk);
   const int t0 = n * kChunk, dk = p.dk, dv = p.dv;
   const int64_t Tp = static_cast<int64_t>(p.chunks()) * kChunk;
-  float* kb = smem;                         // [64, kRowStride] kn, later kn beta exp(gc)
-  float* xb = kb + kChunk * kRowStride;     // [64, kRowStride] qn, later v beta
-  float* lm = xb + kChunk * kRowStride;     // [64, 65] L
-  float* tm = lm + kChunk * kTriStride;     // [64, 65] T_c = (I + L)^-1
-  float* gc = tm + kChunk * kTriStride;     // [64] cumulative g
-  float* bt = gc + kChunk;                  // [64] beta (0 on padding rows)
-  float* rk = bt + kChunk;                  // [64] k's inverse norm
-  float* rq = rk + kChunk;                  // [64] q's inverse norm times scale
+  float* kb = smem;                      // [64, kRowStride] kn, later kn beta exp(gc)
+  float* xb = kb + kChunk * kRowStride;  // [64, kRowStride] qn, later v beta
+  float* lm = xb + kChunk * kRowStride;  // [64, 65] L
+  float* tm = lm + kChunk * kTriStride;  // [64, 65] T_c = (I + L)^-1
+  float* gc = tm + kChunk * kTriStride;  // [64] cumulative g
+  float* bt = gc + kChunk;               // [64] beta (0 on padding rows)
+  float* rk = bt + kChunk;               // [64] k's inverse norm
+  float* rq = rk + kChunk;               // [64] q's inverse norm times scale
   const int64_t row0 = static_cast<int64_t>(bh) * Tp + t0;  // this chunk's scratch row
 
   for (int e = tid; e < kChunk; e += nthr) {

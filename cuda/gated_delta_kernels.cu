@@ -31,9 +31,9 @@ constexpr int kBlock = 256;
 
 // grid (B * Hv * chunks): block (bh, n) fills chunk n's scratch rows of head bh.
 template <typename T>
-__global__ void __launch_bounds__(kBlock) prepare_kernel(gd::Problem p, const T* q, const T* k,
-                                                         const T* v, const float* g,
-                                                         const float* beta, gd::ChunkScratch s) {
+__global__ void __launch_bounds__(kBlock)
+    prepare_kernel(gd::Problem p, const T* q, const T* k, const T* v, const float* g,
+                   const float* beta, gd::ChunkScratch s) {
   extern __shared__ float smem[];
   const int chunks = p.chunks();
   const int bh = static_cast<int>(blockIdx.x) / chunks, n = static_cast<int>(blockIdx.x) % chunks;
@@ -142,8 +142,7 @@ void launch_gated_delta_chunked(DType dtype, const GatedDeltaShape& shape, const
     CG_CUDA_CHECK(cudaFuncSetAttribute(prepare_kernel<T>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(prepare_bytes)));
-    CG_CUDA_CHECK(cudaFuncSetAttribute(state_kernel<T>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CG_CUDA_CHECK(cudaFuncSetAttribute(state_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(state_bytes)));
     prepare_kernel<T><<<static_cast<unsigned>(prepare_blocks), kBlock, prepare_bytes, stream>>>(
         p, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), g, beta,
@@ -156,9 +155,8 @@ void launch_gated_delta_chunked(DType dtype, const GatedDeltaShape& shape, const
 }
 
 void launch_gated_delta_recurrent(DType dtype, const GatedDeltaShape& shape, const void* q,
-                                  const void* k, const void* v, const float* g,
-                                  const float* beta, float* state, void* out,
-                                  cudaStream_t stream) {
+                                  const void* k, const void* v, const float* g, const float* beta,
+                                  float* state, void* out, cudaStream_t stream) {
   if (shape.B == 0 || shape.Hv == 0) return;
   const gd::Problem p = problem_of(shape);
   const int64_t blocks = shape.B * shape.Hv * p.slices();

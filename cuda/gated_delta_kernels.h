@@ -32,9 +32,8 @@ void launch_gated_delta_chunked(DType dtype, const GatedDeltaShape& shape, const
                                 float* state, void* out, float* scratch, cudaStream_t stream);
 // The recurrence token by token, one block of 32 threads per (b, h, 32 state columns).
 void launch_gated_delta_recurrent(DType dtype, const GatedDeltaShape& shape, const void* q,
-                                  const void* k, const void* v, const float* g,
-                                  const float* beta, float* state, void* out,
-                                  cudaStream_t stream);
+                                  const void* k, const void* v, const float* g, const float* beta,
+                                  float* state, void* out, cudaStream_t stream);
 // x, out [B, T, C]; weight [C, K]; history [B, K-1, C] or null (zeros). x's dtype throughout.
 void launch_causal_conv1d(DType dtype, const void* x, const void* weight, const void* history,
                           void* out, int64_t B, int64_t T, int64_t C, int64_t K, bool silu,
