@@ -84,19 +84,18 @@ void bench_batch(const Options& o, int64_t B) {
   const cg::DType dt = cg::parse_dtype(o.dtype);
   const int64_t T = o.tokens;
   const cg::GatedDeltaArgs a = make_args(o, B, T, dt);
-  std::printf("\nB=%lld T=%lld Hk=%lld Hv=%lld dk=%lld dv=%lld %s, median of %d\n",
-              (long long)B, (long long)T, (long long)o.hk, (long long)o.hv, (long long)o.dk,
-              (long long)o.dv, o.dtype.c_str(), o.repeats);
+  std::printf("\nB=%lld T=%lld Hk=%lld Hv=%lld dk=%lld dv=%lld %s, median of %d\n", (long long)B,
+              (long long)T, (long long)o.hk, (long long)o.hv, (long long)o.dk, (long long)o.dv,
+              o.dtype.c_str(), o.repeats);
   std::printf("%-34s %10s %10s\n", "row", "ms", "rate");
   using cg::cuda::GatedDeltaAlgorithm;
   const double fc = chunked_flops(B, T, o.hv, o.dk, o.dv);
-  row("gated_delta chunked", time_ms(o.repeats, [&] {
-        cg::cuda::run_gated_delta_rule(a, GatedDeltaAlgorithm::chunked);
-      }),
+  row("gated_delta chunked",
+      time_ms(o.repeats, [&] { cg::cuda::run_gated_delta_rule(a, GatedDeltaAlgorithm::chunked); }),
       fc);
-  row("gated_delta recurrent", time_ms(o.repeats, [&] {
-        cg::cuda::run_gated_delta_rule(a, GatedDeltaAlgorithm::recurrent);
-      }),
+  row("gated_delta recurrent",
+      time_ms(o.repeats,
+              [&] { cg::cuda::run_gated_delta_rule(a, GatedDeltaAlgorithm::recurrent); }),
       recurrent_flops(B, T, o.hv, o.dk, o.dv));
   // The conv over the q, k, v projections' channels; rate in TB/s of x read + out written.
   const int64_t C = 2 * o.hk * o.dk + o.hv * o.dv;
@@ -112,15 +111,15 @@ void bench_batch(const Options& o, int64_t B) {
 
 void bench_decode(const Options& o) {
   const cg::DType dt = cg::parse_dtype(o.dtype);
-  std::printf("\ndecode: B=1 Hk=%lld Hv=%lld dk=%lld dv=%lld %s, median of %d\n",
-              (long long)o.hk, (long long)o.hv, (long long)o.dk, (long long)o.dv,
-              o.dtype.c_str(), o.repeats);
+  std::printf("\ndecode: B=1 Hk=%lld Hv=%lld dk=%lld dv=%lld %s, median of %d\n", (long long)o.hk,
+              (long long)o.hv, (long long)o.dk, (long long)o.dv, o.dtype.c_str(), o.repeats);
   std::printf("%-34s %10s %10s\n", "row", "ms", "rate");
   for (int64_t T : {1, 16}) {
     const cg::GatedDeltaArgs a = make_args(o, 1, T, dt);
-    row("gated_delta recurrent T=" + std::to_string(T), time_ms(o.repeats, [&] {
-          cg::cuda::run_gated_delta_rule(a, cg::cuda::GatedDeltaAlgorithm::recurrent);
-        }),
+    row("gated_delta recurrent T=" + std::to_string(T),
+        time_ms(
+            o.repeats,
+            [&] { cg::cuda::run_gated_delta_rule(a, cg::cuda::GatedDeltaAlgorithm::recurrent); }),
         recurrent_flops(1, T, o.hv, o.dk, o.dv));
   }
 }
@@ -133,8 +132,7 @@ int main(int argc, char** argv) {
   app.add_option("--batches", o.batches, "comma-separated batch sizes");
   app.add_option("--tokens", o.tokens, "sequence length T")->check(CLI::PositiveNumber);
   app.add_option("--hk", o.hk, "key heads (linear_num_key_heads)")->check(CLI::PositiveNumber);
-  app.add_option("--hv", o.hv, "value heads (linear_num_value_heads)")
-      ->check(CLI::PositiveNumber);
+  app.add_option("--hv", o.hv, "value heads (linear_num_value_heads)")->check(CLI::PositiveNumber);
   app.add_option("--dk", o.dk, "key head dim (linear_key_head_dim), at most 128")
       ->check(CLI::Range(1, 128));
   app.add_option("--dv", o.dv, "value head dim (linear_value_head_dim), at most 128")
@@ -170,7 +168,8 @@ int main(int argc, char** argv) {
   std::printf("chunkgrad gated delta rule on %s\n",
               cg::cuda::device_properties(0).summary().c_str());
   std::printf(
-      "TFLOP/s: chunked = 2 x (2 tri dk + C^3/6 + tri dv + tri dk + 3 C dk dv + tri dv) x chunks x B "
+      "TFLOP/s: chunked = 2 x (2 tri dk + C^3/6 + tri dv + tri dk + 3 C dk dv + tri dv) x chunks x "
+      "B "
       "x Hv multiply-adds, C = 64, tri = C(C+1)/2 (Note [The chunked FLOP count]); recurrent = 7 "
       "dk dv per token and value head\n");
   for (int64_t B : batches) bench_batch(o, B);

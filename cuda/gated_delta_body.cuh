@@ -210,6 +210,15 @@ __host__ __device__ void prepare_chunk(const Problem& p, const T* q, const T* k,
   }
 }
 
+// Note [Register tiles of the state pass]: its three products are cut into kTiles = 256
+// register tiles, one per thread of a 256-thread block: item e takes columns
+// e % 8 + {0, 8, 16, 24} of the slice and rows e / 8 + {0, 32} of a [64, 32] product
+// (v_new, out) or state rows e / 8 + {0, 32, 64, 96} (the update; those below dk). Per step
+// of the inner sum a warp then reads 8 distinct state/v_new words and 4 distinct rows,
+// each one shared-memory wavefront, instead of two loads per multiply-add.
+constexpr int kTiles = 256;
+static_assert(kSlice == 32 && kChunk == 64 && kMaxDim == 128, "the tiles assume these sizes");
+
 // One block per (bh, column slice sl): walks the chunks in order with the state's columns
 // [sl*32, sl*32 + 32) in shared memory, per chunk
 //   v_new = U - W S;  out = qs S + aqk v_new;  S = eg S + kd^T v_new
@@ -241,24 +250,61 @@ __host__ __device__ void chunked_state_pass(const Problem& p, ChunkScratch s, fl
       am[(e / kChunk) * kTriStride + e % kChunk] = s.aqk[row0 * kChunk + e];
     }
     gd_sync();
-    for (int e = tid; e < kChunk * kSlice; e += nthr) {
-      const int i = e / kSlice, c = e % kSlice;
-      float acc = c < wc ? s.u[(row0 + i) * dv + c0 + c] : 0.f;
-      for (int m = 0; m < dk; ++m) acc -= buf[i * kRowStride + m] * st[m * kSlice + c];
-      vn[i * (kSlice + 1) + c] = acc;
+    for (int e = tid; e < kTiles; e += nthr) {  // Note [Register tiles of the state pass]
+      const int ci = e % 8, ri = e / 8;
+      float acc[2][4];
+      for (int rr = 0; rr < 2; ++rr) {
+        for (int cc = 0; cc < 4; ++cc) {
+          const int c = ci + 8 * cc;
+          acc[rr][cc] = c < wc ? s.u[(row0 + ri + 32 * rr) * dv + c0 + c] : 0.f;
+        }
+      }
+      for (int m = 0; m < dk; ++m) {
+        float sv[4], bv[2];
+        for (int cc = 0; cc < 4; ++cc) sv[cc] = st[m * kSlice + ci + 8 * cc];
+        for (int rr = 0; rr < 2; ++rr) bv[rr] = buf[(ri + 32 * rr) * kRowStride + m];
+        for (int rr = 0; rr < 2; ++rr) {
+          for (int cc = 0; cc < 4; ++cc) acc[rr][cc] -= bv[rr] * sv[cc];
+        }
+      }
+      for (int rr = 0; rr < 2; ++rr) {
+        for (int cc = 0; cc < 4; ++cc)
+          vn[(ri + 32 * rr) * (kSlice + 1) + ci + 8 * cc] = acc[rr][cc];
+      }
     }
     gd_sync();
     for (int e = tid; e < kChunk * dk; e += nthr) {
       buf[(e / dk) * kRowStride + e % dk] = s.qs[row0 * dk + e];
     }
     gd_sync();
-    for (int e = tid; e < kChunk * kSlice; e += nthr) {
-      const int i = e / kSlice, c = e % kSlice;
-      float acc = 0.f;
-      for (int m = 0; m < dk; ++m) acc += buf[i * kRowStride + m] * st[m * kSlice + c];
-      for (int j = 0; j <= i; ++j) acc += am[i * kTriStride + j] * vn[j * (kSlice + 1) + c];
-      if (t0 + i < p.T && c < wc) {
-        store_f(out + ((static_cast<int64_t>(b) * p.T + t0 + i) * p.Hv + h) * dv + c0 + c, acc);
+    for (int e = tid; e < kTiles; e += nthr) {
+      const int ci = e % 8, ri = e / 8;
+      float acc[2][4] = {};
+      for (int m = 0; m < dk; ++m) {
+        float sv[4], bv[2];
+        for (int cc = 0; cc < 4; ++cc) sv[cc] = st[m * kSlice + ci + 8 * cc];
+        for (int rr = 0; rr < 2; ++rr) bv[rr] = buf[(ri + 32 * rr) * kRowStride + m];
+        for (int rr = 0; rr < 2; ++rr) {
+          for (int cc = 0; cc < 4; ++cc) acc[rr][cc] += bv[rr] * sv[cc];
+        }
+      }
+      // aqk is zero above its diagonal: row ri's terms past j = ri add nothing.
+      for (int j = 0; j <= ri + 32; ++j) {
+        float vv[4];
+        for (int cc = 0; cc < 4; ++cc) vv[cc] = vn[j * (kSlice + 1) + ci + 8 * cc];
+        const float a0 = am[ri * kTriStride + j], a1 = am[(ri + 32) * kTriStride + j];
+        for (int cc = 0; cc < 4; ++cc) {
+          acc[0][cc] += a0 * vv[cc];
+          acc[1][cc] += a1 * vv[cc];
+        }
+      }
+      for (int rr = 0; rr < 2; ++rr) {
+        const int i = ri + 32 * rr;
+        if (t0 + i >= p.T) continue;
+        T* orow = out + ((static_cast<int64_t>(b) * p.T + t0 + i) * p.Hv + h) * dv + c0;
+        for (int cc = 0; cc < 4; ++cc) {
+          if (ci + 8 * cc < wc) store_f(orow + ci + 8 * cc, acc[rr][cc]);
+        }
       }
     }
     gd_sync();
@@ -267,11 +313,28 @@ __host__ __device__ void chunked_state_pass(const Problem& p, ChunkScratch s, fl
     }
     gd_sync();
     const float eg = s.eg[static_cast<int64_t>(bh) * p.chunks() + n];
-    for (int e = tid; e < dk * kSlice; e += nthr) {
-      const int m = e / kSlice, c = e % kSlice;
-      float acc = eg * st[e];
-      for (int j = 0; j < kChunk; ++j) acc += buf[j * kRowStride + m] * vn[j * (kSlice + 1) + c];
-      st[e] = acc;
+    for (int e = tid; e < kTiles; e += nthr) {
+      const int ci = e % 8, mi = e / 8;  // rows mi + 32 rr of the state (those below dk)
+      float acc[4][4];
+      for (int rr = 0; rr < 4; ++rr) {
+        for (int cc = 0; cc < 4; ++cc) {
+          const int m = mi + 32 * rr;
+          acc[rr][cc] = m < dk ? eg * st[m * kSlice + ci + 8 * cc] : 0.f;
+        }
+      }
+      for (int j = 0; j < kChunk; ++j) {
+        float vv[4], bb[4];
+        for (int cc = 0; cc < 4; ++cc) vv[cc] = vn[j * (kSlice + 1) + ci + 8 * cc];
+        for (int rr = 0; rr < 4; ++rr) bb[rr] = buf[j * kRowStride + mi + 32 * rr];
+        for (int rr = 0; rr < 4; ++rr) {
+          for (int cc = 0; cc < 4; ++cc) acc[rr][cc] += bb[rr] * vv[cc];
+        }
+      }
+      for (int rr = 0; rr < 4; ++rr) {
+        const int m = mi + 32 * rr;
+        if (m >= dk) continue;
+        for (int cc = 0; cc < 4; ++cc) st[m * kSlice + ci + 8 * cc] = acc[rr][cc];
+      }
     }
   }
   gd_sync();
