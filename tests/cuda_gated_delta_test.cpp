@@ -23,6 +23,7 @@
 #include "cuda/device_info.h"
 #include "cuda/gated_delta_kernels.h"
 #include "ops/kernels.h"
+#include "tests/cuda_attention_test_util.h"
 
 namespace cg {
 namespace {
@@ -36,25 +37,7 @@ class CudaGatedDelta : public ::testing::Test {
   }
 };
 
-// Max |got - want| <= tol * max(1, max |want|), no NaN.
-void expect_close(const Tensor& got, const Tensor& want, double tol, const std::string& what) {
-  ASSERT_TRUE(got.defined()) << what;
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  const std::vector<double> g = got.to_vector(), w = want.to_vector();
-  double ref = 1.0, worst = 0.0;
-  size_t at = 0;
-  for (size_t i = 0; i < w.size(); ++i) {
-    ASSERT_FALSE(std::isnan(g[i])) << what << " is NaN at " << i;
-    ref = std::max(ref, std::abs(w[i]));
-    const double d = std::abs(g[i] - w[i]);
-    if (d > worst) {
-      worst = d;
-      at = i;
-    }
-  }
-  EXPECT_LE(worst, tol * ref) << what << ": worst |gpu - cpu| " << worst << " at element " << at
-                              << " (gpu " << g[at] << ", cpu " << w[at] << "), max |cpu| " << ref;
-}
+using testing::expect_close;  // max |gpu - cpu| <= tol * max(1, max |cpu|), no NaN
 
 struct Case {
   int64_t B = 2, T = 65, Hk = 2, Hv = 4, dk = 64, dv = 48;
