@@ -11,7 +11,9 @@
 // k -- is computed first, one block per (b, h, chunk) (3072 blocks at T 4096), into f32
 // scratch, so the sequential pass does three [64, dk] x [dk, 32]-sized products and one
 // [64, 64] x [64, 32] per chunk. fp32 SIMT math throughout (no tensor cores yet): the
-// state and every product stay fp32, as the CPU reference.
+// state and every product stay fp32, as the CPU reference; f64 inputs too (read and written
+// as f64, computed in fp32, where the CPU computes them in double: compare at fp32's
+// tolerance).
 #include "cuda/gated_delta_kernels.h"
 
 #include <algorithm>
@@ -78,10 +80,11 @@ void visit_gated_delta_dtype(DType dtype, const char* what, F&& f) {
     case DType::f32: return f(static_cast<float*>(nullptr));
     case DType::bf16: return f(static_cast<__nv_bfloat16*>(nullptr));
     case DType::f16: return f(static_cast<__half*>(nullptr));
+    case DType::f64: return f(static_cast<double*>(nullptr));  // read and written, fp32 math
     default: break;
   }
   CG_FAIL(what, " on cuda: dtype ", dtype_name(dtype),
-          " is not supported; pass f32, bf16 or f16 inputs (cast f64 to f32 first)");
+          " is not supported; pass f32, bf16, f16 or f64 inputs");
 }
 
 gd::Problem problem_of(const GatedDeltaShape& s) {

@@ -5,9 +5,9 @@
 // chunk edges (1, 3, 63, 64, 65, 200, 1000), more value heads than key heads, a nonzero
 // initial state, and the final state written in place compared too. causal_conv1d with
 // and without history, with and without SiLU. Tolerances are relative to the largest
-// reference value (at least 1): out f32 1e-4, bf16 1.5e-2 (one bf16 rounding of out on
-// each side); the f32 state 2e-4 (the chunked algorithm sums in another order), 1e-3 for
-// bf16 inputs. Compiled only in CUDA builds; skipped without a GPU.
+// reference value (at least 1): out f32 and f64 1e-4, f16 4e-3, bf16 1.5e-2 (one rounding
+// of out on each side); the f32 state 2e-4 (the chunked algorithm sums in another order), 1e-3 for
+// 16-bit inputs. Compiled only in CUDA builds; skipped without a GPU.
 #if defined(CHUNKGRAD_WITH_CUDA)
 
 #include <gtest/gtest.h>
@@ -85,8 +85,9 @@ void check_case(const Case& c, DType dtype) {
   GatedDeltaArgs ref_args = host;
   ref_args.state = raw::clone(host.state);
   const Tensor ref_out = cpu->gated_delta_rule(ref_args);
-  const double out_tol = dtype == DType::f32 ? 1e-4 : 1.5e-2;
-  const double state_tol = dtype == DType::f32 ? 2e-4 : 1e-3;
+  const bool wide = dtype == DType::f32 || dtype == DType::f64;
+  const double out_tol = wide ? 1e-4 : (dtype == DType::f16 ? 4e-3 : 1.5e-2);
+  const double state_tol = wide ? 2e-4 : 1e-3;
   for (auto algorithm : {cuda::GatedDeltaAlgorithm::chunked, cuda::GatedDeltaAlgorithm::recurrent,
                          cuda::GatedDeltaAlgorithm::automatic}) {
     const char* which = algorithm == cuda::GatedDeltaAlgorithm::chunked     ? "chunked"
@@ -105,6 +106,16 @@ void check_case(const Case& c, DType dtype) {
 TEST_F(CudaGatedDelta, ChunkEdgesBothAlgorithmsF32AndBf16) {
   for (DType dt : {DType::f32, DType::bf16}) {
     for (int64_t T : {1, 3, 63, 64, 65, 200, 1000}) {
+      Case c;
+      c.T = T;
+      check_case(c, dt);
+    }
+  }
+}
+
+TEST_F(CudaGatedDelta, F16AndF64Inputs) {  // f64 computes in fp32 on the GPU, double on the CPU
+  for (DType dt : {DType::f16, DType::f64}) {
+    for (int64_t T : {5, 65}) {
       Case c;
       c.T = T;
       check_case(c, dt);
