@@ -1,10 +1,10 @@
 // Why this file exists: the bodies of the CUDA gated delta rule and causal conv1d kernels
 // (cuda/gated_delta_kernels.cu), written as __host__ __device__ functions of (thread id,
 // thread count) so that the same code runs as a CUDA block and, with one thread and no
-// barriers, on the host, where a scratch program checked its indexing against a plain
-// recurrence before the first device run (Note [Bodies that run on the host too]). Every
-// loop is `for (e = tid; e < n; e += nthr)`; gd_sync() is a block barrier on the device.
-// Included by gated_delta_kernels.cu only.
+// barriers, on the host, where tests/gated_delta_host_emulation.cu checks the indexing
+// against a plain recurrence on machines without a GPU (Note [Bodies that run on the host
+// too]). Every loop is `for (e = tid; e < n; e += nthr)`; gd_sync() is a block barrier on
+// the device. Included by gated_delta_kernels.cu and that test only.
 //
 // Note [Bodies that run on the host too]: no warp shuffles, no register arrays indexed by
 // lane, no assumption on blockDim: a phase between two barriers only reads what earlier
