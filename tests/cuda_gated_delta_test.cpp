@@ -4,7 +4,8 @@
 // (prefill) and recurrent (decoding) -- on the same inputs, f32 and bf16, T across the
 // chunk edges (1, 3, 63, 64, 65, 200, 1000), more value heads than key heads, a nonzero
 // initial state, and the final state written in place compared too. causal_conv1d with
-// and without history, with and without SiLU. Tolerances are relative to the largest
+// and without history, with and without SiLU; and the ops (ops/gated_delta.cpp) on cuda:0
+// against the same ops on the CPU. Tolerances are relative to the largest
 // reference value (at least 1): out f32 and f64 1e-4, f16 4e-3, bf16 1.5e-2 (one rounding
 // of out on each side); the f32 state 2e-4 (the chunked algorithm sums in another order), 1e-3 for
 // 16-bit inputs. Compiled only in CUDA builds; skipped without a GPU.
@@ -22,6 +23,7 @@
 #include "cuda/cuda_kernels.h"
 #include "cuda/device_info.h"
 #include "cuda/gated_delta_kernels.h"
+#include "ops/gated_delta.h"
 #include "ops/kernels.h"
 #include "tests/cuda_attention_test_util.h"
 
@@ -217,6 +219,38 @@ TEST_F(CudaGatedDelta, CausalConv1d) {
     check_conv(1, 9, 33, 4, true, false, dt);
     check_conv(3, 5, 8, 2, true, true, dt);
   }
+}
+
+// The ops (ops/gated_delta.cpp) on cuda:0 against the same ops on the CPU: the op layer's
+// conversions (g, beta in bf16 to f32; HF's [C, 1, K] conv weight) reach the CUDA entries,
+// and the caller's state is left as it was.
+TEST_F(CudaGatedDelta, OpsOnTheGpuMatchTheCpu) {
+  Generator gen(5);
+  const Device d = cuda_device(0);
+  const int64_t B = 1, T = 70, Hk = 2, Hv = 4, dk = 32, dv = 32;
+  const Tensor q = randn({B, T, Hk, dk}, {.dtype = DType::bf16}, &gen);
+  const Tensor k = randn({B, T, Hk, dk}, {.dtype = DType::bf16}, &gen);
+  const Tensor v = randn({B, T, Hv, dv}, {.dtype = DType::bf16}, &gen);
+  const Tensor g = rand({B, T, Hv}, {.dtype = DType::bf16}, &gen, -1.0, 0.0);
+  const Tensor beta = rand({B, T, Hv}, {.dtype = DType::bf16}, &gen, 0.0, 1.0);
+  const Tensor state = randn({B, Hv, dk, dv}, {.dtype = DType::f32}, &gen);
+  const Tensor state_gpu = raw::to_device(state, d);
+  const std::vector<double> state_before = state_gpu.to_vector();
+  const double scale = 1.0 / std::sqrt(static_cast<double>(dk));
+  const GatedDeltaResult want =
+      gated_delta_rule(q, k, v, g, beta, {.state = state, .scale = scale});
+  const GatedDeltaResult got = gated_delta_rule(
+      raw::to_device(q, d), raw::to_device(k, d), raw::to_device(v, d), raw::to_device(g, d),
+      raw::to_device(beta, d), {.state = state_gpu, .scale = scale});
+  expect_close(got.out, want.out, 1.5e-2, "op out");
+  expect_close(got.final_state, want.final_state, 1e-3, "op final state");
+  EXPECT_EQ(state_gpu.to_vector(), state_before) << "the caller's state changed";
+
+  const Tensor x = randn({B, T, 24}, {.dtype = DType::bf16}, &gen);
+  const Tensor w = randn({24, 1, 4}, {.dtype = DType::bf16}, &gen, 0.0, 0.5);
+  const Tensor h = randn({B, 3, 24}, {.dtype = DType::bf16}, &gen);
+  expect_close(causal_conv1d(raw::to_device(x, d), raw::to_device(w, d), raw::to_device(h, d)),
+               causal_conv1d(x, w, h), 1e-2, "op causal_conv1d");
 }
 
 }  // namespace
