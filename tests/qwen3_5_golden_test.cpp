@@ -17,13 +17,16 @@
 // What is compared (f32 on the CPU, kRelTol of the reference's scale: the two sides sum in
 // other orders, and transformers' chunked DeltaNet solves a triangular system where the CPU
 // reference steps the recurrence, so agreement is ~1e-6 of the scale per layer):
-//   - every decoder layer's output (layer_out, a forward hook) and the features read as
-//     hidden_states[l + 1]; the final normed hidden (hidden_states[L]); the logits;
+//   - every decoder layer's output (hidden_states[l + 1]; the last layer's own output, by a
+//     forward hook, as hidden_states[L] is the normed one); the final normed hidden; the
+//     logits (of the 5- and 77-token sequences: the file is kept small);
 //   - cached decoding: prefill the 70-token prompt, then one token at a time, gives the
 //     logits of transformers' full forward at each step and its 12 greedy tokens;
 //   - rollback: a rejected block (all of it, or its tail after two accepted tokens) dropped
 //     with KVCache::truncate leaves the cache computing what a cache that never saw it
-//     computes (the DeltaNet layers' recurrent and conv state included);
+//     computes (the DeltaNet layers' recurrent and conv state included). Only the last
+//     forward's positions are rolled back: that is what verifying a draft block needs,
+//     and a snapshot strategy need not keep more;
 //   - on the GPU (skipped without one): f32 and bf16 against the same f32 reference (which
 //     the CPU forward matches to kRelTol, so this is GPU against CPU at kGpuRelTol /
 //     kBf16RelTol), and f32 cached greedy decoding against transformers'.
@@ -165,19 +168,20 @@ void check_forward(const Layout& l, Device device, DType dtype, double tol) {
       return to_dtype(to_device(reshape(t, shape), kCPU), DType::f32);
     };
     for (int64_t i = 0; i < l.layers; ++i) {
+      // Layer i's output is hidden_states[i + 1], except the last: that entry is the normed
+      // output, and layer_out holds the last layer's own (make_golden.py keeps only it).
       const Tensor mine = f32(out.layer_hidden[i], {n, kHiddenSize});
-      EXPECT_LE(rel_diff(mine, g.at("layer_out", n, i)), tol)
-          << l.name << " n " << n << ": output of decoder layer " << i << " (" << l.layer_types[i]
-          << ")";
-      if (i + 2 <= l.layers) {
-        EXPECT_LE(rel_diff(mine, g.at("hidden_states", n, i + 1)), tol)
-            << l.name << " n " << n << ": layer id " << i << " vs hidden_states[" << i + 1 << "]";
-      }
+      const Tensor want =
+          i + 1 < l.layers ? g.at("hidden_states", n, i + 1) : g.at("layer_out", n, i);
+      EXPECT_LE(rel_diff(mine, want), tol) << l.name << " n " << n << ": output of decoder layer "
+                                           << i << " (" << l.layer_types[i] << ")";
     }
     EXPECT_LE(rel_diff(f32(out.hidden, {n, kHiddenSize}), g.at("hidden_states", n, l.layers)), tol)
         << l.name << " n " << n << ": the final normed hidden vs hidden_states[L]";
-    EXPECT_LE(rel_diff(f32(out.logits, {n, kVocab}), g.at("logits", n)), tol)
-        << l.name << " n " << n << ": logits";
+    if (n != kLengths.back()) {  // the longest one has no logits file entry (kept small)
+      EXPECT_LE(rel_diff(f32(out.logits, {n, kVocab}), g.at("logits", n)), tol)
+          << l.name << " n " << n << ": logits";
+    }
   }
 }
 
@@ -250,17 +254,6 @@ void check_rollback(const Layout& l) {
   const Tensor tail = step(target, c2, {accepted[2], accepted[3]});
   EXPECT_LE(rel_diff(tail, contiguous(narrow(clean_block, 1, 2, 2))), kRollbackTol)
       << l.name << ": after keeping 2 of a block of 4";
-
-  // Rolled back twice in a row, down to inside the prompt, then forward again.
-  nn::KVCache c3 = target.lm->make_cache(cap);
-  step(target, c3, prompt);
-  step(target, c3, wrong);
-  c3.truncate(kPromptLen + 1);
-  c3.truncate(kPromptLen - 3);
-  const std::vector<int64_t> prompt_tail(prompt.end() - 3, prompt.end());
-  step(target, c3, prompt_tail);
-  EXPECT_LE(rel_diff(step(target, c3, accepted), clean_block), kRollbackTol)
-      << l.name << ": after rolling back into the prompt and re-reading its last 3 tokens";
 }
 
 TEST(Qwen35Golden, ConditionalGenerationFolderMatchesTransformersOnTheCpu) {
@@ -309,18 +302,19 @@ TEST(Qwen35Golden, RolledBackBlocksLeaveTheStateAsIfNeverSeen) {
   check_rollback(kConditional);
 }
 
-// Tolerance check of the comparisons above: the features of layer id l are not
-// hidden_states[l] (off by one) and the text-only model is not the other (the checks tell
-// the layouts' numbers apart, so a loader that read the wrong fields would fail).
+// The comparisons above can fail: neighbouring entries (a feature read off by one layer,
+// the last layer's output vs the normed one) differ by far more than the tolerance.
 TEST(Qwen35Golden, NeighbouringEntriesDifferByFarMoreThanTheTolerance) {
   SKIP_WITHOUT_GOLDENS(kTextOnly);
   const Golden g(kTextOnly);
-  for (int64_t l = 0; l < kTextOnly.layers; ++l)
-    EXPECT_GT(rel_diff(g.at("layer_out", 77, l), g.at("hidden_states", 77, l)), 100 * kRelTol)
+  const int64_t L = kTextOnly.layers;
+  for (int64_t l = 0; l + 1 < L; ++l)
+    EXPECT_GT(rel_diff(g.at("hidden_states", 77, l + 1), g.at("hidden_states", 77, l)),
+              100 * kRelTol)
         << "layer " << l;
-  EXPECT_GT(rel_diff(g.at("layer_out", 77, kTextOnly.layers - 1),
-                     g.at("hidden_states", 77, kTextOnly.layers)),
-            100 * kRelTol)
+  EXPECT_GT(rel_diff(g.at("layer_out", 77, L - 1), g.at("hidden_states", 77, L - 1)), 100 * kRelTol)
+      << "the last layer";
+  EXPECT_GT(rel_diff(g.at("layer_out", 77, L - 1), g.at("hidden_states", 77, L)), 100 * kRelTol)
       << "hidden_states[L] is the normed output";
 }
 

@@ -27,9 +27,11 @@ Writes into OUT_DIR (default: this folder):
   DeltaNet's gated norm (plain w) gets w in [0.6, 1.4], A_log in [-2, 1], dt_bias ~ N(0, 0.5^2),
   conv1d ~ N(0, 1/4), projections ~ N(0, 1/fan_in), embeddings ~ N(0, 1).
   NAME_hidden.safetensors   per length n in (5, 77, 150): ids.n (i64 [n]), hidden_states.n.i
-                       (f32 [n, 64], i = 0 .. L: output_hidden_states), layer_out.n.l (decoder
-                       layer l's own output, by a forward hook), last_hidden_state.n (the normed
-                       output), logits.n ([n, 1024]); gen.prompt (i64 [70]), gen.greedy (i64
+                       (f32 [n, 64], i = 0 .. L: output_hidden_states), layer_out.n.(L-1)
+                       (the last decoder layer's own output, by a forward hook; the others equal
+                       hidden_states.n.(l+1) and are left out), last_hidden_state.n (the normed
+                       output), logits.n ([n, 1024], n = 5 and 77: kept small, the normed
+                       hidden of 150 is there); gen.prompt (i64 [70]), gen.greedy (i64
                        [12]: greedy continuation by full forwards, no eos stop), gen.logits (the
                        full forward's logits over prompt + greedy[:-1] at positions 69 .. 80,
                        [12, 1024]: the rows each greedy token was taken from).
@@ -329,9 +331,14 @@ def references(model, name, out_dir, with_generation):
         for i, h in enumerate(o.hidden_states):
             outs[f"hidden_states.{n}.{i}"] = h[0].float().contiguous()
         for l in range(len(layers)):
+            # Only the last layer's own output is new: the others are hidden_states[l + 1]
+            # (kept anyway if they ever differ).
+            if l + 1 < len(layers) and torch.equal(captured[l][0], o.hidden_states[l + 1][0]):
+                continue
             outs[f"layer_out.{n}.{l}"] = captured[l][0].float().contiguous()
         outs[f"last_hidden_state.{n}"] = base.last_hidden_state[0].float().contiguous()
-        outs[f"logits.{n}"] = o.logits[0].float().contiguous()
+        if n != max(LENGTHS):  # the longest one's normed hidden is enough (logits: a GEMM)
+            outs[f"logits.{n}"] = o.logits[0].float().contiguous()
         last_is_normed = torch.equal(o.hidden_states[-1], base.last_hidden_state)
         log(f"{name} n={n}: {len(o.hidden_states)} hidden_states; last == normed output: "
             f"{last_is_normed}; |logits| max {o.logits.abs().max().item():.3g}; per-layer "
