@@ -38,13 +38,13 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "autograd/grad_mode.h"
+#include "bench/prefill_bench_options.h"
 #include "core/backend.h"
 #include "core/caching_allocator.h"
 #include "core/error.h"
@@ -70,26 +70,6 @@ struct Options {
 };
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-
-std::vector<std::pair<int64_t, int64_t>> parse_shapes(const std::string& text) {
-  std::vector<std::pair<int64_t, int64_t>> out;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    const size_t x = item.find('x');
-    CG_CHECK(x != std::string::npos, "--shapes: '", item, "' is not SEQxBATCH (e.g. 4096x2)");
-    out.emplace_back(std::stoll(item.substr(0, x)), std::stoll(item.substr(x + 1)));
-  }
-  return out;
-}
-
-std::vector<int64_t> parse_ids(const std::string& text) {
-  std::vector<int64_t> out;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) out.push_back(std::stoll(item));
-  return out;
-}
 
 cg::nn::Qwen3Config config_of(const Options& o) {
   cg::nn::Qwen3Config c;
@@ -204,7 +184,7 @@ int main(int argc, char** argv) {
     CG_CHECK(cg::cuda_available(), "qwen3_5_prefill_bench needs a CUDA GPU");
     const cg::Device device = cg::cuda_device(0);
     const cg::nn::Qwen3Config c = config_of(o);
-    const std::vector<int64_t> capture = parse_ids(o.capture);
+    const std::vector<int64_t> capture = bench::parse_ids(o.capture);
     const auto shapes_kn = gemm_shapes(c);
     const double flops = flops_per_token(shapes_kn);
     cg::Generator gen(1);
@@ -226,7 +206,7 @@ int main(int argc, char** argv) {
     };
     std::vector<Row> rows;
     cg::Generator ids_gen(2);
-    for (const auto& [seq, batch] : parse_shapes(o.shapes)) {
+    for (const auto& [seq, batch] : bench::parse_shapes(o.shapes)) {
       std::vector<int64_t> ids(static_cast<size_t>(seq * batch));
       for (auto& v : ids) v = static_cast<int64_t>(ids_gen.next_u64() % uint64_t(c.vocab_size));
       alloc.reset_peak_stats();
