@@ -12,13 +12,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "autograd/grad_mode.h"
+#include "bench/prefill_bench_options.h"
 #include "core/backend.h"
 #include "core/caching_allocator.h"
 #include "core/error.h"
@@ -39,26 +39,6 @@ struct Options {
 };
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-
-std::vector<std::pair<int64_t, int64_t>> parse_shapes(const std::string& text) {
-  std::vector<std::pair<int64_t, int64_t>> out;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    const size_t x = item.find('x');
-    CG_CHECK(x != std::string::npos, "--shapes: '", item, "' is not SEQxBATCH (e.g. 2048x4)");
-    out.emplace_back(std::stoll(item.substr(0, x)), std::stoll(item.substr(x + 1)));
-  }
-  return out;
-}
-
-std::vector<int64_t> parse_ids(const std::string& text) {
-  std::vector<int64_t> out;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) out.push_back(std::stoll(item));
-  return out;
-}
 
 }  // namespace
 
@@ -89,7 +69,7 @@ int main(int argc, char** argv) {
     c.vocab_size = o.vocab;
     c.rope_theta = 1e6;
     c.rms_eps = 1e-6;
-    const std::vector<int64_t> capture = parse_ids(o.capture);
+    const std::vector<int64_t> capture = bench::parse_ids(o.capture);
     cg::Generator gen(1);
     // Random weights drawn on the GPU in bf16 (Linear's and Embedding's own init).
     cg::nn::Qwen3Model model(c, {.dtype = cg::DType::bf16, .device = device, .generator = &gen});
@@ -109,7 +89,7 @@ int main(int argc, char** argv) {
                 "tokens/s", "peak GiB");
     cg::Generator ids_gen(2);
     std::string paths;
-    for (const auto& [seq, batch] : parse_shapes(o.shapes)) {
+    for (const auto& [seq, batch] : bench::parse_shapes(o.shapes)) {
       std::vector<int64_t> ids(static_cast<size_t>(seq * batch));
       for (auto& v : ids) v = static_cast<int64_t>(ids_gen.next_u64() % uint64_t(c.vocab_size));
       {  // which attention kernel the layers' causal prefill takes at this shape

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Why this file exists: one command for issue 21's prefill throughput -- builds
+# qwen3_5_prefill_bench in a Release CUDA build (build-bench-cuda/, or BUILD_DIR), runs it and,
+# when python3 can import torch and transformers, bench/qwen3_5_prefill_torch.py on the same
+# shapes, then prints one table: chunkgrad's tokens/s, its GEMM-bound limit and the ratio
+# (Note [GEMM-bound limit] in the bench), transformers' tokens/s (its PyTorch DeltaNet
+# fallback: context, not the bar) and both peaks.
+#   bash bench/run_qwen3_5_prefill_bench.sh
+#   bash bench/run_qwen3_5_prefill_bench.sh --shapes 4096x1 --steps 5
+# Every option goes to both sides (they take the same ones). SKIP_BUILD=1 uses the build as
+# it is; SKIP_TORCH=1 runs chunkgrad only.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${BUILD_DIR:-$root/build-bench-cuda}"
+jobs="${JOBS:-$(nproc)}"
+launcher=()
+if command -v ccache >/dev/null; then
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+fi
+generator=()
+if command -v ninja >/dev/null; then generator=(-G Ninja); fi
+export PATH="/usr/local/cuda/bin:$PATH"
+
+if [[ -z "${SKIP_BUILD:-}" ]]; then
+  if [[ ! -f "$build/CMakeCache.txt" ]]; then
+    cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCHUNKGRAD_CUDA=ON \
+      -DCHUNKGRAD_CUDA_ARCHS="${CUDA_ARCHS:-90}" -DCHUNKGRAD_TESTS=OFF -DCHUNKGRAD_EXAMPLES=OFF \
+      -DCHUNKGRAD_BENCH=ON "${launcher[@]}" >/dev/null
+  fi
+  cmake --build "$build" -j "$jobs" --target qwen3_5_prefill_bench
+fi
+
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+echo
+"$build/bench/qwen3_5_prefill_bench" "$@" | tee "$tmp/chunkgrad.txt"
+echo
+if [[ -z "${SKIP_TORCH:-}" ]] && python3 -c "import torch, transformers" 2>/dev/null; then
+  python3 "$root/bench/qwen3_5_prefill_torch.py" "$@" | tee "$tmp/torch.txt"
+  echo
+  # chunkgrad rows: side seq batch tokens ms tokens/s peak gemm_ms limit ratio tflops;
+  # torch rows: side seq batch tokens ms tokens/s peak. Matched on (seq, batch).
+  awk 'FNR == 1 { file++ }
+       file == 1 && $1 == "chunkgrad" { k = $2 "x" $3; cg[k] = $6; cgp[k] = $7; lim[k] = $9;
+                                        r[k] = $10; order[n++] = k }
+       file == 2 && $1 == "torch" { pt[$2 "x" $3] = $6; ptp[$2 "x" $3] = $7 }
+       END {
+         printf "%-10s %12s %12s %12s %12s %12s %10s %10s\n", "shape", "chunkgrad",
+                "gemm limit", "cg/limit", "torch", "cg/torch", "cg GiB", "torch GiB";
+         for (i = 0; i < n; i++) { k = order[i];
+           t = (k in pt) ? pt[k] : 0;
+           printf "%-10s %12.0f %12.0f %12.3f %12s %12s %10.2f %10s\n", k, cg[k], lim[k], r[k],
+                  (t ? sprintf("%.0f", t) : "-"), (t ? sprintf("%.2f", cg[k] / t) : "-"),
+                  cgp[k], (t ? sprintf("%.2f", ptp[k]) : "-"); }
+       }' "$tmp/chunkgrad.txt" "$tmp/torch.txt"
+else
+  echo "(torch skipped: SKIP_TORCH set, or python3 cannot import torch and transformers)"
+fi
