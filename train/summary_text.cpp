@@ -76,6 +76,18 @@ std::string summary_text(const nlohmann::json& s) {
                   s["target_tokens_per_s"].get<double>(),
                   s["speculative_tokens_per_s"].get<double>(), s["ceiling_speedup"].get<double>());
     o << line << "  timing: " << timing << "\n";
+    // Note [Break-even tau]: speedup = tau x (one target step's time) / (one speculative
+    // step's time, drafter and verify forward), so tau / speedup is how many target steps
+    // one speculative step costs: the tau this drafter must beat to pay off at all. A short
+    // run with speedup below 1 reads as "tau has not reached break-even yet".
+    const double tau = s["tau"].get<double>(), speedup_x = s["speedup"].get<double>();
+    if (speedup_x > 0) {
+      std::snprintf(line, sizeof line,
+                    "  break-even tau %.2f (tau / speedup: one speculative step costs as much as "
+                    "%.2f target-only steps; the drafter pays off once tau is above it)\n",
+                    tau / speedup_x, tau / speedup_x);
+      o << line;
+    }
   }
   if (s["per_slot_accuracy"].is_null()) {  // no held-out block was measured
     o << "per-slot accuracy and acceptance lengths: none (no held-out blocks to measure)\n";
