@@ -272,7 +272,7 @@ std::string html_report(const std::vector<ReportTrace>& traces, int top) {
     };
     row("peak allocated", [](const TraceAnalysis& a) { return bytes(a.peak.allocated); });
     row("reserved at the peak", [](const TraceAnalysis& a) { return bytes(a.peak.reserved); });
-    row("reserved - allocated at the peak",
+    row("cached but unallocated",
         [](const TraceAnalysis& a) { return escape(a.fragmentation_text()); });
     row("largest autograd holder", [](const TraceAnalysis& a) {
       const MemoryGroup* h = a.top_saved_holder();

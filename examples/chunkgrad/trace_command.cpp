@@ -171,7 +171,7 @@ void print_comparison(const std::vector<ReportTrace>& traces) {
   };
   row("peak allocated", [](const TraceAnalysis& a) { return format_bytes(a.peak.allocated); });
   row("reserved at the peak", [](const TraceAnalysis& a) { return format_bytes(a.peak.reserved); });
-  row("reserved - allocated at the peak", [](const TraceAnalysis& a) {
+  row("cached but unallocated", [](const TraceAnalysis& a) {
     return a.fragmentation() >= 0 ? format_bytes(a.fragmentation())
                                   : format_bytes(a.fragmentation()) + " (!)";
   });
