@@ -18,7 +18,7 @@
 
 namespace {
 
-struct Run {
+struct LessonRun {
   int exit_code = -1;
   std::string out;
 };
@@ -31,7 +31,7 @@ std::string slurp(const std::string& path) {
 }
 
 // Runs `script` with bash in a fresh folder; stdout and stderr together.
-Run run_in_temp_dir(std::string script) {
+LessonRun run_in_temp_dir(std::string script) {
   static int counter = 0;
   const std::string dir = ::testing::TempDir() + "chunkgrad_lessons_" + std::to_string(::getpid()) +
                           "_" + std::to_string(counter++);
@@ -44,21 +44,21 @@ Run run_in_temp_dir(std::string script) {
   }
   const std::string cmd = "cd '" + dir + "' && bash script.sh >out 2>&1";
   const int status = std::system(cmd.c_str());
-  Run r;
+  LessonRun r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   r.out = slurp(dir + "/out");
   std::filesystem::remove_all(dir);
   return r;
 }
 
-void expect_all(const Run& r, const std::vector<std::string>& words) {
+void expect_all(const LessonRun& r, const std::vector<std::string>& words) {
   ASSERT_EQ(r.exit_code, 0) << r.out;
   for (const std::string& w : words)
     EXPECT_NE(r.out.find(w), std::string::npos) << w << "\n" << r.out;
 }
 
 TEST(Lessons, AllocatorLessonShowsCachingSplitAndMerge) {
-  const Run r = run_in_temp_dir("./build/examples/allocator_lesson");
+  const LessonRun r = run_in_temp_dir("./build/examples/allocator_lesson");
   expect_all(
       r,
       {"1. allocate 1000 B", "allocated 1.00 KiB, reserved 2.00 MiB",
@@ -70,7 +70,7 @@ TEST(Lessons, AllocatorLessonShowsCachingSplitAndMerge) {
 }
 
 TEST(Lessons, GraphLessonShowsWhatTheGraphKeeps) {
-  const Run r = run_in_temp_dir("./build/examples/graph_lesson");
+  const LessonRun r = run_in_temp_dir("./build/examples/graph_lesson");
   expect_all(r, {"the graph keeps 256.00 KiB", "ReluBackward", "after backward: 0 B",
                  "under NoGradGuard: the graph keeps 0 B", "storing the loss: 1.00 MiB",
                  "storing loss.detach(): 2.00 KiB", "h.grad() is [256, 128]"});
@@ -85,7 +85,8 @@ TEST(Lessons, GraphLessonShowsWhatTheGraphKeeps) {
 }
 
 TEST(Lessons, FlceMinMatchesTheNaiveLossAndKeepsOnlyDh) {
-  const Run r = run_in_temp_dir("./build/examples/flce_min --T 256 --D 32 --V 2048 --chunk 64");
+  const LessonRun r =
+      run_in_temp_dir("./build/examples/flce_min --T 256 --D 32 --V 2048 --chunk 64");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   // dh [256, 32] in fp32 is 32 KiB: all the fused graph keeps; naive keeps the logits, 2 MiB.
   EXPECT_NE(r.out.find("graph keeps  32.00 KiB"), std::string::npos) << r.out;
@@ -99,7 +100,7 @@ TEST(Lessons, FlceMinMatchesTheNaiveLossAndKeepsOnlyDh) {
 }
 
 TEST(Lessons, DflashMaskLessonDrawsBothRules) {
-  Run r = run_in_temp_dir("./build/examples/dflash_mask_lesson");
+  LessonRun r = run_in_temp_dir("./build/examples/dflash_mask_lesson");
   // Block a (anchor 3) sees context keys 0..2 and its own 4 slots, nothing of block b.
   expect_all(r, {"block a slot 0 ###..... #### ....", "block b slot 3 ######.. .... ####"});
   r = run_in_temp_dir("./build/examples/dflash_mask_lesson --window 3");
