@@ -1,6 +1,7 @@
 // Why this file exists: the backward pass (see engine.h for the contract).
 #include "autograd/engine.h"
 
+#include <optional>
 #include <queue>
 #include <unordered_map>
 
@@ -162,8 +163,16 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
     bool any_gradient = false;
     for (const Tensor& g : grad_outputs) any_gradient = any_gradient || g.defined();
     // No gradient reached this node (its consumers returned none): nothing to run.
-    std::vector<Tensor> grad_inputs = any_gradient ? node->apply(std::move(grad_outputs))
-                                                   : std::vector<Tensor>(node->next_edges.size());
+    std::vector<Tensor> grad_inputs;
+    {
+      // While a trace records, what a node's backward allocates carries its name as a
+      // scope ("backward/chunked/NarrowBackward"): `chunkgrad trace` can then name the
+      // node that made a gradient block, not only the nodes that saved one.
+      std::optional<ScopeGuard> scope;
+      if (MemoryTrace::enabled()) scope.emplace(node->name());
+      grad_inputs = any_gradient ? node->apply(std::move(grad_outputs))
+                                 : std::vector<Tensor>(node->next_edges.size());
+    }
     if (!retain_graph) node->release_saved();
 
     for (size_t i = 0; i < node->next_edges.size(); ++i) {

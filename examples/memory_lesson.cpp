@@ -108,7 +108,7 @@ PathReport run_path(cg::HeadLossPath path, const cg::HeadLossInputs& in, cg::Hea
     // The first step is traced: the largest block comes from the trace (and --trace-dir).
     if (first) {
       // Each path's trace starts from an empty cache, so that its reserved bytes (and
-      // fragmentation) are its own, not the segments an earlier path left cached.
+      // reserved - allocated) are its own, not the segments an earlier path left cached.
       alloc.empty_cache();
       cg::MemoryTrace::enable(trace ? size_t{1} << 20 : size_t{1} << 16);
     }
@@ -157,13 +157,30 @@ PathReport run_path(cg::HeadLossPath path, const cg::HeadLossInputs& in, cg::Hea
 
 std::string mib(int64_t bytes) { return cg::format_bytes(bytes); }
 
+// What the step starts with: the peaks are above these bytes (hidden, head, labels, teacher).
+int64_t input_bytes(const cg::HeadLossInputs& in) {
+  int64_t n = 0;
+  for (const cg::Tensor* t : {&in.hidden, &in.head, &in.labels, &in.teacher_hidden})
+    if (t->defined()) n += static_cast<int64_t>(t->nbytes());
+  return n;
+}
+
 // Note [The lesson's text]: the closing explanation is derived from the measured numbers,
-// so that it cannot contradict the table: with 16-bit logits naive makes fp32 working
-// copies of all of [T, V] (its largest block) and chunked only of one chunk, so chunked's
-// forward peak drops while what its graph keeps does not; when one chunk holds all T
-// rows, fused makes the whole [T, V] too and its peak is not below naive's.
+// so that it cannot contradict the table (tests/programs_test.cpp checks each case):
+// - with 16-bit logits naive makes fp32 working copies of all of [T, V] (two with a
+//   teacher: the student's and the teacher's) and chunked only of one chunk, so chunked's
+//   forward peak drops while what its graph keeps does not;
+// - in backward chunked makes one chunk's logits gradient at a time, which lowers the step
+//   peak, but each chunk's narrow of h passes back a gradient of all of h, [T, D] (zeros
+//   outside the chunk), and the engine sums them: when D is near V those [T, D] blocks
+//   lift chunked's step peak above naive's (--V 2000 --D 2048);
+// - when one chunk holds all T rows, fused makes the whole [T, V] too;
+// - --recompute keeps no dh: only the mean's [T] scale, and backward reruns the logits;
+// - for f32 CE with a frozen head the fused forward peak is predicted by the byte formula
+//   of docs/fused_loss.md and printed beside the measured one.
 std::vector<std::string> explain(const std::vector<PathReport>& reports, const Options& o,
-                                 int64_t T, int64_t D, int64_t V, cg::DType dtype) {
+                                 int64_t T, int64_t D, int64_t V, cg::DType dtype,
+                                 int64_t input_bytes, bool on_cpu) {
   auto find = [&](const std::string& name) -> const PathReport* {
     for (const PathReport& r : reports) {
       if (r.path == name && r.ok()) return &r;
@@ -173,8 +190,12 @@ std::vector<std::string> explain(const std::vector<PathReport>& reports, const O
   const PathReport *naive = find("naive"), *chunked = find("chunked"), *fused = find("fused");
   const int64_t fp32_logits = 4 * T * V;
   const bool half = cg::element_size(dtype) == 2;
-  auto near_fp32_logits = [&](int64_t bytes) {
-    return bytes >= fp32_logits && bytes < fp32_logits + fp32_logits / 20 + 4096;
+  const bool teacher = cg::loss_kind_info(cg::parse_loss_kind(o.loss, "--loss")).needs_teacher;
+  auto near = [&](int64_t bytes, int64_t target) {
+    return bytes >= target && bytes < target + target / 20 + 4096;
+  };
+  auto ratio = [](int64_t a, int64_t b) {
+    return cg::detail::concat(std::round(10.0 * double(a) / double(std::max<int64_t>(1, b))) / 10);
   };
   std::vector<std::string> lines;
   std::ostringstream line;
@@ -184,35 +205,42 @@ std::vector<std::string> explain(const std::vector<PathReport>& reports, const O
   };
 
   if (naive) {
-    line << "naive keeps the logits [T, V] until backward (its graph retains "
-         << mib(naive->graph.total_bytes) << "); its forward peak " << mib(naive->forward_peak)
-         << " adds " << mib(naive->forward_temporaries()) << " of temporaries";
-    if (half && near_fp32_logits(naive->largest_block)) {
+    line << "naive keeps "
+         << (teacher ? "two [T, V] logits tensors, the student's and the teacher's,"
+                     : "the logits [T, V]")
+         << " until backward (its graph retains " << mib(naive->graph.total_bytes)
+         << "); its forward peak " << mib(naive->forward_peak) << " adds "
+         << mib(naive->forward_temporaries()) << " of temporaries";
+    if (half && near(naive->largest_block, fp32_logits)) {
       line << ": its largest block, " << mib(naive->largest_block)
-           << ", is an fp32 copy of all of [T, V] (the loss "
-           << "works on " << o.dtype << " logits in fp32, and naive converts all " << T
-           << " rows at once).";
+           << ", is an fp32 copy of all of [T, V]";
+      const int64_t temps = naive->forward_temporaries();
+      if (teacher && temps > 2 * fp32_logits * 95 / 100 && temps < 2 * fp32_logits * 105 / 100)
+        line << ", and there are two of them, the student's and the teacher's";
+      line << ": the loss works on " << o.dtype << " logits in fp32, and naive converts all " << T
+           << " rows at once.";
     } else {
       line << " (its largest block: " << mib(naive->largest_block) << ").";
     }
     flush();
   }
   if (naive && chunked) {
-    const double ratio = double(chunked->forward_peak) / double(naive->forward_peak);
+    const double r = double(chunked->forward_peak) / double(naive->forward_peak);
     line << "chunked's forward peak " << mib(chunked->forward_peak);
-    if (ratio < 0.9) {
+    if (r < 0.9) {
       line << " is lower than naive's " << mib(naive->forward_peak)
            << ", but only by temporaries: chunked makes "
            << (half ? "its fp32 working copies" : "its working rows") << " one chunk ("
            << chunked->chunk_rows << " rows) at a time, naive for all " << T
            << " rows. What its graph keeps until backward -- every chunk's logits, "
            << mib(chunked->graph.total_bytes) << " -- is what naive's keeps ("
-           << mib(naive->graph.total_bytes) << "): chunking under autograd does not lower that.";
-    } else if (ratio <= 1.1) {
+           << mib(naive->graph.total_bytes)
+           << "): chunking under autograd does not lower that, so no peak falls below it.";
+    } else if (r <= 1.1) {
       line << " is about naive's " << mib(naive->forward_peak)
            << ": its graph keeps every chunk's logits (" << mib(chunked->graph.total_bytes)
            << ", naive's graph " << mib(naive->graph.total_bytes)
-           << ") until backward, so chunking under autograd does not lower the peak.";
+           << ") until backward, so chunking under autograd does not lower the forward peak.";
     } else {
       line << " is above naive's " << mib(naive->forward_peak) << ": it keeps the same logits ("
            << mib(chunked->graph.total_bytes) << ") and adds per-chunk temporaries.";
@@ -222,19 +250,37 @@ std::vector<std::string> explain(const std::vector<PathReport>& reports, const O
       line << "In backward chunked makes one chunk's gradient at a time, so its step peak "
            << mib(chunked->step_peak) << " is below naive's " << mib(naive->step_peak) << ".";
       flush();
+    } else if (chunked->step_peak > naive->step_peak * 1.1) {
+      line << "chunked's step peak " << mib(chunked->step_peak) << " is above naive's "
+           << mib(naive->step_peak) << ": in backward each chunk's narrow of h passes back a "
+           << "gradient of all of h, [T, D] = " << mib(4 * T * D)
+           << " (zeros outside the chunk), and the engine sums them into one, a copy each time; "
+              "at this shape (D = "
+           << D << " next to V = " << V << ") a few [T, D] blocks outweigh the [T, V] gradient "
+           << "naive makes once. `chunkgrad trace` files them as made in backward by "
+              "NarrowBackward.";
+      flush();
     }
   }
   if (fused) {
     const PathReport* ref = naive ? naive : chunked;
-    const std::string keeps = o.head == "trainable" ? "dh [T, D] and dW [V, D]" : "dh [T, D]";
+    if (o.recompute) {
+      line << "fused with --recompute keeps no dh: its graph retains "
+           << mib(fused->graph.total_bytes)
+           << " (the mean's [T] scale; the inputs are the caller's), and backward reruns the "
+              "chunk loop, logits GEMMs included: 8TDV FLOPs instead of 6TDV, so expect it "
+              "slower than fused without --recompute (run both and compare the median ms).";
+      flush();
+    }
+    const std::string keeps = o.recompute             ? "the mean's [T] scale"
+                              : o.head == "trainable" ? "dh [T, D] and dW [V, D]"
+                                                      : "dh [T, D]";
     line << "fused's graph keeps only " << keeps << " (" << mib(fused->graph.total_bytes) << ")";
     if (ref && fused->forward_peak < ref->forward_peak * 0.9) {
       line << ", and the logits exist one chunk (" << fused->chunk_rows << " of " << T
            << " rows) at a time, so its forward peak " << mib(fused->forward_peak) << " is "
-           << cg::detail::concat(
-                  std::round(10.0 * ref->forward_peak / std::max<int64_t>(1, fused->forward_peak)) /
-                  10)
-           << "x lower than " << ref->path << "'s " << mib(ref->forward_peak) << ".";
+           << ratio(ref->forward_peak, fused->forward_peak) << "x lower than " << ref->path << "'s "
+           << mib(ref->forward_peak) << ".";
     } else if (ref && fused->chunk_rows >= T) {
       line << ", but its forward peak " << mib(fused->forward_peak) << " is not below " << ref->path
            << "'s " << mib(ref->forward_peak) << ": at this size one chunk holds all " << T
@@ -250,6 +296,30 @@ std::vector<std::string> explain(const std::vector<PathReport>& reports, const O
     } else {
       line << "; its forward peak is " << mib(fused->forward_peak) << ".";
     }
+    flush();
+    // The byte formula (docs/fused_loss.md; tests/head_loss_memory_test.cpp) covers f32 CE
+    // with a frozen head, metrics on, on the host allocator.
+    if (on_cpu && !teacher && o.loss == "ce" && o.dtype == "f32" && o.head == "frozen" &&
+        !o.recompute) {
+      const int64_t C = std::min(fused->chunk_rows, T);
+      int64_t predicted = 0;
+      for (int64_t b : {4 * T, 4 * T, 4 * T, 8 * T, 4 * T * D, 4 * C * V})
+        predicted += static_cast<int64_t>(cg::CachingAllocator::round_size(static_cast<size_t>(b)));
+      line << "byte formula for fused's forward peak: 20 T + 4 T D + 4 C V (C = " << C
+           << "), each block rounded to 512 B = " << mib(predicted) << " (" << predicted
+           << " B); measured " << mib(fused->forward_peak) << " (" << fused->forward_peak << " B)"
+           << (predicted == fused->forward_peak ? ": equal." : ": they differ.");
+      flush();
+    }
+  }
+  if (naive && fused && !o.recompute) {
+    line << "naive's peak / fused's, three ways from one run: forward peaks above the inputs "
+         << ratio(naive->forward_peak, fused->forward_peak) << "x, step peaks above the inputs "
+         << ratio(naive->step_peak, fused->step_peak) << "x, step peaks counting the inputs ("
+         << mib(input_bytes) << ") "
+         << ratio(naive->step_peak + input_bytes, fused->step_peak + input_bytes)
+         << "x. The inputs add the same bytes to both sides, which pulls the ratio toward 1; "
+            "naive's backward adds a [T, V] gradient that fused never makes.";
     flush();
   }
   return lines;
@@ -293,7 +363,8 @@ void print_table(const std::vector<PathReport>& reports, const Options& o,
     std::printf("\n");
   }
   std::printf("\n");
-  for (const std::string& line : explain(reports, o, T, D, V, in.hidden.dtype()))
+  for (const std::string& line : explain(reports, o, T, D, V, in.hidden.dtype(), input_bytes(in),
+                                         in.hidden.device() == cg::kCPU))
     std::printf("%s\n", line.c_str());
 }
 
@@ -327,7 +398,8 @@ void print_json(const std::vector<PathReport>& reports, const Options& o,
                   {"ce_weight", o.ce_weight},
                   {"device", in.hidden.device().str()}};
   out["paths"] = paths;
-  out["lesson"] = explain(reports, o, T, D, V, in.hidden.dtype());
+  out["lesson"] = explain(reports, o, T, D, V, in.hidden.dtype(), input_bytes(in),
+                          in.hidden.device() == cg::kCPU);
   std::cout << out.dump(2) << "\n";
 }
 

@@ -1,10 +1,12 @@
-// Why this file exists: the main job until the DFlash toy drafter lands. It trains a
-// 2-layer MLP (x -> relu(x W1 + b1) W2 + b2) on a synthetic regression task on the CPU
-// and tells its memory story from the caching allocator: what the parameters, the batch
-// and the autograd graph hold, the peak of a training step, and (optionally) a trace.
+// Why this file exists: the smallest whole training loop in chunkgrad, kept as a first
+// program to read (docs/README.md, stop 2). It trains a 2-layer MLP
+// (x -> relu(x W1 + b1) W2 + b2) on a synthetic regression task on the CPU and tells its
+// memory story from the caching allocator: what the parameters, the batch and the
+// autograd graph hold, the peak of a training step, and (optionally) a trace. (It was the
+// main job before the DFlash drafter; `bash tools/run.sh` now runs `chunkgrad train`.)
 //
-//   bash tools/run.sh                         # defaults
-//   bash tools/run.sh --steps 300 --hidden 1024 --memory-limit-mb 64 --trace trace.json
+//   ./build/examples/mlp_demo                 # defaults
+//   ./build/examples/mlp_demo --steps 300 --hidden 1024 --memory-limit-mb 64 --trace trace.json
 //
 // Bad input (an option out of range, an unwritable --trace, out of memory, a loss that
 // becomes NaN) ends the run with one error line and exit code 1 (examples/common/program.h).

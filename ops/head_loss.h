@@ -5,8 +5,11 @@
 //
 //   naive    logits = h W^T materialised [T, V]; the ordinary loss op on top. The graph
 //            keeps the logits (and the teacher's) until backward.
-//   chunked  the same ops per chunk of rows, autograd as usual. The peak does NOT drop:
-//            every chunk's logits are saved by the graph until backward.
+//   chunked  the same ops per chunk of rows, autograd as usual. What the graph keeps does
+//            NOT drop: every chunk's logits are saved until backward, so the peak cannot
+//            fall below the full logits (backward's per-chunk gradients can lower the step
+//            peak a little; each chunk's narrow of h can also raise it, Note [The lesson's
+//            text] in examples/memory_lesson.cpp).
 //   fused    per chunk: logits, loss, d loss/d logits, then dh_chunk = dlogits W (and
 //            dW += dlogits^T h_chunk in fp32 when W trains); the chunk's logits are
 //            overwritten by the next chunk. The graph keeps only dh [T, D] (and dW).

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "decode_test_util.h"
@@ -420,6 +421,7 @@ TEST(SpeculativeDecoding, ASpeedupAboveItsCeilingOrWidelySpreadIsCalledNoise) {
   EXPECT_EQ(text.find("2.93x over"), std::string::npos) << text;
   EXPECT_NE(text.find("speedup not measured: timing noise"), std::string::npos) << text;
   EXPECT_NE(text.find("timing: the timing is noise"), std::string::npos) << text;
+  EXPECT_EQ(text.find("break-even"), std::string::npos) << text;  // no tau / noise
   s["speedup"] = 1.80;
   s["speedup_spread"] = {1.5, 1.8, 2.1};
   text = train::summary_text(s);
@@ -430,6 +432,11 @@ TEST(SpeculativeDecoding, ASpeedupAboveItsCeilingOrWidelySpreadIsCalledNoise) {
   text = train::summary_text(s);
   EXPECT_NE(text.find("speedup 1.80x over target-only greedy"), std::string::npos) << text;
   EXPECT_NE(text.find("timing: median of 3 repeats"), std::string::npos) << text;
+  // Issue 23: the tau a drafter must beat, tau / speedup, beside every measured speedup.
+  char break_even[64];
+  std::snprintf(break_even, sizeof break_even, "break-even tau %.2f",
+                s["tau"].get<double>() / 1.80);
+  EXPECT_NE(text.find(break_even), std::string::npos) << text;
 }
 
 }  // namespace

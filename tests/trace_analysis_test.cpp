@@ -89,6 +89,47 @@ TEST_F(TraceAnalysisTest, NaiveAndChunkedPeaksAreHeldByTheLossNodesLogits) {
   }
 }
 
+// Issue 23: what the graph holds has one colour in every path. naive allocates its logits
+// as activations and RowLossBackward saves them later; fused allocates dh as
+// autograd_saved. Both count as autograd_saved, and every block a node saved does.
+TEST_F(TraceAnalysisTest, BlocksTheGraphHoldsAreAutogradSavedInEveryPath) {
+  for (HeadLossPath path : {HeadLossPath::naive, HeadLossPath::chunked, HeadLossPath::fused}) {
+    SCOPED_TRACE(head_loss_path_name(path));
+    const TraceAnalysis a = analyse_trace(lesson_trace(path));
+    int64_t saved = 0;
+    for (const LiveBlock& b : a.live_at_peak) {
+      if (b.holders.empty() || b.before_trace) continue;
+      EXPECT_EQ(b.category, MemoryCategory::autograd_saved) << b.size;
+      saved += static_cast<int64_t>(b.size);
+    }
+    EXPECT_GT(saved, 0);
+    EXPECT_EQ(a.peak.by_category[static_cast<int>(MemoryCategory::autograd_saved)], saved);
+    EXPECT_LT(a.peak.by_category[static_cast<int>(MemoryCategory::activation)], 64 * 1024 * 4)
+        << "the logits are still filed as activations";
+  }
+}
+
+// Issue 23: a gradient made in backward names the node that made it. chunked's backward
+// runs each chunk's NarrowBackward, which returns a block of all of h [T, D].
+TEST_F(TraceAnalysisTest, GradientsMadeInBackwardNameTheirNode) {
+  const TraceFile file = lesson_trace(HeadLossPath::chunked);
+  bool narrow = false;
+  for (const TraceRecord& e : file.events) {
+    if (e.action == TraceAction::alloc &&
+        file.name(e.scope).find("NarrowBackward") != std::string::npos && e.size >= 64 * 16 * 4)
+      narrow = true;
+  }
+  EXPECT_TRUE(narrow) << "no [T, D] block allocated under a NarrowBackward scope";
+  const TraceAnalysis a = analyse_trace(file);
+  for (const MemoryGroup& g : a.by_holder) {
+    if (g.name.rfind(kMadeInBackwardGroup, 0) == 0) {
+      EXPECT_EQ(g.name.back(), ')');
+      EXPECT_NE(g.name.find("Backward)"), std::string::npos) << g.name;
+    }
+  }
+  EXPECT_EQ(a.top_saved_holder()->name, "RowLossBackward:logits");  // never a made-in group
+}
+
 TEST_F(TraceAnalysisTest, FusedPeakIsHeldByDh) {
   const TraceFile file = lesson_trace(HeadLossPath::fused);
   const TraceAnalysis a = analyse_trace(file);

@@ -86,6 +86,8 @@ constexpr size_t kTimelinePoints = 1500;
 // the two can name different nodes for the same step.
 extern const char* const kHolderCounting;
 extern const char* const kNotSavedGroup;  // by_holder's group of blocks no node saved
+// by_holder's groups of unsaved blocks a node's backward made: this prefix, the node, ")".
+extern const char* const kMadeInBackwardGroup;
 
 // device: index into file.devices; -1 picks the device with the most allocations.
 TraceAnalysis analyse_trace(const TraceFile& file, int device = -1);

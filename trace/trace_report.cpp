@@ -272,7 +272,7 @@ std::string html_report(const std::vector<ReportTrace>& traces, int top) {
     };
     row("peak allocated", [](const TraceAnalysis& a) { return bytes(a.peak.allocated); });
     row("reserved at the peak", [](const TraceAnalysis& a) { return bytes(a.peak.reserved); });
-    row("fragmentation at the peak",
+    row("cached but unallocated",
         [](const TraceAnalysis& a) { return escape(a.fragmentation_text()); });
     row("largest autograd holder", [](const TraceAnalysis& a) {
       const MemoryGroup* h = a.top_saved_holder();
@@ -291,8 +291,9 @@ std::string html_report(const std::vector<ReportTrace>& traces, int top) {
       << ms(a.peak.time_us - a.start_us)
       << (a.peak_phase.empty() ? "" : " in phase <b>" + escape(a.peak_phase) + "</b>")
       << "; reserved then " << bytes(a.peak.reserved)
-      << ", so fragmentation (reserved minus allocated) " << escape(a.fragmentation_text())
-      << ".</p>\n";
+      << ", so cached but unallocated (reserved minus allocated: free blocks kept for reuse and "
+         "the unused ends of segments, not only fragmentation) "
+      << escape(a.fragmentation_text()) << ".</p>\n";
     s << "<table class=\"holders\"><tr><th>held at the peak "
          "by</th><th>bytes</th><th>blocks</th></tr>"
       << group_rows(a.by_holder, top) << "</table>";

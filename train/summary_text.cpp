@@ -31,7 +31,8 @@ std::string lossless_text(const nlohmann::json& s) {
 // The speedup as a result, or -- when the timing was noise (Note [Timing noise],
 // speculative_decoding.h) -- said to be one: a speedup above its own ceiling is never
 // printed as a result. Summaries without a spread (older ones) count as one repeat.
-std::string speedup_text(const nlohmann::json& s, std::string* note) {
+// above_ceiling: set when the speedup is not a result at all.
+std::string speedup_text(const nlohmann::json& s, std::string* note, bool* above_ceiling) {
   const double speedup = s["speedup"].get<double>();
   const double ceiling = s.value("ceiling_speedup", 0.0);
   auto spread = [&](const char* key, double value) {
@@ -50,6 +51,7 @@ std::string speedup_text(const nlohmann::json& s, std::string* note) {
                   v.noisy ? " (NOISY, see below)" : "");
   }
   *note = v.note;
+  *above_ceiling = v.above_ceiling;
   return text;
 }
 
@@ -66,7 +68,8 @@ std::string summary_text(const nlohmann::json& s) {
     o << "evaluation skipped: " << s["evaluation_skipped"].get<std::string>() << "\n";
   } else {
     std::string timing;
-    const std::string speedup = speedup_text(s, &timing);
+    bool not_a_result = false;
+    const std::string speedup = speedup_text(s, &timing, &not_a_result);
     std::snprintf(line, sizeof line, "speculative decoding (%s): tau %.2f tokens per target step, ",
                   block_text.c_str(), s["tau"].get<double>());
     o << line << speedup << " (" << lossless_text(s) << ")\n";
@@ -76,6 +79,18 @@ std::string summary_text(const nlohmann::json& s) {
                   s["target_tokens_per_s"].get<double>(),
                   s["speculative_tokens_per_s"].get<double>(), s["ceiling_speedup"].get<double>());
     o << line << "  timing: " << timing << "\n";
+    // Note [Break-even tau]: speedup = tau x (one target step's time) / (one speculative
+    // step's time, drafter and verify forward), so tau / speedup is how many target steps
+    // one speculative step costs: the tau this drafter must beat to pay off at all. A short
+    // run with speedup below 1 reads as "tau has not reached break-even yet".
+    const double tau = s["tau"].get<double>(), speedup_x = s["speedup"].get<double>();
+    if (speedup_x > 0 && !not_a_result) {
+      std::snprintf(line, sizeof line,
+                    "  break-even tau %.2f (tau / speedup: one speculative step costs as much as "
+                    "%.2f target-only steps; the drafter pays off once tau is above it)\n",
+                    tau / speedup_x, tau / speedup_x);
+      o << line;
+    }
   }
   if (s["per_slot_accuracy"].is_null()) {  // no held-out block was measured
     o << "per-slot accuracy and acceptance lengths: none (no held-out blocks to measure)\n";

@@ -130,8 +130,9 @@ void print_trace(const ReportTrace& t, const TraceFile& file, int top) {
               a.events, static_cast<double>(a.end_us - a.start_us) / 1000.0, a.device.c_str());
   for (const std::string& n : t.notes) std::printf("  NOTE: %s\n", n.c_str());
   std::printf(
-      "  peak allocated %s at %.2f ms%s; reserved then %s: fragmentation (reserved - allocated) "
-      "%s\n",
+      "  peak allocated %s at %.2f ms%s; reserved then %s, of which cached but "
+      "unallocated %s (free blocks kept for reuse and the unused ends of segments: not only "
+      "fragmentation)\n",
       format_bytes(a.peak.allocated).c_str(),
       static_cast<double>(a.peak.time_us - a.start_us) / 1000.0,
       a.peak_phase.empty() ? "" : (" (phase " + a.peak_phase + ")").c_str(),
@@ -170,7 +171,7 @@ void print_comparison(const std::vector<ReportTrace>& traces) {
   };
   row("peak allocated", [](const TraceAnalysis& a) { return format_bytes(a.peak.allocated); });
   row("reserved at the peak", [](const TraceAnalysis& a) { return format_bytes(a.peak.reserved); });
-  row("fragmentation at the peak", [](const TraceAnalysis& a) {
+  row("cached but unallocated", [](const TraceAnalysis& a) {
     return a.fragmentation() >= 0 ? format_bytes(a.fragmentation())
                                   : format_bytes(a.fragmentation()) + " (!)";
   });
