@@ -9,10 +9,14 @@
 #include "cpu/gemm.h"
 
 #include <cblas.h>
+#include <dlfcn.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 #include <mutex>
+#include <optional>
+#include <string>
 
 #include "core/views.h"
 #include "cpu/cpu_kernels.h"
@@ -166,40 +170,92 @@ void store_tile(const GemmMatrix& out, int64_t r0, int64_t nr, int64_t c0, int64
 
 // ---- the BLAS ---------------------------------------------------------------------------
 
-// Note [BLAS threads]: OpenBLAS runs on the calling thread only (the pool splits the work),
-// set once before the first call. Its OpenMP build would reset that from omp_get_max_threads()
-// on every call from a pool thread and spin between calls; refuse it.
-void use_blas_on_the_calling_thread() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    CG_CHECK(openblas_get_parallel() != 2, "cpu::gemm: the loaded OpenBLAS is its OpenMP build (",
-             openblas_get_config(),
-             "); chunkgrad needs the pthread one: apt-get install libopenblas0-pthread and "
-             "rebuild (CMake links its openblas-pthread directory)");
-    openblas_set_num_threads(1);
-  });
+// Note [BLAS threads]: OpenBLAS runs on the calling thread only (the pool splits the work).
+// Its pthread build starts (cores - 1) workers when the library loads, and each spins for
+// a while before it sleeps: on the 16-core host that was 1.9 s of CPU in the first 0.2 s of
+// every process, a busy neighbour to whatever shares the machine. openblas_set_num_threads(1)
+// comes too late for that (the workers already exist). So the library is not linked: it is
+// opened here, at the first product, with OPENBLAS_NUM_THREADS=1 in the environment for the
+// duration of dlopen (its constructor reads it and starts no worker), and the caller's value
+// put back afterwards. Its OpenMP build would reset the count from omp_get_max_threads() on
+// every call from a pool thread and spin between calls: refused. The path is the library
+// CMake found (CG_OPENBLAS_LIBRARY), so the system's libopenblas alternative does not matter.
+struct Blas {
+  decltype(&cblas_sgemm) sgemm;
+  decltype(&cblas_dgemm) dgemm;
+  decltype(&cblas_sgemv) sgemv;
+  decltype(&cblas_dgemv) dgemv;
+  int (*get_num_threads)();
+  int (*get_parallel)();
+  char* (*get_config)();
+  char* (*get_corename)();
+};
+
+template <typename F>
+F blas_symbol(void* lib, const char* name) {
+  void* p = dlsym(lib, name);
+  CG_CHECK(p != nullptr, "cpu::gemm: ", CG_OPENBLAS_LIBRARY, " has no symbol ", name,
+           "; reinstall libopenblas0-pthread");
+  return reinterpret_cast<F>(p);
 }
+
+const Blas& blas() {
+  static std::once_flag once;
+  static Blas b{};
+  std::call_once(once, [] {
+    const char* before = std::getenv("OPENBLAS_NUM_THREADS");
+    const std::optional<std::string> saved =
+        before ? std::optional<std::string>(before) : std::nullopt;
+    setenv("OPENBLAS_NUM_THREADS", "1", 1);
+    void* lib = dlopen(CG_OPENBLAS_LIBRARY, RTLD_NOW | RTLD_LOCAL);
+    if (saved) {
+      setenv("OPENBLAS_NUM_THREADS", saved->c_str(), 1);
+    } else {
+      unsetenv("OPENBLAS_NUM_THREADS");
+    }
+    CG_CHECK(lib != nullptr, "cpu::gemm: cannot open OpenBLAS (", dlerror(),
+             "); install libopenblas0-pthread (tools/deps.sh does) or rebuild against the "
+             "OpenBLAS that is installed");
+    b.sgemm = blas_symbol<decltype(b.sgemm)>(lib, "cblas_sgemm");
+    b.dgemm = blas_symbol<decltype(b.dgemm)>(lib, "cblas_dgemm");
+    b.sgemv = blas_symbol<decltype(b.sgemv)>(lib, "cblas_sgemv");
+    b.dgemv = blas_symbol<decltype(b.dgemv)>(lib, "cblas_dgemv");
+    b.get_num_threads = blas_symbol<decltype(b.get_num_threads)>(lib, "openblas_get_num_threads");
+    b.get_parallel = blas_symbol<decltype(b.get_parallel)>(lib, "openblas_get_parallel");
+    b.get_config = blas_symbol<decltype(b.get_config)>(lib, "openblas_get_config");
+    b.get_corename = blas_symbol<decltype(b.get_corename)>(lib, "openblas_get_corename");
+    CG_CHECK(b.get_parallel() != 2, "cpu::gemm: the loaded OpenBLAS is its OpenMP build (",
+             b.get_config(),
+             "); chunkgrad needs the pthread one: apt-get install libopenblas0-pthread and "
+             "rebuild (CMake finds its openblas-pthread directory)");
+    auto set_threads = blas_symbol<void (*)(int)>(lib, "openblas_set_num_threads");
+    set_threads(1);  // already 1 from the environment; also when the library was loaded before
+  });
+  return b;
+}
+
+void use_blas_on_the_calling_thread() { (void)blas(); }
 
 int blas_int(int64_t v) { return static_cast<int>(std::max<int64_t>(v, 1)); }
 
 void blas_gemm(CBLAS_ORDER o, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k,
                float alpha, const float* a, int lda, const float* b, int ldb, float beta, float* c,
                int ldc) {
-  cblas_sgemm(o, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  blas().sgemm(o, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 void blas_gemm(CBLAS_ORDER o, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k,
                double alpha, const double* a, int lda, const double* b, int ldb, double beta,
                double* c, int ldc) {
-  cblas_dgemm(o, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  blas().dgemm(o, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 void blas_gemv(CBLAS_ORDER o, CBLAS_TRANSPOSE t, int m, int n, float alpha, const float* a, int lda,
                const float* x, int incx, float beta, float* y, int incy) {
-  cblas_sgemv(o, t, m, n, alpha, a, lda, x, incx, beta, y, incy);
+  blas().sgemv(o, t, m, n, alpha, a, lda, x, incx, beta, y, incy);
 }
 void blas_gemv(CBLAS_ORDER o, CBLAS_TRANSPOSE t, int m, int n, double alpha, const double* a,
                int lda, const double* x, int incx, double beta, double* y, int incy) {
-  cblas_dgemv(o, t, m, n, alpha, a, lda, x, incx, beta, y, incy);
+  blas().dgemv(o, t, m, n, alpha, a, lda, x, incx, beta, y, incy);
 }
 
 // c = alpha * a b + beta * c; a [m, k], b [k, n], c [m, n]. In c's order, an operand
@@ -319,10 +375,10 @@ void run(const Plan& p, const GemmMatrix& a, const GemmMatrix& b, const GemmMatr
 }  // namespace
 
 std::string blas_description() {
-  return std::string(openblas_get_config()) + ", kernels " + openblas_get_corename();
+  return std::string(blas().get_config()) + ", kernels " + blas().get_corename();
 }
 
-int blas_threads() { return openblas_get_num_threads(); }
+int blas_threads() { return blas().get_num_threads(); }
 
 GemmMatrix gemm_matrix(const Tensor& t) {
   return {t.data_ptr(), t.dtype(), t.size(0), t.size(1), t.stride(0), t.stride(1)};

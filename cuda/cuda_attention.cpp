@@ -58,14 +58,17 @@ bool pick_flash(AttentionPath path, DType dtype, int64_t hd, const ResolvedAtten
 }
 
 // The cudnn path by rule (before cuDNN is asked about the shape): causal or no mask, bf16 /
-// f16, head_dim 64 or 128, scale > 0 (what automatic tries; a forced cudnn call lets cuDNN
+// f16, head_dim 64, 128 or 256, scale > 0 (what automatic tries; a forced cudnn call lets cuDNN
 // decide the rest). cuDNN's fused kernels return NaN for a negative scale (seen on the H200,
 // cuDNN 9.14): like flash, they keep the running max of the unscaled scores.
 bool cudnn_by_rule(DType dtype, int64_t hd, const ResolvedAttentionMask& mask, double scale) {
   const bool mask_ok =
       mask.kind == AttentionMask::Kind::none || mask.kind == AttentionMask::Kind::causal;
-  return mask_ok && (dtype == DType::bf16 || dtype == DType::f16) && (hd == 64 || hd == 128) &&
-         scale > 0.0;
+  // 256: Qwen3.5's full-attention layers (head_dim 256); without cuDNN they would take the
+  // rows path (flash is built for 64 and 128). cuDNN is still asked whether it runs the
+  // shape, and a refusal falls back as for any other head_dim.
+  return mask_ok && (dtype == DType::bf16 || dtype == DType::f16) &&
+         (hd == 64 || hd == 128 || hd == 256) && scale > 0.0;
 }
 
 void check_supported(const Tensor& q, const char* what) {

@@ -406,24 +406,43 @@ __host__ __device__ void recurrent_pass(const Problem& p, const T* q, const T* k
 }
 
 // Element e of out [B, T, C]: act(sum_j w[c, j] xx[b, t + j, c]), xx = cat(history, x).
+// Accumulates in the table's compute dtype: f64 for f64 inputs, fp32 otherwise.
 template <typename T>
 __host__ __device__ inline void causal_conv1d_element(const T* x, const T* w, const T* history,
                                                       T* out, int64_t T_len, int64_t C, int K,
                                                       bool silu, int64_t e) {
+  using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  auto load = [](const T* p) -> Acc {
+    if constexpr (std::is_same_v<T, double>) {
+      return *p;
+    } else {
+      return load_f(p);
+    }
+  };
   const int64_t c = e % C, t = (e / C) % T_len, b = e / (C * T_len);
-  float acc = 0.f;
+  Acc acc = 0;
   for (int j = 0; j < K; ++j) {
     const int64_t src = t + j - (K - 1);  // index into x; negative: into history
-    float xv = 0.f;
+    Acc xv = 0;
     if (src >= 0) {
-      xv = load_f(x + (b * T_len + src) * C + c);
+      xv = load(x + (b * T_len + src) * C + c);
     } else if (history != nullptr) {
-      xv = load_f(history + (b * (K - 1) + (K - 1) + src) * C + c);
+      xv = load(history + (b * (K - 1) + (K - 1) + src) * C + c);
     }
-    acc += load_f(w + c * K + j) * xv;
+    acc += load(w + c * K + j) * xv;
   }
-  if (silu) acc = acc / (1.f + expf(-acc));
-  store_f(out + e, acc);
+  if (silu) {
+    if constexpr (std::is_same_v<Acc, double>) {
+      acc = acc / (1.0 + exp(-acc));
+    } else {
+      acc = acc / (1.f + expf(-acc));
+    }
+  }
+  if constexpr (std::is_same_v<T, double>) {
+    out[e] = acc;
+  } else {
+    store_f(out + e, acc);
+  }
 }
 
 }  // namespace cg::cuda::gated_delta

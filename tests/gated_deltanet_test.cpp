@@ -55,7 +55,8 @@ std::unique_ptr<GatedDeltaNet> make_layer(DType dtype, uint64_t seed) {
   auto layer = std::make_unique<GatedDeltaNet>(hybrid_config(),
                                                InitOptions{.dtype = dtype, .generator = &gen});
   NoGradGuard no_grad;
-  raw::copy_(layer->norm_weight, rand(layer->norm_weight.shape(), {.dtype = dtype}, &gen, 0.5, 1.5));
+  raw::copy_(layer->norm_weight,
+             rand(layer->norm_weight.shape(), {.dtype = dtype}, &gen, 0.5, 1.5));
   raw::copy_(layer->dt_bias, rand(layer->dt_bias.shape(), {.dtype = dtype}, &gen, -1.0, 1.0));
   layer->freeze();
   return layer;
@@ -129,7 +130,8 @@ Vec layer_reference(const GatedDeltaNet& m, const Tensor& x_t) {
           for (int64_t j = 0; j < dv; ++j) kS[j] += k[i] * St[i * dv + j];
         for (int64_t i = 0; i < dk; ++i)
           for (int64_t j = 0; j < dv; ++j)
-            St[i * dv + j] = std::exp(g) * (St[i * dv + j] - beta * k[i] * kS[j]) + beta * k[i] * v[j];
+            St[i * dv + j] =
+                std::exp(g) * (St[i * dv + j] - beta * k[i] * kS[j]) + beta * k[i] * v[j];
         for (int64_t j = 0; j < dv; ++j) {
           double o = 0;
           for (int64_t i = 0; i < dk; ++i) o += St[i * dv + j] * q[i];
@@ -156,16 +158,15 @@ TEST(GatedDeltaNet, HuggingFaceNamesShapesAndInit) {
   GatedDeltaNet layer(hybrid_config(), {.generator = &gen});
   std::map<std::string, Shape> shapes;
   for (const auto& [name, p] : layer.named_parameters()) shapes[name] = p.shape();
-  const std::map<std::string, Shape> expected{
-      {"in_proj_qkv.weight", {2 * 2 * 4 + 6 * 3, 16}},
-      {"in_proj_z.weight", {18, 16}},
-      {"in_proj_b.weight", {6, 16}},
-      {"in_proj_a.weight", {6, 16}},
-      {"conv1d.weight", {34, 1, 4}},
-      {"dt_bias", {6}},
-      {"A_log", {6}},
-      {"norm.weight", {3}},
-      {"out_proj.weight", {16, 18}}};
+  const std::map<std::string, Shape> expected{{"in_proj_qkv.weight", {2 * 2 * 4 + 6 * 3, 16}},
+                                              {"in_proj_z.weight", {18, 16}},
+                                              {"in_proj_b.weight", {6, 16}},
+                                              {"in_proj_a.weight", {6, 16}},
+                                              {"conv1d.weight", {34, 1, 4}},
+                                              {"dt_bias", {6}},
+                                              {"A_log", {6}},
+                                              {"norm.weight", {3}},
+                                              {"out_proj.weight", {16, 18}}};
   EXPECT_EQ(shapes, expected);
   for (double v : layer.A_log.to_vector()) {
     EXPECT_GE(v, std::log(0.01));

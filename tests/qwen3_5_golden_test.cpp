@@ -27,9 +27,10 @@
 //     computes (the DeltaNet layers' recurrent and conv state included). Only the last
 //     forward's positions are rolled back: that is what verifying a draft block needs,
 //     and a snapshot strategy need not keep more;
-//   - on the GPU (skipped without one): f32 and bf16 against the same f32 reference (which
-//     the CPU forward matches to kRelTol, so this is GPU against CPU at kGpuRelTol /
-//     kBf16RelTol), and f32 cached greedy decoding against transformers'.
+//   - on the GPU (skipped without one): f32 against the same f32 reference (which the CPU
+//     forward matches to kRelTol, so this is GPU against CPU at kGpuRelTol), bf16 GPU
+//     against the bf16 CPU forward at kBf16RelTol, and f32 cached greedy decoding against
+//     transformers'.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -59,9 +60,13 @@ using testing_golden::rel_diff;
 const std::string kGolden = std::string(CHUNKGRAD_TEST_DATA_DIR) + "/../golden/qwen3_5";
 const std::vector<int64_t> kLengths = {5, 77, 150};
 constexpr int64_t kHiddenSize = 64, kVocab = 1024, kPromptLen = 70, kNewTokens = 12;
-constexpr double kRelTol = 5e-5;      // f32 CPU vs transformers f32 CPU
-constexpr double kGpuRelTol = 2e-3;   // f32 GPU (TF32 GEMMs where allowed) vs f32 CPU
-constexpr double kBf16RelTol = 6e-2;  // bf16 GPU vs f32 CPU: bf16 rounds to 2^-8 per op
+constexpr double kRelTol = 5e-5;     // f32 CPU vs transformers f32 CPU
+constexpr double kGpuRelTol = 2e-3;  // f32 GPU (TF32 GEMMs where allowed) vs f32 CPU
+// bf16 GPU vs bf16 CPU: the same bf16 weights, two implementations that both compute in
+// fp32 and round to bf16 where they store. (Against the f32 reference a bf16 model is off
+// by up to ~0.15 here: tiny random layers with |h| up to 11 amplify the weights' own
+// rounding, so that comparison says nothing about the GPU code.)
+constexpr double kBf16RelTol = 3e-2;
 // Rollback: the same kernels on the same state; only a snapshot/recompute order can differ.
 constexpr double kRollbackTol = 1e-6;
 
@@ -182,6 +187,31 @@ void check_forward(const Layout& l, Device device, DType dtype, double tol) {
       EXPECT_LE(rel_diff(f32(out.logits, {n, kVocab}), g.at("logits", n)), tol)
           << l.name << " n " << n << ": logits";
     }
+  }
+}
+
+// The GPU forward against the CPU forward of the same checkpoint in `dtype`: every layer,
+// the normed hidden and the logits.
+void check_gpu_against_cpu(const Layout& l, DType dtype, double tol) {
+  const train::FeatureTarget cpu = train::load_feature_target(folder(l), kCPU, dtype);
+  const train::FeatureTarget gpu = train::load_feature_target(folder(l), cuda_device(), dtype);
+  const Golden g(l);
+  NoGradGuard no_grad;
+  for (int64_t n : kLengths) {
+    const Tensor ids = reshape(g.at("ids", n), {1, n});
+    const auto want = cpu.lm->forward(ids, {.capture_layers = all_layers(l.layers)});
+    const auto got =
+        gpu.lm->forward(to_device(ids, cuda_device()), {.capture_layers = all_layers(l.layers)});
+    auto f32 = [](const Tensor& t) { return to_dtype(to_device(t, kCPU), DType::f32); };
+    for (int64_t i = 0; i < l.layers; ++i) {
+      EXPECT_LE(rel_diff(f32(got.layer_hidden[i]), f32(want.layer_hidden[i])), tol)
+          << l.name << " n " << n << " " << dtype_name(dtype) << ": decoder layer " << i << " ("
+          << l.layer_types[i] << "), GPU vs CPU";
+    }
+    EXPECT_LE(rel_diff(f32(got.hidden), f32(want.hidden)), tol)
+        << l.name << " n " << n << ": the final normed hidden, GPU vs CPU";
+    EXPECT_LE(rel_diff(f32(got.logits), f32(want.logits)), tol)
+        << l.name << " n " << n << ": logits, GPU vs CPU";
   }
 }
 
@@ -324,7 +354,7 @@ TEST(Qwen35Golden, GpuMatchesTheCpuInF32AndBf16) {
   if (!cuda_available()) GTEST_SKIP() << "no GPU";
   for (const Layout* l : {&kConditional, &kTextOnly}) {
     check_forward(*l, cuda_device(), DType::f32, kGpuRelTol);
-    check_forward(*l, cuda_device(), DType::bf16, kBf16RelTol);
+    check_gpu_against_cpu(*l, DType::bf16, kBf16RelTol);
   }
 }
 

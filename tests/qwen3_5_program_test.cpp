@@ -68,13 +68,14 @@ class Qwen35Program : public train_program_fixture::TrainProgram {
     for (int64_t n : lengths)
       lines += cg::testing_eval::token_line(ints(golden->load("ids." + std::to_string(n))));
     const std::vector<int64_t> layers = {c.layers - 2, 0, 1};  // any order
+    const std::string out = "f_" + c.name + "_" + device;      // one empty folder per run
     const TrainRun r =
         run("features --target '" + kGolden + "/" + c.name + "' --data '" +
-            write("ids.jsonl", lines) + "' --out '" + path("f") + "' --layers " +
+            write("ids.jsonl", lines) + "' --out '" + path(out) + "' --layers " +
             std::to_string(layers[0]) + ",0,1 --dtype f32 --no-progress --device " + device);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     std::vector<std::unique_ptr<cg::safetensors::Reader>> shards;
-    for (const auto& e : fs::directory_iterator(path("f")))
+    for (const auto& e : fs::directory_iterator(path(out)))
       if (e.path().extension() == ".safetensors") shards.push_back(cg::safetensors::open(e.path()));
     ASSERT_FALSE(shards.empty());
     auto load = [&](const std::string& name) {
