@@ -177,9 +177,9 @@ TEST(DrafterLossKinds, ATrainingStepTrainsTheConfiguredKind) {
   }
 }
 
-// Note [The drafter's chunk]: on the CPU a chunk of a multiple of 16 rows changes memory,
-// not the numbers: the loss and every gradient are the same bits at one chunk of 128 rows,
-// at 32 and at 16.
+// Note [The drafter's chunk]: on the CPU the chunk changes memory, and the numbers at most
+// in the last bits (which BLAS kernel sums over k depends on the shape and the core type):
+// the loss and every gradient agree to a few ulps at one chunk of 128 rows, at 32 and at 16.
 TEST(DrafterChunk, TheChunkDoesNotChangeTheCpuNumbers) {
   SmallTarget target;
   train::TrainConfig& c = target.config;
@@ -208,7 +208,8 @@ TEST(DrafterChunk, TheChunkDoesNotChangeTheCpuNumbers) {
   for (size_t k = 1; k < results.size(); ++k) {
     ASSERT_EQ(results[k].size(), results[0].size());
     for (size_t e = 0; e < results[0].size(); ++e) {
-      ASSERT_EQ(results[k][e], results[0][e]) << "chunk " << (k == 1 ? 32 : 16) << ", value " << e;
+      ASSERT_NEAR(results[k][e], results[0][e], 1e-6 * std::max(1.0, std::abs(results[0][e])))
+          << "chunk " << (k == 1 ? 32 : 16) << ", value " << e;
     }
   }
 }

@@ -33,11 +33,11 @@ LossConfig drafter_loss_config(const LossSpec& spec);
 // one setting for every place the drafter step runs: training, the per-slot evaluation
 // and the memory report, which therefore measures the chunk training uses. The default,
 // 256 rows, is the chunk the memory report has always shown (at large_vocab a fused chunk
-// of 64 MiB where naive makes 256 MiB of logits). On the CPU a chunk of a multiple of 16
-// rows changes the memory, not the numbers: the row kernel is per row, and Eigen's kernel
-// sums each of our rows over k in the same order as long as the chunk cuts no group of
-// its destination columns (our rows); an odd chunk such as 7 rows puts some rows in a
-// partial group, another order in the last bits (Note [GEMM blocking], cpu/gemm.h). A GPU
+// of 64 MiB where naive makes 256 MiB of logits). On the CPU the chunk changes the memory
+// and, at most, the last bits: the row kernel is per row, but which OpenBLAS kernel sums a
+// row over k, and in what grouping, depends on the call's shape and on the core type
+// (with the AVX-512 kernels chunks of 16 and 32 rows gave the same bits as one chunk;
+// with the Haswell ones, forced by OPENBLAS_CORETYPE=Haswell, not). A GPU
 // at scale wants 0: a budget-sized chunk of thousands of rows keeps its GEMMs fast
 // (ops/head_loss.h).
 struct DrafterHeadLoss {
