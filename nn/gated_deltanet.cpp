@@ -57,11 +57,10 @@ GatedDeltaResult gated_delta_from_projections(const GatedDeltaShape& shape, cons
       view(narrow(mixed, 2, key_dim, key_dim), {B, n, shape.num_k_heads, shape.k_head_dim});
   const Tensor v = view(narrow(mixed, 2, 2 * key_dim, shape.value_dim()),
                         {B, n, shape.num_v_heads, shape.v_head_dim});
-  return gated_delta_rule(
-      q, k, v, g, beta,
-      {.state = state,
-       .l2norm_qk = true,
-       .scale = 1.0 / std::sqrt(static_cast<double>(shape.k_head_dim))});
+  return gated_delta_rule(q, k, v, g, beta,
+                          {.state = state,
+                           .l2norm_qk = true,
+                           .scale = 1.0 / std::sqrt(static_cast<double>(shape.k_head_dim))});
 }
 
 GatedDeltaNet::GatedDeltaNet(const Qwen3Config& config, InitOptions init)
@@ -79,10 +78,14 @@ GatedDeltaNet::GatedDeltaNet(const Qwen3Config& config, InitOptions init)
   CG_CHECK(s.num_v_heads % s.num_k_heads == 0, "GatedDeltaNet: linear_num_value_heads (",
            s.num_v_heads, ") must be a multiple of linear_num_key_heads (", s.num_k_heads, ")");
   const LinearOptions linear{.init = init};
-  in_proj_qkv = register_module("in_proj_qkv", std::make_unique<Linear>(hidden_, s.conv_dim(), linear));
-  in_proj_z = register_module("in_proj_z", std::make_unique<Linear>(hidden_, s.value_dim(), linear));
-  in_proj_b = register_module("in_proj_b", std::make_unique<Linear>(hidden_, s.num_v_heads, linear));
-  in_proj_a = register_module("in_proj_a", std::make_unique<Linear>(hidden_, s.num_v_heads, linear));
+  in_proj_qkv =
+      register_module("in_proj_qkv", std::make_unique<Linear>(hidden_, s.conv_dim(), linear));
+  in_proj_z =
+      register_module("in_proj_z", std::make_unique<Linear>(hidden_, s.value_dim(), linear));
+  in_proj_b =
+      register_module("in_proj_b", std::make_unique<Linear>(hidden_, s.num_v_heads, linear));
+  in_proj_a =
+      register_module("in_proj_a", std::make_unique<Linear>(hidden_, s.num_v_heads, linear));
   out_proj = register_module("out_proj", std::make_unique<Linear>(s.value_dim(), hidden_, linear));
   {
     CategoryGuard category(MemoryCategory::parameter);
@@ -118,7 +121,8 @@ void GatedDeltaNet::check_input(const Tensor& x, const char* what) const {
            x.defined() ? shape_str(x.shape()) : "undefined");
   if (!GradMode::is_enabled()) return;
   bool needs_grad = x.requires_grad();
-  for (const auto& [param_name, p] : named_parameters()) needs_grad = needs_grad || p.requires_grad();
+  for (const auto& [param_name, p] : named_parameters())
+    needs_grad = needs_grad || p.requires_grad();
   CG_CHECK(!needs_grad, "GatedDeltaNet '", name(), "' ", what,
            ": the layer records no gradient (it runs frozen targets), but grad mode is on and ",
            x.requires_grad() ? "x" : "its parameters", " require grad; freeze() the model or ",
@@ -151,8 +155,8 @@ Tensor GatedDeltaNet::forward(const Tensor& x) const {
   check_input(x, "forward");
   const Tensor mixed_qkv = in_proj_qkv->forward(x);
   const Gates gates = gates_of(x);
-  const GatedDeltaResult r = gated_delta_from_projections(shape_, mixed_qkv, conv1d_weight, Tensor(),
-                                                          gates.g, gates.beta, Tensor());
+  const GatedDeltaResult r = gated_delta_from_projections(shape_, mixed_qkv, conv1d_weight,
+                                                          Tensor(), gates.g, gates.beta, Tensor());
   return output_of(r.out, x);
 }
 

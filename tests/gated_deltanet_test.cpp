@@ -17,6 +17,7 @@
 #include "autograd/grad_mode.h"
 #include "core/factories.h"
 #include "core/views.h"
+#include "decode_test_util.h"
 #include "error_helpers.h"
 #include "nn/gated_deltanet.h"
 #include "nn/kv_cache.h"
@@ -31,14 +32,8 @@ using Vec = std::vector<double>;
 // 2 layers: a DeltaNet then a full-attention layer. 6 value heads over 2 key heads (where
 // repeat_interleave and tiling differ), dk != dv, kernel 4.
 Qwen3Config hybrid_config() {
-  Qwen3Config c;
-  c.vocab_size = 40;
-  c.hidden_size = 16;
+  Qwen3Config c = testing_decode::tiny_target_config();
   c.num_layers = 2;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 6;
-  c.intermediate_size = 24;
   c.family = "qwen3_5";
   c.layer_types = {"linear_attention", "full_attention"};
   c.linear_num_key_heads = 2;
@@ -55,7 +50,8 @@ std::unique_ptr<GatedDeltaNet> make_layer(DType dtype, uint64_t seed) {
   auto layer = std::make_unique<GatedDeltaNet>(hybrid_config(),
                                                InitOptions{.dtype = dtype, .generator = &gen});
   NoGradGuard no_grad;
-  raw::copy_(layer->norm_weight, rand(layer->norm_weight.shape(), {.dtype = dtype}, &gen, 0.5, 1.5));
+  raw::copy_(layer->norm_weight,
+             rand(layer->norm_weight.shape(), {.dtype = dtype}, &gen, 0.5, 1.5));
   raw::copy_(layer->dt_bias, rand(layer->dt_bias.shape(), {.dtype = dtype}, &gen, -1.0, 1.0));
   layer->freeze();
   return layer;
@@ -129,7 +125,8 @@ Vec layer_reference(const GatedDeltaNet& m, const Tensor& x_t) {
           for (int64_t j = 0; j < dv; ++j) kS[j] += k[i] * St[i * dv + j];
         for (int64_t i = 0; i < dk; ++i)
           for (int64_t j = 0; j < dv; ++j)
-            St[i * dv + j] = std::exp(g) * (St[i * dv + j] - beta * k[i] * kS[j]) + beta * k[i] * v[j];
+            St[i * dv + j] =
+                std::exp(g) * (St[i * dv + j] - beta * k[i] * kS[j]) + beta * k[i] * v[j];
         for (int64_t j = 0; j < dv; ++j) {
           double o = 0;
           for (int64_t i = 0; i < dk; ++i) o += St[i * dv + j] * q[i];
@@ -156,16 +153,15 @@ TEST(GatedDeltaNet, HuggingFaceNamesShapesAndInit) {
   GatedDeltaNet layer(hybrid_config(), {.generator = &gen});
   std::map<std::string, Shape> shapes;
   for (const auto& [name, p] : layer.named_parameters()) shapes[name] = p.shape();
-  const std::map<std::string, Shape> expected{
-      {"in_proj_qkv.weight", {2 * 2 * 4 + 6 * 3, 16}},
-      {"in_proj_z.weight", {18, 16}},
-      {"in_proj_b.weight", {6, 16}},
-      {"in_proj_a.weight", {6, 16}},
-      {"conv1d.weight", {34, 1, 4}},
-      {"dt_bias", {6}},
-      {"A_log", {6}},
-      {"norm.weight", {3}},
-      {"out_proj.weight", {16, 18}}};
+  const std::map<std::string, Shape> expected{{"in_proj_qkv.weight", {2 * 2 * 4 + 6 * 3, 16}},
+                                              {"in_proj_z.weight", {18, 16}},
+                                              {"in_proj_b.weight", {6, 16}},
+                                              {"in_proj_a.weight", {6, 16}},
+                                              {"conv1d.weight", {34, 1, 4}},
+                                              {"dt_bias", {6}},
+                                              {"A_log", {6}},
+                                              {"norm.weight", {3}},
+                                              {"out_proj.weight", {16, 18}}};
   EXPECT_EQ(shapes, expected);
   for (double v : layer.A_log.to_vector()) {
     EXPECT_GE(v, std::log(0.01));
