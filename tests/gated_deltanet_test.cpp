@@ -350,6 +350,7 @@ TEST(GatedDeltaNetCache, HybridModelDecodesAndRollsBackLikeItsForward) {
   c.layer_types = {"linear_attention", "full_attention", "linear_attention"};
   c.attn_output_gate = true;
   c.zero_centred_norm = true;
+  c.head_dim = 8;
   c.partial_rotary_factor = 0.5;
   Generator gen(20);
   Qwen3ForCausalLM lm(c, {.generator = &gen});
