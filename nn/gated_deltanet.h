@@ -11,6 +11,19 @@
 //   out_proj.weight    [hidden, Hv * dv]
 // The recurrence and the conv are ops (ops/gated_delta.h); this module wires them. A frozen
 // target's layer: no autograd (the ops refuse inputs that need a gradient).
+//
+// Note [DeltaNet padding]: transformers zeroes padded positions' inputs before in_proj
+// (apply_mask_to_padding_states), because a padding token BEFORE real ones would flow
+// into the recurrent and conv state. This layer takes no mask; where chunkgrad pads:
+//   - feature buckets (train/target_forward.cpp, train/drafter_data.cpp) pad AFTER each
+//     sample: a causal recurrence never lets a later position reach an earlier one, so the
+//     real positions are exact and the padded ones are cut off;
+//   - decode_batched right-aligns rows (padding before real tokens), but padding never runs
+//     through a layer there: prompts prefill alone and padding slots get zero keys
+//     directly. It refuses hybrid targets until its step and rebuild run DeltaNet layers
+//     (Note [Ragged batch], train/batched_decode.cpp).
+// Zeroed inputs at the start of a sequence would in fact be exact here too (k = 0 and
+// v = 0 leave a zero state zero; zero conv inputs equal the zero history).
 #pragma once
 
 #include "nn/config.h"

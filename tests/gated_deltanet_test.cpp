@@ -17,9 +17,11 @@
 #include "autograd/grad_mode.h"
 #include "core/factories.h"
 #include "core/views.h"
+#include "decode_test_util.h"
 #include "error_helpers.h"
 #include "nn/gated_deltanet.h"
 #include "nn/kv_cache.h"
+#include "nn/qwen3.h"
 #include "ops/join_ops.h"
 #include "ops/shape_ops.h"
 
@@ -31,14 +33,8 @@ using Vec = std::vector<double>;
 // 2 layers: a DeltaNet then a full-attention layer. 6 value heads over 2 key heads (where
 // repeat_interleave and tiling differ), dk != dv, kernel 4.
 Qwen3Config hybrid_config() {
-  Qwen3Config c;
-  c.vocab_size = 40;
-  c.hidden_size = 16;
+  Qwen3Config c = testing_decode::tiny_target_config();
   c.num_layers = 2;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 6;
-  c.intermediate_size = 24;
   c.family = "qwen3_5";
   c.layer_types = {"linear_attention", "full_attention"};
   c.linear_num_key_heads = 2;
@@ -344,6 +340,45 @@ TEST(GatedDeltaNetCache, AdvanceChecksEveryDeltaNetLayerWrote) {
   layer->forward_cached(random_x(1, 3, DType::f32, 16), cache, 0);
   EXPECT_ERROR_HAS(cache.advance(2), "did not write");
   EXPECT_NO_THROW(cache.advance(3));
+}
+
+// ---- the whole hybrid model: attention keys and DeltaNet states rolled back together ----
+
+TEST(GatedDeltaNetCache, HybridModelDecodesAndRollsBackLikeItsForward) {
+  Qwen3Config c = hybrid_config();
+  c.num_layers = 3;
+  c.layer_types = {"linear_attention", "full_attention", "linear_attention"};
+  c.attn_output_gate = true;
+  c.zero_centred_norm = true;
+  c.head_dim = 8;
+  c.partial_rotary_factor = 0.5;
+  Generator gen(20);
+  Qwen3ForCausalLM lm(c, {.generator = &gen});
+  lm.freeze();
+  const std::vector<int64_t> prompt{3, 17, 5, 29, 11}, accepted{8, 21}, rejected{2, 36};
+  const std::vector<int64_t> next{14, 6, 33};
+  auto ids = [](std::vector<int64_t> v) {
+    return from_ints(v, {1, static_cast<int64_t>(v.size())});
+  };
+  std::vector<int64_t> kept = prompt;
+  kept.insert(kept.end(), accepted.begin(), accepted.end());
+  kept.insert(kept.end(), next.begin(), next.end());
+  const Tensor full = lm.forward(ids(kept)).logits;  // [1, 10, vocab]
+  KVCache cache = lm.make_cache(16);
+  const Tensor p = lm.forward_cached(ids(prompt), cache).logits;
+  std::vector<int64_t> block = accepted;
+  block.insert(block.end(), rejected.begin(), rejected.end());
+  const Tensor verified = lm.forward_cached(ids(block), cache).logits;
+  cache.truncate(7);  // keep the 2 accepted
+  const Tensor first = lm.forward_cached(ids({next[0]}), cache).logits;
+  const Tensor rest = lm.forward_cached(ids({next[1], next[2]}), cache).logits;
+  expect_close(p, narrow(full, 1, 0, 5), 1e-4, "prompt");
+  expect_close(narrow(verified, 1, 0, 2), narrow(full, 1, 5, 2), 1e-4, "accepted");
+  expect_close(first, narrow(full, 1, 7, 1), 1e-4, "after the rollback");
+  expect_close(rest, narrow(full, 1, 8, 2), 1e-4, "two more");
+  // Not frozen, the DeltaNet layers refuse to record a graph.
+  lm.unfreeze();
+  EXPECT_ERROR_HAS(lm.forward(ids(prompt)), "records no gradient");
 }
 
 }  // namespace
