@@ -176,6 +176,43 @@ TEST(Qwen35Layers, AllFullHybridModelCountsAndDecodesLikeItsForward) {
   EXPECT_LT(max_abs_diff(rest, narrow(full, 1, 4, 2)), 1e-4);
 }
 
+// A hybrid model (DeltaNet layers 0 and 2, full attention 1 and 3), random weights: the
+// layers hold linear_attn / self_attn as config says, the parameter count is the hand
+// formula's, cached decoding in pieces equals the full forward, and a rejected block
+// truncated away leaves the next step equal to never having seen it.
+TEST(Qwen35Layers, HybridModelCountsDecodesAndRollsBack) {
+  nn::Qwen3Config c = all_full_config();
+  c.num_layers = 4;
+  c.layer_types = {"linear_attention", "full_attention", "linear_attention", "full_attention"};
+  c.linear_num_key_heads = 2;
+  c.linear_num_value_heads = 4;
+  c.linear_key_head_dim = 8;
+  c.linear_value_head_dim = 8;
+  Generator gen(11);
+  nn::Qwen3ForCausalLM lm(c, {.generator = &gen});
+  ASSERT_NE(lm.model->layer(0).linear_attn, nullptr);
+  EXPECT_EQ(lm.model->layer(0).self_attn, nullptr);
+  ASSERT_NE(lm.model->layer(1).self_attn, nullptr);
+  EXPECT_EQ(lm.model->layer(1).linear_attn, nullptr);
+  int64_t n = 0;
+  for (const auto& [name, p] : lm.named_parameters()) n += p.numel();
+  EXPECT_EQ(n, c.total_parameters());
+  for (const auto& [name, p] : lm.named_parameters()) {
+    if (name.find("norm") != std::string::npos) raw::copy_(p, randn(p.shape(), {}, &gen) * 0.1);
+  }
+  lm.freeze();  // a frozen target: the DeltaNet records no gradient
+  const Tensor ids = from_vector({1, 5, 9, 2, 33, 7, 4}, {1, 7}, {.dtype = DType::i64});
+  const Tensor full = lm.forward(ids).logits;
+  nn::KVCache cache = lm.make_cache(16);
+  const Tensor first = lm.forward_cached(narrow(ids, 1, 0, 4), cache).logits;
+  // A rejected block of two tokens, then rolled back to 4 positions.
+  lm.forward_cached(from_vector({60, 61}, {1, 2}, {.dtype = DType::i64}), cache);
+  cache.truncate(4);
+  const Tensor rest = lm.forward_cached(narrow(ids, 1, 4, 3), cache).logits;
+  EXPECT_LT(max_abs_diff(first, narrow(full, 1, 0, 4)), 1e-4);
+  EXPECT_LT(max_abs_diff(rest, narrow(full, 1, 4, 3)), 1e-4);
+}
+
 // ---- Note [Hugging Face target names] ------------------------------------------------
 
 // The model's tensors under `prefix` instead of "model.", plus `extra` tensors.
