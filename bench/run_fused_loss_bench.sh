@@ -9,20 +9,11 @@
 # PATHS is chunkgrad's list (floor,fused,fused-pipelined,chunked,naive: fused is the
 # one-stream loop, head_loss's default; fused-pipelined the side-stream one); TORCH_PATHS PyTorch's.
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-build="${BUILD_DIR:-$root/build-gpu-bench}"
+source "$(dirname "${BASH_SOURCE[0]}")/bench_build.sh"
 repeats="${REPEATS:-5}"
 paths="${PATHS:-floor,fused,fused-pipelined,chunked,naive}"
 torch_paths="${TORCH_PATHS:-fused,chunked,naive}"
-export PATH="/usr/local/cuda/bin:$PATH"
-if [[ ! -x "$build/bench/fused_loss_bench" ]]; then
-  generator=()
-  if command -v ninja >/dev/null; then generator=(-G Ninja); fi
-  cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCHUNKGRAD_CUDA=ON \
-    -DCHUNKGRAD_CUDA_ARCHS="${CUDA_ARCHS:-90}" -DCHUNKGRAD_TESTS=OFF -DCHUNKGRAD_EXAMPLES=OFF \
-    -DCHUNKGRAD_BENCH=ON >/dev/null
-  cmake --build "$build" -j "${JOBS:-$(nproc)}" --target fused_loss_bench
-fi
+if [[ ! -x "$bench_dir/bench/fused_loss_bench" ]]; then bench_build fused_loss_bench; fi
 have_torch=0
 if python3 -c "import torch" 2>/dev/null; then have_torch=1; fi
 
@@ -35,10 +26,10 @@ shapes=(
 for s in "${shapes[@]}"; do
   echo
   # shellcheck disable=SC2086
-  "$build/bench/fused_loss_bench" $s --repeats "$repeats" --paths "$paths"
+  "$bench_dir/bench/fused_loss_bench" $s --repeats "$repeats" --paths "$paths"
   if [[ $have_torch == 1 ]]; then
     # shellcheck disable=SC2086
-    python3 "$root/bench/fused_loss_torch.py" $s --repeats "$repeats" --paths "$torch_paths"
+    python3 "$bench_root/bench/fused_loss_torch.py" $s --repeats "$repeats" --paths "$torch_paths"
   else
     echo "(python3 cannot import torch here: the PyTorch rows are skipped)"
   fi

@@ -10,33 +10,16 @@
 # Every option goes to both sides (they take the same ones). SKIP_BUILD=1 uses the build as
 # it is; SKIP_TORCH=1 runs chunkgrad only.
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-build="${BUILD_DIR:-$root/build-bench-cuda}"
-jobs="${JOBS:-$(nproc)}"
-launcher=()
-if command -v ccache >/dev/null; then
-  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
-fi
-generator=()
-if command -v ninja >/dev/null; then generator=(-G Ninja); fi
-export PATH="/usr/local/cuda/bin:$PATH"
-
-if [[ -z "${SKIP_BUILD:-}" ]]; then
-  if [[ ! -f "$build/CMakeCache.txt" ]]; then
-    cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCHUNKGRAD_CUDA=ON \
-      -DCHUNKGRAD_CUDA_ARCHS="${CUDA_ARCHS:-90}" -DCHUNKGRAD_TESTS=OFF -DCHUNKGRAD_EXAMPLES=OFF \
-      -DCHUNKGRAD_BENCH=ON "${launcher[@]}" >/dev/null
-  fi
-  cmake --build "$build" -j "$jobs" --target qwen3_5_prefill_bench
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/bench_build.sh"
+bench_build qwen3_5_prefill_bench
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 echo
-"$build/bench/qwen3_5_prefill_bench" "$@" | tee "$tmp/chunkgrad.txt"
+"$bench_dir/bench/qwen3_5_prefill_bench" "$@" | tee "$tmp/chunkgrad.txt"
 echo
-if [[ -z "${SKIP_TORCH:-}" ]] && python3 -c "import torch, transformers" 2>/dev/null; then
-  python3 "$root/bench/qwen3_5_prefill_torch.py" "$@" | tee "$tmp/torch.txt"
+if bench_torch_twin "torch, transformers" qwen3_5_prefill_torch.py "$@" > "$tmp/torch.txt"; then
+  cat "$tmp/torch.txt"
   echo
   # chunkgrad rows: side seq batch tokens ms tokens/s peak gemm_ms limit ratio tflops;
   # torch rows: side seq batch tokens ms tokens/s peak. Matched on (seq, batch).
@@ -54,5 +37,5 @@ if [[ -z "${SKIP_TORCH:-}" ]] && python3 -c "import torch, transformers" 2>/dev/
                   cgp[k], (t ? sprintf("%.2f", ptp[k]) : "-"); }
        }' "$tmp/chunkgrad.txt" "$tmp/torch.txt"
 else
-  echo "(torch skipped: SKIP_TORCH set, or python3 cannot import torch and transformers)"
+  cat "$tmp/torch.txt"
 fi
