@@ -52,6 +52,19 @@ TEST_F(ExportProgram, ExportThenTrainFromTheFolder) {
                "already holds config.json", "export");
 }
 
+TEST_F(ExportProgram, AMissingInitFolderIsRefusedBeforeTheTargetStage) {
+  // The toy run trains its target first (minutes at full size): a wrong drafter.init_from
+  // must fail before that, with nothing written.
+  const TrainRun r = train("--config '" + std::string(CHUNKGRAD_SOURCE_DIR) +
+                           "/configs/toy.json' --no-progress --run-dir '" + path("late") +
+                           "' --set drafter.init_from='" + path("nowhere") + "'");
+  expect_error(r, "drafter.init_from '" + path("nowhere") + "': not a folder");
+  EXPECT_FALSE(fs::exists(path("late/target"))) << "the target stage ran first";
+  fs::create_directories(path("half"));
+  expect_error(synthetic_run("d", "--set drafter.init_from='" + path("half") + "'"),
+               "no config.json");
+}
+
 TEST_F(ExportProgram, BadOptionsAreOneErrorLine) {
   expect_error(run("export --out '" + path("x") + "'"), "--run-dir DIR", "export");
   fs::create_directories(path("empty_run"));

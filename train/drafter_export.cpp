@@ -251,18 +251,24 @@ std::vector<std::string> public_config_mismatches(const json& c, const nn::DFlas
   return out;
 }
 
+void check_public_drafter_folder(const std::string& dir) {
+  const std::string where = "drafter.init_from '" + dir + "'";
+  CG_CHECK(fs::is_directory(dir), where,
+           ": not a folder; give a folder holding config.json and "
+           "model.safetensors (the public DFlash layout, docs/export.md)");
+  CG_CHECK(fs::exists(fs::path(dir) / "config.json"), where,
+           ": no config.json; a DFlash drafter folder holds "
+           "config.json and model.safetensors (docs/export.md)");
+  CG_CHECK(fs::exists(fs::path(dir) / "model.safetensors"), where,
+           ": no model.safetensors beside config.json");
+}
+
 void load_public_drafter(nn::DFlashDrafter& drafter, const PublicDrafterInfo& info,
                          const std::string& dir) {
   const std::string where = "drafter.init_from '" + dir + "'";
   const fs::path config_path = fs::path(dir) / "config.json";
   const fs::path weights_path = fs::path(dir) / "model.safetensors";
-  CG_CHECK(fs::is_directory(dir), where,
-           ": not a folder; give a folder holding config.json and "
-           "model.safetensors (the public DFlash layout, docs/export.md)");
-  CG_CHECK(fs::exists(config_path), where,
-           ": no config.json; a DFlash drafter folder holds "
-           "config.json and model.safetensors (docs/export.md)");
-  CG_CHECK(fs::exists(weights_path), where, ": no model.safetensors beside config.json");
+  check_public_drafter_folder(dir);
   const json c = parse_untrusted_json(read_text_file(config_path.string(), where + " config.json"),
                                       where + " config.json");
   const std::vector<std::string> bad = public_config_mismatches(c, drafter.config(), info);

@@ -63,6 +63,10 @@ std::vector<std::string> public_config_mismatches(const nlohmann::json& config,
                                                   const nn::DFlashDrafterConfig& dc,
                                                   const PublicDrafterInfo& info);
 
+// The file checks of load_public_drafter (a folder with config.json and model.safetensors),
+// made when a run starts, before the target stage can take minutes.
+void check_public_drafter_folder(const std::string& dir);
+
 // Loads a public-layout folder into `drafter` (any dtype; bf16 values converted): checks
 // config.json (public_config_mismatches), then every tensor's name and shape, then reads
 // them. Each failure is one error naming the folder and what to change.

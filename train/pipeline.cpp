@@ -344,6 +344,7 @@ void stop_if_asked(const RunState& s) {
 
 nlohmann::json run_pipeline(const TrainConfig& config, const PipelineOptions& options) {
   config.validate();
+  if (!config.drafter.init_from.empty()) check_public_drafter_folder(config.drafter.init_from);
   if (config.features.source == "synthetic") return run_synthetic_pipeline(config, options);
   RunState s(config, config.compute_device());
   check_memory_chunk(config, s.device);  // a chunk budget too small for the large config fails now
