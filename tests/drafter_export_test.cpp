@@ -104,6 +104,27 @@ TEST(DrafterExport, RopeFieldsDoNotLeakFromTheTarget) {
   ASSERT_EQ(bad.size(), 2u);
   EXPECT_NE(bad[0].find("rope_scaling"), std::string::npos) << bad[0];
   EXPECT_NE(bad[1].find("partial_rotary_factor"), std::string::npos) << bad[1];
+  // transformers 5 writes the same settings inside rope_parameters: refused there too.
+  c.erase("rope_scaling");
+  c.erase("partial_rotary_factor");
+  const auto nested_mismatches = [&](const json& rope) {
+    json n = c;
+    n["rope_parameters"] = rope;
+    return train::public_config_mismatches(n, train::drafter_model_config(target, d, 259),
+                                           {8, 8, 4096});
+  };
+  EXPECT_TRUE(nested_mismatches({{"rope_type", "default"}, {"rope_theta", 1e7}}).empty());
+  const auto yarn = nested_mismatches({{"rope_type", "yarn"}, {"factor", 4.0}});
+  ASSERT_EQ(yarn.size(), 1u);
+  EXPECT_NE(yarn[0].find("rope_parameters.rope_type"), std::string::npos) << yarn[0];
+  const auto qwen35 = nested_mismatches(
+      {{"rope_type", "default"}, {"partial_rotary_factor", 0.25}, {"mrope_section", {2, 1, 1}}});
+  ASSERT_EQ(qwen35.size(), 2u);
+  EXPECT_NE(qwen35[0].find("rope_parameters.partial_rotary_factor: 0.25"), std::string::npos);
+  EXPECT_NE(qwen35[1].find("rope_parameters.mrope_section"), std::string::npos) << qwen35[1];
+  const auto two_bases = nested_mismatches({{"rope_type", "default"}, {"rope_theta", 1e6}});
+  ASSERT_EQ(two_bases.size(), 1u);
+  EXPECT_NE(two_bases[0].find("give one base"), std::string::npos) << two_bases[0];
 }
 
 TEST(DrafterExport, SlidingWindowOnlyWhenALayerSlides) {
@@ -186,6 +207,9 @@ TEST(DrafterExport, BadFolderIsOneClearError) {
   EXPECT_ERROR_HAS(train::load_public_drafter(*d, {16, 7, 4096}, dir.file("ok")), "2 field(s)",
                    "block_size: 8 in config.json, 16 here", "num_target_layers: 6",
                    "drafter.block_size");
+  // Read for `chunkgrad eval --drafter` (no train config): the option is named as such.
+  EXPECT_ERROR_HAS(train::load_public_drafter(*d, {16, 7, 4096}, dir.file("ok"), "--drafter"),
+                   "--drafter '", "fix config.json, or choose another folder");
   // The right config but a tensor of another shape.
   auto wide = small_drafter(16, 32, 5);
   train::write_public_drafter(*wide, info, dir.file("wide"));

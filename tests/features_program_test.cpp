@@ -120,6 +120,10 @@ TEST_F(FeaturesProgram, BadOptionsAreOneErrorLine) {
   expect_error(cli("features" + data + " --out " + at("x")), "features", "--target");
   expect_error(cli("features --target " + at("nowhere") + data + " --out " + at("x")), "features",
                "nowhere");
+  // An output folder that cannot be made is refused before the target loads.
+  write("a_file", "x");
+  expect_error(cli("features" + target + data + " --out " + at("a_file/sub")), "features",
+               "cannot create the folder");
   expect_error(cli("features" + target + data + " --out " + at("x") + " --dtype f16"), "features",
                "--dtype");
   expect_error(cli("features" + target + data + " --out " + at("x") + " --layers 1,x"), "features",

@@ -130,6 +130,10 @@ TEST_F(RegenerateProgram, BadOptionsAreOneErrorLine) {
   expect_error(base("x.jsonl") + " --dtype f16", "--dtype");
   expect_error(base_at(dir.str()), "is a folder");
   expect_error(base_at(dir.file("no/x.jsonl")), "does not exist");
+  // An unwritable place (even root cannot make files in /proc) is refused before the
+  // target loads, with the reason.
+  expect_error(base_at("/proc/chunkgrad_regenerate.jsonl"),
+               "--out /proc/chunkgrad_regenerate.jsonl: cannot create files in /proc");
   // The tiny checkpoint's config names no eos_token_id.
   expect_error("--target '" + target() + "' --data '" + dir.file("d.jsonl") + "' --out '" +
                    dir.file("x.jsonl") + "'",

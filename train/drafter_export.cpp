@@ -244,6 +244,33 @@ std::vector<std::string> public_config_mismatches(const json& c, const nn::DFlas
   if (partial && !same_value(*partial, 1.0))
     out.push_back("partial_rotary_factor: " + describe_json(*partial) +
                   " in config.json; the drafter rotates every head dim (1 or absent)");
+  // transformers 5 writes the RoPE settings inside rope_parameters: the same rules there.
+  // A Qwen3.5 target's partial rotary or M-RoPE sections leaking into a drafter config are
+  // what collapses acceptance in serving (the engine rotates other dims than training did).
+  if (c.contains("rope_parameters") && c["rope_parameters"].is_object()) {
+    const json& rope = c["rope_parameters"];
+    const auto in_rope = [&](const char* name) -> const json* {
+      return rope.contains(name) && !rope[name].is_null() ? &rope[name] : nullptr;
+    };
+    const json* type = in_rope("rope_type");
+    if (type && *type != "default")
+      out.push_back("rope_parameters.rope_type: " + describe_json(*type) +
+                    " in config.json; a DFlash drafter runs plain RoPE (\"default\")");
+    const json* nested_partial = in_rope("partial_rotary_factor");
+    if (nested_partial && !same_value(*nested_partial, 1.0))
+      out.push_back("rope_parameters.partial_rotary_factor: " + describe_json(*nested_partial) +
+                    " in config.json; the drafter rotates every head dim (1 or absent)");
+    for (const char* mrope : {"mrope_section", "mrope_interleaved"}) {
+      if (in_rope(mrope) && !(rope[mrope].is_boolean() && rope[mrope] == false))
+        out.push_back(std::string("rope_parameters.") + mrope + ": " + describe_json(rope[mrope]) +
+                      " in config.json; a DFlash drafter runs plain 1-D RoPE (remove it)");
+    }
+    const json* nested_theta = in_rope("rope_theta");
+    if (nested_theta && top("rope_theta") && !same_value(*nested_theta, c["rope_theta"]))
+      out.push_back("rope_theta: " + describe_json(c["rope_theta"]) +
+                    " at the top of config.json but " + describe_json(*nested_theta) +
+                    " in rope_parameters; give one base");
+  }
   if (c.contains("attention_bias") && c["attention_bias"] == true)
     out.push_back("attention_bias: true in config.json; the drafter has no biases");
   if (c.contains("hidden_act") && c["hidden_act"] != "silu")
@@ -251,8 +278,8 @@ std::vector<std::string> public_config_mismatches(const json& c, const nn::DFlas
   return out;
 }
 
-void check_public_drafter_folder(const std::string& dir) {
-  const std::string where = "drafter.init_from '" + dir + "'";
+void check_public_drafter_folder(const std::string& dir, const std::string& option) {
+  const std::string where = option + " '" + dir + "'";
   CG_CHECK(fs::is_directory(dir), where,
            ": not a folder; give a folder holding config.json and "
            "model.safetensors (the public DFlash layout, docs/export.md)");
@@ -264,19 +291,24 @@ void check_public_drafter_folder(const std::string& dir) {
 }
 
 void load_public_drafter(nn::DFlashDrafter& drafter, const PublicDrafterInfo& info,
-                         const std::string& dir) {
-  const std::string where = "drafter.init_from '" + dir + "'";
+                         const std::string& dir, const std::string& option) {
+  const std::string where = option + " '" + dir + "'";
   const fs::path config_path = fs::path(dir) / "config.json";
   const fs::path weights_path = fs::path(dir) / "model.safetensors";
-  check_public_drafter_folder(dir);
+  check_public_drafter_folder(dir, option);
   const json c = parse_untrusted_json(read_text_file(config_path.string(), where + " config.json"),
                                       where + " config.json");
   const std::vector<std::string> bad = public_config_mismatches(c, drafter.config(), info);
   if (!bad.empty()) {
     std::string fields;
     for (const std::string& b : bad) fields += (fields.empty() ? "" : "; ") + b;
-    CG_FAIL(where, ": config.json does not match this run's drafter in ", bad.size(),
-            " field(s) (change the train config to match, or choose another folder): ", fields);
+    const bool from_train_config = option == "drafter.init_from";
+    CG_FAIL(where, ": config.json does not match ",
+            from_train_config ? "this run's drafter" : "what chunkgrad runs", " in ", bad.size(),
+            " field(s) (",
+            from_train_config ? "change the train config to match, or choose another folder"
+                              : "fix config.json, or choose another folder",
+            "): ", fields);
   }
   std::unique_ptr<safetensors::Reader> reader;
   try {

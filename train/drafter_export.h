@@ -65,13 +65,14 @@ std::vector<std::string> public_config_mismatches(const nlohmann::json& config,
 
 // The file checks of load_public_drafter (a folder with config.json and model.safetensors),
 // made when a run starts, before the target stage can take minutes.
-void check_public_drafter_folder(const std::string& dir);
+void check_public_drafter_folder(const std::string& dir,
+                                 const std::string& option = "drafter.init_from");
 
 // Loads a public-layout folder into `drafter` (any dtype; bf16 values converted): checks
 // config.json (public_config_mismatches), then every tensor's name and shape, then reads
 // them. Each failure is one error naming the folder and what to change.
 void load_public_drafter(nn::DFlashDrafter& drafter, const PublicDrafterInfo& info,
-                         const std::string& dir);
+                         const std::string& dir, const std::string& option = "drafter.init_from");
 
 // `chunkgrad export`: the drafter of a chunkgrad checkpoint (`checkpoint`, or the newest
 // of run_dir/drafter/ when checkpoint is ""), rebuilt from the config saved in it, written

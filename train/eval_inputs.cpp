@@ -213,7 +213,7 @@ PublicDrafter load_drafter_for_target(const std::string& dir, const nn::Qwen3For
     d.drafter = std::make_unique<nn::DFlashDrafter>(d.config, embed, head,
                                                     nn::InitOptions{.generator = &gen});
   } catch (const Error& e) { CG_FAIL(where, ": config.json: ", e.message()); }
-  load_public_drafter(*d.drafter, d.info, dir);  // its errors name the folder
+  load_public_drafter(*d.drafter, d.info, dir, "--drafter");  // its errors name the folder
   d.drafter->to(embed.device());
   if (embed.dtype() != DType::f32) d.drafter->to(embed.dtype());
   d.drafter->eval();

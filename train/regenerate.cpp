@@ -2,8 +2,10 @@
 // around the ragged-batch decoder (batched_decode.h).
 #include "train/regenerate.h"
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -218,8 +220,12 @@ int64_t resume_output(const std::string& out_path, const std::vector<RegenerateS
     }
   } else {
     std::ofstream record(record_path);
+    const int open_errno = errno;
+    CG_CHECK(record.is_open(), "--out ", out_path, ": cannot write ", record_path, " (",
+             std::strerror(open_errno), "); give a writable place");
     record << options_record.dump(2) << "\n";
-    CG_CHECK(record.good(), "cannot write ", record_path);
+    CG_CHECK(record.good(), "--out ", out_path, ": a write to ", record_path,
+             " failed (disk full?)");
   }
   return done;
 }

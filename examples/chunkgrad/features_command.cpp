@@ -11,6 +11,7 @@
 #include <optional>
 #include <sstream>
 
+#include "core/atomic_file.h"
 #include "core/backend.h"
 #include "core/error.h"
 #include "examples/chunkgrad/commands.h"
@@ -109,6 +110,7 @@ void add_features_command(CLI::App& app, CommandBody& run) {
   sub->add_flag("--no-progress", o.no_progress, "no progress lines on stderr");
   sub->callback([&run] {
     run = [] {
+      std::error_code made_error;
       const Device device = Device::parse(o.device);
       backend_for(device);  // no GPU: one error line before any work
       CG_CHECK(!std::filesystem::exists(std::filesystem::path(o.out) / "index.json"), "--out ",
@@ -122,6 +124,11 @@ void add_features_command(CLI::App& app, CommandBody& run) {
                std::filesystem::directory_iterator(o.out)->path().filename().string(),
                " ...); give an empty folder: shards of an earlier or interrupted run would "
                "mix with the new ones");
+      // Before the target's (long) load: the shards are made there.
+      std::filesystem::create_directories(o.out, made_error);
+      CG_CHECK(!made_error, "--out ", o.out, ": cannot create the folder (", made_error.message(),
+               "); give a writable place");
+      check_writable_dir(o.out, "--out");
       // The target first: its vocabulary decides which lines are bad. It runs in the storage
       // dtype on a GPU (bf16: the fast path), in f32 on the CPU (what the goldens compare).
       const DType compute = device == kCPU || o.dtype == "f32" ? DType::f32 : DType::bf16;

@@ -7,6 +7,7 @@
 #include <limits>
 #include <sstream>
 
+#include "core/atomic_file.h"
 #include "core/backend.h"
 #include "core/error.h"
 #include "examples/chunkgrad/commands.h"
@@ -108,6 +109,8 @@ void add_regenerate_command(CLI::App& app, CommandBody& run) {
       const fs::path parent = fs::path(o.out).parent_path();
       CG_CHECK(parent.empty() || fs::is_directory(parent), "--out ", o.out, ": the folder ",
                parent.string(), " does not exist");
+      // Before the target's (long) load: the output and its options record are made there.
+      check_writable_dir(parent.empty() ? "." : parent.string(), "--out " + o.out);
       const Device device = Device::parse(o.device);
       backend_for(device);  // no GPU: one error line before any work
       // The data first: its errors come before the target's (long) load.
