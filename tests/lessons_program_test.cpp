@@ -135,7 +135,9 @@ TEST(Lessons, FlceMinMatchesTheNaiveLossAndKeepsOnlyDh) {
 TEST(Lessons, DflashMaskLessonDrawsBothRules) {
   LessonRun r = run_in_temp_dir("./build/examples/dflash_mask_lesson");
   // Block a (anchor 3) sees context keys 0..2 and its own 4 slots, nothing of block b.
-  expect_all(r, {"block a slot 0 ###..... #### ....", "block b slot 3 ######.. .... ####"});
+  // The header names the anchors' values, not the anchors tensor's shape ("anchors [2]").
+  expect_all(r, {"anchors = {3, 6}", "block a slot 0 ###..... #### ....",
+                 "block b slot 3 ######.. .... ####"});
   r = run_in_temp_dir("./build/examples/dflash_mask_lesson --window 3");
   // Sliding, W = 3: slot 0 of block b (position 6) sees keys 4, 5; slot 3 (position 9)
   // sees no context (9 - 2 = 7 > 5) and slots 1..3 of its block.
