@@ -33,11 +33,11 @@ struct AllocatorStats {
   Stat allocation;       // number of live (allocated) blocks
   Stat segment;          // number of segments taken from the source
   Stat active;           // live blocks + freed blocks waiting for another stream (Note [Streams])
-  Stat inactive_split;   // free blocks inside split segments (fragmentation, count)
+  Stat inactive_split;   // free blocks inside split segments (count; only these can fragment)
   Stat allocated_bytes;  // bytes in live blocks (rounded sizes)
   Stat reserved_bytes;   // bytes in segments
   Stat active_bytes;     // bytes of `active` blocks
-  Stat inactive_split_bytes;      // free bytes inside split segments (fragmentation, bytes)
+  Stat inactive_split_bytes;      // free bytes inside split segments (bytes; as above)
   Stat requested_bytes;           // bytes callers asked for (before rounding)
   int64_t num_alloc_retries = 0;  // mallocs that had to free cached segments and retry
   int64_t num_ooms = 0;           // out-of-memory errors thrown

@@ -76,8 +76,8 @@ CachingAllocator::Pool& CachingAllocator::pool_of(const Block* b) {
   return b->small ? small_pool_ : large_pool_;
 }
 
-// A free block is "inactive split" (fragmentation) while it sits in a pool and shares
-// its segment with other blocks. Whether a pooled block is split can only change while
+// A free block is "inactive split" (it can become fragmentation) while it sits in a pool and
+// shares its segment with other blocks. Whether a pooled block is split can only change while
 // it is out of the pool, so counting at insert/erase keeps the stat exact.
 void CachingAllocator::pool_insert(Pool& pool, Block* b) {
   pool.insert(b);

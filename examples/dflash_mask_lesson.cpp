@@ -1,4 +1,4 @@
-// Why this file exists: the figure of docs/4_dflash.md, drawn by the library's own mask
+// Why this file exists: the figure of docs/5_dflash.md, drawn by the library's own mask
 // rather than by hand. It resolves AttentionMask::dflash_blocks for a short context and
 // two blocks and prints, per query (a block slot), which keys it may see: '#' visible,
 // '.' hidden. With --window W it draws the sliding rule of the drafter's sliding layers.
@@ -29,8 +29,11 @@ void draw(const Options& o) {
   const int64_t q_len = n * o.block, k_len = o.context + n * o.block;
   const cg::ResolvedAttentionMask r =
       cg::resolve_attention_mask(mask, 1, 1, q_len, k_len, cg::kCPU, "dflash_mask_lesson");
-  std::printf("%s; keys: context 0..%lld, then each block's slots\n", mask.str().c_str(),
-              (long long)(o.context - 1));
+  std::string anchors;
+  for (const int64_t a : o.anchors) anchors += (anchors.empty() ? "" : ", ") + std::to_string(a);
+  // mask.str() names the anchors tensor by its shape ("anchors [2]"): the values are here.
+  std::printf("%s, anchors = {%s}; keys: context 0..%lld, then each block's slots\n",
+              mask.str().c_str(), anchors.c_str(), (long long)(o.context - 1));
   std::string header(15, ' ');  // under "block a slot 0 "
   for (int64_t j = 0; j < k_len; ++j) {
     if (j == o.context || (j > o.context && (j - o.context) % o.block == 0)) header += ' ';

@@ -63,8 +63,8 @@ void lesson() {
       const cg::Tensor loss = cg::mean(cg::relu(cg::matmul(x, w)));
       losses.push_back(keep_graph ? loss : loss.detach());
     }
-    std::printf("\n3. 4 steps, storing %s: %s still allocated afterwards\n",
-                keep_graph ? "the loss" : "loss.detach()",
+    std::printf("\n3%s. 4 steps, storing %s: %s still allocated afterwards\n",
+                keep_graph ? "a" : "b", keep_graph ? "the loss" : "loss.detach()",
                 cg::format_bytes(allocated() - before).c_str());
   }
 

@@ -81,7 +81,7 @@ TEST_F(TraceAnalysisTest, NaiveAndChunkedPeaksAreHeldByTheLossNodesLogits) {
     // The peak is the maximum of the timeline and falls inside the traced step.
     for (const TimelinePoint& p : a.timeline) EXPECT_LE(p.allocated, a.peak.allocated);
     EXPECT_TRUE(a.peak_phase == "forward" || a.peak_phase == "backward") << a.peak_phase;
-    EXPECT_GE(a.fragmentation(), 0);
+    EXPECT_GE(a.cached_unallocated(), 0);
     // The groups add up to the peak.
     int64_t sum = 0;
     for (const MemoryGroup& g : a.by_category) sum += g.bytes;
@@ -197,7 +197,7 @@ TEST_F(TraceAnalysisTest, DevicesAreReplayedApart) {
   EXPECT_EQ(gpu.device, "cuda:0");
   EXPECT_EQ(gpu.peak.allocated, 3072);
   EXPECT_EQ(gpu.peak.reserved, 2097152);
-  EXPECT_EQ(gpu.fragmentation(), 2097152 - 3072);
+  EXPECT_EQ(gpu.cached_unallocated(), 2097152 - 3072);
   EXPECT_EQ(gpu.inconsistencies, 0u);
   const TraceAnalysis cpu = analyse_trace(file, 1);
   EXPECT_EQ(cpu.device, "cpu");

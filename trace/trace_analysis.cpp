@@ -209,8 +209,8 @@ const char* const kHolderCounting =
     "the forward is "
     "done, so the two can differ)";
 
-std::string TraceAnalysis::fragmentation_text() const {
-  const int64_t f = fragmentation();
+std::string TraceAnalysis::cached_unallocated_text() const {
+  const int64_t f = cached_unallocated();
   return f >= 0 ? format_bytes(f)
                 : format_bytes(f) + " (NEGATIVE: reserved is below allocated; see the note)";
 }
@@ -305,13 +305,13 @@ TraceAnalysis analyse_trace(const TraceFile& file, int device) {
         "trace's; the numbers may be off");
   }
 
-  if (a.fragmentation() < 0) {
-    a.notes.push_back(
-        "at the peak reserved (" + format_bytes(a.peak.reserved) + ") is below allocated (" +
-        format_bytes(a.peak.allocated) +
-        "): blocks lie outside the segments the trace knows (its "
-        "segment events are missing or it is inconsistent), so its fragmentation is negative and "
-        "means nothing");
+  if (a.cached_unallocated() < 0) {
+    a.notes.push_back("at the peak reserved (" + format_bytes(a.peak.reserved) +
+                      ") is below allocated (" + format_bytes(a.peak.allocated) +
+                      "): blocks lie outside the segments the trace knows (its "
+                      "segment events are missing or it is inconsistent), so its cached but "
+                      "unallocated bytes are negative "
+                      "and mean nothing");
   }
   a.live_at_peak = live_blocks_after(file, device, a.peak.event);
   std::stable_sort(a.live_at_peak.begin(), a.live_at_peak.end(),

@@ -70,10 +70,13 @@ struct TraceAnalysis {
   size_t events = 0;               // events of this device
   size_t inconsistencies = 0;      // frees of unknown blocks, allocs over live ones
   std::vector<std::string> notes;  // partial trace, inconsistencies: say them with the answer
-  int64_t fragmentation() const { return peak.reserved - peak.allocated; }
-  // fragmentation() for a report: a negative one (reserved below allocated, which only a
+  // Reserved minus allocated at the peak: free blocks the cache keeps and the unused ends
+  // of segments. People call it fragmentation; mostly it is not (only free blocks too
+  // small or scattered for the next request are: docs/1_tensors_and_the_allocator.md).
+  int64_t cached_unallocated() const { return peak.reserved - peak.allocated; }
+  // cached_unallocated() for a report: a negative one (reserved below allocated, which only a
   // partial or inconsistent trace shows) is flagged, never a bare "-512 B".
-  std::string fragmentation_text() const;
+  std::string cached_unallocated_text() const;
   // The largest holder that is an autograd node (by_holder minus the "not saved" group):
   // the allocator blocks live at the peak, each counted once, for the first node that
   // saved it (kHolderCounting says so in reports).

@@ -11,17 +11,7 @@
 
 namespace cg {
 
-namespace {
-
-// Bottom to top: what a run holds throughout first, what comes and goes on top.
-constexpr MemoryCategory kStackOrder[] = {
-    MemoryCategory::input,     MemoryCategory::parameter,  MemoryCategory::optimizer_state,
-    MemoryCategory::gradient,  MemoryCategory::activation, MemoryCategory::autograd_saved,
-    MemoryCategory::temporary, MemoryCategory::unknown};
-
-constexpr double kWidth = 760, kHeight = 280, kLeft = 78, kRight = 150, kTop = 34, kBottom = 36;
-
-std::string escape(const std::string& s) {
+std::string xml_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
@@ -34,6 +24,18 @@ std::string escape(const std::string& s) {
   }
   return out;
 }
+
+namespace {
+
+// Bottom to top: what a run holds throughout first, what comes and goes on top.
+constexpr MemoryCategory kStackOrder[] = {
+    MemoryCategory::input,     MemoryCategory::parameter,  MemoryCategory::optimizer_state,
+    MemoryCategory::gradient,  MemoryCategory::activation, MemoryCategory::autograd_saved,
+    MemoryCategory::temporary, MemoryCategory::unknown};
+
+constexpr double kWidth = 760, kHeight = 280, kLeft = 78, kRight = 150, kTop = 34, kBottom = 36;
+
+std::string escape(const std::string& s) { return xml_escape(s); }
 
 // An SVG id from a trace name (ids cannot hold spaces or quotes).
 std::string id_of(const std::string& name) {
@@ -273,7 +275,7 @@ std::string html_report(const std::vector<ReportTrace>& traces, int top) {
     row("peak allocated", [](const TraceAnalysis& a) { return bytes(a.peak.allocated); });
     row("reserved at the peak", [](const TraceAnalysis& a) { return bytes(a.peak.reserved); });
     row("cached but unallocated",
-        [](const TraceAnalysis& a) { return escape(a.fragmentation_text()); });
+        [](const TraceAnalysis& a) { return escape(a.cached_unallocated_text()); });
     row("largest autograd holder", [](const TraceAnalysis& a) {
       const MemoryGroup* h = a.top_saved_holder();
       return h ? escape(h->name) + " " + bytes(h->bytes) : std::string("none");
@@ -293,7 +295,7 @@ std::string html_report(const std::vector<ReportTrace>& traces, int top) {
       << "; reserved then " << bytes(a.peak.reserved)
       << ", so cached but unallocated (reserved minus allocated: free blocks kept for reuse and "
          "the unused ends of segments, not only fragmentation) "
-      << escape(a.fragmentation_text()) << ".</p>\n";
+      << escape(a.cached_unallocated_text()) << ".</p>\n";
     s << "<table class=\"holders\"><tr><th>held at the peak "
          "by</th><th>bytes</th><th>blocks</th></tr>"
       << group_rows(a.by_holder, top) << "</table>";

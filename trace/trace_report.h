@@ -36,6 +36,9 @@ std::string html_report(const std::vector<ReportTrace>& traces, int top = 6);
 // A common y scale for several traces: the largest peak, rounded up to a readable number.
 int64_t common_scale(const std::vector<ReportTrace>& traces);
 
+// Text for SVG and HTML: & < > " as entities.
+std::string xml_escape(const std::string& s);
+
 // Colour of a category in every picture (a fixed palette, so pictures compare).
 const char* category_colour(MemoryCategory c);
 

@@ -136,7 +136,7 @@ void print_trace(const ReportTrace& t, const TraceFile& file, int top) {
       format_bytes(a.peak.allocated).c_str(),
       static_cast<double>(a.peak.time_us - a.start_us) / 1000.0,
       a.peak_phase.empty() ? "" : (" (phase " + a.peak_phase + ")").c_str(),
-      format_bytes(a.peak.reserved).c_str(), a.fragmentation_text().c_str());
+      format_bytes(a.peak.reserved).c_str(), a.cached_unallocated_text().c_str());
   print_groups(
       "live at the peak, by the autograd node that saved them (each block once, for the first)",
       a.by_holder, top);
@@ -172,8 +172,8 @@ void print_comparison(const std::vector<ReportTrace>& traces) {
   row("peak allocated", [](const TraceAnalysis& a) { return format_bytes(a.peak.allocated); });
   row("reserved at the peak", [](const TraceAnalysis& a) { return format_bytes(a.peak.reserved); });
   row("cached but unallocated", [](const TraceAnalysis& a) {
-    return a.fragmentation() >= 0 ? format_bytes(a.fragmentation())
-                                  : format_bytes(a.fragmentation()) + " (!)";
+    return a.cached_unallocated() >= 0 ? format_bytes(a.cached_unallocated())
+                                       : format_bytes(a.cached_unallocated()) + " (!)";
   });
   row("phase of the peak", [](const TraceAnalysis& a) {
     return a.peak_phase.empty() ? std::string("-") : a.peak_phase;
