@@ -94,7 +94,8 @@ struct CommOptions {
   // MPI backend: before each collective the ranks exchange what they pass (collective,
   // dtype, element count, root: one small MPI_Allgather) and every rank throws the same
   // cg::Error when they disagree, instead of hanging or reading garbage. Off saves that
-  // round trip; NCCL collectives are not checked (it would cost a host synchronisation).
+  // round trip; NCCL collectives are not checked (it would add a host round trip between
+  // the ranks to every bucket, and hold back a rank whose host runs ahead).
   bool check_agreement = true;
 };
 
