@@ -180,6 +180,10 @@ class MpiCommunicator final : public Communicator {
 #ifdef CHUNKGRAD_DIST_NCCL
     CG_CHECK(options_.device.is_cuda(), "CommOptions::device is ", options_.device.str(),
              ": the communicator reduces host tensors and CUDA tensors (NCCL) only");
+    CG_CHECK(world_ == 1 || options_.device.index == local_rank_, "CommOptions::device is ",
+             options_.device.str(), " but rank ", rank_, " has local rank ", local_rank_,
+             ": one process per GPU, its index is the local rank's (dist::device_for_local_rank "
+             "gives it)");
     std::string id;
     if (rank_ == 0) id = nccl_unique_id();
     int size = static_cast<int>(id.size());
@@ -207,7 +211,10 @@ class MpiCommunicator final : public Communicator {
     try {
       checks();
     } catch (const Error&) { local_error = std::current_exception(); }
-    if (!options_.check_agreement || world_ == 1) {
+    // Device tensors go to NCCL unchecked (CommOptions::check_agreement says why); the
+    // choice depends only on the tensor's device, so ranks that keep the contract agree on it.
+    const bool on_host = !t.defined() || t.device() == kCPU;
+    if (!options_.check_agreement || world_ == 1 || !on_host) {
       if (local_error) std::rethrow_exception(local_error);
       return;
     }
