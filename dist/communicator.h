@@ -35,18 +35,20 @@
 // compute stream, wait for the side stream the same way. On host tensors collectives are
 // blocking: they return with the result in place.
 //
-// Note [Failure]: errors in arguments (dtype, shape, device, root) throw cg::Error on the
-// calling rank before anything is sent; since the other ranks then wait for a collective
-// that never comes, a program under mpirun catches errors at its top level and calls
-// abort_job(), which prints "rank R: message" and ends every rank (MPI_Abort). The MPI
-// backend has no timeout (Open MPI 4.1 has none for collectives): a rank that hangs
-// without failing hangs the job; a rank that dies (crash, kill, exit without abort_job)
-// makes mpirun end the others. The NCCL backend runs a non-blocking communicator with a
-// watchdog thread (dist/nccl_communicator.cpp): a collective not finished within
-// CommOptions::timeout_seconds, or an asynchronous NCCL error, aborts the NCCL
-// communicator (ncclCommAbort) and ends the job through abort_job with a message naming
-// the collective, the rank and the timeout (or, with abort_job_on_failure = false, makes
-// the next call on the communicator throw that message).
+// Note [Failure]: errors in arguments (dtype, shape, device, root) throw cg::Error before
+// anything is sent -- on every rank at once for host tensors (CommOptions::check_agreement).
+// Any other error leaves the other ranks waiting for a collective that never comes, so a
+// program under mpirun catches errors at its top level and calls abort_job(), which prints
+// "rank R: message" and ends every rank (MPI_Abort). Returning a non-zero status from main
+// does the same (an exit handler calls MPI_Abort instead of MPI_Finalize, which would wait
+// for the others: Note [MPI lifetime], dist/mpi_runtime.cpp); so does a crash (mpirun ends
+// the job). The MPI backend has no timeout (Open MPI 4.1 has none for collectives): a rank
+// that hangs without failing hangs the job. The NCCL backend runs a non-blocking
+// communicator with a watchdog thread (dist/nccl_communicator.cpp): a collective not
+// finished within CommOptions::timeout_seconds, or an asynchronous NCCL error, aborts the
+// NCCL communicator (ncclCommAbort) and ends the job through abort_job with a message
+// naming the collective, the rank and the timeout (or, with abort_job_on_failure = false,
+// makes the next call on the communicator throw that message).
 #pragma once
 
 #include <memory>

@@ -5,13 +5,19 @@
 // MPI_Finalize, while a program (a test binary) may make several communicators one after
 // another. So the first MPI communicator initialises MPI (MPI_THREAD_SERIALIZED: only one
 // thread calls MPI at a time; the NCCL watchdog thread only calls MPI_Abort, on its way
-// out) and registers MPI_Finalize with atexit; each communicator works on its own
-// duplicate of MPI_COMM_WORLD. A program that returns from main finalises; one that fails
-// must end through abort_job (MPI_Abort), because MPI_Finalize waits for the other ranks,
-// which may be waiting in a collective for this one. An uncaught exception
-// (std::terminate, SIGABRT) skips atexit, and mpirun then ends the other ranks.
+// out), and each communicator works on its own duplicate of MPI_COMM_WORLD. At exit, a
+// handler that sees the exit status (glibc's on_exit) finalises MPI when the status is 0
+// and calls MPI_Abort otherwise: MPI_Finalize waits for every rank, so a rank that failed
+// and returned 1 from main while the others wait for it in a collective would hang the
+// job there (seen with Open MPI 4.1.4); aborting ends every rank instead, as abort_job
+// does. An uncaught exception (std::terminate, SIGABRT) skips the handler, and mpirun then
+// ends the other ranks. A rank that returns 0 while the others still expect collectives
+// breaks the contract and hangs in MPI_Finalize.
 #include <mpi.h>
 
+#include <stdlib.h>  // on_exit
+
+#include <cstdio>
 #include <cstdlib>
 
 #include "core/error.h"
@@ -20,10 +26,23 @@
 namespace cg::dist::detail {
 
 namespace {
-void finalize_at_exit() {
-  int finalized = 0;
+// Note [MPI lifetime]: finalise on success, end every rank on failure.
+void finalize_or_abort_at_exit(int status, void*) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (!initialized || finalized) return;
+  if (status != 0) {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    std::fprintf(
+        stderr,
+        "rank %d: exiting with status %d while the other ranks may wait for it: ending the job\n",
+        rank, status);
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, status);
+  }
+  MPI_Finalize();
 }
 }  // namespace
 
@@ -57,7 +76,7 @@ void ensure_mpi_initialized() {
   if (initialized) return;
   int provided = 0;
   MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
-  std::atexit(finalize_at_exit);
+  on_exit(finalize_or_abort_at_exit, nullptr);  // glibc
 }
 
 }  // namespace cg::dist::detail
