@@ -39,11 +39,12 @@ DrafterTrainer::DrafterTrainer(nn::DFlashDrafter& drafter, const TrainConfig& co
     : drafter_(drafter),
       config_(config),
       data_(std::move(data)),
-      opt_(drafter.parameters(), {.beta1 = config.drafter.optim.beta1,
-                                  .beta2 = config.drafter.optim.beta2,
-                                  .eps = config.drafter.optim.eps,
-                                  .weight_decay = config.drafter.optim.weight_decay,
-                                  .grad_clip = config.drafter.optim.grad_clip},
+      opt_(drafter.parameters(),
+           {.beta1 = config.drafter.optim.beta1,
+            .beta2 = config.drafter.optim.beta2,
+            .eps = config.drafter.optim.eps,
+            .weight_decay = config.drafter.optim.weight_decay,
+            .grad_clip = config.drafter.optim.grad_clip},
            config.dist.zero1 ? data.comm : nullptr),
       head_loss_(drafter_head_loss(config.drafter)) {
   CG_CHECK(data_.source != nullptr && !data_.source->sequences().empty(),
@@ -66,7 +67,9 @@ DrafterTrainer::DrafterTrainer(nn::DFlashDrafter& drafter, const TrainConfig& co
   check_drafter_chunk(head_loss_, head.size(0), head.size(1), head.dtype(), head.device());
   rank_ = data_.comm ? data_.comm->rank() : 0;
   slice_ = rank_slice(config_, rank_, world());  // throws when same_batch cannot be split
-  if (world() > 1 && !opt_.sharded()) {  // ZeRO-1 reduce-scatters in its step instead
+  // Under mpirun (even with one rank: the device test of the collectives' path) the
+  // gradients go through the buckets; ZeRO-1 reduce-scatters in its step instead.
+  if (data_.comm != nullptr && !opt_.sharded()) {
     reducer_ = std::make_unique<GradReducer>(
         opt_.params(), *data_.comm, static_cast<int64_t>(config.dist.bucket_mb * (1 << 20)));
   }
@@ -171,7 +174,7 @@ QueuedStep DrafterTrainer::train_step_queued() {
     q.argmax.push_back(r.argmax);
   }
   if (reducer_) reducer_->finish();  // every gradient is now the sum over the ranks
-  if (world() > 1) data_.comm->all_reduce(q.loss, dist::ReduceOp::sum);  // every rank's part
+  if (data_.comm) data_.comm->all_reduce(q.loss, dist::ReduceOp::sum);  // every rank's part
   const int64_t warmup =
       static_cast<int64_t>(d.optim.warmup_ratio * static_cast<double>(d.optim.steps));
   q.lr = warmup_cosine_lr(q.step, d.optim.steps, warmup, d.optim.lr, d.optim.min_lr_ratio);
@@ -196,8 +199,8 @@ StepRecord DrafterTrainer::finish(const QueuedStep& q) const {
   }
   // Slot 1 over every rank's blocks: this rank's counts summed over the ranks.
   std::vector<double> slot1 = {0.0, 0.0};
-  if (slots.correct.size() > 1) slot1 = {static_cast<double>(slots.correct[1]),
-                                         static_cast<double>(slots.total[1])};
+  if (slots.correct.size() > 1)
+    slot1 = {static_cast<double>(slots.correct[1]), static_cast<double>(slots.total[1])};
   sum_over_ranks(data_.comm, slot1);
   rec.slot1_accuracy = slot1[1] > 0 ? slot1[0] / slot1[1] : 0.0;
   // Step 1's loss comes before any update: a NaN there is in the inputs, not the rate.
@@ -344,18 +347,18 @@ double DrafterTrainer::run(MetricsLog* log) {
       bar.update(r.step, r.loss, r.tokens);
       if (log) {
         nlohmann::json line = {{"phase", "drafter"},
-                    {"step", r.step},
-                    {"loss", r.loss},
-                    {"lr", r.lr},
-                    {"grad_norm", r.grad_norm},
-                    {"slot1_accuracy", r.slot1_accuracy},
-                    {"label_tokens", r.tokens},
-                    {"seconds", r.seconds},
-                    {"ms", t.ms},
-                    {"context_tokens_per_s", t.context_tokens_per_s},
-                    {"positions_per_s", t.positions_per_s},
-                    {"mfu", t.mfu},
-                    {"peak_allocated_bytes", peak}};
+                               {"step", r.step},
+                               {"loss", r.loss},
+                               {"lr", r.lr},
+                               {"grad_norm", r.grad_norm},
+                               {"slot1_accuracy", r.slot1_accuracy},
+                               {"label_tokens", r.tokens},
+                               {"seconds", r.seconds},
+                               {"ms", t.ms},
+                               {"context_tokens_per_s", t.context_tokens_per_s},
+                               {"positions_per_s", t.positions_per_s},
+                               {"mfu", t.mfu},
+                               {"peak_allocated_bytes", peak}};
         // ZeRO-1: the optimizer state this rank (and every rank) holds.
         if (opt_.sharded()) line["optimizer_state_bytes"] = opt_.sharded()->state_bytes();
         log->write(line);

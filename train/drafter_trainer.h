@@ -24,10 +24,10 @@
 #include "dist/communicator.h"
 #include "nn/dflash_drafter.h"
 #include "ops/head_loss.h"
+#include "train/data_parallel.h"
 #include "train/drafter_checkpoints.h"
 #include "train/drafter_data.h"
 #include "train/drafter_model.h"
-#include "train/data_parallel.h"
 #include "train/drafter_step.h"
 #include "train/feature_source.h"
 #include "train/grad_reducer.h"
@@ -111,7 +111,7 @@ class DrafterTrainer {
   nn::DFlashDrafter& drafter_;
   const TrainConfig& config_;
   DrafterTrainData data_;
-  TrainerAdamW opt_;  // AdamW, or ShardedAdamW with dist.zero1 under mpirun
+  TrainerAdamW opt_;           // AdamW, or ShardedAdamW with dist.zero1 under mpirun
   DrafterHeadLoss head_loss_;  // loss, path and chunk (Note [The drafter's chunk])
   std::optional<int64_t> replace_after_;
   int rank_ = 0;                          // this process's rank (0 without MPI)

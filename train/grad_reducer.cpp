@@ -20,12 +20,11 @@ GradReducer::Armed::Armed(GradReducer& r) : hook_(std::make_unique<Hook>(r)) {}
 
 GradReducer::Armed::~Armed() = default;
 
-GradReducer::GradReducer(std::vector<Tensor> params, dist::Communicator& comm,
-                         int64_t bucket_bytes)
+GradReducer::GradReducer(std::vector<Tensor> params, dist::Communicator& comm, int64_t bucket_bytes)
     : params_(std::move(params)), comm_(comm) {
   CG_CHECK(!params_.empty(), "GradReducer: no parameters");
   bucket_of_.resize(params_.size());
-  int64_t bytes = bucket_bytes;  // starts "full": the first parameter opens a bucket
+  int64_t bytes = bucket_bytes;                // starts "full": the first parameter opens a bucket
   for (size_t k = params_.size(); k-- > 0;) {  // Note [Bucket order]
     if (bytes >= bucket_bytes) {
       buckets_.emplace_back();

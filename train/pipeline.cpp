@@ -346,8 +346,8 @@ nlohmann::json run_pipeline(const TrainConfig& config, const PipelineOptions& op
   config.validate();
   if (!config.drafter.init_from.empty()) check_public_drafter_folder(config.drafter.init_from);
   if (config.features.source == "synthetic") return run_synthetic_pipeline(config, options);
-  CG_CHECK(options.comm == nullptr || options.comm->world_size() == 1,
-           "data-parallel training (", options.comm ? options.comm->world_size() : 1,
+  CG_CHECK(options.comm == nullptr || options.comm->world_size() == 1, "data-parallel training (",
+           options.comm ? options.comm->world_size() : 1,
            " ranks) runs with features.source synthetic in this version; features.source ",
            config.features.source,
            " trains or loads a target and evaluates in one process: run it without mpirun "

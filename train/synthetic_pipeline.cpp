@@ -220,7 +220,7 @@ nlohmann::json run_synthetic_pipeline(const TrainConfig& config, const PipelineO
   summary["config"] = config.to_json();
   write_file_atomically(config.run_dir + "/summary.json", summary.dump(2) + "\n", "the summary");
   log->write({{"phase", "summary"},
-             {"slot1_accuracy", slots.accuracy().size() > 1 ? slots.accuracy()[1] : 0.0}});
+              {"slot1_accuracy", slots.accuracy().size() > 1 ? slots.accuracy()[1] : 0.0}});
   return summary;
 }
 

@@ -148,9 +148,9 @@ struct DistConfig {
   // "weak": each rank trains batch_size sequences of its own (N x the tokens per step: the
   // step of one process with batch_size x N).
   std::string mode = "same_batch";
-  bool zero1 = false;         // optimizer state and fp32 masters sharded across the ranks
-  double bucket_mb = 25;      // gradients all-reduced in buckets of about this many MiB (fp32)
-  int64_t check_every = 0;    // compare a hash of the parameters across ranks every N steps
+  bool zero1 = false;       // optimizer state and fp32 masters sharded across the ranks
+  double bucket_mb = 25;    // gradients all-reduced in buckets of about this many MiB (fp32)
+  int64_t check_every = 0;  // compare a hash of the parameters across ranks every N steps
 };
 
 struct TrainConfig {

@@ -86,8 +86,7 @@ void ShardedAdamW::step(double lr, double grad_multiplier) {
 }
 
 std::vector<std::pair<std::string, Tensor>> ShardedAdamW::state() const {
-  const Tensor avg = gathered(exp_avg_), avg_sq = gathered(exp_avg_sq_),
-               master = gathered(master_);
+  const Tensor avg = gathered(exp_avg_), avg_sq = gathered(exp_avg_sq_), master = gathered(master_);
   std::vector<std::pair<std::string, Tensor>> out;
   int64_t at = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -120,8 +119,8 @@ void ShardedAdamW::load_state(const std::vector<std::pair<std::string, Tensor>>&
     const Tensor& p = params_[i];
     auto into = [&](const Tensor& flat, const std::string& name, const Tensor& fallback) {
       const Tensor* t = find(name);
-      CG_CHECK(t != nullptr || fallback.defined(), "ShardedAdamW: the saved state has no '",
-               name, "' (another model?)");
+      CG_CHECK(t != nullptr || fallback.defined(), "ShardedAdamW: the saved state has no '", name,
+               "' (another model?)");
       const Tensor& src = t ? *t : fallback;
       CG_CHECK(src.shape() == p.shape(), "ShardedAdamW: saved state '", name,
                "' does not match parameter ", i);
