@@ -34,6 +34,15 @@ RankSlice rank_slice(const TrainConfig& config, int rank, int world_size) {
   return s;
 }
 
+std::vector<Tensor> same_on_every_rank(std::vector<Tensor> params, dist::Communicator* comm) {
+  if (comm == nullptr || comm->world_size() == 1) return params;
+  for (const Tensor& p : params) {
+    Tensor values = p.detach();
+    comm->broadcast(values, 0);
+  }
+  return params;
+}
+
 bool any_rank(dist::Communicator* comm, bool flag) {
   if (comm == nullptr || comm->world_size() == 1) return flag;
   Tensor t = full({1}, flag ? 1.0 : 0.0, {.dtype = DType::i32});

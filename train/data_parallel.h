@@ -41,6 +41,10 @@ struct RankSlice {
 // Throws, naming both numbers and what to change, when same_batch cannot be split evenly.
 RankSlice rank_slice(const TrainConfig& config, int rank, int world_size);
 
+// Rank 0's parameters on every rank (a broadcast each; nothing without ranks): ranks that
+// made the same seeded model have them already, and this makes sure of it. Returns params.
+std::vector<Tensor> same_on_every_rank(std::vector<Tensor> params, dist::Communicator* comm);
+
 // Whether any rank passes true (an all-reduce of a flag); `flag` with one rank.
 bool any_rank(dist::Communicator* comm, bool flag);
 

@@ -39,13 +39,13 @@ DrafterTrainer::DrafterTrainer(nn::DFlashDrafter& drafter, const TrainConfig& co
     : drafter_(drafter),
       config_(config),
       data_(std::move(data)),
-      opt_(drafter.parameters(),
+      opt_(same_on_every_rank(drafter.parameters(), data_.comm),
            {.beta1 = config.drafter.optim.beta1,
             .beta2 = config.drafter.optim.beta2,
             .eps = config.drafter.optim.eps,
             .weight_decay = config.drafter.optim.weight_decay,
             .grad_clip = config.drafter.optim.grad_clip},
-           config.dist.zero1 ? data.comm : nullptr),
+           config.dist.zero1 ? data_.comm : nullptr),
       head_loss_(drafter_head_loss(config.drafter)) {
   CG_CHECK(data_.source != nullptr && !data_.source->sequences().empty(),
            "drafter training: no sequences");
