@@ -44,17 +44,10 @@ class DataParallelProgram : public train_program_fixture::TrainProgram {
   // `mpirun -np NP chunkgrad ...` with the environment `env` ("-x NAME=VALUE ...").
   TrainRun ranks(const std::string& run_dir, const std::string& extra = "",
                  const std::string& env = "", int np = 2) const {
-    const std::string cmd = "mpirun -np " + std::to_string(np) +
-                            " --oversubscribe --allow-run-as-root -x "
-                            "CHUNKGRAD_NUM_THREADS=1 " +
-                            env + " '" + CHUNKGRAD_CLI + "' " + args(run_dir, extra) + " >'" +
-                            path("out") + "' 2>'" + path("err") + "'";
-    const int status = std::system(cmd.c_str());
-    TrainRun r;
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    r.out = slurp(path("out"));
-    r.err = slurp(path("err"));
-    return r;
+    return run(args(run_dir, extra), "mpirun -np " + std::to_string(np) +
+                                         " --oversubscribe --allow-run-as-root -x "
+                                         "CHUNKGRAD_NUM_THREADS=1 " +
+                                         env + " ");
   }
   // The drafter's metrics lines of a run, by step.
   std::map<int64_t, nlohmann::json> metrics(const std::string& run_dir) const {

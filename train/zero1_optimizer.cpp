@@ -70,12 +70,7 @@ void ShardedAdamW::step(double lr, double grad_multiplier) {
   last_norm_ = sqrt(squares);
   if (options_.grad_clip > 0) scale = mul(scale, clip_coefficient(last_norm_, options_.grad_clip));
   adamw_step({master_}, {Tensor()}, {grad}, {exp_avg_}, {exp_avg_sq_}, scale,
-             {.lr = lr,
-              .beta1 = options_.beta1,
-              .beta2 = options_.beta2,
-              .eps = options_.eps,
-              .weight_decay = options_.weight_decay,
-              .step = step_});
+             options_.args(lr, step_));
   const Tensor all = gathered(master_);  // every rank's updated slice
   at = 0;
   for (const Tensor& p : params_) {
