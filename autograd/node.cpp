@@ -6,6 +6,7 @@
 #include <atomic>
 #include <unordered_set>
 
+#include "autograd/grad_hook.h"
 #include "core/memory_trace.h"
 #include "core/views.h"
 
@@ -164,6 +165,7 @@ std::vector<Tensor> AccumulateGrad::backward(std::vector<Tensor>&& grad_outputs)
   } else {
     raw::add_(leaf_->grad, grad);
   }
+  run_grad_accumulated_hook(leaf_);  // the leaf's gradient is complete (grad_hook.h)
   return {};
 }
 

@@ -72,10 +72,11 @@ class TrainProgram : public ::testing::Test {
     return path(name);
   }
   TrainRun train(const std::string& args) const { return run("train " + args); }
-  // `chunkgrad ARGS` (a subcommand and its options; may end in a "<file" redirection).
-  TrainRun run(const std::string& args) const {
-    const std::string cmd = std::string("CHUNKGRAD_NUM_THREADS=1 '") + CHUNKGRAD_CLI + "' " + args +
-                            " >'" + path("out") + "' 2>'" + path("err") + "'";
+  // `chunkgrad ARGS` (a subcommand and its options; may end in a "<file" redirection),
+  // started by `launcher` when given ("mpirun -np 2 ... ").
+  TrainRun run(const std::string& args, const std::string& launcher = "") const {
+    const std::string cmd = "CHUNKGRAD_NUM_THREADS=1 " + launcher + "'" + CHUNKGRAD_CLI + "' " +
+                            args + " >'" + path("out") + "' 2>'" + path("err") + "'";
     const int status = std::system(cmd.c_str());
     TrainRun r;
     r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);

@@ -72,6 +72,13 @@ nlohmann::json resumable_part(nlohmann::json j, bool by_content) {
   j.erase("device");  // a run may go on on another device
   j.erase("eval");
   j.erase("memory");
+  // How the ranks share the work, not what is trained (Note [World-size-free checkpoints],
+  // train/data_parallel.h); dist.mode stays: weak scaling trains another batch.
+  if (j["dist"].is_object()) {
+    j["dist"].erase("zero1");
+    j["dist"].erase("bucket_mb");
+    j["dist"].erase("check_every");
+  }
   return j;
 }
 

@@ -39,11 +39,13 @@ DrafterTrainer::DrafterTrainer(nn::DFlashDrafter& drafter, const TrainConfig& co
     : drafter_(drafter),
       config_(config),
       data_(std::move(data)),
-      opt_(drafter.parameters(), {.beta1 = config.drafter.optim.beta1,
-                                  .beta2 = config.drafter.optim.beta2,
-                                  .eps = config.drafter.optim.eps,
-                                  .weight_decay = config.drafter.optim.weight_decay,
-                                  .grad_clip = config.drafter.optim.grad_clip}),
+      opt_(same_on_every_rank(drafter.parameters(), data_.comm),
+           {.beta1 = config.drafter.optim.beta1,
+            .beta2 = config.drafter.optim.beta2,
+            .eps = config.drafter.optim.eps,
+            .weight_decay = config.drafter.optim.weight_decay,
+            .grad_clip = config.drafter.optim.grad_clip},
+           config.dist.zero1 ? data_.comm : nullptr),
       head_loss_(drafter_head_loss(config.drafter)) {
   CG_CHECK(data_.source != nullptr && !data_.source->sequences().empty(),
            "drafter training: no sequences");
@@ -63,6 +65,14 @@ DrafterTrainer::DrafterTrainer(nn::DFlashDrafter& drafter, const TrainConfig& co
            " loss needs the target's final hidden states");
   const Tensor& head = drafter_.head_weight();
   check_drafter_chunk(head_loss_, head.size(0), head.size(1), head.dtype(), head.device());
+  rank_ = data_.comm ? data_.comm->rank() : 0;
+  slice_ = rank_slice(config_, rank_, world());  // throws when same_batch cannot be split
+  // Under mpirun (even with one rank: the device test of the collectives' path) the
+  // gradients go through the buckets; ZeRO-1 reduce-scatters in its step instead.
+  if (data_.comm != nullptr && !opt_.sharded()) {
+    reducer_ = std::make_unique<GradReducer>(
+        opt_.params(), *data_.comm, static_cast<int64_t>(config.dist.bucket_mb * (1 << 20)));
+  }
 }
 
 std::vector<BlockBatch> DrafterTrainer::step_batches(int64_t step) const {
@@ -74,7 +84,7 @@ std::vector<BlockBatch> DrafterTrainer::step_batches(int64_t step) const {
     std::vector<const DrafterSequence*> rows;
     std::vector<std::vector<int64_t>> anchors;
     std::vector<int64_t> source;
-    for (int64_t b = 0; b < d.optim.batch_size; ++b) {
+    for (int64_t b = 0; b < slice_.rows; ++b) {  // Note [One draw, N slices]
       source.push_back(static_cast<int64_t>(gen.next_u64() % seqs.size()));
       rows.push_back(&seqs[static_cast<size_t>(source.back())]);
       anchors.push_back(sample_anchors(rows.back()->loss_mask, d.max_anchors, gen));
@@ -87,6 +97,38 @@ std::vector<BlockBatch> DrafterTrainer::step_batches(int64_t step) const {
   return out;
 }
 
+StepDraw DrafterTrainer::step_draw(int64_t step) const {
+  StepDraw draw;
+  draw.batches = step_batches(step);
+  for (const BlockBatch& b : draw.batches) {
+    draw.total_weight += b.weight_sum();
+    draw.tokens += static_cast<int64_t>(
+        std::count_if(b.weights.begin(), b.weights.end(), [](double w) { return w > 0; }));
+  }
+  if (slice_.begin == 0 && slice_.end == slice_.rows) return draw;  // one rank: all of it
+  const DrafterConfig& d = config_.drafter;
+  const auto& seqs = data_.source->sequences();
+  for (BlockBatch& b : draw.batches) {  // this rank's rows, built as the whole batch was
+    std::vector<const DrafterSequence*> rows;
+    std::vector<std::vector<int64_t>> anchors;
+    std::vector<int64_t> source;
+    for (int64_t r = slice_.begin; r < slice_.end; ++r) {
+      source.push_back(b.source[static_cast<size_t>(r)]);
+      rows.push_back(&seqs[static_cast<size_t>(source.back())]);
+      std::vector<int64_t> a;
+      for (int64_t k = 0; k < b.num_blocks; ++k) {
+        const int64_t anchor = b.anchors[static_cast<size_t>(r * b.num_blocks + k)];
+        if (anchor >= 0) a.push_back(anchor);
+      }
+      anchors.push_back(std::move(a));
+    }
+    b = build_block_batch(rows, anchors, d.max_anchors, d.block_size, d.gamma,
+                          drafter_.config().mask_token_id, ByteTokenizer::kPad, b.seq_len);
+    b.source = std::move(source);
+  }
+  return draw;
+}
+
 QueuedStep DrafterTrainer::train_step_queued() {
   const auto t0 = std::chrono::steady_clock::now();
   QueuedStep q;
@@ -96,22 +138,28 @@ QueuedStep DrafterTrainer::train_step_queued() {
   // step), so the next step's are drawn now and their samples handed to the source's
   // prefetch() before this step's fetches: a source that reads from disk reads them while
   // this step computes. The next step then takes the batches drawn here.
-  q.batches = next_step_ == q.step ? std::move(next_batches_) : step_batches(q.step);
+  debug_fail_if_asked(rank_, q.step);  // the failure test's hook (data_parallel.h)
+  StepDraw draw = next_step_ == q.step ? std::move(next_draw_) : step_draw(q.step);
   if (next_step_ != q.step) {  // nothing asked for yet (the first step, or after a resume)
-    for (const BlockBatch& b : q.batches) data_.source->prefetch(b.source);
+    for (const BlockBatch& b : draw.batches) data_.source->prefetch(b.source);
   }
-  next_batches_.clear();
+  next_draw_ = StepDraw();
   next_step_ = -1;
   if (q.step < d.optim.steps) {
-    next_batches_ = step_batches(q.step + 1);
+    next_draw_ = step_draw(q.step + 1);
     next_step_ = q.step + 1;
-    for (const BlockBatch& b : next_batches_) data_.source->prefetch(b.source);
+    for (const BlockBatch& b : next_draw_.batches) data_.source->prefetch(b.source);
   }
-  double total_weight = 0;
-  for (const auto& b : q.batches) total_weight += b.weight_sum();
+  q.batches = std::move(draw.batches);
+  q.tokens = draw.tokens;
+  const double total_weight = draw.total_weight;  // the whole step's, on every rank
   const Device device = drafter_.fc->weight.device();
   drafter_.train();
-  for (const BlockBatch& b : q.batches) {
+  for (size_t m = 0; m < q.batches.size(); ++m) {
+    const BlockBatch& b = q.batches[m];
+    // Only the last micro-batch's backward reduces, as it finishes each bucket (grad_reducer.h).
+    std::optional<GradReducer::Armed> armed;
+    if (reducer_ && m + 1 == q.batches.size()) armed.emplace(*reducer_);
     const FeatureBatch f = data_.source->fetch(b.source, device);
     DrafterLossInputs in{&b, f.hidden_states, Tensor()};
     if (loss_needs_teacher(head_loss_.loss)) {
@@ -124,9 +172,9 @@ QueuedStep DrafterTrainer::train_step_queued() {
     const Tensor part = to_dtype(r.loss.detach(), DType::f32) * share;
     q.loss = q.loss.defined() ? q.loss + part : part;
     q.argmax.push_back(r.argmax);
-    q.tokens += static_cast<int64_t>(
-        std::count_if(b.weights.begin(), b.weights.end(), [](double w) { return w > 0; }));
   }
+  if (reducer_) reducer_->finish();  // every gradient is now the sum over the ranks
+  if (data_.comm) data_.comm->all_reduce(q.loss, dist::ReduceOp::sum);  // every rank's part
   const int64_t warmup =
       static_cast<int64_t>(d.optim.warmup_ratio * static_cast<double>(d.optim.steps));
   q.lr = warmup_cosine_lr(q.step, d.optim.steps, warmup, d.optim.lr, d.optim.min_lr_ratio);
@@ -149,7 +197,12 @@ StepRecord DrafterTrainer::finish(const QueuedStep& q) const {
     const std::vector<double> am = q.argmax[i].to_vector();
     slots.add(q.batches[i], std::vector<int64_t>(am.begin(), am.end()));
   }
-  rec.slot1_accuracy = slots.accuracy().size() > 1 ? slots.accuracy()[1] : 0.0;
+  // Slot 1 over every rank's blocks: this rank's counts summed over the ranks.
+  std::vector<double> slot1 = {0.0, 0.0};
+  if (slots.correct.size() > 1)
+    slot1 = {static_cast<double>(slots.correct[1]), static_cast<double>(slots.total[1])};
+  sum_over_ranks(data_.comm, slot1);
+  rec.slot1_accuracy = slot1[1] > 0 ? slot1[0] / slot1[1] : 0.0;
   // Step 1's loss comes before any update: a NaN there is in the inputs, not the rate.
   CG_CHECK(std::isfinite(rec.loss), "the drafter loss is ", rec.loss, " at step ", rec.step,
            rec.step <= 1
@@ -173,11 +226,15 @@ void DrafterTrainer::remove_checkpoint(const std::string& path, const char* why)
 }
 
 void DrafterTrainer::save_checkpoint() {
+  // Note [World-size-free checkpoints], data_parallel.h: ZeRO-1's state is gathered by
+  // every rank (a collective), then rank 0 alone writes.
+  const auto optim_state = opt_.state();
+  if (!is_rank0()) return;
   const std::filesystem::path dir = std::filesystem::path(config_.run_dir) / "drafter";
   std::filesystem::create_directories(dir);
   safetensors::NamedTensors tensors;
   for (auto& [n, t] : drafter_.named_parameters()) tensors.emplace_back("drafter." + n, t.detach());
-  for (auto& [n, t] : opt_.state()) tensors.emplace_back("optim." + n, t);
+  for (auto& [n, t] : optim_state) tensors.emplace_back("optim." + n, t);
   char name[64];
   std::snprintf(name, sizeof name, "step_%08lld.safetensors", static_cast<long long>(step()));
   const std::filesystem::path final_path = dir / name;
@@ -265,6 +322,13 @@ double DrafterTrainer::run(MetricsLog* log) {
                        "counted)"
                      : "");
   }
+  if (config_.progress && opt_.sharded()) {  // ZeRO-1: the state each rank holds
+    std::fprintf(stderr,
+                 "chunkgrad train: ZeRO-1: optimizer state %.2f MiB per rank over %d ranks "
+                 "(%.2f MiB unsharded)\n",
+                 static_cast<double>(opt_.sharded()->state_bytes()) / (1 << 20), world(),
+                 static_cast<double>(opt_.sharded()->unsharded_state_bytes()) / (1 << 20));
+  }
   const Device device = drafter_.fc->weight.device();
   std::vector<QueuedStep> queued;  // Note [Steps that do not wait]
   auto group_start = std::chrono::steady_clock::now();
@@ -282,19 +346,22 @@ double DrafterTrainer::run(MetricsLog* log) {
     for (const StepRecord& r : done) {
       bar.update(r.step, r.loss, r.tokens);
       if (log) {
-        log->write({{"phase", "drafter"},
-                    {"step", r.step},
-                    {"loss", r.loss},
-                    {"lr", r.lr},
-                    {"grad_norm", r.grad_norm},
-                    {"slot1_accuracy", r.slot1_accuracy},
-                    {"label_tokens", r.tokens},
-                    {"seconds", r.seconds},
-                    {"ms", t.ms},
-                    {"context_tokens_per_s", t.context_tokens_per_s},
-                    {"positions_per_s", t.positions_per_s},
-                    {"mfu", t.mfu},
-                    {"peak_allocated_bytes", peak}});
+        nlohmann::json line = {{"phase", "drafter"},
+                               {"step", r.step},
+                               {"loss", r.loss},
+                               {"lr", r.lr},
+                               {"grad_norm", r.grad_norm},
+                               {"slot1_accuracy", r.slot1_accuracy},
+                               {"label_tokens", r.tokens},
+                               {"seconds", r.seconds},
+                               {"ms", t.ms},
+                               {"context_tokens_per_s", t.context_tokens_per_s},
+                               {"positions_per_s", t.positions_per_s},
+                               {"mfu", t.mfu},
+                               {"peak_allocated_bytes", peak}};
+        // ZeRO-1: the optimizer state this rank (and every rank) holds.
+        if (opt_.sharded()) line["optimizer_state_bytes"] = opt_.sharded()->state_bytes();
+        log->write(line);
       }
     }
   };
@@ -302,7 +369,10 @@ double DrafterTrainer::run(MetricsLog* log) {
     if (queued.empty()) group_start = std::chrono::steady_clock::now();
     queued.push_back(train_step_queued());
     const int64_t s = queued.back().step;
-    const bool stop = stop_agreed();  // Note [Stopping together], train/stop_signal.h
+    // Note [Stopping together], train/stop_signal.h: any rank's signal stops every rank.
+    const bool stop = any_rank(data_.comm, stop_agreed());
+    if (data_.comm && config_.dist.check_every > 0 && s % config_.dist.check_every == 0)
+      check_parameters_agree(*data_.comm, opt_.params(), s);
     // checkpoint_every -1: no checkpoints at all (a benchmark; a full-scale one is 24 GB).
     const bool save =
         d.checkpoint_every >= 0 &&

@@ -21,16 +21,20 @@
 #include <string>
 #include <vector>
 
+#include "dist/communicator.h"
 #include "nn/dflash_drafter.h"
 #include "ops/head_loss.h"
+#include "train/data_parallel.h"
 #include "train/drafter_checkpoints.h"
 #include "train/drafter_data.h"
 #include "train/drafter_model.h"
 #include "train/drafter_step.h"
 #include "train/feature_source.h"
+#include "train/grad_reducer.h"
 #include "train/optimizer.h"
 #include "train/progress.h"
 #include "train/train_config.h"
+#include "train/zero1_optimizer.h"
 
 namespace cg::train {
 
@@ -38,6 +42,15 @@ struct DrafterTrainData {
   std::shared_ptr<FeatureSource> source;
   std::string
       data_fingerprint;  // data_fingerprint(...).dump(): saved with each checkpoint ("": none)
+  // The ranks of a data-parallel run (docs/data_parallel.md); nullptr: one process.
+  dist::Communicator* comm = nullptr;
+};
+
+// The step's blocks as this rank trains them (Note [One draw, N slices], data_parallel.h).
+struct StepDraw {
+  std::vector<BlockBatch> batches;  // this rank's slice of each micro-batch
+  double total_weight = 0;          // sum(w) over the whole step (every rank's slices)
+  int64_t tokens = 0;               // label slots (w > 0) of the whole step
 };
 
 struct StepRecord {
@@ -65,8 +78,10 @@ class DrafterTrainer {
  public:
   DrafterTrainer(nn::DFlashDrafter& drafter, const TrainConfig& config, DrafterTrainData data);
 
-  // The blocks of step `step` (deterministic in seed and step).
+  // The blocks of step `step` (deterministic in seed and step), every rank's rows.
   std::vector<BlockBatch> step_batches(int64_t step) const;
+  // The blocks of step `step` this rank trains, and the step's totals.
+  StepDraw step_draw(int64_t step) const;
   StepRecord train_step();         // the next step, finished (reads its values on the host)
   QueuedStep train_step_queued();  // the next step, its values left on the device
   StepRecord finish(const QueuedStep& q) const;
@@ -96,14 +111,19 @@ class DrafterTrainer {
   nn::DFlashDrafter& drafter_;
   const TrainConfig& config_;
   DrafterTrainData data_;
-  AdamW opt_;
+  TrainerAdamW opt_;           // AdamW, or ShardedAdamW with dist.zero1 under mpirun
   DrafterHeadLoss head_loss_;  // loss, path and chunk (Note [The drafter's chunk])
   std::optional<int64_t> replace_after_;
+  int rank_ = 0;                          // this process's rank (0 without MPI)
+  RankSlice slice_;                       // its rows of each micro-batch
+  std::unique_ptr<GradReducer> reducer_;  // world size > 1: the gradient buckets
+  bool is_rank0() const { return rank_ == 0; }
+  int world() const { return data_.comm ? data_.comm->world_size() : 1; }
   void remove_checkpoint(const std::string& path, const char* why) const;
   // step_batches(step + 1), drawn when step `step` was queued so that its ids could be
   // prefetched (Note [Prefetching the next step]); empty before the first step.
   int64_t next_step_ = -1;
-  std::vector<BlockBatch> next_batches_;
+  StepDraw next_draw_;
 };
 
 }  // namespace cg::train

@@ -59,13 +59,7 @@ void AdamW::step(double lr, double grad_multiplier) {
   Tensor scale = full({1}, grad_multiplier, {.dtype = DType::f32, .device = device});
   last_norm_ = global_grad_norm(g, scale);
   if (options_.grad_clip > 0) scale = mul(scale, clip_coefficient(last_norm_, options_.grad_clip));
-  adamw_step(p, m, g, a, v, scale,
-             {.lr = lr,
-              .beta1 = options_.beta1,
-              .beta2 = options_.beta2,
-              .eps = options_.eps,
-              .weight_decay = options_.weight_decay,
-              .step = step_});
+  adamw_step(p, m, g, a, v, scale, options_.args(lr, step_));
   for (const Tensor& t : params_) t.set_grad(Tensor());
 }
 

@@ -23,6 +23,15 @@ double warmup_cosine_lr(int64_t step, int64_t total, int64_t warmup_steps, doubl
 struct AdamWOptions {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.0;
   double grad_clip = 1.0;  // max global norm; 0 = off
+  // The update's arguments at learning rate `lr` and (1-based) step `step`.
+  AdamWArgs args(double lr, int64_t step) const {
+    return {.lr = lr,
+            .beta1 = beta1,
+            .beta2 = beta2,
+            .eps = eps,
+            .weight_decay = weight_decay,
+            .step = step};
+  }
 };
 
 class AdamW {

@@ -346,11 +346,21 @@ nlohmann::json run_pipeline(const TrainConfig& config, const PipelineOptions& op
   config.validate();
   if (!config.drafter.init_from.empty()) check_public_drafter_folder(config.drafter.init_from);
   if (config.features.source == "synthetic") return run_synthetic_pipeline(config, options);
+  // Data parallel (docs/data_parallel.md): every rank opens the features and trains; rank 0
+  // alone locks and writes the run directory, evaluates, measures and writes the summary.
+  dist::Communicator* comm = options.comm;
+  const bool rank0 = comm == nullptr || comm->rank() == 0;
+  CG_CHECK(comm == nullptr || comm->world_size() == 1 || config.features.source != "online",
+           "data-parallel training (", comm ? comm->world_size() : 1,
+           " ranks) needs features made without training a target in each process: "
+           "features.source online trains the target and generates the drafter's data in one "
+           "process; run `chunkgrad features` first and train from the folder (--features DIR), "
+           "or use features.source target or synthetic (docs/data_parallel.md)");
   RunState s(config, config.compute_device());
   check_memory_chunk(config, s.device);  // a chunk budget too small for the large config fails now
   StopSignals signals;  // SIGINT/SIGTERM: finish the step, save, stop (stop_signal.h)
   warn_about_config(config);
-  lock_run_directory(s);
+  if (rank0) lock_run_directory(s);
   if (config.features.source == "offline") {
     open_offline_features(s);
   } else if (config.features.source == "target") {
@@ -359,11 +369,18 @@ nlohmann::json run_pipeline(const TrainConfig& config, const PipelineOptions& op
     read_corpus(s);
   }
   check_resume(s, options);
-  prepare_run_directory(s);
+  if (comm != nullptr) comm->barrier();  // every rank has chosen before rank 0 writes
+  if (rank0) {
+    prepare_run_directory(s);
+  } else if (config.threads > 0) {
+    set_num_threads(static_cast<int>(config.threads));  // as prepare_run_directory does
+  }
   obtain_target_model(s);
   make_drafter_data(s);
+  s.data.comm = comm;
   train_drafter(s);
   stop_if_asked(s);
+  if (!rank0) return nlohmann::json::object();  // rank 0 evaluates and writes the summary
   evaluate_drafter(s);
   stop_if_asked(s);
   measure_memory(s);

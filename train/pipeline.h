@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dist/communicator.h"
 #include "train/chat_data.h"
 #include "train/train_config.h"
 
@@ -25,6 +26,10 @@ struct PipelineOptions {
   // only pre-tokenized lines are read) and what a conversation line says when it is empty.
   ChatEncoder encode;
   std::string no_tokenizer_hint = "give a tokenizer (features.tokenizer)";
+  // The ranks of `mpirun -np N chunkgrad train` (docs/data_parallel.md); nullptr: one
+  // process. With more than one rank only rank 0 writes to the run directory, logs and
+  // evaluates; the others return an empty summary.
+  dist::Communicator* comm = nullptr;
 };
 
 // Runs everything; returns the summary (also written to <run_dir>/summary.json).

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "autograd/grad_mode.h"
@@ -104,20 +105,32 @@ nlohmann::json run_synthetic_pipeline(const TrainConfig& config, const PipelineO
   const auto start = std::chrono::steady_clock::now();
   check_synthetic_memory(config, device);  // before anything is allocated or written
   StopSignals signals;  // SIGINT/SIGTERM: finish the step, save, stop (stop_signal.h)
-  std::filesystem::create_directories(config.run_dir);
-  RunLock lock(config.run_dir);
-  // The resume decision before anything is written (as run_pipeline's check_resume).
+  // Data parallel (docs/data_parallel.md): every rank trains, rank 0 alone writes to the
+  // run directory (Note [One lock per run], run_lock.h) and evaluates.
+  dist::Communicator* comm = options.comm;
+  const bool rank0 = comm == nullptr || comm->rank() == 0;
+  std::optional<RunLock> lock;
+  if (rank0) {
+    std::filesystem::create_directories(config.run_dir);
+    lock.emplace(config.run_dir);
+  }
+  // The resume decision before anything is written (as run_pipeline's check_resume); every
+  // rank reads the same checkpoint (Note [World-size-free checkpoints], data_parallel.h).
   const ResumeChoice resume =
       choose_resume_checkpoint(config, kSyntheticFingerprint, options.resume_from);
   for (const std::string& skipped : resume.skipped)
     say(config, "resume: " + skipped + "; skipped it, resuming from " + resume.path);
-  std::filesystem::create_directories(config.run_dir + "/drafter");
-  check_writable_dir(config.run_dir + "/drafter", "the drafter checkpoints");
-  MetricsLog log(config.run_dir + "/metrics.jsonl");
-  std::error_code ec;
-  std::filesystem::remove(config.run_dir + "/summary.json", ec);
-  write_file_atomically(config.run_dir + "/config.json", config.to_json().dump(2) + "\n",
-                        "the run's config");
+  if (comm != nullptr) comm->barrier();  // every rank has chosen before rank 0 writes
+  std::optional<MetricsLog> log;
+  if (rank0) {
+    std::filesystem::create_directories(config.run_dir + "/drafter");
+    check_writable_dir(config.run_dir + "/drafter", "the drafter checkpoints");
+    log.emplace(config.run_dir + "/metrics.jsonl");
+    std::error_code ec;
+    std::filesystem::remove(config.run_dir + "/summary.json", ec);
+    write_file_atomically(config.run_dir + "/config.json", config.to_json().dump(2) + "\n",
+                          "the run's config");
+  }
 
   // The task and its frozen tables, then the drafter over them.
   const DrafterConfig& d = config.drafter;
@@ -150,7 +163,12 @@ nlohmann::json run_synthetic_pipeline(const TrainConfig& config, const PipelineO
     say(config, "drafter: weights from " + d.init_from);
   }
   // Training, resumed from the checkpoint chosen above.
-  DrafterTrainer trainer(*drafter, config, DrafterTrainData{source, kSyntheticFingerprint});
+  DrafterTrainer trainer(*drafter, config,
+                         DrafterTrainData{source, kSyntheticFingerprint, options.comm});
+  if (comm != nullptr && comm->world_size() > 1) {
+    say(config, "data parallel: " + std::to_string(comm->world_size()) + " ranks (" +
+                    comm->backend_name() + "), dist.mode " + config.dist.mode);
+  }
   if (!resume.path.empty()) {
     trainer.load_checkpoint(resume.path);
     say(config, "resumed from " + resume.path + " at step " + std::to_string(trainer.step()));
@@ -159,13 +177,14 @@ nlohmann::json run_synthetic_pipeline(const TrainConfig& config, const PipelineO
     trainer.replace_checkpoints_after(-1);
   }
   const int64_t first_step = trainer.step();
-  log.drop_after("drafter", first_step);
+  if (log) log->drop_after("drafter", first_step);
   const auto t_train = std::chrono::steady_clock::now();
-  const double tokens_per_s = trainer.run(&log);
+  const double tokens_per_s = trainer.run(log ? &*log : nullptr);
   const double train_seconds = seconds_since(t_train);
   const int64_t final_step = trainer.step();
   drafter->eval();
   if (stop_agreed()) throw Interrupted("drafter", final_step);
+  if (!rank0) return nlohmann::json::object();  // rank 0 evaluates and writes the summary
 
   // Evaluation: held-out samples of the same task (another range of sample ids).
   const auto t_eval = std::chrono::steady_clock::now();
@@ -200,8 +219,8 @@ nlohmann::json run_synthetic_pipeline(const TrainConfig& config, const PipelineO
     summary["device_peak_allocated_bytes"] = allocator_for(device).stats().allocated_bytes.peak;
   summary["config"] = config.to_json();
   write_file_atomically(config.run_dir + "/summary.json", summary.dump(2) + "\n", "the summary");
-  log.write({{"phase", "summary"},
-             {"slot1_accuracy", slots.accuracy().size() > 1 ? slots.accuracy()[1] : 0.0}});
+  log->write({{"phase", "summary"},
+              {"slot1_accuracy", slots.accuracy().size() > 1 ? slots.accuracy()[1] : 0.0}});
   return summary;
 }
 

@@ -206,6 +206,12 @@ void visit_fields(V& v, TrainConfig& c) {
     s.field("data", c.features.data);
     s.field("tokenizer", c.features.tokenizer);
   });
+  v.object("dist", [&](auto& s) {
+    s.field("mode", c.dist.mode);
+    s.field("zero1", c.dist.zero1);
+    s.field("bucket_mb", c.dist.bucket_mb);
+    s.field("check_every", c.dist.check_every);
+  });
 }
 
 // The longest block, for training and for evaluation (docs/train_config.md).
@@ -448,6 +454,10 @@ void TrainConfig::validate() const {
            "' is given but features.source is ", f.source,
            "; set source to offline to train from it, or remove dir");
   check_synthetic_features(*this);
+  CG_CHECK(dist.mode == "same_batch" || dist.mode == "weak",
+           "train config: dist.mode: must be same_batch or weak, got '", dist.mode, "'");
+  in_range("dist.bucket_mb", dist.bucket_mb, 0.001, 1 << 16);
+  in_range("dist.check_every", static_cast<double>(dist.check_every), 0, 1e9);
   CG_CHECK(memory.large_anchors < memory.large_seq_len, "train config: memory.large_anchors ",
            memory.large_anchors, " is beyond the sequence (memory.large_seq_len ",
            memory.large_seq_len, ")");

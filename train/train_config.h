@@ -140,6 +140,19 @@ struct FeaturesConfig {
   std::string tokenizer;          // source "target": "" = the target folder's tokenizer.json
 };
 
+// Data-parallel training over the ranks of `mpirun -np N` (docs/data_parallel.md); a run
+// without MPI is one rank and ignores this section except for its checks.
+struct DistConfig {
+  // "same_batch": the step's sequences are drawn once, as one process draws them, and
+  // each rank trains its slice (drafter.optim.batch_size must be a multiple of the ranks);
+  // "weak": each rank trains batch_size sequences of its own (N x the tokens per step: the
+  // step of one process with batch_size x N).
+  std::string mode = "same_batch";
+  bool zero1 = false;       // optimizer state and fp32 masters sharded across the ranks
+  double bucket_mb = 25;    // gradients all-reduced in buckets of about this many MiB (fp32)
+  int64_t check_every = 0;  // compare a hash of the parameters across ranks every N steps
+};
+
 struct TrainConfig {
   std::string run_dir = "runs/toy";
   uint64_t seed = 1;
@@ -155,6 +168,7 @@ struct TrainConfig {
   EvalConfig eval;
   MemoryConfig memory;
   FeaturesConfig features;
+  DistConfig dist;
 
   // Every field checked (ranges, known names); throws naming the first bad one.
   void validate() const;

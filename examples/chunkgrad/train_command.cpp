@@ -8,11 +8,13 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "dist/communicator.h"
 #include "examples/chunkgrad/commands.h"
 #include "examples/chunkgrad/data_files.h"
 #include "examples/common/program.h"
 #include "train/config_overrides.h"
 #include "train/pipeline.h"
+#include "train/stop_signal.h"
 #include "train/train_config.h"
 
 namespace cg::cli {
@@ -85,6 +87,27 @@ train::TrainConfig read_config(const std::string& path, const std::vector<std::s
               ")");
     }
     throw;
+  }
+}
+
+// `mpirun -np N chunkgrad train`: every rank runs the pipeline with the communicator, and
+// rank 0 prints the summary. A failure on one rank ends every rank with its message
+// (dist::abort_job): the others would otherwise wait for it in the next collective.
+nlohmann::json run_ranks(const train::TrainConfig& config, train::PipelineOptions options) {
+  try {
+    const std::unique_ptr<dist::Communicator> comm =
+        dist::make_communicator({.device = Device::parse(config.device)});
+    if (comm->rank() == 0) program::make_output_dir(config.run_dir, "run_dir");
+    options.comm = comm.get();
+    nlohmann::json summary = train::run_pipeline(config, options);
+    if (comm->rank() != 0) summary = nullptr;  // rank 0 prints
+    return summary;
+  } catch (const train::Interrupted&) {
+    throw;  // every rank stopped at the same step (Note [Stopping together])
+  } catch (const cg::Error& e) {
+    dist::abort_job("chunkgrad train: error: " + e.message());
+  } catch (const std::exception& e) {
+    dist::abort_job(std::string("chunkgrad train: error: ") + e.what());
   }
 }
 
@@ -169,12 +192,19 @@ void add_train_command(CLI::App& app, CommandBody& run) {
       if (o.fresh) config.resume = false;
       if (!o.device.empty()) config.device = o.device;
       config.validate();
-      config.compute_device();  // up front: no GPU is one error line, before any work
+      // Under mpirun: one rank per process, the device from the local rank (docs/data_parallel.md).
+      const dist::LaunchInfo launch = dist::detect_launch();
+      if (!launch.under_mpirun) {
+        config.compute_device();  // up front: no GPU is one error line, before any work
+      } else {
+        config.device = dist::device_for_local_rank(config.device, launch, "device").str();
+        if (launch.rank != 0) config.progress = false;  // rank 0 reports
+      }
       if (o.print_config) {
         std::cout << config.to_json().dump(2) << "\n";
         return;
       }
-      program::make_output_dir(config.run_dir, "run_dir");
+      if (!launch.under_mpirun) program::make_output_dir(config.run_dir, "run_dir");
       train::PipelineOptions options{.resume_from = o.resume_from};
       DataTokenizer tokenizer;
       if (config.features.source == "target") {
@@ -182,7 +212,9 @@ void add_train_command(CLI::App& app, CommandBody& run) {
         options.encode = tokenizer.encode;
         options.no_tokenizer_hint = tokenizer.hint;
       }
-      const nlohmann::json summary = train::run_pipeline(config, options);
+      const nlohmann::json summary =
+          launch.under_mpirun ? run_ranks(config, options) : train::run_pipeline(config, options);
+      if (summary.is_null()) return;  // not rank 0
       if (o.json) {
         std::cout << summary.dump() << "\n";
       } else {

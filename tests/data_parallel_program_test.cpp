@@ -1,0 +1,172 @@
+// Why this file exists: `mpirun -np 2 chunkgrad train` must train exactly what one process
+// trains with the same config (docs/data_parallel.md): these tests run the built program
+// on a synthetic toy config (no target, a fraction of a second per run) on 1 process and
+// on 2 ranks, and compare the loss curve and every tensor of the final checkpoint within
+// fp32 summation tolerance; they resume a 2-rank checkpoint on 1 process and the other way
+// round, check weak scaling against the one-process step of twice the batch, and end a
+// job whose rank 1 throws. Skipped when mpirun is not installed or the build has no MPI.
+#include <cmath>
+#include <cstdlib>
+
+#include "dist/communicator.h"
+#include "tests/train_program_fixture.h"
+
+namespace {
+
+using train_program_fixture::slurp;
+using train_program_fixture::TrainRun;
+
+class DataParallelProgram : public train_program_fixture::TrainProgram {
+ protected:
+  void SetUp() override {
+    TrainProgram::SetUp();
+    if (!cg::dist::built_with_mpi()) GTEST_SKIP() << "this build has no MPI (CHUNKGRAD_MPI)";
+    if (std::system("command -v mpirun >/dev/null 2>&1") != 0) GTEST_SKIP() << "no mpirun";
+  }
+  // The toy config at a CI size, features.source synthetic, 4 steps of 2 micro-batches of
+  // 4 sequences, a checkpoint every 2 steps (all kept), plus `extra` options.
+  std::string args(const std::string& run_dir, const std::string& extra = "") const {
+    return "train --config '" + std::string(CHUNKGRAD_SOURCE_DIR) +
+           "/configs/toy.json' --no-progress --run-dir '" + path(run_dir) +
+           "' --set features.source=synthetic --set drafter.hidden_size=32 "
+           "--set drafter.vocab_size=128 --set drafter.num_target_layers=6 "
+           "--set drafter.num_heads=2 --set drafter.num_kv_heads=1 --set drafter.head_dim=16 "
+           "--set drafter.optim.steps=4 --set drafter.optim.batch_size=4 "
+           "--set drafter.optim.grad_accum=2 --set drafter.max_anchors=4 "
+           "--set drafter.checkpoint_every=2 --set drafter.keep_checkpoints=0 "
+           "--set data.num_sequences=8 --set data.max_new_tokens=32 "
+           "--set eval.accuracy_sequences=2 --set memory.enabled=false --set dist.bucket_mb=0.01 " +
+           extra;
+  }
+  TrainRun one(const std::string& run_dir, const std::string& extra = "") const {
+    return run(args(run_dir, extra));
+  }
+  // `mpirun -np NP chunkgrad ...` with the environment `env` ("-x NAME=VALUE ...").
+  TrainRun ranks(const std::string& run_dir, const std::string& extra = "",
+                 const std::string& env = "", int np = 2) const {
+    return run(args(run_dir, extra), "mpirun -np " + std::to_string(np) +
+                                         " --oversubscribe --allow-run-as-root -x "
+                                         "CHUNKGRAD_NUM_THREADS=1 " +
+                                         env + " ");
+  }
+  // The drafter's metrics lines of a run, by step.
+  std::map<int64_t, nlohmann::json> metrics(const std::string& run_dir) const {
+    std::map<int64_t, nlohmann::json> m;
+    std::istringstream log(slurp(path(run_dir) + "/metrics.jsonl"));
+    for (std::string line; std::getline(log, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (j["phase"] == "drafter") m[j["step"].get<int64_t>()] = j;
+    }
+    return m;
+  }
+  // Losses and gradient norms of two runs within fp32 summation tolerance, step by step.
+  void expect_same_curve(const std::string& a, const std::string& b, double tol = 1e-5) const {
+    const auto ma = metrics(a), mb = metrics(b);
+    ASSERT_EQ(ma.size(), mb.size());
+    for (const auto& [step, ja] : ma) {
+      const auto& jb = mb.at(step);
+      for (const char* key : {"loss", "grad_norm"}) {
+        const double x = ja[key].get<double>(), y = jb[key].get<double>();
+        EXPECT_NEAR(x, y, tol * std::max(1.0, std::fabs(x))) << key << " at step " << step;
+      }
+      EXPECT_EQ(ja["label_tokens"], jb["label_tokens"]) << "step " << step;
+      if (tol <= 1e-5)
+        EXPECT_NEAR(ja["slot1_accuracy"].get<double>(), jb["slot1_accuracy"].get<double>(), 1e-9);
+    }
+  }
+  // Every tensor of two checkpoints (parameters and AdamW state) within fp32 tolerance.
+  static void expect_same_checkpoint(const std::string& a, const std::string& b,
+                                     double tol = 1e-3) {
+    const auto ra = cg::safetensors::open(a), rb = cg::safetensors::open(b);
+    ASSERT_EQ(ra->names(), rb->names());
+    for (const std::string& name : ra->names()) {
+      const std::vector<double> x = ra->load(name).to_vector(), y = rb->load(name).to_vector();
+      ASSERT_EQ(x.size(), y.size()) << name;
+      double worst = 0;
+      for (size_t i = 0; i < x.size(); ++i)
+        worst = std::max(worst, std::fabs(x[i] - y[i]) / (1e-3 + std::fabs(x[i])));
+      EXPECT_LT(worst, tol) << name << " differs between " << a << " and " << b;
+    }
+  }
+  std::string step_file(const std::string& run_dir, int step) const {
+    char name[64];
+    std::snprintf(name, sizeof name, "/drafter/step_%08d.safetensors", step);
+    return path(run_dir) + name;
+  }
+};
+
+// One process vs 2 ranks (same_batch): the loss curve and the final checkpoint; then the
+// 2-rank checkpoint of step 2 resumed on 1 process, and the 1-process one on 2 ranks, both
+// end at the one-process run's step 4.
+TEST_F(DataParallelProgram, TwoRanksTrainWhatOneProcessTrainsAndResumeAcross) {
+  const TrainRun a = one("one");
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  const TrainRun b = ranks("two");
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  EXPECT_NE(b.out.find("summary:"), std::string::npos) << b.out;  // rank 0 prints, once
+  EXPECT_EQ(b.out.find("summary:"), b.out.rfind("summary:")) << b.out;
+  expect_same_curve("one", "two");
+  expect_same_checkpoint(step_file("one", 4), step_file("two", 4));
+  const TrainRun c = one("two_then_one", "--resume-from '" + step_file("two", 2) + "'");
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  expect_same_checkpoint(step_file("one", 4), step_file("two_then_one", 4));
+  const TrainRun d = ranks("one_then_two", "--resume-from '" + step_file("one", 2) + "'");
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  expect_same_checkpoint(step_file("one", 4), step_file("one_then_two", 4));
+}
+
+// dist.mode weak on 2 ranks of batch_size 2 is the one-process step of batch_size 4.
+TEST_F(DataParallelProgram, WeakScalingIsTheStepOfTheBiggerBatch) {
+  const TrainRun a = one("one");
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  const TrainRun b = ranks(
+      "weak", "--set dist.mode=weak --set drafter.optim.batch_size=2 --set dist.check_every=1");
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  expect_same_curve("one", "weak");
+}
+
+// ZeRO-1 (optimizer state sharded) trains what plain data parallel and one process train,
+// and its checkpoint (the shards gathered) is a plain one. In bf16 each rank rounds its
+// own gradient to bf16 before the sum, which AdamW's sign-like steps turn into visible
+// differences of small weights after a few steps; so the bf16 masters are checked on one
+// rank (sharded over 1: the flat fp32 path against AdamW's per-parameter one), and the
+// 2-rank bf16 run must resume on 1 process.
+TEST_F(DataParallelProgram, ZeroOneEqualsPlainDataParallel) {
+  const TrainRun a = one("one");
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  const TrainRun b = ranks("zero1", "--set dist.zero1=true");
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  expect_same_curve("one", "zero1");
+  expect_same_checkpoint(step_file("one", 4), step_file("zero1", 4));
+  const TrainRun c = one("one_bf16", "--set drafter.dtype=bf16");
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  const TrainRun d =
+      ranks("zero1_bf16_np1", "--set dist.zero1=true --set drafter.dtype=bf16", "", 1);
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  expect_same_curve("one_bf16", "zero1_bf16_np1");
+  expect_same_checkpoint(step_file("one_bf16", 4), step_file("zero1_bf16_np1", 4));
+  const TrainRun e = ranks("zero1_bf16", "--set dist.zero1=true --set drafter.dtype=bf16");
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  const auto saved = cg::safetensors::open(step_file("zero1_bf16", 2));
+  EXPECT_TRUE(saved->contains("optim.master.0"));  // the gathered fp32 masters
+  const TrainRun f = one("zero1_bf16_then_one", "--set drafter.dtype=bf16 --resume-from '" +
+                                                    step_file("zero1_bf16", 2) + "'");
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+}
+
+TEST_F(DataParallelProgram, ABatchTheRanksCannotSplitIsRefusedNamingBothNumbers) {
+  const TrainRun r = ranks("odd", "--set drafter.optim.batch_size=3");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("batch_size 3 cannot be split over 2 ranks"), std::string::npos) << r.err;
+}
+
+// A rank that throws mid-run ends the whole job, non-zero, with that rank's message.
+TEST_F(DataParallelProgram, ARankThatFailsEndsTheJobWithItsMessage) {
+  const TrainRun r =
+      ranks("dies", "", "-x CHUNKGRAD_DEBUG_FAIL_RANK=1 -x CHUNKGRAD_DEBUG_FAIL_STEP=3");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("rank 1"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("fails at step 3"), std::string::npos) << r.err;
+}
+
+}  // namespace

@@ -1,0 +1,63 @@
+// Why this file exists: what data-parallel drafter training (docs/data_parallel.md) adds
+// to the one-process loop of drafter_trainer.h, apart from the gradient buckets
+// (grad_reducer.h): which sequences of a step are this rank's, the per-step agreements
+// between ranks (stop, metrics), and the debug checks.
+//
+// Note [One draw, N slices]: a step's sequences and anchors are drawn from the generator
+// of (seed, step) exactly as one process draws them, on every rank (the draw is host work
+// of microseconds). With dist.mode same_batch, micro-batch m's batch_size sequences are cut
+// into world_size equal slices and rank r trains slice r; with dist.mode weak the step
+// draws batch_size x world_size sequences per micro-batch (the step of one process with
+// that batch size) and rank r trains the r-th batch_size of them. Every rank also builds
+// the whole draw's blocks, so the loss normaliser sum(w) over the step -- and the number
+// of label tokens -- is known on every rank without a collective, summed in the same
+// order as one process sums it: the same bits. Rank r's micro-batch m then weighs its mean
+// loss by sum(w of its slice) / sum(w of the step), the gradients are summed over the
+// ranks, and the step equals one process's up to the fp32 rounding of the sums.
+//
+// Note [World-size-free checkpoints]: rank 0 writes the checkpoint in the one-process
+// format (the parameters and AdamW's state are the same on every rank after each step;
+// ZeRO-1 would gather its shards first), every rank reads it on resume, and the number of
+// ranks is not part of it: a run saved on 2 ranks resumes on 1 and the other way round,
+// and (same_batch) trains the same steps. dist.zero1, bucket_mb and check_every may change
+// on resume; dist.mode may not.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "dist/communicator.h"
+#include "train/train_config.h"
+
+namespace cg::train {
+
+// Rows [begin, end) of a micro-batch of `rows` drawn sequences are this rank's.
+struct RankSlice {
+  int64_t rows = 0;  // sequences drawn per micro-batch (all ranks)
+  int64_t begin = 0, end = 0;
+};
+// Throws, naming both numbers and what to change, when same_batch cannot be split evenly.
+RankSlice rank_slice(const TrainConfig& config, int rank, int world_size);
+
+// Rank 0's parameters on every rank (a broadcast each; nothing without ranks): ranks that
+// made the same seeded model have them already, and this makes sure of it. Returns params.
+std::vector<Tensor> same_on_every_rank(std::vector<Tensor> params, dist::Communicator* comm);
+
+// Whether any rank passes true (an all-reduce of a flag); `flag` with one rank.
+bool any_rank(dist::Communicator* comm, bool flag);
+
+// Sums host values over the ranks (in place; one f64 all-reduce); nothing with one rank.
+void sum_over_ranks(dist::Communicator* comm, std::vector<double>& values);
+
+// dist.check_every: a hash of every parameter's bytes, gathered from every rank; throws
+// naming the step and the ranks whose parameters differ from rank 0's.
+void check_parameters_agree(dist::Communicator& comm, const std::vector<Tensor>& params,
+                            int64_t step);
+
+// The test hook for a failing rank: CHUNKGRAD_DEBUG_FAIL_RANK=R and
+// CHUNKGRAD_DEBUG_FAIL_STEP=S make rank R throw at the start of step S.
+void debug_fail_if_asked(int rank, int64_t step);
+
+}  // namespace cg::train
