@@ -173,10 +173,22 @@ void launch_flash_dq(DType dtype, const BwdArgs& a, cudaStream_t stream) {
 
 }  // namespace flash
 
-size_t flash_attention_backward_scratch_bytes(const AttnShape& s, const AttnMaskArgs& m) {
-  const int parts = flash::dkdv_context_parts(s, m);
+namespace {
+// Floats of context-part scratch (Note [Context key parts]); 0 when the tiles stay whole.
+size_t context_parts_floats(const AttnShape& s, const AttnMaskArgs& m, bool want_dkdv) {
+  const int parts = want_dkdv ? flash::dkdv_context_parts(s, m) : 1;
   if (parts == 1) return 0;
-  return sizeof(float) * 2 * static_cast<size_t>(s.B * parts * s.Hkv * m.context_len * s.hd);
+  return 2 * static_cast<size_t>(s.B * parts * s.Hkv * m.context_len * s.hd);
+}
+}  // namespace
+
+size_t flash_attention_backward_scratch_bytes(const AttnShape& s, const AttnMaskArgs& m,
+                                              bool want_dq, bool want_dkdv) {
+  size_t floats = context_parts_floats(s, m, want_dkdv);
+  if (flash::fused_dq(s, m, want_dq, want_dkdv)) {  // Note [Fused dq]: after the parts
+    floats += static_cast<size_t>(s.B * s.Hq * s.Sq * s.hd);
+  }
+  return sizeof(float) * floats;
 }
 
 void launch_flash_attention_backward(DType dtype, const AttnShape& s, AttnOperand q, AttnOperand k,
@@ -203,13 +215,17 @@ void launch_flash_attention_backward(DType dtype, const AttnShape& s, AttnOperan
                    static_cast<float>(scale) * flash::kLog2e,
                    0,
                    0};
-  a.ctx_parts = dk != nullptr || dv != nullptr ? flash::dkdv_context_parts(s, m) : 1;
-  CG_CHECK(a.ctx_parts == 1 || scratch != nullptr,
+  const bool want_dkdv = dk != nullptr || dv != nullptr;
+  a.ctx_parts = want_dkdv ? flash::dkdv_context_parts(s, m) : 1;
+  const bool fused = flash::fused_dq(s, m, dq != nullptr, want_dkdv);
+  CG_CHECK((a.ctx_parts == 1 && !fused) || scratch != nullptr,
            "flash attention backward: this problem needs flash_attention_backward_scratch_bytes() "
            "of scratch and got none");
   a.ctx_partial = scratch;
-  if (dq != nullptr) flash::launch_flash_dq(dtype, a, stream);
-  if (dk != nullptr || dv != nullptr) flash::launch_flash_dkdv(dtype, a, stream);
+  if (fused) a.dq_acc = scratch + context_parts_floats(s, m, want_dkdv);  // Note [Fused dq]
+  if (dq != nullptr && !fused) flash::launch_flash_dq(dtype, a, stream);
+  if (want_dkdv) flash::launch_flash_dkdv(dtype, a, stream);
+  if (fused) flash::launch_flash_dq_from_acc(dtype, a, stream);
 }
 
 }  // namespace cg::cuda

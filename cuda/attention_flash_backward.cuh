@@ -28,7 +28,13 @@ struct BwdArgs {
   // more, their partial dk and dv, fp32 [2][B][parts][Hkv][context_len][hd].
   int ctx_parts = 1;
   float* ctx_partial = nullptr;
+  // Note [Fused dq]: when set, the dk/dv pass also adds dq (fp32, unscaled) into this
+  // [B, Hq, Sq, hd] buffer (zeroed first) and the dq pass does not run.
+  float* dq_acc = nullptr;
 };
+
+// Whether this backward takes dq inside the dk/dv pass (Note [Fused dq]).
+bool fused_dq(const AttnShape& s, const AttnMaskArgs& m, bool want_dq, bool want_dkdv);
 
 // The parts each DFlash context key tile's query blocks are split into (1: the tile is one
 // CTA) for this problem on the current device.
@@ -36,7 +42,9 @@ int dkdv_context_parts(const AttnShape& s, const AttnMaskArgs& m);
 
 // dq pass (a.dq set): launches on `stream`. dtype bf16 or f16, hd 64 or 128.
 void launch_flash_dq(DType dtype, const BwdArgs& a, cudaStream_t stream);
-// dk/dv pass (a.dk or a.dv set).
+// dk/dv pass (a.dk or a.dv set); with a.dq_acc also dq (Note [Fused dq]).
 void launch_flash_dkdv(DType dtype, const BwdArgs& a, cudaStream_t stream);
+// dq = scale * dq_acc in the compute dtype (Note [Fused dq]).
+void launch_flash_dq_from_acc(DType dtype, const BwdArgs& a, cudaStream_t stream);
 
 }  // namespace cg::cuda::flash

@@ -103,26 +103,47 @@ __device__ inline bool next_query_tile(const KeyTileWork& w, const AttnMaskArgs&
   return false;
 }
 
-template <int HD, int QT>
+template <int HD, int QT, bool FusedDq, int NS>
 constexpr int dkdv_smem_bytes() {
-  // K, V; Q, dO x2; L, D, slot x2
-  return (2 * kTile + 4 * QT) * (HD + kPad) * 2 + 6 * QT * 4;
+  // K, V; Q, dO x NS; L, D, slot x NS; with FusedDq dS^T (kTile, QT + kPad)
+  return (2 * kTile + 2 * NS * QT) * (HD + kPad) * 2 + 3 * NS * QT * 4 +
+         (FusedDq ? kTile * (QT + kPad) * 2 : 0);
 }
+
+// Note [dk/dv stages]: the query tiles stream through NS shared-memory stages (cp.async),
+// loads issued NS - 1 tiles ahead of the math, one barrier per tile. The pass holds two
+// CTAs a multiprocessor by registers (about 240 a thread at hd 128), which leaves room in
+// shared memory for a third stage at QT = 32: the loads then have two tiles' math to land.
+// CHUNKGRAD_FLASH_DKDV_STAGES=2 or 3 forces the count at QT = 32 (read once; benchmarks).
+
+// Note [Fused dq]: dq can be taken inside the dk/dv pass instead of in a pass of its own
+// (FlashAttention-2's way): after a warp has dS^T for its 16 keys and the tile's QT = 32
+// rows, it stores it to shared memory (keys by rows); after a barrier each warp multiplies
+// a 16-row x HD/2 quarter of dS (32 x 64 keys) by the CTA's K and adds the product to an
+// fp32 dq buffer with atomics (float2 reductions, sm_90). That drops the dq pass's own walk
+// over the keys, which recomputed S and dP (two of its three GEMMs), at the price of one
+// GEMM, one barrier and the atomics per (key tile, query tile); the sum's order varies
+// from run to run (last-bit differences), unlike the two-pass backward.
+// CHUNKGRAD_FLASH_FUSED_DQ=0 or 1 forces the choice (read once; for benchmarks).
 
 // Sliding: the sliding DFlash rule (a template flag, so the other rules' kernels carry
 // none of its per-element work or registers).
-template <typename T, int HD, int QT, bool Sliding>
+template <typename T, int HD, int QT, bool Sliding, bool FusedDq, int NS>
 __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
+  static_assert(NS == 2 || NS == 3, "two or three query-tile stages");
+  static_assert(!FusedDq || QT == 32, "the fused dq splits a 32-row tile over 4 warps");
   if (batch_of_block() >= a.s.B) return;  // Note [Batch grid]
   constexpr int LD = HD + kPad;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* sK = reinterpret_cast<T*>(smem_raw);                  // (kTile, LD)
-  T* sV = sK + kTile * LD;                                 // (kTile, LD)
-  T* sQ = sV + kTile * LD;                                 // (2, QT, LD)
-  T* sG = sQ + 2 * QT * LD;                                // (2, QT, LD)
-  float* sL = reinterpret_cast<float*>(sG + 2 * QT * LD);  // (2, QT) lse
-  float* sD = sL + 2 * QT;                                 // (2, QT) delta
-  int* sSlot = reinterpret_cast<int*>(sD + 2 * QT);        // (2, QT) slot in the block (dflash)
+  T* sK = reinterpret_cast<T*>(smem_raw);                   // (kTile, LD)
+  T* sV = sK + kTile * LD;                                  // (kTile, LD)
+  T* sQ = sV + kTile * LD;                                  // (NS, QT, LD)
+  T* sG = sQ + NS * QT * LD;                                // (NS, QT, LD)
+  float* sL = reinterpret_cast<float*>(sG + NS * QT * LD);  // (NS, QT) lse
+  float* sD = sL + NS * QT;                                 // (NS, QT) delta
+  int* sSlot = reinterpret_cast<int*>(sD + NS * QT);        // (NS, QT) slot in the block (dflash)
+  constexpr int LDS = QT + kPad;
+  T* sdS = reinterpret_cast<T*>(sSlot + NS * QT);  // (kTile, LDS) dS^T (Note [Fused dq])
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   // Every kv head's key tile t before any head's tile t + 1: the heavy tiles (causal's
   // first keys, DFlash's first context keys) start first.
@@ -176,19 +197,29 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
         const int64_t row = ok ? (b * s.Hq + h) * s.Sq + i : 0;
         cp_async4(smem_addr(sL + stage * QT + r), a.lse + row, ok);
         cp_async4(smem_addr(sD + stage * QT + r), a.delta + row, ok);
-        // The row's slot k (sliding rule). The stage was last read before the previous
-        // step's barrier, and is next read after this step's.
+        // The row's slot k (sliding rule). The stage was last read before this step's
+        // barrier, and is next read after a later step's.
         if constexpr (Sliding) sSlot[stage * QT + r] = static_cast<int>(i % m.block_size);
       }
     }
   };
 
+  // Note [dk/dv stages]: tile n of the walk goes to stage n % NS; (seg0, qt0) is the tile
+  // the math is on, (seg1, qt1) the next, (seg, qt) the last one loaded.
   int64_t seg = w.seg_begin - 1, qt = -1;
-  bool have = next_query_tile(w, m, b, seg, qt);
-  if (have) load_q_tile(seg, qt, 0);
+  bool have0 = next_query_tile(w, m, b, seg, qt);
+  int64_t seg0 = seg, qt0 = qt;
+  if (have0) load_q_tile(seg0, qt0, 0);
   cp_async_commit();
-  cp_async_wait_all();
-  __syncthreads();
+  bool have1 = false;
+  int64_t seg1 = 0, qt1 = 0;
+  if constexpr (NS == 3) {
+    have1 = have0 && next_query_tile(w, m, b, seg, qt);
+    seg1 = seg;
+    qt1 = qt;
+    if (have1) load_q_tile(seg1, qt1, 1);
+    cp_async_commit();
+  }
 
   const bool warp_active = w.j0 + warp * 16 < w.jend;
   const CausalRule causal = causal_rule(s, m);
@@ -203,11 +234,31 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
   }
 
   int stage = 0;
-  while (have) {
-    const int64_t cseg = seg, cqt = qt;
-    have = next_query_tile(w, m, b, seg, qt);
-    if (have) load_q_tile(seg, qt, stage ^ 1);
+  while (have0) {
+    // Tile seg0/qt0 has landed (the one loaded after it may still be in flight), and every
+    // thread is past the math of the stage the next load overwrites.
+    if constexpr (NS == 3) {
+      asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+    } else {
+      cp_async_wait_all();
+    }
+    __syncthreads();
+    const int64_t cseg = seg0, cqt = qt0;
+    const bool have_next = (NS == 3 ? have1 : have0) && next_query_tile(w, m, b, seg, qt);
+    if (have_next) load_q_tile(seg, qt, stage == 0 ? NS - 1 : stage - 1);  // (stage + NS - 1) % NS
     cp_async_commit();
+    if constexpr (NS == 3) {
+      have0 = have1;
+      seg0 = seg1;
+      qt0 = qt1;
+      have1 = have_next;
+      seg1 = seg;
+      qt1 = qt;
+    } else {
+      have0 = have_next;
+      seg0 = seg;
+      qt0 = qt;
+    }
     if (warp_active) {
       const T* tQ = sQ + stage * QT * LD;
       const T* tG = sG + stage * QT * LD;
@@ -301,11 +352,65 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
       }
       pack_fragments(acc, pk);
       accumulate(pk, tQ, dk);
+      if constexpr (FusedDq) {  // this warp's 16 keys of dS^T, keys by rows
+#pragma unroll
+        for (int kk = 0; kk < QT / 16; ++kk) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            *reinterpret_cast<uint32_t*>(sdS + (warp * 16 + lane / 4 + 8 * (e & 1)) * LDS +
+                                         kk * 16 + (lane % 4) * 2 + 8 * (e >> 1)) = pk[kk][e];
+          }
+        }
+      }
+    } else if constexpr (FusedDq) {  // keys past the tile's end: dS = 0
+#pragma unroll
+      for (int e = 0; e < QT / 4; ++e) {
+        *reinterpret_cast<uint32_t*>(sdS + (warp * 16 + lane / 2) * LDS + (lane % 2) * (QT / 2) +
+                                     2 * e) = 0u;
+      }
     }
-    cp_async_wait_all();
-    __syncthreads();
-    stage ^= 1;
+    if constexpr (FusedDq) {
+      __syncthreads();
+      // Rows 16 mh .. 16 mh + 15 of the tile, dims ch * HD / 2 .. + HD / 2: dS (rows x 64
+      // keys, from sdS transposed) times K (64 keys x HD).
+      const int mh = warp & 1, ch = warp >> 1;
+      float dqa[HD / 16][4];
+#pragma unroll
+      for (int n = 0; n < HD / 16; ++n) dqa[n][0] = dqa[n][1] = dqa[n][2] = dqa[n][3] = 0.f;
+#pragma unroll
+      for (int ks = 0; ks < kTile / 16; ++ks) {
+        uint32_t fa[4];
+        ldsm_x4_trans(fa, smem_addr(sdS + (ks * 16 + (lane / 16) * 8 + lane % 8) * LDS + mh * 16 +
+                                    ((lane / 8) % 2) * 8));
+#pragma unroll
+        for (int dd = 0; dd < HD / 32; ++dd) {
+          uint32_t fb[4];
+          ldsm_x4_trans(fb, smem_addr(sK + (ks * 16 + lane % 8 + ((lane / 8) % 2) * 8) * LD +
+                                      ch * (HD / 2) + dd * 16 + (lane / 16) * 8));
+          mma<T>(dqa[2 * dd], fa, fb[0], fb[1]);
+          mma<T>(dqa[2 * dd + 1], fa, fb[2], fb[3]);
+        }
+      }
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        int64_t h = 0, i = 0;
+        if (!row_of(cseg, cqt, mh * 16 + half * 8 + lane / 4, h, i)) continue;
+        float* dst = a.dq_acc + ((b * s.Hq + h) * s.Sq + i) * HD + ch * (HD / 2) + (lane % 4) * 2;
+#pragma unroll
+        for (int n = 0; n < HD / 16; ++n) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+          atomicAdd(reinterpret_cast<float2*>(dst + n * 8),
+                    make_float2(dqa[n][2 * half], dqa[n][2 * half + 1]));
+#else
+          atomicAdd(dst + n * 8, dqa[n][2 * half]);
+          atomicAdd(dst + n * 8 + 1, dqa[n][2 * half + 1]);
+#endif
+        }
+      }
+    }
+    stage = stage == NS - 1 ? 0 : stage + 1;
   }
+  cp_async_wait_all();
 
   const int col = (lane % 4) * 2;
   if (w.mode == 2 && a.ctx_parts > 1) {  // Note [Context key parts]: partial sums, unscaled
@@ -397,13 +502,23 @@ int dkdv_query_rows(const AttnShape& s, const AttnMaskArgs& m) {
   return packed % 64 != 0 && packed % 32 == 0 ? 32 : 64;
 }
 
-template <typename T, int HD, int QT>
+// Query-tile stages at QT = 32 (Note [dk/dv stages]).
+int dkdv_stages() {
+  static const int forced = [] {
+    const char* e = std::getenv("CHUNKGRAD_FLASH_DKDV_STAGES");
+    const std::string v = e != nullptr ? e : "";
+    return v == "2" ? 2 : v == "3" ? 3 : 0;
+  }();
+  return forced != 0 ? forced : 2;
+}
+
+template <typename T, int HD, int QT, bool FusedDq = false, int NS = 2>
 void launch_dkdv_rows(const BwdArgs& a, int64_t key_tiles, cudaStream_t stream) {
   // (key_tiles counts every part of a split context tile: Note [Context key parts])
   const dim3 grid = batch_grid(key_tiles * a.s.Hkv, a.s.B);  // Note [Batch grid]
-  constexpr int smem = dkdv_smem_bytes<HD, QT>();
-  auto* kernel = a.m.sliding_window > 0 ? flash_dkdv_kernel<T, HD, QT, true>
-                                        : flash_dkdv_kernel<T, HD, QT, false>;
+  constexpr int smem = dkdv_smem_bytes<HD, QT, FusedDq, NS>();
+  auto* kernel = a.m.sliding_window > 0 ? flash_dkdv_kernel<T, HD, QT, true, FusedDq, NS>
+                                        : flash_dkdv_kernel<T, HD, QT, false, FusedDq, NS>;
   CG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   kernel<<<grid, kThreads, smem, stream>>>(a);
   CG_CUDA_CHECK(cudaGetLastError());
@@ -426,8 +541,20 @@ void launch_dkdv_typed(const BwdArgs& a, cudaStream_t stream) {
            "scaled_dot_product_attention: the sliding DFlash rule on cuda takes at most 2^31 - 1 "
            "keys, got ",
            s.Sk);
-  if (dkdv_query_rows(s, a.m) == 32) {
-    launch_dkdv_rows<T, HD, 32>(a, key_tiles, stream);
+  const bool three = dkdv_stages() == 3;  // Note [dk/dv stages]
+  if (a.dq_acc != nullptr) {              // Note [Fused dq]
+    CG_CUDA_CHECK(cudaMemsetAsync(a.dq_acc, 0, sizeof(float) * s.B * s.Hq * s.Sq * HD, stream));
+    if (three) {
+      launch_dkdv_rows<T, HD, 32, true, 3>(a, key_tiles, stream);
+    } else {
+      launch_dkdv_rows<T, HD, 32, true, 2>(a, key_tiles, stream);
+    }
+  } else if (dkdv_query_rows(s, a.m) == 32) {
+    if (three) {
+      launch_dkdv_rows<T, HD, 32, false, 3>(a, key_tiles, stream);
+    } else {
+      launch_dkdv_rows<T, HD, 32, false, 2>(a, key_tiles, stream);
+    }
   } else {
     launch_dkdv_rows<T, HD, 64>(a, key_tiles, stream);
   }
@@ -460,6 +587,38 @@ int dkdv_context_parts(const AttnShape& s, const AttnMaskArgs& m) {
 
 void launch_flash_dkdv(DType dtype, const BwdArgs& a, cudaStream_t stream) {
   dispatch_flash(dtype, a.s.hd, [&]<typename T, int HD>() { launch_dkdv_typed<T, HD>(a, stream); });
+}
+
+bool fused_dq(const AttnShape& s, const AttnMaskArgs& m, bool want_dq, bool want_dkdv) {
+  static const int forced = [] {  // Note [Fused dq]
+    const char* e = std::getenv("CHUNKGRAD_FLASH_FUSED_DQ");
+    const std::string v = e != nullptr ? e : "";
+    return v == "1" ? 1 : v == "0" ? 0 : -1;
+  }();
+  if (!want_dq || !want_dkdv || m.kind != AttnMaskKind::dflash) return false;
+  return forced == 1;
+}
+
+namespace {
+template <typename T, int HD>
+__global__ void dq_from_acc_kernel(BwdArgs a) {
+  const int64_t pairs = a.s.B * a.s.Hq * a.s.Sq * (HD / 2);
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < pairs;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float2 x = reinterpret_cast<const float2*>(a.dq_acc)[e];
+    reinterpret_cast<uint32_t*>(a.dq)[e] = pack2<T>(x.x * a.scale, x.y * a.scale);
+  }
+}
+}  // namespace
+
+void launch_flash_dq_from_acc(DType dtype, const BwdArgs& a, cudaStream_t stream) {
+  dispatch_flash(dtype, a.s.hd, [&]<typename T, int HD>() {
+    const int64_t pairs = a.s.B * a.s.Hq * a.s.Sq * (HD / 2);
+    if (pairs == 0) return;
+    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((pairs + 255) / 256, 65536));
+    dq_from_acc_kernel<T, HD><<<blocks, 256, 0, stream>>>(a);
+    CG_CUDA_CHECK(cudaGetLastError());
+  });
 }
 
 }  // namespace cg::cuda::flash

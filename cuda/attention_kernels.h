@@ -77,9 +77,11 @@ void launch_flash_attention_forward(DType dtype, const AttnShape& s, AttnOperand
                                     AttnOperand v, void* out, float* lse, const AttnMaskArgs& m,
                                     double scale, cudaStream_t stream);
 // Bytes of fp32 scratch the flash backward takes for this problem on the current device (0:
-// none): the partial dk/dv sums of DFlash context keys whose query blocks are split among
-// several CTAs (Note [Context key parts] in attention_flash_dkdv.cu).
-size_t flash_attention_backward_scratch_bytes(const AttnShape& s, const AttnMaskArgs& m);
+// none), given which gradients it computes: the partial dk/dv sums of DFlash context keys
+// whose query blocks are split among several CTAs (Note [Context key parts]) and the fp32
+// dq of a dq taken inside the dk/dv pass (Note [Fused dq]; both in attention_flash_dkdv.cu).
+size_t flash_attention_backward_scratch_bytes(const AttnShape& s, const AttnMaskArgs& m,
+                                              bool want_dq, bool want_dkdv);
 // dq / dk / dv contiguous (null = not wanted); lse, delta f32 contiguous [B, Hq, Sq];
 // scratch: flash_attention_backward_scratch_bytes() of device memory (null when that is 0).
 void launch_flash_attention_backward(DType dtype, const AttnShape& s, AttnOperand q, AttnOperand k,

@@ -336,10 +336,11 @@ AttentionGrads CudaKernels::attention_backward(const Tensor& grad_out, const Ten
   void* dk = need_dk ? grads.dk.data_ptr() : nullptr;
   void* dv = need_dv ? grads.dv.data_ptr() : nullptr;
   if (flash) {
-    // Partial dk/dv of split DFlash context tiles (Note [Context key parts]).
+    // Partial dk/dv of split DFlash context tiles (Note [Context key parts]) and the fp32
+    // dq of a dq taken in the dk/dv pass (Note [Fused dq]).
     Tensor parts_scratch;
     const size_t scratch_bytes =
-        dk != nullptr || dv != nullptr ? flash_attention_backward_scratch_bytes(s, m) : 0;
+        flash_attention_backward_scratch_bytes(s, m, dq != nullptr, dk != nullptr || dv != nullptr);
     if (scratch_bytes > 0) {
       CategoryGuard temporary(MemoryCategory::temporary);
       parts_scratch =
