@@ -128,7 +128,7 @@ constexpr int dkdv_smem_bytes() {
 
 // Sliding: the sliding DFlash rule (a template flag, so the other rules' kernels carry
 // none of its per-element work or registers).
-template <typename T, int HD, int QT, bool Sliding, bool FusedDq, int NS, bool Merged = false>
+template <typename T, int HD, int QT, bool Sliding, bool FusedDq, int NS>
 __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
   static_assert(NS == 2 || NS == 3, "two or three query-tile stages");
   static_assert(!FusedDq || QT == 32, "the fused dq splits a 32-row tile over 4 warps");
@@ -322,35 +322,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
       // dP^T -> dS^T = P^T (dP^T - delta) -> dK, with P^T kept as packed 16-bit values.
       float acc[QT / 8][4];
       uint32_t pk[QT / 16][4];
-      [[maybe_unused]] float acc2[Merged ? QT / 8 : 1][4];
-      if constexpr (Merged) {  // Note [dk/dv merged scores]: S^T and dP^T in one loop
-#pragma unroll
-        for (int n = 0; n < QT / 8; ++n) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc[n][e] = acc2[n][e] = 0.f;
-        }
-#pragma unroll
-        for (int ks = 0; ks < HD / 16; ++ks) {
-          uint32_t fk[4], fv[4];
-          const int aoff = (warp * 16 + lane % 16) * LD + ks * 16 + (lane / 16) * 8;
-          ldsm_x4(fk, smem_addr(sK + aoff));
-          ldsm_x4(fv, smem_addr(sV + aoff));
-#pragma unroll
-          for (int np = 0; np < QT / 16; ++np) {
-            const int boff =
-                (np * 16 + lane % 8 + (lane / 16) * 8) * LD + ks * 16 + ((lane / 8) % 2) * 8;
-            uint32_t fq[4], fg[4];
-            ldsm_x4(fq, smem_addr(tQ + boff));
-            ldsm_x4(fg, smem_addr(tG + boff));
-            mma<T>(acc[2 * np], fk, fq[0], fq[1]);
-            mma<T>(acc[2 * np + 1], fk, fq[2], fq[3]);
-            mma<T>(acc2[2 * np], fv, fg[0], fg[1]);
-            mma<T>(acc2[2 * np + 1], fv, fg[2], fg[3]);
-          }
-        }
-      } else {
-        key_by_row(sK, tQ, acc);
-      }
+      key_by_row(sK, tQ, acc);
 #pragma unroll
       for (int n = 0; n < QT / 8; ++n) {
 #pragma unroll
@@ -367,40 +339,19 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
         }
       }
       pack_fragments(acc, pk);
-      if constexpr (Merged) {  // dS^T first, then dV and dK: two independent accumulations
-        uint32_t pds[QT / 16][4];
+      accumulate(pk, tG, dv);
+      key_by_row(sV, tG, acc);
 #pragma unroll
-        for (int n = 0; n < QT / 8; ++n) {
+      for (int n = 0; n < QT / 8; ++n) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int c = n * 8 + (lane % 4) * 2 + (e & 1);
-            const float pe = unpack<T>(pk[n / 2][(n % 2) * 2 + e / 2], e & 1);
-            acc2[n][e] = pe * (acc2[n][e] - tD[c]);
-          }
+        for (int e = 0; e < 4; ++e) {
+          const int c = n * 8 + (lane % 4) * 2 + (e & 1);
+          const float pe = unpack<T>(pk[n / 2][(n % 2) * 2 + e / 2], e & 1);
+          acc[n][e] = pe * (acc[n][e] - tD[c]);
         }
-        pack_fragments(acc2, pds);
-        accumulate(pk, tG, dv);
-        accumulate(pds, tQ, dk);
-#pragma unroll
-        for (int kk = 0; kk < QT / 16; ++kk) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) pk[kk][e] = pds[kk][e];
-        }
-      } else {
-        accumulate(pk, tG, dv);
-        key_by_row(sV, tG, acc);
-#pragma unroll
-        for (int n = 0; n < QT / 8; ++n) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int c = n * 8 + (lane % 4) * 2 + (e & 1);
-            const float pe = unpack<T>(pk[n / 2][(n % 2) * 2 + e / 2], e & 1);
-            acc[n][e] = pe * (acc[n][e] - tD[c]);
-          }
-        }
-        pack_fragments(acc, pk);
-        accumulate(pk, tQ, dk);
       }
+      pack_fragments(acc, pk);
+      accumulate(pk, tQ, dk);
       if constexpr (FusedDq) {  // this warp's 16 keys of dS^T, keys by rows
 #pragma unroll
         for (int kk = 0; kk < QT / 16; ++kk) {
@@ -561,24 +512,13 @@ int dkdv_stages() {
   return forced != 0 ? forced : 2;
 }
 
-// Note [dk/dv merged scores]: S^T = K Q^T and dP^T = V dO^T in one loop over hd (eight
-// independent mma chains a warp instead of four), then dV and dK; 16 more registers at
-// QT = 32. CHUNKGRAD_FLASH_DKDV_MERGED=1 takes it (fused dq, three stages; benchmarks).
-bool dkdv_merged() {
-  static const bool on = [] {
-    const char* e = std::getenv("CHUNKGRAD_FLASH_DKDV_MERGED");
-    return e != nullptr && std::string(e) == "1";
-  }();
-  return on;
-}
-
-template <typename T, int HD, int QT, bool FusedDq = false, int NS = 2, bool Merged = false>
+template <typename T, int HD, int QT, bool FusedDq = false, int NS = 2>
 void launch_dkdv_rows(const BwdArgs& a, int64_t key_tiles, cudaStream_t stream) {
   // (key_tiles counts every part of a split context tile: Note [Context key parts])
   const dim3 grid = batch_grid(key_tiles * a.s.Hkv, a.s.B);  // Note [Batch grid]
   constexpr int smem = dkdv_smem_bytes<HD, QT, FusedDq, NS>();
-  auto* kernel = a.m.sliding_window > 0 ? flash_dkdv_kernel<T, HD, QT, true, FusedDq, NS, Merged>
-                                        : flash_dkdv_kernel<T, HD, QT, false, FusedDq, NS, Merged>;
+  auto* kernel = a.m.sliding_window > 0 ? flash_dkdv_kernel<T, HD, QT, true, FusedDq, NS>
+                                        : flash_dkdv_kernel<T, HD, QT, false, FusedDq, NS>;
   CG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   kernel<<<grid, kThreads, smem, stream>>>(a);
   CG_CUDA_CHECK(cudaGetLastError());
@@ -605,11 +545,7 @@ void launch_dkdv_typed(const BwdArgs& a, cudaStream_t stream) {
   if (a.dq_acc != nullptr) {              // Note [Fused dq]
     CG_CUDA_CHECK(cudaMemsetAsync(a.dq_acc, 0, sizeof(float) * s.B * s.Hq * s.Sq * HD, stream));
     if (three) {
-      if (dkdv_merged()) {
-        launch_dkdv_rows<T, HD, 32, true, 3, true>(a, key_tiles, stream);
-      } else {
-        launch_dkdv_rows<T, HD, 32, true, 3>(a, key_tiles, stream);
-      }
+      launch_dkdv_rows<T, HD, 32, true, 3>(a, key_tiles, stream);
     } else {
       launch_dkdv_rows<T, HD, 32, true, 2>(a, key_tiles, stream);
     }
