@@ -1,6 +1,8 @@
 // Why this file exists: the flash attention backward on tensor cores (FlashAttention-2's
-// recipe, with dq in its own pass instead of fp32 atomics: deterministic, and no dq
-// accumulator buffer). Before both passes, delta = rowsum(dO * O) (launch_attention_delta).
+// recipe; for the causal and unmasked rules with dq in its own pass instead of fp32
+// atomics: deterministic, and no dq accumulator buffer; under DFlash masks dq is taken in
+// the dk/dv pass with atomics, Note [Fused dq] in attention_flash_dkdv.cu). Before the
+// passes, delta = rowsum(dO * O) (launch_attention_delta).
 //   - dq pass: a CTA per query tile, like the forward (same tiles, same key ranges):
 //     S = Q K^T, P = exp(S * scale - lse), dP = dO V^T, dS = P (dP - delta), dQ += dS K.
 //   - dk/dv pass: a CTA per 64 keys of one kv head, walking every query tile that sees
@@ -12,8 +14,11 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "core/error.h"
 #include "cuda/attention_flash_backward.cuh"
@@ -169,6 +174,41 @@ void launch_dq_typed(const BwdArgs& a, cudaStream_t stream) {
 
 void launch_flash_dq(DType dtype, const BwdArgs& a, cudaStream_t stream) {
   dispatch_flash(dtype, a.s.hd, [&]<typename T, int HD>() { launch_dq_typed<T, HD>(a, stream); });
+}
+
+// ---------------------------------------------------------------------------------------
+// Note [Fused dq] (attention_flash_dkdv.cu): the choice and the last step
+
+bool fused_dq(const AttnShape& s, const AttnMaskArgs& m, bool want_dq, bool want_dkdv) {
+  static const int forced = [] {  // Note [Fused dq] (attention_flash_dkdv.cu)
+    const char* e = std::getenv("CHUNKGRAD_FLASH_FUSED_DQ");
+    const std::string v = e != nullptr ? e : "";
+    return v == "1" ? 1 : v == "0" ? 0 : -1;
+  }();
+  if (!want_dq || !want_dkdv || m.kind != AttnMaskKind::dflash) return false;
+  return forced != 0;
+}
+
+namespace {
+template <typename T, int HD>
+__global__ void dq_from_acc_kernel(BwdArgs a) {
+  const int64_t pairs = a.s.B * a.s.Hq * a.s.Sq * (HD / 2);
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < pairs;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float2 x = reinterpret_cast<const float2*>(a.dq_acc)[e];
+    reinterpret_cast<uint32_t*>(a.dq)[e] = pack2<T>(x.x * a.scale, x.y * a.scale);
+  }
+}
+}  // namespace
+
+void launch_flash_dq_from_acc(DType dtype, const BwdArgs& a, cudaStream_t stream) {
+  dispatch_flash(dtype, a.s.hd, [&]<typename T, int HD>() {
+    const int64_t pairs = a.s.B * a.s.Hq * a.s.Sq * (HD / 2);
+    if (pairs == 0) return;
+    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((pairs + 255) / 256, 65536));
+    dq_from_acc_kernel<T, HD><<<blocks, 256, 0, stream>>>(a);
+    CG_CUDA_CHECK(cudaGetLastError());
+  });
 }
 
 }  // namespace flash

@@ -2,7 +2,8 @@
 // in attention_flash_backward.cu): a CTA per 64 keys of one kv head walks every query tile
 // that sees them (Note [Flash tiles]), across the query heads of its GQA group, so each
 // dk/dv row is written once, without atomics: S^T = K Q^T, P^T = exp(S^T scale - lse),
-// dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q.
+// dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q; under DFlash masks
+// also dq += dS K into an fp32 buffer with atomics (Note [Fused dq]).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -112,19 +113,26 @@ constexpr int dkdv_smem_bytes() {
 
 // Note [dk/dv stages]: the query tiles stream through NS shared-memory stages (cp.async),
 // loads issued NS - 1 tiles ahead of the math, one barrier per tile. The pass holds two
-// CTAs a multiprocessor by registers (about 240 a thread at hd 128), which leaves room in
-// shared memory for a third stage at QT = 32: the loads then have two tiles' math to land.
+// CTAs a multiprocessor by registers (about 240 a thread at hd 128; 8 warps, ncu: 5.5-5.9
+// cycles between a warp's instructions, fixed-latency dependencies the largest stall),
+// which leaves room in shared memory for a third stage at QT = 32; it measured no faster
+// on the H200 (12.35 vs 12.37 ms for the 27B-class dk/dv pass), so two is the default.
 // CHUNKGRAD_FLASH_DKDV_STAGES=2 or 3 forces the count at QT = 32 (read once; benchmarks).
 
-// Note [Fused dq]: dq can be taken inside the dk/dv pass instead of in a pass of its own
-// (FlashAttention-2's way): after a warp has dS^T for its 16 keys and the tile's QT = 32
-// rows, it stores it to shared memory (keys by rows); after a barrier each warp multiplies
-// a 16-row x HD/2 quarter of dS (32 x 64 keys) by the CTA's K and adds the product to an
-// fp32 dq buffer with atomics (float2 reductions, sm_90). That drops the dq pass's own walk
-// over the keys, which recomputed S and dP (two of its three GEMMs), at the price of one
-// GEMM, one barrier and the atomics per (key tile, query tile); the sum's order varies
-// from run to run (last-bit differences), unlike the two-pass backward.
-// CHUNKGRAD_FLASH_FUSED_DQ=0 or 1 forces the choice (read once; for benchmarks).
+// Note [Fused dq]: under a DFlash mask, when dq and dk/dv are both wanted, dq is taken
+// inside the dk/dv pass instead of in a pass of its own (FlashAttention-2's way): after a
+// warp has dS^T for its 16 keys and the tile's QT = 32 rows, it stores it to shared memory
+// (keys by rows); after a barrier each warp multiplies a 16-row x HD/2 quarter of dS
+// (32 rows x 64 keys) by the CTA's K and adds the product to an fp32 dq buffer (zeroed
+// first; scratch) with float2 atomics (sm_90); a last kernel writes dq = scale * buffer.
+// That drops the dq pass's own walk over the keys, which recomputed S and dP (two of its
+// three GEMMs), for one GEMM, one barrier and the atomics per (key tile, query tile). The
+// atomics' order varies, so dq may differ in the last bits from run to run (dk, dv do
+// not; the causal and unmasked rules keep the two deterministic passes). H200, 32/8 heads,
+// 1024 x 24 over 4096 context keys, bf16 hd 128, fwd + bwd (bench/attention_bench): full
+// rule 29.24 -> 21.10 ms, sliding (W 2048) 24.68 -> 18.44 ms, in one run. The extra fp32
+// buffer is B * Hq * Sq * hd * 4 bytes (403 MB at that shape) while the backward runs.
+// CHUNKGRAD_FLASH_FUSED_DQ=0 keeps the dq pass (read once; for benchmarks).
 
 // Sliding: the sliding DFlash rule (a template flag, so the other rules' kernels carry
 // none of its per-element work or registers).
@@ -587,38 +595,6 @@ int dkdv_context_parts(const AttnShape& s, const AttnMaskArgs& m) {
 
 void launch_flash_dkdv(DType dtype, const BwdArgs& a, cudaStream_t stream) {
   dispatch_flash(dtype, a.s.hd, [&]<typename T, int HD>() { launch_dkdv_typed<T, HD>(a, stream); });
-}
-
-bool fused_dq(const AttnShape& s, const AttnMaskArgs& m, bool want_dq, bool want_dkdv) {
-  static const int forced = [] {  // Note [Fused dq]
-    const char* e = std::getenv("CHUNKGRAD_FLASH_FUSED_DQ");
-    const std::string v = e != nullptr ? e : "";
-    return v == "1" ? 1 : v == "0" ? 0 : -1;
-  }();
-  if (!want_dq || !want_dkdv || m.kind != AttnMaskKind::dflash) return false;
-  return forced == 1;
-}
-
-namespace {
-template <typename T, int HD>
-__global__ void dq_from_acc_kernel(BwdArgs a) {
-  const int64_t pairs = a.s.B * a.s.Hq * a.s.Sq * (HD / 2);
-  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < pairs;
-       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float2 x = reinterpret_cast<const float2*>(a.dq_acc)[e];
-    reinterpret_cast<uint32_t*>(a.dq)[e] = pack2<T>(x.x * a.scale, x.y * a.scale);
-  }
-}
-}  // namespace
-
-void launch_flash_dq_from_acc(DType dtype, const BwdArgs& a, cudaStream_t stream) {
-  dispatch_flash(dtype, a.s.hd, [&]<typename T, int HD>() {
-    const int64_t pairs = a.s.B * a.s.Hq * a.s.Sq * (HD / 2);
-    if (pairs == 0) return;
-    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((pairs + 255) / 256, 65536));
-    dq_from_acc_kernel<T, HD><<<blocks, 256, 0, stream>>>(a);
-    CG_CUDA_CHECK(cudaGetLastError());
-  });
 }
 
 }  // namespace cg::cuda::flash
