@@ -1,7 +1,8 @@
 // Why this file exists: `chunkgrad regenerate` runs on the GPU, where the ragged batch's
 // dense key mask goes through the CUDA attention kernels (Note [Ragged batch],
 // train/batched_decode.cpp); its greedy tokens are held to the CPU's on a tiny target,
-// with prompts of mixed lengths, refills and EOS. Skips without a GPU.
+// with prompts of mixed lengths, refills and EOS, for a Qwen3 target and a hybrid
+// (Qwen3.5-style) one. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -52,6 +53,34 @@ TEST(CudaRegenerate, GpuBatchedDecodingEqualsTheCpu) {
   const auto by_itself = decode(gpu, prompts, alone);
   for (size_t i = 0; i < prompts.size(); ++i)
     EXPECT_EQ(got.at(static_cast<int64_t>(i)), by_itself.at(static_cast<int64_t>(i))) << i;
+}
+
+// A hybrid target (Gated DeltaNet and gated full-attention layers): each row's DeltaNet
+// states run the CUDA recurrence for one token a row and are copied at every rebuild.
+TEST(CudaRegenerate, GpuBatchedDecodingOfAHybridTargetEqualsTheCpu) {
+  if (!cuda_available()) GTEST_SKIP() << "no GPU";
+  const nn::Qwen3Config config = testing_decode::tiny_hybrid_target_config(64);
+  Generator gen(6), same(6);
+  nn::Qwen3ForCausalLM cpu(config, {.generator = &gen});
+  nn::Qwen3ForCausalLM gpu(config, {.generator = &same});
+  gpu.to(cuda_device(0));
+  testing_decode::perturb_and_freeze(cpu, 7);
+  testing_decode::perturb_and_freeze(gpu, 7);
+  std::vector<train::DecodePrompt> prompts;
+  for (int64_t P : {7, 1, 30, 4, 12, 2, 19, 5, 9, 3})
+    prompts.push_back({.ids = random_ids(P, config.vocab_size, gen)});
+  const auto free = decode(cpu, prompts, {.max_new_tokens = 12, .batch_size = 1});
+  const train::BatchedDecodeOptions options{
+      .max_new_tokens = 12, .eos_ids = {free.at(0)[4], free.at(2)[1]}, .batch_size = 4};
+  const auto want = decode(cpu, prompts, options);
+  const auto got = decode(gpu, prompts, options);
+  const auto by_itself =
+      decode(gpu, prompts, {.max_new_tokens = 12, .eos_ids = options.eos_ids, .batch_size = 1});
+  ASSERT_EQ(got.size(), prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(got.at(static_cast<int64_t>(i)), want.at(static_cast<int64_t>(i))) << i;
+    EXPECT_EQ(got.at(static_cast<int64_t>(i)), by_itself.at(static_cast<int64_t>(i))) << i;
+  }
 }
 
 }  // namespace
