@@ -1,17 +1,15 @@
 // Why this file exists: `chunkgrad regenerate` with a Qwen3.5 / Qwen3.6 target runs its
-// ragged batch decoder (train/batched_decode.h) over Gated DeltaNet layers, whose state is
-// per row and cannot be right-aligned like keys (Note [Ragged batch]). A row must decode
-// what it decodes alone whatever it shares a batch with and however often the batch is
-// rebuilt, so this holds decode_batched with a tiny random hybrid target (DeltaNet and
-// gated full-attention layers, partial rotary, zero-centred norms) to generate() and to the
-// uncached full forward token for token, with prompts shorter than the conv kernel, EOS
-// stops that force rebuilds, and sampling. The cache half of a rebuild (set_linear_state:
-// rows copied between caches, in another order) is checked directly, and a rejected block
-// verified after it and rolled back leaves every row as if it never saw it (Note [DeltaNet
-// rollback]). The same decoder on the GPU: cuda_regenerate_test.cpp.
+// ragged batch decoder (train/batched_decode.h) over Gated DeltaNet layers, whose states are
+// per row and cannot be right-aligned like keys: a rebuild copies each row's recurrent and
+// conv state into its row of the new cache with KVCache::set_linear_state (Note [Ragged
+// batch]). This checks that copy directly -- rows of one cache put into another in swapped
+// order, then a verify block with rejected tokens rolled back (Note [DeltaNet rollback]):
+// every row computes, and ends with the states of, its own sequence without the rejected
+// tokens -- and what set_linear_state refuses. decode_batched itself with a hybrid target:
+// the BatchedDecode.HybridTarget* tests (regenerate_test.cpp); on the GPU,
+// cuda_regenerate_test.cpp; with the golden Qwen3.5 folder, regenerate_program_test.cpp.
 #include <gtest/gtest.h>
 
-#include <map>
 #include <vector>
 
 #include "autograd/grad_mode.h"
@@ -19,18 +17,16 @@
 #include "core/views.h"
 #include "decode_test_util.h"
 #include "error_helpers.h"
+#include "golden_test_util.h"
 #include "nn/kv_cache.h"
 #include "nn/qwen3.h"
 #include "ops/join_ops.h"
 #include "ops/shape_ops.h"
-#include "train/batched_decode.h"
-#include "train/generate.h"
 
 namespace cg {
 namespace {
 
-using testing_decode::greedy_without_cache;
-using testing_decode::random_ids;
+using testing_golden::rel_diff;
 
 struct Fixture {
   Fixture() { testing_decode::perturb_and_freeze(lm, 58); }
@@ -39,102 +35,10 @@ struct Fixture {
   nn::Qwen3ForCausalLM lm{config, {.generator = &gen}};
 };
 
-// Lengths 1 and 2 are shorter than the conv history (K - 1 = 3).
-std::vector<train::DecodePrompt> mixed_prompts(Fixture& f) {
-  std::vector<train::DecodePrompt> prompts;
-  uint64_t seed = 1;
-  for (int64_t P : {5, 1, 9, 3, 12, 2, 7, 4})
-    prompts.push_back({.ids = random_ids(P, f.config.vocab_size, f.gen), .seed = seed++});
-  return prompts;
-}
-
-std::map<int64_t, train::DecodedSample> decode_all(const nn::Qwen3ForCausalLM& lm,
-                                                   const std::vector<train::DecodePrompt>& prompts,
-                                                   const train::BatchedDecodeOptions& options,
-                                                   train::DecodeStats* stats = nullptr) {
-  std::map<int64_t, train::DecodedSample> out;
-  const train::DecodeStats s =
-      train::decode_batched(lm, prompts, options, [&](auto&& d) { out[d.index] = d; });
-  if (stats) *stats = s;
-  EXPECT_EQ(out.size(), prompts.size());
-  return out;
-}
-
-TEST(BatchedDecodeHybrid, MixedLengthBatchEqualsEachPromptAloneAndTheFullForward) {
-  Fixture f;
-  const auto prompts = mixed_prompts(f);
-  for (int64_t batch : {1, 3, 8}) {
-    train::DecodeStats stats;
-    const auto got = decode_all(f.lm, prompts, {.max_new_tokens = 8, .batch_size = batch}, &stats);
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      const auto alone = train::generate(f.lm, prompts[i].ids, {.max_new_tokens = 8});
-      EXPECT_EQ(got.at(static_cast<int64_t>(i)).new_tokens, alone.new_tokens())
-          << "prompt " << i << " (length " << prompts[i].ids.size() << "), batch " << batch;
-    }
-    EXPECT_EQ(stats.new_tokens, 64);
-    if (batch == 3) EXPECT_GE(stats.rebuilds, 3);  // rows replaced: states copied across
-  }
-  // And against the uncached forward over the whole sequence for every token.
-  const auto got = decode_all(f.lm, prompts, {.max_new_tokens = 6, .batch_size = 4});
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    auto want = greedy_without_cache(f.lm, prompts[i].ids, 6);
-    want.erase(want.begin(), want.begin() + static_cast<int64_t>(prompts[i].ids.size()));
-    EXPECT_EQ(got.at(static_cast<int64_t>(i)).new_tokens, want) << i;
-  }
-}
-
-TEST(BatchedDecodeHybrid, RowsStopAtEosAndRebuiltRowsKeepTheirStates) {
-  Fixture f;
-  const auto prompts = mixed_prompts(f);
-  std::vector<std::vector<int64_t>> free(prompts.size());
-  for (size_t i = 0; i < prompts.size(); ++i)
-    free[i] = train::generate(f.lm, prompts[i].ids, {.max_new_tokens = 14}).new_tokens();
-  const std::vector<int64_t> eos{free[0][2], free[3][5]};
-  train::DecodeStats stats;
-  const auto got =
-      decode_all(f.lm, prompts, {.max_new_tokens = 14, .eos_ids = eos, .batch_size = 3}, &stats);
-  int64_t stopped = 0;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    std::vector<int64_t> want;
-    for (int64_t t : free[i]) {
-      want.push_back(t);
-      if (t == eos[0] || t == eos[1]) break;
-    }
-    EXPECT_EQ(got.at(static_cast<int64_t>(i)).new_tokens, want) << i;
-    stopped += got.at(static_cast<int64_t>(i)).stopped_at_eos ? 1 : 0;
-  }
-  EXPECT_GE(stopped, 2);
-  EXPECT_GE(stats.rebuilds, 3);
-}
-
-TEST(BatchedDecodeHybrid, SamplingDependsOnTheSampleSeedNotOnTheBatch) {
-  Fixture f;
-  const auto prompts = mixed_prompts(f);
-  const train::SamplingOptions sampling{.temperature = 1.2, .top_k = 10};
-  const auto one =
-      decode_all(f.lm, prompts, {.max_new_tokens = 6, .batch_size = 1, .sampling = sampling});
-  const auto many =
-      decode_all(f.lm, prompts, {.max_new_tokens = 6, .batch_size = 5, .sampling = sampling});
-  for (size_t i = 0; i < prompts.size(); ++i)
-    EXPECT_EQ(one.at(static_cast<int64_t>(i)).new_tokens,
-              many.at(static_cast<int64_t>(i)).new_tokens)
-        << i;
-}
-
-// ---- the cache half of a rebuild: DeltaNet states copied between caches ------------------
-
 Tensor ids_of(const std::vector<std::vector<int64_t>>& rows) {
   std::vector<int64_t> flat;
   for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
   return from_ints(flat, {static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows[0].size())});
-}
-
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  const std::vector<double> x = a.to_vector(), y = b.to_vector();
-  EXPECT_EQ(x.size(), y.size());
-  double m = 0;
-  for (size_t i = 0; i < x.size() && i < y.size(); ++i) m = std::max(m, std::abs(x[i] - y[i]));
-  return m;
 }
 
 // A 2-row cache assembled from another cache's rows in swapped order (the DeltaNet states
@@ -184,18 +88,16 @@ TEST(BatchedDecodeHybrid, AssembledCacheVerifiesAndRollsBackPerRow) {
     kept.insert(kept.end(), next[static_cast<size_t>(1 - r)].begin(),
                 next[static_cast<size_t>(1 - r)].end());
     const Tensor full = f.lm.forward(ids_of({kept})).logits;  // [1, 9, V]
-    EXPECT_LT(max_abs_diff(raw::narrow(after, 0, r, 1), narrow(full, 1, 7, 2)), 1e-4)
-        << "row " << r;
+    EXPECT_LT(rel_diff(raw::narrow(after, 0, r, 1), narrow(full, 1, 7, 2)), 1e-5) << "row " << r;
     // The state too: a single-sequence cache that never saw the rejected tokens.
     nn::KVCache clean = f.lm.make_cache(16);
     f.lm.forward_cached(ids_of({kept}), clean);
     for (int64_t l = 0; l < cache.num_layers(); ++l) {
       if (!cache.is_linear_layer(l)) continue;
-      EXPECT_LT(
-          max_abs_diff(raw::narrow(cache.recurrent_state(l), 0, r, 1), clean.recurrent_state(l)),
-          1e-5)
+      EXPECT_LT(rel_diff(raw::narrow(cache.recurrent_state(l), 0, r, 1), clean.recurrent_state(l)),
+                1e-5)
           << "row " << r << " layer " << l;
-      EXPECT_LT(max_abs_diff(raw::narrow(cache.conv_state(l), 0, r, 1), clean.conv_state(l)), 1e-5)
+      EXPECT_LT(rel_diff(raw::narrow(cache.conv_state(l), 0, r, 1), clean.conv_state(l)), 1e-5)
           << "row " << r << " layer " << l;
     }
   }

@@ -1,8 +1,9 @@
 // Why this file exists: `chunkgrad regenerate` writes the data a drafter learns from, so its
 // decoder is held to per-prompt greedy decoding token for token with prompts of mixed
 // lengths in one batch (Note [Ragged batch]), EOS and max_new_tokens stop each row where
-// generate() stops it, sampling does not depend on the batch, and the output resumes after
-// a kill (a torn last line is redone) and refuses an output from other data or options.
+// generate() stops it, and sampling does not depend on the batch -- for a Qwen3 target and
+// a hybrid (Qwen3.5-style) one -- and the output resumes after a kill (a torn last line is
+// redone) and refuses an output from other data or options.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -23,10 +24,19 @@ using testing_decode::random_ids;
 using testing_nn::TempDir;
 using testing_nn::write_bytes;
 
+// The tiny Qwen3 target, or its Qwen3.5-style hybrid twin (Gated DeltaNet and gated
+// attention layers): a DeltaNet row keeps its own recurrent and conv states, copied at
+// every rebuild (Note [Ragged batch]); the batched_decode_hybrid_test.cpp checks the copy.
 struct Fixture {
+  explicit Fixture(bool hybrid = false)
+      : config(hybrid ? testing_decode::tiny_hybrid_target_config()
+                      : testing_decode::tiny_target_config()),
+        lm(config, {.generator = &gen}) {
+    if (hybrid) testing_decode::perturb_and_freeze(lm, 58);
+  }
   Generator gen{91};
-  nn::Qwen3Config config = testing_decode::tiny_target_config();
-  nn::Qwen3ForCausalLM lm{config, {.generator = &gen}};
+  nn::Qwen3Config config;
+  nn::Qwen3ForCausalLM lm;
 };
 
 std::vector<train::DecodePrompt> mixed_prompts(Fixture& f) {
@@ -52,8 +62,7 @@ std::map<int64_t, train::DecodedSample> decode_all(const nn::Qwen3ForCausalLM& l
   return out;
 }
 
-TEST(BatchedDecode, MixedLengthBatchEqualsEachPromptDecodedAlone) {
-  Fixture f;
+void check_mixed_lengths(Fixture& f) {
   const auto prompts = mixed_prompts(f);
   for (int64_t batch : {1, 3, 8, 64}) {
     train::DecodeStats stats;
@@ -77,8 +86,17 @@ TEST(BatchedDecode, MixedLengthBatchEqualsEachPromptDecodedAlone) {
   }
 }
 
-TEST(BatchedDecode, RowsStopAtAnyEosIdAndTheBatchRefills) {
+TEST(BatchedDecode, MixedLengthBatchEqualsEachPromptDecodedAlone) {
   Fixture f;
+  check_mixed_lengths(f);
+}
+
+TEST(BatchedDecode, HybridTargetMixedLengthBatchEqualsEachPromptDecodedAlone) {
+  Fixture f(/*hybrid=*/true);
+  check_mixed_lengths(f);
+}
+
+void check_eos_and_refills(Fixture& f) {
   const auto prompts = mixed_prompts(f);
   // EOS ids taken from the free runs, so that rows stop at different steps.
   std::vector<std::vector<int64_t>> free(prompts.size());
@@ -105,8 +123,17 @@ TEST(BatchedDecode, RowsStopAtAnyEosIdAndTheBatchRefills) {
   EXPECT_LE(stats.row_steps, stats.steps * 3);
 }
 
-TEST(BatchedDecode, SamplingDependsOnTheSampleSeedNotOnTheBatch) {
+TEST(BatchedDecode, RowsStopAtAnyEosIdAndTheBatchRefills) {
   Fixture f;
+  check_eos_and_refills(f);
+}
+
+TEST(BatchedDecode, HybridTargetRowsStopAtAnyEosIdAndTheBatchRefills) {
+  Fixture f(/*hybrid=*/true);
+  check_eos_and_refills(f);
+}
+
+void check_sampling(Fixture& f) {
   const auto prompts = mixed_prompts(f);
   const train::SamplingOptions sampling{.temperature = 1.3, .top_k = 12};
   const auto one = decode_all(
@@ -130,6 +157,16 @@ TEST(BatchedDecode, SamplingDependsOnTheSampleSeedNotOnTheBatch) {
     any_differs |=
         other.at(static_cast<int64_t>(i)).new_tokens != one.at(static_cast<int64_t>(i)).new_tokens;
   EXPECT_TRUE(any_differs);
+}
+
+TEST(BatchedDecode, SamplingDependsOnTheSampleSeedNotOnTheBatch) {
+  Fixture f;
+  check_sampling(f);
+}
+
+TEST(BatchedDecode, HybridTargetSamplingDependsOnTheSampleSeedNotOnTheBatch) {
+  Fixture f(/*hybrid=*/true);
+  check_sampling(f);
 }
 
 TEST(BatchedDecode, TopPKeepsTheMostLikelyTokens) {
