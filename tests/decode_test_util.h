@@ -53,16 +53,30 @@ inline nn::Qwen3Config tiny_hybrid_target_config(int64_t vocab = 40) {
   return c;
 }
 
-// Random norm weights (zero-centred ones start at 0) and dt_bias, drawn from `seed` on the
-// CPU (the same values whatever device the model is on), then frozen (a DeltaNet target
+// Random norm weights (zero-centred ones start at 0; the DeltaNet's gated norm, plain w,
+// about 1, and its out_proj scaled up: tokens must depend on the DeltaNet states) and
+// dt_bias, and a slow DeltaNet decay
+// (A = exp(A_log) in [0.02, 0.2) instead of the init's [0.01, 16): a state that forgets
+// within a token or two would let a test miss a wrong state), drawn from `seed` on the CPU
+// (the same values whatever device the model is on), then frozen (a DeltaNet target
 // records no graph).
 inline void perturb_and_freeze(nn::Qwen3ForCausalLM& lm, uint64_t seed) {
   NoGradGuard no_grad;
   Generator gen(seed);
   for (const auto& [name, p] : lm.named_parameters()) {
-    if (name.find("norm") == std::string::npos && name.find("dt_bias") == std::string::npos)
+    Tensor r;
+    if (name.find("A_log") != std::string::npos) {
+      r = log(rand(p.shape(), {.dtype = p.dtype()}, &gen, 0.02, 0.2));
+    } else if (name.find("linear_attn.norm") != std::string::npos) {  // plain w, not 1 + w
+      r = randn(p.shape(), {.dtype = p.dtype()}, &gen) * 0.3 + 1.0;
+    } else if (name.find("linear_attn.out_proj") != std::string::npos) {
+      r = to_device(p, kCPU) * 4.0;  // the DeltaNet layers' say in the residual stream
+    } else if (name.find("norm") != std::string::npos ||
+               name.find("dt_bias") != std::string::npos) {
+      r = randn(p.shape(), {.dtype = p.dtype()}, &gen) * 0.3;
+    } else {
       continue;
-    const Tensor r = randn(p.shape(), {.dtype = p.dtype()}, &gen) * 0.3;
+    }
     raw::copy_(p, to_device(r, p.device()));
   }
   lm.freeze();

@@ -6,6 +6,7 @@
 // redone) and refuses an output from other data or options.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -96,13 +97,19 @@ TEST(BatchedDecode, HybridTargetMixedLengthBatchEqualsEachPromptDecodedAlone) {
   check_mixed_lengths(f);
 }
 
-void check_eos_and_refills(Fixture& f) {
+// EOS ids taken from the free runs (token `at` of prompt `prompt`), so that rows stop at
+// different steps and rows after the first are kept when the batch is rebuilt.
+struct EosPick {
+  size_t prompt, at;
+};
+void check_eos_and_refills(Fixture& f, const std::vector<EosPick>& picks) {
   const auto prompts = mixed_prompts(f);
-  // EOS ids taken from the free runs, so that rows stop at different steps.
   std::vector<std::vector<int64_t>> free(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i)
     free[i] = train::generate(f.lm, prompts[i].ids, {.max_new_tokens = 16}).new_tokens();
-  const std::vector<int64_t> eos{free[0][3], free[2][0]};
+  std::vector<int64_t> eos;
+  for (const EosPick& p : picks) eos.push_back(free[p.prompt][p.at]);
+  auto is_eos = [&](int64_t t) { return std::find(eos.begin(), eos.end(), t) != eos.end(); };
   train::DecodeStats stats;
   const auto got =
       decode_all(f.lm, prompts, {.max_new_tokens = 16, .eos_ids = eos, .batch_size = 3}, &stats);
@@ -111,11 +118,11 @@ void check_eos_and_refills(Fixture& f) {
     std::vector<int64_t> want;
     for (int64_t t : free[i]) {
       want.push_back(t);
-      if (t == eos[0] || t == eos[1]) break;
+      if (is_eos(t)) break;
     }
     const auto& d = got.at(static_cast<int64_t>(i));
     EXPECT_EQ(d.new_tokens, want) << i;
-    EXPECT_EQ(d.stopped_at_eos, want.back() == eos[0] || want.back() == eos[1]) << i;
+    EXPECT_EQ(d.stopped_at_eos, is_eos(want.back())) << i;
     stopped += d.stopped_at_eos ? 1 : 0;
   }
   EXPECT_GE(stopped, 2);
@@ -125,12 +132,12 @@ void check_eos_and_refills(Fixture& f) {
 
 TEST(BatchedDecode, RowsStopAtAnyEosIdAndTheBatchRefills) {
   Fixture f;
-  check_eos_and_refills(f);
+  check_eos_and_refills(f, {{0, 3}, {2, 0}});
 }
 
 TEST(BatchedDecode, HybridTargetRowsStopAtAnyEosIdAndTheBatchRefills) {
   Fixture f(/*hybrid=*/true);
-  check_eos_and_refills(f);
+  check_eos_and_refills(f, {{0, 3}, {2, 0}, {5, 6}, {7, 9}});
 }
 
 void check_sampling(Fixture& f) {
