@@ -82,7 +82,7 @@ std::pair<Tensor, Tensor> Attention::keys_values(const Tensor& hidden,
 }
 
 Tensor Attention::forward_cached(const Tensor& x, KVCache& cache, int64_t layer,
-                                 const Tensor& positions) const {
+                                 const Tensor& positions, const AttentionMask& mask) const {
   auto scope = enter_scope();
   CG_CHECK(x.defined() && x.dim() == 3 && x.size(2) == hidden_, "Attention '", name(),
            "': x must be [B, n, ", hidden_, "], got ",
@@ -95,7 +95,7 @@ Tensor Attention::forward_cached(const Tensor& x, KVCache& cache, int64_t layer,
   const auto [k_new, v_new] = keys_values(x, pos);
   const auto [k, v] = cache.write(layer, k_new, v_new);  // [B, Hkv, length + n, hd]
   // Causal aligns to the bottom right: new query i sees keys 0 .. length + i.
-  Tensor out = scaled_dot_product_attention(transpose(q, 1, 2), k, v, AttentionMask::causal());
+  Tensor out = scaled_dot_product_attention(transpose(q, 1, 2), k, v, mask);
   out = reshape(transpose(out, 1, 2), {B, n, num_heads_ * head_dim_});
   return project_output(out, gate);
 }

@@ -54,10 +54,14 @@ class Attention : public Module {
   // and values are written into `layer`'s slots of the cache (the caller advances it
   // after the last layer); each new query sees every cached key and the new keys up to
   // its own (causal). -> [B, n, hidden]. An inference path: call it under NoGradGuard.
-  // positions: those RoPE positions as i64 [n] when the caller already made them (one
-  // tensor for every layer of a step); undefined: made here.
+  // positions: those RoPE positions as i64 [n] (or [B, n]: each row its own, a ragged
+  // batch) when the caller already made them (one tensor for every layer of a step);
+  // undefined: made here. mask: over [B, Hq, n, length + n]; a ragged batch passes a
+  // dense one that hides each row's padding slots (Note [Ragged batch],
+  // train/batched_decode.cpp).
   Tensor forward_cached(const Tensor& x, KVCache& cache, int64_t layer,
-                        const Tensor& positions = {}) const;
+                        const Tensor& positions = {},
+                        const AttentionMask& mask = AttentionMask::causal()) const;
 
   // k (after k_norm and RoPE) and v of `hidden` in [B, L, Hkv, hd] layout -- what the
   // forward concatenates; exposed for references and KV caches.

@@ -19,9 +19,9 @@
 //     sample: a causal recurrence never lets a later position reach an earlier one, so the
 //     real positions are exact and the padded ones are cut off;
 //   - decode_batched right-aligns rows (padding before real tokens), but padding never runs
-//     through a layer there: prompts prefill alone and padding slots get zero keys
-//     directly. It refuses hybrid targets until its step and rebuild run DeltaNet layers
-//     (Note [Ragged batch], train/batched_decode.cpp).
+//     through a layer there: prompts prefill alone, each step feeds every row a real token,
+//     and padding slots get zero keys directly; each row's DeltaNet states are copied as
+//     they are when the batch is rebuilt (Note [Ragged batch], train/batched_decode.cpp).
 // Zeroed inputs at the start of a sequence would in fact be exact here too (k = 0 and
 // v = 0 leave a zero state zero; zero conv inputs equal the zero history).
 #pragma once

@@ -78,6 +78,7 @@ void KVCache::reset_linear(LinearEntry& entry) const {
                           {.dtype = DType::f32, .device = device_});
   entry.conv =
       zeros({batch_, s.conv_kernel - 1, s.conv_dim()}, {.dtype = dtype_, .device = device_});
+  entry.seen = 0;
 }
 
 void KVCache::truncate(int64_t length) {
@@ -103,6 +104,7 @@ void KVCache::truncate(int64_t length) {
     } else {
       roll_back(linear_[l], length - linear_[l].call_start);
     }
+    linear_[l].seen = length;
   }
   length_ = length;
 }
@@ -174,12 +176,10 @@ void KVCache::advance(int64_t n) {
            length_, " do not fit in max_length ", max_length_);
   for (size_t l = 0; l < linear_.size(); ++l) {
     if (!is_linear_[l] || n == 0) continue;
-    const LinearEntry& e = linear_[l];
-    CG_CHECK(e.call_start == length_ && e.mixed_qkv.size(1) == n, "KVCache::advance(", n,
-             "): Gated DeltaNet layer ", l, " did not write positions ", length_, "..",
-             length_ + n - 1,
-             " (write_linear); every layer must run the same new positions "
-             "before advance");
+    CG_CHECK(linear_[l].seen == length_ + n, "KVCache::advance(", n, "): Gated DeltaNet layer ", l,
+             " did not write positions ", length_, "..", length_ + n - 1,
+             " (write_linear or set_linear_state); every layer must run the same new "
+             "positions before advance");
   }
   length_ += n;
 }
@@ -246,6 +246,35 @@ void KVCache::write_linear(int64_t layer, const LinearLayerWrite& w) {
   e.g = w.g;
   e.beta = w.beta;
   e.conv_weight = w.conv_weight;
+  e.seen = length_ + n;
+}
+
+void KVCache::set_linear_state(int64_t layer, const Tensor& recurrent, const Tensor& conv,
+                               int64_t seen) {
+  check_linear_layer(layer, "set_linear_state");
+  const GatedDeltaShape& s = linear_shape_;
+  const Shape state_shape{batch_, s.num_v_heads, s.k_head_dim, s.v_head_dim};
+  const Shape conv_shape{batch_, s.conv_kernel - 1, s.conv_dim()};
+  CG_CHECK(recurrent.defined() && conv.defined() && recurrent.shape() == state_shape &&
+               recurrent.dtype() == DType::f32 && conv.shape() == conv_shape &&
+               conv.dtype() == dtype_ && recurrent.device() == device_ && conv.device() == device_,
+           "KVCache::set_linear_state: the state must be f32 ", shape_str(state_shape),
+           " and the conv state ", dtype_name(dtype_), " ", shape_str(conv_shape), " on ",
+           device_.str(), ", got ",
+           recurrent.defined()
+               ? dtype_name(recurrent.dtype()) + std::string(" ") + shape_str(recurrent.shape())
+               : std::string("undefined"),
+           " and ",
+           conv.defined() ? dtype_name(conv.dtype()) + std::string(" ") + shape_str(conv.shape())
+                          : std::string("undefined"));
+  CG_CHECK(seen >= length_ && seen <= max_length_, "KVCache::set_linear_state: seen must be in [",
+           length_, ", ", max_length_,
+           "] (the cached length, or the length the next advance makes), got ", seen);
+  LinearEntry& e = linear_[static_cast<size_t>(layer)];
+  e = LinearEntry{};
+  e.recurrent = raw::contiguous(recurrent);
+  e.conv = raw::contiguous(conv);
+  e.seen = seen;
 }
 
 }  // namespace cg::nn

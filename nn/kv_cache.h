@@ -132,6 +132,13 @@ class KVCache {
   // The state after length() + n positions, from the layer's call on those n positions
   // (Note [DeltaNet rollback]: the replaced state and the call's inputs are kept).
   void write_linear(int64_t layer, const LinearLayerWrite& write);
+  // Puts in a state made elsewhere: recurrent [B, Hv, dk, dv] f32 and conv [B, K-1, C] in
+  // the cache's dtype and device, the state after the cache's first `seen` positions --
+  // length(), or length() + n when the next advance(n) makes visible n positions whose
+  // keys the caller wrote (a batch assembled from other caches' rows: Note [Ragged batch],
+  // train/batched_decode.cpp). Nothing to roll back into: truncate() below `seen` is
+  // refused (except to 0) until the next forward_cached call.
+  void set_linear_state(int64_t layer, const Tensor& recurrent, const Tensor& conv, int64_t seen);
 
  private:
   void check_layer(int64_t layer, const char* what) const;
@@ -142,6 +149,7 @@ class KVCache {
   // mixed_qkv.size(1) - 1) and the state before it: Note [DeltaNet rollback].
   struct LinearEntry {
     Tensor recurrent, conv;
+    int64_t seen = 0;         // the positions recurrent and conv summarise
     int64_t call_start = -1;  // -1: no call to roll back into
     Tensor recurrent_before, conv_before, mixed_qkv, g, beta, conv_weight;
   };

@@ -71,11 +71,12 @@ Tensor Qwen3DecoderLayer::forward(const Tensor& x, const Tensor& positions,
 }
 
 Tensor Qwen3DecoderLayer::forward_cached(const Tensor& x, KVCache& cache, int64_t layer,
-                                         const Tensor& positions) const {
+                                         const Tensor& positions, const AttentionMask& mask) const {
   auto scope = enter_scope();
   const Tensor normed = input_layernorm->forward(x);
-  const Tensor h = x + (linear_attn ? linear_attn->forward_cached(normed, cache, layer)
-                                    : self_attn->forward_cached(normed, cache, layer, positions));
+  const Tensor h =
+      x + (linear_attn ? linear_attn->forward_cached(normed, cache, layer)
+                       : self_attn->forward_cached(normed, cache, layer, positions, mask));
   return h + mlp->forward(post_attention_layernorm->forward(h));
 }
 

@@ -57,9 +57,12 @@ class Qwen3DecoderLayer : public Module {
   Tensor forward(const Tensor& x, const Tensor& positions = {},
                  const AttentionMask& mask = AttentionMask::none(),
                  const AttentionContext& context = {}) const;
-  // x [B, n, hidden] after cache.length() cached positions (Attention::forward_cached).
+  // x [B, n, hidden] after cache.length() cached positions (Attention::forward_cached;
+  // positions and mask go to a full-attention layer, and a Gated DeltaNet runs each row's
+  // own recurrence, which has no mask: padding must never reach it, Note [DeltaNet padding]).
   Tensor forward_cached(const Tensor& x, KVCache& cache, int64_t layer,
-                        const Tensor& positions = {}) const;
+                        const Tensor& positions = {},
+                        const AttentionMask& mask = AttentionMask::causal()) const;
 
   bool is_linear() const { return linear_attn != nullptr; }
 

@@ -27,10 +27,12 @@
 //     computes (the DeltaNet layers' recurrent and conv state included). Only the last
 //     forward's positions are rolled back: that is what verifying a draft block needs,
 //     and a snapshot strategy need not keep more;
-//   - on the GPU (skipped without one): f32 against the same f32 reference (which the CPU
-//     forward matches to kRelTol, so this is GPU against CPU at kGpuRelTol), bf16 GPU
-//     against the bf16 CPU forward at kBf16RelTol, and f32 cached greedy decoding against
-//     transformers'.
+//   - on the GPU (skipped without one): f32 against the same f32 reference at kGpuRelTol;
+//     f32 GPU against the f32 CPU forward directly at kGpuF32RelTol (every layer, the
+//     normed hidden and the logits of all three lengths, the 150-token one included); bf16
+//     GPU against the bf16 CPU forward at kBf16RelTol; f32 cached greedy decoding against
+//     transformers'; bf16 cached decoding on the GPU against the GPU's own bf16 full
+//     forward; and the rollback checks on the GPU.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -61,7 +63,12 @@ const std::string kGolden = std::string(CHUNKGRAD_TEST_DATA_DIR) + "/../golden/q
 const std::vector<int64_t> kLengths = {5, 77, 150};
 constexpr int64_t kHiddenSize = 64, kVocab = 1024, kPromptLen = 70, kNewTokens = 12;
 constexpr double kRelTol = 5e-5;     // f32 CPU vs transformers f32 CPU
-constexpr double kGpuRelTol = 2e-3;  // f32 GPU (TF32 GEMMs where allowed) vs f32 CPU
+constexpr double kGpuRelTol = 2e-3;  // f32 GPU (TF32 GEMMs where allowed) vs transformers
+// f32 GPU vs the f32 CPU forward: TF32 is off unless CHUNKGRAD_TF32=1 (cuda/lt_gemm.cpp), so
+// the two differ by summation order and by the DeltaNet's algorithm (chunked on the GPU,
+// the stepped recurrence on the CPU): the same kind of gap as CPU vs transformers (kRelTol),
+// with room for both sides' errors.
+constexpr double kGpuF32RelTol = 2 * kRelTol;
 // bf16 GPU vs bf16 CPU: the same bf16 weights, two implementations that both compute in
 // fp32 and round to bf16 where they store. (Against the f32 reference a bf16 model is off
 // by up to ~0.15 here: tiny random layers with |h| up to 11 amplify the weights' own
@@ -69,6 +76,7 @@ constexpr double kGpuRelTol = 2e-3;  // f32 GPU (TF32 GEMMs where allowed) vs f3
 constexpr double kBf16RelTol = 3e-2;
 // Rollback: the same kernels on the same state; only a snapshot/recompute order can differ.
 constexpr double kRollbackTol = 1e-6;
+constexpr double kGpuRollbackTol = 2e-5;  // f32 on the GPU: GEMMs of 2 and 4 rows may differ
 
 struct Layout {
   const char* name;  // folder under tests/golden/qwen3_5 and the prefix of its reference files
@@ -241,13 +249,41 @@ void check_cached_greedy(const Layout& l, Device device, double tol) {
   EXPECT_EQ(cache.length(), kPromptLen + kNewTokens - 1);
 }
 
-// Logits [1, n, V] of `block` after the cache's positions.
-Tensor step(const train::FeatureTarget& t, nn::KVCache& cache, const std::vector<int64_t>& block) {
-  return t.lm->forward_cached(ids_tensor(block, kCPU), cache).logits;
+// Cached decoding against the same target's full forward on `device` in `dtype`: prefill the
+// prompt, then feed transformers' greedy tokens one at a time (fed, not picked, so that a
+// near-tie in bf16 cannot send the two runs apart); each step's logits are the full
+// forward's at that position.
+void check_cached_against_forward(const Layout& l, Device device, DType dtype, double tol) {
+  const train::FeatureTarget target = train::load_feature_target(folder(l), device, dtype);
+  const Golden g(l);
+  std::vector<int64_t> all = g.ids("gen.prompt");
+  const std::vector<int64_t> greedy = g.ids("gen.greedy");
+  all.insert(all.end(), greedy.begin(), greedy.end() - 1);  // the last token is never fed
+  NoGradGuard no_grad;
+  const Tensor full = target.lm->forward(ids_tensor(all, device)).logits;  // [1, P + 11, V]
+  nn::KVCache cache = target.lm->make_cache(kPromptLen + kNewTokens);
+  const std::vector<int64_t> prompt(all.begin(), all.begin() + kPromptLen);
+  auto out =
+      target.lm->forward_cached(ids_tensor(prompt, device), cache, {.last_logits_only = true});
+  for (int64_t i = 0; i < kNewTokens; ++i) {
+    EXPECT_LE(rel_diff(logits_row(out.logits, 0), logits_row(full, kPromptLen - 1 + i)), tol)
+        << l.name << " " << dtype_name(dtype) << ": cached decoding step " << i
+        << " vs the full forward";
+    if (i + 1 < kNewTokens) out = target.lm->forward_cached(ids_tensor({greedy[i]}, device), cache);
+  }
 }
 
-void check_rollback(const Layout& l) {
-  const train::FeatureTarget target = train::load_feature_target(folder(l), kCPU);
+// Logits [1, n, V] of `block` after the cache's positions.
+Tensor step(const train::FeatureTarget& t, nn::KVCache& cache, const std::vector<int64_t>& block) {
+  return t.lm->forward_cached(ids_tensor(block, t.lm->model->embed_tokens->weight.device()), cache)
+      .logits;
+}
+
+// `golden_tol`: a cached block against transformers' logits; `rollback_tol`: a rolled-back
+// cache against one that never saw the rejected tokens (on the GPU the two runs' GEMMs
+// have other row counts, so cuBLASLt may sum in another order).
+void check_rollback(const Layout& l, Device device, double golden_tol, double rollback_tol) {
+  const train::FeatureTarget target = train::load_feature_target(folder(l), device);
   const Golden g(l);
   const std::vector<int64_t> prompt = g.ids("gen.prompt");
   const std::vector<int64_t> greedy = g.ids("gen.greedy");
@@ -263,7 +299,7 @@ void check_rollback(const Layout& l) {
   for (int64_t i = 0; i < 4; ++i) {  // block position i predicts greedy[i + 1]: row i + 1
     EXPECT_LE(rel_diff(logits_row(clean_block, i),
                        contiguous(reshape(narrow(want, 0, i + 1, 1), {kVocab}))),
-              kRelTol)
+              golden_tol)
         << l.name << ": a cached block of 4, position " << i;
   }
 
@@ -271,9 +307,18 @@ void check_rollback(const Layout& l) {
   nn::KVCache c1 = target.lm->make_cache(cap);
   step(target, c1, prompt);
   step(target, c1, wrong);
+  // Not rolled back, the block would be far off: the comparisons below can fail.
+  {
+    nn::KVCache seen = target.lm->make_cache(cap);
+    step(target, seen, prompt);
+    step(target, seen, wrong);
+    EXPECT_GT(rel_diff(logits_row(step(target, seen, accepted), 0), logits_row(clean_block, 0)),
+              100 * rollback_tol)
+        << l.name << ": the rejected block should change what follows it";
+  }
   c1.truncate(kPromptLen);
   const Tensor after_reject = step(target, c1, accepted);
-  EXPECT_LE(rel_diff(after_reject, clean_block), kRollbackTol)
+  EXPECT_LE(rel_diff(to_device(after_reject, kCPU), to_device(clean_block, kCPU)), rollback_tol)
       << l.name << ": after rolling a rejected block of 4 back";
 
   // Two accepted, the tail rejected (the verify step of speculative decoding), then the rest.
@@ -282,7 +327,9 @@ void check_rollback(const Layout& l) {
   step(target, c2, {accepted[0], accepted[1], wrong[2], wrong[3]});
   c2.truncate(kPromptLen + 2);
   const Tensor tail = step(target, c2, {accepted[2], accepted[3]});
-  EXPECT_LE(rel_diff(tail, contiguous(narrow(clean_block, 1, 2, 2))), kRollbackTol)
+  EXPECT_LE(
+      rel_diff(to_device(tail, kCPU), to_device(contiguous(narrow(clean_block, 1, 2, 2)), kCPU)),
+      rollback_tol)
       << l.name << ": after keeping 2 of a block of 4";
 }
 
@@ -328,8 +375,8 @@ TEST(Qwen35Golden, CachedGreedyDecodingEqualsTransformersOnTheCpu) {
 TEST(Qwen35Golden, RolledBackBlocksLeaveTheStateAsIfNeverSeen) {
   SKIP_WITHOUT_GOLDENS(kTextOnly);
   SKIP_WITHOUT_GOLDENS(kConditional);
-  check_rollback(kTextOnly);
-  check_rollback(kConditional);
+  check_rollback(kTextOnly, kCPU, kRelTol, kRollbackTol);
+  check_rollback(kConditional, kCPU, kRelTol, kRollbackTol);
 }
 
 // The comparisons above can fail: neighbouring entries (a feature read off by one layer,
@@ -354,6 +401,7 @@ TEST(Qwen35Golden, GpuMatchesTheCpuInF32AndBf16) {
   if (!cuda_available()) GTEST_SKIP() << "no GPU";
   for (const Layout* l : {&kConditional, &kTextOnly}) {
     check_forward(*l, cuda_device(), DType::f32, kGpuRelTol);
+    check_gpu_against_cpu(*l, DType::f32, kGpuF32RelTol);
     check_gpu_against_cpu(*l, DType::bf16, kBf16RelTol);
   }
 }
@@ -364,6 +412,19 @@ TEST(Qwen35Golden, CachedGreedyDecodingEqualsTransformersOnTheGpu) {
   if (!cuda_available()) GTEST_SKIP() << "no GPU";
   check_cached_greedy(kTextOnly, cuda_device(), kGpuRelTol);
   check_cached_greedy(kConditional, cuda_device(), kGpuRelTol);
+}
+
+// bf16 on the GPU: cached decoding equals the full forward (the bf16 cache, the DeltaNet's
+// recurrent kernel for single tokens against its chunked prefill), and the rollback checks.
+TEST(Qwen35Golden, CachedDecodingAndRollbackOnTheGpu) {
+  SKIP_WITHOUT_GOLDENS(kTextOnly);
+  SKIP_WITHOUT_GOLDENS(kConditional);
+  if (!cuda_available()) GTEST_SKIP() << "no GPU";
+  for (const Layout* l : {&kConditional, &kTextOnly}) {
+    check_cached_against_forward(*l, cuda_device(), DType::bf16, kBf16RelTol);
+    check_cached_against_forward(*l, cuda_device(), DType::f32, kGpuF32RelTol);
+    check_rollback(*l, cuda_device(), kGpuRelTol, kGpuRollbackTol);
+  }
 }
 
 }  // namespace

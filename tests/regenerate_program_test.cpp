@@ -1,7 +1,8 @@
 // Why this file exists: `chunkgrad regenerate` end to end on the committed tiny Hugging Face
 // Qwen3 checkpoint (tests/data/qwen3_tiny_untied): the output's lines, their independence
 // of --batch-size, a rerun that continues instead of starting over, and bad options as one
-// error line with exit 1. Runs the built program (tests/CMakeLists.txt passes its path).
+// error line with exit 1; and on the tiny Qwen3.5 (hybrid) golden target, transformers'
+// greedy tokens. Runs the built program (tests/CMakeLists.txt passes its path).
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -15,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "nn/safetensors.h"
 #include "nn_test_util.h"
 
 namespace {
@@ -143,6 +145,61 @@ TEST_F(RegenerateProgram, BadOptionsAreOneErrorLine) {
                    dir.file("x.jsonl") + "' --eos-ids 3",
                "bad.jsonl:1: loss_mask has no 1");
   EXPECT_FALSE(fs::exists(dir.file("x.jsonl")));
+}
+
+// A Qwen3.5 target (Gated DeltaNet + gated attention): the tiny text-only folder
+// transformers wrote (tests/golden/qwen3_5, qwen3_5_golden_test.cpp). Its 70-token golden
+// prompt comes back with transformers' own 12 greedy tokens, in a ragged batch with shorter
+// prompts (the DeltaNet states copied at each rebuild), and the file does not depend on
+// --batch-size.
+class RegenerateQwen35Program : public RegenerateProgram {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(qwen35() + "/config.json") || !fs::exists(qwen35() + "_hidden.safetensors"))
+      GTEST_SKIP() << "no " << qwen35();
+    const auto golden = cg::safetensors::open(qwen35() + "_hidden.safetensors");
+    for (double v : golden->load("gen.prompt").to_vector()) prompt.push_back(int64_t(v));
+    for (double v : golden->load("gen.greedy").to_vector()) greedy.push_back(int64_t(v));
+    std::string text;
+    for (size_t cut : {size_t{0}, size_t{9}, size_t{66}, size_t{31}}) {  // 70, 61, 4, 39 tokens
+      nlohmann::json j;
+      std::vector<int64_t> ids(prompt.begin(), prompt.end() - static_cast<int64_t>(cut));
+      std::vector<int> mask(ids.size(), 0);
+      ids.insert(ids.end(), {9, 9});
+      mask.insert(mask.end(), {1, 1});
+      j["input_ids"] = ids;
+      j["loss_mask"] = mask;
+      text += j.dump() + "\n";
+    }
+    write_bytes(dir.file("q.jsonl"), text);
+  }
+  static std::string qwen35() {
+    return std::string(CHUNKGRAD_TEST_DATA_DIR) + "/../golden/qwen3_5/tiny_qwen3_5_text";
+  }
+  std::string args(const std::string& out, int batch) {
+    return "--target '" + qwen35() + "' --data '" + dir.file("q.jsonl") + "' --out '" +
+           dir.file(out) + "' --max-new-tokens 12 --eos-ids 1023 --no-progress --batch-size " +
+           std::to_string(batch);
+  }
+  std::vector<int64_t> prompt, greedy;
+};
+
+TEST_F(RegenerateQwen35Program, RespondsAsTransformersWhateverTheBatchSize) {
+  ASSERT_EQ(prompt.size(), 70u);
+  ASSERT_EQ(greedy.size(), 12u);
+  ASSERT_EQ(std::count(greedy.begin(), greedy.end(), 1023), 0);
+  const ProgramRun a = cli(args("a.jsonl", 3));
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_NE(a.out.find("4 samples written"), std::string::npos) << a.out;
+  const ProgramRun b = cli(args("b.jsonl", 1));
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  EXPECT_EQ(slurp(dir.file("a.jsonl")), slurp(dir.file("b.jsonl")));
+  std::istringstream lines(slurp(dir.file("a.jsonl")));
+  std::string first;
+  ASSERT_TRUE(std::getline(lines, first));
+  std::vector<int64_t> want = prompt;
+  want.insert(want.end(), greedy.begin(), greedy.end());
+  EXPECT_EQ(nlohmann::json::parse(first)["input_ids"].get<std::vector<int64_t>>(), want);
 }
 
 }  // namespace

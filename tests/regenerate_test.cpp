@@ -1,10 +1,12 @@
 // Why this file exists: `chunkgrad regenerate` writes the data a drafter learns from, so its
 // decoder is held to per-prompt greedy decoding token for token with prompts of mixed
 // lengths in one batch (Note [Ragged batch]), EOS and max_new_tokens stop each row where
-// generate() stops it, sampling does not depend on the batch, and the output resumes after
-// a kill (a torn last line is redone) and refuses an output from other data or options.
+// generate() stops it, and sampling does not depend on the batch -- for a Qwen3 target and
+// a hybrid (Qwen3.5-style) one -- and the output resumes after a kill (a torn last line is
+// redone) and refuses an output from other data or options.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -23,10 +25,19 @@ using testing_decode::random_ids;
 using testing_nn::TempDir;
 using testing_nn::write_bytes;
 
+// The tiny Qwen3 target, or its Qwen3.5-style hybrid twin (Gated DeltaNet and gated
+// attention layers): a DeltaNet row keeps its own recurrent and conv states, copied at
+// every rebuild (Note [Ragged batch]); the batched_decode_hybrid_test.cpp checks the copy.
 struct Fixture {
+  explicit Fixture(bool hybrid = false)
+      : config(hybrid ? testing_decode::tiny_hybrid_target_config()
+                      : testing_decode::tiny_target_config()),
+        lm(config, {.generator = &gen}) {
+    if (hybrid) testing_decode::perturb_and_freeze(lm, 58);
+  }
   Generator gen{91};
-  nn::Qwen3Config config = testing_decode::tiny_target_config();
-  nn::Qwen3ForCausalLM lm{config, {.generator = &gen}};
+  nn::Qwen3Config config;
+  nn::Qwen3ForCausalLM lm;
 };
 
 std::vector<train::DecodePrompt> mixed_prompts(Fixture& f) {
@@ -52,8 +63,7 @@ std::map<int64_t, train::DecodedSample> decode_all(const nn::Qwen3ForCausalLM& l
   return out;
 }
 
-TEST(BatchedDecode, MixedLengthBatchEqualsEachPromptDecodedAlone) {
-  Fixture f;
+void check_mixed_lengths(Fixture& f) {
   const auto prompts = mixed_prompts(f);
   for (int64_t batch : {1, 3, 8, 64}) {
     train::DecodeStats stats;
@@ -77,14 +87,29 @@ TEST(BatchedDecode, MixedLengthBatchEqualsEachPromptDecodedAlone) {
   }
 }
 
-TEST(BatchedDecode, RowsStopAtAnyEosIdAndTheBatchRefills) {
+TEST(BatchedDecode, MixedLengthBatchEqualsEachPromptDecodedAlone) {
   Fixture f;
+  check_mixed_lengths(f);
+}
+
+TEST(BatchedDecode, HybridTargetMixedLengthBatchEqualsEachPromptDecodedAlone) {
+  Fixture f(/*hybrid=*/true);
+  check_mixed_lengths(f);
+}
+
+// EOS ids taken from the free runs (token `at` of prompt `prompt`), so that rows stop at
+// different steps and rows after the first are kept when the batch is rebuilt.
+struct EosPick {
+  size_t prompt, at;
+};
+void check_eos_and_refills(Fixture& f, const std::vector<EosPick>& picks) {
   const auto prompts = mixed_prompts(f);
-  // EOS ids taken from the free runs, so that rows stop at different steps.
   std::vector<std::vector<int64_t>> free(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i)
     free[i] = train::generate(f.lm, prompts[i].ids, {.max_new_tokens = 16}).new_tokens();
-  const std::vector<int64_t> eos{free[0][3], free[2][0]};
+  std::vector<int64_t> eos;
+  for (const EosPick& p : picks) eos.push_back(free[p.prompt][p.at]);
+  auto is_eos = [&](int64_t t) { return std::find(eos.begin(), eos.end(), t) != eos.end(); };
   train::DecodeStats stats;
   const auto got =
       decode_all(f.lm, prompts, {.max_new_tokens = 16, .eos_ids = eos, .batch_size = 3}, &stats);
@@ -93,11 +118,11 @@ TEST(BatchedDecode, RowsStopAtAnyEosIdAndTheBatchRefills) {
     std::vector<int64_t> want;
     for (int64_t t : free[i]) {
       want.push_back(t);
-      if (t == eos[0] || t == eos[1]) break;
+      if (is_eos(t)) break;
     }
     const auto& d = got.at(static_cast<int64_t>(i));
     EXPECT_EQ(d.new_tokens, want) << i;
-    EXPECT_EQ(d.stopped_at_eos, want.back() == eos[0] || want.back() == eos[1]) << i;
+    EXPECT_EQ(d.stopped_at_eos, is_eos(want.back())) << i;
     stopped += d.stopped_at_eos ? 1 : 0;
   }
   EXPECT_GE(stopped, 2);
@@ -105,8 +130,17 @@ TEST(BatchedDecode, RowsStopAtAnyEosIdAndTheBatchRefills) {
   EXPECT_LE(stats.row_steps, stats.steps * 3);
 }
 
-TEST(BatchedDecode, SamplingDependsOnTheSampleSeedNotOnTheBatch) {
+TEST(BatchedDecode, RowsStopAtAnyEosIdAndTheBatchRefills) {
   Fixture f;
+  check_eos_and_refills(f, {{0, 3}, {2, 0}});
+}
+
+TEST(BatchedDecode, HybridTargetRowsStopAtAnyEosIdAndTheBatchRefills) {
+  Fixture f(/*hybrid=*/true);
+  check_eos_and_refills(f, {{0, 3}, {2, 0}, {5, 6}, {7, 9}});
+}
+
+void check_sampling(Fixture& f) {
   const auto prompts = mixed_prompts(f);
   const train::SamplingOptions sampling{.temperature = 1.3, .top_k = 12};
   const auto one = decode_all(
@@ -130,6 +164,16 @@ TEST(BatchedDecode, SamplingDependsOnTheSampleSeedNotOnTheBatch) {
     any_differs |=
         other.at(static_cast<int64_t>(i)).new_tokens != one.at(static_cast<int64_t>(i)).new_tokens;
   EXPECT_TRUE(any_differs);
+}
+
+TEST(BatchedDecode, SamplingDependsOnTheSampleSeedNotOnTheBatch) {
+  Fixture f;
+  check_sampling(f);
+}
+
+TEST(BatchedDecode, HybridTargetSamplingDependsOnTheSampleSeedNotOnTheBatch) {
+  Fixture f(/*hybrid=*/true);
+  check_sampling(f);
 }
 
 TEST(BatchedDecode, TopPKeepsTheMostLikelyTokens) {

@@ -13,8 +13,9 @@
 #include "autograd/grad_mode.h"
 #include "core/factories.h"
 #include "core/views.h"
-#include "ops/attention.h"
+#include "ops/attention_mask.h"
 #include "ops/elementwise.h"
+#include "ops/join_ops.h"
 #include "ops/reduce.h"
 #include "ops/shape_ops.h"
 
@@ -44,9 +45,19 @@ namespace cg::train {
 // instead of feeding finished rows until the longest response ends.
 // Left padding with per-row positions was chosen over per-row cache lengths: KVCache keeps
 // one length for all rows (kv_cache.h) and the attention ops take a dense mask as is, so
-// nothing in nn/ or below changes (ragged_step runs the cached forward's ops itself). The
-// cost: the mask covers the padding (O(L) per row and step), and on a GPU a dense mask
-// takes the generic row kernel (cuda/attention_rows.cu), not the flash kernels.
+// the cached forward runs unchanged with two extra arguments (per-row positions and the
+// mask, Qwen3DecoderLayer::forward_cached). The cost: the mask covers the padding (O(L) per
+// row and step), and on a GPU a dense mask takes the generic row kernel
+// (cuda/attention_rows.cu), not the flash kernels.
+// Hybrid targets (Qwen3.5 / Qwen3.6): a Gated DeltaNet layer keeps no slots, only each
+// row's recurrent state and conv state (the row's last K-1 conv inputs), and has no mask.
+// None is needed: a padding token never runs through a layer here (a prompt prefills
+// alone; a step feeds each row its own real token; padding slots get zero keys written
+// directly), so a row's state is the one it has alone. A rebuild copies each kept row's two
+// states into its row of the new cache (KVCache::set_linear_state); right alignment does
+// not apply to them. There is no speculative rollback here (one token a step), so
+// Note [DeltaNet rollback] is never exercised; a rebuilt cache has nothing to roll back
+// into until its next step.
 // Note [Sample seeds]: with sampling, each prompt draws from its own Generator seeded by the
 // caller (regenerate: from --seed and the sample's line), so a sample's response does not
 // depend on which rows it shared a batch with, on --batch-size, or on a resume.
@@ -55,28 +66,16 @@ namespace {
 
 constexpr size_t kRebuildFraction = 8;  // rebuild when 1/8 of the rows finished
 
-// One new token a row -> logits [R, 1, vocab]: Qwen3ForCausalLM::forward_cached (nn/qwen3.cpp,
-// nn/attention.cpp) with the two things it does not take, each row's own RoPE positions
-// [R, 1] and a key mask over [R, Hq, 1, length + 1]; the same ops in the same order.
+// One new token a row -> logits [R, 1, vocab]: Qwen3ForCausalLM::forward_cached (nn/qwen3.cpp)
+// with the two things it does not take, each row's own RoPE positions [R, 1] and a key
+// mask over [R, Hq, 1, length + 1] for the full-attention layers; the same ops in the same
+// order.
 Tensor ragged_step(const nn::Qwen3ForCausalLM& lm, const Tensor& ids, nn::KVCache& cache,
                    const Tensor& positions, const AttentionMask& mask) {
   const nn::Qwen3Model& model = *lm.model;
-  const int64_t R = ids.size(0);
   Tensor h = model.embed_tokens->forward(ids);  // [R, 1, hidden]
-  for (size_t i = 0; i < model.layers->size(); ++i) {
-    const nn::Qwen3DecoderLayer& layer = model.layer(i);
-    const nn::Attention& attn = *layer.self_attn;
-    const int64_t heads = attn.num_heads(), hd = attn.head_dim();
-    const Tensor x = layer.input_layernorm->forward(h);
-    Tensor q = view(attn.q_proj->forward(x), {R, 1, heads, hd});
-    q = attn.rotary_emb->forward(attn.q_norm->forward(q), positions);
-    const auto [k_new, v_new] = attn.keys_values(x, positions);
-    const auto [k, v] = cache.write(static_cast<int64_t>(i), k_new, v_new);  // [R, Hkv, L+1, hd]
-    Tensor out = scaled_dot_product_attention(transpose(q, 1, 2), k, v, mask);
-    out = reshape(transpose(out, 1, 2), {R, 1, heads * hd});
-    h = h + attn.o_proj->forward(out);
-    h = h + layer.mlp->forward(layer.post_attention_layernorm->forward(h));
-  }
+  for (size_t i = 0; i < model.layers->size(); ++i)
+    h = model.layer(i).forward_cached(h, cache, static_cast<int64_t>(i), positions, mask);
   cache.advance(1);
   return lm.lm_head->forward(model.norm->forward(h));
 }
@@ -193,6 +192,15 @@ class Decoder {
     const Tensor zero = zeros({R, length, cache.num_kv_heads(), cache.head_dim()},
                               {.dtype = cache.dtype(), .device = cache.device()});
     for (int64_t layer = 0; layer < cache.num_layers(); ++layer) {
+      if (cache.is_linear_layer(layer)) {  // each row's own states, not right-aligned
+        std::vector<Tensor> recurrent, conv;
+        for (const Source& s : sources) {
+          recurrent.push_back(raw::narrow(s.cache->recurrent_state(layer), 0, s.row, 1));
+          conv.push_back(raw::narrow(s.cache->conv_state(layer), 0, s.row, 1));
+        }
+        cache.set_linear_state(layer, cat(recurrent, 0), cat(conv, 0), length);
+        continue;
+      }
       const auto [keys, values] = cache.write(layer, zero, zero);  // [R, Hkv, length, hd]
       for (int64_t r = 0; r < R; ++r) {
         const Source& s = sources[static_cast<size_t>(r)];
@@ -310,18 +318,6 @@ DecodeStats decode_batched(const nn::Qwen3ForCausalLM& lm, const std::vector<Dec
            options.batch_size);
   for (size_t i = 0; i < prompts.size(); ++i) {
     CG_CHECK(!prompts[i].ids.empty(), "decode_batched: prompt ", i, " is empty");
-  }
-  // Note [Ragged batch] with Gated DeltaNet layers: padding never runs through a layer
-  // here (prompts prefill alone; the rebuild writes zero keys into padding slots), so a
-  // DeltaNet row's state is its own and needs no padding mask -- but ragged_step runs
-  // attention layers only and the rebuild copies keys and values only. Until both handle
-  // DeltaNet layers (run GatedDeltaNet::forward_cached; copy each row's recurrent and conv
-  // state), a hybrid target is refused rather than decoded wrongly.
-  for (int64_t l = 0; l < lm.config().num_layers; ++l) {
-    CG_CHECK(!lm.config().is_linear_layer(l), "decode_batched: layer ", l,
-             " of the target is a Gated DeltaNet (linear_attention) layer, which the ragged "
-             "batch decoder does not run yet; regenerate with a Qwen3 (dense) target, or use "
-             "generate / speculative decoding, which support Qwen3.5 targets");
   }
   NoGradGuard no_grad;
   Decoder decoder(lm, prompts, options, on_done);
