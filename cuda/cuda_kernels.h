@@ -68,6 +68,13 @@ class CudaKernels final : public DeviceKernels {
   Tensor causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& history,
                        bool silu) override;
 
+  // ---- mixture of experts (cuda/cuda_moe.cpp -> cuda/moe_kernels.cu, cuBLAS grouped GEMM) --
+  // moe_experts waits for the host once per call (the experts' row counts: Note [MoE
+  // grouped GEMM]); run_moe_experts (moe_kernels.h) forces its GEMM path.
+  MoeRouting moe_route(const Tensor& router_logits, int64_t top_k) override;
+  Tensor moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down,
+                     const MoeRouting& routing) override;
+
   // ---- lm_head loss rows and indexing (cuda/head_loss_and_index.cpp ->
   //      cuda/head_loss_kernels.cu, index_kernels.cu) ----
   // Note [16-bit logits on the GPU]: the fused head loss keeps a chunk's logits in bf16
