@@ -71,8 +71,8 @@ void bench_tokens(const Options& o, const Weights& w, int64_t T, bool bytes_too)
   const cg::MoeRouting routing = gpu.moe_route(logits, o.top_k);
   std::set<double> hit;
   for (double e : routing.indices.to_vector()) hit.insert(e);
-  const double flops = 6.0 * static_cast<double>(T * o.top_k) *
-                       static_cast<double>(o.hidden * o.intermediate);
+  const double flops =
+      6.0 * static_cast<double>(T * o.top_k) * static_cast<double>(o.hidden * o.intermediate);
   const double bytes = 3.0 * static_cast<double>(hit.size()) *
                        static_cast<double>(o.hidden * o.intermediate) *
                        static_cast<double>(cg::element_size(dt));
@@ -86,8 +86,8 @@ void bench_tokens(const Options& o, const Weights& w, int64_t T, bool bytes_too)
   for (MoeGemmPath p : {MoeGemmPath::automatic, MoeGemmPath::grouped, MoeGemmPath::loop}) {
     std::string name = std::string("experts ") + path_name(p) + t;
     try {
-      const double ms = time_ms(
-          o.repeats, [&] { cg::cuda::run_moe_experts(x, w.gate_up, w.down, routing, p); });
+      const double ms =
+          time_ms(o.repeats, [&] { cg::cuda::run_moe_experts(x, w.gate_up, w.down, routing, p); });
       if (p == MoeGemmPath::automatic) {
         name += std::string(" (") + path_name(cg::cuda::last_moe_gemm_path()) + ")";
       }
@@ -96,9 +96,7 @@ void bench_tokens(const Options& o, const Weights& w, int64_t T, bool bytes_too)
         std::printf("%-34s %10s %10.2f TB/s of expert weights (%zu experts hit)\n", "", "",
                     bytes / (ms * 1e-3) / 1e12, hit.size());
       }
-    } catch (const std::exception& e) {
-      std::printf("%-34s failed: %s\n", name.c_str(), e.what());
-    }
+    } catch (const std::exception& e) { std::printf("%-34s failed: %s\n", name.c_str(), e.what()); }
   }
 }
 
@@ -130,8 +128,7 @@ int main(int argc, char** argv) {
     char* end = nullptr;
     const long long t = std::strtoll(item.c_str(), &end, 10);
     if (item.empty() || *end != '\0' || t < 1) {
-      std::fprintf(stderr, "moe_bench: --decode wants positive integers, got '%s'\n",
-                   item.c_str());
+      std::fprintf(stderr, "moe_bench: --decode wants positive integers, got '%s'\n", item.c_str());
       return 2;
     }
     decode.push_back(t);
@@ -145,15 +142,16 @@ int main(int argc, char** argv) {
   const cg::Device d = cg::cuda_device(0);
   cg::Generator gen(7);
   Weights w;
-  w.gate_up = cg::randn({o.experts, 2 * o.intermediate, o.hidden}, {.dtype = dt, .device = d},
-                        &gen, 0.0, 0.02);
-  w.down = cg::randn({o.experts, o.hidden, o.intermediate}, {.dtype = dt, .device = d}, &gen, 0.0,
-                     0.02);
+  w.gate_up = cg::randn({o.experts, 2 * o.intermediate, o.hidden}, {.dtype = dt, .device = d}, &gen,
+                        0.0, 0.02);
+  w.down =
+      cg::randn({o.experts, o.hidden, o.intermediate}, {.dtype = dt, .device = d}, &gen, 0.0, 0.02);
   std::printf("chunkgrad MoE on %s\n", cg::cuda::device_properties(0).summary().c_str());
-  std::printf("H=%lld E=%lld k=%lld I=%lld %s, median of %d; TFLOP/s = 6 T k H I / time (Note "
-              "[The MoE FLOP count])\n",
-              (long long)o.hidden, (long long)o.experts, (long long)o.top_k,
-              (long long)o.intermediate, o.dtype.c_str(), o.repeats);
+  std::printf(
+      "H=%lld E=%lld k=%lld I=%lld %s, median of %d; TFLOP/s = 6 T k H I / time (Note "
+      "[The MoE FLOP count])\n",
+      (long long)o.hidden, (long long)o.experts, (long long)o.top_k, (long long)o.intermediate,
+      o.dtype.c_str(), o.repeats);
   std::printf("%-34s %10s %10s\n", "row", "ms", "rate");
   bench_tokens(o, w, o.tokens, false);
   std::printf("\ndecoding\n");

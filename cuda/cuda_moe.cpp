@@ -53,18 +53,6 @@ cublasHandle_t blas_handle_locked(int index) {
 std::array<bool, 16> g_grouped_refused{};
 thread_local MoeGemmPath t_last_path = MoeGemmPath::automatic;
 
-cudaDataType_t blas_type(DType d) {
-  switch (d) {
-    case DType::f32: return CUDA_R_32F;
-    case DType::f64: return CUDA_R_64F;
-    case DType::f16: return CUDA_R_16F;
-    case DType::bf16: return CUDA_R_16BF;
-    default: break;
-  }
-  CG_FAIL("moe_experts: dtype ", dtype_name(d),
-          " is not supported; it computes on f32, f64, bf16 and f16 tensors");
-}
-
 // One projection over every expert with rows: C_g = A_g^T B_g in column-major terms,
 // A_g [k, m] (lda), B_g [k, rows_g] (ldb), C_g [m, rows_g] (ldc).
 struct Projection {
@@ -89,7 +77,7 @@ cublasStatus_t run_grouped(const GemmContext& g, const Projection& p) {
   const std::vector<cublasOperation_t> ta(groups, CUBLAS_OP_T), tb(groups, CUBLAS_OP_N);
   const std::vector<int> m(groups, p.m), k(groups, p.k), lda(groups, p.lda), ldb(groups, p.ldb),
       ldc(groups, p.ldc), size(groups, 1);
-  const cudaDataType_t t = blas_type(g.dtype);
+  const cudaDataType_t t = blas_data_type(g.dtype);
   if (g.dtype == DType::f64) {
     const std::vector<double> alpha(groups, 1.0), beta(groups, 0.0);
     return cublasGemmGroupedBatchedEx(g.handle, ta.data(), tb.data(), m.data(), g.rows.data(),
@@ -108,12 +96,12 @@ cublasStatus_t run_grouped(const GemmContext& g, const Projection& p) {
 struct HostPointers {
   const char *a, *b;
   char* c;
-  size_t a_step;      // bytes per expert of A
+  size_t a_step;        // bytes per expert of A
   size_t b_row, c_row;  // bytes per row of B and C
 };
 void run_loop(const GemmContext& g, const Projection& p, const HostPointers& hp,
               const std::vector<int>& experts, const std::vector<int>& row_offsets) {
-  const cudaDataType_t t = blas_type(g.dtype);
+  const cudaDataType_t t = blas_data_type(g.dtype);
   const double alpha64 = 1.0, beta64 = 0.0;
   const float alpha32 = 1.0f, beta32 = 0.0f;
   const bool f64 = g.dtype == DType::f64;
@@ -175,9 +163,16 @@ Tensor run_moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& dow
   int32_t* counts = pos + R;
   int32_t* offsets = counts + E;
   const size_t eb = element_size(dt);
-  const MoeBuffers buffers{gate_up.data_ptr(), down.data_ptr(), xs.data_ptr(), h.data_ptr(),
-                           act.data_ptr(),     ys.data_ptr(),   H,            I,
-                           eb,                 eb};
+  const MoeBuffers buffers{gate_up.data_ptr(),
+                           down.data_ptr(),
+                           xs.data_ptr(),
+                           h.data_ptr(),
+                           act.data_ptr(),
+                           ys.data_ptr(),
+                           H,
+                           I,
+                           eb,
+                           eb};
   const void** ptr_array = reinterpret_cast<const void**>(ptrs.data<int64_t>());
   const int32_t* indices = routing.indices.data<int32_t>();
   launch_moe_plan(indices, R, E, buffers, rank, counts, offsets, ptr_array, stream);
@@ -195,20 +190,34 @@ Tensor run_moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& dow
     row_offsets.push_back(static_cast<int>(o));
   }
   const auto at = [&](int j) { return ptr_array + j * E; };
-  const Projection up_proj{static_cast<int>(2 * I), static_cast<int>(H), static_cast<int>(H),
-                           static_cast<int>(H),     static_cast<int>(2 * I), at(0),
-                           at(1),                   const_cast<void* const*>(at(2))};
-  const Projection down_proj{static_cast<int>(H), static_cast<int>(I), static_cast<int>(I),
-                             static_cast<int>(I), static_cast<int>(H), at(3),
-                             at(4),               const_cast<void* const*>(at(5))};
+  const Projection up_proj{static_cast<int>(2 * I),
+                           static_cast<int>(H),
+                           static_cast<int>(H),
+                           static_cast<int>(H),
+                           static_cast<int>(2 * I),
+                           at(0),
+                           at(1),
+                           const_cast<void* const*>(at(2))};
+  const Projection down_proj{static_cast<int>(H),
+                             static_cast<int>(I),
+                             static_cast<int>(I),
+                             static_cast<int>(I),
+                             static_cast<int>(H),
+                             at(3),
+                             at(4),
+                             const_cast<void* const*>(at(5))};
   const HostPointers up_host{static_cast<const char*>(gate_up.data_ptr()),
                              static_cast<const char*>(xs.data_ptr()),
-                             static_cast<char*>(h.data_ptr()), static_cast<size_t>(2 * I * H) * eb,
-                             static_cast<size_t>(H) * eb, static_cast<size_t>(2 * I) * eb};
+                             static_cast<char*>(h.data_ptr()),
+                             static_cast<size_t>(2 * I * H) * eb,
+                             static_cast<size_t>(H) * eb,
+                             static_cast<size_t>(2 * I) * eb};
   const HostPointers down_host{static_cast<const char*>(down.data_ptr()),
                                static_cast<const char*>(act.data_ptr()),
-                               static_cast<char*>(ys.data_ptr()), static_cast<size_t>(H * I) * eb,
-                               static_cast<size_t>(I) * eb, static_cast<size_t>(H) * eb};
+                               static_cast<char*>(ys.data_ptr()),
+                               static_cast<size_t>(H * I) * eb,
+                               static_cast<size_t>(I) * eb,
+                               static_cast<size_t>(H) * eb};
 
   Tensor workspace;
   {
@@ -228,8 +237,7 @@ Tensor run_moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& dow
     const cublasStatus_t st = run_grouped(g, up_proj);
     if (st != CUBLAS_STATUS_SUCCESS) {
       CG_CHECK(path != MoeGemmPath::grouped, "moe_experts: cuBLAS refused the grouped GEMM for ",
-               dtype_name(dt), " (", cublas_status_name(st),
-               "); use the automatic or loop path");
+               dtype_name(dt), " (", cublas_status_name(st), "); use the automatic or loop path");
       g_grouped_refused[refused_slot] = true;
       grouped = false;
     }

@@ -34,6 +34,17 @@
 
 namespace cg::cuda {
 
+cudaDataType_t blas_data_type(DType d) {
+  switch (d) {
+    case DType::f32: return CUDA_R_32F;
+    case DType::f64: return CUDA_R_64F;
+    case DType::f16: return CUDA_R_16F;
+    case DType::bf16: return CUDA_R_16BF;
+    default: break;
+  }
+  CG_FAIL("gemm: dtype ", dtype_name(d), " is not floating");
+}
+
 namespace {
 
 // One matrix of a (strided-batch) product, by raw pointer.
@@ -61,17 +72,6 @@ bool in_place(const Tensor& t) {
   return layout_of({nullptr, t.dtype(), t.shape()[n - 2], t.shape()[n - 1], t.strides()[n - 2],
                     t.strides()[n - 1]},
                    rm, ld);
-}
-
-cudaDataType_t lt_type(DType d) {
-  switch (d) {
-    case DType::f32: return CUDA_R_32F;
-    case DType::f64: return CUDA_R_64F;
-    case DType::f16: return CUDA_R_16F;
-    case DType::bf16: return CUDA_R_16BF;
-    default: break;
-  }
-  CG_FAIL("gemm: dtype ", dtype_name(d), " is not floating");
 }
 
 // Inputs cuBLASLt multiplies as they are: a pair of one of these dtypes.
@@ -133,7 +133,7 @@ std::map<int, DeviceState>& states() {
 cublasLtMatrixLayout_t make_layout(DType dtype, int64_t rows, int64_t cols, int64_t ld,
                                    int64_t batch, int64_t batch_stride) {
   cublasLtMatrixLayout_t l = nullptr;
-  CG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, lt_type(dtype), static_cast<uint64_t>(rows),
+  CG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, blas_data_type(dtype), static_cast<uint64_t>(rows),
                                              static_cast<uint64_t>(cols), ld));
   if (batch > 1) {
     const int32_t count = static_cast<int32_t>(batch);

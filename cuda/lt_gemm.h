@@ -14,9 +14,16 @@
 //   gemm_scratch_bytes: an upper bound of the allocator bytes gemm takes for such operands.
 #pragma once
 
+#include <library_types.h>
+
 #include <cstddef>
 
+#include "core/dtype.h"
+
 namespace cg::cuda {
+
+// The cuBLAS / cuBLASLt data type of a floating dtype (throws for the others).
+cudaDataType_t blas_data_type(DType dtype);
 
 // The most workspace cuBLASLt may use per call (bytes): 32 MiB, cuBLAS's advice for Hopper
 // (smaller outputs get less: Note [Workspace size] in lt_gemm.cpp).

@@ -137,8 +137,8 @@ __global__ void moe_rank_kernel(const int32_t* indices, int64_t R, int32_t* rank
 
 // Step 2, one block: offsets = exclusive scan of counts; the g-th expert with rows gets
 // the six pointers of its grouped-GEMM problems (moe_kernels.h, launch_moe_plan).
-__global__ void moe_offsets_kernel(const int32_t* counts, int64_t E, MoeBuffers b,
-                                   int32_t* offsets, const void** ptrs) {
+__global__ void moe_offsets_kernel(const int32_t* counts, int64_t E, MoeBuffers b, int32_t* offsets,
+                                   const void** ptrs) {
   __shared__ int scratch[32];
   int rows_before = 0, groups_before = 0;
   const char* gate_up = static_cast<const char*>(b.gate_up);
@@ -233,8 +233,8 @@ void launch_moe_route(DType dtype, const void* logits, void* weights, int32_t* i
              48 * 1024 / (kRouteWarps * sizeof(C)), " for ", dtype_name(dtype), " logits)");
     const unsigned blocks = static_cast<unsigned>((N + kRouteWarps - 1) / kRouteWarps);
     moe_route_kernel<T><<<blocks, kRouteWarps * 32, smem, stream>>>(
-        static_cast<const T*>(logits), static_cast<C*>(weights), indices, N,
-        static_cast<int>(E), static_cast<int>(k));
+        static_cast<const T*>(logits), static_cast<C*>(weights), indices, N, static_cast<int>(E),
+        static_cast<int>(k));
   });
   CG_CUDA_CHECK(cudaGetLastError());
 }

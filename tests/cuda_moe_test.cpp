@@ -104,8 +104,8 @@ ExpertsInputs make_experts(const ExpertsCase& c, DType dt, uint64_t seed) {
   in.x = randn({c.N, c.H}, {.dtype = dt}, &gen);
   in.gate_up = randn({c.E, 2 * c.I, c.H}, {.dtype = dt}, &gen, 0.0,
                      1.0 / std::sqrt(static_cast<double>(c.H)));
-  in.down = randn({c.E, c.H, c.I}, {.dtype = dt}, &gen, 0.0,
-                  1.0 / std::sqrt(static_cast<double>(c.I)));
+  in.down =
+      randn({c.E, c.H, c.I}, {.dtype = dt}, &gen, 0.0, 1.0 / std::sqrt(static_cast<double>(c.I)));
   std::vector<double> logits = randn({c.N, c.E}, {.dtype = DType::f32}, &gen).to_vector();
   for (int64_t n = 0; n < c.N; ++n) {
     for (int64_t e : c.empty) logits[static_cast<size_t>(n * c.E + e)] = -30.0;
@@ -114,9 +114,7 @@ ExpertsInputs make_experts(const ExpertsCase& c, DType dt, uint64_t seed) {
   return in;
 }
 
-double experts_tol(DType dt) {
-  return dt == DType::bf16 ? 3e-2 : (dt == DType::f16 ? 1e-2 : 1e-5);
-}
+double experts_tol(DType dt) { return dt == DType::bf16 ? 3e-2 : (dt == DType::f16 ? 1e-2 : 1e-5); }
 
 const char* path_name(cuda::MoeGemmPath p) {
   return p == cuda::MoeGemmPath::grouped ? "grouped"
