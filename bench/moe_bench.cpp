@@ -10,6 +10,7 @@
 //   route                      moe_route on [T, E] logits (rate: logit bytes read)
 //   experts automatic          what the table's entry runs (it says which GEMM path)
 //   experts grouped / loop     each GEMM path forced (Note [MoE grouped GEMM])
+//   stage ...                  the non-GEMM launchers alone at T = --tokens
 //
 // Note [The MoE FLOP count]: each (token, slot) pair multiplies its row by its expert's
 // gate_up [2I, H] and down [H, I]: 2 (2 I H + H I) = 6 H I FLOPs, so a call does
@@ -100,6 +101,70 @@ void bench_tokens(const Options& o, const Weights& w, int64_t T, bool bytes_too)
   }
 }
 
+// The non-GEMM stages of one T = o.tokens call alone (moe_kernels.h's launchers on buffers
+// sized as run_moe_experts sizes them): what the grouped GEMMs leave of the total.
+void bench_stages(const Options& o, const Weights& w) {
+  const cg::DType dt = cg::parse_dtype(o.dtype);
+  const cg::Device d = cg::cuda_device(0);
+  const int64_t T = o.tokens, H = o.hidden, I = o.intermediate, E = o.experts, k = o.top_k;
+  const int64_t R = T * k;
+  cg::Generator gen(100 + static_cast<uint64_t>(T));
+  const cg::Tensor x = cg::randn({T, H}, {.dtype = dt, .device = d}, &gen);
+  const cg::Tensor logits = cg::randn({T, E}, {.dtype = dt, .device = d}, &gen);
+  cg::cuda::CudaKernels gpu;
+  const cg::MoeRouting routing = gpu.moe_route(logits, k);
+  const cg::Tensor ints = cg::zeros({2 * R + 2 * E + 1}, {.dtype = cg::DType::i32, .device = d});
+  const cg::Tensor ptrs = cg::zeros({6 * E}, {.dtype = cg::DType::i64, .device = d});
+  const cg::Tensor xs = cg::zeros({R, H}, {.dtype = dt, .device = d});
+  const cg::Tensor h = cg::zeros({R, 2 * I}, {.dtype = dt, .device = d});
+  const cg::Tensor act = cg::zeros({R, I}, {.dtype = dt, .device = d});
+  const cg::Tensor ys = cg::zeros({R, H}, {.dtype = dt, .device = d});
+  const cg::Tensor out = cg::zeros({T, H}, {.dtype = dt, .device = d});
+  int32_t* rank = ints.data<int32_t>();
+  int32_t* pos = rank + R;
+  int32_t* counts = pos + R;
+  int32_t* offsets = counts + E;
+  const size_t eb = cg::element_size(dt);
+  const cg::cuda::MoeBuffers b{w.gate_up.data_ptr(),
+                               w.down.data_ptr(),
+                               xs.data_ptr(),
+                               h.data_ptr(),
+                               act.data_ptr(),
+                               ys.data_ptr(),
+                               H,
+                               I,
+                               eb,
+                               eb};
+  const void** p = reinterpret_cast<const void**>(ptrs.data<int64_t>());
+  const int32_t* idx = routing.indices.data<int32_t>();
+  const cudaStream_t s = cg::cuda::compute_stream(0);
+  const std::string t = " T=" + std::to_string(T);
+  const double moved = static_cast<double>(R * H) * static_cast<double>(eb);  // one xs / ys
+  row("  stage plan (rank, offsets)" + t,
+      time_ms(o.repeats,
+              [&] { cg::cuda::launch_moe_plan(idx, R, E, b, rank, counts, offsets, p, s); }),
+      static_cast<double>(R) * 4.0, "TB/s of indices read");
+  row("  stage gather" + t,
+      time_ms(o.repeats,
+              [&] {
+                cg::cuda::launch_moe_gather(dt, x.data_ptr(), idx, rank, offsets, pos,
+                                            xs.data_ptr(), R, k, H, s);
+              }),
+      2.0 * moved, "TB/s");
+  row("  stage swiglu" + t,
+      time_ms(o.repeats,
+              [&] { cg::cuda::launch_moe_swiglu(dt, h.data_ptr(), act.data_ptr(), R, I, s); }),
+      3.0 * static_cast<double>(R * I) * static_cast<double>(eb), "TB/s");
+  row("  stage combine" + t,
+      time_ms(o.repeats,
+              [&] {
+                cg::cuda::launch_moe_combine(dt, dt, routing.weights.dtype(), ys.data_ptr(),
+                                             routing.weights.data_ptr(), pos, out.data_ptr(), T, k,
+                                             H, s);
+              }),
+      moved, "TB/s");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -154,6 +219,7 @@ int main(int argc, char** argv) {
       o.dtype.c_str(), o.repeats);
   std::printf("%-34s %10s %10s\n", "row", "ms", "rate");
   bench_tokens(o, w, o.tokens, false);
+  bench_stages(o, w);
   std::printf("\ndecoding\n");
   for (int64_t T : decode) bench_tokens(o, w, T, true);
   return 0;
