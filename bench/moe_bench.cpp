@@ -113,29 +113,13 @@ void bench_stages(const Options& o, const Weights& w) {
   const cg::Tensor logits = cg::randn({T, E}, {.dtype = dt, .device = d}, &gen);
   cg::cuda::CudaKernels gpu;
   const cg::MoeRouting routing = gpu.moe_route(logits, k);
-  const cg::Tensor ints = cg::zeros({2 * R + 2 * E + 1}, {.dtype = cg::DType::i32, .device = d});
-  const cg::Tensor ptrs = cg::zeros({6 * E}, {.dtype = cg::DType::i64, .device = d});
-  const cg::Tensor xs = cg::zeros({R, H}, {.dtype = dt, .device = d});
-  const cg::Tensor h = cg::zeros({R, 2 * I}, {.dtype = dt, .device = d});
-  const cg::Tensor act = cg::zeros({R, I}, {.dtype = dt, .device = d});
-  const cg::Tensor ys = cg::zeros({R, H}, {.dtype = dt, .device = d});
+  const cg::cuda::MoeScratch m = cg::cuda::make_moe_scratch(x, w.gate_up, w.down, k);
   const cg::Tensor out = cg::zeros({T, H}, {.dtype = dt, .device = d});
-  int32_t* rank = ints.data<int32_t>();
-  int32_t* pos = rank + R;
-  int32_t* counts = pos + R;
-  int32_t* offsets = counts + E;
+  int32_t *rank = m.rank, *pos = m.pos, *counts = m.counts, *offsets = m.offsets;
+  const cg::cuda::MoeBuffers& b = m.buffers;
+  const void** p = m.ptr_array;
+  const cg::Tensor &xs = m.xs, &h = m.h, &act = m.act, &ys = m.ys;
   const size_t eb = cg::element_size(dt);
-  const cg::cuda::MoeBuffers b{w.gate_up.data_ptr(),
-                               w.down.data_ptr(),
-                               xs.data_ptr(),
-                               h.data_ptr(),
-                               act.data_ptr(),
-                               ys.data_ptr(),
-                               H,
-                               I,
-                               eb,
-                               eb};
-  const void** p = reinterpret_cast<const void**>(ptrs.data<int64_t>());
   const int32_t* idx = routing.indices.data<int32_t>();
   const cudaStream_t s = cg::cuda::compute_stream(0);
   const std::string t = " T=" + std::to_string(T);

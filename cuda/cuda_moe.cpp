@@ -139,6 +139,39 @@ Tensor CudaKernels::moe_experts(const Tensor& x, const Tensor& gate_up, const Te
   return run_moe_experts(x, gate_up, down, routing, MoeGemmPath::automatic);
 }
 
+MoeScratch make_moe_scratch(const Tensor& x, const Tensor& gate_up, const Tensor& down, int64_t k) {
+  const int64_t R = x.size(0) * k, H = x.size(1), E = gate_up.size(0), I = gate_up.size(1) / 2;
+  const DType dt = x.dtype();
+  const Device dev = x.device();
+  MoeScratch m;
+  {
+    CategoryGuard temporary(MemoryCategory::temporary);
+    m.ints = raw::empty({2 * R + 2 * E + 1}, DType::i32, dev);
+    m.ptrs = raw::empty({6 * E}, DType::i64, dev);
+    m.xs = raw::empty({R, H}, dt, dev);
+    m.h = raw::empty({R, 2 * I}, dt, dev);
+    m.act = raw::empty({R, I}, dt, dev);
+    m.ys = raw::empty({R, H}, dt, dev);
+  }
+  m.rank = m.ints.data<int32_t>();
+  m.pos = m.rank + R;
+  m.counts = m.pos + R;
+  m.offsets = m.counts + E;
+  const size_t eb = element_size(dt);
+  m.buffers = MoeBuffers{gate_up.data_ptr(),
+                         down.data_ptr(),
+                         m.xs.data_ptr(),
+                         m.h.data_ptr(),
+                         m.act.data_ptr(),
+                         m.ys.data_ptr(),
+                         H,
+                         I,
+                         eb,
+                         eb};
+  m.ptr_array = reinterpret_cast<const void**>(m.ptrs.data<int64_t>());
+  return m;
+}
+
 Tensor run_moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down,
                        const MoeRouting& routing, MoeGemmPath path) {
   const int64_t N = x.size(0), H = x.size(1), E = gate_up.size(0), I = gate_up.size(1) / 2;
@@ -152,32 +185,12 @@ Tensor run_moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& dow
     return out;
   }
   const cudaStream_t stream = stream_of(x);
-  Tensor ints, ptrs, xs, h, act, ys;
-  {
-    CategoryGuard temporary(MemoryCategory::temporary);
-    ints = raw::empty({2 * R + 2 * E + 1}, DType::i32, dev);  // rank, pos, counts, offsets
-    ptrs = raw::empty({6 * E}, DType::i64, dev);
-    xs = raw::empty({R, H}, dt, dev);
-    h = raw::empty({R, 2 * I}, dt, dev);
-    act = raw::empty({R, I}, dt, dev);
-    ys = raw::empty({R, H}, dt, dev);
-  }
-  int32_t* rank = ints.data<int32_t>();
-  int32_t* pos = rank + R;
-  int32_t* counts = pos + R;
-  int32_t* offsets = counts + E;
+  const MoeScratch m = make_moe_scratch(x, gate_up, down, k);
+  const Tensor &ints = m.ints, &xs = m.xs, &h = m.h, &act = m.act, &ys = m.ys;
+  int32_t *rank = m.rank, *pos = m.pos, *counts = m.counts, *offsets = m.offsets;
+  const MoeBuffers& buffers = m.buffers;
+  const void** ptr_array = m.ptr_array;
   const size_t eb = element_size(dt);
-  const MoeBuffers buffers{gate_up.data_ptr(),
-                           down.data_ptr(),
-                           xs.data_ptr(),
-                           h.data_ptr(),
-                           act.data_ptr(),
-                           ys.data_ptr(),
-                           H,
-                           I,
-                           eb,
-                           eb};
-  const void** ptr_array = reinterpret_cast<const void**>(ptrs.data<int64_t>());
   const int32_t* indices = routing.indices.data<int32_t>();
   launch_moe_plan(indices, R, E, buffers, rank, counts, offsets, ptr_array, stream);
   launch_moe_gather(dt, x.data_ptr(), indices, rank, offsets, pos, xs.data_ptr(), R, k, H, stream);

@@ -61,6 +61,19 @@ void launch_moe_combine(DType dtype, DType ys_dtype, DType w_dtype, const void* 
                         const void* weights, const int32_t* pos, void* out, int64_t N, int64_t k,
                         int64_t H, cudaStream_t stream);
 
+// The scratch of one moe_experts call over x [N, H] with k slots (R = N k): the tensors
+// (temporary memory) and the pointers the launchers above take. run_moe_experts makes one
+// per call; the bench times the stages on one.
+struct MoeScratch {
+  Tensor ints;                             // i32 rank [R], pos [R], counts [E], offsets [E + 1]
+  Tensor ptrs;                             // i64 [6 E]: the grouped-GEMM pointer arrays
+  Tensor xs, h, act, ys;                   // [R, H], [R, 2I], [R, I], [R, H] in x's dtype
+  int32_t *rank, *pos, *counts, *offsets;  // into ints
+  MoeBuffers buffers;
+  const void** ptr_array;  // ptrs' data
+};
+MoeScratch make_moe_scratch(const Tensor& x, const Tensor& gate_up, const Tensor& down, int64_t k);
+
 // How the per-expert GEMMs run (Note [MoE grouped GEMM], cuda_moe.cpp): automatic takes
 // cuBLAS's grouped GEMM where it accepts the dtypes, else the loop.
 enum class MoeGemmPath { automatic, grouped, loop };
