@@ -113,6 +113,13 @@ class CpuKernels : public DeviceKernels {
   Tensor gated_delta_rule(const GatedDeltaArgs& args) override;
   Tensor causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& history,
                        bool silu) override;
+  // Mixture of experts (cpu/moe.cpp; the math and its rounding in Note [MoE rounding],
+  // ops/kernels.h): the router's softmax top-k row by row; the experts as transformers'
+  // eager loop, built from this table's index_select, gemm, swiglu_forward, binary and
+  // index_add.
+  MoeRouting moe_route(const Tensor& router_logits, int64_t top_k) override;
+  Tensor moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down,
+                     const MoeRouting& routing) override;
   // scaled_dot_product_attention (cpu/attention.cpp): q [B, Hq, Sq, hd], k and v
   // [B, Hkv, Sk, hd], any strides, one floating dtype. The backward recomputes the
   // probabilities row by row from `lse` (no [Sq, Sk] buffer).

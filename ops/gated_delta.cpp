@@ -8,7 +8,6 @@
 #include <cmath>
 #include <string>
 
-#include "autograd/grad_mode.h"
 #include "core/factories.h"
 #include "core/views.h"
 #include "ops/kernels.h"
@@ -20,14 +19,6 @@ namespace {
 
 std::string shape_or_undefined(const Tensor& t) {
   return t.defined() ? shape_str(t.shape()) : std::string("undefined");
-}
-
-// Refuses an input that would record a graph (grad mode on and the input needs a grad).
-void check_no_grad(const char* op, const Tensor& t, const char* arg) {
-  CG_CHECK(!(t.defined() && t.requires_grad() && GradMode::is_enabled()), op, ": ", arg,
-           " requires grad, but ", op,
-           " records no gradient: it runs frozen targets; call it under no-grad "
-           "(cg::NoGradGuard) or detach the inputs");
 }
 
 void check_gated_delta(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,

@@ -53,6 +53,8 @@ const std::vector<std::string>& kernel_entry_names() {
                                                  "swiglu_backward",
                                                  "gated_delta_rule",
                                                  "causal_conv1d",
+                                                 "moe_route",
+                                                 "moe_experts",
                                                  "attention_forward",
                                                  "attention_backward",
                                                  "index_select",
@@ -134,6 +136,10 @@ Tensor DeviceKernels::rotary(const Tensor&, const Tensor&, double, bool) { missi
 Tensor DeviceKernels::gated_delta_rule(const GatedDeltaArgs&) { missing("gated_delta_rule"); }
 Tensor DeviceKernels::causal_conv1d(const Tensor&, const Tensor&, const Tensor&, bool) {
   missing("causal_conv1d");
+}
+MoeRouting DeviceKernels::moe_route(const Tensor&, int64_t) { missing("moe_route"); }
+Tensor DeviceKernels::moe_experts(const Tensor&, const Tensor&, const Tensor&, const MoeRouting&) {
+  missing("moe_experts");
 }
 Tensor DeviceKernels::swiglu_forward(const Tensor&, const Tensor&) { missing("swiglu_forward"); }
 SwigluGrads DeviceKernels::swiglu_backward(const Tensor&, const Tensor&, const Tensor&, bool,

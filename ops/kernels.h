@@ -131,6 +131,33 @@ struct GatedDeltaArgs {
   double scale = 1.0;  // q's scale after the norm (dk^-0.5 in Qwen3.5)
 };
 
+// Note [MoE rounding]: a mixture-of-experts layer (Qwen3.5-MoE, ops/moe.h) as two entries.
+// moe_route(router_logits [N, E], top_k):
+//   probs = softmax(logits) over the E experts, in fp32 (f64 for f64 logits);
+//   the top_k largest probs per row, descending, ties to the lower expert index;
+//   weights = those probs / their sum, in fp32 (always renormalised, as transformers'
+//   qwen3_5_moe router does). weights [N, k] f32 (f64 for f64 logits), indices [N, k] i32.
+// moe_experts(x [N, H], gate_up [E, 2I, H], down [E, H, I], routing):
+//   out[n] = sum over slots s of w[n, s] * down[e] @ (silu(gate_up[e][:I] @ x[n]) *
+//                                                     (gate_up[e][I:] @ x[n])),  e = idx[n, s]
+//   with the gate rows first in gate_up (not interleaved). out [N, H] in x's dtype.
+// Where 16-bit values round (f32/f64 inputs round nowhere but in their own arithmetic):
+//   - every device rounds w to x's dtype before using it (transformers casts the router's
+//     weights to the model dtype);
+//   - the CPU follows transformers' eager loop: experts ascending, each expert's rows
+//     gathered, gate_up GEMM (rounded to x's dtype), silu(gate) * up (fp32, rounded once),
+//     down GEMM (rounded), times w (rounded), added into a zero [N, H] buffer of x's dtype
+//     (rounded after each add): a token's k contributions add in x's dtype, in ascending
+//     expert order;
+//   - another device may keep the down GEMM's rows in fp32 and sum a token's k weighted
+//     contributions in fp32, rounding once on store (the CUDA one does): compare it with
+//     the CPU at the 16-bit tolerance, exactly in f32/f64 up to summation order.
+// Rows with an index outside [0, E) never reach an entry (the op checks them).
+struct MoeRouting {
+  Tensor weights;  // [N, k] f32 (f64 for f64 logits), each row renormalised to sum 1
+  Tensor indices;  // [N, k] i32, distinct experts per row, in descending weight order
+};
+
 // A gemm's operands by shape only (to size buffers before any exist): out [m, n] =
 // a [m, k] @ b [k, n]; `dense` = the operand already has a unit stride in one dim.
 struct GemmDesc {
@@ -245,6 +272,13 @@ class DeviceKernels {
   // act = SiLU when silu, else identity; fp32 accumulation, out [B, T, C] in x's dtype.
   virtual Tensor causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& history,
                                bool silu);
+  // Note [MoE rounding]. moe_route: router_logits [N, E] floating, contiguous, 1 <= top_k <=
+  // E. moe_experts: x [N, H], gate_up [E, 2I, H], down [E, H, I] of one floating dtype, all
+  // contiguous; routing as moe_route returns it (weights [N, k] f32 or f64, indices [N, k]
+  // i32, contiguous, values in [0, E)).
+  virtual MoeRouting moe_route(const Tensor& router_logits, int64_t top_k);
+  virtual Tensor moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down,
+                             const MoeRouting& routing);
   virtual AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                              const ResolvedAttentionMask& mask, double scale);
   virtual AttentionGrads attention_backward(const Tensor& grad_out, const Tensor& q,

@@ -1,6 +1,8 @@
 // Why this file exists: the shared input checks of ops (see op_checks.h).
 #include "ops/op_checks.h"
 
+#include "autograd/grad_mode.h"
+
 namespace cg {
 
 void check_defined(const char* op, const Tensor& t, const char* arg) {
@@ -11,6 +13,13 @@ void check_floating(const char* op, const Tensor& t) {
   CG_CHECK(is_floating(t.dtype()), op, ": dtype ", dtype_name(t.dtype()),
            " is not supported; it computes on f32, f64, bf16 and f16 tensors (convert with "
            "cg::to(t, dtype))");
+}
+
+void check_no_grad(const char* op, const Tensor& t, const char* arg) {
+  CG_CHECK(!(t.defined() && t.requires_grad() && GradMode::is_enabled()), op, ": ", arg,
+           " requires grad, but ", op,
+           " records no gradient: it runs frozen targets; call it under no-grad "
+           "(cg::NoGradGuard) or detach the inputs");
 }
 
 void check_same_device(const char* op, const Tensor& a, const Tensor& b) {

@@ -19,6 +19,9 @@ void check_same_dtype(const char* op, const Tensor& a, const Tensor& b);
 void check_binary(const char* op, const Tensor& a, const Tensor& b);
 // "gather: index has dtype f32; indices must be i32 or i64 (convert with cg::to(t, DType::i64))"
 void check_index_dtype(const char* op, const Tensor& idx, const char* arg = "index");
+// Refuses an input that would record a graph (grad mode on and t needs a grad) in an op that
+// records none (the frozen-target ops: gated_delta_rule, moe_experts, ...).
+void check_no_grad(const char* op, const Tensor& t, const char* arg);
 // "op add is not implemented on cuda yet"
 [[noreturn]] void fail_not_implemented(const char* op, Device device);
 

@@ -25,6 +25,7 @@
 #include "ops/head_loss.h"
 #include "ops/kernels.h"
 #include "ops/loss.h"
+#include "ops/moe.h"
 #include "ops/ops.h"
 #include "ops/optim.h"
 
@@ -340,6 +341,22 @@ std::vector<Case> all_cases() {
                  const Tensor hf_weight = unsqueeze(x[1], 1);  // [C, 1, K]
                  return std::vector<Tensor>{causal_conv1d(x[0], x[1], x[2]),
                                             causal_conv1d(x[0], hf_weight, Tensor(), false)};
+               }});
+  // Mixture of experts (frozen-target ops: constant inputs, no backward). 7 tokens over 6
+  // experts, top 2: routing from the device's own moe_route, and a fixed routing with an
+  // expert that no token chose; the weights, indices and the experts' sum all compared.
+  c.push_back({"moe",
+               {"moe_route", "moe_experts", "check_indices"},
+               kAllFloat,
+               {constant({7, 6}), constant({7, 5}), constant({6, 8, 5}), constant({6, 5, 4})},
+               [](auto& x) {
+                 const MoeRouting r = moe_route(x[0], 2);
+                 const Tensor fixed_idx = raw::to_device(
+                     from_ints({0, 2, 2, 0, 5, 4, 1, 0, 2, 5, 4, 0, 0, 1}, {7, 2}), x[0].device());
+                 const MoeRouting fixed{raw::to_device(full({7, 2}, 0.5), x[0].device()),
+                                        to_dtype(fixed_idx, DType::i32)};
+                 return std::vector<Tensor>{r.weights, r.indices, moe_experts(x[1], x[2], x[3], r),
+                                            moe_experts(x[1], x[2], x[3], fixed)};
                }});
   c.push_back({"indexing",
                {"index_select", "index_add", "gather", "scatter_add", "check_indices"},

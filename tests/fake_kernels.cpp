@@ -141,6 +141,11 @@ class CountingKernels final : public cpu::CpuKernels {
   Tensor causal_conv1d(const Tensor& x, const Tensor& w, const Tensor& h, bool silu) override {
     CG_FORWARD(causal_conv1d, x, w, h, silu);
   }
+  MoeRouting moe_route(const Tensor& l, int64_t k) override { CG_FORWARD(moe_route, l, k); }
+  Tensor moe_experts(const Tensor& x, const Tensor& gu, const Tensor& d,
+                     const MoeRouting& r) override {
+    CG_FORWARD(moe_experts, x, gu, d, r);
+  }
   AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                      const ResolvedAttentionMask& m, double s) override {
     CG_FORWARD(attention_forward, q, k, v, m, s);
