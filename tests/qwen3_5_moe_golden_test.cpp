@@ -55,10 +55,10 @@ constexpr double kGpuRelTol = 2e-3;  // f32 GPU vs the same reference
 bool have_goldens() {
   return fs::exists(kPacked + "/config.json") && fs::exists(kHidden) && fs::exists(kRouting);
 }
-#define SKIP_WITHOUT_GOLDENS()                                                          \
-  if (!have_goldens())                                                                  \
-  GTEST_SKIP() << "no " << kPacked                                                      \
-               << ": make it on a machine with torch and transformers (python3 "        \
+#define SKIP_WITHOUT_GOLDENS()                                                   \
+  if (!have_goldens())                                                           \
+  GTEST_SKIP() << "no " << kPacked                                               \
+               << ": make it on a machine with torch and transformers (python3 " \
                   "tests/golden/qwen3_5/make_golden_moe.py)"
 
 struct Golden {
@@ -104,14 +104,15 @@ void check_forward(const std::string& folder, Device device, double tol) {
     const auto out = target.lm->forward(ids, {.capture_layers = all_layers()});
     for (int64_t i = 0; i < kLayers; ++i) {
       // hidden_states[i + 1] is layer i's output, except the last (the normed one there).
-      const Tensor want = i + 1 < kLayers ? g.at(key("hidden_states", n, i + 1))
-                                          : g.at(key("layer_out", n, i));
+      const Tensor want =
+          i + 1 < kLayers ? g.at(key("hidden_states", n, i + 1)) : g.at(key("layer_out", n, i));
       EXPECT_LE(rel_diff(f32_cpu(out.layer_hidden[i], {n, kHiddenSize}), want), tol)
           << folder << " n " << n << ": output of decoder layer " << i << " (" << kLayerTypes[i]
           << ")";
     }
-    EXPECT_LE(rel_diff(f32_cpu(out.hidden, {n, kHiddenSize}), g.at(key("hidden_states", n, kLayers))),
-              tol)
+    EXPECT_LE(
+        rel_diff(f32_cpu(out.hidden, {n, kHiddenSize}), g.at(key("hidden_states", n, kLayers))),
+        tol)
         << folder << " n " << n << ": the final normed hidden";
     if (n != kLengths.back()) {
       EXPECT_LE(rel_diff(f32_cpu(out.logits, {n, kVocab}), g.at(key("logits", n))), tol)
@@ -186,7 +187,8 @@ TEST(Qwen35MoeGolden, CachedGreedyDecodingEqualsTransformers) {
     EXPECT_LE(rel_diff(row, contiguous(reshape(narrow(want, 0, i, 1), {kVocab}))), kRelTol)
         << "logits of decoding step " << i;
     mine.push_back(static_cast<int64_t>(argmax(row, 0).item()));
-    if (i + 1 < kNewTokens) out = target.lm->forward_cached(from_ints({mine.back()}, {1, 1}), cache);
+    if (i + 1 < kNewTokens)
+      out = target.lm->forward_cached(from_ints({mine.back()}, {1, 1}), cache);
   }
   EXPECT_EQ(mine, greedy) << "cached greedy decoding vs transformers'";
 }

@@ -155,8 +155,7 @@ TEST(MoeExperts, RefusesBadInput) {
   const Tensor x = zeros({3, 4}), gate_up = zeros({2, 6, 4}), down = zeros({2, 4, 3});
   const MoeRouting ok{zeros({3, 1}), to_dtype(from_ints({0, 1, 0}, {3, 1}), DType::i32)};
   EXPECT_NO_THROW(moe_experts(x, gate_up, down, ok));
-  EXPECT_ERROR_HAS(moe_experts(x, gate_up, zeros({2, 4, 2}), ok), "down must be",
-                   "[2, 4, 3]");
+  EXPECT_ERROR_HAS(moe_experts(x, gate_up, zeros({2, 4, 2}), ok), "down must be", "[2, 4, 3]");
   EXPECT_ERROR_HAS(moe_experts(x, zeros({2, 5, 4}), down, ok), "gate_up must be");
   EXPECT_ERROR_HAS(moe_experts(x, to_dtype(gate_up, DType::bf16), down, ok), "one dtype");
   const MoeRouting out_of_range{zeros({3, 1}), from_ints({0, 2, 1}, {3, 1})};
@@ -341,7 +340,7 @@ safetensors::NamedTensors per_expert_tensors(const nn::Module& m, const std::str
       const std::string base = name.substr(0, name.size() - std::string("down_proj").size());
       for (int64_t e = 0; e < t.size(0); ++e)
         out.emplace_back(base + std::to_string(e) + ".down_proj.weight",
-                        squeeze(narrow(t, 0, e, 1), 0));
+                         squeeze(narrow(t, 0, e, 1), 0));
     } else {
       out.emplace_back(name, t);
     }
@@ -369,7 +368,8 @@ TEST(MoeCheckpoint, PerExpertTensorsLoadAsThePackedOnes) {
     const auto got = lm.named_parameters();
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < got.size(); ++i)
-      EXPECT_EQ(got[i].second.to_vector(), want[i].second.to_vector()) << path << " " << got[i].first;
+      EXPECT_EQ(got[i].second.to_vector(), want[i].second.to_vector())
+          << path << " " << got[i].first;
   }
   fs::remove(packed);
   fs::remove(split);
