@@ -57,15 +57,14 @@ SparseMoeBlock::SparseMoeBlock(const Qwen3Config& config, InitOptions init)
            "num_experts, got ",
            config.num_experts, " experts and top ", top_k_);
   const LinearOptions no_bias{.bias = false, .init = init};
-  gate = register_module("gate",
-                         std::make_unique<Linear>(hidden_, config.num_experts, no_bias));
+  gate = register_module("gate", std::make_unique<Linear>(hidden_, config.num_experts, no_bias));
   if (!SkipParameterInit::active()) {  // transformers' router init instead of nn.Linear's
     raw::copy_(gate->weight,
                randn(gate->weight.shape(), init.tensor_options(), init.generator, 0.0, kInitStd));
   }
-  experts = register_module("experts",
-                            std::make_unique<MoeExperts>(config.num_experts, hidden_,
-                                                         config.moe_intermediate_size, init));
+  experts =
+      register_module("experts", std::make_unique<MoeExperts>(config.num_experts, hidden_,
+                                                              config.moe_intermediate_size, init));
   shared_expert = register_module(
       "shared_expert",
       std::make_unique<Qwen3MLP>(hidden_, config.shared_expert_intermediate_size, init));

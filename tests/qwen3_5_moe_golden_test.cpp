@@ -1,19 +1,23 @@
 // Why this file exists: issue 21's golden test of a mixture-of-experts Qwen3.5 target. A
 // tiny Qwen3_5MoeForConditionalGeneration made and saved by transformers 5.17 (f32, CPU,
 // experts pinned to transformers' "eager" loop; tests/golden/qwen3_5/make_golden_moe.py):
-//   tiny_qwen3_5_moe/            the packed expert layout transformers saves (gate_up_proj
-//                                [8, 32, 64], down_proj [8, 64, 16]), model.visual.* and mtp.*
-//                                in the file (skipped), 4 layers L F L F, 8 experts, top 3,
-//                                expert MLP 16, shared expert 24 gated by a random
+//   tiny_qwen3_5_moe/            as save_pretrained writes it: transformers 5.17 stores the
+//                                experts one tensor per expert and projection
+//                                (experts.{e}.{gate,up,down}_proj.weight); model.visual.* and
+//                                mtp.* in the file (skipped); 4 layers L F L F, 8 experts, top
+//                                3, expert MLP 16, shared expert 24 gated by a random
 //                                shared_expert_gate, partial rotary 0.25, untied lm_head;
-//   tiny_qwen3_5_moe_per_expert/ the same weights one tensor per expert and projection;
+//   tiny_qwen3_5_moe_packed/     the same weights packed as the released checkpoints store
+//                                them (experts.gate_up_proj [8, 32, 64], gate rows first;
+//                                experts.down_proj [8, 64, 16]);
 //   tiny_qwen3_5_moe_hidden.safetensors    transformers' hidden states and logits for 2, 77
 //                                and 150 tokens (2 x top 3 = 6 slots < 8 experts: some expert
 //                                gets no token; 77 and 150 cross DeltaNet chunks of 64);
 //   tiny_qwen3_5_moe_routing.safetensors   the router's logits, top-k indices and weights
 //                                per layer and sequence.
 // What is compared (f32 CPU at kRelTol of the reference's scale, as the dense golden):
-// every decoder layer's output, the final normed hidden, the logits; the router on
+// every decoder layer's output, the final normed hidden, the logits (from both layouts); the
+// router on
 // transformers' own router logits (indices exactly, weights to fp32 rounding); both expert
 // layouts load to bit-identical parameters; cached greedy decoding equals transformers'.
 #include <gtest/gtest.h>
@@ -40,8 +44,8 @@ namespace fs = std::filesystem;
 using testing_golden::rel_diff;
 
 const std::string kGolden = std::string(CHUNKGRAD_TEST_DATA_DIR) + "/../golden/qwen3_5";
-const std::string kPacked = kGolden + "/tiny_qwen3_5_moe";
-const std::string kPerExpert = kGolden + "/tiny_qwen3_5_moe_per_expert";
+const std::string kSaved = kGolden + "/tiny_qwen3_5_moe";  // per expert, as transformers saves
+const std::string kPacked = kGolden + "/tiny_qwen3_5_moe_packed";
 const std::string kHidden = kGolden + "/tiny_qwen3_5_moe_hidden.safetensors";
 const std::string kRouting = kGolden + "/tiny_qwen3_5_moe_routing.safetensors";
 const std::vector<int64_t> kLengths = {2, 77, 150};
@@ -53,11 +57,12 @@ constexpr double kRelTol = 5e-5;     // f32 CPU vs transformers f32 CPU
 constexpr double kGpuRelTol = 2e-3;  // f32 GPU vs the same reference
 
 bool have_goldens() {
-  return fs::exists(kPacked + "/config.json") && fs::exists(kHidden) && fs::exists(kRouting);
+  return fs::exists(kSaved + "/config.json") && fs::exists(kPacked + "/config.json") &&
+         fs::exists(kHidden);
 }
 #define SKIP_WITHOUT_GOLDENS()                                                   \
   if (!have_goldens())                                                           \
-  GTEST_SKIP() << "no " << kPacked                                               \
+  GTEST_SKIP() << "no " << kSaved                                                \
                << ": make it on a machine with torch and transformers (python3 " \
                   "tests/golden/qwen3_5/make_golden_moe.py)"
 
@@ -121,35 +126,38 @@ void check_forward(const std::string& folder, Device device, double tol) {
   }
 }
 
-TEST(Qwen35MoeGolden, PackedFolderMatchesTransformersOnTheCpu) {
+TEST(Qwen35MoeGolden, BothExpertLayoutsMatchTransformersOnTheCpu) {
   SKIP_WITHOUT_GOLDENS();
+  check_forward(kSaved, kCPU, kRelTol);
   check_forward(kPacked, kCPU, kRelTol);
 }
 
-TEST(Qwen35MoeGolden, PerExpertFolderLoadsTheSameParameters) {
+TEST(Qwen35MoeGolden, BothExpertLayoutsLoadTheSameParameters) {
   SKIP_WITHOUT_GOLDENS();
-  ASSERT_TRUE(fs::exists(kPerExpert + "/model.safetensors"));
+  const train::FeatureTarget saved = train::load_feature_target(kSaved, kCPU, DType::f32);
   const train::FeatureTarget packed = train::load_feature_target(kPacked, kCPU, DType::f32);
-  const train::FeatureTarget split = train::load_feature_target(kPerExpert, kCPU, DType::f32);
-  const auto a = packed.lm->named_parameters(), b = split.lm->named_parameters();
+  const auto a = saved.lm->named_parameters(), b = packed.lm->named_parameters();
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) {
     ASSERT_EQ(a[i].first, b[i].first);
     EXPECT_EQ(a[i].second.to_vector(), b[i].second.to_vector()) << a[i].first;
   }
-  // The per-expert file really is per expert (the test above would pass on a copy).
-  const auto file = safetensors::open(kPerExpert + "/model.safetensors");
-  bool packed_names = false, split_names = false;
-  for (const std::string& name : file->names()) {
-    packed_names = packed_names || name.find("experts.gate_up_proj") != std::string::npos;
-    split_names = split_names || name.find("experts.7.up_proj.weight") != std::string::npos;
-  }
-  EXPECT_FALSE(packed_names);
-  EXPECT_TRUE(split_names);
+  // The two files really hold the two layouts (the test above would pass on a copy).
+  auto layout_of = [](const std::string& file) {
+    bool packed_names = false, split_names = false;
+    for (const std::string& name : safetensors::open(file)->names()) {
+      packed_names = packed_names || name.find("experts.gate_up_proj") != std::string::npos;
+      split_names = split_names || name.find("experts.7.up_proj.weight") != std::string::npos;
+    }
+    return std::pair{packed_names, split_names};
+  };
+  EXPECT_EQ(layout_of(kSaved + "/model.safetensors"), std::pair(false, true));
+  EXPECT_EQ(layout_of(kPacked + "/model.safetensors"), std::pair(true, false));
 }
 
 TEST(Qwen35MoeGolden, RouterMatchesTransformersTopK) {
   SKIP_WITHOUT_GOLDENS();
+  if (!fs::exists(kRouting)) GTEST_SKIP() << "no " << kRouting << " (make_golden_moe.py)";
   const Golden r(kRouting);
   bool an_expert_without_tokens = false;
   for (int64_t n : kLengths) {
@@ -172,7 +180,7 @@ TEST(Qwen35MoeGolden, RouterMatchesTransformersTopK) {
 
 TEST(Qwen35MoeGolden, CachedGreedyDecodingEqualsTransformers) {
   SKIP_WITHOUT_GOLDENS();
-  const train::FeatureTarget target = train::load_feature_target(kPacked, kCPU, DType::f32);
+  const train::FeatureTarget target = train::load_feature_target(kSaved, kCPU, DType::f32);
   const Golden g(kHidden);
   const std::vector<int64_t> prompt = g.ids("gen.prompt"), greedy = g.ids("gen.greedy");
   const Tensor want = g.at("gen.logits");  // [12, V]: row i predicts greedy[i]
@@ -196,6 +204,7 @@ TEST(Qwen35MoeGolden, CachedGreedyDecodingEqualsTransformers) {
 TEST(Qwen35MoeGolden, GpuMatchesTransformersInF32) {
   SKIP_WITHOUT_GOLDENS();
   if (!cuda_available()) GTEST_SKIP() << "no GPU";
+  check_forward(kSaved, cuda_device(), kGpuRelTol);
   check_forward(kPacked, cuda_device(), kGpuRelTol);
 }
 

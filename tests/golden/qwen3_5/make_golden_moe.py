@@ -7,23 +7,25 @@ the same randomisation rules, reference tensors and generation report.
 
 Writes into OUT_DIR (default: this folder):
   tiny_qwen3_5_moe/     Qwen3_5MoeForConditionalGeneration (model_type qwen3_5_moe, text_config
-                        qwen3_5_moe_text, a tiny vision_config), the PACKED expert layout as
-                        transformers saves it: model.language_model.layers.N.mlp.gate.weight
-                        [8, 64], .experts.gate_up_proj [8, 32, 64] (gate rows first),
-                        .experts.down_proj [8, 64, 16], .shared_expert.{gate,up,down}_proj.weight,
-                        .shared_expert_gate.weight [1, 64]; plus mtp.* tensors (skipped on load).
+                        qwen3_5_moe_text, a tiny vision_config) as save_pretrained writes it.
+                        transformers 5.17 holds the experts packed in memory (experts.gate_up_proj
+                        [8, 32, 64], gate rows first; experts.down_proj [8, 64, 16]) but SAVES
+                        them one by one (its conversion mapping reversed on save):
+                        model.language_model.layers.N.mlp.experts.{e}.{gate,up,down}_proj.weight
+                        ([16, 64], [16, 64], [64, 16]); besides .mlp.gate.weight [8, 64],
+                        .shared_expert.{gate,up,down}_proj.weight, .shared_expert_gate.weight
+                        [1, 64]; plus mtp.* tensors (skipped on load).
                         4 layers: linear, full, linear, full. 8 experts, top 3, expert MLP 16,
                         shared expert 24, the other sizes as the dense golden (hidden 64, head_dim
                         32, 4 q / 2 kv heads, DeltaNet 2 key / 4 value heads x 16, vocab 1024),
                         rope theta 1e7, partial_rotary_factor 0.25, f32, untied.
                         config._experts_implementation is pinned to "eager" (transformers'
                         per-expert loop) before every forward, and recorded.
-  tiny_qwen3_5_moe_per_expert/  the same weights with the experts stored one by one, as some
-                        third-party repacks do: ...mlp.experts.{e}.{gate,up,down}_proj.weight
-                        ([16, 64], [16, 64], [64, 16]); config.json copied. A loader must stack
-                        them into the packed layout (gate rows before up rows). (Should
-                        transformers save per expert instead, the packed copy is written as
-                        tiny_qwen3_5_moe_packed/ and the report says which is which.)
+  tiny_qwen3_5_moe_packed/  the same weights in the packed layout (as the released Qwen3.5-MoE
+                        checkpoints store them): experts.gate_up_proj [8, 32, 64] (gate rows
+                        before up rows) and experts.down_proj [8, 64, 16]; config.json copied.
+                        (Should a transformers version save packed, the other layout is written
+                        as tiny_qwen3_5_moe_per_expert/; the report says which is which.)
   tiny_qwen3_5_moe_hidden.safetensors    as make_golden.py's NAME_hidden, lengths (2, 77, 150):
                         2 tokens x top 3 = 6 slots < 8 experts, so some expert gets no token;
                         77 and 150 are > 64 and not multiples of 64 (DeltaNet chunks).
@@ -138,7 +140,7 @@ def manual_block(block, x):
     out = torch.zeros_like(flat)
     gu, down = block.experts.gate_up_proj, block.experts.down_proj
     for e in range(EXPERTS):
-        pos, tok = torch.where(idx == e)
+        tok, pos = torch.where(idx == e)  # idx [N, k]: (token, slot) pairs
         if tok.numel() == 0:
             continue
         g, u = torch.nn.functional.linear(flat[tok], gu[e]).chunk(2, dim=-1)
