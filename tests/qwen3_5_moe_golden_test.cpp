@@ -145,7 +145,8 @@ TEST(Qwen35MoeGolden, BothExpertLayoutsLoadTheSameParameters) {
   // The two files really hold the two layouts (the test above would pass on a copy).
   auto layout_of = [](const std::string& file) {
     bool packed_names = false, split_names = false;
-    for (const std::string& name : safetensors::open(file)->names()) {
+    const auto reader = safetensors::open(file);
+    for (const std::string& name : reader->names()) {
       packed_names = packed_names || name.find("experts.gate_up_proj") != std::string::npos;
       split_names = split_names || name.find("experts.7.up_proj.weight") != std::string::npos;
     }

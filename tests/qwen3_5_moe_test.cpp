@@ -238,7 +238,8 @@ TEST(Qwen35MoeConfig, RefusesWhatItCannotCompute) {
   EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(zero), "moe_intermediate_size must be positive");
   json dense_layers = moe_text_config();
   dense_layers["mlp_only_layers"] = {1};
-  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(dense_layers), "mlp_only_layers = [1]");
+  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(dense_layers), "mlp_only_layers",
+                   "dense layers are not supported");
   json sparse_step = moe_text_config();
   sparse_step["decoder_sparse_step"] = 2;
   EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(sparse_step), "decoder_sparse_step = 2");
@@ -260,6 +261,7 @@ nn::Qwen3Config tiny_moe_config() {
   c.layer_types = {"linear_attention", "full_attention"};
   c.attn_output_gate = true;
   c.zero_centred_norm = true;
+  c.head_dim = 8;
   c.partial_rotary_factor = 0.5;
   c.linear_num_key_heads = 2;
   c.linear_num_value_heads = 4;
