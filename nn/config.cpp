@@ -155,6 +155,9 @@ namespace {
 
 using json = nlohmann::json;
 
+// More decoder layers than any model has; a larger count in a config.json is damage.
+constexpr int64_t kMaxLayers = 100000;
+
 // Note [RoPE fields]: transformers up to 4.x writes the RoPE base as a top-level
 // "rope_theta" and its scaling as "rope_scaling" (null, or {"rope_type" (older: "type"):
 // "yarn", "factor": 4.0, ...}); transformers 5 writes both into "rope_parameters":
@@ -423,6 +426,10 @@ Qwen3Config Qwen3Config::from_hf_json(const nlohmann::json& j) {
     c.vocab_size = need("vocab_size").get<int64_t>();
     c.hidden_size = need("hidden_size").get<int64_t>();
     c.num_layers = need("num_hidden_layers").get<int64_t>();
+    // Checked before anything is sized from it (layer_types below has one entry per layer).
+    CG_CHECK(c.num_layers > 0 && c.num_layers <= kMaxLayers, "Qwen3Config: ", where,
+             " has num_hidden_layers = ", c.num_layers, "; it must be in [1, ", kMaxLayers,
+             "] (the file is damaged, or not a model's config)");
     c.num_heads = need("num_attention_heads").get<int64_t>();
     // transformers' Qwen3 rule for a missing or null num_key_value_heads: one per head.
     // Its Qwen3.5 class defaults to 4 instead; a guess there is refused.

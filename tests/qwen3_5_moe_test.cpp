@@ -252,6 +252,15 @@ TEST(Qwen35MoeConfig, RefusesWhatItCannotCompute) {
   EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(not_int), "num_experts", "integer");
 }
 
+// newuser finding F1: a huge layer count is refused before layer_types is derived from it.
+TEST(Qwen35MoeConfig, RefusesAHugeLayerCountBeforeSizingAnything) {
+  json j = moe_text_config();
+  j.erase("layer_types");
+  j["num_hidden_layers"] = int64_t{100000000000};
+  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(j), "num_hidden_layers = 100000000000",
+                   "[1, 100000]");
+}
+
 // ---- the module -----------------------------------------------------------------------------
 
 nn::Qwen3Config tiny_moe_config() {
@@ -410,6 +419,21 @@ TEST(MoeCheckpoint, IncompleteOrExtraExpertsAreRefused) {
                     source.model->layer(0).moe->experts->gate_up_proj.detach());
   safetensors::save_file(both, path);
   EXPECT_ERROR_HAS(nn::load_checkpoint(lm, path), "mixes two checkpoint layouts");
+  fs::remove(path);
+}
+
+// newuser finding F3: integer tensors do not load into floating parameters, even converting.
+TEST(MoeCheckpoint, IntegerTensorsAreRefusedForFloatingParameters) {
+  const nn::Qwen3Config c = tiny_moe_config();
+  Generator gen(12);
+  nn::Qwen3ForCausalLM lm(c, {.generator = &gen});
+  safetensors::NamedTensors tensors = per_expert_tensors(lm);
+  for (auto& [name, t] : tensors)
+    if (name == "model.norm.weight") t = to_dtype(t, DType::i32);
+  const std::string path = temp_path("ints");
+  safetensors::save_file(tensors, path);
+  EXPECT_ERROR_HAS(nn::load_checkpoint(lm, path, {.convert_dtype = true}), "'model.norm.weight'",
+                   "is i32", "floating point");
   fs::remove(path);
 }
 
