@@ -101,17 +101,18 @@ Tensor CpuKernels::moe_experts(const Tensor& x, const Tensor& gate_up, const Ten
     Tensor weight = raw::empty({R, 1}, x.dtype(), x.device());  // the routing weight, rounded
     for (int64_t j = 0; j < R; ++j) {
       tokens.data<int32_t>()[j] = hit[j].first;
-      raw::store_element(static_cast<char*>(weight.data_ptr()) + j * element_size(x.dtype()),
-                         x.dtype(),
-                         raw::load_element(static_cast<const char*>(routing.weights.data_ptr()) +
-                                               hit[j].second * element_size(routing.weights.dtype()),
-                                           routing.weights.dtype()));
+      raw::store_element(
+          static_cast<char*>(weight.data_ptr()) + j * element_size(x.dtype()), x.dtype(),
+          raw::load_element(static_cast<const char*>(routing.weights.data_ptr()) +
+                                hit[j].second * element_size(routing.weights.dtype()),
+                            routing.weights.dtype()));
     }
     const Tensor xs = CpuKernels::index_select(x, 0, tokens);  // [R, H]
     const Tensor gate_up_e = raw::transpose(raw::squeeze(raw::narrow(gate_up, 0, e, 1), 0), 0, 1);
     Tensor gu = raw::empty({R, 2 * I}, x.dtype(), x.device());
     CpuKernels::gemm(xs, gate_up_e, gu, 1.0, 0.0);  // [R, 2I]
-    const Tensor act = CpuKernels::swiglu_forward(raw::narrow(gu, 1, 0, I), raw::narrow(gu, 1, I, I));
+    const Tensor act =
+        CpuKernels::swiglu_forward(raw::narrow(gu, 1, 0, I), raw::narrow(gu, 1, I, I));
     const Tensor down_e = raw::transpose(raw::squeeze(raw::narrow(down, 0, e, 1), 0), 0, 1);
     Tensor y = raw::empty({R, H}, x.dtype(), x.device());
     CpuKernels::gemm(act, down_e, y, 1.0, 0.0);  // [R, H]

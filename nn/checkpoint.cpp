@@ -3,7 +3,10 @@
 // when load_state_dict copies it.
 #include "nn/checkpoint.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <optional>
 #include <type_traits>
 
 #include "core/dtype_dispatch.h"
@@ -15,29 +18,74 @@ namespace cg::nn {
 
 namespace {
 
+// Note [Per-expert checkpoints]: transformers stores a Qwen3.5-MoE layer's routed experts
+// packed, experts.gate_up_proj [E, 2I, H] (each expert's I gate rows, then its I up rows) and
+// experts.down_proj [E, H, I]: what nn/moe.h's MoeExperts holds. Some third-party repacks
+// store them one by one, experts.{e}.gate_proj.weight [I, H], .up_proj.weight [I, H] and
+// .down_proj.weight [H, I]. The source below offers such a group to the model as the two
+// packed tensors, stacked on copy (gate rows before up rows), so either layout loads into the
+// same parameters. A group must hold all three projections of experts 0 .. E-1, each of one
+// shape; a missing one is an error naming it (an extra expert makes E larger than the
+// model's, and the shape check of load_state_dict names the stacked tensor).
+struct ExpertName {
+  std::string base;  // the module name up to and including "experts"
+  int64_t expert = -1;
+  std::string projection;  // "gate", "up" or "down"
+};
+
+// "<base>.experts.<e>.<gate|up|down>_proj.weight" -> its parts; nullopt for any other name.
+std::optional<ExpertName> parse_expert_name(const std::string& key) {
+  static const std::string marker = ".experts.", suffix = "_proj.weight";
+  const size_t at = key.rfind(marker);
+  if (at == std::string::npos || key.size() < suffix.size() ||
+      key.compare(key.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return std::nullopt;
+  size_t i = at + marker.size();
+  const size_t digits = i;
+  while (i < key.size() && std::isdigit(static_cast<unsigned char>(key[i]))) ++i;
+  if (i == digits || i - digits > 9 || i >= key.size() || key[i] != '.') return std::nullopt;
+  const std::string projection = key.substr(i + 1, key.size() - suffix.size() - i - 1);
+  if (projection != "gate" && projection != "up" && projection != "down") return std::nullopt;
+  return ExpertName{key.substr(0, at + marker.size() - 1),
+                    std::stoll(key.substr(digits, i - digits)), projection};
+}
+
 class CheckpointSource : public StateSource {
  public:
   CheckpointSource(const safetensors::Reader& reader, const CheckpointLoadOptions& options)
       : reader_(reader) {
     const std::string& prefix = options.prefix;
+    // base -> projection -> expert -> name in the file
+    std::map<std::string, std::map<std::string, std::map<int64_t, std::string>>> experts;
     for (const std::string& name : reader_.names()) {
       if (name.compare(0, prefix.size(), prefix) != 0) continue;
       const std::string key =
           options.rename ? options.rename(name.substr(prefix.size())) : name.substr(prefix.size());
       if (key.empty()) continue;  // a tensor the model does not use
-      const auto [it, fresh] = file_name_.emplace(key, name);
-      CG_CHECK(fresh, "checkpoint '", reader_.path(), "': tensors '", it->second, "' and '", name,
-               "' both hold the model's '", key,
-               "'; the folder mixes two checkpoint layouts, keep one");
-      keys_.push_back(key);
+      if (const auto e = parse_expert_name(key)) {
+        experts[e->base][e->projection][e->expert] = name;
+        continue;
+      }
+      add(key, name);
     }
+    for (const auto& [base, projections] : experts) stack_experts(base, projections);
   }
 
   std::vector<std::string> keys() const override { return keys_; }
-  Shape shape(const std::string& key) const override { return reader_.info(file(key)).shape; }
-  DType dtype(const std::string& key) const override { return reader_.info(file(key)).dtype; }
+  Shape shape(const std::string& key) const override {
+    const auto s = stacked_.find(key);
+    return s != stacked_.end() ? s->second.shape : reader_.info(file(key)).shape;
+  }
+  DType dtype(const std::string& key) const override {
+    const auto s = stacked_.find(key);
+    return reader_.info(s != stacked_.end() ? s->second.parts.front() : file(key)).dtype;
+  }
   std::string name_in_source(const std::string& key) const override { return file(key); }
   void copy_into(const std::string& key, const Tensor& dst) const override {
+    if (const auto s = stacked_.find(key); s != stacked_.end()) {
+      copy_stacked(s->second, dst);
+      return;
+    }
     const std::string name = file(key);
     if (dst.device() == kCPU && dst.is_contiguous() && dst.dtype() == dtype(key)) {
       reader_.load_into(name, dst);             // straight into the parameter
@@ -52,11 +100,86 @@ class CheckpointSource : public StateSource {
   std::string describe() const override { return "checkpoint '" + reader_.path() + "'"; }
 
  private:
+  // A packed tensor made of per-expert ones: parts in order, each [rows, cols], stacked as
+  // [E, parts_per_expert * rows, cols] (Note [Per-expert checkpoints]).
+  struct Stacked {
+    std::vector<std::string> parts;
+    int64_t parts_per_expert = 1;
+    Shape shape;
+  };
+
+  void add(const std::string& key, const std::string& name) {
+    const auto [it, fresh] = file_name_.emplace(key, name);
+    CG_CHECK(fresh, "checkpoint '", reader_.path(), "': tensors '", it->second, "' and '", name,
+             "' both hold the model's '", key,
+             "'; the folder mixes two checkpoint layouts, keep one");
+    keys_.push_back(key);
+  }
+
+  void stack_experts(const std::string& base,
+                     const std::map<std::string, std::map<int64_t, std::string>>& projections) {
+    int64_t count = 0;
+    for (const auto& [projection, by_expert] : projections)
+      count = std::max(count, by_expert.rbegin()->first + 1);
+    auto part = [&](const char* projection, int64_t e) -> const std::string& {
+      const auto p = projections.find(projection);
+      const bool found = p != projections.end() && p->second.count(e) > 0;
+      CG_CHECK(found, "checkpoint '", reader_.path(), "': the per-expert tensors under '", base,
+               ".' stop short: expert ", e, " has no ", projection,
+               "_proj.weight, but experts up to ", count - 1,
+               " appear (Note [Per-expert checkpoints]: every expert 0 .. E-1 needs gate_proj, "
+               "up_proj and down_proj); the checkpoint is incomplete");
+      return p->second.at(e);
+    };
+    Stacked gate_up, down;
+    gate_up.parts_per_expert = 2;
+    for (int64_t e = 0; e < count; ++e) {
+      gate_up.parts.push_back(part("gate", e));
+      gate_up.parts.push_back(part("up", e));
+      down.parts.push_back(part("down", e));
+    }
+    gate_up.shape = stacked_shape(gate_up, base);
+    down.shape = stacked_shape(down, base);
+    const std::string described = base + ".{0.." + std::to_string(count - 1) + "}.";
+    add(base + ".gate_up_proj", described + "{gate,up}_proj.weight (stacked)");
+    add(base + ".down_proj", described + "down_proj.weight (stacked)");
+    stacked_.emplace(base + ".gate_up_proj", std::move(gate_up));
+    stacked_.emplace(base + ".down_proj", std::move(down));
+  }
+
+  // [E, parts_per_expert * rows, cols] after checking every part is one 2-D shape and dtype.
+  Shape stacked_shape(const Stacked& s, const std::string& base) const {
+    const auto& first = reader_.info(s.parts.front());
+    for (const std::string& name : s.parts) {
+      const auto& info = reader_.info(name);
+      CG_CHECK(info.shape.size() == 2 && info.shape == first.shape && info.dtype == first.dtype,
+               "checkpoint '", reader_.path(), "': the per-expert tensors under '", base,
+               ".' differ: '", name, "' is ", dtype_name(info.dtype), " ", shape_str(info.shape),
+               " but '", s.parts.front(), "' is ", dtype_name(first.dtype), " ",
+               shape_str(first.shape), "; each projection needs one 2-D shape for every expert");
+    }
+    const int64_t experts = static_cast<int64_t>(s.parts.size()) / s.parts_per_expert;
+    return {experts, s.parts_per_expert * first.shape[0], first.shape[1]};
+  }
+
+  void copy_stacked(const Stacked& s, const Tensor& dst) const {
+    CategoryGuard category(MemoryCategory::temporary);
+    const int64_t rows = s.shape[1] / s.parts_per_expert;
+    for (size_t i = 0; i < s.parts.size(); ++i) {
+      const int64_t e = static_cast<int64_t>(i) / s.parts_per_expert;
+      const int64_t row0 = (static_cast<int64_t>(i) % s.parts_per_expert) * rows;
+      const Tensor read = reader_.load(s.parts[i], kCPU);
+      check_finite(read, s.parts[i], reader_.path());
+      raw::copy_(raw::narrow(raw::squeeze(raw::narrow(dst, 0, e, 1), 0), 0, row0, rows), read);
+    }
+  }
+
   const std::string& file(const std::string& key) const { return file_name_.at(key); }
 
   const safetensors::Reader& reader_;
   std::vector<std::string> keys_;
   std::map<std::string, std::string> file_name_;  // module name -> name in the file
+  std::map<std::string, Stacked> stacked_;        // module name -> its per-expert parts
 };
 
 safetensors::NamedTensors tensors_of(const Module& module) {

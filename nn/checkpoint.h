@@ -53,6 +53,9 @@ void save_checkpoint_sharded(const Module& module, const std::string& folder,
                              std::map<std::string, std::string> metadata = {});
 
 // From a file, an index or a folder (safetensors::open). Errors as load_state_dict's.
+// Mixture-of-experts weights stored one tensor per expert (experts.{e}.{gate,up,down}_proj.
+// weight) load into the packed experts.gate_up_proj / down_proj parameters (Note
+// [Per-expert checkpoints], checkpoint.cpp).
 LoadResult load_checkpoint(Module& module, const std::string& path,
                            const CheckpointLoadOptions& options = {});
 LoadResult load_checkpoint(Module& module, const safetensors::Reader& reader,

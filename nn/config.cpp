@@ -22,7 +22,19 @@ void Qwen3Config::validate() const {
   positive(num_heads, "num_heads");
   positive(num_kv_heads, "num_kv_heads");
   positive(head_dim, "head_dim");
-  positive(intermediate_size, "intermediate_size");
+  if (!is_moe()) positive(intermediate_size, "intermediate_size");
+  CG_CHECK(num_experts >= 0, "Qwen3Config: num_experts must be >= 0 (0: a dense MLP), got ",
+           num_experts);
+  if (is_moe()) {
+    positive(num_experts_per_tok, "num_experts_per_tok");
+    positive(moe_intermediate_size, "moe_intermediate_size");
+    positive(shared_expert_intermediate_size, "shared_expert_intermediate_size");
+    CG_CHECK(num_experts_per_tok <= num_experts, "Qwen3Config: num_experts_per_tok (",
+             num_experts_per_tok, ") must be at most num_experts (", num_experts,
+             "): each token picks that many distinct experts");
+    CG_CHECK(family == "qwen3_5", "Qwen3Config: mixture-of-experts layers exist only in the ",
+             "\"qwen3_5\" family (Qwen3.5-MoE), got family \"", family, "\"");
+  }
   CG_CHECK(num_heads % num_kv_heads == 0, "Qwen3Config: num_heads (", num_heads,
            ") must be a multiple of num_kv_heads (", num_kv_heads, ") for grouped-query attention");
   CG_CHECK(head_dim % 2 == 0, "Qwen3Config: head_dim must be even for rotary embeddings, got ",
@@ -80,6 +92,9 @@ std::string Qwen3Config::str() const {
           << " v heads x " << linear_key_head_dim << "/" << linear_value_head_dim << ", conv "
           << linear_conv_kernel_dim;
     }
+    if (is_moe())
+      out << ", moe " << num_experts << " experts top " << num_experts_per_tok << " x "
+          << moe_intermediate_size << ", shared expert " << shared_expert_intermediate_size;
     out << (attn_output_gate ? ", gated attention" : "")
         << (zero_centred_norm ? ", zero-centred norms" : "") << ", rotary_dim " << rotary_dim()
         << " (partial_rotary_factor " << partial_rotary_factor << ")";
@@ -96,7 +111,16 @@ int64_t Qwen3Config::attention_parameters() const {
   return q + kv + o + 2 * head_dim;  // + q_norm, k_norm
 }
 
-int64_t Qwen3Config::mlp_parameters() const { return 3 * hidden_size * intermediate_size; }
+int64_t Qwen3Config::mlp_parameters() const {
+  return is_moe() ? moe_parameters() : 3 * hidden_size * intermediate_size;
+}
+
+int64_t Qwen3Config::moe_parameters() const {
+  return num_experts * hidden_size                                // router
+         + num_experts * 3 * moe_intermediate_size * hidden_size  // gate_up, down
+         + 3 * shared_expert_intermediate_size * hidden_size      // the shared expert
+         + hidden_size;                                           // shared_expert_gate
+}
 
 int64_t Qwen3Config::layer_parameters() const {
   return attention_parameters() + mlp_parameters() + 2 * hidden_size;
@@ -130,6 +154,9 @@ int64_t Qwen3Config::total_parameters() const {
 namespace {
 
 using json = nlohmann::json;
+
+// More decoder layers than any model has; a larger count in a config.json is damage.
+constexpr int64_t kMaxLayers = 100000;
 
 // Note [RoPE fields]: transformers up to 4.x writes the RoPE base as a top-level
 // "rope_theta" and its scaling as "rope_scaling" (null, or {"rope_type" (older: "type"):
@@ -257,7 +284,8 @@ void check_supported_architecture(const json& j, bool hybrid) {
 //                          Qwen3_5TextConfig defaults (16 key / 32 value heads, dims 128,
 //                          conv kernel 4).
 // Every layer of this family gates its attention output and zero-centres its RMSNorms
-// (attn_output_gate, zero_centred_norm). "qwen3_5_moe" (mixture of experts) is refused.
+// (attn_output_gate, zero_centred_norm). "qwen3_5_moe" (mixture of experts): Note
+// [Qwen3.5-MoE config].
 void read_hybrid_fields(const json& text, const std::string& where, Qwen3Config& c) {
   c.family = "qwen3_5";
   c.attn_output_gate = true;
@@ -313,6 +341,53 @@ void read_hybrid_fields(const json& text, const std::string& where, Qwen3Config&
   c.partial_rotary_factor = top ? *top : nested ? *nested : 0.25;
 }
 
+// Note [Qwen3.5-MoE config]: Qwen3_5MoeForConditionalGeneration (model_type "qwen3_5_moe",
+// the language model in "text_config" with model_type "qwen3_5_moe_text") and the flat
+// "qwen3_5_moe_text" are the hybrid family above (Note [Qwen3.5 config]: nesting, tying,
+// layer_types, rope) whose every layer's MLP is a sparse MoE block: transformers'
+// Qwen3_5MoeDecoderLayer builds one in each layer, so there is no intermediate_size (ignored
+// when present, as transformers ignores it), no mlp_only_layers and no decoder_sparse_step
+// (refused unless they are trivial: a config that asks for dense layers computes another
+// model). Required: num_experts, num_experts_per_tok, moe_intermediate_size,
+// shared_expert_intermediate_size (their sizes must match the weights; no guess). The router
+// always renormalises its top-k weights (transformers' Qwen3_5MoeTopKRouter has no switch):
+// "norm_topk_prob" true or absent is accepted, false refused. router_aux_loss_coef and
+// output_router_logits are training-only and ignored.
+void read_moe_fields(const json& text, const std::string& where, Qwen3Config& c) {
+  auto need = [&](const char* key) {
+    CG_CHECK(text.contains(key) && !text[key].is_null(), "Qwen3Config: ", where, " lacks \"", key,
+             "\" (a qwen3_5_moe model needs it)");
+    CG_CHECK(text[key].is_number_integer(), "Qwen3Config: ", where, " has ", key, " = ",
+             describe_json(text[key]), "; it must be an integer");
+    return text[key].get<int64_t>();
+  };
+  c.num_experts = need("num_experts");
+  c.num_experts_per_tok = need("num_experts_per_tok");
+  c.moe_intermediate_size = need("moe_intermediate_size");
+  c.shared_expert_intermediate_size = need("shared_expert_intermediate_size");
+  c.intermediate_size = 0;
+  CG_CHECK(c.num_experts > 0, "Qwen3Config: ", where, " has num_experts = ", c.num_experts,
+           "; a qwen3_5_moe model needs at least one expert");
+  if (text.contains("norm_topk_prob") && !text["norm_topk_prob"].is_null()) {
+    CG_CHECK(text["norm_topk_prob"] == true, "Qwen3Config: ", where,
+             " has norm_topk_prob = ", describe_json(text["norm_topk_prob"]),
+             ", but transformers' qwen3_5_moe router renormalises the top-k weights regardless; "
+             "chunkgrad computes what transformers computes, so set it to true or remove it");
+  }
+  if (text.contains("mlp_only_layers") && !text["mlp_only_layers"].is_null()) {
+    CG_CHECK(text["mlp_only_layers"].is_array() && text["mlp_only_layers"].empty(),
+             "Qwen3Config: ", where,
+             " has mlp_only_layers = ", describe_json(text["mlp_only_layers"]),
+             "; a qwen3_5_moe model has a sparse MoE block in every layer (transformers ignores "
+             "the field), so dense layers are not supported: remove it or make it []");
+  }
+  if (text.contains("decoder_sparse_step") && !text["decoder_sparse_step"].is_null()) {
+    CG_CHECK(text["decoder_sparse_step"] == 1, "Qwen3Config: ", where,
+             " has decoder_sparse_step = ", describe_json(text["decoder_sparse_step"]),
+             "; a qwen3_5_moe model has a sparse MoE block in every layer: remove it or make it 1");
+  }
+}
+
 }  // namespace
 
 Qwen3Config Qwen3Config::from_hf_json(const nlohmann::json& j) {
@@ -320,29 +395,22 @@ Qwen3Config Qwen3Config::from_hf_json(const nlohmann::json& j) {
   const std::string model_type = j.contains("model_type") && j["model_type"].is_string()
                                      ? j["model_type"].get<std::string>()
                                      : std::string();
-  auto refuse_moe = [](const std::string& type) {
-    CG_CHECK(type != "qwen3_5_moe" && type != "qwen3_5_moe_text", "Qwen3Config: model_type is \"",
-             type,
-             "\", a mixture-of-experts Qwen3.5 / Qwen3.6; chunkgrad does not implement its "
-             "expert layers yet (issue 21 item 2), only the dense \"qwen3_5\" / \"qwen3_5_text\"");
-  };
-  refuse_moe(model_type);
-  const bool nested = model_type == "qwen3_5";
-  const bool hybrid = nested || model_type == "qwen3_5_text";
+  const bool moe = model_type == "qwen3_5_moe" || model_type == "qwen3_5_moe_text";
+  const bool nested = model_type == "qwen3_5" || model_type == "qwen3_5_moe";
+  const bool hybrid = nested || model_type == "qwen3_5_text" || model_type == "qwen3_5_moe_text";
   if (nested) {
     CG_CHECK(j.contains("text_config") && j["text_config"].is_object(),
-             "Qwen3Config: config.json has model_type \"qwen3_5\" but no \"text_config\" object "
-             "(Qwen3_5ForConditionalGeneration keeps the language model's fields there)");
+             "Qwen3Config: config.json has model_type \"", model_type,
+             "\" but no \"text_config\" object (", model_type,
+             "'s ForConditionalGeneration keeps the language model's fields there)");
     const json& inner = j["text_config"];
     if (inner.contains("model_type") && inner["model_type"].is_string()) {
       const std::string inner_type = inner["model_type"].get<std::string>();
-      refuse_moe(inner_type);
-      CG_CHECK(inner_type == "qwen3_5_text",
+      CG_CHECK(inner_type == model_type + "_text",
                "Qwen3Config: config.json's text_config has "
                "model_type \"",
-               inner_type,
-               "\"; a \"qwen3_5\" model's text_config is "
-               "\"qwen3_5_text\"");
+               inner_type, "\"; a \"", model_type, "\" model's text_config is \"", model_type,
+               "_text\"");
     }
   }
   const json& t = nested ? j["text_config"] : j;
@@ -358,6 +426,10 @@ Qwen3Config Qwen3Config::from_hf_json(const nlohmann::json& j) {
     c.vocab_size = need("vocab_size").get<int64_t>();
     c.hidden_size = need("hidden_size").get<int64_t>();
     c.num_layers = need("num_hidden_layers").get<int64_t>();
+    // Checked before anything is sized from it (layer_types below has one entry per layer).
+    CG_CHECK(c.num_layers > 0 && c.num_layers <= kMaxLayers, "Qwen3Config: ", where,
+             " has num_hidden_layers = ", c.num_layers, "; it must be in [1, ", kMaxLayers,
+             "] (the file is damaged, or not a model's config)");
     c.num_heads = need("num_attention_heads").get<int64_t>();
     // transformers' Qwen3 rule for a missing or null num_key_value_heads: one per head.
     // Its Qwen3.5 class defaults to 4 instead; a guess there is refused.
@@ -368,12 +440,13 @@ Qwen3Config Qwen3Config::from_hf_json(const nlohmann::json& j) {
     // No default: transformers' Qwen3Config would take 128, Llama-style code
     // hidden_size / num_attention_heads; a guess either way changes the model.
     c.head_dim = need("head_dim").get<int64_t>();
-    c.intermediate_size = need("intermediate_size").get<int64_t>();
+    if (!moe) c.intermediate_size = need("intermediate_size").get<int64_t>();
     c.rope_theta = rope_theta_of(t, hybrid);
     c.rms_eps = t.value("rms_norm_eps", 1e-6);  // transformers' default (Qwen3 and Qwen3.5)
     // Note [Qwen3.5 config]: a nested model ties by its outer config.
     c.tie_embeddings = (nested ? j : t).value("tie_word_embeddings", false);
     if (hybrid) read_hybrid_fields(t, where, c);
+    if (moe) read_moe_fields(t, where, c);
   } catch (const nlohmann::json::exception& e) {
     CG_FAIL("Qwen3Config: ", where, " has a field of the wrong type (", e.what(), ")");
   }

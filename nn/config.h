@@ -39,6 +39,15 @@ struct Qwen3Config {
   int64_t linear_value_head_dim = 128;
   int64_t linear_conv_kernel_dim = 4;
 
+  // ---- mixture of experts (model_type "qwen3_5_moe", family "qwen3_5"): every layer's MLP is
+  // a sparse MoE block (nn/moe.h) instead of Qwen3MLP; intermediate_size is unused (0).
+  // num_experts 0: the dense MLP. transformers' field names; Note [Qwen3.5-MoE config].
+  int64_t num_experts = 0;
+  int64_t num_experts_per_tok = 0;              // top-k; the router always renormalises
+  int64_t moe_intermediate_size = 0;            // each routed expert's SwiGLU inner size
+  int64_t shared_expert_intermediate_size = 0;  // the shared expert's inner size
+  bool is_moe() const { return num_experts > 0; }
+
   // True when layer i is a Gated DeltaNet layer.
   bool is_linear_layer(int64_t i) const {
     return !layer_types.empty() && layer_types[static_cast<size_t>(i)] == "linear_attention";
@@ -50,14 +59,17 @@ struct Qwen3Config {
 
   // Throws naming the first inconsistent field (sizes positive, heads % kv_heads == 0,
   // head_dim even; for the hybrid fields: one known layer type per layer, rotary_dim even
-  // and positive, value heads a multiple of key heads, a known family).
+  // and positive, value heads a multiple of key heads, a known family; for MoE: positive
+  // sizes, 1 <= num_experts_per_tok <= num_experts, family "qwen3_5").
   void validate() const;
   std::string str() const;
 
   // Parameter counts by hand (what the modules must add up to).
   int64_t attention_parameters() const;         // q (twice as wide when gated),k,v,o + q/k norms
   int64_t linear_attention_parameters() const;  // one Gated DeltaNet (nn/gated_deltanet.h)
-  int64_t mlp_parameters() const;               // gate, up, down
+  int64_t mlp_parameters() const;               // gate, up, down; for MoE moe_parameters()
+  // router [E, H] + experts (gate_up [E, 2I, H], down [E, H, I]) + shared expert + its gate
+  int64_t moe_parameters() const;
   int64_t layer_parameters() const;         // a full-attention layer: attention + mlp + two norms
   int64_t linear_layer_parameters() const;  // a linear-attention layer: DeltaNet + mlp + norms
   int64_t total_parameters() const;         // embed + layers + final norm (+ lm_head unless tied)
@@ -71,7 +83,8 @@ struct Qwen3Config {
   // tie_word_embeddings take transformers' Qwen3 defaults (num_attention_heads, 1e-6, false).
   // Also the Qwen3.5 / Qwen3.6 family (model_type "qwen3_5" with the language model in
   // "text_config", "qwen3_5_text" flat): Note [Qwen3.5 config] in config.cpp says what is
-  // read, what is defaulted and what is refused.
+  // read, what is defaulted and what is refused; its mixture-of-experts form ("qwen3_5_moe"
+  // / "qwen3_5_moe_text"): Note [Qwen3.5-MoE config].
   static Qwen3Config from_hf_json(const nlohmann::json& json);
   static Qwen3Config from_hf_file(const std::string& path);  // a config.json path
 };

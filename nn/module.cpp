@@ -250,6 +250,13 @@ LoadResult Module::load_state_dict(const StateSource& source, bool strict, bool 
              "' is ", dtype_name(dtype), " in ", source.describe(), " but the parameter is ",
              dtype_name(p.dtype()),
              "; cast the model with to(dtype) first or load with convert_dtype = true");
+    // Converting integers into a floating parameter turns bytes into garbage weights (a
+    // mis-labelled or mis-converted file): never a conversion to make silently.
+    CG_CHECK(!is_floating(p.dtype()) || is_floating(dtype), "load_state_dict into ", type_name_,
+             ": '", key, "' is ", dtype_name(dtype), " in ", source.describe(),
+             in_source == key ? std::string() : " (as '" + in_source + "')",
+             " but the parameter is floating point (", dtype_name(p.dtype()),
+             "); the checkpoint is damaged or mis-converted: use one with floating weights");
   }
   NoGradGuard no_grad;
   for (const auto& [key, p] : plan) source.copy_into(key, p);

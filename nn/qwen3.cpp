@@ -39,8 +39,12 @@ Qwen3DecoderLayer::Qwen3DecoderLayer(const Qwen3Config& config, InitOptions init
   } else {
     self_attn = register_module("self_attn", std::make_unique<Attention>(config, init));
   }
-  mlp = register_module(
-      "mlp", std::make_unique<Qwen3MLP>(config.hidden_size, config.intermediate_size, init));
+  if (config.is_moe()) {
+    moe = register_module("mlp", std::make_unique<SparseMoeBlock>(config, init));
+  } else {
+    mlp = register_module(
+        "mlp", std::make_unique<Qwen3MLP>(config.hidden_size, config.intermediate_size, init));
+  }
   const bool zc = config.zero_centred_norm;  // Note [Zero-centred RMSNorm], layers.cpp
   input_layernorm = register_module(
       "input_layernorm", std::make_unique<RMSNorm>(config.hidden_size, config.rms_eps, init, zc));
@@ -67,7 +71,7 @@ Tensor Qwen3DecoderLayer::forward(const Tensor& x, const Tensor& positions,
     mixed = self_attn->forward(normed, positions, mask, context);
   }
   const Tensor h = x + mixed;
-  return h + mlp->forward(post_attention_layernorm->forward(h));
+  return h + feed_forward(post_attention_layernorm->forward(h));
 }
 
 Tensor Qwen3DecoderLayer::forward_cached(const Tensor& x, KVCache& cache, int64_t layer,
@@ -77,7 +81,11 @@ Tensor Qwen3DecoderLayer::forward_cached(const Tensor& x, KVCache& cache, int64_
   const Tensor h =
       x + (linear_attn ? linear_attn->forward_cached(normed, cache, layer)
                        : self_attn->forward_cached(normed, cache, layer, positions, mask));
-  return h + mlp->forward(post_attention_layernorm->forward(h));
+  return h + feed_forward(post_attention_layernorm->forward(h));
+}
+
+Tensor Qwen3DecoderLayer::feed_forward(const Tensor& x) const {
+  return moe ? moe->forward(x) : mlp->forward(x);
 }
 
 // ---- Qwen3Model ------------------------------------------------------------------

@@ -14,7 +14,8 @@
 // of self_attn.*, its self_attn.q_proj is twice as wide (Note [Gated attention],
 // attention.h) and its norms are zero-centred (Note [Zero-centred RMSNorm], layers.cpp).
 // Checkpoints of that family name the tensors differently on disk: hf_checkpoint_name
-// (nn/hf_names.h) maps them.
+// (nn/hf_names.h) maps them. A Qwen3.5-MoE target (config.is_moe()) holds a SparseMoeBlock
+// (nn/moe.h) under model.layers.{i}.mlp.* in every layer instead of the Qwen3MLP.
 //
 //   cg::nn::Qwen3ForCausalLM lm(config, {.generator = &gen});
 //   auto out = lm.forward(ids, {.capture_layers = {1, 9, 17, 25, 33}});
@@ -33,6 +34,7 @@
 #include "nn/config.h"
 #include "nn/gated_deltanet.h"
 #include "nn/layers.h"
+#include "nn/moe.h"
 
 namespace cg::nn {
 
@@ -49,7 +51,9 @@ class Qwen3MLP : public Module {
 
 // Pre-norm block: h = x + attn(input_layernorm(x)); out = h + mlp(post_attention_layernorm(h)).
 // attn is self_attn (full attention), or linear_attn (Gated DeltaNet) when
-// config.is_linear_layer(index); the other pointer is null.
+// config.is_linear_layer(index); the other pointer is null. mlp is the Qwen3MLP, or the
+// sparse MoE block `moe` when config.is_moe() (then `mlp` is null; both load as "mlp.*"):
+// feed_forward runs whichever the layer has.
 class Qwen3DecoderLayer : public Module {
  public:
   Qwen3DecoderLayer(const Qwen3Config& config, InitOptions init = {}, int64_t index = 0);
@@ -65,12 +69,15 @@ class Qwen3DecoderLayer : public Module {
                         const AttentionMask& mask = AttentionMask::causal()) const;
 
   bool is_linear() const { return linear_attn != nullptr; }
+  // mlp(x) or moe(x): the layer's feed-forward half, x [..., hidden].
+  Tensor feed_forward(const Tensor& x) const;
 
   RMSNorm* input_layernorm;
   Attention* self_attn = nullptr;
   GatedDeltaNet* linear_attn = nullptr;
   RMSNorm* post_attention_layernorm;
-  Qwen3MLP* mlp;
+  Qwen3MLP* mlp = nullptr;
+  SparseMoeBlock* moe = nullptr;  // registered as "mlp" (Hugging Face's name)
 };
 
 struct DecoderForwardOptions {

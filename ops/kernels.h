@@ -149,9 +149,10 @@ struct GatedDeltaArgs {
 //     down GEMM (rounded), times w (rounded), added into a zero [N, H] buffer of x's dtype
 //     (rounded after each add): a token's k contributions add in x's dtype, in ascending
 //     expert order;
-//   - another device may keep the down GEMM's rows in fp32 and sum a token's k weighted
-//     contributions in fp32, rounding once on store (the CUDA one does): compare it with
-//     the CPU at the 16-bit tolerance, exactly in f32/f64 up to summation order.
+//   - another device may sum a token's k weighted contributions (each down GEMM row rounded
+//     to x's dtype, times w rounded to x's dtype) in fp32, rounding once on store (the CUDA
+//     one does): compare it with the CPU at the 16-bit tolerance, and in f32/f64 up to
+//     summation order.
 // Rows with an index outside [0, E) never reach an entry (the op checks them).
 struct MoeRouting {
   Tensor weights;  // [N, k] f32 (f64 for f64 logits), each row renormalised to sum 1

@@ -21,8 +21,7 @@ MoeRouting moe_route(const Tensor& router_logits, int64_t top_k) {
   CG_CHECK(top_k >= 1 && top_k <= E, op, ": top_k must be in [1, ", E, "] (the experts), got ",
            top_k);
   check_no_grad(op, router_logits, "router_logits");
-  return kernels_for(router_logits.device(), op)
-      .moe_route(raw::contiguous(router_logits), top_k);
+  return kernels_for(router_logits.device(), op).moe_route(raw::contiguous(router_logits), top_k);
 }
 
 Tensor moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down,
@@ -48,21 +47,24 @@ Tensor moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down,
            shape_str(gate_up.shape()));
   const int64_t E = gate_up.size(0), I = gate_up.size(1) / 2;
   const Shape down_shape{E, H, I};
-  CG_CHECK(down.shape() == down_shape, op, ": down must be [experts, hidden, intermediate] = ",
-           shape_str(down_shape), " to match gate_up ", shape_str(gate_up.shape()), ", got ",
-           shape_str(down.shape()));
+  CG_CHECK(down.shape() == down_shape, op,
+           ": down must be [experts, hidden, intermediate] = ", shape_str(down_shape),
+           " to match gate_up ", shape_str(gate_up.shape()), ", got ", shape_str(down.shape()));
   CG_CHECK(routing.indices.dim() == 2 && routing.indices.size(0) == N &&
                routing.indices.size(1) >= 1 && routing.weights.shape() == routing.indices.shape(),
-           op, ": routing.weights and routing.indices must both be [tokens=", N,
-           ", top_k], got ", shape_str(routing.weights.shape()), " and ",
-           shape_str(routing.indices.shape()), " (make them with moe_route)");
+           op, ": routing.weights and routing.indices must both be [tokens=", N, ", top_k], got ",
+           shape_str(routing.weights.shape()), " and ", shape_str(routing.indices.shape()),
+           " (make them with moe_route)");
   CG_CHECK(routing.weights.dtype() == DType::f32 || routing.weights.dtype() == DType::f64, op,
            ": routing.weights must be f32 or f64, got ", dtype_name(routing.weights.dtype()),
            " (moe_route returns f32)");
   check_index_dtype(op, routing.indices, "routing.indices");
   for (const Tensor* t : {&x, &gate_up, &down, &routing.weights})
-    check_no_grad(op, *t, t == &x ? "x" : t == &gate_up ? "gate_up" : t == &down ? "down"
-                                                                       : "routing.weights");
+    check_no_grad(op, *t,
+                  t == &x         ? "x"
+                  : t == &gate_up ? "gate_up"
+                  : t == &down    ? "down"
+                                  : "routing.weights");
   DeviceKernels& table = kernels_for(x.device(), op);
   const Tensor indices = raw::contiguous(raw::to_dtype(routing.indices, DType::i32));
   table.check_indices(op, "expert index", indices, E, "the experts of gate_up");

@@ -146,14 +146,16 @@ TEST(Qwen35Config, StrShowsTheHybridFields) {
 
 // ---- refusals: one per message, each naming its field ------------------------------
 
-TEST(Qwen35Config, RefusesMixtureOfExperts) {
+TEST(Qwen35Config, RefusesMixedDenseAndMixtureOfExpertsTypes) {
+  // A "qwen3_5_moe" config needs its expert sizes (tests/qwen3_5_moe_test.cpp reads them);
+  // an outer and inner model_type of different families is refused.
   json moe = text_config();
-  moe["model_type"] = "qwen3_5_moe";
-  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(moe), "model_type", "qwen3_5_moe",
-                   "mixture-of-experts");
+  moe["model_type"] = "qwen3_5_moe_text";
+  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(moe), "lacks", "num_experts");
   json nested_moe = nested_config();
   nested_moe["text_config"]["model_type"] = "qwen3_5_moe_text";
-  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(nested_moe), "model_type", "qwen3_5_moe_text");
+  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(nested_moe), "model_type", "qwen3_5_moe_text",
+                   "\"qwen3_5_text\"");
 }
 
 TEST(Qwen35Config, RefusesANestedConfigWithoutTextConfig) {

@@ -8,7 +8,8 @@
 //   - eval with a public-layout drafter on the text-only target: prompts longer than
 //     transformers' 64-token DeltaNet chunk, every output equal to target-only decoding
 //     (so the DeltaNet state rollback after rejected draft tokens is lossless; the greedy
-//     tokens themselves are checked against transformers' in qwen3_5_golden_test.cpp).
+//     tokens themselves are checked against transformers' in qwen3_5_golden_test.cpp);
+//   - both again with the mixture-of-experts target (make_golden_moe.py).
 // Small and on the CPU, so CI runs them; the same on the GPU skips without one.
 #include <gtest/gtest.h>
 
@@ -42,6 +43,7 @@ struct Case {
 };
 const Case kConditional{"tiny_qwen3_5", 6};
 const Case kTextOnly{"tiny_qwen3_5_text", 5};
+const Case kMoe{"tiny_qwen3_5_moe", 4};  // make_golden_moe.py: 8 experts, top 3, L F L F
 
 bool have(const Case& c) {
   return fs::exists(kGolden + "/" + c.name + "/config.json") &&
@@ -107,20 +109,19 @@ class Qwen35Program : public train_program_fixture::TrainProgram {
     }
   }
 
-  // `chunkgrad eval` on the text-only target with a random public drafter.
-  void check_eval(const std::string& device) {
+  // `chunkgrad eval` on `target` (the text-only one unless told) with a random public drafter.
+  void check_eval(const std::string& device, const Case& target = kTextOnly) {
     cg::nn::Qwen3Config drafter_layers;  // the drafter's own (plain Qwen3) layout
     drafter_layers.vocab_size = 1024;
     drafter_layers.hidden_size = kHidden;
-    drafter_layers.num_layers = kTextOnly.layers;  // the target's depth, for its layer ids
+    drafter_layers.num_layers = target.layers;  // the target's depth, for its layer ids
     drafter_layers.num_heads = 4;
     drafter_layers.num_kv_heads = 2;
     drafter_layers.head_dim = 16;
     drafter_layers.intermediate_size = 128;
     drafter_layers.rope_theta = 1e6;
     cg::testing_eval::write_public_drafter_for(path("pub"), drafter_layers, {1, 3}, 4, 1003, 7);
-    const auto golden =
-        cg::safetensors::open(kGolden + "/" + kTextOnly.name + "_hidden.safetensors");
+    const auto golden = cg::safetensors::open(kGolden + "/" + target.name + "_hidden.safetensors");
     const std::vector<int64_t> prompt = ints(golden->load("gen.prompt"));  // 70 tokens
     std::string lines;
     for (int i = 0; i < 3; ++i) {  // the golden prompt, and two more past 64 tokens
@@ -128,7 +129,7 @@ class Qwen35Program : public train_program_fixture::TrainProgram {
       if (i > 0) p.resize(prompt.size() - 3 * static_cast<size_t>(i));
       lines += cg::testing_eval::token_line(p, {}, "long");
     }
-    const TrainRun r = run("eval --target '" + kGolden + "/" + kTextOnly.name + "' --drafter '" +
+    const TrainRun r = run("eval --target '" + kGolden + "/" + target.name + "' --drafter '" +
                            path("pub") + "' --data '" + write("p.jsonl", lines) +
                            "' --max-new-tokens 12 --eos-id 1023 --json '" + path("r.json") +
                            "' --no-progress --device " + device);
@@ -153,6 +154,21 @@ TEST_F(Qwen35Program, FeaturesOfBothLayoutsAreTransformersHiddenStates) {
 TEST_F(Qwen35Program, EvalOnAQwen35TargetIsLossless) {
   SKIP_WITHOUT(kTextOnly);
   check_eval("cpu");
+}
+
+// The mixture-of-experts target (qwen3_5_moe): features are transformers' hidden states,
+// and speculative decoding with it is lossless.
+TEST_F(Qwen35Program, FeaturesAndEvalWithAMixtureOfExpertsTarget) {
+  SKIP_WITHOUT(kMoe);
+  check_features(kMoe, "cpu", 5e-5);
+  check_eval("cpu", kMoe);
+}
+
+TEST_F(Qwen35Program, MixtureOfExpertsFeaturesAndEvalOnTheGpu) {
+  SKIP_WITHOUT(kMoe);
+  if (!cg::cuda_available()) GTEST_SKIP() << "no GPU";
+  check_features(kMoe, "cuda", 2e-3);
+  check_eval("cuda", kMoe);
 }
 
 TEST_F(Qwen35Program, FeaturesAndEvalOnTheGpu) {

@@ -42,6 +42,10 @@ nn::DFlashDrafterConfig drafter_model_config(const nn::Qwen3Config& tc, const Dr
   dc.layers.linear_key_head_dim = dense.linear_key_head_dim;
   dc.layers.linear_value_head_dim = dense.linear_value_head_dim;
   dc.layers.linear_conv_kernel_dim = dense.linear_conv_kernel_dim;
+  dc.layers.num_experts = 0;  // a Qwen3.5-MoE target's drafter has dense MLPs
+  dc.layers.num_experts_per_tok = 0;
+  dc.layers.moe_intermediate_size = 0;
+  dc.layers.shared_expert_intermediate_size = 0;
   dc.layers.num_layers = config.num_layers;
   dc.layers.intermediate_size = config.intermediate_size;
   dc.layers.num_heads = own(config.num_heads, tc.num_heads);
