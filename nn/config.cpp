@@ -2,6 +2,7 @@
 // reader (config.h).
 #include "nn/config.h"
 
+#include <algorithm>
 #include <optional>
 #include <sstream>
 
@@ -395,6 +396,15 @@ Qwen3Config Qwen3Config::from_hf_json(const nlohmann::json& j) {
   const std::string model_type = j.contains("model_type") && j["model_type"].is_string()
                                      ? j["model_type"].get<std::string>()
                                      : std::string();
+  // A model_type outside the families read here would load as dense Qwen3 and fail on a
+  // long list of tensor names (or, worse, load): say so at once. Absent stays Qwen3 (folders
+  // written before transformers named it).
+  const std::vector<std::string> known = {"qwen3", "qwen3_5", "qwen3_5_text", "qwen3_5_moe",
+                                          "qwen3_5_moe_text"};
+  CG_CHECK(model_type.empty() || std::find(known.begin(), known.end(), model_type) != known.end(),
+           "Qwen3Config: config.json has model_type \"", model_type,
+           "\", which chunkgrad does not read; it reads qwen3, qwen3_5, qwen3_5_text, "
+           "qwen3_5_moe and qwen3_5_moe_text checkpoints");
   const bool moe = model_type == "qwen3_5_moe" || model_type == "qwen3_5_moe_text";
   const bool nested = model_type == "qwen3_5" || model_type == "qwen3_5_moe";
   const bool hybrid = nested || model_type == "qwen3_5_text" || model_type == "qwen3_5_moe_text";

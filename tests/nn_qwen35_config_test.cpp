@@ -168,6 +168,10 @@ TEST(Qwen35Config, RefusesAnotherTextConfigType) {
   json j = nested_config();
   j["text_config"]["model_type"] = "llama";
   EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(j), "text_config", "model_type", "\"llama\"");
+  // An outer model_type chunkgrad does not read is refused by name, not loaded as Qwen3.
+  json other = j;
+  other["model_type"] = "qwen4";
+  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(other), "model_type \"qwen4\"", "does not read");
 }
 
 TEST(Qwen35Config, RefusesLayerTypesOfTheWrongLength) {
