@@ -34,6 +34,11 @@ class DistNccl : public ::testing::Test {
       GTEST_SKIP() << "this build has no NCCL backend (CHUNKGRAD_NCCL=OFF)";
     if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
     ASSERT_TRUE(dist::detect_launch().under_mpirun) << "run through mpirun";
+    // One process per GPU: more ranks on this machine than GPUs (ctest's 2 ranks on a
+    // one-GPU machine) cannot run NCCL; `mpirun -np 1` tests it there.
+    if (cuda::device_count() < dist::detect_launch().local_size)
+      GTEST_SKIP() << dist::detect_launch().local_size << " ranks on this machine but "
+                   << cuda::device_count() << " CUDA device(s)";
     device = dist::device_for_local_rank("cuda", dist::detect_launch());
     comm = dist::make_communicator({.device = device, .timeout_seconds = 60});
     rank = comm->rank();
@@ -130,6 +135,8 @@ TEST_F(DistNccl, RunsOnTheCurrentSideStream) {
 TEST(DistNcclWatchdog, StuckCollectiveTimesOut) {
   if (!dist::built_with_nccl()) GTEST_SKIP() << "this build has no NCCL backend";
   if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
+  if (cuda::device_count() < dist::detect_launch().local_size)
+    GTEST_SKIP() << "more ranks on this machine than CUDA devices";
   const Device device = dist::device_for_local_rank("cuda", dist::detect_launch());
   auto comm = dist::make_communicator(
       {.device = device, .timeout_seconds = 1, .abort_job_on_failure = false});
