@@ -33,6 +33,18 @@ Edge gradient_edge(const Tensor& t) {
 
 namespace {
 
+// Note [Summing in place]: where two paths' gradients meet, the sum may go into one of
+// them when nothing else can see its bytes: this Tensor is the only handle on its
+// TensorImpl and that the only one on its storage (no view, no saved copy, no user
+// reference), and it covers its storage densely. A fresh sum (clone, then add) costs
+// one more full read and write of the gradient -- on a drafter layer's [T, H] residual
+// gradients, two kernels where one does.
+bool sole_owner(const Tensor& t) {
+  return t.impl_ptr().use_count() == 1 && t.storage().use_count() == 1 && t.is_contiguous() &&
+         t.offset() == 0 &&
+         t.storage()->nbytes() == static_cast<size_t>(t.numel()) * element_size(t.dtype());
+}
+
 struct ReadyLess {  // priority_queue pops the largest: the highest sequence number
   bool operator()(const Node* a, const Node* b) const {
     return a->sequence_nr() < b->sequence_nr();
@@ -126,6 +138,12 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
     CG_CHECK(slot < buffer.size(), node->name(), " has ", buffer.size(),
              " outputs but a gradient arrived for output ", slot, " (an engine bug)");
     if (!buffer[slot].defined()) {
+      buffer[slot] = std::move(grad);
+    } else if (sole_owner(buffer[slot])) {
+      raw::add_(buffer[slot], grad);  // Note [Summing in place]
+    } else if (sole_owner(grad) && grad.dtype() == buffer[slot].dtype() &&
+               grad.shape() == buffer[slot].shape()) {
+      raw::add_(grad, buffer[slot]);
       buffer[slot] = std::move(grad);
     } else {
       // A fresh sum: either gradient may alias another node's (or the user's) tensor.

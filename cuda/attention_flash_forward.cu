@@ -27,8 +27,8 @@ using namespace flash;
 struct FwdArgs {
   AttnShape s;
   AttnOperand q, k, v;
-  void* out;   // (B, Hq, Sq, hd) contiguous
-  float* lse;  // (B, Hq, Sq)
+  AttnOutput out;  // (B, Hq, Sq, hd), any even strides (a [B, Sq, Hq, hd] tensor's view)
+  float* lse;      // (B, Hq, Sq)
   AttnMaskArgs m;
   float scale, scale_log2;
   int64_t tiles_per_unit, units;
@@ -197,7 +197,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdArgs a) {
   }
 
   // Row sums across the quad, then out = o / l and lse = m * scale + ln l.
-  T* out = static_cast<T*>(a.out);
+  T* out = static_cast<T*>(a.out.data);
   const int col = (lane % 4) * 2;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
@@ -210,7 +210,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdArgs a) {
       if (!qt.row(row_base + mt * 16 + hf * 8, h, i)) continue;
       const float inv = l > 0.f ? 1.f / l : 0.f;
       const int64_t row = (b * s.Hq + h) * s.Sq + i;
-      T* dst = out + row * HD + col;
+      T* dst = out + b * a.out.sb + h * a.out.sh + i * a.out.ss + col;
 #pragma unroll
       for (int n = 0; n < HD / 8; ++n) {
         *reinterpret_cast<uint32_t*>(dst + n * 8) =
@@ -234,8 +234,8 @@ bool flash_attention_supports(DType dtype, int64_t head_dim, AttnMaskKind kind) 
 }
 
 void launch_flash_attention_forward(DType dtype, const AttnShape& s, AttnOperand q, AttnOperand k,
-                                    AttnOperand v, void* out, float* lse, const AttnMaskArgs& m,
-                                    double scale, cudaStream_t stream) {
+                                    AttnOperand v, AttnOutput out, float* lse,
+                                    const AttnMaskArgs& m, double scale, cudaStream_t stream) {
   CG_CHECK(flash_attention_supports(dtype, s.hd, m.kind),
            "flash attention on cuda takes bf16/f16, head_dim 64 or 128 and masks none, causal "
            "or dflash_blocks; got ",

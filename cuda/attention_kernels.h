@@ -24,6 +24,14 @@ struct AttnOperand {
   int64_t sb = 0, sh = 0, ss = 0;
 };
 
+// Where a kernel writes (B, H, S, hd) rows: element (b, h, i, d) at data + b sb + h sh + i ss
+// + d. Contiguous is (H S hd, S hd, hd); the layout a [B, S, H, hd] tensor gives through
+// transpose(1, 2) is (S H hd, hd, H hd).
+struct AttnOutput {
+  void* data = nullptr;
+  int64_t sb = 0, sh = 0, ss = 0;
+};
+
 struct AttnShape {
   int64_t B = 0, Hq = 0, Hkv = 0, Sq = 0, Sk = 0, hd = 0;
 };
@@ -72,10 +80,11 @@ constexpr int64_t kAttnRowsMaxHeadDim = 256;
 
 bool flash_attention_supports(DType dtype, int64_t head_dim, AttnMaskKind kind);
 // Operands: hd stride 1, the other strides multiples of 8 elements, 16-byte aligned data.
-// out contiguous (q's dtype); lse f32 contiguous.
+// out (q's dtype): hd stride 1, the others even (each thread stores pairs of elements);
+// lse f32 contiguous.
 void launch_flash_attention_forward(DType dtype, const AttnShape& s, AttnOperand q, AttnOperand k,
-                                    AttnOperand v, void* out, float* lse, const AttnMaskArgs& m,
-                                    double scale, cudaStream_t stream);
+                                    AttnOperand v, AttnOutput out, float* lse,
+                                    const AttnMaskArgs& m, double scale, cudaStream_t stream);
 // Bytes of fp32 scratch the flash backward takes for this problem on the current device (0:
 // none), given which gradients it computes: the partial dk/dv sums of DFlash context keys
 // whose query blocks are split among several CTAs (Note [Context key parts]) and the fp32

@@ -113,6 +113,40 @@ __global__ void copy_flat_kernel(D* dst, const S* src, int64_t n) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) dst[i] = convert<D>(src[i]);
 }
 
+// Note [Flat packs]: the flat kernels on 16-byte aligned operands move kFlatPack elements a
+// thread per step, each operand with one vector access (16 bytes of fp32, 8 of bf16):
+// an element at a time, a bf16 += bf16 of a [24576, 5120] gradient ran at 2.3 TB/s on
+// the H200. The arithmetic per element is the scalar kernel's.
+constexpr int kFlatPack = 4;
+
+template <typename T>
+struct alignas(sizeof(T) * kFlatPack) FlatPack {
+  T e[kFlatPack];
+};
+
+// Elements of at most 4 bytes (a pack of 8-byte elements would need 32-byte alignment).
+template <typename D, typename S>
+bool packs_fit(const D* a, const S* b) {
+  return sizeof(D) <= 4 && sizeof(S) <= 4 && reinterpret_cast<uintptr_t>(a) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(b) % 16 == 0;
+}
+
+// dst, src: (n,) contiguous, 16-byte aligned. dst[i] = src[i].
+template <typename D, typename S>
+__global__ void copy_packs_kernel(D* dst, const S* src, int64_t n) {
+  const int64_t packs = n / kFlatPack;
+  for (int64_t q = first_index(); q < packs; q += grid_stride()) {
+    const FlatPack<S> x = reinterpret_cast<const FlatPack<S>*>(src)[q];
+    FlatPack<D> y;
+#pragma unroll
+    for (int k = 0; k < kFlatPack; ++k) y.e[k] = convert<D>(x.e[k]);
+    reinterpret_cast<FlatPack<D>*>(dst)[q] = y;
+  }
+  for (int64_t i = packs * kFlatPack + first_index(); i < n; i += grid_stride()) {
+    dst[i] = convert<D>(src[i]);
+  }
+}
+
 // dst, src: (n,) floating elements. dst[i] += src[i], summed in f64 when either is f64.
 template <typename D, typename S>
 using AccumulateType =
@@ -134,6 +168,25 @@ template <typename D, typename S>
 __global__ void accumulate_flat_kernel(D* dst, const S* src, int64_t n) {
   using Acc = AccumulateType<D, S>;
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    dst[i] = convert<D>(convert<Acc>(dst[i]) + convert<Acc>(src[i]));
+  }
+}
+
+// dst, src: (n,) contiguous, 16-byte aligned. dst[i] += src[i] (Note [Flat packs]).
+template <typename D, typename S>
+__global__ void accumulate_packs_kernel(D* dst, const S* src, int64_t n) {
+  using Acc = AccumulateType<D, S>;
+  const int64_t packs = n / kFlatPack;
+  for (int64_t q = first_index(); q < packs; q += grid_stride()) {
+    FlatPack<D> y = reinterpret_cast<const FlatPack<D>*>(dst)[q];
+    const FlatPack<S> x = reinterpret_cast<const FlatPack<S>*>(src)[q];
+#pragma unroll
+    for (int k = 0; k < kFlatPack; ++k) {
+      y.e[k] = convert<D>(convert<Acc>(y.e[k]) + convert<Acc>(x.e[k]));
+    }
+    reinterpret_cast<FlatPack<D>*>(dst)[q] = y;
+  }
+  for (int64_t i = packs * kFlatPack + first_index(); i < n; i += grid_stride()) {
     dst[i] = convert<D>(convert<Acc>(dst[i]) + convert<Acc>(src[i]));
   }
 }
@@ -218,6 +271,8 @@ unsigned blocks_for(int64_t n) {
   return static_cast<unsigned>(std::clamp<int64_t>(wanted, 1, 65536));
 }
 
+unsigned pack_blocks(int64_t n) { return blocks_for(n / kFlatPack + 1); }
+
 template <size_t N>
 bool is_flat(const LoopNest<N>& loop) {
   if (loop.dims() != 1) return false;
@@ -281,7 +336,9 @@ void launch_copy(void* dst, DType dst_dtype, const void* src, DType src_dtype,
       using S = typename decltype(src_tag)::type;
       auto* d = static_cast<D*>(dst);
       const auto* x = static_cast<const S*>(src);
-      if (flat) {
+      if (flat && packs_fit(d, x)) {
+        copy_packs_kernel<D, S><<<pack_blocks(n), kThreads, 0, stream>>>(d, x, n);
+      } else if (flat) {
         copy_flat_kernel<D, S><<<blocks_for(n), kThreads, 0, stream>>>(d, x, n);
       } else if (small) {
         copy_kernel<D, S, int32_t>
@@ -306,7 +363,9 @@ void launch_accumulate(void* dst, DType dst_dtype, const void* src, DType src_dt
       using S = typename decltype(src_tag)::type;
       auto* d = static_cast<D*>(dst);
       const auto* x = static_cast<const S*>(src);
-      if (flat) {
+      if (flat && packs_fit(d, x)) {
+        accumulate_packs_kernel<D, S><<<pack_blocks(n), kThreads, 0, stream>>>(d, x, n);
+      } else if (flat) {
         accumulate_flat_kernel<D, S><<<blocks_for(n), kThreads, 0, stream>>>(d, x, n);
       } else if (small) {
         accumulate_kernel<D, S, int32_t>

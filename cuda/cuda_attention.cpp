@@ -238,6 +238,23 @@ std::string cuda_attention_path(const Tensor& q, const Tensor& k, const Resolved
   return "flash (cudnn not taken: " + why + ")";
 }
 
+// Note [Output in q's layout]: the drafter's q is transpose(1, 2) of a [B, Sq, Hq, hd]
+// projection, and the op's caller turns the output back into [B, Sq, Hq * hd] for o_proj.
+// The flash kernel writes out in that layout -- a transposed view of a [B, Sq, Hq, hd]
+// tensor -- so the caller's reshape is a view, not a transposing copy of the whole output
+// (0.5 ms a layer at the full-scale drafter's shape). Other layouts of q get a contiguous
+// output.
+Tensor flash_output_like(const Tensor& q, const AttnShape& s) {
+  const bool rows_major =
+      s.Hq > 1 && s.Sq > 1 && q.stride(3) == 1 && q.stride(1) == s.hd && q.stride(2) == s.Hq * s.hd;
+  if (!rows_major) return raw::empty({s.B, s.Hq, s.Sq, s.hd}, q.dtype(), q.device());
+  return raw::transpose(raw::empty({s.B, s.Sq, s.Hq, s.hd}, q.dtype(), q.device()), 1, 2);
+}
+
+AttnOutput output_of(const Tensor& t) {
+  return {t.data_ptr(), t.stride(0), t.stride(1), t.stride(2)};
+}
+
 AttentionForward CudaKernels::attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                                 const ResolvedAttentionMask& mask, double scale) {
   const AttentionPath path = attention_path_;
@@ -245,7 +262,13 @@ AttentionForward CudaKernels::attention_forward(const Tensor& q, const Tensor& k
   const AttnShape s = shape_of(q, k);
   const DType cd = compute_dtype_of(q.dtype());
   AttentionForward result;
-  result.out = raw::empty({s.B, s.Hq, s.Sq, s.hd}, q.dtype(), q.device());
+  // The flash layout only where cuDNN is not tried first (it writes contiguous rows).
+  const bool try_cudnn =
+      path == AttentionPath::cudnn ||
+      (path == AttentionPath::automatic && cudnn_by_rule(q.dtype(), s.hd, mask, scale));
+  result.out = path != AttentionPath::rows && !try_cudnn && use_flash(q.dtype(), s.hd, mask, scale)
+                   ? flash_output_like(q, s)
+                   : raw::empty({s.B, s.Hq, s.Sq, s.hd}, q.dtype(), q.device());
   result.lse = raw::empty({s.B, s.Hq, s.Sq}, cd, q.device());
   if (s.B * s.Hq * s.Sq == 0) return result;
   if (s.Sk == 0) {  // no keys: every row sees nothing
@@ -254,8 +277,7 @@ AttentionForward CudaKernels::attention_forward(const Tensor& q, const Tensor& k
     return result;
   }
   const cudaStream_t stream = enter(q);
-  if (path == AttentionPath::cudnn ||
-      (path == AttentionPath::automatic && cudnn_by_rule(q.dtype(), s.hd, mask, scale))) {
+  if (try_cudnn) {
     const Tensor qr = readable(q, true), kr = readable(k, true), vr = readable(v, true);
     const SdpaProblem p = sdpa_problem(qr, kr, vr, mask);
     if (take_cudnn(path, q.device().index, p, mask, scale, false)) {
@@ -272,7 +294,7 @@ AttentionForward CudaKernels::attention_forward(const Tensor& q, const Tensor& k
   const AttnMaskArgs m = mask_args(mask, q.device(), stream, anchors);
   if (flash) {
     launch_flash_attention_forward(q.dtype(), s, operand(qr), operand(kr), operand(vr),
-                                   result.out.data_ptr(), result.lse.data<float>(), m, scale,
+                                   output_of(result.out), result.lse.data<float>(), m, scale,
                                    stream);
   } else {
     launch_attention_rows_forward(q.dtype(), s, operand(qr), operand(kr), operand(vr),

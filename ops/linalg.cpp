@@ -18,10 +18,23 @@ Tensor run_matmul(const Tensor& a, const Tensor& b) {
   return kernels_for(a.device(), "matmul").matmul(a, b);
 }
 
+// Note [Gradient in the operand's layout]: linear() multiplies by transpose(weight), a
+// column-major view. Written row-major, its gradient [in, out] would reach the weight
+// through TransposeBackward as a transposed view, and the leaf's clone of it is a strided
+// transposing copy (0.6 ms for a 17408 x 5120 MLP weight on the H200, three of them per
+// drafter layer). So a 2-D b stored column-major gets its gradient column-major too:
+// (g^T a)^T, one GEMM of the same cost, and the weight's gradient arrives contiguous.
+// (PyTorch's mm backward picks the layout of mat2's gradient from mat2's strides too.)
+bool column_major_2d(const Tensor& t) {
+  return t.dim() == 2 && t.size(0) > 1 && t.size(1) > 1 && t.stride(0) == 1 &&
+         t.stride(1) == t.size(0);
+}
+
 // grad_a = g @ b^T and grad_b = a^T @ g, each summed back over broadcast batch dims.
 // The transposes are views: the kernel maps them as column-major, no copy.
 struct MatmulBackward : Node {
   size_t a = SIZE_MAX, b = SIZE_MAX;
+  bool b_column_major = false;  // Note [Gradient in the operand's layout]
   std::string name() const override { return "MatmulBackward"; }
   std::vector<Tensor> backward(std::vector<Tensor>&& grads) override {
     const Tensor& g = grads[0];
@@ -32,11 +45,13 @@ struct MatmulBackward : Node {
     if (needs_input_grad(1)) {
       const Tensor& sa = saved(a);
       const Shape& b_shape = input_meta[1].shape;
-      if (b_shape.size() == 2 && sa.dim() > 2) {
+      if (b_shape.size() == 2 && (sa.dim() > 2 || b_column_major)) {
         // A weight shared over batch dims ([B, T, k] @ [k, m]): fold the batch into the
         // rows, one [k, B*T] @ [B*T, m] GEMM instead of B products summed afterwards.
         const int64_t k = sa.shape()[sa.dim() - 1], m = g.shape()[g.dim() - 1];
-        gb = run_matmul(raw::transpose(raw::reshape(sa, {-1, k}), 0, 1), raw::reshape(g, {-1, m}));
+        const Tensor a2 = raw::reshape(sa, {-1, k}), g2 = raw::reshape(g, {-1, m});
+        gb = b_column_major ? raw::transpose(run_matmul(raw::transpose(g2, 0, 1), a2), 0, 1)
+                            : run_matmul(raw::transpose(a2, 0, 1), g2);
       } else {
         gb = sum_to_shape(run_matmul(raw::transpose(sa, -1, -2), g), b_shape);
       }
@@ -62,7 +77,10 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b) {
   Tensor out = run_matmul(a, b);
   if (auto node = make_node<MatmulBackward>({&a, &b})) {
     if (node->needs_input_grad(0)) node->b = node->save(b);
-    if (node->needs_input_grad(1)) node->a = node->save(a);
+    if (node->needs_input_grad(1)) {
+      node->a = node->save(a);
+      node->b_column_major = column_major_2d(b);
+    }
     set_history(node, out);
   }
   return out;

@@ -330,5 +330,40 @@ TEST(AutogradEngine, GradientsFromTwoPathsAreSummedIntoAFreshTensor) {
   EXPECT_EQ(x.grad().to_vector(), (std::vector<double>(3, 7.5)));
 }
 
+TEST(AutogradEngine, SummingInPlaceNeverWritesATensorOthersHold) {
+  // Note [Summing in place]: the user's root gradient reaches x twice (add's backward
+  // passes it on to both inputs); the sum must not go into it.
+  Tensor x = full({3}, 2.0).requires_grad_();
+  Tensor g = ones({3});
+  add(x, x).backward(g);
+  EXPECT_EQ(g.to_vector(), (std::vector<double>(3, 1.0)));
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<double>(3, 2.0)));
+  // Fresh gradients nobody else holds are summed in place: the same values.
+  Tensor w = full({3}, 1.0).requires_grad_();
+  Tensor u = add(add(mul(w, w), scale(w, 3.0)), exp(scale(w, 0.0)));  // 2w + 3 + 0
+  u.backward(ones({3}));
+  EXPECT_EQ(w.grad().to_vector(), (std::vector<double>(3, 5.0)));
+}
+
+TEST(AutogradEngine, AColumnMajorWeightGetsAColumnMajorGradient) {
+  // Note [Gradient in the operand's layout] (ops/linalg.cpp): x @ w^T hands w^T's gradient
+  // back in w^T's own (column-major) layout, so w's arrives contiguous, and its values are
+  // x^T g as before.
+  Tensor x = reshape(arange(0.0, 10.0), {5, 2}).requires_grad_();
+  Tensor w = reshape(arange(0.0, 6.0), {3, 2}).requires_grad_();
+  {
+    Tensor y = matmul(x, transpose(w, 0, 1));  // [5, 3]
+    std::vector<Tensor> grads = y.grad_fn()->apply({ones({5, 3})});
+    ASSERT_EQ(grads.size(), 2u);
+    EXPECT_EQ(grads[1].shape(), (Shape{2, 3}));
+    EXPECT_EQ(grads[1].strides(), (Shape{1, 2}));
+    // x^T @ ones: column sums of x, 20 and 25, in every column.
+    EXPECT_EQ(grads[1].to_vector(), (std::vector<double>{20, 20, 20, 25, 25, 25}));
+  }
+  sum(matmul(x, transpose(w, 0, 1))).backward();
+  EXPECT_TRUE(w.grad().is_contiguous());
+  EXPECT_EQ(w.grad().to_vector(), (std::vector<double>{20, 25, 20, 25, 20, 25}));
+}
+
 }  // namespace
 }  // namespace cg
