@@ -28,6 +28,7 @@ struct HeadParams {
   bool want_ce, want_teacher, want_grad, softcap;
   int64_t ignore_index;
   double ce_weight, kl_weight, kl_scale, tau, inv_tau, eps, z_loss, cap;
+  int prefetch;  // groups ahead asked of L2 (0: none; Note [Row kernel bandwidth])
 };
 
 // x rounded to T and read back (what a later pass reads after x is stored).
@@ -60,12 +61,18 @@ __device__ __forceinline__ double rescale(double from, double to, double s) {
 // bandwidth: (1) each thread issues kUnroll 16-byte loads (per operand) before using any,
 // so enough bytes are in flight per SM; (2) several blocks per SM (__launch_bounds__), so
 // one block's reductions between the passes overlap another's streaming: cross-entropy
-// runs 2 blocks of 512 threads (64 registers), the teacher's variant (~100 registers) 2
+// runs 2 blocks of 512 threads (64 registers), the teacher's variant (128 registers) 2
 // blocks of 256 (CHUNKGRAD_HEAD_ROWS_THREADS=256|512 overrides both, for measuring:
 // 256 gives cross-entropy 4 blocks of 256, 512 the teacher's one block of 512); (3) the
 // block's statistics are reduced together (one pair of barriers for all sums, and one
 // for both maxima and both argmaxes);
 // (4) pass 2 walks the row backwards: what pass 1 read last is the likeliest still in L2.
+// The teacher's variant holds 2 packs per operand in flight in each pass (its tiles of
+// Note [Fast KL rows] fill its 128 registers); CHUNKGRAD_HEAD_ROWS_UNROLL=4 gives its pass
+// 2 four (about 50 bytes of spills where the compiler puts them), for measuring; and
+// CHUNKGRAD_HEAD_ROWS_PREFETCH=d makes every variant ask L2 for the group d ahead of the
+// one it loads (prefetch.global.L2: no registers held), so that more of the row is in
+// flight than the registers hold. Both off until measured.
 constexpr int kHeadThreads = 512;  // the most threads per row
 
 // The per-thread running sums of pass 1 (Note [One-pass row statistics]).
@@ -139,6 +146,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     for (int64_t g = 0; g < groups; ++g) {
       RawPack<T, N> zr[kUnroll], tr[kUnroll];
       load_group<T, N, kUnroll, kTeacher>(z, t, g, stride, packs, zr, tr);
+      if (p.prefetch)
+        prefetch_group<T, N, kUnroll, kTeacher>(z, t, g + p.prefetch, groups, stride, packs);
 #pragma unroll
       for (int u0 = 0; u0 < kUnroll; u0 += kTile) {  // a tile of kTile packs
         A zv[kTile][N], tv[kTile][N];
@@ -359,6 +368,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     for (int64_t g = groups2 - 1; g >= 0; --g) {
       RawPack<T, N> zr[kUnroll2], tr[kUnroll2];
       load_group<T, N, kUnroll2, kTeacher>(z, t, g, stride, packs, zr, tr);
+      if (p.prefetch)
+        prefetch_group<T, N, kUnroll2, kTeacher>(z, t, g - p.prefetch, groups2, stride, packs);
 #pragma unroll
       for (int u = 0; u < kUnroll2; ++u) {
         const int64_t pk = (g * kUnroll2 + u) * stride + threadIdx.x;
@@ -479,6 +490,18 @@ int unroll_override() {
   return v;
 }
 
+// CHUNKGRAD_HEAD_ROWS_PREFETCH=1..4: groups ahead of its loads each thread asks L2 for
+// (0, none, when unset or anything else). Read once.
+int prefetch_override() {
+  static const int v = [] {
+    const char* e = std::getenv("CHUNKGRAD_HEAD_ROWS_PREFETCH");
+    if (e == nullptr) return 0;
+    const std::string s(e);
+    return s == "1" || s == "2" || s == "3" || s == "4" ? s[0] - '0' : 0;
+  }();
+  return v;
+}
+
 // The kinds the kernel above computes. One case per kind and no default: a kind added
 // to LossKind makes the host compiler warn here (-Wswitch), and until it has a case the
 // launcher throws rather than run a kernel that would compute another loss.
@@ -519,6 +542,7 @@ void launch_head_loss_rows(DType dtype, void* logits, void* teacher, const int64
   p.eps = cfg.label_smoothing;
   p.z_loss = cfg.z_loss;
   p.cap = cfg.softcap;
+  p.prefetch = prefetch_override();
   // Threads per row (block): Note [Row kernel bandwidth]; short rows take fewer.
   const int wide = threads_override() ? threads_override() : (p.want_teacher ? 256 : kHeadThreads);
   const int threads = V >= 8192 ? wide : (V >= 2048 ? 256 : 32);
@@ -540,7 +564,7 @@ void launch_head_loss_rows(DType dtype, void* logits, void* teacher, const int64
     };
     // The teacher's statistics are a separate instantiation: cross-entropy alone then needs
     // fewer registers per thread, so more rows run at once.
-    // 512 threads per SM for the teacher's variant (~100 registers each), 1024 for
+    // 512 threads per SM for the teacher's variant (128 registers each), 1024 for
     // cross-entropy's (64): Note [Row kernel bandwidth].
     const bool narrow = wide == 256;
     const bool deep = unroll_override() == 4;

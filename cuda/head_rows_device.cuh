@@ -96,6 +96,23 @@ __device__ __forceinline__ void load_group(const T* z, const T* t, int64_t g, in
   }
 }
 
+// Asks L2 for group g of a thread's packs (as load_group reads them) without waiting or
+// holding registers: the loads of that group later find it there (Note [Row kernel
+// bandwidth]); groups outside [0, groups) ask nothing.
+template <typename T, int N, int U, bool kTeacher>
+__device__ __forceinline__ void prefetch_group(const T* z, const T* t, int64_t g, int64_t groups,
+                                               int64_t stride, int64_t packs) {
+  if (g < 0 || g >= groups) return;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int64_t pk = (g * U + u) * stride + threadIdx.x;
+    if (pk < packs) {
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(z + pk * N));
+      if (kTeacher) asm volatile("prefetch.global.L2 [%0];" ::"l"(t + pk * N));
+    }
+  }
+}
+
 // Two reductions over the block with one pair of barriers, to every thread: a and b
 // each replaced by op over the block (scratch: 64 V of shared memory). Op: MaxOp, MinOp.
 struct MaxOp {
