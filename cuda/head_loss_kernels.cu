@@ -28,6 +28,7 @@ struct HeadParams {
   bool want_ce, want_teacher, want_grad, softcap;
   int64_t ignore_index;
   double ce_weight, kl_weight, kl_scale, tau, inv_tau, eps, z_loss, cap;
+  int prefetch;  // groups ahead asked of L2 (0: none; Note [Row kernel bandwidth])
 };
 
 // x rounded to T and read back (what a later pass reads after x is stored).
@@ -60,12 +61,18 @@ __device__ __forceinline__ double rescale(double from, double to, double s) {
 // bandwidth: (1) each thread issues kUnroll 16-byte loads (per operand) before using any,
 // so enough bytes are in flight per SM; (2) several blocks per SM (__launch_bounds__), so
 // one block's reductions between the passes overlap another's streaming: cross-entropy
-// runs 2 blocks of 512 threads (64 registers), the teacher's variant (~100 registers) 2
+// runs 2 blocks of 512 threads (64 registers), the teacher's variant (128 registers) 2
 // blocks of 256 (CHUNKGRAD_HEAD_ROWS_THREADS=256|512 overrides both, for measuring:
 // 256 gives cross-entropy 4 blocks of 256, 512 the teacher's one block of 512); (3) the
 // block's statistics are reduced together (one pair of barriers for all sums, and one
 // for both maxima and both argmaxes);
 // (4) pass 2 walks the row backwards: what pass 1 read last is the likeliest still in L2.
+// The teacher's variant holds 2 packs per operand in flight in each pass (its tiles of
+// Note [Fast KL rows] fill its 128 registers); CHUNKGRAD_HEAD_ROWS_UNROLL=4 gives its pass
+// 2 four (about 50 bytes of spills where the compiler puts them), for measuring; and
+// CHUNKGRAD_HEAD_ROWS_PREFETCH=d makes every variant ask L2 for the group d ahead of the
+// one it loads (prefetch.global.L2: no registers held), so that more of the row is in
+// flight than the registers hold. Both off until measured.
 constexpr int kHeadThreads = 512;  // the most threads per row
 
 // The per-thread running sums of pass 1 (Note [One-pass row statistics]).
@@ -75,14 +82,36 @@ struct RowSums {
   double sa = 0, ka = 0;           // relative to tm: sum e_t, sum e_t w
 };
 
-template <typename T, int N, bool kTeacher, int kThreads, int kBlocksPerSm>
+// Note [Fast KL rows]: forward KL (or soft CE) against a teacher at tau 1 -- the drafter's
+// loss -- and cross-entropy alone take lean element loops, chosen once per tile by uniform
+// flags; the general loops serve the rest (reverse KL, tau != 1; softcap in pass 2).
+//   pass 1 per logit: e = 2^(z L + bz) and et = 2^(t L + bt), each one fma and one bare
+//     ex2 (fast_exp2), then pe += e, pez += e max(z, lowest), pa += et,
+//     pka += et max(t - z, lowest): the -inf guards are clamps, not branches (a -inf
+//     logit gives e = 0 and a clamped finite factor, so the term is 0 and never NaN);
+//   pass 2 per logit: q = 2^(z L - lse_z L), p = 2^(t L - lse_t L), then
+//     d = fma(g_kl, q - p, fma(g_soft, q, -g_uniform)) -- no logarithms, and q - p taken
+//     before scaling as in the general loop (it can cancel); the label's one-hot term (in
+//     double) in a branch that one pack of the row takes.
+// Both loops share the tile structure: the running maxima are taken over a tile of kTile
+// packs before any exponential, so the running sums are rescaled (and the argmax looked
+// for) at most once per tile, not per pack, and a tile's sums are added in fp32 and
+// flushed into the per-thread double totals once per tile (a float-to-double conversion
+// and a double add per sum, which cost as much as an exponential each). Cross-entropy's
+// tile is one pack (its kernel holds 64 registers); the teacher's is its whole group of 2.
+template <typename T, int N, bool kTeacher, int kThreads, int kBlocksPerSm, int kTeacherUnroll2 = 2>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     head_rows_kernel(T* logits, T* teacher, const int64_t* labels, int64_t C, int64_t V,
                      HeadParams p, const compute_t<T>* grad_scale, compute_t<T>* out_loss,
                      compute_t<T>* out_lse, compute_t<T>* out_entropy, int64_t* out_argmax,
                      int64_t* out_targmax) {
   using A = compute_t<T>;
-  constexpr int kUnroll = kTeacher ? 2 : 4;  // packs in flight per operand per thread
+  constexpr int kUnroll = kTeacher ? 2 : 4;  // packs in flight per operand per thread, pass 1
+  constexpr int kUnroll2 = kTeacher ? kTeacherUnroll2 : 4;  // and pass 2
+  // Packs whose values are held at once for the max-first step (Note [Fast KL rows]):
+  // cross-entropy's 64 registers hold one.
+  constexpr int kTile = kTeacher ? kUnroll : 1;
+  constexpr A L = kExpScale<A>;
   __shared__ double sd[32 * 7];
   __shared__ A sa_max[64];
   __shared__ int64_t si[64];
@@ -92,9 +121,14 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   const bool soft = static_cast<LossKind>(p.kind) == LossKind::soft_cross_entropy;
   const bool reverse = static_cast<LossKind>(p.kind) == LossKind::reverse_kl;
   const bool unit_tau = p.tau == 1.0;  // then e^((z - m) / tau) is e^(z - m)
-  const A as = s * kExpScale<A>;       // exponent scale at temperature
+  const A as = s * L;                  // exponent scale at temperature
   // The sums at temperature (sb, kb) serve reverse KL and lse_b at tau != 1 only.
   const bool need_b = reverse || !unit_tau;
+  const bool need_sz = p.eps != 0.0;  // sum z serves label smoothing only
+  // Note [Fast KL rows]. Pass 1 (0: the general loop, 1: forward KL or cross-entropy alone,
+  // 2: soft CE) needs no sums at temperature; pass 2 also tau 1 and no softcap.
+  const int fast1 = !kTeacher ? 1 : need_b ? 0 : forward ? 1 : soft ? 2 : 0;
+  const bool fast2 = kTeacher && fast1 != 0 && unit_tau && !p.softcap;
   const int64_t packs = V / N;  // V % N == 0 (the launcher picks N so)
   const int64_t stride = static_cast<int64_t>(blockDim.x);
   const int64_t groups = (packs + stride * kUnroll - 1) / (stride * kUnroll);
@@ -106,91 +140,146 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     // ---- pass 1: softcap in place and the running statistics of this thread ----
     A m = -m_inf<A>(), tm = -m_inf<A>();
     int64_t arg = INT64_MAX, targ = INT64_MAX;
-    A bz = m_inf<A>(), bt = m_inf<A>();  // -m, -tm s, times kExpScale (set with the maxima)
+    // -m L and -tm s L (0 while the max is -inf, so that a -inf logit gives 2^-inf = 0)
+    A bz = 0, bt = 0;
     RowSums r;
     for (int64_t g = 0; g < groups; ++g) {
       RawPack<T, N> zr[kUnroll], tr[kUnroll];
       load_group<T, N, kUnroll, kTeacher>(z, t, g, stride, packs, zr, tr);
+      if (p.prefetch)
+        prefetch_group<T, N, kUnroll, kTeacher>(z, t, g + p.prefetch, groups, stride, packs);
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t pk = (g * kUnroll + u) * stride + threadIdx.x;
-        if (pk >= packs) continue;
-        const int64_t j0 = pk * N;
-        A zv[N], tv[N];
-        unpack<T, N>(zr[u], zv);
-        if (kTeacher) unpack<T, N>(tr[u], tv);
-        if (p.softcap) {
+      for (int u0 = 0; u0 < kUnroll; u0 += kTile) {  // a tile of kTile packs
+        A zv[kTile][N], tv[kTile][N];
+        A gz = -m_inf<A>(), gt = -m_inf<A>();  // the tile's maxima (a NaN never wins)
+        const int64_t pk0 = (g * kUnroll + u0) * stride + threadIdx.x;  // the tile's first pack
+        // The packs of the tile that lie in the row: the first `live` (all but in the last group).
+        const int64_t rest = pk0 < packs ? (packs - pk0 + stride - 1) / stride : 0;
+        const int live = rest < kTile ? static_cast<int>(rest) : kTile;
 #pragma unroll
-          for (int k = 0; k < N; ++k) zv[k] = rounded<T>(cap * m_tanh(zv[k] * inv_cap));
-          store_pack<T, N>(z + j0, zv);
+        for (int u = 0; u < kTile; ++u) {
+          if (u >= live) break;
+          const int64_t j0 = (pk0 + u * stride) * N;
+          unpack<T, N>(zr[u0 + u], zv[u]);
+          if (p.softcap) {
+#pragma unroll
+            for (int k = 0; k < N; ++k) zv[u][k] = rounded<T>(cap * m_tanh(zv[u][k] * inv_cap));
+            store_pack<T, N>(z + j0, zv[u]);
+          }
+          gz = fmax(gz, pack_max<A, N>(zv[u]));
+          if (kTeacher) {
+            unpack<T, N>(tr[u0 + u], tv[u]);
+            if (p.softcap) {
+#pragma unroll
+              for (int k = 0; k < N; ++k) tv[u][k] = rounded<T>(cap * m_tanh(tv[u][k] * inv_cap));
+              store_pack<T, N>(t + j0, tv[u]);
+            }
+            gt = fmax(gt, pack_max<A, N>(tv[u]));
+          }
         }
-        // The pack's max first; the argmax is looked for only when the max grows (rare
-        // after the first packs of a row), not tracked per element.
-        const A vmax = pack_max<A, N>(zv);
-        if (vmax > m) {
-          arg = j0 + first_equal<A, N>(zv, vmax);
-          const double f = rescale(m, vmax, 1.0);
+        // The argmax is looked for only when the max grows (rare after the first tiles of a
+        // row): the first pack of the tile holding it, then its first place there.
+        auto first_at = [&](const A(&v)[kTile][N], A x) {
+          int64_t at = INT64_MAX;
+#pragma unroll
+          for (int u = kTile - 1; u >= 0; --u) {
+            const int k = u < live ? first_equal<A, N>(v[u], x) : N;
+            if (k < N) at = (pk0 + u * stride) * N + k;
+          }
+          return at;
+        };
+        if (gz > m) {
+          arg = first_at(zv, gz);
+          const double f = rescale(m, gz, 1.0);
           r.se *= f;
           r.sez *= f;
-          if (kTeacher) {
-            const double fs = unit_tau ? f : rescale(m, vmax, p.inv_tau);
+          if (kTeacher && need_b) {
+            const double fs = unit_tau ? f : rescale(m, gz, p.inv_tau);
             r.sb *= fs;
             r.kb *= fs;
           }
-          m = vmax;
-          bz = -m * kExpScale<A>;
+          m = gz;
+          bz = -m * L;
         }
-        if (kTeacher) {
-          if (p.softcap) {
-#pragma unroll
-            for (int k = 0; k < N; ++k) tv[k] = rounded<T>(cap * m_tanh(tv[k] * inv_cap));
-            store_pack<T, N>(t + j0, tv);
-          }
-          const A tvmax = pack_max<A, N>(tv);
-          if (tvmax > tm) {
-            targ = j0 + first_equal<A, N>(tv, tvmax);
-            const double f = rescale(tm, tvmax, p.inv_tau);
-            r.sa *= f;
-            r.ka *= f;
-            tm = tvmax;
-            bt = -tm * as;
-          }
+        if (kTeacher && gt > tm) {
+          targ = first_at(tv, gt);
+          const double f = rescale(tm, gt, p.inv_tau);
+          r.sa *= f;
+          r.ka *= f;
+          tm = gt;
+          bt = -tm * as;
         }
-        // Sums of the pack in the compute type, added to the double totals once per pack
-        // (a float-to-double conversion per element would cost more than the exponential).
-        A pz = 0, pe = 0, pez = 0, pb = 0, pkb = 0, pa = 0, pka = 0;
+        // The tile's sums in the compute type, added to the double totals once per tile
+        // (Note [Fast KL rows]).
+        A pe = 0, pez = 0, pb = 0, pkb = 0, pa = 0, pka = 0;
+        if (fast1 != 0) {  // Note [Fast KL rows]
 #pragma unroll
-        for (int k = 0; k < N; ++k) {
-          const A zk = zv[k];
-          pz += zk;
-          // A -inf logit adds e = 0 (computed, e * z would be 0 * -inf = NaN).
-          const bool z_finite_below = zk != -m_inf<A>();
-          A e = 0;
-          if (z_finite_below) {
-            e = exp_fma(zk, kExpScale<A>, bz);
-            pe += e;
-            pez += e * zk;
-          }
-          if (kTeacher) {
-            const A tk = tv[k];
-            if (need_b && z_finite_below) {
-              const A es = unit_tau ? e : exp_fma(zk, as, -m * as);
-              pb += es;
-              pkb += es * ((zk - tk) * s);
-            }
-            if (tk != -m_inf<A>()) {
-              const A et = exp_fma(tk, as, bt);
+          for (int u = 0; u < kTile; ++u) {
+            if (u >= live) break;
+#pragma unroll
+            for (int k = 0; k < N; ++k) {
+              const A zk = zv[u][k];
+              const A e = exp_fma(zk, L, bz);
+              pe += e;
+              pez = fma(e, fmax(zk, kLowest<A>), pez);  // e = 0 at z = -inf
+              if (!kTeacher) continue;
+              const A tk = tv[u][k], et = exp_fma(tk, as, bt);
               pa += et;
-              pka += et * (soft ? zk : tk - zk);  // times s once per pack, below
+              // et = 0 at t = -inf, where t - z is -inf or NaN: clamped, the term is 0
+              if (fast1 == 1)
+                pka = fma(et, fmax(tk - zk, kLowest<A>), pka);
+              else if (tk != -m_inf<A>())  // soft CE: a -inf logit under teacher mass is +inf
+                pka = fma(et, zk, pka);
+            }
+          }
+        } else {
+#pragma unroll
+          for (int u = 0; u < kTile; ++u) {
+            if (u >= live) break;
+#pragma unroll
+            for (int k = 0; k < N; ++k) {
+              const A zk = zv[u][k];
+              // A -inf logit adds e = 0 (computed, e * z would be 0 * -inf = NaN).
+              const bool z_finite_below = zk != -m_inf<A>();
+              A e = 0;
+              if (z_finite_below) {
+                e = exp_fma(zk, L, bz);
+                pe += e;
+                pez += e * zk;
+              }
+              if (kTeacher) {
+                const A tk = tv[u][k];
+                if (need_b && z_finite_below) {
+                  const A es = unit_tau ? e : exp_fma(zk, as, -m * as);
+                  pb += es;
+                  pkb += es * ((zk - tk) * s);
+                }
+                if (tk != -m_inf<A>()) {
+                  const A et = exp_fma(tk, as, bt);
+                  pa += et;
+                  pka += et * (soft ? zk : tk - zk);  // times s once per tile, below
+                }
+              }
             }
           }
         }
-        r.sz += static_cast<double>(pz);
+        if (need_sz) {
+          A pz = 0;
+#pragma unroll
+          for (int u = 0; u < kTile; ++u) {
+            if (u >= live) break;
+#pragma unroll
+            for (int k = 0; k < N; ++k) pz += zv[u][k];
+          }
+          r.sz += static_cast<double>(pz);
+        }
         r.se += static_cast<double>(pe);
         r.sez += static_cast<double>(pez);
         if (kTeacher) {
-          r.sb += static_cast<double>(pb);
-          r.kb += static_cast<double>(pkb);
+          if (need_b) {
+            r.sb += static_cast<double>(pb);
+            r.kb += static_cast<double>(pkb);
+          }
           r.sa += static_cast<double>(pa);
           r.ka += static_cast<double>(pka * s);
         }
@@ -273,41 +362,60 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
       const double rr = static_cast<double>(zy) / p.cap;
       onehot *= 1.0 - rr * rr;
     }
-    for (int64_t g = groups - 1; g >= 0; --g) {
-      RawPack<T, N> zr[kUnroll], tr[kUnroll];
-      load_group<T, N, kUnroll, kTeacher>(z, t, g, stride, packs, zr, tr);
+    // Note [Fast KL rows]: d = g_ce q - g_uni + g_kl (q - p) at tau 1 (q is CE's softmax too).
+    const A g_ce = p.want_ce ? g_soft : A(0), g_uni = p.want_ce ? g_uniform : A(0);
+    const int64_t groups2 = (packs + stride * kUnroll2 - 1) / (stride * kUnroll2);
+    for (int64_t g = groups2 - 1; g >= 0; --g) {
+      RawPack<T, N> zr[kUnroll2], tr[kUnroll2];
+      load_group<T, N, kUnroll2, kTeacher>(z, t, g, stride, packs, zr, tr);
+      if (p.prefetch)
+        prefetch_group<T, N, kUnroll2, kTeacher>(z, t, g - p.prefetch, groups2, stride, packs);
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t pk = (g * kUnroll + u) * stride + threadIdx.x;
+      for (int u = 0; u < kUnroll2; ++u) {
+        const int64_t pk = (g * kUnroll2 + u) * stride + threadIdx.x;
         if (pk >= packs) continue;
         const int64_t j0 = pk * N;
-        const int64_t y_at = y - j0;  // the label's place in this pack, when in [0, N)
-        const int yk = y_at >= 0 && y_at < N ? static_cast<int>(y_at) : -1;
         A zv[N], tv[N], d[N];
         unpack<T, N>(zr[u], zv);
         if (kTeacher) unpack<T, N>(tr[u], tv);
+        if (kTeacher && fast2) {
 #pragma unroll
-        for (int k = 0; k < N; ++k) {
-          const A zj = zv[k];
-          A dk = 0;
-          // q = softmax(z / tau)_j; at tau 1 it is CE's softmax too (lse_b is lse then).
-          const A q = kTeacher ? exp_fma(zj, as, b_q) : A(0);
-          if (p.want_ce)
-            dk += g_soft * (kTeacher && unit_tau ? q : exp_fma(zj, kExpScale<A>, b_ce)) - g_uniform;
-          if (kTeacher) {
-            if (reverse) {
-              const A log_p = tv[k] * s - lse_ac, log_q = zj * s - lse_bc;
-              dk += g_kl * q * ((log_q - log_p) - kl_c);
-            } else {
-              dk += g_kl * (q - exp_fma(tv[k], as, b_p));
+          for (int k = 0; k < N; ++k) {
+            const A q = exp_fma(zv[k], L, b_q), pt = exp_fma(tv[k], L, b_p);
+            d[k] = fma(g_kl, q - pt, fma(g_ce, q, -g_uni));  // q - p as the general loop
+          }
+        } else {
+#pragma unroll
+          for (int k = 0; k < N; ++k) {
+            const A zj = zv[k];
+            A dk = 0;
+            // q = softmax(z / tau)_j; at tau 1 it is CE's softmax too (lse_b is lse then).
+            const A q = kTeacher ? exp_fma(zj, as, b_q) : A(0);
+            if (p.want_ce)
+              dk += g_soft * (kTeacher && unit_tau ? q : exp_fma(zj, L, b_ce)) - g_uniform;
+            if (kTeacher) {
+              if (reverse) {
+                const A log_p = tv[k] * s - lse_ac, log_q = zj * s - lse_bc;
+                dk += g_kl * q * ((log_q - log_p) - kl_c);
+              } else {
+                dk += g_kl * (q - exp_fma(tv[k], as, b_p));
+              }
             }
+            if (p.softcap) {
+              const A rr = zj * inv_cap;
+              dk *= A(1) - rr * rr;
+            }
+            d[k] = dk;
           }
-          if (p.softcap) {
-            const A rr = zj * inv_cap;
-            dk *= A(1) - rr * rr;
-          }
-          if (k == yk) dk = static_cast<A>(static_cast<double>(dk) - onehot);
-          d[k] = dk;
+        }
+        // The label's one-hot term, in double (it cancels most of d there): one pack of the
+        // row takes this branch.
+        const int64_t y_at = y - j0;  // the label's place in this pack, when in [0, N)
+        if (y_at >= 0 && y_at < N) {
+          const int yk = static_cast<int>(y_at);
+#pragma unroll
+          for (int k = 0; k < N; ++k)
+            if (k == yk) d[k] = static_cast<A>(static_cast<double>(d[k]) - onehot);
         }
         store_pack<T, N>(z + j0, d);
       }
@@ -369,6 +477,31 @@ int threads_override() {
   return v;
 }
 
+// CHUNKGRAD_HEAD_ROWS_UNROLL=2 or 4 (0 when unset or anything else): packs per operand a
+// thread of the teacher's variant loads at once in pass 2 (Note [Row kernel bandwidth]).
+// Read once.
+int unroll_override() {
+  static const int v = [] {
+    const char* e = std::getenv("CHUNKGRAD_HEAD_ROWS_UNROLL");
+    if (e == nullptr) return 0;
+    const std::string s(e);
+    return s == "2" ? 2 : s == "4" ? 4 : 0;
+  }();
+  return v;
+}
+
+// CHUNKGRAD_HEAD_ROWS_PREFETCH=1..4: groups ahead of its loads each thread asks L2 for
+// (0, none, when unset or anything else). Read once.
+int prefetch_override() {
+  static const int v = [] {
+    const char* e = std::getenv("CHUNKGRAD_HEAD_ROWS_PREFETCH");
+    if (e == nullptr) return 0;
+    const std::string s(e);
+    return s == "1" || s == "2" || s == "3" || s == "4" ? s[0] - '0' : 0;
+  }();
+  return v;
+}
+
 // The kinds the kernel above computes. One case per kind and no default: a kind added
 // to LossKind makes the host compiler warn here (-Wswitch), and until it has a case the
 // launcher throws rather than run a kernel that would compute another loss.
@@ -409,6 +542,7 @@ void launch_head_loss_rows(DType dtype, void* logits, void* teacher, const int64
   p.eps = cfg.label_smoothing;
   p.z_loss = cfg.z_loss;
   p.cap = cfg.softcap;
+  p.prefetch = prefetch_override();
   // Threads per row (block): Note [Row kernel bandwidth]; short rows take fewer.
   const int wide = threads_override() ? threads_override() : (p.want_teacher ? 256 : kHeadThreads);
   const int threads = V >= 8192 ? wide : (V >= 2048 ? 256 : 32);
@@ -430,16 +564,21 @@ void launch_head_loss_rows(DType dtype, void* logits, void* teacher, const int64
     };
     // The teacher's statistics are a separate instantiation: cross-entropy alone then needs
     // fewer registers per thread, so more rows run at once.
-    // 512 threads per SM for the teacher's variant (~100 registers each), 1024 for
+    // 512 threads per SM for the teacher's variant (128 registers each), 1024 for
     // cross-entropy's (64): Note [Row kernel bandwidth].
     const bool narrow = wide == 256;
+    const bool deep = unroll_override() == 4;
     if (p.want_teacher) {
       if (!packed)
         launch(head_rows_kernel<T, 1, true, 512, 1>, 512);
       else if (narrow)
-        launch(head_rows_kernel<T, kPack, true, 256, 2>, 256);
+        launch(deep ? head_rows_kernel<T, kPack, true, 256, 2, 4>
+                    : head_rows_kernel<T, kPack, true, 256, 2, 2>,
+               256);
       else
-        launch(head_rows_kernel<T, kPack, true, 512, 1>, 512);
+        launch(deep ? head_rows_kernel<T, kPack, true, 512, 1, 4>
+                    : head_rows_kernel<T, kPack, true, 512, 1, 2>,
+               512);
     } else {
       if (!packed)
         launch(head_rows_kernel<T, 1, false, 512, 1>, 512);

@@ -35,7 +35,18 @@ __device__ __forceinline__ void unpack(const RawPack<T, N>& raw, compute_t<T> (&
 // KL passes take four exponentials per logit and are bound by instructions, not memory.
 template <typename A>
 constexpr A kExpScale = std::is_same_v<A, float> ? A(1.4426950408889634) : A(1);
-__device__ __forceinline__ float exp_fma(float x, float a, float b) { return exp2f(fmaf(x, a, b)); }
+// The float exp2 is the bare ex2.approx.ftz (one MUFU.EX2): exp2f's non-ftz form adds a
+// range test and two multiplies around it to keep denormal results, which matter nowhere
+// here (every exponent is relative to a max, so results are <= 1 and those below 2^-126
+// are as good as 0 in a sum of at least one 1).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float exp_fma(float x, float a, float b) {
+  return fast_exp2(fmaf(x, a, b));
+}
 __device__ __forceinline__ double exp_fma(double x, double a, double b) {
   return exp(fma(x, a, b));
 }
@@ -53,6 +64,11 @@ __device__ __forceinline__ A pack_max(const A (&v)[N]) {
   }
   return w[0];
 }
+
+// The largest finite-or-not value below every real number (fp32/fp64 lowest): x clamped to
+// it is x unless x is -inf or NaN, so e * max(x, lowest) is 0 where e is 0.
+template <typename A>
+constexpr A kLowest = std::is_same_v<A, float> ? A(-3.402823466e38f) : A(-1.7976931348623157e308);
 
 // The first k with v[k] == x (N when none).
 template <typename A, int N>
@@ -76,6 +92,23 @@ __device__ __forceinline__ void load_group(const T* z, const T* t, int64_t g, in
     if (pk < packs) {
       zr[u] = load_raw<T, N>(z + pk * N);
       if (kTeacher) tr[u] = load_raw<T, N>(t + pk * N);
+    }
+  }
+}
+
+// Asks L2 for group g of a thread's packs (as load_group reads them) without waiting or
+// holding registers: the loads of that group later find it there (Note [Row kernel
+// bandwidth]); groups outside [0, groups) ask nothing.
+template <typename T, int N, int U, bool kTeacher>
+__device__ __forceinline__ void prefetch_group(const T* z, const T* t, int64_t g, int64_t groups,
+                                               int64_t stride, int64_t packs) {
+  if (g < 0 || g >= groups) return;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int64_t pk = (g * U + u) * stride + threadIdx.x;
+    if (pk < packs) {
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(z + pk * N));
+      if (kTeacher) asm volatile("prefetch.global.L2 [%0];" ::"l"(t + pk * N));
     }
   }
 }
