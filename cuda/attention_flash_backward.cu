@@ -214,11 +214,20 @@ void launch_flash_dq_from_acc(DType dtype, const BwdArgs& a, cudaStream_t stream
 }  // namespace flash
 
 namespace {
-// Floats of context-part scratch (Note [Context key parts]); 0 when the tiles stay whole.
-size_t context_parts_floats(const AttnShape& s, const AttnMaskArgs& m, bool want_dkdv) {
+// Floats of context-part partial sums (Note [Context key parts]); 0 when the tiles stay
+// whole.
+size_t context_partial_floats(const AttnShape& s, const AttnMaskArgs& m, bool want_dkdv) {
   const int parts = want_dkdv ? flash::dkdv_context_parts(s, m) : 1;
   if (parts == 1) return 0;
   return 2 * static_cast<size_t>(s.B * parts * s.Hkv * m.context_len * s.hd);
+}
+// Floats of all context-part scratch: the partial sums, then the parts' block ranges (two
+// ints a part, in float-sized slots; an even count keeps what follows 8-byte aligned).
+size_t context_parts_floats(const AttnShape& s, const AttnMaskArgs& m, bool want_dkdv) {
+  const int parts = want_dkdv ? flash::dkdv_context_parts(s, m) : 1;
+  if (parts == 1) return 0;
+  const int64_t ctx_tiles = (m.context_len + flash::kTile - 1) / flash::kTile;
+  return context_partial_floats(s, m, want_dkdv) + 2 * static_cast<size_t>(s.B * ctx_tiles * parts);
 }
 }  // namespace
 
@@ -262,6 +271,9 @@ void launch_flash_attention_backward(DType dtype, const AttnShape& s, AttnOperan
            "flash attention backward: this problem needs flash_attention_backward_scratch_bytes() "
            "of scratch and got none");
   a.ctx_partial = scratch;
+  if (a.ctx_parts > 1) {  // the parts' block ranges follow their partial sums
+    a.ctx_ranges = reinterpret_cast<int*>(scratch + context_partial_floats(s, m, want_dkdv));
+  }
   if (fused) a.dq_acc = scratch + context_parts_floats(s, m, want_dkdv);  // Note [Fused dq]
   if (dq != nullptr && !fused) flash::launch_flash_dq(dtype, a, stream);
   if (want_dkdv) flash::launch_flash_dkdv(dtype, a, stream);

@@ -28,6 +28,8 @@ struct BwdArgs {
   // more, their partial dk and dv, fp32 [2][B][parts][Hkv][context_len][hd].
   int ctx_parts = 1;
   float* ctx_partial = nullptr;
+  // and each split tile's block range [begin, end) per part, [B][ctx_tiles][parts][2].
+  int* ctx_ranges = nullptr;
   // Note [Fused dq]: when set, the dk/dv pass also adds dq (fp32, unscaled) into this
   // [B, Hq, Sq, hd] buffer (zeroed first) and the dq pass does not run.
   float* dq_acc = nullptr;

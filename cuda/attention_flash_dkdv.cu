@@ -46,10 +46,21 @@ struct KeyTileWork {
 // heavy tiles first); each writes its partial dk, dv (fp32, unscaled) to scratch, and a
 // second kernel adds the parts in order (the same result every run) into dk and dv.
 // Block-key tiles are light and stay whole.
+// The parts cut the tile's *active* blocks (those that see it: segment_active) into equal
+// counts, not the block indices: the trainer's anchors are sorted, so a tile's active
+// blocks are one run of indices -- a suffix under the full rule, a window's worth under the
+// sliding rule -- and index ranges of equal length left one part with all of them (256
+// blocks, 768 query tiles at 1024 x 24 with 4 parts) beside empty ones: the heaviest CTA
+// was as long as an unsplit quarter, and under the sliding rule (about 528 active blocks a
+// tile) no shorter than under the full rule. By count the heaviest sliding CTA walks about
+// 132 blocks. A warp per (batch row, tile, part) finds the ranges before the pass
+// (context_ranges_kernel: ballots over the anchors) and the pass reads its two ints.
 
+// ranges: the split tiles' block ranges (context_ranges_kernel), or null before they are
+// known; b: the batch row.
 template <int QT>
 __device__ inline KeyTileWork key_tile_work(const AttnShape& s, const AttnMaskArgs& m, int parts,
-                                            int64_t x) {
+                                            int64_t x, const int* ranges = nullptr, int64_t b = 0) {
   KeyTileWork w;
   const int64_t group = s.Hq / s.Hkv;
   if (m.kind != AttnMaskKind::dflash) {
@@ -67,8 +78,14 @@ __device__ inline KeyTileWork key_tile_work(const AttnShape& s, const AttnMaskAr
     w.part = static_cast<int>(x % parts);
     w.j0 = (x / parts) * kTile;
     w.jend = min(m.context_len, w.j0 + kTile);
-    w.seg_begin = m.num_blocks * w.part / parts;
-    w.seg_end = m.num_blocks * (w.part + 1) / parts;
+    if (parts > 1 && ranges != nullptr) {  // Note [Context key parts]
+      const int* r = ranges + (b * ctx_tiles * parts + x) * 2;
+      w.seg_begin = r[0];
+      w.seg_end = r[1];
+    } else {
+      w.seg_begin = m.num_blocks * w.part / parts;
+      w.seg_end = m.num_blocks * (w.part + 1) / parts;
+    }
   } else {
     const int64_t per_block = (m.block_size + kTile - 1) / kTile;
     const int64_t y = x - ctx_tiles * parts;
@@ -90,6 +107,62 @@ __device__ inline bool segment_active(const KeyTileWork& w, const AttnMaskArgs& 
   if (w.mode == 1) return attn::dflash_anchor(m, b, w.block) >= 0;
   const int64_t anchor = attn::dflash_anchor(m, b, seg);
   return anchor > w.j0 && (m.sliding_window == 0 || anchor - (m.sliding_window - 1) < w.jend);
+}
+
+// Note [Context key parts]: narrows a split context tile's [seg_begin, seg_end) to its
+// part's share of the active blocks: with n of them, part p takes those of rank
+// [n p / parts, n (p + 1) / parts), from just after the active block of rank n p / parts - 1
+// (block 0 for the first part) to just after the one of rank n (p + 1) / parts - 1 (the
+// last part: to the end). A whole warp calls it (ballots).
+__device__ inline void balance_context_part(KeyTileWork& w, const AttnMaskArgs& m, int64_t b,
+                                            int parts) {
+  // (32-bit counts: the grid has a CTA per block, fewer than 2^31: batch_grid checks it)
+  const int lane = threadIdx.x % 32, n_blocks = static_cast<int>(m.num_blocks);
+  int active = 0;
+#pragma unroll 1
+  for (int base = 0; base < n_blocks; base += 32) {
+    const int seg = base + lane;
+    active += __popc(__ballot_sync(0xffffffffu, seg < n_blocks && segment_active(w, m, b, seg)));
+  }
+  const int lo = static_cast<int>(int64_t{active} * w.part / parts);
+  const int hi = static_cast<int>(int64_t{active} * (w.part + 1) / parts);
+  // Just after the active block of rank r - 1 (r >= 1), or -1 while not yet found.
+  int begin = lo == 0 ? 0 : -1, end = w.part == parts - 1 ? n_blocks : hi == 0 ? 0 : -1;
+  int seen = 0;  // active blocks before `base`
+#pragma unroll 1
+  for (int base = 0; base < n_blocks && (begin < 0 || end < 0); base += 32) {
+    const int seg = base + lane;
+    const unsigned ballot =
+        __ballot_sync(0xffffffffu, seg < n_blocks && segment_active(w, m, b, seg));
+    // Index in this chunk of its r-th active block, r in 1 .. popc(ballot).
+    auto nth = [&](int r) -> int {
+      unsigned x = ballot;
+#pragma unroll 1
+      for (int k = 1; k < r; ++k) x &= x - 1;
+      return __ffs(static_cast<int>(x)) - 1;
+    };
+    const int here = __popc(ballot);
+    if (begin < 0 && seen + here >= lo) begin = base + nth(lo - seen) + 1;
+    if (end < 0 && seen + here >= hi) end = base + nth(hi - seen) + 1;
+    seen += here;
+  }
+  w.seg_begin = begin;
+  w.seg_end = end;
+}
+
+// Note [Context key parts]: the block range of every (batch row, context tile, part) into
+// a.ctx_ranges, one warp each (grid: batch_grid(ctx_tiles * parts, B)), before the dk/dv
+// pass; there the range is two loads instead of a loop in a kernel short of registers.
+__global__ void context_ranges_kernel(BwdArgs a) {
+  const int64_t b = batch_of_block();  // Note [Batch grid]
+  if (b >= a.s.B) return;
+  KeyTileWork w = key_tile_work<kTile>(a.s, a.m, a.ctx_parts, blockIdx.x);
+  balance_context_part(w, a.m, b, a.ctx_parts);
+  if (threadIdx.x == 0) {
+    int* r = a.ctx_ranges + (b * gridDim.x + blockIdx.x) * 2;
+    r[0] = static_cast<int>(w.seg_begin);
+    r[1] = static_cast<int>(w.seg_end);
+  }
 }
 
 // Advances (seg, qt) to the next query tile of an active segment; false when none is left.
@@ -159,7 +232,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
   const int64_t b = batch_of_block(), hk = blockIdx.x % s.Hkv;  // Note [Batch grid]
   const AttnMaskArgs& m = a.m;
   const int64_t group = s.Hq / s.Hkv;
-  const KeyTileWork w = key_tile_work<QT>(s, m, a.ctx_parts, blockIdx.x / s.Hkv);
+  const KeyTileWork w = key_tile_work<QT>(s, m, a.ctx_parts, blockIdx.x / s.Hkv, a.ctx_ranges, b);
   load_kv_tile_async<T, HD>(sK, sV, a.k, a.v, head_rows<T>(a.k, b, hk), head_rows<T>(a.v, b, hk),
                             w.j0, w.jend);
 
@@ -549,6 +622,12 @@ void launch_dkdv_typed(const BwdArgs& a, cudaStream_t stream) {
            "scaled_dot_product_attention: the sliding DFlash rule on cuda takes at most 2^31 - 1 "
            "keys, got ",
            s.Sk);
+  const int64_t ctx_tiles = (a.m.context_len + kTile - 1) / kTile;
+  if (a.ctx_parts > 1 && ctx_tiles > 0) {  // Note [Context key parts]
+    CG_CHECK(a.ctx_ranges != nullptr, "flash dk/dv: context key parts need their range scratch");
+    context_ranges_kernel<<<batch_grid(ctx_tiles * a.ctx_parts, s.B), 32, 0, stream>>>(a);
+    CG_CUDA_CHECK(cudaGetLastError());
+  }
   const bool three = dkdv_stages() == 3;  // Note [dk/dv stages]
   if (a.dq_acc != nullptr) {              // Note [Fused dq]
     CG_CUDA_CHECK(cudaMemsetAsync(a.dq_acc, 0, sizeof(float) * s.B * s.Hq * s.Sq * HD, stream));

@@ -1,7 +1,9 @@
-// Why this file exists: the launchers of the CUDA rms_norm (forward, backward) and rotary
-// kernels behind the kernel table's entries of those names (ops/kernels.h). Rows are the
-// last dim; `rows` geometries give each operand's row starts (see each comment), row
-// elements step by the stride passed apart. Raw device pointers, launched on `stream`.
+// Why this file exists: the launchers of the CUDA rms_norm (forward, backward:
+// cuda/norm_kernels.cu) and rotary (cuda/rotary_kernels.cu) kernels behind the kernel
+// table's entries of those names (ops/kernels.h). Rows are the last dim; `rows` geometries
+// give each operand's row starts (see each comment), row elements step by the stride
+// passed apart. Raw device pointers, launched on `stream`. Unit strides with 16-byte
+// aligned rows take the kernels' fast path (Note [Row groups], cuda/row_groups.cuh).
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -138,6 +138,72 @@ bool argmax_may_tie(HeadLossPath path, const Tensor& hidden) {
   return path == HeadLossPath::fused && is_half(hidden.dtype());
 }
 
+// rms_norm and rotary at the sizes of a training step and in every layout their CUDA
+// kernels tell apart (Note [Row groups] in cuda/row_groups.cuh): qk-norm's D 128 over more
+// rows than one wave of groups holds (grid-stride), hidden widths that take a block per
+// row, row starts a view strides apart (16-byte packs), unaligned ones and a strided last
+// dim (the general path). An output transposed before the loss hands its backward a
+// strided gradient.
+const std::vector<DType> kF32Bf16 = {DType::f32, DType::bf16};
+
+void add_row_kernel_cases(std::vector<Case>& c) {
+  c.push_back(
+      {"rms_norm_narrow_rows",
+       {"rms_norm_forward", "rms_norm_backward"},
+       kF32Bf16,
+       {f({70000, 128}), f({128}), f({350, 200, 256}), f({128}), f({70000, 128}, true), f({128})},
+       [](auto& x) {
+         const Tensor q = narrow(x[2], 2, 0, 128);  // rows 256 apart, packs
+         return std::vector<Tensor>{rms_norm(x[0], x[1], 1e-6),
+                                    transpose(rms_norm(q, x[3], 1e-6), 0, 1),
+                                    transpose(rms_norm(x[4], x[5], 1e-6), 0, 1)};
+       }});
+  c.push_back(
+      {"rms_norm_wide_rows",
+       {"rms_norm_forward", "rms_norm_backward"},
+       kF32Bf16,
+       {f({1100, 5120}), f({5120}), f({3, 500, 1544}), f({1536}), f({1500, 1536}, true), f({1536})},
+       [](auto& x) {
+         const Tensor packed = narrow(x[2], 2, 8, 1536);  // 16-byte aligned rows
+         const Tensor unaligned = narrow(x[2], 2, 1, 1536);
+         return std::vector<Tensor>{
+             rms_norm(x[0], x[1], 1e-6), transpose(rms_norm(packed, x[3], 1e-6), 0, 1),
+             rms_norm(unaligned, Tensor(), 1e-6), rms_norm(x[4], x[5], 1e-6)};
+       }});
+  // Widths between: a few lanes per row, a warp with 2 and 4 packs a lane, a block, a row
+  // too long for registers, and widths that are no multiple of a pack.
+  c.push_back({"rms_norm_widths",
+               {"rms_norm_forward", "rms_norm_backward"},
+               kAllFloat,
+               {f({257, 1024}), f({1024}), f({257, 256}), f({33, 1001}), f({65, 24}), f({24}),
+                f({3, 20000})},
+               [](auto& x) {
+                 return std::vector<Tensor>{
+                     rms_norm(x[0], x[1], 1e-6), rms_norm(x[2], Tensor(), 1e-6),
+                     rms_norm(x[3], Tensor(), 1e-6), rms_norm(x[4], x[5], 1e-6),
+                     rms_norm(x[6], Tensor(), 1e-6)};
+               }});
+  c.push_back({"rotary_many_rows",
+               {"rotary"},
+               kF32Bf16,
+               {f({2, 1024, 36, 128}), idx({1024}, 100000), f({2, 512, 40, 128}),
+                idx({512}, 100000), f({2, 512, 36, 128}, true)},
+               [](auto& x) {
+                 const Tensor heads = narrow(x[2], 2, 0, 36);  // rows of q in a wider projection
+                 return std::vector<Tensor>{apply_rotary(x[0], x[1], 1e6),
+                                            transpose(apply_rotary(heads, x[3], 1e7), 1, 2),
+                                            apply_rotary(x[4], x[3], 1e6)};
+               }});
+  c.push_back(
+      {"rotary_head_dims",  // past the frequency table (hd 600), [B, S] positions
+       {"rotary"},
+       kAllFloat,
+       {f({3, 5, 2, 600}), idx({5}, 100000), f({2, 3, 4, 256}), idx({2, 3}, 5000)},
+       [](auto& x) {
+         return std::vector<Tensor>{apply_rotary(x[0], x[1], 1e4), apply_rotary(x[2], x[3], 1e6)};
+       }});
+}
+
 std::vector<Case> all_cases() {
   std::vector<Case> c;
   c.push_back({"binary_broadcast",
@@ -470,6 +536,7 @@ std::vector<Case> all_cases() {
                  const Tensor i1 = to_dtype(x[1], DType::i32), i2 = to_dtype(x[2], DType::i32);
                  return std::vector<Tensor>{index_select(x[0], 0, i1), gather(x[0], 1, i2)};
                }});
+  add_row_kernel_cases(c);
   return c;
 }
 

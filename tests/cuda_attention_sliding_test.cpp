@@ -7,8 +7,9 @@
 // negative anchor and by flag), per-batch anchors, windows of 1, narrower than a block,
 // straddling key tiles and wider than the context, blocks wider than a tile (tiles whose
 // rows are one head's slots kmin..kmax with kmin > 0), and a shape near the real one
-// (64 blocks x 24 over 4096 context keys, W = 2048). Compiled only in CUDA builds;
-// skipped without a GPU.
+// (64 blocks x 24 over 4096 context keys, W = 2048); the dk/dv pass's context key parts
+// split by active blocks under both rules. Compiled only in CUDA builds; skipped without a
+// GPU.
 #if defined(CHUNKGRAD_WITH_CUDA)
 
 #include <gtest/gtest.h>
@@ -118,6 +119,30 @@ TEST_F(CudaAttentionSlidingTest, NearTheRealShape) {
   const AttentionMask m = AttentionMask::dflash_blocks(S, Bs, from_ints(a, {N}), Tensor(), W);
   check_case(sliding_case(DType::bf16, 128, 32, 8, 1, S, N, Bs, m), AttentionPath::automatic,
              "64 x 24 over 4096, " + label(32, 8, 128, W));
+}
+
+// Note [Context key parts] splits a context key tile's active blocks (not its block
+// indices) among the dk/dv pass's CTAs: 16 sorted blocks over 4 key tiles (8 parts here),
+// anchors at 0, repeated, at tile edges (63, 64, 128), at the end (256) and padded (a
+// negative anchor, and by flag), so that tiles have from none to all blocks active and
+// most parts get one block or none; under the full rule (W 0) and windows where a tile
+// sees one key (2: slot 0 of anchor 64 sees only key 63), a whole tile (65) or a tile plus
+// one key (66).
+TEST_F(CudaAttentionSlidingTest, ContextPartsByActiveBlocks) {
+  const int64_t S = 256, N = 16, Bs = 24;
+  const Tensor anchors =
+      from_ints({0, 0, 1, 63, 64, 64, 65, 127, 128, 129, 192, 200, 255, 256, 256, -1,
+                 0, 0, 0, 0,  3,  64, 64, 64,  64,  64,  64,  130, 250, 256, 256, 256},
+                {2, N});
+  const Tensor padded = from_vector({0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0,
+                                     0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
+                                    {2, N}, {.dtype = DType::boolean});
+  for (DType dt : {DType::bf16, DType::f16}) {
+    for (int64_t W : {0, 2, 65, 66, 1000}) {
+      const AttentionMask m = AttentionMask::dflash_blocks(S, Bs, anchors, padded, W);
+      check_paths(sliding_case(dt, 128, 32, 8, 2, S, N, Bs, m), label(32, 8, 128, W));
+    }
+  }
 }
 
 // Automatic takes flash for the sliding rule in bf16 / f16 (rows otherwise); forcing
