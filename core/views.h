@@ -45,7 +45,7 @@ void fill_(const Tensor& t, double value);
 // dst += src elementwise on their (common) device, both floating; src broadcasts to
 // dst's shape and may have another floating dtype (f32 += bf16); the sum is taken in
 // f64 when either is f64, in f32 otherwise. Records no graph: autograd adds gradients
-// with it (a fresh sum is clone(a) then add_).
+// with it (a fresh sum is clone(a) then add_, or add_ into a gradient no one else holds).
 void add_(const Tensor& dst, const Tensor& src);
 
 // ---- elements, slow path (printing, item, tests) ----

@@ -549,8 +549,8 @@ void launch_head_loss_rows(DType dtype, void* logits, void* teacher, const int64
   p.eps = cfg.label_smoothing;
   p.z_loss = cfg.z_loss;
   p.cap = cfg.softcap;
-  p.prefetch = prefetch_override() >= 0 ? prefetch_override()
-                                        : (terms.want_teacher ? kTeacherPrefetch : 0);
+  p.prefetch =
+      prefetch_override() >= 0 ? prefetch_override() : (terms.want_teacher ? kTeacherPrefetch : 0);
   // Threads per row (block): Note [Row kernel bandwidth]; short rows take fewer.
   const int wide = threads_override() ? threads_override() : (p.want_teacher ? 256 : kHeadThreads);
   const int threads = V >= 8192 ? wide : (V >= 2048 ? 256 : 32);

@@ -319,7 +319,8 @@ TEST(AutogradErrors, AGradientOfTheWrongShapeForALeafIsABug) {
 }
 
 TEST(AutogradEngine, GradientsFromTwoPathsAreSummedIntoAFreshTensor) {
-  // The engine sums both paths' gradients (clone + raw::add_), leaving each path's own
+  // The engine sums both paths' gradients (in place only into a gradient nobody else
+  // holds: Note [Summing in place]), leaving each path's own
   // gradient tensor untouched; .grad then accumulates across backward calls.
   Tensor x = full({3}, 2.0).requires_grad_();
   Tensor y = add(scale(x, 3.0), mul(x, x));  // dy/dx = 3 + 2x = 7

@@ -117,7 +117,7 @@ std::vector<std::string> explain(const std::vector<PathReport>& reports, const O
       line << "chunked's step peak " << mib(chunked->step_peak) << " is above naive's "
            << mib(naive->step_peak) << ": in backward each chunk's narrow of h passes back a "
            << "gradient of all of h, [T, D] = " << mib(4 * T * D)
-           << " (zeros outside the chunk), and the engine sums them into one, a copy each time; "
+           << " (zeros outside the chunk), and the engine sums them into one; "
               "at this shape (D = "
            << D << " next to V = " << V << ") a few [T, D] blocks outweigh the [T, V] gradient "
            << "naive makes once. `chunkgrad trace` files them as made in backward by "
