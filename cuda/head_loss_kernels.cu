@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 #include <type_traits>
 
@@ -467,14 +468,20 @@ __global__ void row_weights_kernel(const int64_t* labels, int64_t label_stride, 
   }
 }
 
+// The value of environment variable `name` when it is one of `allowed`, else `fallback`.
+int env_choice(const char* name, std::initializer_list<int> allowed, int fallback) {
+  const char* e = std::getenv(name);
+  if (e == nullptr) return fallback;
+  const std::string s(e);
+  for (int a : allowed) {
+    if (s == std::to_string(a)) return a;
+  }
+  return fallback;
+}
+
 // CHUNKGRAD_HEAD_ROWS_THREADS=256 or 512 (0 when unset or anything else): read once.
 int threads_override() {
-  static const int v = [] {
-    const char* e = std::getenv("CHUNKGRAD_HEAD_ROWS_THREADS");
-    if (e == nullptr) return 0;
-    const std::string s(e);
-    return s == "256" ? 256 : s == "512" ? 512 : 0;
-  }();
+  static const int v = env_choice("CHUNKGRAD_HEAD_ROWS_THREADS", {256, 512}, 0);
   return v;
 }
 
@@ -482,24 +489,14 @@ int threads_override() {
 // thread of the teacher's variant loads at once in pass 2 (Note [Row kernel bandwidth]).
 // Read once.
 int unroll_override() {
-  static const int v = [] {
-    const char* e = std::getenv("CHUNKGRAD_HEAD_ROWS_UNROLL");
-    if (e == nullptr) return 0;
-    const std::string s(e);
-    return s == "2" ? 2 : s == "4" ? 4 : 0;
-  }();
+  static const int v = env_choice("CHUNKGRAD_HEAD_ROWS_UNROLL", {2, 4}, 0);
   return v;
 }
 
 // CHUNKGRAD_HEAD_ROWS_PREFETCH=0..4: groups ahead of its loads each thread asks L2 for
 // (-1 when unset or anything else: the variant's default). Read once.
 int prefetch_override() {
-  static const int v = [] {
-    const char* e = std::getenv("CHUNKGRAD_HEAD_ROWS_PREFETCH");
-    if (e == nullptr) return -1;
-    const std::string s(e);
-    return s.size() == 1 && s[0] >= '0' && s[0] <= '4' ? s[0] - '0' : -1;
-  }();
+  static const int v = env_choice("CHUNKGRAD_HEAD_ROWS_PREFETCH", {0, 1, 2, 3, 4}, -1);
   return v;
 }
 

@@ -26,6 +26,17 @@ namespace {
 
 // ---- kernels ------------------------------------------------------------------------------
 
+// Pack p of the weight, or ones where there is none (rms_norm without a weight).
+template <typename T, int P>
+__device__ __forceinline__ void load_weight_pack(const T* w, int64_t p, compute_t<T> (&wv)[P]) {
+  if (w) {
+    load_pack<T, P>(w + p * P, wv);
+  } else {
+#pragma unroll
+    for (int e = 0; e < P; ++e) wv[e] = compute_t<T>(1);
+  }
+}
+
 // x rows from `rows` operand 0, element stride sx; out [rows, D] contiguous; rstd [rows].
 // kLanes lanes per row (0: the block); kPacks 16-byte packs per lane held in registers
 // (0: the general path, elements through the strides).
@@ -71,12 +82,7 @@ __global__ void __launch_bounds__(512)
         const int64_t p = lane + static_cast<int64_t>(k) * lanes;
         if (!live || p >= packs) continue;
         C wv[P], y[P];
-        if (w) {
-          load_pack<T, P>(w + p * P, wv);
-        } else {
-#pragma unroll
-          for (int e = 0; e < P; ++e) wv[e] = C(1);
-        }
+        load_weight_pack<T, P>(w, p, wv);
 #pragma unroll
         for (int e = 0; e < P; ++e) y[e] = raw_at<T>(v[k], e) * rs * wv[e];
         store_pack<T, P>(yr + p * P, y);
@@ -157,12 +163,7 @@ __global__ void __launch_bounds__(512)
         const int64_t p = lane + static_cast<int64_t>(k) * lanes;
         if (p >= packs) continue;
         C wv[P], y[P];
-        if (w) {
-          load_pack<T, P>(w + p * P, wv);
-        } else {
-#pragma unroll
-          for (int e = 0; e < P; ++e) wv[e] = C(1);
-        }
+        load_weight_pack<T, P>(w, p, wv);
 #pragma unroll
         for (int e = 0; e < P; ++e) {
           y[e] = rsc * (raw_at<T>(gv[k], e) * wv[e] - raw_at<T>(xv[k], e) * kk);
