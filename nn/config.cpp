@@ -3,6 +3,7 @@
 #include "nn/config.h"
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <sstream>
 
@@ -159,6 +160,25 @@ using json = nlohmann::json;
 // More decoder layers than any model has; a larger count in a config.json is damage.
 constexpr int64_t kMaxLayers = 100000;
 
+// An integer field of `text` (`where` names the object in messages), or `fallback` when it
+// is absent or null. A size written as 1024.5 (or 1024.0, or "1024") is refused, naming the
+// field and the value: nlohmann's get<int64_t>() would truncate it to 1024 and build another
+// model than the file describes. An unsigned value past int64 is refused as well.
+int64_t integer_field(const json& text, const char* key, const std::string& where,
+                      std::optional<int64_t> fallback = std::nullopt) {
+  if (!text.contains(key) || text[key].is_null()) {
+    CG_CHECK(fallback.has_value(), "Qwen3Config: ", where, " lacks \"", key, "\"");
+    return *fallback;
+  }
+  const json& v = text[key];
+  CG_CHECK(v.is_number_integer() &&
+               (!v.is_number_unsigned() ||
+                v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())),
+           "Qwen3Config: ", where, " has ", key, " = ", describe_json(v),
+           "; it must be an integer (a count or a size), so fix the file");
+  return v.get<int64_t>();
+}
+
 // Note [RoPE fields]: transformers up to 4.x writes the RoPE base as a top-level
 // "rope_theta" and its scaling as "rope_scaling" (null, or {"rope_type" (older: "type"):
 // "yarn", "factor": 4.0, ...}); transformers 5 writes both into "rope_parameters":
@@ -291,11 +311,11 @@ void read_hybrid_fields(const json& text, const std::string& where, Qwen3Config&
   c.family = "qwen3_5";
   c.attn_output_gate = true;
   c.zero_centred_norm = true;
-  c.linear_num_key_heads = text.value("linear_num_key_heads", int64_t{16});
-  c.linear_num_value_heads = text.value("linear_num_value_heads", int64_t{32});
-  c.linear_key_head_dim = text.value("linear_key_head_dim", int64_t{128});
-  c.linear_value_head_dim = text.value("linear_value_head_dim", int64_t{128});
-  c.linear_conv_kernel_dim = text.value("linear_conv_kernel_dim", int64_t{4});
+  c.linear_num_key_heads = integer_field(text, "linear_num_key_heads", where, 16);
+  c.linear_num_value_heads = integer_field(text, "linear_num_value_heads", where, 32);
+  c.linear_key_head_dim = integer_field(text, "linear_key_head_dim", where, 128);
+  c.linear_value_head_dim = integer_field(text, "linear_value_head_dim", where, 128);
+  c.linear_conv_kernel_dim = integer_field(text, "linear_conv_kernel_dim", where, 4);
   if (text.contains("layer_types") && !text["layer_types"].is_null()) {
     const json& types = text["layer_types"];
     CG_CHECK(types.is_array(), "Qwen3Config: ", where, " has layer_types = ", describe_json(types),
@@ -307,7 +327,7 @@ void read_hybrid_fields(const json& text, const std::string& where, Qwen3Config&
       c.layer_types.push_back(t.get<std::string>());
     }
   } else {
-    const int64_t interval = text.value("full_attention_interval", int64_t{4});
+    const int64_t interval = integer_field(text, "full_attention_interval", where, 4);
     CG_CHECK(interval > 0, "Qwen3Config: ", where, " has full_attention_interval = ", interval,
              "; it must be positive (every interval-th layer is full attention)");
     for (int64_t i = 0; i < c.num_layers; ++i)
@@ -358,9 +378,7 @@ void read_moe_fields(const json& text, const std::string& where, Qwen3Config& c)
   auto need = [&](const char* key) {
     CG_CHECK(text.contains(key) && !text[key].is_null(), "Qwen3Config: ", where, " lacks \"", key,
              "\" (a qwen3_5_moe model needs it)");
-    CG_CHECK(text[key].is_number_integer(), "Qwen3Config: ", where, " has ", key, " = ",
-             describe_json(text[key]), "; it must be an integer");
-    return text[key].get<int64_t>();
+    return integer_field(text, key, where);
   };
   c.num_experts = need("num_experts");
   c.num_experts_per_tok = need("num_experts_per_tok");
@@ -425,32 +443,26 @@ Qwen3Config Qwen3Config::from_hf_json(const nlohmann::json& j) {
   }
   const json& t = nested ? j["text_config"] : j;
   const std::string where = nested ? "config.json's text_config" : "config.json";
-  auto need = [&](const char* key) -> const nlohmann::json& {
-    CG_CHECK(t.contains(key) && !t.at(key).is_null(), "Qwen3Config: ", where, " lacks \"", key,
-             "\"");
-    return t.at(key);
-  };
+  auto need = [&](const char* key) { return integer_field(t, key, where); };
   check_supported_architecture(t, hybrid);
   Qwen3Config c;
   try {
-    c.vocab_size = need("vocab_size").get<int64_t>();
-    c.hidden_size = need("hidden_size").get<int64_t>();
-    c.num_layers = need("num_hidden_layers").get<int64_t>();
+    c.vocab_size = need("vocab_size");
+    c.hidden_size = need("hidden_size");
+    c.num_layers = need("num_hidden_layers");
     // Checked before anything is sized from it (layer_types below has one entry per layer).
     CG_CHECK(c.num_layers > 0 && c.num_layers <= kMaxLayers, "Qwen3Config: ", where,
              " has num_hidden_layers = ", c.num_layers, "; it must be in [1, ", kMaxLayers,
              "] (the file is damaged, or not a model's config)");
-    c.num_heads = need("num_attention_heads").get<int64_t>();
+    c.num_heads = need("num_attention_heads");
     // transformers' Qwen3 rule for a missing or null num_key_value_heads: one per head.
     // Its Qwen3.5 class defaults to 4 instead; a guess there is refused.
-    c.num_kv_heads = hybrid ? need("num_key_value_heads").get<int64_t>()
-                     : t.contains("num_key_value_heads") && !t["num_key_value_heads"].is_null()
-                         ? t["num_key_value_heads"].get<int64_t>()
-                         : c.num_heads;
+    c.num_kv_heads = hybrid ? need("num_key_value_heads")
+                            : integer_field(t, "num_key_value_heads", where, c.num_heads);
     // No default: transformers' Qwen3Config would take 128, Llama-style code
     // hidden_size / num_attention_heads; a guess either way changes the model.
-    c.head_dim = need("head_dim").get<int64_t>();
-    if (!moe) c.intermediate_size = need("intermediate_size").get<int64_t>();
+    c.head_dim = need("head_dim");
+    if (!moe) c.intermediate_size = need("intermediate_size");
     c.rope_theta = rope_theta_of(t, hybrid);
     c.rms_eps = t.value("rms_norm_eps", 1e-6);  // transformers' default (Qwen3 and Qwen3.5)
     // Note [Qwen3.5 config]: a nested model ties by its outer config.

@@ -477,6 +477,9 @@ TEST(DFlashConfig, BadConfigsAreClearErrors) {
   EXPECT_NE(config_error(R"({"drafter": {"max_anchors": 500}})").find("beyond the sequence"),
             std::string::npos);
   EXPECT_NE(config_error(R"({"seed": "x"})").find("seed: must be an integer"), std::string::npos);
+  EXPECT_NE(config_error(R"({"drafter": {"vocab_size": 1024.5}})")
+                .find("drafter.vocab_size: must be an integer, got 1024.5"),
+            std::string::npos);
   EXPECT_NE(config_error(R"({"drafter": {"loss": {"kind": "jsd"}}})").find("drafter.loss.kind"),
             std::string::npos);
   EXPECT_NE(config_error(R"([1])").find("must be a JSON object"), std::string::npos);

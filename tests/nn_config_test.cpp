@@ -5,6 +5,8 @@
 // never guessed.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <nlohmann/json.hpp>
 
 #include "nn/config.h"
@@ -121,6 +123,30 @@ TEST(NnConfig, RefusesWhatWouldChangeTheNumbers) {
   layer_types["layer_types"][1] = "sliding_attention";
   EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(layer_types), "\"sliding_attention\"");
   EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(json::array()), "must be a JSON object");
+}
+
+// A size written as a non-integer number is refused with one line naming the field and the
+// value: get<int64_t>() truncated vocab_size 1024.5 to 1024 and built another model.
+TEST(NnConfig, RefusesNonIntegerSizes) {
+  json j = hf4_config();
+  j["vocab_size"] = 1024.5;
+  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(j), "config.json has vocab_size = 1024.5",
+                   "must be an integer");
+  for (const char* key : {"hidden_size", "num_hidden_layers", "num_attention_heads",
+                          "num_key_value_heads", "head_dim", "intermediate_size"}) {
+    json k = hf4_config();
+    k[key] = 2.0;  // integral, but a float: transformers would not build a model from it either
+    const std::string want = std::string(key) + " = 2.0";
+    EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(k), want.c_str(), "must be an integer");
+  }
+  json text = hf4_config();
+  text["vocab_size"] = "256";
+  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(text), "vocab_size = \"256\"",
+                   "must be an integer");
+  json huge = hf4_config();
+  huge["vocab_size"] = std::numeric_limits<uint64_t>::max();
+  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(huge), "vocab_size = 18446744073709551615",
+                   "must be an integer");
 }
 
 TEST(NnConfig, TransformersDefaultsForFieldsItDefinesThem) {

@@ -302,5 +302,26 @@ TEST(Qwen35Config, PublishedMaskTokenIdRoundTrips) {
   EXPECT_EQ(train::public_drafter_config(dc, {})["dflash_config"]["mask_token_id"], 248070);
 }
 
+// The family's own integer fields, defaulted ones included, refuse non-integers too
+// (text.value("linear_num_key_heads", 16) truncated 2.5 to 2).
+TEST(Qwen35Config, RefusesNonIntegerSizes) {
+  for (const char* key : {"linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                          "linear_value_head_dim", "linear_conv_kernel_dim"}) {
+    json t = text_config();
+    t[key] = 2.5;
+    const std::string want = "config.json has " + std::string(key) + " = 2.5";
+    EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(t), want.c_str(), "must be an integer");
+  }
+  json interval = text_config();
+  interval.erase("layer_types");
+  interval["full_attention_interval"] = 4.5;
+  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(interval), "full_attention_interval = 4.5",
+                   "must be an integer");
+  json nested = nested_config();
+  nested["text_config"]["vocab_size"] = 1024.5;
+  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(nested),
+                   "config.json's text_config has vocab_size = 1024.5", "must be an integer");
+}
+
 }  // namespace
 }  // namespace cg

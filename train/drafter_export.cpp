@@ -164,8 +164,13 @@ PublicDrafterInfo public_drafter_info(const TrainConfig& config) {
         whole.is_object() && whole.contains("text_config") && whole["text_config"].is_object()
             ? whole["text_config"]
             : whole;
-    if (t.contains("max_position_embeddings") && t["max_position_embeddings"].is_number_integer())
-      info.max_position_embeddings = t["max_position_embeddings"].get<int64_t>();
+    if (t.contains("max_position_embeddings") && !t["max_position_embeddings"].is_null()) {
+      const json& v = t["max_position_embeddings"];
+      CG_CHECK(v.is_number_integer() && v.get<int64_t>() > 0, hf,
+               ": max_position_embeddings = ", describe_json(v),
+               "; it must be a positive integer (the target's context length), so fix the file");
+      info.max_position_embeddings = v.get<int64_t>();
+    }
   }
   return info;
 }

@@ -157,8 +157,10 @@ PublicDrafter public_drafter_from_config(const json& c, const std::string& where
   CG_CHECK(d.info.block_size >= 2, where, ": config.json block_size is ", d.info.block_size,
            "; a drafter block holds the anchor and at least one drafted token (>= 2)");
   d.info.num_target_layers = integer("num_target_layers");
-  if (c.contains("max_position_embeddings") && c["max_position_embeddings"].is_number_integer())
-    d.info.max_position_embeddings = c["max_position_embeddings"].get<int64_t>();
+  // Optional, but a non-integer is refused rather than skipped (a context length of
+  // 40960.5 is a damaged file, not an absent field).
+  if (c.contains("max_position_embeddings") && !c["max_position_embeddings"].is_null())
+    d.info.max_position_embeddings = integer("max_position_embeddings");
   return d;  // validated when the drafter is made (load_drafter_for_target)
 }
 
