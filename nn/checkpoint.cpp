@@ -53,7 +53,7 @@ std::optional<ExpertName> parse_expert_name(const std::string& key) {
 class CheckpointSource : public StateSource {
  public:
   CheckpointSource(const safetensors::Reader& reader, const CheckpointLoadOptions& options)
-      : reader_(reader) {
+      : reader_(reader), prefix_(options.prefix) {
     const std::string& prefix = options.prefix;
     // base -> projection -> expert -> name in the file
     std::map<std::string, std::map<std::string, std::map<int64_t, std::string>>> experts;
@@ -62,6 +62,7 @@ class CheckpointSource : public StateSource {
       const std::string key =
           options.rename ? options.rename(name.substr(prefix.size())) : name.substr(prefix.size());
       if (key.empty()) continue;  // a tensor the model does not use
+      learn_renamed_prefix(key, name);
       if (const auto e = parse_expert_name(key)) {
         experts[e->base][e->projection][e->expert] = name;
         continue;
@@ -80,7 +81,10 @@ class CheckpointSource : public StateSource {
     const auto s = stacked_.find(key);
     return reader_.info(s != stacked_.end() ? s->second.parts.front() : file(key)).dtype;
   }
-  std::string name_in_source(const std::string& key) const override { return file(key); }
+  std::string name_in_source(const std::string& key) const override {
+    const auto it = file_name_.find(key);
+    return it != file_name_.end() ? it->second : guessed_name(key);
+  }
   void copy_into(const std::string& key, const Tensor& dst) const override {
     if (const auto s = stacked_.find(key); s != stacked_.end()) {
       copy_stacked(s->second, dst);
@@ -176,10 +180,43 @@ class CheckpointSource : public StateSource {
 
   const std::string& file(const std::string& key) const { return file_name_.at(key); }
 
+  // Note [Missing names]: a tensor the model needs and the checkpoint lacks has no name in
+  // the file to show. The error must still name it as the user's files would (a nested
+  // Qwen3.5 folder's model.language_model.layers.3.mlp.up_proj.weight, not the module's
+  // model.layers.3...), so the source learns how the names it saw were renamed: the module
+  // name and the file name end in the same dotted parts, and the parts before differ
+  // ("model." -> "model.language_model."). A missing key under a learnt module prefix takes
+  // that prefix's file prefix (the longest match); any other is the prefix plus the key.
+  void learn_renamed_prefix(const std::string& key, const std::string& name) {
+    if (key == name) return;
+    size_t k = key.size(), n = name.size();
+    while (k > 0 && n > 0 && key[k - 1] == name[n - 1]) --k, --n;
+    // On to a part boundary: the common tail starts after a '.' (or at the start) in both.
+    // ("model.layers.0.x" and "model.language_model.layers.0.x" share "model.layers.0.x"
+    // from "l", which is no boundary in the second.)
+    while (k < key.size() && ((k > 0 && key[k - 1] != '.') || (n > 0 && name[n - 1] != '.')))
+      ++k, ++n;
+    if (k >= key.size()) return;  // no whole common part: nothing to learn
+    file_prefix_of_.emplace(key.substr(0, k), name.substr(0, n));
+  }
+  std::string guessed_name(const std::string& key) const {
+    const std::string* best = nullptr;
+    size_t best_size = 0;
+    for (const auto& [module_prefix, file_prefix] : file_prefix_of_) {
+      if (key.starts_with(module_prefix) && (!best || module_prefix.size() > best_size)) {
+        best = &file_prefix;
+        best_size = module_prefix.size();
+      }
+    }
+    return best ? *best + key.substr(best_size) : prefix_ + key;
+  }
+
   const safetensors::Reader& reader_;
   std::vector<std::string> keys_;
-  std::map<std::string, std::string> file_name_;  // module name -> name in the file
-  std::map<std::string, Stacked> stacked_;        // module name -> its per-expert parts
+  std::map<std::string, std::string> file_name_;       // module name -> name in the file
+  std::map<std::string, Stacked> stacked_;             // module name -> its per-expert parts
+  std::string prefix_;                                 // CheckpointLoadOptions::prefix
+  std::map<std::string, std::string> file_prefix_of_;  // Note [Missing names]
 };
 
 safetensors::NamedTensors tensors_of(const Module& module) {

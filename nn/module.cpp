@@ -222,8 +222,13 @@ LoadResult Module::load_state_dict(const StateSource& source, bool strict, bool 
     std::ostringstream msg;
     msg << "load_state_dict into " << type_name_ << " from " << source.describe() << ":";
     if (!result.missing.empty()) {
-      msg << " missing " << result.missing.size() << " key(s): " << list_names(result.missing)
-          << ";";
+      // Named as the source would name them: the user looks for them in the files given
+      // (model.language_model.norm.weight), not under the module's name (model.norm.weight).
+      std::vector<std::string> in_source;
+      for (const std::string& key : result.missing) in_source.push_back(source.name_in_source(key));
+      msg << " missing " << result.missing.size() << " key(s): " << list_names(in_source);
+      if (in_source != result.missing) msg << " (the model's " << list_names(result.missing) << ")";
+      msg << ";";
     }
     if (!result.unexpected.empty()) {
       msg << " unexpected " << result.unexpected.size()

@@ -53,7 +53,8 @@ class StateSource {
  public:
   virtual ~StateSource() = default;
   virtual std::vector<std::string> keys() const = 0;
-  // How the source itself names `key` (a checkpoint may store it under another name).
+  // How the source itself names `key` (a checkpoint may store it under another name). For a
+  // key the source lacks, the name it would have there (what a missing-key error shows).
   virtual std::string name_in_source(const std::string& key) const { return key; }
   virtual Shape shape(const std::string& key) const = 0;
   virtual DType dtype(const std::string& key) const = 0;

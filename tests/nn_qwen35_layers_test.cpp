@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 
 #include "core/factories.h"
 #include "core/views.h"
@@ -260,9 +261,33 @@ TEST(Qwen35Layers, CheckpointErrorsNameTheTensor) {
   TempDir dir;
   const std::string path = dir.file("m.safetensors");
   nn::Qwen3ForCausalLM lm(c);
+  // A missing tensor is named as the file would name it, then as the model does (Note
+  // [Missing names], nn/checkpoint.cpp): the user greps the files given, not the modules.
   save_as(source, path, "model.language_model.", {}, /*drop_first=*/true);
-  EXPECT_ERROR_HAS(nn::load_checkpoint(lm, path, nn::hf_target_load_options(c)), "missing",
-                   "model.embed_tokens.weight");
+  EXPECT_ERROR_HAS(nn::load_checkpoint(lm, path, nn::hf_target_load_options(c)),
+                   "missing 1 key(s): model.language_model.embed_tokens.weight",
+                   "(the model's model.embed_tokens.weight)", path.c_str());
+  // The same in a sharded folder: the error names the folder's index.
+  {
+    safetensors::NamedTensors kept;
+    for (const auto& [name, p] : source.named_parameters()) {
+      if (name == "model.norm.weight") continue;
+      kept.emplace_back(
+          name.rfind("model.", 0) == 0 ? "model.language_model." + name.substr(6) : name,
+          p.detach());
+    }
+    const std::string folder = dir.file("sharded");
+    std::filesystem::create_directories(folder);
+    safetensors::save_sharded(kept, folder, 4096);
+    EXPECT_ERROR_HAS(nn::load_checkpoint(lm, folder, nn::hf_target_load_options(c)),
+                     "missing 1 key(s): model.language_model.norm.weight",
+                     "(the model's model.norm.weight)", "sharded/model.safetensors.index.json");
+  }
+  // A flat (Qwen3_5ForCausalLM) file keeps the module's names: nothing is added.
+  save_as(source, path, "model.", {}, /*drop_first=*/true);
+  const std::string flat = ::cg::testing::error_of(
+      [&] { nn::load_checkpoint(lm, path, nn::hf_target_load_options(c)); });
+  EXPECT_NE(flat.find("missing 1 key(s): model.embed_tokens.weight;"), std::string::npos) << flat;
   save_as(source, path, "model.language_model.",
           {{"model.language_model.layers.0.self_attn.extra.weight", ones({2})}});
   EXPECT_ERROR_HAS(nn::load_checkpoint(lm, path, nn::hf_target_load_options(c)), "unexpected",
