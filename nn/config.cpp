@@ -409,6 +409,12 @@ void read_moe_fields(const json& text, const std::string& where, Qwen3Config& c)
 
 }  // namespace
 
+const std::vector<std::string>& Qwen3Config::hf_model_types() {
+  static const std::vector<std::string> types = {"qwen3", "qwen3_5", "qwen3_5_text", "qwen3_5_moe",
+                                                 "qwen3_5_moe_text"};
+  return types;
+}
+
 Qwen3Config Qwen3Config::from_hf_json(const nlohmann::json& j) {
   CG_CHECK(j.is_object(), "Qwen3Config: config.json must be a JSON object, got ", describe_json(j));
   const std::string model_type = j.contains("model_type") && j["model_type"].is_string()
@@ -417,12 +423,13 @@ Qwen3Config Qwen3Config::from_hf_json(const nlohmann::json& j) {
   // A model_type outside the families read here would load as dense Qwen3 and fail on a
   // long list of tensor names (or, worse, load): say so at once. Absent stays Qwen3 (folders
   // written before transformers named it).
-  const std::vector<std::string> known = {"qwen3", "qwen3_5", "qwen3_5_text", "qwen3_5_moe",
-                                          "qwen3_5_moe_text"};
+  const std::vector<std::string>& known = hf_model_types();
+  std::string listed;
+  for (size_t i = 0; i < known.size(); ++i)
+    listed += (i == 0 ? "" : i + 1 == known.size() ? " and " : ", ") + known[i];
   CG_CHECK(model_type.empty() || std::find(known.begin(), known.end(), model_type) != known.end(),
            "Qwen3Config: config.json has model_type \"", model_type,
-           "\", which chunkgrad does not read; it reads qwen3, qwen3_5, qwen3_5_text, "
-           "qwen3_5_moe and qwen3_5_moe_text checkpoints");
+           "\", which chunkgrad does not read; it reads ", listed, " checkpoints");
   const bool moe = model_type == "qwen3_5_moe" || model_type == "qwen3_5_moe_text";
   const bool nested = model_type == "qwen3_5" || model_type == "qwen3_5_moe";
   const bool hybrid = nested || model_type == "qwen3_5_text" || model_type == "qwen3_5_moe_text";

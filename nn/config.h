@@ -86,6 +86,9 @@ struct Qwen3Config {
   // read, what is defaulted and what is refused; its mixture-of-experts form ("qwen3_5_moe"
   // / "qwen3_5_moe_text"): Note [Qwen3.5-MoE config].
   static Qwen3Config from_hf_json(const nlohmann::json& json);
+  // The config.json model_types from_hf_json reads, in one place for its error and for the
+  // programs' help ("qwen3, qwen3_5, ..."); an absent model_type reads as qwen3.
+  static const std::vector<std::string>& hf_model_types();
   static Qwen3Config from_hf_file(const std::string& path);  // a config.json path
 };
 

@@ -22,6 +22,7 @@
 #include "core/allocator_stats.h"
 #include "core/backend.h"
 #include "core/error.h"
+#include "nn/config.h"
 
 namespace {
 
@@ -397,6 +398,20 @@ TEST(Programs, ChunkgradTraceHelpShowsItsOptions) {
   for (const char* option :
        {"--html", "--svg-dir", "--snapshot-dir", "--perfetto-dir", "--names", "--top"}) {
     EXPECT_NE(r.out.find(option), std::string::npos) << option;
+  }
+}
+
+// An outside tester's report: --help said "a Hugging Face Qwen3 folder" where the commands
+// load every family nn::Qwen3Config reads (Qwen3.5, its MoE form). Each command that takes a
+// target lists the model_types from that one list.
+TEST(Programs, ChunkgradTargetHelpListsTheFamiliesItReads) {
+  for (const char* command : {"features", "eval", "regenerate", "train"}) {
+    const ProgramRun r = chunkgrad(std::string(command) + " --help");
+    EXPECT_EQ(r.exit_code, 0) << command << ": " << r.err;
+    EXPECT_EQ(r.out.find("Qwen3 folder"), std::string::npos) << command << ": " << r.out;
+    for (const std::string& type : cg::nn::Qwen3Config::hf_model_types())
+      EXPECT_NE(r.out.find(type), std::string::npos)
+          << command << " lacks " << type << ": " << r.out;
   }
 }
 

@@ -52,8 +52,8 @@ FeatureTarget load_feature_target(const std::string& dir, Device device, DType d
   const fs::path config_path = fs::path(dir) / "config.json";
   CG_CHECK(fs::is_directory(dir), "--target ", dir, " is not a folder");
   CG_CHECK(fs::exists(config_path), "--target ", dir,
-           ": no config.json (expected a Hugging Face Qwen3 / Qwen3.5 folder or a chunkgrad run "
-           "directory)");
+           ": no config.json (expected a Hugging Face Qwen3 / Qwen3.5 / Qwen3.5-MoE folder or a "
+           "chunkgrad run directory)");
   const nlohmann::json config =
       parse_untrusted_json(read_text(config_path.string()), config_path.string());
   nn::Qwen3Config arch;

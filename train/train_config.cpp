@@ -440,7 +440,7 @@ void TrainConfig::validate() const {
            f.source, "'");
   CG_CHECK(f.source != "target" || (!f.target.empty() && !f.data.empty()),
            "train config: features.source is target but features.target or features.data is "
-           "empty; give the Hugging Face Qwen3 folder and at least one JSONL file (chunkgrad "
+           "empty; give the Hugging Face target folder and at least one JSONL file (chunkgrad "
            "train --target DIR --data FILE)");
   CG_CHECK(f.source == "target" || (f.target.empty() && f.data.empty() && f.tokenizer.empty()),
            "train config: features.target / data / tokenizer are given but features.source is ",

@@ -54,9 +54,7 @@ void add_eval_command(CLI::App& app, CommandBody& run) {
       "eval",
       "speculative decoding of a target with a public-layout DFlash drafter: tau, "
       "per-slot acceptance, speedup, and the lossless check");
-  sub->add_option("--target", o.target,
-                  "a Hugging Face Qwen3 folder (config.json + safetensors) or a chunkgrad run "
-                  "directory with a cached target")
+  sub->add_option("--target", o.target, target_folder_help())
       ->required()
       ->check(CLI::ExistingDirectory);
   sub->add_option("--drafter", o.drafter,

@@ -74,9 +74,7 @@ void add_features_command(CLI::App& app, CommandBody& run) {
   static FeaturesOptions o;
   CLI::App* sub = app.add_subcommand(
       "features", "write a target's hidden states for pre-tokenized data as feature shards");
-  sub->add_option("--target", o.target,
-                  "a Hugging Face Qwen3 folder (config.json + safetensors) or a chunkgrad run "
-                  "directory with a cached target")
+  sub->add_option("--target", o.target, target_folder_help())
       ->required()
       ->check(CLI::ExistingDirectory);
   sub->add_option("--data", o.data,

@@ -56,9 +56,7 @@ void add_regenerate_command(CLI::App& app, CommandBody& run) {
   static RegenerateCommandOptions o;
   CLI::App* sub = app.add_subcommand(
       "regenerate", "have the target answer each sample's prompt again (pre-tokenized JSONL)");
-  sub->add_option("--target", o.target,
-                  "a Hugging Face Qwen3 folder (config.json + safetensors) or a chunkgrad run "
-                  "directory with a cached target")
+  sub->add_option("--target", o.target, target_folder_help())
       ->required()
       ->check(CLI::ExistingDirectory);
   sub->add_option("--data", o.data,

@@ -135,9 +135,9 @@ void add_train_command(CLI::App& app, CommandBody& run) {
       ->check(program::not_empty());
   CLI::Option* target =
       sub->add_option("--target", o.target,
-                      "train from a Hugging Face Qwen3 folder's features, computed each step on "
-                      "--device (features.source target; needs --data and "
-                      "drafter.mask_token_id)")
+                      "train from the features of " + target_folder_help() +
+                          ", computed each step on --device (features.source target; needs "
+                          "--data and drafter.mask_token_id)")
           ->check(CLI::ExistingDirectory);
   sub->add_option("--data", o.data,
                   "with --target: JSONL samples, conversations or pre-tokenized "
