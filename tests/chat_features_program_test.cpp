@@ -152,4 +152,42 @@ TEST_F(ChatFeaturesProgram, StrictAndMissingTokenizerAreOneErrorLine) {
             0);
 }
 
+// Note [Chat template check]: a target folder whose chat template is not the Qwen3 one is
+// one error line naming its tokenizer_config.json and the flag; with the flag the features
+// are written and a warning says what was rendered; pre-tokenized data is never refused.
+// The golden Qwen3 template beside the tokenizer says nothing.
+TEST_F(ChatFeaturesProgram, AnotherChatTemplateIsOneErrorLineOrWithTheFlagAWarning) {
+  const std::string qwen3 =
+      slurp(std::string(CHUNKGRAD_GOLDEN_DIR) + "/tokenizer/qwen3_chat_template.jinja");
+  make_target("qwen3_template", true);
+  write("qwen3_template/tokenizer_config.json", nlohmann::json{{"chat_template", qwen3}}.dump());
+  make_target("other_template", true);
+  write("other_template/tokenizer_config.json",
+        nlohmann::json{{"chat_template", "{% for m in messages %}{{ m.content }}{% endfor %}"}}
+            .dump());
+  auto r = cli("features --target '" + at("qwen3_template") + "' --data '" + at("chat.jsonl") +
+               "' --out '" + at("k") + "' --no-progress");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("chat template"), std::string::npos) << r.err;
+  r = cli("features --target '" + at("other_template") + "' --data '" + at("chat.jsonl") +
+          "' --out '" + at("m") + "'");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(r.err.rfind("chunkgrad features: error: ", 0), 0u) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  for (const std::string& word :
+       {at("other_template") + "/tokenizer_config.json", std::string("not the Qwen3 template"),
+        std::string("--allow-chat-template-mismatch"), at("chat.jsonl") + ":1 is a conversation"})
+    EXPECT_NE(r.err.find(word), std::string::npos) << word << " in: " << r.err;
+  EXPECT_FALSE(fs::exists(at("m/index.json")));
+  r = cli("features --target '" + at("other_template") + "' --data '" + at("chat.jsonl") +
+          "' --out '" + at("m2") + "' --no-progress --allow-chat-template-mismatch");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("warning: the chat template in " + at("other_template")), std::string::npos)
+      << r.err;
+  r = cli("features --target '" + at("other_template") + "' --data '" + at("pre.jsonl") +
+          "' --out '" + at("m3") + "' --no-progress");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("chat template"), std::string::npos) << r.err;
+}
+
 }  // namespace

@@ -142,6 +142,7 @@ std::optional<DataSample> parse_chat_line(const std::string& line, const std::st
   CG_CHECK(static_cast<bool>(options.encode), "a conversation needs a tokenizer to become ids; ",
            options.no_tokenizer_hint);
   s.sequence = tokenize_chat(render_qwen3_chat(messages), options.encode);
+  s.rendered = true;
   for (size_t i = 0; i < s.sequence.ids.size(); ++i) {
     CG_CHECK(s.sequence.ids[i] < options.vocab_size, "token ", i, " of the rendered text is id ",
              s.sequence.ids[i], ", outside the vocabulary (0 .. ", options.vocab_size - 1,
@@ -187,6 +188,11 @@ ChatData read_chat_data(const std::vector<std::string>& paths, const ChatDataOpt
         continue;
       }
       if (!sample) continue;
+      if (sample->rendered && !options.template_problem.empty()) {  // Note [Chat template check]
+        CG_CHECK(!options.template_problem_is_error, path, ":", number, " is a conversation, but ",
+                 options.template_problem);
+        data.template_warning = options.template_problem;
+      }
       ++report.samples;
       data.samples.push_back(std::move(*sample));
     }

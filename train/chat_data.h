@@ -91,7 +91,8 @@ struct DataSample {
   DrafterSequence sequence;
   std::string dataset;  // the line's "dataset", else the file's stem
   std::string file;
-  int64_t line = 0;  // 1-based
+  int64_t line = 0;       // 1-based
+  bool rendered = false;  // a conversation rendered with the Qwen3 template (not input_ids)
   std::string where() const { return file + ":" + std::to_string(line); }
 };
 
@@ -102,6 +103,12 @@ struct ChatDataOptions {
   // Said in the error of a conversation line read without `encode` (e.g. which option
   // gives a tokenizer).
   std::string no_tokenizer_hint = "give a tokenizer";
+  // Note [Chat template check] (chat_template_check.h): said about the tokenizer's chat
+  // template when it is not one chunkgrad renders ("" when it is). Only conversation lines
+  // care: with `template_problem_is_error` the first one is this error (never a skipped bad
+  // line), else ChatData::template_warning holds it once a conversation was read.
+  std::string template_problem{};
+  bool template_problem_is_error = false;
 };
 
 // What was read from one file.
@@ -117,6 +124,7 @@ struct ChatData {
   std::vector<DataSample> samples;                 // in file order, then line order
   std::vector<DataFileReport> files;               // one per file given
   std::vector<DrafterSequence> sequences() const;  // the samples' sequences, in order
+  std::string template_warning;  // ChatDataOptions::template_problem, when conversations were read
 };
 
 // Reads every file (Note [Lines], chat_data.cpp). Bad lines are counted and skipped

@@ -26,6 +26,9 @@ struct PipelineOptions {
   // only pre-tokenized lines are read) and what a conversation line says when it is empty.
   ChatEncoder encode;
   std::string no_tokenizer_hint = "give a tokenizer (features.tokenizer)";
+  // Note [Chat template check] (chat_template_check.h): as ChatDataOptions' fields.
+  std::string template_problem{};
+  bool template_problem_is_error = false;
   // The ranks of `mpirun -np N chunkgrad train` (docs/data_parallel.md); nullptr: one
   // process. With more than one rank only rank 0 writes to the run directory, logs and
   // evaluates; the others return an empty summary.

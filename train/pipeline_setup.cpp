@@ -184,6 +184,8 @@ void open_offline_features(RunState& s) {
 void open_target_features(RunState& s, const PipelineOptions& options) {
   ChatDataOptions data{.encode = options.encode};
   data.no_tokenizer_hint = options.no_tokenizer_hint;
+  data.template_problem = options.template_problem;
+  data.template_problem_is_error = options.template_problem_is_error;
   TargetRun r = open_target_run(s.config, s.device, data);
   s.offline = true;
   s.offline_train = r.train;

@@ -109,6 +109,8 @@ TargetRun open_target_run(const TrainConfig& config, Device device,
   for (const DataFileReport& f : data.files) {
     if (f.bad_lines > 0) std::fprintf(stderr, "warning: features.data: %s\n", f.describe().c_str());
   }
+  if (!data.template_warning.empty())  // Note [Chat template check]
+    std::fprintf(stderr, "warning: features.data: %s\n", data.template_warning.c_str());
   std::vector<DrafterSequence> all = data.sequences();
   std::string prints = r.target.fingerprint;
   for (const std::string& file : config.features.data)

@@ -1,9 +1,11 @@
 // Why this file exists: the data files' tokenizer rule, once (data_files.h).
 #include "examples/chunkgrad/data_files.h"
 
+#include <cstdio>
 #include <filesystem>
 
 #include "core/error.h"
+#include "train/chat_template_check.h"
 #ifdef CHUNKGRAD_WITH_TOKENIZER
 #include "train/hf_tokenizer.h"
 #endif
@@ -13,10 +15,13 @@ namespace cg::cli {
 train::ChatDataOptions DataTokenizer::options(int64_t vocab_size, bool strict) const {
   train::ChatDataOptions o{.encode = encode, .vocab_size = vocab_size, .strict = strict};
   o.no_tokenizer_hint = hint;
+  o.template_problem = template_problem;
+  o.template_problem_is_error = template_is_error;
   return o;
 }
 
-DataTokenizer data_tokenizer(const std::string& option, const std::string& target_dir) {
+DataTokenizer data_tokenizer(const std::string& option, const std::string& target_dir,
+                             bool allow_template_mismatch) {
   DataTokenizer t;
   t.path = option;
   const std::string beside = (std::filesystem::path(target_dir) / "tokenizer.json").string();
@@ -26,6 +31,12 @@ DataTokenizer data_tokenizer(const std::string& option, const std::string& targe
     auto tok = std::make_shared<train::HfTokenizer>(train::HfTokenizer::from_file(t.path));
     t.encode = train::hf_encoder(*tok);
     t.holder = tok;
+    // The template beside the tokenizer is the one transformers would render with.
+    const std::string dir = std::filesystem::path(t.path).parent_path().string();
+    const train::ChatTemplateCheck check =
+        train::check_chat_template(dir.empty() ? "." : dir, kAllowChatTemplateFlag);
+    t.template_problem = check.problem;
+    t.template_is_error = check.mismatch && !allow_template_mismatch;
   }
   t.hint = "give --tokenizer FILE (the target " + target_dir + " has no tokenizer.json)";
 #else
@@ -39,9 +50,13 @@ DataTokenizer data_tokenizer(const std::string& option, const std::string& targe
 
 train::ChatData read_data_files(const std::vector<std::string>& files, const DataTokenizer& tok,
                                 int64_t vocab_size, bool strict) {
+  train::ChatData data;
   try {
-    return train::read_chat_data(files, tok.options(vocab_size, strict));
+    data = train::read_chat_data(files, tok.options(vocab_size, strict));
   } catch (const Error& e) { CG_FAIL("--data ", e.message()); }
+  if (!data.template_warning.empty())
+    std::fprintf(stderr, "warning: %s\n", data.template_warning.c_str());
+  return data;
 }
 
 }  // namespace cg::cli

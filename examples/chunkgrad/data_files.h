@@ -20,15 +20,29 @@ struct DataTokenizer {
   std::shared_ptr<void> holder;  // keeps the tokenizer `encode` uses alive
   train::ChatEncoder encode;     // empty when there is none
   std::string hint;              // for a conversation line read without one
+  // Note [Chat template check] (train/chat_template_check.h): what to say of the chat
+  // template beside the tokenizer ("" when chunkgrad renders it), and whether it is an error.
+  std::string template_problem{};
+  bool template_is_error = false;
   // The encoder and hint as train::ChatDataOptions wants them.
   train::ChatDataOptions options(int64_t vocab_size, bool strict) const;
 };
 
-// `option`: the --tokenizer value ("" = not given); `target_dir`: the target folder whose
-// tokenizer.json is the default. Throws naming the file when it cannot be read.
-DataTokenizer data_tokenizer(const std::string& option, const std::string& target_dir);
+// The option that renders conversations with the Qwen3 template whatever the tokenizer's
+// folder holds (every command that reads data files has it).
+constexpr const char* kAllowChatTemplateFlag = "--allow-chat-template-mismatch";
+constexpr const char* kAllowChatTemplateHelp =
+    "render conversations with chunkgrad's Qwen3 chat template even when the tokenizer's "
+    "folder holds another (default: an error; docs/chat_data.md)";
 
-// read_chat_data over `files`, errors prefixed with "--data ".
+// `option`: the --tokenizer value ("" = not given); `target_dir`: the target folder whose
+// tokenizer.json is the default; `allow_template_mismatch`: kAllowChatTemplateFlag was
+// given. Throws naming the file when it cannot be read.
+DataTokenizer data_tokenizer(const std::string& option, const std::string& target_dir,
+                             bool allow_template_mismatch = false);
+
+// read_chat_data over `files`, errors prefixed with "--data "; a template warning
+// (ChatData::template_warning) is one "warning: ..." line on stderr.
 train::ChatData read_data_files(const std::vector<std::string>& files, const DataTokenizer& tok,
                                 int64_t vocab_size, bool strict);
 

@@ -34,7 +34,7 @@ struct EvalOptions {
   std::vector<std::string> data;
   int64_t max_new_tokens = 256, limit = 0, eos_id = -2;
   double tie_tolerance = -1;  // -1: by dtype (Note [Eval tie tolerance])
-  bool ceiling = false, no_progress = false, strict = false;
+  bool ceiling = false, no_progress = false, strict = false, allow_template = false;
 };
 
 // Note [Eval tie tolerance]: a divergence is a near tie when both picks are within
@@ -71,6 +71,7 @@ void add_eval_command(CLI::App& app, CommandBody& run) {
                   "the tokenizer.json conversations are read with (default: the target folder's)")
       ->check(CLI::ExistingFile);
   sub->add_flag("--strict", o.strict, "a bad data line is an error (default: skipped, counted)");
+  sub->add_flag(kAllowChatTemplateFlag, o.allow_template, kAllowChatTemplateHelp);
   sub->add_option("--max-new-tokens", o.max_new_tokens,
                   "tokens to generate per prompt (default 256)")
       ->check(program::integer_in(1, int64_t{1} << 20));
@@ -110,7 +111,8 @@ void add_eval_command(CLI::App& app, CommandBody& run) {
       const nn::Qwen3Config& arch = target.lm->config();
       train::PublicDrafter drafter = train::load_drafter_for_target(o.drafter, *target.lm);
       const train::ChatData data =
-          read_data_files(o.data, data_tokenizer(o.tokenizer, o.target), arch.vocab_size, o.strict);
+          read_data_files(o.data, data_tokenizer(o.tokenizer, o.target, o.allow_template),
+                          arch.vocab_size, o.strict);
       for (const train::DataFileReport& f : data.files) {
         if (f.bad_lines > 0) std::fprintf(stderr, "warning: --data %s\n", f.describe().c_str());
       }

@@ -30,7 +30,7 @@ struct FeaturesOptions {
   std::vector<std::string> data;
   int64_t shard_mb = 1024;
   int64_t batch_tokens = -1;  // -1: 16384 on a GPU, 0 (one sample a forward) on the CPU
-  bool no_progress = false, strict = false;
+  bool no_progress = false, strict = false, allow_template = false;
 };
 
 // "1,16,31" -> ids; "" when not given. Throws naming --layers.
@@ -89,7 +89,10 @@ void add_features_command(CLI::App& app, CommandBody& run) {
       ->check(CLI::ExistingFile);
   sub->add_flag("--strict", o.strict,
                 "a bad data line is an error (default: bad lines are skipped and counted)");
-  sub->add_option("--out", o.out, "the feature folder to write (must not hold index.json)")
+  sub->add_flag(kAllowChatTemplateFlag, o.allow_template, kAllowChatTemplateHelp);
+  sub->add_option("--out", o.out,
+                  "the feature folder to write: empty, or an interrupted run's (holding "
+                  "index.partial.json), which the same command resumes")
       ->required()
       ->check(program::not_empty());
   sub->add_option("--layers", o.layers,
@@ -133,7 +136,8 @@ void add_features_command(CLI::App& app, CommandBody& run) {
       train::FeatureTarget target = train::load_feature_target(o.target, device, compute);
       const nn::Qwen3Config& arch = target.lm->config();
       const train::ChatData data =
-          read_data_files(o.data, data_tokenizer(o.tokenizer, o.target), arch.vocab_size, o.strict);
+          read_data_files(o.data, data_tokenizer(o.tokenizer, o.target, o.allow_template),
+                          arch.vocab_size, o.strict);
       const std::vector<train::DrafterSequence> samples = data.sequences();
       std::vector<std::string> datasets;
       for (const train::DataSample& s : data.samples) datasets.push_back(s.dataset);

@@ -26,7 +26,7 @@ struct RegenerateCommandOptions {
   int64_t max_new_tokens = 512, batch_size = 64, top_k = 0, limit = 0;
   double temperature = 0.0, top_p = 1.0;
   uint64_t seed = 0;
-  bool no_progress = false, strict = false;
+  bool no_progress = false, strict = false, allow_template = false;
 };
 
 // "151645,151643" -> ids. Throws naming --eos-ids.
@@ -68,6 +68,7 @@ void add_regenerate_command(CLI::App& app, CommandBody& run) {
                   "the tokenizer.json conversations are read with (default: the target folder's)")
       ->check(CLI::ExistingFile);
   sub->add_flag("--strict", o.strict, "a bad data line is an error (default: skipped, counted)");
+  sub->add_flag(kAllowChatTemplateFlag, o.allow_template, kAllowChatTemplateHelp);
   sub->add_option("--out", o.out,
                   "the JSONL to write; a rerun with the same options continues it "
                   "(its options are kept in OUT.options.json)")
@@ -112,8 +113,9 @@ void add_regenerate_command(CLI::App& app, CommandBody& run) {
       const Device device = Device::parse(o.device);
       backend_for(device);  // no GPU: one error line before any work
       // The data first: its errors come before the target's (long) load.
-      const train::ChatData data = read_data_files({o.data}, data_tokenizer(o.tokenizer, o.target),
-                                                   std::numeric_limits<int64_t>::max(), o.strict);
+      const train::ChatData data =
+          read_data_files({o.data}, data_tokenizer(o.tokenizer, o.target, o.allow_template),
+                          std::numeric_limits<int64_t>::max(), o.strict);
       for (const train::DataFileReport& f : data.files) {
         if (f.bad_lines > 0) std::fprintf(stderr, "warning: --data %s\n", f.describe().c_str());
       }

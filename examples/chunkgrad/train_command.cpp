@@ -34,6 +34,7 @@ struct TrainOptions {
   bool no_progress = false;
   bool fresh = false;
   bool print_config = false;
+  bool allow_template = false;  // kAllowChatTemplateFlag
   int64_t memory_limit_mb = 0;
 };
 
@@ -149,6 +150,8 @@ void add_train_command(CLI::App& app, CommandBody& run) {
                   "(features.tokenizer; default: the target folder's)")
       ->check(CLI::ExistingFile)
       ->needs(target);
+  // Not tied to --target: a config file may set features.source target itself.
+  sub->add_flag(kAllowChatTemplateFlag, o.allow_template, kAllowChatTemplateHelp);
   target->excludes("--features");
   // Checked as given (the key names a field; the syntax), before any work; the value's type
   // and range when the config is read, with the same errors as in the file.
@@ -208,9 +211,12 @@ void add_train_command(CLI::App& app, CommandBody& run) {
       train::PipelineOptions options{.resume_from = o.resume_from};
       DataTokenizer tokenizer;
       if (config.features.source == "target") {
-        tokenizer = data_tokenizer(config.features.tokenizer, config.features.target);
+        tokenizer =
+            data_tokenizer(config.features.tokenizer, config.features.target, o.allow_template);
         options.encode = tokenizer.encode;
         options.no_tokenizer_hint = tokenizer.hint;
+        options.template_problem = tokenizer.template_problem;
+        options.template_problem_is_error = tokenizer.template_is_error;
       }
       const nlohmann::json summary =
           launch.under_mpirun ? run_ranks(config, options) : train::run_pipeline(config, options);
