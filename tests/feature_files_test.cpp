@@ -17,6 +17,7 @@
 #include "nn_test_util.h"
 #include "ops/shape_ops.h"
 #include "tensor_test_helpers.h"
+#include "tests/error_helpers.h"
 #include "train/feature_files.h"
 #include "train/feature_target.h"
 #include "train/offline_features.h"
@@ -442,6 +443,64 @@ TEST(FeatureFiles, ABadIndexIsRefusedNamingTheField) {
     train::FeatureFileWriter again(dir.file("f"), header(DType::f32));
     ADD_FAILURE() << "no error";
   } catch (const Error& e) { expect_names(e.message(), {"already holds index.json"}); }
+}
+
+// Note [Resuming features]: a writer stopped after its first shard (the second half
+// written, then lost) resumes on the same folder from the first whole shard's end and ends
+// with the very files an uninterrupted writer makes; another run's folder is one error.
+TEST(FeatureFiles, AnInterruptedWriterResumesFromItsWholeShards) {
+  TempDir dir;
+  const Written w = write_features(dir.file("whole"), DType::f32);
+  const uint64_t shard_bytes = 2 * train::feature_sample_bytes(9, kK, kH, DType::f32);
+  const train::FeatureRunIdentity identity{.data_fingerprint = "data", .num_inputs = 5};
+  const std::string out = dir.file("resumed");
+  {
+    train::FeatureFileWriter first(out, header(DType::f32), shard_bytes, identity);
+    EXPECT_EQ(first.resumed_samples(), 0);
+    for (size_t i = 0; i < 4; ++i) first.add(w.seqs[i], w.hidden[i], w.last[i]);
+  }  // stopped: samples 0-2 are shard 0, sample 3 was pending
+  ASSERT_TRUE(fs::exists(out + "/" + train::kPartialFeatureIndex));
+  ASSERT_FALSE(fs::exists(out + "/index.json"));
+  std::ofstream(out + "/features-00001.safetensors") << "half a shard";
+  const auto expect_refused = [&](train::FeatureFileIndex h, train::FeatureRunIdentity id,
+                                  const char* field, const char* then, const char* now) {
+    EXPECT_ERROR_HAS(train::FeatureFileWriter(out, h, shard_bytes, id), field, then, now,
+                     "interrupted feature set", "another --out");
+  };
+  train::FeatureFileIndex other_layers = header(DType::f32);
+  other_layers.layer_ids = {1, 2};
+  expect_refused(other_layers, identity, "'layer_ids'", "[1, 3]", "[1, 2]");
+  expect_refused(header(DType::bf16), identity, "'dtype'", "f32", "bf16");
+  train::FeatureFileIndex other_target = header(DType::f32);
+  other_target.target_fingerprint = "cafe";
+  expect_refused(other_target, identity, "'target_fingerprint'", "f00d", "cafe");
+  expect_refused(header(DType::f32), {.data_fingerprint = "other", .num_inputs = 5},
+                 "'data_fingerprint'", "data", "other");
+  {
+    train::FeatureFileWriter second(out, header(DType::f32), shard_bytes, identity);
+    EXPECT_EQ(second.resumed_samples(), 3);
+    EXPECT_FALSE(fs::exists(out + "/features-00001.safetensors"));  // the half shard went
+    for (size_t i = 3; i < 5; ++i) second.add(w.seqs[i], w.hidden[i], w.last[i]);
+    second.finish();
+  }
+  EXPECT_FALSE(fs::exists(out + "/" + train::kPartialFeatureIndex));
+  const auto slurp = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_EQ(slurp(out + "/index.json"), slurp(dir.file("whole") + "/index.json"));
+  for (const char* shard : {"features-00000.safetensors", "features-00001.safetensors"})
+    EXPECT_EQ(slurp(out + "/" + shard), slurp(dir.file("whole") + "/" + shard)) << shard;
+  // A listed shard that is no longer whole is written again, with everything after it.
+  const std::string damaged = dir.file("damaged");
+  {
+    train::FeatureFileWriter first(damaged, header(DType::f32), shard_bytes, identity);
+    for (size_t i = 0; i < 4; ++i) first.add(w.seqs[i], w.hidden[i], w.last[i]);
+  }
+  fs::resize_file(damaged + "/features-00000.safetensors", 100);
+  train::FeatureFileWriter again(damaged, header(DType::f32), shard_bytes, identity);
+  EXPECT_EQ(again.resumed_samples(), 0);
+  EXPECT_FALSE(fs::exists(damaged + "/features-00000.safetensors"));
 }
 
 TEST(FeatureFiles, BytesPerSample) {

@@ -18,6 +18,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/backend.h"
+#include "train/chat_data.h"
+#include "train/feature_target.h"
+#include "train/offline_features.h"
 #include "train_program_fixture.h"
 
 namespace {
@@ -255,6 +258,57 @@ TEST_F(FeaturesProgram, AMismatchedOrDamagedFolderLeavesTheRunDirectoryUnchanged
   write("synthetic.json", R"({"features": {"source": "synthetic"}})");
   expect_error(cli("train --config '" + at("synthetic.json") + "'"), "train",
                "drafter.hidden_size, drafter.vocab_size and drafter.num_target_layers");
+}
+
+// Note [Resuming features]: a `chunkgrad features` run stopped part-way (made here with the
+// library call the command makes, stopped from its progress callback after some shards) is
+// resumed by the same command, and its features equal an uninterrupted run's bit for bit;
+// the command with other --layers is one error line that leaves the folder as it was.
+TEST_F(FeaturesProgram, TheSameCommandResumesAnInterruptedRun) {
+  ASSERT_EQ(features("uninterrupted").exit_code, 0);
+  const cg::train::FeatureTarget target = cg::train::load_feature_target(at("toy"), cg::kCPU);
+  const cg::train::ChatData data =
+      cg::train::read_chat_data({at("q.jsonl")}, {.vocab_size = target.lm->config().vocab_size});
+  std::vector<std::string> datasets;
+  for (const auto& sample : data.samples) datasets.push_back(sample.dataset);
+  struct Stop {};
+  const auto stop_part_way = [&](const std::string& out) {
+    try {
+      cg::train::write_feature_files(
+          target, data.sequences(), target.default_layers, cg::DType::bf16, at(out), 4096,
+          [](int64_t i) {
+            if (i == 25) throw Stop{};
+          },
+          datasets);
+      ADD_FAILURE() << "not stopped";
+    } catch (const Stop&) {}
+    ASSERT_TRUE(fs::exists(at(out + "/index.partial.json")));
+    ASSERT_FALSE(fs::exists(at(out + "/index.json")));
+  };
+  stop_part_way("stopped");
+  const ProgramRun r = features("stopped");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("features: 40 samples"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("written by the interrupted run)"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(at("stopped/index.partial.json")));
+  cg::train::OfflineFeatureSource resumed(at("stopped")), whole(at("uninterrupted"));
+  ASSERT_EQ(resumed.sequences().size(), 40u);
+  std::vector<int64_t> all;
+  for (int64_t i = 0; i < 40; ++i) {
+    all.push_back(i);
+    EXPECT_EQ(resumed.sequences()[static_cast<size_t>(i)].ids,
+              whole.sequences()[static_cast<size_t>(i)].ids);
+  }
+  const cg::train::FeatureBatch a = resumed.fetch(all, cg::kCPU), b = whole.fetch(all, cg::kCPU);
+  EXPECT_EQ(a.hidden_states.to_vector(), b.hidden_states.to_vector());
+  EXPECT_EQ(a.last_hidden.to_vector(), b.last_hidden.to_vector());
+  // Another run's options on the interrupted folder: one line, and nothing changes.
+  stop_part_way("mismatched");
+  const auto before = files_of(at("mismatched"));
+  const int64_t other = target.default_layers.at(0) == 0 ? 1 : 0;
+  expect_error(features("mismatched", "--layers " + std::to_string(other)), "features",
+               "field 'layer_ids'");
+  EXPECT_EQ(files_of(at("mismatched")), before);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <set>
 
 #include "core/atomic_file.h"
 #include "core/factories.h"
@@ -67,7 +68,8 @@ struct IndexFields {
 
 }  // namespace
 
-FeatureFileIndex FeatureFileIndex::from_json(const std::string& text, const std::string& path) {
+FeatureFileIndex FeatureFileIndex::from_json(const std::string& text, const std::string& path,
+                                             bool partial) {
   const nlohmann::json j = parse_untrusted_json(text, path);
   CG_CHECK(j.is_object(), "feature files: ", path, " is not a JSON object");
   const IndexFields f{j, path};
@@ -78,9 +80,9 @@ FeatureFileIndex FeatureFileIndex::from_json(const std::string& text, const std:
            ": field 'format_version' is ", version, "; this chunkgrad reads version ",
            kFeatureFormatVersion, " (write the features again with this chunkgrad)");
   FeatureFileIndex x;
-  x.num_samples = f.integer("num_samples", 1);
+  x.num_samples = f.integer("num_samples", partial ? 0 : 1);
   x.hidden_size = f.integer("hidden_size", 1);
-  x.max_seq_len = f.integer("max_seq_len", 1);
+  x.max_seq_len = f.integer("max_seq_len", partial ? 0 : 1);
   const std::string dt = f.text("dtype");
   CG_CHECK(dt == "bf16" || dt == "f32", "feature files: ", path, ": field 'dtype' is '", dt,
            "'; expected bf16 or f32");
@@ -96,7 +98,7 @@ FeatureFileIndex FeatureFileIndex::from_json(const std::string& text, const std:
   x.target_fingerprint = f.text("target_fingerprint");
   x.tokenizer_hash = f.text("tokenizer_hash");
   const nlohmann::json& shards = f.get("shards");
-  CG_CHECK(shards.is_array() && !shards.empty(), "feature files: ", path,
+  CG_CHECK(shards.is_array() && (partial || !shards.empty()), "feature files: ", path,
            ": field 'shards' must be a non-empty array, got ", describe_json(shards));
   int64_t next = 0;
   for (const auto& s : shards) {
@@ -156,9 +158,30 @@ std::string feature_tensor_name(int64_t sample, const char* field) {
   return std::to_string(sample) + "." + field;
 }
 
+namespace {
+
+// The index's dataset fields from each sample's name (none when no sample is named).
+void set_datasets(FeatureFileIndex& index, const std::vector<std::string>& datasets) {
+  index.dataset_names.clear();
+  index.sample_datasets.clear();
+  if (std::none_of(datasets.begin(), datasets.end(), [](const auto& d) { return !d.empty(); }))
+    return;
+  for (const std::string& d : datasets) {
+    auto it = std::find(index.dataset_names.begin(), index.dataset_names.end(), d);
+    if (it == index.dataset_names.end())
+      it = index.dataset_names.insert(index.dataset_names.end(), d);
+    index.sample_datasets.push_back(static_cast<int32_t>(it - index.dataset_names.begin()));
+  }
+}
+
+}  // namespace
+
 FeatureFileWriter::FeatureFileWriter(std::string dir, FeatureFileIndex header,
-                                     uint64_t max_shard_bytes)
-    : dir_(std::move(dir)), index_(std::move(header)), max_shard_bytes_(max_shard_bytes) {
+                                     uint64_t max_shard_bytes, FeatureRunIdentity identity)
+    : dir_(std::move(dir)),
+      index_(std::move(header)),
+      max_shard_bytes_(max_shard_bytes),
+      identity_(std::move(identity)) {
   CG_CHECK(index_.dtype == DType::bf16 || index_.dtype == DType::f32,
            "feature files: the storage dtype must be bf16 or f32, not ", dtype_name(index_.dtype));
   CG_CHECK(index_.num_layers() >= 1 && index_.hidden_size >= 1,
@@ -173,6 +196,10 @@ FeatureFileWriter::FeatureFileWriter(std::string dir, FeatureFileIndex header,
   index_.shards.clear();
   index_.num_samples = 0;
   index_.max_seq_len = 0;
+  const fs::path partial = fs::path(dir_) / kPartialFeatureIndex;
+  if (fs::exists(partial)) resume(partial.string());
+  pending_first_ = index_.num_samples;
+  write_partial_index();  // from the start: a run stopped before its first shard resumes too
 }
 
 void FeatureFileWriter::add(const DrafterSequence& sequence, const Tensor& hidden_states,
@@ -224,6 +251,7 @@ void FeatureFileWriter::flush_shard() {
   s.count = index_.num_samples - pending_first_;
   s.bytes = fs::file_size(path);
   index_.shards.push_back(s);
+  write_partial_index();  // only now is the shard listed: it is whole on disk
   pending_.clear();
   pending_u8_.clear();
   pending_bytes_ = 0;
@@ -234,20 +262,99 @@ const FeatureFileIndex& FeatureFileWriter::finish() {
   CG_CHECK(!finished_, "feature files: finish() twice");
   CG_CHECK(index_.num_samples > 0, "feature files: no samples were written to ", dir_);
   flush_shard();
-  index_.dataset_names.clear();
-  index_.sample_datasets.clear();
-  if (std::any_of(datasets_.begin(), datasets_.end(), [](const auto& d) { return !d.empty(); })) {
-    for (const std::string& d : datasets_) {
-      auto it = std::find(index_.dataset_names.begin(), index_.dataset_names.end(), d);
-      if (it == index_.dataset_names.end())
-        it = index_.dataset_names.insert(index_.dataset_names.end(), d);
-      index_.sample_datasets.push_back(static_cast<int32_t>(it - index_.dataset_names.begin()));
-    }
-  }
+  set_datasets(index_, datasets_);
   write_file_atomically((fs::path(dir_) / "index.json").string(), index_.to_json().dump(2) + "\n",
                         "the feature index");
+  std::error_code ec;  // index.json is the set now; a stale partial index would only confuse
+  fs::remove(fs::path(dir_) / kPartialFeatureIndex, ec);
   finished_ = true;
   return index_;
+}
+
+void FeatureFileWriter::write_partial_index() const {
+  FeatureFileIndex partial = index_;
+  set_datasets(partial, datasets_);
+  nlohmann::json j = partial.to_json();
+  j["data_fingerprint"] = identity_.data_fingerprint;
+  j["num_inputs"] = identity_.num_inputs;
+  write_file_atomically((fs::path(dir_) / kPartialFeatureIndex).string(), j.dump(2) + "\n",
+                        "the partial feature index");
+}
+
+// Note [Resuming features].
+void FeatureFileWriter::resume(const std::string& partial_path) {
+  const std::string text = read_text_file(partial_path, "the partial feature index");
+  const FeatureFileIndex was = FeatureFileIndex::from_json(text, partial_path, /*partial=*/true);
+  const nlohmann::json j = parse_untrusted_json(text, partial_path);
+  const IndexFields f{j, partial_path};
+  const std::string data_fingerprint = f.text("data_fingerprint");
+  const int64_t num_inputs = f.integer("num_inputs", 0);
+  // One line for the first field that differs: what it was, what it is now, what to do.
+  const auto differs = [&](const char* field, const std::string& then, const std::string& now) {
+    CG_FAIL("feature files: ", dir_, " holds an interrupted feature set (", kPartialFeatureIndex,
+            ") whose field '", field, "' is ", then, ", but this run's is ", now,
+            "; run the command that wrote it (same --target, --data, --layers, --dtype, "
+            "--tokenizer) to resume it, or give another --out");
+  };
+  const auto list = [](const std::vector<int64_t>& v) {
+    std::string out = "[";
+    for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
+    return out + "]";
+  };
+  if (was.layer_ids != index_.layer_ids)
+    differs("layer_ids", list(was.layer_ids), list(index_.layer_ids));
+  if (was.hidden_size != index_.hidden_size)
+    differs("hidden_size", std::to_string(was.hidden_size), std::to_string(index_.hidden_size));
+  if (was.dtype != index_.dtype) differs("dtype", dtype_name(was.dtype), dtype_name(index_.dtype));
+  if (was.target_fingerprint != index_.target_fingerprint)
+    differs("target_fingerprint",
+            was.target_fingerprint + " (another target, or its weights changed)",
+            index_.target_fingerprint);
+  if (was.tokenizer_hash != index_.tokenizer_hash)
+    differs("tokenizer_hash", was.tokenizer_hash, index_.tokenizer_hash);
+  if (!identity_.data_fingerprint.empty() && data_fingerprint != identity_.data_fingerprint)
+    differs("data_fingerprint", data_fingerprint + " (other data, or read otherwise)",
+            identity_.data_fingerprint);
+  if (identity_.num_inputs > 0 && num_inputs != identity_.num_inputs)
+    differs("num_inputs", std::to_string(num_inputs), std::to_string(identity_.num_inputs));
+  // Keep the listed shards that are still whole, up to the first that is not.
+  std::set<std::string> kept;
+  for (const FeatureFileIndex::Shard& sh : was.shards) {
+    const std::string path = (fs::path(dir_) / sh.file).string();
+    std::error_code ec;
+    if (fs::file_size(path, ec) != sh.bytes || ec) break;
+    int64_t longest = 0;
+    bool whole = true;
+    try {
+      const safetensors::File file(path);
+      for (int64_t i = sh.first; i < sh.first + sh.count && whole; ++i) {
+        const std::string ids = feature_tensor_name(i, "input_ids");
+        whole = file.contains(ids) && file.info(ids).shape.size() == 1;
+        if (whole) longest = std::max(longest, file.info(ids).shape[0]);
+      }
+    } catch (const Error&) { whole = false; }
+    if (!whole) break;
+    index_.shards.push_back(sh);
+    kept.insert(sh.file);
+    index_.num_samples = sh.first + sh.count;
+    index_.max_seq_len = std::max(index_.max_seq_len, longest);
+  }
+  for (int64_t i = 0; i < index_.num_samples; ++i) {
+    const size_t at = static_cast<size_t>(i);
+    datasets_.push_back(at < was.sample_datasets.size()
+                            ? was.dataset_names[static_cast<size_t>(was.sample_datasets[at])]
+                            : std::string());
+  }
+  // The shard being written when the run stopped (and any listed after a damaged one) goes:
+  // it is written again under its name, and a stale later one must not stay beside the set.
+  std::vector<fs::path> stale;
+  for (const auto& e : fs::directory_iterator(dir_)) {
+    const std::string name = e.path().filename().string();
+    if (name.starts_with("features-") && name.ends_with(".safetensors") && !kept.count(name))
+      stale.push_back(e.path());
+  }
+  for (const fs::path& p : stale) fs::remove(p);
+  resumed_ = index_.num_samples;
 }
 
 }  // namespace cg::train

@@ -9,9 +9,20 @@
 //   i.last_hidden    [S, H]     after the target's final norm (the KL teacher's input)
 // in bf16 (default) or f32. The writer is here; the reader is train/offline_features.h.
 //
-//   FeatureFileWriter w(out_dir, header);           // header: layers, H, dtype, fingerprints
-//   w.add(sequence, hidden_states, last_hidden);    // one sample at a time
+//   FeatureFileWriter w(out_dir, header, max_shard_bytes, identity);  // or resumes (below)
+//   for (i = w.num_samples(); ...) w.add(sequence, hidden_states, last_hidden);
 //   w.finish();                                     // the last shard, then index.json
+//
+// Note [Resuming features]: `chunkgrad features` over a large set runs for hours; an
+// interrupted run must not start over. While it writes, the folder holds
+// index.partial.json: index.json's fields for the shards finished so far (each written
+// whole before it is listed) plus the run's identity (data_fingerprint: the samples' tokens,
+// masks and datasets in order; num_inputs). A writer opened on such a folder with the same
+// layers, hidden size, dtype, target and tokenizer fingerprints and identity keeps every
+// listed shard that is still whole (its size, its header, each sample's input_ids) up to the
+// first that is not, removes any other features-*.safetensors (the shard being written when
+// the run stopped) and carries on from the next sample; any difference is one error naming
+// the field. finish() writes index.json, then removes index.partial.json.
 #pragma once
 
 #include <cstdint>
@@ -51,8 +62,10 @@ struct FeatureFileIndex {
 
   int64_t num_layers() const { return static_cast<int64_t>(layer_ids.size()); }  // K
   nlohmann::json to_json() const;
-  // Parses and checks index.json's text; errors name `path` and the field.
-  static FeatureFileIndex from_json(const std::string& text, const std::string& path);
+  // Parses and checks index.json's text; errors name `path` and the field. `partial`:
+  // index.partial.json's (Note [Resuming features]), which may list no shard yet.
+  static FeatureFileIndex from_json(const std::string& text, const std::string& path,
+                                    bool partial = false);
 };
 
 // Bytes of one sample of S tokens on disk (tensor data; the header adds a few hundred).
@@ -62,13 +75,22 @@ uint64_t feature_sample_bytes(int64_t seq_len, int64_t num_layers, int64_t hidde
 // The tensor names of sample i.
 std::string feature_tensor_name(int64_t sample, const char* field);
 
+// What else an interrupted folder must agree with to be resumed (Note [Resuming features]).
+struct FeatureRunIdentity {
+  std::string data_fingerprint;  // of the samples to write, in order ("" in tests: any)
+  int64_t num_inputs = 0;        // how many samples the run writes in all
+};
+
 class FeatureFileWriter {
  public:
   // `header`: every field but the shards, num_samples and max_seq_len (filled here). The
   // folder is made; it must not hold an index.json already (a second write would mix two
-  // sets of features).
+  // sets of features). When it holds index.partial.json the writer resumes it (Note
+  // [Resuming features]): num_samples() says how many samples are already written.
   FeatureFileWriter(std::string dir, FeatureFileIndex header,
-                    uint64_t max_shard_bytes = uint64_t{1} << 30);
+                    uint64_t max_shard_bytes = uint64_t{1} << 30, FeatureRunIdentity identity = {});
+  int64_t num_samples() const { return index_.num_samples; }  // written so far (resumed included)
+  int64_t resumed_samples() const { return resumed_; }
   // One sample: hidden_states [S, K*H], last_hidden [S, H] (any device and float dtype:
   // stored in the header's dtype), S = sequence.ids.size(). `dataset`: the sample's
   // dataset name; the index records names when any sample has one.
@@ -80,6 +102,8 @@ class FeatureFileWriter {
 
  private:
   void flush_shard();
+  void resume(const std::string& partial_path);  // Note [Resuming features]
+  void write_partial_index() const;
 
   std::string dir_;
   FeatureFileIndex index_;
@@ -90,6 +114,11 @@ class FeatureFileWriter {
   int64_t pending_first_ = 0;
   bool finished_ = false;
   std::vector<std::string> datasets_;  // per sample, "" when not named
+  FeatureRunIdentity identity_;
+  int64_t resumed_ = 0;
 };
+
+// index.partial.json's name in a feature folder (Note [Resuming features]).
+constexpr const char* kPartialFeatureIndex = "index.partial.json";
 
 }  // namespace cg::train

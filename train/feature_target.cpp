@@ -123,13 +123,29 @@ std::vector<DrafterSequence> read_token_jsonl(const std::string& path, int64_t v
   } catch (const Error& e) { CG_FAIL("--data ", e.message()); }
 }
 
+std::string features_data_fingerprint(const std::vector<DrafterSequence>& sequences,
+                                      const std::vector<std::string>& datasets) {
+  // A hash per sample, then one of them all: no copy of the whole data set in memory.
+  std::string per_sample;
+  per_sample.reserve(sequences.size() * 33);
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    const DrafterSequence& s = sequences[i];
+    std::string bytes = std::to_string(s.ids.size()) + ":" +
+                        (i < datasets.size() ? datasets[i] : std::string()) + ":";
+    for (int64_t id : s.ids) bytes.append(reinterpret_cast<const char*>(&id), sizeof id);
+    bytes.append(s.loss_mask.begin(), s.loss_mask.end());
+    per_sample += content_hash(bytes) + "\n";
+  }
+  return content_hash(per_sample);
+}
+
 FeatureFileIndex write_feature_files(const FeatureTarget& target,
                                      const std::vector<DrafterSequence>& sequences,
                                      const std::vector<int64_t>& layers, DType dtype,
                                      const std::string& out_dir, uint64_t max_shard_bytes,
                                      const std::function<void(int64_t)>& on_sample,
                                      const std::vector<std::string>& datasets,
-                                     const BucketOptions& buckets) {
+                                     const BucketOptions& buckets, int64_t* resumed) {
   FeatureFileIndex header;
   header.layer_ids = layers;
   header.hidden_size = target.lm->config().hidden_size;
@@ -137,9 +153,13 @@ FeatureFileIndex write_feature_files(const FeatureTarget& target,
   header.target = fs::absolute(target.path).lexically_normal().string();
   header.target_fingerprint = target.fingerprint;
   header.tokenizer_hash = target.tokenizer_hash;
-  FeatureFileWriter writer(out_dir, header, max_shard_bytes);
+  FeatureFileWriter writer(out_dir, header, max_shard_bytes,
+                           {.data_fingerprint = features_data_fingerprint(sequences, datasets),
+                            .num_inputs = static_cast<int64_t>(sequences.size())});
+  if (resumed) *resumed = writer.resumed_samples();
   const int64_t window_tokens = 4 * buckets.batch_tokens;
-  for (size_t begin = 0; begin < sequences.size();) {
+  // Note [Resuming features]: the samples an interrupted run already wrote are kept.
+  for (size_t begin = static_cast<size_t>(writer.num_samples()); begin < sequences.size();) {
     // A window of consecutive samples: bucketed inside, written in order.
     size_t end = begin + 1;
     int64_t tokens = static_cast<int64_t>(sequences[begin].ids.size());

@@ -57,12 +57,21 @@ std::vector<DrafterSequence> read_token_jsonl(const std::string& path, int64_t v
 // one window's features at a time; 0 runs one sample per forward, unpadded.
 // `on_sample(i)` after each sample is written (progress). `datasets`: each sample's dataset
 // name, recorded in the index (none: not recorded). Returns the index written.
+// An `out_dir` holding index.partial.json of an interrupted run with the same target,
+// layers, dtype, tokenizer and samples is resumed (Note [Resuming features],
+// train/feature_files.h): `*resumed` (when given) is how many samples were already there,
+// and on_sample is called for the others only. Another run's partial folder is an error.
 FeatureFileIndex write_feature_files(const FeatureTarget& target,
                                      const std::vector<DrafterSequence>& sequences,
                                      const std::vector<int64_t>& layers, DType dtype,
                                      const std::string& out_dir, uint64_t max_shard_bytes,
                                      const std::function<void(int64_t)>& on_sample = {},
                                      const std::vector<std::string>& datasets = {},
-                                     const BucketOptions& buckets = {});
+                                     const BucketOptions& buckets = {}, int64_t* resumed = nullptr);
+
+// The identity of the samples a feature run writes, in order (their ids, masks and dataset
+// names): what a resumed folder must have been written from.
+std::string features_data_fingerprint(const std::vector<DrafterSequence>& sequences,
+                                      const std::vector<std::string>& datasets);
 
 }  // namespace cg::train

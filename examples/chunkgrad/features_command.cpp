@@ -1,8 +1,10 @@
 // Why this file exists: `chunkgrad features`, the offline feature stage (issue 19): a
-// target (a Hugging Face Qwen3 folder or a chunkgrad run's cached toy target) reads chat or
-// pre-tokenized JSONL (train/chat_data.h, docs/chat_data.md) and its hidden states are
-// written as feature shards (docs/feature_files.md) that `chunkgrad train --features DIR`
-// trains a drafter from. The work is train/feature_target.h's and train/chat_data.h's;
+// target (a Hugging Face Qwen3-family folder or a chunkgrad run's cached toy target) reads
+// chat or pre-tokenized JSONL (train/chat_data.h, docs/chat_data.md) and its hidden states
+// are written as feature shards (docs/feature_files.md) that `chunkgrad train --features
+// DIR` trains a drafter from. Run again into the same --out, it resumes an interrupted run,
+// as `chunkgrad train` resumes in its run directory (Note [Resuming features],
+// train/feature_files.h). The work is train/feature_target.h's and train/chat_data.h's;
 // this file reads and checks the command line.
 #include <algorithm>
 #include <cstdio>
@@ -114,17 +116,25 @@ void add_features_command(CLI::App& app, CommandBody& run) {
       std::error_code made_error;
       const Device device = Device::parse(o.device);
       backend_for(device);  // no GPU: one error line before any work
-      CG_CHECK(!std::filesystem::exists(std::filesystem::path(o.out) / "index.json"), "--out ",
-               o.out, " already holds index.json (a feature set); give an empty folder");
-      CG_CHECK(!std::filesystem::exists(o.out) || std::filesystem::is_directory(o.out), "--out ",
-               o.out, " is a file, not a folder");
-      // Anything else in the folder (a half-written set of an interrupted run: shards
-      // without index.json) would end up beside the new shards.
-      CG_CHECK(!std::filesystem::exists(o.out) || std::filesystem::is_empty(o.out), "--out ", o.out,
-               " is not empty (",
-               std::filesystem::directory_iterator(o.out)->path().filename().string(),
-               " ...); give an empty folder: shards of an earlier or interrupted run would "
-               "mix with the new ones");
+      const std::filesystem::path out(o.out);
+      CG_CHECK(!std::filesystem::exists(out / "index.json"), "--out ", o.out,
+               " already holds index.json (a finished feature set); give an empty folder");
+      CG_CHECK(!std::filesystem::exists(out) || std::filesystem::is_directory(out), "--out ", o.out,
+               " is a file, not a folder");
+      // Note [Resuming features]: an interrupted run's folder (index.partial.json) is resumed
+      // once the target and the data are known to be the same. Anything else in the folder
+      // would end up beside the new shards.
+      const bool resuming = std::filesystem::exists(out / train::kPartialFeatureIndex);
+      CG_CHECK(resuming || !std::filesystem::exists(out) || std::filesystem::is_empty(out),
+               "--out ", o.out, " is not empty (",
+               std::filesystem::exists(out)
+                   ? std::filesystem::directory_iterator(out)->path().filename().string()
+                   : std::string(),
+               " ...) and holds no ", train::kPartialFeatureIndex,
+               " of an interrupted run to resume; give an empty folder");
+      if (resuming && !o.no_progress)
+        std::fprintf(stderr, "chunkgrad features: %s holds an interrupted run (%s): resuming it\n",
+                     o.out.c_str(), train::kPartialFeatureIndex);
       // Before the target's (long) load: the shards are made there.
       std::filesystem::create_directories(o.out, made_error);
       CG_CHECK(!made_error, "--out ", o.out, ": cannot create the folder (", made_error.message(),
@@ -162,6 +172,7 @@ void add_features_command(CLI::App& app, CommandBody& run) {
         if (!o.no_progress || f.bad_lines > 0)
           std::fprintf(stderr, "chunkgrad features: %s\n", f.describe().c_str());
       }
+      int64_t resumed = 0;
       const train::FeatureFileIndex index = train::write_feature_files(
           target, samples, layers, dtype, o.out, static_cast<uint64_t>(o.shard_mb) << 20,
           [&](int64_t i) {
@@ -173,12 +184,16 @@ void add_features_command(CLI::App& app, CommandBody& run) {
           datasets,
           {.batch_tokens = o.batch_tokens >= 0 ? o.batch_tokens
                            : device == kCPU    ? 0
-                                               : 16384});
+                                               : 16384},
+          &resumed);
       uint64_t bytes = 0;
       for (const auto& s : index.shards) bytes += s.bytes;
-      std::printf("features: %lld samples, %zu shards, %llu bytes in %s\n",
+      std::printf("features: %lld samples, %zu shards, %llu bytes in %s",
                   static_cast<long long>(index.num_samples), index.shards.size(),
                   static_cast<unsigned long long>(bytes), o.out.c_str());
+      if (resumed > 0)
+        std::printf(" (%lld written by the interrupted run)", static_cast<long long>(resumed));
+      std::printf("\n");
     };
   });
 }
