@@ -152,6 +152,25 @@ TEST_F(ChatFeaturesProgram, StrictAndMissingTokenizerAreOneErrorLine) {
             0);
 }
 
+// A size in config.json that is not an integer is one line naming the folder, the field and
+// the value (it was truncated: vocab_size 1024.5 built a model of 1024).
+TEST_F(ChatFeaturesProgram, ANonIntegerConfigSizeIsOneErrorLine) {
+  fs::create_directories(at("half"));
+  fs::copy(at("hf"), at("half"), fs::copy_options::recursive | fs::copy_options::skip_existing);
+  nlohmann::json config = nlohmann::json::parse(slurp(at("half/config.json")));
+  config["vocab_size"] = 1024.5;
+  write("half/config.json", config.dump());
+  const auto r = cli("features --target '" + at("half") + "' --data '" + at("pre.jsonl") +
+                     "' --out '" + at("h") + "'");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find("--target " + at("half") +
+                       ": Qwen3Config: config.json has vocab_size = "
+                       "1024.5; it must be an integer"),
+            std::string::npos)
+      << r.err;
+}
+
 // Note [Chat template check]: a target folder whose chat template is not the Qwen3 one is
 // one error line naming its tokenizer_config.json and the flag; with the flag the features
 // are written and a warning says what was rendered; pre-tokenized data is never refused.

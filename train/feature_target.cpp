@@ -76,7 +76,9 @@ FeatureTarget load_feature_target(const std::string& dir, Device device, DType d
             : run.drafter.target_layers;
   } else {
     t.kind = "hugging face";
-    arch = nn::Qwen3Config::from_hf_file(config_path.string());
+    try {  // the folder in the message: the file's fields are named, not where it is
+      arch = nn::Qwen3Config::from_hf_file(config_path.string());
+    } catch (const Error& e) { CG_FAIL("--target ", dir, ": ", e.message()); }
     load_from = dir;
     for (const auto& e : fs::directory_iterator(dir)) {
       if (e.path().extension() == ".safetensors") weights.push_back(e.path().string());
