@@ -67,7 +67,11 @@ __device__ __forceinline__ double rescale(double from, double to, double s) {
 // 256 gives cross-entropy 4 blocks of 256, 512 the teacher's one block of 512); (3) the
 // block's statistics are reduced together (one pair of barriers for all sums, and one
 // for both maxima and both argmaxes);
-// (4) pass 2 walks the row backwards: what pass 1 read last is the likeliest still in L2.
+// (4) pass 2 walks the row backwards: what pass 1 read last is the likeliest still in L2
+// (ncu on the H200, head_rows_bench --C 1536, KL + CE: 1.52 GB read for the two 763 MB
+// operands, so pass 2 reads come from L2; 58% L2 hit rate). Splitting each row over a
+// cluster of 4 or 8 CTAs, so fewer rows are in flight, was measured and dropped: 1.38 and
+// 1.64 ms against 1.13 in one run (2026-12-02).
 // The teacher's variant holds 2 packs per operand in flight in each pass (its tiles of
 // Note [Fast KL rows] fill its 128 registers); CHUNKGRAD_HEAD_ROWS_UNROLL=4 gives its pass
 // 2 four (about 50 bytes of spills where the compiler puts them), for measuring; and
@@ -162,22 +166,19 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
         for (int u = 0; u < kTile; ++u) {
           if (u >= live) break;
           const int64_t j0 = (pk0 + u * stride) * N;
-          unpack<T, N>(zr[u0 + u], zv[u]);
-          if (p.softcap) {
-#pragma unroll
-            for (int k = 0; k < N; ++k) zv[u][k] = rounded<T>(cap * m_tanh(zv[u][k] * inv_cap));
-            store_pack<T, N>(z + j0, zv[u]);
-          }
-          gz = fmax(gz, pack_max<A, N>(zv[u]));
-          if (kTeacher) {
-            unpack<T, N>(tr[u0 + u], tv[u]);
+          // One operand's pack: unpacked, softcapped in place when asked (and stored back
+          // for pass 2), and its max.
+          auto take = [&](const auto& raw, A(&v)[N], T* row) {
+            unpack<T, N>(raw, v);
             if (p.softcap) {
 #pragma unroll
-              for (int k = 0; k < N; ++k) tv[u][k] = rounded<T>(cap * m_tanh(tv[u][k] * inv_cap));
-              store_pack<T, N>(t + j0, tv[u]);
+              for (int k = 0; k < N; ++k) v[k] = rounded<T>(cap * m_tanh(v[k] * inv_cap));
+              store_pack<T, N>(row + j0, v);
             }
-            gt = fmax(gt, pack_max<A, N>(tv[u]));
-          }
+            return pack_max<A, N>(v);
+          };
+          gz = fmax(gz, take(zr[u0 + u], zv[u], z));
+          if (kTeacher) gt = fmax(gt, take(tr[u0 + u], tv[u], t));
         }
         // The argmax is looked for only when the max grows (rare after the first tiles of a
         // row): the first pack of the tile holding it, then its first place there.
@@ -425,49 +426,6 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   }
 }
 
-__global__ void init_bad_kernel(int64_t* first_bad) {
-  first_bad[0] = INT64_MAX;
-  first_bad[1] = 0;
-}
-
-__global__ void find_bad_label_kernel(const int64_t* labels, int64_t n, int64_t stride, int64_t V,
-                                      int64_t ignore_index, int64_t* first_bad) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) {
-    const int64_t y = labels[i * stride];
-    if (!(y == ignore_index || (y >= 0 && y < V))) {
-      atomicMin(reinterpret_cast<unsigned long long*>(first_bad),
-                static_cast<unsigned long long>(i));
-    }
-  }
-}
-
-__global__ void bad_label_value_kernel(const int64_t* labels, int64_t stride, int64_t* first_bad) {
-  if (first_bad[0] != INT64_MAX) first_bad[1] = labels[first_bad[0] * stride];
-}
-
-__global__ void row_weights_kernel(const int64_t* labels, int64_t label_stride, const void* weights,
-                                   DType weights_dtype, int64_t weight_stride, int64_t ignore_index,
-                                   bool normalize, void* out, DType out_dtype, int64_t out_stride,
-                                   int64_t n) {
-  __shared__ double sd[32];
-  auto weight = [&](int64_t i) {
-    double w = weights ? load_any(weights, weights_dtype, i * weight_stride) : 1.0;
-    if (labels && labels[i * label_stride] == ignore_index) w = 0.0;
-    return w;
-  };
-  double total = 1.0;
-  if (normalize) {
-    double s = 0.0;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += weight(i);
-    total = block_sum(s, sd);
-  }
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    const double w = weight(i);
-    const double v = !normalize ? w : (total == 0.0 ? 0.0 : w / total);
-    store_any(out, out_dtype, i * out_stride, v);
-  }
-}
-
 // The value of environment variable `name` when it is one of `allowed`, else `fallback`.
 int env_choice(const char* name, std::initializer_list<int> allowed, int fallback) {
   const char* e = std::getenv(name);
@@ -593,29 +551,6 @@ void launch_head_loss_rows(DType dtype, void* logits, void* teacher, const int64
         launch(head_rows_kernel<T, kPack, false, 512, 2>, 512);
     }
   });
-  CG_CUDA_CHECK(cudaGetLastError());
-}
-
-void launch_find_bad_label(const int64_t* labels, int64_t n, int64_t stride, int64_t V,
-                           int64_t ignore_index, int64_t* first_bad, cudaStream_t stream) {
-  init_bad_kernel<<<1, 1, 0, stream>>>(first_bad);
-  CG_CUDA_CHECK(cudaGetLastError());
-  if (n == 0) return;
-  find_bad_label_kernel<<<blocks_for(n), kThreads, 0, stream>>>(labels, n, stride, V, ignore_index,
-                                                                first_bad);
-  CG_CUDA_CHECK(cudaGetLastError());
-  bad_label_value_kernel<<<1, 1, 0, stream>>>(labels, stride, first_bad);
-  CG_CUDA_CHECK(cudaGetLastError());
-}
-
-void launch_row_weights(const int64_t* labels, int64_t label_stride, const void* weights,
-                        DType weights_dtype, int64_t weight_stride, int64_t ignore_index,
-                        bool normalize, void* out, DType out_dtype, int64_t out_stride, int64_t n,
-                        cudaStream_t stream) {
-  if (n == 0) return;
-  row_weights_kernel<<<1, 1024, 0, stream>>>(labels, label_stride, weights, weights_dtype,
-                                             weight_stride, ignore_index, normalize, out, out_dtype,
-                                             out_stride, n);
   CG_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -47,12 +47,7 @@ __global__ void __launch_bounds__(512)
   using C = compute_t<T>;
   constexpr int P = kPack<T>;
   __shared__ double scratch[32];
-  const RowLanes<kLanes> at;
-  const int lanes = at.lanes, lane = at.lane;
-  const int64_t per_block = at.per_block, group = at.group;
-  for (int64_t base = blockIdx.x * per_block; base < rows.numel; base += gridDim.x * per_block) {
-    const int64_t r = base + group;
-    const bool live = r < rows.numel;
+  for_each_row<kLanes>(rows.numel, [&](int64_t r, bool live, int lane, int lanes) {
     int64_t o[1] = {0};
     if (live) offsets_of<1>(rows, r, o);
     const T* xr = x + o[0];
@@ -96,14 +91,14 @@ __global__ void __launch_bounds__(512)
       }
       s = group_sum<kLanes>(s, scratch);
       const C rs = static_cast<C>(1.0 / sqrt(s / static_cast<double>(D) + eps));
-      if (!live) continue;
+      if (!live) return;
       if (lane == 0) rstd[r] = rs;
       for (int64_t j = lane; j < D; j += lanes) {
         const C wj = w ? ld(w + j * sw) : C(1);
         st(yr + j, ld(xr + j * sx) * rs * wj);
       }
     }
-  }
+  });
 }
 
 // x, grad rows from `rows` operands 0, 1 (element strides sx, sg); dx [rows, D]
@@ -115,12 +110,7 @@ __global__ void __launch_bounds__(512)
   using C = compute_t<T>;
   constexpr int P = kPack<T>;
   __shared__ double scratch[32];
-  const RowLanes<kLanes> at;
-  const int lanes = at.lanes, lane = at.lane;
-  const int64_t per_block = at.per_block, group = at.group;
-  for (int64_t base = blockIdx.x * per_block; base < rows.numel; base += gridDim.x * per_block) {
-    const int64_t r = base + group;
-    const bool live = r < rows.numel;
+  for_each_row<kLanes>(rows.numel, [&](int64_t r, bool live, int lane, int lanes) {
     int64_t o[2] = {0, 0};
     if (live) offsets_of<2>(rows, r, o);
     const T* xr = x + o[0];
@@ -154,7 +144,7 @@ __global__ void __launch_bounds__(512)
         }
       }
       dot = group_sum<kLanes>(dot, scratch);
-      if (!live) continue;
+      if (!live) return;
       const double rs = static_cast<double>(rstd[r]);
       const C kk = static_cast<C>(rs * rs * dot / static_cast<double>(D));
       const C rsc = static_cast<C>(rs);
@@ -178,7 +168,7 @@ __global__ void __launch_bounds__(512)
         }
       }
       dot = group_sum<kLanes>(dot, scratch);
-      if (!live) continue;
+      if (!live) return;
       const double rs = static_cast<double>(rstd[r]);
       const C kk = static_cast<C>(rs * rs * dot / static_cast<double>(D));
       const C rsc = static_cast<C>(rs);
@@ -187,7 +177,7 @@ __global__ void __launch_bounds__(512)
         st(dxr + j, rsc * (ld(gr + j * sg) * wj - ld(xr + j * sx) * kk));
       }
     }
-  }
+  });
 }
 
 // Note [Deterministic dweight]

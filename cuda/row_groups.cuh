@@ -114,6 +114,18 @@ struct RowLanes {
   }
 };
 
+// The grid-stride walk over row groups (Note [Row groups]): body(r, live, lane, lanes)
+// once per group this thread belongs to, r the group's row and live = r < rows. Every
+// thread of a block makes the same calls, live or not, as group_sum's barriers need.
+template <int kLanes, typename Body>
+__device__ __forceinline__ void for_each_row(int64_t rows, Body&& body) {
+  const RowLanes<kLanes> at;
+  for (int64_t base = blockIdx.x * at.per_block; base < rows; base += gridDim.x * at.per_block) {
+    const int64_t r = base + at.group;
+    body(r, r < rows, at.lane, at.lanes);
+  }
+}
+
 // The sum of v over a row's group (Note [Row groups]), to every lane of it. kLanes == 0:
 // the block (scratch: 32 doubles of shared memory); otherwise kLanes lanes of a warp.
 template <int kLanes>
