@@ -111,13 +111,15 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
   load_kv_tile_async<T, HD>(sK, sV, a.k, a.v, head_rows<T>(a.k, b, hk), head_rows<T>(a.v, b, hk),
                             w.j0, w.jend);
 
-  // Row r of query tile (seg, qt): its head and query row, false past the tile's end.
-  // (32-bit division: this runs for every row of every tile.)
+  // Row r of query tile (seg, qt): its head, query row and (DFlash) slot in the block,
+  // false past the tile's end. (32-bit division: this runs for every row of every tile;
+  // the slot falls out of it, where i % block_size would be a 64-bit remainder a row.)
   const int bs32 = static_cast<int>(m.block_size), packed_rows = static_cast<int>(group) * bs32;
-  auto row_of = [&](int64_t seg, int64_t qt, int r, int64_t& h, int64_t& i) -> bool {
+  auto row_of = [&](int64_t seg, int64_t qt, int r, int64_t& h, int64_t& i, int& slot) -> bool {
     if (w.mode == 0) {
       i = w.qlo + qt * QT + r;
       h = hk * group + seg;
+      slot = 0;
       return i < s.Sq;
     }
     const int64_t blk = w.mode == 1 ? w.block : seg;
@@ -125,7 +127,8 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
     if (v >= packed_rows) return false;
     const int hh = v / bs32;
     h = hk * group + hh;
-    i = blk * m.block_size + (v - hh * bs32);
+    slot = v - hh * bs32;
+    i = blk * m.block_size + slot;
     return true;
   };
   // Valid rows of query tile qt (a prefix of its QT rows).
@@ -142,7 +145,8 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
     T* tg = sG + stage * QT * LD;
     for (int r = threadIdx.x / kChunks; r < QT; r += kRowsPerPass) {
       int64_t h = 0, i = 0;
-      const bool ok = row_of(seg, qt, r, h, i);
+      int slot = 0;
+      const bool ok = row_of(seg, qt, r, h, i, slot);
       const T* qsrc =
           static_cast<const T*>(a.q.data) + (ok ? b * a.q.sb + h * a.q.sh + i * a.q.ss + x * 8 : 0);
       const T* gsrc =
@@ -155,7 +159,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
         cp_async4(smem_addr(sD + stage * QT + r), a.delta + row, ok);
         // The row's slot k (sliding rule). The stage was last read before this step's
         // barrier, and is next read after a later step's.
-        if constexpr (Sliding) sSlot[stage * QT + r] = static_cast<int>(i % m.block_size);
+        if constexpr (Sliding) sSlot[stage * QT + r] = slot;
       }
     }
   };
@@ -365,7 +369,8 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         int64_t h = 0, i = 0;
-        if (!row_of(cseg, cqt, mh * 16 + half * 8 + lane / 4, h, i)) continue;
+        int slot = 0;
+        if (!row_of(cseg, cqt, mh * 16 + half * 8 + lane / 4, h, i, slot)) continue;
         float* dst = a.dq_acc + ((b * s.Hq + h) * s.Sq + i) * HD + ch * (HD / 2) + (lane % 4) * 2;
 #pragma unroll
         for (int n = 0; n < HD / 16; ++n) {

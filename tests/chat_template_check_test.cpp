@@ -5,12 +5,8 @@
 // transformers finds it, and the reader refuses (or warns about) conversation lines only.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -19,6 +15,7 @@
 #include "train/chat_data.h"
 #include "train/chat_template_check.h"
 #include "train/hf_tokenizer.h"
+#include "tests/nn_test_util.h"
 
 namespace {
 
@@ -27,30 +24,20 @@ using namespace cg::train;
 
 const std::string kGolden = CHUNKGRAD_GOLDEN_DIR;
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using cg::testing_nn::read_bytes;
 
+// A fresh folder per test (tests/nn_test_util.h), where a test writes a target's files.
 class ChatTemplateCheckTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("chunkgrad_template_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string at(const std::string& name) const { return (dir_ / name).string(); }
+  std::string at(const std::string& name) const { return dir_.file(name); }
   void write(const std::string& name, const std::string& text) const {
-    std::ofstream(at(name), std::ios::binary) << text;
+    cg::testing_nn::write_bytes(at(name), text);
   }
-  fs::path dir_;
+  cg::testing_nn::TempDir dir_;
 };
 
 const std::string& qwen3_template() {
-  static const std::string t = slurp(kGolden + "/tokenizer/qwen3_chat_template.jinja");
+  static const std::string t = read_bytes(kGolden + "/tokenizer/qwen3_chat_template.jinja");
   return t;
 }
 
@@ -77,14 +64,14 @@ TEST_F(ChatTemplateCheckTest, AnotherTemplateIsAMismatchNamingTheFileAndTheFlag)
   std::string other = qwen3_template();
   other.replace(other.find("enable_thinking is false"), 24, "enable_thinking is true ");
   write("tokenizer_config.json", nlohmann::json{{"chat_template", other}}.dump());
-  ChatTemplateCheck c = check_chat_template(dir_.string(), "--allow-chat-template-mismatch");
+  ChatTemplateCheck c = check_chat_template(dir_.str(), "--allow-chat-template-mismatch");
   EXPECT_TRUE(c.mismatch);
   EXPECT_NE(c.problem.find(at("tokenizer_config.json")), std::string::npos) << c.problem;
   EXPECT_NE(c.problem.find("--allow-chat-template-mismatch"), std::string::npos) << c.problem;
   EXPECT_NE(c.problem.find("not the Qwen3 template"), std::string::npos) << c.problem;
   // chat_template.jinja wins over tokenizer_config.json, as in transformers.
   write("chat_template.jinja", qwen3_template());
-  c = check_chat_template(dir_.string(), "--allow");
+  c = check_chat_template(dir_.str(), "--allow");
   EXPECT_FALSE(c.mismatch) << c.problem;
   fs::remove(at("chat_template.jinja"));
   // The list form: the "default" entry is the one apply_chat_template uses.
@@ -93,21 +80,21 @@ TEST_F(ChatTemplateCheckTest, AnotherTemplateIsAMismatchNamingTheFileAndTheFlag)
                         {{{"name", "tool_use"}, {"template", "{{ x }}"}},
                          {{"name", "default"}, {"template", qwen3_template()}}}}}
             .dump());
-  EXPECT_FALSE(check_chat_template(dir_.string(), "--allow").mismatch);
+  EXPECT_FALSE(check_chat_template(dir_.str(), "--allow").mismatch);
   write(
       "tokenizer_config.json",
       nlohmann::json{{"chat_template", {{{"name", "tool_use"}, {"template", "{{ x }}"}}}}}.dump());
-  EXPECT_TRUE(check_chat_template(dir_.string(), "--allow").mismatch);
+  EXPECT_TRUE(check_chat_template(dir_.str(), "--allow").mismatch);
   write("tokenizer_config.json", R"({"chat_template": 3})");
-  EXPECT_THROW(check_chat_template(dir_.string(), "--allow"), cg::Error);
+  EXPECT_THROW(check_chat_template(dir_.str(), "--allow"), cg::Error);
 }
 
 TEST_F(ChatTemplateCheckTest, NoTemplateIsAWarningNotAMismatch) {
-  const ChatTemplateCheck c = check_chat_template(dir_.string(), "--allow");
+  const ChatTemplateCheck c = check_chat_template(dir_.str(), "--allow");
   EXPECT_FALSE(c.mismatch);
   EXPECT_NE(c.problem.find("has no chat template"), std::string::npos) << c.problem;
   write("tokenizer_config.json", R"({"eos_token": "<|im_end|>"})");
-  EXPECT_FALSE(check_chat_template(dir_.string(), "--allow").mismatch);
+  EXPECT_FALSE(check_chat_template(dir_.str(), "--allow").mismatch);
 }
 
 // The reader: only a conversation line meets the problem; as an error it is not a skipped

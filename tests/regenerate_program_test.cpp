@@ -24,11 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 using cg::testing_nn::TempDir;
 using cg::testing_nn::write_bytes;
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using cg::testing_nn::read_bytes;
 
 struct ProgramRun {
   int exit_code = -1;
@@ -67,8 +63,8 @@ class RegenerateProgram : public ::testing::Test {
     const int status = std::system(cmd.c_str());
     ProgramRun r;
     r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    r.out = slurp(dir.file("stdout"));
-    r.err = slurp(dir.file("stderr"));
+    r.out = read_bytes(dir.file("stdout"));
+    r.err = read_bytes(dir.file("stderr"));
     return r;
   }
   std::string base(const std::string& out, const std::string& eos = "3,200") {
@@ -94,8 +90,8 @@ TEST_F(RegenerateProgram, WritesTheTargetsResponsesWhateverTheBatchSize) {
   EXPECT_NE(a.out.find("new tokens/s"), std::string::npos) << a.out;
   const ProgramRun b = cli(base("b.jsonl") + " --batch-size 1");
   ASSERT_EQ(b.exit_code, 0) << b.err;
-  EXPECT_EQ(slurp(dir.file("a.jsonl")), slurp(dir.file("b.jsonl")));
-  std::istringstream lines(slurp(dir.file("a.jsonl")));
+  EXPECT_EQ(read_bytes(dir.file("a.jsonl")), read_bytes(dir.file("b.jsonl")));
+  std::istringstream lines(read_bytes(dir.file("a.jsonl")));
   std::string line;
   int n = 0;
   for (; std::getline(lines, line); ++n) {
@@ -115,7 +111,7 @@ TEST_F(RegenerateProgram, WritesTheTargetsResponsesWhateverTheBatchSize) {
   const ProgramRun rest = cli(base("c.jsonl") + " --batch-size 3");
   ASSERT_EQ(rest.exit_code, 0) << rest.err;
   EXPECT_NE(rest.out.find("4 samples written (2 already there)"), std::string::npos) << rest.out;
-  EXPECT_EQ(slurp(dir.file("c.jsonl")), slurp(dir.file("a.jsonl")));
+  EXPECT_EQ(read_bytes(dir.file("c.jsonl")), read_bytes(dir.file("a.jsonl")));
   // Another --max-new-tokens would mix two settings in one file: refused.
   expect_error("--target '" + target() + "' --data '" + dir.file("d.jsonl") + "' --out '" +
                    dir.file("a.jsonl") + "' --max-new-tokens 5 --eos-ids 3,200 --no-progress",
@@ -193,8 +189,8 @@ TEST_F(RegenerateQwen35Program, RespondsAsTransformersWhateverTheBatchSize) {
   EXPECT_NE(a.out.find("4 samples written"), std::string::npos) << a.out;
   const ProgramRun b = cli(args("b.jsonl", 1));
   ASSERT_EQ(b.exit_code, 0) << b.err;
-  EXPECT_EQ(slurp(dir.file("a.jsonl")), slurp(dir.file("b.jsonl")));
-  std::istringstream lines(slurp(dir.file("a.jsonl")));
+  EXPECT_EQ(read_bytes(dir.file("a.jsonl")), read_bytes(dir.file("b.jsonl")));
+  std::istringstream lines(read_bytes(dir.file("a.jsonl")));
   std::string first;
   ASSERT_TRUE(std::getline(lines, first));
   std::vector<int64_t> want = prompt;

@@ -24,6 +24,7 @@ using testing_decode::greedy_without_cache;
 using testing_decode::random_ids;
 using testing_nn::TempDir;
 using testing_nn::write_bytes;
+using testing_nn::read_bytes;
 
 // The tiny Qwen3 target, or its Qwen3.5-style hybrid twin (Gated DeltaNet and gated
 // attention layers): a DeltaNet row keeps its own recurrent and conv states, copied at
@@ -192,11 +193,6 @@ TEST(BatchedDecode, TopPKeepsTheMostLikelyTokens) {
 
 // ---- regenerate: input, output, resume -----------------------------------------------
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
 TEST(Regenerate, ThePromptIsEverythingBeforeTheLastResponse) {
   TempDir dir;
   write_bytes(dir.file("d.jsonl"),
@@ -273,7 +269,7 @@ TEST(Regenerate, WritesEachSampleInInputOrderAndResumesAfterAKill) {
   const auto first = f.run(out);
   EXPECT_EQ(first.written, 5);
   EXPECT_EQ(first.skipped, 0);
-  const std::string full = slurp(out);
+  const std::string full = read_bytes(out);
   std::istringstream lines(full);
   std::string line;
   for (size_t i = 0; std::getline(lines, line); ++i) {
@@ -286,7 +282,7 @@ TEST(Regenerate, WritesEachSampleInInputOrderAndResumesAfterAKill) {
   const auto again = f.run(out);
   EXPECT_EQ(again.skipped, 5);
   EXPECT_EQ(again.written, 0);
-  EXPECT_EQ(slurp(out), full);
+  EXPECT_EQ(read_bytes(out), full);
   // Killed while writing the fourth line: three lines and a torn one.
   size_t cut = 0;
   for (int n = 0; n < 3; ++n) cut = full.find('\n', cut) + 1;
@@ -294,18 +290,18 @@ TEST(Regenerate, WritesEachSampleInInputOrderAndResumesAfterAKill) {
   const auto resumed = f.run(out);
   EXPECT_EQ(resumed.skipped, 3);
   EXPECT_EQ(resumed.written, 2);
-  EXPECT_EQ(slurp(out), full);
+  EXPECT_EQ(read_bytes(out), full);
   // Killed between lines.
   write_bytes(out, full.substr(0, cut));
   EXPECT_EQ(f.run(out).written, 2);
-  EXPECT_EQ(slurp(out), full);
+  EXPECT_EQ(read_bytes(out), full);
 }
 
 TEST(Regenerate, RefusesAnOutputFromOtherOptionsOrData) {
   RegenerateFixture f;
   const std::string out = f.dir.file("out.jsonl");
   f.run(out);
-  const std::string full = slurp(out);
+  const std::string full = read_bytes(out);
   auto changed = f.record;
   changed["max_new_tokens"] = 9;
   EXPECT_ERROR_HAS(train::regenerate(f.lm, f.samples, f.options, out, changed),
@@ -325,7 +321,7 @@ TEST(Regenerate, RefusesAnOutputFromOtherOptionsOrData) {
                    "line 3 does not start with the prompt");
   std::filesystem::remove(out + ".options.json");
   EXPECT_ERROR_HAS(f.run(out), "options.json", "missing");
-  EXPECT_EQ(slurp(out), full);  // nothing refused was changed
+  EXPECT_EQ(read_bytes(out), full);  // nothing refused was changed
 }
 
 }  // namespace
