@@ -12,10 +12,10 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "tests/nn_test_util.h"
 #include "train/chat_data.h"
 #include "train/chat_template_check.h"
 #include "train/hf_tokenizer.h"
-#include "tests/nn_test_util.h"
 
 namespace {
 

@@ -22,9 +22,9 @@
 namespace {
 
 namespace fs = std::filesystem;
+using cg::testing_nn::read_bytes;
 using cg::testing_nn::TempDir;
 using cg::testing_nn::write_bytes;
-using cg::testing_nn::read_bytes;
 
 struct ProgramRun {
   int exit_code = -1;

@@ -22,9 +22,9 @@ namespace {
 
 using testing_decode::greedy_without_cache;
 using testing_decode::random_ids;
+using testing_nn::read_bytes;
 using testing_nn::TempDir;
 using testing_nn::write_bytes;
-using testing_nn::read_bytes;
 
 // The tiny Qwen3 target, or its Qwen3.5-style hybrid twin (Gated DeltaNet and gated
 // attention layers): a DeltaNet row keeps its own recurrent and conv states, copied at

@@ -113,8 +113,10 @@ TargetRun open_target_run(const TrainConfig& config, Device device,
     std::fprintf(stderr, "warning: features.data: %s\n", data.template_warning.c_str());
   std::vector<DrafterSequence> all = data.sequences();
   std::string prints = r.target.fingerprint;
-  for (const std::string& file : config.features.data)
-    prints += "\n" + file_content_hash(file, "features.data");
+  for (const std::string& file : config.features.data) {
+    prints += '\n';  // (not "\n" + hash: GCC 12 warns -Wrestrict on that temporary)
+    prints += file_content_hash(file, "features.data");
+  }
   const std::string tok = config.features.tokenizer.empty()
                               ? config.features.target + "/tokenizer.json"
                               : config.features.tokenizer;
