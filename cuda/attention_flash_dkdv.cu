@@ -43,10 +43,41 @@ __global__ void context_ranges_kernel(BwdArgs a) {
 }
 
 template <int HD, int QT, bool FusedDq, int NS>
-constexpr int dkdv_smem_bytes() {
-  // K, V; Q, dO x NS; L, D, slot x NS; with FusedDq dS^T (kTile, QT + kPad)
-  return (2 * kTile + 2 * NS * QT) * (HD + kPad) * 2 + 3 * NS * QT * 4 +
-         (FusedDq ? kTile * (QT + kPad) * 2 : 0);
+__host__ __device__ constexpr int dkdv_smem_bytes() {
+  // K, V; Q, dO x NS; L, D, slot x NS; with FusedDq dS^T (kTile, QT + kPad); a multiple of
+  // 16 bytes, so the row table (Note [Row table]) may follow.
+  return ((2 * kTile + 2 * NS * QT) * (HD + kPad) * 2 + 3 * NS * QT * 4 +
+          (FusedDq ? kTile * (QT + kPad) * 2 : 0) + 15) /
+         16 * 16;
+}
+
+// Note [Row table]: under a DFlash mask every block packs its group * block_size query rows
+// the same way (virtual row v = head_in_group * block_size + slot: Note [Flash tiles]), so
+// where row v of any block lives, relative to the block's first row of the group's first
+// head, is one table a CTA fills once in shared memory. A query tile's loads then take a
+// table entry and one add per operand, where working the row out anew cost a 32-bit
+// division and three 64-bit multiply-adds per operand for every row of every tile, in the
+// loads that stand between a tile's barrier and its math. Groups of up to kRowTableRows
+// rows (the 27B-class drafter's: 4 x 24 = 96; 32 bytes a row) take it; larger ones work
+// rows out as before, in the same kernel, which then carries the table's registers too.
+// H200, 32/8 heads, 1024 x 24 over 4096 context keys, bf16 hd 128 (bench/attention_bench,
+// one run, with Note [Dead warp tiles]): the dk/dv-only backward 8.97 ms (full rule) and
+// 7.24 ms (sliding, W 2048) with the table; 10.80 and 8.79 with kRowTableRows = 0, i.e.
+// groups past the table pay about 20% (9.44 and 7.85 before either change); ncu counted
+// 2.74 and 2.23 G instructions with the table against 3.41 and 2.76 before.
+struct RowOffsets {
+  int64_t q, g;  // element offsets in Q and dO: hh sh + slot ss (each operand's strides)
+  int64_t l;     // offset in lse, delta and dq rows: hh Sq + slot
+  int slot, pad;
+};
+constexpr int kRowTableRows = 512;
+
+// The row table's bytes for a launch (0: rows are worked out in the kernel).
+inline int row_table_bytes(const AttnShape& s, const AttnMaskArgs& m, int qt) {
+  if (m.kind != AttnMaskKind::dflash) return 0;
+  const int64_t rows = (s.Hq / s.Hkv) * m.block_size;
+  if (rows > kRowTableRows) return 0;
+  return static_cast<int>((rows + qt - 1) / qt * qt) * static_cast<int>(sizeof(RowOffsets));
 }
 
 // Note [dk/dv stages]: the query tiles stream through NS shared-memory stages (cp.async),
@@ -82,6 +113,15 @@ constexpr int dkdv_smem_bytes() {
 // bwd (bench/attention_bench, one run each): full rule 21.10 -> 18.15 ms, sliding (W 2048)
 // 18.55 -> 15.66 ms.
 
+// Note [Dead warp tiles]: a warp whose 16 context keys no row of the query tile sees --
+// keys at or past the block's anchor (the anchor's key tile), or under the sliding rule
+// keys wholly before anchor - (W - 1), where slot 0 reaches furthest back (the window's
+// first tile) -- skips the tile's math: its P and dS are zero, so dk and dv keep their
+// values, and with the fused dq it stores zeros as its share of dS^T. The warp's SM
+// sub-partition then serves the other CTA's warp. With the bench's anchors (1024 x 24 over
+// 4096 keys, W 2048) such warps are 1.2% of the full rule's context warp tiles and 2.3% of
+// the sliding rule's; the masked ones 0.6% and 1.9%.
+
 // Sliding: the sliding DFlash rule (a template flag, so the other rules' kernels carry
 // none of its per-element work or registers).
 template <typename T, int HD, int QT, bool Sliding, bool FusedDq, int NS>
@@ -114,7 +154,20 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
   // Row r of query tile (seg, qt): its head, query row and (DFlash) slot in the block,
   // false past the tile's end. (32-bit division: this runs for every row of every tile;
   // the slot falls out of it, where i % block_size would be a 64-bit remainder a row.)
-  const int bs32 = static_cast<int>(m.block_size), packed_rows = static_cast<int>(group) * bs32;
+  const int64_t packed64 = group * m.block_size;
+  const int bs32 = static_cast<int>(m.block_size), packed_rows = static_cast<int>(packed64);
+  // Note [Row table]: filled once, before any query tile is loaded.
+  RowOffsets* sRows =
+      reinterpret_cast<RowOffsets*>(smem_raw + dkdv_smem_bytes<HD, QT, FusedDq, NS>());
+  const bool table = w.mode != 0 && packed64 <= kRowTableRows;
+  if (table) {
+    for (int v = threadIdx.x; v < packed_rows; v += kThreads) {
+      const int hh = v / bs32, slot = v - hh * bs32;
+      sRows[v] = RowOffsets{hh * a.q.sh + slot * a.q.ss, hh * a.g.sh + slot * a.g.ss,
+                            hh * s.Sq + slot, slot, 0};
+    }
+    __syncthreads();
+  }
   auto row_of = [&](int64_t seg, int64_t qt, int r, int64_t& h, int64_t& i, int& slot) -> bool {
     if (w.mode == 0) {
       i = w.qlo + qt * QT + r;
@@ -136,6 +189,35 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
     const int64_t left = w.mode == 0 ? s.Sq - (w.qlo + qt * QT) : packed_rows - qt * QT;
     return static_cast<int>(min(static_cast<int64_t>(QT), left));
   };
+  // Where segment seg's rows start (Note [Row table]): the offsets of its block's first row
+  // of the group's first head in Q, dO and the (b, h, i) rows of lse, delta and dq.
+  auto segment_bases = [&](int64_t seg, int64_t& bq, int64_t& bg, int64_t& bl) {
+    const int64_t row0 = (w.mode == 1 ? w.block : seg) * m.block_size, h0 = hk * group;
+    bq = b * a.q.sb + h0 * a.q.sh + row0 * a.q.ss;
+    bg = b * a.g.sb + h0 * a.g.sh + row0 * a.g.ss;
+    bl = (b * s.Hq + h0) * s.Sq + row0;
+  };
+  // Row r of query tile (seg, qt) given its segment's bases: its offsets in Q and dO, its
+  // (b, h, i) row and its slot; false past the tile's end.
+  auto row_at = [&](int64_t seg, int64_t qt, int r, int64_t bq, int64_t bg, int64_t bl, int64_t& oq,
+                    int64_t& og, int64_t& row, int& slot) -> bool {
+    if (table) {
+      const int v = static_cast<int>(qt) * QT + r;
+      if (v >= packed_rows) return false;
+      const RowOffsets& o = sRows[v];
+      oq = bq + o.q;
+      og = bg + o.g;
+      row = bl + o.l;
+      slot = o.slot;
+      return true;
+    }
+    int64_t h = 0, i = 0;
+    if (!row_of(seg, qt, r, h, i, slot)) return false;
+    oq = b * a.q.sb + h * a.q.sh + i * a.q.ss;
+    og = b * a.g.sb + h * a.g.sh + i * a.g.ss;
+    row = (b * s.Hq + h) * s.Sq + i;
+    return true;
+  };
   // Q, dO rows (16-byte chunks), lse and delta of query tile (seg, qt) into `stage`; each
   // thread maps its rows once for all four.
   auto load_q_tile = [&](int64_t seg, int64_t qt, int stage) {
@@ -143,18 +225,18 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
     const int x = threadIdx.x % kChunks;
     T* tq = sQ + stage * QT * LD;
     T* tg = sG + stage * QT * LD;
+    int64_t bq = 0, bg = 0, bl = 0;
+    if (table) segment_bases(seg, bq, bg, bl);
     for (int r = threadIdx.x / kChunks; r < QT; r += kRowsPerPass) {
-      int64_t h = 0, i = 0;
+      int64_t oq = 0, og = 0, row = 0;
       int slot = 0;
-      const bool ok = row_of(seg, qt, r, h, i, slot);
-      const T* qsrc =
-          static_cast<const T*>(a.q.data) + (ok ? b * a.q.sb + h * a.q.sh + i * a.q.ss + x * 8 : 0);
-      const T* gsrc =
-          static_cast<const T*>(a.g.data) + (ok ? b * a.g.sb + h * a.g.sh + i * a.g.ss + x * 8 : 0);
+      const bool ok = row_at(seg, qt, r, bq, bg, bl, oq, og, row, slot);
+      const T* qsrc = static_cast<const T*>(a.q.data) + (ok ? oq + x * 8 : 0);
+      const T* gsrc = static_cast<const T*>(a.g.data) + (ok ? og + x * 8 : 0);
       cp_async16(smem_addr(tq + r * LD + x * 8), qsrc, ok);
       cp_async16(smem_addr(tg + r * LD + x * 8), gsrc, ok);
       if (x == 0) {
-        const int64_t row = ok ? (b * s.Hq + h) * s.Sq + i : 0;
+        if (!ok) row = 0;
         cp_async4(smem_addr(sL + stage * QT + r), a.lse + row, ok);
         cp_async4(smem_addr(sD + stage * QT + r), a.delta + row, ok);
         // The row's slot k (sliding rule). The stage was last read before this step's
@@ -219,13 +301,17 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
       seg0 = seg;
       qt0 = qt;
     }
-    if (warp_active) {
+    // Keys this tile's rows may see: j < jend, causal j <= i + diag, context j < anchor.
+    const int64_t anchor = w.mode == 2 ? attn::dflash_anchor(m, b, cseg) : INT64_MAX;
+    // Note [Dead warp tiles]: no row of the tile sees any of this warp's 16 keys.
+    const int64_t kw0 = w.j0 + warp * 16;
+    bool dead = kw0 >= anchor;
+    if constexpr (Sliding) dead = dead || (w.mode == 2 && kw0 + 16 <= anchor - w1);
+    if (warp_active && !dead) {
       const T* tQ = sQ + stage * QT * LD;
       const T* tG = sG + stage * QT * LD;
       const float* tL = sL + stage * QT;
       const float* tD = sD + stage * QT;
-      // Keys this tile's rows may see: j < jend, causal j <= i + diag, context j < anchor.
-      const int64_t anchor = w.mode == 2 ? attn::dflash_anchor(m, b, cseg) : INT64_MAX;
       const int64_t qrow0 = w.qlo + cqt * QT;  // mode 0: query row of tile row 0
       const int nrows = rows_in(cqt);
       // Sliding: key kj0 + 8 * half sits at position rel[half] relative to the anchor;
@@ -284,7 +370,6 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
       uint32_t pk[QT / 16][4];
       key_by_row(sK, tQ, acc);
       // Note [Whole warp tiles]: every row of the tile sees every one of this warp's keys.
-      const int64_t kw0 = w.j0 + warp * 16;
       bool whole = w.mode == 2 && nrows == QT && kw0 + 16 <= w.jend && kw0 + 16 <= anchor;
       if constexpr (sliding) whole = whole && kw0 >= anchor + (m.block_size - 1) - w1;
       if (whole) {
@@ -297,13 +382,17 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
           }
         }
       } else {
+        // Whether keys kj0 and kj0 + 8 lie before the tile's end and the anchor (once a tile,
+        // not a 64-bit compare an element).
+        const int64_t kend = min(w.jend, anchor);
+        const bool key_in[2] = {kj0 < kend, kj0 + 8 < kend};
 #pragma unroll
         for (int n = 0; n < QT / 8; ++n) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int c = n * 8 + (lane % 4) * 2 + (e & 1);  // query row in the tile
             const int64_t j = kj0 + (e < 2 ? 0 : 8);
-            bool vis = c < nrows && j < w.jend && j < anchor && !causal.hides(j, qrow0 + c);
+            bool vis = c < nrows && key_in[e / 2] && !causal.hides(j, qrow0 + c);
             if constexpr (sliding) {
               const int d = tSlot[c] - rel[e / 2];
               vis = vis && d >= 0 && d <= w1;
@@ -337,7 +426,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
           }
         }
       }
-    } else if constexpr (FusedDq) {  // keys past the tile's end: dS = 0
+    } else if constexpr (FusedDq) {  // keys past the tile's end, or dead: dS = 0
 #pragma unroll
       for (int e = 0; e < QT / 4; ++e) {
         *reinterpret_cast<uint32_t*>(sdS + (warp * 16 + lane / 2) * LDS + (lane % 2) * (QT / 2) +
@@ -366,12 +455,16 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
           mma<T>(dqa[2 * dd + 1], fa, fb[2], fb[3]);
         }
       }
+      int64_t bq = 0, bg = 0, bl = 0;
+      if (table) segment_bases(cseg, bq, bg, bl);
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        int64_t h = 0, i = 0;
+        int64_t oq = 0, og = 0, row = 0;
         int slot = 0;
-        if (!row_of(cseg, cqt, mh * 16 + half * 8 + lane / 4, h, i, slot)) continue;
-        float* dst = a.dq_acc + ((b * s.Hq + h) * s.Sq + i) * HD + ch * (HD / 2) + (lane % 4) * 2;
+        if (!row_at(cseg, cqt, mh * 16 + half * 8 + lane / 4, bq, bg, bl, oq, og, row, slot)) {
+          continue;
+        }
+        float* dst = a.dq_acc + row * HD + ch * (HD / 2) + (lane % 4) * 2;
 #pragma unroll
         for (int n = 0; n < HD / 16; ++n) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -492,7 +585,7 @@ template <typename T, int HD, int QT, bool FusedDq = false, int NS = 2>
 void launch_dkdv_rows(const BwdArgs& a, int64_t key_tiles, cudaStream_t stream) {
   // (key_tiles counts every part of a split context tile: Note [Context key parts])
   const dim3 grid = batch_grid(key_tiles * a.s.Hkv, a.s.B);  // Note [Batch grid]
-  constexpr int smem = dkdv_smem_bytes<HD, QT, FusedDq, NS>();
+  const int smem = dkdv_smem_bytes<HD, QT, FusedDq, NS>() + row_table_bytes(a.s, a.m, QT);
   auto* kernel = a.m.sliding_window > 0 ? flash_dkdv_kernel<T, HD, QT, true, FusedDq, NS>
                                         : flash_dkdv_kernel<T, HD, QT, false, FusedDq, NS>;
   CG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));

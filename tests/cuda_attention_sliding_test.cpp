@@ -109,6 +109,18 @@ TEST_F(CudaAttentionSlidingTest, WideAndSmallBlocks) {
   }
 }
 
+// Note [Row table] (cuda/attention_flash_dkdv.cu): the dk/dv pass looks up where a packed
+// row lives in a table of group * block_size rows, up to 512; larger groups work rows out
+// as before. 8 heads x 70 slots (560 rows) takes that path, under both rules.
+TEST_F(CudaAttentionSlidingTest, GroupsPastTheRowTable) {
+  for (int64_t W : {0, 30}) {
+    const AttentionMask m =
+        AttentionMask::dflash_blocks(100, 70, from_ints({0, 100, 37}, {3}), Tensor(), W);
+    check_paths(sliding_case(DType::bf16, 64, 8, 1, 1, 100, 3, 70, m),
+                "Bs 70 " + label(8, 1, 64, W));
+  }
+}
+
 // Near the drafter's shape: 64 blocks of 24 over 4096 context keys, W = 2048, 32/8 heads
 // of 128, anchors spread over the context and sorted (one at 0, one at the end), bf16 on
 // the path automatic takes (flash).
