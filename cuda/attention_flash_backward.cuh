@@ -41,6 +41,11 @@ bool fused_dq(const AttnShape& s, const AttnMaskArgs& m, bool want_dq, bool want
 // The parts each DFlash context key tile's query blocks are split into (1: the tile is one
 // CTA) for this problem on the current device.
 int dkdv_context_parts(const AttnShape& s, const AttnMaskArgs& m);
+// Note [Context key parts] (cuda/attention_flash_context_parts.cu): each split context
+// tile's block range into a.ctx_ranges, before the dk/dv pass; and after it, dk and dv of
+// the context keys as the sums of the parts' partials.
+void launch_context_ranges(const BwdArgs& a, cudaStream_t stream);
+void launch_context_parts_sum(DType dtype, const BwdArgs& a, cudaStream_t stream);
 
 // dq pass (a.dq set): launches on `stream`. dtype bf16 or f16, hd 64 or 128.
 void launch_flash_dq(DType dtype, const BwdArgs& a, cudaStream_t stream);

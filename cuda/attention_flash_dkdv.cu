@@ -27,21 +27,6 @@ namespace {
 // ---------------------------------------------------------------------------------------
 // dk/dv pass
 
-// Note [Context key parts]: the block range of every (batch row, context tile, part) into
-// a.ctx_ranges, one warp each (grid: batch_grid(ctx_tiles * parts, B)), before the dk/dv
-// pass; there the range is two loads instead of a loop in a kernel short of registers.
-__global__ void context_ranges_kernel(BwdArgs a) {
-  const int64_t b = batch_of_block();  // Note [Batch grid]
-  if (b >= a.s.B) return;
-  KeyTileWork w = key_tile_work<kTile>(a.s, a.m, a.ctx_parts, blockIdx.x);
-  balance_context_part(w, a.m, b, a.ctx_parts);
-  if (threadIdx.x == 0) {
-    int* r = a.ctx_ranges + (b * gridDim.x + blockIdx.x) * 2;
-    r[0] = static_cast<int>(w.seg_begin);
-    r[1] = static_cast<int>(w.seg_end);
-  }
-}
-
 template <int HD, int QT, bool FusedDq, int NS>
 __host__ __device__ constexpr int dkdv_smem_bytes() {
   // K, V; Q, dO x NS; L, D, slot x NS; with FusedDq dS^T (kTile, QT + kPad); a multiple of
@@ -520,39 +505,6 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
   }
 }
 
-// Note [Context key parts]: dk = scale * (sum of the parts' dk), dv = sum of their dv, for
-// the context keys [0, context_len) of every (b, kv head); a thread per pair of elements.
-template <typename T, int HD>
-__global__ void context_parts_sum_kernel(BwdArgs a) {
-  const AttnShape& s = a.s;
-  const int64_t ctx = a.m.context_len, parts = a.ctx_parts;
-  const int64_t pairs = s.B * s.Hkv * ctx * (HD / 2);
-  const int64_t plane = s.B * parts * s.Hkv * ctx * HD;
-  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < pairs;
-       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t d = (e % (HD / 2)) * 2, j = (e / (HD / 2)) % ctx;
-    const int64_t hk = (e / (HD / 2) / ctx) % s.Hkv, b = e / (HD / 2) / ctx / s.Hkv;
-    float2 sk = make_float2(0.f, 0.f), sv = make_float2(0.f, 0.f);
-    for (int64_t p = 0; p < parts; ++p) {
-      const int64_t at = (((b * parts + p) * s.Hkv + hk) * ctx + j) * HD + d;
-      const float2 k = *reinterpret_cast<const float2*>(a.ctx_partial + at);
-      const float2 v = *reinterpret_cast<const float2*>(a.ctx_partial + plane + at);
-      sk.x += k.x;
-      sk.y += k.y;
-      sv.x += v.x;
-      sv.y += v.y;
-    }
-    const int64_t row = (b * s.Hkv + hk) * s.Sk + j;
-    if (a.dk != nullptr) {
-      *reinterpret_cast<uint32_t*>(static_cast<T*>(a.dk) + row * HD + d) =
-          pack2<T>(sk.x * a.scale, sk.y * a.scale);
-    }
-    if (a.dv != nullptr) {
-      *reinterpret_cast<uint32_t*>(static_cast<T*>(a.dv) + row * HD + d) = pack2<T>(sv.x, sv.y);
-    }
-  }
-}
-
 // Note [dk/dv query tiles]: the pass walks query tiles of QT rows. A DFlash block packs
 // group * block_size rows (Note [Flash tiles]); when that is a multiple of 32 but not of
 // 64 -- 4 x 24 = 96 in the 27B-class drafter -- 64-row tiles leave a third of the second
@@ -613,8 +565,7 @@ void launch_dkdv_typed(const BwdArgs& a, cudaStream_t stream) {
   const int64_t ctx_tiles = (a.m.context_len + kTile - 1) / kTile;
   if (a.ctx_parts > 1 && ctx_tiles > 0) {  // Note [Context key parts]
     CG_CHECK(a.ctx_ranges != nullptr, "flash dk/dv: context key parts need their range scratch");
-    context_ranges_kernel<<<batch_grid(ctx_tiles * a.ctx_parts, s.B), 32, 0, stream>>>(a);
-    CG_CUDA_CHECK(cudaGetLastError());
+    launch_context_ranges(a, stream);
   }
   const bool three = dkdv_stages() == 3;  // Note [dk/dv stages]
   if (a.dq_acc != nullptr) {              // Note [Fused dq]
@@ -633,35 +584,13 @@ void launch_dkdv_typed(const BwdArgs& a, cudaStream_t stream) {
   } else {
     launch_dkdv_rows<T, HD, 64>(a, key_tiles, stream);
   }
-  if (a.ctx_parts > 1 && a.m.context_len > 0) {
-    const int64_t pairs = s.B * s.Hkv * a.m.context_len * (HD / 2);
-    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((pairs + 255) / 256, 65536));
-    context_parts_sum_kernel<T, HD><<<blocks, 256, 0, stream>>>(a);
-    CG_CUDA_CHECK(cudaGetLastError());
-  }
 }
 
 }  // namespace
 
-int dkdv_context_parts(const AttnShape& s, const AttnMaskArgs& m) {
-  if (m.kind != AttnMaskKind::dflash || m.context_len == 0 || m.num_blocks < 2) return 1;
-  static const int forced = [] {  // CHUNKGRAD_FLASH_DKDV_PARTS=1..8: for benchmarks
-    const char* e = std::getenv("CHUNKGRAD_FLASH_DKDV_PARTS");
-    const int v = e != nullptr ? std::atoi(e) : 0;
-    return v >= 1 && v <= 8 ? v : 0;
-  }();
-  int device = 0, sms = 0;
-  CG_CUDA_CHECK(cudaGetDevice(&device));
-  CG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  // About four waves of context CTAs at three CTAs a multiprocessor (Note [dk/dv query
-  // tiles]), so that no single tile's CTA outlasts the rest by much.
-  const int64_t ctx_ctas = (m.context_len + kTile - 1) / kTile * s.Hkv * s.B;
-  const int64_t wanted = forced != 0 ? forced : (int64_t{12} * sms + ctx_ctas - 1) / ctx_ctas;
-  return static_cast<int>(std::clamp<int64_t>(wanted, 1, std::min<int64_t>(8, m.num_blocks)));
-}
-
 void launch_flash_dkdv(DType dtype, const BwdArgs& a, cudaStream_t stream) {
   dispatch_flash(dtype, a.s.hd, [&]<typename T, int HD>() { launch_dkdv_typed<T, HD>(a, stream); });
+  if (a.ctx_parts > 1 && a.m.context_len > 0) launch_context_parts_sum(dtype, a, stream);
 }
 
 }  // namespace cg::cuda::flash

@@ -39,7 +39,8 @@ struct KeyTileWork {
 // was as long as an unsplit quarter, and under the sliding rule (about 528 active blocks a
 // tile) no shorter than under the full rule. By count the heaviest sliding CTA walks about
 // 132 blocks. A warp per (batch row, tile, part) finds the ranges before the pass
-// (context_ranges_kernel: ballots over the anchors) and the pass reads its two ints.
+// (context_ranges_kernel in attention_flash_context_parts.cu: ballots over the anchors) and
+// the pass reads its two ints.
 
 // ranges: the split tiles' block ranges (context_ranges_kernel), or null before they are
 // known; b: the batch row.
