@@ -444,10 +444,11 @@ __device__ inline KeyTileStep<T> key_tile_step(const QueryCta<T>& c, const Args&
 }
 
 // Launches a query-side kernel over its grid (query_grid) with `smem` bytes of dynamic
-// shared memory; `a` is completed with the grid's tiles_per_unit and units.
+// shared memory and `threads` threads a CTA; `a` is completed with the grid's
+// tiles_per_unit and units.
 template <typename Args>
 void launch_query_kernel(void (*kernel)(Args), Args a, int64_t rows_per_tile, int smem,
-                         cudaStream_t stream) {
+                         cudaStream_t stream, int threads = kThreads) {
   const QueryGrid g = query_grid(a.s, a.m, rows_per_tile);
   CG_CHECK(a.s.Sq < (int64_t{1} << 31), "scaled_dot_product_attention: ", a.s.Sq,
            " query rows are too many for one launch on cuda (at most 2^31 - 1)");
@@ -459,7 +460,7 @@ void launch_query_kernel(void (*kernel)(Args), Args a, int64_t rows_per_tile, in
   CG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   a.tiles_per_unit = g.tiles_per_unit;
   a.units = g.units;
-  kernel<<<grid, kThreads, smem, stream>>>(a);
+  kernel<<<grid, threads, smem, stream>>>(a);
   CG_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -7,6 +7,8 @@
 // Per warp (2 x 16 query rows), per key tile: S = Q K^T (32 x 64, fp32 registers), masked,
 // P = exp2(S * scale * log2 e - m), rounded to bf16/f16 and fed straight back as the A
 // operand of O += P V (the C-fragment layout of m16n8k16 is the A layout of the next mma).
+// On Hopper in an sm_90a build, head dim 128 runs the warpgroup-MMA kernel instead
+// (attention_flash_forward_wgmma.cu, Note [wgmma forward]); this one runs everywhere else.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -15,6 +17,7 @@
 
 #include "core/error.h"
 #include "cuda/attention_flash_common.cuh"
+#include "cuda/attention_flash_forward.cuh"
 #include "cuda/attention_kernels.h"
 #include "cuda/cuda_check.h"
 
@@ -23,16 +26,6 @@ namespace cg::cuda {
 namespace {
 
 using namespace flash;
-
-struct FwdArgs {
-  AttnShape s;
-  AttnOperand q, k, v;
-  AttnOutput out;  // (B, Hq, Sq, hd), any even strides (a [B, Sq, Hq, hd] tensor's view)
-  float* lse;      // (B, Hq, Sq)
-  AttnMaskArgs m;
-  float scale, scale_log2;
-  int64_t tiles_per_unit, units;
-};
 
 // Each warp owns MT m16 slices (16 * MT query rows): every K/V fragment read from shared
 // memory feeds MT mma instead of one (the forward is bound by ldmatrix traffic and
@@ -241,8 +234,9 @@ void launch_flash_attention_forward(DType dtype, const AttnShape& s, AttnOperand
            "or dflash_blocks; got ",
            dtype_name(dtype), ", head_dim ", s.hd);
   if (s.B * s.Hq * s.Sq == 0) return;
-  FwdArgs a{s, q, k, v, out, lse, m, static_cast<float>(scale), static_cast<float>(scale) * kLog2e,
-            0, 0};
+  flash::FwdArgs a{
+      s, q, k, v, out, lse, m, static_cast<float>(scale), static_cast<float>(scale) * kLog2e, 0, 0};
+  if (flash::launch_flash_forward_wgmma(dtype, a, stream)) return;  // Note [wgmma forward]
   dispatch_flash(dtype, s.hd,
                  [&]<typename T, int HD>() { launch_forward_typed<T, HD>(a, stream); });
 }

@@ -79,6 +79,12 @@ constexpr int64_t kAttnRowsMaxHeadDim = 256;
 // ---- flash: bf16/f16, head_dim 64/128, masks none/causal/dflash ----
 
 bool flash_attention_supports(DType dtype, int64_t head_dim, AttnMaskKind kind);
+// Which kernel the flash forward runs for this dtype and head dim on the current device:
+// "wgmma" (Hopper's warpgroup MMA: an sm_90a build on a compute capability 9.0 card, head
+// dim 128, CHUNKGRAD_FLASH_WGMMA not 0; Note [wgmma forward]) or "mma.sync".
+const char* flash_forward_kernel_name(DType dtype, int64_t head_dim);
+// Whether this build has the wgmma kernels (CHUNKGRAD_CUDA_ARCHS holds 90a).
+bool flash_wgmma_built();
 // Operands: hd stride 1, the other strides multiples of 8 elements, 16-byte aligned data.
 // out (q's dtype): hd stride 1, the others even (each thread stores pairs of elements);
 // lse f32 contiguous.

@@ -15,11 +15,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "core/factories.h"
 #include "core/views.h"
+#include "cuda/attention_kernels.h"
 #include "cuda/cuda_attention.h"
 #include "cuda/cuda_kernels.h"
 #include "cuda/device_info.h"
@@ -38,6 +40,20 @@ using testing::CudaAttentionTest;
 using testing::expect_close;
 using testing::kDTypes;
 using testing::mask_on;
+
+// Note [wgmma forward]: an sm_90a build on a compute capability 9.0 card runs the forward
+// of head dim 128 on the warpgroup-MMA kernel -- so every hd 128 case of this file checks
+// that kernel there -- and CHUNKGRAD_FLASH_WGMMA=0 turns it off.
+TEST_F(CudaAttentionTest, ForwardKernelChoice) {
+  const cuda::DeviceProperties p = cuda::device_properties(0);
+  const char* env = std::getenv("CHUNKGRAD_FLASH_WGMMA");
+  const bool on = cuda::flash_wgmma_built() && p.cc_major == 9 && p.cc_minor == 0 &&
+                  !(env != nullptr && std::string(env) == "0");
+  EXPECT_STREQ(cuda::flash_forward_kernel_name(DType::bf16, 128), on ? "wgmma" : "mma.sync");
+  EXPECT_STREQ(cuda::flash_forward_kernel_name(DType::f16, 128), on ? "wgmma" : "mma.sync");
+  EXPECT_STREQ(cuda::flash_forward_kernel_name(DType::bf16, 64), "mma.sync");
+  EXPECT_STREQ(cuda::flash_forward_kernel_name(DType::f32, 128), "mma.sync");
+}
 
 TEST_F(CudaAttentionTest, NoMaskOddLengths) {
   for (DType dt : kDTypes) {

@@ -23,7 +23,7 @@ step() {  # step <name> <command...>: runs it, logs it, notes failure
 }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 step configure cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCHUNKGRAD_CUDA=ON \
-  -DCHUNKGRAD_CUDA_ARCHS=90 || { cat "$out/configure.log" | tail -30; exit 1; }
+  -DCHUNKGRAD_CUDA_ARCHS=90a || { cat "$out/configure.log" | tail -30; exit 1; }
 step build cmake --build build-gpu -j "$(nproc)" || { grep -E "error|Error" "$out/build.log" | head -40; exit 1; }
 step ctest ctest --test-dir build-gpu -j 4 --timeout 900 --output-on-failure
 grep -E "tests passed|tests failed|Failed|\*\*\*" "$out/ctest.log" | head -40
