@@ -36,9 +36,10 @@ namespace {
 constexpr int kWgmmaThreads = 256;  // 2 warpgroups
 constexpr int kWgmmaRows = 128;     // query rows per CTA (as the mma.sync forward)
 constexpr int kWgmmaHD = 128;
-constexpr uint32_t kQBytes = kWgmmaRows * kWgmmaHD * 2;    // 2 column blocks of (128 rows, 64)
-constexpr uint32_t kKVBytes = kTile * kWgmmaHD * 2;        // 2 column blocks of (64 keys, 64)
-constexpr int kWgmmaSmem = kQBytes + 4 * kKVBytes + 1024;  // Q, K and V x 2 stages, alignment
+constexpr uint32_t kQBytes = kWgmmaRows * kWgmmaHD * 2;  // 2 column blocks of (128 rows, 64)
+constexpr uint32_t kKVBytes = kTile * kWgmmaHD * 2;      // 2 column blocks of (64 keys, 64)
+constexpr int kStages = 3;  // key tiles in shared memory: t - 1 (its V), t, t + 1 (landing)
+constexpr int kWgmmaSmem = kQBytes + 2 * kStages * kKVBytes + 1024;  // Q, K, V, alignment
 
 // R rows of 128 elements into the swizzled layout at `dst` (two column blocks of (R, 64));
 // row_of(r) is the row's global address or nullptr (zero-filled).
@@ -66,12 +67,14 @@ __device__ inline void load_key_tile_sw128(const QueryCta<T>& c, const FwdArgs& 
   });
 }
 
-// Waits for this thread's cp.async groups and makes every thread's writes visible to the
-// CTA's next wgmma reads.
-[[maybe_unused]] __device__ inline void loads_landed() {
-  cp_async_wait_all();
-  wgmma::fence_proxy_async();
-  __syncthreads();
+// Keeps an A fragment's registers untouched until here: a register operand of an MMA in
+// flight may not be reused before its wait (Note [wgmma]).
+[[maybe_unused]] __device__ inline void fence_fragment(uint32_t (&pa)[kTile / 16][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kTile / 16; ++kk) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(pa[kk][e])::"memory");
+  }
 }
 
 template <typename T>
@@ -82,20 +85,33 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) flash_forward_wgmma_kernel(F
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   // The swizzle is a function of the address: every tile starts 1024-byte aligned.
   const uint32_t sQ = (smem_addr(smem_raw) + 1023u) & ~1023u;  // (2, BM, 64)
-  const uint32_t sK = sQ + kQBytes;                            // (2 stages, 2, kTile, 64)
-  const uint32_t sV = sK + 2 * kKVBytes;                       // (2 stages, 2, kTile, 64)
+  const uint32_t sK = sQ + kQBytes;                            // (kStages, 2, kTile, 64)
+  const uint32_t sV = sK + kStages * kKVBytes;                 // (kStages, 2, kTile, 64)
   const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const AttnShape& s = a.s;
 
+  // Q and key tile 0 (one group), key tile 1 (the next); wait for the first.
   const QueryCta<T> cta = query_cta_of<T>(a, BM);  // Note [Query CTA prologue]
+  const int64_t b = cta.b, ntiles = cta.key_tiles;
   load_rows_sw128<T, BM>(sQ, a.q.data, [&](int r) -> const T* {
     int64_t h = 0, i = 0;
-    return cta.qt.row(r, h, i) ? query_row<T>(a.q, cta.b, h, i) : nullptr;
+    return cta.qt.row(r, h, i) ? query_row<T>(a.q, b, h, i) : nullptr;
   });
-  if (cta.key_tiles > 0) load_key_tile_sw128<T>(cta, a, sK, sV, 0, 0);
+  if (ntiles > 0) load_key_tile_sw128<T>(cta, a, sK, sV, 0, 0);
   cp_async_commit();
-  loads_landed();
-  const int64_t b = cta.b, ntiles = cta.key_tiles;
+  if (ntiles > 1) load_key_tile_sw128<T>(cta, a, sK, sV, 1, 1);
+  cp_async_commit();
+  // The V stage "before" tile 0 holds zeros: the first step's P V (P = 0) adds nothing
+  // and every step issues the same MMAs (no branch around them, which would serialize
+  // them).
+  for (int c = threadIdx.x; c < static_cast<int>(kKVBytes / 16); c += kWgmmaThreads) {
+    asm volatile(
+        "st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(sV + (kStages - 1) * kKVBytes + c * 16),
+        "r"(0u));
+  }
+  asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+  wgmma::fence_proxy_async();
+  __syncthreads();
   const QueryTile& qt = cta.qt;
 
   // This thread's rows: tile row 64 wg + 16 warp + lane / 4 + 8 hf (hf = 0, 1).
@@ -119,29 +135,42 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) flash_forward_wgmma_kernel(F
 #pragma unroll
   for (int n = 0; n < HD / 2; ++n) o[n] = 0.f;
   const uint32_t q_slice = sQ + wg * 64 * 128;  // this warpgroup's 64 rows, column block 0
+  // P of the previous key tile: the A fragment of 16 keys at a time (the C layout of two
+  // n8 blocks), multiplied into O while this tile's softmax runs (Note [wgmma forward]).
+  uint32_t pa[kTile / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < kTile / 16; ++kk) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0u;
 
+  int stage = 0;  // key tile t's stage: t % kStages
   for (int64_t t = 0; t < ntiles; ++t) {
-    const int stage = t & 1;
-    if (t + 1 < ntiles) load_key_tile_sw128<T>(cta, a, sK, sV, t + 1, stage ^ 1);
-    cp_async_commit();
+    const int prev_stage = stage == 0 ? kStages - 1 : stage - 1;
     int64_t j0, jend;
     cta.kp.tile(t, j0, jend);
     if (wg_active) {
-      const uint32_t tK = sK + stage * kKVBytes, tV = sV + stage * kKVBytes;
+      const uint32_t tK = sK + stage * kKVBytes, prev_V = sV + prev_stage * kKVBytes;
       float sc[kTile / 2];  // sc[4n + e]: key 8n + 2 (lane % 4) + e % 2, row hf = e / 2
 #pragma unroll
       for (int n = 0; n < kTile / 2; ++n) sc[n] = 0.f;
       wgmma::fence_operands(sc);
+      wgmma::fence_operands(o);
       wgmma::fence();
 #pragma unroll
-      for (int ks = 0; ks < HD / 16; ++ks) {  // 16 columns of the head dim at a time
+      for (int ks = 0; ks < HD / 16; ++ks) {  // S = Q K^T, 16 columns of the head dim at a time
         const uint32_t col = (ks % 4) * 32u;  // within column block ks / 4
         wgmma::mma_m64n64k16_ss<T>(
             sc, wgmma::desc_sw128(q_slice + (ks / 4) * BM * 128 + col, 16, 1024),
             wgmma::desc_sw128(tK + (ks / 4) * kTile * 128 + col, 16, 1024), 1);
       }
       wgmma::commit();
-      wgmma::wait<0>();
+      // O += P V of the previous tile, keys 16 kk .. 16 kk + 15 at a time (at t = 0: P and
+      // the V stage are zeros).
+#pragma unroll
+      for (int kk = 0; kk < kTile / 16; ++kk) {
+        wgmma::mma_m64n128k16_rs<T>(o, pa[kk],
+                                    wgmma::desc_sw128(prev_V + kk * 16 * 128, kTile * 128, 1024));
+      }
+      wgmma::commit();
+      wgmma::wait<1>();
       wgmma::fence_operands(sc);
 
       const bool need_mask =
@@ -157,6 +186,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) flash_forward_wgmma_kernel(F
           }
         }
       }
+      float corr[2];
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
         float mx = -INFINITY;
@@ -169,7 +199,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) flash_forward_wgmma_kernel(F
         const float mn = fmaxf(mrow[hf], mx);
         // Nothing seen yet (-inf): keep every term at 0 rather than NaN.
         const float base = mn == -INFINITY ? 0.f : mn * a.scale_log2;
-        const float corr = exp2f(mrow[hf] * a.scale_log2 - base);  // -inf -> 0
+        corr[hf] = exp2f(mrow[hf] * a.scale_log2 - base);  // -inf -> 0
         mrow[hf] = mn;
         float rs = 0.f;
 #pragma unroll
@@ -178,15 +208,19 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) flash_forward_wgmma_kernel(F
           sc[4 * n + 2 * hf + 1] = exp2f(sc[4 * n + 2 * hf + 1] * a.scale_log2 - base);
           rs += sc[4 * n + 2 * hf] + sc[4 * n + 2 * hf + 1];
         }
-        lrow[hf] = lrow[hf] * corr + rs;
-#pragma unroll
-        for (int n = 0; n < HD / 8; ++n) {
-          o[4 * n + 2 * hf] *= corr;
-          o[4 * n + 2 * hf + 1] *= corr;
-        }
+        lrow[hf] = lrow[hf] * corr[hf] + rs;
       }
-      // P as the A fragment of 16 keys at a time (the C layout of two n8 blocks).
-      uint32_t pa[kTile / 16][4];
+      // The previous tile's P V is done: O and pa may be touched again.
+      wgmma::wait<0>();
+      wgmma::fence_operands(o);
+      fence_fragment(pa);
+#pragma unroll
+      for (int n = 0; n < HD / 8; ++n) {
+        o[4 * n + 0] *= corr[0];
+        o[4 * n + 1] *= corr[0];
+        o[4 * n + 2] *= corr[1];
+        o[4 * n + 3] *= corr[1];
+      }
 #pragma unroll
       for (int kk = 0; kk < kTile / 16; ++kk) {
         pa[kk][0] = pack2<T>(sc[8 * kk + 0], sc[8 * kk + 1]);
@@ -194,18 +228,30 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) flash_forward_wgmma_kernel(F
         pa[kk][2] = pack2<T>(sc[8 * kk + 4], sc[8 * kk + 5]);
         pa[kk][3] = pack2<T>(sc[8 * kk + 6], sc[8 * kk + 7]);
       }
-      wgmma::fence_operands(o);
-      wgmma::fence();
-#pragma unroll
-      for (int kk = 0; kk < kTile / 16; ++kk) {  // keys 16 kk .. 16 kk + 15
-        wgmma::mma_m64n128k16_rs<T>(o, pa[kk],
-                                    wgmma::desc_sw128(tV + kk * 16 * 128, kTile * 128, 1024));
-      }
-      wgmma::commit();
-      wgmma::wait<0>();
-      wgmma::fence_operands(o);
     }
-    loads_landed();
+    // Key tile t + 1 has landed (everyone's copies, for the async proxy); every read of
+    // stage t - 1 is done, so tile t + 2 may load there.
+    cp_async_wait_all();
+    wgmma::fence_proxy_async();
+    __syncthreads();
+    if (t + 2 < ntiles) load_key_tile_sw128<T>(cta, a, sK, sV, t + 2, prev_stage);
+    cp_async_commit();
+    stage = stage == kStages - 1 ? 0 : stage + 1;
+  }
+  if (wg_active && ntiles > 0) {  // the last tile's P V
+    const int last_stage = stage == 0 ? kStages - 1 : stage - 1;
+    wgmma::fence_operands(o);
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < kTile / 16; ++kk) {
+      wgmma::mma_m64n128k16_rs<T>(
+          o, pa[kk],
+          wgmma::desc_sw128(sV + last_stage * kKVBytes + kk * 16 * 128, kTile * 128, 1024));
+    }
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::fence_operands(o);
+    fence_fragment(pa);
   }
 
   // Row sums across the quad, then out = o / l and lse = m * scale + ln l.
