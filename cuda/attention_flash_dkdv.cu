@@ -19,6 +19,7 @@
 #include "cuda/attention_flash_key_tiles.cuh"
 #include "cuda/attention_kernels.h"
 #include "cuda/cuda_check.h"
+#include "cuda/wgmma.cuh"
 
 namespace cg::cuda::flash {
 
@@ -109,20 +110,28 @@ inline int row_table_bytes(const AttnShape& s, const AttnMaskArgs& m, int qt) {
 
 // Sliding: the sliding DFlash rule (a template flag, so the other rules' kernels carry
 // none of its per-element work or registers).
-template <typename T, int HD, int QT, bool Sliding, bool FusedDq, int NS>
+// Wg: the four GEMMs on the warpgroup MMA (Note [wgmma dk/dv]).
+template <typename T, int HD, int QT, bool Sliding, bool FusedDq, int NS, bool Wg>
 __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
   static_assert(NS == 2 || NS == 3, "two or three query-tile stages");
   static_assert(!FusedDq || QT == 32, "the fused dq splits a 32-row tile over 4 warps");
+  static_assert(!Wg || HD == 128, "the wgmma dk/dv takes head dim 128");
   if (batch_of_block() >= a.s.B) return;  // Note [Batch grid]
   constexpr int LD = HD + kPad;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* sK = reinterpret_cast<T*>(smem_raw);                   // (kTile, LD)
-  T* sV = sK + kTile * LD;                                  // (kTile, LD)
-  T* sQ = sV + kTile * LD;                                  // (NS, QT, LD)
-  T* sG = sQ + NS * QT * LD;                                // (NS, QT, LD)
-  float* sL = reinterpret_cast<float*>(sG + NS * QT * LD);  // (NS, QT) lse
-  float* sD = sL + NS * QT;                                 // (NS, QT) delta
-  int* sSlot = reinterpret_cast<int*>(sD + NS * QT);        // (NS, QT) slot in the block (dflash)
+  // Rows of the K, V, Q and dO tiles in shared memory: padded for ldmatrix, or (Wg) the
+  // swizzle's 128 bytes a column block, so every tile stays 1024-byte aligned.
+  constexpr int LDT = Wg ? HD : LD;
+  extern __shared__ __align__(16) unsigned char smem_dyn[];
+  // (Wg: the swizzled tiles must start 1024-byte aligned; the launch adds the slack.)
+  unsigned char* smem_raw =
+      Wg ? smem_dyn + ((1024u - (smem_addr(smem_dyn) & 1023u)) & 1023u) : smem_dyn;
+  T* sK = reinterpret_cast<T*>(smem_raw);                    // (kTile, LD)
+  T* sV = sK + kTile * LDT;                                  // (kTile, LD)
+  T* sQ = sV + kTile * LDT;                                  // (NS, QT, LD)
+  T* sG = sQ + NS * QT * LDT;                                // (NS, QT, LD)
+  float* sL = reinterpret_cast<float*>(sG + NS * QT * LDT);  // (NS, QT) lse
+  float* sD = sL + NS * QT;                                  // (NS, QT) delta
+  int* sSlot = reinterpret_cast<int*>(sD + NS * QT);         // (NS, QT) slot in the block (dflash)
   constexpr int LDS = QT + kPad;
   T* sdS = reinterpret_cast<T*>(sSlot + NS * QT);  // (kTile, LDS) dS^T (Note [Fused dq])
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -133,8 +142,20 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
   const AttnMaskArgs& m = a.m;
   const int64_t group = s.Hq / s.Hkv;
   const KeyTileWork w = key_tile_work<QT>(s, m, a.ctx_parts, blockIdx.x / s.Hkv, a.ctx_ranges, b);
-  load_kv_tile_async<T, HD>(sK, sV, a.k, a.v, head_rows<T>(a.k, b, hk), head_rows<T>(a.v, b, hk),
-                            w.j0, w.jend);
+  if constexpr (Wg) {  // (kTile, 64) x 2 column blocks each, swizzled (Note [wgmma])
+    const T* kb = head_rows<T>(a.k, b, hk);
+    const T* vb = head_rows<T>(a.v, b, hk);
+    for (int c = threadIdx.x; c < kTile * 16; c += kThreads) {
+      const int r = c / 16, x = c % 16;
+      const bool ok = w.j0 + r < w.jend;
+      const uint32_t at = (x / 8) * kTile * 128 + wgmma::swizzle128_offset(r, x % 8);
+      cp_async16(smem_addr(sK) + at, ok ? kb + (w.j0 + r) * a.k.ss + x * 8 : kb, ok);
+      cp_async16(smem_addr(sV) + at, ok ? vb + (w.j0 + r) * a.v.ss + x * 8 : vb, ok);
+    }
+  } else {
+    load_kv_tile_async<T, HD>(sK, sV, a.k, a.v, head_rows<T>(a.k, b, hk), head_rows<T>(a.v, b, hk),
+                              w.j0, w.jend);
+  }
 
   // Row r of query tile (seg, qt): its head, query row and (DFlash) slot in the block,
   // false past the tile's end. (32-bit division: this runs for every row of every tile;
@@ -208,8 +229,8 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
   auto load_q_tile = [&](int64_t seg, int64_t qt, int stage) {
     constexpr int kChunks = HD / 8, kRowsPerPass = kThreads / kChunks;
     const int x = threadIdx.x % kChunks;
-    T* tq = sQ + stage * QT * LD;
-    T* tg = sG + stage * QT * LD;
+    T* tq = sQ + stage * QT * LDT;
+    T* tg = sG + stage * QT * LDT;
     int64_t bq = 0, bg = 0, bl = 0;
     if (table) segment_bases(seg, bq, bg, bl);
     for (int r = threadIdx.x / kChunks; r < QT; r += kRowsPerPass) {
@@ -218,8 +239,11 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
       const bool ok = row_at(seg, qt, r, bq, bg, bl, oq, og, row, slot);
       const T* qsrc = static_cast<const T*>(a.q.data) + (ok ? oq + x * 8 : 0);
       const T* gsrc = static_cast<const T*>(a.g.data) + (ok ? og + x * 8 : 0);
-      cp_async16(smem_addr(tq + r * LD + x * 8), qsrc, ok);
-      cp_async16(smem_addr(tg + r * LD + x * 8), gsrc, ok);
+      // (Wg: (QT, 64) x 2 column blocks, swizzled; tiles are multiples of 1024 bytes)
+      const uint32_t at =
+          Wg ? (x / 8) * QT * 128 + wgmma::swizzle128_offset(r, x % 8) : (r * LD + x * 8) * 2;
+      cp_async16(smem_addr(tq) + at, qsrc, ok);
+      cp_async16(smem_addr(tg) + at, gsrc, ok);
       if (x == 0) {
         if (!ok) row = 0;
         cp_async4(smem_addr(sL + stage * QT + r), a.lse + row, ok);
@@ -269,6 +293,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
     } else {
       cp_async_wait_all();
     }
+    if constexpr (Wg) wgmma::fence_proxy_async();  // the MMA reads what cp.async wrote
     __syncthreads();
     const int64_t cseg = seg0, cqt = qt0;
     const bool have_next = (NS == 3 ? have1 : have0) && next_query_tile(w, m, b, seg, qt);
@@ -292,9 +317,22 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
     const int64_t kw0 = w.j0 + warp * 16;
     bool dead = kw0 >= anchor;
     if constexpr (Sliding) dead = dead || (w.mode == 2 && kw0 + 16 <= anchor - w1);
-    if (warp_active && !dead) {
-      const T* tQ = sQ + stage * QT * LD;
-      const T* tG = sG + stage * QT * LD;
+    // Wg: an MMA is the whole warpgroup's, so the CTA computes when any warp is live and
+    // a warp that is not keeps P = 0 (Note [wgmma dk/dv]).
+    bool run = warp_active && !dead;
+    if constexpr (Wg) {
+      run = false;
+#pragma unroll
+      for (int wi = 0; wi < kWarps; ++wi) {
+        const int64_t kw = w.j0 + wi * 16;
+        bool d = kw >= anchor;
+        if constexpr (Sliding) d = d || (w.mode == 2 && kw + 16 <= anchor - w1);
+        run = run || (kw < w.jend && !d);
+      }
+    }
+    if (run) {
+      const T* tQ = sQ + stage * QT * LDT;
+      const T* tG = sG + stage * QT * LDT;
       const float* tL = sL + stage * QT;
       const float* tD = sD + stage * QT;
       const int64_t qrow0 = w.qlo + cqt * QT;  // mode 0: query row of tile row 0
@@ -312,6 +350,28 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
       auto key_by_row = [&](const T* sA, const T* tB, float(&acc)[QT / 8][4]) {
 #pragma unroll
         for (int n = 0; n < QT / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+        if constexpr (Wg) {  // 64 keys x QT rows for the warpgroup; acc is the D fragment
+          float(&d)[QT / 2] = reinterpret_cast<float(&)[QT / 2]>(acc);
+          wgmma::fence_operands(d);
+          wgmma::fence();
+#pragma unroll
+          for (int ks = 0; ks < HD / 16; ++ks) {
+            const uint32_t col = (ks % 4) * 32u;  // within column block ks / 4
+            const uint64_t da =
+                wgmma::desc_sw128(smem_addr(sA) + (ks / 4) * kTile * 128 + col, 16, 1024);
+            const uint64_t db =
+                wgmma::desc_sw128(smem_addr(tB) + (ks / 4) * QT * 128 + col, 16, 1024);
+            if constexpr (QT == 32) {
+              wgmma::mma_m64n32k16_ss<T>(d, da, db, 1);
+            } else {
+              wgmma::mma_m64n64k16_ss<T>(d, da, db, 1);
+            }
+          }
+          wgmma::commit();
+          wgmma::wait<0>();
+          wgmma::fence_operands(d);
+          return;
+        }
 #pragma unroll
         for (int ks = 0; ks < HD / 16; ++ks) {
           uint32_t fa[4];
@@ -328,6 +388,20 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
       };
       // out (16 keys x HD) += pk (16 keys x QT rows, packed A fragments) times tB (QT x HD).
       auto accumulate = [&](const uint32_t(&pk)[QT / 16][4], const T* tB, float(&out)[HD / 8][4]) {
+        if constexpr (Wg) {  // B = the tile's rows (the K dimension) x HD: MN-major
+          float(&d)[HD / 2] = reinterpret_cast<float(&)[HD / 2]>(out);
+          wgmma::fence_operands(d);
+          wgmma::fence();
+#pragma unroll
+          for (int kk = 0; kk < QT / 16; ++kk) {
+            wgmma::mma_m64n128k16_rs<T>(
+                d, pk[kk], wgmma::desc_sw128(smem_addr(tB) + kk * 16 * 128, QT * 128, 1024));
+          }
+          wgmma::commit();
+          wgmma::wait<0>();
+          wgmma::fence_operands(d);
+          return;
+        }
 #pragma unroll
         for (int kk = 0; kk < QT / 16; ++kk) {
 #pragma unroll
@@ -357,7 +431,10 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
       // Note [Whole warp tiles]: every row of the tile sees every one of this warp's keys.
       bool whole = w.mode == 2 && nrows == QT && kw0 + 16 <= w.jend && kw0 + 16 <= anchor;
       if constexpr (sliding) whole = whole && kw0 >= anchor + (m.block_size - 1) - w1;
-      if (whole) {
+      if (Wg && !(warp_active && !dead)) {  // a warp with no visible key: P = 0
+#pragma unroll
+        for (int n = 0; n < QT / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+      } else if (whole) {
 #pragma unroll
         for (int n = 0; n < QT / 8; ++n) {
 #pragma unroll
@@ -434,8 +511,11 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
 #pragma unroll
         for (int dd = 0; dd < HD / 32; ++dd) {
           uint32_t fb[4];
-          ldsm_x4_trans(fb, smem_addr(sK + (ks * 16 + lane % 8 + ((lane / 8) % 2) * 8) * LD +
-                                      ch * (HD / 2) + dd * 16 + (lane / 16) * 8));
+          const int kr = ks * 16 + lane % 8 + ((lane / 8) % 2) * 8;  // key row of K
+          const int kc = ch * (HD / 2) + dd * 16 + (lane / 16) * 8;  // first column
+          ldsm_x4_trans(fb, Wg ? smem_addr(sK) + (kc / 64) * kTile * 128 +
+                                     wgmma::swizzle128_offset(kr, (kc % 64) / 8)
+                               : smem_addr(sK + kr * LD + kc));
           mma<T>(dqa[2 * dd], fa, fb[0], fb[1]);
           mma<T>(dqa[2 * dd + 1], fa, fb[2], fb[3]);
         }
@@ -533,13 +613,39 @@ int dkdv_stages() {
   return forced != 0 ? forced : 2;
 }
 
+// Note [wgmma dk/dv]: on Hopper (wgmma::available()) at head dim 128 the pass's four GEMMs
+// -- S^T = K Q^T, dP^T = V dO^T (m64 x QT x 16, both operands from shared memory), dV +=
+// P^T dO, dK += dS^T Q (m64 x 128 x 16, P^T and dS^T from registers) -- are warpgroup MMAs:
+// the CTA's 4 warps are one warpgroup and its 64 keys the MMA's 64 rows, so the fragments
+// are those of the mma.sync kernel (Note [wgmma]) and everything around the GEMMs stays.
+// K, V, Q and dO sit in the 128-byte swizzle; the fused dq's ldmatrix reads K through it.
+// An MMA is issued by all four warps or none: a tile is computed when any warp has a
+// visible key, and a warp with none sets its P to 0 (the mma.sync kernel's dead warps skip
+// instead, Note [Dead warp tiles]). CHUNKGRAD_FLASH_DKDV_WGMMA=0 keeps mma.sync (read
+// once; for benchmarks).
+bool dkdv_wgmma(int64_t hd) {
+  static const bool off = [] {
+    const char* e = std::getenv("CHUNKGRAD_FLASH_DKDV_WGMMA");
+    return e != nullptr && std::string(e) == "0";
+  }();
+  return hd == 128 && !off && wgmma::available();
+}
+
 template <typename T, int HD, int QT, bool FusedDq = false, int NS = 2>
 void launch_dkdv_rows(const BwdArgs& a, int64_t key_tiles, cudaStream_t stream) {
   // (key_tiles counts every part of a split context tile: Note [Context key parts])
   const dim3 grid = batch_grid(key_tiles * a.s.Hkv, a.s.B);  // Note [Batch grid]
-  const int smem = dkdv_smem_bytes<HD, QT, FusedDq, NS>() + row_table_bytes(a.s, a.m, QT);
-  auto* kernel = a.m.sliding_window > 0 ? flash_dkdv_kernel<T, HD, QT, true, FusedDq, NS>
-                                        : flash_dkdv_kernel<T, HD, QT, false, FusedDq, NS>;
+  const bool wg = HD == 128 && dkdv_wgmma(HD);
+  const int smem =
+      dkdv_smem_bytes<HD, QT, FusedDq, NS>() + row_table_bytes(a.s, a.m, QT) + (wg ? 1024 : 0);
+  auto* kernel = a.m.sliding_window > 0 ? flash_dkdv_kernel<T, HD, QT, true, FusedDq, NS, false>
+                                        : flash_dkdv_kernel<T, HD, QT, false, FusedDq, NS, false>;
+  if constexpr (HD == 128) {
+    if (wg) {
+      kernel = a.m.sliding_window > 0 ? flash_dkdv_kernel<T, HD, QT, true, FusedDq, NS, true>
+                                      : flash_dkdv_kernel<T, HD, QT, false, FusedDq, NS, true>;
+    }
+  }
   CG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   kernel<<<grid, kThreads, smem, stream>>>(a);
   CG_CUDA_CHECK(cudaGetLastError());

@@ -277,9 +277,25 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) flash_forward_wgmma_kernel(F
 #endif
 }
 
-// Whether this process may use the kernel: built for sm_90a, the card is compute
-// capability 9.0 (an sm_90a binary runs there only), CHUNKGRAD_FLASH_WGMMA is not "0".
-bool wgmma_forward_available() {
+}  // namespace
+
+bool launch_flash_forward_wgmma(DType dtype, const FwdArgs& a, cudaStream_t stream) {
+  if (a.s.hd != kWgmmaHD || !wgmma::available()) return false;
+  if (dtype == DType::bf16) {
+    launch_query_kernel(flash_forward_wgmma_kernel<__nv_bfloat16>, a, kWgmmaRows, kWgmmaSmem,
+                        stream, kWgmmaThreads);
+  } else {
+    launch_query_kernel(flash_forward_wgmma_kernel<__half>, a, kWgmmaRows, kWgmmaSmem, stream,
+                        kWgmmaThreads);
+  }
+  return true;
+}
+
+}  // namespace cg::cuda::flash
+
+namespace cg::cuda {
+
+bool wgmma::available() {
 #if defined(CHUNKGRAD_SM90A)
   static const bool ok = [] {
     const char* e = std::getenv("CHUNKGRAD_FLASH_WGMMA");
@@ -296,24 +312,6 @@ bool wgmma_forward_available() {
 #endif
 }
 
-}  // namespace
-
-bool launch_flash_forward_wgmma(DType dtype, const FwdArgs& a, cudaStream_t stream) {
-  if (a.s.hd != kWgmmaHD || !wgmma_forward_available()) return false;
-  if (dtype == DType::bf16) {
-    launch_query_kernel(flash_forward_wgmma_kernel<__nv_bfloat16>, a, kWgmmaRows, kWgmmaSmem,
-                        stream, kWgmmaThreads);
-  } else {
-    launch_query_kernel(flash_forward_wgmma_kernel<__half>, a, kWgmmaRows, kWgmmaSmem, stream,
-                        kWgmmaThreads);
-  }
-  return true;
-}
-
-}  // namespace cg::cuda::flash
-
-namespace cg::cuda {
-
 bool flash_wgmma_built() {
 #if defined(CHUNKGRAD_SM90A)
   return true;
@@ -324,7 +322,7 @@ bool flash_wgmma_built() {
 
 const char* flash_forward_kernel_name(DType dtype, int64_t head_dim) {
   const bool flash_dtype = dtype == DType::bf16 || dtype == DType::f16;
-  return flash_dtype && head_dim == 128 && flash::wgmma_forward_available() ? "wgmma" : "mma.sync";
+  return flash_dtype && head_dim == 128 && wgmma::available() ? "wgmma" : "mma.sync";
 }
 
 }  // namespace cg::cuda

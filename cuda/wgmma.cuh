@@ -34,6 +34,11 @@
 
 namespace cg::cuda::wgmma {
 
+// Whether this process may launch wgmma kernels: built for sm_90a (CHUNKGRAD_CUDA_ARCHS
+// holds 90a), the current card is compute capability 9.0 (an sm_90a binary runs there
+// only) and CHUNKGRAD_FLASH_WGMMA is not "0". Host code; read once.
+bool available();
+
 // Byte offset of 16-byte chunk `chunk` (0..7) of row `row` in a 128-byte-swizzled tile.
 __device__ __forceinline__ uint32_t swizzle128_offset(int row, int chunk) {
   return static_cast<uint32_t>(row * 128 + ((chunk ^ (row & 7)) * 16));
@@ -50,15 +55,25 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t smem_byte_addr, uint32_t
   return d;
 }
 
+// (Outside an sm_90a compile these trap: the host launches wgmma kernels only where
+// they exist, but their code must compile in every build.)
 __device__ __forceinline__ void fence() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
 }
 __device__ __forceinline__ void commit() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
 }
 template <int N>
 __device__ __forceinline__ void wait() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#endif
 }
 // Generic-proxy writes to shared memory (st.shared, cp.async) before wgmma reads them.
 __device__ __forceinline__ void fence_proxy_async() {
@@ -75,6 +90,7 @@ __device__ __forceinline__ void fence_operands(float (&d)[N]) {
 template <typename T>
 __device__ __forceinline__ void mma_m64n64k16_ss(float (&d)[32], uint64_t a, uint64_t b,
                                                  int accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
@@ -100,6 +116,39 @@ __device__ __forceinline__ void mma_m64n64k16_ss(float (&d)[32], uint64_t a, uin
           "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
         : "l"(a), "l"(b), "r"(accumulate));
   }
+#else
+  __trap();
+#endif
+}
+
+// d (64 x 32, fp32) = (accumulate ? d : 0) + A (64 x 16, K-major, desc a) * B (16 x 32,
+// K-major: 32 rows of 16, desc b).
+template <typename T>
+__device__ __forceinline__ void mma_m64n32k16_ss(float (&d)[16], uint64_t a, uint64_t b,
+                                                 int accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
+        "%9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15])
+        : "l"(a), "l"(b), "r"(accumulate));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
+        "%9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15])
+        : "l"(a), "l"(b), "r"(accumulate));
+  }
+#else
+  __trap();
+#endif
 }
 
 // d (64 x 128, fp32) += A (64 x 16, registers: the m16n8k16 A fragment of this warp's 16
@@ -107,6 +156,7 @@ __device__ __forceinline__ void mma_m64n64k16_ss(float (&d)[32], uint64_t a, uin
 template <typename T>
 __device__ __forceinline__ void mma_m64n128k16_rs(float (&d)[64], const uint32_t (&a)[4],
                                                   uint64_t b) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
@@ -146,6 +196,9 @@ __device__ __forceinline__ void mma_m64n128k16_rs(float (&d)[64], const uint32_t
           "+f"(d[63])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
   }
+#else
+  __trap();
+#endif
 }
 
 }  // namespace cg::cuda::wgmma
