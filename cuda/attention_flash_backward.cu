@@ -1,7 +1,7 @@
 // Why this file exists: the flash attention backward on tensor cores (FlashAttention-2's
 // recipe; for the causal and unmasked rules with dq in its own pass instead of fp32
 // atomics: deterministic, and no dq accumulator buffer; under DFlash masks dq is taken in
-// the dk/dv pass with atomics, Note [Fused dq] in attention_flash_dkdv.cu). Before the
+// the dk/dv pass with atomics, Note [Fused dq] in attention_flash_dkdv_kernel.cuh). Before the
 // passes, delta = rowsum(dO * O) (launch_attention_delta).
 //   - dq pass: a CTA per query tile, like the forward (same tiles, same key ranges):
 //     S = Q K^T, P = exp(S * scale - lse), dP = dO V^T, dS = P (dP - delta), dQ += dS K.
@@ -177,10 +177,10 @@ void launch_flash_dq(DType dtype, const BwdArgs& a, cudaStream_t stream) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Note [Fused dq] (attention_flash_dkdv.cu): the choice and the last step
+// Note [Fused dq] (attention_flash_dkdv_kernel.cuh): the choice and the last step
 
 bool fused_dq(const AttnShape& s, const AttnMaskArgs& m, bool want_dq, bool want_dkdv) {
-  static const int forced = [] {  // Note [Fused dq] (attention_flash_dkdv.cu)
+  static const int forced = [] {  // Note [Fused dq] (attention_flash_dkdv_kernel.cuh)
     const char* e = std::getenv("CHUNKGRAD_FLASH_FUSED_DQ");
     const std::string v = e != nullptr ? e : "";
     return v == "1" ? 1 : v == "0" ? 0 : -1;

@@ -1,0 +1,580 @@
+// Why this file exists: the kernel of the flash dk/dv pass (attention_flash_dkdv.cu holds
+// its launch and the choices around it: tile rows, stages, the fused dq, wgmma), apart so
+// that each file reads in one sitting. Included by attention_flash_dkdv.cu only.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/attention_flash_backward.cuh"
+#include "cuda/attention_flash_common.cuh"
+#include "cuda/attention_flash_key_tiles.cuh"
+#include "cuda/attention_kernels.h"
+#include "cuda/wgmma.cuh"
+
+namespace cg::cuda::flash {
+
+// ---------------------------------------------------------------------------------------
+// dk/dv pass
+
+template <int HD, int QT, bool FusedDq, int NS>
+__host__ __device__ constexpr int dkdv_smem_bytes() {
+  // K, V; Q, dO x NS; L, D, slot x NS; with FusedDq dS^T (kTile, QT + kPad); a multiple of
+  // 16 bytes, so the row table (Note [Row table]) may follow.
+  return ((2 * kTile + 2 * NS * QT) * (HD + kPad) * 2 + 3 * NS * QT * 4 +
+          (FusedDq ? kTile * (QT + kPad) * 2 : 0) + 15) /
+         16 * 16;
+}
+
+// Note [Row table]: under a DFlash mask every block packs its group * block_size query rows
+// the same way (virtual row v = head_in_group * block_size + slot: Note [Flash tiles]), so
+// where row v of any block lives, relative to the block's first row of the group's first
+// head, is one table a CTA fills once in shared memory. A query tile's loads then take a
+// table entry and one add per operand, where working the row out anew cost a 32-bit
+// division and three 64-bit multiply-adds per operand for every row of every tile, in the
+// loads that stand between a tile's barrier and its math. Groups of up to kRowTableRows
+// rows (the 27B-class drafter's: 4 x 24 = 96; 32 bytes a row) take it; larger ones work
+// rows out as before, in the same kernel, which then carries the table's registers too.
+// H200, 32/8 heads, 1024 x 24 over 4096 context keys, bf16 hd 128 (bench/attention_bench,
+// one run, with Note [Dead warp tiles]): the dk/dv-only backward 8.97 ms (full rule) and
+// 7.24 ms (sliding, W 2048) with the table; 10.80 and 8.79 with kRowTableRows = 0, i.e.
+// groups past the table pay about 20% (9.44 and 7.85 before either change); ncu counted
+// 2.74 and 2.23 G instructions with the table against 3.41 and 2.76 before.
+struct RowOffsets {
+  int64_t q, g;  // element offsets in Q and dO: hh sh + slot ss (each operand's strides)
+  int64_t l;     // offset in lse, delta and dq rows: hh Sq + slot
+  int slot, pad;
+};
+constexpr int kRowTableRows = 512;
+
+// The row table's bytes for a launch (0: rows are worked out in the kernel).
+inline int row_table_bytes(const AttnShape& s, const AttnMaskArgs& m, int qt) {
+  if (m.kind != AttnMaskKind::dflash) return 0;
+  const int64_t rows = (s.Hq / s.Hkv) * m.block_size;
+  if (rows > kRowTableRows) return 0;
+  return static_cast<int>((rows + qt - 1) / qt * qt) * static_cast<int>(sizeof(RowOffsets));
+}
+
+// Note [dk/dv stages]: the query tiles stream through NS shared-memory stages (cp.async),
+// loads issued NS - 1 tiles ahead of the math, one barrier per tile. The pass holds two
+// CTAs a multiprocessor by registers (about 240 a thread at hd 128; 8 warps, ncu: 5.5-5.9
+// cycles between a warp's instructions, fixed-latency dependencies the largest stall),
+// which leaves room in shared memory for a third stage at QT = 32; it measured no faster
+// on the H200 (12.35 vs 12.37 ms for the 27B-class dk/dv pass), so two is the default.
+// CHUNKGRAD_FLASH_DKDV_STAGES=2 or 3 forces the count at QT = 32 (read once; benchmarks).
+
+// Note [Fused dq]: under a DFlash mask, when dq and dk/dv are both wanted, dq is taken
+// inside the dk/dv pass instead of in a pass of its own (FlashAttention-2's way): after a
+// warp has dS^T for its 16 keys and the tile's QT = 32 rows, it stores it to shared memory
+// (keys by rows); after a barrier each warp multiplies a 16-row x HD/2 quarter of dS
+// (32 rows x 64 keys) by the CTA's K and adds the product to an fp32 dq buffer (zeroed
+// first; scratch) with float2 atomics (sm_90); a last kernel writes dq = scale * buffer.
+// That drops the dq pass's own walk over the keys, which recomputed S and dP (two of its
+// three GEMMs), for one GEMM, one barrier and the atomics per (key tile, query tile). The
+// atomics' order varies, so dq may differ in the last bits from run to run (dk, dv do
+// not; the causal and unmasked rules keep the two deterministic passes). H200, 32/8 heads,
+// 1024 x 24 over 4096 context keys, bf16 hd 128, fwd + bwd (bench/attention_bench): full
+// rule 29.24 -> 21.10 ms, sliding (W 2048) 24.68 -> 18.44 ms, in one run. The extra fp32
+// buffer is B * Hq * Sq * hd * 4 bytes (403 MB at that shape) while the backward runs.
+// CHUNKGRAD_FLASH_FUSED_DQ=0 keeps the dq pass (read once; for benchmarks).
+
+// Note [Whole warp tiles]: a warp's 16 context keys are seen by every row of a query tile
+// when the tile is full, the keys end inside the tile and before the block's anchor, and
+// (sliding rule) start no earlier than anchor + (block_size - 1) - (W - 1), the furthest
+// back the block's last slot reaches. Such warps -- all but the tiles at the anchor and,
+// under the sliding rule, at the window's far edge -- skip the per-element mask (under the
+// sliding rule a shared-memory slot load and two compares each); the branch is uniform
+// across the warp. H200, 32/8 heads, 1024 x 24 over 4096 context keys, bf16 hd 128, fwd +
+// bwd (bench/attention_bench, one run each): full rule 21.10 -> 18.15 ms, sliding (W 2048)
+// 18.55 -> 15.66 ms.
+
+// Note [Dead warp tiles]: a warp whose 16 context keys no row of the query tile sees --
+// keys at or past the block's anchor (the anchor's key tile), or under the sliding rule
+// keys wholly before anchor - (W - 1), where slot 0 reaches furthest back (the window's
+// first tile) -- skips the tile's math: its P and dS are zero, so dk and dv keep their
+// values, and with the fused dq it stores zeros as its share of dS^T. The warp's SM
+// sub-partition then serves the other CTA's warp. With the bench's anchors (1024 x 24 over
+// 4096 keys, W 2048) such warps are 1.2% of the full rule's context warp tiles and 2.3% of
+// the sliding rule's; the masked ones 0.6% and 1.9%.
+
+// Sliding: the sliding DFlash rule (a template flag, so the other rules' kernels carry
+// none of its per-element work or registers).
+// Wg: the four GEMMs on the warpgroup MMA (Note [wgmma dk/dv]).
+template <typename T, int HD, int QT, bool Sliding, bool FusedDq, int NS, bool Wg>
+__global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
+  static_assert(NS == 2 || NS == 3, "two or three query-tile stages");
+  static_assert(!FusedDq || QT == 32, "the fused dq splits a 32-row tile over 4 warps");
+  static_assert(!Wg || HD == 128, "the wgmma dk/dv takes head dim 128");
+  if (batch_of_block() >= a.s.B) return;  // Note [Batch grid]
+  constexpr int LD = HD + kPad;
+  // Rows of the K, V, Q and dO tiles in shared memory: padded for ldmatrix, or (Wg) the
+  // swizzle's 128 bytes a column block, so every tile stays 1024-byte aligned.
+  constexpr int LDT = Wg ? HD : LD;
+  extern __shared__ __align__(16) unsigned char smem_dyn[];
+  // (Wg: the swizzled tiles must start 1024-byte aligned; the launch adds the slack.)
+  unsigned char* smem_raw =
+      Wg ? smem_dyn + ((1024u - (smem_addr(smem_dyn) & 1023u)) & 1023u) : smem_dyn;
+  T* sK = reinterpret_cast<T*>(smem_raw);                    // (kTile, LD)
+  T* sV = sK + kTile * LDT;                                  // (kTile, LD)
+  T* sQ = sV + kTile * LDT;                                  // (NS, QT, LD)
+  T* sG = sQ + NS * QT * LDT;                                // (NS, QT, LD)
+  float* sL = reinterpret_cast<float*>(sG + NS * QT * LDT);  // (NS, QT) lse
+  float* sD = sL + NS * QT;                                  // (NS, QT) delta
+  int* sSlot = reinterpret_cast<int*>(sD + NS * QT);         // (NS, QT) slot in the block (dflash)
+  constexpr int LDS = QT + kPad;
+  T* sdS = reinterpret_cast<T*>(sSlot + NS * QT);  // (kTile, LDS) dS^T (Note [Fused dq])
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // Every kv head's key tile t before any head's tile t + 1: the heavy tiles (causal's
+  // first keys, DFlash's first context keys) start first.
+  const AttnShape& s = a.s;
+  const int64_t b = batch_of_block(), hk = blockIdx.x % s.Hkv;  // Note [Batch grid]
+  const AttnMaskArgs& m = a.m;
+  const int64_t group = s.Hq / s.Hkv;
+  const KeyTileWork w = key_tile_work<QT>(s, m, a.ctx_parts, blockIdx.x / s.Hkv, a.ctx_ranges, b);
+  if constexpr (Wg) {  // (kTile, 64) x 2 column blocks each, swizzled (Note [wgmma])
+    const T* kb = head_rows<T>(a.k, b, hk);
+    const T* vb = head_rows<T>(a.v, b, hk);
+    for (int c = threadIdx.x; c < kTile * 16; c += kThreads) {
+      const int r = c / 16, x = c % 16;
+      const bool ok = w.j0 + r < w.jend;
+      const uint32_t at = (x / 8) * kTile * 128 + wgmma::swizzle128_offset(r, x % 8);
+      cp_async16(smem_addr(sK) + at, ok ? kb + (w.j0 + r) * a.k.ss + x * 8 : kb, ok);
+      cp_async16(smem_addr(sV) + at, ok ? vb + (w.j0 + r) * a.v.ss + x * 8 : vb, ok);
+    }
+  } else {
+    load_kv_tile_async<T, HD>(sK, sV, a.k, a.v, head_rows<T>(a.k, b, hk), head_rows<T>(a.v, b, hk),
+                              w.j0, w.jend);
+  }
+
+  // Row r of query tile (seg, qt): its head, query row and (DFlash) slot in the block,
+  // false past the tile's end. (32-bit division: this runs for every row of every tile;
+  // the slot falls out of it, where i % block_size would be a 64-bit remainder a row.)
+  const int64_t packed64 = group * m.block_size;
+  const int bs32 = static_cast<int>(m.block_size), packed_rows = static_cast<int>(packed64);
+  // Note [Row table]: filled once, before any query tile is loaded.
+  RowOffsets* sRows =
+      reinterpret_cast<RowOffsets*>(smem_raw + dkdv_smem_bytes<HD, QT, FusedDq, NS>());
+  const bool table = w.mode != 0 && packed64 <= kRowTableRows;
+  if (table) {
+    for (int v = threadIdx.x; v < packed_rows; v += kThreads) {
+      const int hh = v / bs32, slot = v - hh * bs32;
+      sRows[v] = RowOffsets{hh * a.q.sh + slot * a.q.ss, hh * a.g.sh + slot * a.g.ss,
+                            hh * s.Sq + slot, slot, 0};
+    }
+    __syncthreads();
+  }
+  auto row_of = [&](int64_t seg, int64_t qt, int r, int64_t& h, int64_t& i, int& slot) -> bool {
+    if (w.mode == 0) {
+      i = w.qlo + qt * QT + r;
+      h = hk * group + seg;
+      slot = 0;
+      return i < s.Sq;
+    }
+    const int64_t blk = w.mode == 1 ? w.block : seg;
+    const int v = static_cast<int>(qt) * QT + r;
+    if (v >= packed_rows) return false;
+    const int hh = v / bs32;
+    h = hk * group + hh;
+    slot = v - hh * bs32;
+    i = blk * m.block_size + slot;
+    return true;
+  };
+  // Valid rows of query tile qt (a prefix of its QT rows).
+  auto rows_in = [&](int64_t qt) -> int {
+    const int64_t left = w.mode == 0 ? s.Sq - (w.qlo + qt * QT) : packed_rows - qt * QT;
+    return static_cast<int>(min(static_cast<int64_t>(QT), left));
+  };
+  // Where segment seg's rows start (Note [Row table]): the offsets of its block's first row
+  // of the group's first head in Q, dO and the (b, h, i) rows of lse, delta and dq.
+  auto segment_bases = [&](int64_t seg, int64_t& bq, int64_t& bg, int64_t& bl) {
+    const int64_t row0 = (w.mode == 1 ? w.block : seg) * m.block_size, h0 = hk * group;
+    bq = b * a.q.sb + h0 * a.q.sh + row0 * a.q.ss;
+    bg = b * a.g.sb + h0 * a.g.sh + row0 * a.g.ss;
+    bl = (b * s.Hq + h0) * s.Sq + row0;
+  };
+  // Row r of query tile (seg, qt) given its segment's bases: its offsets in Q and dO, its
+  // (b, h, i) row and its slot; false past the tile's end.
+  auto row_at = [&](int64_t seg, int64_t qt, int r, int64_t bq, int64_t bg, int64_t bl, int64_t& oq,
+                    int64_t& og, int64_t& row, int& slot) -> bool {
+    if (table) {
+      const int v = static_cast<int>(qt) * QT + r;
+      if (v >= packed_rows) return false;
+      const RowOffsets& o = sRows[v];
+      oq = bq + o.q;
+      og = bg + o.g;
+      row = bl + o.l;
+      slot = o.slot;
+      return true;
+    }
+    int64_t h = 0, i = 0;
+    if (!row_of(seg, qt, r, h, i, slot)) return false;
+    oq = b * a.q.sb + h * a.q.sh + i * a.q.ss;
+    og = b * a.g.sb + h * a.g.sh + i * a.g.ss;
+    row = (b * s.Hq + h) * s.Sq + i;
+    return true;
+  };
+  // Q, dO rows (16-byte chunks), lse and delta of query tile (seg, qt) into `stage`; each
+  // thread maps its rows once for all four.
+  auto load_q_tile = [&](int64_t seg, int64_t qt, int stage) {
+    constexpr int kChunks = HD / 8, kRowsPerPass = kThreads / kChunks;
+    const int x = threadIdx.x % kChunks;
+    T* tq = sQ + stage * QT * LDT;
+    T* tg = sG + stage * QT * LDT;
+    int64_t bq = 0, bg = 0, bl = 0;
+    if (table) segment_bases(seg, bq, bg, bl);
+    for (int r = threadIdx.x / kChunks; r < QT; r += kRowsPerPass) {
+      int64_t oq = 0, og = 0, row = 0;
+      int slot = 0;
+      const bool ok = row_at(seg, qt, r, bq, bg, bl, oq, og, row, slot);
+      const T* qsrc = static_cast<const T*>(a.q.data) + (ok ? oq + x * 8 : 0);
+      const T* gsrc = static_cast<const T*>(a.g.data) + (ok ? og + x * 8 : 0);
+      // (Wg: (QT, 64) x 2 column blocks, swizzled; tiles are multiples of 1024 bytes)
+      const uint32_t at =
+          Wg ? (x / 8) * QT * 128 + wgmma::swizzle128_offset(r, x % 8) : (r * LD + x * 8) * 2;
+      cp_async16(smem_addr(tq) + at, qsrc, ok);
+      cp_async16(smem_addr(tg) + at, gsrc, ok);
+      if (x == 0) {
+        if (!ok) row = 0;
+        cp_async4(smem_addr(sL + stage * QT + r), a.lse + row, ok);
+        cp_async4(smem_addr(sD + stage * QT + r), a.delta + row, ok);
+        // The row's slot k (sliding rule). The stage was last read before this step's
+        // barrier, and is next read after a later step's.
+        if constexpr (Sliding) sSlot[stage * QT + r] = slot;
+      }
+    }
+  };
+
+  // Note [dk/dv stages]: tile n of the walk goes to stage n % NS; (seg0, qt0) is the tile
+  // the math is on, (seg1, qt1) the next, (seg, qt) the last one loaded.
+  int64_t seg = w.seg_begin - 1, qt = -1;
+  bool have0 = next_query_tile(w, m, b, seg, qt);
+  int64_t seg0 = seg, qt0 = qt;
+  if (have0) load_q_tile(seg0, qt0, 0);
+  cp_async_commit();
+  bool have1 = false;
+  int64_t seg1 = 0, qt1 = 0;
+  if constexpr (NS == 3) {
+    have1 = have0 && next_query_tile(w, m, b, seg, qt);
+    seg1 = seg;
+    qt1 = qt;
+    if (have1) load_q_tile(seg1, qt1, 1);
+    cp_async_commit();
+  }
+
+  const bool warp_active = w.j0 + warp * 16 < w.jend;
+  const CausalRule causal = causal_rule(s, m);
+  constexpr bool sliding = Sliding;  // Note [Sliding tiles]; Sk < 2^31 (checked at launch)
+  [[maybe_unused]] const int w1 = static_cast<int>(min(m.sliding_window - 1, int64_t{INT32_MAX}));
+  const int64_t kj0 = w.j0 + warp * 16 + lane / 4;  // this thread's keys: kj0, kj0 + 8
+  float dk[HD / 8][4], dv[HD / 8][4];
+#pragma unroll
+  for (int n = 0; n < HD / 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.f;
+  }
+
+  int stage = 0;
+  while (have0) {
+    // Tile seg0/qt0 has landed (the one loaded after it may still be in flight), and every
+    // thread is past the math of the stage the next load overwrites.
+    if constexpr (NS == 3) {
+      asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+    } else {
+      cp_async_wait_all();
+    }
+    if constexpr (Wg) wgmma::fence_proxy_async();  // the MMA reads what cp.async wrote
+    __syncthreads();
+    const int64_t cseg = seg0, cqt = qt0;
+    const bool have_next = (NS == 3 ? have1 : have0) && next_query_tile(w, m, b, seg, qt);
+    if (have_next) load_q_tile(seg, qt, stage == 0 ? NS - 1 : stage - 1);  // (stage + NS - 1) % NS
+    cp_async_commit();
+    if constexpr (NS == 3) {
+      have0 = have1;
+      seg0 = seg1;
+      qt0 = qt1;
+      have1 = have_next;
+      seg1 = seg;
+      qt1 = qt;
+    } else {
+      have0 = have_next;
+      seg0 = seg;
+      qt0 = qt;
+    }
+    // Keys this tile's rows may see: j < jend, causal j <= i + diag, context j < anchor.
+    const int64_t anchor = w.mode == 2 ? attn::dflash_anchor(m, b, cseg) : INT64_MAX;
+    // Note [Dead warp tiles]: no row of the tile sees any of this warp's 16 keys.
+    const int64_t kw0 = w.j0 + warp * 16;
+    bool dead = kw0 >= anchor;
+    if constexpr (Sliding) dead = dead || (w.mode == 2 && kw0 + 16 <= anchor - w1);
+    // Wg: an MMA is the whole warpgroup's, so the CTA computes when any warp is live and
+    // a warp that is not keeps P = 0 (Note [wgmma dk/dv]).
+    bool run = warp_active && !dead;
+    if constexpr (Wg) {
+      run = false;
+#pragma unroll
+      for (int wi = 0; wi < kWarps; ++wi) {
+        const int64_t kw = w.j0 + wi * 16;
+        bool d = kw >= anchor;
+        if constexpr (Sliding) d = d || (w.mode == 2 && kw + 16 <= anchor - w1);
+        run = run || (kw < w.jend && !d);
+      }
+    }
+    if (run) {
+      const T* tQ = sQ + stage * QT * LDT;
+      const T* tG = sG + stage * QT * LDT;
+      const float* tL = sL + stage * QT;
+      const float* tD = sD + stage * QT;
+      const int64_t qrow0 = w.qlo + cqt * QT;  // mode 0: query row of tile row 0
+      const int nrows = rows_in(cqt);
+      // Sliding: key kj0 + 8 * half sits at position rel[half] relative to the anchor;
+      // slot k sees it iff 0 <= k - rel <= W - 1.
+      [[maybe_unused]] const int* tSlot = sSlot + stage * QT;
+      [[maybe_unused]] int rel[2] = {0, 0};
+      if constexpr (sliding) {
+        const int64_t origin = w.mode == 2 ? anchor : m.context_len + w.block * m.block_size;
+        rel[0] = static_cast<int>(kj0 - origin);
+        rel[1] = rel[0] + 8;
+      }
+      // acc (16 keys x QT rows) = rows warp*16.. of sA (keys) times the tile's rows of tB.
+      auto key_by_row = [&](const T* sA, const T* tB, float(&acc)[QT / 8][4]) {
+#pragma unroll
+        for (int n = 0; n < QT / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+        if constexpr (Wg) {  // 64 keys x QT rows for the warpgroup; acc is the D fragment
+          float(&d)[QT / 2] = reinterpret_cast<float(&)[QT / 2]>(acc);
+          wgmma::fence_operands(d);
+          wgmma::fence();
+#pragma unroll
+          for (int ks = 0; ks < HD / 16; ++ks) {
+            const uint32_t col = (ks % 4) * 32u;  // within column block ks / 4
+            const uint64_t da =
+                wgmma::desc_sw128(smem_addr(sA) + (ks / 4) * kTile * 128 + col, 16, 1024);
+            const uint64_t db =
+                wgmma::desc_sw128(smem_addr(tB) + (ks / 4) * QT * 128 + col, 16, 1024);
+            if constexpr (QT == 32) {
+              wgmma::mma_m64n32k16_ss<T>(d, da, db, 1);
+            } else {
+              wgmma::mma_m64n64k16_ss<T>(d, da, db, 1);
+            }
+          }
+          wgmma::commit();
+          wgmma::wait<0>();
+          wgmma::fence_operands(d);
+        } else {
+#pragma unroll
+          for (int ks = 0; ks < HD / 16; ++ks) {
+            uint32_t fa[4];
+            ldsm_x4(fa, smem_addr(sA + (warp * 16 + lane % 16) * LD + ks * 16 + (lane / 16) * 8));
+#pragma unroll
+            for (int np = 0; np < QT / 16; ++np) {
+              uint32_t fb[4];
+              ldsm_x4(fb, smem_addr(tB + (np * 16 + lane % 8 + (lane / 16) * 8) * LD + ks * 16 +
+                                    ((lane / 8) % 2) * 8));
+              mma<T>(acc[2 * np], fa, fb[0], fb[1]);
+              mma<T>(acc[2 * np + 1], fa, fb[2], fb[3]);
+            }
+          }
+        }
+      };
+      // out (16 keys x HD) += pk (16 keys x QT rows, packed A fragments) times tB (QT x HD).
+      auto accumulate = [&](const uint32_t(&pk)[QT / 16][4], const T* tB, float(&out)[HD / 8][4]) {
+        if constexpr (Wg) {  // B = the tile's rows (the K dimension) x HD: MN-major
+          float(&d)[HD / 2] = reinterpret_cast<float(&)[HD / 2]>(out);
+          wgmma::fence_operands(d);
+          wgmma::fence();
+#pragma unroll
+          for (int kk = 0; kk < QT / 16; ++kk) {
+            wgmma::mma_m64n128k16_rs<T>(
+                d, pk[kk], wgmma::desc_sw128(smem_addr(tB) + kk * 16 * 128, QT * 128, 1024));
+          }
+          wgmma::commit();
+          wgmma::wait<0>();
+          wgmma::fence_operands(d);
+        } else {
+#pragma unroll
+          for (int kk = 0; kk < QT / 16; ++kk) {
+#pragma unroll
+            for (int dd = 0; dd < HD / 16; ++dd) {
+              uint32_t fb[4];
+              ldsm_x4_trans(fb, smem_addr(tB + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * LD +
+                                          dd * 16 + (lane / 16) * 8));
+              mma<T>(out[2 * dd], pk[kk], fb[0], fb[1]);
+              mma<T>(out[2 * dd + 1], pk[kk], fb[2], fb[3]);
+            }
+          }
+        }
+      };
+      auto pack_fragments = [&](const float(&acc)[QT / 8][4], uint32_t(&pk)[QT / 16][4]) {
+#pragma unroll
+        for (int kk = 0; kk < QT / 16; ++kk) {
+          pk[kk][0] = pack2<T>(acc[2 * kk][0], acc[2 * kk][1]);
+          pk[kk][1] = pack2<T>(acc[2 * kk][2], acc[2 * kk][3]);
+          pk[kk][2] = pack2<T>(acc[2 * kk + 1][0], acc[2 * kk + 1][1]);
+          pk[kk][3] = pack2<T>(acc[2 * kk + 1][2], acc[2 * kk + 1][3]);
+        }
+      };
+      // One score-sized accumulator at a time (registers): S^T -> P^T -> dV, then
+      // dP^T -> dS^T = P^T (dP^T - delta) -> dK, with P^T kept as packed 16-bit values.
+      float acc[QT / 8][4];
+      uint32_t pk[QT / 16][4];
+      key_by_row(sK, tQ, acc);
+      // Note [Whole warp tiles]: every row of the tile sees every one of this warp's keys.
+      bool whole = w.mode == 2 && nrows == QT && kw0 + 16 <= w.jend && kw0 + 16 <= anchor;
+      if constexpr (sliding) whole = whole && kw0 >= anchor + (m.block_size - 1) - w1;
+      if (Wg && !(warp_active && !dead)) {  // a warp with no visible key: P = 0
+#pragma unroll
+        for (int n = 0; n < QT / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+      } else if (whole) {
+#pragma unroll
+        for (int n = 0; n < QT / 8; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int c = n * 8 + (lane % 4) * 2 + (e & 1);
+            acc[n][e] = exp2f(acc[n][e] * a.scale_log2 - tL[c] * kLog2e);
+          }
+        }
+      } else {
+        // Whether keys kj0 and kj0 + 8 lie before the tile's end and the anchor (once a tile,
+        // not a 64-bit compare an element).
+        const int64_t kend = min(w.jend, anchor);
+        const bool key_in[2] = {kj0 < kend, kj0 + 8 < kend};
+#pragma unroll
+        for (int n = 0; n < QT / 8; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int c = n * 8 + (lane % 4) * 2 + (e & 1);  // query row in the tile
+            const int64_t j = kj0 + (e < 2 ? 0 : 8);
+            bool vis = c < nrows && key_in[e / 2] && !causal.hides(j, qrow0 + c);
+            if constexpr (sliding) {
+              const int d = tSlot[c] - rel[e / 2];
+              vis = vis && d >= 0 && d <= w1;
+            }
+            // (a visited row always sees a key, so its lse is finite)
+            acc[n][e] = vis ? exp2f(acc[n][e] * a.scale_log2 - tL[c] * kLog2e) : 0.f;
+          }
+        }
+      }
+      pack_fragments(acc, pk);
+      accumulate(pk, tG, dv);
+      key_by_row(sV, tG, acc);
+#pragma unroll
+      for (int n = 0; n < QT / 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int c = n * 8 + (lane % 4) * 2 + (e & 1);
+          const float pe = unpack<T>(pk[n / 2][(n % 2) * 2 + e / 2], e & 1);
+          acc[n][e] = pe * (acc[n][e] - tD[c]);
+        }
+      }
+      pack_fragments(acc, pk);
+      accumulate(pk, tQ, dk);
+      if constexpr (FusedDq) {  // this warp's 16 keys of dS^T, keys by rows
+#pragma unroll
+        for (int kk = 0; kk < QT / 16; ++kk) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            *reinterpret_cast<uint32_t*>(sdS + (warp * 16 + lane / 4 + 8 * (e & 1)) * LDS +
+                                         kk * 16 + (lane % 4) * 2 + 8 * (e >> 1)) = pk[kk][e];
+          }
+        }
+      }
+    } else if constexpr (FusedDq) {  // keys past the tile's end, or dead: dS = 0
+#pragma unroll
+      for (int e = 0; e < QT / 4; ++e) {
+        *reinterpret_cast<uint32_t*>(sdS + (warp * 16 + lane / 2) * LDS + (lane % 2) * (QT / 2) +
+                                     2 * e) = 0u;
+      }
+    }
+    if constexpr (FusedDq) {
+      __syncthreads();
+      // Rows 16 mh .. 16 mh + 15 of the tile, dims ch * HD / 2 .. + HD / 2: dS (rows x 64
+      // keys, from sdS transposed) times K (64 keys x HD).
+      const int mh = warp & 1, ch = warp >> 1;
+      float dqa[HD / 16][4];
+#pragma unroll
+      for (int n = 0; n < HD / 16; ++n) dqa[n][0] = dqa[n][1] = dqa[n][2] = dqa[n][3] = 0.f;
+#pragma unroll
+      for (int ks = 0; ks < kTile / 16; ++ks) {
+        uint32_t fa[4];
+        ldsm_x4_trans(fa, smem_addr(sdS + (ks * 16 + (lane / 16) * 8 + lane % 8) * LDS + mh * 16 +
+                                    ((lane / 8) % 2) * 8));
+#pragma unroll
+        for (int dd = 0; dd < HD / 32; ++dd) {
+          uint32_t fb[4];
+          const int kr = ks * 16 + lane % 8 + ((lane / 8) % 2) * 8;  // key row of K
+          const int kc = ch * (HD / 2) + dd * 16 + (lane / 16) * 8;  // first column
+          ldsm_x4_trans(fb, Wg ? smem_addr(sK) + (kc / 64) * kTile * 128 +
+                                     wgmma::swizzle128_offset(kr, (kc % 64) / 8)
+                               : smem_addr(sK + kr * LD + kc));
+          mma<T>(dqa[2 * dd], fa, fb[0], fb[1]);
+          mma<T>(dqa[2 * dd + 1], fa, fb[2], fb[3]);
+        }
+      }
+      int64_t bq = 0, bg = 0, bl = 0;
+      if (table) segment_bases(cseg, bq, bg, bl);
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        int64_t oq = 0, og = 0, row = 0;
+        int slot = 0;
+        if (!row_at(cseg, cqt, mh * 16 + half * 8 + lane / 4, bq, bg, bl, oq, og, row, slot)) {
+          continue;
+        }
+        float* dst = a.dq_acc + row * HD + ch * (HD / 2) + (lane % 4) * 2;
+#pragma unroll
+        for (int n = 0; n < HD / 16; ++n) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+          atomicAdd(reinterpret_cast<float2*>(dst + n * 8),
+                    make_float2(dqa[n][2 * half], dqa[n][2 * half + 1]));
+#else
+          atomicAdd(dst + n * 8, dqa[n][2 * half]);
+          atomicAdd(dst + n * 8 + 1, dqa[n][2 * half + 1]);
+#endif
+        }
+      }
+    }
+    stage = stage == NS - 1 ? 0 : stage + 1;
+  }
+  cp_async_wait_all();
+
+  const int col = (lane % 4) * 2;
+  if (w.mode == 2 && a.ctx_parts > 1) {  // Note [Context key parts]: partial sums, unscaled
+    const int64_t plane = s.B * a.ctx_parts * s.Hkv * m.context_len * HD;
+    float* pk = a.ctx_partial + ((b * a.ctx_parts + w.part) * s.Hkv + hk) * m.context_len * HD;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int64_t j = kj0 + half * 8;
+      if (j >= w.jend) continue;
+#pragma unroll
+      for (int n = 0; n < HD / 8; ++n) {
+        const int64_t at = j * HD + n * 8 + col;
+        *reinterpret_cast<float2*>(pk + at) = make_float2(dk[n][2 * half], dk[n][2 * half + 1]);
+        *reinterpret_cast<float2*>(pk + plane + at) =
+            make_float2(dv[n][2 * half], dv[n][2 * half + 1]);
+      }
+    }
+    return;
+  }
+  T* dkp = static_cast<T*>(a.dk);
+  T* dvp = static_cast<T*>(a.dv);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int64_t j = kj0 + half * 8;
+    if (j >= w.jend) continue;
+    const int64_t row = (b * s.Hkv + hk) * s.Sk + j;
+#pragma unroll
+    for (int n = 0; n < HD / 8; ++n) {
+      if (dkp != nullptr) {
+        *reinterpret_cast<uint32_t*>(dkp + row * HD + n * 8 + col) =
+            pack2<T>(dk[n][2 * half] * a.scale, dk[n][2 * half + 1] * a.scale);
+      }
+      if (dvp != nullptr) {
+        *reinterpret_cast<uint32_t*>(dvp + row * HD + n * 8 + col) =
+            pack2<T>(dv[n][2 * half], dv[n][2 * half + 1]);
+      }
+    }
+  }
+}
+
+}  // namespace cg::cuda::flash
