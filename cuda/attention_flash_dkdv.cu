@@ -62,29 +62,40 @@ int dkdv_stages() {
 // K, V, Q and dO sit in the 128-byte swizzle; the fused dq's ldmatrix reads K through it.
 // An MMA is issued by all four warps or none: a tile is computed when any warp has a
 // visible key, and a warp with none sets its P to 0 (the mma.sync kernel's dead warps skip
-// instead, Note [Dead warp tiles]). CHUNKGRAD_FLASH_DKDV_WGMMA=0 keeps mma.sync (read
-// once; for benchmarks).
-bool dkdv_wgmma(int64_t hd) {
-  static const bool off = [] {
+// instead, Note [Dead warp tiles]). The default also overlaps (variant 2, as
+// FlashAttention-3's backward does): S^T and dP^T are issued together and P^T is formed
+// while dP^T runs; dV += P^T dO runs while dS^T is formed; dK += dS^T Q runs under the
+// fused dq, waited at the tile's end. CHUNKGRAD_FLASH_DKDV_WGMMA=0 keeps mma.sync, =1 the
+// wgmma kernel without the overlap (read once; for benchmarks).
+int dkdv_wgmma(int64_t hd) {
+  static const int mode = [] {
     const char* e = std::getenv("CHUNKGRAD_FLASH_DKDV_WGMMA");
-    return e != nullptr && std::string(e) == "0";
+    const std::string v = e != nullptr ? e : "";
+    return v == "0" ? 0 : v == "1" ? 1 : 2;
   }();
-  return hd == 128 && !off && wgmma::available();
+  return hd == 128 && wgmma::available() ? mode : 0;
 }
 
 template <typename T, int HD, int QT, bool FusedDq = false, int NS = 2>
 void launch_dkdv_rows(const BwdArgs& a, int64_t key_tiles, cudaStream_t stream) {
   // (key_tiles counts every part of a split context tile: Note [Context key parts])
   const dim3 grid = batch_grid(key_tiles * a.s.Hkv, a.s.B);  // Note [Batch grid]
-  const bool wg = HD == 128 && dkdv_wgmma(HD);
+  // (The overlap's second score tile does not fit beside 64-row tiles: wgmma alone there.)
+  const int wg = HD == 128 ? (QT == 32 ? dkdv_wgmma(HD) : std::min(dkdv_wgmma(HD), 1)) : 0;
   const int smem =
-      dkdv_smem_bytes<HD, QT, FusedDq, NS>() + row_table_bytes(a.s, a.m, QT) + (wg ? 1024 : 0);
-  auto* kernel = a.m.sliding_window > 0 ? flash_dkdv_kernel<T, HD, QT, true, FusedDq, NS, false>
-                                        : flash_dkdv_kernel<T, HD, QT, false, FusedDq, NS, false>;
+      dkdv_smem_bytes<HD, QT, FusedDq, NS>() + row_table_bytes(a.s, a.m, QT) + (wg != 0 ? 1024 : 0);
+  const bool sl = a.m.sliding_window > 0;
+  auto* kernel = sl ? flash_dkdv_kernel<T, HD, QT, true, FusedDq, NS, 0>
+                    : flash_dkdv_kernel<T, HD, QT, false, FusedDq, NS, 0>;
   if constexpr (HD == 128) {
-    if (wg) {
-      kernel = a.m.sliding_window > 0 ? flash_dkdv_kernel<T, HD, QT, true, FusedDq, NS, true>
-                                      : flash_dkdv_kernel<T, HD, QT, false, FusedDq, NS, true>;
+    if (wg == 1) {
+      kernel = sl ? flash_dkdv_kernel<T, HD, QT, true, FusedDq, NS, 1>
+                  : flash_dkdv_kernel<T, HD, QT, false, FusedDq, NS, 1>;
+    } else if constexpr (QT == 32) {
+      if (wg == 2) {
+        kernel = sl ? flash_dkdv_kernel<T, HD, QT, true, FusedDq, NS, 2>
+                    : flash_dkdv_kernel<T, HD, QT, false, FusedDq, NS, 2>;
+      }
     }
   }
   CG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));

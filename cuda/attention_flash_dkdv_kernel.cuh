@@ -102,8 +102,9 @@ inline int row_table_bytes(const AttnShape& s, const AttnMaskArgs& m, int qt) {
 
 // Sliding: the sliding DFlash rule (a template flag, so the other rules' kernels carry
 // none of its per-element work or registers).
-// Wg: the four GEMMs on the warpgroup MMA (Note [wgmma dk/dv]).
-template <typename T, int HD, int QT, bool Sliding, bool FusedDq, int NS, bool Wg>
+// Wg: 0 mma.sync; 1 the four GEMMs on the warpgroup MMA, 2 also overlapped (Note [wgmma
+// dk/dv]).
+template <typename T, int HD, int QT, bool Sliding, bool FusedDq, int NS, int Wg>
 __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
   static_assert(NS == 2 || NS == 3, "two or three query-tile stages");
   static_assert(!FusedDq || QT == 32, "the fused dq splits a 32-row tile over 4 warps");
@@ -322,6 +323,9 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
         run = run || (kw < w.jend && !d);
       }
     }
+    // P^T and dS^T as A fragments: declared here, where Wg 2's MMAs reading them are waited.
+    uint32_t pk[QT / 16][4];
+    [[maybe_unused]] uint32_t pk2[QT / 16][4];
     if (run) {
       const T* tQ = sQ + stage * QT * LDT;
       const T* tG = sG + stage * QT * LDT;
@@ -339,7 +343,8 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
         rel[1] = rel[0] + 8;
       }
       // acc (16 keys x QT rows) = rows warp*16.. of sA (keys) times the tile's rows of tB.
-      auto key_by_row = [&](const T* sA, const T* tB, float(&acc)[QT / 8][4]) {
+      auto key_by_row = [&](const T* sA, const T* tB, float(&acc)[QT / 8][4],
+                            bool issue_only = false) {
 #pragma unroll
         for (int n = 0; n < QT / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
         if constexpr (Wg) {  // 64 keys x QT rows for the warpgroup; acc is the D fragment
@@ -360,6 +365,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
             }
           }
           wgmma::commit();
+          if (issue_only) return;  // (the caller waits)
           wgmma::wait<0>();
           wgmma::fence_operands(d);
         } else {
@@ -379,7 +385,8 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
         }
       };
       // out (16 keys x HD) += pk (16 keys x QT rows, packed A fragments) times tB (QT x HD).
-      auto accumulate = [&](const uint32_t(&pk)[QT / 16][4], const T* tB, float(&out)[HD / 8][4]) {
+      auto accumulate = [&](const uint32_t(&pk)[QT / 16][4], const T* tB, float(&out)[HD / 8][4],
+                            bool issue_only = false) {
         if constexpr (Wg) {  // B = the tile's rows (the K dimension) x HD: MN-major
           float(&d)[HD / 2] = reinterpret_cast<float(&)[HD / 2]>(out);
           wgmma::fence_operands(d);
@@ -390,6 +397,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
                 d, pk[kk], wgmma::desc_sw128(smem_addr(tB) + kk * 16 * 128, QT * 128, 1024));
           }
           wgmma::commit();
+          if (issue_only) return;  // (the caller waits)
           wgmma::wait<0>();
           wgmma::fence_operands(d);
         } else {
@@ -418,8 +426,15 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
       // One score-sized accumulator at a time (registers): S^T -> P^T -> dV, then
       // dP^T -> dS^T = P^T (dP^T - delta) -> dK, with P^T kept as packed 16-bit values.
       float acc[QT / 8][4];
-      uint32_t pk[QT / 16][4];
-      key_by_row(sK, tQ, acc);
+      [[maybe_unused]] float acc2[QT / 8][4];  // Wg 2: dP^T, computed while P^T is
+      if constexpr (Wg == 2) {
+        key_by_row(sK, tQ, acc, true);
+        key_by_row(sV, tG, acc2, true);
+        wgmma::wait<1>();
+        wgmma::fence_operands(reinterpret_cast<float(&)[QT / 2]>(acc));
+      } else {
+        key_by_row(sK, tQ, acc);
+      }
       // Note [Whole warp tiles]: every row of the tile sees every one of this warp's keys.
       bool whole = w.mode == 2 && nrows == QT && kw0 + 16 <= w.jend && kw0 + 16 <= anchor;
       if constexpr (sliding) whole = whole && kw0 >= anchor + (m.block_size - 1) - w1;
@@ -457,26 +472,34 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
         }
       }
       pack_fragments(acc, pk);
-      accumulate(pk, tG, dv);
-      key_by_row(sV, tG, acc);
+      if constexpr (Wg == 2) {  // dV += P^T dO runs while dS^T is formed
+        accumulate(pk, tG, dv, true);
+        wgmma::wait<1>();
+        wgmma::fence_operands(reinterpret_cast<float(&)[QT / 2]>(acc2));
+      } else {
+        accumulate(pk, tG, dv);
+        key_by_row(sV, tG, acc);
+      }
+      float(&dp)[QT / 8][4] = Wg == 2 ? acc2 : acc;
+      uint32_t(&pd)[QT / 16][4] = Wg == 2 ? pk2 : pk;  // dS^T, packed
 #pragma unroll
       for (int n = 0; n < QT / 8; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int c = n * 8 + (lane % 4) * 2 + (e & 1);
           const float pe = unpack<T>(pk[n / 2][(n % 2) * 2 + e / 2], e & 1);
-          acc[n][e] = pe * (acc[n][e] - tD[c]);
+          dp[n][e] = pe * (dp[n][e] - tD[c]);
         }
       }
-      pack_fragments(acc, pk);
-      accumulate(pk, tQ, dk);
-      if constexpr (FusedDq) {  // this warp's 16 keys of dS^T, keys by rows
+      pack_fragments(dp, pd);
+      accumulate(pd, tQ, dk, Wg == 2);  // Wg 2: runs on under the fused dq (waited below)
+      if constexpr (FusedDq) {          // this warp's 16 keys of dS^T, keys by rows
 #pragma unroll
         for (int kk = 0; kk < QT / 16; ++kk) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             *reinterpret_cast<uint32_t*>(sdS + (warp * 16 + lane / 4 + 8 * (e & 1)) * LDS +
-                                         kk * 16 + (lane % 4) * 2 + 8 * (e >> 1)) = pk[kk][e];
+                                         kk * 16 + (lane % 4) * 2 + 8 * (e >> 1)) = pd[kk][e];
           }
         }
       }
@@ -531,6 +554,20 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
           atomicAdd(dst + n * 8, dqa[n][2 * half]);
           atomicAdd(dst + n * 8 + 1, dqa[n][2 * half + 1]);
 #endif
+        }
+      }
+    }
+    if constexpr (Wg == 2) {  // dV and dK of this tile, left running under the fused dq
+      if (run) {
+        wgmma::wait<0>();
+        wgmma::fence_operands(reinterpret_cast<float(&)[HD / 2]>(dv));
+        wgmma::fence_operands(reinterpret_cast<float(&)[HD / 2]>(dk));
+#pragma unroll
+        for (int kk = 0; kk < QT / 16; ++kk) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            asm volatile("" : "+r"(pk[kk][e]), "+r"(pk2[kk][e])::"memory");
+          }
         }
       }
     }
