@@ -27,6 +27,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cmath>
 #include <cstdint>
 #include <type_traits>
 
@@ -196,6 +197,23 @@ struct SlidingRule {  // positions in 32 bits: Sk < 2^31 (checked at launch)
     return on && (j0 >= context_len || j0 < unmasked_from);
   }
 };
+
+// Hides (-inf) the scores of a query-side kernel's key tile that its rows may not see:
+// sc[n][e] (an m16n8 C fragment per n) is key j0 + 8 n + 2 (lane % 4) + e % 2 of query row
+// ir[e / 2]; keys past jend, past the causal diagonal or outside the sliding window.
+template <int N>
+__device__ inline void mask_scores(float (&sc)[N][4], const int (&ir)[2], int64_t j0, int64_t jend,
+                                   const CausalRule& causal, const SlidingRule& sliding, int lane) {
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int64_t j = j0 + n * 8 + (lane % 4) * 2 + (e & 1);
+      const int64_t i = ir[e / 2];  // (Sq < 2^31: checked at launch)
+      if (j >= jend || causal.hides(j, i) || sliding.hides(j, i)) sc[n][e] = -INFINITY;
+    }
+  }
+}
 
 // Which (head, query row) row r of a query tile is (Note [Flash tiles]).
 struct QueryTile {

@@ -81,25 +81,6 @@ inline int row_table_bytes(const AttnShape& s, const AttnMaskArgs& m, int qt) {
 // buffer is B * Hq * Sq * hd * 4 bytes (403 MB at that shape) while the backward runs.
 // CHUNKGRAD_FLASH_FUSED_DQ=0 keeps the dq pass (read once; for benchmarks).
 
-// Note [Whole warp tiles]: a warp's 16 context keys are seen by every row of a query tile
-// when the tile is full, the keys end inside the tile and before the block's anchor, and
-// (sliding rule) start no earlier than anchor + (block_size - 1) - (W - 1), the furthest
-// back the block's last slot reaches. Such warps -- all but the tiles at the anchor and,
-// under the sliding rule, at the window's far edge -- skip the per-element mask (under the
-// sliding rule a shared-memory slot load and two compares each); the branch is uniform
-// across the warp. H200, 32/8 heads, 1024 x 24 over 4096 context keys, bf16 hd 128, fwd +
-// bwd (bench/attention_bench, one run each): full rule 21.10 -> 18.15 ms, sliding (W 2048)
-// 18.55 -> 15.66 ms.
-
-// Note [Dead warp tiles]: a warp whose 16 context keys no row of the query tile sees --
-// keys at or past the block's anchor (the anchor's key tile), or under the sliding rule
-// keys wholly before anchor - (W - 1), where slot 0 reaches furthest back (the window's
-// first tile) -- skips the tile's math: its P and dS are zero, so dk and dv keep their
-// values, and with the fused dq it stores zeros as its share of dS^T. The warp's SM
-// sub-partition then serves the other CTA's warp. With the bench's anchors (1024 x 24 over
-// 4096 keys, W 2048) such warps are 1.2% of the full rule's context warp tiles and 2.3% of
-// the sliding rule's; the masked ones 0.6% and 1.9%.
-
 // Sliding: the sliding DFlash rule (a template flag, so the other rules' kernels carry
 // none of its per-element work or registers).
 // Wg: 0 mma.sync; 1 the four GEMMs on the warpgroup MMA, 2 also overlapped (Note [wgmma
@@ -364,10 +345,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
               wgmma::mma_m64n64k16_ss<T>(d, da, db, 1);
             }
           }
-          wgmma::commit();
-          if (issue_only) return;  // (the caller waits)
-          wgmma::wait<0>();
-          wgmma::fence_operands(d);
+          wgmma::commit_and_wait(d, issue_only);
         } else {
 #pragma unroll
           for (int ks = 0; ks < HD / 16; ++ks) {
@@ -396,10 +374,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
             wgmma::mma_m64n128k16_rs<T>(
                 d, pk[kk], wgmma::desc_sw128(smem_addr(tB) + kk * 16 * 128, QT * 128, 1024));
           }
-          wgmma::commit();
-          if (issue_only) return;  // (the caller waits)
-          wgmma::wait<0>();
-          wgmma::fence_operands(d);
+          wgmma::commit_and_wait(d, issue_only);
         } else {
 #pragma unroll
           for (int kk = 0; kk < QT / 16; ++kk) {

@@ -121,19 +121,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FwdArgs a) {
       uint32_t pa[MT][kTile / 16][4];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
-        if (need_mask) {
-#pragma unroll
-          for (int n = 0; n < kTile / 8; ++n) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int64_t j = j0 + n * 8 + (lane % 4) * 2 + (e & 1);
-              const int64_t i = ir[mt][e / 2];  // (Sq < 2^31: checked at launch)
-              if (j >= jend || causal.hides(j, i) || sliding.hides(j, i)) {
-                sc[mt][n][e] = -INFINITY;
-              }
-            }
-          }
-        }
+        if (need_mask) mask_scores(sc[mt], ir[mt], j0, jend, causal, sliding, lane);
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
           float mx = -INFINITY;

@@ -176,15 +176,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) flash_forward_wgmma_kernel(F
       const bool need_mask =
           j0 + kTile > jend || causal.hides(j0 + kTile - 1, first_i) || sliding.masks_tile(j0);
       if (need_mask) {
-#pragma unroll
-        for (int n = 0; n < kTile / 8; ++n) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int64_t j = j0 + n * 8 + (lane % 4) * 2 + (e & 1);
-            const int64_t i = ir[e / 2];  // (Sq < 2^31: checked at launch)
-            if (j >= jend || causal.hides(j, i) || sliding.hides(j, i)) sc[4 * n + e] = -INFINITY;
-          }
-        }
+        mask_scores(reinterpret_cast<float(&)[kTile / 8][4]>(sc), ir, j0, jend, causal, sliding,
+                    lane);
       }
       float corr[2];
 #pragma unroll
