@@ -189,6 +189,17 @@ bool fused_dq(const AttnShape& s, const AttnMaskArgs& m, bool want_dq, bool want
   return forced != 0;
 }
 
+// Note [dq bulk reduce] (attention_flash_dkdv_kernel.cuh): whether the fused dq's partials
+// go by bulk reductions; CHUNKGRAD_FLASH_DQ_BULK=0 keeps the atomics (read once; for
+// benchmarks). The kernel takes atomics anyway where the device code predates sm_90.
+bool dq_bulk(const float* dq_acc) {
+  static const bool off = [] {
+    const char* e = std::getenv("CHUNKGRAD_FLASH_DQ_BULK");
+    return e != nullptr && std::string(e) == "0";
+  }();
+  return !off && reinterpret_cast<uintptr_t>(dq_acc) % 16 == 0;
+}
+
 namespace {
 template <typename T, int HD>
 __global__ void dq_from_acc_kernel(BwdArgs a) {
@@ -222,12 +233,15 @@ size_t context_partial_floats(const AttnShape& s, const AttnMaskArgs& m, bool wa
   return 2 * static_cast<size_t>(s.B * parts * s.Hkv * m.context_len * s.hd);
 }
 // Floats of all context-part scratch: the partial sums, then the parts' block ranges (two
-// ints a part, in float-sized slots; an even count keeps what follows 8-byte aligned).
+// ints a part, in float-sized slots), rounded up to 4 floats so that what follows keeps
+// the scratch's 16-byte alignment (Note [dq bulk reduce]).
 size_t context_parts_floats(const AttnShape& s, const AttnMaskArgs& m, bool want_dkdv) {
   const int parts = want_dkdv ? flash::dkdv_context_parts(s, m) : 1;
   if (parts == 1) return 0;
   const int64_t ctx_tiles = (m.context_len + flash::kTile - 1) / flash::kTile;
-  return context_partial_floats(s, m, want_dkdv) + 2 * static_cast<size_t>(s.B * ctx_tiles * parts);
+  const size_t floats =
+      context_partial_floats(s, m, want_dkdv) + 2 * static_cast<size_t>(s.B * ctx_tiles * parts);
+  return (floats + 3) / 4 * 4;
 }
 }  // namespace
 
@@ -274,7 +288,10 @@ void launch_flash_attention_backward(DType dtype, const AttnShape& s, AttnOperan
   if (a.ctx_parts > 1) {  // the parts' block ranges follow their partial sums
     a.ctx_ranges = reinterpret_cast<int*>(scratch + context_partial_floats(s, m, want_dkdv));
   }
-  if (fused) a.dq_acc = scratch + context_parts_floats(s, m, want_dkdv);  // Note [Fused dq]
+  if (fused) {  // Note [Fused dq]
+    a.dq_acc = scratch + context_parts_floats(s, m, want_dkdv);
+    a.dq_bulk = flash::dq_bulk(a.dq_acc);
+  }
   if (dq != nullptr && !fused) flash::launch_flash_dq(dtype, a, stream);
   if (want_dkdv) flash::launch_flash_dkdv(dtype, a, stream);
   if (fused) flash::launch_flash_dq_from_acc(dtype, a, stream);

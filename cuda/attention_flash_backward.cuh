@@ -33,6 +33,9 @@ struct BwdArgs {
   // Note [Fused dq]: when set, the dk/dv pass also adds dq (fp32, unscaled) into this
   // [B, Hq, Sq, hd] buffer (zeroed first) and the dq pass does not run.
   float* dq_acc = nullptr;
+  // Note [dq bulk reduce]: the fused dq's partial products go to dq_acc by bulk reductions
+  // from shared memory (sm_90 and later; atomics otherwise). dq_acc is then 16-byte aligned.
+  bool dq_bulk = false;
 };
 
 // Whether this backward takes dq inside the dk/dv pass (Note [Fused dq]).
@@ -46,6 +49,9 @@ int dkdv_context_parts(const AttnShape& s, const AttnMaskArgs& m);
 // the context keys as the sums of the parts' partials.
 void launch_context_ranges(const BwdArgs& a, cudaStream_t stream);
 void launch_context_parts_sum(DType dtype, const BwdArgs& a, cudaStream_t stream);
+
+// Whether the fused dq adds into dq_acc by bulk reductions (Note [dq bulk reduce]).
+bool dq_bulk(const float* dq_acc);
 
 // dq pass (a.dq set): launches on `stream`. dtype bf16 or f16, hd 64 or 128.
 void launch_flash_dq(DType dtype, const BwdArgs& a, cudaStream_t stream);

@@ -116,6 +116,39 @@ __device__ inline void cp_async_wait_all() {
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
 
+// sm_90's bulk reduction (Note [dq bulk reduce]): dst[0 .. bytes) += the fp32 values at
+// shared address src, asynchronously, as one bulk group of the calling thread. Both
+// addresses 16-byte aligned, bytes a multiple of 16. Not on earlier architectures (the
+// caller takes atomics there).
+__device__ inline void bulk_reduce_add_f32(float* dst, uint32_t src, int bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
+                   dst),
+               "r"(src), "r"(bytes)
+               : "memory");
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+#endif
+}
+// The calling thread's bulk groups have read their shared memory (it may be rewritten).
+__device__ inline void bulk_wait_read() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+#endif
+}
+// The calling thread's bulk groups are complete (their writes done).
+__device__ inline void bulk_wait_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+#endif
+}
+// Orders this thread's shared-memory writes before later async-proxy reads (bulk copies,
+// wgmma operands).
+__device__ inline void fence_shared_for_async() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
 // Copies R rows of HD elements into smem [R][HD + kPad]; row_of(r) gives a row's global
 // address, or nullptr for a row past the tile's end (zero-filled).
 template <typename T, int R, int HD, typename RowOf>

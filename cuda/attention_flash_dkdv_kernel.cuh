@@ -20,12 +20,18 @@ namespace cg::cuda::flash {
 // ---------------------------------------------------------------------------------------
 // dk/dv pass
 
+// A warp's fp32 rows of dq in shared memory (Note [dq bulk reduce]): HD / 2 values and 8
+// of padding (rows 16-byte aligned; a half-warp's float2 stores hit distinct banks).
+template <int HD>
+constexpr int kDqLd = HD / 2 + 8;
+
 template <int HD, int QT, bool FusedDq, int NS>
 __host__ __device__ constexpr int dkdv_smem_bytes() {
-  // K, V; Q, dO x NS; L, D, slot x NS; with FusedDq dS^T (kTile, QT + kPad); a multiple of
-  // 16 bytes, so the row table (Note [Row table]) may follow.
+  // K, V; Q, dO x NS; L, D, slot x NS; with FusedDq dS^T (kTile, QT + kPad) and dq (kWarps,
+  // 16, kDqLd); every part a multiple of 16 bytes, as the total is, so the row table (Note
+  // [Row table]) may follow.
   return ((2 * kTile + 2 * NS * QT) * (HD + kPad) * 2 + 3 * NS * QT * 4 +
-          (FusedDq ? kTile * (QT + kPad) * 2 : 0) + 15) /
+          (FusedDq ? kTile * (QT + kPad) * 2 + kWarps * 16 * kDqLd<HD> * 4 : 0) + 15) /
          16 * 16;
 }
 
@@ -81,6 +87,17 @@ inline int row_table_bytes(const AttnShape& s, const AttnMaskArgs& m, int qt) {
 // buffer is B * Hq * Sq * hd * 4 bytes (403 MB at that shape) while the backward runs.
 // CHUNKGRAD_FLASH_FUSED_DQ=0 keeps the dq pass (read once; for benchmarks).
 
+// Note [dq bulk reduce]: the fused dq's atomics were about 3.2 ms of the 12.45 ms backward
+// of the 27B-class step's attention (H200, 32/8 heads, 1024 x 24 over 4096 keys: the
+// backward with them compiled out ran 9.22 ms): every (key tile, query tile) adds 32 rows x
+// HD fp32 values to dq, as float2 atomics of 8 bytes each. On sm_90 each warp instead
+// stores its 16 rows x HD / 2 of the product to its own shared-memory rows and lanes 0-15
+// add one row each with a bulk reduction (cp.reduce.async.bulk .add.f32: HD / 2 x 4 bytes
+// a row, in L2, as FlashAttention-3 adds its dq), read by the copy engine while the warp
+// goes on to the next tile; the lanes wait for the read before the rows are stored again.
+// The order of the additions still varies (Note [Fused dq]). CHUNKGRAD_FLASH_DQ_BULK=0
+// keeps the atomics (read once; for benchmarks).
+
 // Sliding: the sliding DFlash rule (a template flag, so the other rules' kernels carry
 // none of its per-element work or registers).
 // Wg: 0 mma.sync; 1 the four GEMMs on the warpgroup MMA, 2 also overlapped (Note [wgmma
@@ -108,6 +125,14 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
   int* sSlot = reinterpret_cast<int*>(sD + NS * QT);         // (NS, QT) slot in the block (dflash)
   constexpr int LDS = QT + kPad;
   T* sdS = reinterpret_cast<T*>(sSlot + NS * QT);  // (kTile, LDS) dS^T (Note [Fused dq])
+  // (kWarps, 16, kDqLd) fp32 dq rows a warp (Note [dq bulk reduce]); every part before it
+  // is a multiple of 16 bytes
+  float* sdQ = reinterpret_cast<float*>(sdS + kTile * LDS);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const bool bulk = FusedDq && a.dq_bulk;
+#else
+  const bool bulk = false;
+#endif
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   // Every kv head's key tile t before any head's tile t + 1: the heavy tiles (causal's
   // first keys, DFlash's first context keys) start first.
@@ -512,8 +537,30 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
       }
       int64_t bq = 0, bg = 0, bl = 0;
       if (table) segment_bases(cseg, bq, bg, bl);
+      if (bulk) {  // Note [dq bulk reduce]
+        constexpr int DL = kDqLd<HD>;
+        float* sq = sdQ + warp * 16 * DL;  // (16, DL): this warp's rows, dims ch * HD / 2 ..
+        if (lane < 16) bulk_wait_read();   // the last tile's reduction has read them
+        __syncwarp();
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
+        for (int half = 0; half < 2; ++half) {
+#pragma unroll
+          for (int n = 0; n < HD / 16; ++n) {
+            *reinterpret_cast<float2*>(sq + (half * 8 + lane / 4) * DL + n * 8 + (lane % 4) * 2) =
+                make_float2(dqa[n][2 * half], dqa[n][2 * half + 1]);
+          }
+        }
+        fence_shared_for_async();
+        __syncwarp();
+        int64_t oq = 0, og = 0, row = 0;
+        int slot = 0;
+        if (lane < 16 && row_at(cseg, cqt, mh * 16 + lane, bq, bg, bl, oq, og, row, slot)) {
+          bulk_reduce_add_f32(a.dq_acc + row * HD + ch * (HD / 2), smem_addr(sq + lane * DL),
+                              HD / 2 * 4);
+        }
+      }
+#pragma unroll
+      for (int half = 0; half < 2 && !bulk; ++half) {
         int64_t oq = 0, og = 0, row = 0;
         int slot = 0;
         if (!row_at(cseg, cqt, mh * 16 + half * 8 + lane / 4, bq, bg, bl, oq, og, row, slot)) {
@@ -549,6 +596,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
     stage = stage == NS - 1 ? 0 : stage + 1;
   }
   cp_async_wait_all();
+  if (bulk && lane < 16) bulk_wait_all();  // the reductions have read and added their rows
 
   const int col = (lane % 4) * 2;
   if (w.mode == 2 && a.ctx_parts > 1) {  // Note [Context key parts]: partial sums, unscaled
