@@ -122,10 +122,10 @@ __device__ inline void cp_async_wait_all() {
 // caller takes atomics there).
 __device__ inline void bulk_reduce_add_f32(float* dst, uint32_t src, int bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
-                   dst),
-               "r"(src), "r"(bytes)
-               : "memory");
+  asm volatile(
+      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
+      "r"(src), "r"(bytes)
+      : "memory");
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
 #endif
 }
