@@ -36,6 +36,10 @@ struct BwdArgs {
   // Note [dq bulk reduce]: the fused dq's partial products go to dq_acc by bulk reductions
   // from shared memory (sm_90 and later; atomics otherwise). dq_acc is then 16-byte aligned.
   bool dq_bulk = false;
+  // Note [128-key CTAs]: the keys of a DFlash context tile of the dk/dv pass (kTile or
+  // 2 kTile), and the first key tile a launch's blockIdx.x / Hkv counts from.
+  int ctx_key_tile = 64;  // kTile (attention_flash_common.cuh)
+  int64_t key_tile_base = 0;
 };
 
 // Whether this backward takes dq inside the dk/dv pass (Note [Fused dq]).

@@ -27,7 +27,7 @@ namespace {
 __global__ void context_ranges_kernel(BwdArgs a) {
   const int64_t b = batch_of_block();  // Note [Batch grid]
   if (b >= a.s.B) return;
-  KeyTileWork w = key_tile_work<kTile>(a.s, a.m, a.ctx_parts, blockIdx.x);
+  KeyTileWork w = key_tile_work<kTile>(a.s, a.m, a.ctx_parts, a.ctx_key_tile, blockIdx.x);
   balance_context_part(w, a.m, b, a.ctx_parts);
   if (threadIdx.x == 0) {
     int* r = a.ctx_ranges + (b * gridDim.x + blockIdx.x) * 2;
@@ -72,7 +72,7 @@ __global__ void context_parts_sum_kernel(BwdArgs a) {
 }  // namespace
 
 void launch_context_ranges(const BwdArgs& a, cudaStream_t stream) {
-  const int64_t ctx_tiles = (a.m.context_len + kTile - 1) / kTile;
+  const int64_t ctx_tiles = (a.m.context_len + a.ctx_key_tile - 1) / a.ctx_key_tile;
   context_ranges_kernel<<<batch_grid(ctx_tiles * a.ctx_parts, a.s.B), 32, 0, stream>>>(a);
   CG_CUDA_CHECK(cudaGetLastError());
 }

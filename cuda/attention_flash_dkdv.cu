@@ -76,18 +76,41 @@ int dkdv_wgmma(int64_t hd) {
   return hd == 128 && wgmma::available() ? mode : 0;
 }
 
-template <typename T, int HD, int QT, bool FusedDq = false, int NS = 2>
+// Note [128-key CTAs]: with the overlapped wgmma kernel and the fused dq, a CTA of two
+// warpgroups takes 128 context keys (each warpgroup's 64 keys its MMAs' rows, as before)
+// and both walk the same query tiles: a tile's Q, dO, lse and delta are loaded once for
+// 128 keys instead of 64, and its dq product (32 rows x HD, dS over all 128 keys times
+// their K, split over the 8 warps) is added to the fp32 buffer once instead of twice. The
+// blocks' own keys (24 a block in the 27B-class step) stay in 64-key CTAs of one
+// warpgroup, launched first as a grid of their own. 256 threads at about 240 registers
+// hold one CTA a multiprocessor, the same 8 warps as two CTAs of 64 keys.
+// CHUNKGRAD_FLASH_DKDV_KEYS=64 keeps 64-key CTAs (read once; for benchmarks).
+bool dkdv_wide_keys(const BwdArgs& a) {
+  static const bool off = [] {
+    const char* e = std::getenv("CHUNKGRAD_FLASH_DKDV_KEYS");
+    return e != nullptr && std::string(e) == "64";
+  }();
+  return !off && a.s.hd == 128 && dkdv_wgmma(a.s.hd) == 2 && a.dq_acc != nullptr &&
+         a.m.kind == AttnMaskKind::dflash && a.m.context_len > 0 && dkdv_stages() == 2;
+}
+
+template <typename T, int HD, int QT, bool FusedDq = false, int NS = 2, int KW = 1>
 void launch_dkdv_rows(const BwdArgs& a, int64_t key_tiles, cudaStream_t stream) {
   // (key_tiles counts every part of a split context tile: Note [Context key parts])
   const dim3 grid = batch_grid(key_tiles * a.s.Hkv, a.s.B);  // Note [Batch grid]
   // (The overlap's second score tile does not fit beside 64-row tiles: wgmma alone there.)
-  const int wg = HD == 128 ? (QT == 32 ? dkdv_wgmma(HD) : std::min(dkdv_wgmma(HD), 1)) : 0;
-  const int smem =
-      dkdv_smem_bytes<HD, QT, FusedDq, NS>() + row_table_bytes(a.s, a.m, QT) + (wg != 0 ? 1024 : 0);
+  const int wg = KW == 2     ? 2
+                 : HD == 128 ? (QT == 32 ? dkdv_wgmma(HD) : std::min(dkdv_wgmma(HD), 1))
+                             : 0;
+  const int smem = dkdv_smem_bytes<HD, QT, FusedDq, NS, KW>() + row_table_bytes(a.s, a.m, QT) +
+                   (wg != 0 ? 1024 : 0);
   const bool sl = a.m.sliding_window > 0;
   auto* kernel = sl ? flash_dkdv_kernel<T, HD, QT, true, FusedDq, NS, 0>
                     : flash_dkdv_kernel<T, HD, QT, false, FusedDq, NS, 0>;
-  if constexpr (HD == 128) {
+  if constexpr (KW == 2) {  // Note [128-key CTAs]
+    kernel = sl ? flash_dkdv_kernel<T, HD, QT, true, FusedDq, NS, 2, 2>
+                : flash_dkdv_kernel<T, HD, QT, false, FusedDq, NS, 2, 2>;
+  } else if constexpr (HD == 128) {
     if (wg == 1) {
       kernel = sl ? flash_dkdv_kernel<T, HD, QT, true, FusedDq, NS, 1>
                   : flash_dkdv_kernel<T, HD, QT, false, FusedDq, NS, 1>;
@@ -99,7 +122,7 @@ void launch_dkdv_rows(const BwdArgs& a, int64_t key_tiles, cudaStream_t stream) 
     }
   }
   CG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  kernel<<<grid, kThreads, smem, stream>>>(a);
+  kernel<<<grid, kThreads * KW, smem, stream>>>(a);
   CG_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -121,13 +144,29 @@ void launch_dkdv_typed(const BwdArgs& a, cudaStream_t stream) {
            "keys, got ",
            s.Sk);
   const int64_t ctx_tiles = (a.m.context_len + kTile - 1) / kTile;
+  const bool wide = HD == 128 && dkdv_wide_keys(a);  // Note [128-key CTAs]
+  BwdArgs wide_args = a;
+  wide_args.ctx_key_tile = 2 * kTile;
   if (a.ctx_parts > 1 && ctx_tiles > 0) {  // Note [Context key parts]
     CG_CHECK(a.ctx_ranges != nullptr, "flash dk/dv: context key parts need their range scratch");
-    launch_context_ranges(a, stream);
+    launch_context_ranges(wide ? wide_args : a, stream);
   }
   const bool three = dkdv_stages() == 3;  // Note [dk/dv stages]
   if (a.dq_acc != nullptr) {              // Note [Fused dq]
     CG_CUDA_CHECK(cudaMemsetAsync(a.dq_acc, 0, sizeof(float) * s.B * s.Hq * s.Sq * HD, stream));
+    if constexpr (HD == 128) {
+      if (wide) {  // the blocks' keys, then the context's (Note [128-key CTAs])
+        BwdArgs block_args = a;
+        block_args.key_tile_base = ctx_tiles * a.ctx_parts;
+        if (key_tiles > block_args.key_tile_base) {
+          launch_dkdv_rows<T, HD, 32, true, 2>(block_args, key_tiles - block_args.key_tile_base,
+                                               stream);
+        }
+        const int64_t wide_tiles = (a.m.context_len + 2 * kTile - 1) / (2 * kTile) * a.ctx_parts;
+        launch_dkdv_rows<T, HD, 32, true, 2, 2>(wide_args, wide_tiles, stream);
+        return;
+      }
+    }
     if (three) {
       launch_dkdv_rows<T, HD, 32, true, 3>(a, key_tiles, stream);
     } else {

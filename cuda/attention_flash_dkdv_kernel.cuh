@@ -20,18 +20,20 @@ namespace cg::cuda::flash {
 // ---------------------------------------------------------------------------------------
 // dk/dv pass
 
-// A warp's fp32 rows of dq in shared memory (Note [dq bulk reduce]): HD / 2 values and 8
-// of padding (rows 16-byte aligned; a half-warp's float2 stores hit distinct banks).
-template <int HD>
-constexpr int kDqLd = HD / 2 + 8;
+// A warp's fp32 rows of dq in shared memory (Note [dq bulk reduce]): its HD / (2 KW)
+// dims and 8 of padding (rows 16-byte aligned; a half-warp's float2 stores hit distinct
+// banks). KW: warpgroups (of 64 keys) a CTA (Note [128-key CTAs]).
+template <int HD, int KW>
+constexpr int kDqLd = HD / (2 * KW) + 8;
 
-template <int HD, int QT, bool FusedDq, int NS>
+template <int HD, int QT, bool FusedDq, int NS, int KW = 1>
 __host__ __device__ constexpr int dkdv_smem_bytes() {
-  // K, V; Q, dO x NS; L, D, slot x NS; with FusedDq dS^T (kTile, QT + kPad) and dq (kWarps,
-  // 16, kDqLd); every part a multiple of 16 bytes, as the total is, so the row table (Note
-  // [Row table]) may follow.
-  return ((2 * kTile + 2 * NS * QT) * (HD + kPad) * 2 + 3 * NS * QT * 4 +
-          (FusedDq ? kTile * (QT + kPad) * 2 + kWarps * 16 * kDqLd<HD> * 4 : 0) + 15) /
+  // K, V (KW kTile keys); Q, dO x NS; L, D, slot x NS; with FusedDq dS^T (KW kTile, QT +
+  // kPad) and dq (KW kWarps, 16, kDqLd); every part a multiple of 16 bytes, as the total
+  // is, so the row table (Note [Row table]) may follow.
+  return ((2 * KW * kTile + 2 * NS * QT) * (HD + kPad) * 2 + 3 * NS * QT * 4 +
+          (FusedDq ? KW * kTile * (QT + kPad) * 2 + KW * kWarps * 16 * kDqLd<HD, KW> * 4 : 0) +
+          15) /
          16 * 16;
 }
 
@@ -101,13 +103,15 @@ inline int row_table_bytes(const AttnShape& s, const AttnMaskArgs& m, int qt) {
 // Sliding: the sliding DFlash rule (a template flag, so the other rules' kernels carry
 // none of its per-element work or registers).
 // Wg: 0 mma.sync; 1 the four GEMMs on the warpgroup MMA, 2 also overlapped (Note [wgmma
-// dk/dv]).
-template <typename T, int HD, int QT, bool Sliding, bool FusedDq, int NS, int Wg>
-__global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
+// dk/dv]). KW: warpgroups a CTA, each 64 keys of the CTA's KW * 64 (Note [128-key CTAs]).
+template <typename T, int HD, int QT, bool Sliding, bool FusedDq, int NS, int Wg, int KW = 1>
+__global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
   static_assert(NS == 2 || NS == 3, "two or three query-tile stages");
   static_assert(!FusedDq || QT == 32, "the fused dq splits a 32-row tile over 4 warps");
   static_assert(!Wg || HD == 128, "the wgmma dk/dv takes head dim 128");
-  if (batch_of_block() >= a.s.B) return;  // Note [Batch grid]
+  static_assert(KW == 1 || (KW == 2 && Wg && FusedDq), "128-key CTAs: wgmma and the fused dq");
+  constexpr int NT = kThreads * KW, KT = kTile * KW;  // threads, keys
+  if (batch_of_block() >= a.s.B) return;              // Note [Batch grid]
   constexpr int LD = HD + kPad;
   // Rows of the K, V, Q and dO tiles in shared memory: padded for ldmatrix, or (Wg) the
   // swizzle's 128 bytes a column block, so every tile stays 1024-byte aligned.
@@ -116,40 +120,48 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
   // (Wg: the swizzled tiles must start 1024-byte aligned; the launch adds the slack.)
   unsigned char* smem_raw =
       Wg ? smem_dyn + ((1024u - (smem_addr(smem_dyn) & 1023u)) & 1023u) : smem_dyn;
-  T* sK = reinterpret_cast<T*>(smem_raw);                    // (kTile, LD)
-  T* sV = sK + kTile * LDT;                                  // (kTile, LD)
-  T* sQ = sV + kTile * LDT;                                  // (NS, QT, LD)
+  T* sK = reinterpret_cast<T*>(smem_raw);                    // (KT, LD)
+  T* sV = sK + KT * LDT;                                     // (KT, LD)
+  T* sQ = sV + KT * LDT;                                     // (NS, QT, LD)
   T* sG = sQ + NS * QT * LDT;                                // (NS, QT, LD)
   float* sL = reinterpret_cast<float*>(sG + NS * QT * LDT);  // (NS, QT) lse
   float* sD = sL + NS * QT;                                  // (NS, QT) delta
   int* sSlot = reinterpret_cast<int*>(sD + NS * QT);         // (NS, QT) slot in the block (dflash)
   constexpr int LDS = QT + kPad;
-  T* sdS = reinterpret_cast<T*>(sSlot + NS * QT);  // (kTile, LDS) dS^T (Note [Fused dq])
-  // (kWarps, 16, kDqLd) fp32 dq rows a warp (Note [dq bulk reduce]); every part before it
-  // is a multiple of 16 bytes
-  float* sdQ = reinterpret_cast<float*>(sdS + kTile * LDS);
+  T* sdS = reinterpret_cast<T*>(sSlot + NS * QT);  // (KT, LDS) dS^T (Note [Fused dq])
+  // (KW kWarps, 16, kDqLd) fp32 dq rows a warp (Note [dq bulk reduce]); every part before
+  // it is a multiple of 16 bytes
+  float* sdQ = reinterpret_cast<float*>(sdS + KT * LDS);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const bool bulk = FusedDq && a.dq_bulk;
 #else
   const bool bulk = false;
 #endif
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // warp: in the warpgroup wg, whose 64 keys from kb are its MMAs' rows (Note [128-key
+  // CTAs]); constants in a CTA of one (blockDim is not known to the compiler)
+  const int wg = KW == 1 ? 0 : threadIdx.x / kThreads;
+  const int warp = KW == 1 ? threadIdx.x / 32 : threadIdx.x / 32 % kWarps, lane = threadIdx.x % 32;
   // Every kv head's key tile t before any head's tile t + 1: the heavy tiles (causal's
   // first keys, DFlash's first context keys) start first.
   const AttnShape& s = a.s;
   const int64_t b = batch_of_block(), hk = blockIdx.x % s.Hkv;  // Note [Batch grid]
   const AttnMaskArgs& m = a.m;
   const int64_t group = s.Hq / s.Hkv;
-  const KeyTileWork w = key_tile_work<QT>(s, m, a.ctx_parts, blockIdx.x / s.Hkv, a.ctx_ranges, b);
-  if constexpr (Wg) {  // (kTile, 64) x 2 column blocks each, swizzled (Note [wgmma])
-    const T* kb = head_rows<T>(a.k, b, hk);
-    const T* vb = head_rows<T>(a.v, b, hk);
-    for (int c = threadIdx.x; c < kTile * 16; c += kThreads) {
+  const KeyTileWork w = key_tile_work<QT>(s, m, a.ctx_parts, a.ctx_key_tile,
+                                          blockIdx.x / s.Hkv + a.key_tile_base, a.ctx_ranges, b);
+  const int64_t kb = w.j0 + wg * kTile;  // this warpgroup's first key
+  const T* sKw = sK + wg * kTile * LDT;  // and its rows of K and V
+  const T* sVw = sV + wg * kTile * LDT;
+  if constexpr (Wg) {  // per warpgroup (kTile, 64) x 2 column blocks, swizzled (Note [wgmma])
+    const T* kg = head_rows<T>(a.k, b, hk);
+    const T* vg = head_rows<T>(a.v, b, hk);
+    for (int c = threadIdx.x; c < KT * 16; c += NT) {
       const int r = c / 16, x = c % 16;
       const bool ok = w.j0 + r < w.jend;
-      const uint32_t at = (x / 8) * kTile * 128 + wgmma::swizzle128_offset(r, x % 8);
-      cp_async16(smem_addr(sK) + at, ok ? kb + (w.j0 + r) * a.k.ss + x * 8 : kb, ok);
-      cp_async16(smem_addr(sV) + at, ok ? vb + (w.j0 + r) * a.v.ss + x * 8 : vb, ok);
+      const uint32_t at = (r / kTile) * kTile * HD * 2 + (x / 8) * kTile * 128 +
+                          wgmma::swizzle128_offset(r % kTile, x % 8);
+      cp_async16(smem_addr(sK) + at, ok ? kg + (w.j0 + r) * a.k.ss + x * 8 : kg, ok);
+      cp_async16(smem_addr(sV) + at, ok ? vg + (w.j0 + r) * a.v.ss + x * 8 : vg, ok);
     }
   } else {
     load_kv_tile_async<T, HD>(sK, sV, a.k, a.v, head_rows<T>(a.k, b, hk), head_rows<T>(a.v, b, hk),
@@ -163,10 +175,10 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
   const int bs32 = static_cast<int>(m.block_size), packed_rows = static_cast<int>(packed64);
   // Note [Row table]: filled once, before any query tile is loaded.
   RowOffsets* sRows =
-      reinterpret_cast<RowOffsets*>(smem_raw + dkdv_smem_bytes<HD, QT, FusedDq, NS>());
+      reinterpret_cast<RowOffsets*>(smem_raw + dkdv_smem_bytes<HD, QT, FusedDq, NS, KW>());
   const bool table = w.mode != 0 && packed64 <= kRowTableRows;
   if (table) {
-    for (int v = threadIdx.x; v < packed_rows; v += kThreads) {
+    for (int v = threadIdx.x; v < packed_rows; v += NT) {
       const int hh = v / bs32, slot = v - hh * bs32;
       sRows[v] = RowOffsets{hh * a.q.sh + slot * a.q.ss, hh * a.g.sh + slot * a.g.ss,
                             hh * s.Sq + slot, slot, 0};
@@ -226,7 +238,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
   // Q, dO rows (16-byte chunks), lse and delta of query tile (seg, qt) into `stage`; each
   // thread maps its rows once for all four.
   auto load_q_tile = [&](int64_t seg, int64_t qt, int stage) {
-    constexpr int kChunks = HD / 8, kRowsPerPass = kThreads / kChunks;
+    constexpr int kChunks = HD / 8, kRowsPerPass = NT / kChunks;
     const int x = threadIdx.x % kChunks;
     T* tq = sQ + stage * QT * LDT;
     T* tg = sG + stage * QT * LDT;
@@ -271,11 +283,11 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
     cp_async_commit();
   }
 
-  const bool warp_active = w.j0 + warp * 16 < w.jend;
+  const bool warp_active = kb + warp * 16 < w.jend;
   const CausalRule causal = causal_rule(s, m);
   constexpr bool sliding = Sliding;  // Note [Sliding tiles]; Sk < 2^31 (checked at launch)
   [[maybe_unused]] const int w1 = static_cast<int>(min(m.sliding_window - 1, int64_t{INT32_MAX}));
-  const int64_t kj0 = w.j0 + warp * 16 + lane / 4;  // this thread's keys: kj0, kj0 + 8
+  const int64_t kj0 = kb + warp * 16 + lane / 4;  // this thread's keys: kj0, kj0 + 8
   float dk[HD / 8][4], dv[HD / 8][4];
 #pragma unroll
   for (int n = 0; n < HD / 8; ++n) {
@@ -313,7 +325,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
     // Keys this tile's rows may see: j < jend, causal j <= i + diag, context j < anchor.
     const int64_t anchor = w.mode == 2 ? attn::dflash_anchor(m, b, cseg) : INT64_MAX;
     // Note [Dead warp tiles]: no row of the tile sees any of this warp's 16 keys.
-    const int64_t kw0 = w.j0 + warp * 16;
+    const int64_t kw0 = kb + warp * 16;
     bool dead = kw0 >= anchor;
     if constexpr (Sliding) dead = dead || (w.mode == 2 && kw0 + 16 <= anchor - w1);
     // Wg: an MMA is the whole warpgroup's, so the CTA computes when any warp is live and
@@ -323,7 +335,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
       run = false;
 #pragma unroll
       for (int wi = 0; wi < kWarps; ++wi) {
-        const int64_t kw = w.j0 + wi * 16;
+        const int64_t kw = kb + wi * 16;
         bool d = kw >= anchor;
         if constexpr (Sliding) d = d || (w.mode == 2 && kw + 16 <= anchor - w1);
         run = run || (kw < w.jend && !d);
@@ -428,12 +440,12 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
       float acc[QT / 8][4];
       [[maybe_unused]] float acc2[QT / 8][4];  // Wg 2: dP^T, computed while P^T is
       if constexpr (Wg == 2) {
-        key_by_row(sK, tQ, acc, true);
-        key_by_row(sV, tG, acc2, true);
+        key_by_row(sKw, tQ, acc, true);
+        key_by_row(sVw, tG, acc2, true);
         wgmma::wait<1>();
         wgmma::fence_operands(reinterpret_cast<float(&)[QT / 2]>(acc));
       } else {
-        key_by_row(sK, tQ, acc);
+        key_by_row(sKw, tQ, acc);
       }
       // Note [Whole warp tiles]: every row of the tile sees every one of this warp's keys.
       bool whole = w.mode == 2 && nrows == QT && kw0 + 16 <= w.jend && kw0 + 16 <= anchor;
@@ -478,7 +490,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
         wgmma::fence_operands(reinterpret_cast<float(&)[QT / 2]>(acc2));
       } else {
         accumulate(pk, tG, dv);
-        key_by_row(sV, tG, acc);
+        key_by_row(sVw, tG, acc);
       }
       float(&dp)[QT / 8][4] = Wg == 2 ? acc2 : acc;
       uint32_t(&pd)[QT / 16][4] = Wg == 2 ? pk2 : pk;  // dS^T, packed
@@ -498,7 +510,8 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
         for (int kk = 0; kk < QT / 16; ++kk) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            *reinterpret_cast<uint32_t*>(sdS + (warp * 16 + lane / 4 + 8 * (e & 1)) * LDS +
+            *reinterpret_cast<uint32_t*>(sdS +
+                                         (wg * kTile + warp * 16 + lane / 4 + 8 * (e & 1)) * LDS +
                                          kk * 16 + (lane % 4) * 2 + 8 * (e >> 1)) = pd[kk][e];
           }
         }
@@ -506,30 +519,33 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
     } else if constexpr (FusedDq) {  // keys past the tile's end, or dead: dS = 0
 #pragma unroll
       for (int e = 0; e < QT / 4; ++e) {
-        *reinterpret_cast<uint32_t*>(sdS + (warp * 16 + lane / 2) * LDS + (lane % 2) * (QT / 2) +
-                                     2 * e) = 0u;
+        *reinterpret_cast<uint32_t*>(sdS + (wg * kTile + warp * 16 + lane / 2) * LDS +
+                                     (lane % 2) * (QT / 2) + 2 * e) = 0u;
       }
     }
     if constexpr (FusedDq) {
       __syncthreads();
-      // Rows 16 mh .. 16 mh + 15 of the tile, dims ch * HD / 2 .. + HD / 2: dS (rows x 64
-      // keys, from sdS transposed) times K (64 keys x HD).
-      const int mh = warp & 1, ch = warp >> 1;
-      float dqa[HD / 16][4];
+      // Rows 16 mh .. 16 mh + 15 of the tile, dims ch NC .. ch NC + NC - 1: dS (rows x KT
+      // keys, from sdS transposed) times K (KT keys x HD); the CTA's KW kWarps warps split
+      // the tile's 32 rows x HD dims.
+      constexpr int NC = HD / (2 * KW);
+      const int wq = threadIdx.x / 32, mh = wq & 1, ch = wq >> 1;
+      float dqa[NC / 8][4];
 #pragma unroll
-      for (int n = 0; n < HD / 16; ++n) dqa[n][0] = dqa[n][1] = dqa[n][2] = dqa[n][3] = 0.f;
+      for (int n = 0; n < NC / 8; ++n) dqa[n][0] = dqa[n][1] = dqa[n][2] = dqa[n][3] = 0.f;
 #pragma unroll
-      for (int ks = 0; ks < kTile / 16; ++ks) {
+      for (int ks = 0; ks < KT / 16; ++ks) {
         uint32_t fa[4];
         ldsm_x4_trans(fa, smem_addr(sdS + (ks * 16 + (lane / 16) * 8 + lane % 8) * LDS + mh * 16 +
                                     ((lane / 8) % 2) * 8));
 #pragma unroll
-        for (int dd = 0; dd < HD / 32; ++dd) {
+        for (int dd = 0; dd < NC / 16; ++dd) {
           uint32_t fb[4];
           const int kr = ks * 16 + lane % 8 + ((lane / 8) % 2) * 8;  // key row of K
-          const int kc = ch * (HD / 2) + dd * 16 + (lane / 16) * 8;  // first column
-          ldsm_x4_trans(fb, Wg ? smem_addr(sK) + (kc / 64) * kTile * 128 +
-                                     wgmma::swizzle128_offset(kr, (kc % 64) / 8)
+          const int kc = ch * NC + dd * 16 + (lane / 16) * 8;        // first column
+          ldsm_x4_trans(fb, Wg ? smem_addr(sK) + (kr / kTile) * kTile * HD * 2 +
+                                     (kc / 64) * kTile * 128 +
+                                     wgmma::swizzle128_offset(kr % kTile, (kc % 64) / 8)
                                : smem_addr(sK + kr * LD + kc));
           mma<T>(dqa[2 * dd], fa, fb[0], fb[1]);
           mma<T>(dqa[2 * dd + 1], fa, fb[2], fb[3]);
@@ -538,14 +554,14 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
       int64_t bq = 0, bg = 0, bl = 0;
       if (table) segment_bases(cseg, bq, bg, bl);
       if (bulk) {  // Note [dq bulk reduce]
-        constexpr int DL = kDqLd<HD>;
-        float* sq = sdQ + warp * 16 * DL;  // (16, DL): this warp's rows, dims ch * HD / 2 ..
-        if (lane < 16) bulk_wait_read();   // the last tile's reduction has read them
+        constexpr int DL = kDqLd<HD, KW>;
+        float* sq = sdQ + wq * 16 * DL;   // (16, DL): this warp's rows, dims ch NC ..
+        if (lane < 16) bulk_wait_read();  // the last tile's reduction has read them
         __syncwarp();
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
 #pragma unroll
-          for (int n = 0; n < HD / 16; ++n) {
+          for (int n = 0; n < NC / 8; ++n) {
             *reinterpret_cast<float2*>(sq + (half * 8 + lane / 4) * DL + n * 8 + (lane % 4) * 2) =
                 make_float2(dqa[n][2 * half], dqa[n][2 * half + 1]);
           }
@@ -555,8 +571,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
         int64_t oq = 0, og = 0, row = 0;
         int slot = 0;
         if (lane < 16 && row_at(cseg, cqt, mh * 16 + lane, bq, bg, bl, oq, og, row, slot)) {
-          bulk_reduce_add_f32(a.dq_acc + row * HD + ch * (HD / 2), smem_addr(sq + lane * DL),
-                              HD / 2 * 4);
+          bulk_reduce_add_f32(a.dq_acc + row * HD + ch * NC, smem_addr(sq + lane * DL), NC * 4);
         }
       }
 #pragma unroll
@@ -566,9 +581,9 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(BwdArgs a) {
         if (!row_at(cseg, cqt, mh * 16 + half * 8 + lane / 4, bq, bg, bl, oq, og, row, slot)) {
           continue;
         }
-        float* dst = a.dq_acc + row * HD + ch * (HD / 2) + (lane % 4) * 2;
+        float* dst = a.dq_acc + row * HD + ch * NC + (lane % 4) * 2;
 #pragma unroll
-        for (int n = 0; n < HD / 16; ++n) {
+        for (int n = 0; n < NC / 8; ++n) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
           atomicAdd(reinterpret_cast<float2*>(dst + n * 8),
                     make_float2(dqa[n][2 * half], dqa[n][2 * half + 1]));

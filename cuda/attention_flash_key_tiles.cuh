@@ -42,11 +42,13 @@ struct KeyTileWork {
 // (context_ranges_kernel in attention_flash_context_parts.cu: ballots over the anchors) and
 // the pass reads its two ints.
 
+// ctx_kt: the keys of a DFlash context tile (kTile, or 2 kTile: Note [128-key CTAs]);
 // ranges: the split tiles' block ranges (context_ranges_kernel), or null before they are
 // known; b: the batch row.
 template <int QT>
 __device__ inline KeyTileWork key_tile_work(const AttnShape& s, const AttnMaskArgs& m, int parts,
-                                            int64_t x, const int* ranges = nullptr, int64_t b = 0) {
+                                            int ctx_kt, int64_t x, const int* ranges = nullptr,
+                                            int64_t b = 0) {
   KeyTileWork w;
   const int64_t group = s.Hq / s.Hkv;
   if (m.kind != AttnMaskKind::dflash) {
@@ -57,13 +59,13 @@ __device__ inline KeyTileWork key_tile_work(const AttnShape& s, const AttnMaskAr
     w.seg_tiles = (s.Sq - w.qlo + QT - 1) / QT;
     return w;
   }
-  const int64_t ctx_tiles = (m.context_len + kTile - 1) / kTile;
+  const int64_t ctx_tiles = (m.context_len + ctx_kt - 1) / ctx_kt;
   w.seg_tiles = (group * m.block_size + QT - 1) / QT;
   if (x < ctx_tiles * parts) {
     w.mode = 2;
     w.part = static_cast<int>(x % parts);
-    w.j0 = (x / parts) * kTile;
-    w.jend = min(m.context_len, w.j0 + kTile);
+    w.j0 = (x / parts) * ctx_kt;
+    w.jend = min(m.context_len, w.j0 + ctx_kt);
     if (parts > 1 && ranges != nullptr) {  // Note [Context key parts]
       const int* r = ranges + (b * ctx_tiles * parts + x) * 2;
       w.seg_begin = r[0];
