@@ -77,20 +77,26 @@ int dkdv_wgmma(int64_t hd) {
 }
 
 // Note [128-key CTAs]: with the overlapped wgmma kernel and the fused dq, a CTA of two
-// warpgroups takes 128 context keys (each warpgroup's 64 keys its MMAs' rows, as before)
-// and both walk the same query tiles: a tile's Q, dO, lse and delta are loaded once for
-// 128 keys instead of 64, and its dq product (32 rows x HD, dS over all 128 keys times
-// their K, split over the 8 warps) is added to the fp32 buffer once instead of twice. The
-// blocks' own keys (24 a block in the 27B-class step) stay in 64-key CTAs of one
-// warpgroup, launched first as a grid of their own. 256 threads at about 240 registers
-// hold one CTA a multiprocessor, the same 8 warps as two CTAs of 64 keys.
-// CHUNKGRAD_FLASH_DKDV_KEYS=64 keeps 64-key CTAs (read once; for benchmarks).
+// warpgroups may take 128 context keys (each warpgroup's 64 keys its MMAs' rows, as
+// before), both walking the same query tiles: a tile's Q, dO, lse and delta are loaded
+// once for 128 keys instead of 64, and its dq product (32 rows x HD, dS over all 128 keys
+// times their K, split over the 8 warps) is added to the fp32 buffer once instead of
+// twice. The blocks' own keys (24 a block in the 27B-class step) stay in 64-key CTAs of
+// one warpgroup, launched first as a grid of their own. 256 threads at 227-242 registers
+// hold one CTA a multiprocessor, the same 8 warps as two CTAs of 64 keys -- but every
+// tile's two barriers now stop all 8, where one CTA's warps went on while the other's
+// waited, and that costs more than the loads and additions save: H200, 32/8 heads,
+// 1024 x 24 over 4096 keys, bf16 (bench/attention_bench, one run), backward 12.44 ms with
+// 128-key CTAs against 11.87 with 64 (full rule), 10.61 against 10.01 (sliding). So 64 is
+// the default; CHUNKGRAD_FLASH_DKDV_KEYS=128 takes 128 (read once; for experiments: a
+// producer warp that loads while both warpgroups compute, as FlashAttention-3's backward
+// has, is what this CTA lacks).
 bool dkdv_wide_keys(const BwdArgs& a) {
-  static const bool off = [] {
+  static const bool on = [] {
     const char* e = std::getenv("CHUNKGRAD_FLASH_DKDV_KEYS");
-    return e != nullptr && std::string(e) == "64";
+    return e != nullptr && std::string(e) == "128";
   }();
-  return !off && a.s.hd == 128 && dkdv_wgmma(a.s.hd) == 2 && a.dq_acc != nullptr &&
+  return on && a.s.hd == 128 && dkdv_wgmma(a.s.hd) == 2 && a.dq_acc != nullptr &&
          a.m.kind == AttnMaskKind::dflash && a.m.context_len > 0 && dkdv_stages() == 2;
 }
 
