@@ -44,6 +44,14 @@ int dkdv_query_rows(const AttnShape& s, const AttnMaskArgs& m) {
   return packed % 64 != 0 && packed % 32 == 0 ? 32 : 64;
 }
 
+// Note [dk/dv stages]: the query tiles stream through NS shared-memory stages (cp.async),
+// loads issued NS - 1 tiles ahead of the math, one barrier per tile. The pass holds two
+// CTAs a multiprocessor by registers (about 240 a thread at hd 128; 8 warps, ncu: 5.5-5.9
+// cycles between a warp's instructions, fixed-latency dependencies the largest stall),
+// which leaves room in shared memory for a third stage at QT = 32; it measured no faster
+// on the H200 (12.35 vs 12.37 ms for the 27B-class dk/dv pass), so two is the default.
+// CHUNKGRAD_FLASH_DKDV_STAGES=2 or 3 forces the count at QT = 32 (read once; benchmarks).
+
 // Query-tile stages at QT = 32 (Note [dk/dv stages]).
 int dkdv_stages() {
   static const int forced = [] {

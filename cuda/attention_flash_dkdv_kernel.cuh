@@ -1,6 +1,7 @@
 // Why this file exists: the kernel of the flash dk/dv pass (attention_flash_dkdv.cu holds
-// its launch and the choices around it: tile rows, stages, the fused dq, wgmma), apart so
-// that each file reads in one sitting. Included by attention_flash_dkdv.cu only.
+// its launch and the choices around it: tile rows, stages, the fused dq, wgmma; its shared
+// memory is in attention_flash_dkdv_layout.cuh), apart so that each file reads in one
+// sitting. Included by attention_flash_dkdv.cu only.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -11,68 +12,12 @@
 
 #include "cuda/attention_flash_backward.cuh"
 #include "cuda/attention_flash_common.cuh"
+#include "cuda/attention_flash_dkdv_layout.cuh"
 #include "cuda/attention_flash_key_tiles.cuh"
 #include "cuda/attention_kernels.h"
 #include "cuda/wgmma.cuh"
 
 namespace cg::cuda::flash {
-
-// ---------------------------------------------------------------------------------------
-// dk/dv pass
-
-// A warp's fp32 rows of dq in shared memory (Note [dq bulk reduce]): its HD / (2 KW)
-// dims and 8 of padding (rows 16-byte aligned; a half-warp's float2 stores hit distinct
-// banks). KW: warpgroups (of 64 keys) a CTA (Note [128-key CTAs]).
-template <int HD, int KW>
-constexpr int kDqLd = HD / (2 * KW) + 8;
-
-template <int HD, int QT, bool FusedDq, int NS, int KW = 1>
-__host__ __device__ constexpr int dkdv_smem_bytes() {
-  // K, V (KW kTile keys); Q, dO x NS; L, D, slot x NS; with FusedDq dS^T (KW kTile, QT +
-  // kPad) and dq (KW kWarps, 16, kDqLd); every part a multiple of 16 bytes, as the total
-  // is, so the row table (Note [Row table]) may follow.
-  return ((2 * KW * kTile + 2 * NS * QT) * (HD + kPad) * 2 + 3 * NS * QT * 4 +
-          (FusedDq ? KW * kTile * (QT + kPad) * 2 + KW * kWarps * 16 * kDqLd<HD, KW> * 4 : 0) +
-          15) /
-         16 * 16;
-}
-
-// Note [Row table]: under a DFlash mask every block packs its group * block_size query rows
-// the same way (virtual row v = head_in_group * block_size + slot: Note [Flash tiles]), so
-// where row v of any block lives, relative to the block's first row of the group's first
-// head, is one table a CTA fills once in shared memory. A query tile's loads then take a
-// table entry and one add per operand, where working the row out anew cost a 32-bit
-// division and three 64-bit multiply-adds per operand for every row of every tile, in the
-// loads that stand between a tile's barrier and its math. Groups of up to kRowTableRows
-// rows (the 27B-class drafter's: 4 x 24 = 96; 32 bytes a row) take it; larger ones work
-// rows out as before, in the same kernel, which then carries the table's registers too.
-// H200, 32/8 heads, 1024 x 24 over 4096 context keys, bf16 hd 128 (bench/attention_bench,
-// one run, with Note [Dead warp tiles]): the dk/dv-only backward 8.97 ms (full rule) and
-// 7.24 ms (sliding, W 2048) with the table; 10.80 and 8.79 with kRowTableRows = 0, i.e.
-// groups past the table pay about 20% (9.44 and 7.85 before either change); ncu counted
-// 2.74 and 2.23 G instructions with the table against 3.41 and 2.76 before.
-struct RowOffsets {
-  int64_t q, g;  // element offsets in Q and dO: hh sh + slot ss (each operand's strides)
-  int64_t l;     // offset in lse, delta and dq rows: hh Sq + slot
-  int slot, pad;
-};
-constexpr int kRowTableRows = 512;
-
-// The row table's bytes for a launch (0: rows are worked out in the kernel).
-inline int row_table_bytes(const AttnShape& s, const AttnMaskArgs& m, int qt) {
-  if (m.kind != AttnMaskKind::dflash) return 0;
-  const int64_t rows = (s.Hq / s.Hkv) * m.block_size;
-  if (rows > kRowTableRows) return 0;
-  return static_cast<int>((rows + qt - 1) / qt * qt) * static_cast<int>(sizeof(RowOffsets));
-}
-
-// Note [dk/dv stages]: the query tiles stream through NS shared-memory stages (cp.async),
-// loads issued NS - 1 tiles ahead of the math, one barrier per tile. The pass holds two
-// CTAs a multiprocessor by registers (about 240 a thread at hd 128; 8 warps, ncu: 5.5-5.9
-// cycles between a warp's instructions, fixed-latency dependencies the largest stall),
-// which leaves room in shared memory for a third stage at QT = 32; it measured no faster
-// on the H200 (12.35 vs 12.37 ms for the 27B-class dk/dv pass), so two is the default.
-// CHUNKGRAD_FLASH_DKDV_STAGES=2 or 3 forces the count at QT = 32 (read once; benchmarks).
 
 // Note [Fused dq]: under a DFlash mask, when dq and dk/dv are both wanted, dq is taken
 // inside the dk/dv pass instead of in a pass of its own (FlashAttention-2's way): after a
@@ -97,8 +42,10 @@ inline int row_table_bytes(const AttnShape& s, const AttnMaskArgs& m, int qt) {
 // add one row each with a bulk reduction (cp.reduce.async.bulk .add.f32: HD / 2 x 4 bytes
 // a row, in L2, as FlashAttention-3 adds its dq), read by the copy engine while the warp
 // goes on to the next tile; the lanes wait for the read before the rows are stored again.
-// The order of the additions still varies (Note [Fused dq]). CHUNKGRAD_FLASH_DQ_BULK=0
-// keeps the atomics (read once; for benchmarks).
+// The order of the additions still varies (Note [Fused dq]). H200, same shape, bf16, one
+// run: backward 12.31 -> 11.87 ms (full rule), 10.39 -> 10.01 (sliding, W 2048): the
+// additions still go through L2, only in rows instead of 8-byte pieces.
+// CHUNKGRAD_FLASH_DQ_BULK=0 keeps the atomics (read once; for benchmarks).
 
 // Sliding: the sliding DFlash rule (a template flag, so the other rules' kernels carry
 // none of its per-element work or registers).
@@ -129,16 +76,14 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
   int* sSlot = reinterpret_cast<int*>(sD + NS * QT);         // (NS, QT) slot in the block (dflash)
   constexpr int LDS = QT + kPad;
   T* sdS = reinterpret_cast<T*>(sSlot + NS * QT);  // (KT, LDS) dS^T (Note [Fused dq])
-  // (KW kWarps, 16, kDqLd) fp32 dq rows a warp (Note [dq bulk reduce]); every part before
-  // it is a multiple of 16 bytes
+  // (KW kWarps, 16, kDqLd) fp32 dq rows a warp (Note [dq bulk reduce]), 16-byte aligned
   float* sdQ = reinterpret_cast<float*>(sdS + KT * LDS);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const bool bulk = FusedDq && a.dq_bulk;
 #else
   const bool bulk = false;
 #endif
-  // warp: in the warpgroup wg, whose 64 keys from kb are its MMAs' rows (Note [128-key
-  // CTAs]); constants in a CTA of one (blockDim is not known to the compiler)
+  // warp: in warpgroup wg, whose 64 keys from kb are its MMAs' rows (Note [128-key CTAs])
   const int wg = KW == 1 ? 0 : threadIdx.x / kThreads;
   const int warp = KW == 1 ? threadIdx.x / 32 : threadIdx.x / 32 % kWarps, lane = threadIdx.x % 32;
   // Every kv head's key tile t before any head's tile t + 1: the heavy tiles (causal's
@@ -525,9 +470,8 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
     }
     if constexpr (FusedDq) {
       __syncthreads();
-      // Rows 16 mh .. 16 mh + 15 of the tile, dims ch NC .. ch NC + NC - 1: dS (rows x KT
-      // keys, from sdS transposed) times K (KT keys x HD); the CTA's KW kWarps warps split
-      // the tile's 32 rows x HD dims.
+      // Rows 16 mh .. + 15 of the tile, dims ch NC .. + NC - 1 (the CTA's warps split 32 rows
+      // x HD): dS (rows x KT keys, from sdS transposed) times K (KT keys x HD).
       constexpr int NC = HD / (2 * KW);
       const int wq = threadIdx.x / 32, mh = wq & 1, ch = wq >> 1;
       float dqa[NC / 8][4];

@@ -109,7 +109,7 @@ TEST_F(CudaAttentionSlidingTest, WideAndSmallBlocks) {
   }
 }
 
-// Note [Row table] (cuda/attention_flash_dkdv.cu): the dk/dv pass looks up where a packed
+// Note [Row table] (cuda/attention_flash_dkdv_layout.cuh): the dk/dv pass looks up where a packed
 // row lives in a table of group * block_size rows, up to 512; larger groups work rows out
 // as before. 8 heads x 70 slots (560 rows) takes that path, under both rules.
 TEST_F(CudaAttentionSlidingTest, GroupsPastTheRowTable) {
