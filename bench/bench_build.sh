@@ -5,8 +5,9 @@
 #   bench_build attention_bench              # configures + builds in $bench_dir
 #   "$bench_dir/bench/attention_bench" "$@"
 #   bench_torch_twin "torch" attention_torch.py "$@"
-# BUILD_DIR (default build-bench-cuda/), JOBS, CUDA_ARCHS and SKIP_BUILD=1 (use the build as
-# it is) are read from the environment.
+# BUILD_DIR (default build-bench-cuda/), JOBS, CUDA_ARCHS (default 90a, as CMakeLists.txt's:
+# the wgmma kernels; with 90 the benches time the mma.sync kernels) and SKIP_BUILD=1 (use the
+# build as it is) are read from the environment.
 bench_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bench_dir="${BUILD_DIR:-$bench_root/build-bench-cuda}"
 export PATH="/usr/local/cuda/bin:$PATH"
@@ -20,7 +21,7 @@ bench_build() {
   if command -v ninja >/dev/null; then generator=(-G Ninja); fi
   if [[ ! -f "$bench_dir/CMakeCache.txt" ]]; then
     cmake -S "$bench_root" -B "$bench_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
-      -DCHUNKGRAD_CUDA=ON -DCHUNKGRAD_CUDA_ARCHS="${CUDA_ARCHS:-90}" -DCHUNKGRAD_TESTS=OFF \
+      -DCHUNKGRAD_CUDA=ON -DCHUNKGRAD_CUDA_ARCHS="${CUDA_ARCHS:-90a}" -DCHUNKGRAD_TESTS=OFF \
       -DCHUNKGRAD_EXAMPLES=OFF -DCHUNKGRAD_BENCH=ON "${launcher[@]}" >/dev/null
   fi
   cmake --build "$bench_dir" -j "${JOBS:-$(nproc)}" --target "$@"

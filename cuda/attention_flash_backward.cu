@@ -23,6 +23,7 @@
 #include "core/error.h"
 #include "cuda/attention_flash_backward.cuh"
 #include "cuda/attention_flash_common.cuh"
+#include "cuda/attention_flash_dkdv_layout.cuh"
 #include "cuda/attention_kernels.h"
 #include "cuda/cuda_check.h"
 
@@ -201,23 +202,33 @@ bool dq_bulk(const float* dq_acc) {
 }
 
 namespace {
+// dq [B, Hq, Sq, HD] = scale * dq_acc, read through Note [dq tile order]: a CTA per
+// (batch row, head, block), a thread per pair of columns of the block's rows.
 template <typename T, int HD>
 __global__ void dq_from_acc_kernel(BwdArgs a) {
-  const int64_t pairs = a.s.B * a.s.Hq * a.s.Sq * (HD / 2);
-  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < pairs;
-       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float2 x = reinterpret_cast<const float2*>(a.dq_acc)[e];
-    reinterpret_cast<uint32_t*>(a.dq)[e] = pack2<T>(x.x * a.scale, x.y * a.scale);
+  const AttnShape& s = a.s;
+  const int64_t nb = a.m.num_blocks, x = blockIdx.x, blk = x % nb, bh = x / nb;
+  const int64_t h = bh % s.Hq, b = bh / s.Hq, group = s.Hq / s.Hkv;
+  const int bs = static_cast<int>(a.m.block_size), hh = static_cast<int>(h % group);
+  T* out = static_cast<T*>(a.dq) + (bh * s.Sq + blk * bs) * HD;
+  for (int p = threadIdx.x; p < bs * (HD / 2); p += blockDim.x) {
+    const int slot = p / (HD / 2), c = (p % (HD / 2)) * 2;
+    const int v = hh * bs + slot;  // packed row (Note [Flash tiles])
+    const float2 d = *reinterpret_cast<const float2*>(
+        a.dq_acc + dq_tile_base<HD>(s, a.m, b, h / group, blk, v / kDqTileRows) +
+        dq_tile_offset<HD>(v % kDqTileRows, c));
+    *reinterpret_cast<uint32_t*>(out + slot * HD + c) = pack2<T>(d.x * a.scale, d.y * a.scale);
   }
 }
 }  // namespace
 
 void launch_flash_dq_from_acc(DType dtype, const BwdArgs& a, cudaStream_t stream) {
   dispatch_flash(dtype, a.s.hd, [&]<typename T, int HD>() {
-    const int64_t pairs = a.s.B * a.s.Hq * a.s.Sq * (HD / 2);
-    if (pairs == 0) return;
-    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((pairs + 255) / 256, 65536));
-    dq_from_acc_kernel<T, HD><<<blocks, 256, 0, stream>>>(a);
+    const int64_t ctas = a.s.B * a.s.Hq * a.m.num_blocks;
+    if (ctas == 0) return;
+    CG_CHECK(ctas < (int64_t{1} << 31), "flash attention backward: ", ctas,
+             " (batch, head, block) triples are more than one grid takes");
+    dq_from_acc_kernel<T, HD><<<static_cast<unsigned>(ctas), 128, 0, stream>>>(a);
     CG_CUDA_CHECK(cudaGetLastError());
   });
 }
@@ -249,7 +260,7 @@ size_t flash_attention_backward_scratch_bytes(const AttnShape& s, const AttnMask
                                               bool want_dq, bool want_dkdv) {
   size_t floats = context_parts_floats(s, m, want_dkdv);
   if (flash::fused_dq(s, m, want_dq, want_dkdv)) {  // Note [Fused dq]: after the parts
-    floats += static_cast<size_t>(s.B * s.Hq * s.Sq * s.hd);
+    floats += static_cast<size_t>(flash::dq_tile_order_floats(s, m));
   }
   return sizeof(float) * floats;
 }

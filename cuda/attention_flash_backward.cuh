@@ -31,7 +31,7 @@ struct BwdArgs {
   // and each split tile's block range [begin, end) per part, [B][ctx_tiles][parts][2].
   int* ctx_ranges = nullptr;
   // Note [Fused dq]: when set, the dk/dv pass also adds dq (fp32, unscaled) into this
-  // [B, Hq, Sq, hd] buffer (zeroed first) and the dq pass does not run.
+  // buffer (zeroed first; in the order of Note [dq tile order]) and the dq pass does not run.
   float* dq_acc = nullptr;
   // Note [dq bulk reduce]: the fused dq's partial products go to dq_acc by bulk reductions
   // from shared memory (sm_90 and later; atomics otherwise). dq_acc is then 16-byte aligned.

@@ -167,7 +167,8 @@ void launch_dkdv_typed(const BwdArgs& a, cudaStream_t stream) {
   }
   const bool three = dkdv_stages() == 3;  // Note [dk/dv stages]
   if (a.dq_acc != nullptr) {              // Note [Fused dq]
-    CG_CUDA_CHECK(cudaMemsetAsync(a.dq_acc, 0, sizeof(float) * s.B * s.Hq * s.Sq * HD, stream));
+    CG_CUDA_CHECK(
+        cudaMemsetAsync(a.dq_acc, 0, sizeof(float) * dq_tile_order_floats(s, a.m), stream));
     if constexpr (HD == 128) {
       if (wide) {  // the blocks' keys, then the context's (Note [128-key CTAs])
         BwdArgs block_args = a;

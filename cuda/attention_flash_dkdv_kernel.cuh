@@ -38,13 +38,13 @@ namespace cg::cuda::flash {
 // of the 27B-class step's attention (H200, 32/8 heads, 1024 x 24 over 4096 keys: the
 // backward with them compiled out ran 9.22 ms): every (key tile, query tile) adds 32 rows x
 // HD fp32 values to dq, as float2 atomics of 8 bytes each. On sm_90 each warp instead
-// stores its 16 rows x HD / 2 of the product to its own shared-memory rows and lanes 0-15
-// add one row each with a bulk reduction (cp.reduce.async.bulk .add.f32: HD / 2 x 4 bytes
-// a row, in L2, as FlashAttention-3 adds its dq), read by the copy engine while the warp
-// goes on to the next tile; the lanes wait for the read before the rows are stored again.
-// The order of the additions still varies (Note [Fused dq]). H200, same shape, bf16, one
-// run: backward 12.31 -> 11.87 ms (full rule), 10.39 -> 10.01 (sliding, W 2048): the
-// additions still go through L2, only in rows instead of 8-byte pieces.
+// stores its 16 rows x HD / 2 of the product to its own shared memory and lane 0 adds them
+// with one bulk reduction (cp.reduce.async.bulk .add.f32, in L2, as FlashAttention-3 adds
+// its dq; the buffer is in the pass's own order, Note [dq tile order], so the piece is
+// contiguous there too), read by the copy engine while the warp goes on to the next tile;
+// the lane waits for the read before the piece is stored again. The order of the
+// additions still varies (Note [Fused dq]). H200, same shape, bf16, one run: backward
+// 12.31 -> 11.87 ms (full rule), 10.39 -> 10.01 (sliding, W 2048) with a reduction a row.
 // CHUNKGRAD_FLASH_DQ_BULK=0 keeps the atomics (read once; for benchmarks).
 
 // Sliding: the sliding DFlash rule (a template flag, so the other rules' kernels carry
@@ -54,7 +54,8 @@ namespace cg::cuda::flash {
 template <typename T, int HD, int QT, bool Sliding, bool FusedDq, int NS, int Wg, int KW = 1>
 __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
   static_assert(NS == 2 || NS == 3, "two or three query-tile stages");
-  static_assert(!FusedDq || QT == 32, "the fused dq splits a 32-row tile over 4 warps");
+  static_assert(!FusedDq || QT == kDqTileRows, "the fused dq splits a 32-row tile over 4 warps");
+  static_assert(HD % (2 * KW * kDqChunk) == 0, "a warp's dq columns are whole chunks");
   static_assert(!Wg || HD == 128, "the wgmma dk/dv takes head dim 128");
   static_assert(KW == 1 || (KW == 2 && Wg && FusedDq), "128-key CTAs: wgmma and the fused dq");
   constexpr int NT = kThreads * KW, KT = kTile * KW;  // threads, keys
@@ -76,7 +77,7 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
   int* sSlot = reinterpret_cast<int*>(sD + NS * QT);         // (NS, QT) slot in the block (dflash)
   constexpr int LDS = QT + kPad;
   T* sdS = reinterpret_cast<T*>(sSlot + NS * QT);  // (KT, LDS) dS^T (Note [Fused dq])
-  // (KW kWarps, 16, kDqLd) fp32 dq rows a warp (Note [dq bulk reduce]), 16-byte aligned
+  // (KW kWarps, kDqWarpFloats) fp32 dq a warp (Note [dq bulk reduce]), 16-byte aligned
   float* sdQ = reinterpret_cast<float*>(sdS + KT * LDS);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const bool bulk = FusedDq && a.dq_bulk;
@@ -189,7 +190,12 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
     T* tg = sG + stage * QT * LDT;
     int64_t bq = 0, bg = 0, bl = 0;
     if (table) segment_bases(seg, bq, bg, bl);
-    for (int r = threadIdx.x / kChunks; r < QT; r += kRowsPerPass) {
+    // (Unrolled: the rows' table entries are read together, not each behind the last one's
+    // address arithmetic -- ncu counted those waits at 7% of the pass's warp samples.)
+    static_assert(QT % kRowsPerPass == 0, "whole passes over the tile's rows");
+#pragma unroll
+    for (int pass = 0; pass < QT / kRowsPerPass; ++pass) {
+      const int r = threadIdx.x / kChunks + pass * kRowsPerPass;
       int64_t oq = 0, og = 0, row = 0;
       int slot = 0;
       const bool ok = row_at(seg, qt, r, bq, bg, bl, oq, og, row, slot);
@@ -495,45 +501,43 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
           mma<T>(dqa[2 * dd + 1], fa, fb[2], fb[3]);
         }
       }
-      int64_t bq = 0, bg = 0, bl = 0;
-      if (table) segment_bases(cseg, bq, bg, bl);
+      // This warp's 16 x NC piece of the tile in dq_acc (Note [dq tile order]).
+      const int64_t blk = w.mode == 1 ? w.block : cseg;
+      float* dq_tile = a.dq_acc + dq_tile_base<HD>(s, m, b, hk, blk, cqt);
       if (bulk) {  // Note [dq bulk reduce]
-        constexpr int DL = kDqLd<HD, KW>;
-        float* sq = sdQ + wq * 16 * DL;   // (16, DL): this warp's rows, dims ch NC ..
-        if (lane < 16) bulk_wait_read();  // the last tile's reduction has read them
+        // (the warp's NC / 32 chunks, as in dq_acc: a tile of 2 NC columns' first 16 rows)
+        float* sq = sdQ + wq * kDqWarpFloats<HD, KW>;
+        if (lane == 0) bulk_wait_read();  // the last tile's reduction has read them
         __syncwarp();
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
 #pragma unroll
           for (int n = 0; n < NC / 8; ++n) {
-            *reinterpret_cast<float2*>(sq + (half * 8 + lane / 4) * DL + n * 8 + (lane % 4) * 2) =
+            const int r = half * 8 + lane / 4, c = n * 8 + (lane % 4) * 2;
+            *reinterpret_cast<float2*>(sq + dq_tile_offset<2 * NC>(r, c)) =
                 make_float2(dqa[n][2 * half], dqa[n][2 * half + 1]);
           }
         }
         fence_shared_for_async();
         __syncwarp();
-        int64_t oq = 0, og = 0, row = 0;
-        int slot = 0;
-        if (lane < 16 && row_at(cseg, cqt, mh * 16 + lane, bq, bg, bl, oq, og, row, slot)) {
-          bulk_reduce_add_f32(a.dq_acc + row * HD + ch * NC, smem_addr(sq + lane * DL), NC * 4);
+        if (lane == 0) {
+          bulk_reduce_add_f32(dq_tile + dq_tile_offset<HD>(mh * 16, ch * NC), smem_addr(sq),
+                              kDqWarpFloats<HD, KW> * 4);
         }
       }
 #pragma unroll
       for (int half = 0; half < 2 && !bulk; ++half) {
-        int64_t oq = 0, og = 0, row = 0;
-        int slot = 0;
-        if (!row_at(cseg, cqt, mh * 16 + half * 8 + lane / 4, bq, bg, bl, oq, og, row, slot)) {
-          continue;
-        }
-        float* dst = a.dq_acc + row * HD + ch * NC + (lane % 4) * 2;
+        const int rr = mh * 16 + half * 8 + lane / 4;
+        if (static_cast<int>(cqt) * QT + rr >= packed_rows) continue;
 #pragma unroll
         for (int n = 0; n < NC / 8; ++n) {
+          float* dst = dq_tile + dq_tile_offset<HD>(rr, ch * NC + n * 8 + (lane % 4) * 2);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-          atomicAdd(reinterpret_cast<float2*>(dst + n * 8),
+          atomicAdd(reinterpret_cast<float2*>(dst),
                     make_float2(dqa[n][2 * half], dqa[n][2 * half + 1]));
 #else
-          atomicAdd(dst + n * 8, dqa[n][2 * half]);
-          atomicAdd(dst + n * 8 + 1, dqa[n][2 * half + 1]);
+          atomicAdd(dst, dqa[n][2 * half]);
+          atomicAdd(dst + 1, dqa[n][2 * half + 1]);
 #endif
         }
       }
@@ -555,7 +559,7 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
     stage = stage == NS - 1 ? 0 : stage + 1;
   }
   cp_async_wait_all();
-  if (bulk && lane < 16) bulk_wait_all();  // the reductions have read and added their rows
+  if (bulk && lane == 0) bulk_wait_all();  // the reductions have read and added their rows
 
   const int col = (lane % 4) * 2;
   if (w.mode == 2 && a.ctx_parts > 1) {  // Note [Context key parts]: partial sums, unscaled

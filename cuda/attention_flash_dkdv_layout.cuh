@@ -11,19 +11,57 @@
 
 namespace cg::cuda::flash {
 
-// A warp's fp32 rows of dq in shared memory (Note [dq bulk reduce]): its HD / (2 KW)
-// dims and 8 of padding (rows 16-byte aligned; a half-warp's float2 stores hit distinct
-// banks). KW: warpgroups (of 64 keys) a CTA (Note [128-key CTAs]).
+// Note [dq tile order]: the fused dq's fp32 buffer (Note [Fused dq]) is not dq's [B, Hq,
+// Sq, hd] but the order the dk/dv pass produces it in, so that a warp adds its whole share
+// of a query tile with one bulk reduction (Note [dq bulk reduce]) instead of one a row:
+//   [B][Hkv][block][tile of 32 packed rows][row half mh][column chunk of 32][16 rows][32]
+// where packed row v = head_in_group * block_size + slot (Note [Flash tiles]) and tile
+// t = v / 32 (a block's last tile is padded to 32 rows; its padding stays unread). A warp
+// of the pass holds rows 16 mh .. + 15 of a tile and NC = HD / (2 KW) of its columns, i.e.
+// NC / 32 consecutive chunks: 16 x NC floats in one piece. Inside a 16 x 32 chunk, column
+// c of row r sits at c ^ 8 (r % 4) so that a half-warp's float2 stores of four rows into
+// the shared-memory copy hit distinct banks; the last kernel (dq = scale * buffer) reads
+// through the same map. Measured with ncu before this order: one bulk reduction a row made
+// the compiler loop over the 16 lanes (ELECT, R2UR, UBLKRED a lane), 16% of the pass's
+// warp samples.
+constexpr int kDqTileRows = 32;
+constexpr int kDqChunk = 32;  // columns of a chunk
+
+// The buffer's floats: every block of every kv head padded to whole 32-row tiles.
+inline int64_t dq_tile_order_floats(const AttnShape& s, const AttnMaskArgs& m) {
+  const int64_t tiles = ((s.Hq / s.Hkv) * m.block_size + kDqTileRows - 1) / kDqTileRows;
+  return s.B * s.Hkv * m.num_blocks * tiles * kDqTileRows * s.hd;
+}
+
+// Where tile t of block blk, kv head hk, batch row b starts in the buffer.
+template <int HD>
+__host__ __device__ inline int64_t dq_tile_base(const AttnShape& s, const AttnMaskArgs& m,
+                                                int64_t b, int64_t hk, int64_t blk, int64_t t) {
+  const int64_t tiles = ((s.Hq / s.Hkv) * m.block_size + kDqTileRows - 1) / kDqTileRows;
+  return (((b * s.Hkv + hk) * m.num_blocks + blk) * tiles + t) * (kDqTileRows * HD);
+}
+
+// Row rr (0 .. 31) and column c of a tile, relative to its base.
+template <int HD>
+__host__ __device__ constexpr int dq_tile_offset(int rr, int c) {
+  const int r = rr % 16;
+  return ((rr / 16) * (HD / kDqChunk) + c / kDqChunk) * (16 * kDqChunk) + r * kDqChunk +
+         ((c % kDqChunk) ^ (8 * (r % 4)));
+}
+
+// A warp's fp32 dq floats in shared memory (Note [dq bulk reduce]): 16 rows x HD / (2 KW)
+// columns in the order of Note [dq tile order]. KW: warpgroups (of 64 keys) a CTA (Note
+// [128-key CTAs]).
 template <int HD, int KW>
-constexpr int kDqLd = HD / (2 * KW) + 8;
+constexpr int kDqWarpFloats = 16 * (HD / (2 * KW));
 
 template <int HD, int QT, bool FusedDq, int NS, int KW = 1>
 __host__ __device__ constexpr int dkdv_smem_bytes() {
   // K, V (KW kTile keys); Q, dO x NS; L, D, slot x NS; with FusedDq dS^T (KW kTile, QT +
-  // kPad) and dq (KW kWarps, 16, kDqLd); every part a multiple of 16 bytes, as the total
+  // kPad) and dq (KW kWarps, kDqWarpFloats); every part a multiple of 16 bytes, as the total
   // is, so the row table (Note [Row table]) may follow.
   return ((2 * KW * kTile + 2 * NS * QT) * (HD + kPad) * 2 + 3 * NS * QT * 4 +
-          (FusedDq ? KW * kTile * (QT + kPad) * 2 + KW * kWarps * 16 * kDqLd<HD, KW> * 4 : 0) +
+          (FusedDq ? KW * kTile * (QT + kPad) * 2 + KW * kWarps * kDqWarpFloats<HD, KW> * 4 : 0) +
           15) /
          16 * 16;
 }
