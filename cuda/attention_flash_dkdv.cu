@@ -46,20 +46,25 @@ int dkdv_query_rows(const AttnShape& s, const AttnMaskArgs& m) {
 
 // Note [dk/dv stages]: the query tiles stream through NS shared-memory stages (cp.async),
 // loads issued NS - 1 tiles ahead of the math, one barrier per tile. The pass holds two
-// CTAs a multiprocessor by registers (about 240 a thread at hd 128; 8 warps, ncu: 5.5-5.9
-// cycles between a warp's instructions, fixed-latency dependencies the largest stall),
-// which leaves room in shared memory for a third stage at QT = 32; it measured no faster
-// on the H200 (12.35 vs 12.37 ms for the 27B-class dk/dv pass), so two is the default.
-// CHUNKGRAD_FLASH_DKDV_STAGES=2 or 3 forces the count at QT = 32 (read once; benchmarks).
+// CTAs a multiprocessor by registers (about 240 a thread at hd 128; 8 warps), which leaves
+// room in shared memory for a third stage at QT = 32. With the fused dq the third stage is
+// the default: once its additions went one bulk reduction a warp (Note [dq tile order]),
+// ncu's largest single stall was the wait for the next tile's Q and dO (7% of the warp
+// samples, at the cp.async wait before the barrier), and loading two tiles ahead took the
+// backward from 11.63 to 10.53 ms (full rule) and 9.25 to 8.74 (sliding, W 2048; H200,
+// 32/8 heads, 1024 x 24 over 4096 keys, bf16, medians of three alternating runs in one
+// call). Without the fused dq (dk and dv only) three stages measured the same as two
+// (7.64 vs 7.59 ms, 6.33 vs 6.37), so two stay there. CHUNKGRAD_FLASH_DKDV_STAGES=2 or 3
+// forces the count at QT = 32 (read once; for benchmarks).
 
 // Query-tile stages at QT = 32 (Note [dk/dv stages]).
-int dkdv_stages() {
+int dkdv_stages(bool fused_dq) {
   static const int forced = [] {
     const char* e = std::getenv("CHUNKGRAD_FLASH_DKDV_STAGES");
     const std::string v = e != nullptr ? e : "";
     return v == "2" ? 2 : v == "3" ? 3 : 0;
   }();
-  return forced != 0 ? forced : 2;
+  return forced != 0 ? forced : fused_dq ? 3 : 2;
 }
 
 // Note [wgmma dk/dv]: on Hopper (wgmma::available()) at head dim 128 the pass's four GEMMs
@@ -95,17 +100,19 @@ int dkdv_wgmma(int64_t hd) {
 // tile's two barriers now stop all 8, where one CTA's warps went on while the other's
 // waited, and that costs more than the loads and additions save: H200, 32/8 heads,
 // 1024 x 24 over 4096 keys, bf16 (bench/attention_bench, one run), backward 12.44 ms with
-// 128-key CTAs against 11.87 with 64 (full rule), 10.61 against 10.01 (sliding). So 64 is
-// the default; CHUNKGRAD_FLASH_DKDV_KEYS=128 takes 128 (read once; for experiments: a
-// producer warp that loads while both warpgroups compute, as FlashAttention-3's backward
-// has, is what this CTA lacks).
+// 128-key CTAs against 11.87 with 64 (full rule), 10.61 against 10.01 (sliding); with the
+// dq in tile order (Note [dq tile order]) 11.47 against 11.63 with two stages, but 10.53
+// with 64 keys and three stages, which the 128-key CTA has no room for. So 64 is the
+// default; CHUNKGRAD_FLASH_DKDV_KEYS=128 with CHUNKGRAD_FLASH_DKDV_STAGES=2 takes 128 (read
+// once; for experiments: a producer warp that loads while both warpgroups compute, as
+// FlashAttention-3's backward has, is what this CTA lacks).
 bool dkdv_wide_keys(const BwdArgs& a) {
   static const bool on = [] {
     const char* e = std::getenv("CHUNKGRAD_FLASH_DKDV_KEYS");
     return e != nullptr && std::string(e) == "128";
   }();
   return on && a.s.hd == 128 && dkdv_wgmma(a.s.hd) == 2 && a.dq_acc != nullptr &&
-         a.m.kind == AttnMaskKind::dflash && a.m.context_len > 0 && dkdv_stages() == 2;
+         a.m.kind == AttnMaskKind::dflash && a.m.context_len > 0 && dkdv_stages(true) == 2;
 }
 
 template <typename T, int HD, int QT, bool FusedDq = false, int NS = 2, int KW = 1>
@@ -165,8 +172,8 @@ void launch_dkdv_typed(const BwdArgs& a, cudaStream_t stream) {
     CG_CHECK(a.ctx_ranges != nullptr, "flash dk/dv: context key parts need their range scratch");
     launch_context_ranges(wide ? wide_args : a, stream);
   }
-  const bool three = dkdv_stages() == 3;  // Note [dk/dv stages]
-  if (a.dq_acc != nullptr) {              // Note [Fused dq]
+  const bool three = dkdv_stages(a.dq_acc != nullptr) == 3;  // Note [dk/dv stages]
+  if (a.dq_acc != nullptr) {                                 // Note [Fused dq]
     CG_CUDA_CHECK(
         cudaMemsetAsync(a.dq_acc, 0, sizeof(float) * dq_tile_order_floats(s, a.m), stream));
     if constexpr (HD == 128) {
