@@ -46,25 +46,37 @@ int dkdv_query_rows(const AttnShape& s, const AttnMaskArgs& m) {
 
 // Note [dk/dv stages]: the query tiles stream through NS shared-memory stages (cp.async),
 // loads issued NS - 1 tiles ahead of the math, one barrier per tile. The pass holds two
-// CTAs a multiprocessor by registers (about 240 a thread at hd 128; 8 warps), which leaves
-// room in shared memory for a third stage at QT = 32. With the fused dq the third stage is
-// the default: once its additions went one bulk reduction a warp (Note [dq tile order]),
-// ncu's largest single stall was the wait for the next tile's Q and dO (7% of the warp
-// samples, at the cp.async wait before the barrier), and loading two tiles ahead took the
-// backward from 11.63 to 10.53 ms (full rule) and 9.25 to 8.74 (sliding, W 2048; H200,
-// 32/8 heads, 1024 x 24 over 4096 keys, bf16, medians of three alternating runs in one
-// call). Without the fused dq (dk and dv only) three stages measured the same as two
-// (7.64 vs 7.59 ms, 6.33 vs 6.37), so two stay there. CHUNKGRAD_FLASH_DKDV_STAGES=2 or 3
-// forces the count at QT = 32 (read once; for benchmarks).
+// CTAs a multiprocessor by registers (about 240 a thread at hd 128; 8 warps). With the fused
+// dq a third stage is the default where two CTAs of it still fit a multiprocessor's shared
+// memory (at hd 128: groups of up to 128 packed rows, or past the row table's 512; in
+// between, the table makes three stages one CTA a multiprocessor, and two stay): once the
+// dq additions went one bulk reduction a warp (Note [dq tile order]), ncu's largest single
+// stall was the wait for the next tile's Q and dO (7% of the warp samples, at the cp.async
+// wait before the barrier), and loading two tiles ahead took the backward from 11.63 to
+// 10.53 ms (full rule) and 9.25 to 8.74 (sliding, W 2048; H200, 32/8 heads, 1024 x 24 over
+// 4096 keys, bf16, medians of three alternating runs in one call). Without the fused dq
+// (dk and dv only) three stages measured the same as two (7.64 vs 7.59 ms, 6.33 vs 6.37),
+// so two stay there. CHUNKGRAD_FLASH_DKDV_STAGES=2 or 3 forces the count at QT = 32 (read
+// once; for benchmarks).
 
-// Query-tile stages at QT = 32 (Note [dk/dv stages]).
-int dkdv_stages(bool fused_dq) {
+// The forced stage count (Note [dk/dv stages]): 2, 3, or 0 when not forced.
+int forced_dkdv_stages() {
   static const int forced = [] {
     const char* e = std::getenv("CHUNKGRAD_FLASH_DKDV_STAGES");
     const std::string v = e != nullptr ? e : "";
     return v == "2" ? 2 : v == "3" ? 3 : 0;
   }();
-  return forced != 0 ? forced : fused_dq ? 3 : 2;
+  return forced;
+}
+
+// Whether two CTAs of `bytes` of dynamic shared memory each fit a multiprocessor of the
+// current device.
+bool two_ctas_fit(int bytes) {
+  int dev = 0, per_sm = 0, reserved = 0;
+  CG_CUDA_CHECK(cudaGetDevice(&dev));
+  CG_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+  CG_CUDA_CHECK(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
+  return 2 * (bytes + reserved) <= per_sm;
 }
 
 // Note [wgmma dk/dv]: on Hopper (wgmma::available()) at head dim 128 the pass's four GEMMs
@@ -112,19 +124,37 @@ bool dkdv_wide_keys(const BwdArgs& a) {
     return e != nullptr && std::string(e) == "128";
   }();
   return on && a.s.hd == 128 && dkdv_wgmma(a.s.hd) == 2 && a.dq_acc != nullptr &&
-         a.m.kind == AttnMaskKind::dflash && a.m.context_len > 0 && dkdv_stages(true) == 2;
+         a.m.kind == AttnMaskKind::dflash && a.m.context_len > 0 && forced_dkdv_stages() == 2;
+}
+
+// The kernel variant's wgmma mode (Note [wgmma dk/dv]): the overlap's second score tile does
+// not fit beside 64-row tiles, so wgmma alone there.
+template <int HD, int QT, int KW>
+int dkdv_variant(int64_t hd) {
+  return KW == 2 ? 2 : HD == 128 ? (QT == 32 ? dkdv_wgmma(hd) : std::min(dkdv_wgmma(hd), 1)) : 0;
+}
+
+// A launch's dynamic shared memory: the CTA's, the row table and (wgmma) the slack that
+// aligns the swizzled tiles.
+template <int HD, int QT, bool FusedDq, int NS, int KW = 1>
+int dkdv_launch_smem(const BwdArgs& a) {
+  return dkdv_smem_bytes<HD, QT, FusedDq, NS, KW>() + row_table_bytes(a.s, a.m, QT) +
+         (dkdv_variant<HD, QT, KW>(a.s.hd) != 0 ? 1024 : 0);
+}
+
+// Query-tile stages at QT = 32 (Note [dk/dv stages]).
+template <int HD>
+int dkdv_stages(const BwdArgs& a) {
+  if (forced_dkdv_stages() != 0) return forced_dkdv_stages();
+  return a.dq_acc != nullptr && two_ctas_fit(dkdv_launch_smem<HD, 32, true, 3>(a)) ? 3 : 2;
 }
 
 template <typename T, int HD, int QT, bool FusedDq = false, int NS = 2, int KW = 1>
 void launch_dkdv_rows(const BwdArgs& a, int64_t key_tiles, cudaStream_t stream) {
   // (key_tiles counts every part of a split context tile: Note [Context key parts])
   const dim3 grid = batch_grid(key_tiles * a.s.Hkv, a.s.B);  // Note [Batch grid]
-  // (The overlap's second score tile does not fit beside 64-row tiles: wgmma alone there.)
-  const int wg = KW == 2     ? 2
-                 : HD == 128 ? (QT == 32 ? dkdv_wgmma(HD) : std::min(dkdv_wgmma(HD), 1))
-                             : 0;
-  const int smem = dkdv_smem_bytes<HD, QT, FusedDq, NS, KW>() + row_table_bytes(a.s, a.m, QT) +
-                   (wg != 0 ? 1024 : 0);
+  const int wg = dkdv_variant<HD, QT, KW>(a.s.hd);
+  const int smem = dkdv_launch_smem<HD, QT, FusedDq, NS, KW>(a);
   const bool sl = a.m.sliding_window > 0;
   auto* kernel = sl ? flash_dkdv_kernel<T, HD, QT, true, FusedDq, NS, 0>
                     : flash_dkdv_kernel<T, HD, QT, false, FusedDq, NS, 0>;
@@ -172,8 +202,8 @@ void launch_dkdv_typed(const BwdArgs& a, cudaStream_t stream) {
     CG_CHECK(a.ctx_ranges != nullptr, "flash dk/dv: context key parts need their range scratch");
     launch_context_ranges(wide ? wide_args : a, stream);
   }
-  const bool three = dkdv_stages(a.dq_acc != nullptr) == 3;  // Note [dk/dv stages]
-  if (a.dq_acc != nullptr) {                                 // Note [Fused dq]
+  const bool three = dkdv_stages<HD>(a) == 3;  // Note [dk/dv stages]
+  if (a.dq_acc != nullptr) {                   // Note [Fused dq]
     CG_CUDA_CHECK(
         cudaMemsetAsync(a.dq_acc, 0, sizeof(float) * dq_tile_order_floats(s, a.m), stream));
     if constexpr (HD == 128) {

@@ -82,7 +82,7 @@ __host__ __device__ constexpr int dkdv_smem_bytes() {
 // 2.74 and 2.23 G instructions with the table against 3.41 and 2.76 before.
 struct RowOffsets {
   int64_t q, g;  // element offsets in Q and dO: hh sh + slot ss (each operand's strides)
-  int64_t l;     // offset in lse, delta and dq rows: hh Sq + slot
+  int64_t l;     // offset in the lse and delta rows: hh Sq + slot
   int slot, pad;
 };
 constexpr int kRowTableRows = 512;
