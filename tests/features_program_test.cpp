@@ -165,6 +165,36 @@ TEST_F(FeaturesProgram, BadOptionsAreOneErrorLine) {
   expect_error(features("twice"), "features", "is not empty");
 }
 
+// --fresh starts over in a folder holding a feature set, finished or not: the old files go
+// (no stale shard stays beside the new set) and the new set is the one a clean run writes.
+// Anything else in the folder is one error line, and nothing is removed.
+TEST_F(FeaturesProgram, FreshStartsOverAndTouchesNothingElse) {
+  ASSERT_EQ(features("clean", "--shard-mb 1").exit_code, 0);
+  ASSERT_EQ(features("again", "--shard-mb 1").exit_code, 0);
+  write("again/features-00099.safetensors", "an older run's shard");
+  write("again/index.json.tmp", "a torn write");
+  fs::remove(at("again") + "/index.json");  // as if interrupted
+  const ProgramRun r = features("again", "--shard-mb 1 --fresh");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::map<std::string, std::string> clean, again;
+  for (const auto& [path, bytes] : files_of(at("clean")))
+    clean[fs::path(path).filename().string()] = bytes;
+  for (const auto& [path, bytes] : files_of(at("again")))
+    again[fs::path(path).filename().string()] = bytes;
+  EXPECT_EQ(again, clean);
+  // Over a finished set too; a new folder is fine as well.
+  ASSERT_EQ(features("again", "--fresh").exit_code, 0);
+  ASSERT_EQ(features("new_with_fresh", "--fresh").exit_code, 0);
+  // A file that is not a feature set's: refused before anything is removed.
+  write("again/notes.txt", "mine");
+  const auto before = files_of(at("again"));
+  expect_error(features("again", "--fresh"), "features", "holds notes.txt, which is not");
+  EXPECT_EQ(files_of(at("again")), before);
+  // Without --fresh a finished set is refused, naming the flag.
+  fs::remove(at("again") + "/notes.txt");
+  expect_error(features("again"), "features", "--fresh to replace it");
+}
+
 // Features written from the toy target by `chunkgrad features` train a drafter that learns
 // as the toy run's does (which trains on the target's own generations instead).
 TEST_F(FeaturesProgram, AnOfflineRunLearnsAsTheToyRunDoes) {

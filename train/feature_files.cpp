@@ -357,4 +357,15 @@ void FeatureFileWriter::resume(const std::string& partial_path) {
   resumed_ = index_.num_samples;
 }
 
+bool is_feature_set_file(const std::string& name) {
+  const std::string base = name.ends_with(".tmp") ? name.substr(0, name.size() - 4) : name;
+  if (base == "index.json" || base == kPartialFeatureIndex) return true;
+  const std::string digits =
+      base.starts_with("features-") && base.ends_with(".safetensors")
+          ? base.substr(9, base.size() - 9 - std::string(".safetensors").size())
+          : std::string();
+  return digits.size() >= 5 &&
+         std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
 }  // namespace cg::train

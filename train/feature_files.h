@@ -121,4 +121,9 @@ class FeatureFileWriter {
 // index.partial.json's name in a feature folder (Note [Resuming features]).
 constexpr const char* kPartialFeatureIndex = "index.partial.json";
 
+// Whether a file named `name` belongs to a feature set: index.json, index.partial.json,
+// features-NNNNN.safetensors, or one of their temporaries (<name>.tmp, core/atomic_file.h).
+// `chunkgrad features --fresh` removes these and nothing else.
+bool is_feature_set_file(const std::string& name);
+
 }  // namespace cg::train

@@ -4,8 +4,9 @@
 // are written as feature shards (docs/feature_files.md) that `chunkgrad train --features
 // DIR` trains a drafter from. Run again into the same --out, it resumes an interrupted run,
 // as `chunkgrad train` resumes in its run directory (Note [Resuming features],
-// train/feature_files.h). The work is train/feature_target.h's and train/chat_data.h's;
-// this file reads and checks the command line.
+// train/feature_files.h); with --fresh it starts over there, as `chunkgrad train --fresh`.
+// The work is train/feature_target.h's and train/chat_data.h's; this file reads and checks
+// the command line.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -27,12 +28,40 @@ namespace cg::cli {
 
 namespace {
 
+// --fresh: --out may hold a feature set (train::is_feature_set_file) and nothing else.
+void check_only_feature_files(const std::filesystem::path& out) {
+  if (!std::filesystem::exists(out)) return;
+  for (const auto& e : std::filesystem::directory_iterator(out)) {
+    const std::string name = e.path().filename().string();
+    CG_CHECK(e.is_regular_file() && train::is_feature_set_file(name), "--out ", out.string(),
+             " holds ", name,
+             ", which is not a feature set's; --fresh removes only index.json, "
+             "index.partial.json and features-NNNNN.safetensors: give a folder with nothing "
+             "else in it");
+  }
+}
+
+// --fresh: removes the feature set in `out`; returns the files removed.
+int remove_feature_set(const std::filesystem::path& out) {
+  std::vector<std::filesystem::path> set;
+  for (const auto& e : std::filesystem::directory_iterator(out)) {
+    if (e.is_regular_file() && train::is_feature_set_file(e.path().filename().string()))
+      set.push_back(e.path());
+  }
+  for (const auto& p : set) {
+    std::error_code ec;
+    std::filesystem::remove(p, ec);
+    CG_CHECK(!ec, "--fresh: cannot remove ", p.string(), " (", ec.message(), ")");
+  }
+  return static_cast<int>(set.size());
+}
+
 struct FeaturesOptions {
   std::string target, out, layers, tokenizer, dtype = "bf16", device = kCPU.str();
   std::vector<std::string> data;
   int64_t shard_mb = 1024;
   int64_t batch_tokens = -1;  // -1: 16384 on a GPU, 0 (one sample a forward) on the CPU
-  bool no_progress = false, strict = false, allow_template = false;
+  bool no_progress = false, strict = false, allow_template = false, fresh = false;
 };
 
 // "1,16,31" -> ids; "" when not given. Throws naming --layers.
@@ -94,7 +123,7 @@ void add_features_command(CLI::App& app, CommandBody& run) {
   sub->add_flag(kAllowChatTemplateFlag, o.allow_template, kAllowChatTemplateHelp);
   sub->add_option("--out", o.out,
                   "the feature folder to write: empty, or an interrupted run's (holding "
-                  "index.partial.json), which the same command resumes")
+                  "index.partial.json), which the same command resumes (--fresh: starts over)")
       ->required()
       ->check(program::not_empty());
   sub->add_option("--layers", o.layers,
@@ -110,6 +139,10 @@ void add_features_command(CLI::App& app, CommandBody& run) {
                   "padded tokens per target forward, samples bucketed by length; 0: one "
                   "sample a forward (default 16384 on a GPU, 0 on the CPU)")
       ->check(program::integer_in(0, int64_t{1} << 30));
+  sub->add_flag("--fresh", o.fresh,
+                "start over: the feature set already in --out (finished or interrupted) is "
+                "removed once the target and the data have loaded; anything else there is "
+                "refused");
   sub->add_flag("--no-progress", o.no_progress, "no progress lines on stderr");
   sub->callback([&run] {
     run = [] {
@@ -117,21 +150,24 @@ void add_features_command(CLI::App& app, CommandBody& run) {
       const Device device = Device::parse(o.device);
       backend_for(device);  // no GPU: one error line before any work
       const std::filesystem::path out(o.out);
-      CG_CHECK(!std::filesystem::exists(out / "index.json"), "--out ", o.out,
-               " already holds index.json (a finished feature set); give an empty folder");
       CG_CHECK(!std::filesystem::exists(out) || std::filesystem::is_directory(out), "--out ", o.out,
                " is a file, not a folder");
+      if (o.fresh) check_only_feature_files(out);
+      CG_CHECK(o.fresh || !std::filesystem::exists(out / "index.json"), "--out ", o.out,
+               " already holds index.json (a finished feature set); give an empty folder, or "
+               "--fresh to replace it");
       // Note [Resuming features]: an interrupted run's folder (index.partial.json) is resumed
       // once the target and the data are known to be the same. Anything else in the folder
       // would end up beside the new shards.
-      const bool resuming = std::filesystem::exists(out / train::kPartialFeatureIndex);
-      CG_CHECK(resuming || !std::filesystem::exists(out) || std::filesystem::is_empty(out),
-               "--out ", o.out, " is not empty (",
-               std::filesystem::exists(out)
-                   ? std::filesystem::directory_iterator(out)->path().filename().string()
-                   : std::string(),
-               " ...) and holds no ", train::kPartialFeatureIndex,
-               " of an interrupted run to resume; give an empty folder");
+      const bool resuming = !o.fresh && std::filesystem::exists(out / train::kPartialFeatureIndex);
+      CG_CHECK(
+          o.fresh || resuming || !std::filesystem::exists(out) || std::filesystem::is_empty(out),
+          "--out ", o.out, " is not empty (",
+          std::filesystem::exists(out)
+              ? std::filesystem::directory_iterator(out)->path().filename().string()
+              : std::string(),
+          " ...) and holds no ", train::kPartialFeatureIndex,
+          " of an interrupted run to resume; give an empty folder");
       if (resuming && !o.no_progress)
         std::fprintf(stderr, "chunkgrad features: %s holds an interrupted run (%s): resuming it\n",
                      o.out.c_str(), train::kPartialFeatureIndex);
@@ -171,6 +207,14 @@ void add_features_command(CLI::App& app, CommandBody& run) {
       for (const train::DataFileReport& f : data.files) {  // bad lines are said even so
         if (!o.no_progress || f.bad_lines > 0)
           std::fprintf(stderr, "chunkgrad features: %s\n", f.describe().c_str());
+      }
+      if (o.fresh) {  // only now: a run that fails before this leaves the old set
+        const int removed = remove_feature_set(out);
+        if (removed > 0 && !o.no_progress)
+          std::fprintf(stderr,
+                       "chunkgrad features: --fresh: removed the %d files of the feature "
+                       "set in %s\n",
+                       removed, o.out.c_str());
       }
       int64_t resumed = 0;
       const train::FeatureFileIndex index = train::write_feature_files(
