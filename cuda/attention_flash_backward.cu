@@ -190,7 +190,7 @@ bool fused_dq(const AttnShape& s, const AttnMaskArgs& m, bool want_dq, bool want
   return forced != 0;
 }
 
-// Note [dq bulk reduce] (attention_flash_dkdv_kernel.cuh): whether the fused dq's partials
+// Note [dq bulk reduce] (attention_flash_dkdv_layout.cuh): whether the fused dq's partials
 // go by bulk reductions; CHUNKGRAD_FLASH_DQ_BULK=0 keeps the atomics (read once; for
 // benchmarks). The kernel takes atomics anyway where the device code predates sm_90.
 bool dq_bulk(const float* dq_acc) {
