@@ -6,7 +6,8 @@
 //   dflash   the drafter's full layers: 1024 blocks x 24 query slots over 4096 context
 //            keys (Sk = 4096 + 24576); block b's anchor is 4 * (1 + (389 b mod 1024)), so
 //            the anchors are 4, 8, ..., 4096 in a fixed shuffled order (the same formula
-//            as the PyTorch script)
+//            as the PyTorch script); --anchors sorted puts them in ascending order, as the
+//            trainer's are (which the forward's dense tiles use: Note [Dense DFlash rows])
 //   sliding  the drafter's sliding layers: the same blocks and anchors under the sliding
 //            rule of window --window (2048): slot k sees context keys from
 //            anchor + k - (W - 1) and its block's slots up to k (ops/attention_mask.h)
@@ -45,6 +46,7 @@ namespace {
 struct Options {
   int64_t batch = 1, hq = 40, hkv = 8, hd = 128, tokens = 4096;
   int64_t context = 4096, blocks = 1024, block_size = 24, window = 2048;
+  std::string anchors = "shuffled";
   std::string heads;  // "HQ/HKV,..." for the DFlash tables; empty: --hq/--hkv
   std::string dtype = "bf16";
   std::string which = "causal,dflash,sliding";
@@ -121,11 +123,11 @@ void bench_shape(const Options& o, const std::string& name, int64_t Sq, int64_t 
 
   std::printf(
       "\n%s: B=%lld Hq=%lld Hkv=%lld Sq=%lld Sk=%lld hd=%lld %s, path %s, "
-      "%.1f%% of the [Sq, Sk] pairs visible, median of %d\n",
+      "%.1f%% of the [Sq, Sk] pairs visible%s, median of %d\n",
       name.c_str(), (long long)o.batch, (long long)o.hq, (long long)o.hkv, (long long)Sq,
       (long long)Sk, (long long)o.hd, o.dtype.c_str(),
       path_note(path_name, q, k, v, m, scale).c_str(), 100.0 * pairs / (double(Sq) * double(Sk)),
-      o.repeats);
+      name == "causal" ? "" : (", anchors " + o.anchors).c_str(), o.repeats);
   std::printf("%-26s %10s %10s\n", "row", "ms", "TFLOP/s");
   const double fwd = time_ms(o.repeats, [&] { gpu.attention_forward(q, k, v, m, scale); });
   row(name + " fwd", fwd, fwd_flops);
@@ -221,6 +223,8 @@ int run_bench(int argc, char** argv) {
   app.add_option("--block-size", o.block_size, "dflash: query slots per block")
       ->check(CLI::PositiveNumber);
   app.add_option("--window", o.window, "sliding: the window W")->check(CLI::PositiveNumber);
+  app.add_option("--anchors", o.anchors, "dflash: the anchors' order, shuffled | sorted")
+      ->check(CLI::IsMember({"shuffled", "sorted"}));
   app.add_option("--heads", o.heads,
                  "dflash, sliding: comma-separated HQ/HKV head counts, one table each "
                  "(e.g. 32/8,40/8; default --hq/--hkv)");
@@ -246,6 +250,7 @@ int run_bench(int argc, char** argv) {
   for (int64_t b = 0; b < o.blocks; ++b) {
     anchors[b] = std::min(o.context, 4 * (1 + (389 * b) % 1024));
   }
+  if (o.anchors == "sorted") std::sort(anchors.begin(), anchors.end());
   const cg::Tensor a = cg::from_ints(anchors, {o.blocks});
   const int64_t Sq = o.blocks * o.block_size, Sk = o.context + o.blocks * o.block_size;
   // The full rule's table, then the sliding rule's, for each head count.

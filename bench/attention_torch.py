@@ -89,6 +89,7 @@ def main():
     p.add_argument("--blocks", type=int, default=1024)
     p.add_argument("--block-size", type=int, default=24)
     p.add_argument("--window", type=int, default=2048)
+    p.add_argument("--anchors", default="shuffled", choices=["shuffled", "sorted"])
     p.add_argument("--heads", default="", help="HQ/HKV,... for dflash and sliding")
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--path", default="", help="ignored (attention_bench's path choice)")
@@ -110,6 +111,8 @@ def main():
 
         S, N, Bs, W = a.context, a.blocks, a.block_size, a.window
         anchors_list = [min(S, 4 * (1 + (389 * b) % 1024)) for b in range(N)]
+        if a.anchors == "sorted":
+            anchors_list.sort()
         anchors = torch.tensor(anchors_list, device="cuda", dtype=torch.int64)
 
         def dflash_rule(b, h, q_idx, kv_idx):

@@ -17,6 +17,11 @@
 // rows has 32 such rows, in warpgroup 1 -- half of it) still computes: an MMA is issued
 // by the whole warpgroup or not at all. Built only for sm_90a (wgmma is not in sm_90's
 // base set); elsewhere the mma.sync kernel runs.
+// Issuing the next key tile's S before this tile's softmax (FlashAttention-3's overlap
+// within a warpgroup: a second score array, four stages) was built and measured slower on
+// the H200 (4.94 against 4.07 ms at the drafter's full rule): ptxas put a wait for the MMA
+// pipe (WARPGROUP.DEPBAR) between its MMAs, so the next tile's S no longer ran beside the
+// softmax.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -24,8 +29,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "cuda/attention_flash_common.cuh"
+#include "cuda/attention_flash_dense_rows.cuh"
 #include "cuda/attention_flash_forward.cuh"
 #include "cuda/wgmma.cuh"
 
@@ -53,18 +60,32 @@ __device__ inline void load_rows_sw128(uint32_t dst, const void* any_valid, RowO
   }
 }
 
-// Key tile t of the CTA's plan into stage `stage` of sK and sV.
-template <typename T>
-__device__ inline void load_key_tile_sw128(const QueryCta<T>& c, const FwdArgs& a, uint32_t sK,
-                                           uint32_t sV, int64_t t, int stage) {
+// Key tile t of the CTA's plan into stage `stage` of sK and sV. A thread copies the same
+// 16 bytes (x = tid % 16) of rows tid / 16 + 16 k, k < 4: rows 16 apart share their
+// swizzle (r % 8), so the shared and global addresses step by constants and the only test
+// per row is the range end (rows past it are zero-filled from any valid address). Written
+// out rather than through load_rows_sw128, whose general loop cost about 25 instructions a
+// copy here, 16 copies a thread a tile.
+template <typename T, typename Cta>
+__device__ inline void load_key_tile_sw128(const Cta& c, const FwdArgs& a, uint32_t sK, uint32_t sV,
+                                           int64_t t, int stage) {
+  static_assert(kTile * 16 % kWgmmaThreads == 0 && kWgmmaThreads % 16 == 0);
+  constexpr int kRowStep = kWgmmaThreads / 16;  // rows between a thread's copies
   int64_t j0, jend;
   c.kp.tile(t, j0, jend);
-  load_rows_sw128<T, kTile>(sK + stage * kKVBytes, a.k.data, [&](int r) -> const T* {
-    return j0 + r < jend ? c.kbase + (j0 + r) * a.k.ss : nullptr;
-  });
-  load_rows_sw128<T, kTile>(sV + stage * kKVBytes, a.v.data, [&](int r) -> const T* {
-    return j0 + r < jend ? c.vbase + (j0 + r) * a.v.ss : nullptr;
-  });
+  const int r0 = threadIdx.x / 16, x = threadIdx.x % 16;
+  const int rows = static_cast<int>(min(jend - j0, int64_t{kTile}));
+  const uint32_t off =
+      stage * kKVBytes + (x / 8) * kTile * 128 + wgmma::swizzle128_offset(r0, x % 8);
+  const T* kp = c.kbase + (j0 + r0) * a.k.ss + x * 8;
+  const T* vp = c.vbase + (j0 + r0) * a.v.ss + x * 8;
+#pragma unroll
+  for (int k = 0; k < kTile / kRowStep; ++k) {
+    const bool in = r0 + k * kRowStep < rows;
+    const uint32_t d = off + k * kRowStep * 128;
+    cp_async16(sK + d, in ? static_cast<const void*>(kp + k * kRowStep * a.k.ss) : a.k.data, in);
+    cp_async16(sV + d, in ? static_cast<const void*>(vp + k * kRowStep * a.v.ss) : a.v.data, in);
+  }
 }
 
 // Keeps an A fragment's registers untouched until here: a register operand of an MMA in
@@ -77,58 +98,198 @@ __device__ inline void load_key_tile_sw128(const QueryCta<T>& c, const FwdArgs& 
   }
 }
 
+// Which scores of a key tile this thread's two rows may not see. One-block tiles: the row
+// numbers, the causal and sliding rules (Note [Sliding tiles]). Dense tiles: each row's own
+// ranges, and the context keys every row of this warp sees, [warp_lo, warp_hi).
+template <bool kDense>
+struct ForwardMasks {
+  int ir[2] = {0, 0};
+  int64_t first_i = 0;
+  CausalRule causal;
+  SlidingRule sliding;
+  RowKeys rk[2];
+  int warp_lo = 0, warp_hi = 0;
+
+  __device__ void apply(float (&sc)[kTile / 2], int64_t j0, int64_t jend, int lane) const {
+    auto& frag = reinterpret_cast<float(&)[kTile / 8][4]>(sc);
+    if constexpr (kDense) {
+      // Context keys every row of the warp sees need no masks (warp_hi <= jend).
+      const int j = static_cast<int>(j0);
+      if (j < warp_lo || j + kTile > warp_hi)
+        mask_dense_scores(frag, rk, j, static_cast<int>(jend), lane);
+    } else {
+      if (j0 + kTile > jend || causal.hides(j0 + kTile - 1, first_i) || sliding.masks_tile(j0))
+        mask_scores(frag, ir, j0, jend, causal, sliding, lane);
+    }
+  }
+};
+
+// S = Q K^T of a key tile into sc (zeroed first), 16 columns of the head dim at a time:
+// sc[4n + e] is key 8n + 2 (lane % 4) + e % 2 of row hf = e / 2. Issued, not committed.
 template <typename T>
+__device__ __forceinline__ void issue_scores(float (&sc)[kTile / 2], uint32_t q_slice,
+                                             uint32_t tK) {
+#pragma unroll
+  for (int ks = 0; ks < kWgmmaHD / 16; ++ks) {
+    const uint32_t col = (ks % 4) * 32u;  // within column block ks / 4
+    wgmma::mma_m64n64k16_ss<T>(
+        sc, wgmma::desc_sw128(q_slice + (ks / 4) * kWgmmaRows * 128 + col, 16, 1024),
+        wgmma::desc_sw128(tK + (ks / 4) * kTile * 128 + col, 16, 1024), ks > 0);
+  }
+}
+
+// O += P V of a key tile, keys 16 kk .. 16 kk + 15 at a time. Issued, not committed.
+template <typename T>
+__device__ __forceinline__ void issue_pv(float (&o)[kWgmmaHD / 2],
+                                         const uint32_t (&pa)[kTile / 16][4], uint32_t tV) {
+#pragma unroll
+  for (int kk = 0; kk < kTile / 16; ++kk) {
+    wgmma::mma_m64n128k16_rs<T>(o, pa[kk],
+                                wgmma::desc_sw128(tV + kk * 16 * 128, kTile * 128, 1024));
+  }
+}
+
+// The online softmax of a key tile for this thread's two rows: sc becomes P relative to
+// the new running maxima, lrow takes its sums and corr[hf] is what O's row hf is to be
+// scaled by.
+[[maybe_unused]] __device__ __forceinline__ void online_softmax(float (&sc)[kTile / 2],
+                                                                float (&mrow)[2], float (&lrow)[2],
+                                                                float (&corr)[2],
+                                                                float scale_log2) {
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < kTile / 8; ++n)
+      mx = fmaxf(mx, fmaxf(sc[4 * n + 2 * hf], sc[4 * n + 2 * hf + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float mn = fmaxf(mrow[hf], mx);
+    // Nothing seen yet (-inf): keep every term at 0 rather than NaN.
+    const float base = mn == -INFINITY ? 0.f : mn * scale_log2;
+    corr[hf] = exp2f(mrow[hf] * scale_log2 - base);  // -inf -> 0
+    mrow[hf] = mn;
+    float rs = 0.f;
+#pragma unroll
+    for (int n = 0; n < kTile / 8; ++n) {
+      sc[4 * n + 2 * hf] = exp2f(sc[4 * n + 2 * hf] * scale_log2 - base);
+      sc[4 * n + 2 * hf + 1] = exp2f(sc[4 * n + 2 * hf + 1] * scale_log2 - base);
+      rs += sc[4 * n + 2 * hf] + sc[4 * n + 2 * hf + 1];
+    }
+    lrow[hf] = lrow[hf] * corr[hf] + rs;
+  }
+}
+
+// O's rows scaled by corr, and P as the A fragments of the next P V (the C layout of two
+// n8 blocks is the A layout of one k16 step).
+template <typename T>
+__device__ __forceinline__ void rescale_and_pack(float (&o)[kWgmmaHD / 2], const float (&corr)[2],
+                                                 const float (&sc)[kTile / 2],
+                                                 uint32_t (&pa)[kTile / 16][4]) {
+#pragma unroll
+  for (int n = 0; n < kWgmmaHD / 8; ++n) {
+    o[4 * n + 0] *= corr[0];
+    o[4 * n + 1] *= corr[0];
+    o[4 * n + 2] *= corr[1];
+    o[4 * n + 3] *= corr[1];
+  }
+#pragma unroll
+  for (int kk = 0; kk < kTile / 16; ++kk) {
+    pa[kk][0] = pack2<T>(sc[8 * kk + 0], sc[8 * kk + 1]);
+    pa[kk][1] = pack2<T>(sc[8 * kk + 2], sc[8 * kk + 3]);
+    pa[kk][2] = pack2<T>(sc[8 * kk + 4], sc[8 * kk + 5]);
+    pa[kk][3] = pack2<T>(sc[8 * kk + 6], sc[8 * kk + 7]);
+  }
+}
+
+// kDense: the DFlash rule's dense tiles (Note [Dense DFlash rows]); else one-block tiles
+// (DFlash without kDense) or a head's consecutive rows (none, causal).
+template <typename T, bool kDense>
 __global__ void __launch_bounds__(kWgmmaThreads, 1) flash_forward_wgmma_kernel(FwdArgs a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   if (batch_of_block() >= a.s.B) return;  // Note [Batch grid]
-  constexpr int HD = kWgmmaHD, BM = kWgmmaRows;
+  constexpr int HD = kWgmmaHD, BM = kWgmmaRows, NS = kStages;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   // The swizzle is a function of the address: every tile starts 1024-byte aligned.
   const uint32_t sQ = (smem_addr(smem_raw) + 1023u) & ~1023u;  // (2, BM, 64)
-  const uint32_t sK = sQ + kQBytes;                            // (kStages, 2, kTile, 64)
-  const uint32_t sV = sK + kStages * kKVBytes;                 // (kStages, 2, kTile, 64)
+  const uint32_t sK = sQ + kQBytes;                            // (NS, 2, kTile, 64)
+  const uint32_t sV = sK + NS * kKVBytes;                      // (NS, 2, kTile, 64)
   const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const AttnShape& s = a.s;
 
-  // Q and key tile 0 (one group), key tile 1 (the next); wait for the first.
-  const QueryCta<T> cta = query_cta_of<T>(a, BM);  // Note [Query CTA prologue]
+  using Cta = std::conditional_t<kDense, DenseCta<T>, QueryCta<T>>;
+  const Cta cta = [&] {
+    if constexpr (kDense) {
+      return dense_cta_of<T>(a, BM);
+    } else {
+      return query_cta_of<T>(a, BM);  // Note [Query CTA prologue]
+    }
+  }();
+  auto row_of = [&](int r, int64_t& h, int64_t& i) {
+    if constexpr (kDense) {
+      return cta.rows.row(r, h, i);
+    } else {
+      return cta.qt.row(r, h, i);
+    }
+  };
+  // Q with key tile 0 (one group), then key tile 1 (the next); wait for the first.
   const int64_t b = cta.b, ntiles = cta.key_tiles;
   load_rows_sw128<T, BM>(sQ, a.q.data, [&](int r) -> const T* {
     int64_t h = 0, i = 0;
-    return cta.qt.row(r, h, i) ? query_row<T>(a.q, b, h, i) : nullptr;
+    return row_of(r, h, i) ? query_row<T>(a.q, b, h, i) : nullptr;
   });
-  if (ntiles > 0) load_key_tile_sw128<T>(cta, a, sK, sV, 0, 0);
-  cp_async_commit();
-  if (ntiles > 1) load_key_tile_sw128<T>(cta, a, sK, sV, 1, 1);
-  cp_async_commit();
-  // The V stage "before" tile 0 holds zeros: the first step's P V (P = 0) adds nothing
-  // and every step issues the same MMAs (no branch around them, which would serialize
-  // them).
+#pragma unroll
+  for (int t = 0; t < NS - 1; ++t) {
+    if (t < ntiles) load_key_tile_sw128<T>(cta, a, sK, sV, t, t);
+    cp_async_commit();
+  }
+  // The V stage "before" tile 0 (stage NS - 1) holds zeros: the first step's P V (P = 0)
+  // adds nothing and every step issues the same MMAs (no branch around them, which would
+  // serialize them).
   for (int c = threadIdx.x; c < static_cast<int>(kKVBytes / 16); c += kWgmmaThreads) {
     asm volatile(
-        "st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(sV + (kStages - 1) * kKVBytes + c * 16),
+        "st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(sV + (NS - 1) * kKVBytes + c * 16),
         "r"(0u));
   }
   asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+
   wgmma::fence_proxy_async();
   __syncthreads();
-  const QueryTile& qt = cta.qt;
 
   // This thread's rows: tile row 64 wg + 16 warp + lane / 4 + 8 hf (hf = 0, 1).
   const int row_base = 64 * wg + 16 * warp + lane / 4;
-  int ir[2];
-#pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    int64_t h = 0, i = 0;
-    qt.row(row_base + hf * 8, h, i);
-    ir[hf] = static_cast<int>(i);
-  }
   int64_t hw, iw;
-  const bool wg_active = qt.row(64 * wg, hw, iw);  // valid rows are a prefix
-  const CausalRule causal = causal_rule(s, a.m);
-  const SlidingRule& sliding = cta.sliding;  // Note [Sliding tiles]
-  int64_t first_i = 0, fh;
-  qt.row(0, fh, first_i);
+  const bool wg_active = row_of(64 * wg, hw, iw);  // valid rows are a prefix
+  ForwardMasks<kDense> masks;
+  if constexpr (kDense) {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      int block = 0, slot = 0;
+      int64_t h = 0, i = 0;
+      if (cta.rows.row(row_base + hf * 8, block, slot, h, i))
+        masks.rk[hf] = dflash_row_keys(a.m, b, block, slot);
+    }
+    int lo = max(masks.rk[0].ctx_lo, masks.rk[1].ctx_lo);
+    int hi = min(masks.rk[0].ctx_hi, masks.rk[1].ctx_hi);
+#pragma unroll
+    for (int x = 4; x < 32; x *= 2) {  // lanes 4 apart hold other rows
+      lo = max(lo, __shfl_xor_sync(0xffffffffu, lo, x));
+      hi = min(hi, __shfl_xor_sync(0xffffffffu, hi, x));
+    }
+    masks.warp_lo = lo;
+    masks.warp_hi = hi;
+  } else {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      int64_t h = 0, i = 0;
+      cta.qt.row(row_base + hf * 8, h, i);
+      masks.ir[hf] = static_cast<int>(i);
+    }
+    masks.causal = causal_rule(s, a.m);
+    masks.sliding = cta.sliding;
+    int64_t fh;
+    cta.qt.row(0, fh, masks.first_i);
+  }
 
   float o[HD / 2];  // o[4n + e]: column 8n + 2 (lane % 4) + e % 2, row hf = e / 2
   float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
@@ -140,107 +301,44 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) flash_forward_wgmma_kernel(F
   uint32_t pa[kTile / 16][4];
 #pragma unroll
   for (int kk = 0; kk < kTile / 16; ++kk) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0u;
+  auto stage_of = [](int64_t t) { return static_cast<int>((t + NS) % NS); };  // t >= -1
 
-  int stage = 0;  // key tile t's stage: t % kStages
+  float sc[kTile / 2] = {};
   for (int64_t t = 0; t < ntiles; ++t) {
-    const int prev_stage = stage == 0 ? kStages - 1 : stage - 1;
-    int64_t j0, jend;
-    cta.kp.tile(t, j0, jend);
     if (wg_active) {
-      const uint32_t tK = sK + stage * kKVBytes, prev_V = sV + prev_stage * kKVBytes;
-      float sc[kTile / 2];  // sc[4n + e]: key 8n + 2 (lane % 4) + e % 2, row hf = e / 2
-#pragma unroll
-      for (int n = 0; n < kTile / 2; ++n) sc[n] = 0.f;
       wgmma::fence_operands(sc);
       wgmma::fence_operands(o);
       wgmma::fence();
-#pragma unroll
-      for (int ks = 0; ks < HD / 16; ++ks) {  // S = Q K^T, 16 columns of the head dim at a time
-        const uint32_t col = (ks % 4) * 32u;  // within column block ks / 4
-        wgmma::mma_m64n64k16_ss<T>(
-            sc, wgmma::desc_sw128(q_slice + (ks / 4) * BM * 128 + col, 16, 1024),
-            wgmma::desc_sw128(tK + (ks / 4) * kTile * 128 + col, 16, 1024), 1);
-      }
+      issue_scores<T>(sc, q_slice, sK + stage_of(t) * kKVBytes);
       wgmma::commit();
-      // O += P V of the previous tile, keys 16 kk .. 16 kk + 15 at a time (at t = 0: P and
-      // the V stage are zeros).
-#pragma unroll
-      for (int kk = 0; kk < kTile / 16; ++kk) {
-        wgmma::mma_m64n128k16_rs<T>(o, pa[kk],
-                                    wgmma::desc_sw128(prev_V + kk * 16 * 128, kTile * 128, 1024));
-      }
+      // O += P V of the previous tile (at t = 0: P and the V stage are zeros).
+      issue_pv<T>(o, pa, sV + stage_of(t - 1) * kKVBytes);
       wgmma::commit();
       wgmma::wait<1>();
       wgmma::fence_operands(sc);
-
-      const bool need_mask =
-          j0 + kTile > jend || causal.hides(j0 + kTile - 1, first_i) || sliding.masks_tile(j0);
-      if (need_mask) {
-        mask_scores(reinterpret_cast<float(&)[kTile / 8][4]>(sc), ir, j0, jend, causal, sliding,
-                    lane);
-      }
+      int64_t j0, jend;
+      cta.kp.tile(t, j0, jend);
+      masks.apply(sc, j0, jend, lane);
       float corr[2];
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int n = 0; n < kTile / 8; ++n) {
-          mx = fmaxf(mx, fmaxf(sc[4 * n + 2 * hf], sc[4 * n + 2 * hf + 1]));
-        }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float mn = fmaxf(mrow[hf], mx);
-        // Nothing seen yet (-inf): keep every term at 0 rather than NaN.
-        const float base = mn == -INFINITY ? 0.f : mn * a.scale_log2;
-        corr[hf] = exp2f(mrow[hf] * a.scale_log2 - base);  // -inf -> 0
-        mrow[hf] = mn;
-        float rs = 0.f;
-#pragma unroll
-        for (int n = 0; n < kTile / 8; ++n) {
-          sc[4 * n + 2 * hf] = exp2f(sc[4 * n + 2 * hf] * a.scale_log2 - base);
-          sc[4 * n + 2 * hf + 1] = exp2f(sc[4 * n + 2 * hf + 1] * a.scale_log2 - base);
-          rs += sc[4 * n + 2 * hf] + sc[4 * n + 2 * hf + 1];
-        }
-        lrow[hf] = lrow[hf] * corr[hf] + rs;
-      }
+      online_softmax(sc, mrow, lrow, corr, a.scale_log2);
       // The previous tile's P V is done: O and pa may be touched again.
       wgmma::wait<0>();
       wgmma::fence_operands(o);
       fence_fragment(pa);
-#pragma unroll
-      for (int n = 0; n < HD / 8; ++n) {
-        o[4 * n + 0] *= corr[0];
-        o[4 * n + 1] *= corr[0];
-        o[4 * n + 2] *= corr[1];
-        o[4 * n + 3] *= corr[1];
-      }
-#pragma unroll
-      for (int kk = 0; kk < kTile / 16; ++kk) {
-        pa[kk][0] = pack2<T>(sc[8 * kk + 0], sc[8 * kk + 1]);
-        pa[kk][1] = pack2<T>(sc[8 * kk + 2], sc[8 * kk + 3]);
-        pa[kk][2] = pack2<T>(sc[8 * kk + 4], sc[8 * kk + 5]);
-        pa[kk][3] = pack2<T>(sc[8 * kk + 6], sc[8 * kk + 7]);
-      }
+      rescale_and_pack<T>(o, corr, sc, pa);
     }
     // Key tile t + 1 has landed (everyone's copies, for the async proxy); every read of
     // stage t - 1 is done, so tile t + 2 may load there.
     cp_async_wait_all();
     wgmma::fence_proxy_async();
     __syncthreads();
-    if (t + 2 < ntiles) load_key_tile_sw128<T>(cta, a, sK, sV, t + 2, prev_stage);
+    if (t + 2 < ntiles) load_key_tile_sw128<T>(cta, a, sK, sV, t + 2, stage_of(t - 1));
     cp_async_commit();
-    stage = stage == kStages - 1 ? 0 : stage + 1;
   }
   if (wg_active && ntiles > 0) {  // the last tile's P V
-    const int last_stage = stage == 0 ? kStages - 1 : stage - 1;
     wgmma::fence_operands(o);
     wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < kTile / 16; ++kk) {
-      wgmma::mma_m64n128k16_rs<T>(
-          o, pa[kk],
-          wgmma::desc_sw128(sV + last_stage * kKVBytes + kk * 16 * 128, kTile * 128, 1024));
-    }
+    issue_pv<T>(o, pa, sV + stage_of(ntiles - 1) * kKVBytes);
     wgmma::commit();
     wgmma::wait<0>();
     wgmma::fence_operands(o);
@@ -256,7 +354,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) flash_forward_wgmma_kernel(F
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     int64_t h = 0, i = 0;
-    if (!qt.row(row_base + hf * 8, h, i)) continue;
+    if (!row_of(row_base + hf * 8, h, i)) continue;
     const float inv = l > 0.f ? 1.f / l : 0.f;
     const int64_t row = (b * s.Hq + h) * s.Sq + i;
     T* dst = out + b * a.out.sb + h * a.out.sh + i * a.out.ss + col;
@@ -270,16 +368,36 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) flash_forward_wgmma_kernel(F
 #endif
 }
 
+// Dense DFlash tiles where they pay (Note [Dense DFlash rows]) unless CHUNKGRAD_FLASH_DENSE=0
+// (for measuring against one-block tiles).
+template <typename T>
+void launch_typed(const FwdArgs& a, cudaStream_t stream) {
+  static const bool dense_on = [] {
+    const char* e = std::getenv("CHUNKGRAD_FLASH_DENSE");
+    return e == nullptr || std::string(e) != "0";
+  }();
+  if (!dense_on || !dense_rows_pay(a.s, a.m)) {
+    launch_query_kernel(flash_forward_wgmma_kernel<T, false>, a, kWgmmaRows, kWgmmaSmem, stream,
+                        kWgmmaThreads);
+    return;
+  }
+  // Note [Dense DFlash rows]: blockIdx.x = tile * Hkv + kv head.
+  auto* kernel = flash_forward_wgmma_kernel<T, true>;
+  const dim3 grid = batch_grid(dense_tiles(a.s, a.m, kWgmmaRows) * a.s.Hkv, a.s.B);
+  CG_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kWgmmaSmem));
+  kernel<<<grid, kWgmmaThreads, kWgmmaSmem, stream>>>(a);
+  CG_CUDA_CHECK(cudaGetLastError());
+}
+
 }  // namespace
 
 bool launch_flash_forward_wgmma(DType dtype, const FwdArgs& a, cudaStream_t stream) {
   if (a.s.hd != kWgmmaHD || !wgmma::available()) return false;
   if (dtype == DType::bf16) {
-    launch_query_kernel(flash_forward_wgmma_kernel<__nv_bfloat16>, a, kWgmmaRows, kWgmmaSmem,
-                        stream, kWgmmaThreads);
+    launch_typed<__nv_bfloat16>(a, stream);
   } else {
-    launch_query_kernel(flash_forward_wgmma_kernel<__half>, a, kWgmmaRows, kWgmmaSmem, stream,
-                        kWgmmaThreads);
+    launch_typed<__half>(a, stream);
   }
   return true;
 }

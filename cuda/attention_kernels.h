@@ -49,6 +49,9 @@ struct AttnMaskArgs {
   int64_t sliding_window = 0;                // 0 = the full rule
   const int64_t* visible_context = nullptr;  // device memory
   int64_t context_batch_stride = 0;
+  // Every batch row's anchors ascend (padded blocks aside), as the trainer's do: then
+  // neighbouring blocks see nearly the same keys (Note [Dense DFlash rows]).
+  bool anchors_sorted = false;
   // dense: allowed[b * s0 + h * s1 + i * s2 + j * s3] (device memory).
   const bool* allowed = nullptr;
   int64_t allowed_strides[4] = {0, 0, 0, 0};

@@ -8,7 +8,8 @@
 // straddling key tiles and wider than the context, blocks wider than a tile (tiles whose
 // rows are one head's slots kmin..kmax with kmin > 0), and a shape near the real one
 // (64 blocks x 24 over 4096 context keys, W = 2048); the dk/dv pass's context key parts
-// split by active blocks under both rules. Compiled only in CUDA builds; skipped without a
+// split by active blocks under both rules; the Hopper forward's dense tiles (rows of several
+// blocks in one CTA) under both rules. Compiled only in CUDA builds; skipped without a
 // GPU.
 #if defined(CHUNKGRAD_WITH_CUDA)
 
@@ -131,6 +132,41 @@ TEST_F(CudaAttentionSlidingTest, NearTheRealShape) {
   const AttentionMask m = AttentionMask::dflash_blocks(S, Bs, from_ints(a, {N}), Tensor(), W);
   check_case(sliding_case(DType::bf16, 128, 32, 8, 1, S, N, Bs, m), AttentionPath::automatic,
              "64 x 24 over 4096, " + label(32, 8, 128, W));
+}
+
+// Note [Dense DFlash rows] (cuda/attention_flash_dense_rows.cuh): where the anchors ascend,
+// the Hopper forward packs the rows of consecutive blocks into its 128-row CTAs. Blocks of
+// 16 without GQA (16 rows a block: a CTA holds parts of up to 9 blocks), 21 of them (a
+// partial last CTA), two batch rows of ascending anchors with repeats, at 0 and at the end,
+// and padded blocks (a negative anchor) inside a CTA; 3 heads x 24 (72 rows: CTAs start
+// mid-block); a CTA whose last context tile runs past the context range into block keys its
+// rows see; under the full rule (W 0), a window narrower than a block (5) and one across
+// key tiles (40). (Shuffled anchors take one-block tiles: DflashLongContext and the rest.)
+TEST_F(CudaAttentionSlidingTest, DenseTilesOfSmallBlocks) {
+  const int64_t S = 200, N = 21, Bs = 16;
+  std::vector<int64_t> a(2 * N);
+  for (int64_t b = 0; b < N; ++b) {
+    a[b] = b * S / (N - 1) / 3 * 3;  // ascending, repeats where the division rounds alike
+    a[N + b] = b * b * S / ((N - 1) * (N - 1));
+  }
+  a[5] = -1;
+  a[N + 12] = -1;
+  for (int64_t W : {0, 5, 40}) {
+    const AttentionMask m = AttentionMask::dflash_blocks(S, Bs, from_ints(a, {2, N}), Tensor(), W);
+    check_paths(sliding_case(DType::bf16, 128, 2, 2, 2, S, N, Bs, m),
+                "Bs 16 " + label(2, 2, 128, W));
+    const AttentionMask m24 = AttentionMask::dflash_blocks(
+        S, 24, from_ints(std::vector<int64_t>(a.begin() + N, a.begin() + N + 7), {7}), Tensor(), W);
+    check_paths(sliding_case(DType::f16, 128, 3, 1, 1, S, 7, 24, m24),
+                "Bs 24 " + label(3, 1, 128, W));
+    // One CTA holds all four blocks; its last context tile [192, 256) runs past the range's
+    // end (200) into the block keys (200 + 16 b), which its rows see: loaded as zeros there,
+    // they must stay hidden.
+    const AttentionMask tail =
+        AttentionMask::dflash_blocks(S, Bs, from_ints({5, 190, 198, 200}, {4}), Tensor(), W);
+    check_paths(sliding_case(DType::bf16, 128, 1, 1, 1, S, 4, Bs, tail),
+                "tail " + label(1, 1, 128, W));
+  }
 }
 
 // Note [Context key parts] splits a context key tile's active blocks (not its block
