@@ -28,7 +28,7 @@ namespace cg::cuda::flash {
 //     ranges (the block keys' tile is always masked).
 //   - Only where the anchors ascend (AttnMaskArgs::anchors_sorted): shuffled anchors (as
 //     attention_bench's default) make the union span the farthest of a CTA's anchors and
-//     most tiles masked, which measured 1.7x slower than one-block tiles (7.56 against 4.07
+//     most tiles masked, which measured 1.7x slower than one-block tiles (6.77 against 4.07
 //     ms at the drafter's full rule); they take one-block tiles.
 //   - A padded block (anchor -1) contributes no keys and its rows see none (lse -inf, zero
 //     output, as a one-block tile with no key tiles gives).
