@@ -32,6 +32,10 @@ namespace cg::cuda::flash {
 //     ms at the drafter's full rule); they take one-block tiles.
 //   - A padded block (anchor -1) contributes no keys and its rows see none (lse -inf, zero
 //     output, as a one-block tile with no key tiles gives).
+// A CTA loads keys some of its rows do not see (a neighbour's block keys, a padded block's
+// keys between them, context keys past a row's anchor up to the CTA's largest); their P is
+// 0, so their V must be finite, as for any flash kernel's masked keys (the one-block tiles
+// load only keys every row sees, bar the sliding window's edges).
 // Positions and row numbers run in 32 bits (the launch falls back to the one-block tiles
 // otherwise).
 

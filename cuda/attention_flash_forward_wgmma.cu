@@ -124,7 +124,8 @@ struct ForwardMasks {
   }
 };
 
-// S = Q K^T of a key tile into sc (zeroed first), 16 columns of the head dim at a time:
+// S = Q K^T of a key tile into sc (the first MMA overwrites it), 16 columns of the head dim
+// at a time:
 // sc[4n + e] is key 8n + 2 (lane % 4) + e % 2 of row hf = e / 2. Issued, not committed.
 template <typename T>
 __device__ __forceinline__ void issue_scores(float (&sc)[kTile / 2], uint32_t q_slice,
@@ -251,6 +252,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) flash_forward_wgmma_kernel(F
         "st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(sV + (NS - 1) * kKVBytes + c * 16),
         "r"(0u));
   }
+  // Tile 0 (and Q) have landed; the loop loads tile t + 2: both are for three stages.
+  static_assert(NS == 3);
   asm volatile("cp.async.wait_group 1;\n" ::: "memory");
 
   wgmma::fence_proxy_async();

@@ -136,8 +136,8 @@ TEST_F(CudaAttentionSlidingTest, NearTheRealShape) {
 
 // Note [Dense DFlash rows] (cuda/attention_flash_dense_rows.cuh): where the anchors ascend,
 // the Hopper forward packs the rows of consecutive blocks into its 128-row CTAs. Blocks of
-// 16 without GQA (16 rows a block: a CTA holds parts of up to 9 blocks), 21 of them (a
-// partial last CTA), two batch rows of ascending anchors with repeats, at 0 and at the end,
+// 16 without GQA (16 rows a block: a CTA holds 8 blocks), 21 of them (a partial last CTA of
+// 5), two batch rows of ascending anchors (the second with repeats, at 0 and at the end),
 // and padded blocks (a negative anchor) inside a CTA; 3 heads x 24 (72 rows: CTAs start
 // mid-block); a CTA whose last context tile runs past the context range into block keys its
 // rows see; under the full rule (W 0), a window narrower than a block (5) and one across
@@ -146,7 +146,7 @@ TEST_F(CudaAttentionSlidingTest, DenseTilesOfSmallBlocks) {
   const int64_t S = 200, N = 21, Bs = 16;
   std::vector<int64_t> a(2 * N);
   for (int64_t b = 0; b < N; ++b) {
-    a[b] = b * S / (N - 1) / 3 * 3;  // ascending, repeats where the division rounds alike
+    a[b] = b * S / (N - 1) / 3 * 3;  // ascending: 0, 9, 18, 30, ..., 198
     a[N + b] = b * b * S / ((N - 1) * (N - 1));
   }
   a[5] = -1;
