@@ -49,7 +49,9 @@ struct RowKeys {
   }
 };
 
-// Row `slot` of block `block` in batch row b.
+// Row `slot` of block `block` in batch row b. (The rule of attn::key_ranges again, in 32
+// bits: filled from key_ranges, the kernel took 5 more registers and the forward 3.12-3.15
+// ms at the drafter's full rule, against 2.94-2.96 in the H200 calls before and after.)
 __device__ inline RowKeys dflash_row_keys(const AttnMaskArgs& m, int64_t b, int block, int slot) {
   RowKeys k;
   const int anchor = static_cast<int>(attn::dflash_anchor(m, b, block));

@@ -69,14 +69,15 @@ int forced_dkdv_stages() {
   return forced;
 }
 
-// Whether two CTAs of `bytes` of dynamic shared memory each fit a multiprocessor of the
-// current device.
-bool two_ctas_fit(int bytes) {
-  int dev = 0, per_sm = 0, reserved = 0;
+// Whether `ctas` CTAs of `bytes` of dynamic shared memory each fit a multiprocessor of the
+// current device (and one CTA the per-block limit).
+bool ctas_fit(int ctas, int bytes) {
+  int dev = 0, per_sm = 0, reserved = 0, per_block = 0;
   CG_CUDA_CHECK(cudaGetDevice(&dev));
   CG_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
   CG_CUDA_CHECK(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
-  return 2 * (bytes + reserved) <= per_sm;
+  CG_CUDA_CHECK(cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  return ctas * (bytes + reserved) <= per_sm && bytes <= per_block;
 }
 
 // Note [wgmma dk/dv]: on Hopper (wgmma::available()) at head dim 128 the pass's four GEMMs
@@ -102,29 +103,32 @@ int dkdv_wgmma(int64_t hd) {
 }
 
 // Note [128-key CTAs]: with the overlapped wgmma kernel and the fused dq, a CTA of two
-// warpgroups may take 128 context keys (each warpgroup's 64 keys its MMAs' rows, as
-// before), both walking the same query tiles: a tile's Q, dO, lse and delta are loaded
-// once for 128 keys instead of 64, and its dq product (32 rows x HD, dS over all 128 keys
-// times their K, split over the 8 warps) is added to the fp32 buffer once instead of
-// twice. The blocks' own keys (24 a block in the 27B-class step) stay in 64-key CTAs of
-// one warpgroup, launched first as a grid of their own. 256 threads at 227-242 registers
-// hold one CTA a multiprocessor, the same 8 warps as two CTAs of 64 keys -- but every
-// tile's two barriers now stop all 8, where one CTA's warps went on while the other's
-// waited, and that costs more than the loads and additions save: H200, 32/8 heads,
-// 1024 x 24 over 4096 keys, bf16 (bench/attention_bench, one run), backward 12.44 ms with
-// 128-key CTAs against 11.87 with 64 (full rule), 10.61 against 10.01 (sliding); with the
-// dq in tile order (Note [dq tile order]) 11.47 against 11.63 with two stages, but 10.53
-// with 64 keys and three stages, which the 128-key CTA has no room for. So 64 is the
-// default; CHUNKGRAD_FLASH_DKDV_KEYS=128 with CHUNKGRAD_FLASH_DKDV_STAGES=2 takes 128 (read
-// once; for experiments: a producer warp that loads while both warpgroups compute, as
-// FlashAttention-3's backward has, is what this CTA lacks).
+// warpgroups takes 128 context keys (each warpgroup's 64 keys its MMAs' rows, as before),
+// both walking the same query tiles: a tile's Q, dO, lse and delta are loaded once for 128
+// keys instead of 64, and its dq product (32 rows x HD, dS over all 128 keys times their K,
+// split over the 8 warps) is added to the fp32 buffer once instead of twice. The blocks'
+// own keys (24 a block in the 27B-class step) stay in 64-key CTAs of one warpgroup,
+// launched first as a grid of their own. 256 threads at about 250 registers hold one CTA a
+// multiprocessor, whose shared memory then has room for three query-tile stages (about
+// 150 KB), taken wherever they fit. Both warpgroups compute a tile when either has a
+// visible key (Note [wgmma dk/dv]): when that choice was each warpgroup's own, ptxas
+// serialized every wgmma of the kernel (C7518, "program dependence on compiler-inserted
+// WG.DP in divergent path"), and this CTA measured slower than two of 64 keys (12.44
+// against 11.87 ms; 11.47 with two stages against 10.53 with three of 64 keys). Without
+// the serialization, H200, 32/8 heads, 1024 x 24 over 4096 keys, bf16, the trainer's
+// sorted anchors (bench/attention_bench --anchors sorted), four calls: backward 10.25-10.71
+// ms against 10.99-11.22 with 64-key CTAs of three stages (full rule), 9.20-9.53 against
+// 9.34-9.49 (sliding, W 2048); with two stages 11.05-11.07 and 9.84. With shuffled anchors
+// (one call) 10.21 against 10.60 (full) but 9.10 against 8.76 (sliding). The step
+// (drafter_step_bench) 751.8 ms against 762.0. CHUNKGRAD_FLASH_DKDV_KEYS=64 keeps 64-key
+// CTAs (read once; for benchmarks); CHUNKGRAD_FLASH_DKDV_STAGES applies to both.
 bool dkdv_wide_keys(const BwdArgs& a) {
-  static const bool on = [] {
+  static const bool off = [] {
     const char* e = std::getenv("CHUNKGRAD_FLASH_DKDV_KEYS");
-    return e != nullptr && std::string(e) == "128";
+    return e != nullptr && std::string(e) == "64";
   }();
-  return on && a.s.hd == 128 && dkdv_wgmma(a.s.hd) == 2 && a.dq_acc != nullptr &&
-         a.m.kind == AttnMaskKind::dflash && a.m.context_len > 0 && forced_dkdv_stages() == 2;
+  return !off && a.s.hd == 128 && dkdv_wgmma(a.s.hd) == 2 && a.dq_acc != nullptr &&
+         a.m.kind == AttnMaskKind::dflash && a.m.context_len > 0;
 }
 
 // The kernel variant's wgmma mode (Note [wgmma dk/dv]): the overlap's second score tile does
@@ -142,11 +146,18 @@ int dkdv_launch_smem(const BwdArgs& a) {
          (dkdv_variant<HD, QT, KW>(a.s.hd) != 0 ? 1024 : 0);
 }
 
-// Query-tile stages at QT = 32 (Note [dk/dv stages]).
+// Query-tile stages at QT = 32 (Note [dk/dv stages]): 64-key CTAs, two a multiprocessor.
 template <int HD>
 int dkdv_stages(const BwdArgs& a) {
   if (forced_dkdv_stages() != 0) return forced_dkdv_stages();
-  return a.dq_acc != nullptr && two_ctas_fit(dkdv_launch_smem<HD, 32, true, 3>(a)) ? 3 : 2;
+  return a.dq_acc != nullptr && ctas_fit(2, dkdv_launch_smem<HD, 32, true, 3>(a)) ? 3 : 2;
+}
+
+// and for 128-key CTAs (Note [128-key CTAs]), one a multiprocessor; wide: their arguments.
+template <int HD>
+int dkdv_wide_stages(const BwdArgs& wide) {
+  if (forced_dkdv_stages() != 0) return forced_dkdv_stages();
+  return ctas_fit(1, dkdv_launch_smem<HD, 32, true, 3, 2>(wide)) ? 3 : 2;
 }
 
 template <typename T, int HD, int QT, bool FusedDq = false, int NS = 2, int KW = 1>
@@ -215,7 +226,11 @@ void launch_dkdv_typed(const BwdArgs& a, cudaStream_t stream) {
                                                stream);
         }
         const int64_t wide_tiles = (a.m.context_len + 2 * kTile - 1) / (2 * kTile) * a.ctx_parts;
-        launch_dkdv_rows<T, HD, 32, true, 2, 2>(wide_args, wide_tiles, stream);
+        if (dkdv_wide_stages<HD>(wide_args) == 3) {
+          launch_dkdv_rows<T, HD, 32, true, 3, 2>(wide_args, wide_tiles, stream);
+        } else {
+          launch_dkdv_rows<T, HD, 32, true, 2, 2>(wide_args, wide_tiles, stream);
+        }
         return;
       }
     }

@@ -268,13 +268,15 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
     bool dead = kw0 >= anchor;
     if constexpr (Sliding) dead = dead || (w.mode == 2 && kw0 + 16 <= anchor - w1);
     // Wg: an MMA is the whole warpgroup's, so the CTA computes when any warp is live and
-    // a warp that is not keeps P = 0 (Note [wgmma dk/dv]).
+    // a warp that is not keeps P = 0 (Note [wgmma dk/dv]). With two warpgroups (KW 2) both
+    // compute when either has a live warp: a branch around wgmma that differs between a
+    // CTA's warpgroups makes ptxas serialize every wgmma of the kernel (C7518).
     bool run = warp_active && !dead;
     if constexpr (Wg) {
       run = false;
 #pragma unroll
-      for (int wi = 0; wi < kWarps; ++wi) {
-        const int64_t kw = kb + wi * 16;
+      for (int wi = 0; wi < KW * kWarps; ++wi) {
+        const int64_t kw = w.j0 + wi * 16;
         bool d = kw >= anchor;
         if constexpr (Sliding) d = d || (w.mode == 2 && kw + 16 <= anchor - w1);
         run = run || (kw < w.jend && !d);

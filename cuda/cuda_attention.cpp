@@ -183,22 +183,6 @@ AttnShape shape_of(const Tensor& q, const Tensor& k) {
                    q.shape()[2], k.shape()[2], q.shape()[3]};
 }
 
-// Whether every batch row's anchors ascend in block order, padded blocks (-1) skipped.
-bool anchors_ascend(const ResolvedAttentionMask& m) {
-  const int64_t n = m.num_blocks;
-  const int64_t rows = n > 0 ? static_cast<int64_t>(m.visible_context.size()) / n : 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    int64_t last = -1;
-    for (int64_t b = 0; b < n; ++b) {
-      const int64_t x = m.visible_context[r * n + b];
-      if (x < 0) continue;
-      if (x < last) return false;
-      last = x;
-    }
-  }
-  return true;
-}
-
 // The mask in device-readable form; `anchors` keeps the device copy of the DFlash anchors
 // alive until the launches are queued (the allocator orders its reuse on the stream).
 AttnMaskArgs mask_args(const ResolvedAttentionMask& m, Device device, cudaStream_t stream,
@@ -219,7 +203,7 @@ AttnMaskArgs mask_args(const ResolvedAttentionMask& m, Device device, cudaStream
       launch_upload_int64(anchors.data<int64_t>(), m.visible_context.data(), n, stream);
       a.visible_context = static_cast<const int64_t*>(anchors.data_ptr());
     }
-    a.anchors_sorted = anchors_ascend(m);
+    a.anchors_sorted = m.anchors_ascend;
   } else if (m.kind == AttentionMask::Kind::dense) {
     a.allowed = static_cast<const bool*>(m.allowed.data_ptr());
     for (int d = 0; d < 4; ++d) a.allowed_strides[d] = m.allowed_strides[d];

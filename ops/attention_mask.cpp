@@ -113,12 +113,18 @@ void resolve_dflash(const AttentionMask& mask, ResolvedAttentionMask& r, const c
   r.sliding_window = mask.sliding_window();
   r.context_batch_stride = per_batch ? n : 0;
   r.visible_context.resize(ac.numel());
+  r.anchors_ascend = true;
+  int64_t last = -1;  // the batch row's last unpadded anchor
   for (int64_t i = 0; i < ac.numel(); ++i) {
     CG_CHECK(ap[i] <= S, op, ": anchor ", ap[i], " (block ", i % std::max<int64_t>(n, 1),
              ") is past the context length ", S,
              "; anchors must be in [0, S], or negative to mark a padded block");
     const bool padded = ap[i] < 0 || (pp != nullptr && pp[i]);
     r.visible_context[i] = padded ? -1 : ap[i];
+    if (n > 0 && i % n == 0) last = -1;
+    if (padded) continue;
+    r.anchors_ascend = r.anchors_ascend && ap[i] >= last;
+    last = ap[i];
   }
 }
 

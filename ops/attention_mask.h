@@ -91,6 +91,9 @@ struct ResolvedAttentionMask {
   int64_t sliding_window = 0;  // 0 = full rule; W = the sliding rule (AttentionMask::dflash_blocks)
   std::vector<int64_t> visible_context;
   int64_t context_batch_stride = 0;  // 0 when one set of anchors serves every batch row
+  // Whether every batch row's anchors ascend, padded blocks skipped (the trainer sorts
+  // them; the CUDA forward packs blocks densely then: Note [Dense DFlash rows]).
+  bool anchors_ascend = false;
 
   // dense: the bool tensor and its element strides at [B, Hq, Sq, Sk] (0 = broadcast).
   Tensor allowed;

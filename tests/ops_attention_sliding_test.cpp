@@ -4,12 +4,14 @@
 // over the edge cases the kernels get wrong first: anchors at 0 and at the end, repeated
 // anchors, padded blocks, windows wider than the context, windows narrower than a block
 // (the in-block causal window cuts too), W = 1, per-batch anchors. Also the rule's
-// arguments: a negative window is refused and str() names the window.
+// arguments: a negative window is refused and str() names the window; and whether the
+// resolved anchors ascend, which picks the CUDA forward's dense tiles.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
+#include "ops/attention_mask.h"
 #include "ops/ops.h"
 #include "tests/attention_test_util.h"
 
@@ -163,6 +165,25 @@ TEST(OpsAttentionSliding, ArgumentsAndDescription) {
   const AttentionMask full = AttentionMask::dflash_blocks(4, 3, a);
   EXPECT_EQ(full.sliding_window(), 0);
   EXPECT_EQ(full.str().find("sliding_window"), std::string::npos) << full.str();
+}
+
+// ResolvedAttentionMask::anchors_ascend: per batch row, padded blocks (negative or flagged)
+// skipped, equal anchors allowed; one row out of order is enough to say no.
+TEST(OpsAttentionSliding, ResolvedAnchorsAscend) {
+  auto ascend = [](std::vector<int64_t> anchors, Shape shape, std::vector<double> padded = {}) {
+    Tensor p;
+    if (!padded.empty()) p = from_vector(padded, shape, {.dtype = DType::boolean});
+    const AttentionMask m = AttentionMask::dflash_blocks(12, 2, from_ints(anchors, shape), p);
+    const int64_t B = shape.size() == 2 ? shape[0] : 1, N = shape.back();
+    return resolve_attention_mask(m, B, 1, N * 2, 12 + N * 2, kCPU, "test").anchors_ascend;
+  };
+  EXPECT_TRUE(ascend({0, 3, 3, 12}, {4}));
+  EXPECT_FALSE(ascend({0, 5, 3, 12}, {4}));
+  EXPECT_TRUE(ascend({2, -1, 5, 9}, {4}));                 // a padded block in between
+  EXPECT_TRUE(ascend({2, 9, 5, 10}, {4}, {0, 0, 1, 0}));   // flagged padded: 5 is skipped
+  EXPECT_FALSE(ascend({2, 9, 5, 10}, {4}, {0, 0, 0, 1}));  // 9 then 5
+  EXPECT_TRUE(ascend({1, 4, 0, 2}, {2, 2}));               // each batch row starts over
+  EXPECT_FALSE(ascend({1, 4, 2, 0}, {2, 2}));
 }
 
 }  // namespace
