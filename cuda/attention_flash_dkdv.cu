@@ -1,5 +1,6 @@
 // Why this file exists: the dk/dv pass of the flash attention backward (the overview is
-// in attention_flash_backward.cu): a CTA per 64 keys of one kv head walks every query tile
+// in attention_flash_backward.cu): a CTA per 64 keys of one kv head (128: Note [128-key
+// CTAs]) walks every query tile
 // that sees them (Note [Flash tiles]), across the query heads of its GQA group, so each
 // dk/dv row is written once, without atomics: S^T = K Q^T, P^T = exp(S^T scale - lse),
 // dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q; under DFlash masks
@@ -121,7 +122,9 @@ int dkdv_wgmma(int64_t hd) {
 // 9.34-9.49 (sliding, W 2048); with two stages 11.05-11.07 and 9.84. With shuffled anchors
 // (one call) 10.21 against 10.60 (full) but 9.10 against 8.76 (sliding). The step
 // (drafter_step_bench) 751.8 ms against 762.0. CHUNKGRAD_FLASH_DKDV_KEYS=64 keeps 64-key
-// CTAs (read once; for benchmarks); CHUNKGRAD_FLASH_DKDV_STAGES applies to both.
+// CTAs (read once; for benchmarks); CHUNKGRAD_FLASH_DKDV_STAGES applies to the 128-key
+// CTAs, while the blocks' own 64-key CTAs beside them keep two stages (they walk about
+// three query tiles each; that is how the numbers above were measured).
 bool dkdv_wide_keys(const BwdArgs& a) {
   static const bool off = [] {
     const char* e = std::getenv("CHUNKGRAD_FLASH_DKDV_KEYS");
@@ -213,8 +216,7 @@ void launch_dkdv_typed(const BwdArgs& a, cudaStream_t stream) {
     CG_CHECK(a.ctx_ranges != nullptr, "flash dk/dv: context key parts need their range scratch");
     launch_context_ranges(wide ? wide_args : a, stream);
   }
-  const bool three = dkdv_stages<HD>(a) == 3;  // Note [dk/dv stages]
-  if (a.dq_acc != nullptr) {                   // Note [Fused dq]
+  if (a.dq_acc != nullptr) {  // Note [Fused dq]
     CG_CUDA_CHECK(
         cudaMemsetAsync(a.dq_acc, 0, sizeof(float) * dq_tile_order_floats(s, a.m), stream));
     if constexpr (HD == 128) {
@@ -234,13 +236,13 @@ void launch_dkdv_typed(const BwdArgs& a, cudaStream_t stream) {
         return;
       }
     }
-    if (three) {
+    if (dkdv_stages<HD>(a) == 3) {  // Note [dk/dv stages]
       launch_dkdv_rows<T, HD, 32, true, 3>(a, key_tiles, stream);
     } else {
       launch_dkdv_rows<T, HD, 32, true, 2>(a, key_tiles, stream);
     }
   } else if (dkdv_query_rows(s, a.m) == 32) {
-    if (three) {
+    if (dkdv_stages<HD>(a) == 3) {
       launch_dkdv_rows<T, HD, 32, false, 3>(a, key_tiles, stream);
     } else {
       launch_dkdv_rows<T, HD, 32, false, 2>(a, key_tiles, stream);

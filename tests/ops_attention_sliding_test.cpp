@@ -170,20 +170,26 @@ TEST(OpsAttentionSliding, ArgumentsAndDescription) {
 // ResolvedAttentionMask::anchors_ascend: per batch row, padded blocks (negative or flagged)
 // skipped, equal anchors allowed; one row out of order is enough to say no.
 TEST(OpsAttentionSliding, ResolvedAnchorsAscend) {
-  auto ascend = [](std::vector<int64_t> anchors, Shape shape, std::vector<double> padded = {}) {
+  // (B: the batch; anchors of shape [N] or [1, N] serve every batch row)
+  auto ascend = [](std::vector<int64_t> anchors, Shape shape, std::vector<double> padded = {},
+                   int64_t B = 0) {
     Tensor p;
     if (!padded.empty()) p = from_vector(padded, shape, {.dtype = DType::boolean});
     const AttentionMask m = AttentionMask::dflash_blocks(12, 2, from_ints(anchors, shape), p);
-    const int64_t B = shape.size() == 2 ? shape[0] : 1, N = shape.back();
+    const int64_t N = shape.back();
+    if (B == 0) B = shape.size() == 2 ? shape[0] : 1;
     return resolve_attention_mask(m, B, 1, N * 2, 12 + N * 2, kCPU, "test").anchors_ascend;
   };
   EXPECT_TRUE(ascend({0, 3, 3, 12}, {4}));
   EXPECT_FALSE(ascend({0, 5, 3, 12}, {4}));
   EXPECT_TRUE(ascend({2, -1, 5, 9}, {4}));                 // a padded block in between
+  EXPECT_FALSE(ascend({5, -1, 3}, {3}));                   // which does not start over
   EXPECT_TRUE(ascend({2, 9, 5, 10}, {4}, {0, 0, 1, 0}));   // flagged padded: 5 is skipped
   EXPECT_FALSE(ascend({2, 9, 5, 10}, {4}, {0, 0, 0, 1}));  // 9 then 5
   EXPECT_TRUE(ascend({1, 4, 0, 2}, {2, 2}));               // each batch row starts over
   EXPECT_FALSE(ascend({1, 4, 2, 0}, {2, 2}));
+  EXPECT_TRUE(ascend({0, 2, 6}, {3}, {}, 3));  // [N] and [1, N] with three batch rows
+  EXPECT_FALSE(ascend({0, 6, 2}, {1, 3}, {}, 3));
 }
 
 }  // namespace
