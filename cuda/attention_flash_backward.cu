@@ -5,10 +5,10 @@
 // passes, delta = rowsum(dO * O) (launch_attention_delta).
 //   - dq pass: a CTA per query tile, like the forward (same tiles, same key ranges):
 //     S = Q K^T, P = exp(S * scale - lse), dP = dO V^T, dS = P (dP - delta), dQ += dS K.
-//   - dk/dv pass: a CTA per 64 keys (128 under DFlash masks on Hopper) of one kv head, walking every query tile that sees
-//     them (Note [Flash tiles]), across the query heads of its GQA group, so each dk/dv
-//     row is written once: S^T = K Q^T, P^T, dV += P^T dO, dP^T = V dO^T,
-//     dS^T = P^T (dP^T - delta), dK += dS^T Q.
+//   - dk/dv pass: a CTA per 64 keys (128 under DFlash masks on Hopper) of one kv head,
+//     walking every query tile that sees them (Note [Flash tiles]), across the query heads
+//     of its GQA group, so each dk/dv row is written once: S^T = K Q^T, P^T,
+//     dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q.
 // Both recompute P from lse: no [Sq, Sk] buffer. Accumulation is fp32 in registers; P
 // and dS are rounded to bf16/f16 as mma operands (as in FlashAttention).
 #include <cuda_bf16.h>

@@ -1,11 +1,11 @@
 // Why this file exists: the dk/dv pass of the flash attention backward (the overview is
 // in attention_flash_backward.cu): a CTA per 64 keys of one kv head (128: Note [128-key
-// CTAs]) walks every query tile
-// that sees them (Note [Flash tiles]), across the query heads of its GQA group, so each
-// dk/dv row is written once, without atomics: S^T = K Q^T, P^T = exp(S^T scale - lse),
-// dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q; under DFlash masks
-// also dq += dS K into an fp32 buffer with atomics (Note [Fused dq]). The kernel is in
-// attention_flash_dkdv_kernel.cuh; this file chooses its variant and launches it.
+// CTAs]) walks every query tile that sees them (Note [Flash tiles]), across the query heads
+// of its GQA group, so each dk/dv row is written once, without atomics: S^T = K Q^T,
+// P^T = exp(S^T scale - lse), dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - delta),
+// dK += dS^T Q; under DFlash masks also dq += dS K into an fp32 buffer with atomics (Note
+// [Fused dq]). The kernel is in attention_flash_dkdv_kernel.cuh; this file chooses its
+// variant and launches it.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
