@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 
 #include "core/error.h"
@@ -70,15 +71,35 @@ int forced_dkdv_stages() {
   return forced;
 }
 
+// A device's shared-memory limits in bytes, asked of the driver once per device (the
+// backward's launches consult them at every call).
+struct SmemLimits {
+  int per_sm = 0, reserved = 0, per_block = 0;
+};
+const SmemLimits& smem_limits() {
+  constexpr int kMaxDevices = 64;
+  static std::once_flag once[kMaxDevices];
+  static SmemLimits limits[kMaxDevices];
+  int dev = 0;
+  CG_CUDA_CHECK(cudaGetDevice(&dev));
+  CG_CHECK(dev >= 0 && dev < kMaxDevices, "flash dk/dv: device index ", dev, " past ", kMaxDevices);
+  std::call_once(once[dev], [dev] {
+    SmemLimits& l = limits[dev];
+    CG_CUDA_CHECK(
+        cudaDeviceGetAttribute(&l.per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+    CG_CUDA_CHECK(
+        cudaDeviceGetAttribute(&l.reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
+    CG_CUDA_CHECK(
+        cudaDeviceGetAttribute(&l.per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  });
+  return limits[dev];
+}
+
 // Whether `ctas` CTAs of `bytes` of dynamic shared memory each fit a multiprocessor of the
 // current device (and one CTA the per-block limit).
 bool ctas_fit(int ctas, int bytes) {
-  int dev = 0, per_sm = 0, reserved = 0, per_block = 0;
-  CG_CUDA_CHECK(cudaGetDevice(&dev));
-  CG_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
-  CG_CUDA_CHECK(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
-  CG_CUDA_CHECK(cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  return ctas * (bytes + reserved) <= per_sm && bytes <= per_block;
+  const SmemLimits& l = smem_limits();
+  return ctas * (bytes + l.reserved) <= l.per_sm && bytes <= l.per_block;
 }
 
 // Note [wgmma dk/dv]: on Hopper (wgmma::available()) at head dim 128 the pass's four GEMMs
@@ -94,6 +115,16 @@ bool ctas_fit(int ctas, int bytes) {
 // while dP^T runs; dV += P^T dO runs while dS^T is formed; dK += dS^T Q runs under the
 // fused dq, waited at the tile's end. CHUNKGRAD_FLASH_DKDV_WGMMA=0 keeps mma.sync, =1 the
 // wgmma kernel without the overlap (read once; for benchmarks).
+// Measured and dropped (2026-12-03): the fused dq's own GEMM on the warpgroup MMA too, taken
+// transposed (dq^T = K^T dS^T: 8 m64n32k16 a warpgroup, K read MN-major where it lies, dS
+// stored by stmatrix .trans into a swizzled 32 x 128 tile; the product staged in shared
+// memory and added by one bulk reduction a warpgroup and 16-row half). It passed the
+// attention tests, but with 128-key CTAs (H200, 32/8 heads, 1024 x 24 over 4096 keys,
+// sorted anchors, three alternating rounds in one call) the backward took 10.65-10.75 ms
+// against 10.27-10.38 (full rule) and 9.19-9.20 against 9.24-9.28 (sliding); issuing dK
+// after the dq's MMAs, so that it runs under the staging, made no difference (a first
+// version: 10.71-10.82 against 10.29-10.39). Leaving the dq's MMAs in flight into the next
+// tile made ptxas serialize every wgmma of the kernel (C7514).
 int dkdv_wgmma(int64_t hd) {
   static const int mode = [] {
     const char* e = std::getenv("CHUNKGRAD_FLASH_DKDV_WGMMA");
@@ -124,7 +155,11 @@ int dkdv_wgmma(int64_t hd) {
 // (drafter_step_bench) 751.8 ms against 762.0. CHUNKGRAD_FLASH_DKDV_KEYS=64 keeps 64-key
 // CTAs (read once; for benchmarks); CHUNKGRAD_FLASH_DKDV_STAGES applies to the 128-key
 // CTAs, while the blocks' own 64-key CTAs beside them keep two stages (they walk about
-// three query tiles each; that is how the numbers above were measured).
+// three query tiles each; that is how the numbers above were measured). Those block CTAs
+// (8192 at that shape, 24 keys each) cost about 0.55 ms of the 10.3 ms backward (Note [The
+// backward's other kernels]); on the mma.sync kernel, whose warps without keys skip a tile
+// (2 of 4 here), they measured no faster (ncu 694 against 674 us; the backward within 0.1
+// ms either way, three rounds), so they stay on wgmma.
 bool dkdv_wide_keys(const BwdArgs& a) {
   static const bool off = [] {
     const char* e = std::getenv("CHUNKGRAD_FLASH_DKDV_KEYS");
