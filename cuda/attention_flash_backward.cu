@@ -265,21 +265,27 @@ size_t flash_attention_backward_scratch_bytes(const AttnShape& s, const AttnMask
   return sizeof(float) * floats;
 }
 
-// Note [The backward's other kernels]: what a DFlash backward runs besides the context keys'
-// dk/dv CTAs, measured on the H200 at the 27B-class step's shape (32/8 heads, 1024 x 24
-// over 4096 context keys, bf16 hd 128, sorted anchors; bench/attention_bench, 2026-12-03).
-// With both dk/dv grids left out (a timing hack, wrong results) the backward took 1.13 ms
-// (full rule) and 1.16 ms (sliding) of its 10.3 and 9.3; with only the blocks' own key
-// CTAs left out, 0.55 ms less than whole. ncu's times per kernel (full rule, its clocks;
-// `ncu --metrics gpu__time_duration.sum -k regex:"delta_kernel|dq_from_acc|context_|
-// flash_dkdv" --launch-count 6 attention_bench --which dflash --heads 32/8 --path flash
-// --repeats 1 --anchors sorted`):
-// delta_kernel 238 us (402 MB of O and dO read a warp a row: about 1.7 TB/s),
-// context_ranges_kernel 24 us, the block-key dk/dv CTAs 674 us, the 128-key dk/dv CTAs
-// 12.13 ms, context_parts_sum_kernel 40 us, dq_from_acc_kernel 302 us (403 MB of fp32 read,
-// 201 MB written: about 2 TB/s); the fp32 dq buffer's memset (403 MB) is not a kernel and
-// was not timed. So about 16% of the backward is outside the context pass, and the delta
-// and dq_from_acc kernels run at under half the card's bandwidth.
+// Note [The backward's other kernels]: what a DFlash backward (CudaKernels::attention_backward
+// in cuda_attention.cpp: the delta kernel there, then this function) runs besides the
+// context keys' dk/dv CTAs, measured on the H200 at the 27B-class step's shape (32/8 heads,
+// 1024 x 24 over 4096 context keys, bf16 hd 128, sorted anchors; bench/attention_bench,
+// 2026-12-03). With both dk/dv grids left out (a timing hack with wrong results, not kept)
+// the backward took 1.13 ms (full rule) and 1.16 ms (sliding) of its 10.3 and 9.3; with only
+// the blocks' own key CTAs left out, 0.55 ms less than whole: about 16% of the backward is
+// outside the context keys' CTAs. ncu's times per kernel, at the clocks ncu sets (they put
+// the 128-key CTAs at 12.13 ms, so read them as shares), full rule:
+//   ncu --metrics gpu__time_duration.sum --launch-count 6
+//       -k regex:"delta_kernel|dq_from_acc|context_|flash_dkdv"
+//       bench/attention_bench --which dflash --heads 32/8 --path flash --repeats 1
+//       --anchors sorted
+// delta_kernel 238 us (403 MB of O and dO, read a warp a row), context_ranges_kernel 24 us,
+// the block-key dk/dv CTAs 674 us, context_parts_sum_kernel 40 us, dq_from_acc_kernel 302 us
+// (403 MB of fp32 read, 201 MB written). That leaves about 0.5 ms of the 1.13 to what was not
+// broken down: the fp32 dq buffer's memset (403 MB; not a kernel), the anchors' upload, the
+// lse conversion and the gaps between launches. At those times the delta and dq_from_acc
+// kernels move 1.7 and 2.0 TB/s, under half the card's bandwidth: reading 16 bytes a thread
+// instead of a warp a row is the next cheap step there, and the block-key CTAs (24 keys in
+// a 64-key MMA, three query tiles each) the next larger one.
 void launch_flash_attention_backward(DType dtype, const AttnShape& s, AttnOperand q, AttnOperand k,
                                      AttnOperand v, AttnOperand grad_out, const float* lse,
                                      const float* delta, const AttnMaskArgs& m, double scale,

@@ -22,6 +22,7 @@
 #include "cuda/attention_flash_dkdv_kernel.cuh"
 #include "cuda/attention_flash_key_tiles.cuh"
 #include "cuda/attention_kernels.h"
+#include "cuda/compute_stream.h"
 #include "cuda/cuda_check.h"
 
 namespace cg::cuda::flash {
@@ -77,12 +78,12 @@ struct SmemLimits {
   int per_sm = 0, reserved = 0, per_block = 0;
 };
 const SmemLimits& smem_limits() {
-  constexpr int kMaxDevices = 64;
   static std::once_flag once[kMaxDevices];
   static SmemLimits limits[kMaxDevices];
   int dev = 0;
   CG_CUDA_CHECK(cudaGetDevice(&dev));
-  CG_CHECK(dev >= 0 && dev < kMaxDevices, "flash dk/dv: device index ", dev, " past ", kMaxDevices);
+  CG_CHECK(dev >= 0 && dev < kMaxDevices, "flash dk/dv: device index ", dev,
+           " is out of range [0, ", kMaxDevices, ")");
   std::call_once(once[dev], [dev] {
     SmemLimits& l = limits[dev];
     CG_CUDA_CHECK(
@@ -120,11 +121,14 @@ bool ctas_fit(int ctas, int bytes) {
 // stored by stmatrix .trans into a swizzled 32 x 128 tile; the product staged in shared
 // memory and added by one bulk reduction a warpgroup and 16-row half). It passed the
 // attention tests, but with 128-key CTAs (H200, 32/8 heads, 1024 x 24 over 4096 keys,
-// sorted anchors, three alternating rounds in one call) the backward took 10.65-10.75 ms
-// against 10.27-10.38 (full rule) and 9.19-9.20 against 9.24-9.28 (sliding); issuing dK
-// after the dq's MMAs, so that it runs under the staging, made no difference (a first
-// version: 10.71-10.82 against 10.29-10.39). Leaving the dq's MMAs in flight into the next
-// tile made ptxas serialize every wgmma of the kernel (C7514).
+// sorted anchors; a build with a switch between the two, three alternating rounds in one
+// call) the backward took 10.65-10.75 ms against 10.27-10.38 (full rule) and 9.19-9.20
+// against 9.24-9.28 (sliding). That was with dK issued after the dq's MMAs, so that it runs
+// under the staging; the first version, dK issued before them, measured 10.71-10.82 against
+// 10.29-10.39. Leaving the dq's MMAs in flight into the next tile made ptxas serialize
+// every wgmma of the kernel (C7514: "wgmma.mma_async instructions are serialized due to
+// non wgmma instructions reading accumulator registers of a wgmma between start and end of
+// the pipeline stage").
 int dkdv_wgmma(int64_t hd) {
   static const int mode = [] {
     const char* e = std::getenv("CHUNKGRAD_FLASH_DKDV_WGMMA");
@@ -157,9 +161,10 @@ int dkdv_wgmma(int64_t hd) {
 // CTAs, while the blocks' own 64-key CTAs beside them keep two stages (they walk about
 // three query tiles each; that is how the numbers above were measured). Those block CTAs
 // (8192 at that shape, 24 keys each) cost about 0.55 ms of the 10.3 ms backward (Note [The
-// backward's other kernels]); on the mma.sync kernel, whose warps without keys skip a tile
-// (2 of 4 here), they measured no faster (ncu 694 against 674 us; the backward within 0.1
-// ms either way, three rounds), so they stay on wgmma.
+// backward's other kernels] in attention_flash_backward.cu); on the mma.sync kernel, whose
+// warps without keys skip a tile (2 of 4 here), they measured no faster (ncu 694 against
+// 674 us; the backward within 0.1 ms either way, three alternating rounds of a build with a
+// switch for it, not kept), so they stay on wgmma.
 bool dkdv_wide_keys(const BwdArgs& a) {
   static const bool off = [] {
     const char* e = std::getenv("CHUNKGRAD_FLASH_DKDV_KEYS");

@@ -11,10 +11,6 @@
 
 namespace cg::cuda {
 
-namespace {
-constexpr int kMaxDevices = 64;
-}  // namespace
-
 cudaStream_t compute_stream(int index) {
   CG_CHECK(index >= 0 && index < kMaxDevices, "compute_stream: device index ", index,
            " is out of range [0, ", kMaxDevices, ")");

@@ -24,6 +24,10 @@
 
 namespace cg::cuda {
 
+// Device indices the CUDA backend addresses: [0, kMaxDevices) (per-device tables are this
+// long).
+constexpr int kMaxDevices = 64;
+
 // The compute stream of CUDA device `index` (Note [One compute stream]).
 cudaStream_t compute_stream(int index);
 
