@@ -19,6 +19,15 @@ __device__ inline double to_float(double x) { return x; }
 __device__ inline float to_float(__half x) { return __half2float(x); }
 __device__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 
+// Two packed 2-byte elements (the low one first, as in memory) as floats.
+template <typename T>
+__device__ inline float2 to_float2(uint32_t w) {
+  static_assert(sizeof(T) == 2, "to_float2 takes packed 2-byte elements");
+  T pair[2];
+  __builtin_memcpy(pair, &w, sizeof w);
+  return make_float2(to_float(pair[0]), to_float(pair[1]));
+}
+
 template <typename T, typename C>
 __device__ inline T from_compute(C x) {
   if constexpr (std::is_same_v<T, __half>) {

@@ -203,21 +203,34 @@ bool dq_bulk(const float* dq_acc) {
 
 namespace {
 // dq [B, Hq, Sq, HD] = scale * dq_acc, read through Note [dq tile order]: a CTA per
-// (batch row, head, block), a thread per pair of columns of the block's rows.
+// (batch row, head, block), a thread per 8 columns of one of the block's rows (two float4
+// loads, one 16-byte store): 8 consecutive columns from a multiple of 8 stay consecutive
+// under the tile's swizzle, which flips bits 3 and 4 of the column. Why 8: at 2 columns a
+// thread the kernel moved about 2 TB/s on the H200 (Note [The backward's other kernels]).
 template <typename T, int HD>
 __global__ void dq_from_acc_kernel(BwdArgs a) {
   const AttnShape& s = a.s;
   const int64_t nb = a.m.num_blocks, x = blockIdx.x, blk = x % nb, bh = x / nb;
   const int64_t h = bh % s.Hq, b = bh / s.Hq, group = s.Hq / s.Hkv;
   const int bs = static_cast<int>(a.m.block_size), hh = static_cast<int>(h % group);
+  const float k = a.scale;
   T* out = static_cast<T*>(a.dq) + (bh * s.Sq + blk * bs) * HD;
-  for (int p = threadIdx.x; p < bs * (HD / 2); p += blockDim.x) {
-    const int slot = p / (HD / 2), c = (p % (HD / 2)) * 2;
+  // A padded block's rows were never written: dq 0 (Note [dq first writers]).
+  const bool padded = attn::dflash_anchor(a.m, b, blk) < 0;
+  for (int p = threadIdx.x; p < bs * (HD / 8); p += blockDim.x) {
+    const int slot = p / (HD / 8), c = (p % (HD / 8)) * 8;
+    if (padded) {
+      *reinterpret_cast<uint4*>(out + slot * HD + c) = make_uint4(0, 0, 0, 0);
+      continue;
+    }
     const int v = hh * bs + slot;  // packed row (Note [Flash tiles])
-    const float2 d = *reinterpret_cast<const float2*>(
+    const float4* src = reinterpret_cast<const float4*>(
         a.dq_acc + dq_tile_base<HD>(s, a.m, b, h / group, blk, v / kDqTileRows) +
         dq_tile_offset<HD>(v % kDqTileRows, c));
-    *reinterpret_cast<uint32_t*>(out + slot * HD + c) = pack2<T>(d.x * a.scale, d.y * a.scale);
+    const float4 lo = __ldg(src), hi = __ldg(src + 1);
+    *reinterpret_cast<uint4*>(out + slot * HD + c) =
+        make_uint4(pack2<T>(lo.x * k, lo.y * k), pack2<T>(lo.z * k, lo.w * k),
+                   pack2<T>(hi.x * k, hi.y * k), pack2<T>(hi.z * k, hi.w * k));
   }
 }
 }  // namespace
@@ -228,7 +241,11 @@ void launch_flash_dq_from_acc(DType dtype, const BwdArgs& a, cudaStream_t stream
     if (ctas == 0) return;
     CG_CHECK(ctas < (int64_t{1} << 31), "flash attention backward: ", ctas,
              " (batch, head, block) triples are more than one grid takes");
-    dq_from_acc_kernel<T, HD><<<static_cast<unsigned>(ctas), 128, 0, stream>>>(a);
+    // A thread per 8 columns of a block's rows where a block has at most 1024 such items
+    // (24 x 16 = 384 in the 27B-class step), so that each thread's loads go out at once.
+    const int64_t items = a.m.block_size * (HD / 8);
+    const int threads = static_cast<int>(std::clamp<int64_t>((items + 31) / 32 * 32, 32, 1024));
+    dq_from_acc_kernel<T, HD><<<static_cast<unsigned>(ctas), threads, 0, stream>>>(a);
     CG_CUDA_CHECK(cudaGetLastError());
   });
 }
@@ -280,12 +297,18 @@ size_t flash_attention_backward_scratch_bytes(const AttnShape& s, const AttnMask
 //       --anchors sorted
 // delta_kernel 238 us (403 MB of O and dO, read a warp a row), context_ranges_kernel 24 us,
 // the block-key dk/dv CTAs 674 us, context_parts_sum_kernel 40 us, dq_from_acc_kernel 302 us
-// (403 MB of fp32 read, 201 MB written). That leaves about 0.5 ms of the 1.13 to what was not
+// (403 MB of fp32 read, 201 MB written). That left about 0.5 ms of the 1.13 to what was not
 // broken down: the fp32 dq buffer's memset (403 MB; not a kernel), the anchors' upload, the
-// lse conversion and the gaps between launches. At those times the delta and dq_from_acc
-// kernels move 1.7 and 2.0 TB/s, under half the card's bandwidth: reading 16 bytes a thread
-// instead of a warp a row is the next cheap step there, and the block-key CTAs (24 keys in
-// a 64-key MMA, three query tiles each) the next larger one.
+// lse conversion and the gaps between launches. The delta and dq_from_acc kernels moved 1.7
+// and 2.0 TB/s; reading 16 bytes a thread (delta_vec_kernel in attention_rows.cu, and
+// dq_from_acc_kernel's float4 loads) they take 130 and 173-182 us (same command, with the
+// regex "delta|dq_from_acc|context_|flash_dkdv"), and Note [dq first writers] drops the
+// memset (the block CTAs then 651 us: they store). The backward, same bench: 10.27-10.31 ms
+// before both changes, 10.10-10.15 in a call with the vector kernels; in a later
+// call, three alternating rounds with and without the first writers, 10.14-10.23 against
+// 10.22-10.30 (sliding rule 9.01-9.09 against 9.11-9.18). Measured and dropped: the blocks'
+// key CTAs on a side stream queued after the context grid, to fill its last wave -- 10.12
+// ms in all three rounds against 10.10-10.15, no change.
 void launch_flash_attention_backward(DType dtype, const AttnShape& s, AttnOperand q, AttnOperand k,
                                      AttnOperand v, AttnOperand grad_out, const float* lse,
                                      const float* delta, const AttnMaskArgs& m, double scale,
@@ -322,6 +345,10 @@ void launch_flash_attention_backward(DType dtype, const AttnShape& s, AttnOperan
   }
   if (fused) {  // Note [Fused dq]
     a.dq_acc = scratch + context_parts_floats(s, m, want_dkdv);
+    CG_CHECK(reinterpret_cast<uintptr_t>(a.dq_acc) % 16 == 0 &&
+                 reinterpret_cast<uintptr_t>(dq) % 16 == 0,
+             "flash attention backward: the scratch and dq must start 16-byte aligned (as the "
+             "caching allocator's blocks do) for the fused dq's vector loads and stores");
     a.dq_bulk = flash::dq_bulk(a.dq_acc);
   }
   if (dq != nullptr && !fused) flash::launch_flash_dq(dtype, a, stream);

@@ -31,11 +31,15 @@ struct BwdArgs {
   // and each split tile's block range [begin, end) per part, [B][ctx_tiles][parts][2].
   int* ctx_ranges = nullptr;
   // Note [Fused dq]: when set, the dk/dv pass also adds dq (fp32, unscaled) into this
-  // buffer (zeroed first; in the order of Note [dq tile order]) and the dq pass does not run.
+  // buffer (zeroed first or stored first: Note [dq first writers]; in the order of Note [dq
+  // tile order]) and the dq pass does not run.
   float* dq_acc = nullptr;
   // Note [dq bulk reduce]: the fused dq's partial products go to dq_acc by bulk reductions
   // from shared memory (sm_90 and later; atomics otherwise). dq_acc is then 16-byte aligned.
   bool dq_bulk = false;
+  // Note [dq first writers] (cuda/attention_flash_dkdv.cu): this launch's CTAs are the first
+  // and only ones to write their dq rows so far, so they store instead of adding.
+  bool dq_store = false;
   // Note [128-key CTAs]: the keys of a DFlash context tile of the dk/dv pass (kTile or
   // 2 kTile), and the first key tile a launch's blockIdx.x / Hkv counts from.
   int ctx_key_tile = 64;  // kTile (attention_flash_common.cuh)

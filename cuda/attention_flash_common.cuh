@@ -129,6 +129,16 @@ __device__ inline void bulk_reduce_add_f32(float* dst, uint32_t src, int bytes) 
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
 #endif
 }
+// The same as a plain bulk copy: dst[0 .. bytes) = the fp32 values at shared address src
+// (Note [dq first writers]).
+__device__ inline void bulk_store_f32(float* dst, uint32_t src, int bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
+               "r"(bytes)
+               : "memory");
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+#endif
+}
 // The calling thread's bulk groups have read their shared memory (it may be rewritten).
 __device__ inline void bulk_wait_read() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -138,6 +138,27 @@ int dkdv_wgmma(int64_t hd) {
   return hd == 128 && wgmma::available() ? mode : 0;
 }
 
+// Note [dq first writers]: with 128-key CTAs (Note [128-key CTAs]) the blocks' own key CTAs
+// run as a grid of their own before the context's, and when a block's keys fit one 64-key
+// tile (block_size <= 64) each (block, kv head) is one CTA, which visits every query tile of
+// its block -- every row of an active block sees some of its own keys -- and whose four
+// warps split each 32-row tile's dq into disjoint pieces. Those CTAs are then the first and
+// only writers of their blocks' rows of the fp32 dq buffer: they store their products
+// (BwdArgs::dq_store) instead of adding them, the context CTAs add on top, and the buffer
+// needs no memset (403 MB at the 27B-class step's shape). The rows of a padded block
+// (anchor -1) nobody writes; dq_from_acc gives them 0 without reading them. H200, that
+// shape (Note [The backward's other kernels]): the block CTAs 651 us against 674 (ncu), the
+// backward 10.14-10.23 ms against 10.22-10.30.
+// CHUNKGRAD_FLASH_DQ_STORE=0 keeps the memset and the additions (read once; for benchmarks).
+bool dq_first_writers(const BwdArgs& a) {
+  static const bool off = [] {
+    const char* e = std::getenv("CHUNKGRAD_FLASH_DQ_STORE");
+    return e != nullptr && std::string(e) == "0";
+  }();
+  return !off && a.m.block_size <= kTile;
+}
+
+
 // Note [128-key CTAs]: with the overlapped wgmma kernel and the fused dq, a CTA of two
 // warpgroups takes 128 context keys (each warpgroup's 64 keys its MMAs' rows, as before),
 // both walking the same query tiles: a tile's Q, dO, lse and delta are loaded once for 128
@@ -257,12 +278,16 @@ void launch_dkdv_typed(const BwdArgs& a, cudaStream_t stream) {
     launch_context_ranges(wide ? wide_args : a, stream);
   }
   if (a.dq_acc != nullptr) {  // Note [Fused dq]
-    CG_CUDA_CHECK(
-        cudaMemsetAsync(a.dq_acc, 0, sizeof(float) * dq_tile_order_floats(s, a.m), stream));
+    const bool store_first = wide && dq_first_writers(a);
+    if (!store_first) {
+      CG_CUDA_CHECK(
+          cudaMemsetAsync(a.dq_acc, 0, sizeof(float) * dq_tile_order_floats(s, a.m), stream));
+    }
     if constexpr (HD == 128) {
       if (wide) {  // the blocks' keys, then the context's (Note [128-key CTAs])
         BwdArgs block_args = a;
         block_args.key_tile_base = ctx_tiles * a.ctx_parts;
+        block_args.dq_store = store_first;
         if (key_tiles > block_args.key_tile_base) {
           launch_dkdv_rows<T, HD, 32, true, 2>(block_args, key_tiles - block_args.key_tile_base,
                                                stream);

@@ -510,7 +510,10 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
         }
         fence_shared_for_async();
         __syncwarp();
-        if (lane == 0) {
+        if (lane == 0 && a.dq_store) {  // Note [dq first writers]
+          bulk_store_f32(dq_tile + dq_tile_offset<HD>(mh * 16, ch * NC), smem_addr(sq),
+                         kDqWarpFloats<HD, KW> * 4);
+        } else if (lane == 0) {
           bulk_reduce_add_f32(dq_tile + dq_tile_offset<HD>(mh * 16, ch * NC), smem_addr(sq),
                               kDqWarpFloats<HD, KW> * 4);
         }
@@ -522,6 +525,10 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
 #pragma unroll
         for (int n = 0; n < NC / 8; ++n) {
           float* dst = dq_tile + dq_tile_offset<HD>(rr, ch * NC + n * 8 + (lane % 4) * 2);
+          if (a.dq_store) {  // Note [dq first writers]
+            *reinterpret_cast<float2*>(dst) = make_float2(dqa[n][2 * half], dqa[n][2 * half + 1]);
+            continue;
+          }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
           atomicAdd(reinterpret_cast<float2*>(dst),
                     make_float2(dqa[n][2 * half], dqa[n][2 * half + 1]));

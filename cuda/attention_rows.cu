@@ -140,6 +140,34 @@ __global__ void delta_kernel(AttnShape s, AttnOperand g, AttnOperand o, C* delta
   if (lane == 0) delta[row] = d;
 }
 
+// delta again, 16 bytes a thread: G = hd / 8 threads a row (a power of two, G <= 32), each
+// taking 8 elements of dO and of O, the row's sum closed by shuffles inside the G lanes.
+// For 2-byte types whose rows start 16-byte aligned (the launcher checks). Every thread
+// reaches the shuffles (no early return) so that the full-warp mask holds. Why: the
+// warp-a-row kernel above reads 2 bytes a lane per load and moved about 1.7 TB/s on the
+// H200 (Note [The backward's other kernels], cuda/attention_flash_backward.cu).
+template <typename T, int G>
+__global__ void delta_vec_kernel(AttnShape s, AttnOperand g, AttnOperand o, float* delta) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t row = t / G, rows = s.B * s.Hq * s.Sq;
+  const int part = static_cast<int>(t % G);
+  float d = 0;
+  if (row < rows) {
+    const int64_t i = row % s.Sq, h = (row / s.Sq) % s.Hq, b = row / (s.Sq * s.Hq);
+    const uint4 gw = __ldg(reinterpret_cast<const uint4*>(row_ptr<T>(g, b, h, i) + 8 * part));
+    const uint4 ow = __ldg(reinterpret_cast<const uint4*>(row_ptr<T>(o, b, h, i) + 8 * part));
+    const uint32_t gs[4] = {gw.x, gw.y, gw.z, gw.w}, os[4] = {ow.x, ow.y, ow.z, ow.w};
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const float2 gf = attn::to_float2<T>(gs[w]), of = attn::to_float2<T>(os[w]);
+      d += gf.x * of.x + gf.y * of.y;
+    }
+  }
+#pragma unroll
+  for (int off = G / 2; off > 0; off >>= 1) d += __shfl_xor_sync(0xffffffffu, d, off);
+  if (row < rows && part == 0) delta[row] = d;
+}
+
 // dq: (B, Hq, Sq, hd) contiguous. One warp per query row:
 // dq_i = scale * sum_j p_ij (dO_i . v_j - D_i) k_j, p_ij = exp(scale q_i . k_j - lse_i).
 template <typename T, typename C, int PL>
@@ -333,10 +361,44 @@ void launch_attention_rows_forward(DType dtype, const AttnShape& s, AttnOperand 
   CG_CUDA_CHECK(cudaGetLastError());
 }
 
+namespace {
+// Whether every (B, H, S) row of x starts 16-byte aligned (the vectorized delta's loads).
+bool rows_16_aligned(const AttnOperand& x, size_t elem) {
+  const auto bytes = [elem](int64_t stride) { return stride * static_cast<int64_t>(elem); };
+  return reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && bytes(x.sb) % 16 == 0 &&
+         bytes(x.sh) % 16 == 0 && bytes(x.ss) % 16 == 0;
+}
+
+// delta_vec_kernel<T, hd / 8> for 2-byte T and hd 32, 64, 128 or 256; false otherwise.
+template <typename T>
+bool launch_delta_vec(const AttnShape& s, AttnOperand g, AttnOperand o, float* delta,
+                      cudaStream_t stream) {
+  if (!rows_16_aligned(g, sizeof(T)) || !rows_16_aligned(o, sizeof(T))) return false;
+  const int64_t threads = s.B * s.Hq * s.Sq * (s.hd / 8);
+  const int64_t ctas = (threads + 255) / 256;
+  CG_CHECK(ctas < (int64_t{1} << 31), "attention: ", s.B * s.Hq * s.Sq,
+           " rows are too many for one launch");
+  const dim3 grid(static_cast<unsigned>(ctas));
+  switch (s.hd) {
+    case 32: delta_vec_kernel<T, 4><<<grid, 256, 0, stream>>>(s, g, o, delta); return true;
+    case 64: delta_vec_kernel<T, 8><<<grid, 256, 0, stream>>>(s, g, o, delta); return true;
+    case 128: delta_vec_kernel<T, 16><<<grid, 256, 0, stream>>>(s, g, o, delta); return true;
+    case 256: delta_vec_kernel<T, 32><<<grid, 256, 0, stream>>>(s, g, o, delta); return true;
+    default: return false;
+  }
+}
+}  // namespace
+
 void launch_attention_delta(DType dtype, const AttnShape& s, AttnOperand grad_out, AttnOperand out,
                             void* delta, cudaStream_t stream) {
   const int64_t rows = s.B * s.Hq * s.Sq;
   if (rows == 0) return;
+  float* df = static_cast<float*>(delta);  // (2-byte types compute in f32)
+  if ((dtype == DType::bf16 && launch_delta_vec<__nv_bfloat16>(s, grad_out, out, df, stream)) ||
+      (dtype == DType::f16 && launch_delta_vec<__half>(s, grad_out, out, df, stream))) {
+    CG_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   dispatch_rows(dtype, s.hd, [&]<typename T, typename C, int PL>() {
     delta_kernel<T, C, PL><<<blocks_for(rows), 32 * kRowsWarps, 0, stream>>>(
         s, grad_out, out, static_cast<C*>(delta));

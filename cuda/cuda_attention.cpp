@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "core/memory_trace.h"
@@ -368,6 +369,13 @@ AttentionGrads CudaKernels::attention_backward(const Tensor& grad_out, const Ten
       CategoryGuard temporary(MemoryCategory::temporary);
       parts_scratch =
           raw::empty({static_cast<int64_t>(scratch_bytes / sizeof(float))}, DType::f32, q.device());
+      // For tests: CHUNKGRAD_FLASH_SCRATCH_NAN=1 (read at each call) starts the scratch as
+      // NaN, so that a part the backward reads before writing shows in its result (Note [dq
+      // first writers], cuda/attention_flash_dkdv.cu).
+      const char* nan_fill = std::getenv("CHUNKGRAD_FLASH_SCRATCH_NAN");
+      if (nan_fill != nullptr && std::string(nan_fill) == "1") {
+        CG_CUDA_CHECK(cudaMemsetAsync(parts_scratch.data_ptr(), 0xFF, scratch_bytes, stream));
+      }
     }
     launch_flash_attention_backward(
         q.dtype(), s, operand(qr), operand(kr), operand(vr), operand(gr), lr.data<float>(),

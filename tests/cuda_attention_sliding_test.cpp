@@ -9,12 +9,13 @@
 // rows are one head's slots kmin..kmax with kmin > 0), and a shape near the real one
 // (64 blocks x 24 over 4096 context keys, W = 2048); the dk/dv pass's context key parts
 // split by active blocks under both rules; the Hopper forward's dense tiles (rows of several
-// blocks in one CTA) under both rules. Compiled only in CUDA builds; skipped without a
-// GPU.
+// blocks in one CTA) under both rules; the backward's scratch read only where written.
+// Compiled only in CUDA builds; skipped without a GPU.
 #if defined(CHUNKGRAD_WITH_CUDA)
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -169,6 +170,20 @@ TEST_F(CudaAttentionSlidingTest, DenseTilesOfSmallBlocks) {
   }
 }
 
+// Two batch rows of 16 blocks over 256 context keys: anchors at 0, the end, repeated,
+// bunched at tile edges, padded by -1 and by flag.
+constexpr int64_t kPartsContext = 256, kPartsBlocks = 16;
+Tensor parts_anchors() {
+  return from_ints({0, 0, 1, 63, 64, 64, 65, 127, 128, 129, 192, 200, 255, 256, 256, -1,
+                    0, 0, 0, 0,  3,  64, 64, 64,  64,  64,  64,  130, 250, 256, 256, 256},
+                   {2, kPartsBlocks});
+}
+Tensor parts_padded() {
+  return from_vector({0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0,
+                      0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
+                     {2, kPartsBlocks}, {.dtype = DType::boolean});
+}
+
 // Note [Context key parts] splits a context key tile's active blocks (not its block
 // indices) among the dk/dv pass's CTAs: 16 sorted blocks over 4 key tiles (8 parts here),
 // anchors at 0, repeated, at tile edges (63, 64, 128), at the end (256) and padded (a
@@ -177,18 +192,34 @@ TEST_F(CudaAttentionSlidingTest, DenseTilesOfSmallBlocks) {
 // sees one key (2: slot 0 of anchor 64 sees only key 63), a whole tile (65) or a tile plus
 // one key (66).
 TEST_F(CudaAttentionSlidingTest, ContextPartsByActiveBlocks) {
-  const int64_t S = 256, N = 16, Bs = 24;
-  const Tensor anchors =
-      from_ints({0, 0, 1, 63, 64, 64, 65, 127, 128, 129, 192, 200, 255, 256, 256, -1,
-                 0, 0, 0, 0,  3,  64, 64, 64,  64,  64,  64,  130, 250, 256, 256, 256},
-                {2, N});
-  const Tensor padded = from_vector({0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0,
-                                     0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
-                                    {2, N}, {.dtype = DType::boolean});
+  const int64_t S = kPartsContext, N = kPartsBlocks, Bs = 24;
+  const Tensor anchors = parts_anchors(), padded = parts_padded();
   for (DType dt : {DType::bf16, DType::f16}) {
     for (int64_t W : {0, 2, 65, 66, 1000}) {
       const AttentionMask m = AttentionMask::dflash_blocks(S, Bs, anchors, padded, W);
       check_paths(sliding_case(dt, 128, 32, 8, 2, S, N, Bs, m), label(32, 8, 128, W));
+    }
+  }
+}
+
+// The backward's scratch starting as NaN (CHUNKGRAD_FLASH_SCRATCH_NAN=1): every part of it
+// the flash backward reads must be written first -- the context parts' partial sums and
+// the fused dq's buffer, which at hd 128 the blocks' own key CTAs store before the context
+// CTAs add (Note [dq first writers] in cuda/attention_flash_dkdv.cu) and whose padded
+// blocks' rows nobody writes. Both rules, padded blocks, blocks of 24 and 64 (one key
+// tile), and of 70 (two key tiles: the buffer is zeroed then).
+TEST_F(CudaAttentionSlidingTest, ScratchStartingAsNaN) {
+  struct NanScratch {
+    NanScratch() { setenv("CHUNKGRAD_FLASH_SCRATCH_NAN", "1", 1); }
+    ~NanScratch() { unsetenv("CHUNKGRAD_FLASH_SCRATCH_NAN"); }
+  } nan_scratch;
+  const int64_t S = kPartsContext, N = kPartsBlocks;
+  const Tensor anchors = parts_anchors(), padded = parts_padded();
+  for (int64_t Bs : {24, 64, 70}) {
+    for (int64_t W : {0, 66}) {
+      const AttentionMask m = AttentionMask::dflash_blocks(S, Bs, anchors, padded, W);
+      check_case(sliding_case(DType::bf16, 128, 32, 8, 2, S, N, Bs, m), AttentionPath::flash,
+                 label(32, 8, 128, W) + " Bs " + std::to_string(Bs));
     }
   }
 }

@@ -80,7 +80,7 @@ struct Case {
   AttentionMask mask = AttentionMask::none();
   double scale = 0;             // 0: 1 / sqrt(hd)
   bool non_contiguous = false;  // q, k, v, grad_out as [B, S, H, hd] transposed
-  bool misaligned = false;      // q as a narrow of a wider last dim (strides not 8-aligned)
+  bool misaligned = false;      // q, grad_out as narrows of a wider last dim (not 8-aligned)
 };
 
 // [B, H, S, hd] random values in dtype, on the CPU, laid out as the case asks.
@@ -119,7 +119,7 @@ inline void check_case(const Case& c, AttentionPath path, const std::string& nam
                                                : "auto") +
                "]");
   const Tensor q = make_input(c, c.Hq, c.Sq, 11, true), k = make_input(c, c.Hkv, c.Sk, 12, false),
-               v = make_input(c, c.Hkv, c.Sk, 13, false), g = make_input(c, c.Hq, c.Sq, 14, false);
+               v = make_input(c, c.Hkv, c.Sk, 13, false), g = make_input(c, c.Hq, c.Sq, 14, true);
   const Tensor qg = same_view_on_gpu(q), kg = same_view_on_gpu(k), vg = same_view_on_gpu(v),
                gg = same_view_on_gpu(g);
   ASSERT_EQ(qg.strides(), q.strides());
