@@ -158,7 +158,6 @@ bool dq_first_writers(const BwdArgs& a) {
   return !off && a.m.block_size <= kTile;
 }
 
-
 // Note [128-key CTAs]: with the overlapped wgmma kernel and the fused dq, a CTA of two
 // warpgroups takes 128 context keys (each warpgroup's 64 keys its MMAs' rows, as before),
 // both walking the same query tiles: a tile's Q, dO, lse and delta are loaded once for 128
@@ -185,7 +184,10 @@ bool dq_first_writers(const BwdArgs& a) {
 // backward's other kernels] in attention_flash_backward.cu); on the mma.sync kernel, whose
 // warps without keys skip a tile (2 of 4 here), they measured no faster (ncu 694 against
 // 674 us; the backward within 0.1 ms either way, three alternating rounds of a build with a
-// switch for it, not kept), so they stay on wgmma.
+// switch for it, not kept), so they stay on wgmma. Three stages for them (2026-12-03, two
+// alternating rounds of a build with a switch, not kept): ncu 636 against 651 us, but the
+// backward 10.20-10.22 ms against 10.18 (full rule), 9.03 against 9.02-9.05 (sliding): two
+// stay.
 bool dkdv_wide_keys(const BwdArgs& a) {
   static const bool off = [] {
     const char* e = std::getenv("CHUNKGRAD_FLASH_DKDV_KEYS");
