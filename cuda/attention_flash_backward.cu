@@ -192,13 +192,14 @@ bool fused_dq(const AttnShape& s, const AttnMaskArgs& m, bool want_dq, bool want
 
 // Note [dq bulk reduce] (attention_flash_dkdv_layout.cuh): whether the fused dq's partials
 // go by bulk reductions; CHUNKGRAD_FLASH_DQ_BULK=0 keeps the atomics (read once; for
-// benchmarks). The kernel takes atomics anyway where the device code predates sm_90.
-bool dq_bulk(const float* dq_acc) {
+// benchmarks). The kernel takes atomics anyway where the device code predates sm_90. (The
+// buffer's 16-byte alignment, which the bulk copies need, is checked at the launch.)
+bool dq_bulk() {
   static const bool off = [] {
     const char* e = std::getenv("CHUNKGRAD_FLASH_DQ_BULK");
     return e != nullptr && std::string(e) == "0";
   }();
-  return !off && reinterpret_cast<uintptr_t>(dq_acc) % 16 == 0;
+  return !off;
 }
 
 namespace {
@@ -349,7 +350,7 @@ void launch_flash_attention_backward(DType dtype, const AttnShape& s, AttnOperan
                  reinterpret_cast<uintptr_t>(dq) % 16 == 0,
              "flash attention backward: the scratch and dq must start 16-byte aligned (as the "
              "caching allocator's blocks do) for the fused dq's vector loads and stores");
-    a.dq_bulk = flash::dq_bulk(a.dq_acc);
+    a.dq_bulk = flash::dq_bulk();
   }
   if (dq != nullptr && !fused) flash::launch_flash_dq(dtype, a, stream);
   if (want_dkdv) flash::launch_flash_dkdv(dtype, a, stream);

@@ -58,8 +58,9 @@ int dkdv_context_parts(const AttnShape& s, const AttnMaskArgs& m);
 void launch_context_ranges(const BwdArgs& a, cudaStream_t stream);
 void launch_context_parts_sum(DType dtype, const BwdArgs& a, cudaStream_t stream);
 
-// Whether the fused dq adds into dq_acc by bulk reductions (Note [dq bulk reduce]).
-bool dq_bulk(const float* dq_acc);
+// Whether the fused dq adds into dq_acc by bulk reductions (Note [dq bulk reduce]; dq_acc
+// must then be 16-byte aligned, which launch_flash_attention_backward checks).
+bool dq_bulk();
 
 // dq pass (a.dq set): launches on `stream`. dtype bf16 or f16, hd 64 or 128.
 void launch_flash_dq(DType dtype, const BwdArgs& a, cudaStream_t stream);

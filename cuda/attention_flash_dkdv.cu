@@ -3,8 +3,8 @@
 // CTAs]) walks every query tile that sees them (Note [Flash tiles]), across the query heads
 // of its GQA group, so each dk/dv row is written once, without atomics: S^T = K Q^T,
 // P^T = exp(S^T scale - lse), dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - delta),
-// dK += dS^T Q; under DFlash masks also dq += dS K into an fp32 buffer with atomics (Note
-// [Fused dq]). The kernel is in attention_flash_dkdv_kernel.cuh; this file chooses its
+// dK += dS^T Q; under DFlash masks also dq += dS K into an fp32 buffer by bulk reductions
+// or atomics (Note [Fused dq]). The kernel is in attention_flash_dkdv_kernel.cuh; this file chooses its
 // variant and launches it.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -140,7 +140,7 @@ int dkdv_wgmma(int64_t hd) {
 
 // Note [dq first writers]: with 128-key CTAs (Note [128-key CTAs]) the blocks' own key CTAs
 // run as a grid of their own before the context's, and when a block's keys fit one 64-key
-// tile (block_size <= 64) each (block, kv head) is one CTA, which visits every query tile of
+// tile (block_size <= 64) each (batch row, block, kv head) is one CTA, which visits every query tile of
 // its block -- every row of an active block sees some of its own keys -- and whose four
 // warps split each 32-row tile's dq into disjoint pieces. Those CTAs are then the first and
 // only writers of their blocks' rows of the fp32 dq buffer: they store their products

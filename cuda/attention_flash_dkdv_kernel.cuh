@@ -24,7 +24,8 @@ namespace cg::cuda::flash {
 // warp has dS^T for its 16 keys and the tile's QT = 32 rows, it stores it to shared memory
 // (keys by rows); after a barrier each warp multiplies a 16-row x HD/2 quarter of dS
 // (32 rows x 64 keys) by the CTA's K and adds the product to an fp32 dq buffer (zeroed
-// first; scratch) with float2 atomics (sm_90); a last kernel writes dq = scale * buffer.
+// first, or stored first: Note [dq first writers]; scratch) with float2 atomics (sm_90; bulk
+// reductions now, Note [dq bulk reduce]); a last kernel writes dq = scale * buffer.
 // That drops the dq pass's own walk over the keys, which recomputed S and dP (two of its
 // three GEMMs), for one GEMM, one barrier and the atomics per (key tile, query tile). The
 // atomics' order varies, so dq may differ in the last bits from run to run (dk, dv do

@@ -18,7 +18,8 @@ namespace cg::cuda::flash {
 // backward with them compiled out ran 9.22 ms): every (key tile, query tile) adds 32 rows x
 // HD fp32 values to dq, as float2 atomics of 8 bytes each. On sm_90 each warp instead
 // stores its 16 rows x HD / (2 KW) of the product to its own shared memory and lane 0 adds
-// them with one bulk reduction (cp.reduce.async.bulk .add.f32, in L2, as FlashAttention-3
+// them (or, for the first writers of Note [dq first writers], stores them) with one bulk
+// reduction (cp.reduce.async.bulk .add.f32, in L2, as FlashAttention-3
 // adds its dq; the buffer is in the pass's own order, Note [dq tile order], so the piece is
 // contiguous there too), read by the copy engine while the warp goes on to the next tile;
 // the lane waits for the read before the piece is stored again. The order of the

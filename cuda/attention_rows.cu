@@ -9,7 +9,9 @@
 //     makes dk and dv, walking the query rows that see that key -- so nothing is written
 //     by two warps and no atomics are needed.
 // Work is O(visible keys * hd) per row like the CPU's, but each key costs a warp shuffle
-// reduction: use it for correctness, not for speed.
+// reduction: use it for correctness, not for speed. Also here: the backward's delta =
+// rowsum(dO * O), which the flash path uses too (launch_attention_delta), read 16 bytes a
+// thread where the rows allow it.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 

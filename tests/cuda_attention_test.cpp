@@ -345,6 +345,16 @@ TEST_F(CudaAttentionTest, OtherHeadDimsAndF64AndScale) {
     c.mask = AttentionMask::causal();
     check_case(c, AttentionPath::automatic, "bf16 hd " + std::to_string(hd));
   }
+  {  // hd 256 forced onto rows: the vector delta's widest rows (32 lanes a row)
+    Case c;
+    c.Hq = 4;
+    c.Hkv = 2;
+    c.Sq = 33;
+    c.Sk = 33;
+    c.hd = 256;
+    c.mask = AttentionMask::causal();
+    check_case(c, AttentionPath::rows, "bf16 hd 256 on rows");
+  }
   Case c;
   c.Hq = 2;
   c.Hkv = 1;
