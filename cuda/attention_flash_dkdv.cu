@@ -4,8 +4,8 @@
 // of its GQA group, so each dk/dv row is written once, without atomics: S^T = K Q^T,
 // P^T = exp(S^T scale - lse), dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - delta),
 // dK += dS^T Q; under DFlash masks also dq += dS K into an fp32 buffer by bulk reductions
-// or atomics (Note [Fused dq]). The kernel is in attention_flash_dkdv_kernel.cuh; this file chooses its
-// variant and launches it.
+// or atomics (Note [Fused dq]). The kernel is in attention_flash_dkdv_kernel.cuh; this file
+// chooses its variant and launches it.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -138,18 +138,17 @@ int dkdv_wgmma(int64_t hd) {
   return hd == 128 && wgmma::available() ? mode : 0;
 }
 
-// Note [dq first writers]: with 128-key CTAs (Note [128-key CTAs]) the blocks' own key CTAs
-// run as a grid of their own before the context's, and when a block's keys fit one 64-key
-// tile (block_size <= 64) each (batch row, block, kv head) is one CTA, which visits every query tile of
-// its block -- every row of an active block sees some of its own keys -- and whose four
-// warps split each 32-row tile's dq into disjoint pieces. Those CTAs are then the first and
-// only writers of their blocks' rows of the fp32 dq buffer: they store their products
-// (BwdArgs::dq_store) instead of adding them, the context CTAs add on top, and the buffer
-// needs no memset (403 MB at the 27B-class step's shape). The rows of a padded block
-// (anchor -1) nobody writes; dq_from_acc gives them 0 without reading them. H200, that
-// shape (Note [The backward's other kernels]): the block CTAs 651 us against 674 (ncu), the
-// backward 10.14-10.23 ms against 10.22-10.30.
-// CHUNKGRAD_FLASH_DQ_STORE=0 keeps the memset and the additions (read once; for benchmarks).
+// Note [dq first writers]: with 128-key CTAs (Note [128-key CTAs]) the blocks' own key CTAs run as
+// a grid of their own before the context's, and when a block's keys fit one 64-key tile (block_size
+// <= 64) each (batch row, block, kv head) is one CTA, which visits every query tile of its block --
+// every row of an active block sees some of its own keys -- and whose four warps split each 32-row
+// tile's dq into disjoint pieces. Those CTAs are then the first and only writers of their blocks'
+// rows of the fp32 dq buffer: they store their products (BwdArgs::dq_store) instead of adding them,
+// the context CTAs add on top, and the buffer needs no memset (403 MB at the 27B-class step's
+// shape). The rows of a padded block (anchor -1) nobody writes; dq_from_acc gives them 0 without
+// reading them. H200, that shape (Note [The backward's other kernels]): the block CTAs 651 us
+// against 674 (ncu), the backward 10.14-10.23 ms against 10.22-10.30. CHUNKGRAD_FLASH_DQ_STORE=0
+// keeps the memset and the additions (read once; for benchmarks).
 bool dq_first_writers(const BwdArgs& a) {
   static const bool off = [] {
     const char* e = std::getenv("CHUNKGRAD_FLASH_DQ_STORE");

@@ -13,19 +13,18 @@
 
 namespace cg::cuda::flash {
 
-// Note [dq bulk reduce]: the fused dq's atomics were about 3.2 ms of the 12.45 ms backward
-// of the 27B-class step's attention (H200, 32/8 heads, 1024 x 24 over 4096 keys: the
-// backward with them compiled out ran 9.22 ms): every (key tile, query tile) adds 32 rows x
-// HD fp32 values to dq, as float2 atomics of 8 bytes each. On sm_90 each warp instead
-// stores its 16 rows x HD / (2 KW) of the product to its own shared memory and lane 0 adds
-// them (or, for the first writers of Note [dq first writers], stores them) with one bulk
-// reduction (cp.reduce.async.bulk .add.f32, in L2, as FlashAttention-3
-// adds its dq; the buffer is in the pass's own order, Note [dq tile order], so the piece is
-// contiguous there too), read by the copy engine while the warp goes on to the next tile;
-// the lane waits for the read before the piece is stored again. The order of the
-// additions still varies (Note [Fused dq]). H200, same shape, bf16, one run: backward
-// 12.31 -> 11.87 ms (full rule), 10.39 -> 10.01 (sliding, W 2048) with a reduction a row.
-// CHUNKGRAD_FLASH_DQ_BULK=0 keeps the atomics (read once; for benchmarks).
+// Note [dq bulk reduce]: the fused dq's atomics were about 3.2 ms of the 12.45 ms backward of the
+// 27B-class step's attention (H200, 32/8 heads, 1024 x 24 over 4096 keys: the backward with them
+// compiled out ran 9.22 ms): every (key tile, query tile) adds 32 rows x HD fp32 values to dq, as
+// float2 atomics of 8 bytes each. On sm_90 each warp instead stores its 16 rows x HD / (2 KW) of
+// the product to its own shared memory and lane 0 adds them (the first writers of Note [dq first
+// writers] store them) with one bulk reduction (cp.reduce.async.bulk .add.f32, in L2, as
+// FlashAttention-3 adds its dq; the buffer is in the pass's own order, Note [dq tile order], so the
+// piece is contiguous there too), read by the copy engine while the warp goes on to the next tile;
+// the lane waits for the read before the piece is stored again. The order of the additions still
+// varies (Note [Fused dq]). H200, same shape, bf16, one run: backward 12.31 -> 11.87 ms (full
+// rule), 10.39 -> 10.01 (sliding, W 2048) with a reduction a row. CHUNKGRAD_FLASH_DQ_BULK=0 keeps
+// the atomics (read once; for benchmarks).
 
 // Note [dq tile order]: the fused dq's fp32 buffer (Note [Fused dq]) is not dq's [B, Hq,
 // Sq, hd] but the order the dk/dv pass produces it in, so that a warp adds its whole share
