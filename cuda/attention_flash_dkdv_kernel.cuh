@@ -23,12 +23,11 @@ namespace cg::cuda::flash {
 // inside the dk/dv pass instead of in a pass of its own (FlashAttention-2's way): after a
 // warp has dS^T for its 16 keys and the tile's QT = 32 rows, it stores it to shared memory
 // (keys by rows); after a barrier each warp multiplies a 16-row x HD/2 quarter of dS
-// (32 rows x 64 keys) by the CTA's K and adds the product to an fp32 dq buffer (zeroed
-// first, or stored first: Note [dq first writers]; scratch) with float2 atomics (sm_90; bulk
-// reductions now, Note [dq bulk reduce]); a last kernel writes dq = scale * buffer.
+// (32 rows x 64 keys) by the CTA's K and adds the product into an fp32 dq buffer in scratch
+// (Notes [dq bulk reduce], [dq first writers]); a last kernel writes dq = scale * buffer.
 // That drops the dq pass's own walk over the keys, which recomputed S and dP (two of its
-// three GEMMs), for one GEMM, one barrier and the atomics per (key tile, query tile). The
-// atomics' order varies, so dq may differ in the last bits from run to run (dk, dv do
+// three GEMMs), for one GEMM, one barrier and the additions per (key tile, query tile). The
+// additions' order varies, so dq may differ in the last bits from run to run (dk, dv do
 // not; the causal and unmasked rules keep the two deterministic passes). H200, 32/8 heads,
 // 1024 x 24 over 4096 context keys, bf16 hd 128, fwd + bwd (bench/attention_bench): full
 // rule 29.24 -> 21.10 ms, sliding (W 2048) 24.68 -> 18.44 ms, in one run. The extra fp32
