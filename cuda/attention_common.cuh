@@ -19,13 +19,17 @@ __device__ inline double to_float(double x) { return x; }
 __device__ inline float to_float(__half x) { return __half2float(x); }
 __device__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 
-// Two packed 2-byte elements (the low one first, as in memory) as floats.
+// Value `hi ? high : low` of two packed 16-bit values (the low one first, as in memory),
+// as float.
 template <typename T>
-__device__ inline float2 to_float2(uint32_t w) {
-  static_assert(sizeof(T) == 2, "to_float2 takes packed 2-byte elements");
-  T pair[2];
-  __builtin_memcpy(pair, &w, sizeof w);
-  return make_float2(to_float(pair[0]), to_float(pair[1]));
+__device__ inline float unpack(uint32_t packed, int hi) {
+  static_assert(sizeof(T) == 2, "unpack takes packed 2-byte elements");
+  const uint16_t bits = static_cast<uint16_t>(hi ? packed >> 16 : packed & 0xffffu);
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __uint_as_float(static_cast<uint32_t>(bits) << 16);
+  } else {
+    return __half2float(__ushort_as_half(bits));
+  }
 }
 
 template <typename T, typename C>

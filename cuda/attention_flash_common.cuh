@@ -90,16 +90,7 @@ __device__ inline uint32_t pack2(float lo, float hi) {
   }
 }
 
-// Value `hi ? high : low` of two packed 16-bit values, as float.
-template <typename T>
-__device__ inline float unpack(uint32_t packed, int hi) {
-  const uint16_t bits = static_cast<uint16_t>(hi ? packed >> 16 : packed & 0xffffu);
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __uint_as_float(static_cast<uint32_t>(bits) << 16);
-  } else {
-    return __half2float(__ushort_as_half(bits));
-  }
-}
+using attn::unpack;  // (attention_common.cuh)
 
 // 16 bytes global -> shared, or 16 zero bytes when !valid (src is then not read).
 __device__ inline void cp_async16(uint32_t dst, const void* src, bool valid) {

@@ -1,7 +1,8 @@
 // Why this file exists: the kernel of the flash dk/dv pass (attention_flash_dkdv.cu holds
 // its launch and the choices around it: tile rows, stages, the fused dq, wgmma; its shared
-// memory is in attention_flash_dkdv_layout.cuh), apart so that each file reads in one
-// sitting. Included by attention_flash_dkdv.cu only.
+// memory is in attention_flash_dkdv_layout.cuh, the fused dq's share of a tile in
+// attention_flash_dkdv_dq.cuh), apart so that each file reads in one sitting. Included by
+// attention_flash_dkdv.cu only.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -12,6 +13,7 @@
 
 #include "cuda/attention_flash_backward.cuh"
 #include "cuda/attention_flash_common.cuh"
+#include "cuda/attention_flash_dkdv_dq.cuh"
 #include "cuda/attention_flash_dkdv_layout.cuh"
 #include "cuda/attention_flash_key_tiles.cuh"
 #include "cuda/attention_kernels.h"
@@ -446,98 +448,14 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
       }
       pack_fragments(dp, pd);
       accumulate(pd, tQ, dk, Wg == 2);  // Wg 2: runs on under the fused dq (waited below)
-      if constexpr (FusedDq) {          // this warp's 16 keys of dS^T, keys by rows
-#pragma unroll
-        for (int kk = 0; kk < QT / 16; ++kk) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            *reinterpret_cast<uint32_t*>(sdS +
-                                         (wg * kTile + warp * 16 + lane / 4 + 8 * (e & 1)) * LDS +
-                                         kk * 16 + (lane % 4) * 2 + 8 * (e >> 1)) = pd[kk][e];
-          }
-        }
-      }
+      if constexpr (FusedDq) store_ds_t<T, QT>(sdS, wg * kTile + warp * 16, lane, pd);
     } else if constexpr (FusedDq) {  // keys past the tile's end, or dead: dS = 0
-#pragma unroll
-      for (int e = 0; e < QT / 4; ++e) {
-        *reinterpret_cast<uint32_t*>(sdS + (wg * kTile + warp * 16 + lane / 2) * LDS +
-                                     (lane % 2) * (QT / 2) + 2 * e) = 0u;
-      }
+      zero_ds_t<T, QT>(sdS, wg * kTile + warp * 16, lane);
     }
     if constexpr (FusedDq) {
       __syncthreads();
-      // Rows 16 mh .. + 15 of the tile, dims ch NC .. + NC - 1 (the CTA's warps split 32 rows
-      // x HD): dS (rows x KT keys, from sdS transposed) times K (KT keys x HD).
-      constexpr int NC = HD / (2 * KW);
-      const int wq = threadIdx.x / 32, mh = wq & 1, ch = wq >> 1;
-      float dqa[NC / 8][4];
-#pragma unroll
-      for (int n = 0; n < NC / 8; ++n) dqa[n][0] = dqa[n][1] = dqa[n][2] = dqa[n][3] = 0.f;
-#pragma unroll
-      for (int ks = 0; ks < KT / 16; ++ks) {
-        uint32_t fa[4];
-        ldsm_x4_trans(fa, smem_addr(sdS + (ks * 16 + (lane / 16) * 8 + lane % 8) * LDS + mh * 16 +
-                                    ((lane / 8) % 2) * 8));
-#pragma unroll
-        for (int dd = 0; dd < NC / 16; ++dd) {
-          uint32_t fb[4];
-          const int kr = ks * 16 + lane % 8 + ((lane / 8) % 2) * 8;  // key row of K
-          const int kc = ch * NC + dd * 16 + (lane / 16) * 8;        // first column
-          ldsm_x4_trans(fb, Wg ? smem_addr(sK) + (kr / kTile) * kTile * HD * 2 +
-                                     (kc / 64) * kTile * 128 +
-                                     wgmma::swizzle128_offset(kr % kTile, (kc % 64) / 8)
-                               : smem_addr(sK + kr * LD + kc));
-          mma<T>(dqa[2 * dd], fa, fb[0], fb[1]);
-          mma<T>(dqa[2 * dd + 1], fa, fb[2], fb[3]);
-        }
-      }
-      // This warp's 16 x NC piece of the tile in dq_acc (Note [dq tile order]).
-      const int64_t blk = w.mode == 1 ? w.block : cseg;
-      float* dq_tile = a.dq_acc + dq_tile_base<HD>(s, m, b, hk, blk, cqt);
-      if (bulk) {  // Note [dq bulk reduce]
-        // (the warp's NC / 32 chunks, as in dq_acc: a tile of 2 NC columns' first 16 rows)
-        float* sq = sdQ + wq * kDqWarpFloats<HD, KW>;
-        if (lane == 0) bulk_wait_read();  // the last tile's reduction has read them
-        __syncwarp();
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-#pragma unroll
-          for (int n = 0; n < NC / 8; ++n) {
-            const int r = half * 8 + lane / 4, c = n * 8 + (lane % 4) * 2;
-            *reinterpret_cast<float2*>(sq + dq_tile_offset<2 * NC>(r, c)) =
-                make_float2(dqa[n][2 * half], dqa[n][2 * half + 1]);
-          }
-        }
-        fence_shared_for_async();
-        __syncwarp();
-        if (lane == 0 && a.dq_store) {  // Note [dq first writers]
-          bulk_store_f32(dq_tile + dq_tile_offset<HD>(mh * 16, ch * NC), smem_addr(sq),
-                         kDqWarpFloats<HD, KW> * 4);
-        } else if (lane == 0) {
-          bulk_reduce_add_f32(dq_tile + dq_tile_offset<HD>(mh * 16, ch * NC), smem_addr(sq),
-                              kDqWarpFloats<HD, KW> * 4);
-        }
-      }
-#pragma unroll
-      for (int half = 0; half < 2 && !bulk; ++half) {
-        const int rr = mh * 16 + half * 8 + lane / 4;
-        if (static_cast<int>(cqt) * QT + rr >= packed_rows) continue;
-#pragma unroll
-        for (int n = 0; n < NC / 8; ++n) {
-          float* dst = dq_tile + dq_tile_offset<HD>(rr, ch * NC + n * 8 + (lane % 4) * 2);
-          if (a.dq_store) {  // Note [dq first writers]
-            *reinterpret_cast<float2*>(dst) = make_float2(dqa[n][2 * half], dqa[n][2 * half + 1]);
-            continue;
-          }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-          atomicAdd(reinterpret_cast<float2*>(dst),
-                    make_float2(dqa[n][2 * half], dqa[n][2 * half + 1]));
-#else
-          atomicAdd(dst, dqa[n][2 * half]);
-          atomicAdd(dst + 1, dqa[n][2 * half + 1]);
-#endif
-        }
-      }
+      add_dq_tile<T, HD, QT, KW, Wg>(a, sdS, sK, sdQ, bulk, b, hk, w.mode == 1 ? w.block : cseg,
+                                     cqt, packed_rows);
     }
     if constexpr (Wg == 2) {  // dV and dK of this tile, left running under the fused dq
       if (run) {

@@ -161,8 +161,8 @@ __global__ void delta_vec_kernel(AttnShape s, AttnOperand g, AttnOperand o, floa
     const uint32_t gs[4] = {gw.x, gw.y, gw.z, gw.w}, os[4] = {ow.x, ow.y, ow.z, ow.w};
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
-      const float2 gf = attn::to_float2<T>(gs[w]), of = attn::to_float2<T>(os[w]);
-      d += gf.x * of.x + gf.y * of.y;
+      d += attn::unpack<T>(gs[w], 0) * attn::unpack<T>(os[w], 0) +
+           attn::unpack<T>(gs[w], 1) * attn::unpack<T>(os[w], 1);
     }
   }
 #pragma unroll

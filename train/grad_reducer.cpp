@@ -39,7 +39,10 @@ GradReducer::GradReducer(std::vector<Tensor> params, dist::Communicator& comm, i
   for (size_t b = 0; b < buckets_.size(); ++b)
     missing_[b] = static_cast<int64_t>(buckets_[b].size());
   const Device device = params_[0].device();
-  if (device != kCPU) side_stream_ = kernels_for(device, "GradReducer").side_streams();
+  if (device != kCPU) {  // Note [Reduce on a side stream]: the last but one, where there is one
+    const int n = kernels_for(device, "GradReducer").side_streams();
+    side_stream_ = n > 1 ? n - 1 : n;
+  }
 }
 
 void GradReducer::ready(const TensorImpl* leaf) {
