@@ -45,13 +45,15 @@ __device__ __forceinline__ void zero_ds_t(T* sdS, int key0, int lane) {
 // After the barrier that completes sdS: rows 16 mh .. + 15 of query tile cqt of block blk,
 // dims ch NC .. + NC - 1 (the CTA's KW * 4 warps split 32 rows x HD) -- dS (rows x KT
 // keys, sdS transposed) times K (KT keys x HD, sK: padded rows, or Wg the 128-byte
-// swizzle) -- stored or added into a.dq_acc (Note [dq tile order]). bulk: through the
-// warp's staging in sdQ and one bulk copy (Note [dq bulk reduce]); otherwise float2 stores
-// or atomics, skipping rows past packed_rows.
+// swizzle) -- stored or added into a.dq_acc (Note [dq tile order]; tiles: a block's 32-row
+// tiles, the walk's seg_tiles). bulk: through the warp's staging in sdQ and one bulk copy
+// (Note [dq bulk reduce]); otherwise float2 stores or atomics, skipping rows past
+// packed_rows.
 template <typename T, int HD, int QT, int KW, int Wg>
 __device__ __forceinline__ void add_dq_tile(const BwdArgs& a, const T* sdS, const T* sK,
                                             float* sdQ, bool bulk, int64_t b, int64_t hk,
-                                            int64_t blk, int64_t cqt, int packed_rows) {
+                                            int64_t blk, int64_t cqt, int64_t tiles,
+                                            int packed_rows) {
   constexpr int KT = kTile * KW, LD = HD + kPad, LDS = QT + kPad, NC = HD / (2 * KW);
   const int lane = threadIdx.x % 32, wq = threadIdx.x / 32, mh = wq & 1, ch = wq >> 1;
   float dqa[NC / 8][4];  // (16 rows, NC dims) as m16n8 accumulators
@@ -76,7 +78,7 @@ __device__ __forceinline__ void add_dq_tile(const BwdArgs& a, const T* sdS, cons
     }
   }
   // This warp's 16 x NC piece of the tile in dq_acc (Note [dq tile order]).
-  float* dq_tile = a.dq_acc + dq_tile_base<HD>(a.s, a.m, b, hk, blk, cqt);
+  float* dq_tile = a.dq_acc + dq_tile_base<HD>(a.s, a.m, b, hk, blk, cqt, tiles);
   if (bulk) {  // Note [dq bulk reduce]
     // (the warp's NC / 32 chunks, as in dq_acc: a tile of 2 NC columns' first 16 rows)
     float* sq = sdQ + wq * kDqWarpFloats<HD, KW>;

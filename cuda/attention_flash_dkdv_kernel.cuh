@@ -17,6 +17,7 @@
 #include "cuda/attention_flash_dkdv_layout.cuh"
 #include "cuda/attention_flash_key_tiles.cuh"
 #include "cuda/attention_kernels.h"
+#include "cuda/device_math.cuh"
 #include "cuda/wgmma.cuh"
 
 namespace cg::cuda::flash {
@@ -274,14 +275,14 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
     // compute when either has a live warp: a branch around wgmma that differs between a
     // CTA's warpgroups makes ptxas serialize every wgmma of the kernel (C7518).
     bool run = warp_active && !dead;
-    if constexpr (Wg) {
-      run = false;
-#pragma unroll
-      for (int wi = 0; wi < KW * kWarps; ++wi) {
-        const int64_t kw = w.j0 + wi * 16;
-        bool d = kw >= anchor;
-        if constexpr (Sliding) d = d || (w.mode == 2 && kw + 16 <= anchor - w1);
-        run = run || (kw < w.jend && !d);
+    if constexpr (Wg) {  // whether any of the CTA's KW * 4 warps has a key neither dead nor past
+      // the tile: the last warp starting before min(jend, anchor) is the one that reaches
+      // furthest into the window (Note [Descriptors once a tile]: a closed form, not a loop).
+      const int64_t kend = min(w.jend, anchor);
+      run = kend > w.j0;
+      if constexpr (Sliding) {
+        const int64_t last = w.j0 + min(int64_t{KW * kWarps - 1}, (kend - 1 - w.j0) / 16) * 16;
+        run = run && (w.mode != 2 || last + 16 > anchor - w1);
       }
     }
     // P^T and dS^T as A fragments: declared here, where Wg 2's MMAs reading them are waited.
@@ -310,15 +311,16 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
         for (int n = 0; n < QT / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
         if constexpr (Wg) {  // 64 keys x QT rows for the warpgroup; acc is the D fragment
           float(&d)[QT / 2] = reinterpret_cast<float(&)[QT / 2]>(acc);
+          // Note [Descriptors once a tile]
+          const uint64_t da0 = wgmma::desc_sw128(smem_addr(sA), 16, 1024);
+          const uint64_t db0 = wgmma::desc_sw128(smem_addr(tB), 16, 1024);
           wgmma::fence_operands(d);
           wgmma::fence();
 #pragma unroll
           for (int ks = 0; ks < HD / 16; ++ks) {
             const uint32_t col = (ks % 4) * 32u;  // within column block ks / 4
-            const uint64_t da =
-                wgmma::desc_sw128(smem_addr(sA) + (ks / 4) * kTile * 128 + col, 16, 1024);
-            const uint64_t db =
-                wgmma::desc_sw128(smem_addr(tB) + (ks / 4) * QT * 128 + col, 16, 1024);
+            const uint64_t da = wgmma::desc_advance(da0, (ks / 4) * kTile * 128 + col);
+            const uint64_t db = wgmma::desc_advance(db0, (ks / 4) * QT * 128 + col);
             if constexpr (QT == 32) {
               wgmma::mma_m64n32k16_ss<T>(d, da, db, 1);
             } else {
@@ -347,12 +349,12 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
                             bool issue_only = false) {
         if constexpr (Wg) {  // B = the tile's rows (the K dimension) x HD: MN-major
           float(&d)[HD / 2] = reinterpret_cast<float(&)[HD / 2]>(out);
+          const uint64_t db0 = wgmma::desc_sw128(smem_addr(tB), QT * 128, 1024);
           wgmma::fence_operands(d);
           wgmma::fence();
 #pragma unroll
           for (int kk = 0; kk < QT / 16; ++kk) {
-            wgmma::mma_m64n128k16_rs<T>(
-                d, pk[kk], wgmma::desc_sw128(smem_addr(tB) + kk * 16 * 128, QT * 128, 1024));
+            wgmma::mma_m64n128k16_rs<T>(d, pk[kk], wgmma::desc_advance(db0, kk * 16 * 128));
           }
           wgmma::commit_and_wait(d, issue_only);
         } else {
@@ -393,6 +395,14 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
       // Note [Whole warp tiles]: every row of the tile sees every one of this warp's keys.
       bool whole = w.mode == 2 && nrows == QT && kw0 + 16 <= w.jend && kw0 + 16 <= anchor;
       if constexpr (sliding) whole = whole && kw0 >= anchor + (m.block_size - 1) - w1;
+      // This thread's rows' lse in base 2 (rows n * 8 + (lane % 4) * 2 + h), so that P is one
+      // fma and one MUFU.EX2 an element (Note [Descriptors once a tile]).
+      float lse2[QT / 8][2];
+#pragma unroll
+      for (int n = 0; n < QT / 8; ++n) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) lse2[n][h] = tL[n * 8 + (lane % 4) * 2 + h] * kLog2e;
+      }
       if (Wg && !(warp_active && !dead)) {  // a warp with no visible key: P = 0
 #pragma unroll
         for (int n = 0; n < QT / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
@@ -401,8 +411,7 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
         for (int n = 0; n < QT / 8; ++n) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const int c = n * 8 + (lane % 4) * 2 + (e & 1);
-            acc[n][e] = exp2f(acc[n][e] * a.scale_log2 - tL[c] * kLog2e);
+            acc[n][e] = fast_exp2(fmaf(acc[n][e], a.scale_log2, -lse2[n][e & 1]));
           }
         }
       } else {
@@ -422,7 +431,7 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
               vis = vis && d >= 0 && d <= w1;
             }
             // (a visited row always sees a key, so its lse is finite)
-            acc[n][e] = vis ? exp2f(acc[n][e] * a.scale_log2 - tL[c] * kLog2e) : 0.f;
+            acc[n][e] = vis ? fast_exp2(fmaf(acc[n][e], a.scale_log2, -lse2[n][e & 1])) : 0.f;
           }
         }
       }
@@ -455,7 +464,7 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
     if constexpr (FusedDq) {
       __syncthreads();
       add_dq_tile<T, HD, QT, KW, Wg>(a, sdS, sK, sdQ, bulk, b, hk, w.mode == 1 ? w.block : cseg,
-                                     cqt, packed_rows);
+                                     cqt, w.seg_tiles, packed_rows);
     }
     if constexpr (Wg == 2) {  // dV and dK of this tile, left running under the fused dq
       if (run) {

@@ -48,11 +48,14 @@ inline int64_t dq_tile_order_floats(const AttnShape& s, const AttnMaskArgs& m) {
   return s.B * s.Hkv * m.num_blocks * tiles * kDqTileRows * s.hd;
 }
 
-// Where tile t of block blk, kv head hk, batch row b starts in the buffer.
+// Where tile t of block blk, kv head hk, batch row b starts in the buffer; tiles: a block's
+// tiles, ceil(group * block_size / 32), when the caller has it (the dk/dv pass's walk
+// does: there the division was recomputed for every query tile).
 template <int HD>
 __host__ __device__ inline int64_t dq_tile_base(const AttnShape& s, const AttnMaskArgs& m,
-                                                int64_t b, int64_t hk, int64_t blk, int64_t t) {
-  const int64_t tiles = ((s.Hq / s.Hkv) * m.block_size + kDqTileRows - 1) / kDqTileRows;
+                                                int64_t b, int64_t hk, int64_t blk, int64_t t,
+                                                int64_t tiles = 0) {
+  if (tiles == 0) tiles = ((s.Hq / s.Hkv) * m.block_size + kDqTileRows - 1) / kDqTileRows;
   return (((b * s.Hkv + hk) * m.num_blocks + blk) * tiles + t) * (kDqTileRows * HD);
 }
 

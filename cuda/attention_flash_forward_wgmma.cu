@@ -34,6 +34,7 @@
 #include "cuda/attention_flash_common.cuh"
 #include "cuda/attention_flash_dense_rows.cuh"
 #include "cuda/attention_flash_forward.cuh"
+#include "cuda/device_math.cuh"
 #include "cuda/wgmma.cuh"
 
 namespace cg::cuda::flash {
@@ -130,12 +131,14 @@ struct ForwardMasks {
 template <typename T>
 __device__ __forceinline__ void issue_scores(float (&sc)[kTile / 2], uint32_t q_slice,
                                              uint32_t tK) {
+  // (one descriptor each, advanced: Note [Descriptors once a tile])
+  const uint64_t dq0 = wgmma::desc_sw128(q_slice, 16, 1024);
+  const uint64_t dk0 = wgmma::desc_sw128(tK, 16, 1024);
 #pragma unroll
   for (int ks = 0; ks < kWgmmaHD / 16; ++ks) {
     const uint32_t col = (ks % 4) * 32u;  // within column block ks / 4
-    wgmma::mma_m64n64k16_ss<T>(
-        sc, wgmma::desc_sw128(q_slice + (ks / 4) * kWgmmaRows * 128 + col, 16, 1024),
-        wgmma::desc_sw128(tK + (ks / 4) * kTile * 128 + col, 16, 1024), ks > 0);
+    wgmma::mma_m64n64k16_ss<T>(sc, wgmma::desc_advance(dq0, (ks / 4) * kWgmmaRows * 128 + col),
+                               wgmma::desc_advance(dk0, (ks / 4) * kTile * 128 + col), ks > 0);
   }
 }
 
@@ -143,10 +146,10 @@ __device__ __forceinline__ void issue_scores(float (&sc)[kTile / 2], uint32_t q_
 template <typename T>
 __device__ __forceinline__ void issue_pv(float (&o)[kWgmmaHD / 2],
                                          const uint32_t (&pa)[kTile / 16][4], uint32_t tV) {
+  const uint64_t dv0 = wgmma::desc_sw128(tV, kTile * 128, 1024);
 #pragma unroll
   for (int kk = 0; kk < kTile / 16; ++kk) {
-    wgmma::mma_m64n128k16_rs<T>(o, pa[kk],
-                                wgmma::desc_sw128(tV + kk * 16 * 128, kTile * 128, 1024));
+    wgmma::mma_m64n128k16_rs<T>(o, pa[kk], wgmma::desc_advance(dv0, kk * 16 * 128));
   }
 }
 
@@ -168,13 +171,13 @@ __device__ __forceinline__ void issue_pv(float (&o)[kWgmmaHD / 2],
     const float mn = fmaxf(mrow[hf], mx);
     // Nothing seen yet (-inf): keep every term at 0 rather than NaN.
     const float base = mn == -INFINITY ? 0.f : mn * scale_log2;
-    corr[hf] = exp2f(mrow[hf] * scale_log2 - base);  // -inf -> 0
+    corr[hf] = fast_exp2(fmaf(mrow[hf], scale_log2, -base));  // -inf -> 0
     mrow[hf] = mn;
     float rs = 0.f;
 #pragma unroll
     for (int n = 0; n < kTile / 8; ++n) {
-      sc[4 * n + 2 * hf] = exp2f(sc[4 * n + 2 * hf] * scale_log2 - base);
-      sc[4 * n + 2 * hf + 1] = exp2f(sc[4 * n + 2 * hf + 1] * scale_log2 - base);
+      sc[4 * n + 2 * hf] = fast_exp2(fmaf(sc[4 * n + 2 * hf], scale_log2, -base));
+      sc[4 * n + 2 * hf + 1] = fast_exp2(fmaf(sc[4 * n + 2 * hf + 1], scale_log2, -base));
       rs += sc[4 * n + 2 * hf] + sc[4 * n + 2 * hf + 1];
     }
     lrow[hf] = lrow[hf] * corr[hf] + rs;

@@ -20,6 +20,16 @@
 
 namespace cg::cuda {
 
+// 2^x as the bare ex2.approx.ftz (one MUFU.EX2): exp2f's non-ftz form adds a range test and
+// two multiplies around it to keep denormal results, which matter nowhere it is used (the
+// head loss's row passes, the attention's probabilities): every exponent there is relative
+// to a max or a log-sum-exp, so results are <= 1 and those below 2^-126 are as good as 0.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 template <typename T>
 struct Tag {
   using type = T;

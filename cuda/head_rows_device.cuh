@@ -35,15 +35,7 @@ __device__ __forceinline__ void unpack(const RawPack<T, N>& raw, compute_t<T> (&
 // KL passes take four exponentials per logit and are bound by instructions, not memory.
 template <typename A>
 constexpr A kExpScale = std::is_same_v<A, float> ? A(1.4426950408889634) : A(1);
-// The float exp2 is the bare ex2.approx.ftz (one MUFU.EX2): exp2f's non-ftz form adds a
-// range test and two multiplies around it to keep denormal results, which matter nowhere
-// here (every exponent is relative to a max, so results are <= 1 and those below 2^-126
-// are as good as 0 in a sum of at least one 1).
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
+// (fp32: fast_exp2, cuda/device_math.cuh)
 __device__ __forceinline__ float exp_fma(float x, float a, float b) {
   return fast_exp2(fmaf(x, a, b));
 }
