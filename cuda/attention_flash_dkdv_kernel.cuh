@@ -38,6 +38,28 @@ namespace cg::cuda::flash {
 // 32-row tiles (Note [dq tile order]; 403 MB at that shape) while the backward runs.
 // CHUNKGRAD_FLASH_FUSED_DQ=0 keeps the dq pass (read once; for benchmarks).
 
+// Note [Descriptors once a tile]: the pass is bound by issued instructions (2 warps a
+// scheduler, about one issue every 2.6 cycles), so integer work between its MMAs is time.
+// ncu's SASS view of the 128-key context grid (H200, 32/8 heads, 1024 x 24 over 4096 keys,
+// sliding rule, sorted anchors; 2026-12-04) counted about 1150 instructions a warp a (key
+// tile, query tile) step, over half of them integer: 283 in the block of the 20 MMAs, each
+// descriptor built from its own address (shift, mask, or, the constant high word, moves to
+// uniform registers); 134 deciding whether any of the CTA's 8 warps has a visible key (a
+// loop of 64-bit compares); 97 forming P (exp2f's range test and two multiplies around each
+// MUFU.EX2, lse * log2 e per element); 83 finding the tile's place in the dq buffer (a
+// division recomputed each step). Now a GEMM builds its two descriptors once and advances
+// them by a 32-bit add (wgmma::desc_advance), the live-warp test is a closed form, each
+// thread scales its 8 rows' lse once and P is one fma and a bare ex2.approx.ftz
+// (fast_exp2), and the dq tile's place takes the walk's tile count. The context grid went
+// from 2.88 to 2.26 G instructions (full rule 3.46 to 2.80 G) and, at ncu's clocks, from
+// 10.76 to 9.15 ms (12.20 to 10.85); the backward (bench/attention_bench --anchors sorted,
+// one call each) from 10.17-10.19 to 8.95-8.99 ms under the full rule and from 9.04 to
+// 7.69-7.76 under the sliding rule. The forward's wgmma kernel took the same descriptors
+// and exp2 and moved little (2.92-2.96 ms against 2.99-3.00). Still about 900 a warp a
+// step: 209 in the fused dq's block (32 HMMA and 24 LDSM among swizzled addresses), 192 in
+// the MMAs' (each descriptor moved to uniform registers: K's and V's depend on the
+// warpgroup), about 190 loading the next Q and dO tile.
+
 // Sliding: the sliding DFlash rule (a template flag, so the other rules' kernels carry
 // none of its per-element work or registers).
 // Wg: 0 mma.sync; 1 the four GEMMs on the warpgroup MMA, 2 also overlapped (Note [wgmma
