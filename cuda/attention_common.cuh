@@ -23,7 +23,8 @@ __device__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); 
 // as float.
 template <typename T>
 __device__ inline float unpack(uint32_t packed, int hi) {
-  static_assert(sizeof(T) == 2, "unpack takes packed 2-byte elements");
+  static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>,
+                "unpack takes packed bf16 or f16 elements");
   const uint16_t bits = static_cast<uint16_t>(hi ? packed >> 16 : packed & 0xffffu);
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     return __uint_as_float(static_cast<uint32_t>(bits) << 16);

@@ -310,8 +310,8 @@ size_t flash_attention_backward_scratch_bytes(const AttnShape& s, const AttnMask
 // 10.22-10.30 (sliding rule 9.01-9.09 against 9.11-9.18). Measured and dropped: the blocks'
 // key CTAs on a side stream queued after the context grid, to fill its last wave -- 10.12
 // ms in all three rounds against 10.10-10.15, no change. After Note [Descriptors once a
-// tile] (2026-12-04) the block CTAs took 565 us (full rule) and 624 us (sliding), the
-// context grid 10.85 and 9.15 ms, the delta 127 us, context_parts_sum 39 us.
+// tile] (2026-12-04) the block CTAs took 511 us (full rule) and 574 us (sliding), the
+// context grid 10.45 and 8.44 ms, the delta 127 us, context_parts_sum 39 us.
 void launch_flash_attention_backward(DType dtype, const AttnShape& s, AttnOperand q, AttnOperand k,
                                      AttnOperand v, AttnOperand grad_out, const float* lse,
                                      const float* delta, const AttnMaskArgs& m, double scale,

@@ -53,6 +53,7 @@ template <typename T, int HD, int QT, int KW, int Wg>
 __device__ __forceinline__ void add_dq_tile(const BwdArgs& a, const T* sdS, const T* sK, float* sdQ,
                                             bool bulk, int64_t b, int64_t hk, int64_t blk,
                                             int64_t cqt, int64_t tiles, int packed_rows) {
+  static_assert(QT == kDqTileRows, "the CTA's warps split a 32-row tile's dq");
   constexpr int KT = kTile * KW, LD = HD + kPad, LDS = QT + kPad, NC = HD / (2 * KW);
   const int lane = threadIdx.x % 32, wq = threadIdx.x / 32, mh = wq & 1, ch = wq >> 1;
   float dqa[NC / 8][4];  // (16 rows, NC dims) as m16n8 accumulators

@@ -55,10 +55,16 @@ namespace cg::cuda::flash {
 // 10.76 to 9.15 ms (12.20 to 10.85); the backward (bench/attention_bench --anchors sorted,
 // one call each) from 10.17-10.19 to 8.95-8.99 ms under the full rule and from 9.04 to
 // 7.69-7.76 under the sliding rule. The forward's wgmma kernel took the same descriptors
-// and exp2 and moved little (2.92-2.96 ms against 2.99-3.00). Still about 900 a warp a
-// step: 209 in the fused dq's block (32 HMMA and 24 LDSM among swizzled addresses), 192 in
-// the MMAs' (each descriptor moved to uniform registers: K's and V's depend on the
-// warpgroup), about 190 loading the next Q and dO tile.
+// and exp2 and moved little (2.92-2.96 ms against 2.99-3.00). That left about 900 a warp
+// a step: 209 in the fused dq's block (32 HMMA and 24 LDSM among swizzled addresses), 192
+// in the MMAs' (each descriptor moved to uniform registers: K's and V's depend on the
+// warpgroup), about 190 loading the next Q and dO tile. Then a thread loading a query
+// tile took two chunks of one row instead of one chunk of two rows (half the row lookups
+// and their 64-bit sums) and the warpgroup index is broadcast from lane 0 (so that it is
+// known to be warp-uniform), in one build: the grid 2.00 G instructions (full rule 2.54
+// G), 8.44 ms at ncu's clocks (10.45), the blocks' own key CTAs 574 us (511); the
+// backward 7.14-7.24 ms (8.72-8.74), and the sliding rule's forward + backward rate
+// 0.897-0.906x the full rule's, in three runs of one call.
 
 // Sliding: the sliding DFlash rule (a template flag, so the other rules' kernels carry
 // none of its per-element work or registers).
@@ -98,7 +104,10 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
   const bool bulk = false;
 #endif
   // warp: in warpgroup wg, whose 64 keys from kb are its MMAs' rows (Note [128-key CTAs])
-  const int wg = KW == 1 ? 0 : threadIdx.x / kThreads;
+  // (lane 0's value, broadcast: the compiler then holds wg, and the descriptors of this
+  // warpgroup's K and V, in uniform registers -- Note [Descriptors once a tile])
+  const int wg =
+      KW == 1 ? 0 : __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / kThreads, 0);
   const int warp = KW == 1 ? threadIdx.x / 32 : threadIdx.x / 32 % kWarps, lane = threadIdx.x % 32;
   // Every kv head's key tile t before any head's tile t + 1: the heavy tiles (causal's
   // first keys, DFlash's first context keys) start first.
@@ -197,8 +206,12 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
   // Q, dO rows (16-byte chunks), lse and delta of query tile (seg, qt) into `stage`; each
   // thread maps its rows once for all four.
   auto load_q_tile = [&](int64_t seg, int64_t qt, int stage) {
-    constexpr int kChunks = HD / 8, kRowsPerPass = NT / kChunks;
-    const int x = threadIdx.x % kChunks;
+    // A thread copies chunks x and x + HD / 16 of its rows (Wg: the same place in the tile's
+    // two column blocks), so that a row is looked up once for both (Note [Descriptors once a
+    // tile]: the lookups and their 64-bit sums were a fifth of the pass's instructions).
+    constexpr int kPairs = HD / 16, kRowsPerPass = NT / kPairs;
+    constexpr uint32_t kSecond = Wg ? QT * 128 : HD;  // bytes from chunk x to x + HD / 16
+    const int x = threadIdx.x % kPairs;
     T* tq = sQ + stage * QT * LDT;
     T* tg = sG + stage * QT * LDT;
     int64_t bq = 0, bg = 0, bl = 0;
@@ -208,7 +221,7 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
     static_assert(QT % kRowsPerPass == 0, "whole passes over the tile's rows");
 #pragma unroll
     for (int pass = 0; pass < QT / kRowsPerPass; ++pass) {
-      const int r = threadIdx.x / kChunks + pass * kRowsPerPass;
+      const int r = threadIdx.x / kPairs + pass * kRowsPerPass;
       int64_t oq = 0, og = 0, row = 0;
       int slot = 0;
       const bool ok = row_at(seg, qt, r, bq, bg, bl, oq, og, row, slot);
@@ -218,7 +231,9 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
       const uint32_t at =
           Wg ? (x / 8) * QT * 128 + wgmma::swizzle128_offset(r, x % 8) : (r * LD + x * 8) * 2;
       cp_async16(smem_addr(tq) + at, qsrc, ok);
+      cp_async16(smem_addr(tq) + at + kSecond, qsrc + HD / 2, ok);
       cp_async16(smem_addr(tg) + at, gsrc, ok);
+      cp_async16(smem_addr(tg) + at + kSecond, gsrc + HD / 2, ok);
       if (x == 0) {
         if (!ok) row = 0;
         cp_async4(smem_addr(sL + stage * QT + r), a.lse + row, ok);

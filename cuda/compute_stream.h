@@ -39,7 +39,8 @@ constexpr StreamId kMaxSideStreams = 4;
 cudaStream_t stream_for(int index, StreamId id);
 // The side stream of the offline features' pinned uploads (Note [Pinned uploads],
 // core/backend.h): host-to-device copies only, so that a copy engine runs them beside the
-// compute stream.
+// compute stream. (The gradient reducer takes the one before it: Note [Reduce on a side
+// stream], train/grad_reducer.h; the fused head loss's pipelined loop takes stream 1.)
 constexpr StreamId kUploadStream = kMaxSideStreams;
 
 // The stream the calling thread's work on device `index` goes to: stream_for(index,

@@ -56,11 +56,12 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t smem_byte_addr, uint32_t
 }
 
 // desc_sw128(addr + bytes, ...) from desc = desc_sw128(addr, ...), bytes a multiple of 16:
-// the start address is the descriptor's low 14 bits in 16-byte units, from which a shared
-// memory address (< 256 KB) never carries, so it is one 32-bit add on the low word and the
-// high word stays as it is. (Built from each MMA's own address, a descriptor cost about ten
-// instructions: shift, mask, or, the high word's constant, each moved to a uniform
-// register; Note [Descriptors once a tile] in cuda/attention_flash_dkdv_kernel.cuh.)
+// the start address is the descriptor's low 14 bits in 16-byte units, and (addr + bytes) >> 4
+// stays below 2^14 for any shared memory address (< 256 KB), so it is one 32-bit add on the
+// low word that never carries out of the field, and the high word stays as it is. (Built
+// from each MMA's own address, a descriptor cost about ten instructions: shift, mask, or,
+// the high word's constant, each moved to a uniform register; Note [Descriptors once a
+// tile] in cuda/attention_flash_dkdv_kernel.cuh.)
 __device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) {
   const uint32_t lo = static_cast<uint32_t>(desc) + (bytes >> 4);
   return (desc & 0xffffffff00000000ull) | lo;

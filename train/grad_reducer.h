@@ -23,9 +23,10 @@
 // element count).
 //
 // Note [Reduce on a side stream]: on a device with side streams the bucket's copy into an
-// fp32 buffer, the all-reduce and the copy back run on a side stream -- the last but one,
-// since the CUDA backend's last carries the offline features' uploads (Note [Pinned
-// uploads], core/backend.h), which a reduction should not queue behind -- after a
+// fp32 buffer, the all-reduce and the copy back run on a side stream -- the last but one
+// (the only one where there is just one), since the CUDA backend's last carries the
+// offline features' uploads (Note [Pinned uploads], core/backend.h), which a reduction
+// should not queue behind -- after a
 // stream_wait for the compute stream (the bucket's gradients are complete there); finish()
 // makes the compute stream wait for the side stream before the optimizer reads a
 // gradient. The host never waits. On the host (MPI) each all-reduce is blocking.
