@@ -61,10 +61,11 @@ namespace cg::cuda::flash {
 // warpgroup), about 190 loading the next Q and dO tile. Then a thread loading a query
 // tile took two chunks of one row instead of one chunk of two rows (half the row lookups
 // and their 64-bit sums) and the warpgroup index is broadcast from lane 0 (so that it is
-// known to be warp-uniform), in one build: the grid 2.00 G instructions (full rule 2.54
-// G), 8.44 ms at ncu's clocks (10.45), the blocks' own key CTAs 574 us (511); the
-// backward 7.14-7.24 ms (8.72-8.74), and the sliding rule's forward + backward rate
-// 0.897-0.906x the full rule's, in three runs of one call.
+// known to be warp-uniform: cuobjdump then finds 15 R2UR in the kernel for its 20 HGMMA),
+// in one build: the grid 2.00 G instructions (full rule 2.54 G), 8.44 ms at ncu's clocks
+// (10.45), the blocks' own key CTAs 574 us (511); the backward 7.14-7.24 ms (8.72-8.74),
+// and the sliding rule's forward + backward rate 0.896-0.906x the full rule's (seven runs
+// over two calls).
 
 // Sliding: the sliding DFlash rule (a template flag, so the other rules' kernels carry
 // none of its per-element work or registers).
