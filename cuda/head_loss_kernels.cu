@@ -14,6 +14,7 @@
 
 #include "cuda/cuda_check.h"
 #include "cuda/device_math.cuh"
+#include "cuda/head_rows_cluster.h"
 #include "cuda/head_rows_device.cuh"
 #include "ops/loss_row_math.h"
 
@@ -488,6 +489,10 @@ void launch_head_loss_rows(DType dtype, void* logits, void* teacher, const int64
            loss_kind_name(cfg.kind),
            " (cuda/head_loss_kernels.cu; Note [Adding a loss kind], ops/loss_config.h)");
   check_loss_row_inputs(cfg, teacher != nullptr, labels != nullptr);
+  // The drafter's loss at a large vocabulary: rows held on chip (Note [Rows held on chip]).
+  if (launch_head_rows_cluster(dtype, logits, teacher, labels, C, V, cfg, want_grad, grad_scale,
+                               out, stream))
+    return;
   const LossRowTerms terms = loss_row_terms(cfg);
   HeadParams p;
   p.kind = static_cast<int>(cfg.kind);
