@@ -1,7 +1,7 @@
 // Why this file exists: the flash attention backward on tensor cores (FlashAttention-2's
 // recipe; for the causal and unmasked rules with dq in its own pass instead of fp32
 // atomics: deterministic, and no dq accumulator buffer; under DFlash masks dq is taken in
-// the dk/dv pass with atomics, Note [Fused dq] in attention_flash_dkdv_kernel.cuh). Before the
+// the dk/dv pass with atomics, Note [Fused dq] in attention_flash_dkdv.cu). Before the
 // passes, delta = rowsum(dO * O) (launch_attention_delta).
 //   - dq pass: a CTA per query tile, like the forward (same tiles, same key ranges):
 //     S = Q K^T, P = exp(S * scale - lse), dP = dO V^T, dS = P (dP - delta), dQ += dS K.

@@ -138,6 +138,51 @@ int dkdv_wgmma(int64_t hd) {
   return hd == 128 && wgmma::available() ? mode : 0;
 }
 
+// Note [Fused dq]: under a DFlash mask, when dq and dk/dv are both wanted, dq is taken
+// inside the dk/dv pass instead of in a pass of its own (FlashAttention-2's way): after a
+// warp has dS^T for its 16 keys and the tile's QT = 32 rows, it stores it to shared memory
+// (keys by rows); after a barrier each warp multiplies a 16-row x HD/2 quarter of dS
+// (32 rows x 64 keys) by the CTA's K and adds the product into an fp32 dq buffer in scratch
+// (Notes [dq bulk reduce], [dq first writers]); a last kernel writes dq = scale * buffer.
+// That drops the dq pass's own walk over the keys, which recomputed S and dP (two of its
+// three GEMMs), for one GEMM, one barrier and the additions per (key tile, query tile). The
+// additions' order varies, so dq may differ in the last bits from run to run (dk, dv do
+// not; the causal and unmasked rules keep the two deterministic passes). H200, 32/8 heads,
+// 1024 x 24 over 4096 context keys, bf16 hd 128, fwd + bwd (bench/attention_bench): full
+// rule 29.24 -> 21.10 ms, sliding (W 2048) 24.68 -> 18.44 ms, in one run. The extra fp32
+// buffer is dq's size in fp32 with every block's group * block_size rows padded to whole
+// 32-row tiles (Note [dq tile order]; 403 MB at that shape) while the backward runs.
+// CHUNKGRAD_FLASH_FUSED_DQ=0 keeps the dq pass (read once; for benchmarks).
+
+// Note [Descriptors once a tile]: the pass is bound by issued instructions (2 warps a
+// scheduler, about one issue every 2.6 cycles), so integer work between its MMAs is time.
+// ncu's SASS view of the 128-key context grid (H200, 32/8 heads, 1024 x 24 over 4096 keys,
+// sliding rule, sorted anchors; 2026-12-04) counted about 1150 instructions a warp a (key
+// tile, query tile) step, over half of them integer: 283 in the block of the 20 MMAs, each
+// descriptor built from its own address (shift, mask, or, the constant high word, moves to
+// uniform registers); 134 deciding whether any of the CTA's 8 warps has a visible key (a
+// loop of 64-bit compares); 97 forming P (exp2f's range test and two multiplies around each
+// MUFU.EX2, lse * log2 e per element); 83 finding the tile's place in the dq buffer (a
+// division recomputed each step). Now a GEMM builds its two descriptors once and advances
+// them by a 32-bit add (wgmma::desc_advance), the live-warp test is a closed form, each
+// thread scales its 8 rows' lse once and P is one fma and a bare ex2.approx.ftz
+// (fast_exp2), and the dq tile's place takes the walk's tile count. The context grid went
+// from 2.88 to 2.26 G instructions (full rule 3.46 to 2.80 G) and, at ncu's clocks, from
+// 10.76 to 9.15 ms (12.20 to 10.85); the backward (bench/attention_bench --anchors sorted,
+// one call each) from 10.17-10.19 to 8.95-8.99 ms under the full rule and from 9.04 to
+// 7.69-7.76 under the sliding rule. The forward's wgmma kernel took the same descriptors
+// and exp2 and moved little (2.92-2.96 ms against 2.99-3.00). That left about 900 a warp
+// a step: 209 in the fused dq's block (32 HMMA and 24 LDSM among swizzled addresses), 192
+// in the MMAs' (each descriptor moved to uniform registers: K's and V's depend on the
+// warpgroup), about 190 loading the next Q and dO tile. Then a thread loading a query
+// tile took two chunks of one row instead of one chunk of two rows (half the row lookups
+// and their 64-bit sums) and the warpgroup index is broadcast from lane 0 (so that it is
+// known to be warp-uniform: cuobjdump then finds 15 R2UR in the kernel for its 20 HGMMA),
+// in one build: the grid 2.00 G instructions (full rule 2.54 G), 8.44 ms at ncu's clocks
+// (10.45), the blocks' own key CTAs 574 us (511); the backward 7.14-7.24 ms (8.72-8.74),
+// and the sliding rule's forward + backward rate 0.896-0.906x the full rule's (seven runs
+// over two calls).
+
 // Note [dq first writers]: with 128-key CTAs (Note [128-key CTAs]) the blocks' own key CTAs run as
 // a grid of their own before the context's, and when a block's keys fit one 64-key tile (block_size
 // <= 64) each (batch row, block, kv head) is one CTA, which visits every query tile of its block --

@@ -1,5 +1,5 @@
 // Why this file exists: the fused dq's share of a dk/dv CTA's work on one query tile (Note
-// [Fused dq] in attention_flash_dkdv_kernel.cuh) -- each warp's dS^T into shared memory,
+// [Fused dq] in attention_flash_dkdv.cu) -- each warp's dS^T into shared memory,
 // then the tile's dq product dS K and its write into the fp32 dq buffer (Notes [dq bulk
 // reduce], [dq first writers], [dq tile order]) -- apart from the dk/dv math, so that the
 // kernel's file stays about the walk and its four GEMMs. Included by that file only.
