@@ -1,9 +1,10 @@
 // Why this file exists: the CUDA lm_head loss row kernel (see head_loss_kernels.h; the math
-// per row is the device-neutral spec in ops/loss_row_math.h, derived in docs/fused_loss.md). One block per row, two
-// streaming passes over the row's V logits (16-bit storage read through fp32, 16-byte
-// loads): softcap in place with every statistic at once (Note [One-pass row statistics]),
-// then the gradient written over the logits; each element is always visited by the same
-// thread, block reductions in between.
+// per row is the device-neutral spec in ops/loss_row_math.h, derived in docs/fused_loss.md;
+// the drafter's KL + CE at a large vocabulary goes to cuda/head_rows_cluster.cu, Note [Rows
+// held on chip], first). One block per row, two streaming passes over the row's V logits
+// (16-bit storage read through fp32, 16-byte loads): softcap in place with every statistic
+// at once (Note [One-pass row statistics]), then the gradient written over the logits;
+// each element is always visited by the same thread, block reductions in between.
 #include "cuda/head_loss_kernels.h"
 
 #include <algorithm>
@@ -70,9 +71,12 @@ __device__ __forceinline__ double rescale(double from, double to, double s) {
 // for both maxima and both argmaxes);
 // (4) pass 2 walks the row backwards: what pass 1 read last is the likeliest still in L2
 // (ncu on the H200, head_rows_bench --C 1536, KL + CE: 1.52 GB read for the two 763 MB
-// operands, so pass 2 reads come from L2; 58% L2 hit rate). Splitting each row over a
-// cluster of 4 or 8 CTAs, so fewer rows are in flight, was measured and dropped: 1.38 and
-// 1.64 ms against 1.13 in one run (2026-12-02).
+// operands, so pass 2 reads come from L2; 58% L2 hit rate. A later ncu, 2026-12-04, with
+// the caches flushed before the kernel, saw 2.6 TB/s of DRAM traffic for 1.40 ms, about
+// 3.6 GB with the gradient's 0.76: most of pass 2 then missed L2). Splitting each row over
+// a cluster of 4 or 8 CTAs, so fewer rows are in flight, was measured and dropped: 1.38 and
+// 1.64 ms against 1.13 in one run (2026-12-02); a cluster that holds its rows in shared
+// memory instead is cuda/head_rows_cluster.cu (Note [Rows held on chip]).
 // The teacher's variant holds 2 packs per operand in flight in each pass (its tiles of
 // Note [Fast KL rows] fill its 128 registers); CHUNKGRAD_HEAD_ROWS_UNROLL=4 gives its pass
 // 2 four (about 50 bytes of spills where the compiler puts them), for measuring; and

@@ -338,6 +338,8 @@ __global__ void __launch_bounds__(kRowThreads, kBlocksPerSm)
     }
   }
   cluster.sync();  // no CTA leaves while another may still read its cta_parts
+#elif defined(__CUDA_ARCH__)
+  __trap();  // no clusters below sm_90: the launcher never runs this (binaryVersion)
 #endif
 }
 
@@ -373,18 +375,25 @@ struct RowsCall {
   cudaStream_t stream;
 };
 
-// Launches the kernel of kThreads a CTA when a row fits kMostParts of its CTAs and the
-// device can run such a cluster; false, launching nothing, otherwise.
+// Launches the kernel of kThreads a CTA when a row fits kMostParts of its CTAs, the build
+// has the kernel's sm_90 code for this device and the device can run such a cluster;
+// false, launching nothing, otherwise (a cluster the driver refuses included).
 template <int kThreads, int kBlocksPerSm>
 bool launch_width(const RowsCall& c) {
   const int64_t parts = (c.V / kPack + kSlicePacks<kThreads> - 1) / kSlicePacks<kThreads>;
   if (parts > kMostParts) return false;
   auto kernel = c.out.entropy != nullptr ? head_rows_cluster_kernel<kThreads, kBlocksPerSm, true>
                                          : head_rows_cluster_kernel<kThreads, kBlocksPerSm, false>;
+  cudaFuncAttributes built{};
+  CG_CUDA_CHECK(cudaFuncGetAttributes(&built, kernel));
+  if (built.binaryVersion < 90) return false;  // e.g. a build for sm_80 JIT-run on an H100
   CG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(kSmemBytes<kThreads>)));
-  if (parts > 8)
-    CG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  if (parts > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed,
+                                        1) != cudaSuccess) {
+    (void)cudaGetLastError();  // clusters above 8 refused: the general kernel runs
+    return false;
+  }
   cudaLaunchAttribute attribute[1];
   attribute[0].id = cudaLaunchAttributeClusterDimension;
   attribute[0].val.clusterDim.x = static_cast<unsigned>(parts);
@@ -398,7 +407,10 @@ bool launch_width(const RowsCall& c) {
   launch.attrs = attribute;
   launch.numAttrs = 1;
   int most_clusters = 0;
-  CG_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&most_clusters, kernel, &launch));
+  if (cudaOccupancyMaxActiveClusters(&most_clusters, kernel, &launch) != cudaSuccess) {
+    (void)cudaGetLastError();  // a cluster shape the device cannot run
+    return false;
+  }
   if (most_clusters <= 0) return false;
   launch.gridDim = dim3(static_cast<unsigned>(std::min(c.C, most_clusters) * parts));
   CG_CUDA_CHECK(cudaLaunchKernelEx(

@@ -2,7 +2,7 @@
 // (cuda/head_rows_cluster.cu, Note [Rows held on chip]) against the general row kernel
 // (cuda/head_loss_kernels.cu, itself checked against the CPU in cuda_head_loss_test.cpp):
 // per-row loss, lse, entropy, both argmaxes and the bf16 gradient, at vocabularies split
-// over 2, 5 and 8 CTAs, with more rows than the GPU runs clusters, ignored rows, a per-row
+// over 2 to 16 CTAs, with more rows than the GPU runs clusters, ignored rows, a per-row
 // gradient scale, ties for the max, masked teacher logits, a max in a row's last element,
 // and the loss without a gradient; and the calls it must leave to the general kernel.
 // Skipped without a GPU.
@@ -93,11 +93,19 @@ RowsOut run_rows(const RowsCase& rc, const RowsInputs& in, const char* shape, bo
   a.config = rc.config;
   a.want_grad = rc.want_grad;
   a.grad_scale = in.grad_scale;
-  a.loss = raw::empty({rc.C}, DType::f32, gpu);
-  a.lse = raw::empty({rc.C}, DType::f32, gpu);
-  if (rc.entropy) a.entropy = raw::empty({rc.C}, DType::f32, gpu);
-  a.argmax = raw::empty({rc.C}, DType::i64, gpu);
-  a.teacher_argmax = raw::empty({rc.C}, DType::i64, gpu);
+  // Outputs start as NaN and -1, so that a row the kernel skips cannot pass on what an
+  // earlier call left in a reused block.
+  auto out = [&](DType dt, double fill) {
+    Tensor t = raw::empty({rc.C}, dt, gpu);
+    raw::fill_(t, fill);
+    return t;
+  };
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  a.loss = out(DType::f32, nan);
+  a.lse = out(DType::f32, nan);
+  if (rc.entropy) a.entropy = out(DType::f32, nan);
+  a.argmax = out(DType::i64, -1);
+  a.teacher_argmax = out(DType::i64, -1);
   const int64_t before = cuda::head_rows_cluster_launches();
   kernels_for(gpu, "head_rows_cluster_test").head_loss_rows(a);
   *launched = cuda::head_rows_cluster_launches() > before;
@@ -140,11 +148,11 @@ LossConfig drafter_loss(float ce_weight) {
   return c;
 }
 
-// Both kernels on the same rows, the on-chip one in each of its shapes (CTAs of 256
-// threads, two or three an SM; of 512, one an SM): values within fp32 summation order,
+// Both kernels on the same rows, the on-chip one in each of its shapes (the default, three
+// CTAs of 256 threads an SM; two of 256; one of 512): values within fp32 summation order,
 // argmaxes equal, the bf16 gradient within one rounding (2^-7 relative).
 TEST_F(CudaHeadRowsCluster, MatchesTheGeneralKernel) {
-  std::vector<RowsCase> cases(3);
+  std::vector<RowsCase> cases(4);
   cases[0].V = 248320;  // 16 CTAs of 256 a row (8 of 512): the drafter's vocabulary
   cases[0].config = drafter_loss(0.1f);
   cases[0].config.z_loss = 1e-3f;
@@ -155,8 +163,13 @@ TEST_F(CudaHeadRowsCluster, MatchesTheGeneralKernel) {
   cases[2].config = drafter_loss(0.0f);
   cases[2].want_grad = false;
   cases[2].labels = false;
+  cases[3].V = 40000;  // the loss alone again, over more rows than the GPU runs clusters
+  cases[3].C = 600;
+  cases[3].config = drafter_loss(0.1f);
+  cases[3].want_grad = false;
+  cases[3].entropy = false;
   for (const RowsCase& rc : cases) {
-    for (const char* shape : {static_cast<const char*>(nullptr), "512", "768"}) {
+    for (const char* shape : {static_cast<const char*>(nullptr), "256", "512"}) {
       const std::string what =
           "V " + std::to_string(rc.V) + ", shape " + (shape ? shape : "default");
       const RowsInputs in = make_rows(rc, 11);
