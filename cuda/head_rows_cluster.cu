@@ -355,13 +355,6 @@ int cluster_kernel_choice() {
   return kDefaultShape;
 }
 
-int device_cc_major() {
-  int dev = 0, major = 0;
-  CG_CUDA_CHECK(cudaGetDevice(&dev));
-  CG_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  return major;
-}
-
 std::atomic<int64_t> launches{0};
 
 struct RowsCall {
@@ -375,6 +368,38 @@ struct RowsCall {
   cudaStream_t stream;
 };
 
+// The clusters of `parts` CTAs a kernel runs at once on a device, set up and asked once
+// per (kernel, device, parts) (the attributes and the occupancy query cost microseconds a
+// call, 16 calls a fused loss): 0 not asked yet, -1 it cannot run there (no sm_90 code for
+// this device, a device below sm_90, or a cluster size the driver refuses).
+constexpr int kMostDevices = 64;
+struct ClusterFit {
+  std::atomic<int> most[kMostDevices][kMostParts + 1] = {};
+};
+
+int ask_cluster_fit(const void* kernel, int dev, int parts, cudaLaunchConfig_t launch,
+                    size_t smem) {
+  int major = 0;
+  CG_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  if (major < 9) return -1;
+  cudaFuncAttributes built{};
+  CG_CUDA_CHECK(cudaFuncGetAttributes(&built, kernel));
+  if (built.binaryVersion < 90) return -1;  // e.g. a build for sm_80 JIT-run on an H100
+  CG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(smem)));
+  if (parts > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed,
+                                        1) != cudaSuccess) {
+    (void)cudaGetLastError();  // clusters above 8 refused: the general kernel runs
+    return -1;
+  }
+  int most = 0;
+  if (cudaOccupancyMaxActiveClusters(&most, kernel, &launch) != cudaSuccess) {
+    (void)cudaGetLastError();  // a cluster shape the device cannot run
+    return -1;
+  }
+  return most > 0 ? most : -1;
+}
+
 // Launches the kernel of kThreads a CTA when a row fits kMostParts of its CTAs, the build
 // has the kernel's sm_90 code for this device and the device can run such a cluster;
 // false, launching nothing, otherwise (a cluster the driver refuses included).
@@ -382,18 +407,9 @@ template <int kThreads, int kBlocksPerSm>
 bool launch_width(const RowsCall& c) {
   const int64_t parts = (c.V / kPack + kSlicePacks<kThreads> - 1) / kSlicePacks<kThreads>;
   if (parts > kMostParts) return false;
-  auto kernel = c.out.entropy != nullptr ? head_rows_cluster_kernel<kThreads, kBlocksPerSm, true>
-                                         : head_rows_cluster_kernel<kThreads, kBlocksPerSm, false>;
-  cudaFuncAttributes built{};
-  CG_CUDA_CHECK(cudaFuncGetAttributes(&built, kernel));
-  if (built.binaryVersion < 90) return false;  // e.g. a build for sm_80 JIT-run on an H100
-  CG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(kSmemBytes<kThreads>)));
-  if (parts > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed,
-                                        1) != cudaSuccess) {
-    (void)cudaGetLastError();  // clusters above 8 refused: the general kernel runs
-    return false;
-  }
+  const bool entropy = c.out.entropy != nullptr;
+  auto kernel = entropy ? head_rows_cluster_kernel<kThreads, kBlocksPerSm, true>
+                        : head_rows_cluster_kernel<kThreads, kBlocksPerSm, false>;
   cudaLaunchAttribute attribute[1];
   attribute[0].id = cudaLaunchAttributeClusterDimension;
   attribute[0].val.clusterDim.x = static_cast<unsigned>(parts);
@@ -406,12 +422,18 @@ bool launch_width(const RowsCall& c) {
   launch.stream = c.stream;
   launch.attrs = attribute;
   launch.numAttrs = 1;
-  int most_clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&most_clusters, kernel, &launch) != cudaSuccess) {
-    (void)cudaGetLastError();  // a cluster shape the device cannot run
-    return false;
+  int dev = 0;
+  CG_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev >= kMostDevices) return false;
+  static ClusterFit fits[2];  // per kernel: without and with the entropy output
+  std::atomic<int>& fit = fits[entropy ? 1 : 0].most[dev][parts];
+  int most_clusters = fit.load(std::memory_order_acquire);
+  if (most_clusters == 0) {  // two threads may both ask: the same answer
+    most_clusters = ask_cluster_fit(reinterpret_cast<const void*>(kernel), dev,
+                                    static_cast<int>(parts), launch, kSmemBytes<kThreads>);
+    fit.store(most_clusters, std::memory_order_release);
   }
-  if (most_clusters <= 0) return false;
+  if (most_clusters < 0) return false;
   launch.gridDim = dim3(static_cast<unsigned>(std::min(c.C, most_clusters) * parts));
   CG_CUDA_CHECK(cudaLaunchKernelEx(
       &launch, kernel, c.logits, c.teacher, c.labels, c.C, c.V, c.p, c.grad_scale,
@@ -435,7 +457,7 @@ bool launch_head_rows_cluster(DType dtype, void* logits, void* teacher, const in
       V % kPack != 0 || V < kLeastV || V > kMostV || !aligned || C <= 0 || C > INT_MAX)
     return false;
   const int shape = cluster_kernel_choice();
-  if (shape == 0 || device_cc_major() < 9) return false;
+  if (shape == 0) return false;
   ClusterRowParams p;
   p.ignore_index = config.ignore_index;
   p.ce_weight = terms.ce_weight;

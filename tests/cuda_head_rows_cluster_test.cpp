@@ -120,17 +120,49 @@ RowsOut run_rows(const RowsCase& rc, const RowsInputs& in, const char* shape, bo
   return o;
 }
 
-// |a - b| <= rel |b| + abs, element by element; the first failure reported.
+// |a - b| <= rel |b| + abs[i] (abs: one value, or one per element), element by element;
+// the first failure reported.
 void expect_each_near(const std::vector<double>& a, const std::vector<double>& b, double rel,
-                      double abs, const std::string& what) {
+                      const std::vector<double>& abs, const std::string& what) {
   ASSERT_EQ(a.size(), b.size()) << what;
+  ASSERT_TRUE(abs.size() == 1 || abs.size() == a.size()) << what;
   int64_t bad = 0, first = -1;
   for (size_t i = 0; i < a.size(); ++i) {
-    const bool ok = std::abs(a[i] - b[i]) <= rel * std::abs(b[i]) + abs ||
+    const double slack = abs.size() == 1 ? abs[0] : abs[i];
+    const bool ok = std::abs(a[i] - b[i]) <= rel * std::abs(b[i]) + slack ||
                     (std::isnan(a[i]) && std::isnan(b[i]));
     if (!ok && bad++ == 0) first = static_cast<int64_t>(i);
   }
   EXPECT_EQ(bad, 0) << what << ": first at " << first << ": " << a[first] << " vs " << b[first];
+}
+void expect_each_near(const std::vector<double>& a, const std::vector<double>& b, double rel,
+                      double abs, const std::string& what) {
+  expect_each_near(a, b, rel, std::vector<double>{abs}, what);
+}
+
+// The gradient's slack where its terms cancel: a row's gradient is its scale s times a mix
+// of p - q (KL), p - onehot (CE) and p lse (z-loss), p and q the student's and the
+// teacher's softmax. The two kernels differ in the order of their fp32 sums, about 1e-6 of
+// p and q; the slack is 1e-4 s (p + q) per element (p and q in double from the bf16
+// inputs; the student's lse from the general kernel, the teacher's here), far under the
+// 1e-7 a uniform floor would need at V = 248320, where p and q average 4e-6.
+std::vector<double> gradient_slack(const RowsInputs& in, const RowsOut& general, int64_t C,
+                                   int64_t V) {
+  const std::vector<double> z = host(in.logits), t = host(in.teacher), s = host(in.grad_scale);
+  std::vector<double> slack(static_cast<size_t>(C * V));
+  for (int64_t i = 0; i < C; ++i) {
+    const double* ti = t.data() + i * V;
+    double tm = -std::numeric_limits<double>::infinity(), sum = 0;
+    for (int64_t j = 0; j < V; ++j) tm = std::max(tm, ti[j]);
+    for (int64_t j = 0; j < V; ++j) sum += std::exp(ti[j] - tm);
+    const double tlse = tm + std::log(sum), zlse = general.lse[i];
+    if (!std::isfinite(zlse)) continue;  // a row without an lse (ignored): no slack
+    for (int64_t j = 0; j < V; ++j) {
+      const double p = std::exp(z[i * V + j] - zlse), q = std::exp(ti[j] - tlse);
+      slack[i * V + j] = 1e-4 * s[i] * (p + q);
+    }
+  }
+  return slack;
 }
 
 class CudaHeadRowsCluster : public ::testing::Test {
@@ -150,7 +182,8 @@ LossConfig drafter_loss(float ce_weight) {
 
 // Both kernels on the same rows, the on-chip one in each of its shapes (the default, three
 // CTAs of 256 threads an SM; two of 256; one of 512): values within fp32 summation order,
-// argmaxes equal, the bf16 gradient within one rounding (2^-7 relative).
+// argmaxes equal, the bf16 gradient within one rounding (2^-7 relative) plus the slack of
+// gradient_slack where its terms cancel.
 TEST_F(CudaHeadRowsCluster, MatchesTheGeneralKernel) {
   std::vector<RowsCase> cases(4);
   cases[0].V = 248320;  // 16 CTAs of 256 a row (8 of 512): the drafter's vocabulary
@@ -189,7 +222,8 @@ TEST_F(CudaHeadRowsCluster, MatchesTheGeneralKernel) {
       EXPECT_EQ(a.loss[2], rc.labels ? 0.0 : b.loss[2]) << what;  // row 2 is ignored
       for (double l : a.loss) EXPECT_TRUE(std::isfinite(l)) << what;
       if (rc.want_grad) {
-        expect_each_near(a.grad, b.grad, 1.0 / 128, 1e-7, what + " gradient");
+        expect_each_near(a.grad, b.grad, 1.0 / 128, gradient_slack(in, b, rc.C, rc.V),
+                         what + " gradient");
         double row2 = 0;  // the ignored row's gradient is zero
         for (int64_t j = 0; j < rc.V; ++j) row2 = std::max(row2, std::abs(a.grad[2 * rc.V + j]));
         EXPECT_EQ(row2, 0.0) << what;
