@@ -4,9 +4,10 @@
 // of a key tile change hands, from ldmatrix + mma.sync per warp to one asynchronous MMA
 // per warpgroup straight from shared memory.
 //
-// Note [wgmma forward]: a CTA holds the same 128 query rows as the mma.sync forward, as two
-// warpgroups of 64 (warpgroup g: tile rows 64g .. 64g + 63; in it warp w holds rows 16w ..
-// 16w + 15). Per key tile of 64 keys:
+// Note [wgmma forward]: a CTA of one-block tiles holds the same 128 query rows as the
+// mma.sync forward, as two warpgroups of 64 (warpgroup g: tile rows 64g .. 64g + 63; in it
+// warp w holds rows 16w .. 16w + 15); a dense DFlash CTA holds 192 rows in three (Note
+// [Three warpgroups]). Per key tile of 64 keys:
 //   S (64 x 64 per warpgroup)  = Q_g K^T : 8 x m64n64k16, A = Q (K-major), B = K (K-major)
 //   O (64 x 128 per warpgroup) += P V    : 4 x m64n128k16, A = P (registers), B = V
 //                                          (MN-major: V's rows are the keys)
@@ -22,6 +23,20 @@
 // the H200 (4.94 against 4.07 ms at the drafter's full rule): ptxas put a wait for the MMA
 // pipe (WARPGROUP.DEPBAR) between its MMAs, so the next tile's S no longer ran beside the
 // softmax.
+//
+// Note [Three warpgroups]: with two warpgroups (155 registers, 132 KB of shared memory) an
+// SM runs one CTA, 8 warps, and ncu found the dense DFlash forward bound by latency: 2
+// warps a scheduler, 0.57 of them eligible, an instruction issued every 2.5 cycles, the
+// tensor pipe 31% busy (the drafter's full rule, 32/8 heads, sorted anchors; 2.91 ms).
+// Dense CTAs of 192 rows take a third warpgroup (384 threads, 154 registers under the
+// 168 that leaves, 145 KB): 12 warps an SM, each key tile loaded for 192 rows instead of
+// 128, every CTA still full. The forward went from 2.95-2.99 to 2.38-2.39 ms (283 to 350
+// TFLOP/s) under the full rule and from 2.46-2.50 to 1.97-1.98 under the sliding rule
+// (attention_bench --which dflash,sliding --heads 32/8 --path flash --repeats 5 --anchors
+// sorted, two alternating rounds on the H200; CHUNKGRAD_FLASH_FWD_ROWS=128 keeps two
+// warpgroups). ncu: 0.80 eligible warps a scheduler, one issue every 2.1 cycles. The first
+// 256 threads load the key tiles (64 rows of 16 copies do not split over 384); one-block
+// tiles keep 128 rows, whose padding a third warpgroup would grow.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -41,19 +56,25 @@ namespace cg::cuda::flash {
 
 namespace {
 
-constexpr int kWgmmaThreads = 256;  // 2 warpgroups
-constexpr int kWgmmaRows = 128;     // query rows per CTA (as the mma.sync forward)
+constexpr int kWgmmaRows = 128;  // query rows per CTA of one-block tiles (as the mma.sync forward)
+constexpr int kDenseRows = 192;  // of dense tiles (Note [Three warpgroups])
 constexpr int kWgmmaHD = 128;
-constexpr uint32_t kQBytes = kWgmmaRows * kWgmmaHD * 2;  // 2 column blocks of (128 rows, 64)
-constexpr uint32_t kKVBytes = kTile * kWgmmaHD * 2;      // 2 column blocks of (64 keys, 64)
-constexpr int kStages = 3;  // key tiles in shared memory: t - 1 (its V), t, t + 1 (landing)
-constexpr int kWgmmaSmem = kQBytes + 2 * kStages * kKVBytes + 1024;  // Q, K, V, alignment
+constexpr uint32_t kKVBytes = kTile * kWgmmaHD * 2;  // 2 column blocks of (64 keys, 64)
+constexpr int kStages = 3;         // key tiles in shared memory: t - 1 (its V), t, t + 1 (landing)
+constexpr int kLoadThreads = 256;  // the threads that load a key tile
+// A CTA of BM query rows: BM / 64 warpgroups; Q as 2 column blocks of (BM rows, 64).
+template <int BM>
+constexpr int kThreadsOf = BM / 64 * 128;
+template <int BM>
+constexpr uint32_t kQBytes = BM* kWgmmaHD * 2;
+template <int BM>
+constexpr int kSmemOf = kQBytes<BM> + 2 * kStages* kKVBytes + 1024;  // Q, K, V, alignment
 
 // R rows of 128 elements into the swizzled layout at `dst` (two column blocks of (R, 64));
 // row_of(r) is the row's global address or nullptr (zero-filled).
-template <typename T, int R, typename RowOf>
+template <typename T, int R, int kThreads, typename RowOf>
 __device__ inline void load_rows_sw128(uint32_t dst, const void* any_valid, RowOf row_of) {
-  for (int c = threadIdx.x; c < R * 16; c += kWgmmaThreads) {
+  for (int c = threadIdx.x; c < R * 16; c += kThreads) {
     const int r = c / 16, x = c % 16;
     const T* src = row_of(r);
     cp_async16(dst + (x / 8) * R * 128 + wgmma::swizzle128_offset(r, x % 8),
@@ -61,7 +82,8 @@ __device__ inline void load_rows_sw128(uint32_t dst, const void* any_valid, RowO
   }
 }
 
-// Key tile t of the CTA's plan into stage `stage` of sK and sV. A thread copies the same
+// Key tile t of the CTA's plan into stage `stage` of sK and sV, by the CTA's first
+// kLoadThreads threads (a third warpgroup's threads return). A thread copies the same
 // 16 bytes (x = tid % 16) of rows tid / 16 + 16 k, k < 4: rows 16 apart share their
 // swizzle (r % 8), so the shared and global addresses step by constants and the only test
 // per row is the range end (rows past it are zero-filled from any valid address). Written
@@ -70,8 +92,9 @@ __device__ inline void load_rows_sw128(uint32_t dst, const void* any_valid, RowO
 template <typename T, typename Cta>
 __device__ inline void load_key_tile_sw128(const Cta& c, const FwdArgs& a, uint32_t sK, uint32_t sV,
                                            int64_t t, int stage) {
-  static_assert(kTile * 16 % kWgmmaThreads == 0 && kWgmmaThreads % 16 == 0);
-  constexpr int kRowStep = kWgmmaThreads / 16;  // rows between a thread's copies
+  static_assert(kTile * 16 % kLoadThreads == 0 && kLoadThreads % 16 == 0);
+  constexpr int kRowStep = kLoadThreads / 16;  // rows between a thread's copies
+  if (threadIdx.x >= kLoadThreads) return;
   int64_t j0, jend;
   c.kp.tile(t, j0, jend);
   const int r0 = threadIdx.x / 16, x = threadIdx.x % 16;
@@ -128,7 +151,7 @@ struct ForwardMasks {
 // S = Q K^T of a key tile into sc (the first MMA overwrites it), 16 columns of the head dim
 // at a time:
 // sc[4n + e] is key 8n + 2 (lane % 4) + e % 2 of row hf = e / 2. Issued, not committed.
-template <typename T>
+template <typename T, int BM>
 __device__ __forceinline__ void issue_scores(float (&sc)[kTile / 2], uint32_t q_slice,
                                              uint32_t tK) {
   // (one descriptor each, advanced: Note [Descriptors once a tile])
@@ -137,7 +160,7 @@ __device__ __forceinline__ void issue_scores(float (&sc)[kTile / 2], uint32_t q_
 #pragma unroll
   for (int ks = 0; ks < kWgmmaHD / 16; ++ks) {
     const uint32_t col = (ks % 4) * 32u;  // within column block ks / 4
-    wgmma::mma_m64n64k16_ss<T>(sc, wgmma::desc_advance(dq0, (ks / 4) * kWgmmaRows * 128 + col),
+    wgmma::mma_m64n64k16_ss<T>(sc, wgmma::desc_advance(dq0, (ks / 4) * BM * 128 + col),
                                wgmma::desc_advance(dk0, (ks / 4) * kTile * 128 + col), ks > 0);
   }
 }
@@ -208,15 +231,15 @@ __device__ __forceinline__ void rescale_and_pack(float (&o)[kWgmmaHD / 2], const
 
 // kDense: the DFlash rule's dense tiles (Note [Dense DFlash rows]); else one-block tiles
 // (DFlash without kDense) or a head's consecutive rows (none, causal).
-template <typename T, bool kDense>
-__global__ void __launch_bounds__(kWgmmaThreads, 1) flash_forward_wgmma_kernel(FwdArgs a) {
+template <typename T, bool kDense, int BM>
+__global__ void __launch_bounds__(kThreadsOf<BM>, 1) flash_forward_wgmma_kernel(FwdArgs a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   if (batch_of_block() >= a.s.B) return;  // Note [Batch grid]
-  constexpr int HD = kWgmmaHD, BM = kWgmmaRows, NS = kStages;
+  constexpr int HD = kWgmmaHD, NS = kStages, kThreads = kThreadsOf<BM>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   // The swizzle is a function of the address: every tile starts 1024-byte aligned.
   const uint32_t sQ = (smem_addr(smem_raw) + 1023u) & ~1023u;  // (2, BM, 64)
-  const uint32_t sK = sQ + kQBytes;                            // (NS, 2, kTile, 64)
+  const uint32_t sK = sQ + kQBytes<BM>;                        // (NS, 2, kTile, 64)
   const uint32_t sV = sK + NS * kKVBytes;                      // (NS, 2, kTile, 64)
   const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const AttnShape& s = a.s;
@@ -238,7 +261,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) flash_forward_wgmma_kernel(F
   };
   // Q with key tile 0 (one group), then key tile 1 (the next); wait for the first.
   const int64_t b = cta.b, ntiles = cta.key_tiles;
-  load_rows_sw128<T, BM>(sQ, a.q.data, [&](int r) -> const T* {
+  load_rows_sw128<T, BM, kThreads>(sQ, a.q.data, [&](int r) -> const T* {
     int64_t h = 0, i = 0;
     return row_of(r, h, i) ? query_row<T>(a.q, b, h, i) : nullptr;
   });
@@ -250,7 +273,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) flash_forward_wgmma_kernel(F
   // The V stage "before" tile 0 (stage NS - 1) holds zeros: the first step's P V (P = 0)
   // adds nothing and every step issues the same MMAs (no branch around them, which would
   // serialize them).
-  for (int c = threadIdx.x; c < static_cast<int>(kKVBytes / 16); c += kWgmmaThreads) {
+  for (int c = threadIdx.x; c < static_cast<int>(kKVBytes / 16); c += kThreads) {
     asm volatile(
         "st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(sV + (NS - 1) * kKVBytes + c * 16),
         "r"(0u));
@@ -315,7 +338,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) flash_forward_wgmma_kernel(F
       wgmma::fence_operands(sc);
       wgmma::fence_operands(o);
       wgmma::fence();
-      issue_scores<T>(sc, q_slice, sK + stage_of(t) * kKVBytes);
+      issue_scores<T, BM>(sc, q_slice, sK + stage_of(t) * kKVBytes);
       wgmma::commit();
       // O += P V of the previous tile (at t = 0: P and the V stage are zeros).
       issue_pv<T>(o, pa, sV + stage_of(t - 1) * kKVBytes);
@@ -383,17 +406,29 @@ void launch_typed(const FwdArgs& a, cudaStream_t stream) {
     return e == nullptr || std::string(e) != "0";
   }();
   if (!dense_on || !dense_rows_pay(a.s, a.m)) {
-    launch_query_kernel(flash_forward_wgmma_kernel<T, false>, a, kWgmmaRows, kWgmmaSmem, stream,
-                        kWgmmaThreads);
+    constexpr int BM = kWgmmaRows;
+    launch_query_kernel(flash_forward_wgmma_kernel<T, false, BM>, a, BM, kSmemOf<BM>, stream,
+                        kThreadsOf<BM>);
     return;
   }
+  static const bool three = [] {
+    const char* e = std::getenv("CHUNKGRAD_FLASH_FWD_ROWS");
+    return e == nullptr || std::string(e) != "128";
+  }();
   // Note [Dense DFlash rows]: blockIdx.x = tile * Hkv + kv head.
-  auto* kernel = flash_forward_wgmma_kernel<T, true>;
-  const dim3 grid = batch_grid(dense_tiles(a.s, a.m, kWgmmaRows) * a.s.Hkv, a.s.B);
-  CG_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kWgmmaSmem));
-  kernel<<<grid, kWgmmaThreads, kWgmmaSmem, stream>>>(a);
-  CG_CUDA_CHECK(cudaGetLastError());
+  auto launch = [&]<int BM>() {
+    auto* kernel = flash_forward_wgmma_kernel<T, true, BM>;
+    const dim3 grid = batch_grid(dense_tiles(a.s, a.m, BM) * a.s.Hkv, a.s.B);
+    CG_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemOf<BM>));
+    kernel<<<grid, kThreadsOf<BM>, kSmemOf<BM>, stream>>>(a);
+    CG_CUDA_CHECK(cudaGetLastError());
+  };
+  if (three) {
+    launch.template operator()<kDenseRows>();
+  } else {
+    launch.template operator()<kWgmmaRows>();
+  }
 }
 
 }  // namespace
