@@ -37,6 +37,19 @@
 // warpgroups). ncu: 0.80 eligible warps a scheduler, one issue every 2.1 cycles. The first
 // 256 threads load the key tiles (64 rows of 16 copies do not split over 384); one-block
 // tiles keep 128 rows, whose padding a third warpgroup would grow.
+//
+// Note [Forward instructions]: ncu's SASS view of the dense forward (two warpgroups then,
+// full rule) counted about 405 instructions a warp a key tile on the compute path and 186
+// more in a loading warp for its 8 copies; 17% of the loop was IMAD. Three things cost
+// more than they do: the stages of tiles t and t - 1 as (t + 3) % 3 in 64 bits (a multiply
+// by the inverse of 3 and its corrections, twice a tile), which also put the K and V
+// descriptors' arithmetic in 64 bits; the warpgroup index, not known to be warp-uniform,
+// so that every Q descriptor was a register pair moved to uniform registers (R2UR) before
+// its MMA; each copy's address as its own 64-bit product row * stride, under the
+// predicate of the row test. Now the stages step along in 32 bits, the warpgroup index is
+// lane 0's (broadcast), and a copy's address is the previous one's plus a stride set once.
+// And O's rescale (64 multiplies a thread a tile) is skipped when no row of the warp has a
+// new maximum: corr is then exactly 1 (set so, not exp2 of a rounding residue).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -60,8 +73,8 @@ constexpr int kWgmmaRows = 128;  // query rows per CTA of one-block tiles (as th
 constexpr int kDenseRows = 192;  // of dense tiles (Note [Three warpgroups])
 constexpr int kWgmmaHD = 128;
 constexpr uint32_t kKVBytes = kTile * kWgmmaHD * 2;  // 2 column blocks of (64 keys, 64)
-constexpr int kStages = 3;         // key tiles in shared memory: t - 1 (its V), t, t + 1 (landing)
-constexpr int kLoadThreads = 256;  // the threads that load a key tile
+constexpr int kStages = 3;  // key tiles in shared memory: t - 1 (its V), t, t + 1 (landing)
+[[maybe_unused]] constexpr int kLoadThreads = 256;  // the threads that load a key tile
 // A CTA of BM query rows: BM / 64 warpgroups; Q as 2 column blocks of (BM rows, 64).
 template <int BM>
 constexpr int kThreadsOf = BM / 64 * 128;
@@ -101,14 +114,18 @@ __device__ inline void load_key_tile_sw128(const Cta& c, const FwdArgs& a, uint3
   const int rows = static_cast<int>(min(jend - j0, int64_t{kTile}));
   const uint32_t off =
       stage * kKVBytes + (x / 8) * kTile * 128 + wgmma::swizzle128_offset(r0, x % 8);
+  // (the row addresses stepped by one 64-bit add each: Note [Forward instructions])
   const T* kp = c.kbase + (j0 + r0) * a.k.ss + x * 8;
   const T* vp = c.vbase + (j0 + r0) * a.v.ss + x * 8;
+  const int64_t k_step = int64_t{kRowStep} * a.k.ss, v_step = int64_t{kRowStep} * a.v.ss;
 #pragma unroll
   for (int k = 0; k < kTile / kRowStep; ++k) {
     const bool in = r0 + k * kRowStep < rows;
     const uint32_t d = off + k * kRowStep * 128;
-    cp_async16(sK + d, in ? static_cast<const void*>(kp + k * kRowStep * a.k.ss) : a.k.data, in);
-    cp_async16(sV + d, in ? static_cast<const void*>(vp + k * kRowStep * a.v.ss) : a.v.data, in);
+    cp_async16(sK + d, in ? static_cast<const void*>(kp) : a.k.data, in);
+    cp_async16(sV + d, in ? static_cast<const void*>(vp) : a.v.data, in);
+    kp += k_step;
+    vp += v_step;
   }
 }
 
@@ -194,7 +211,8 @@ __device__ __forceinline__ void issue_pv(float (&o)[kWgmmaHD / 2],
     const float mn = fmaxf(mrow[hf], mx);
     // Nothing seen yet (-inf): keep every term at 0 rather than NaN.
     const float base = mn == -INFINITY ? 0.f : mn * scale_log2;
-    corr[hf] = fast_exp2(fmaf(mrow[hf], scale_log2, -base));  // -inf -> 0
+    // -inf -> 0; exactly 1 where the maximum stays (so O's rescale may be skipped)
+    corr[hf] = mn == mrow[hf] ? 1.f : fast_exp2(fmaf(mrow[hf], scale_log2, -base));
     mrow[hf] = mn;
     float rs = 0.f;
 #pragma unroll
@@ -213,12 +231,16 @@ template <typename T>
 __device__ __forceinline__ void rescale_and_pack(float (&o)[kWgmmaHD / 2], const float (&corr)[2],
                                                  const float (&sc)[kTile / 2],
                                                  uint32_t (&pa)[kTile / 16][4]) {
+  // (skipped when no row of the warp has a new maximum: corr is exactly 1 then, Note
+  // [Forward instructions])
+  if (__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
 #pragma unroll
-  for (int n = 0; n < kWgmmaHD / 8; ++n) {
-    o[4 * n + 0] *= corr[0];
-    o[4 * n + 1] *= corr[0];
-    o[4 * n + 2] *= corr[1];
-    o[4 * n + 3] *= corr[1];
+    for (int n = 0; n < kWgmmaHD / 8; ++n) {
+      o[4 * n + 0] *= corr[0];
+      o[4 * n + 1] *= corr[0];
+      o[4 * n + 2] *= corr[1];
+      o[4 * n + 3] *= corr[1];
+    }
   }
 #pragma unroll
   for (int kk = 0; kk < kTile / 16; ++kk) {
@@ -241,7 +263,10 @@ __global__ void __launch_bounds__(kThreadsOf<BM>, 1) flash_forward_wgmma_kernel(
   const uint32_t sQ = (smem_addr(smem_raw) + 1023u) & ~1023u;  // (2, BM, 64)
   const uint32_t sK = sQ + kQBytes<BM>;                        // (NS, 2, kTile, 64)
   const uint32_t sV = sK + NS * kKVBytes;                      // (NS, 2, kTile, 64)
-  const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  // (wg broadcast from lane 0: the compiler then knows it warp-uniform and keeps the Q
+  // descriptors in uniform registers -- Note [Forward instructions])
+  const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0),
+            warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const AttnShape& s = a.s;
 
   using Cta = std::conditional_t<kDense, DenseCta<T>, QueryCta<T>>;
@@ -260,7 +285,8 @@ __global__ void __launch_bounds__(kThreadsOf<BM>, 1) flash_forward_wgmma_kernel(
     }
   };
   // Q with key tile 0 (one group), then key tile 1 (the next); wait for the first.
-  const int64_t b = cta.b, ntiles = cta.key_tiles;
+  const int64_t b = cta.b;
+  const int ntiles = static_cast<int>(cta.key_tiles);  // < 2^31: keys < 2^37
   load_rows_sw128<T, BM, kThreads>(sQ, a.q.data, [&](int r) -> const T* {
     int64_t h = 0, i = 0;
     return row_of(r, h, i) ? query_row<T>(a.q, b, h, i) : nullptr;
@@ -330,18 +356,19 @@ __global__ void __launch_bounds__(kThreadsOf<BM>, 1) flash_forward_wgmma_kernel(
   uint32_t pa[kTile / 16][4];
 #pragma unroll
   for (int kk = 0; kk < kTile / 16; ++kk) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0u;
-  auto stage_of = [](int64_t t) { return static_cast<int>((t + NS) % NS); };  // t >= -1
+  // The stages of key tiles t and t - 1, stepped along (Note [Forward instructions]).
+  int stage = 0, prev_stage = NS - 1;
 
   float sc[kTile / 2] = {};
-  for (int64_t t = 0; t < ntiles; ++t) {
+  for (int t = 0; t < ntiles; ++t) {
     if (wg_active) {
       wgmma::fence_operands(sc);
       wgmma::fence_operands(o);
       wgmma::fence();
-      issue_scores<T, BM>(sc, q_slice, sK + stage_of(t) * kKVBytes);
+      issue_scores<T, BM>(sc, q_slice, sK + stage * kKVBytes);
       wgmma::commit();
       // O += P V of the previous tile (at t = 0: P and the V stage are zeros).
-      issue_pv<T>(o, pa, sV + stage_of(t - 1) * kKVBytes);
+      issue_pv<T>(o, pa, sV + prev_stage * kKVBytes);
       wgmma::commit();
       wgmma::wait<1>();
       wgmma::fence_operands(sc);
@@ -361,13 +388,15 @@ __global__ void __launch_bounds__(kThreadsOf<BM>, 1) flash_forward_wgmma_kernel(
     cp_async_wait_all();
     wgmma::fence_proxy_async();
     __syncthreads();
-    if (t + 2 < ntiles) load_key_tile_sw128<T>(cta, a, sK, sV, t + 2, stage_of(t - 1));
+    if (t + 2 < ntiles) load_key_tile_sw128<T>(cta, a, sK, sV, t + 2, prev_stage);
     cp_async_commit();
+    prev_stage = stage;
+    stage = stage == NS - 1 ? 0 : stage + 1;
   }
   if (wg_active && ntiles > 0) {  // the last tile's P V
     wgmma::fence_operands(o);
     wgmma::fence();
-    issue_pv<T>(o, pa, sV + stage_of(ntiles - 1) * kKVBytes);
+    issue_pv<T>(o, pa, sV + prev_stage * kKVBytes);
     wgmma::commit();
     wgmma::wait<0>();
     wgmma::fence_operands(o);
