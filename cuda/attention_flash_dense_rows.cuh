@@ -172,15 +172,34 @@ __device__ inline DenseCta<T> dense_cta_of(const Args& a, int rows) {
 // (an m16n8 C fragment per n) is key j0 + 8 n + 2 (lane % 4) + e % 2 of row rk[e / 2].
 // Keys from jend (the end of the tile's range) on were zero-filled, not loaded: a context
 // tile's tail may reach block keys that a row sees, so they are hidden whatever the row.
+// Branch-free: key j lies in [lo, hi) when (unsigned)(j - lo) < hi - lo, and j is this
+// lane's first key plus a constant c = 8 n + e % 2, so each test is an add and a compare
+// (written with RowKeys::sees, short-circuit tests of every key took about 600
+// instructions a tile, a branch each, where the sliding rule's window edges mask a tile
+// or two of every CTA; Note [Forward instructions] in attention_flash_forward_wgmma.cu).
 template <int N>
 __device__ inline void mask_dense_scores(float (&sc)[N][4], const RowKeys (&rk)[2], int j0,
                                          int jend, int lane) {
+  const int j_lane = j0 + (lane % 4) * 2;
+  const int left = jend - j_lane;  // keys j_lane + c with c < left are before jend
+  uint32_t ctx_off[2], ctx_w[2], blk_off[2], blk_w[2];
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    ctx_off[hf] = static_cast<uint32_t>(j_lane - rk[hf].ctx_lo);
+    ctx_w[hf] =
+        static_cast<uint32_t>(max(rk[hf].ctx_hi - rk[hf].ctx_lo, 0));  // W < slot + 1: empty
+    blk_off[hf] = static_cast<uint32_t>(j_lane - rk[hf].blk_lo);
+    blk_w[hf] = static_cast<uint32_t>(max(rk[hf].blk_hi - rk[hf].blk_lo, 0));
+  }
 #pragma unroll
   for (int n = 0; n < N; ++n) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int j = j0 + n * 8 + (lane % 4) * 2 + (e & 1);
-      if (j >= jend || !rk[e / 2].sees(j)) sc[n][e] = -INFINITY;
+      const int c = n * 8 + (e & 1), hf = e / 2;
+      const uint32_t uc = static_cast<uint32_t>(c);
+      const bool keep =
+          (c < left) & ((ctx_off[hf] + uc < ctx_w[hf]) | (blk_off[hf] + uc < blk_w[hf]));
+      sc[n][e] = keep ? sc[n][e] : -INFINITY;
     }
   }
 }
