@@ -17,8 +17,8 @@ namespace cg::cuda::flash {
 // number the virtual rows of all blocks of a kv head in one run -- x = q * group *
 // block_size + head_in_group * block_size + slot, block num_blocks - 1 - q (last block
 // first, as before: sorted anchors put the heaviest blocks first) -- and cut that run into
-// 128-row CTAs, so every CTA but the last is full and a CTA holds the rows of up to
-// ceil(128 / (group * block_size)) + 1 blocks.
+// CTAs of R rows (192 since Note [Three warpgroups]; 128 before), so every CTA but the last
+// is full and a CTA holds the rows of up to ceil(R / (group * block_size)) + 1 blocks.
 //   - Its keys: the union of its blocks' ranges, as at most two ranges of a KeyPlan: the
 //     context [min lo, max anchor) and the blocks' own keys, contiguous for consecutive
 //     blocks. The trainer's anchors are sorted, so consecutive blocks' anchors differ by

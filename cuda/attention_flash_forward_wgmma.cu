@@ -12,7 +12,7 @@
 //   O (64 x 128 per warpgroup) += P V    : 4 x m64n128k16, A = P (registers), B = V
 //                                          (MN-major: V's rows are the keys)
 // Q, K and V sit in shared memory in the 128-byte swizzle wgmma reads (no ldmatrix, no
-// padding), loaded by cp.async in two key stages as before; after each load the CTA
+// padding), loaded by cp.async in three key stages; after each load the CTA
 // fences the async proxy (the MMA reads shared memory through it) before its barrier.
 // A warpgroup whose 64 rows are all past the tile's end (a DFlash tile of 96 virtual
 // rows has 32 such rows, in warpgroup 1 -- half of it) still computes: an MMA is issued
@@ -24,17 +24,18 @@
 // pipe (WARPGROUP.DEPBAR) between its MMAs, so the next tile's S no longer ran beside the
 // softmax.
 //
-// Note [Three warpgroups]: with two warpgroups (155 registers, 132 KB of shared memory) an
+// Note [Three warpgroups]: with two warpgroups (155 registers, 129 KiB of shared memory) an
 // SM runs one CTA, 8 warps, and ncu found the dense DFlash forward bound by latency: 2
 // warps a scheduler, 0.57 of them eligible, an instruction issued every 2.5 cycles, the
 // tensor pipe 31% busy (the drafter's full rule, 32/8 heads, sorted anchors; 2.91 ms).
 // Dense CTAs of 192 rows take a third warpgroup (384 threads, 154 registers under the
-// 168 that leaves, 145 KB): 12 warps an SM, each key tile loaded for 192 rows instead of
+// 168 that leaves -- 157 since Note [Forward instructions] -- and 145 KiB): 12 warps an SM, each key tile loaded for 192 rows instead of
 // 128, every CTA still full. The forward went from 2.95-2.99 to 2.38-2.39 ms (283 to 350
 // TFLOP/s) under the full rule and from 2.46-2.50 to 1.97-1.98 under the sliding rule
 // (attention_bench --which dflash,sliding --heads 32/8 --path flash --repeats 5 --anchors
 // sorted, two alternating rounds on the H200; CHUNKGRAD_FLASH_FWD_ROWS=128 keeps two
-// warpgroups). ncu: 0.80 eligible warps a scheduler, one issue every 2.1 cycles. The first
+// warpgroups, any other value three; ctest attention_dense_two_warpgroups runs the
+// attention tests so). ncu: 0.80 eligible warps a scheduler, one issue every 2.1 cycles. The first
 // 256 threads load the key tiles (64 rows of 16 copies do not split over 384); one-block
 // tiles keep 128 rows, whose padding a third warpgroup would grow.
 //

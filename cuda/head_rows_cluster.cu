@@ -371,8 +371,12 @@ struct RowsCall {
 // The clusters of `parts` CTAs a kernel runs at once on a device, set up and asked once
 // per (kernel, device, parts) (the attributes and the occupancy query cost microseconds a
 // call, 16 calls a fused loss): 0 not asked yet, -1 it cannot run there (no sm_90 code for
-// this device, a device below sm_90, or a cluster size the driver refuses).
+// this device, a device below sm_90, or no cluster of that size fits). A failed attribute
+// or query call answers kNotNow: that call falls back and the next one asks again. The
+// attributes belong to the device's primary context, which chunkgrad never resets (a
+// cudaDeviceReset would need this cache cleared).
 constexpr int kMostDevices = 64;
+constexpr int kNotNow = -2;
 struct ClusterFit {
   std::atomic<int> most[kMostDevices][kMostParts + 1] = {};
 };
@@ -390,12 +394,12 @@ int ask_cluster_fit(const void* kernel, int dev, int parts, cudaLaunchConfig_t l
   if (parts > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed,
                                         1) != cudaSuccess) {
     (void)cudaGetLastError();  // clusters above 8 refused: the general kernel runs
-    return -1;
+    return kNotNow;
   }
   int most = 0;
   if (cudaOccupancyMaxActiveClusters(&most, kernel, &launch) != cudaSuccess) {
     (void)cudaGetLastError();  // a cluster shape the device cannot run
-    return -1;
+    return kNotNow;
   }
   return most > 0 ? most : -1;
 }
@@ -431,7 +435,7 @@ bool launch_width(const RowsCall& c) {
   if (most_clusters == 0) {  // two threads may both ask: the same answer
     most_clusters = ask_cluster_fit(reinterpret_cast<const void*>(kernel), dev,
                                     static_cast<int>(parts), launch, kSmemBytes<kThreads>);
-    fit.store(most_clusters, std::memory_order_release);
+    if (most_clusters != kNotNow) fit.store(most_clusters, std::memory_order_release);
   }
   if (most_clusters < 0) return false;
   launch.gridDim = dim3(static_cast<unsigned>(std::min(c.C, most_clusters) * parts));

@@ -136,9 +136,10 @@ TEST_F(CudaAttentionSlidingTest, NearTheRealShape) {
 }
 
 // Note [Dense DFlash rows] (cuda/attention_flash_dense_rows.cuh): where the anchors ascend,
-// the Hopper forward packs the rows of consecutive blocks into its 128-row CTAs. Blocks of
-// 16 without GQA (16 rows a block: a CTA holds 8 blocks), 21 of them (a partial last CTA of
-// 5), two batch rows of ascending anchors (the second with repeats, at 0 and at the end),
+// the Hopper forward packs the rows of consecutive blocks into its 192-row CTAs (128 with
+// CHUNKGRAD_FLASH_FWD_ROWS=128, ctest attention_dense_two_warpgroups). Blocks of 16 without
+// GQA (16 rows a block: a CTA holds 12 blocks; 8 at 128 rows), 21 of them (a partial last
+// CTA of 9; 5 at 128 rows), two batch rows of ascending anchors (the second with repeats, at 0 and at the end),
 // and padded blocks (a negative anchor) inside a CTA; 3 heads x 24 (72 rows: CTAs start
 // mid-block); a CTA whose last context tile runs past the context range into block keys its
 // rows see; under the full rule (W 0), a window narrower than a block (5) and one across

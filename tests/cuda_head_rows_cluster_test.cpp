@@ -156,7 +156,9 @@ std::vector<double> gradient_slack(const RowsInputs& in, const RowsOut& general,
     for (int64_t j = 0; j < V; ++j) tm = std::max(tm, ti[j]);
     for (int64_t j = 0; j < V; ++j) sum += std::exp(ti[j] - tm);
     const double tlse = tm + std::log(sum), zlse = general.lse[i];
-    if (!std::isfinite(zlse)) continue;  // a row without an lse (ignored): no slack
+    // A row whose lse is not finite gets none (strict). An ignored row gets the slack of
+    // scale s, though its gradient is 0: the test checks that row for exact zeros apart.
+    if (!std::isfinite(zlse)) continue;
     for (int64_t j = 0; j < V; ++j) {
       const double p = std::exp(z[i * V + j] - zlse), q = std::exp(ti[j] - tlse);
       slack[i * V + j] = 1e-4 * s[i] * (p + q);
