@@ -29,13 +29,13 @@ namespace cg::cuda::flash {
 // none of its per-element work or registers).
 // Wg: 0 mma.sync; 1 the four GEMMs on the warpgroup MMA, 2 also overlapped (Note [wgmma
 // dk/dv]). KW: warpgroups a CTA, each 64 keys of the CTA's KW * 64 (Note [128-key CTAs]).
-// Lag: the fused dq of each query tile in the next tile's step (Note [dq one tile behind]):
-// 0 no (a barrier of its own), 1 after that step's dK is issued, 2 under its S and dP.
+// Behind: the fused dq of each query tile in the next tile's step, under its S^T and dP^T
+// (Note [dq one tile behind]); otherwise after a barrier of its own.
 template <typename T, int HD, int QT, bool Sliding, bool FusedDq, int NS, int Wg, int KW = 1,
-          int Lag = 0>
+          bool Behind = false>
 __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
   static_assert(NS == 2 || NS == 3, "two or three query-tile stages");
-  static_assert(Lag == 0 || (FusedDq && Wg == 2), "the lagged dq: the overlapped wgmma kernel");
+  static_assert(!Behind || (FusedDq && Wg == 2), "the dq behind: the overlapped wgmma kernel");
   static_assert(!FusedDq || QT == kDqTileRows, "the fused dq splits a 32-row tile over 4 warps");
   static_assert(HD % (2 * KW * kDqChunk) == 0, "a warp's dq columns are whole chunks");
   static_assert(!Wg || HD == 128, "the wgmma dk/dv takes head dim 128");
@@ -58,10 +58,10 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
   float* sD = sL + NS * QT;                                  // (NS, QT) delta
   int* sSlot = reinterpret_cast<int*>(sD + NS * QT);         // (NS, QT) slot in the block (dflash)
   constexpr int LDS = QT + kPad;
-  // (Lag ? 2 : 1, KT, LDS) dS^T (Note [Fused dq]; two: Note [dq one tile behind])
+  // (Behind ? 2 : 1, KT, LDS) dS^T (Note [Fused dq]; two: Note [dq one tile behind])
   T* sdS = reinterpret_cast<T*>(sSlot + NS * QT);
   // (KW kWarps, kDqWarpFloats) fp32 dq a warp (Note [dq bulk reduce]), 16-byte aligned
-  float* sdQ = reinterpret_cast<float*>(sdS + (Lag ? 2 : 1) * KT * LDS);
+  float* sdQ = reinterpret_cast<float*>(sdS + (Behind ? 2 : 1) * KT * LDS);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const bool bulk = FusedDq && a.dq_bulk;
 #else
@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
   const int bs32 = static_cast<int>(m.block_size), packed_rows = static_cast<int>(packed64);
   // Note [Row table]: filled once, before any query tile is loaded.
   RowOffsets* sRows =
-      reinterpret_cast<RowOffsets*>(smem_raw + dkdv_smem_bytes<HD, QT, FusedDq, NS, KW, Lag>());
+      reinterpret_cast<RowOffsets*>(smem_raw + dkdv_smem_bytes<HD, QT, FusedDq, NS, KW, Behind>());
   const bool table = w.mode != 0 && packed64 <= kRowTableRows;
   if (table) {
     for (int v = threadIdx.x; v < packed_rows; v += NT) {
@@ -244,7 +244,7 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
   [[maybe_unused]] int64_t dq_blk = 0, dq_qt = 0;
   [[maybe_unused]] int dsb = 0;
   [[maybe_unused]] auto dq_behind = [&] {
-    if constexpr (Lag != 0) {
+    if constexpr (Behind) {
       if (dq_prev) {
         add_dq_tile<T, HD, QT, KW, Wg>(a, sdS + (dsb ^ 1) * KT * LDS, sK, sdQ, bulk, b, hk, dq_blk,
                                        dq_qt, w.seg_tiles, packed_rows);
@@ -402,7 +402,7 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
       if constexpr (Wg == 2) {
         key_by_row(sKw, tQ, acc, true);
         key_by_row(sVw, tG, acc2, true);
-        if constexpr (Lag == 2) dq_behind();  // under S^T and dP^T
+        if constexpr (Behind) dq_behind();  // under S^T and dP^T
         wgmma::wait<1>();
         wgmma::fence_operands(reinterpret_cast<float(&)[QT / 2]>(acc));
       } else {
@@ -476,15 +476,14 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
       if constexpr (FusedDq)
         store_ds_t<T, QT>(sdS + dsb * KT * LDS, wg * kTile + warp * 16, lane, pd);
     } else if constexpr (FusedDq) {  // keys past the tile's end, or dead: dS = 0
-      if constexpr (Lag == 2) dq_behind();
+      if constexpr (Behind) dq_behind();
       zero_ds_t<T, QT>(sdS + dsb * KT * LDS, wg * kTile + warp * 16, lane);
     }
-    if constexpr (FusedDq && Lag == 0) {
+    if constexpr (FusedDq && !Behind) {
       __syncthreads();
       add_dq_tile<T, HD, QT, KW, Wg>(a, sdS, sK, sdQ, bulk, b, hk, w.mode == 1 ? w.block : cseg,
                                      cqt, w.seg_tiles, packed_rows);
-    } else if constexpr (Lag != 0) {  // this tile's dq in the next step (or after the walk)
-      if constexpr (Lag == 1) dq_behind();
+    } else if constexpr (Behind) {  // this tile's dq in the next step (or after the walk)
       dq_prev = true;
       dq_blk = w.mode == 1 ? w.block : cseg;
       dq_qt = cqt;
@@ -506,7 +505,7 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
     }
     stage = stage == NS - 1 ? 0 : stage + 1;
   }
-  if constexpr (Lag != 0) {  // the walk's last tile: every warp's dS^T is stored
+  if constexpr (Behind) {  // the walk's last tile: every warp's dS^T is stored
     if (dq_prev) {
       __syncthreads();
       dq_behind();

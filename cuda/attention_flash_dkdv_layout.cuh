@@ -73,14 +73,14 @@ __host__ __device__ constexpr int dq_tile_offset(int rr, int c) {
 template <int HD, int KW>
 constexpr int kDqWarpFloats = 16 * (HD / (2 * KW));
 
-template <int HD, int QT, bool FusedDq, int NS, int KW = 1, int Lag = 0>
+template <int HD, int QT, bool FusedDq, int NS, int KW = 1, bool Behind = false>
 __host__ __device__ constexpr int dkdv_smem_bytes() {
   // K, V (KW kTile keys); Q, dO x NS; L, D, slot x NS; with FusedDq dS^T (KW kTile, QT +
   // kPad; two of them when the dq runs a tile behind: Note [dq one tile behind]) and dq (KW
   // kWarps, kDqWarpFloats); every part a multiple of 16 bytes, as the total is, so the row
   // table (Note [Row table]) may follow.
   return ((2 * KW * kTile + 2 * NS * QT) * (HD + kPad) * 2 + 3 * NS * QT * 4 +
-          (FusedDq ? (Lag ? 2 : 1) * KW * kTile * (QT + kPad) * 2 +
+          (FusedDq ? (Behind ? 2 : 1) * KW * kTile * (QT + kPad) * 2 +
                          KW * kWarps * kDqWarpFloats<HD, KW> * 4
                    : 0) +
           15) /
