@@ -256,6 +256,32 @@ int dkdv_launch_smem(const BwdArgs& a) {
          (dkdv_variant<HD, QT, KW>(a.s.hd) != 0 ? 1024 : 0);
 }
 
+// Note [dq one tile behind]: the fused dq of a query tile needs every warp's dS^T of it in
+// shared memory, and so a barrier between the last warp's dS^T and the first warp's dq. The
+// 128-key CTAs take a tile's dq in the next tile's step instead, from the other of two dS^T
+// buffers (10 KB more shared memory), issued right after that step's S^T and dP^T MMAs and
+// run under them: the barrier that opens the step, which waits for its Q and dO anyway, also
+// completes the dS^T, and one of the step's two barriers is gone. After the walk's last tile
+// one more barrier precedes its dq. H200, 32/8 heads, 1024 x 24 over 4096 keys, bf16, sorted
+// anchors (bench/attention_bench; 2026-12-04, three alternating rounds in one call): backward
+// 8.63-8.71 ms without (full rule), 8.55-8.57 with; sliding rule 7.15-7.16 and 7.10-7.11
+// (a later call: 8.67-8.74 and 8.53-8.61, 7.16-7.25 and 7.11-7.17). ncu then put 26% of the grid's warp samples in the dq's MMAs and 13% in staging and adding
+// its product (the other big shares: the four GEMMs' issue 10%, P 10%, dS and the issue of
+// dV and dK 16%, the walk and the next tile's loads 17%). ptxas: 255 registers, 12 bytes of
+// spills. Measured and dropped (builds with a switch, same call): the dq after the step's dK
+// is issued instead (8.50-8.55, but the sliding rule 7.22-7.23: its rate fell to 0.88x the
+// full rule's); and dV and dK left running into the next step, waited after its loads, four
+// stages so that those loads do not overwrite the Q and dO they read (no spills; 8.53-8.61,
+// 7.15-7.19); the same with the dq under S^T and dP^T (spills; 8.85, 7.30).
+// CHUNKGRAD_FLASH_DQ_BEHIND=0 keeps the barrier (read once; for benchmarks).
+bool dq_behind_enabled() {
+  static const bool off = [] {
+    const char* e = std::getenv("CHUNKGRAD_FLASH_DQ_BEHIND");
+    return e != nullptr && std::string(e) == "0";
+  }();
+  return !off;
+}
+
 // Query-tile stages at QT = 32 (Note [dk/dv stages]): 64-key CTAs, two a multiprocessor.
 template <int HD>
 int dkdv_stages(const BwdArgs& a) {
@@ -267,33 +293,9 @@ int dkdv_stages(const BwdArgs& a) {
 template <int HD>
 int dkdv_wide_stages(const BwdArgs& wide) {
   if (forced_dkdv_stages() != 0) return forced_dkdv_stages();
-  return ctas_fit(1, dkdv_launch_smem<HD, 32, true, 3, 2, true>(wide)) ? 3 : 2;
-}
-
-// Note [dq one tile behind]: the fused dq of a query tile needs every warp's dS^T of it in
-// shared memory, and so a barrier between the last warp's dS^T and the first warp's dq. The
-// 128-key CTAs take a tile's dq in the next tile's step instead, from the other of two dS^T
-// buffers (10 KB more shared memory), issued right after that step's S^T and dP^T MMAs and
-// run under them: the barrier that opens the step, which waits for its Q and dO anyway, also
-// completes the dS^T, and one of the step's two barriers is gone. After the walk's last tile
-// one more barrier precedes its dq. H200, 32/8 heads, 1024 x 24 over 4096 keys, bf16, sorted
-// anchors (bench/attention_bench; 2026-12-04, three alternating rounds in one call): backward
-// 8.63-8.71 ms without (full rule), 8.55-8.57 with; sliding rule 7.15-7.16 and 7.10-7.11.
-// ncu then put 26% of the grid's warp samples in the dq's MMAs and 13% in staging and adding
-// its product (the other big shares: the four GEMMs' issue 10%, P 10%, dS and the issue of
-// dV and dK 16%, the walk and the next tile's loads 17%). ptxas: 255 registers, 12 bytes of
-// spills. Measured and dropped (builds with a switch, same call): the dq after the step's dK
-// is issued instead (8.50-8.55, but the sliding rule 7.22-7.23: its rate fell to 0.88x the
-// full rule's); and dV and dK left running into the next step, waited after its loads, four
-// stages so that those loads do not overwrite the Q and dO they read (no spills; 8.53-8.61,
-// 7.15-7.19); the same with the dq under S^T and dP^T (spills; 8.85, 7.30).
-// CHUNKGRAD_FLASH_DQ_BEHIND=0 keeps the barrier (read once; for benchmarks).
-bool dq_behind() {
-  static const bool off = [] {
-    const char* e = std::getenv("CHUNKGRAD_FLASH_DQ_BEHIND");
-    return e != nullptr && std::string(e) == "0";
-  }();
-  return !off;
+  const int bytes = dq_behind_enabled() ? dkdv_launch_smem<HD, 32, true, 3, 2, true>(wide)
+                                        : dkdv_launch_smem<HD, 32, true, 3, 2>(wide);
+  return ctas_fit(1, bytes) ? 3 : 2;
 }
 
 template <typename T, int HD, int QT, bool FusedDq = false, int NS = 2, int KW = 1>
@@ -308,8 +310,8 @@ void launch_dkdv_rows(const BwdArgs& a, int64_t key_tiles, cudaStream_t stream) 
   if constexpr (KW == 2) {  // Note [128-key CTAs]
     kernel = sl ? flash_dkdv_kernel<T, HD, QT, true, FusedDq, NS, 2, 2>
                 : flash_dkdv_kernel<T, HD, QT, false, FusedDq, NS, 2, 2>;
-    if constexpr (NS == 3) {  // (two stages: only when forced, and then without)
-      if (dq_behind()) {      // Note [dq one tile behind]
+    if constexpr (NS == 3) {      // (two stages, forced or where three do not fit: without)
+      if (dq_behind_enabled()) {  // Note [dq one tile behind]
         kernel = sl ? flash_dkdv_kernel<T, HD, QT, true, FusedDq, NS, 2, 2, true>
                     : flash_dkdv_kernel<T, HD, QT, false, FusedDq, NS, 2, 2, true>;
         smem = dkdv_launch_smem<HD, QT, FusedDq, NS, KW, true>(a);

@@ -472,7 +472,7 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
         }
       }
       pack_fragments(dp, pd);
-      accumulate(pd, tQ, dk, Wg == 2);  // Wg 2: runs on under the fused dq (waited below)
+      accumulate(pd, tQ, dk, Wg == 2);  // Wg 2: runs on under the fused dq (Behind: waited at once)
       if constexpr (FusedDq)
         store_ds_t<T, QT>(sdS + dsb * KT * LDS, wg * kTile + warp * 16, lane, pd);
     } else if constexpr (FusedDq) {  // keys past the tile's end, or dead: dS = 0
@@ -489,7 +489,7 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
       dq_qt = cqt;
       dsb ^= 1;
     }
-    if constexpr (Wg == 2) {  // dV and dK of this tile, left running under the fused dq
+    if constexpr (Wg == 2) {  // dV and dK, left running under the fused dq (Behind: no dq here)
       if (run) {
         wgmma::wait<0>();
         wgmma::fence_operands(reinterpret_cast<float(&)[HD / 2]>(dv));
