@@ -265,9 +265,10 @@ int dkdv_launch_smem(const BwdArgs& a) {
 // one more barrier precedes its dq. H200, 32/8 heads, 1024 x 24 over 4096 keys, bf16, sorted
 // anchors (bench/attention_bench; 2026-12-04, three alternating rounds in one call): backward
 // 8.63-8.71 ms without (full rule), 8.55-8.57 with; sliding rule 7.15-7.16 and 7.10-7.11
-// (a later call: 8.67-8.74 and 8.53-8.61, 7.16-7.25 and 7.11-7.17). ncu then put 26% of the grid's warp samples in the dq's MMAs and 13% in staging and adding
-// its product (the other big shares: the four GEMMs' issue 10%, P 10%, dS and the issue of
-// dV and dK 16%, the walk and the next tile's loads 17%). ptxas: 255 registers, 12 bytes of
+// (a later call: 8.67-8.74 and 8.53-8.61, 7.16-7.25 and 7.11-7.17). ncu then put 26% of
+// the grid's warp samples in the dq's MMAs and 13% in staging and adding its product (the
+// other big shares: the four GEMMs' issue 10%, P 10%, dS and the issue of dV and dK 16%,
+// the walk and the next tile's loads 17%). ptxas: 255 registers, 12 bytes of
 // spills. Measured and dropped (builds with a switch, same call): the dq after the step's dK
 // is issued instead (8.50-8.55, but the sliding rule 7.22-7.23: its rate fell to 0.88x the
 // full rule's); and dV and dK left running into the next step, waited after its loads, four
