@@ -47,19 +47,19 @@ template <typename F>
 F real(bool lt, const char* name) {
   const Libraries& libs = libraries();
   void* p = dlsym(lt ? libs.lt : libs.blas, name);
-  CG_CHECK(p != nullptr, "cuda: ", lt ? CG_CUBLASLT_LIBRARY : CG_CUBLAS_LIBRARY,
-           " has no symbol ", name, "; rebuild against the CUDA toolkit that is installed");
+  CG_CHECK(p != nullptr, "cuda: ", lt ? CG_CUBLASLT_LIBRARY : CG_CUBLAS_LIBRARY, " has no symbol ",
+           name, "; rebuild against the CUDA toolkit that is installed");
   return reinterpret_cast<F>(p);
 }
 
 }  // namespace
 
 // Each entry point: its real function, looked up once, called with the same arguments.
-#define CG_CUBLAS_FORWARD(lt, name, params, args)                  \
-  extern "C" cublasStatus_t CUBLASWINAPI name params {             \
-    using Real = cublasStatus_t(CUBLASWINAPI*) params;             \
-    static const Real fn = real<Real>(lt, #name);                  \
-    return fn args;                                                \
+#define CG_CUBLAS_FORWARD(lt, name, params, args)      \
+  extern "C" cublasStatus_t CUBLASWINAPI name params { \
+    using Real = cublasStatus_t(CUBLASWINAPI*) params; \
+    static const Real fn = real<Real>(lt, #name);      \
+    return fn args;                                    \
   }
 
 CG_CUBLAS_FORWARD(false, cublasCreate_v2, (cublasHandle_t * handle), (handle))
@@ -69,22 +69,21 @@ CG_CUBLAS_FORWARD(false, cublasSetWorkspace_v2,
                   (cublasHandle_t handle, void* workspace, size_t bytes),
                   (handle, workspace, bytes))
 CG_CUBLAS_FORWARD(false, cublasGemmEx,
-                  (cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
-                   int m, int n, int k, const void* alpha, const void* A, cudaDataType Atype,
-                   int lda, const void* B, cudaDataType Btype, int ldb, const void* beta,
-                   void* C, cudaDataType Ctype, int ldc, cublasComputeType_t computeType,
+                  (cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m,
+                   int n, int k, const void* alpha, const void* A, cudaDataType Atype, int lda,
+                   const void* B, cudaDataType Btype, int ldb, const void* beta, void* C,
+                   cudaDataType Ctype, int ldc, cublasComputeType_t computeType,
                    cublasGemmAlgo_t algo),
-                  (handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb, beta,
-                   C, Ctype, ldc, computeType, algo))
+                  (handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb, beta, C,
+                   Ctype, ldc, computeType, algo))
 CG_CUBLAS_FORWARD(false, cublasGemmGroupedBatchedEx,
                   (cublasHandle_t handle, const cublasOperation_t transa_array[],
-                   const cublasOperation_t transb_array[], const int m_array[],
-                   const int n_array[], const int k_array[], const void* alpha_array,
-                   const void* const Aarray[], cudaDataType_t Atype, const int lda_array[],
-                   const void* const Barray[], cudaDataType_t Btype, const int ldb_array[],
-                   const void* beta_array, void* const Carray[], cudaDataType_t Ctype,
-                   const int ldc_array[], int group_count, const int group_size[],
-                   cublasComputeType_t computeType),
+                   const cublasOperation_t transb_array[], const int m_array[], const int n_array[],
+                   const int k_array[], const void* alpha_array, const void* const Aarray[],
+                   cudaDataType_t Atype, const int lda_array[], const void* const Barray[],
+                   cudaDataType_t Btype, const int ldb_array[], const void* beta_array,
+                   void* const Carray[], cudaDataType_t Ctype, const int ldc_array[],
+                   int group_count, const int group_size[], cublasComputeType_t computeType),
                   (handle, transa_array, transb_array, m_array, n_array, k_array, alpha_array,
                    Aarray, Atype, lda_array, Barray, Btype, ldb_array, beta_array, Carray, Ctype,
                    ldc_array, group_count, group_size, computeType))
@@ -100,11 +99,10 @@ CG_CUBLAS_FORWARD(true, cublasLtMatmul,
                   (handle, desc, alpha, A, Adesc, B, Bdesc, beta, C, Cdesc, D, Ddesc, algo,
                    workspace, workspace_bytes, stream))
 CG_CUBLAS_FORWARD(true, cublasLtMatmulAlgoGetHeuristic,
-                  (cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
-                   cublasLtMatrixLayout_t Adesc, cublasLtMatrixLayout_t Bdesc,
-                   cublasLtMatrixLayout_t Cdesc, cublasLtMatrixLayout_t Ddesc,
-                   cublasLtMatmulPreference_t preference, int requested,
-                   cublasLtMatmulHeuristicResult_t results[], int* returned),
+                  (cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t Adesc,
+                   cublasLtMatrixLayout_t Bdesc, cublasLtMatrixLayout_t Cdesc,
+                   cublasLtMatrixLayout_t Ddesc, cublasLtMatmulPreference_t preference,
+                   int requested, cublasLtMatmulHeuristicResult_t results[], int* returned),
                   (handle, desc, Adesc, Bdesc, Cdesc, Ddesc, preference, requested, results,
                    returned))
 CG_CUBLAS_FORWARD(true, cublasLtMatmulDescCreate,
@@ -112,20 +110,18 @@ CG_CUBLAS_FORWARD(true, cublasLtMatmulDescCreate,
                    cudaDataType_t scaleType),
                   (desc, computeType, scaleType))
 CG_CUBLAS_FORWARD(true, cublasLtMatmulDescSetAttribute,
-                  (cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr,
-                   const void* buf, size_t bytes),
+                  (cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const void* buf,
+                   size_t bytes),
                   (desc, attr, buf, bytes))
-CG_CUBLAS_FORWARD(true, cublasLtMatmulPreferenceCreate, (cublasLtMatmulPreference_t * pref),
-                  (pref))
-CG_CUBLAS_FORWARD(true, cublasLtMatmulPreferenceDestroy, (cublasLtMatmulPreference_t pref),
-                  (pref))
+CG_CUBLAS_FORWARD(true, cublasLtMatmulPreferenceCreate, (cublasLtMatmulPreference_t * pref), (pref))
+CG_CUBLAS_FORWARD(true, cublasLtMatmulPreferenceDestroy, (cublasLtMatmulPreference_t pref), (pref))
 CG_CUBLAS_FORWARD(true, cublasLtMatmulPreferenceSetAttribute,
                   (cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr,
                    const void* buf, size_t bytes),
                   (pref, attr, buf, bytes))
 CG_CUBLAS_FORWARD(true, cublasLtMatrixLayoutCreate,
-                  (cublasLtMatrixLayout_t * layout, cudaDataType type, uint64_t rows,
-                   uint64_t cols, int64_t ld),
+                  (cublasLtMatrixLayout_t * layout, cudaDataType type, uint64_t rows, uint64_t cols,
+                   int64_t ld),
                   (layout, type, rows, cols, ld))
 CG_CUBLAS_FORWARD(true, cublasLtMatrixLayoutSetAttribute,
                   (cublasLtMatrixLayout_t layout, cublasLtMatrixLayoutAttribute_t attr,
