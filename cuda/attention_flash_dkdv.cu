@@ -274,7 +274,21 @@ int dkdv_launch_smem(const BwdArgs& a) {
 // full rule's); and dV and dK left running into the next step, waited after its loads, four
 // stages so that those loads do not overwrite the Q and dO they read (no spills; 8.53-8.61,
 // 7.15-7.19); the same with the dq under S^T and dP^T (spills; 8.85, 7.30).
-// CHUNKGRAD_FLASH_DQ_BEHIND=0 keeps the barrier (read once; for benchmarks).
+// CHUNKGRAD_FLASH_DQ_BEHIND=0 keeps the barrier, and the loads of Note [Loads under dK] at
+// the step's start (read once; for benchmarks).
+//
+// Note [Loads under dK]: the same CTAs load the walk's next query tile (Q, dO, lse and
+// delta: about 190 instructions a warp) at the end of a step, after its dK is issued and
+// before dV and dK are waited, instead of between the barrier that opens the step and the
+// issue of its S^T and dP^T, which waited for them. The stage they fill is the one the last
+// step's MMAs read, waited at that step's end, so three stages still do; the tile now has
+// one step to land in instead of two. H200, 32/8 heads, 1024 x 24 over 4096 keys, bf16,
+// sorted anchors (bench/attention_bench; 2026-12-04, three alternating rounds of a build
+// with a switch, one call): backward 8.26-8.36 ms against 8.59-8.62 (full rule), 6.85-6.88
+// against 7.10-7.11 (sliding); ptxas: 255 registers, 12 bytes of spills (full), none
+// (sliding). Measured and dropped (the call before): the loads right after the S^T and dP^T
+// issue, where ptxas injected a wait for their accumulators (C7517) and spilled more: 8.55-8.65
+// against 8.58-8.70 (full), 7.18-7.24 against 7.07-7.14 (sliding).
 bool dq_behind_enabled() {
   static const bool off = [] {
     const char* e = std::getenv("CHUNKGRAD_FLASH_DQ_BEHIND");

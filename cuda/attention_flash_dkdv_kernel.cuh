@@ -14,6 +14,7 @@
 #include "cuda/attention_flash_backward.cuh"
 #include "cuda/attention_flash_common.cuh"
 #include "cuda/attention_flash_dkdv_dq.cuh"
+#include "cuda/attention_flash_dkdv_gemms.cuh"
 #include "cuda/attention_flash_dkdv_layout.cuh"
 #include "cuda/attention_flash_key_tiles.cuh"
 #include "cuda/attention_kernels.h"
@@ -30,12 +31,15 @@ namespace cg::cuda::flash {
 // Wg: 0 mma.sync; 1 the four GEMMs on the warpgroup MMA, 2 also overlapped (Note [wgmma
 // dk/dv]). KW: warpgroups a CTA, each 64 keys of the CTA's KW * 64 (Note [128-key CTAs]).
 // Behind: the fused dq of each query tile in the next tile's step, under its S^T and dP^T
-// (Note [dq one tile behind]); otherwise after a barrier of its own.
+// (Note [dq one tile behind]), and the walk's next query tile loaded at the step's end,
+// under its dV and dK (Note [Loads under dK]); otherwise the dq after a barrier of its own
+// and the loads at the step's start.
 template <typename T, int HD, int QT, bool Sliding, bool FusedDq, int NS, int Wg, int KW = 1,
           bool Behind = false>
 __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
   static_assert(NS == 2 || NS == 3, "two or three query-tile stages");
-  static_assert(!Behind || (FusedDq && Wg == 2), "the dq behind: the overlapped wgmma kernel");
+  static_assert(!Behind || (FusedDq && Wg == 2 && NS == 3),
+                "the dq behind: the overlapped wgmma kernel, three stages");
   static_assert(!FusedDq || QT == kDqTileRows, "the fused dq splits a 32-row tile over 4 warps");
   static_assert(HD % (2 * KW * kDqChunk) == 0, "a warp's dq columns are whole chunks");
   static_assert(!Wg || HD == 128, "the wgmma dk/dv takes head dim 128");
@@ -264,21 +268,27 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
     if constexpr (Wg) wgmma::fence_proxy_async();  // the MMA reads what cp.async wrote
     __syncthreads();
     const int64_t cseg = seg0, cqt = qt0;
-    const bool have_next = (NS == 3 ? have1 : have0) && next_query_tile(w, m, b, seg, qt);
-    if (have_next) load_q_tile(seg, qt, stage == 0 ? NS - 1 : stage - 1);  // (stage + NS - 1) % NS
-    cp_async_commit();
-    if constexpr (NS == 3) {
-      have0 = have1;
-      seg0 = seg1;
-      qt0 = qt1;
-      have1 = have_next;
-      seg1 = seg;
-      qt1 = qt;
-    } else {
-      have0 = have_next;
-      seg0 = seg;
-      qt0 = qt;
-    }
+    // The walk's next tile into the stage the last step's MMAs read, which they are done
+    // with (Behind: at the step's end, under its dV and dK, Note [Loads under dK]).
+    auto load_next = [&] {
+      const bool have_next = (NS == 3 ? have1 : have0) && next_query_tile(w, m, b, seg, qt);
+      if (have_next)
+        load_q_tile(seg, qt, stage == 0 ? NS - 1 : stage - 1);  // (stage + NS - 1) % NS
+      cp_async_commit();
+      if constexpr (NS == 3) {
+        have0 = have1;
+        seg0 = seg1;
+        qt0 = qt1;
+        have1 = have_next;
+        seg1 = seg;
+        qt1 = qt;
+      } else {
+        have0 = have_next;
+        seg0 = seg;
+        qt0 = qt;
+      }
+    };
+    if constexpr (!Behind) load_next();
     // Keys this tile's rows may see: j < jend, causal j <= i + diag, context j < anchor.
     const int64_t anchor = w.mode == 2 ? attn::dflash_anchor(m, b, cseg) : INT64_MAX;
     // Note [Dead warp tiles]: no row of the tile sees any of this warp's 16 keys.
@@ -319,94 +329,18 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
         rel[0] = static_cast<int>(kj0 - origin);
         rel[1] = rel[0] + 8;
       }
-      // acc (16 keys x QT rows) = rows warp*16.. of sA (keys) times the tile's rows of tB.
-      auto key_by_row = [&](const T* sA, const T* tB, float(&acc)[QT / 8][4],
-                            bool issue_only = false) {
-#pragma unroll
-        for (int n = 0; n < QT / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
-        if constexpr (Wg) {  // 64 keys x QT rows for the warpgroup; acc is the D fragment
-          float(&d)[QT / 2] = reinterpret_cast<float(&)[QT / 2]>(acc);
-          // Note [Descriptors once a tile]
-          const uint64_t da0 = wgmma::desc_sw128(smem_addr(sA), 16, 1024);
-          const uint64_t db0 = wgmma::desc_sw128(smem_addr(tB), 16, 1024);
-          wgmma::fence_operands(d);
-          wgmma::fence();
-#pragma unroll
-          for (int ks = 0; ks < HD / 16; ++ks) {
-            const uint32_t col = (ks % 4) * 32u;  // within column block ks / 4
-            const uint64_t da = wgmma::desc_advance(da0, (ks / 4) * kTile * 128 + col);
-            const uint64_t db = wgmma::desc_advance(db0, (ks / 4) * QT * 128 + col);
-            if constexpr (QT == 32) {
-              wgmma::mma_m64n32k16_ss<T>(d, da, db, 1);
-            } else {
-              wgmma::mma_m64n64k16_ss<T>(d, da, db, 1);
-            }
-          }
-          wgmma::commit_and_wait(d, issue_only);
-        } else {
-#pragma unroll
-          for (int ks = 0; ks < HD / 16; ++ks) {
-            uint32_t fa[4];
-            ldsm_x4(fa, smem_addr(sA + (warp * 16 + lane % 16) * LD + ks * 16 + (lane / 16) * 8));
-#pragma unroll
-            for (int np = 0; np < QT / 16; ++np) {
-              uint32_t fb[4];
-              ldsm_x4(fb, smem_addr(tB + (np * 16 + lane % 8 + (lane / 16) * 8) * LD + ks * 16 +
-                                    ((lane / 8) % 2) * 8));
-              mma<T>(acc[2 * np], fa, fb[0], fb[1]);
-              mma<T>(acc[2 * np + 1], fa, fb[2], fb[3]);
-            }
-          }
-        }
-      };
-      // out (16 keys x HD) += pk (16 keys x QT rows, packed A fragments) times tB (QT x HD).
-      auto accumulate = [&](const uint32_t(&pk)[QT / 16][4], const T* tB, float(&out)[HD / 8][4],
-                            bool issue_only = false) {
-        if constexpr (Wg) {  // B = the tile's rows (the K dimension) x HD: MN-major
-          float(&d)[HD / 2] = reinterpret_cast<float(&)[HD / 2]>(out);
-          const uint64_t db0 = wgmma::desc_sw128(smem_addr(tB), QT * 128, 1024);
-          wgmma::fence_operands(d);
-          wgmma::fence();
-#pragma unroll
-          for (int kk = 0; kk < QT / 16; ++kk) {
-            wgmma::mma_m64n128k16_rs<T>(d, pk[kk], wgmma::desc_advance(db0, kk * 16 * 128));
-          }
-          wgmma::commit_and_wait(d, issue_only);
-        } else {
-#pragma unroll
-          for (int kk = 0; kk < QT / 16; ++kk) {
-#pragma unroll
-            for (int dd = 0; dd < HD / 16; ++dd) {
-              uint32_t fb[4];
-              ldsm_x4_trans(fb, smem_addr(tB + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * LD +
-                                          dd * 16 + (lane / 16) * 8));
-              mma<T>(out[2 * dd], pk[kk], fb[0], fb[1]);
-              mma<T>(out[2 * dd + 1], pk[kk], fb[2], fb[3]);
-            }
-          }
-        }
-      };
-      auto pack_fragments = [&](const float(&acc)[QT / 8][4], uint32_t(&pk)[QT / 16][4]) {
-#pragma unroll
-        for (int kk = 0; kk < QT / 16; ++kk) {
-          pk[kk][0] = pack2<T>(acc[2 * kk][0], acc[2 * kk][1]);
-          pk[kk][1] = pack2<T>(acc[2 * kk][2], acc[2 * kk][3]);
-          pk[kk][2] = pack2<T>(acc[2 * kk + 1][0], acc[2 * kk + 1][1]);
-          pk[kk][3] = pack2<T>(acc[2 * kk + 1][2], acc[2 * kk + 1][3]);
-        }
-      };
       // One score-sized accumulator at a time (registers): S^T -> P^T -> dV, then
       // dP^T -> dS^T = P^T (dP^T - delta) -> dK, with P^T kept as packed 16-bit values.
       float acc[QT / 8][4];
       [[maybe_unused]] float acc2[QT / 8][4];  // Wg 2: dP^T, computed while P^T is
       if constexpr (Wg == 2) {
-        key_by_row(sKw, tQ, acc, true);
-        key_by_row(sVw, tG, acc2, true);
+        dkdv_key_by_row<T, HD, QT, Wg>(sKw, tQ, acc, warp, lane, true);
+        dkdv_key_by_row<T, HD, QT, Wg>(sVw, tG, acc2, warp, lane, true);
         if constexpr (Behind) dq_behind();  // under S^T and dP^T
         wgmma::wait<1>();
         wgmma::fence_operands(reinterpret_cast<float(&)[QT / 2]>(acc));
       } else {
-        key_by_row(sKw, tQ, acc);
+        dkdv_key_by_row<T, HD, QT, Wg>(sKw, tQ, acc, warp, lane);
       }
       // Note [Whole warp tiles]: every row of the tile sees every one of this warp's keys.
       bool whole = w.mode == 2 && nrows == QT && kw0 + 16 <= w.jend && kw0 + 16 <= anchor;
@@ -451,14 +385,14 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
           }
         }
       }
-      pack_fragments(acc, pk);
+      dkdv_pack<T, QT>(acc, pk);
       if constexpr (Wg == 2) {  // dV += P^T dO runs while dS^T is formed
-        accumulate(pk, tG, dv, true);
+        dkdv_accumulate<T, HD, QT, Wg>(pk, tG, dv, lane, true);
         wgmma::wait<1>();
         wgmma::fence_operands(reinterpret_cast<float(&)[QT / 2]>(acc2));
       } else {
-        accumulate(pk, tG, dv);
-        key_by_row(sVw, tG, acc);
+        dkdv_accumulate<T, HD, QT, Wg>(pk, tG, dv, lane);
+        dkdv_key_by_row<T, HD, QT, Wg>(sVw, tG, acc, warp, lane);
       }
       float(&dp)[QT / 8][4] = Wg == 2 ? acc2 : acc;
       uint32_t(&pd)[QT / 16][4] = Wg == 2 ? pk2 : pk;  // dS^T, packed
@@ -471,8 +405,9 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
           dp[n][e] = pe * (dp[n][e] - tD[c]);
         }
       }
-      pack_fragments(dp, pd);
-      accumulate(pd, tQ, dk, Wg == 2);  // Wg 2: runs on under the fused dq (Behind: waited at once)
+      dkdv_pack<T, QT>(dp, pd);
+      dkdv_accumulate<T, HD, QT, Wg>(
+          pd, tQ, dk, lane, Wg == 2);  // Wg 2: runs on under the fused dq (Behind: waited at once)
       if constexpr (FusedDq)
         store_ds_t<T, QT>(sdS + dsb * KT * LDS, wg * kTile + warp * 16, lane, pd);
     } else if constexpr (FusedDq) {  // keys past the tile's end, or dead: dS = 0
@@ -490,6 +425,7 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
       dsb ^= 1;
     }
     if constexpr (Wg == 2) {  // dV and dK, left running under the fused dq (Behind: no dq here)
+      if constexpr (Behind) load_next();  // (Behind: under dV and dK)
       if (run) {
         wgmma::wait<0>();
         wgmma::fence_operands(reinterpret_cast<float(&)[HD / 2]>(dv));

@@ -22,7 +22,11 @@
 // within a warpgroup: a second score array, four stages) was built and measured slower on
 // the H200 (4.94 against 4.07 ms at the drafter's full rule): ptxas put a wait for the MMA
 // pipe (WARPGROUP.DEPBAR) between its MMAs, so the next tile's S no longer ran beside the
-// softmax.
+// softmax. Also slower (2026-12-04, a build with a switch, three alternating rounds, same
+// shape): key tile t + 2 loaded after tile t's MMAs are issued instead of after the barrier,
+// into a fourth stage: 2.14-2.17 ms against 2.02-2.03 (full rule), 1.76-1.78 against
+// 1.66-1.68 (sliding); 166 registers, no spills (the backward's loads moved under its dK
+// did pay: Note [Loads under dK] in attention_flash_dkdv.cu).
 //
 // Note [Three warpgroups]: with two warpgroups (155 registers, 129 KiB of shared memory) an
 // SM runs one CTA, 8 warps, and ncu found the dense DFlash forward bound by latency: 2
