@@ -274,20 +274,33 @@ struct QueryTile {
 
 // Up to two key ranges a tile visits, in key tiles of kTile starting at each begin.
 struct KeyPlan {
+  // (indexed by constants only, so that the plan stays in registers: a runtime index put it
+  // in local memory, which the forward read every key tile)
   int64_t begin[2] = {0, 0}, end[2] = {0, 0};
   int count = 0;
-  __device__ int64_t tiles(int r) const { return (end[r] - begin[r] + kTile - 1) / kTile; }
+  // Appends the range [lo, hi) (at most two).
+  __device__ void add(int64_t lo, int64_t hi) {
+    if (count == 0) {
+      begin[0] = lo;
+      end[0] = hi;
+    } else {
+      begin[1] = lo;
+      end[1] = hi;
+    }
+    ++count;
+  }
+  __device__ int64_t tiles0() const {
+    return count > 0 ? (end[0] - begin[0] + kTile - 1) / kTile : 0;
+  }
   __device__ int64_t total_tiles() const {
-    int64_t n = 0;
-    for (int r = 0; r < count; ++r) n += tiles(r);
-    return n;
+    return tiles0() + (count > 1 ? (end[1] - begin[1] + kTile - 1) / kTile : 0);
   }
   // Key tile t of the plan: its first key and the end of its range.
   __device__ void tile(int64_t t, int64_t& j0, int64_t& jend) const {
-    const int64_t n0 = count > 0 ? tiles(0) : 0;
-    const int r = t < n0 ? 0 : 1;
-    j0 = begin[r] + (t - (r == 0 ? 0 : n0)) * kTile;
-    jend = end[r];
+    const int64_t n0 = tiles0();
+    const bool first = t < n0;
+    j0 = (first ? begin[0] + t * kTile : begin[1] + (t - n0) * kTile);
+    jend = first ? end[0] : end[1];
   }
 };
 
@@ -322,12 +335,8 @@ __device__ inline void dflash_key_plan(const AttnMaskArgs& m, const QueryTile& q
                                        SlidingRule& sr) {
   const int64_t bs = m.block_size;
   if (m.sliding_window == 0) {  // full rule: [0, anchor) and the whole block
-    if (anchor > 0) {
-      kp.begin[kp.count] = 0;
-      kp.end[kp.count++] = anchor;
-    }
-    kp.begin[kp.count] = block_begin;
-    kp.end[kp.count++] = block_begin + bs;
+    if (anchor > 0) kp.add(0, anchor);
+    kp.add(block_begin, block_begin + bs);
     return;
   }
   // Note [Sliding tiles]: the slots of virtual rows first .. last (one head's slots, or
@@ -340,12 +349,8 @@ __device__ inline void dflash_key_plan(const AttnMaskArgs& m, const QueryTile& q
   }
   const int64_t w1 = m.sliding_window - 1;
   const int64_t first_context = max(int64_t{0}, anchor + kmin - w1);
-  if (first_context < anchor) {
-    kp.begin[kp.count] = first_context;
-    kp.end[kp.count++] = anchor;
-  }
-  kp.begin[kp.count] = block_begin + max(int64_t{0}, kmin - w1);
-  kp.end[kp.count++] = block_begin + kmax + 1;
+  if (first_context < anchor) { kp.add(first_context, anchor); }
+  kp.add(block_begin + max(int64_t{0}, kmin - w1), block_begin + kmax + 1);
   sr.on = true;
   sr.w1 = static_cast<int>(min(w1, int64_t{INT32_MAX}));
   sr.context_len = static_cast<int>(m.context_len);

@@ -158,12 +158,9 @@ __device__ inline DenseCta<T> dense_cta_of(const Args& a, int rows) {
     }
   }
   if (!any) return c;  // every block padded: no keys, no key tiles
-  if (ctx_lo < ctx_hi) {
-    c.kp.begin[c.kp.count] = ctx_lo;
-    c.kp.end[c.kp.count++] = ctx_hi;
-  }
-  c.kp.begin[c.kp.count] = m.context_len + static_cast<int64_t>(lo) * d.block_size;
-  c.kp.end[c.kp.count++] = m.context_len + static_cast<int64_t>(hi + 1) * d.block_size;
+  if (ctx_lo < ctx_hi) { c.kp.add(ctx_lo, ctx_hi); }
+  c.kp.add(m.context_len + static_cast<int64_t>(lo) * d.block_size,
+           m.context_len + static_cast<int64_t>(hi + 1) * d.block_size);
   c.key_tiles = c.kp.total_tiles();
   return c;
 }

@@ -26,7 +26,10 @@
 // shape): key tile t + 2 loaded after tile t's MMAs are issued instead of after the barrier,
 // into a fourth stage: 2.14-2.17 ms against 2.02-2.03 (full rule), 1.76-1.78 against
 // 1.66-1.68 (sliding); 166 registers, no spills (the backward's loads moved under its dK
-// did pay: Note [Loads under dK] in attention_flash_dkdv.cu).
+// did pay: Note [Loads under dK] in attention_flash_dkdv.cu). Again after the key plan
+// left local memory (Note [Forward instructions]), in case the fourth stage's shared
+// memory had squeezed it out of L1: 2.16-2.20 against 1.93-1.94, 1.79-1.85 against
+// 1.62-1.63.
 //
 // Note [Three warpgroups]: with two warpgroups (155 registers, 129 KiB of shared memory) an
 // SM runs one CTA, 8 warps, and ncu found the dense DFlash forward bound by latency: 2
@@ -61,7 +64,12 @@
 // branch each; branch-free (mask_dense_scores in attention_flash_dense_rows.cuh) the
 // forward took 2.026-2.043 ms (full) and 1.662-1.665 (sliding), three runs in one call
 // (attention_bench --which dflash,sliding --heads 32/8 --path flash --repeats 5 --anchors
-// sorted, H200).
+// sorted, H200). Then the key plan (KeyPlan in attention_flash_common.cuh): its two ranges
+// were indexed at run time, which kept the plan in local memory, a 192-byte stack frame a
+// thread read at every key tile; indexed by constants the kernel has no stack frame and two
+// registers fewer (155): 1.930-1.941 ms against 2.018-2.031 (full), 1.621-1.631 against
+// 1.659-1.677 (sliding), three runs in each of two calls a build apart, whose backward, the
+// same code, ran 8.26-8.28 and 8.26-8.36 ms (2026-12-04).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
