@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 
 #include <mutex>
+#include <string>
 
 #include "core/error.h"
 
@@ -18,11 +19,32 @@
 // entry points the library calls, hidden (the file is built with -fvisibility=hidden, so
 // the real libraries, once open, never resolve their own calls to these), and the first
 // call opens libcublasLt, then libcublas (which needs it, and finds it already open by
-// its soname), from the paths CMake found (CG_CUBLASLT_LIBRARY, CG_CUBLAS_LIBRARY), and
-// looks the real function up. A missing library or symbol is a cg::Error naming it.
-// cuDNN and NCCL stay linked: they load in 0.01 s.
+// its soname), from the paths CMake found (CG_CUBLASLT_LIBRARY, CG_CUBLAS_LIBRARY), or
+// else by soname (libcublasLt.so.13: what a link would have recorded, found the way the
+// loader finds it), and looks the real function up. A missing library or symbol is a
+// cg::Error naming it. cuDNN and NCCL stay linked: they load in 0.01 s.
 
 namespace {
+
+#define CG_BLAS_STR2(x) #x
+#define CG_BLAS_STR(x) CG_BLAS_STR2(x)
+// The names a link would have recorded, for the loader's own search when the files CMake
+// found are gone (the toolkit updated in place since the build).
+constexpr const char* kLtSoname = "libcublasLt.so." CG_BLAS_STR(CUBLAS_VER_MAJOR);
+constexpr const char* kBlasSoname = "libcublas.so." CG_BLAS_STR(CUBLAS_VER_MAJOR);
+
+void* open_library(const char* path, const char* soname, const char* what) {
+  void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (h != nullptr) return h;
+  const char* e = dlerror();
+  const std::string first = e != nullptr ? e : path;
+  h = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+  e = dlerror();
+  CG_CHECK(h != nullptr, "cuda: cannot open ", what, " (", first, "; then ", soname, ": ",
+           e != nullptr ? e : "not found",
+           "); reinstall the CUDA toolkit's libraries or rebuild against the ones installed");
+  return h;
+}
 
 struct Libraries {
   void* lt = nullptr;
@@ -33,12 +55,8 @@ const Libraries& libraries() {
   static std::once_flag once;
   static Libraries libs;
   std::call_once(once, [] {
-    libs.lt = dlopen(CG_CUBLASLT_LIBRARY, RTLD_NOW | RTLD_LOCAL);
-    CG_CHECK(libs.lt != nullptr, "cuda: cannot open cuBLASLt (", dlerror(),
-             "); reinstall the CUDA toolkit's libraries or rebuild against the ones installed");
-    libs.blas = dlopen(CG_CUBLAS_LIBRARY, RTLD_NOW | RTLD_LOCAL);
-    CG_CHECK(libs.blas != nullptr, "cuda: cannot open cuBLAS (", dlerror(),
-             "); reinstall the CUDA toolkit's libraries or rebuild against the ones installed");
+    libs.lt = open_library(CG_CUBLASLT_LIBRARY, kLtSoname, "cuBLASLt");
+    libs.blas = open_library(CG_CUBLAS_LIBRARY, kBlasSoname, "cuBLAS");
   });
   return libs;
 }
