@@ -48,7 +48,8 @@ int dkdv_query_rows(const AttnShape& s, const AttnMaskArgs& m) {
 }
 
 // Note [dk/dv stages]: the query tiles stream through NS shared-memory stages (cp.async),
-// loads issued NS - 1 tiles ahead of the math, one barrier per tile. The pass holds two
+// loads issued NS - 1 tiles ahead of the math (NS - 2 with the dq behind, at the end of a
+// step: Note [Loads under dK]), one barrier per tile. The pass holds two
 // CTAs a multiprocessor by registers (about 240 a thread at hd 128; 8 warps). With the fused
 // dq a third stage is the default where two CTAs of it still fit a multiprocessor's shared
 // memory (at hd 128: groups of up to 128 packed rows, or past the row table's 512; in

@@ -5,9 +5,9 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <mutex>
-#include <string>
 
 #include "core/error.h"
 
@@ -16,63 +16,70 @@
 // it alone, on the CI machine; cuDNN, NCCL and cudart took 0.01 s each), whether or not the
 // process ever touched a GPU: every CPU run of `chunkgrad` and every one of the ~970 test
 // processes ctest starts. So libchunkgrad does not link cuBLAS. This file defines the
-// entry points the library calls, hidden (the file is built with -fvisibility=hidden, so
-// the real libraries, once open, never resolve their own calls to these), and the first
+// entry points the library calls, hidden (so that the real libraries, once open, never
+// resolve their own calls to these), and the first
 // call opens libcublasLt, then libcublas (which needs it, and finds it already open by
 // its soname), from the paths CMake found (CG_CUBLASLT_LIBRARY, CG_CUBLAS_LIBRARY), or
-// else by soname (libcublasLt.so.13: what a link would have recorded, found the way the
-// loader finds it), and looks the real function up. A missing library or symbol is a
-// cg::Error naming it. cuDNN and NCCL stay linked: they load in 0.01 s.
+// else both by soname (libcublasLt.so.13: what a link would have recorded, found the way
+// the loader finds it), and looks the real function up. A missing library or symbol is a
+// cg::Error naming it. cuDNN (and NCCL, when built) stay linked: they load in 0.01 s.
 
 namespace {
 
 #define CG_BLAS_STR2(x) #x
 #define CG_BLAS_STR(x) CG_BLAS_STR2(x)
-// The names a link would have recorded, for the loader's own search when the files CMake
-// found are gone (the toolkit updated in place since the build).
-constexpr const char* kLtSoname = "libcublasLt.so." CG_BLAS_STR(CUBLAS_VER_MAJOR);
-constexpr const char* kBlasSoname = "libcublas.so." CG_BLAS_STR(CUBLAS_VER_MAJOR);
-
-void* open_library(const char* path, const char* soname, const char* what) {
-  void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (h != nullptr) return h;
-  const char* e = dlerror();
-  const std::string first = e != nullptr ? e : path;
-  h = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
-  e = dlerror();
-  CG_CHECK(h != nullptr, "cuda: cannot open ", what, " (", first, "; then ", soname, ": ",
-           e != nullptr ? e : "not found",
-           "); reinstall the CUDA toolkit's libraries or rebuild against the ones installed");
-  return h;
-}
 
 struct Libraries {
   void* lt = nullptr;
   void* blas = nullptr;
+  const char* lt_name = nullptr;  // what was opened: a path, or a soname
+  const char* blas_name = nullptr;
 };
 
+void* open_library(const char* name, const char* what) {
+  void* h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+  const char* e = h == nullptr ? dlerror() : nullptr;
+  CG_CHECK(h != nullptr, "cuda: cannot open ", what, " (", e != nullptr ? e : name,
+           "); reinstall the CUDA toolkit's libraries or rebuild against the ones installed");
+  return h;
+}
+
+// Both from the paths CMake found when both files are there; otherwise both by the sonames
+// a link would have recorded, found the way the loader finds them (the toolkit updated in
+// place since the build): never one of each, which could pair two versions.
 const Libraries& libraries() {
   static std::once_flag once;
   static Libraries libs;
   std::call_once(once, [] {
-    libs.lt = open_library(CG_CUBLASLT_LIBRARY, kLtSoname, "cuBLASLt");
-    libs.blas = open_library(CG_CUBLAS_LIBRARY, kBlasSoname, "cuBLAS");
+    const bool built =
+        access(CG_CUBLASLT_LIBRARY, R_OK) == 0 && access(CG_CUBLAS_LIBRARY, R_OK) == 0;
+    libs.lt_name = built ? CG_CUBLASLT_LIBRARY : "libcublasLt.so." CG_BLAS_STR(CUBLAS_VER_MAJOR);
+    libs.blas_name = built ? CG_CUBLAS_LIBRARY : "libcublas.so." CG_BLAS_STR(CUBLAS_VER_MAJOR);
+    libs.lt = open_library(libs.lt_name, "cuBLASLt");
+    libs.blas = open_library(libs.blas_name, "cuBLAS");
   });
   return libs;
 }
+
+#undef CG_BLAS_STR
+#undef CG_BLAS_STR2
 
 template <typename F>
 F real(bool lt, const char* name) {
   const Libraries& libs = libraries();
   void* p = dlsym(lt ? libs.lt : libs.blas, name);
-  CG_CHECK(p != nullptr, "cuda: ", lt ? CG_CUBLASLT_LIBRARY : CG_CUBLAS_LIBRARY, " has no symbol ",
-           name, "; rebuild against the CUDA toolkit that is installed");
+  CG_CHECK(p != nullptr, "cuda: ", lt ? libs.lt_name : libs.blas_name, " has no symbol ", name,
+           "; rebuild against the CUDA toolkit that is installed");
   return reinterpret_cast<F>(p);
 }
 
 }  // namespace
 
-// Each entry point: its real function, looked up once, called with the same arguments.
+// Each entry point: its real function, looked up once, called with the same arguments;
+// hidden, so that libchunkgrad does not export them and the real libraries, once open,
+// never resolve their own calls to these (only the shims: a file-wide -fvisibility=hidden
+// also hid the inline cg::Error's vtable and typeinfo emitted here, for the whole library).
+#pragma GCC visibility push(hidden)
 #define CG_CUBLAS_FORWARD(lt, name, params, args)      \
   extern "C" cublasStatus_t CUBLASWINAPI name params { \
     using Real = cublasStatus_t(CUBLASWINAPI*) params; \
@@ -145,3 +152,4 @@ CG_CUBLAS_FORWARD(true, cublasLtMatrixLayoutSetAttribute,
                   (cublasLtMatrixLayout_t layout, cublasLtMatrixLayoutAttribute_t attr,
                    const void* buf, size_t bytes),
                   (layout, attr, buf, bytes))
+#pragma GCC visibility pop
