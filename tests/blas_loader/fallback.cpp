@@ -4,7 +4,8 @@
 // against paths that do not exist (tests/CMakeLists.txt), so each entry point must reach
 // the real library through its soname: it calls cublasLtCreate and cublasCreate_v2 and
 // exits 0 when both return a status (without a GPU, an error status is fine: the function
-// was found), 1 when the loader throws. CTest: blas_loader_fallback.
+// was found), 1 when the loader throws. CTest: blas_loader_fallback (tests/CMakeLists.txt;
+// in a folder of its own, apart from chunkgrad_tests' sources).
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
