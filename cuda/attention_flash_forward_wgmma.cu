@@ -23,9 +23,10 @@
 // within a warpgroup: a second score array, four stages) was built and measured slower on
 // the H200 (4.94 against 4.07 ms at the drafter's full rule): ptxas put a wait for the MMA
 // pipe (WARPGROUP.DEPBAR) between its MMAs, so the next tile's S no longer ran beside the
-// softmax. Also slower (2026-12-04, a build with a switch, three alternating rounds, same
-// shape): key tile t + 2 loaded after tile t's MMAs are issued instead of after the barrier,
-// into a fourth stage: 2.14-2.17 ms against 2.02-2.03 (full rule), 1.76-1.78 against
+// softmax. Also slower in the kernel of a barrier per key tile that came before Note
+// [Forward loading warp] (2026-12-04, a build with a switch, three alternating rounds, same
+// shape): key tile t + 2 loaded by the compute warps after tile t's MMAs are issued instead
+// of after the barrier, into a fourth stage: 2.14-2.17 ms against 2.02-2.03 (full rule), 1.76-1.78 against
 // 1.66-1.68 (sliding); 166 registers, no spills (the backward's loads moved under its dK
 // did pay: Note [Loads under dK] in attention_flash_dkdv.cu). Again after the key plan
 // left local memory (Note [Forward instructions]), in case the fourth stage's shared
@@ -37,8 +38,9 @@
 // warps a scheduler, 0.57 of them eligible, an instruction issued every 2.5 cycles, the
 // tensor pipe 31% busy (the drafter's full rule, 32/8 heads, sorted anchors; 2.91 ms).
 // Dense CTAs of 192 rows take a third warpgroup (384 threads, 154 registers under the
-// 168 that leaves -- 157 since Note [Forward instructions] -- and 145 KiB): 12 warps an SM, each key tile loaded for 192 rows instead of
-// 128, every CTA still full. The forward went from 2.95-2.99 to 2.38-2.39 ms (283 to 350
+// 168 that leaves -- 155 since Note [Forward instructions], 152 under Note [Forward loading
+// warp] -- and 145 KiB): 12 warps an SM, each key tile loaded for 192 rows instead of 128,
+// every CTA still full. The forward went from 2.95-2.99 to 2.38-2.39 ms (283 to 350
 // TFLOP/s) under the full rule and from 2.46-2.50 to 1.97-1.98 under the sliding rule
 // (attention_bench --which dflash,sliding --heads 32/8 --path flash --repeats 5 --anchors
 // sorted, two alternating rounds on the H200; CHUNKGRAD_FLASH_FWD_ROWS=128 keeps two
@@ -50,7 +52,7 @@
 //
 // Note [Forward instructions]: ncu's SASS view of the dense forward (two warpgroups then,
 // full rule) counted about 405 instructions a warp a key tile on the compute path and 186
-// more in a loading warp for its 8 copies; 17% of the loop was IMAD. Three things cost
+// more in a warp of the 256 threads that then loaded for its 8 copies; 17% of the loop was IMAD. Three things cost
 // more than they do: the stages of tiles t and t - 1 as (t + 3) % 3 in 64 bits (a multiply
 // by the inverse of 3 and its corrections, twice a tile), which also put the K and V
 // descriptors' arithmetic in 64 bits; the warpgroup index, not known to be warp-uniform,
@@ -122,17 +124,26 @@ using namespace forward_wgmma;  // (cuda/attention_flash_forward_steps.cuh)
 // from 1.580-1.605 to 1.481-1.507 (sliding); the turns from 1.817-1.826 to 1.780-1.803 and
 // from 1.511-1.524 to 1.477-1.496. CHUNKGRAD_FLASH_FWD_PINGPONG=0 drops the turns.
 constexpr int kStages = 4;
-// The loading warp sits in a warpgroup of its own (registers are granted a warpgroup at a
-// time: 32 more threads cost 128 threads' registers, and the launch failed), which gives
-// back all but kLoaderRegisters a thread (setmaxnreg) for the consumers to take.
 template <int BM>
-constexpr int kCtaThreads = kThreadsOf<BM> + 128;
+constexpr int kCtaThreads = kThreadsOf<BM> + 128;  // the consumers and the loading warpgroup
 constexpr int kLoaderRegisters = 56;
+// What setmaxnreg has to share: every thread starts with the launch's registers (the file's
+// 64 K over the CTA's threads, in units of 8); the consumers take what the loading
+// warpgroup gives back. (Asking for more than the pool holds would block setmaxnreg.inc
+// for ever.)
 template <int BM>
-constexpr int kConsumerRegisters = (65536 - 128 * kLoaderRegisters) / kThreadsOf<BM> / 8 * 8;
+constexpr int kRegisterPool = 65536 / kCtaThreads<BM> / 8 * 8 * kCtaThreads<BM>;
+template <int BM>
+constexpr int kConsumerRegisters =
+    (kRegisterPool<BM> - 128 * kLoaderRegisters) / kThreadsOf<BM> / 8 * 8;
+static_assert(kConsumerRegisters<kDenseRows> == 152 && kConsumerRegisters<kWgmmaRows> == 224,
+              "the registers Note [Forward loading warp] states");
 template <int BM>
 constexpr int kSmemOf = kQBytes<BM> + 2 * kStages* kKVBytes + 1024 + 2 * kStages * 8;
 
+// kDense: the DFlash rule's dense tiles (Note [Dense DFlash rows]); else one-block tiles
+// (DFlash) or a head's consecutive rows (none, causal). BM query rows in BM / 64 consumer
+// warpgroups, then the loading warpgroup (Note [Forward loading warp]).
 // kPingpong: the warpgroups issue their MMAs in turn (FlashAttention-3's ping-pong, over
 // BM / 64 warpgroups): warpgroup g waits on named barrier 1 + g before issuing a key tile's
 // MMAs and, once issued, lets the next one go (bar.arrive), so that one warpgroup's softmax
@@ -211,6 +222,8 @@ __global__ void __launch_bounds__(kCtaThreads<BM>, 1) flash_forward_wgmma_kernel
   }
 
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters<BM>));
+  // (wg broadcast from lane 0: the compiler then knows it warp-uniform and keeps the Q
+  // descriptors in uniform registers -- Note [Forward instructions])
   const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0),
             warp = (threadIdx.x / 32) % 4;
   const int row_base = 64 * wg + 16 * warp + lane / 4;
@@ -282,8 +295,6 @@ __global__ void __launch_bounds__(kCtaThreads<BM>, 1) flash_forward_wgmma_kernel
 #endif
 }
 
-// Dense DFlash tiles where they pay (Note [Dense DFlash rows]) unless CHUNKGRAD_FLASH_DENSE=0
-// (for measuring against one-block tiles).
 // kDense: the DFlash rule's dense tiles (Note [Dense DFlash rows]) where they pay, unless
 // CHUNKGRAD_FLASH_DENSE=0 (for measuring against one-block tiles); else one-block tiles
 // (DFlash) or a head's consecutive rows (none, causal).
