@@ -134,8 +134,8 @@ constexpr int kLoaderRegisters = 56;
 template <int BM>
 constexpr int kRegisterPool = 65536 / kCtaThreads<BM> / 8 * 8 * kCtaThreads<BM>;
 template <int BM>
-constexpr int kConsumerRegisters =
-    (kRegisterPool<BM> - 128 * kLoaderRegisters) / kThreadsOf<BM> / 8 * 8;
+constexpr int kConsumerRegisters = (kRegisterPool<BM> - 128 * kLoaderRegisters) / kThreadsOf<BM> /
+                                   8 * 8;
 static_assert(kConsumerRegisters<kDenseRows> == 152 && kConsumerRegisters<kWgmmaRows> == 224,
               "the registers Note [Forward loading warp] states");
 template <int BM>
