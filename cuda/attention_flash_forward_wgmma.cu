@@ -193,6 +193,9 @@ __global__ void __launch_bounds__(kCtaThreads<BM>, 1) flash_forward_wgmma_kernel
       return row_of(r, h, i) ? query_row<T>(a.q, b, h, i) : nullptr;
     });
     cp_async_commit();
+    // The V stage "before" tile 0 (stage 0) holds zeros: the first step's P V (P = 0) adds
+    // nothing and every step issues the same MMAs (no branch around them, which would
+    // serialize them).
     for (int c = threadIdx.x; c < static_cast<int>(kKVBytes / 16); c += kConsumers) {
       asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(sV + c * 16), "r"(0u));
     }
