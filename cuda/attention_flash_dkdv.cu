@@ -290,6 +290,21 @@ int dkdv_launch_smem(const BwdArgs& a) {
 // (sliding). Measured and dropped (the call before): the loads right after the S^T and dP^T
 // issue, where ptxas injected a wait for their accumulators (C7517) and spilled more: 8.55-8.65
 // against 8.58-8.70 (full), 7.18-7.24 against 7.07-7.14 (sliding).
+// Measured and dropped (2026-12-05): Q and dO of each query tile by TMA, in the context
+// CTAs and the blocks' own key CTAs: thread 0 issued 8-row x 64-column boxes straight into
+// the 128-byte swizzle (block_size a multiple of 8 keeps a box in one head), completing on
+// a stage mbarrier, the first warp still copying lse, delta and the slot; the issue
+// predicated, not branched (inside `if (threadIdx.x == 0)` ptxas serialized every wgmma,
+// C7518). It passed the attention tests, but H200, 32/8 heads, 1024 x 24 over 4096 keys,
+// sorted anchors (bench/attention_bench, two alternating rounds in one call): backward
+// 11.43-11.53 ms against 8.32-8.36 (full rule), 9.26-9.37 against 7.00-7.02 (sliding); with
+// TMA in the context CTAs only, 11.47-11.51 and 9.26. Why was not found; a guess, not
+// checked: the copies wait in the multiprocessor's bulk-copy unit behind the fused dq's
+// bulk reductions (32 KB a step). Timing hacks in the same call (wrong results, not kept)
+// bound two parts of the context CTAs' step: with no query tile loaded after the first
+// three the backward took 7.49 ms (sliding 6.29), so the loads cost at most about 0.85 ms
+// (0.72) of it; with the fused dq left out (its MMAs and its reductions) 5.86 (4.92), so
+// the dq costs about 2.5 ms (2.1), 30% of the backward.
 bool dq_behind_enabled() {
   static const bool off = [] {
     const char* e = std::getenv("CHUNKGRAD_FLASH_DQ_BEHIND");

@@ -191,6 +191,35 @@ TEST_F(CudaAttentionTest, DflashLongContext) {  // context much longer than the 
   check_paths(c, "dflash long context");
 }
 
+// DFlash at head dim 128 (the 128-key dk/dv CTAs and the blocks' own key CTAs, whose
+// threads copy query rows through the row table's strides) with Q and dO laid out as
+// [B, S, H, hd], and narrowed from a wider last dim (a 2-byte offset: no 16-byte copies);
+// blocks of 24 (a group of 4: three full 32-row query tiles) and of 16 with a group of 5
+// (80 rows: the last tile half empty).
+TEST_F(CudaAttentionTest, DflashStridedAndNarrowedOperands) {
+  for (DType dt : {DType::bf16, DType::f16}) {
+    for (const int64_t Bs : {24, 16}) {
+      const int64_t S = 150, N = 6;
+      Case c;
+      c.B = 2;
+      c.Hq = Bs == 24 ? 8 : 10;
+      c.Hkv = 2;
+      c.Sq = N * Bs;
+      c.Sk = S + N * Bs;
+      c.hd = 128;
+      c.dtype = dt;
+      c.mask = AttentionMask::dflash_blocks(
+          S, Bs, from_ints({0, 1, 149, 150, 64, 64, 7, 0, 150, 1, 130, 2}, {2, N}));
+      const std::string bs = " Bs " + std::to_string(Bs);
+      c.non_contiguous = true;
+      check_case(c, AttentionPath::flash, "dflash [B, S, H, hd] transposed" + bs);
+      c.non_contiguous = false;
+      c.misaligned = true;
+      check_case(c, AttentionPath::flash, "dflash q and dO narrowed" + bs);
+    }
+  }
+}
+
 TEST_F(CudaAttentionTest, DenseMaskUsesRows) {
   for (DType dt : {DType::bf16, DType::f32, DType::f64}) {
     const int64_t B = 2, Sq = 33, Sk = 45;
