@@ -251,7 +251,7 @@ int dkdv_variant(int64_t hd) {
 
 // A launch's dynamic shared memory: the CTA's, the row table and (wgmma) the slack that
 // aligns the swizzled tiles.
-template <int HD, int QT, bool FusedDq, int NS, int KW = 1, bool Behind = false>
+template <int HD, int QT, bool FusedDq, int NS, int KW = 1, int Behind = 0>
 int dkdv_launch_smem(const BwdArgs& a) {
   return dkdv_smem_bytes<HD, QT, FusedDq, NS, KW, Behind>() + row_table_bytes(a.s, a.m, QT) +
          (dkdv_variant<HD, QT, KW>(a.s.hd) != 0 ? 1024 : 0);
@@ -313,6 +313,28 @@ bool dq_behind_enabled() {
   return !off;
 }
 
+// Note [wgmma dq]: in the 128-key CTAs the fused dq of a query tile is dq^T = K^T dS^T on
+// the warpgroup MMA (attention_flash_dkdv_dq_wgmma.cuh): warpgroup g takes dq's columns
+// 64 g .. 64 g + 63 for the tile's 32 rows, eight m64n32k16 MMAs with A = K^T read from K's
+// own tile (MN-major: its rows are keys, its 64 columns contiguous) and B = dS, which the
+// warps now store by stmatrix .trans as (rows, keys) in the 128-byte swizzle (two 8 KB
+// tiles where the mma.sync dq had two padded 10 KB dS^T ones). It is issued behind the
+// step's S^T and dP^T as a third MMA group and waited after dK's issue, where it is done;
+// its 16 accumulators a thread are then staged in the warpgroup's 8 KB of shared memory, in
+// the buffer's order (Note [dq tile order]: a warpgroup's columns are two runs of 1024
+// floats, one a row half), and its first thread adds them with two 4 KB bulk reductions
+// after a barrier of the warpgroup's own; it waits for their reads before the barrier that
+// opens the next step. The mma.sync dq it replaces issued, a warp and a tile, 32 mma.sync
+// and 24 ldmatrix.x4 reading 12 KB of shared memory (96 KB a tile for the CTA, against
+// 48 KB here), each mma behind its ldmatrix. ptxas: 235 registers, no spills (full rule;
+// 255 and 12 bytes of spills before), 255 and 84 bytes (sliding; none before).
+// Not yet run on a card: off unless CHUNKGRAD_FLASH_DQ_WGMMA=1 (read at every launch, so
+// that a test may turn it on: tests/cuda_attention_dq_wgmma_test.cpp).
+bool dq_wgmma_enabled() {
+  const char* e = std::getenv("CHUNKGRAD_FLASH_DQ_WGMMA");
+  return e != nullptr && std::string(e) == "1";
+}
+
 // Query-tile stages at QT = 32 (Note [dk/dv stages]): 64-key CTAs, two a multiprocessor.
 template <int HD>
 int dkdv_stages(const BwdArgs& a) {
@@ -324,7 +346,7 @@ int dkdv_stages(const BwdArgs& a) {
 template <int HD>
 int dkdv_wide_stages(const BwdArgs& wide) {
   if (forced_dkdv_stages() != 0) return forced_dkdv_stages();
-  const int bytes = dq_behind_enabled() ? dkdv_launch_smem<HD, 32, true, 3, 2, true>(wide)
+  const int bytes = dq_behind_enabled() ? dkdv_launch_smem<HD, 32, true, 3, 2, 1>(wide)
                                         : dkdv_launch_smem<HD, 32, true, 3, 2>(wide);
   return ctas_fit(1, bytes) ? 3 : 2;
 }
@@ -343,9 +365,13 @@ void launch_dkdv_rows(const BwdArgs& a, int64_t key_tiles, cudaStream_t stream) 
                 : flash_dkdv_kernel<T, HD, QT, false, FusedDq, NS, 2, 2>;
     if constexpr (NS == 3) {      // (two stages, forced or where three do not fit: without)
       if (dq_behind_enabled()) {  // Note [dq one tile behind]
-        kernel = sl ? flash_dkdv_kernel<T, HD, QT, true, FusedDq, NS, 2, 2, true>
-                    : flash_dkdv_kernel<T, HD, QT, false, FusedDq, NS, 2, 2, true>;
-        smem = dkdv_launch_smem<HD, QT, FusedDq, NS, KW, true>(a);
+        kernel = sl ? flash_dkdv_kernel<T, HD, QT, true, FusedDq, NS, 2, 2, 1>
+                    : flash_dkdv_kernel<T, HD, QT, false, FusedDq, NS, 2, 2, 1>;
+        if (dq_wgmma_enabled()) {  // Note [wgmma dq]
+          kernel = sl ? flash_dkdv_kernel<T, HD, QT, true, FusedDq, NS, 2, 2, 2>
+                      : flash_dkdv_kernel<T, HD, QT, false, FusedDq, NS, 2, 2, 2>;
+        }
+        smem = dkdv_launch_smem<HD, QT, FusedDq, NS, KW, 1>(a);
       }
     }
   } else if constexpr (HD == 128) {

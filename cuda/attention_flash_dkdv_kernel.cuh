@@ -14,6 +14,7 @@
 #include "cuda/attention_flash_backward.cuh"
 #include "cuda/attention_flash_common.cuh"
 #include "cuda/attention_flash_dkdv_dq.cuh"
+#include "cuda/attention_flash_dkdv_dq_wgmma.cuh"
 #include "cuda/attention_flash_dkdv_gemms.cuh"
 #include "cuda/attention_flash_dkdv_layout.cuh"
 #include "cuda/attention_flash_key_tiles.cuh"
@@ -32,10 +33,11 @@ namespace cg::cuda::flash {
 // dk/dv]). KW: warpgroups a CTA, each 64 keys of the CTA's KW * 64 (Note [128-key CTAs]).
 // Behind: the fused dq of each query tile in the next tile's step, under its S^T and dP^T
 // (Note [dq one tile behind]), and the walk's next query tile loaded at the step's end,
-// under its dV and dK (Note [Loads under dK]); otherwise the dq after a barrier of its own
-// and the loads at the step's start.
+// under its dV and dK (Note [Loads under dK]); otherwise (0) the dq after a barrier of its
+// own and the loads at the step's start. Behind 1: that dq on mma.sync; 2: on the warpgroup
+// MMA (Note [wgmma dq]).
 template <typename T, int HD, int QT, bool Sliding, bool FusedDq, int NS, int Wg, int KW = 1,
-          bool Behind = false>
+          int Behind = 0>
 __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
   static_assert(NS == 2 || NS == 3, "two or three query-tile stages");
   static_assert(!Behind || (FusedDq && Wg == 2 && NS == 3),
@@ -44,6 +46,7 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
   static_assert(HD % (2 * KW * kDqChunk) == 0, "a warp's dq columns are whole chunks");
   static_assert(!Wg || HD == 128, "the wgmma dk/dv takes head dim 128");
   static_assert(KW == 1 || (KW == 2 && Wg && FusedDq), "128-key CTAs: wgmma and the fused dq");
+  static_assert(Behind != 2 || (KW == 2 && HD == 128), "the wgmma dq: a warpgroup 64 columns");
   constexpr int NT = kThreads * KW, KT = kTile * KW;  // threads, keys
   if (batch_of_block() >= a.s.B) return;              // Note [Batch grid]
   constexpr int LD = HD + kPad;
@@ -54,18 +57,27 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
   // (Wg: the swizzled tiles must start 1024-byte aligned; the launch adds the slack.)
   unsigned char* smem_raw =
       Wg ? smem_dyn + ((1024u - (smem_addr(smem_dyn) & 1023u)) & 1023u) : smem_dyn;
-  T* sK = reinterpret_cast<T*>(smem_raw);                    // (KT, LD)
-  T* sV = sK + KT * LDT;                                     // (KT, LD)
-  T* sQ = sV + KT * LDT;                                     // (NS, QT, LD)
-  T* sG = sQ + NS * QT * LDT;                                // (NS, QT, LD)
-  float* sL = reinterpret_cast<float*>(sG + NS * QT * LDT);  // (NS, QT) lse
-  float* sD = sL + NS * QT;                                  // (NS, QT) delta
-  int* sSlot = reinterpret_cast<int*>(sD + NS * QT);         // (NS, QT) slot in the block (dflash)
+  T* sK = reinterpret_cast<T*>(smem_raw);  // (KT, LD)
+  T* sV = sK + KT * LDT;                   // (KT, LD)
+  T* sQ = sV + KT * LDT;                   // (NS, QT, LD)
+  T* sG = sQ + NS * QT * LDT;              // (NS, QT, LD)
+  // Behind 2: two dS tiles (QT, KT) for wgmma (Note [wgmma dq]), 1024-byte aligned here
+  constexpr int kDsWg = Behind == 2 ? 2 * kDsTileElems<QT, KT> : 0;
+  float* sL = reinterpret_cast<float*>(sG + NS * QT * LDT + kDsWg);  // (NS, QT) lse
+  float* sD = sL + NS * QT;                                          // (NS, QT) delta
+  int* sSlot = reinterpret_cast<int*>(sD + NS * QT);  // (NS, QT) slot in the block (dflash)
   constexpr int LDS = QT + kPad;
-  // (Behind ? 2 : 1, KT, LDS) dS^T (Note [Fused dq]; two: Note [dq one tile behind])
-  T* sdS = reinterpret_cast<T*>(sSlot + NS * QT);
+  // (Behind ? 2 : 1, KT, LDS) dS^T (Note [Fused dq]; two: Note [dq one tile behind]), or
+  // Behind 2 the dS tiles above; a dS buffer's elements.
+  T* sdS = Behind == 2 ? sG + NS * QT * LDT : reinterpret_cast<T*>(sSlot + NS * QT);
+  constexpr int kDsBuf = Behind == 2 ? kDsTileElems<QT, KT> : KT * LDS;
   // (KW kWarps, kDqWarpFloats) fp32 dq a warp (Note [dq bulk reduce]), 16-byte aligned
-  float* sdQ = reinterpret_cast<float*>(sdS + (Behind ? 2 : 1) * KT * LDS);
+  float* sdQ = Behind == 2 ? reinterpret_cast<float*>(sSlot + NS * QT)
+                           : reinterpret_cast<float*>(sdS + (Behind ? 2 : 1) * KT * LDS);
+  static_assert(Behind != 2 || (2 * KT + 2 * NS * QT) * HD * 2 + kDsWg * 2 + 3 * NS * QT * 4 +
+                                       KW * kWarps * kDqWarpFloats<HD, KW> * 4 <=
+                                   dkdv_smem_bytes<HD, QT, FusedDq, NS, KW, true>(),
+                "the wgmma dq's layout fits the bytes the launch asks for");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const bool bulk = FusedDq && a.dq_bulk;
 #else
@@ -248,10 +260,35 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
   [[maybe_unused]] int64_t dq_blk = 0, dq_qt = 0;
   [[maybe_unused]] int dsb = 0;
   [[maybe_unused]] auto dq_behind = [&] {
-    if constexpr (Behind) {
+    if constexpr (Behind == 1) {
       if (dq_prev) {
         add_dq_tile<T, HD, QT, KW, Wg>(a, sdS + (dsb ^ 1) * KT * LDS, sK, sdQ, bulk, b, hk, dq_blk,
                                        dq_qt, w.seg_tiles, packed_rows);
+      }
+    }
+  };
+  // Behind 2 (Note [wgmma dq]): the last tile's dq^T, issued as one more MMA group (empty
+  // when there is none), waited where the step waits anyway, then added.
+  [[maybe_unused]] float dqt[QT / 2];
+  constexpr bool kDqEarly = true;
+  if constexpr (Behind == 2) {
+#pragma unroll
+    for (int i = 0; i < QT / 2; ++i) dqt[i] = 0.f;
+  }
+  [[maybe_unused]] auto dq_issue = [&] {
+    if constexpr (Behind == 2) {
+      if (dq_prev) {
+        issue_dq_t<T, HD, QT, KW>(dqt, smem_addr(sK), smem_addr(sdS + (dsb ^ 1) * kDsBuf), wg);
+      }
+      wgmma::commit();
+    }
+  };
+  [[maybe_unused]] auto dq_add = [&] {
+    if constexpr (Behind == 2) {
+      if (dq_prev) {
+        wgmma::fence_operands(dqt);
+        add_dq_t<HD, QT>(a, dqt, sdQ + wg * 4 * kDqWarpFloats<HD, KW>, bulk, wg, b, hk, dq_blk,
+                         dq_qt, w.seg_tiles, packed_rows);
       }
     }
   };
@@ -266,6 +303,9 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
       cp_async_wait_all();
     }
     if constexpr (Wg) wgmma::fence_proxy_async();  // the MMA reads what cp.async wrote
+    if constexpr (Behind == 2) {
+      if (bulk) wait_dq_t_staging_read();  // (the staging is rewritten after this barrier)
+    }
     __syncthreads();
     const int64_t cseg = seg0, cqt = qt0;
     // The walk's next tile into the stage the last step's MMAs read, which they are done
@@ -336,8 +376,9 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
       if constexpr (Wg == 2) {
         dkdv_key_by_row<T, HD, QT, Wg>(sKw, tQ, acc, warp, lane, true);
         dkdv_key_by_row<T, HD, QT, Wg>(sVw, tG, acc2, warp, lane, true);
-        if constexpr (Behind) dq_behind();  // under S^T and dP^T
-        wgmma::wait<1>();
+        if constexpr (Behind == 1) dq_behind();  // under S^T and dP^T
+        if constexpr (kDqEarly) dq_issue();      // (Behind 2: behind them)
+        wgmma::wait<Behind == 2 && kDqEarly ? 2 : 1>();
         wgmma::fence_operands(reinterpret_cast<float(&)[QT / 2]>(acc));
       } else {
         dkdv_key_by_row<T, HD, QT, Wg>(sKw, tQ, acc, warp, lane);
@@ -388,7 +429,8 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
       dkdv_pack<T, QT>(acc, pk);
       if constexpr (Wg == 2) {  // dV += P^T dO runs while dS^T is formed
         dkdv_accumulate<T, HD, QT, Wg>(pk, tG, dv, lane, true);
-        wgmma::wait<1>();
+        if constexpr (Behind == 2 && !kDqEarly) dq_issue();
+        wgmma::wait<Behind == 2 ? 2 : 1>();  // dP^T (Behind 2: the dq and dV still running)
         wgmma::fence_operands(reinterpret_cast<float(&)[QT / 2]>(acc2));
       } else {
         dkdv_accumulate<T, HD, QT, Wg>(pk, tG, dv, lane);
@@ -408,12 +450,21 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
       dkdv_pack<T, QT>(dp, pd);
       dkdv_accumulate<T, HD, QT, Wg>(
           pd, tQ, dk, lane, Wg == 2);  // Wg 2: runs on under the fused dq (Behind: waited at once)
-      if constexpr (FusedDq)
+      if constexpr (Behind == 2) {
+        store_ds_for_wgmma<QT>(smem_addr(sdS + dsb * kDsBuf), wg * kTile + warp * 16, lane, pd);
+        wgmma::wait<kDqEarly ? 2 : 1>();  // the dq (dK, and dV if issued after it, running)
+      } else if constexpr (FusedDq) {
         store_ds_t<T, QT>(sdS + dsb * KT * LDS, wg * kTile + warp * 16, lane, pd);
-    } else if constexpr (FusedDq) {  // keys past the tile's end, or dead: dS = 0
+      }
+    } else if constexpr (Behind == 2) {  // keys past the tile's end, or dead: dS = 0
+      dq_issue();
+      zero_ds_for_wgmma<QT>(smem_addr(sdS + dsb * kDsBuf), wg * kTile + warp * 16, lane);
+      wgmma::wait<0>();
+    } else if constexpr (FusedDq) {
       if constexpr (Behind) dq_behind();
       zero_ds_t<T, QT>(sdS + dsb * KT * LDS, wg * kTile + warp * 16, lane);
     }
+    dq_add();
     if constexpr (FusedDq && !Behind) {
       __syncthreads();
       add_dq_tile<T, HD, QT, KW, Wg>(a, sdS, sK, sdQ, bulk, b, hk, w.mode == 1 ? w.block : cseg,
@@ -443,8 +494,15 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
   }
   if constexpr (Behind) {  // the walk's last tile: every warp's dS^T is stored
     if (dq_prev) {
+      if constexpr (Behind == 2) {
+        wgmma::fence_proxy_async();  // (the stmatrix stores, before wgmma reads them)
+        if (bulk) wait_dq_t_staging_read();
+      }
       __syncthreads();
       dq_behind();
+      dq_issue();
+      if constexpr (Behind == 2) wgmma::wait<0>();
+      dq_add();
     }
   }
   cp_async_wait_all();

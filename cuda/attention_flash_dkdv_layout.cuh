@@ -73,7 +73,7 @@ __host__ __device__ constexpr int dq_tile_offset(int rr, int c) {
 template <int HD, int KW>
 constexpr int kDqWarpFloats = 16 * (HD / (2 * KW));
 
-template <int HD, int QT, bool FusedDq, int NS, int KW = 1, bool Behind = false>
+template <int HD, int QT, bool FusedDq, int NS, int KW = 1, int Behind = 0>
 __host__ __device__ constexpr int dkdv_smem_bytes() {
   // K, V (KW kTile keys); Q, dO x NS; L, D, slot x NS; with FusedDq dS^T (KW kTile, QT +
   // kPad; two of them when the dq runs a tile behind: Note [dq one tile behind]) and dq (KW

@@ -30,6 +30,18 @@ __device__ inline void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
 }
+// (sm_90) The inverse of ldsm_x4_trans: register m of each lane (its m16n8k16 fragment of
+// matrix m) stored transposed, lanes 8m..8m+7 giving the addresses of matrix m's rows there.
+__device__ inline void stsm_x4_trans(uint32_t addr, const uint32_t (&r)[4]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+      "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+      : "memory");
+#else
+  __trap();
+#endif
+}
 
 // c (16x8 f32) += a (16x16, row) * b (16x8, col).
 template <typename T>

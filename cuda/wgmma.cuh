@@ -98,12 +98,13 @@ __device__ __forceinline__ void fence_operands(float (&d)[N]) {
 }
 
 // The MMAs, one asm statement each; TY is the operand type's PTX name, "bf16" or "f16".
-// SS: A and B from shared memory (both K-major: imm-trans 0, 0); p = accumulate into d.
-#define CG_WGMMA_SS(N, TY, OUTS, REGS, A, B, P)                                              \
+// SS: A and B from shared memory, B K-major; TA "0": A K-major, "1": MN-major (imm-trans-a);
+// p = accumulate into d.
+#define CG_WGMMA_SS(N, TY, OUTS, REGS, A, B, P, TA)                                          \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " P                                         \
                ", 0;\n"                                                                      \
                "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " {" REGS "}, " A \
-               ", " B ", p, 1, 1, 0, 0;\n}\n"                                                \
+               ", " B ", p, 1, 1, " TA ", 0;\n}\n"                                           \
                : OUTS                                                                        \
                : "l"(a), "l"(b), "r"(accumulate))
 // RS: A from registers, B from shared memory, MN-major (imm-trans-b 1); always accumulates.
@@ -137,16 +138,21 @@ __device__ __forceinline__ void fence_operands(float (&d)[N]) {
       "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), \
       "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
 
-// d (64 x 32, fp32) = (accumulate ? d : 0) + A (64 x 16, K-major, desc a) * B (16 x 32,
-// K-major: 32 rows of 16, desc b).
-template <typename T>
+// d (64 x 32, fp32) = (accumulate ? d : 0) + A (64 x 16, desc a) * B (16 x 32, K-major: 32
+// rows of 16, desc b). A is K-major, or with MnMajorA MN-major (its 64 rows contiguous: K^T
+// read from K's tile, as the fused dq's dq^T = K^T dS^T does).
+template <typename T, bool MnMajorA = false>
 __device__ __forceinline__ void mma_m64n32k16_ss(float (&d)[16], uint64_t a, uint64_t b,
                                                  int accumulate) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    CG_WGMMA_SS(32, "bf16", CG_WGMMA_OUTS16, CG_WGMMA_D16, "%16", "%17", "%18");
+  if constexpr (std::is_same_v<T, __nv_bfloat16> && MnMajorA) {
+    CG_WGMMA_SS(32, "bf16", CG_WGMMA_OUTS16, CG_WGMMA_D16, "%16", "%17", "%18", "1");
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    CG_WGMMA_SS(32, "bf16", CG_WGMMA_OUTS16, CG_WGMMA_D16, "%16", "%17", "%18", "0");
+  } else if constexpr (MnMajorA) {
+    CG_WGMMA_SS(32, "f16", CG_WGMMA_OUTS16, CG_WGMMA_D16, "%16", "%17", "%18", "1");
   } else {
-    CG_WGMMA_SS(32, "f16", CG_WGMMA_OUTS16, CG_WGMMA_D16, "%16", "%17", "%18");
+    CG_WGMMA_SS(32, "f16", CG_WGMMA_OUTS16, CG_WGMMA_D16, "%16", "%17", "%18", "0");
   }
 #else
   __trap();
@@ -160,9 +166,9 @@ __device__ __forceinline__ void mma_m64n64k16_ss(float (&d)[32], uint64_t a, uin
                                                  int accumulate) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    CG_WGMMA_SS(64, "bf16", CG_WGMMA_OUTS32, CG_WGMMA_D32, "%32", "%33", "%34");
+    CG_WGMMA_SS(64, "bf16", CG_WGMMA_OUTS32, CG_WGMMA_D32, "%32", "%33", "%34", "0");
   } else {
-    CG_WGMMA_SS(64, "f16", CG_WGMMA_OUTS32, CG_WGMMA_D32, "%32", "%33", "%34");
+    CG_WGMMA_SS(64, "f16", CG_WGMMA_OUTS32, CG_WGMMA_D32, "%32", "%33", "%34", "0");
   }
 #else
   __trap();

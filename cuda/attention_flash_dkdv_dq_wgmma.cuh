@@ -1,0 +1,144 @@
+// Why this file exists: the fused dq of the 128-key dk/dv CTAs on the warpgroup MMA (Note
+// [wgmma dq] in attention_flash_dkdv.cu): dS into shared memory in the layout wgmma reads,
+// the product dq^T = K^T dS^T issued asynchronously, and its rows into the fp32 dq buffer,
+// apart from the mma.sync dq (attention_flash_dkdv_dq.cuh) that the other dk/dv CTAs keep.
+// Included by attention_flash_dkdv_kernel.cuh only.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/attention_flash_backward.cuh"
+#include "cuda/attention_flash_common.cuh"
+#include "cuda/attention_flash_dkdv_layout.cuh"
+#include "cuda/wgmma.cuh"
+
+namespace cg::cuda::flash {
+
+// The dS tile: (QT rows, KT keys) K-major for wgmma's B, in column blocks of 64 keys of
+// QT * 128 bytes, 128-byte swizzle (Note [wgmma]); its elements.
+template <int QT, int KT>
+constexpr int kDsTileElems = QT* KT;
+
+// A warp's 16 keys key0 .. key0 + 15 of dS^T (pd: the A fragments of keys x QT rows) into
+// the dS tile, transposed by stmatrix: matrix m of pd[kk] holds keys 8 (m % 2) .. + 7 and
+// rows kk 16 + 8 (m / 2) .. + 7, i.e. rows of the tile 8 keys (16 bytes) long.
+template <int QT>
+__device__ __forceinline__ void store_ds_for_wgmma(uint32_t sds, int key0, int lane,
+                                                   const uint32_t (&pd)[QT / 16][4]) {
+  const int m = lane / 8, key = key0 + (m % 2) * 8;
+  const uint32_t block = sds + (key / 64) * QT * 128;
+#pragma unroll
+  for (int kk = 0; kk < QT / 16; ++kk) {
+    const int row = kk * 16 + (m / 2) * 8 + lane % 8;
+    stsm_x4_trans(block + wgmma::swizzle128_offset(row, (key % 64) / 8), pd[kk]);
+  }
+}
+
+// The same keys as zeros (past the tile's end, or dead): lane r clears row r's 32 bytes.
+template <int QT>
+__device__ __forceinline__ void zero_ds_for_wgmma(uint32_t sds, int key0, int lane) {
+  static_assert(QT == 32, "a lane a row");
+  const uint32_t block = sds + (key0 / 64) * QT * 128;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint32_t at = block + wgmma::swizzle128_offset(lane, (key0 % 64) / 8 + h);
+    asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};\n" ::"r"(at), "r"(0) : "memory");
+  }
+}
+
+// Issues (does not commit) d = dq^T of warpgroup wg's 64 columns of dq by the tile's QT
+// rows: K^T (64 x KT keys, MN-major: K's tile, the warpgroup's column block of each 64-key
+// section) times dS^T (KT keys x QT, the dS tile K-major).
+template <typename T, int HD, int QT, int KW>
+__device__ __forceinline__ void issue_dq_t(float (&d)[QT / 2], uint32_t sk, uint32_t sds, int wg) {
+  static_assert(HD == 64 * KW, "a warpgroup a column block of dq");
+  constexpr int KT = kTile * KW;
+  const uint64_t da0 = wgmma::desc_sw128(sk + wg * kTile * 128, kTile * 128, 1024);
+  const uint64_t db0 = wgmma::desc_sw128(sds, 16, 1024);
+  wgmma::fence_operands(d);
+  wgmma::fence();
+#pragma unroll
+  for (int ks = 0; ks < KT / 16; ++ks) {
+    // (keys 16 ks ..: section ks / 4 of K, 8-row groups of 1024 bytes; the dS tile's column
+    // block ks / 4, 32 bytes a k16 step within it)
+    const uint64_t da = wgmma::desc_advance(da0, (ks / 4) * kTile * HD * 2 + (ks % 4) * 2048);
+    const uint64_t db = wgmma::desc_advance(db0, (ks / 4) * QT * 128 + (ks % 4) * 32);
+    wgmma::mma_m64n32k16_ss<T, true>(d, da, db, ks > 0 ? 1 : 0);
+  }
+}
+
+// After the wait for issue_dq_t's group: d (rows 16 w + lane / 4 + 8 (e / 2) of the
+// warpgroup's 64 columns, by tile rows 8 t + 2 (lane % 4) + e % 2 at d[4 t + e]) added to
+// (or, dq_store, stored in) query tile cqt of block blk in a.dq_acc. In the buffer's order
+// (Note [dq tile order]) the warpgroup's columns are two runs of 1024 floats, one a row
+// half; bulk: staged in sq (the warpgroup's 2048 floats, read by its last reductions
+// already: the caller's barrier) and sent by its first thread as two bulk copies, after a
+// barrier of the warpgroup's own; otherwise atomics (or stores) from registers, skipping
+// rows past packed_rows.
+template <int HD, int QT>
+__device__ __forceinline__ void add_dq_t(const BwdArgs& a, const float (&d)[QT / 2], float* sq,
+                                         bool bulk, int wg, int64_t b, int64_t hk, int64_t blk,
+                                         int64_t cqt, int64_t tiles, int packed_rows) {
+  static_assert(QT == kDqTileRows && kDqChunk == 32, "two 16-row halves, 32-column chunks");
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32 % 4;
+  float* dq_tile = a.dq_acc + dq_tile_base<HD>(a.s, a.m, b, hk, blk, cqt, tiles);
+  if (!bulk) {
+#pragma unroll
+    for (int i = 0; i < QT / 2; ++i) {
+      const int row = (i / 4) * 8 + (lane % 4) * 2 + i % 2;
+      if (static_cast<int>(cqt) * QT + row >= packed_rows) continue;
+      const int col = wg * 64 + w * 16 + lane / 4 + 8 * ((i % 4) / 2);
+      float* dst = dq_tile + dq_tile_offset<HD>(row, col);
+      if (a.dq_store) {  // Note [dq first writers]
+        *dst = d[i];
+      } else {
+        atomicAdd(dst, d[i]);
+      }
+    }
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < QT / 2; ++i) {
+    const int row = (i / 4) * 8 + (lane % 4) * 2 + i % 2;
+    const int col = w * 16 + lane / 4 + 8 * ((i % 4) / 2);  // within the warpgroup's 64
+    const int r = row % 16, c = col % kDqChunk;
+    sq[(row / 16) * 1024 + (col / kDqChunk) * 512 + r * kDqChunk + (c ^ (8 * (r % 4)))] = d[i];
+  }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  fence_shared_for_async();
+  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
+  // (predicated, not branched: a branch near wgmma can make ptxas serialize every wgmma
+  // of the kernel, C7518)
+  const int first = threadIdx.x % 128 == 0, store = a.dq_store ? 1 : 0;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float* dst = dq_tile + (half * (HD / kDqChunk) + wg * (64 / kDqChunk)) * 512;
+    const uint32_t src = smem_addr(sq + half * 1024);
+    asm volatile(
+        "{\n.reg .pred p, s, r;\nsetp.ne.b32 p, %2, 0;\nsetp.ne.and.b32 s, %3, 0, p;\n"
+        "setp.eq.and.b32 r, %3, 0, p;\n"
+        "@s cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], 4096;\n"
+        "@r cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], 4096;\n}\n" ::
+            "l"(dst),
+        "r"(src), "r"(first), "r"(store)
+        : "memory");
+  }
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p cp.async.bulk.commit_group;\n}\n" ::"r"(first)
+      : "memory");
+#endif
+}
+
+// The warpgroup's first thread waits until its bulk copies have read their staging (before
+// the barrier after which the warpgroup writes it again).
+__device__ __forceinline__ void wait_dq_t_staging_read() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const int first = threadIdx.x % 128 == 0;
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p cp.async.bulk.wait_group.read 0;\n}\n" ::"r"(
+          first)
+      : "memory");
+#endif
+}
+
+}  // namespace cg::cuda::flash

@@ -1,0 +1,102 @@
+// Why this file exists: the fused dq of the dk/dv pass's 128-key CTAs on the warpgroup MMA
+// (Note [wgmma dq] in cuda/attention_flash_dkdv.cu, CHUNKGRAD_FLASH_DQ_WGMMA=1) against
+// the CPU reference, forward and backward, under both DFlash rules: bf16 and f16 at hd 128
+// (the only head dim that takes it), GQA groups 4 and 5, blocks whose packed rows end
+// inside a 32-row tile, context lengths that end inside a 128-key tile, anchors at 0, at
+// the end, repeated and padded, and the backward's scratch starting as NaN (the blocks'
+// own key CTAs store dq before the context CTAs add theirs). Compiled only in CUDA builds;
+// skipped without a GPU; on a card without the warpgroup MMA the switch changes nothing
+// and these cases run the mma.sync kernels.
+#if defined(CHUNKGRAD_WITH_CUDA)
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "core/factories.h"
+#include "cuda/cuda_attention.h"
+#include "ops/attention_mask.h"
+#include "tests/cuda_attention_test_util.h"
+
+namespace cg {
+namespace {
+
+using cuda::AttentionPath;
+using testing::Case;
+using testing::check_case;
+
+// Sets an environment variable for a scope (the switches below are read at every launch).
+struct ScopedEnv {
+  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+  const char* name_;
+};
+
+class CudaAttentionDqWgmmaTest : public testing::CudaAttentionTest {};
+
+Case dflash_case(DType dt, int64_t hq, int64_t B, int64_t S, int64_t N, int64_t Bs,
+                 const AttentionMask& mask) {
+  Case c;
+  c.B = B;
+  c.Hq = hq;
+  c.Hkv = 8;
+  c.Sq = N * Bs;
+  c.Sk = S + N * Bs;
+  c.hd = 128;
+  c.dtype = dt;
+  c.mask = mask;
+  return c;
+}
+
+std::string name(int64_t hq, int64_t S, int64_t Bs, int64_t W) {
+  return "heads " + std::to_string(hq) + "/8 S " + std::to_string(S) + " Bs " +
+         std::to_string(Bs) + " W " + std::to_string(W);
+}
+
+// Per-batch anchors over S = 300 context keys (three 128-key tiles, the last one partial):
+// at 0, 1, the end, repeated, at tile edges and padded (a negative anchor, and by flag).
+TEST_F(CudaAttentionDqWgmmaTest, BothRulesEdgeAnchors) {
+  const ScopedEnv on("CHUNKGRAD_FLASH_DQ_WGMMA", "1");
+  const int64_t S = 300, N = 8;
+  const Tensor anchors = from_ints({0, 1, 127, 128, 128, 255, 300, -1,  //
+                                    300, 0, 0, 129, 200, 256, 299, 64},
+                                   {2, N});
+  const Tensor padded = from_vector({0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, {2, N},
+                                    {.dtype = DType::boolean});
+  for (DType dt : {DType::bf16, DType::f16}) {
+    for (int64_t hq : {32, 40}) {
+      for (int64_t Bs : {24, 16}) {  // 96 or 120, 64 or 80 packed rows
+        for (int64_t W : {0, 5, 66, 1000}) {
+          const AttentionMask m = AttentionMask::dflash_blocks(S, Bs, anchors, padded, W);
+          check_case(dflash_case(dt, hq, 2, S, N, Bs, m), AttentionPath::flash,
+                     name(hq, S, Bs, W));
+        }
+      }
+    }
+  }
+}
+
+// Near the drafter's shape (64 blocks of 24 over 4096 sorted anchors, 32/8 heads), both
+// rules, and once with the backward's scratch starting as NaN.
+TEST_F(CudaAttentionDqWgmmaTest, NearTheRealShapeAndNanScratch) {
+  const ScopedEnv on("CHUNKGRAD_FLASH_DQ_WGMMA", "1");
+  const int64_t S = 4096, N = 64, Bs = 24;
+  std::vector<int64_t> a(N);
+  for (int64_t b = 0; b < N; ++b) a[b] = b * S / (N - 1);
+  for (int64_t W : {0, 2048}) {
+    const AttentionMask m = AttentionMask::dflash_blocks(S, Bs, from_ints(a, {N}), Tensor(), W);
+    check_case(dflash_case(DType::bf16, 32, 1, S, N, Bs, m), AttentionPath::flash,
+               name(32, S, Bs, W));
+  }
+  const ScopedEnv nan("CHUNKGRAD_FLASH_SCRATCH_NAN", "1");
+  const AttentionMask m = AttentionMask::dflash_blocks(S, Bs, from_ints(a, {N}), Tensor(), 66);
+  check_case(dflash_case(DType::bf16, 32, 1, S, N, Bs, m), AttentionPath::flash,
+             name(32, S, Bs, 66) + " NaN scratch");
+}
+
+}  // namespace
+}  // namespace cg
+
+#endif  // CHUNKGRAD_WITH_CUDA
