@@ -51,8 +51,8 @@ Case dflash_case(DType dt, int64_t hq, int64_t B, int64_t S, int64_t N, int64_t 
 }
 
 std::string name(int64_t hq, int64_t S, int64_t Bs, int64_t W) {
-  return "heads " + std::to_string(hq) + "/8 S " + std::to_string(S) + " Bs " +
-         std::to_string(Bs) + " W " + std::to_string(W);
+  return "heads " + std::to_string(hq) + "/8 S " + std::to_string(S) + " Bs " + std::to_string(Bs) +
+         " W " + std::to_string(W);
 }
 
 // Per-batch anchors over S = 300 context keys (three 128-key tiles, the last one partial):
@@ -70,8 +70,7 @@ TEST_F(CudaAttentionDqWgmmaTest, BothRulesEdgeAnchors) {
       for (int64_t Bs : {24, 16}) {  // 96 or 120, 64 or 80 packed rows
         for (int64_t W : {0, 5, 66, 1000}) {
           const AttentionMask m = AttentionMask::dflash_blocks(S, Bs, anchors, padded, W);
-          check_case(dflash_case(dt, hq, 2, S, N, Bs, m), AttentionPath::flash,
-                     name(hq, S, Bs, W));
+          check_case(dflash_case(dt, hq, 2, S, N, Bs, m), AttentionPath::flash, name(hq, S, Bs, W));
         }
       }
     }
