@@ -191,15 +191,13 @@ bool fused_dq(const AttnShape& s, const AttnMaskArgs& m, bool want_dq, bool want
 }
 
 // Note [dq bulk reduce] (attention_flash_dkdv_layout.cuh): whether the fused dq's partials
-// go by bulk reductions; CHUNKGRAD_FLASH_DQ_BULK=0 keeps the atomics (read once; for
-// benchmarks). The kernel takes atomics anyway where the device code predates sm_90. (The
-// buffer's 16-byte alignment, which the bulk copies need, is checked at the launch.)
+// go by bulk reductions; CHUNKGRAD_FLASH_DQ_BULK=0 keeps the atomics (for benchmarks; read
+// at every call, so that a test may turn it off). The kernel takes atomics anyway where the
+// device code predates sm_90. (The buffer's 16-byte alignment, which the bulk copies need,
+// is checked at the launch.)
 bool dq_bulk() {
-  static const bool off = [] {
-    const char* e = std::getenv("CHUNKGRAD_FLASH_DQ_BULK");
-    return e != nullptr && std::string(e) == "0";
-  }();
-  return !off;
+  const char* e = std::getenv("CHUNKGRAD_FLASH_DQ_BULK");
+  return e == nullptr || std::string(e) != "0";
 }
 
 namespace {

@@ -324,10 +324,15 @@ bool dq_behind_enabled() {
 // the buffer's order (Note [dq tile order]: a warpgroup's columns are two runs of 1024
 // floats, one a row half), and its first thread adds them with two 4 KB bulk reductions
 // after a barrier of the warpgroup's own; it waits for their reads before the barrier that
-// opens the next step. The mma.sync dq it replaces issued, a warp and a tile, 32 mma.sync
-// and 24 ldmatrix.x4 reading 12 KB of shared memory (96 KB a tile for the CTA, against
-// 48 KB here), each mma behind its ldmatrix. ptxas: 235 registers, no spills (full rule;
-// 255 and 12 bytes of spills before), 255 and 84 bytes (sliding; none before).
+// opens the next step. A step whose CTA has no visible key (its dS all zeros) leaves no
+// dq behind it, unless its rows must be stored (Note [dq first writers]). The mma.sync dq
+// it replaces issued, a warp and a tile, 32 mma.sync and 24 ldmatrix.x4 reading 12 KB of
+// shared memory (96 KB a tile for the CTA, against 48 KB here), each mma behind its
+// ldmatrix. ptxas (bf16): 230 registers and no spills under the full rule (255 and 12
+// bytes of spills before), 236 and none under the sliding rule (255 and none before).
+// Issuing the dq before S^T and dP^T (added under them), or after dV, spilled 124 to 192
+// bytes; so did keeping dq^T's registers live from one product to the next (its first MMA
+// overwrites them; they are not zeroed).
 // Not yet run on a card: off unless CHUNKGRAD_FLASH_DQ_WGMMA=1 (read at every launch, so
 // that a test may turn it on: tests/cuda_attention_dq_wgmma_test.cpp).
 bool dq_wgmma_enabled() {

@@ -55,7 +55,10 @@ __device__ __forceinline__ void issue_dq_t(float (&d)[QT / 2], uint32_t sk, uint
   constexpr int KT = kTile * KW;
   const uint64_t da0 = wgmma::desc_sw128(sk + wg * kTile * 128, kTile * 128, 1024);
   const uint64_t db0 = wgmma::desc_sw128(sds, 16, 1024);
-  wgmma::fence_operands(d);
+  // (d is written, not read: its first MMA does not accumulate, so no value of it need
+  // stay live from one product to the next)
+#pragma unroll
+  for (int i = 0; i < QT / 2; ++i) asm volatile("" : "=f"(d[i])::"memory");
   wgmma::fence();
 #pragma unroll
   for (int ks = 0; ks < KT / 16; ++ks) {

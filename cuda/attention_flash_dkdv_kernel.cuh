@@ -74,6 +74,8 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
   // (KW kWarps, kDqWarpFloats) fp32 dq a warp (Note [dq bulk reduce]), 16-byte aligned
   float* sdQ = Behind == 2 ? reinterpret_cast<float*>(sSlot + NS * QT)
                            : reinterpret_cast<float*>(sdS + (Behind ? 2 : 1) * KT * LDS);
+  static_assert(Behind != 2 || (2 * KT + 2 * NS * QT) * HD * 2 % 1024 == 0,
+                "the dS tiles start 1024-byte aligned (the swizzle's period)");
   static_assert(Behind != 2 || (2 * KT + 2 * NS * QT) * HD * 2 + kDsWg * 2 + 3 * NS * QT * 4 +
                                        KW * kWarps * kDqWarpFloats<HD, KW> * 4 <=
                                    dkdv_smem_bytes<HD, QT, FusedDq, NS, KW, true>(),
@@ -268,13 +270,9 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
     }
   };
   // Behind 2 (Note [wgmma dq]): the last tile's dq^T, issued as one more MMA group (empty
-  // when there is none), waited where the step waits anyway, then added.
+  // when there is none), waited where the step waits anyway, then added. (Not zeroed: the
+  // first MMA of each product overwrites it.)
   [[maybe_unused]] float dqt[QT / 2];
-  constexpr bool kDqEarly = true;
-  if constexpr (Behind == 2) {
-#pragma unroll
-    for (int i = 0; i < QT / 2; ++i) dqt[i] = 0.f;
-  }
   [[maybe_unused]] auto dq_issue = [&] {
     if constexpr (Behind == 2) {
       if (dq_prev) {
@@ -377,8 +375,8 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
         dkdv_key_by_row<T, HD, QT, Wg>(sKw, tQ, acc, warp, lane, true);
         dkdv_key_by_row<T, HD, QT, Wg>(sVw, tG, acc2, warp, lane, true);
         if constexpr (Behind == 1) dq_behind();  // under S^T and dP^T
-        if constexpr (kDqEarly) dq_issue();      // (Behind 2: behind them)
-        wgmma::wait<Behind == 2 && kDqEarly ? 2 : 1>();
+        dq_issue();                              // (Behind 2: behind them)
+        wgmma::wait<Behind == 2 ? 2 : 1>();
         wgmma::fence_operands(reinterpret_cast<float(&)[QT / 2]>(acc));
       } else {
         dkdv_key_by_row<T, HD, QT, Wg>(sKw, tQ, acc, warp, lane);
@@ -429,7 +427,6 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
       dkdv_pack<T, QT>(acc, pk);
       if constexpr (Wg == 2) {  // dV += P^T dO runs while dS^T is formed
         dkdv_accumulate<T, HD, QT, Wg>(pk, tG, dv, lane, true);
-        if constexpr (Behind == 2 && !kDqEarly) dq_issue();
         wgmma::wait<Behind == 2 ? 2 : 1>();  // dP^T (Behind 2: the dq and dV still running)
         wgmma::fence_operands(reinterpret_cast<float(&)[QT / 2]>(acc2));
       } else {
@@ -452,13 +449,15 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
           pd, tQ, dk, lane, Wg == 2);  // Wg 2: runs on under the fused dq (Behind: waited at once)
       if constexpr (Behind == 2) {
         store_ds_for_wgmma<QT>(smem_addr(sdS + dsb * kDsBuf), wg * kTile + warp * 16, lane, pd);
-        wgmma::wait<kDqEarly ? 2 : 1>();  // the dq (dK, and dV if issued after it, running)
+        wgmma::wait<2>();  // the dq (dV and dK still running)
       } else if constexpr (FusedDq) {
         store_ds_t<T, QT>(sdS + dsb * KT * LDS, wg * kTile + warp * 16, lane, pd);
       }
     } else if constexpr (Behind == 2) {  // keys past the tile's end, or dead: dS = 0
       dq_issue();
-      zero_ds_for_wgmma<QT>(smem_addr(sdS + dsb * kDsBuf), wg * kTile + warp * 16, lane);
+      // (no tile to add then, unless it must be stored: Note [dq first writers])
+      if (a.dq_store)
+        zero_ds_for_wgmma<QT>(smem_addr(sdS + dsb * kDsBuf), wg * kTile + warp * 16, lane);
       wgmma::wait<0>();
     } else if constexpr (FusedDq) {
       if constexpr (Behind) dq_behind();
@@ -470,7 +469,7 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
       add_dq_tile<T, HD, QT, KW, Wg>(a, sdS, sK, sdQ, bulk, b, hk, w.mode == 1 ? w.block : cseg,
                                      cqt, w.seg_tiles, packed_rows);
     } else if constexpr (Behind) {  // this tile's dq in the next step (or after the walk)
-      dq_prev = true;
+      dq_prev = Behind == 1 || run || a.dq_store;  // (Behind 2: a tile of zeros adds nothing)
       dq_blk = w.mode == 1 ? w.block : cseg;
       dq_qt = cqt;
       dsb ^= 1;

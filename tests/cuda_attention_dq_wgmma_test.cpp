@@ -3,10 +3,10 @@
 // the CPU reference, forward and backward, under both DFlash rules: bf16 and f16 at hd 128
 // (the only head dim that takes it), GQA groups 4 and 5, blocks whose packed rows end
 // inside a 32-row tile, context lengths that end inside a 128-key tile, anchors at 0, at
-// the end, repeated and padded, and the backward's scratch starting as NaN (the blocks'
-// own key CTAs store dq before the context CTAs add theirs). Compiled only in CUDA builds;
-// skipped without a GPU; on a card without the warpgroup MMA the switch changes nothing
-// and these cases run the mma.sync kernels.
+// the end, repeated and padded, the backward's scratch starting as NaN (the blocks' own
+// key CTAs store dq before the context CTAs add theirs), and atomics instead of bulk
+// reductions. Compiled only in CUDA builds; skipped without a GPU; on a card without the
+// warpgroup MMA the switch changes nothing and these cases run the mma.sync kernels.
 #if defined(CHUNKGRAD_WITH_CUDA)
 
 #include <gtest/gtest.h>
@@ -93,6 +93,22 @@ TEST_F(CudaAttentionDqWgmmaTest, NearTheRealShapeAndNanScratch) {
   const AttentionMask m = AttentionMask::dflash_blocks(S, Bs, from_ints(a, {N}), Tensor(), 66);
   check_case(dflash_case(DType::bf16, 32, 1, S, N, Bs, m), AttentionPath::flash,
              name(32, S, Bs, 66) + " NaN scratch");
+}
+
+// The fused dq by atomics (CHUNKGRAD_FLASH_DQ_BULK=0) instead of bulk reductions: the
+// wgmma dq's other way of adding its rows, skipping those past a block's packed rows.
+TEST_F(CudaAttentionDqWgmmaTest, AtomicsInsteadOfBulkReductions) {
+  const ScopedEnv on("CHUNKGRAD_FLASH_DQ_WGMMA", "1");
+  const ScopedEnv atomics("CHUNKGRAD_FLASH_DQ_BULK", "0");
+  const int64_t S = 300, N = 5;
+  const Tensor anchors = from_ints({0, 128, 129, 300, 300}, {N});
+  for (int64_t Bs : {24, 16}) {
+    for (int64_t W : {0, 66}) {
+      const AttentionMask m = AttentionMask::dflash_blocks(S, Bs, anchors, Tensor(), W);
+      check_case(dflash_case(DType::bf16, 40, 1, S, N, Bs, m), AttentionPath::flash,
+                 name(40, S, Bs, W) + " atomics");
+    }
+  }
 }
 
 }  // namespace

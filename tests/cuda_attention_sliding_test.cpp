@@ -209,9 +209,9 @@ TEST_F(CudaAttentionSlidingTest, ContextPartsByActiveBlocks) {
 // CTAs add (Note [dq first writers] in cuda/attention_flash_dkdv.cu) and whose padded
 // blocks' rows nobody writes. Both rules, padded blocks, blocks of 24 and 64 (one key
 // tile), of 20 and 5 (4 x 20 and 4 x 5 rows end inside a 32-row tile) and of 70 (two key
-// tiles: the buffer is zeroed then). The stores here are bulk copies on sm_90 (the float2
-// stores of CHUNKGRAD_FLASH_DQ_BULK=0 need a process of their own: the switch is read
-// once); on a card without the warpgroup MMA the buffer is zeroed and added to instead.
+// tiles: the buffer is zeroed then). The stores are bulk copies on sm_90, and float2
+// stores with CHUNKGRAD_FLASH_DQ_BULK=0 (the second pass); on a card without the
+// warpgroup MMA the buffer is zeroed and added to instead.
 TEST_F(CudaAttentionSlidingTest, ScratchStartingAsNaN) {
   struct NanScratch {
     NanScratch() { setenv("CHUNKGRAD_FLASH_SCRATCH_NAN", "1", 1); }
@@ -219,11 +219,18 @@ TEST_F(CudaAttentionSlidingTest, ScratchStartingAsNaN) {
   } nan_scratch;
   const int64_t S = kPartsContext, N = kPartsBlocks;
   const Tensor anchors = parts_anchors(), padded = parts_padded();
-  for (int64_t Bs : {24, 64, 20, 5, 70}) {
-    for (int64_t W : {0, 66}) {
-      const AttentionMask m = AttentionMask::dflash_blocks(S, Bs, anchors, padded, W);
-      check_case(sliding_case(DType::bf16, 128, 32, 8, 2, S, N, Bs, m), AttentionPath::flash,
-                 label(32, 8, 128, W) + " Bs " + std::to_string(Bs));
+  struct Bulk {  // CHUNKGRAD_FLASH_DQ_BULK for one pass
+    explicit Bulk(const char* v) { setenv("CHUNKGRAD_FLASH_DQ_BULK", v, 1); }
+    ~Bulk() { unsetenv("CHUNKGRAD_FLASH_DQ_BULK"); }
+  };
+  for (const char* bulk : {"1", "0"}) {
+    const Bulk pass(bulk);
+    for (int64_t Bs : {24, 64, 20, 5, 70}) {
+      for (int64_t W : {0, 66}) {
+        const AttentionMask m = AttentionMask::dflash_blocks(S, Bs, anchors, padded, W);
+        check_case(sliding_case(DType::bf16, 128, 32, 8, 2, S, N, Bs, m), AttentionPath::flash,
+                   label(32, 8, 128, W) + " Bs " + std::to_string(Bs) + " bulk " + bulk);
+      }
     }
   }
 }
