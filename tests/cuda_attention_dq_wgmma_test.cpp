@@ -24,8 +24,8 @@ namespace cg {
 namespace {
 
 using cuda::AttentionPath;
-using testing::Case;
 using testing::check_case;
+using testing::dflash_case;
 
 // Sets an environment variable for a scope and then puts back what was there (the
 // switches below are read at every launch).
@@ -50,20 +50,6 @@ struct ScopedEnv {
 
 class CudaAttentionDqWgmmaTest : public testing::CudaAttentionTest {};
 
-Case dflash_case(DType dt, int64_t hq, int64_t B, int64_t S, int64_t N, int64_t Bs,
-                 const AttentionMask& mask) {
-  Case c;
-  c.B = B;
-  c.Hq = hq;
-  c.Hkv = 8;
-  c.Sq = N * Bs;
-  c.Sk = S + N * Bs;
-  c.hd = 128;
-  c.dtype = dt;
-  c.mask = mask;
-  return c;
-}
-
 std::string name(int64_t hq, int64_t S, int64_t Bs, int64_t W) {
   return "heads " + std::to_string(hq) + "/8 S " + std::to_string(S) + " Bs " + std::to_string(Bs) +
          " W " + std::to_string(W);
@@ -84,7 +70,8 @@ TEST_F(CudaAttentionDqWgmmaTest, BothRulesEdgeAnchors) {
       for (int64_t Bs : {24, 16}) {  // 96 or 120, 64 or 80 packed rows
         for (int64_t W : {0, 5, 66, 1000}) {
           const AttentionMask m = AttentionMask::dflash_blocks(S, Bs, anchors, padded, W);
-          check_case(dflash_case(dt, hq, 2, S, N, Bs, m), AttentionPath::flash, name(hq, S, Bs, W));
+          check_case(dflash_case(dt, 128, hq, 8, 2, S, N, Bs, m), AttentionPath::flash,
+                     name(hq, S, Bs, W));
         }
       }
     }
@@ -100,12 +87,12 @@ TEST_F(CudaAttentionDqWgmmaTest, NearTheRealShapeAndNanScratch) {
   for (int64_t b = 0; b < N; ++b) a[b] = b * S / (N - 1);
   for (int64_t W : {0, 2048}) {
     const AttentionMask m = AttentionMask::dflash_blocks(S, Bs, from_ints(a, {N}), Tensor(), W);
-    check_case(dflash_case(DType::bf16, 32, 1, S, N, Bs, m), AttentionPath::flash,
+    check_case(dflash_case(DType::bf16, 128, 32, 8, 1, S, N, Bs, m), AttentionPath::flash,
                name(32, S, Bs, W));
   }
   const ScopedEnv nan("CHUNKGRAD_FLASH_SCRATCH_NAN", "1");
   const AttentionMask m = AttentionMask::dflash_blocks(S, Bs, from_ints(a, {N}), Tensor(), 66);
-  check_case(dflash_case(DType::bf16, 32, 1, S, N, Bs, m), AttentionPath::flash,
+  check_case(dflash_case(DType::bf16, 128, 32, 8, 1, S, N, Bs, m), AttentionPath::flash,
              name(32, S, Bs, 66) + " NaN scratch");
 }
 
@@ -119,7 +106,7 @@ TEST_F(CudaAttentionDqWgmmaTest, AtomicsInsteadOfBulkReductions) {
   for (int64_t Bs : {24, 16}) {
     for (int64_t W : {0, 66}) {
       const AttentionMask m = AttentionMask::dflash_blocks(S, Bs, anchors, Tensor(), W);
-      check_case(dflash_case(DType::bf16, 40, 1, S, N, Bs, m), AttentionPath::flash,
+      check_case(dflash_case(DType::bf16, 128, 40, 8, 1, S, N, Bs, m), AttentionPath::flash,
                  name(40, S, Bs, W) + " atomics");
     }
   }

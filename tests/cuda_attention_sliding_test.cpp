@@ -29,27 +29,12 @@ namespace cg {
 namespace {
 
 using cuda::AttentionPath;
-using testing::Case;
 using testing::check_case;
 using testing::check_paths;
+using testing::dflash_case;
 using testing::kDTypes;
 
 class CudaAttentionSlidingTest : public testing::CudaAttentionTest {};
-
-// A sliding-rule case of B batch rows, heads hq / hkv, N blocks of Bs over S context keys.
-Case sliding_case(DType dt, int64_t hd, int64_t hq, int64_t hkv, int64_t B, int64_t S, int64_t N,
-                  int64_t Bs, const AttentionMask& mask) {
-  Case c;
-  c.B = B;
-  c.Hq = hq;
-  c.Hkv = hkv;
-  c.Sq = N * Bs;
-  c.Sk = S + N * Bs;
-  c.hd = hd;
-  c.dtype = dt;
-  c.mask = mask;
-  return c;
-}
 
 std::string label(int64_t hq, int64_t hkv, int64_t hd, int64_t W) {
   return "heads " + std::to_string(hq) + "/" + std::to_string(hkv) + " hd " + std::to_string(hd) +
@@ -72,7 +57,7 @@ TEST_F(CudaAttentionSlidingTest, EdgeCasesEveryDtypeAndPath) {
       for (int64_t hq : {32, 40}) {
         for (int64_t W : {1, 5, 70, 1000}) {
           const AttentionMask m = AttentionMask::dflash_blocks(S, Bs, anchors, padded, W);
-          check_paths(sliding_case(dt, hd, hq, 8, 2, S, N, Bs, m), label(hq, 8, hd, W));
+          check_paths(dflash_case(dt, hd, hq, 8, 2, S, N, Bs, m), label(hq, 8, hd, W));
         }
       }
     }
@@ -87,7 +72,7 @@ TEST_F(CudaAttentionSlidingTest, SharedAnchorsWindowsAroundATile) {
   for (DType dt : {DType::bf16, DType::f16}) {
     for (int64_t W : {24, 63, 64, 65}) {
       const AttentionMask m = AttentionMask::dflash_blocks(S, Bs, anchors, Tensor(), W);
-      check_paths(sliding_case(dt, 128, 32, 8, 1, S, N, Bs, m), label(32, 8, 128, W));
+      check_paths(dflash_case(dt, 128, 32, 8, 1, S, N, Bs, m), label(32, 8, 128, W));
     }
   }
 }
@@ -100,13 +85,13 @@ TEST_F(CudaAttentionSlidingTest, WideAndSmallBlocks) {
     for (int64_t W : {30, 100}) {
       const AttentionMask m70 =
           AttentionMask::dflash_blocks(40, 70, from_ints({0, 40, 17}, {3}), Tensor(), W);
-      check_paths(sliding_case(dt, 128, 3, 1, 1, 40, 3, 70, m70), "Bs 70 " + label(3, 1, 128, W));
+      check_paths(dflash_case(dt, 128, 3, 1, 1, 40, 3, 70, m70), "Bs 70 " + label(3, 1, 128, W));
       const AttentionMask m150 =
           AttentionMask::dflash_blocks(300, 150, from_ints({300, 120}, {2}), Tensor(), W);
-      check_paths(sliding_case(dt, 64, 2, 1, 1, 300, 2, 150, m150), "Bs 150 " + label(2, 1, 64, W));
+      check_paths(dflash_case(dt, 64, 2, 1, 1, 300, 2, 150, m150), "Bs 150 " + label(2, 1, 64, W));
       const AttentionMask m16 =
           AttentionMask::dflash_blocks(70, 16, from_ints({1, 0, 70, 33, 64}, {5}), Tensor(), W);
-      check_paths(sliding_case(dt, 64, 2, 2, 1, 70, 5, 16, m16), "Bs 16 " + label(2, 2, 64, W));
+      check_paths(dflash_case(dt, 64, 2, 2, 1, 70, 5, 16, m16), "Bs 16 " + label(2, 2, 64, W));
     }
   }
 }
@@ -118,7 +103,7 @@ TEST_F(CudaAttentionSlidingTest, GroupsPastTheRowTable) {
   for (int64_t W : {0, 30}) {
     const AttentionMask m =
         AttentionMask::dflash_blocks(100, 70, from_ints({0, 100, 37}, {3}), Tensor(), W);
-    check_paths(sliding_case(DType::bf16, 64, 8, 1, 1, 100, 3, 70, m),
+    check_paths(dflash_case(DType::bf16, 64, 8, 1, 1, 100, 3, 70, m),
                 "Bs 70 " + label(8, 1, 64, W));
   }
 }
@@ -131,7 +116,7 @@ TEST_F(CudaAttentionSlidingTest, NearTheRealShape) {
   std::vector<int64_t> a(N);
   for (int64_t b = 0; b < N; ++b) a[b] = b * S / (N - 1);
   const AttentionMask m = AttentionMask::dflash_blocks(S, Bs, from_ints(a, {N}), Tensor(), W);
-  check_case(sliding_case(DType::bf16, 128, 32, 8, 1, S, N, Bs, m), AttentionPath::automatic,
+  check_case(dflash_case(DType::bf16, 128, 32, 8, 1, S, N, Bs, m), AttentionPath::automatic,
              "64 x 24 over 4096, " + label(32, 8, 128, W));
 }
 
@@ -155,18 +140,18 @@ TEST_F(CudaAttentionSlidingTest, DenseTilesOfSmallBlocks) {
   a[N + 12] = -1;
   for (int64_t W : {0, 5, 40}) {
     const AttentionMask m = AttentionMask::dflash_blocks(S, Bs, from_ints(a, {2, N}), Tensor(), W);
-    check_paths(sliding_case(DType::bf16, 128, 2, 2, 2, S, N, Bs, m),
+    check_paths(dflash_case(DType::bf16, 128, 2, 2, 2, S, N, Bs, m),
                 "Bs 16 " + label(2, 2, 128, W));
     const AttentionMask m24 = AttentionMask::dflash_blocks(
         S, 24, from_ints(std::vector<int64_t>(a.begin() + N, a.begin() + N + 7), {7}), Tensor(), W);
-    check_paths(sliding_case(DType::f16, 128, 3, 1, 1, S, 7, 24, m24),
+    check_paths(dflash_case(DType::f16, 128, 3, 1, 1, S, 7, 24, m24),
                 "Bs 24 " + label(3, 1, 128, W));
     // One CTA holds all four blocks; its last context tile [192, 256) runs past the range's
     // end (200) into the block keys (200 + 16 b), which its rows see: loaded as zeros there,
     // they must stay hidden.
     const AttentionMask tail =
         AttentionMask::dflash_blocks(S, Bs, from_ints({5, 190, 198, 200}, {4}), Tensor(), W);
-    check_paths(sliding_case(DType::bf16, 128, 1, 1, 1, S, 4, Bs, tail),
+    check_paths(dflash_case(DType::bf16, 128, 1, 1, 1, S, 4, Bs, tail),
                 "tail " + label(1, 1, 128, W));
   }
 }
@@ -198,7 +183,7 @@ TEST_F(CudaAttentionSlidingTest, ContextPartsByActiveBlocks) {
   for (DType dt : {DType::bf16, DType::f16}) {
     for (int64_t W : {0, 2, 65, 66, 1000}) {
       const AttentionMask m = AttentionMask::dflash_blocks(S, Bs, anchors, padded, W);
-      check_paths(sliding_case(dt, 128, 32, 8, 2, S, N, Bs, m), label(32, 8, 128, W));
+      check_paths(dflash_case(dt, 128, 32, 8, 2, S, N, Bs, m), label(32, 8, 128, W));
     }
   }
 }
@@ -228,7 +213,7 @@ TEST_F(CudaAttentionSlidingTest, ScratchStartingAsNaN) {
     for (int64_t Bs : {24, 64, 20, 5, 70}) {
       for (int64_t W : {0, 66}) {
         const AttentionMask m = AttentionMask::dflash_blocks(S, Bs, anchors, padded, W);
-        check_case(sliding_case(DType::bf16, 128, 32, 8, 2, S, N, Bs, m), AttentionPath::flash,
+        check_case(dflash_case(DType::bf16, 128, 32, 8, 2, S, N, Bs, m), AttentionPath::flash,
                    label(32, 8, 128, W) + " Bs " + std::to_string(Bs) + " bulk " + bulk);
       }
     }

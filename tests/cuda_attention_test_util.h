@@ -1,8 +1,8 @@
 // Why this file exists: the harness the CUDA attention tests share (cuda_attention_test.cpp,
 // cuda_attention_sliding_test.cpp): a fixture that skips without a GPU, the per-dtype
-// tolerances, and check_case / check_paths, which run one attention problem forward and
-// backward on the CPU (the reference, cpu/attention.cpp) and on a CUDA path and compare
-// out, lse, dq, dk and dv. Tolerances are relative to the largest reference value: bf16
+// tolerances, a DFlash case's shapes (dflash_case), and check_case / check_paths, which run
+// one attention problem forward and backward on the CPU (the reference, cpu/attention.cpp)
+// and on a CUDA path and compare out, lse, dq, dk and dv. Tolerances are relative to the largest reference value: bf16
 // 3e-2 (P and dS are rounded to bf16 as mma operands), f16 6e-3, f32 2e-4, f64 1e-9.
 // Include it only inside `#if defined(CHUNKGRAD_WITH_CUDA)`.
 #pragma once
@@ -82,6 +82,22 @@ struct Case {
   bool non_contiguous = false;  // q, k, v, grad_out as [B, S, H, hd] transposed
   bool misaligned = false;      // q, grad_out as narrows of a wider last dim (not 8-aligned)
 };
+
+// A DFlash case (either rule, as the mask says): B batch rows, heads hq / hkv of hd, N
+// blocks of Bs queries over S context keys (keys: the context, then every block's own).
+inline Case dflash_case(DType dt, int64_t hd, int64_t hq, int64_t hkv, int64_t B, int64_t S,
+                        int64_t N, int64_t Bs, const AttentionMask& mask) {
+  Case c;
+  c.B = B;
+  c.Hq = hq;
+  c.Hkv = hkv;
+  c.Sq = N * Bs;
+  c.Sk = S + N * Bs;
+  c.hd = hd;
+  c.dtype = dt;
+  c.mask = mask;
+  return c;
+}
 
 // [B, H, S, hd] random values in dtype, on the CPU, laid out as the case asks.
 inline Tensor make_input(const Case& c, int64_t H, int64_t S, uint64_t seed, bool may_misalign) {
