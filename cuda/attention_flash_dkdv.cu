@@ -331,8 +331,9 @@ bool dq_behind_enabled() {
 // ldmatrix. ptxas (bf16): 230 registers and no spills under the full rule (255 and 12
 // bytes of spills before), 236 and none under the sliding rule (255 and none before).
 // Issuing the dq before S^T and dP^T (added under them), or after dV, spilled 124 to 192
-// bytes; so did keeping dq^T's registers live from one product to the next (its first MMA
-// overwrites them; they are not zeroed).
+// bytes; so did issuing it without the branch on whether a tile is behind (136 to 148; the
+// branch costs an injected warpgroup.arrive, C7519), and keeping dq^T's registers live
+// from one product to the next (84, sliding; its first MMA overwrites them: not zeroed).
 // Not yet run on a card: off unless CHUNKGRAD_FLASH_DQ_WGMMA=1 (read at every launch, so
 // that a test may turn it on: tests/cuda_attention_dq_wgmma_test.cpp).
 bool dq_wgmma_enabled() {
