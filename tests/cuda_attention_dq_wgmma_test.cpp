@@ -26,27 +26,7 @@ namespace {
 using cuda::AttentionPath;
 using testing::check_case;
 using testing::dflash_case;
-
-// Sets an environment variable for a scope and then puts back what was there (the
-// switches below are read at every launch).
-struct ScopedEnv {
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      setenv(name_, old_.c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-  const char* name_;
-  bool had_ = false;
-  std::string old_;
-};
+using testing::ScopedEnv;
 
 class CudaAttentionDqWgmmaTest : public testing::CudaAttentionTest {};
 

@@ -33,6 +33,7 @@ using testing::check_case;
 using testing::check_paths;
 using testing::dflash_case;
 using testing::kDTypes;
+using testing::ScopedEnv;
 
 class CudaAttentionSlidingTest : public testing::CudaAttentionTest {};
 
@@ -198,18 +199,11 @@ TEST_F(CudaAttentionSlidingTest, ContextPartsByActiveBlocks) {
 // stores with CHUNKGRAD_FLASH_DQ_BULK=0 (the second pass); on a card without the
 // warpgroup MMA the buffer is zeroed and added to instead.
 TEST_F(CudaAttentionSlidingTest, ScratchStartingAsNaN) {
-  struct NanScratch {
-    NanScratch() { setenv("CHUNKGRAD_FLASH_SCRATCH_NAN", "1", 1); }
-    ~NanScratch() { unsetenv("CHUNKGRAD_FLASH_SCRATCH_NAN"); }
-  } nan_scratch;
+  const ScopedEnv nan_scratch("CHUNKGRAD_FLASH_SCRATCH_NAN", "1");
   const int64_t S = kPartsContext, N = kPartsBlocks;
   const Tensor anchors = parts_anchors(), padded = parts_padded();
-  struct Bulk {  // CHUNKGRAD_FLASH_DQ_BULK for one pass
-    explicit Bulk(const char* v) { setenv("CHUNKGRAD_FLASH_DQ_BULK", v, 1); }
-    ~Bulk() { unsetenv("CHUNKGRAD_FLASH_DQ_BULK"); }
-  };
   for (const char* bulk : {"1", "0"}) {
-    const Bulk pass(bulk);
+    const ScopedEnv pass("CHUNKGRAD_FLASH_DQ_BULK", bulk);
     for (int64_t Bs : {24, 64, 20, 5, 70}) {
       for (int64_t W : {0, 66}) {
         const AttentionMask m = AttentionMask::dflash_blocks(S, Bs, anchors, padded, W);

@@ -1,16 +1,18 @@
 // Why this file exists: the harness the CUDA attention tests share (cuda_attention_test.cpp,
-// cuda_attention_sliding_test.cpp): a fixture that skips without a GPU, the per-dtype
-// tolerances, a DFlash case's shapes (dflash_case), and check_case / check_paths, which run
-// one attention problem forward and backward on the CPU (the reference, cpu/attention.cpp)
-// and on a CUDA path and compare out, lse, dq, dk and dv. Tolerances are relative to the largest reference value: bf16
-// 3e-2 (P and dS are rounded to bf16 as mma operands), f16 6e-3, f32 2e-4, f64 1e-9.
-// Include it only inside `#if defined(CHUNKGRAD_WITH_CUDA)`.
+// cuda_attention_sliding_test.cpp, cuda_attention_dq_wgmma_test.cpp): a fixture that skips
+// without a GPU, the per-dtype tolerances, a scoped environment variable (ScopedEnv), a
+// DFlash case's shapes (dflash_case), and check_case / check_paths, which run one attention
+// problem forward and backward on the CPU (the reference, cpu/attention.cpp) and on a CUDA
+// path and compare out, lse, dq, dk and dv. Tolerances are relative to the largest
+// reference value: bf16 3e-2 (P and dS are rounded to bf16 as mma operands), f16 6e-3, f32
+// 2e-4, f64 1e-9. Include it only inside `#if defined(CHUNKGRAD_WITH_CUDA)`.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -81,6 +83,27 @@ struct Case {
   double scale = 0;             // 0: 1 / sqrt(hd)
   bool non_contiguous = false;  // q, k, v, grad_out as [B, S, H, hd] transposed
   bool misaligned = false;      // q, grad_out as narrows of a wider last dim (not 8-aligned)
+};
+
+// Sets an environment variable for a scope and then puts back what was there (the
+// flash kernels' switches that tests set are read at every launch).
+struct ScopedEnv {
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      setenv(name_, old_.c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+  const char* name_;
+  bool had_ = false;
+  std::string old_;
 };
 
 // A DFlash case (either rule, as the mask says): B batch rows, heads hq / hkv of hd, N
