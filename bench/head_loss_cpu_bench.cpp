@@ -13,14 +13,12 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
-#include <sstream>
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-
 #include "core/factories.h"
 #include "core/timing.h"
+#include "examples/common/program.h"
 #include "ops/head_loss.h"
 #include "ops/ops.h"
 #include "ops/threads.h"
@@ -60,24 +58,9 @@ Seconds median_seconds(int repeats, F&& f) {
   return {cg::median(std::move(wall)), cg::median(std::move(cpu))};
 }
 
-}  // namespace
-
-int run_bench(int argc, char** argv) {
-  Options o;
-  CLI::App app{"chunkgrad CPU benchmark: GEMM, naive and fused lm_head + CE (frozen head)"};
-  app.add_option("--T", o.T, "positions (rows of h)")->check(CLI::PositiveNumber);
-  app.add_option("--D", o.D, "hidden size")->check(CLI::PositiveNumber);
-  app.add_option("--V", o.V, "vocabulary")->check(CLI::PositiveNumber);
-  app.add_option("--dtype", o.dtype, "f32 | bf16 | f16 | f64")
-      ->check(CLI::IsMember({"f32", "bf16", "f16", "f64"}));
-  app.add_option("--repeats", o.repeats, "timed runs per row (median reported)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--chunks", o.chunks, "comma-separated rows per chunk for the fused path");
-  app.add_option("--threads", o.threads,
-                 "threads (0: CHUNKGRAD_NUM_THREADS, OMP_NUM_THREADS or every core)");
-  CLI11_PARSE(app, argc, argv);
+// The rows, from options already checked.
+void run_bench(const Options& o) {
   if (o.threads > 0) cg::set_num_threads(o.threads);
-
   const cg::DType dtype = cg::parse_dtype(o.dtype);
   cg::Generator gen(1);
   const cg::Tensor hidden = cg::randn({o.T, o.D}, {.dtype = dtype}, &gen).requires_grad_();
@@ -121,27 +104,50 @@ int run_bench(int argc, char** argv) {
   const Seconds naive_s = median_seconds(o.repeats, [&] { loss_step(naive); });
   row("naive", naive_s, gemm_s, 2 * gemm_flops);
 
-  std::stringstream list(o.chunks);
-  for (std::string item; std::getline(list, item, ',');) {
+  for (const int64_t rows : cg::program::parse_integer_list(o.chunks)) {
     cg::HeadLossOptions fused;
     fused.path = cg::HeadLossPath::fused;
     fused.with_metrics = false;
-    fused.chunk_rows = std::stoll(item);
+    fused.chunk_rows = rows;
     const Seconds s = median_seconds(o.repeats, [&] { loss_step(fused); });
-    row("fused/" + item, s, gemm_s, 2 * gemm_flops);
+    row("fused/" + std::to_string(rows), s, gemm_s, 2 * gemm_flops);
   }
   std::printf(
       "(GFLOP/s counts 2 T D V per GEMM: 1 for gemm, 2 for the loss rows -- logits and dh)\n");
-  return 0;
 }
 
-// Bad input (an unparsable --chunks entry, a thread count the pool refuses) is one line
-// and exit 1, as for every program (README: "The programs with bad input").
+}  // namespace
+
+// Every option is checked before any row runs; bad input is one line and exit 1, as for
+// every program (examples/common/program.h).
 int main(int argc, char** argv) {
-  try {
-    return run_bench(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "chunkgrad head_loss_cpu_bench: error: %s\n", e.what());
-  }
-  return 1;
+  namespace program = cg::program;
+  Options o;
+  program::Program prog(
+      "head_loss_cpu_bench",
+      "chunkgrad CPU benchmark: GEMM, naive and fused lm_head + CE (frozen head)");
+  CLI::App& app = prog.app();
+  app.add_option("--T", o.T, "positions (rows of h)")
+      ->check(program::integer_in(1, int64_t{1} << 24))
+      ->capture_default_str();
+  app.add_option("--D", o.D, "hidden size")
+      ->check(program::integer_in(1, int64_t{1} << 16))
+      ->capture_default_str();
+  app.add_option("--V", o.V, "vocabulary")
+      ->check(program::integer_in(1, int64_t{1} << 24))
+      ->capture_default_str();
+  app.add_option("--dtype", o.dtype, "element type")
+      ->check(program::one_of({"f32", "bf16", "f16", "f64"}))
+      ->capture_default_str();
+  app.add_option("--repeats", o.repeats, "timed runs per row (median reported)")
+      ->check(program::integer_in(1, 1000))
+      ->capture_default_str();
+  app.add_option("--chunks", o.chunks, "comma-separated rows per chunk for the fused path")
+      ->check(program::integer_list_in(1, int64_t{1} << 24))
+      ->capture_default_str();
+  app.add_option("--threads", o.threads,
+                 "threads (0: CHUNKGRAD_NUM_THREADS, OMP_NUM_THREADS or every core)")
+      ->check(program::integer_in(0, 4096))
+      ->capture_default_str();
+  return prog.run(argc, argv, [&] { run_bench(o); });
 }

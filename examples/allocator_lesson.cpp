@@ -59,6 +59,8 @@ struct Options {
 void lesson(const Options& o) {
   // Both files are made ready first: an unwritable path fails before the lesson runs.
   std::unique_ptr<cg::AtomicFile> svg, trace;
+  if (!o.svg.empty() && !o.trace.empty())
+    cg::program::check_outputs_apart({{o.svg, "--svg"}, {o.trace, "--trace"}});
   if (!o.svg.empty()) svg = std::make_unique<cg::AtomicFile>(o.svg, "--svg");
   if (!o.trace.empty()) trace = std::make_unique<cg::AtomicFile>(o.trace, "--trace");
   if (trace) cg::MemoryTrace::enable();

@@ -50,8 +50,11 @@ void draw(const Options& o) {
       if (j == o.context || (j > o.context && (j - o.context) % o.block == 0)) row += ' ';
       row += seen ? '#' : '.';
     }
-    std::printf("block %c slot %lld %s  (position %lld)\n", char('a' + b), (long long)k,
-                row.c_str(), (long long)(o.anchors[b] + k));
+    const std::string where = o.anchors[b] < 0
+                                  ? std::string("(a padded block)")
+                                  : "(position " + std::to_string(o.anchors[b] + k) + ")";
+    std::printf("block %c slot %lld %s  %s\n", char('a' + b), (long long)k, row.c_str(),
+                where.c_str());
   }
 }
 
@@ -63,7 +66,11 @@ int main(int argc, char** argv) {
   CLI::App& app = program.app();
   app.add_option("--context", o.context, "context keys S")->check(cg::program::integer_in(1, 40));
   app.add_option("--block", o.block, "block size")->check(cg::program::integer_in(1, 16));
-  app.add_option("--anchors", o.anchors, "one anchor per block, each in 0..S");
+  app.add_option("--anchors", o.anchors,
+                 "one anchor per block (at most 26 blocks, a to z), each in 0..S; -1 marks a "
+                 "padded block, whose slots see nothing")
+      ->check(cg::program::integer_in(-1, 40))
+      ->expected(1, 26);
   app.add_option("--window", o.window, "0: the block rule; W > 0: the sliding rule")
       ->check(cg::program::integer_in(0, 64));
   return program.run(argc, argv, [&] { draw(o); });

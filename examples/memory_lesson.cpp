@@ -285,7 +285,8 @@ int main(int argc, char** argv) {
   app.add_flag("--json", o.json,
                "print one JSON object {shape, paths, lesson} instead of the table");
   app.add_option("--trace-dir", o.trace_dir,
-                 "write trace_<path>.json (allocator events of the first step) here");
+                 "write trace_<path>.json (allocator events of the first step) here")
+      ->check(cg::program::not_empty());
   app.add_option("--memory-limit-mb", o.memory_limit_mb,
                  "cap the host allocator like a smaller card (0 = none); covers everything the run "
                  "allocates")

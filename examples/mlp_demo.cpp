@@ -238,6 +238,7 @@ int main(int argc, char** argv) {
                  "covers everything the run allocates")
       ->check(integer_in(0, int64_t{1} << 24));
   app.add_option("--device", o.device, cg::device_names_help() + ": where the MLP trains");
-  app.add_option("--trace", o.trace_path, "write the allocator's memory trace (JSON) here");
+  app.add_option("--trace", o.trace_path, "write the allocator's memory trace (JSON) here")
+      ->check(cg::program::not_empty());
   return program.run(argc, argv, [&] { run(o); });
 }

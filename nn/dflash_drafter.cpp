@@ -28,6 +28,13 @@ std::vector<int64_t> dflash_target_layers(int64_t num_target_layers, int64_t n) 
            "target layers for n = ",
            n, " feature layers, got L = ", num_target_layers,
            "; use 1 feature layer or list target_layers explicitly");
+  // More layers than [1, L-3] holds would repeat ids ([1, 2, 2, 2, 3, ...] for L = 8,
+  // n = 9): the same features under two slots, which an explicit list is refused for too.
+  CG_CHECK(n - 1 <= num_target_layers - 4, "dflash target layers: the rule spreads n = ", n,
+           " feature layers over layers 1..", num_target_layers - 3, " of L = ", num_target_layers,
+           ", which holds only ", num_target_layers - 3,
+           " different ones (n would repeat layers); use at most ", num_target_layers - 3,
+           " feature layers or list target_layers explicitly");
   const int64_t den = n - 1;
   std::vector<int64_t> ids;
   for (int64_t i = 0; i < n; ++i) {

@@ -26,8 +26,8 @@ namespace cg::nn {
 // [1, L-3], layer_id(i) = round(1 + i*(L-4)/(n-1)); one layer: L/2. round is Python's
 // (half to even), as in the public code: L = 27, n = 3 gives [1, 12, 24], not 13.
 // Layer id l is the output of decoder layer l (0-based), i.e. Hugging Face's
-// hidden_states[l + 1]. Throws when n < 1, or n > 1 and L < 5 (the rule has no room),
-// naming L and n.
+// hidden_states[l + 1]. Throws when n < 1, or n > 1 and L < 5 (the rule has no room), or
+// n > L - 3 (it would repeat a layer), naming L and n.
 std::vector<int64_t> dflash_target_layers(int64_t num_target_layers, int64_t n);
 
 // The attention rule of one drafter layer (the published config's `layer_types`).

@@ -89,6 +89,25 @@ TEST(DFlashLayout, LayerIdRuleRoundsHalfToEven) {
   EXPECT_EQ(nn::dflash_target_layers(36, 5), (std::vector<int64_t>{1, 9, 17, 25, 33}));
   EXPECT_EQ(nn::dflash_target_layers(29, 3), (std::vector<int64_t>{1, 14, 26}));  // 13.5 -> 14
   EXPECT_EQ(nn::dflash_target_layers(10, 5), (std::vector<int64_t>{1, 2, 4, 6, 7}));
+  EXPECT_EQ(nn::dflash_target_layers(8, 5), (std::vector<int64_t>{1, 2, 3, 4, 5}));
+}
+
+// An outside tester: num_target_features = 9 on the 8-layer toy target trained and
+// exported target_layer_ids [1, 2, 2, 2, 3, 4, 4, 4, 5]; the rule now refuses to repeat
+// a layer, as an explicit list with a layer twice is refused.
+TEST(DFlashLayout, LayerIdRuleNeverRepeatsALayer) {
+  for (int64_t L = 5; L <= 70; ++L) {
+    for (int64_t n = 1; n <= L - 3; ++n) {
+      const std::vector<int64_t> ids = nn::dflash_target_layers(L, n);
+      for (size_t i = 1; i < ids.size(); ++i) EXPECT_LT(ids[i - 1], ids[i]) << L << " " << n;
+    }
+  }
+  try {
+    nn::dflash_target_layers(8, 9);
+    ADD_FAILURE() << "8 layers gave 9 feature layers";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("at most 5 feature layers"), std::string::npos) << e.message();
+  }
 }
 
 // Layer id l is the output of decoder layer l: Hugging Face's hidden_states[l + 1]

@@ -144,6 +144,28 @@ TEST(Lessons, DflashMaskLessonDrawsBothRules) {
   expect_all(r, {"block b slot 0 ....##.. .... #...", "block b slot 3 ........ .... .###"});
 }
 
+// An outside tester: `--anchors ""` drew anchor 0, `--anchors -2` was taken although the
+// help said 0..S, and allocator_lesson's --svg and --trace at one path left the trace in
+// the SVG's place after a rename error.
+TEST(Lessons, LessonsRefuseAnchorsOutsideTheirRangeAndOneFileForTwoOutputs) {
+  for (const char* bad : {"''", "-2", "41", "x"}) {
+    const LessonRun r =
+        run_in_temp_dir(std::string("./build/examples/dflash_mask_lesson --anchors ") + bad);
+    EXPECT_EQ(r.exit_code, 1) << r.out;
+    EXPECT_NE(r.out.find("chunkgrad dflash_mask_lesson: error: --anchors"), std::string::npos)
+        << r.out;
+  }
+  // -1 is a padded block: its slots see nothing.
+  expect_all(run_in_temp_dir("./build/examples/dflash_mask_lesson --anchors 3 -1"),
+             {"block b slot 0 ........ .... ...."});
+  const LessonRun same = run_in_temp_dir(
+      "./build/examples/allocator_lesson --svg same.x --trace same.x; "
+      "test ! -e same.x");
+  EXPECT_EQ(same.exit_code, 1) << same.out;
+  EXPECT_NE(same.out.find("--trace and --svg would both write same.x"), std::string::npos)
+      << same.out;
+}
+
 // ---- memory_lesson's text follows its own numbers (Note [The lesson's text]) ----
 
 // memory_lesson ARGS, its stdout (the progress lines on stderr are dropped).

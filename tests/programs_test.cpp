@@ -481,6 +481,44 @@ TEST(Programs, ChunkgradTraceNeverWritesOverItsInput) {
   std::filesystem::remove_all(dir);
 }
 
+// An outside tester: `--html` inside `--svg-dir` under an SVG's name ran the whole report,
+// then failed to rename and left the HTML in the SVG's place; a pickle snapshot read as
+// "not JSON ... byte 1"; a first trace that peaks at 0 B gave "0.00x" for the others;
+// `--html ""` wrote nothing and said nothing.
+TEST(Programs, ChunkgradTraceRefusesOutputsAtOnePathAndNamesPickles) {
+  const std::string dir = temp_dir();
+  ASSERT_EQ(memory_lesson(kTiny + "--paths fused --trace-dir '" + dir + "'").exit_code, 0);
+  const std::string trace = "'" + dir + "/trace_fused.json'";
+  std::filesystem::create_directories(dir + "/out");
+  const ProgramRun both = chunkgrad("trace " + trace + " --svg-dir '" + dir + "/out' --html '" +
+                                    dir + "/out/memory_fused.svg'");
+  expect_clean_failure(both, "trace",
+                       {"--svg-dir and --html would both write", "memory_fused.svg"});
+  EXPECT_EQ(both.out, "") << "the report ran before the outputs were checked";
+  EXPECT_FALSE(std::filesystem::exists(dir + "/out/memory_fused.svg"));
+  expect_clean_failure(chunkgrad("trace " + trace + " --snapshot-dir '" + dir + "/out' --html '" +
+                                 dir + "/out/../out/fused.json'"),
+                       "trace", {"would both write"});
+  for (const char* option : {"--html", "--svg-dir", "--snapshot-dir", "--perfetto-dir", "--names"})
+    expect_clean_failure(chunkgrad("trace " + trace + " " + option + " ''"), "trace",
+                         {option, "must not be empty"});
+  // The snapshot chunkgrad itself writes, read back as if it were a trace.
+  ASSERT_EQ(chunkgrad("trace " + trace + " --snapshot-dir '" + dir + "/snap'").exit_code, 0);
+  expect_clean_failure(chunkgrad("trace '" + dir + "/snap/fused.pickle'"), "trace",
+                       {"fused.pickle", "is a Python pickle", "pytorch.org/memory_viz"});
+  std::ofstream(dir + "/zero.json")
+      << R"({"format":"chunkgrad.memory_trace","version":1,"events":[]})";
+  const ProgramRun zero = chunkgrad("trace '" + dir + "/zero.json' " + trace);
+  ASSERT_EQ(zero.exit_code, 0) << zero.err;
+  EXPECT_EQ(zero.out.find("0.00x"), std::string::npos) << zero.out;
+  EXPECT_NE(zero.out.find("the first peaks at 0 B"), std::string::npos) << zero.out;
+  expect_clean_failure(memory_lesson(kTiny + "--trace-dir ''"), "memory_lesson",
+                       {"--trace-dir", "must not be empty"});
+  expect_clean_failure(mlp_demo("--steps 1 --trace ''"), "mlp_demo",
+                       {"--trace", "must not be empty"});
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Programs, ChunkgradTraceComparesTracesOfTheSameName) {
   const std::string dir = temp_dir();
   for (const char* run : {"/a", "/b"}) {
@@ -583,3 +621,34 @@ TEST(Programs, ChunkgradTraceRefusesDeepNestingInOneShortLine) {
   }
   std::filesystem::remove_all(dir);
 }
+
+#ifdef CHUNKGRAD_HEAD_LOSS_CPU_BENCH
+// An outside tester: the CPU benchmark ran the GEMM and naive rows before `--chunks abc`
+// failed with "stoll", took `--chunks ""` as no fused rows and `--threads -1` as the
+// default, and left CLI11's own exit codes (104, 105, 109) and its 300-digit range.
+TEST(Programs, HeadLossCpuBenchChecksEveryOptionBeforeAnyRow) {
+  const std::string tiny = "--T 64 --D 16 --V 100 --repeats 1 ";
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"--chunks abc", {"--chunks", "'abc' is not"}},
+      {"--chunks 8,,8", {"--chunks", "an empty entry"}},
+      {"--chunks -4", {"--chunks", "'-4' is not"}},
+      {"--chunks 99999999999999999999", {"--chunks"}},
+      {"--chunks ''", {"--chunks", "comma-separated"}},
+      {"--threads -1", {"--threads", "from 0 to"}},
+      {"--T 0", {"--T", "from 1 to 16777216"}},
+      {"--dtype f8", {"--dtype", "f32, bf16, f16, f64"}},
+      {"--V nan", {"--V"}},
+      {"--bogus", {"--bogus"}},
+  };
+  for (const auto& [args, words] : cases) {
+    SCOPED_TRACE(args);
+    const ProgramRun r = run_program(CHUNKGRAD_HEAD_LOSS_CPU_BENCH, tiny + args);
+    expect_clean_failure(r, "head_loss_cpu_bench", words);
+    EXPECT_EQ(r.out, "") << "a row ran before the option was refused";
+  }
+  const ProgramRun ok = run_program(CHUNKGRAD_HEAD_LOSS_CPU_BENCH, tiny + "--chunks 16,32");
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_NE(ok.out.find("fused/16"), std::string::npos) << ok.out;
+  EXPECT_NE(ok.out.find("fused/32"), std::string::npos) << ok.out;
+}
+#endif

@@ -179,3 +179,37 @@ TEST_F(TrainResume, ActivationCheckpointingMayChangeOnResume) {
 }
 
 }  // namespace
+
+// An outside tester: a synthetic run (features.source synthetic, no target model) resumed
+// with another drafter.optim.steps, or past a damaged newest checkpoint, said nothing under
+// --no-progress, where the online pipeline warns in both cases.
+TEST_F(TrainResume, ASyntheticRunWarnsAsTheOthersDo) {
+  const std::string run = path("synthetic");
+  const std::string args =
+      "--config '" + std::string(CHUNKGRAD_SOURCE_DIR) + "/configs/toy.json' --no-progress --json" +
+      " --run-dir '" + run +
+      "' --set features.source=synthetic --set drafter.hidden_size=32"
+      " --set drafter.vocab_size=128 --set drafter.num_target_layers=6"
+      " --set drafter.num_heads=2 --set drafter.num_kv_heads=1 --set drafter.head_dim=16"
+      " --set data.num_sequences=8 --set data.max_new_tokens=32 --set memory.enabled=false"
+      " --set drafter.checkpoint_every=2";
+  ASSERT_EQ(train(args + " --set drafter.optim.steps=4").exit_code, 0);
+  ASSERT_EQ(checkpoint_steps(run), (std::vector<int64_t>{2, 4}));
+  const TrainRun longer = train(args + " --set drafter.optim.steps=6");
+  ASSERT_EQ(longer.exit_code, 0) << longer.err;
+  EXPECT_NE(longer.err.find("warning: drafter.optim.steps is 6 now and was 4 when step 4 was "
+                            "saved"),
+            std::string::npos)
+      << longer.err;
+  ASSERT_EQ(checkpoint_steps(run), (std::vector<int64_t>{2, 4, 6}));
+  const std::string good = slurp(checkpoint(run, 6));
+  std::ofstream(checkpoint(run, 6), std::ios::binary | std::ios::trunc)
+      << good.substr(0, good.size() / 2);
+  const TrainRun damaged = train(args + " --set drafter.optim.steps=6");
+  ASSERT_EQ(damaged.exit_code, 0) << damaged.err;
+  EXPECT_EQ(resumed_at(damaged), 4);
+  EXPECT_NE(damaged.err.find("chunkgrad train: warning: resume: " + checkpoint(run, 6) +
+                             " is unreadable"),
+            std::string::npos)
+      << damaged.err;
+}

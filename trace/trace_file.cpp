@@ -288,6 +288,13 @@ TraceFile read_trace_file(const std::string& path) {
   const std::string text = buffer.str();
   CG_CHECK(text.find_first_not_of(" \t\r\n") != std::string::npos, path,
            " is empty: not a chunkgrad memory trace; ", kHowToWrite);
+  // A pickle starts with its PROTO opcode, 0x80 (protocol 2 and later): the memory_viz
+  // snapshot `--snapshot-dir` writes beside its JSON, or torch.cuda.memory._dump_snapshot's.
+  CG_CHECK(static_cast<unsigned char>(text[0]) != 0x80, path,
+           " is a Python pickle (a PyTorch memory snapshot, such as `chunkgrad trace "
+           "--snapshot-dir` writes: open it in pytorch.org/memory_viz), not a chunkgrad memory "
+           "trace; ",
+           kHowToWrite);
   // Bounded first (core/json_input.h): a trace nested 100,000 deep is one error line, not
   // a stack overflow where the value is later copied, compared or described.
   check_json_depth(text, path);

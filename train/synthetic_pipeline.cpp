@@ -22,6 +22,7 @@
 #include "train/drafter_step.h"
 #include "train/drafter_trainer.h"
 #include "train/flop_count.h"
+#include "train/pipeline_stages.h"
 #include "train/progress.h"
 #include "train/run_lock.h"
 #include "train/stop_signal.h"
@@ -30,18 +31,11 @@
 namespace cg::train {
 namespace {
 
+using pipeline_stages::say;
+using pipeline_stages::seconds_since;
+using pipeline_stages::warn;
+
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-
-void say(const TrainConfig& c, const std::string& line) {
-  if (c.progress) {
-    std::fprintf(stderr, "chunkgrad train: %s\n", line.c_str());
-    std::fflush(stderr);
-  }
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 std::string gib(double bytes) {
   char buf[32];
@@ -118,8 +112,13 @@ nlohmann::json run_synthetic_pipeline(const TrainConfig& config, const PipelineO
   // rank reads the same checkpoint (Note [World-size-free checkpoints], data_parallel.h).
   const ResumeChoice resume =
       choose_resume_checkpoint(config, kSyntheticFingerprint, options.resume_from);
-  for (const std::string& skipped : resume.skipped)
-    say(config, "resume: " + skipped + "; skipped it, resuming from " + resume.path);
+  // (warnings, as run_pipeline's: with or without --no-progress)
+  for (const std::string& skipped : resume.skipped) {
+    if (rank0) {
+      warn("resume: " + skipped + "; skipped it, resuming from " + resume.path +
+           " (the skipped one is removed when this run saves its first checkpoint)");
+    }
+  }
   if (comm != nullptr) comm->barrier();  // every rank has chosen before rank 0 writes
   std::optional<MetricsLog> log;
   if (rank0) {
@@ -172,6 +171,10 @@ nlohmann::json run_synthetic_pipeline(const TrainConfig& config, const PipelineO
   if (!resume.path.empty()) {
     trainer.load_checkpoint(resume.path);
     say(config, "resumed from " + resume.path + " at step " + std::to_string(trainer.step()));
+    // Note [Resume and the schedule], drafter_checkpoints.h.
+    const std::string schedule =
+        schedule_change_line(config.drafter.optim, resume.saved_steps, trainer.step());
+    if (!schedule.empty() && rank0) warn(schedule);
     trainer.replace_checkpoints_after(trainer.step());  // as run_pipeline's train_drafter
   } else if (!config.resume) {
     trainer.replace_checkpoints_after(-1);

@@ -15,15 +15,17 @@
 namespace cg::cli {
 
 // The --target help of every command that loads a target (train/feature_target.h): a
-// Hugging Face folder of a model_type nn::Qwen3Config reads (listed from its one list), or
-// a chunkgrad run directory with a cached target.
-inline std::string target_folder_help() {
+// Hugging Face folder of a model_type nn::Qwen3Config reads (listed from its one list), or,
+// where the command takes one (not `train --target`: train/target_features.cpp), a
+// chunkgrad run directory with a cached target.
+inline std::string target_folder_help(bool run_directories = true) {
   std::string types;
   for (const std::string& t : nn::Qwen3Config::hf_model_types())
     types += (types.empty() ? "" : ", ") + t;
   return "a Hugging Face model folder (config.json + safetensors) of model_type " + types +
-         " (Qwen3, Qwen3.5 / Qwen3.6 and their MoE forms), or a chunkgrad run directory with a "
-         "cached target";
+         " (Qwen3, Qwen3.5 / Qwen3.6 and their MoE forms)" +
+         (run_directories ? ", or a chunkgrad run directory with a cached target"
+                          : " (a chunkgrad run's own toy target: features.source online)");
 }
 
 // The work a subcommand does once the command line is parsed and validated. A command's

@@ -189,8 +189,8 @@ void print_comparison(const std::vector<ReportTrace>& traces) {
   const int64_t base = traces.front().analysis.peak.allocated;
   row("peak vs the first", [&](const TraceAnalysis& a) {
     char buf[32];
-    std::snprintf(buf, sizeof buf, "%.2fx",
-                  base > 0 ? static_cast<double>(a.peak.allocated) / base : 0.0);
+    if (base <= 0) return std::string("- (the first peaks at 0 B)");
+    std::snprintf(buf, sizeof buf, "%.2fx", static_cast<double>(a.peak.allocated) / base);
     return std::string(buf);
   });
   std::printf("  (%s)\n", kHolderCounting);
@@ -214,6 +214,18 @@ int device_index(const TraceFile& file, const std::string& device) {
 
 void run_trace(const TraceOptions& o) {
   const std::vector<std::string> names = split_names(o);
+  std::vector<std::pair<std::string, std::string>> outputs;
+  if (!o.html.empty()) outputs.emplace_back(o.html, "--html");
+  for (const std::string& n : names) {
+    if (!o.svg_dir.empty()) outputs.emplace_back(o.svg_dir + "/memory_" + n + ".svg", "--svg-dir");
+    if (!o.snapshot_dir.empty()) {
+      outputs.emplace_back(o.snapshot_dir + "/" + n + ".pickle", "--snapshot-dir");
+      outputs.emplace_back(o.snapshot_dir + "/" + n + ".json", "--snapshot-dir");
+    }
+    if (!o.perfetto_dir.empty())
+      outputs.emplace_back(o.perfetto_dir + "/" + n + ".perfetto.json", "--perfetto-dir");
+  }
+  program::check_outputs_apart(outputs);
   // Outputs first: an unwritable path fails before any trace is read.
   std::unique_ptr<TextOut> html;
   if (!o.html.empty()) html = std::make_unique<TextOut>(o.html, "--html", o.files);
@@ -291,19 +303,25 @@ void add_trace_command(CLI::App& app, CommandBody& run) {
       ->required()
       ->check(CLI::ExistingFile);
   sub->add_option("--names", o->names,
-                  "comma-separated names for the traces (default: file names without trace_)");
+                  "comma-separated names for the traces (default: file names without trace_)")
+      ->check(program::not_empty());
   sub->add_option("--top", o->top, "rows per table")->check(program::integer_in(1, 1000));
   sub->add_option("--device", o->device,
                   "the device to report on, as the trace names it (default: the one with "
-                  "the most allocations)");
+                  "the most allocations)")
+      ->check(program::not_empty());
   sub->add_option("--html", o->html,
-                  "write a self-contained HTML report (timelines, holders, comparison) here");
+                  "write a self-contained HTML report (timelines, holders, comparison) here")
+      ->check(program::not_empty());
   sub->add_option("--svg-dir", o->svg_dir,
-                  "write memory_<name>.svg timelines (one byte scale for all) here");
+                  "write memory_<name>.svg timelines (one byte scale for all) here")
+      ->check(program::not_empty());
   sub->add_option("--snapshot-dir", o->snapshot_dir,
-                  "write <name>.pickle and <name>.json snapshots for pytorch.org/memory_viz here");
+                  "write <name>.pickle and <name>.json snapshots for pytorch.org/memory_viz here")
+      ->check(program::not_empty());
   sub->add_option("--perfetto-dir", o->perfetto_dir,
-                  "write <name>.perfetto.json for ui.perfetto.dev here");
+                  "write <name>.perfetto.json for ui.perfetto.dev here")
+      ->check(program::not_empty());
   sub->callback([&run, o] { run = [o] { run_trace(*o); }; });
 }
 

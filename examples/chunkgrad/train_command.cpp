@@ -136,7 +136,7 @@ void add_train_command(CLI::App& app, CommandBody& run) {
       ->check(program::not_empty());
   CLI::Option* target =
       sub->add_option("--target", o.target,
-                      "train from the features of " + target_folder_help() +
+                      "train from the features of " + target_folder_help(false) +
                           ", computed each step on --device (features.source target; needs "
                           "--data and drafter.mask_token_id)")
           ->check(CLI::ExistingDirectory);

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <iostream>
 #include <new>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -48,6 +49,17 @@ void print_error_line(const std::string& program, const std::string& message) {
   std::fprintf(stderr, "chunkgrad%s%s: error: %s\n", program.empty() ? "" : " ", program.c_str(),
                line.c_str());
   std::fflush(stderr);
+}
+
+// The whole of `text` as a decimal integer (a leading '+' allowed), or nothing.
+std::optional<int64_t> parse_integer(const std::string& text) {
+  int64_t value = 0;
+  const char* first = text.data();
+  const char* last = text.data() + text.size();
+  if (first != last && *first == '+') ++first;
+  const auto [end, ec] = std::from_chars(first, last, value);
+  if (ec != std::errc() || end != last || first == last) return std::nullopt;
+  return value;
 }
 
 }  // namespace
@@ -171,14 +183,8 @@ CLI::Validator integer_in(int64_t lo, int64_t hi) {
   const std::string range = "an integer from " + std::to_string(lo) + " to " + std::to_string(hi);
   return CLI::Validator(
       [lo, hi, range](std::string& text) -> std::string {
-        int64_t value = 0;
-        const char* first = text.data();
-        const char* last = text.data() + text.size();
-        if (first != last && *first == '+') ++first;
-        const auto [end, ec] = std::from_chars(first, last, value);
-        if (ec != std::errc() || end != last || first == last || value < lo || value > hi) {
-          return "must be " + range + ", got " + text;
-        }
+        const std::optional<int64_t> value = parse_integer(text);
+        if (!value || *value < lo || *value > hi) return "must be " + range + ", got " + text;
         return std::string();
       },
       "from " + std::to_string(lo) + " to " + std::to_string(hi));
@@ -236,6 +242,50 @@ CLI::Validator subset_of(const std::vector<std::string>& allowed) {
         return std::string();
       },
       "subset of " + names);
+}
+
+CLI::Validator integer_list_in(int64_t lo, int64_t hi) {
+  const std::string range = "integers from " + std::to_string(lo) + " to " + std::to_string(hi);
+  return CLI::Validator(
+      [lo, hi, range](std::string& text) -> std::string {
+        const std::string shape =
+            "must be a comma-separated list of " + range + ", got '" + text + "'";
+        if (text.empty() || text.back() == ',') return shape;
+        std::stringstream list(text);
+        for (std::string item; std::getline(list, item, ',');) {
+          const std::optional<int64_t> value = parse_integer(item);
+          if (!value || *value < lo || *value > hi)
+            return shape + (item.empty() ? " (an empty entry)" : " ('" + item + "' is not)");
+        }
+        return std::string();
+      },
+      "list of " + range);
+}
+
+std::vector<int64_t> parse_integer_list(const std::string& text) {
+  std::vector<int64_t> values;
+  std::stringstream list(text);
+  for (std::string item; std::getline(list, item, ',');) {
+    const std::optional<int64_t> value = parse_integer(item);
+    CG_CHECK(value.has_value(), "'", item, "' is not an integer (in '", text, "')");
+    values.push_back(*value);
+  }
+  return values;
+}
+
+void check_outputs_apart(const std::vector<std::pair<std::string, std::string>>& outputs) {
+  std::vector<std::string> where;
+  for (const auto& [path, option] : outputs) {
+    std::error_code ec;
+    const auto at = std::filesystem::weakly_canonical(std::filesystem::absolute(path), ec);
+    where.push_back(ec ? path : at.lexically_normal().string());
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    for (size_t k = 0; k < i; ++k) {
+      CG_CHECK(where[i] != where[k], outputs[i].second, " and ", outputs[k].second,
+               " would both write ", outputs[i].first, "; give them different paths");
+    }
+  }
 }
 
 CLI::Validator not_empty() {

@@ -25,6 +25,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -70,6 +71,10 @@ CLI::Validator number_in(double lo, double hi, bool lo_open = false);
 CLI::Validator one_of(const std::vector<std::string>& allowed);
 // One of the comma-separated names in `allowed`, each at most once ("naive,fused").
 CLI::Validator subset_of(const std::vector<std::string>& allowed);
+// A comma-separated list of integers, each in [lo, hi], at least one ("256,512").
+CLI::Validator integer_list_in(int64_t lo, int64_t hi);
+// The integers of a list integer_list_in accepted.
+std::vector<int64_t> parse_integer_list(const std::string& text);
 // Any text but the empty one: an option given as "" is an error, not "not given".
 CLI::Validator not_empty();
 // A device name of the table in core/device.h (parsed only: cg::resolve_device, called
@@ -98,6 +103,11 @@ class OutputFile {
   std::string path_, option_;
   std::unique_ptr<AtomicFile> out_;
 };
+
+// Refuses two outputs at one path ((path, option) pairs; `--html` inside `--svg-dir` under
+// an SVG's name, `--svg` and `--trace` the same file): whichever was written last would be
+// all that is left, after the whole run. Call it before making any of them ready.
+void check_outputs_apart(const std::vector<std::pair<std::string, std::string>>& outputs);
 
 // Makes `dir` (and its parents); throws cg::Error naming the option when it cannot. Open
 // the files to go in it (OutputFile) before the work starts, too.

@@ -201,12 +201,14 @@ void print_table(const std::vector<PathReport>& reports, const Options& o,
                  const cg::HeadLossInputs& in) {
   const int64_t T = in.hidden.size(0), D = in.hidden.size(1), V = in.head.size(0);
   const size_t el = cg::element_size(in.hidden.dtype());
+  // (the loss works on 16-bit logits in fp32, on f64 ones in f64)
+  const int64_t logit_bytes = el == 8 ? 8 : 4;
   std::printf(
       "lm_head + %s loss%s, T=%lld D=%lld V=%lld (%s, head %s, on %s); logits [T, V] = %s in "
-      "fp32\n",
+      "%s\n",
       o.loss.c_str(), o.ce_weight > 0 ? cg::detail::concat(" + ", o.ce_weight, " CE").c_str() : "",
       (long long)T, (long long)D, (long long)V, o.dtype.c_str(), o.head.c_str(),
-      in.hidden.device().str().c_str(), mib(4 * T * V).c_str());
+      in.hidden.device().str().c_str(), mib(logit_bytes * T * V).c_str(), el == 8 ? "f64" : "fp32");
   std::printf("inputs: hidden %s, head %s, labels %s", mib(T * D * el).c_str(),
               mib(V * D * el).c_str(), mib(in.labels.nbytes()).c_str());
   if (in.teacher_hidden.defined())
