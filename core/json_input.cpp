@@ -41,16 +41,32 @@ void check_json_depth(std::string_view text, const std::string& what) {
   }
 }
 
+void check_not_a_device(const std::string& path, const std::string& what) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  CG_CHECK(ec || (!std::filesystem::is_character_file(status) &&
+                  !std::filesystem::is_block_file(status)),
+           what, ": '", path, "' is a device, not a file; give a file");
+}
+
 std::string read_text_file(const std::string& path, const std::string& what) {
   std::error_code ec;
   CG_CHECK(!std::filesystem::is_directory(path, ec), what, ": '", path,
            "' is a directory; give a file");
+  check_not_a_device(path, what);
   std::ifstream in(path, std::ios::binary);
   CG_CHECK(in, what, ": cannot open '", path, "'");
-  std::ostringstream text;
-  text << in.rdbuf();
-  CG_CHECK(in.good() || in.eof(), what, ": reading '", path, "' failed");
-  return text.str();
+  // (bounded: a pipe that never ends is an error, not all of memory)
+  constexpr size_t kMaxBytes = size_t{1} << 30;
+  std::string text;
+  char buffer[1 << 16];
+  while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {
+    text.append(buffer, static_cast<size_t>(in.gcount()));
+    CG_CHECK(text.size() <= kMaxBytes, what, ": '", path, "' is larger than 1 GiB; not a ",
+             "config or header chunkgrad reads");
+  }
+  CG_CHECK(in.eof(), what, ": reading '", path, "' failed");
+  return text;
 }
 
 namespace {

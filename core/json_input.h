@@ -23,7 +23,12 @@ constexpr size_t kMaxJsonDepth = 64;
 // does not validate the JSON otherwise (the parser does that next).
 void check_json_depth(std::string_view text, const std::string& what);
 
-// The whole of a text file, or a cg::Error naming `what` and the path.
+// Throws cg::Error naming `what` when `path` is a character or block device (/dev/zero,
+// /dev/urandom), which a reader of whole files would read until memory runs out. Pipes
+// (`--config <(jq ...)`) stay allowed.
+void check_not_a_device(const std::string& path, const std::string& what);
+
+// The whole of a text file (at most 1 GiB), or a cg::Error naming `what` and the path.
 std::string read_text_file(const std::string& path, const std::string& what);
 
 // check_json_depth, then nlohmann::json::parse; a parse error becomes a cg::Error naming

@@ -4,6 +4,8 @@
 // tau >= 1, per-slot acceptance in [0, 1] and never rising, outputs equal to target-only
 // decoding (f32); a drafter that knows the target's output accepts whole blocks; bad
 // options and a drafter for another target are one error line and exit 1.
+#include <functional>
+
 #include "decode_test_util.h"
 #include "eval_test_util.h"
 #include "train_program_fixture.h"
@@ -129,6 +131,29 @@ TEST_F(EvalProgram, BadOptionsAndAMismatchedDrafterAreOneErrorLine) {
   expect_error(run("eval --target '" + path("target") + "' --drafter '" + path("deep") + "'" +
                    data() + " --no-progress"),
                "target_layer_ids holds 6, beyond the target's 6 decoder layers", "eval");
+  // An outside tester: a block_size of 100000 made every proposal hang; a layer listed twice
+  // and a top-level block_size that disagrees with dflash_config's were taken.
+  auto edited = [&](const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
+    cg::testing_eval::write_public_drafter_for(path(name), c, {1, 3}, 4, 126, 6);
+    nlohmann::json j = nlohmann::json::parse(slurp(path(name) + "/config.json"));
+    edit(j);
+    std::ofstream(path(name) + "/config.json") << j.dump(2);
+    return run("eval --target '" + path("target") + "' --drafter '" + path(name) + "'" + data() +
+               " --no-progress");
+  };
+  expect_error(edited("huge",
+                      [](nlohmann::json& j) {
+                        j["block_size"] = 100000;
+                        j["dflash_config"]["block_size"] = 100000;
+                      }),
+               "block_size is 100000", "eval");
+  expect_error(edited("twice",
+                      [](nlohmann::json& j) {
+                        j["dflash_config"]["target_layer_ids"] = {1, 1};
+                      }),
+               "target_layer_ids lists layer 1 twice", "eval");
+  expect_error(edited("disagree", [](nlohmann::json& j) { j["block_size"] = 8; }),
+               "block_size is 8 at the top level but 4 in dflash_config", "eval");
   EXPECT_FALSE(fs::exists(path("r.json")));
 }
 

@@ -325,6 +325,18 @@ TEST(FeatureFiles, AMismatchWithTheRunIsRefusedNamingTheField) {
                {"features-", "input_ids", "not a token id of the target (vocabulary of 1)"});
 }
 
+// An outside tester: a MASK id that the data holds (a newline of a real tokenizer) was
+// accepted; block slots read the MASK in place of their token, so a real token and a
+// masked slot would look the same.
+TEST(FeatureFiles, AMaskIdTheDataHoldsIsRefused) {
+  TempDir dir;
+  const Written w = write_features(dir.file("f"), DType::bf16);
+  const int64_t used = w.seqs[2].ids[3];
+  expect_names(open_error(dir.file("f"), {.mask_token_id = used}),
+               {"features-", "input_ids", std::to_string(used), "drafter.mask_token_id"});
+  EXPECT_EQ(open_error(dir.file("f"), {.mask_token_id = 1 << 20}), "");
+}
+
 // A NaN or inf in a feature: the fetch that reads it fails naming the shard and the
 // tensor (the reader scans each sample), instead of a NaN loss at step 1.
 TEST(FeatureFiles, ANonFiniteFeatureIsAnErrorNamingTheTensor) {
@@ -435,6 +447,15 @@ TEST(FeatureFiles, ABadIndexIsRefusedNamingTheField) {
   bad["dtype"] = "f16";
   std::ofstream(index) << bad.dump();
   expect_names(open_error(dir.file("f")), {"index.json", "'dtype'", "f16"});
+  // An outside tester: max_seq_len edited to 2^62 hung the first step (batches are [B,
+  // max_seq_len]); 10^9 was a bare bad_alloc, after the run directory was written.
+  for (const int64_t edited : {int64_t{1} << 62, int64_t{1000000000}, int64_t{14}}) {
+    bad = j;
+    bad["max_seq_len"] = edited;
+    std::ofstream(index) << bad.dump();
+    expect_names(open_error(dir.file("f")),
+                 {"index.json", "'max_seq_len'", std::to_string(edited), "S = 13"});
+  }
   fs::remove(index);
   expect_names(open_error(dir.file("f")), {"index.json", "chunkgrad features"});
   // The writer refuses to write over a feature set.

@@ -279,15 +279,38 @@ TEST_F(FeaturesProgram, AMismatchedOrDamagedFolderLeavesTheRunDirectoryUnchanged
                    at("good") + "'"),
                "train", "features-00000.safetensors is");
   EXPECT_EQ(files_of(run), before);
-  // A fresh run directory stays empty.
+  // A fresh run directory is not left behind (an outside tester found it left empty).
   expect_error(cli("train --config '" + at("toy.json") + "' --run-dir '" + at("fresh") +
                    "' --features '" + at("good") + "'"),
                "train", "truncated");
-  EXPECT_TRUE(files_of(at("fresh")).empty());
+  EXPECT_FALSE(fs::exists(at("fresh")));
   // Synthetic features without the target's sizes (there is no target model to take them from).
   write("synthetic.json", R"({"features": {"source": "synthetic"}})");
   expect_error(cli("train --config '" + at("synthetic.json") + "'"), "train",
                "drafter.hidden_size, drafter.vocab_size and drafter.num_target_layers");
+}
+
+// An outside tester: with --features, target.* that disagreed with the features' target
+// trained anyway (on the features' target) and then exported target_layer_ids of the
+// config's; a MASK id that is a byte of the data was accepted; a features --out that this
+// run made was left empty when no sample was valid.
+TEST_F(FeaturesProgram, TheConfigMustDescribeTheFeaturesTarget) {
+  ASSERT_EQ(features("target_of").exit_code, 0);
+  const std::string run = at("target_of_run");
+  const std::string train = "train --config '" + at("toy.json") + "' --run-dir '" + run +
+                            "' --features '" + at("target_of") + "' ";
+  expect_error(cli(train + "--set target.num_layers=6"), "train",
+               "target.num_layers 6 (the features' target: 2)");
+  expect_error(cli(train + "--set target.hidden_size=64"), "train",
+               "target.hidden_size 64 (the features' target: 32)");
+  expect_error(cli(train + "--set drafter.mask_token_id=32"), "train",
+               "which is drafter.mask_token_id");
+  EXPECT_FALSE(fs::exists(run));
+  write("nothing.jsonl", std::string(R"({"input_ids": [1]})") + "\n");
+  expect_error(cli("features --target '" + at("toy") + "' --data '" + at("nothing.jsonl") +
+                   "' --out '" + at("made_empty") + "' --no-progress"),
+               "features", "nothing.jsonl");
+  EXPECT_FALSE(fs::exists(at("made_empty")));
 }
 
 // Note [Resuming features]: a `chunkgrad features` run stopped part-way (made here with the

@@ -512,6 +512,8 @@ TEST(Programs, ChunkgradTraceRefusesOutputsAtOnePathAndNamesPickles) {
   ASSERT_EQ(zero.exit_code, 0) << zero.err;
   EXPECT_EQ(zero.out.find("0.00x"), std::string::npos) << zero.out;
   EXPECT_NE(zero.out.find("the first peaks at 0 B"), std::string::npos) << zero.out;
+  // (read until memory ran out, at 470 MB/s)
+  expect_clean_failure(chunkgrad("trace /dev/zero"), "trace", {"/dev/zero", "is a device"});
   expect_clean_failure(memory_lesson(kTiny + "--trace-dir ''"), "memory_lesson",
                        {"--trace-dir", "must not be empty"});
   expect_clean_failure(mlp_demo("--steps 1 --trace ''"), "mlp_demo",

@@ -226,5 +226,25 @@ TEST(SyntheticPipeline, The27bConfigIsTheSeedsRun) {
   EXPECT_NO_THROW(train::check_synthetic_memory(c, kCPU, int64_t{64} << 30));
 }
 
+// An outside tester: a toy target of 64 layers at hidden 8192 (about 55B parameters) on the
+// CPU was not refused; memory grew until the kernel would have killed the run.
+TEST(SyntheticFeatures, AToyTargetTooLargeForTheHostIsRefusedUpFront) {
+  train::TrainConfig c;
+  c.target.hidden_size = 8192;
+  c.target.num_layers = 64;
+  c.target.intermediate_size = 32768;
+  c.target.num_heads = 64;
+  c.target.num_kv_heads = 8;
+  c.target.head_dim = 128;
+  try {
+    train::check_online_target_memory(c, kCPU, int64_t{24} << 30);
+    ADD_FAILURE() << "a 24 GiB host was not refused";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("the toy target (target.*:"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find("shrink target.hidden_size"), std::string::npos) << e.message();
+  }
+  EXPECT_NO_THROW(train::check_online_target_memory(train::TrainConfig(), kCPU, int64_t{1} << 30));
+}
+
 }  // namespace
 }  // namespace cg

@@ -265,6 +265,9 @@ TEST_F(TrainProgram, AnInterruptedDrafterSavesItsStepAndResumesFromIt) {
   ASSERT_NE(at, std::string::npos) << r.err;
   const int64_t step = std::stoll(r.err.substr(at + 38));
   EXPECT_NE(r.err.find("; run the same command to resume"), std::string::npos) << r.err;
+  // The signal is answered when it comes, not only at the step boundary.
+  EXPECT_NE(r.err.find("chunkgrad: stopping at the next step boundary"), std::string::npos)
+      << r.err;
   char name[64];
   std::snprintf(name, sizeof name, "/drafter/step_%08lld.safetensors",
                 static_cast<long long>(step));
@@ -582,4 +585,28 @@ TEST_F(TrainProgram, UnknownSubcommandIsNamed) {
   top_level_error(run(""), "a subcommand is required, one of: train, trace");
   // A missing option of a real subcommand still says which option.
   expect_error(run("export"), "--out is required", "export");
+}
+
+// An outside tester: drafter.num_kv_heads 3 (for 2 heads), a MASK id outside the
+// vocabulary or a byte of the data, and the 27B layout's hidden size on the toy target all
+// failed only after the target had trained (51 s to minutes), naming no field; a NUL in
+// run_dir became the folder "nul"; /dev/zero as the config was read until memory ran out.
+TEST_F(TrainProgram, WhatTheConfigAloneDecidesFailsBeforeTheTargetTrains) {
+  const std::string run = path("never");
+  const std::string config = "--config " + write("c.json", tiny(run));
+  for (const auto& [set, what] : std::vector<std::pair<std::string, std::string>>{
+           {"drafter.num_kv_heads=3", "num_kv_heads (3)"},
+           {"drafter.mask_token_id=100000", "mask_token_id 100000 is not in the vocabulary"},
+           {"drafter.mask_token_id=32", "drafter.mask_token_id is 32, a byte"},
+           {"drafter.hidden_size=5120", "drafter.hidden_size is 5120 but the target's is 16"}}) {
+    SCOPED_TRACE(set);
+    const TrainRun r = train(config + " --set " + set);
+    expect_error(r, what);
+    EXPECT_NE(r.err.find("train config:"), std::string::npos) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(run)) << "the run directory was made";
+  }
+  expect_error(train(config + R"( --set 'run_dir="nul\u0000x"')"),
+               "run_dir: must not contain a NUL character");
+  EXPECT_FALSE(std::filesystem::exists(path("nul")));
+  expect_error(train("--config /dev/zero --print-config"), "is a device, not a file");
 }

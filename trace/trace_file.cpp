@@ -281,6 +281,7 @@ TraceFile parse_trace_file(const nlohmann::json& j, const std::string& source) {
 }
 
 TraceFile read_trace_file(const std::string& path) {
+  check_not_a_device(path, "the trace");
   std::ifstream in(path, std::ios::binary);
   CG_CHECK(in.is_open(), "cannot open the trace ", path, " (no such file, or not readable)");
   std::stringstream buffer;

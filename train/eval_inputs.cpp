@@ -131,6 +131,10 @@ PublicDrafter public_drafter_from_config(const json& c, const std::string& where
   for (const json& l : layers) {
     CG_CHECK(l.is_number_integer() && l.get<int64_t>() >= 0, where,
              ": config.json target_layer_ids holds ", describe_json(l), "; layer ids are >= 0");
+    // The same features under two slots: refused here as drafter.target_layers is in train.
+    CG_CHECK(std::find(d.config.target_layers.begin(), d.config.target_layers.end(),
+                       l.get<int64_t>()) == d.config.target_layers.end(),
+             where, ": config.json target_layer_ids lists layer ", l.get<int64_t>(), " twice");
     d.config.target_layers.push_back(l.get<int64_t>());
   }
   const json* mask = draft_value(c, "mask_token_id");
@@ -154,8 +158,19 @@ PublicDrafter public_drafter_from_config(const json& c, const std::string& where
                                 nn::DrafterAttention::sliding) != d.config.layer_types.end();
   if (slides) d.config.sliding_window = integer("sliding_window");
   d.info.block_size = integer("block_size");
-  CG_CHECK(d.info.block_size >= 2, where, ": config.json block_size is ", d.info.block_size,
-           "; a drafter block holds the anchor and at least one drafted token (>= 2)");
+  // (train's drafter.block_size range: a block of 100000 slots made every proposal hang)
+  CG_CHECK(d.info.block_size >= 2 && d.info.block_size <= 4096, where,
+           ": config.json block_size is ", d.info.block_size,
+           "; a drafter block holds the anchor and at least one drafted token (2 to 4096)");
+  // draft_value reads dflash_config's first; a top-level one that disagrees is a damaged
+  // or hand-edited file, and engines differ in which they read.
+  if (c.contains("dflash_config") && c["dflash_config"].is_object() &&
+      c["dflash_config"].contains("block_size") && c.contains("block_size")) {
+    CG_CHECK(c["block_size"] == c["dflash_config"]["block_size"], where,
+             ": config.json block_size is ", describe_json(c["block_size"]),
+             " at the top level but ", describe_json(c["dflash_config"]["block_size"]),
+             " in dflash_config; make them agree");
+  }
   d.info.num_target_layers = integer("num_target_layers");
   // Optional, but a non-integer is refused rather than skipped (a context length of
   // 40960.5 is a damaged file, not an absent field).

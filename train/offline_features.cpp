@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -87,6 +88,7 @@ OfflineFeatureSource::OfflineFeatureSource(const std::string& dir,
            first, ", ", first + count, ") were asked for");
 
   // Every shard: its size, its header, and the tensors of the samples it holds.
+  int64_t longest = 0;  // over every sample of the folder, not only [first, first + count)
   for (size_t si = 0; si < index_.shards.size(); ++si) {
     const FeatureFileIndex::Shard& sh = index_.shards[si];
     const std::string path = shard_path(static_cast<int>(si));
@@ -106,6 +108,9 @@ OfflineFeatureSource::OfflineFeatureSource(const std::string& dir,
     CG_CHECK(fd >= 0, "feature files: cannot open ", path, ": ", std::strerror(errno));
     fds_.push_back(fd);
     for (int64_t i = sh.first; i < sh.first + sh.count; ++i) {
+      const std::string any_ids = feature_tensor_name(i, "input_ids");
+      if (file->contains(any_ids) && file->info(any_ids).shape.size() == 1)
+        longest = std::max(longest, file->info(any_ids).shape[0]);
       if (i < first || i >= first + count) continue;
       auto tensor = [&](const char* field, DType dtype, const Shape& shape,
                         const std::string& hint) -> const safetensors::TensorInfo& {
@@ -166,6 +171,10 @@ OfflineFeatureSource::OfflineFeatureSource(const std::string& dir,
                  ": tensor '", ids_name, "' holds ", id[t], " at ", t,
                  ", not a token id of the target (vocabulary of ", expect.vocab_size,
                  "); were these features written for another target or tokenizer?");
+        CG_CHECK(id[t] != expect.mask_token_id, "feature files: shard ", path, ": tensor '",
+                 ids_name, "' holds ", id[t], " at ", t,
+                 ", which is drafter.mask_token_id: the MASK must be an id the tokenizer never "
+                 "produces (Qwen3: 151669); set drafter.mask_token_id to one");
         CG_CHECK(m[t] <= 1, "feature files: shard ", path, ": tensor '",
                  feature_tensor_name(i, "loss_mask"), "' holds ", static_cast<int>(m[t]), " at ", t,
                  "; a loss mask is 0 or 1");
@@ -175,6 +184,12 @@ OfflineFeatureSource::OfflineFeatureSource(const std::string& dir,
       sequences_.push_back(std::move(seq));
     }
   }
+  // Batches are [B, max_seq_len]: a field edited up (2^62) was a hang or a bare bad_alloc
+  // at the first step, after the run directory had been written.
+  CG_CHECK(longest == index_.max_seq_len, "feature files: ", index_path,
+           ": field 'max_seq_len' is ", index_.max_seq_len,
+           " but the longest sample has S = ", longest,
+           " (index.json was edited or belongs to other shards); write the features again");
 }
 
 OfflineFeatureSource::~OfflineFeatureSource() {

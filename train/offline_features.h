@@ -51,6 +51,9 @@ struct FeatureExpectations {
   std::vector<int64_t> layer_ids;
   int64_t hidden_size = 0;
   int64_t vocab_size = 0;  // > 0: every input id must be below it (the target's vocabulary)
+  // >= 0: no input id may be it (the drafter's MASK, which block slots read in place of the
+  // token: a MASK the data holds makes a real token and a masked slot look the same)
+  int64_t mask_token_id = -1;
   std::string target_fingerprint;
   std::string tokenizer_hash;
 };

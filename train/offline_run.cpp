@@ -8,6 +8,8 @@
 
 #include "nn/dflash_drafter.h"
 #include "train/fingerprint.h"
+#include "train/target_lm.h"
+#include "train/tokenizer.h"
 
 namespace cg::train {
 
@@ -31,6 +33,29 @@ OfflineRun open_offline_run(const TrainConfig& config, Device device) {
   r.target = load_feature_target(target_dir, device,
                                  config.drafter.dtype == "bf16" ? DType::bf16 : DType::f32);
   const nn::Qwen3Config& arch = r.target.lm->config();
+  // A chunkgrad run's toy target is described by the config's target section, which
+  // export and init_from rebuild the drafter from: one that disagrees with the target the
+  // features came from trained fine and then exported the wrong target_layer_ids.
+  if (r.target.kind == "chunkgrad run") {
+    const nn::Qwen3Config said = target_architecture(config.target);
+    std::string differ;
+    auto compare = [&](const char* field, int64_t here, int64_t there) {
+      if (here != there) {
+        differ += std::string(differ.empty() ? "" : ", ") + "target." + field + " " +
+                  std::to_string(here) + " (the features' target: " + std::to_string(there) + ")";
+      }
+    };
+    compare("num_layers", said.num_layers, arch.num_layers);
+    compare("hidden_size", said.hidden_size, arch.hidden_size);
+    compare("vocab_size", said.vocab_size, arch.vocab_size);
+    compare("num_heads", said.num_heads, arch.num_heads);
+    compare("num_kv_heads", said.num_kv_heads, arch.num_kv_heads);
+    compare("head_dim", said.head_dim, arch.head_dim);
+    compare("intermediate_size", said.intermediate_size, arch.intermediate_size);
+    CG_CHECK(differ.empty(), "train config: ", differ, ": with --features the target is the one ",
+             dir, " was written from (", target_dir,
+             "); drop those settings, or write features from a target of those sizes");
+  }
   // The byte tokenizer's MASK id (the default) is an ordinary token of a real vocabulary.
   CG_CHECK(
       r.target.kind != "hugging face" ||
@@ -46,6 +71,8 @@ OfflineRun open_offline_run(const TrainConfig& config, Device device) {
           : config.drafter.target_layers;
   expect.hidden_size = arch.hidden_size;
   expect.vocab_size = arch.vocab_size;
+  expect.mask_token_id =
+      config.drafter.mask_token_id >= 0 ? config.drafter.mask_token_id : ByteTokenizer::kMask;
   expect.target_fingerprint = r.target.fingerprint;
   expect.tokenizer_hash = r.target.tokenizer_hash;
   const int64_t n = index.num_samples;

@@ -27,6 +27,7 @@
 #include "train/drafter_checkpoints.h"
 #include "train/drafter_data.h"
 #include "train/drafter_export.h"
+#include "train/drafter_model.h"
 #include "train/drafter_trainer.h"
 #include "train/fingerprint.h"
 #include "train/generate.h"
@@ -360,6 +361,27 @@ nlohmann::json run_pipeline(const TrainConfig& config, const PipelineOptions& op
   check_memory_chunk(config, s.device);  // a chunk budget too small for the large config fails now
   StopSignals signals;  // SIGINT/SIGTERM: finish the step, save, stop (stop_signal.h)
   warn_about_config(config);
+  // The toy target's drafter follows from the config alone: a drafter.* value it cannot
+  // be built with (num_kv_heads 3 for 2 heads, a MASK id outside the vocabulary, the 27B
+  // layout's hidden size on the toy target) fails now, not after the target has trained.
+  if (config.features.source == "online") {
+    check_online_target_memory(config, s.device);  // before the target is made
+    // A byte is a token the toy data uses: as the MASK, slots would read a real token.
+    CG_CHECK(config.drafter.mask_token_id < 0 || config.drafter.mask_token_id >= 256,
+             "train config: drafter.mask_token_id is ", config.drafter.mask_token_id,
+             ", a byte the toy target's data is made of; the MASK must be an id the tokenizer "
+             "never produces: leave it at -1 (the byte tokenizer's MASK, ",
+             ByteTokenizer::kMask, ")");
+    try {
+      run_drafter_config(config).validate();
+    } catch (const Error& e) {
+      if (e.message().rfind("train config: ", 0) == 0) throw;  // names its field already
+      CG_FAIL(
+          "train config: the drafter that drafter.* describes cannot be built on this "
+          "target: ",
+          e.message());
+    }
+  }
   if (rank0) lock_run_directory(s);
   if (config.features.source == "offline") {
     open_offline_features(s);

@@ -1,6 +1,8 @@
 // Why this file exists: the stop flag and its signal handlers (stop_signal.h).
 #include "train/stop_signal.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <csignal>
 
@@ -10,9 +12,19 @@ namespace {
 
 std::atomic<bool> g_stop{false};
 
+// Said at once (an outside tester's first SIGTERM during data generation went unanswered
+// for half a minute): the stop waits for the next step boundary, which the stages before
+// training reach only when training starts.
+constexpr char kStopping[] =
+    "\nchunkgrad: stopping at the next step boundary (training saves a checkpoint first); "
+    "signal again to stop at once\n";
+
 extern "C" void on_stop_signal(int sig) {
   g_stop.store(true, std::memory_order_relaxed);
   std::signal(sig, SIG_DFL);  // a second signal kills at once
+  // (write(2) is async-signal-safe; nothing to do if it fails)
+  const ssize_t ignored = ::write(STDERR_FILENO, kStopping, sizeof kStopping - 1);
+  (void)ignored;
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -27,6 +28,7 @@
 #include "train/run_lock.h"
 #include "train/stop_signal.h"
 #include "train/synthetic_features.h"
+#include "train/target_lm.h"
 
 namespace cg::train {
 namespace {
@@ -62,6 +64,14 @@ int64_t host_available_bytes() {
   return static_cast<int64_t>(sysconf(_SC_AVPHYS_PAGES)) * sysconf(_SC_PAGESIZE);
 }
 
+// What a run on the host may use: MemAvailable, or the CPU allocator's limit
+// (--memory-limit-mb) when that is lower.
+int64_t host_bytes_for_the_run() {
+  const int64_t host = host_available_bytes();
+  const auto limit = static_cast<int64_t>(allocator_for(kCPU).memory_limit());
+  return limit > 0 ? std::min(host, limit) : host;
+}
+
 // The data fingerprint saved with each checkpoint: the task is fixed by the config (seed,
 // sizes), which the resume check compares already; this names the kind of data.
 const char* kSyntheticFingerprint = R"({"synthetic_task":1})";
@@ -81,7 +91,7 @@ int64_t synthetic_static_bytes(const TrainConfig& config) {
 void check_synthetic_memory(const TrainConfig& config, Device device, int64_t available) {
   if (backend_for(device).capabilities().own_memory) return;  // the device allocator's to say
   const int64_t need = synthetic_static_bytes(config);
-  if (available < 0) available = host_available_bytes();
+  if (available < 0) available = host_bytes_for_the_run();
   CG_CHECK(need <= available, "train config: this synthetic run needs at least ", gib(need),
            " on the ", device.str(),
            " before its first activation (the frozen embedding and lm_head, the drafter's "
@@ -89,6 +99,20 @@ void check_synthetic_memory(const TrainConfig& config, Device device, int64_t av
            gib(available),
            " available; run it on a GPU (--device cuda) or shrink drafter.vocab_size, "
            "hidden_size, num_layers or intermediate_size");
+}
+
+void check_online_target_memory(const TrainConfig& config, Device device, int64_t available) {
+  if (backend_for(device).capabilities().own_memory) return;  // the device allocator's to say
+  const nn::Qwen3Config t = target_architecture(config.target);
+  const int64_t params = t.vocab_size * t.hidden_size * (t.tie_embeddings ? 1 : 2) +
+                         t.num_layers * t.layer_parameters() + t.hidden_size;
+  const int64_t need = 16 * params;  // fp32 weights, gradients, AdamW's two moments
+  if (available < 0) available = host_bytes_for_the_run();
+  CG_CHECK(need <= available, "train config: the toy target (target.*: ", params,
+           " parameters) needs at least ", gib(static_cast<double>(need)),
+           " to train (fp32 weights, gradients and AdamW's moments) and ", gib(available),
+           " is available on the host; shrink target.hidden_size, num_layers or "
+           "intermediate_size, or train from a target's features (--features, --target)");
 }
 
 nlohmann::json run_synthetic_pipeline(const TrainConfig& config, const PipelineOptions& options) {
@@ -105,8 +129,9 @@ nlohmann::json run_synthetic_pipeline(const TrainConfig& config, const PipelineO
   const bool rank0 = comm == nullptr || comm->rank() == 0;
   std::optional<RunLock> lock;
   if (rank0) {
+    const bool fresh = !std::filesystem::exists(config.run_dir);
     std::filesystem::create_directories(config.run_dir);
-    lock.emplace(config.run_dir);
+    lock.emplace(config.run_dir, fresh);
   }
   // The resume decision before anything is written (as run_pipeline's check_resume); every
   // rank reads the same checkpoint (Note [World-size-free checkpoints], data_parallel.h).

@@ -34,4 +34,10 @@ int64_t synthetic_static_bytes(const TrainConfig& config);
 // to its allocator, whose out-of-memory message names what held it.
 void check_synthetic_memory(const TrainConfig& config, Device device, int64_t available = -1);
 
+// The same for a run that trains its toy target first (features.source online): the target's
+// fp32 weights, gradients and AdamW moments (16 bytes a parameter) must fit what the host
+// has (`available`; -1: MemAvailable, or the CPU allocator's --memory-limit-mb when lower).
+// A 64-layer target of hidden 8192 filled the host until the kernel would kill it.
+void check_online_target_memory(const TrainConfig& config, Device device, int64_t available = -1);
+
 }  // namespace cg::train

@@ -35,6 +35,9 @@ struct Reader {
         CG_CHECK(it->is_boolean(), "must be true or false");
       } else if constexpr (std::is_same_v<T, std::string>) {
         CG_CHECK(it->is_string(), "must be a string");
+        // ("nul\u0000x" as a run_dir became the folder "nul" and a cut-off lock error)
+        CG_CHECK(it->template get_ref<const std::string&>().find('\0') == std::string::npos,
+                 "must not contain a NUL character");
       } else if constexpr (std::is_floating_point_v<T>) {
         CG_CHECK(it->is_number(), "must be a number");
       } else if constexpr (std::is_integral_v<T>) {
@@ -51,7 +54,11 @@ struct Reader {
         }
       } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
         CG_CHECK(it->is_array(), "must be an array of strings");
-        for (const auto& e : *it) CG_CHECK(e.is_string(), "must be an array of strings");
+        for (const auto& e : *it) {
+          CG_CHECK(e.is_string() &&
+                       e.template get_ref<const std::string&>().find('\0') == std::string::npos,
+                   "must be an array of strings without NUL characters");
+        }
       } else {
         CG_CHECK(it->is_array(), "must be an array of integers");
         for (const auto& e : *it) CG_CHECK(e.is_number_integer(), "must be an array of integers");

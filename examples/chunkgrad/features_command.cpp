@@ -171,7 +171,9 @@ void add_features_command(CLI::App& app, CommandBody& run) {
       if (resuming && !o.no_progress)
         std::fprintf(stderr, "chunkgrad features: %s holds an interrupted run (%s): resuming it\n",
                      o.out.c_str(), train::kPartialFeatureIndex);
-      // Before the target's (long) load: the shards are made there.
+      // Before the target's (long) load: the shards are made there. A folder this run made
+      // goes again if the run fails before writing into it (a bad target, no valid sample).
+      const program::RemoveIfLeftEmpty made_here(o.out);
       std::filesystem::create_directories(o.out, made_error);
       CG_CHECK(!made_error, "--out ", o.out, ": cannot create the folder (", made_error.message(),
                "); give a writable place");

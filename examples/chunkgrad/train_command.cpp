@@ -207,6 +207,8 @@ void add_train_command(CLI::App& app, CommandBody& run) {
         std::cout << config.to_json().dump(2) << "\n";
         return;
       }
+      // (a run refused before it writes anything leaves no empty run directory behind)
+      const program::RemoveIfLeftEmpty made_here(launch.under_mpirun ? "" : config.run_dir);
       if (!launch.under_mpirun) program::make_output_dir(config.run_dir, "run_dir");
       train::PipelineOptions options{.resume_from = o.resume_from};
       DataTokenizer tokenizer;

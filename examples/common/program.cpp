@@ -3,6 +3,8 @@
 // first, one error line and exit code 1 instead of an abort).
 #include "examples/common/program.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
@@ -286,6 +288,15 @@ void check_outputs_apart(const std::vector<std::pair<std::string, std::string>>&
                " would both write ", outputs[i].first, "; give them different paths");
     }
   }
+}
+
+RemoveIfLeftEmpty::RemoveIfLeftEmpty(const std::string& dir) {
+  std::error_code ec;
+  if (!dir.empty() && !std::filesystem::exists(dir, ec) && !ec) made_ = dir;
+}
+
+RemoveIfLeftEmpty::~RemoveIfLeftEmpty() {
+  if (!made_.empty()) ::rmdir(made_.c_str());  // (rmdir removes only an empty folder)
 }
 
 CLI::Validator not_empty() {

@@ -109,6 +109,20 @@ class OutputFile {
 // all that is left, after the whole run. Call it before making any of them ready.
 void check_outputs_apart(const std::vector<std::pair<std::string, std::string>>& outputs);
 
+// A folder a run is about to make (construct it before the folder is made): if the run
+// fails before writing anything into it, the empty folder goes again when this is
+// destroyed. A folder that existed before, or holds anything, is left as it is.
+class RemoveIfLeftEmpty {
+ public:
+  explicit RemoveIfLeftEmpty(const std::string& dir);
+  ~RemoveIfLeftEmpty();
+  RemoveIfLeftEmpty(const RemoveIfLeftEmpty&) = delete;
+  RemoveIfLeftEmpty& operator=(const RemoveIfLeftEmpty&) = delete;
+
+ private:
+  std::string made_;  // "" when the folder was there already
+};
+
 // Makes `dir` (and its parents); throws cg::Error naming the option when it cannot. Open
 // the files to go in it (OutputFile) before the work starts, too.
 void make_output_dir(const std::string& dir, const std::string& option);
