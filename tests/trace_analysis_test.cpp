@@ -262,6 +262,10 @@ TEST_F(TraceAnalysisTest, BadFilesGiveClearErrors) {
       write_temp("time.json", R"({"events":[{"action":"alloc","time_us":5,"addr":16,"size":1},)"
                               R"({"action":"free","time_us":4,"addr":16,"size":1}]})"),
       {"event 1", "back in time"});
+  // An outside tester: -2^63 printed a span of "-9223372036854760.00 ms".
+  expect_error(write_temp("before.json", R"({"events":[{"action":"alloc",)"
+                                         R"("time_us":-9223372036854775808,"addr":16,"size":1}]})"),
+               {"event 0", "is negative", "damaged"});
   expect_error(
       write_temp(
           "tiles.json",

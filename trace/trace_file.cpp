@@ -218,6 +218,10 @@ TraceFile parse_trace_file(const nlohmann::json& j, const std::string& source) {
     CG_CHECK(time.is_number_integer(), where, ": \"time_us\" must be an integer, got ",
              describe_json(time));
     rec.time_us = time.get<int64_t>();
+    // (microseconds since the trace began: a negative one is a damaged file, and -2^63
+    // made the span printed "over -9223372036854760.00 ms")
+    CG_CHECK(rec.time_us >= 0, where, ": time_us ", rec.time_us,
+             " is negative: times count from the start of the trace; the file is damaged");
     CG_CHECK(rec.time_us >= last_time, where, ": time_us ", rec.time_us,
              " goes back in time (previous ", last_time, "): events must be oldest first");
     last_time = rec.time_us;

@@ -153,9 +153,12 @@ void print_trace(const ReportTrace& t, const TraceFile& file, int top) {
                 b.before_trace ? "  (allocated before the trace)" : "");
   }
   for (const TraceRecord& e : a.ooms) {
+    // (an OOM records what was asked, which may be past int64: 2^64 - 1 printed "-1 B")
+    const std::string asked = e.size > static_cast<uint64_t>(INT64_MAX)
+                                  ? std::to_string(e.size) + " B"
+                                  : format_bytes(static_cast<int64_t>(e.size));
     std::printf("  out of memory at %.2f ms: %s requested\n",
-                static_cast<double>(e.time_us - a.start_us) / 1000.0,
-                format_bytes(static_cast<int64_t>(e.size)).c_str());
+                static_cast<double>(e.time_us - a.start_us) / 1000.0, asked.c_str());
   }
   std::printf("\n");
 }
