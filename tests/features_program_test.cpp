@@ -306,6 +306,25 @@ TEST_F(FeaturesProgram, TheConfigMustDescribeTheFeaturesTarget) {
   expect_error(cli(train + "--set drafter.mask_token_id=32"), "train",
                "which is drafter.mask_token_id");
   EXPECT_FALSE(fs::exists(run));
+  // Masks all 0: nothing to anchor; refused at open, before the run directory is made.
+  std::string unmasked;
+  for (int i = 0; i < 8; ++i) {
+    nlohmann::json ids = nlohmann::json::array(), mask = nlohmann::json::array();
+    for (int c = 0; c < 20; ++c) {
+      ids.push_back(97 + (i + c) % 26);
+      mask.push_back(0);
+    }
+    unmasked += nlohmann::json{{"input_ids", ids}, {"loss_mask", mask}}.dump() + "\n";
+  }
+  write("unmasked.jsonl", unmasked);
+  ASSERT_EQ(cli("features --target '" + at("toy") + "' --data '" + at("unmasked.jsonl") +
+                "' --out '" + at("unmasked") + "' --no-progress")
+                .exit_code,
+            0);
+  expect_error(cli("train --config '" + at("toy.json") + "' --run-dir '" + run + "' --features '" +
+                   at("unmasked") + "'"),
+               "train", "has two loss positions in a row");
+  EXPECT_FALSE(fs::exists(run));
   write("nothing.jsonl", std::string(R"({"input_ids": [1]})") + "\n");
   expect_error(cli("features --target '" + at("toy") + "' --data '" + at("nothing.jsonl") +
                    "' --out '" + at("made_empty") + "' --no-progress"),

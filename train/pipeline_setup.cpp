@@ -4,6 +4,7 @@
 // every stage prints with. The later stages are in train/pipeline.cpp.
 #include "train/pipeline_stages.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include "core/atomic_file.h"
 #include "ops/threads.h"
 #include "train/corpus.h"
+#include "train/dflash_batch.h"
 #include "train/fingerprint.h"
 #include "train/offline_run.h"
 #include "train/target_features.h"
@@ -171,6 +173,16 @@ void read_corpus(RunState& s) {
 // names, opened and checked (offline_run.h). Reads only.
 void open_offline_features(RunState& s) {
   OfflineRun r = open_offline_run(s.config, s.device);
+  // The masks are read at open: a folder with nothing to anchor (the trainer's own check)
+  // is refused before the run directory is written, not after.
+  const auto& seqs = r.train->sequences();
+  CG_CHECK(
+      std::any_of(seqs.begin(), seqs.end(),
+                  [](const DrafterSequence& q) { return !anchor_candidates(q.loss_mask).empty(); }),
+      "feature files: none of the ", seqs.size(), " training samples of ", s.config.features.dir,
+      " has two loss positions in a row (loss_mask 1 on a token and the next), so no block "
+      "can be anchored and the loss would be 0: write features from data with answers "
+      "(assistant turns, or a loss_mask with 1s)");
   s.offline = true;
   s.offline_train = r.train;
   s.offline_held = r.held;
