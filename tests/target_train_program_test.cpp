@@ -54,6 +54,14 @@ TEST_F(TargetTrainProgram, MissingMaskIdIsOneLine) {
   EXPECT_FALSE(fs::exists(path("run/config.json")));  // refused before the run dir is written
 }
 
+// An outside tester: a MASK id the data holds was taken (block slots would read a real
+// token and a masked slot as the same).
+TEST_F(TargetTrainProgram, AMaskIdTheDataHoldsIsRefused) {
+  expect_error(train(options("run") + " --set drafter.mask_token_id=30"),
+               "sample 0 holds drafter.mask_token_id 30 at token 2");
+  EXPECT_FALSE(fs::exists(path("run")));
+}
+
 TEST_F(TargetTrainProgram, DataWithoutTargetIsRefused) {
   const TrainRun r =
       train("--no-progress --run-dir '" + path("run") + "' --data '" + samples(2) + "'");
