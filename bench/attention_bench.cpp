@@ -39,6 +39,7 @@
 #include "cuda/cudnn_sdpa.h"
 #include "cuda/device_info.h"
 #include "cuda/event_timer.h"
+#include "examples/common/program.h"
 #include "ops/attention_mask.h"
 
 namespace {
@@ -213,16 +214,21 @@ int run_bench(int argc, char** argv) {
   app.add_option("--path", o.paths,
                  "comma-separated attention paths, each its own table: "
                  "auto, cudnn, flash, rows (a path that cannot run a shape says why)");
-  app.add_option("--batch", o.batch, "batch")->check(CLI::PositiveNumber);
-  app.add_option("--hq", o.hq, "query heads")->check(CLI::PositiveNumber);
-  app.add_option("--hkv", o.hkv, "key/value heads")->check(CLI::PositiveNumber);
-  app.add_option("--hd", o.hd, "head dim")->check(CLI::PositiveNumber);
-  app.add_option("--tokens", o.tokens, "causal: sequence length")->check(CLI::PositiveNumber);
-  app.add_option("--context", o.context, "dflash: context keys")->check(CLI::PositiveNumber);
-  app.add_option("--blocks", o.blocks, "dflash: blocks")->check(CLI::PositiveNumber);
+  app.add_option("--batch", o.batch, "batch")->check(cg::program::integer_in(1, int64_t{1} << 30));
+  app.add_option("--hq", o.hq, "query heads")->check(cg::program::integer_in(1, int64_t{1} << 30));
+  app.add_option("--hkv", o.hkv, "key/value heads")
+      ->check(cg::program::integer_in(1, int64_t{1} << 30));
+  app.add_option("--hd", o.hd, "head dim")->check(cg::program::integer_in(1, int64_t{1} << 30));
+  app.add_option("--tokens", o.tokens, "causal: sequence length")
+      ->check(cg::program::integer_in(1, int64_t{1} << 30));
+  app.add_option("--context", o.context, "dflash: context keys")
+      ->check(cg::program::integer_in(1, int64_t{1} << 30));
+  app.add_option("--blocks", o.blocks, "dflash: blocks")
+      ->check(cg::program::integer_in(1, int64_t{1} << 30));
   app.add_option("--block-size", o.block_size, "dflash: query slots per block")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--window", o.window, "sliding: the window W")->check(CLI::PositiveNumber);
+      ->check(cg::program::integer_in(1, int64_t{1} << 30));
+  app.add_option("--window", o.window, "sliding: the window W")
+      ->check(cg::program::integer_in(1, int64_t{1} << 30));
   app.add_option("--anchors", o.anchors, "dflash: the anchors' order, shuffled | sorted")
       ->check(CLI::IsMember({"shuffled", "sorted"}));
   app.add_option("--heads", o.heads,
@@ -230,8 +236,10 @@ int run_bench(int argc, char** argv) {
                  "(e.g. 32/8,40/8; default --hq/--hkv)");
   app.add_option("--dtype", o.dtype, "bf16 | f16 | f32")
       ->check(CLI::IsMember({"bf16", "f16", "f32"}));
-  app.add_option("--repeats", o.repeats, "timed runs per row (median)")->check(CLI::PositiveNumber);
-  CLI11_PARSE(app, argc, argv);
+  app.add_option("--repeats", o.repeats, "timed runs per row (median)")
+      ->check(cg::program::integer_in(1, int64_t{1} << 30));
+  if (const int rc = cg::program::parse_command_line(app, "attention_bench", argc, argv); rc >= 0)
+    return rc;
   CG_CHECK(o.hq % o.hkv == 0, "--hq must be a multiple of --hkv");
   head_counts(o);  // checks --heads before the device starts
   CG_CHECK(cg::cuda::device_count() > 0, "no CUDA device: ", cg::cuda::unavailable_reason());

@@ -44,6 +44,7 @@
 #include "cuda/device_info.h"
 #include "cuda/event_timer.h"
 #include "drafter_step_offline.h"
+#include "examples/common/program.h"
 #include "nn/dflash_drafter.h"
 #include "trace/trace_analysis.h"
 #include "trace/trace_file.h"
@@ -157,7 +158,9 @@ int main(int argc, char** argv) {
   app.add_option("--offline-samples", o.offline_samples,
                  "samples written for --offline-dir (about 250 MB each at the seed's shape)")
       ->check(CLI::Range(1, 1000));
-  CLI11_PARSE(app, argc, argv);
+  if (const int rc = cg::program::parse_command_line(app, "drafter_step_bench", argc, argv);
+      rc >= 0)
+    return rc;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   try {
     CG_CHECK(o.anchors < o.context, "--anchors ", o.anchors, " needs --context above it");

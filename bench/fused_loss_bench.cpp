@@ -39,6 +39,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/device_info.h"
 #include "cuda/event_timer.h"
+#include "examples/common/program.h"
 #include "ops/head_loss.h"
 #include "ops/kernels.h"
 
@@ -202,7 +203,8 @@ int main(int argc, char** argv) {
   app.add_option("--repeats", o.repeats, "timed runs per path")->check(CLI::Range(1, 1000));
   app.add_option("--chunk-rows", o.chunk_rows, "rows per chunk (0: from the budget)");
   app.add_option("--budget-mib", o.budget_mib, "chunk budget in MiB (0: head_loss's default)");
-  CLI11_PARSE(app, argc, argv);
+  if (const int rc = cg::program::parse_command_line(app, "fused_loss_bench", argc, argv); rc >= 0)
+    return rc;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   try {
     if (cg::cuda::device_count() == 0) {

@@ -37,6 +37,7 @@
 #include "cuda/device_info.h"
 #include "cuda/event_timer.h"
 #include "cuda/gated_delta_kernels.h"
+#include "examples/common/program.h"
 
 namespace {
 
@@ -130,19 +131,24 @@ int main(int argc, char** argv) {
   Options o;
   CLI::App app{"chunkgrad Gated DeltaNet kernels (gated delta rule, causal conv1d) on the GPU"};
   app.add_option("--batches", o.batches, "comma-separated batch sizes");
-  app.add_option("--tokens", o.tokens, "sequence length T")->check(CLI::PositiveNumber);
-  app.add_option("--hk", o.hk, "key heads (linear_num_key_heads)")->check(CLI::PositiveNumber);
-  app.add_option("--hv", o.hv, "value heads (linear_num_value_heads)")->check(CLI::PositiveNumber);
+  app.add_option("--tokens", o.tokens, "sequence length T")
+      ->check(cg::program::integer_in(1, int64_t{1} << 30));
+  app.add_option("--hk", o.hk, "key heads (linear_num_key_heads)")
+      ->check(cg::program::integer_in(1, int64_t{1} << 30));
+  app.add_option("--hv", o.hv, "value heads (linear_num_value_heads)")
+      ->check(cg::program::integer_in(1, int64_t{1} << 30));
   app.add_option("--dk", o.dk, "key head dim (linear_key_head_dim), at most 128")
       ->check(CLI::Range(1, 128));
   app.add_option("--dv", o.dv, "value head dim (linear_value_head_dim), at most 128")
       ->check(CLI::Range(1, 128));
   app.add_option("--kernel", o.kernel, "conv kernel (linear_conv_kernel_dim)")
-      ->check(CLI::PositiveNumber);
+      ->check(cg::program::integer_in(1, int64_t{1} << 30));
   app.add_option("--dtype", o.dtype, "bf16 | f16 | f32")
       ->check(CLI::IsMember({"bf16", "f16", "f32"}));
-  app.add_option("--repeats", o.repeats, "timed runs per row (median)")->check(CLI::PositiveNumber);
-  CLI11_PARSE(app, argc, argv);
+  app.add_option("--repeats", o.repeats, "timed runs per row (median)")
+      ->check(cg::program::integer_in(1, int64_t{1} << 30));
+  if (const int rc = cg::program::parse_command_line(app, "gated_delta_bench", argc, argv); rc >= 0)
+    return rc;
   if (o.hv % o.hk != 0) {
     std::fprintf(stderr, "gated_delta_bench: --hv %lld must be a multiple of --hk %lld\n",
                  (long long)o.hv, (long long)o.hk);

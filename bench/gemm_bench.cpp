@@ -21,6 +21,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/device_info.h"
 #include "cuda/event_timer.h"
+#include "examples/common/program.h"
 #include "ops/kernels.h"
 
 namespace {
@@ -50,7 +51,8 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", o.dtype, "bf16, f16 or f32");
   app.add_option("--layout", o.layout, "nt: W [N, K] read transposed; nn: W [K, N]");
   app.add_option("--repeats", o.repeats, "timed runs per shape");
-  CLI11_PARSE(app, argc, argv);
+  if (const int rc = cg::program::parse_command_line(app, "gemm_bench", argc, argv); rc >= 0)
+    return rc;
   try {
     if (cg::cuda::device_count() == 0) {
       std::printf("no CUDA device: %s\n", cg::cuda::unavailable_reason().c_str());

@@ -18,6 +18,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/device_info.h"
 #include "cuda/event_timer.h"
+#include "examples/common/program.h"
 #include "ops/kernels.h"
 
 int main(int argc, char** argv) {
@@ -29,7 +30,8 @@ int main(int argc, char** argv) {
   app.add_option("--V", V, "vocabulary");
   app.add_option("--softcap", softcap, "logit softcap (0: off)");
   app.add_option("--repeats", repeats, "timed runs");
-  CLI11_PARSE(app, argc, argv);
+  if (const int rc = cg::program::parse_command_line(app, "head_rows_bench", argc, argv); rc >= 0)
+    return rc;
   try {
     if (cg::cuda::device_count() == 0) {
       std::printf("no CUDA device: %s\n", cg::cuda::unavailable_reason().c_str());

@@ -34,6 +34,7 @@
 #include "cuda/device_info.h"
 #include "cuda/event_timer.h"
 #include "cuda/moe_kernels.h"
+#include "examples/common/program.h"
 
 namespace {
 
@@ -154,18 +155,23 @@ void bench_stages(const Options& o, const Weights& w) {
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{"chunkgrad mixture-of-experts kernels (routing, grouped expert GEMMs) on the GPU"};
-  app.add_option("--tokens", o.tokens, "prefill tokens T")->check(CLI::PositiveNumber);
+  app.add_option("--tokens", o.tokens, "prefill tokens T")
+      ->check(cg::program::integer_in(1, int64_t{1} << 30));
   app.add_option("--decode", o.decode, "comma-separated decoding token counts");
-  app.add_option("--hidden", o.hidden, "hidden_size H")->check(CLI::PositiveNumber);
+  app.add_option("--hidden", o.hidden, "hidden_size H")
+      ->check(cg::program::integer_in(1, int64_t{1} << 30));
   app.add_option("--experts", o.experts, "num_experts E (at most 1536)")
       ->check(CLI::Range(1, 1536));
-  app.add_option("--top-k", o.top_k, "num_experts_per_tok k")->check(CLI::PositiveNumber);
+  app.add_option("--top-k", o.top_k, "num_experts_per_tok k")
+      ->check(cg::program::integer_in(1, int64_t{1} << 30));
   app.add_option("--intermediate", o.intermediate, "moe_intermediate_size I")
-      ->check(CLI::PositiveNumber);
+      ->check(cg::program::integer_in(1, int64_t{1} << 30));
   app.add_option("--dtype", o.dtype, "bf16 | f16 | f32")
       ->check(CLI::IsMember({"bf16", "f16", "f32"}));
-  app.add_option("--repeats", o.repeats, "timed runs per row (median)")->check(CLI::PositiveNumber);
-  CLI11_PARSE(app, argc, argv);
+  app.add_option("--repeats", o.repeats, "timed runs per row (median)")
+      ->check(cg::program::integer_in(1, int64_t{1} << 30));
+  if (const int rc = cg::program::parse_command_line(app, "moe_bench", argc, argv); rc >= 0)
+    return rc;
   if (o.top_k > o.experts) {
     std::fprintf(stderr, "moe_bench: --top-k %lld exceeds --experts %lld\n", (long long)o.top_k,
                  (long long)o.experts);

@@ -54,6 +54,7 @@
 #include "cuda/compute_stream.h"
 #include "cuda/device_info.h"
 #include "cuda/event_timer.h"
+#include "examples/common/program.h"
 #include "nn/qwen3.h"
 #include "ops/kernels.h"
 
@@ -177,7 +178,9 @@ int main(int argc, char** argv) {
   app.add_option("--steps", o.steps, "timed forwards per shape (median)");
   app.add_option("--warmup", o.warmup, "untimed forwards per shape first");
   app.add_option("--gemm-repeats", o.gemm_repeats, "timed runs per GEMM shape (median)");
-  CLI11_PARSE(app, argc, argv);
+  if (const int rc = cg::program::parse_command_line(app, "qwen3_5_prefill_bench", argc, argv);
+      rc >= 0)
+    return rc;
   try {
     CG_CHECK(o.steps >= 1 && o.warmup >= 0 && o.gemm_repeats >= 1,
              "--steps and --gemm-repeats must be >= 1 and --warmup >= 0");

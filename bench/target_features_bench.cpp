@@ -25,6 +25,7 @@
 #include "core/factories.h"
 #include "core/timing.h"
 #include "cuda/cuda_attention.h"
+#include "examples/common/program.h"
 #include "nn/qwen3.h"
 #include "ops/attention_mask.h"
 
@@ -56,7 +57,9 @@ int main(int argc, char** argv) {
   app.add_option("--capture", o.capture, "layer ids captured besides the final norm");
   app.add_option("--steps", o.steps, "timed forwards per shape (median)");
   app.add_option("--warmup", o.warmup, "untimed forwards per shape first");
-  CLI11_PARSE(app, argc, argv);
+  if (const int rc = cg::program::parse_command_line(app, "target_features_bench", argc, argv);
+      rc >= 0)
+    return rc;
   try {
     const cg::Device device = cg::Device::parse("cuda");
     cg::nn::Qwen3Config c;

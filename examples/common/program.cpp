@@ -165,6 +165,20 @@ int Program::run(int argc, char** argv, const std::function<void()>& body) {
   return kExitError;
 }
 
+int parse_command_line(CLI::App& app, const std::string& name, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) {
+      app.exit(e);  // --help
+      return 0;
+    }
+    print_error_line(name, std::string(e.what()) + " (run with --help to see the options)");
+    return kExitError;
+  }
+  return -1;
+}
+
 std::string Program::missing_subcommand(int argc, char** argv, const std::string& message) const {
   // A subcommand was parsed: the error is about its own options.
   if (!app_.get_subcommands().empty()) return message;

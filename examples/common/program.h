@@ -62,6 +62,12 @@ class Program {
   CLI::App app_;
 };
 
+// For a program that parses in its own main (the benchmarks in bench/, whose bodies
+// return early): parses `app` and returns -1 to go on, 0 after --help, or kExitError after
+// one line "chunkgrad <name>: error: ..." -- in place of CLI11_PARSE, whose own exit codes
+// (104, 105, 109) and messages are not chunkgrad's.
+int parse_command_line(CLI::App& app, const std::string& name, int argc, char** argv);
+
 // Validators. Each parses the option's text itself (so "abc" and "1.5" fail with the
 // same readable message as an out-of-range number) and describes its range in --help.
 CLI::Validator integer_in(int64_t lo, int64_t hi);
