@@ -20,9 +20,27 @@ std::string reason(int err) {
 }  // namespace
 
 AtomicFile::AtomicFile(std::string path, std::string what)
-    : path_(std::move(path)), temp_(path_ + ".tmp"), what_(std::move(what)) {
-  CG_CHECK(!std::filesystem::is_directory(path_), what_, ": ", path_,
-           " is a directory; give a file path");
+    : path_(std::move(path)), temp_(path_ + ".tmp"), what_(std::move(what)), target_(path_) {
+  namespace fs = std::filesystem;
+  CG_CHECK(!fs::is_directory(path_), what_, ": ", path_, " is a directory; give a file path");
+  std::error_code ec;
+  const fs::file_status status = fs::status(path_, ec);
+  if (!ec && fs::exists(status) && !fs::is_regular_file(status)) {
+    // Note [Outputs that are not files]: no temporary, no rename.
+    direct_ = true;
+    temp_.clear();
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC);
+    const int err = errno;
+    CG_CHECK(fd_ >= 0, what_, ": cannot open ", path_, " for writing: ", reason(err));
+    return;
+  }
+  if (!ec && fs::is_regular_file(status) && fs::is_symlink(fs::symlink_status(path_, ec))) {
+    const fs::path real = fs::canonical(path_, ec);
+    if (!ec) {
+      target_ = real.string();
+      temp_ = target_ + ".tmp";
+    }
+  }
   fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   const int err = errno;
   CG_CHECK(fd_ >= 0, what_, ": cannot open ", path_, " for writing (through ", temp_,
@@ -35,7 +53,7 @@ void AtomicFile::discard() noexcept {
   if (fd_ < 0) return;
   ::close(fd_);
   fd_ = -1;
-  ::unlink(temp_.c_str());
+  if (!direct_) ::unlink(temp_.c_str());
 }
 
 void AtomicFile::write(const void* data, size_t bytes) {
@@ -57,6 +75,13 @@ void AtomicFile::write(const void* data, size_t bytes) {
 
 void AtomicFile::commit() {
   CG_CHECK(fd_ >= 0, what_, ": ", path_, " was already written (AtomicFile::commit twice)");
+  if (direct_) {  // a device or pipe: nothing to sync or rename
+    const int fd = fd_;
+    fd_ = -1;
+    CG_CHECK(::close(fd) == 0 || errno == EINTR, what_, ": writing ", path_,
+             " failed: ", reason(errno));
+    return;
+  }
   if (::fsync(fd_) != 0 && errno != EINVAL) {
     const int err = errno;
     discard();
@@ -71,14 +96,14 @@ void AtomicFile::commit() {
     CG_FAIL(what_, ": writing ", path_, " failed: ", reason(err),
             " (the old file, if any, is kept)");
   }
-  if (std::rename(temp_.c_str(), path_.c_str()) != 0) {
+  if (std::rename(temp_.c_str(), target_.c_str()) != 0) {
     const int err = errno;
     ::unlink(temp_.c_str());
-    CG_FAIL(what_, ": cannot rename ", temp_, " to ", path_, ": ", reason(err));
+    CG_FAIL(what_, ": cannot rename ", temp_, " to ", target_, ": ", reason(err));
   }
   // The rename itself is durable once the folder is synced; best effort (some file
   // systems refuse fsync on a directory).
-  const std::string dir = std::filesystem::path(path_).parent_path().string();
+  const std::string dir = std::filesystem::path(target_).parent_path().string();
   const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     ::fsync(dfd);

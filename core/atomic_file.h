@@ -12,6 +12,12 @@
 // temporary, and so does a failed write or commit: a full disk leaves no half file behind
 // for the retry to trip on. The temporary is always <path>.tmp (one suffix, never two; the
 // run lock of train/run_lock.h keeps two runs from sharing it).
+//
+// Note [Outputs that are not files]: a path that is a device, a pipe or a socket
+// (/dev/null, /dev/stdout, <(...)) is written straight through, without a temporary: a
+// rename would put a regular file in the device's place (an outside tester's `--html
+// /dev/null`, run as root, replaced /dev/null). A symlink to a regular file has its
+// target replaced, through <target>.tmp, and stays a symlink.
 #pragma once
 
 #include <string>
@@ -41,6 +47,8 @@ class AtomicFile {
  private:
   void discard() noexcept;  // closes and removes the temporary
   std::string path_, temp_, what_;
+  std::string target_;   // the file renamed over: path_, or a symlink's regular target
+  bool direct_ = false;  // written straight through (Note [Outputs that are not files])
   int fd_ = -1;
 };
 

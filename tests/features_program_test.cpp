@@ -301,6 +301,7 @@ TEST_F(FeaturesProgram, TheConfigMustDescribeTheFeaturesTarget) {
                             "' --features '" + at("target_of") + "' ";
   expect_error(cli(train + "--set target.num_layers=6"), "train",
                "target.num_layers 6 (the features' target: 2)");
+  expect_error(cli(train + "--set target.num_layers=6"), "train", "--set target.num_layers=2");
   expect_error(cli(train + "--set target.hidden_size=64"), "train",
                "target.hidden_size 64 (the features' target: 32)");
   expect_error(cli(train + "--set drafter.mask_token_id=32"), "train",
@@ -325,6 +326,12 @@ TEST_F(FeaturesProgram, TheConfigMustDescribeTheFeaturesTarget) {
                    at("unmasked") + "'"),
                "train", "has two loss positions in a row");
   EXPECT_FALSE(fs::exists(run));
+  // The byte target's MASK in pre-tokenized data: refused by features, not only by train.
+  write("masked.jsonl", std::string(R"({"input_ids": [104, 105, 259, 106, 107, 108]})") + "\n");
+  expect_error(cli("features --target '" + at("toy") + "' --data '" + at("masked.jsonl") +
+                   "' --out '" + at("masked") + "' --no-progress"),
+               "features", "sample 0 holds 259 at token 2, the byte tokenizer's MASK");
+  EXPECT_FALSE(fs::exists(at("masked")));
   write("nothing.jsonl", std::string(R"({"input_ids": [1]})") + "\n");
   expect_error(cli("features --target '" + at("toy") + "' --data '" + at("nothing.jsonl") +
                    "' --out '" + at("made_empty") + "' --no-progress"),

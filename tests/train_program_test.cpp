@@ -597,7 +597,8 @@ TEST_F(TrainProgram, WhatTheConfigAloneDecidesFailsBeforeTheTargetTrains) {
   for (const auto& [set, what] : std::vector<std::pair<std::string, std::string>>{
            {"drafter.num_kv_heads=3", "num_kv_heads (3)"},
            {"drafter.mask_token_id=100000", "mask_token_id 100000 is not in the vocabulary"},
-           {"drafter.mask_token_id=32", "drafter.mask_token_id is 32, a byte"},
+           {"drafter.mask_token_id=32", "drafter.mask_token_id is 32, a token of the toy"},
+           {"drafter.mask_token_id=256", "drafter.mask_token_id is 256, a token of the toy"},
            {"drafter.hidden_size=5120", "drafter.hidden_size is 5120 but the target's is 16"}}) {
     SCOPED_TRACE(set);
     const TrainRun r = train(config + " --set " + set);
@@ -609,4 +610,6 @@ TEST_F(TrainProgram, WhatTheConfigAloneDecidesFailsBeforeTheTargetTrains) {
                "run_dir: must not contain a NUL character");
   EXPECT_FALSE(std::filesystem::exists(path("nul")));
   expect_error(train("--config /dev/zero --print-config"), "is a device, not a file");
+  expect_error(train("--print-config --config " + write("k.json", R"({"n\u0000ame": 1})")),
+               "unknown field 'n?ame'");
 }

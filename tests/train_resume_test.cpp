@@ -161,6 +161,14 @@ TEST_F(TrainResume, ARunWithOtherStepsSaysWhatItDoesToTheSchedule) {
             std::string::npos)
       << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  // Fewer steps than the checkpoint's: it trains nothing, and says so (an outside tester
+  // saw "resumed at step 12, the last" and no word of the 4 asked).
+  const TrainRun fewer = train("--config " + config + " --set drafter.optim.steps=1");
+  ASSERT_EQ(fewer.exit_code, 0) << fewer.err;
+  EXPECT_NE(fewer.err.find("warning: drafter.optim.steps is 1 now and was 4 when step 4 was "
+                           "saved: the run is already at or past its last step"),
+            std::string::npos)
+      << fewer.err;
 }
 
 // Activation checkpointing is a memory switch with the same gradients: a run that ran out

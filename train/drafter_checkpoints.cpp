@@ -281,7 +281,13 @@ std::string checked_resume_checkpoint(const TrainConfig& config,
 }
 
 std::string schedule_change_line(const OptimConfig& now, int64_t saved_steps, int64_t step) {
-  if (saved_steps <= 0 || saved_steps == now.steps || step >= now.steps) return "";
+  if (saved_steps <= 0 || saved_steps == now.steps) return "";
+  if (step >= now.steps) {  // (an outside tester's resume at 12 of 4 said nothing at all)
+    return "drafter.optim.steps is " + std::to_string(now.steps) + " now and was " +
+           std::to_string(saved_steps) + " when step " + std::to_string(step) +
+           " was saved: the run is already at or past its last step, so it trains nothing; "
+           "raise drafter.optim.steps to train on, or --fresh to start over";
+  }
   auto lr = [&](int64_t at, int64_t total) {
     const int64_t warmup = static_cast<int64_t>(now.warmup_ratio * static_cast<double>(total));
     return warmup_cosine_lr(at, total, warmup, now.lr, now.min_lr_ratio);

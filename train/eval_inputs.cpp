@@ -130,7 +130,8 @@ PublicDrafter public_drafter_from_config(const json& c, const std::string& where
            ": config.json target_layer_ids must be a non-empty array, got ", describe_json(layers));
   for (const json& l : layers) {
     CG_CHECK(l.is_number_integer() && l.get<int64_t>() >= 0, where,
-             ": config.json target_layer_ids holds ", describe_json(l), "; layer ids are >= 0");
+             ": config.json target_layer_ids holds ", describe_json(l),
+             "; layer ids are integers >= 0");
     // The same features under two slots: refused here as drafter.target_layers is in train.
     CG_CHECK(std::find(d.config.target_layers.begin(), d.config.target_layers.end(),
                        l.get<int64_t>()) == d.config.target_layers.end(),

@@ -173,8 +173,10 @@ OfflineFeatureSource::OfflineFeatureSource(const std::string& dir,
                  "); were these features written for another target or tokenizer?");
         CG_CHECK(id[t] != expect.mask_token_id, "feature files: shard ", path, ": tensor '",
                  ids_name, "' holds ", id[t], " at ", t,
-                 ", which is drafter.mask_token_id: the MASK must be an id the tokenizer never "
-                 "produces (Qwen3: 151669); set drafter.mask_token_id to one");
+                 ", which is drafter.mask_token_id: the MASK must be an id the data never "
+                 "holds (a Hugging Face target: set drafter.mask_token_id, Qwen3: 151669; a "
+                 "chunkgrad run's byte target: write the features from data without ",
+                 id[t], ")");
         CG_CHECK(m[t] <= 1, "feature files: shard ", path, ": tensor '",
                  feature_tensor_name(i, "loss_mask"), "' holds ", static_cast<int>(m[t]), " at ", t,
                  "; a loss mask is 0 or 1");

@@ -39,10 +39,12 @@ OfflineRun open_offline_run(const TrainConfig& config, Device device) {
   if (r.target.kind == "chunkgrad run") {
     const nn::Qwen3Config said = target_architecture(config.target);
     std::string differ;
+    std::string sets;  // what makes the config agree
     auto compare = [&](const char* field, int64_t here, int64_t there) {
       if (here != there) {
         differ += std::string(differ.empty() ? "" : ", ") + "target." + field + " " +
                   std::to_string(here) + " (the features' target: " + std::to_string(there) + ")";
+        sets += " --set target." + std::string(field) + "=" + std::to_string(there);
       }
     };
     compare("num_layers", said.num_layers, arch.num_layers);
@@ -53,8 +55,8 @@ OfflineRun open_offline_run(const TrainConfig& config, Device device) {
     compare("head_dim", said.head_dim, arch.head_dim);
     compare("intermediate_size", said.intermediate_size, arch.intermediate_size);
     CG_CHECK(differ.empty(), "train config: ", differ, ": with --features the target is the one ",
-             dir, " was written from (", target_dir,
-             "); drop those settings, or write features from a target of those sizes");
+             dir, " was written from (", target_dir, "), and the config must describe it:", sets,
+             " (or write features from a target of the config's sizes)");
   }
   // The byte tokenizer's MASK id (the default) is an ordinary token of a real vocabulary.
   CG_CHECK(

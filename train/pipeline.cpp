@@ -366,12 +366,14 @@ nlohmann::json run_pipeline(const TrainConfig& config, const PipelineOptions& op
   // layout's hidden size on the toy target) fails now, not after the target has trained.
   if (config.features.source == "online") {
     check_online_target_memory(config, s.device);  // before the target is made
-    // A byte is a token the toy data uses: as the MASK, slots would read a real token.
-    CG_CHECK(config.drafter.mask_token_id < 0 || config.drafter.mask_token_id >= 256,
-             "train config: drafter.mask_token_id is ", config.drafter.mask_token_id,
-             ", a byte the toy target's data is made of; the MASK must be an id the tokenizer "
-             "never produces: leave it at -1 (the byte tokenizer's MASK, ",
-             ByteTokenizer::kMask, ")");
+    // The toy data is bytes, BOS, EOS and PAD (0 .. 258): as the MASK, any of them would
+    // make a masked slot read like a real token. The one id left is the byte tokenizer's own.
+    CG_CHECK(
+        config.drafter.mask_token_id < 0 || config.drafter.mask_token_id >= ByteTokenizer::kMask,
+        "train config: drafter.mask_token_id is ", config.drafter.mask_token_id,
+        ", a token of the toy target's data (bytes, BOS, EOS and PAD: 0 .. ",
+        ByteTokenizer::kMask - 1, "); its MASK is the byte tokenizer's ", ByteTokenizer::kMask,
+        ": leave drafter.mask_token_id at -1");
     try {
       run_drafter_config(config).validate();
     } catch (const Error& e) {

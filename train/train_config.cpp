@@ -84,7 +84,12 @@ struct Reader {
       if (seen.count(it.key())) continue;
       std::string known;
       for (const auto& s : seen) known += (known.empty() ? "" : ", ") + s;
-      CG_FAIL("train config: unknown field '", path, it.key(), "' (known fields here: ", known,
+      // (control bytes shown as '?': a NUL or a newline in a key would cut the one error line)
+      std::string key = path + it.key();
+      for (char& c : key) {
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+      }
+      CG_FAIL("train config: unknown field '", key, "' (known fields here: ", known,
               "; docs/train_config.md lists them all)");
     }
   }

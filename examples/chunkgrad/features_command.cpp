@@ -22,6 +22,7 @@
 #include "examples/common/program.h"
 #include "train/chat_data.h"
 #include "train/feature_target.h"
+#include "train/tokenizer.h"
 #include "train/train_config.h"
 
 namespace cg::cli {
@@ -187,6 +188,20 @@ void add_features_command(CLI::App& app, CommandBody& run) {
           read_data_files(o.data, data_tokenizer(o.tokenizer, o.target, o.allow_template),
                           arch.vocab_size, o.strict);
       const std::vector<train::DrafterSequence> samples = data.sequences();
+      // A chunkgrad run's byte target has one MASK, 259, which training refuses to find in
+      // the data (train/offline_features.h): refused here, before the features are written.
+      if (target.kind == "chunkgrad run") {
+        for (size_t i = 0; i < samples.size(); ++i) {
+          const auto& ids = samples[i].ids;
+          const auto at = std::find(ids.begin(), ids.end(), train::ByteTokenizer::kMask);
+          CG_CHECK(at == ids.end(), "--data: sample ", i, " holds ", train::ByteTokenizer::kMask,
+                   " at token ", at - ids.begin(),
+                   ", the byte tokenizer's MASK, which the drafter reads in place of a token; "
+                   "pre-tokenized data for a chunkgrad run's target holds bytes, BOS, EOS and PAD "
+                   "(0 .. ",
+                   train::ByteTokenizer::kMask - 1, ")");
+        }
+      }
       std::vector<std::string> datasets;
       for (const train::DataSample& s : data.samples) datasets.push_back(s.dataset);
       std::vector<int64_t> layers = parse_layers(o.layers);
