@@ -14,7 +14,7 @@
 // run lock of train/run_lock.h keeps two runs from sharing it).
 //
 // Note [Outputs that are not files]: a path that is a device, a pipe or a socket
-// (/dev/null, /dev/stdout, <(...)) is written straight through, without a temporary: a
+// (/dev/null, /dev/stdout, >(...)) is written straight through, without a temporary: a
 // rename would put a regular file in the device's place (an outside tester's `--html
 // /dev/null`, run as root, replaced /dev/null). A symlink to a regular file has its
 // target replaced, through <target>.tmp, and stays a symlink.
