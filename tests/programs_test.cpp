@@ -171,7 +171,7 @@ TEST(Programs, MemoryLessonUnwritableTraceDirFails) {
   const std::string dir = temp_dir();
   std::ofstream(dir + "/file") << "x";
   expect_clean_failure(memory_lesson(kTiny + "--trace-dir '" + dir + "/file/traces'"),
-                       "memory_lesson", {"--trace-dir", "cannot create the directory"});
+                       "memory_lesson", {"--trace-dir", "/file is a file, not a folder"});
   std::filesystem::remove_all(dir);
 }
 

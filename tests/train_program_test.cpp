@@ -610,6 +610,13 @@ TEST_F(TrainProgram, WhatTheConfigAloneDecidesFailsBeforeTheTargetTrains) {
                "run_dir: must not contain a NUL character");
   EXPECT_FALSE(std::filesystem::exists(path("nul")));
   expect_error(train("--config /dev/zero --print-config"), "is a device, not a file");
+  // A run directory that is a file, or a symlink to nothing: said in words, not the
+  // system's "Not a directory" and "File exists".
+  expect_error(train(config + " --run-dir " + write("afile", "x")),
+               "afile is a file, not a folder");
+  std::filesystem::create_symlink(path("nowhere"), path("dangling"));
+  expect_error(train(config + " --run-dir " + path("dangling")),
+               "is a symlink to " + path("nowhere") + ", which does not exist");
   expect_error(train("--print-config --config " + write("k.json", R"({"n\u0000ame": 1})")),
                "unknown field 'n?ame'");
 }

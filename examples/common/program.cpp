@@ -348,8 +348,26 @@ void OutputFile::write_json(const nlohmann::json& j) {
 }
 
 void make_output_dir(const std::string& dir, const std::string& option) {
+  namespace fs = std::filesystem;
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
+  // In words, not the system's "Not a directory" / "File exists" (an outside tester's
+  // --run-dir of a file, and of a dangling symlink).
+  const fs::file_status link = fs::symlink_status(dir, ec);
+  if (fs::is_symlink(link) && !fs::exists(dir, ec)) {
+    CG_FAIL(option, ": ", dir, " is a symlink to ", fs::read_symlink(dir, ec).string(),
+            ", which does not exist; make that folder or give another path");
+  }
+  CG_CHECK(!fs::exists(dir, ec) || fs::is_directory(dir, ec), option, ": ", dir,
+           " is a file, not a folder; give a folder");
+  for (fs::path up = fs::path(dir).parent_path(); !up.empty(); up = up.parent_path()) {
+    if (fs::exists(up, ec)) {
+      CG_CHECK(fs::is_directory(up, ec), option, ": ", dir, " cannot be made: ", up.string(),
+               " is a file, not a folder");
+      break;
+    }
+    if (up == up.parent_path()) break;
+  }
+  fs::create_directories(dir, ec);
   CG_CHECK(!ec, option, ": cannot create the directory ", dir, ": ", ec.message(),
            ". Give a writable directory.");
   CG_CHECK(std::filesystem::is_directory(dir, ec), option, ": ", dir, " is not a directory");
