@@ -8,6 +8,14 @@
 
 namespace cg::train {
 
+std::pair<int64_t, int64_t> find_token(const std::vector<DrafterSequence>& seqs, int64_t id) {
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const auto at = std::find(seqs[i].ids.begin(), seqs[i].ids.end(), id);
+    if (at != seqs[i].ids.end()) return {static_cast<int64_t>(i), at - seqs[i].ids.begin()};
+  }
+  return {-1, -1};
+}
+
 std::vector<int64_t> anchor_candidates(const std::vector<uint8_t>& loss_mask) {
   std::vector<int64_t> out;
   for (size_t t = 0; t + 1 < loss_mask.size(); ++t) {

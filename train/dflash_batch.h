@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "core/factories.h"
@@ -26,6 +27,10 @@ struct DrafterSequence {
 constexpr int64_t kIgnoreLabel = -100;
 
 std::vector<int64_t> anchor_candidates(const std::vector<uint8_t>& loss_mask);
+
+// Where `id` first occurs in `seqs`: {sample, position}, or {-1, -1}. The MASK id must not
+// (block slots read it in place of their token): the checks of every feature source.
+std::pair<int64_t, int64_t> find_token(const std::vector<DrafterSequence>& seqs, int64_t id);
 // Sorted anchors, at most max_anchors, drawn without replacement from the candidates.
 std::vector<int64_t> sample_anchors(const std::vector<uint8_t>& loss_mask, int64_t max_anchors,
                                     Generator& gen);

@@ -118,9 +118,8 @@ void probe_output_dir(const std::string& dir, const std::string& what, const std
 // Stage 0: the run directory, locked for this run (run_lock.h) before anything in it is
 // read or written.
 void lock_run_directory(RunState& s) {
-  const bool fresh = !std::filesystem::exists(s.config.run_dir);
   std::filesystem::create_directories(s.config.run_dir);
-  s.lock = std::make_unique<RunLock>(s.config.run_dir, fresh);
+  s.lock = std::make_unique<RunLock>(s.config.run_dir);
   if (s.lock->stale_pid() > 0) {
     say(s.config, "run_dir: took over the lock of pid " + std::to_string(s.lock->stale_pid()) +
                       ", which is no longer running");

@@ -26,8 +26,7 @@ long pid_in(int fd) {
 
 }  // namespace
 
-RunLock::RunLock(const std::string& run_dir, bool created_dir)
-    : path_(run_dir + "/.lock"), created_dir_(created_dir ? run_dir : std::string()) {
+RunLock::RunLock(const std::string& run_dir) : path_(run_dir + "/.lock") {
   // Note: the file is removed on release, so between open() and flock() another run may
   // have released and removed it: a lock on a file that is no longer at path_ locks
   // nothing, and the loop opens the path again.
@@ -74,8 +73,6 @@ RunLock::~RunLock() {
   if (fd_ < 0) return;
   ::unlink(path_.c_str());  // while still held: no other run can have it now
   ::close(fd_);
-  // (rmdir removes only an empty folder: one this run wrote anything into stays)
-  if (!created_dir_.empty()) ::rmdir(created_dir_.c_str());
 }
 
 }  // namespace cg::train

@@ -20,9 +20,8 @@ namespace cg::train {
 class RunLock {
  public:
   // Takes the lock of `run_dir` (which must exist). Throws cg::Error naming the PID of the
-  // live process that holds it. created_dir: this run made run_dir, so a run that fails
-  // before writing anything in it takes the empty folder away again on release.
-  explicit RunLock(const std::string& run_dir, bool created_dir = false);
+  // live process that holds it.
+  explicit RunLock(const std::string& run_dir);
   ~RunLock();
   RunLock(const RunLock&) = delete;
   RunLock& operator=(const RunLock&) = delete;
@@ -33,7 +32,6 @@ class RunLock {
 
  private:
   std::string path_;
-  std::string created_dir_;  // "" unless this run made the directory
   int fd_ = -1;
   long stale_pid_ = 0;
 };

@@ -129,9 +129,8 @@ nlohmann::json run_synthetic_pipeline(const TrainConfig& config, const PipelineO
   const bool rank0 = comm == nullptr || comm->rank() == 0;
   std::optional<RunLock> lock;
   if (rank0) {
-    const bool fresh = !std::filesystem::exists(config.run_dir);
     std::filesystem::create_directories(config.run_dir);
-    lock.emplace(config.run_dir, fresh);
+    lock.emplace(config.run_dir);
   }
   // The resume decision before anything is written (as run_pipeline's check_resume); every
   // rank reads the same checkpoint (Note [World-size-free checkpoints], data_parallel.h).

@@ -13,6 +13,7 @@
 #include "ops/elementwise.h"
 #include "ops/join_ops.h"
 #include "ops/shape_ops.h"
+#include "train/dflash_batch.h"
 #include "train/drafter_data.h"
 #include "train/fingerprint.h"
 
@@ -115,14 +116,11 @@ TargetRun open_target_run(const TrainConfig& config, Device device,
   // As for offline features (train/offline_features.h): block slots read the MASK in
   // place of their token, so a MASK the data holds makes a real token and a masked slot
   // look the same.
-  for (size_t i = 0; i < all.size(); ++i) {
-    const auto& ids = all[i].ids;
-    const auto at = std::find(ids.begin(), ids.end(), config.drafter.mask_token_id);
-    CG_CHECK(at == ids.end(), "features.data: sample ", i, " holds drafter.mask_token_id ",
-             config.drafter.mask_token_id, " at token ", at - ids.begin(),
-             ": the MASK must be an id the tokenizer never produces (Qwen3: 151669); set "
-             "drafter.mask_token_id to one");
-  }
+  const auto [sample, at] = find_token(all, config.drafter.mask_token_id);
+  CG_CHECK(sample < 0, "features.data: sample ", sample, " holds drafter.mask_token_id ",
+           config.drafter.mask_token_id, " at token ", at,
+           ": the MASK must be an id the tokenizer never produces (Qwen3: 151669); set "
+           "drafter.mask_token_id to one");
   std::string prints = r.target.fingerprint;
   for (const std::string& file : config.features.data) {
     prints += '\n';  // (not "\n" + hash: GCC 12 warns -Wrestrict on that temporary)

@@ -21,6 +21,7 @@
 #include "examples/chunkgrad/data_files.h"
 #include "examples/common/program.h"
 #include "train/chat_data.h"
+#include "train/dflash_batch.h"
 #include "train/feature_target.h"
 #include "train/tokenizer.h"
 #include "train/train_config.h"
@@ -191,16 +192,13 @@ void add_features_command(CLI::App& app, CommandBody& run) {
       // A chunkgrad run's byte target has one MASK, 259, which training refuses to find in
       // the data (train/offline_features.h): refused here, before the features are written.
       if (target.kind == "chunkgrad run") {
-        for (size_t i = 0; i < samples.size(); ++i) {
-          const auto& ids = samples[i].ids;
-          const auto at = std::find(ids.begin(), ids.end(), train::ByteTokenizer::kMask);
-          CG_CHECK(at == ids.end(), "--data: sample ", i, " holds ", train::ByteTokenizer::kMask,
-                   " at token ", at - ids.begin(),
-                   ", the byte tokenizer's MASK, which the drafter reads in place of a token; "
-                   "pre-tokenized data for a chunkgrad run's target holds bytes, BOS, EOS and PAD "
-                   "(0 .. ",
-                   train::ByteTokenizer::kMask - 1, ")");
-        }
+        const auto [sample, at] = train::find_token(samples, train::ByteTokenizer::kMask);
+        CG_CHECK(sample < 0, "--data: sample ", sample, " holds ", train::ByteTokenizer::kMask,
+                 " at token ", at,
+                 ", the byte tokenizer's MASK, which the drafter reads in place of a token; "
+                 "pre-tokenized data for a chunkgrad run's target holds bytes, BOS, EOS and PAD "
+                 "(0 .. ",
+                 train::ByteTokenizer::kMask - 1, ")");
       }
       std::vector<std::string> datasets;
       for (const train::DataSample& s : data.samples) datasets.push_back(s.dataset);
