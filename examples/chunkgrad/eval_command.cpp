@@ -101,7 +101,13 @@ void add_eval_command(CLI::App& app, CommandBody& run) {
       const Device device = Device::parse(o.device);
       backend_for(device);  // no GPU: one error line before any work
       program::OutputFile json_out;
-      if (!o.json.empty()) json_out = program::OutputFile(o.json, "--json");
+      if (!o.json.empty()) {
+        std::vector<std::pair<std::string, std::string>> inputs = {
+            {o.target, "--target"}, {o.drafter, "--drafter"}, {o.tokenizer, "--tokenizer"}};
+        for (const std::string& file : o.data) inputs.emplace_back(file, "--data");
+        program::check_output_not_input(o.json, "--json", inputs);
+        json_out = program::OutputFile(o.json, "--json");
+      }
       auto say = [](const std::string& line) {
         if (!o.no_progress) program::progress("eval", line);
       };

@@ -152,6 +152,10 @@ void add_features_command(CLI::App& app, CommandBody& run) {
       const Device device = Device::parse(o.device);
       backend_for(device);  // no GPU: one error line before any work
       const std::filesystem::path out(o.out);
+      std::vector<std::pair<std::string, std::string>> inputs = {{o.target, "--target"},
+                                                                 {o.tokenizer, "--tokenizer"}};
+      for (const std::string& file : o.data) inputs.emplace_back(file, "--data");
+      program::check_output_not_input(o.out, "--out", inputs);
       CG_CHECK(!std::filesystem::exists(out) || std::filesystem::is_directory(out), "--out ", o.out,
                " is a file, not a folder");
       if (o.fresh) check_only_feature_files(out);

@@ -104,6 +104,9 @@ void add_regenerate_command(CLI::App& app, CommandBody& run) {
                "decoding takes the most likely token)");
       std::vector<int64_t> eos = o.eos_ids.empty() ? std::vector<int64_t>{} : parse_ids(o.eos_ids);
       namespace fs = std::filesystem;
+      program::check_output_not_input(
+          o.out, "--out",
+          {{o.data, "--data"}, {o.target, "--target"}, {o.tokenizer, "--tokenizer"}});
       CG_CHECK(!fs::is_directory(o.out), "--out ", o.out, " is a folder; give a file (JSONL)");
       const fs::path parent = fs::path(o.out).parent_path();
       CG_CHECK(parent.empty() || fs::is_directory(parent), "--out ", o.out, ": the folder ",

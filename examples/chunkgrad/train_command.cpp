@@ -112,6 +112,19 @@ nlohmann::json run_ranks(const train::TrainConfig& config, train::PipelineOption
   }
 }
 
+// The run directory must not be, or lie inside, a folder or file the run reads (the
+// Hugging Face target's folder: train writes its own config.json there).
+void check_run_dir_not_input(const train::TrainConfig& config, const std::string& config_file) {
+  std::vector<std::pair<std::string, std::string>> inputs = {
+      {config_file, "--config"},
+      {config.features.dir, "features.dir"},
+      {config.features.target, "features.target"},
+      {config.features.tokenizer, "features.tokenizer"},
+      {config.drafter.init_from, "drafter.init_from"}};
+  for (const std::string& file : config.features.data) inputs.emplace_back(file, "features.data");
+  program::check_output_not_input(config.run_dir, "run_dir", inputs);
+}
+
 }  // namespace
 
 void add_train_command(CLI::App& app, CommandBody& run) {
@@ -207,6 +220,7 @@ void add_train_command(CLI::App& app, CommandBody& run) {
         std::cout << config.to_json().dump(2) << "\n";
         return;
       }
+      check_run_dir_not_input(config, o.config);
       // (a run refused before it writes anything leaves no empty run directory behind)
       const program::RemoveIfLeftEmpty made_here(launch.under_mpirun ? "" : config.run_dir);
       if (!launch.under_mpirun) program::make_output_dir(config.run_dir, "run_dir");

@@ -289,18 +289,47 @@ std::vector<int64_t> parse_integer_list(const std::string& text) {
   return values;
 }
 
+namespace {
+
+// Where a path leads: absolute, symlinks resolved as far as it exists, normalised.
+std::filesystem::path resolved(const std::string& path) {
+  std::error_code ec;
+  const auto at = std::filesystem::weakly_canonical(std::filesystem::absolute(path), ec);
+  return ec ? std::filesystem::path(path) : at.lexically_normal();
+}
+
+// Whether `inner` is `outer` or lies under it (both resolved).
+bool within(const std::filesystem::path& inner, const std::filesystem::path& outer) {
+  const std::filesystem::path rel = inner.lexically_relative(outer);
+  return !rel.empty() && *rel.begin() != "..";
+}
+
+}  // namespace
+
 void check_outputs_apart(const std::vector<std::pair<std::string, std::string>>& outputs) {
   std::vector<std::string> where;
-  for (const auto& [path, option] : outputs) {
-    std::error_code ec;
-    const auto at = std::filesystem::weakly_canonical(std::filesystem::absolute(path), ec);
-    where.push_back(ec ? path : at.lexically_normal().string());
-  }
+  for (const auto& [path, option] : outputs) where.push_back(resolved(path).string());
   for (size_t i = 0; i < outputs.size(); ++i) {
     for (size_t k = 0; k < i; ++k) {
       CG_CHECK(where[i] != where[k], outputs[i].second, " and ", outputs[k].second,
                " would both write ", outputs[i].first, "; give them different paths");
     }
+  }
+}
+
+void check_output_not_input(const std::string& output, const std::string& option,
+                            const std::vector<std::pair<std::string, std::string>>& inputs) {
+  const std::filesystem::path out = resolved(output);
+  for (const auto& [path, input_option] : inputs) {
+    if (path.empty()) continue;
+    std::error_code ec;
+    const bool same = std::filesystem::equivalent(output, path, ec) && !ec;
+    const std::filesystem::path in = resolved(path);
+    CG_CHECK(!same && out != in, option, " ", output, " is the input ", input_option, " ", path,
+             ": writing it would destroy what the run reads; give another ", option);
+    CG_CHECK(!within(out, in) || !std::filesystem::is_directory(in, ec), option, " ", output,
+             " is inside ", input_option, " ", path,
+             ": writing there could overwrite what the run reads; give a path outside it");
   }
 }
 

@@ -115,6 +115,13 @@ class OutputFile {
 // all that is left, after the whole run. Call it before making any of them ready.
 void check_outputs_apart(const std::vector<std::pair<std::string, std::string>>& outputs);
 
+// Refuses an output that would write over an input ((path, option) pairs; an input is a
+// file or a folder): the same file (also through a symlink or a hard link), or a path
+// inside an input folder (`eval --json` into the drafter's folder, `train --run-dir` the
+// target's). An unset input ("") is skipped. Call it before making the output ready.
+void check_output_not_input(const std::string& output, const std::string& option,
+                            const std::vector<std::pair<std::string, std::string>>& inputs);
+
 // A folder a run is about to make (construct it before the folder is made): if the run
 // fails before writing anything into it, the empty folder goes again when this is
 // destroyed. A folder that existed before, or holds anything, is left as it is.

@@ -1,0 +1,85 @@
+// Why this file exists: an outside tester pointed outputs at inputs and the programs wrote
+// over them: `eval --json` onto its --data file or into the drafter's folder, `train
+// --run-dir` onto the Hugging Face target's folder (its config.json replaced by the train
+// config), `regenerate --out` onto --data. Each is now refused before any work
+// (program::check_output_not_input), the input left byte for byte as it was.
+#include "train_program_fixture.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using train_program_fixture::slurp;
+using train_program_fixture::TrainRun;
+
+class OutputsNotInputs : public train_program_fixture::TrainProgram {
+ protected:
+  // A copy of the tiny Hugging Face target, so that a failure here cannot damage the
+  // source tree's.
+  std::string target_copy() const {
+    const std::string dir = path("target");
+    fs::copy(std::string(CHUNKGRAD_SOURCE_DIR) + "/tests/data/qwen3_tiny_untied", dir,
+             fs::copy_options::recursive);
+    return dir;
+  }
+  std::string samples() const {
+    return write("samples.jsonl",
+                 "{\"input_ids\": [10, 20, 30, 40, 50, 60, 70, 80], "
+                 "\"loss_mask\": [0, 0, 1, 1, 1, 1, 1, 1]}\n");
+  }
+};
+
+TEST_F(OutputsNotInputs, EvalJsonOntoItsDataFile) {
+  const std::string target = target_copy(), data = samples();
+  fs::create_directories(path("drafter"));
+  const std::string before = slurp(data);
+  // (spelt another way: through the folder's parent)
+  const std::string same = path("target") + "/../samples.jsonl";
+  expect_error(run("eval --target '" + target + "' --drafter '" + path("drafter") + "' --data '" +
+                   data + "' --json '" + same + "' --no-progress"),
+               "is the input --data", "eval");
+  EXPECT_EQ(slurp(data), before);
+}
+
+TEST_F(OutputsNotInputs, EvalJsonIntoTheDrafterFolder) {
+  const std::string target = target_copy(), data = samples();
+  fs::create_directories(path("drafter"));
+  const std::string config = write("drafter/config.json", "{\"keep\": true}\n");
+  expect_error(run("eval --target '" + target + "' --drafter '" + path("drafter") + "' --data '" +
+                   data + "' --json '" + config + "' --no-progress"),
+               "is inside --drafter", "eval");
+  EXPECT_EQ(slurp(config), "{\"keep\": true}\n");
+}
+
+TEST_F(OutputsNotInputs, TrainRunDirOntoTheTarget) {
+  const std::string target = target_copy(), data = samples();
+  const std::string before = slurp(target + "/config.json");
+  expect_error(train("--no-progress --run-dir '" + target + "' --target '" + target + "' --data '" +
+                     data + "' --set drafter.mask_token_id=255"),
+               "is the input features.target");
+  EXPECT_EQ(slurp(target + "/config.json"), before);
+  EXPECT_FALSE(fs::exists(target + "/metrics.jsonl"));
+  expect_error(train("--no-progress --run-dir '" + target + "/run' --target '" + target +
+                     "' --data '" + data + "' --set drafter.mask_token_id=255"),
+               "is inside features.target");
+  EXPECT_FALSE(fs::exists(target + "/run"));
+}
+
+TEST_F(OutputsNotInputs, RegenerateOutThroughASymlinkToData) {
+  const std::string target = target_copy(), data = samples();
+  fs::create_symlink(data, path("link.jsonl"));
+  const std::string before = slurp(data);
+  expect_error(run("regenerate --target '" + target + "' --data '" + data + "' --out '" +
+                   path("link.jsonl") + "' --no-progress"),
+               "is the input --data", "regenerate");
+  EXPECT_EQ(slurp(data), before);
+}
+
+TEST_F(OutputsNotInputs, FeaturesOutInsideTheTarget) {
+  const std::string target = target_copy(), data = samples();
+  expect_error(run("features --target '" + target + "' --data '" + data + "' --out '" + target +
+                   "/feats' --no-progress"),
+               "is inside --target", "features");
+  EXPECT_FALSE(fs::exists(target + "/feats"));
+}
+
+}  // namespace
