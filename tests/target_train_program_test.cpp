@@ -76,3 +76,22 @@ TEST_F(TargetTrainProgram, TargetAndFeaturesExcludeEachOther) {
 }
 
 }  // namespace
+
+// An outside tester: export run from another folder (the run's relative --target no longer
+// found) fell back to the toy target's description and wrote a config.json with the toy's
+// rope_theta, vocabulary and depth, exit 0. Now it names the file it looked for.
+TEST_F(TargetTrainProgram, ExportWithTheTargetGoneIsRefused) {
+  fs::copy(target(), path("target"), fs::copy_options::recursive);
+  const std::string opts = options("run");
+  const std::string moved = opts.substr(0, opts.find(" --target '")) + " --target '" +
+                            path("target") + opts.substr(opts.find("' --data '"));
+  const TrainRun r = train(moved + " --set drafter.mask_token_id=255");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  fs::rename(path("target"), path("elsewhere"));
+  expect_error(run("export --run-dir '" + path("run") + "' --out '" + path("pub") + "'"),
+               "features.target " + path("target") + " has no config.json", "export");
+  EXPECT_FALSE(fs::exists(path("pub")));
+  fs::rename(path("elsewhere"), path("target"));
+  const TrainRun e = run("export --run-dir '" + path("run") + "' --out '" + path("pub") + "'");
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+}

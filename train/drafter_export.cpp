@@ -16,6 +16,7 @@
 #include "ops/shape_ops.h"
 #include "train/drafter_checkpoints.h"
 #include "train/drafter_model.h"
+#include "train/offline_features.h"
 #include "train/target_lm.h"
 
 namespace cg::train {
@@ -118,6 +119,39 @@ void write_public_drafter(const nn::DFlashDrafter& drafter, const PublicDrafterI
 }
 
 namespace {
+
+// Note [Export needs the run's target]: the public config.json takes the target's depth,
+// vocabulary, RoPE and context length from the target's own config.json, found where the
+// run named it (features.target; for offline features the folder their index.json names).
+// Found nowhere, the drafter's shapes would come from the toy target's description -- a
+// config.json that serving engines would load and compute wrongly with (rope_theta) --
+// so export refuses, saying where it looked. A run on the toy target (a chunkgrad run
+// directory as the target, or synthetic features) needs no file.
+void check_run_target_found(const TrainConfig& config, const std::string& checkpoint) {
+  std::string folder, named;
+  if (config.features.source == "target") {
+    folder = config.features.target;
+    named = "features.target";
+  } else if (config.features.source == "offline") {
+    named = "the target that features.dir " + config.features.dir + " was written from";
+    try {
+      folder = read_feature_index(config.features.dir).target;
+    } catch (const Error& e) {
+      CG_FAIL("export: ", checkpoint, ": the run trained on offline features in ",
+              config.features.dir, ", whose index.json cannot be read from here (", e.message(),
+              "); the export takes the target's shapes from there: run export from the folder "
+              "the run started in, or put the features back");
+    }
+  } else {
+    return;
+  }
+  const fs::path file = fs::path(folder) / "config.json";
+  std::error_code ec;
+  CG_CHECK(fs::is_regular_file(file, ec), "export: ", checkpoint, ": ", named, " ", folder,
+           " has no config.json at ", fs::absolute(file).lexically_normal().string(),
+           "; the export takes the target's depth, vocabulary and RoPE from it: run export from "
+           "the folder the run started in, or put the target back");
+}
 
 bool same_value(const json& a, const json& b) {
   if (a.is_number() && b.is_number()) {
@@ -375,6 +409,7 @@ ExportResult export_drafter_checkpoint(const std::string& run_dir, const std::st
   } catch (const Error& e) { CG_FAIL("export: ", r.checkpoint, ": ", e.message()); }
   // A run on a Hugging Face target reads its config.json (the depth, the context length)
   // at the path the run was given, which may have been relative or moved since.
+  check_run_target_found(config, r.checkpoint);
   nn::DFlashDrafterConfig dc;
   PublicDrafterInfo info;
   try {
