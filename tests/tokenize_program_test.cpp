@@ -46,16 +46,25 @@ TEST_F(TokenizeProgram, DecodeGivesTheBytesBack) {
 }
 
 TEST_F(TokenizeProgram, JsonlIsOneLineEach) {
-  // Blank lines are skipped (a JSONL file often ends in one; `chunkgrad features` skips them).
+  // A blank line gives a blank line: output line N is input line N's (an outside tester).
   write("texts.jsonl", "\"the\"\n\" the\"\r\n\n  \r\n\"\"\n\"a\\r\\nb<|im_end|>\"\n\n");
   Result r = tokenize("--jsonl " + at("texts.jsonl"));
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.out, "[116,257]\n[258]\n[]\n[97,13,10,98,301]\n");
+  EXPECT_EQ(r.out, "[116,257]\n[258]\n\n\n[]\n[97,13,10,98,301]\n\n");
   write("ids.jsonl", "[116,257]\n[258]\n\n[]\n[97,13,10,98,301]\n[195]\n");
   r = tokenize("--jsonl --decode " + at("ids.jsonl"));
   EXPECT_EQ(r.exit_code, 0) << r.err;
   // Half a character (byte C3 alone) is U+FFFD in JSON.
-  EXPECT_EQ(r.out, "\"the\"\n\" the\"\n\"\"\n\"a\\r\\nb<|im_end|>\"\n\"\xEF\xBF\xBD\"\n");
+  EXPECT_EQ(r.out, "\"the\"\n\" the\"\n\n\"\"\n\"a\\r\\nb<|im_end|>\"\n\"\xEF\xBF\xBD\"\n");
+}
+
+// An outside tester: without --jsonl, half a character came out as its lone byte (invalid
+// UTF-8); now U+FFFD, as with --jsonl and as Hugging Face decodes it.
+TEST_F(TokenizeProgram, DecodeWritesValidUtf8) {
+  write("ids.json", "[116, 257, 195]\n");
+  const Result r = tokenize("--decode " + at("ids.json"));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "the\xEF\xBF\xBD");
 }
 
 TEST_F(TokenizeProgram, BadInputIsOneErrorLine) {

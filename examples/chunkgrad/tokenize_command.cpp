@@ -7,11 +7,14 @@
 //   chunkgrad tokenize --tokenizer tokenizer.json --decode ids.json    the text back
 //
 // Without --jsonl the whole input (a file, or stdin for "-") is one text and the output
-// one JSON array; decoding reads one array and writes the text's bytes as they are, so
-// encode then decode gives the input back. With --jsonl each input line is a JSON string
-// (encode) or a JSON array of ids (decode) and gets its own output line, an array or a
-// JSON string. Blank lines are skipped (as `chunkgrad features --data` skips them); a bad
-// line is one error naming its line number.
+// one JSON array; decoding reads one array and writes the text, so encode then decode
+// gives the input back. With --jsonl each input line is a JSON string (encode) or a JSON
+// array of ids (decode) and gets its own output line, an array or a JSON string; a blank
+// input line gets a blank output line, so that line N of the output is line N's (an
+// outside tester lined the two files up); a bad line is one error naming its line number.
+// Decoded text is valid UTF-8 in both modes: ids cut mid-character give U+FFFD where the
+// partial character was, as Hugging Face `tokenizers` decodes them (the tokenizer itself
+// returns the bytes: Note [Decode] in train/hf_tokenizer.h).
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -72,6 +75,13 @@ json parse(const std::string& text, const std::string& where) {
   } catch (const json::parse_error& e) { CG_FAIL(where, ": not valid JSON (", e.what(), ")"); }
 }
 
+// `text` with each ill-formed UTF-8 sequence replaced by U+FFFD: the replacement JSON output
+// makes (json::error_handler_t::replace), read back, so that both modes decode alike.
+std::string valid_utf8(const std::string& text) {
+  return json::parse(json(text).dump(-1, ' ', false, json::error_handler_t::replace))
+      .get<std::string>();
+}
+
 // Error messages from the tokenizer (bad UTF-8, an unknown id) get the place in front.
 template <typename F>
 auto at(const std::string& where, F f) {
@@ -93,7 +103,7 @@ void run_tokenize(const TokenizeOptions& o) {
     all << in.rdbuf();
     if (o.decode) {
       const std::vector<int64_t> ids = ids_of(parse(all.str(), "the input"), "the input", tok);
-      write(at("the input", [&] { return tok.decode(ids); }));
+      write(valid_utf8(at("the input", [&] { return tok.decode(ids); })));
     } else {
       write(ids_json(at("the input", [&] { return tok.encode(all.str()); })) + "\n");
     }
@@ -101,14 +111,16 @@ void run_tokenize(const TokenizeOptions& o) {
   }
   std::string line;
   for (int64_t number = 1; std::getline(in, line); ++number) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) {
+      write("\n");
+      continue;
+    }
     const std::string where = "line " + std::to_string(number);
     const json j = parse(line, where);
     if (o.decode) {
       const std::vector<int64_t> ids = ids_of(j, where, tok);
       const std::string text = at(where, [&] { return tok.decode(ids); });
-      // Ids cut mid-character decode to invalid UTF-8, which JSON cannot hold: U+FFFD.
-      write(json(text).dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
+      write(json(valid_utf8(text)).dump() + "\n");
     } else {
       CG_CHECK(j.is_string(), where, ": expected a JSON string (the text to encode), got ",
                describe_json(j));
