@@ -304,7 +304,7 @@ TEST(CudaTrain, BatchedGenerationEqualsOnePromptAtATime) {
     for (int t = 0; t < 3 + i % 3; ++t) p.push_back((i * 31 + t * 7) % 250);
     prompts.push_back(p);
   }
-  const train::GenerateOptions opt{.max_new_tokens = 12, .eos_id = 17};
+  const train::GenerateOptions opt{.max_new_tokens = 12, .eos_ids = {17}};
   std::vector<int64_t> done;  // progress after each batch: 3 lengths, 3 prompts each
   int64_t told = 0;
   const std::vector<train::Generation> all =

@@ -69,7 +69,7 @@ TEST_F(EvalProgram, AnExportedDrafterOnAHuggingFaceTarget) {
   EXPECT_EQ(r.out.find("NOT LOSSLESS"), std::string::npos) << r.out;
   const auto j = nlohmann::json::parse(slurp(path("r.json")));
   EXPECT_EQ(j["block_size"], 4);
-  EXPECT_EQ(j["eos_id"], 127);
+  EXPECT_EQ(j["eos_ids"], nlohmann::json::array({127}));
   ASSERT_EQ(j["datasets"].size(), 2u);
   EXPECT_EQ(j["datasets"][0]["dataset"], "chat");
   EXPECT_EQ(j["datasets"][1]["dataset"], "plain");

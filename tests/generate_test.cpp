@@ -45,7 +45,7 @@ TEST(Generate, StopsAfterEosAndKeepsIt) {
   const int64_t eos = free_run[4 + 5];  // the 6th new token
   // Its first occurrence among the new tokens decides where greedy stops.
   const auto expected = greedy_without_cache(f.lm, prompt, 12, eos);
-  const auto g = train::generate(f.lm, prompt, {.max_new_tokens = 12, .eos_id = eos});
+  const auto g = train::generate(f.lm, prompt, {.max_new_tokens = 12, .eos_ids = {eos}});
   EXPECT_EQ(g.tokens, expected);
   EXPECT_TRUE(g.stopped_at_eos);
   EXPECT_EQ(g.tokens.back(), eos);

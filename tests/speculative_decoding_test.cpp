@@ -203,13 +203,13 @@ TEST(SpeculativeDecoding, EosInsideAnAcceptedBlockStopsLikeGreedy) {
   const auto free_run = f.script(prompt, 30, 0);
   for (size_t at : {size_t{0}, size_t{1}, size_t{5}, size_t{12}}) {
     const int64_t eos = free_run[3 + at];  // stops at its first occurrence
-    const auto want = train::generate(f.lm, prompt, {.max_new_tokens = 30, .eos_id = eos});
+    const auto want = train::generate(f.lm, prompt, {.max_new_tokens = 30, .eos_ids = {eos}});
     ASSERT_TRUE(want.stopped_at_eos);
     for (double accuracy : {1.0, 0.5}) {
       ScriptedDrafter d(f.layers, f.config.vocab_size, accuracy);
       f.arm(d, prompt, 30, 8);
       const auto g = train::speculative_generate(
-          f.lm, d, prompt, {.block_size = 8, .max_new_tokens = 30, .eos_id = eos});
+          f.lm, d, prompt, {.block_size = 8, .max_new_tokens = 30, .eos_ids = {eos}});
       EXPECT_EQ(g.tokens, want.tokens) << "eos at " << at;
       EXPECT_TRUE(g.stopped_at_eos);
       EXPECT_TRUE(d.violations.empty());

@@ -7,6 +7,7 @@
 // The same on the GPU where there is one.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 
@@ -256,18 +257,56 @@ void expect_sane(const train::EvalReport& r) {
 void run_exported(Device device, DType dtype, double tolerance) {
   Folders f;
   const train::EvalTarget t = train::load_eval_target(f.target, device, dtype);
-  EXPECT_EQ(t.eos_id, f.c.vocab_size - 1);
+  EXPECT_EQ(t.eos_ids, std::vector<int64_t>{f.c.vocab_size - 1});
   const train::PublicDrafter d = train::load_drafter_for_target(f.drafter, *t.lm);
   EXPECT_EQ(d.info.block_size, 4);
   EXPECT_EQ(d.config.target_layers, (std::vector<int64_t>{0, 2}));
   train::DFlashBlockDrafter block(*d.drafter);
   const train::EvalReport r = train::evaluate_by_dataset(
       *t.lm, block, random_prompts(f.c.vocab_size), d.info.block_size,
-      {.max_new_tokens = 20, .eos_id = t.eos_id, .tie_tolerance = tolerance});
+      {.max_new_tokens = 20, .eos_ids = t.eos_ids, .tie_tolerance = tolerance});
   ASSERT_EQ(r.datasets.size(), 2u);
   expect_sane(r);
   if (dtype == DType::f32) EXPECT_TRUE(r.identical()) << r.str();
   EXPECT_EQ(r.str().find("NOT LOSSLESS"), std::string::npos) << r.str();
+}
+
+// An outside tester: eval stopped only at the first id of an eos_token_id list, ignored a
+// string and generation_config.json -- unlike regenerate and transformers. Now every id
+// ends a turn, generation_config.json first, and a bad value is an error.
+TEST(SpeculativeEval, EveryEosIdOfTheTargetStops) {
+  Folders f;
+  auto rewrite = [&](const char* file, const nlohmann::json& eos) {
+    const std::string path = f.target + "/" + file;
+    nlohmann::json j = nlohmann::json::object();
+    if (std::ifstream in(path); in) j = nlohmann::json::parse(in);
+    j["eos_token_id"] = eos;
+    std::ofstream(path) << j.dump();
+  };
+  rewrite("config.json", {5, 7});
+  EXPECT_EQ(train::load_eval_target(f.target, kCPU, DType::f32).eos_ids,
+            (std::vector<int64_t>{5, 7}));
+  rewrite("generation_config.json", {9, 5});
+  EXPECT_EQ(train::load_eval_target(f.target, kCPU, DType::f32).eos_ids,
+            (std::vector<int64_t>{9, 5}));
+  rewrite("generation_config.json", "9");
+  EXPECT_ERROR_HAS(train::load_eval_target(f.target, kCPU, DType::f32), "generation_config.json",
+                   "eos_token_id");
+  rewrite("generation_config.json", f.c.vocab_size);
+  EXPECT_ERROR_HAS(train::load_eval_target(f.target, kCPU, DType::f32), "outside the vocabulary");
+  // Decoding stops at the second id of a list as at the first.
+  std::filesystem::remove(f.target + "/generation_config.json");
+  rewrite("config.json", f.c.vocab_size - 1);
+  const train::EvalTarget t = train::load_eval_target(f.target, kCPU, DType::f32);
+  Generator gen(4);
+  const std::vector<int64_t> prompt = testing_decode::random_ids(5, f.c.vocab_size, gen);
+  const auto free_run = train::generate(*t.lm, prompt, {.max_new_tokens = 8});
+  const std::vector<int64_t> eos = {f.c.vocab_size - 1, free_run.tokens.at(prompt.size() + 2)};
+  size_t stop = prompt.size();
+  while (!train::is_eos(eos, free_run.tokens.at(stop))) ++stop;
+  const auto stopped = train::generate(*t.lm, prompt, {.max_new_tokens = 8, .eos_ids = eos});
+  EXPECT_EQ(stopped.tokens.size(), stop + 1);
+  EXPECT_TRUE(stopped.stopped_at_eos);
 }
 
 TEST(SpeculativeEval, AnExportedDrafterRunsLosslesslyOnAHuggingFaceTarget) {

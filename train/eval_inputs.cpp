@@ -13,6 +13,7 @@
 #include "core/factories.h"
 #include "core/json_input.h"
 #include "train/feature_target.h"
+#include "train/regenerate.h"
 #include "train/tokenizer.h"
 
 namespace cg::train {
@@ -69,15 +70,13 @@ EvalTarget load_eval_target(const std::string& dir, Device device, DType dtype) 
   EvalTarget t;
   t.kind = loaded.kind;
   t.lm = std::move(loaded.lm);
-  const json c = parse_untrusted_json(
-      read_text_file((fs::path(dir) / "config.json").string(), "--target config.json"),
-      "--target " + dir + "/config.json");
-  if (t.kind == "chunkgrad run") {
-    t.eos_id = ByteTokenizer::kEos;
-  } else if (c.contains("eos_token_id")) {
-    const json& e = c["eos_token_id"];
-    if (e.is_number_integer()) t.eos_id = e.get<int64_t>();
-    if (e.is_array() && !e.empty() && e[0].is_number_integer()) t.eos_id = e[0].get<int64_t>();
+  t.eos_ids = t.kind == "chunkgrad run" ? std::vector<int64_t>{ByteTokenizer::kEos}
+                                        : eos_ids_of_folder(dir);
+  const int64_t vocab = t.lm->config().vocab_size;
+  for (const int64_t id : t.eos_ids) {
+    CG_CHECK(id < vocab, "--target ", dir, ": eos_token_id ", id,
+             " (generation_config.json or config.json) is outside the vocabulary (0 .. ", vocab - 1,
+             "); fix the file, or give --eos-id");
   }
   return t;
 }

@@ -59,8 +59,10 @@ std::vector<EvalPrompt> eval_prompts(const ChatData& data, int64_t limit);
 // The target, frozen, in eval mode, on `device`, its weights in `dtype`.
 struct EvalTarget {
   std::unique_ptr<nn::Qwen3ForCausalLM> lm;
-  std::string kind;     // "hugging face" or "chunkgrad run"
-  int64_t eos_id = -1;  // config.json's eos_token_id (the first when a list); -1: none
+  std::string kind;  // "hugging face" or "chunkgrad run"
+  // The ids that end a turn: generation_config.json's eos_token_id, else config.json's
+  // (an id or a list; train/regenerate.h's eos_ids_of_folder, as regenerate reads them).
+  std::vector<int64_t> eos_ids;
 };
 // Note [Eval target dtype]: load_feature_target (train/feature_target.h) builds the model
 // in `dtype` on the device and converts each checkpoint tensor as it is read: no f32 copy

@@ -149,7 +149,7 @@ Generation generate(const nn::Qwen3ForCausalLM& lm, const std::vector<int64_t>& 
     const int64_t next = pick_token(out.logits, options.sampling);
     g.tokens.push_back(next);
     ++produced;
-    g.stopped_at_eos = next == options.eos_id;
+    g.stopped_at_eos = is_eos(options.eos_ids, next);
     if (!capture && (g.stopped_at_eos || produced == options.max_new_tokens)) break;
     input = from_ints({next}, {1, 1}, ids_on(lm));
   }
@@ -196,7 +196,7 @@ std::vector<Generation> generate_batch(const nn::Qwen3ForCausalLM& lm,
       if (g.stopped_at_eos) continue;
       ++g.target_forwards;
       g.tokens.push_back(next[r]);
-      g.stopped_at_eos = next[r] == options.eos_id;
+      g.stopped_at_eos = is_eos(options.eos_ids, next[r]);
       running -= g.stopped_at_eos ? 1 : 0;
     }
     input = from_ints(next, {rows, 1}, ids_on(lm));

@@ -3,7 +3,7 @@
 // generator of the drafter's training data (the public DFlash recipes train on the
 // target's own responses, with the target's hidden states of the layers the drafter reads).
 //
-//   cg::train::GenerateOptions opt{.max_new_tokens = 128, .eos_id = tok.eos_id()};
+//   cg::train::GenerateOptions opt{.max_new_tokens = 128, .eos_ids = {tok.eos_id()}};
 //   cg::train::Generation g = cg::train::generate(lm, prompt_ids, opt);
 //   g.tokens;             // prompt + new tokens (EOS included when it stopped there)
 //   g.new_tokens();       // the generated part (its loss mask is 1)
@@ -19,6 +19,7 @@
 // runs prompts of one length together (Note [Batched generation on a GPU], generate.cpp).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -40,9 +41,15 @@ struct SamplingOptions {
   Generator* generator = nullptr;  // the draws' source; nullptr: cg::default_generator()
 };
 
+// Whether `token` is one of the stop tokens `eos_ids` (a model may name several: Qwen3's
+// generation_config.json ends a turn at <|im_end|> or <|endoftext|>).
+inline bool is_eos(const std::vector<int64_t>& eos_ids, int64_t token) {
+  return std::find(eos_ids.begin(), eos_ids.end(), token) != eos_ids.end();
+}
+
 struct GenerateOptions {
-  int64_t max_new_tokens = 64;  // >= 0
-  int64_t eos_id = -1;          // stop after this token; -1: never stop early
+  int64_t max_new_tokens = 64;     // >= 0
+  std::vector<int64_t> eos_ids{};  // stop after any of these (kept); empty: never early
   SamplingOptions sampling{};
   // Target layers (0-based) whose outputs to return for every position of the result
   // (Generation::features); empty: none. The last token is fed once more to get its.

@@ -107,7 +107,7 @@ SpeculativeGeneration speculative_generate(const nn::Qwen3ForCausalLM& target,
   int64_t anchor = greedy_tokens(out.logits)[0];
   g.tokens.push_back(anchor);
   int64_t produced = 1;
-  g.stopped_at_eos = anchor == options.eos_id;
+  g.stopped_at_eos = is_eos(options.eos_ids, anchor);
 
   forward.last_logits_only = false;
   std::vector<int64_t> block;
@@ -129,7 +129,7 @@ SpeculativeGeneration speculative_generate(const nn::Qwen3ForCausalLM& target,
     for (int64_t i = 0; i <= k && !g.stopped_at_eos; ++i) {
       g.tokens.push_back(verified[static_cast<size_t>(i)]);
       ++emitted;
-      g.stopped_at_eos = verified[static_cast<size_t>(i)] == options.eos_id;
+      g.stopped_at_eos = is_eos(options.eos_ids, verified[static_cast<size_t>(i)]);
     }
     produced += emitted;
     g.emitted_per_verify.push_back(emitted);
@@ -256,10 +256,11 @@ SpeculativeReport evaluate_speculative(const nn::Qwen3ForCausalLM& target, Block
     CG_CHECK(!prompts[i].empty(), "evaluate_speculative: prompt ", i, " is empty");
     longest = std::max(longest, static_cast<int64_t>(prompts[i].size()));
   }
-  const GenerateOptions greedy{.max_new_tokens = options.max_new_tokens, .eos_id = options.eos_id};
+  const GenerateOptions greedy{.max_new_tokens = options.max_new_tokens,
+                               .eos_ids = options.eos_ids};
   const SpeculativeOptions spec{.block_size = options.block_size,
                                 .max_new_tokens = options.max_new_tokens,
-                                .eos_id = options.eos_id};
+                                .eos_ids = options.eos_ids};
   nn::KVCache greedy_cache = target.make_cache(longest + options.max_new_tokens + 1);
   nn::KVCache spec_cache = target.make_cache(longest + options.max_new_tokens + options.block_size);
   if (options.warmup) {

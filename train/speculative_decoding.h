@@ -63,9 +63,9 @@
 namespace cg::train {
 
 struct SpeculativeOptions {
-  int64_t block_size = 8;       // >= 2: the anchor and block_size - 1 drafted tokens
-  int64_t max_new_tokens = 64;  // >= 0
-  int64_t eos_id = -1;          // stop after this token; -1: never stop early
+  int64_t block_size = 8;          // >= 2: the anchor and block_size - 1 drafted tokens
+  int64_t max_new_tokens = 64;     // >= 0
+  std::vector<int64_t> eos_ids{};  // stop after any of these (kept); empty: never early
 };
 
 struct SpeculativeGeneration {
@@ -118,7 +118,7 @@ SpeedupVerdict judge_speedup(const TimingSpread& speedup, const TimingSpread& ce
 struct EvaluateOptions {
   int64_t block_size = 8;
   int64_t max_new_tokens = 64;
-  int64_t eos_id = -1;
+  std::vector<int64_t> eos_ids{};
   bool warmup = true;  // one untimed run of the first prompt by each decoder
   // Passes over all prompts, each decoder timed in each (Note [Timing noise]); the
   // speedups are the median over the passes, with their spread.

@@ -45,7 +45,7 @@ EvalReport evaluate_by_dataset(const nn::Qwen3ForCausalLM& target, BlockDrafter&
     const int64_t before = done;
     EvaluateOptions eo{.block_size = block_size,
                        .max_new_tokens = options.max_new_tokens,
-                       .eos_id = options.eos_id,
+                       .eos_ids = options.eos_ids,
                        .warmup = options.warmup && begin == 0,
                        .repeats = 1,
                        .throw_on_mismatch = false,

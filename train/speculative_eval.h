@@ -50,7 +50,7 @@ struct DatasetEvaluation {
 
 struct EvalRunOptions {
   int64_t max_new_tokens = 256;
-  int64_t eos_id = -1;
+  std::vector<int64_t> eos_ids{};
   double tie_tolerance = 1e-4;   // Note [Near ties]
   bool measure_ceiling = false;  // also time a free, always-right drafter (Note [Speedup ceiling])
   bool warmup = true;            // one untimed prompt by each decoder before the first dataset

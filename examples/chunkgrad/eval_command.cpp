@@ -83,7 +83,8 @@ void add_eval_command(CLI::App& app, CommandBody& run) {
   sub->add_option("--dtype", o.dtype, "the target's weights and compute dtype (default f32)")
       ->check(program::one_of({"f32", "bf16"}));
   sub->add_option("--eos-id", o.eos_id,
-                  "stop a prompt after this token (default: the target's eos_token_id; -1: never)")
+                  "stop a prompt after this token only (default: the target's eos_token_id ids, "
+                  "from generation_config.json, else config.json; -1: never)")
       ->check(program::integer_in(-1, int64_t{1} << 40))
       ->default_str("the target's");
   sub->add_option("--tie-tolerance", o.tie_tolerance,
@@ -123,19 +124,21 @@ void add_eval_command(CLI::App& app, CommandBody& run) {
         if (f.bad_lines > 0) std::fprintf(stderr, "warning: --data %s\n", f.describe().c_str());
       }
       std::vector<train::EvalPrompt> prompts = train::eval_prompts(data, o.limit);
-      const int64_t eos = o.eos_id == -2 ? target.eos_id : o.eos_id;
-      CG_CHECK(eos < arch.vocab_size, "--eos-id ", eos,
+      const std::vector<int64_t> eos = o.eos_id == -2   ? target.eos_ids
+                                       : o.eos_id == -1 ? std::vector<int64_t>{}
+                                                        : std::vector<int64_t>{o.eos_id};
+      CG_CHECK(o.eos_id < arch.vocab_size, "--eos-id ", o.eos_id,
                " is outside the target's vocabulary (0 .. ", arch.vocab_size - 1, ")");
       say("drafter " + o.drafter + ": block_size " + std::to_string(drafter.info.block_size) +
           ", drafter layers " + std::to_string(drafter.config.layers.num_layers) + "; " +
-          std::to_string(prompts.size()) + " prompts, eos " + std::to_string(eos));
+          std::to_string(prompts.size()) + " prompts, eos " + nlohmann::json(eos).dump());
       train::DFlashBlockDrafter block_drafter(*drafter.drafter);
       auto bar = std::make_shared<train::ProgressBar>(
           "decoding", static_cast<int64_t>(prompts.size()), !o.no_progress);
       const train::EvalReport report = train::evaluate_by_dataset(
           *target.lm, block_drafter, prompts, drafter.info.block_size,
           {.max_new_tokens = o.max_new_tokens,
-           .eos_id = eos,
+           .eos_ids = eos,
            .tie_tolerance = o.tie_tolerance >= 0 ? o.tie_tolerance : default_tie_tolerance(o.dtype),
            .measure_ceiling = o.ceiling,
            .on_progress = [bar](int64_t done, int64_t all, int64_t tokens) {
@@ -149,7 +152,7 @@ void add_eval_command(CLI::App& app, CommandBody& run) {
       j["drafter"] = o.drafter;
       j["dtype"] = o.dtype;
       j["device"] = device.str();
-      j["eos_id"] = eos;
+      j["eos_ids"] = eos;
       if (json_out.is_open()) json_out.write_json(j);
       CG_CHECK(report.lossless_up_to_near_ties(),
                "speculative decoding is not lossless: ", report.mismatched_prompts,
