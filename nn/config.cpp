@@ -417,9 +417,11 @@ const std::vector<std::string>& Qwen3Config::hf_model_types() {
 
 Qwen3Config Qwen3Config::from_hf_json(const nlohmann::json& j) {
   CG_CHECK(j.is_object(), "Qwen3Config: config.json must be a JSON object, got ", describe_json(j));
-  const std::string model_type = j.contains("model_type") && j["model_type"].is_string()
-                                     ? j["model_type"].get<std::string>()
-                                     : std::string();
+  CG_CHECK(!j.contains("model_type") || j["model_type"].is_string(),
+           "Qwen3Config: config.json has model_type ", describe_json(j["model_type"]),
+           "; it must be a string such as \"qwen3\" (or absent)");
+  const std::string model_type =
+      j.contains("model_type") ? j["model_type"].get<std::string>() : std::string();
   // A model_type outside the families read here would load as dense Qwen3 and fail on a
   // long list of tensor names (or, worse, load): say so at once. Absent stays Qwen3 (folders
   // written before transformers named it).
@@ -461,6 +463,20 @@ Qwen3Config Qwen3Config::from_hf_json(const nlohmann::json& j) {
     CG_CHECK(c.num_layers > 0 && c.num_layers <= kMaxLayers, "Qwen3Config: ", where,
              " has num_hidden_layers = ", c.num_layers, "; it must be in [1, ", kMaxLayers,
              "] (the file is damaged, or not a model's config)");
+    // A Qwen3 layer_types (all full_attention, check_supported_architecture) names each
+    // layer once, as the hybrid family's does (checked in validate).
+    if (!hybrid && t.contains("layer_types") && t["layer_types"].is_array()) {
+      CG_CHECK(static_cast<int64_t>(t["layer_types"].size()) == c.num_layers,
+               "Qwen3Config: ", where, " has ", t["layer_types"].size(),
+               " layer_types for num_hidden_layers = ", c.num_layers,
+               "; give one entry per layer (or none)");
+    }
+    if (t.contains("max_position_embeddings") && !t["max_position_embeddings"].is_null()) {
+      c.max_position_embeddings = integer_field(t, "max_position_embeddings", where);
+      CG_CHECK(c.max_position_embeddings > 0, "Qwen3Config: ", where,
+               " has max_position_embeddings = ", c.max_position_embeddings,
+               "; it must be positive (the context the model was trained for)");
+    }
     c.num_heads = need("num_attention_heads");
     // transformers' Qwen3 rule for a missing or null num_key_value_heads: one per head.
     // Its Qwen3.5 class defaults to 4 instead; a guess there is refused.

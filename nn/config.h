@@ -22,6 +22,9 @@ struct Qwen3Config {
   double rope_theta = 1e6;
   double rms_eps = 1e-6;
   bool tie_embeddings = false;  // lm_head shares embed_tokens' weight
+  // config.json's max_position_embeddings, the context the model was trained for; 0 when
+  // the file names none. Nothing is cut to it: the programs warn past it (as transformers).
+  int64_t max_position_embeddings = 0;
 
   // ---- the Qwen3.5 / Qwen3.6 hybrid family (issue 21); defaults are Qwen3 dense ----
   // "qwen3" (dense Qwen3), "qwen3_5" (hybrid: Gated DeltaNet + gated full attention).

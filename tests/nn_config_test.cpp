@@ -125,6 +125,26 @@ TEST(NnConfig, RefusesWhatWouldChangeTheNumbers) {
   EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(json::array()), "must be a JSON object");
 }
 
+// An outside tester: a model_type that is not a string, a Qwen3 layer_types of the wrong
+// length and a negative max_position_embeddings loaded silently.
+TEST(NnConfig, RefusesWhatAnOutsideTesterSlippedThrough) {
+  EXPECT_EQ(nn::Qwen3Config::from_hf_json(hf4_config()).max_position_embeddings, 64);
+  json no_max = hf4_config();
+  no_max.erase("max_position_embeddings");
+  EXPECT_EQ(nn::Qwen3Config::from_hf_json(no_max).max_position_embeddings, 0);
+  json type_int = hf4_config();
+  type_int["model_type"] = 3;
+  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(type_int), "model_type 3", "must be a string");
+  json short_types = hf5_config();
+  short_types["layer_types"] = {"full_attention"};
+  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(short_types), "1 layer_types",
+                   "num_hidden_layers = 2");
+  json negative = hf4_config();
+  negative["max_position_embeddings"] = -1;
+  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(negative), "max_position_embeddings = -1",
+                   "must be positive");
+}
+
 // A size written as a non-integer number is refused with one line naming the field and the
 // value: get<int64_t>() truncated vocab_size 1024.5 to 1024 and built another model.
 TEST(NnConfig, RefusesNonIntegerSizes) {

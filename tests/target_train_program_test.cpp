@@ -95,3 +95,18 @@ TEST_F(TargetTrainProgram, ExportWithTheTargetGoneIsRefused) {
   const TrainRun e = run("export --run-dir '" + path("run") + "' --out '" + path("pub") + "'");
   ASSERT_EQ(e.exit_code, 0) << e.err;
 }
+
+// An outside tester: nothing said when a sample ran past the target's
+// max_position_embeddings (64 here); now one warning line does, and the run goes on.
+TEST_F(TargetTrainProgram, PastTheTargetsContextIsAWarning) {
+  std::string ids = "10";
+  for (int i = 1; i < 70; ++i) ids += ", 20";
+  const std::string data = write("long.jsonl", "{\"input_ids\": [" + ids + "]}\n");
+  const TrainRun r = run("features --target '" + target() + "' --data '" + data + "' --out '" +
+                         path("feats") + "' --layers 0,1 --no-progress");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("warning: --data's longest sample reaches 70 positions, past the target's "
+                       "max_position_embeddings (64"),
+            std::string::npos)
+      << r.err;
+}

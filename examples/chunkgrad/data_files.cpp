@@ -59,4 +59,14 @@ train::ChatData read_data_files(const std::vector<std::string>& files, const Dat
   return data;
 }
 
+void warn_past_context(int64_t max_position_embeddings, int64_t positions,
+                       const std::string& what) {
+  if (max_position_embeddings <= 0 || positions <= max_position_embeddings) return;
+  std::fprintf(stderr,
+               "warning: %s reaches %lld positions, past the target's max_position_embeddings "
+               "(%lld, config.json): the model was not trained that far\n",
+               what.c_str(), static_cast<long long>(positions),
+               static_cast<long long>(max_position_embeddings));
+}
+
 }  // namespace cg::cli

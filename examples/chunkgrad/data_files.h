@@ -46,4 +46,9 @@ DataTokenizer data_tokenizer(const std::string& option, const std::string& targe
 train::ChatData read_data_files(const std::vector<std::string>& files, const DataTokenizer& tok,
                                 int64_t vocab_size, bool strict);
 
+// One "warning: ..." line on stderr when `positions` (the longest sequence the command
+// will run, `what` says whose) passes the target's max_position_embeddings: the model was
+// not trained that far, so its outputs there mean little (transformers warns alike).
+void warn_past_context(int64_t max_position_embeddings, int64_t positions, const std::string& what);
+
 }  // namespace cg::cli

@@ -10,6 +10,7 @@
 // decoding (train/speculative_eval.h). A mismatch that is not a near tie is printed, then
 // the program exits 1. The work is train/eval_inputs.h's and train/speculative_eval.h's;
 // this file reads and checks the command line.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 
@@ -129,6 +130,11 @@ void add_eval_command(CLI::App& app, CommandBody& run) {
                                                         : std::vector<int64_t>{o.eos_id};
       CG_CHECK(o.eos_id < arch.vocab_size, "--eos-id ", o.eos_id,
                " is outside the target's vocabulary (0 .. ", arch.vocab_size - 1, ")");
+      int64_t longest = 0;
+      for (const train::EvalPrompt& p : prompts)
+        longest = std::max(longest, static_cast<int64_t>(p.ids.size()) + o.max_new_tokens);
+      warn_past_context(arch.max_position_embeddings, longest,
+                        "--data's longest prompt plus --max-new-tokens");
       say("drafter " + o.drafter + ": block_size " + std::to_string(drafter.info.block_size) +
           ", drafter layers " + std::to_string(drafter.config.layers.num_layers) + "; " +
           std::to_string(prompts.size()) + " prompts, eos " + nlohmann::json(eos).dump());

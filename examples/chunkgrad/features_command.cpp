@@ -216,6 +216,10 @@ void add_features_command(CLI::App& app, CommandBody& run) {
         CG_CHECK(l < arch.num_layers, "--layers: layer ", l, " does not exist; the target has ",
                  arch.num_layers, " decoder layers (0 .. ", arch.num_layers - 1, ")");
       }
+      int64_t longest = 0;
+      for (const train::DrafterSequence& s : samples)
+        longest = std::max(longest, static_cast<int64_t>(s.ids.size()));
+      warn_past_context(arch.max_position_embeddings, longest, "--data's longest sample");
       const DType dtype = o.dtype == "f32" ? DType::f32 : DType::bf16;
       if (!o.no_progress) {
         std::fprintf(stderr, "chunkgrad features: %s target %s, %zu samples, layers",

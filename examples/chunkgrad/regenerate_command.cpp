@@ -2,6 +2,7 @@
 // target answer each prompt itself (issue 20 item 3): pre-tokenized JSONL in, the same
 // prompts with the target's responses out, resumable. The work is train/regenerate.h's;
 // this file reads and checks the command line.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <limits>
@@ -144,6 +145,11 @@ void add_regenerate_command(CLI::App& app, CommandBody& run) {
         CG_CHECK(id < arch.vocab_size, "--eos-ids: id ", id,
                  " is outside the target's vocabulary (", arch.vocab_size, " ids)");
       }
+      int64_t longest = 0;
+      for (const train::RegenerateSample& sample : samples)
+        longest = std::max(longest, sample.prompt_length + o.max_new_tokens);
+      warn_past_context(arch.max_position_embeddings, longest,
+                        "--data's longest prompt plus --max-new-tokens");
       const nlohmann::json record{{"target_fingerprint", target.fingerprint},
                                   {"dtype", o.dtype},
                                   {"max_new_tokens", o.max_new_tokens},
