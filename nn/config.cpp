@@ -159,6 +159,9 @@ using json = nlohmann::json;
 
 // More decoder layers than any model has; a larger count in a config.json is damage.
 constexpr int64_t kMaxLayers = 100000;
+// The largest size field read (vocab_size, hidden_size, heads, head_dim, intermediate_size):
+// 2^24, past every published model's (vocabularies of 262144, hidden sizes of 16384).
+constexpr int64_t kMaxModelSize = int64_t{1} << 24;
 
 // An integer field of `text` (`where` names the object in messages), or `fallback` when it
 // is absent or null. A size written as 1024.5 (or 1024.0, or "1024") is refused, naming the
@@ -492,6 +495,19 @@ Qwen3Config Qwen3Config::from_hf_json(const nlohmann::json& j) {
     c.tie_embeddings = (nested ? j : t).value("tie_word_embeddings", false);
     if (hybrid) read_hybrid_fields(t, where, c);
     if (moe) read_moe_fields(t, where, c);
+    // Sizes far past any model's are a damaged file, said as one; left to the allocator
+    // they were "out of memory ... 4.00 PiB" or a count overflow naming no field.
+    const std::pair<const char*, int64_t> sizes[] = {{"vocab_size", c.vocab_size},
+                                                     {"hidden_size", c.hidden_size},
+                                                     {"num_attention_heads", c.num_heads},
+                                                     {"num_key_value_heads", c.num_kv_heads},
+                                                     {"head_dim", c.head_dim},
+                                                     {"intermediate_size", c.intermediate_size}};
+    for (const auto& [key, value] : sizes) {
+      CG_CHECK(value <= kMaxModelSize, "Qwen3Config: ", where, " has ", key, " = ", value,
+               ", past any model's (at most ", kMaxModelSize,
+               " here): the file is damaged, or not a model's config");
+    }
   } catch (const nlohmann::json::exception& e) {
     CG_FAIL("Qwen3Config: ", where, " has a field of the wrong type (", e.what(), ")");
   }

@@ -234,8 +234,14 @@ LoadResult Module::load_state_dict(const StateSource& source, bool strict, bool 
       msg << " unexpected " << result.unexpected.size()
           << " key(s): " << list_names(result.unexpected) << ";";
     }
-    msg << " check that the checkpoint matches this model's config and naming, or load "
-           "with strict = false";
+    // (a checkpoint saved with tied weights has no lm_head.weight of its own)
+    if (result.unexpected.empty() && result.missing.size() == 1 && result.missing[0].size() >= 14 &&
+        result.missing[0].compare(result.missing[0].size() - 14, 14, "lm_head.weight") == 0) {
+      msg << " a checkpoint without lm_head.weight ties it to the input embedding: its "
+             "config.json then says \"tie_word_embeddings\": true;";
+    }
+    msg << " check that the checkpoint matches this model's config (config.json) and tensor "
+           "names";
     CG_FAIL(msg.str());
   }
   // Check every key that names a parameter (aliases included) before writing anything.

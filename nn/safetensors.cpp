@@ -336,9 +336,27 @@ const File& Sharded::shard_of(const std::string& name) const {
       CG_CHECK(file->contains(n), "safetensors: the index '", index_path_, "' puts '", n, "' in '",
                f, "', which holds no such tensor");
     }
-    CG_CHECK(mapped_here == file->names().size(), "safetensors: shard '", it->second, "' holds ",
-             file->names().size(), " tensors but the index '", index_path_, "' maps only ",
-             mapped_here, " to it");
+    if (mapped_here != file->names().size()) {
+      // Name one tensor the index sends elsewhere, and say where (a shard renamed or
+      // missing: an outside tester's edit was reported as a count alone).
+      std::string elsewhere;
+      for (const std::string& n : file->names()) {
+        auto mapped = file_of_.find(n);
+        if (mapped != file_of_.end() && mapped->second == it->second) continue;
+        std::error_code ec;
+        elsewhere = mapped == file_of_.end()
+                        ? "; it holds '" + n + "', which the index does not name"
+                        : "; it holds '" + n + "', which the index maps to '" + mapped->second +
+                              "'" +
+                              (fs::is_regular_file(fs::path(folder_) / mapped->second, ec)
+                                   ? std::string()
+                                   : ", not a file in " + folder_);
+        break;
+      }
+      CG_FAIL("safetensors: shard '", it->second, "' holds ", file->names().size(),
+              " tensors but the index '", index_path_, "' maps only ", mapped_here, " to it",
+              elsewhere);
+    }
     opened = opened_.emplace(it->second, std::move(file)).first;
   }
   return *opened->second;

@@ -72,6 +72,10 @@ TEST_F(ExportProgram, BadOptionsAreOneErrorLine) {
                "no drafter checkpoint", "export");
   expect_error(run("export --run-dir '" + path("missing") + "' --out '" + path("x") + "'"),
                "--run-dir", "export");
+  // (an outside tester gave a model's own shard: "an unknown format 'pt'" said too little)
+  expect_error(run("export --checkpoint '" + std::string(CHUNKGRAD_SOURCE_DIR) +
+                   "/tests/data/qwen3_tiny_untied/model.safetensors' --out '" + path("x") + "'"),
+               "format metadata 'pt': not a chunkgrad drafter checkpoint", "export");
 }
 
 }  // namespace

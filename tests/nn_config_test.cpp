@@ -139,6 +139,10 @@ TEST(NnConfig, RefusesWhatAnOutsideTesterSlippedThrough) {
   short_types["layer_types"] = {"full_attention"};
   EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(short_types), "1 layer_types",
                    "num_hidden_layers = 2");
+  json huge = hf4_config();
+  huge["hidden_size"] = int64_t{1} << 40;
+  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(huge), "hidden_size = 1099511627776",
+                   "past any model's");
   json negative = hf4_config();
   negative["max_position_embeddings"] = -1;
   EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(negative), "max_position_embeddings = -1",

@@ -81,5 +81,24 @@ TEST(NnQwen3Golden, TiedMatchesTransformers) { check_golden_folder("qwen3_tiny_t
 
 TEST(NnQwen3Golden, UntiedMatchesTransformers) { check_golden_folder("qwen3_tiny_untied", false); }
 
+// An outside tester removed tie_word_embeddings from a tied folder's config.json: the load
+// said "missing 1 key(s): lm_head.weight ... or load with strict = false", which no command
+// offers. Now it points at the field.
+TEST(NnQwen3Golden, ATiedCheckpointReadUntiedNamesTheField) {
+  const fs::path folder = fs::path(CHUNKGRAD_TEST_DATA_DIR) / "qwen3_tiny_tied";
+  nn::Qwen3Config config = nn::Qwen3Config::from_hf_file((folder / "config.json").string());
+  config.tie_embeddings = false;
+  nn::Qwen3ForCausalLM lm(config);
+  try {
+    nn::load_checkpoint(lm, folder.string(), {.strict = true, .convert_dtype = true});
+    ADD_FAILURE() << "loaded without lm_head.weight";
+  } catch (const Error& e) {
+    const std::string m = e.message();
+    EXPECT_NE(m.find("missing 1 key(s): lm_head.weight"), std::string::npos) << m;
+    EXPECT_NE(m.find("\"tie_word_embeddings\": true"), std::string::npos) << m;
+    EXPECT_EQ(m.find("strict = false"), std::string::npos) << m;
+  }
+}
+
 }  // namespace
 }  // namespace cg

@@ -246,6 +246,24 @@ TEST(Safetensors, ShardedRoundTripThroughIndex) {
   TENSOR_EXPECT_ERROR(wrong->load("layers.0.w"), "puts 'layers.0.w'", "holds no such tensor");
 }
 
+// An outside tester mapped one tensor to a shard file that does not exist: the error
+// counted the tensors only. Now it names the tensor, where the index sends it, and that
+// the file is not there.
+TEST(Safetensors, AnIndexSendingATensorToAMissingShardSaysWhich) {
+  TempDir dir;
+  st::NamedTensors tensors;
+  for (int i = 0; i < 4; ++i)
+    tensors.emplace_back("layers." + std::to_string(i) + ".w", random_bits({16, 8}, DType::f32, i));
+  const auto files = st::save_sharded(tensors, dir.str(), 1100, {{"format", "pt"}});
+  ASSERT_EQ(files.size(), 2u);  // two tensors a shard
+  nlohmann::json index =
+      nlohmann::json::parse(std::ifstream(dir.file("model.safetensors.index.json")));
+  index["weight_map"]["layers.1.w"] = "model-gone.safetensors";
+  std::ofstream(dir.file("model.safetensors.index.json")) << index.dump();
+  TENSOR_EXPECT_ERROR(st::open(dir.str())->load("layers.0.w"), "holds 'layers.1.w'",
+                      "maps to 'model-gone.safetensors', not a file in");
+}
+
 TEST(Safetensors, OneShardIsAPlainFile) {
   TempDir dir;
   const auto files = st::save_sharded({{"w", ones({4})}}, dir.str(), 1 << 20);

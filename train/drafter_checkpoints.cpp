@@ -119,7 +119,9 @@ Header read_header(const safetensors::Reader& reader, const std::string& path, c
     return it->second;
   };
   if (get("format") != "chunkgrad-dflash-drafter-1")
-    fail("has an unknown format '" + get("format") + "'");
+    fail("has format metadata '" + get("format") +
+         "': not a chunkgrad drafter checkpoint (step_<N>.safetensors in a run's drafter/ "
+         "folder)");
   Header h;
   nlohmann::json saved;
   try {

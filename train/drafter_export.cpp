@@ -391,7 +391,9 @@ ExportResult export_drafter_checkpoint(const std::string& run_dir, const std::st
     return it->second;
   };
   CG_CHECK(get("format") == "chunkgrad-dflash-drafter-1", "export: ", r.checkpoint,
-           " has an unknown format '", get("format"), "'");
+           " has format metadata '", get("format"),
+           "': not a chunkgrad drafter checkpoint (step_<N>.safetensors in a run's drafter/ "
+           "folder; a model's own weights are not one)");
   const std::string step = get("step");
   try {
     size_t used = 0;
