@@ -113,6 +113,8 @@ void abort_job(const std::string& message, int exit_code) {
   std::_Exit(exit_code == 0 ? 1 : exit_code);
 }
 
+void end_job_together() { detail::mpi_end_together(); }
+
 bool built_with_mpi() {
 #ifdef CHUNKGRAD_DIST_MPI
   return true;

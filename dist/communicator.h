@@ -55,6 +55,7 @@
 #include <string>
 
 #include "core/device.h"
+#include "core/error.h"
 #include "core/tensor.h"
 
 namespace cg::dist {
@@ -144,6 +145,25 @@ int64_t padded_numel(int64_t numel, int world_size);
 // stderr (R from MPI, else from the launch environment, else 0) and calls MPI_Abort when
 // MPI is initialised; otherwise exits the process with exit_code. Never returns.
 [[noreturn]] void abort_job(const std::string& message, int exit_code = 1);
+
+// Note [Ending together]: abort_job ends the job from one rank while the others may be
+// anywhere, so nothing of theirs unwinds (rank 0's run lock stays, a folder it made
+// stays) and mpirun reports the abort, not the status. When every rank knows, through a
+// collective, that the job ends here -- a stop every rank agreed on after the same step,
+// or a check whose failure every rank learnt (EveryRankError) -- each rank unwinds,
+// calls end_job_together() and returns its status from main: the exit handler then
+// finalises MPI instead of aborting (Note [MPI lifetime], dist/mpi_runtime.cpp), and
+// mpirun exits with the lowest rank's non-zero status (130 for a stop, 1 for an error).
+// Nothing without MPI.
+void end_job_together();
+
+// An error every rank raises at the same point with the same message (its cause was
+// shared by a collective): the ranks end together (Note [Ending together]), rank 0 says
+// why.
+class EveryRankError : public Error {
+ public:
+  using Error::Error;
+};
 
 // Whether this build has the backends (CMake options CHUNKGRAD_MPI, CHUNKGRAD_NCCL).
 bool built_with_mpi();

@@ -12,11 +12,14 @@
 // job there (seen with Open MPI 4.1.4); aborting ends every rank instead, as abort_job
 // does. An uncaught exception (std::terminate, SIGABRT) skips the handler, and mpirun then
 // ends the other ranks. A rank that returns 0 while the others still expect collectives
-// breaks the contract and hangs in MPI_Finalize.
+// breaks the contract and hangs in MPI_Finalize. The exception is end_job_together()
+// (Note [Ending together], dist/communicator.h): every rank reached the same point and
+// ends with the same status, so MPI is finalised and each rank's status reaches mpirun.
 #include <mpi.h>
 
 #include <stdlib.h>  // on_exit
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 
@@ -26,13 +29,15 @@
 namespace cg::dist::detail {
 
 namespace {
+std::atomic<bool> g_ending_together{false};  // end_job_together() was called
+
 // Note [MPI lifetime]: finalise on success, end every rank on failure.
 void finalize_or_abort_at_exit(int status, void*) {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
   if (!initialized || finalized) return;
-  if (status != 0) {
+  if (status != 0 && !g_ending_together.load()) {
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     std::fprintf(
@@ -59,6 +64,8 @@ int mpi_world_rank() {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   return rank;
 }
+
+void mpi_end_together() { g_ending_together.store(true); }
 
 void mpi_abort(int code) {
   MPI_Abort(MPI_COMM_WORLD, code);

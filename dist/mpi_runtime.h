@@ -14,6 +14,8 @@ namespace cg::dist::detail {
 bool mpi_active();
 // This process's rank in MPI_COMM_WORLD, or -1 when MPI is not active.
 int mpi_world_rank();
+// The exit handler finalises MPI whatever the exit status (Note [Ending together]).
+void mpi_end_together();
 // MPI_Abort(MPI_COMM_WORLD, code): ends every rank of the job.
 [[noreturn]] void mpi_abort(int code);
 // Initialises MPI once per process and finalises it at exit (Note [MPI lifetime],

@@ -9,6 +9,7 @@ namespace cg::dist::detail {
 
 bool mpi_active() { return false; }
 int mpi_world_rank() { return -1; }
+void mpi_end_together() {}
 void mpi_abort(int code) { std::_Exit(code); }
 std::unique_ptr<Communicator> make_mpi_communicator(const CommOptions&) {
   CG_FAIL(

@@ -52,6 +52,35 @@ class DataParallelProgram : public train_program_fixture::TrainProgram {
                    "ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:check_initialization_order=1 " +
                    env + " ");
   }
+  // ranks() started in the background; the PID of its mpirun.
+  pid_t start_ranks(const std::string& run_dir, const std::string& extra,
+                    const std::string& env) const {
+    const std::string cmd =
+        "exec mpirun -np 2 --oversubscribe --allow-run-as-root -x CHUNKGRAD_NUM_THREADS=1 " + env +
+        " '" + CHUNKGRAD_CLI + "' " + args(run_dir, extra) + " >'" + path("out") + "' 2>'" +
+        path("err") + "'";
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    return pid;
+  }
+  // Waits for a background job (up to `seconds`, then kills it); its exit code and output.
+  TrainRun wait_job(pid_t pid, int seconds = 120) const {
+    int status = 0;
+    for (int i = 0; i < seconds * 20 && ::waitpid(pid, &status, WNOHANG) == 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (::waitpid(pid, &status, WNOHANG) == 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+    }
+    TrainRun r;
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r.out = slurp(path("out"));
+    r.err = slurp(path("err"));
+    return r;
+  }
   // The drafter's metrics lines of a run, by step.
   std::map<int64_t, nlohmann::json> metrics(const std::string& run_dir) const {
     std::map<int64_t, nlohmann::json> m;
@@ -170,6 +199,31 @@ TEST_F(DataParallelProgram, ARankThatFailsEndsTheJobWithItsMessage) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("rank 1"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("fails at step 3"), std::string::npos) << r.err;
+}
+
+// Note [Saving together], drafter_trainer.h: a stop signal to rank 0 stops both ranks
+// after the same step; rank 1 waits for rank 0's checkpoint (its write slowed by a second
+// here) instead of ending the job under it, and the job exits 130 with the checkpoint of
+// that step complete, no temporary and the run lock released.
+TEST_F(DataParallelProgram, AStopSavesTheCheckpointBeforeTheJobEnds) {
+  const pid_t job =
+      start_ranks("stop", "--set drafter.optim.steps=1000000 --set drafter.checkpoint_every=0",
+                  "-x CHUNKGRAD_DEBUG_SAVE_DELAY_MS=1000");
+  ASSERT_TRUE(wait_for(path("stop") + "/metrics.jsonl", "\"phase\":\"drafter\""))
+      << wait_job(job, 1).err;
+  const long rank0 = std::stol(slurp(path("stop") + "/.lock"));
+  ASSERT_GT(rank0, 0);
+  ::kill(static_cast<pid_t>(rank0), SIGTERM);
+  const TrainRun r = wait_job(job);
+  EXPECT_EQ(r.exit_code, 130) << r.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.err, m, std::regex("interrupted at step ([0-9]+)"))) << r.err;
+  const std::string saved = step_file("stop", std::stoi(m[1]));
+  ASSERT_TRUE(std::filesystem::exists(saved)) << r.err;
+  EXPECT_NO_THROW(cg::safetensors::open(saved)->load("drafter.fc.weight")) << r.err;
+  for (const auto& e : std::filesystem::directory_iterator(path("stop") + "/drafter"))
+    EXPECT_FALSE(e.path().string().ends_with(".tmp")) << e.path();
+  EXPECT_FALSE(std::filesystem::exists(path("stop") + "/.lock")) << r.err;
 }
 
 }  // namespace

@@ -2,9 +2,11 @@
 // (data_parallel.h).
 #include "train/data_parallel.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "core/error.h"
 #include "core/factories.h"
@@ -57,6 +59,24 @@ void sum_over_ranks(dist::Communicator* comm, std::vector<double>& values) {
   values = t.to_vector();
 }
 
+std::string broadcast_text(dist::Communicator* comm, const std::string& text, int root) {
+  if (comm == nullptr || comm->world_size() == 1) return text;
+  const bool mine = comm->rank() == root;
+  Tensor size = full({1}, mine ? static_cast<double>(text.size()) : 0.0, {.dtype = DType::i64});
+  comm->broadcast(size, root);
+  const auto n = static_cast<int64_t>(size.item());
+  if (n == 0) return std::string();
+  std::vector<double> bytes(static_cast<size_t>(n), 0.0);
+  if (mine) {
+    for (size_t i = 0; i < text.size(); ++i) bytes[i] = static_cast<unsigned char>(text[i]);
+  }
+  Tensor t = from_vector(bytes, {n}, {.dtype = DType::i32});
+  comm->broadcast(t, root);
+  std::string out;
+  for (double b : t.to_vector()) out.push_back(static_cast<char>(static_cast<unsigned char>(b)));
+  return out;
+}
+
 void check_parameters_agree(dist::Communicator& comm, const std::vector<Tensor>& params,
                             int64_t step) {
   uint64_t hash = 1469598103934665603ull;  // FNV-1a over every parameter's values
@@ -79,6 +99,11 @@ void check_parameters_agree(dist::Communicator& comm, const std::vector<Tensor>&
            differ,
            " differ from rank 0's (dist.check_every): the ranks no longer train the same model; "
            "this is a bug in chunkgrad's gradient reduction, please report it with the config");
+}
+
+void debug_delay_save_if_asked() {
+  const char* ms = std::getenv("CHUNKGRAD_DEBUG_SAVE_DELAY_MS");
+  if (ms != nullptr) std::this_thread::sleep_for(std::chrono::milliseconds(std::atoll(ms)));
 }
 
 void debug_fail_if_asked(int rank, int64_t step) {

@@ -51,6 +51,10 @@ bool any_rank(dist::Communicator* comm, bool flag);
 // Sums host values over the ranks (in place; one f64 all-reduce); nothing with one rank.
 void sum_over_ranks(dist::Communicator* comm, std::vector<double>& values);
 
+// Rank root's `text` on every rank (its length, then its bytes; what other ranks pass is
+// ignored); `text` without ranks. Non-root ranks return only once root has called it.
+std::string broadcast_text(dist::Communicator* comm, const std::string& text, int root);
+
 // dist.check_every: a hash of every parameter's bytes, gathered from every rank; throws
 // naming the step and the ranks whose parameters differ from rank 0's.
 void check_parameters_agree(dist::Communicator& comm, const std::vector<Tensor>& params,
@@ -59,5 +63,9 @@ void check_parameters_agree(dist::Communicator& comm, const std::vector<Tensor>&
 // The test hook for a failing rank: CHUNKGRAD_DEBUG_FAIL_RANK=R and
 // CHUNKGRAD_DEBUG_FAIL_STEP=S make rank R throw at the start of step S.
 void debug_fail_if_asked(int rank, int64_t step);
+// The stop test's hook: CHUNKGRAD_DEBUG_SAVE_DELAY_MS=N makes rank 0 sleep N ms before
+// it writes each checkpoint, the window in which a rank that did not wait for the save
+// would end the job (Note [Saving together], drafter_trainer.h).
+void debug_delay_save_if_asked();
 
 }  // namespace cg::train

@@ -229,7 +229,25 @@ void DrafterTrainer::save_checkpoint() {
   // Note [World-size-free checkpoints], data_parallel.h: ZeRO-1's state is gathered by
   // every rank (a collective), then rank 0 alone writes.
   const auto optim_state = opt_.state();
-  if (!is_rank0()) return;
+  if (world() == 1) {
+    write_checkpoint(optim_state);
+    return;
+  }
+  std::string failure;  // Note [Saving together]
+  if (is_rank0()) {
+    try {
+      debug_delay_save_if_asked();  // the stop test's hook (data_parallel.h)
+      write_checkpoint(optim_state);
+    } catch (const Error& e) { failure = e.message(); } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  }
+  failure = broadcast_text(data_.comm, failure, 0);
+  if (!failure.empty()) throw dist::EveryRankError(failure, __FILE__, __LINE__);
+}
+
+void DrafterTrainer::write_checkpoint(
+    const std::vector<std::pair<std::string, Tensor>>& optim_state) {
   const std::filesystem::path dir = std::filesystem::path(config_.run_dir) / "drafter";
   std::filesystem::create_directories(dir);
   safetensors::NamedTensors tensors;

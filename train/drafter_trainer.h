@@ -96,7 +96,16 @@ class DrafterTrainer {
   // later step_<N> would otherwise be the "newest checkpoint" the next resume loads.
   void replace_checkpoints_after(int64_t step) { replace_after_ = step; }
   // Writes step_<N>.safetensors (atomically), then removes what replace_checkpoints_after
-  // named and all but the newest drafter.keep_checkpoints (0: keeps all).
+  // named and all but the newest drafter.keep_checkpoints (0: keeps all). With several
+  // ranks every rank calls it and returns when rank 0's save is done (Note [Saving
+  // together]).
+  //
+  // Note [Saving together]: rank 0 alone writes, but a rank that went on at once could
+  // end the job under it: after a stop every rank leaves with 130, and a rank that leaves
+  // first made mpirun end rank 0 in the middle of the write (no checkpoint, the run lock
+  // left, and "run the same command to resume" a lie). So after every save rank 0
+  // broadcasts its outcome ("" or its error), which the other ranks wait for; a failed
+  // save is an EveryRankError with rank 0's reason on every rank.
   void save_checkpoint();
   // Loads a checkpoint (params, optimiser state, step); throws naming the file and the
   // problem, without changing the drafter when the file is unreadable or does not match.
@@ -120,6 +129,7 @@ class DrafterTrainer {
   bool is_rank0() const { return rank_ == 0; }
   int world() const { return data_.comm ? data_.comm->world_size() : 1; }
   void remove_checkpoint(const std::string& path, const char* why) const;
+  void write_checkpoint(const std::vector<std::pair<std::string, Tensor>>& optim_state);
   // step_batches(step + 1), drawn when step `step` was queued so that its ids could be
   // prefetched (Note [Prefetching the next step]); empty before the first step.
   int64_t next_step_ = -1;

@@ -3,6 +3,7 @@
 // JSON file (docs/train_config.md; configs/toy.json is the default). The work is
 // train/pipeline.h's; this file only reads the command line and prints the summary.
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
@@ -93,8 +94,11 @@ train::TrainConfig read_config(const std::string& path, const std::vector<std::s
 
 // `mpirun -np N chunkgrad train`: every rank runs the pipeline with the communicator, and
 // rank 0 prints the summary. A failure on one rank ends every rank with its message
-// (dist::abort_job): the others would otherwise wait for it in the next collective.
+// (dist::abort_job): the others would otherwise wait for it in the next collective. A stop
+// or an error every rank met at the same point ends the ranks together instead (Note
+// [Ending together], dist/communicator.h): each returns its status (rank 0 says why).
 nlohmann::json run_ranks(const train::TrainConfig& config, train::PipelineOptions options) {
+  const int rank = dist::detect_launch().rank;
   try {
     const std::unique_ptr<dist::Communicator> comm =
         dist::make_communicator({.device = Device::parse(config.device)});
@@ -104,7 +108,15 @@ nlohmann::json run_ranks(const train::TrainConfig& config, train::PipelineOption
     if (comm->rank() != 0) summary = nullptr;  // rank 0 prints
     return summary;
   } catch (const train::Interrupted&) {
-    throw;  // every rank stopped at the same step (Note [Stopping together])
+    // Every rank stopped after the same step (Note [Stopping together]) and waited for
+    // rank 0's checkpoint (Note [Saving together], drafter_trainer.h).
+    dist::end_job_together();
+    if (rank != 0) std::exit(train::kExitInterrupted);  // rank 0 says where it stopped
+    throw;
+  } catch (const dist::EveryRankError&) {
+    dist::end_job_together();
+    if (rank != 0) std::exit(program::kExitError);  // rank 0 prints the one line
+    throw;
   } catch (const cg::Error& e) {
     dist::abort_job("chunkgrad train: error: " + e.message());
   } catch (const std::exception& e) {
