@@ -226,4 +226,33 @@ TEST_F(DataParallelProgram, AStopSavesTheCheckpointBeforeTheJobEnds) {
   EXPECT_FALSE(std::filesystem::exists(path("stop") + "/.lock")) << r.err;
 }
 
+// Note [Ranks started alike], data_parallel.h: ranks started with another --set (mpirun's
+// `-np 1 A : -np 1 B`) or resuming from other steps are refused before training, with one
+// line naming the field and both values, and the run directory is left as it was.
+TEST_F(DataParallelProgram, RanksStartedUnlikeAreRefusedNamingTheField) {
+  const std::string launch =
+      "mpirun --oversubscribe --allow-run-as-root -x CHUNKGRAD_NUM_THREADS=1 ";
+  const std::string cli = std::string("'") + CHUNKGRAD_CLI + "' ";
+  const TrainRun lr = run(args("lr", "--set drafter.optim.lr=0.002"),
+                          launch + "-np 1 " + cli + args("lr") + " : -np 1 ");
+  EXPECT_EQ(lr.exit_code, 1) << lr.err;
+  EXPECT_NE(lr.err.find("drafter.optim.lr is 0.002 on rank 1 and 0.003 on rank 0"),
+            std::string::npos)
+      << lr.err;
+  EXPECT_EQ(lr.err.find("chunkgrad train: error:"), lr.err.rfind("chunkgrad train: error:"))
+      << lr.err;  // one line, rank 0's
+  const TrainRun done = ranks("steps");
+  ASSERT_EQ(done.exit_code, 0) << done.err;
+  const auto before = files_of(path("steps"));
+  const TrainRun steps =
+      run(args("steps"), launch + "-np 1 " + cli +
+                             args("steps", "--resume-from '" + step_file("steps", 2) + "'") +
+                             " : -np 1 ");
+  EXPECT_EQ(steps.exit_code, 1) << steps.err;
+  EXPECT_NE(steps.err.find("resume from different steps (4 on rank 1 and 2 on rank 0)"),
+            std::string::npos)
+      << steps.err;
+  EXPECT_EQ(files_of(path("steps")), before);
+}
+
 }  // namespace

@@ -2,6 +2,7 @@
 // (data_parallel.h).
 #include "train/data_parallel.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -77,6 +78,70 @@ std::string broadcast_text(dist::Communicator* comm, const std::string& text, in
   return out;
 }
 
+namespace {
+
+// What must agree across ranks (Note [Ranks started alike]).
+nlohmann::json started_with(const TrainConfig& config, int64_t resume_step) {
+  nlohmann::json j = config.to_json();
+  j.erase("progress");
+  const std::string device = j["device"].get<std::string>();
+  j["device"] = device.substr(0, device.find(':'));
+  j["resume_step"] = resume_step;
+  return j;
+}
+
+uint64_t fnv1a(const std::string& text) {
+  uint64_t hash = 1469598103934665603ull;
+  for (unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
+  return hash;
+}
+
+// The line every rank throws when rank `other` was started unlike rank 0.
+std::string started_unlike(const nlohmann::json& rank0, const nlohmann::json& mine, int other) {
+  const nlohmann::json patch = nlohmann::json::diff(rank0, mine);
+  std::string field = "?", was = "-", now = "-";
+  if (!patch.empty()) {
+    const nlohmann::json::json_pointer at(patch[0]["path"].get<std::string>());
+    field = at.to_string().substr(1);
+    std::replace(field.begin(), field.end(), '/', '.');
+    if (rank0.contains(at)) was = rank0[at].dump();
+    if (mine.contains(at)) now = mine[at].dump();
+  }
+  const std::string ranks = " on rank " + std::to_string(other) + " and " + was + " on rank 0";
+  if (field == "resume_step") {
+    return "data parallel: the ranks resume from different steps (" + now + ranks +
+           "): run_dir must be one folder every rank sees (a shared filesystem, the same "
+           "path on every machine) and every rank needs the same --resume-from "
+           "(docs/data_parallel.md)";
+  }
+  return "data parallel: the ranks were started with different configs: " + field + " is " + now +
+         ranks +
+         "; start every rank with the same --config and --set options "
+         "(docs/data_parallel.md)";
+}
+
+}  // namespace
+
+void check_ranks_started_alike(dist::Communicator* comm, const TrainConfig& config,
+                               int64_t resume_step) {
+  if (comm == nullptr || comm->world_size() == 1) return;
+  const std::string mine = started_with(config, resume_step).dump();
+  const uint64_t hash = fnv1a(mine);
+  Tensor local = full({1}, 0.0, {.dtype = DType::i64});
+  std::memcpy(local.data_ptr(), &hash, sizeof hash);
+  Tensor all = zeros({comm->world_size()}, {.dtype = DType::i64});
+  comm->all_gather(local, all);
+  const auto* h = static_cast<const uint64_t*>(all.data_ptr());
+  int other = 1;
+  while (other < comm->world_size() && h[other] == h[0]) ++other;
+  if (other == comm->world_size()) return;
+  const std::string rank0 = broadcast_text(comm, mine, 0);
+  const std::string theirs = broadcast_text(comm, mine, other);
+  throw dist::EveryRankError(
+      started_unlike(nlohmann::json::parse(rank0), nlohmann::json::parse(theirs), other), __FILE__,
+      __LINE__);
+}
+
 void check_parameters_agree(dist::Communicator& comm, const std::vector<Tensor>& params,
                             int64_t step) {
   uint64_t hash = 1469598103934665603ull;  // FNV-1a over every parameter's values
@@ -97,8 +162,11 @@ void check_parameters_agree(dist::Communicator& comm, const std::vector<Tensor>&
     if (h[r] != h[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
   CG_CHECK(differ.empty(), "data parallel: after step ", step, " the parameters of rank(s) ",
            differ,
-           " differ from rank 0's (dist.check_every): the ranks no longer train the same model; "
-           "this is a bug in chunkgrad's gradient reduction, please report it with the config");
+           " differ from rank 0's (dist.check_every): the ranks no longer train the same model. "
+           "Ranks started with different configs or data do this (the config and the resume "
+           "step are compared at the start, the data's bytes are not: check that every rank "
+           "reads the same feature files); otherwise it is a bug in chunkgrad's gradient "
+           "reduction, please report it with the config");
 }
 
 void debug_delay_save_if_asked() {

@@ -55,6 +55,20 @@ void sum_over_ranks(dist::Communicator* comm, std::vector<double>& values);
 // ignored); `text` without ranks. Non-root ranks return only once root has called it.
 std::string broadcast_text(dist::Communicator* comm, const std::string& text, int root);
 
+// Note [Ranks started alike]: every rank must run the same config from the same step, or
+// the job trains something no one asked for (ranks with another lr or seed step apart
+// silently) or hangs (another batch_size, grad_accum or steps is another number of
+// collectives). mpirun can start ranks with different options (`-np 1 chunkgrad ... :
+// -np 1 chunkgrad ... --set ...`) and ranks whose run_dir is not one shared folder resume
+// at different steps; so before training every rank hashes its effective config (what
+// config.json holds, less `progress`, which rank 0 alone shows, and the device's index,
+// which is the local rank's) and its resume step, the hashes are gathered, and on a
+// mismatch the first rank that differs from rank 0 and rank 0 broadcast their text: every
+// rank then throws the same EveryRankError naming the first field that differs and both
+// values. Nothing without ranks.
+void check_ranks_started_alike(dist::Communicator* comm, const TrainConfig& config,
+                               int64_t resume_step);
+
 // dist.check_every: a hash of every parameter's bytes, gathered from every rank; throws
 // naming the step and the ranks whose parameters differ from rank 0's.
 void check_parameters_agree(dist::Communicator& comm, const std::vector<Tensor>& params,

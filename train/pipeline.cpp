@@ -23,6 +23,7 @@
 #include "ops/shape_ops.h"
 #include "ops/threads.h"
 #include "train/corpus.h"
+#include "train/data_parallel.h"
 #include "train/dflash_block_drafter.h"
 #include "train/drafter_checkpoints.h"
 #include "train/drafter_data.h"
@@ -393,7 +394,8 @@ nlohmann::json run_pipeline(const TrainConfig& config, const PipelineOptions& op
     read_corpus(s);
   }
   check_resume(s, options);
-  if (comm != nullptr) comm->barrier();  // every rank has chosen before rank 0 writes
+  // Every rank has chosen before rank 0 writes, and chose alike (Note [Ranks started alike]).
+  check_ranks_started_alike(comm, config, s.resume.step);
   if (rank0) {
     prepare_run_directory(s);
   } else if (config.threads > 0) {

@@ -18,6 +18,7 @@
 #include "core/backend.h"
 #include "core/caching_allocator.h"
 #include "core/error.h"
+#include "train/data_parallel.h"
 #include "train/drafter_checkpoints.h"
 #include "train/drafter_export.h"
 #include "train/drafter_step.h"
@@ -143,7 +144,8 @@ nlohmann::json run_synthetic_pipeline(const TrainConfig& config, const PipelineO
            " (the skipped one is removed when this run saves its first checkpoint)");
     }
   }
-  if (comm != nullptr) comm->barrier();  // every rank has chosen before rank 0 writes
+  // Every rank has chosen before rank 0 writes, and chose alike (Note [Ranks started alike]).
+  check_ranks_started_alike(comm, config, resume.step);
   std::optional<MetricsLog> log;
   if (rank0) {
     std::filesystem::create_directories(config.run_dir + "/drafter");
