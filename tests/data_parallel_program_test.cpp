@@ -190,6 +190,14 @@ TEST_F(DataParallelProgram, ABatchTheRanksCannotSplitIsRefusedNamingBothNumbers)
   const TrainRun r = ranks("odd", "--set drafter.optim.batch_size=3");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("batch_size 3 cannot be split over 2 ranks"), std::string::npos) << r.err;
+  // Refused before the run directory is made or changed, as a one-process run's checks are.
+  EXPECT_FALSE(std::filesystem::exists(path("odd"))) << r.err;
+  const TrainRun done = ranks("done");
+  ASSERT_EQ(done.exit_code, 0) << done.err;
+  const auto before = files_of(path("done"));
+  const TrainRun again = ranks("done", "--set drafter.optim.batch_size=3");
+  EXPECT_NE(again.exit_code, 0);
+  EXPECT_EQ(files_of(path("done")), before) << again.err;
 }
 
 // A rank that throws mid-run ends the whole job, non-zero, with that rank's message.
@@ -240,7 +248,8 @@ TEST_F(DataParallelProgram, RanksStartedUnlikeAreRefusedNamingTheField) {
             std::string::npos)
       << lr.err;
   EXPECT_EQ(lr.err.find("chunkgrad train: error:"), lr.err.rfind("chunkgrad train: error:"))
-      << lr.err;  // one line, rank 0's
+      << lr.err;                                                // one line, rank 0's
+  EXPECT_FALSE(std::filesystem::exists(path("lr"))) << lr.err;  // the folder rank 0 made
   const TrainRun done = ranks("steps");
   ASSERT_EQ(done.exit_code, 0) << done.err;
   const auto before = files_of(path("steps"));

@@ -14,6 +14,7 @@
 #include "examples/chunkgrad/data_files.h"
 #include "examples/common/program.h"
 #include "train/config_overrides.h"
+#include "train/data_parallel.h"
 #include "train/pipeline.h"
 #include "train/stop_signal.h"
 #include "train/train_config.h"
@@ -102,7 +103,6 @@ nlohmann::json run_ranks(const train::TrainConfig& config, train::PipelineOption
   try {
     const std::unique_ptr<dist::Communicator> comm =
         dist::make_communicator({.device = Device::parse(config.device)});
-    if (comm->rank() == 0) program::make_output_dir(config.run_dir, "run_dir");
     options.comm = comm.get();
     nlohmann::json summary = train::run_pipeline(config, options);
     if (comm->rank() != 0) summary = nullptr;  // rank 0 prints
@@ -227,15 +227,20 @@ void add_train_command(CLI::App& app, CommandBody& run) {
       } else {
         config.device = dist::device_for_local_rank(config.device, launch, "device").str();
         if (launch.rank != 0) config.progress = false;  // rank 0 reports
+        // What the ranks add to the checks, made before the run directory is made or
+        // changed, as every check of a one-process run is: a batch they cannot split.
+        (void)train::rank_slice(config, launch.rank, launch.world_size);
       }
       if (o.print_config) {
         std::cout << config.to_json().dump(2) << "\n";
         return;
       }
       check_run_dir_not_input(config, o.config);
-      // (a run refused before it writes anything leaves no empty run directory behind)
-      const program::RemoveIfLeftEmpty made_here(launch.under_mpirun ? "" : config.run_dir);
-      if (!launch.under_mpirun) program::make_output_dir(config.run_dir, "run_dir");
+      // (a run refused before it writes anything leaves no empty run directory behind; under
+      // mpirun rank 0 makes it, and a refusal every rank meets unwinds to here: Note [Ending
+      // together], dist/communicator.h)
+      const program::RemoveIfLeftEmpty made_here(launch.rank == 0 ? config.run_dir : "");
+      if (launch.rank == 0) program::make_output_dir(config.run_dir, "run_dir");
       train::PipelineOptions options{.resume_from = o.resume_from};
       DataTokenizer tokenizer;
       if (config.features.source == "target") {
