@@ -264,4 +264,15 @@ TEST_F(DataParallelProgram, RanksStartedUnlikeAreRefusedNamingTheField) {
   EXPECT_EQ(files_of(path("steps")), before);
 }
 
+// A checkpoint temporary a cut-off save left (a step this run never saves, so no save of
+// its own replaces it) is removed once rank 0 holds the lock, with a note.
+TEST_F(DataParallelProgram, ALeftoverCheckpointTemporaryIsRemoved) {
+  std::filesystem::create_directories(path("tmp") + "/drafter");
+  const std::string left = write("tmp/drafter/step_00000007.safetensors.tmp", "half a save");
+  const TrainRun r = ranks("tmp");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(left));
+  EXPECT_NE(r.err.find("removed " + left), std::string::npos) << r.err;
+}
+
 }  // namespace

@@ -82,6 +82,27 @@ nlohmann::json resumable_part(nlohmann::json j, bool by_content) {
   return j;
 }
 
+}  // namespace
+
+std::vector<std::string> remove_checkpoint_temporaries(const std::string& run_dir) {
+  std::vector<std::string> removed;
+  const std::filesystem::path dir = std::filesystem::path(run_dir) / "drafter";
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) return removed;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!name.starts_with("step_") || !name.ends_with(".safetensors.tmp")) continue;
+    if (!e.is_regular_file(ec)) continue;
+    std::filesystem::remove(e.path(), ec);
+    CG_CHECK(!ec, "cannot remove the leftover checkpoint temporary ", e.path().string(), ": ",
+             ec.message());
+    removed.push_back(e.path().string());
+  }
+  return removed;
+}
+
+namespace {
+
 // The first field where two JSON objects differ, as "drafter.gamma: 4 then, 2 now", so
 // that the user knows which edit to undo instead of diffing config.json by hand.
 std::string first_difference(const nlohmann::json& was, const nlohmann::json& now) {

@@ -40,6 +40,12 @@ struct ResumeChoice {
   std::vector<std::string> skipped;  // one line per newer checkpoint skipped as damaged
 };
 
+// Removes the `step_*.safetensors.tmp` files of run_dir/drafter and returns their paths:
+// a save cut off by a kill (or, before Note [Saving together], by another rank ending the
+// job) leaves its temporary, which nothing else ever removes. Call it holding the run's
+// lock (run_lock.h): no save of another run can be under way then.
+std::vector<std::string> remove_checkpoint_temporaries(const std::string& run_dir);
+
 // The whole resume decision, reading only (call it before any stage writes, so that a
 // refusal's "the run directory is unchanged" holds): `named` ("" = the newest of run_dir),
 // its header (format, config, data fingerprint: the JSON text, "" to skip), its tensors

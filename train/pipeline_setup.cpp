@@ -124,6 +124,16 @@ void lock_run_directory(RunState& s) {
     say(s.config, "run_dir: took over the lock of pid " + std::to_string(s.lock->stale_pid()) +
                       ", which is no longer running");
   }
+  remove_stale_temporaries(s.config);
+}
+
+void remove_stale_temporaries(const TrainConfig& config) {
+  for (const std::string& path : remove_checkpoint_temporaries(config.run_dir)) {
+    std::fprintf(stderr,
+                 "chunkgrad train: removed %s, left by a checkpoint save that was cut off\n",
+                 path.c_str());
+    std::fflush(stderr);
+  }
 }
 
 // Before any stage: what the config allows but the user probably did not mean.

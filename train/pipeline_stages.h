@@ -88,6 +88,8 @@ std::string printable(const std::string& text);
 // The stages before the target (pipeline_setup.cpp), in the order run_pipeline calls them.
 void warn_about_config(const TrainConfig& c);
 void lock_run_directory(RunState& s);
+// After the lock: the checkpoint temporaries a cut-off save left, removed with a note.
+void remove_stale_temporaries(const TrainConfig& config);
 void read_corpus(RunState& s);
 void open_offline_features(RunState& s);
 void open_target_features(RunState& s, const PipelineOptions& options);

@@ -132,6 +132,7 @@ nlohmann::json run_synthetic_pipeline(const TrainConfig& config, const PipelineO
   if (rank0) {
     std::filesystem::create_directories(config.run_dir);
     lock.emplace(config.run_dir);
+    pipeline_stages::remove_stale_temporaries(config);
   }
   // The resume decision before anything is written (as run_pipeline's check_resume); every
   // rank reads the same checkpoint (Note [World-size-free checkpoints], data_parallel.h).
