@@ -275,4 +275,19 @@ TEST_F(DataParallelProgram, ALeftoverCheckpointTemporaryIsRemoved) {
   EXPECT_NE(r.err.find("removed " + left), std::string::npos) << r.err;
 }
 
+// A metrics log whose last line a kill cut off is whole again after a resume: the cut
+// line is dropped with a warning, not kept for the next records to follow.
+TEST_F(DataParallelProgram, AMetricsLogCutOffMidLineIsWholeAfterResume) {
+  ASSERT_EQ(one("cut").exit_code, 0);
+  const std::string log = slurp(path("cut") + "/metrics.jsonl");
+  write("cut/metrics.jsonl", log.substr(0, log.size() - 10));
+  const TrainRun r = ranks("cut", "--set drafter.optim.steps=6");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("dropped its last line"), std::string::npos) << r.err;
+  std::istringstream lines(slurp(path("cut") + "/metrics.jsonl"));
+  for (std::string line; std::getline(lines, line);)
+    EXPECT_FALSE(nlohmann::json::parse(line, nullptr, false).is_discarded()) << line;
+  EXPECT_EQ(metrics("cut").size(), 6u);
+}
+
 }  // namespace

@@ -5,6 +5,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
@@ -96,9 +98,42 @@ namespace {
 std::string system_reason() {
   return errno ? std::string(std::strerror(errno)) : std::string("unknown reason");
 }
+
+// The text of a metrics log without a last line that was cut off ("" when it is whole).
+std::string cut_off_last_line(const std::string& text) {
+  if (text.empty()) return std::string();
+  const size_t end = text.back() == '\n' ? text.size() - 1 : text.size();
+  const size_t begin = text.rfind('\n', end == 0 ? 0 : end - 1);
+  const std::string last = text.substr(begin == std::string::npos ? 0 : begin + 1,
+                                       end - (begin == std::string::npos ? 0 : begin + 1));
+  if (text.back() != '\n') return last;
+  try {
+    check_json_depth(last, "a metrics line");  // a hand-edited deep line stays, unparsed
+  } catch (const Error&) { return std::string(); }
+  const bool json =
+      !nlohmann::json::parse(last, nullptr, /*allow_exceptions=*/false).is_discarded();
+  return json ? std::string() : last;
+}
+
 }  // namespace
 
 MetricsLog::MetricsLog(const std::string& path) : path_(path) {
+  {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string all = text.str();
+    const std::string cut = cut_off_last_line(all);
+    if (!cut.empty()) {
+      const size_t keep = all.size() - cut.size() - (all.back() == '\n' ? 1 : 0);
+      write_file_atomically(path, all.substr(0, keep), "the metrics log");
+      std::fprintf(stderr,
+                   "chunkgrad train: warning: %s: dropped its last line, cut off by a run that "
+                   "was killed while writing it (%zu bytes)\n",
+                   path.c_str(), cut.size());
+      std::fflush(stderr);
+    }
+  }
   errno = 0;
   out_.open(path, std::ios::app);
   CG_CHECK(out_.good(), "metrics log '", path, "' cannot be opened for writing: ", system_reason());

@@ -53,6 +53,9 @@ void end_open_progress_line();
 class MetricsLog {
  public:
   MetricsLog() = default;
+  // Opens `path` for appending. A last line that a killed run cut off (no newline at its
+  // end, or not JSON) is dropped first, with a warning: appended to, it would leave a
+  // line no reader can parse in the middle of the log.
   explicit MetricsLog(const std::string& path);
   void write(const nlohmann::json& record);
   // Drops the records of `phase` with a step above `step`, and every "summary" record: what a
