@@ -207,6 +207,8 @@ TEST_F(DataParallelProgram, ARankThatFailsEndsTheJobWithItsMessage) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("rank 1"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("fails at step 3"), std::string::npos) << r.err;
+  // mpirun's SIGTERM to rank 0 is no stop: its line must not promise a checkpoint.
+  EXPECT_EQ(r.err.find("training saves a checkpoint first"), std::string::npos) << r.err;
 }
 
 // Note [Saving together], drafter_trainer.h: a stop signal to rank 0 stops both ranks

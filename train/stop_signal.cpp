@@ -3,8 +3,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
+#include <cstdio>
+
+#include "core/error.h"
+#include "dist/communicator.h"
 
 namespace cg::train {
 
@@ -18,12 +23,22 @@ std::atomic<bool> g_stop{false};
 constexpr char kStopping[] =
     "\nchunkgrad: stopping at the next step boundary (training saves a checkpoint first); "
     "signal again to stop at once\n";
+// Under mpirun a signal may also be mpirun ending the job because a rank failed (MPI_Abort,
+// or a rank that died): the ranks left are then killed within seconds and save nothing, so
+// the line says both (a handler cannot tell which: mpirun sends SIGTERM for either).
+constexpr char kStoppingRank[] =
+    "\nchunkgrad: rank %d got a stop signal: if it is a stop, every rank stops at the next "
+    "step boundary and rank 0 saves a checkpoint first (signal again to stop at once); if "
+    "mpirun is ending the job because a rank failed (that rank's error is printed), nothing "
+    "is saved\n";
+char g_message[512];  // written before the handlers are installed
+size_t g_message_size = 0;
 
 extern "C" void on_stop_signal(int sig) {
   g_stop.store(true, std::memory_order_relaxed);
   std::signal(sig, SIG_DFL);  // a second signal kills at once
   // (write(2) is async-signal-safe; nothing to do if it fails)
-  const ssize_t ignored = ::write(STDERR_FILENO, kStopping, sizeof kStopping - 1);
+  const ssize_t ignored = ::write(STDERR_FILENO, g_message, g_message_size);
   (void)ignored;
 }
 
@@ -31,6 +46,14 @@ extern "C" void on_stop_signal(int sig) {
 
 StopSignals::StopSignals() {
   g_stop.store(false);
+  dist::LaunchInfo launch;  // (a launch environment it cannot read: the one-process line)
+  try {
+    launch = dist::detect_launch();
+  } catch (const Error&) {}
+  const int n = launch.world_size > 1
+                    ? std::snprintf(g_message, sizeof g_message, kStoppingRank, launch.rank)
+                    : std::snprintf(g_message, sizeof g_message, "%s", kStopping);
+  g_message_size = std::min(sizeof g_message - 1, static_cast<size_t>(std::max(n, 0)));
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
