@@ -13,7 +13,8 @@
 // of label tokens -- is known on every rank without a collective, summed in the same
 // order as one process sums it: the same bits. Rank r's micro-batch m then weighs its mean
 // loss by sum(w of its slice) / sum(w of the step), the gradients are summed over the
-// ranks, and the step equals one process's up to the fp32 rounding of the sums.
+// ranks, and the step equals one process's up to the fp32 rounding of the sums (in f32;
+// in bf16 each rank's gradients and the weights are bf16-rounded too: docs/data_parallel.md).
 //
 // Note [World-size-free checkpoints]: rank 0 writes the checkpoint in the one-process
 // format (the parameters and AdamW's state are the same on every rank after each step;
