@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "tests/error_helpers.h"
 #include "tests/nn_test_util.h"
 #include "train/chat_data.h"
 #include "train/chat_template_check.h"
@@ -95,6 +96,13 @@ TEST_F(ChatTemplateCheckTest, NoTemplateIsAWarningNotAMismatch) {
   EXPECT_NE(c.problem.find("has no chat template"), std::string::npos) << c.problem;
   write("tokenizer_config.json", R"({"eos_token": "<|im_end|>"})");
   EXPECT_FALSE(check_chat_template(dir_.str(), "--allow").mismatch);
+}
+
+// An outside tester: a folder named chat_template.jinja passed as "no template" (a warning
+// and the Qwen3 rendering); transformers fails on it, and so does this now.
+TEST_F(ChatTemplateCheckTest, AFolderNamedLikeTheTemplateIsAnError) {
+  fs::create_directories(at("chat_template.jinja"));
+  EXPECT_ERROR_HAS(read_folder_chat_template(dir_.str()), "chat_template.jinja is not a file");
 }
 
 // The reader: only a conversation line meets the problem; as an error it is not a skipped

@@ -52,6 +52,28 @@ TEST_F(ExportProgram, ExportThenTrainFromTheFolder) {
                "already holds config.json", "export");
 }
 
+// An outside tester: drafter.init_from took folders eval refuses (two block_sizes that
+// disagree, model_type "llama"). Now it reads the folder as eval does.
+TEST_F(ExportProgram, InitFromRefusesWhatEvalRefuses) {
+  ASSERT_EQ(synthetic_run("a").exit_code, 0);
+  ASSERT_EQ(run("export --run-dir '" + path("a") + "' --out '" + path("pub") + "'").exit_code, 0);
+  auto c = nlohmann::json::parse(slurp(path("pub/config.json")));
+  auto rewrite = [&](const nlohmann::json& j) {
+    std::ofstream(path("pub/config.json")) << j.dump();
+  };
+  nlohmann::json disagree = c;
+  disagree["block_size"] = c["dflash_config"]["block_size"].get<int64_t>() + 4;
+  rewrite(disagree);
+  expect_error(synthetic_run("b", "--set drafter.init_from='" + path("pub") + "'"),
+               "make them agree");
+  nlohmann::json llama = c;
+  llama["model_type"] = "llama";
+  rewrite(llama);
+  expect_error(synthetic_run("b", "--set drafter.init_from='" + path("pub") + "'"),
+               "model_type is \"llama\"");
+  EXPECT_FALSE(fs::exists(path("b/metrics.jsonl")));
+}
+
 TEST_F(ExportProgram, AMissingInitFolderIsRefusedBeforeTheTargetStage) {
   // The toy run trains its target first (minutes at full size): a wrong drafter.init_from
   // must fail before that, with nothing written.

@@ -118,6 +118,22 @@ TEST_F(RegenerateProgram, WritesTheTargetsResponsesWhateverTheBatchSize) {
                "max_new_tokens = 8");
 }
 
+// An outside tester: a pre-tokenized line without loss_mask was refused ("the response
+// (loss_mask = 1) starts at the first token") though it named no response. Now the whole
+// line is the prompt, as eval reads it, and the response is appended after it.
+TEST_F(RegenerateProgram, ALineWithoutALossMaskIsAPrompt) {
+  write_bytes(dir.file("p.jsonl"), "{\"input_ids\": [5, 6, 7, 8]}\n");
+  const ProgramRun r =
+      cli("--target '" + target() + "' --data '" + dir.file("p.jsonl") + "' --out '" +
+          dir.file("p_out.jsonl") + "' --max-new-tokens 4 --eos-ids 3 --no-progress");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(read_bytes(dir.file("p_out.jsonl")));
+  ASSERT_GT(j["input_ids"].size(), 4u);
+  EXPECT_EQ(j["input_ids"][3], 8);
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(j["loss_mask"][k], 0) << k;
+  EXPECT_EQ(j["loss_mask"][4], 1);
+}
+
 TEST_F(RegenerateProgram, BadOptionsAreOneErrorLine) {
   expect_error(base("x.jsonl") + " --top-k 5", "need --temperature > 0");
   expect_error(base("x.jsonl") + " --top-p 0", "--top-p");

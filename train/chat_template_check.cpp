@@ -32,6 +32,11 @@ namespace fs = std::filesystem;
 FolderChatTemplate read_folder_chat_template(const std::string& dir) {
   FolderChatTemplate t;
   const fs::path jinja = fs::path(dir) / "chat_template.jinja";
+  // Something else under that name (a folder) is not "no template": transformers would
+  // fail on it too.
+  std::error_code ec;
+  CG_CHECK(!fs::exists(jinja, ec) || fs::is_regular_file(jinja, ec), jinja.string(),
+           " is not a file; a tokenizer folder's chat template is a file of that name");
   if (fs::is_regular_file(jinja)) {
     t.file = jinja.string();
     t.text = read_text_file(t.file, "the chat template");

@@ -104,6 +104,11 @@ PublicDrafter public_drafter_from_config(const json& c, const std::string& where
   CG_CHECK(arch && arch->is_array() && !arch->empty() && (*arch)[0] == "DFlashDraftModel", where,
            ": config.json architectures is ", arch ? describe_json(*arch) : std::string("missing"),
            "; a DFlash drafter folder says [\"DFlashDraftModel\"] (chunkgrad export writes one)");
+  // The published drafters' layers are Qwen3's (q/k norms, no biases): another model_type
+  // names layers this code does not compute.
+  CG_CHECK(!c.contains("model_type") || c["model_type"] == "qwen3", where,
+           ": config.json model_type is ", describe_json(c.value("model_type", json())),
+           "; a DFlash drafter's layers are Qwen3's (\"qwen3\", as chunkgrad export writes)");
   PublicDrafter d;
   nn::Qwen3Config& L = d.config.layers;
   L.hidden_size = integer("hidden_size");

@@ -19,6 +19,7 @@
 #include "core/backend.h"
 #include "core/caching_allocator.h"
 #include "core/factories.h"
+#include "core/json_input.h"
 #include "ops/index_ops.h"
 #include "ops/shape_ops.h"
 #include "ops/threads.h"
@@ -30,6 +31,7 @@
 #include "train/drafter_export.h"
 #include "train/drafter_model.h"
 #include "train/drafter_trainer.h"
+#include "train/eval_inputs.h"
 #include "train/fingerprint.h"
 #include "train/generate.h"
 #include "train/in_memory_features.h"
@@ -342,11 +344,23 @@ void stop_if_asked(const RunState& s) {
   if (stop_agreed()) throw Interrupted("drafter", s.final_step);
 }
 
+// drafter.init_from is a drafter folder eval would take (an outside tester trained from one
+// whose two block_size fields disagreed, and from model_type "llama"): its config.json
+// passes eval's reader before the run compares it field by field with its own drafter.
+void check_init_from(const std::string& dir) {
+  check_public_drafter_folder(dir);
+  const std::string where = "drafter.init_from '" + dir + "'";
+  const std::string file = (std::filesystem::path(dir) / "config.json").string();
+  (void)public_drafter_from_config(
+      parse_untrusted_json(read_text_file(file, where + " config.json"), where + " config.json"),
+      where);
+}
+
 }  // namespace
 
 nlohmann::json run_pipeline(const TrainConfig& config, const PipelineOptions& options) {
   config.validate();
-  if (!config.drafter.init_from.empty()) check_public_drafter_folder(config.drafter.init_from);
+  if (!config.drafter.init_from.empty()) check_init_from(config.drafter.init_from);
   if (config.features.source == "synthetic") return run_synthetic_pipeline(config, options);
   // Data parallel (docs/data_parallel.md): every rank opens the features and trains; rank 0
   // alone locks and writes the run directory, evaluates, measures and writes the summary.

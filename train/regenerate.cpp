@@ -2,6 +2,7 @@
 // around the ragged-batch decoder (batched_decode.h).
 #include "train/regenerate.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -99,7 +100,14 @@ std::vector<RegenerateSample> regenerate_inputs(const ChatData& data) {
     s.loss_mask = d.sequence.loss_mask;
     s.dataset = d.dataset;
     s.source_line = d.line;
-    s.prompt_length = prompt_length_of(s.loss_mask, d.where());
+    // A mask of all 1s (a pre-tokenized line without one) makes the whole line the prompt,
+    // as eval reads it (Note [Eval prompts], train/eval_inputs.h): it was refused as "the
+    // response starts at the first token" of a line that named no response.
+    const bool all_ones =
+        std::all_of(s.loss_mask.begin(), s.loss_mask.end(), [](uint8_t m) { return m == 1; });
+    if (all_ones) std::fill(s.loss_mask.begin(), s.loss_mask.end(), uint8_t{0});  // a prompt
+    s.prompt_length =
+        all_ones ? static_cast<int64_t>(s.ids.size()) : prompt_length_of(s.loss_mask, d.where());
     samples.push_back(std::move(s));
   }
   return samples;

@@ -106,7 +106,8 @@ CLI::Validator layer_list() {
 void add_features_command(CLI::App& app, CommandBody& run) {
   static FeaturesOptions o;
   CLI::App* sub = app.add_subcommand(
-      "features", "write a target's hidden states for pre-tokenized data as feature shards");
+      "features",
+      "write a target's hidden states for chat or pre-tokenized data as feature shards");
   sub->add_option("--target", o.target, target_folder_help())
       ->required()
       ->check(CLI::ExistingDirectory);
