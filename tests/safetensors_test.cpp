@@ -191,6 +191,9 @@ TEST(Safetensors, CorruptHeadersRaiseClearErrors) {
                  data8),
       {"names tensor 'a' twice"});
   expect(file_bytes(R"({"a":{"dtype":"F32","shape":[2]}})", data8), {"data_offsets"});
+  // (an outside tester: a damaged key was "an object with 3 keys"; now the keys are shown)
+  expect(file_bytes(R"({"a":{"dtype":"F32","shape":[2],"data_offseus":[0,8]}})", data8),
+         {"has no \"data_offsets\"", "\"data_offseus\""});
   // Metadata must be strings.
   expect(file_bytes(R"({"__metadata__":{"n":3},)" + entry("a", "F32", "[2]", 0, 8) + "}", data8),
          {"__metadata__", "'n'"});
