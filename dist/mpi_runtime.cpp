@@ -48,6 +48,15 @@ void finalize_or_abort_at_exit(int status, void*) {
     MPI_Abort(MPI_COMM_WORLD, status);
   }
   MPI_Finalize();
+  // Ending together with a failure (a stop's 130, a shared error's 1): the rest of the
+  // exit is skipped, as MPI_Abort's path skips it. Under AddressSanitizer that rest is the
+  // leak check, which then counts what Open MPI's components keep after a job whose ranks
+  // did not all return 0 (seen in CI: 121 KB in 3351 allocations, none of chunkgrad's,
+  // the rank's status turned into 1).
+  if (status != 0) {
+    std::fflush(nullptr);
+    std::_Exit(status);
+  }
 }
 }  // namespace
 

@@ -100,9 +100,23 @@ TEST_F(ChatTemplateCheckTest, NoTemplateIsAWarningNotAMismatch) {
 
 // An outside tester: a folder named chat_template.jinja passed as "no template" (a warning
 // and the Qwen3 rendering); transformers fails on it, and so does this now.
-TEST_F(ChatTemplateCheckTest, AFolderNamedLikeTheTemplateIsAnError) {
+// A second tester: that error came for pre-tokenized data too (no template read), and a
+// folder named tokenizer_config.json or a link to nothing still passed as "no template".
+// Now each is a mismatch: an error where conversations are rendered, nothing otherwise.
+TEST_F(ChatTemplateCheckTest, AFolderNamedLikeTheTemplateIsAMismatch) {
   fs::create_directories(at("chat_template.jinja"));
-  EXPECT_ERROR_HAS(read_folder_chat_template(dir_.str()), "chat_template.jinja is not a file");
+  ChatTemplateCheck c = check_chat_template(dir_.str(), "--allow");
+  EXPECT_TRUE(c.mismatch);
+  EXPECT_NE(c.problem.find("chat_template.jinja is not a file"), std::string::npos) << c.problem;
+  EXPECT_NE(c.problem.find("--allow"), std::string::npos) << c.problem;
+  fs::remove(at("chat_template.jinja"));
+  fs::create_symlink(at("nowhere.jinja"), at("chat_template.jinja"));
+  EXPECT_TRUE(check_chat_template(dir_.str(), "--allow").mismatch);
+  fs::remove(at("chat_template.jinja"));
+  fs::create_directories(at("tokenizer_config.json"));
+  c = check_chat_template(dir_.str(), "--allow");
+  EXPECT_TRUE(c.mismatch);
+  EXPECT_NE(c.problem.find("tokenizer_config.json is not a file"), std::string::npos) << c.problem;
 }
 
 // The reader: only a conversation line meets the problem; as an error it is not a skipped

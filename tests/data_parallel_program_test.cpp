@@ -264,6 +264,15 @@ TEST_F(DataParallelProgram, RanksStartedUnlikeAreRefusedNamingTheField) {
             std::string::npos)
       << steps.err;
   EXPECT_EQ(files_of(path("steps")), before);
+  // A second tester: with a checkpoint there, rank 1 alone refused the resume (another lr
+  // than the checkpoint's) and ended the job, leaving rank 0's lock and a message about the
+  // checkpoint. Now the configs are compared first (Note [Failing together]).
+  const TrainRun late =
+      run(args("steps", "--set drafter.optim.steps=6 --set drafter.optim.lr=0.002"),
+          launch + "-np 1 " + cli + args("steps", "--set drafter.optim.steps=6") + " : -np 1 ");
+  EXPECT_EQ(late.exit_code, 1) << late.err;
+  EXPECT_NE(late.err.find("drafter.optim.lr is 0.002 on rank 1"), std::string::npos) << late.err;
+  EXPECT_EQ(files_of(path("steps")), before);  // (.lock included)
 }
 
 // A checkpoint temporary a cut-off save left (a step this run never saves, so no save of

@@ -82,4 +82,59 @@ TEST_F(OutputsNotInputs, FeaturesOutInsideTheTarget) {
   EXPECT_FALSE(fs::exists(target + "/feats"));
 }
 
+// A second tester's ways around the check. The target an offline run's features were
+// written from is read too (its embedding and lm_head): train wrote its config.json there.
+TEST_F(OutputsNotInputs, TrainRunDirOntoTheTargetOfItsFeatures) {
+  const std::string target = target_copy(), data = samples();
+  const TrainRun f = run("features --target '" + target + "' --data '" + data + "' --out '" +
+                         path("feats") + "' --layers 0,1 --no-progress");
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  const std::string before = slurp(target + "/config.json");
+  expect_error(train("--no-progress --run-dir '" + target + "' --features '" + path("feats") +
+                     "' --set drafter.mask_token_id=255"),
+               "is the input the target features.dir was written from");
+  EXPECT_EQ(slurp(target + "/config.json"), before);
+}
+
+// The files read beside a --tokenizer outside the target (its chat template).
+TEST_F(OutputsNotInputs, EvalJsonOntoTheTokenizersTemplate) {
+  const std::string target = target_copy(), data = samples();
+  fs::create_directories(path("drafter"));
+  fs::create_directories(path("tok"));
+  write("tok/tokenizer.json", "{}");  // (refused before it is read)
+  const std::string jinja = write("tok/chat_template.jinja", "{{ mine }}");
+  expect_error(run("eval --target '" + target + "' --drafter '" + path("drafter") + "' --data '" +
+                   data + "' --tokenizer '" + path("tok/tokenizer.json") + "' --json '" + jinja +
+                   "' --no-progress"),
+               "is the input --tokenizer's chat_template.jinja", "eval");
+  EXPECT_EQ(slurp(jinja), "{{ mine }}");
+}
+
+// features --fresh clears feature files from --out: an input kept there is refused.
+TEST_F(OutputsNotInputs, FeaturesDataInsideOut) {
+  const std::string target = target_copy();
+  fs::create_directories(path("feats"));
+  const std::string data = write("feats/index.partial.json", slurp(samples()));
+  expect_error(run("features --target '" + target + "' --data '" + data + "' --out '" +
+                   path("feats") + "' --layers 0,1 --fresh --no-progress"),
+               "is inside --out", "features");
+  EXPECT_TRUE(fs::exists(data));
+}
+
+// A chunkgrad run folder as --target is read from its target/ and config.json only: a
+// report written beside them is not refused (a false positive the second tester found).
+TEST_F(OutputsNotInputs, OutputsBesideARunsCachedTargetAreFine) {
+  fs::create_directories(path("run/target"));
+  write("run/config.json", "{\"target\": {}, \"drafter\": {}}");
+  fs::create_directories(path("drafter"));
+  const TrainRun r =
+      run("eval --target '" + path("run") + "' --drafter '" + path("drafter") + "' --data '" +
+          samples() + "' --json '" + path("run/eval.json") + "' --no-progress");
+  EXPECT_EQ(r.err.find("is inside"), std::string::npos) << r.err;
+  expect_error(
+      run("eval --target '" + path("run") + "' --drafter '" + path("drafter") + "' --data '" +
+          samples() + "' --json '" + path("run/config.json") + "' --no-progress"),
+      "is the input --target's config.json", "eval");
+}
+
 }  // namespace

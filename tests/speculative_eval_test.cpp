@@ -294,6 +294,8 @@ TEST(SpeculativeEval, EveryEosIdOfTheTargetStops) {
                    "eos_token_id");
   rewrite("generation_config.json", f.c.vocab_size);
   EXPECT_ERROR_HAS(train::load_eval_target(f.target, kCPU, DType::f32), "outside the vocabulary");
+  // eval's --eos-id replaces the folder's fields: they are not read then (a second tester).
+  EXPECT_TRUE(train::load_eval_target(f.target, kCPU, DType::f32, false).eos_ids.empty());
   // Decoding stops at the second id of a list as at the first.
   std::filesystem::remove(f.target + "/generation_config.json");
   rewrite("config.json", f.c.vocab_size - 1);

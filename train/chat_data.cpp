@@ -13,6 +13,7 @@
 // assistant turn (nothing to learn), when it holds fewer than 2 tokens, or ids outside
 // the vocabulary. Other keys are ignored.
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -204,6 +205,16 @@ ChatData read_chat_data(const std::vector<std::string>& paths, const ChatDataOpt
     CG_FAIL("no samples in the data (", why, ")");
   }
   return data;
+}
+
+void warn_past_context(int64_t max_position_embeddings, int64_t positions,
+                       const std::string& what) {
+  if (max_position_embeddings <= 0 || positions <= max_position_embeddings) return;
+  std::fprintf(stderr,
+               "warning: %s reaches %lld positions, past the target's max_position_embeddings "
+               "(%lld, config.json): the model was not trained that far\n",
+               what.c_str(), static_cast<long long>(positions),
+               static_cast<long long>(max_position_embeddings));
 }
 
 }  // namespace cg::train

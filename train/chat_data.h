@@ -137,4 +137,10 @@ ChatData read_chat_data(const std::vector<std::string>& paths, const ChatDataOpt
 std::optional<DataSample> parse_chat_line(const std::string& line, const std::string& file,
                                           int64_t line_number, const ChatDataOptions& options);
 
+// One "warning: ..." line on stderr when `positions` (the longest sequence a command will
+// run through the target, `what` says whose) passes the target's max_position_embeddings
+// (0: unknown, no warning): the model was not trained that far, so its outputs there mean
+// little. transformers warns alike; nothing is cut.
+void warn_past_context(int64_t max_position_embeddings, int64_t positions, const std::string& what);
+
 }  // namespace cg::train

@@ -29,20 +29,32 @@ namespace cg::train {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// Whether `path` names something (a link to nothing included) that is not a regular file.
+bool there_but_not_a_file(const fs::path& path) {
+  std::error_code ec;
+  const fs::file_status own = fs::symlink_status(path, ec);
+  if (ec || own.type() == fs::file_type::not_found) return false;
+  return !fs::is_regular_file(path, ec);
+}
+
+}  // namespace
+
 FolderChatTemplate read_folder_chat_template(const std::string& dir) {
   FolderChatTemplate t;
   const fs::path jinja = fs::path(dir) / "chat_template.jinja";
-  // Something else under that name (a folder) is not "no template": transformers would
-  // fail on it too.
-  std::error_code ec;
-  CG_CHECK(!fs::exists(jinja, ec) || fs::is_regular_file(jinja, ec), jinja.string(),
-           " is not a file; a tokenizer folder's chat template is a file of that name");
+  const fs::path config_path = fs::path(dir) / "tokenizer_config.json";
+  for (const fs::path& p : {jinja, config_path}) {
+    if (!there_but_not_a_file(p)) continue;
+    t.broken = p.string();
+    return t;
+  }
   if (fs::is_regular_file(jinja)) {
     t.file = jinja.string();
     t.text = read_text_file(t.file, "the chat template");
     return t;
   }
-  const fs::path config_path = fs::path(dir) / "tokenizer_config.json";
   if (!fs::is_regular_file(config_path)) return t;
   const std::string where = config_path.string();
   const nlohmann::json config =
@@ -93,6 +105,15 @@ const std::vector<std::string>& known_chat_template_hashes() {
 ChatTemplateCheck check_chat_template(const std::string& dir, const std::string& allow_flag) {
   ChatTemplateCheck c;
   const FolderChatTemplate t = read_folder_chat_template(dir);
+  if (!t.broken.empty()) {
+    c.mismatch = true;
+    c.problem = t.broken +
+                " is not a file (a folder, or a link to nothing), so this folder's chat "
+                "template cannot be read, by transformers either; fix the folder, give "
+                "pre-tokenized lines (input_ids), or pass " +
+                allow_flag + " to render with chunkgrad's Qwen3 template (docs/chat_data.md)";
+    return c;
+  }
   if (t.file.empty()) {
     c.problem = "the tokenizer's folder " + dir +
                 " has no chat template (no chat_template.jinja, no chat_template in "

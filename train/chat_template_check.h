@@ -21,9 +21,13 @@ namespace cg::train {
 // (transformers >= 4.43 saves it there), else tokenizer_config.json's "chat_template" (a
 // string, or a list of {"name", "template"} of which "default" is the one used). `file` is
 // "" when the folder has none. Throws naming the file when it cannot be read or parsed.
+// A name transformers reads that is there but not a file (a folder, a link to nothing) is
+// not "no template": `broken` then names it, and check_chat_template calls it a mismatch
+// (an error for conversations only: pre-tokenized data reads no template).
 struct FolderChatTemplate {
   std::string file;  // where the text was read; "" when the folder has no template
   std::string text;
+  std::string broken;  // the path that is there but is not a readable file; "" when none
 };
 FolderChatTemplate read_folder_chat_template(const std::string& dir);
 

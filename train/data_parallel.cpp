@@ -142,6 +142,19 @@ void check_ranks_started_alike(dist::Communicator* comm, const TrainConfig& conf
       __LINE__);
 }
 
+void fail_together(dist::Communicator& comm, const std::string& failure) {
+  Tensor local = full({1}, failure.empty() ? 0.0 : 1.0, {.dtype = DType::i64});
+  Tensor all = zeros({comm.world_size()}, {.dtype = DType::i64});
+  comm.all_gather(local, all);
+  const auto* failed = static_cast<const int64_t*>(all.data_ptr());
+  int first = 0;
+  while (first < comm.world_size() && failed[first] == 0) ++first;
+  if (first == comm.world_size()) return;
+  const std::string text = broadcast_text(&comm, failure, first);
+  throw dist::EveryRankError(first == 0 ? text : "rank " + std::to_string(first) + ": " + text,
+                             __FILE__, __LINE__);
+}
+
 void check_parameters_agree(dist::Communicator& comm, const std::vector<Tensor>& params,
                             int64_t step) {
   uint64_t hash = 1469598103934665603ull;  // FNV-1a over every parameter's values

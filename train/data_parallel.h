@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/tensor.h"
 #include "dist/communicator.h"
 #include "train/train_config.h"
@@ -55,6 +56,30 @@ void sum_over_ranks(dist::Communicator* comm, std::vector<double>& values);
 // Rank root's `text` on every rank (its length, then its bytes; what other ranks pass is
 // ignored); `text` without ranks. Non-root ranks return only once root has called it.
 std::string broadcast_text(dist::Communicator* comm, const std::string& text, int root);
+
+// Note [Failing together]: a check each rank makes on its own (the resume decision reads
+// the run directory on every rank) may fail on one rank only; that rank ending the job
+// (abort_job) killed rank 0 while it held the run's lock, and the others waited in the
+// next collective. So the ranks share the outcome: every rank passes its failure ("" for
+// none), and if any failed every rank throws dist::EveryRankError with the first failing
+// rank's message ("rank r: ..." past rank 0), so all unwind together (Note [Ending
+// together], dist/communicator.h). run_on_every_rank runs `check` that way; without ranks
+// it just runs it.
+void fail_together(dist::Communicator& comm, const std::string& failure);
+template <typename Check>
+void run_on_every_rank(dist::Communicator* comm, Check&& check) {
+  if (comm == nullptr || comm->world_size() == 1) {
+    check();
+    return;
+  }
+  std::string failure;
+  try {
+    check();
+  } catch (const Error& e) { failure = e.message(); } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  fail_together(*comm, failure);
+}
 
 // Note [Ranks started alike]: every rank must run the same config from the same step, or
 // the job trains something no one asked for (ranks with another lr or seed step apart

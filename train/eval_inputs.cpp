@@ -64,12 +64,13 @@ std::vector<EvalPrompt> eval_prompts(const ChatData& data, int64_t limit) {
   return out;
 }
 
-EvalTarget load_eval_target(const std::string& dir, Device device, DType dtype) {
+EvalTarget load_eval_target(const std::string& dir, Device device, DType dtype, bool read_eos) {
   CG_CHECK(dtype == DType::f32 || dtype == DType::bf16, "--dtype: the target runs in f32 or bf16");
   FeatureTarget loaded = load_feature_target(dir, device, dtype);  // Note [Eval target dtype]
   EvalTarget t;
   t.kind = loaded.kind;
   t.lm = std::move(loaded.lm);
+  if (!read_eos) return t;
   t.eos_ids = t.kind == "chunkgrad run" ? std::vector<int64_t>{ByteTokenizer::kEos}
                                         : eos_ids_of_folder(dir);
   const int64_t vocab = t.lm->config().vocab_size;

@@ -67,7 +67,10 @@ struct EvalTarget {
 // Note [Eval target dtype]: load_feature_target (train/feature_target.h) builds the model
 // in `dtype` on the device and converts each checkpoint tensor as it is read: no f32 copy
 // of an 8B target on the way to bf16.
-EvalTarget load_eval_target(const std::string& dir, Device device, DType dtype);
+// read_eos false: eos_ids stays empty and the folder's EOS fields are not read (eval's
+// --eos-id replaces them, also where they are damaged).
+EvalTarget load_eval_target(const std::string& dir, Device device, DType dtype,
+                            bool read_eos = true);
 
 // A drafter read from a public DFlash folder, built for the target it runs with (the
 // target's embed_tokens and lm_head, its device and dtype).

@@ -399,6 +399,9 @@ nlohmann::json run_pipeline(const TrainConfig& config, const PipelineOptions& op
           e.message());
     }
   }
+  // The configs first: a rank started with another one would otherwise fail its own resume
+  // check alone (Note [Ranks started alike], Note [Failing together]).
+  check_ranks_started_alike(comm, config, -1);
   if (rank0) lock_run_directory(s);
   if (config.features.source == "offline") {
     open_offline_features(s);
@@ -407,7 +410,7 @@ nlohmann::json run_pipeline(const TrainConfig& config, const PipelineOptions& op
   } else {
     read_corpus(s);
   }
-  check_resume(s, options);
+  run_on_every_rank(comm, [&] { check_resume(s, options); });  // Note [Failing together]
   // Every rank has chosen before rank 0 writes, and chose alike (Note [Ranks started alike]).
   check_ranks_started_alike(comm, config, s.resume.step);
   if (rank0) {

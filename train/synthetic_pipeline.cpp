@@ -128,6 +128,9 @@ nlohmann::json run_synthetic_pipeline(const TrainConfig& config, const PipelineO
   // run directory (Note [One lock per run], run_lock.h) and evaluates.
   dist::Communicator* comm = options.comm;
   const bool rank0 = comm == nullptr || comm->rank() == 0;
+  // The configs first: a rank started with another one would otherwise fail its own resume
+  // check alone (Note [Ranks started alike], Note [Failing together]).
+  check_ranks_started_alike(comm, config, -1);
   std::optional<RunLock> lock;
   if (rank0) {
     std::filesystem::create_directories(config.run_dir);
@@ -136,8 +139,10 @@ nlohmann::json run_synthetic_pipeline(const TrainConfig& config, const PipelineO
   }
   // The resume decision before anything is written (as run_pipeline's check_resume); every
   // rank reads the same checkpoint (Note [World-size-free checkpoints], data_parallel.h).
-  const ResumeChoice resume =
-      choose_resume_checkpoint(config, kSyntheticFingerprint, options.resume_from);
+  ResumeChoice resume;
+  run_on_every_rank(comm, [&] {  // Note [Failing together]
+    resume = choose_resume_checkpoint(config, kSyntheticFingerprint, options.resume_from);
+  });
   // (warnings, as run_pipeline's: with or without --no-progress)
   for (const std::string& skipped : resume.skipped) {
     if (rank0) {

@@ -121,6 +121,10 @@ TargetRun open_target_run(const TrainConfig& config, Device device,
            config.drafter.mask_token_id, " at token ", at,
            ": the MASK must be an id the tokenizer never produces (Qwen3: 151669); set "
            "drafter.mask_token_id to one");
+  int64_t longest = 0;
+  for (const DrafterSequence& s : all)
+    longest = std::max(longest, static_cast<int64_t>(s.ids.size()));
+  warn_past_context(arch.max_position_embeddings, longest, "features.data's longest sample");
   std::string prints = r.target.fingerprint;
   for (const std::string& file : config.features.data) {
     prints += '\n';  // (not "\n" + hash: GCC 12 warns -Wrestrict on that temporary)

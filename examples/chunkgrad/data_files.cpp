@@ -1,10 +1,13 @@
-// Why this file exists: the data files' tokenizer rule, once (data_files.h).
+// Why this file exists: the data files' tokenizer rule, once (data_files.h), and what a target
+// or tokenizer option stands for as inputs that outputs must not overwrite.
 #include "examples/chunkgrad/data_files.h"
 
-#include <cstdio>
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
+#include "core/json_input.h"
 #include "train/chat_template_check.h"
 #ifdef CHUNKGRAD_WITH_TOKENIZER
 #include "train/hf_tokenizer.h"
@@ -59,14 +62,35 @@ train::ChatData read_data_files(const std::vector<std::string>& files, const Dat
   return data;
 }
 
-void warn_past_context(int64_t max_position_embeddings, int64_t positions,
-                       const std::string& what) {
-  if (max_position_embeddings <= 0 || positions <= max_position_embeddings) return;
-  std::fprintf(stderr,
-               "warning: %s reaches %lld positions, past the target's max_position_embeddings "
-               "(%lld, config.json): the model was not trained that far\n",
-               what.c_str(), static_cast<long long>(positions),
-               static_cast<long long>(max_position_embeddings));
+NamedPaths target_inputs(const std::string& dir, const std::string& option) {
+  namespace fs = std::filesystem;
+  if (dir.empty()) return {};
+  const fs::path config = fs::path(dir) / "config.json";
+  std::error_code ec;
+  if (fs::is_regular_file(config, ec)) {
+    try {  // (a damaged file is the loader's to report; here it only widens the check)
+      const nlohmann::json j =
+          parse_untrusted_json(read_text_file(config.string(), "config.json"), config.string());
+      if (j.is_object() && j.contains("target") && j.contains("drafter")) {
+        NamedPaths run = {{(fs::path(dir) / "target").string(), option + "'s cached target"},
+                          {config.string(), option + "'s config.json"}};
+        const nlohmann::json& t = j["target"];
+        if (t.is_object() && t.contains("checkpoint") && t["checkpoint"].is_string())
+          run.emplace_back(t["checkpoint"].get<std::string>(), option + "'s target.checkpoint");
+        return run;
+      }
+    } catch (const Error&) {}
+  }
+  return {{dir, option}};
+}
+
+NamedPaths tokenizer_inputs(const std::string& file, const std::string& option) {
+  namespace fs = std::filesystem;
+  if (file.empty()) return {};
+  const fs::path folder = fs::path(file).parent_path();
+  return {{file, option},
+          {(folder / "chat_template.jinja").string(), option + "'s chat_template.jinja"},
+          {(folder / "tokenizer_config.json").string(), option + "'s tokenizer_config.json"}};
 }
 
 }  // namespace cg::cli

@@ -3,7 +3,9 @@
 // rule for the tokenizer: --tokenizer FILE, else the target folder's tokenizer.json, else
 // none (pre-tokenized lines need none; a conversation line then says what to give). The
 // tokenizer exists only in builds with PCRE2 and utf8proc, and only the program's files are
-// compiled knowing which (CHUNKGRAD_WITH_TOKENIZER), so the rule lives here, once.
+// compiled knowing which (CHUNKGRAD_WITH_TOKENIZER), so the rule lives here, once. So does
+// what a --target or --tokenizer option stands for as inputs that the same commands'
+// outputs must not overwrite (program::check_output_not_input).
 #pragma once
 
 #include <memory>
@@ -46,9 +48,17 @@ DataTokenizer data_tokenizer(const std::string& option, const std::string& targe
 train::ChatData read_data_files(const std::vector<std::string>& files, const DataTokenizer& tok,
                                 int64_t vocab_size, bool strict);
 
-// One "warning: ..." line on stderr when `positions` (the longest sequence the command
-// will run, `what` says whose) passes the target's max_position_embeddings: the model was
-// not trained that far, so its outputs there mean little (transformers warns alike).
-void warn_past_context(int64_t max_position_embeddings, int64_t positions, const std::string& what);
+// Inputs as program::check_output_not_input takes them: (path, what the message calls it).
+using NamedPaths = std::vector<std::pair<std::string, std::string>>;
+
+// What a target folder given by `option` is read from: a chunkgrad run's cached target
+// (DIR/target, DIR/config.json and a target.checkpoint it names: a report or features
+// written beside them in the run folder touch nothing the run reads), else the whole
+// folder (a Hugging Face model's).
+NamedPaths target_inputs(const std::string& dir, const std::string& option);
+
+// A tokenizer.json given by `option` ("" = none) and the files read beside it
+// (chat_template.jinja, tokenizer_config.json: train/chat_template_check.h).
+NamedPaths tokenizer_inputs(const std::string& file, const std::string& option);
 
 }  // namespace cg::cli

@@ -104,8 +104,9 @@ void add_eval_command(CLI::App& app, CommandBody& run) {
       backend_for(device);  // no GPU: one error line before any work
       program::OutputFile json_out;
       if (!o.json.empty()) {
-        std::vector<std::pair<std::string, std::string>> inputs = {
-            {o.target, "--target"}, {o.drafter, "--drafter"}, {o.tokenizer, "--tokenizer"}};
+        NamedPaths inputs = target_inputs(o.target, "--target");
+        inputs.emplace_back(o.drafter, "--drafter");
+        for (auto& in : tokenizer_inputs(o.tokenizer, "--tokenizer")) inputs.push_back(in);
         for (const std::string& file : o.data) inputs.emplace_back(file, "--data");
         program::check_output_not_input(o.json, "--json", inputs);
         json_out = program::OutputFile(o.json, "--json");
@@ -115,7 +116,8 @@ void add_eval_command(CLI::App& app, CommandBody& run) {
       };
       const DType dtype = o.dtype == "bf16" ? DType::bf16 : DType::f32;
       say("loading the target " + o.target + " (" + o.dtype + ", " + device.str() + ")");
-      train::EvalTarget target = train::load_eval_target(o.target, device, dtype);
+      // (--eos-id given: the folder's EOS fields are not read, so a damaged one is no error)
+      train::EvalTarget target = train::load_eval_target(o.target, device, dtype, o.eos_id == -2);
       const nn::Qwen3Config& arch = target.lm->config();
       train::PublicDrafter drafter = train::load_drafter_for_target(o.drafter, *target.lm);
       const train::ChatData data =
@@ -133,8 +135,8 @@ void add_eval_command(CLI::App& app, CommandBody& run) {
       int64_t longest = 0;
       for (const train::EvalPrompt& p : prompts)
         longest = std::max(longest, static_cast<int64_t>(p.ids.size()) + o.max_new_tokens);
-      warn_past_context(arch.max_position_embeddings, longest,
-                        "--data's longest prompt plus --max-new-tokens");
+      train::warn_past_context(arch.max_position_embeddings, longest,
+                               "--data's longest prompt plus --max-new-tokens");
       say("drafter " + o.drafter + ": block_size " + std::to_string(drafter.info.block_size) +
           ", drafter layers " + std::to_string(drafter.config.layers.num_layers) + "; " +
           std::to_string(prompts.size()) + " prompts, eos " + nlohmann::json(eos).dump());

@@ -153,10 +153,11 @@ void add_features_command(CLI::App& app, CommandBody& run) {
       const Device device = Device::parse(o.device);
       backend_for(device);  // no GPU: one error line before any work
       const std::filesystem::path out(o.out);
-      std::vector<std::pair<std::string, std::string>> inputs = {{o.target, "--target"},
-                                                                 {o.tokenizer, "--tokenizer"}};
+      NamedPaths inputs = target_inputs(o.target, "--target");
+      for (auto& in : tokenizer_inputs(o.tokenizer, "--tokenizer")) inputs.push_back(in);
       for (const std::string& file : o.data) inputs.emplace_back(file, "--data");
       program::check_output_not_input(o.out, "--out", inputs);
+      program::check_inputs_outside(o.out, "--out", inputs);
       CG_CHECK(!std::filesystem::exists(out) || std::filesystem::is_directory(out), "--out ", o.out,
                " is a file, not a folder");
       if (o.fresh) check_only_feature_files(out);
@@ -220,7 +221,7 @@ void add_features_command(CLI::App& app, CommandBody& run) {
       int64_t longest = 0;
       for (const train::DrafterSequence& s : samples)
         longest = std::max(longest, static_cast<int64_t>(s.ids.size()));
-      warn_past_context(arch.max_position_embeddings, longest, "--data's longest sample");
+      train::warn_past_context(arch.max_position_embeddings, longest, "--data's longest sample");
       const DType dtype = o.dtype == "f32" ? DType::f32 : DType::bf16;
       if (!o.no_progress) {
         std::fprintf(stderr, "chunkgrad features: %s target %s, %zu samples, layers",

@@ -1,5 +1,5 @@
 // Why this file exists: `chunkgrad regenerate`, the step of the DFlash recipe that has the
-// target answer each prompt itself (issue 20 item 3): pre-tokenized JSONL in, the same
+// target answer each prompt itself (issue 20 item 3): chat or pre-tokenized JSONL in, the same
 // prompts with the target's responses out, resumable. The work is train/regenerate.h's;
 // this file reads and checks the command line.
 #include <algorithm>
@@ -56,7 +56,8 @@ std::vector<int64_t> parse_ids(const std::string& text) {
 void add_regenerate_command(CLI::App& app, CommandBody& run) {
   static RegenerateCommandOptions o;
   CLI::App* sub = app.add_subcommand(
-      "regenerate", "have the target answer each sample's prompt again (pre-tokenized JSONL)");
+      "regenerate",
+      "have the target answer each sample's prompt again (chat or pre-tokenized JSONL)");
   sub->add_option("--target", o.target, target_folder_help())
       ->required()
       ->check(CLI::ExistingDirectory);
@@ -105,9 +106,10 @@ void add_regenerate_command(CLI::App& app, CommandBody& run) {
                "decoding takes the most likely token)");
       std::vector<int64_t> eos = o.eos_ids.empty() ? std::vector<int64_t>{} : parse_ids(o.eos_ids);
       namespace fs = std::filesystem;
-      program::check_output_not_input(
-          o.out, "--out",
-          {{o.data, "--data"}, {o.target, "--target"}, {o.tokenizer, "--tokenizer"}});
+      NamedPaths inputs = target_inputs(o.target, "--target");
+      for (auto& in : tokenizer_inputs(o.tokenizer, "--tokenizer")) inputs.push_back(in);
+      inputs.emplace_back(o.data, "--data");
+      program::check_output_not_input(o.out, "--out", inputs);
       CG_CHECK(!fs::is_directory(o.out), "--out ", o.out, " is a folder; give a file (JSONL)");
       const fs::path parent = fs::path(o.out).parent_path();
       CG_CHECK(parent.empty() || fs::is_directory(parent), "--out ", o.out, ": the folder ",
@@ -148,8 +150,8 @@ void add_regenerate_command(CLI::App& app, CommandBody& run) {
       int64_t longest = 0;
       for (const train::RegenerateSample& sample : samples)
         longest = std::max(longest, sample.prompt_length + o.max_new_tokens);
-      warn_past_context(arch.max_position_embeddings, longest,
-                        "--data's longest prompt plus --max-new-tokens");
+      train::warn_past_context(arch.max_position_embeddings, longest,
+                               "--data's longest prompt plus --max-new-tokens");
       const nlohmann::json record{{"target_fingerprint", target.fingerprint},
                                   {"dtype", o.dtype},
                                   {"max_new_tokens", o.max_new_tokens},

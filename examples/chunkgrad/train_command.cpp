@@ -15,6 +15,7 @@
 #include "examples/common/program.h"
 #include "train/config_overrides.h"
 #include "train/data_parallel.h"
+#include "train/offline_features.h"
 #include "train/pipeline.h"
 #include "train/stop_signal.h"
 #include "train/train_config.h"
@@ -127,13 +128,25 @@ nlohmann::json run_ranks(const train::TrainConfig& config, train::PipelineOption
 // The run directory must not be, or lie inside, a folder or file the run reads (the
 // Hugging Face target's folder: train writes its own config.json there).
 void check_run_dir_not_input(const train::TrainConfig& config, const std::string& config_file) {
-  std::vector<std::pair<std::string, std::string>> inputs = {
-      {config_file, "--config"},
-      {config.features.dir, "features.dir"},
-      {config.features.target, "features.target"},
-      {config.features.tokenizer, "features.tokenizer"},
-      {config.drafter.init_from, "drafter.init_from"}};
+  NamedPaths inputs = {{config_file, "--config"},
+                       {config.features.dir, "features.dir"},
+                       {config.drafter.init_from, "drafter.init_from"},
+                       {config.target.checkpoint, "target.checkpoint"},
+                       {config.target.hf_config, "target.hf_config"},
+                       {config.corpus.path, "corpus.path"}};
+  auto add = [&](const NamedPaths& more) { inputs.insert(inputs.end(), more.begin(), more.end()); };
+  add(target_inputs(config.features.target, "features.target"));
+  add(tokenizer_inputs(config.features.tokenizer, "features.tokenizer"));
   for (const std::string& file : config.features.data) inputs.emplace_back(file, "features.data");
+  if (config.features.source == "offline") {
+    // The run reads the target the features were written from too (its embedding and
+    // lm_head): a second tester's run wrote its config.json over that model's.
+    try {
+      add(target_inputs(train::read_feature_index(config.features.dir).target,
+                        "the target features.dir was written from"));
+    } catch (const Error&) {  // (an unreadable folder is the run's to report)
+    }
+  }
   program::check_output_not_input(config.run_dir, "run_dir", inputs);
 }
 

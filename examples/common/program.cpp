@@ -333,6 +333,17 @@ void check_output_not_input(const std::string& output, const std::string& option
   }
 }
 
+void check_inputs_outside(const std::string& folder, const std::string& option,
+                          const std::vector<std::pair<std::string, std::string>>& inputs) {
+  const std::filesystem::path out = resolved(folder);
+  for (const auto& [path, input_option] : inputs) {
+    if (path.empty()) continue;
+    CG_CHECK(!within(resolved(path), out), input_option, " ", path, " is inside ", option, " ",
+             folder, ", which the run writes its own files into; move it out, or give another ",
+             option);
+  }
+}
+
 RemoveIfLeftEmpty::RemoveIfLeftEmpty(const std::string& dir) {
   std::error_code ec;
   if (!dir.empty() && !std::filesystem::exists(dir, ec) && !ec) made_ = dir;

@@ -122,6 +122,11 @@ void check_outputs_apart(const std::vector<std::pair<std::string, std::string>>&
 void check_output_not_input(const std::string& output, const std::string& option,
                             const std::vector<std::pair<std::string, std::string>>& inputs);
 
+// Refuses an input inside an output folder that the program clears or fills with files of
+// its own names (`features --out` with --fresh deleted a --data file kept there).
+void check_inputs_outside(const std::string& folder, const std::string& option,
+                          const std::vector<std::pair<std::string, std::string>>& inputs);
+
 // A folder a run is about to make (construct it before the folder is made): if the run
 // fails before writing anything into it, the empty folder goes again when this is
 // destroyed. A folder that existed before, or holds anything, is left as it is.
