@@ -137,4 +137,23 @@ TEST_F(OutputsNotInputs, OutputsBesideARunsCachedTargetAreFine) {
       "is the input --target's config.json", "eval");
 }
 
+// A third tester: a chunkgrad run whose features an offline run trains from, given as that
+// run's run_dir: its config.json was replaced. Its target/ and config.json are inputs.
+TEST_F(OutputsNotInputs, TrainRunDirOntoTheRunItsFeaturesCameFrom) {
+  fs::create_directories(path("A/target"));
+  const std::string config = write("A/config.json", "{\"target\": {}, \"drafter\": {}}");
+  // (real features, their index then naming run A as the target they came from)
+  const TrainRun f = run("features --target '" + target_copy() + "' --data '" + samples() +
+                         "' --out '" + path("feats") + "' --layers 0,1 --no-progress");
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  auto index = nlohmann::json::parse(slurp(path("feats/index.json")));
+  index["target"] = path("A");
+  write("feats/index.json", index.dump());
+  const TrainRun r =
+      train("--no-progress --run-dir '" + path("A") + "' --features '" + path("feats") + "'");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("is inside run_dir"), std::string::npos) << r.err;
+  EXPECT_EQ(slurp(config), "{\"target\": {}, \"drafter\": {}}");
+}
+
 }  // namespace

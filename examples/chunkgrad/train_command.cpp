@@ -135,19 +135,25 @@ void check_run_dir_not_input(const train::TrainConfig& config, const std::string
                        {config.target.hf_config, "target.hf_config"},
                        {config.corpus.path, "corpus.path"}};
   auto add = [&](const NamedPaths& more) { inputs.insert(inputs.end(), more.begin(), more.end()); };
-  add(target_inputs(config.features.target, "features.target"));
+  NamedPaths targets = target_inputs(config.features.target, "features.target");
   add(tokenizer_inputs(config.features.tokenizer, "features.tokenizer"));
   for (const std::string& file : config.features.data) inputs.emplace_back(file, "features.data");
   if (config.features.source == "offline") {
     // The run reads the target the features were written from too (its embedding and
     // lm_head): a second tester's run wrote its config.json over that model's.
     try {
-      add(target_inputs(train::read_feature_index(config.features.dir).target,
-                        "the target features.dir was written from"));
+      const NamedPaths more = target_inputs(train::read_feature_index(config.features.dir).target,
+                                            "the target features.dir was written from");
+      targets.insert(targets.end(), more.begin(), more.end());
     } catch (const Error&) {  // (an unreadable folder is the run's to report)
     }
   }
+  add(targets);
   program::check_output_not_input(config.run_dir, "run_dir", inputs);
+  // A chunkgrad run read as a target is its target/ and config.json: the run directory
+  // must not hold them either, or this run writes its own config.json over that one (a
+  // third tester). (Other inputs may sit in it: a resume reads its own config.json.)
+  program::check_inputs_outside(config.run_dir, "run_dir", targets);
 }
 
 }  // namespace
