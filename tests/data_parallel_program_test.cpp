@@ -75,11 +75,7 @@ class DataParallelProgram : public train_program_fixture::TrainProgram {
       ::kill(pid, SIGKILL);
       ::waitpid(pid, &status, 0);
     }
-    TrainRun r;
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    r.out = slurp(path("out"));
-    r.err = slurp(path("err"));
-    return r;
+    return collected(status);
   }
   // The drafter's metrics lines of a run, by step.
   std::map<int64_t, nlohmann::json> metrics(const std::string& run_dir) const {

@@ -77,7 +77,10 @@ class TrainProgram : public ::testing::Test {
   TrainRun run(const std::string& args, const std::string& launcher = "") const {
     const std::string cmd = "CHUNKGRAD_NUM_THREADS=1 " + launcher + "'" + CHUNKGRAD_CLI + "' " +
                             args + " >'" + path("out") + "' 2>'" + path("err") + "'";
-    const int status = std::system(cmd.c_str());
+    return collected(std::system(cmd.c_str()));
+  }
+  // A finished run's wait status, stdout and stderr (exit code, or 128 + the signal).
+  TrainRun collected(int status) const {
     TrainRun r;
     r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     r.out = slurp(path("out"));
@@ -137,11 +140,7 @@ class TrainProgram : public ::testing::Test {
     ::kill(pid, sig);
     int status = 0;
     ::waitpid(pid, &status, 0);
-    TrainRun r;
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    r.out = slurp(path("out"));
-    r.err = slurp(path("err"));
-    return r;
+    return collected(status);
   }
   // How often each step of `phase` appears in metrics.jsonl.
   static std::map<int64_t, int> steps_logged(const std::string& run, const std::string& phase) {
