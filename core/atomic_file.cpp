@@ -56,11 +56,12 @@ void AtomicFile::discard() noexcept {
   if (!direct_) ::unlink(temp_.c_str());
 }
 
-void AtomicFile::write(const void* data, size_t bytes) {
+// All of `bytes` at the end (`at` < 0) or at byte `at`; a failure discards the temporary.
+void AtomicFile::write_all(const char* p, size_t bytes, int64_t at) {
   CG_CHECK(fd_ >= 0, what_, ": ", path_, " was already written (AtomicFile::commit came first)");
-  const char* p = static_cast<const char*>(data);
   while (bytes > 0) {
-    const ssize_t n = ::write(fd_, p, bytes);
+    const ssize_t n =
+        at < 0 ? ::write(fd_, p, bytes) : ::pwrite(fd_, p, bytes, static_cast<off_t>(at));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       const int err = n < 0 ? errno : ENOSPC;
@@ -70,7 +71,17 @@ void AtomicFile::write(const void* data, size_t bytes) {
     }
     p += n;
     bytes -= static_cast<size_t>(n);
+    if (at >= 0) at += n;
   }
+}
+
+void AtomicFile::write(const void* data, size_t bytes) {
+  write_all(static_cast<const char*>(data), bytes, -1);
+}
+
+void AtomicFile::rewrite_start(std::string_view bytes) {
+  CG_CHECK(!direct_, what_, ": ", path_, " is a device or a pipe; its start cannot be rewritten");
+  write_all(bytes.data(), bytes.size(), 0);
 }
 
 void AtomicFile::commit() {

@@ -20,6 +20,7 @@
 // target replaced, through <target>.tmp, and stays a symlink.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -37,6 +38,12 @@ class AtomicFile {
   // Appends bytes; throws (and removes the temporary) when the write fails.
   void write(const void* data, size_t bytes);
   void write(std::string_view text) { write(text.data(), text.size()); }
+  // Whether the start can be written again: a regular file (through its temporary), not a
+  // device or a pipe (Note [Outputs that are not files]).
+  bool can_rewrite_start() const { return !direct_; }
+  // Writes `bytes` over the first bytes.size() bytes already written (a header that is
+  // known only once the data after it is: Note [Tensor checksums], nn/safetensors.h).
+  void rewrite_start(std::string_view bytes);
   // Flushes to disk and renames the temporary over the target; throws (and removes the
   // temporary) when that fails. Nothing may be written after it.
   void commit();
@@ -46,6 +53,7 @@ class AtomicFile {
 
  private:
   void discard() noexcept;  // closes and removes the temporary
+  void write_all(const char* p, size_t bytes, int64_t at);
   std::string path_, temp_, what_;
   std::string target_;   // the file renamed over: path_, or a symlink's regular target
   bool direct_ = false;  // written straight through (Note [Outputs that are not files])

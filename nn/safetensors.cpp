@@ -8,11 +8,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "core/atomic_file.h"
+#include "core/content_hash.h"
 #include "core/json_input.h"
 #include "core/memory_trace.h"
 #include "core/views.h"
@@ -31,6 +33,8 @@ namespace {
 
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // the reference implementation's limit
 constexpr const char* kMetadataKey = "__metadata__";
+constexpr const char* kChecksumKey = "chunkgrad.xxh3";  // Note [Tensor checksums]
+constexpr size_t kChecksumHexDigits = 32;
 constexpr const char* kIndexName = "model.safetensors.index.json";
 constexpr const char* kSingleName = "model.safetensors";
 
@@ -111,6 +115,16 @@ void read_exact(std::ifstream& in, char* dst, uint64_t nbytes, uint64_t at, cons
            "' failed (file truncated or changed since it was opened?)");
 }
 
+// Note [Tensor checksums]: the bytes just read against the hash their file recorded.
+void check_tensor_checksum(const void* data, uint64_t nbytes, const std::string& recorded,
+                           const std::string& name, const std::string& path) {
+  const std::string now = content_hash(data, nbytes);
+  CG_CHECK(now == recorded, "safetensors: tensor '", name, "' in '", path,
+           "' does not match the checksum written with it (XXH3-128 ", now, ", recorded ", recorded,
+           "): the file was damaged or changed after it was written; restore it "
+           "from a copy, or write it again");
+}
+
 std::string shard_name(size_t i, size_t count) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", i + 1, count);
@@ -180,6 +194,7 @@ File::File(std::string path) : path_(std::move(path)) {
 
   const json header = parse_header_json(text, path_);
   std::vector<TensorInfo> infos;
+  std::optional<std::string> checksum_text;
   for (const auto& [name, entry] : header.items()) {
     if (name == kMetadataKey) {
       CG_CHECK(entry.is_object(), "safetensors: ", kMetadataKey, " in '", path_,
@@ -187,7 +202,11 @@ File::File(std::string path) : path_(std::move(path)) {
       for (const auto& [key, value] : entry.items()) {
         CG_CHECK(value.is_string(), "safetensors: ", kMetadataKey, " in '", path_,
                  "' must map strings to strings; key '", key, "' holds ", describe_json(value));
-        metadata_[key] = value.get<std::string>();
+        if (key == kChecksumKey) {
+          checksum_text = value.get<std::string>();
+        } else {
+          metadata_[key] = value.get<std::string>();
+        }
       }
       continue;
     }
@@ -259,6 +278,37 @@ File::File(std::string path) : path_(std::move(path)) {
     names_.push_back(info.name);
     infos_.emplace(info.name, std::move(info));
   }
+  if (checksum_text) read_checksums(*checksum_text);
+}
+
+// Note [Tensor checksums]: the "chunkgrad.xxh3" metadata string, a JSON object of tensor
+// name -> 32 hex digits; anything else there means a damaged header.
+void File::read_checksums(const std::string& text) {
+  const std::string where = std::string("safetensors: the tensor checksums (") + kMetadataKey +
+                            " \"" + kChecksumKey + "\") of '" + path_ + "'";
+  json sums;
+  try {
+    sums = json::parse(text);
+  } catch (const json::exception&) {
+    CG_FAIL(where, " are not a JSON object; the header is damaged");
+  }
+  CG_CHECK(sums.is_object(), where, " must be a JSON object, got ", describe_json(sums),
+           "; the header is damaged");
+  for (const auto& [name, hex] : sums.items()) {
+    CG_CHECK(infos_.count(name) > 0, where, " name a tensor the file does not hold, ",
+             describe_json(json(name)), "; the header is damaged");
+    CG_CHECK(hex.is_string() && hex.get<std::string>().size() == kChecksumHexDigits &&
+                 hex.get<std::string>().find_first_not_of("0123456789abcdef") == std::string::npos,
+             where, ": the checksum of '", name, "' must be ", kChecksumHexDigits,
+             " lowercase hex digits, got ", describe_json(hex), "; the header is damaged");
+    checksums_[name] = hex.get<std::string>();
+  }
+}
+
+std::string File::checksum(const std::string& name) const {
+  info(name);  // names the file when it has no such tensor
+  const auto it = checksums_.find(name);
+  return it == checksums_.end() ? std::string() : it->second;
 }
 
 bool File::contains(const std::string& name) const { return infos_.count(name) > 0; }
@@ -283,6 +333,9 @@ void File::load_into(const std::string& name, const Tensor& dst) const {
   dst.storage()->bump_version();  // an in-place write (Note [Version counter], core/storage.h)
   read_exact(in, static_cast<char*>(dst.data_ptr()), ti.nbytes(), data_start_ + ti.begin, path_,
              name);
+  const auto sum = checksums_.find(name);
+  if (sum != checksums_.end())
+    check_tensor_checksum(dst.data_ptr(), ti.nbytes(), sum->second, name, path_);
 }
 
 Tensor File::load(const std::string& name, Device device) const {
@@ -373,6 +426,10 @@ const TensorInfo& Sharded::info(const std::string& name) const { return shard_of
 Tensor Sharded::load(const std::string& name, Device device) const {
   return shard_of(name).load(name, device);
 }
+std::string Sharded::checksum(const std::string& name) const {
+  return shard_of(name).checksum(name);
+}
+
 void Sharded::load_into(const std::string& name, const Tensor& dst) const {
   shard_of(name).load_into(name, dst);
 }
@@ -412,6 +469,8 @@ std::string build_header(const std::vector<TensorInfo>& infos,
 void save_file(const NamedTensors& tensors, const std::string& path,
                const std::map<std::string, std::string>& metadata,
                const std::set<std::string>& u8_names) {
+  CG_CHECK(metadata.count(kChecksumKey) == 0, "safetensors: metadata key '", kChecksumKey,
+           "' is save_file's own (Note [Tensor checksums]); name the entry otherwise");
   std::set<std::string> seen;
   std::vector<TensorInfo> infos;
   uint64_t offset = 0;
@@ -430,11 +489,29 @@ void save_file(const NamedTensors& tensors, const std::string& path,
   // Written next to the target and renamed (core/atomic_file.h): a crash or a full disk
   // never leaves a half-written checkpoint under the real name, nor a temporary behind.
   AtomicFile out(path, "safetensors");
-  out.write(build_header(infos, metadata));
+  // Note [Tensor checksums]: zeros first, the hashes over them once the data is written.
+  const bool checksums = out.can_rewrite_start();
+  std::map<std::string, std::string> meta = metadata;
+  std::vector<std::string> sums(infos.size(), std::string(kChecksumHexDigits, '0'));
+  auto with_sums = [&] {
+    ordered_json j = ordered_json::object();
+    for (size_t i = 0; i < infos.size(); ++i) j[infos[i].name] = sums[i];
+    meta[kChecksumKey] = j.dump();
+    return build_header(infos, meta);
+  };
+  const std::string header = checksums ? with_sums() : build_header(infos, meta);
+  out.write(header);
   CategoryGuard category(MemoryCategory::temporary);
-  for (const auto& [name, t] : tensors) {
-    const Tensor host = raw::contiguous(raw::to_device(t, kCPU));
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor host = raw::contiguous(raw::to_device(tensors[i].second, kCPU));
     out.write(host.data_ptr(), host.nbytes());
+    if (checksums) sums[i] = content_hash(host.data_ptr(), host.nbytes());
+  }
+  if (checksums) {
+    const std::string final_header = with_sums();
+    CG_CHECK(final_header.size() == header.size(), "safetensors: the header of '", path,
+             "' changed length when its checksums were filled in (an internal error)");
+    out.rewrite_start(final_header);
   }
   out.commit();
 }

@@ -15,6 +15,19 @@
 //
 // Tensors read here are allocated through the caching allocator under the calling
 // thread's memory category (load_state_dict sets MemoryCategory::parameter).
+//
+// Note [Tensor checksums]: a bit that flips on disk in a checkpoint of finite values (an
+// fc.weight element 0.036 -> 1e37, an outside tester's attack) used to resume without a
+// word. Every file save_file writes (checkpoints, feature shards, exported drafters) records
+// the XXH3-128 of each tensor's bytes in its metadata, under "chunkgrad.xxh3" (a JSON object
+// of tensor name -> 32 hex digits, as one string: the format's metadata holds strings
+// only, and other readers ignore keys they do not know); every read of a tensor whose
+// file records one checks it, so a damaged tensor is an error naming it and the file. The
+// header comes before the data, so save_file writes it with zeros in place of the hashes
+// and writes it again, at the same length, once the data is written. Files from before,
+// or from other writers, have no hashes and are read as they were; so are files written
+// straight into a pipe or a device, where the header cannot be written again. Hashing
+// costs about one pass over memory at tens of GB/s, small next to the disk.
 #pragma once
 
 #include <cstdint>
@@ -65,8 +78,12 @@ class Reader {
   // Reads one tensor's bytes straight into `dst` (CPU, contiguous, same dtype and shape
   // as the file's; checked), without a temporary.
   virtual void load_into(const std::string& name, const Tensor& dst) const = 0;
-  // String metadata ("__metadata__" of a file; the index's "metadata" as text).
+  // String metadata ("__metadata__" of a file; the index's "metadata" as text), less the
+  // tensor checksums (Note [Tensor checksums]).
   virtual const std::map<std::string, std::string>& metadata() const = 0;
+  // The XXH3-128 hex its file records for `name`'s bytes, "" when it records none (Note
+  // [Tensor checksums]); load and load_into check it themselves.
+  virtual std::string checksum(const std::string& name) const = 0;
   virtual std::string path() const = 0;
 
   // Every tensor (or the named ones) read in one go.
@@ -87,6 +104,7 @@ class File : public Reader {
   Tensor load(const std::string& name, Device device = kCPU) const override;
   void load_into(const std::string& name, const Tensor& dst) const override;
   const std::map<std::string, std::string>& metadata() const override { return metadata_; }
+  std::string checksum(const std::string& name) const override;
   std::string path() const override { return path_; }
   uint64_t data_start() const { return data_start_; }  // 8 + N
 
@@ -96,6 +114,8 @@ class File : public Reader {
   std::vector<std::string> names_;
   std::map<std::string, TensorInfo> infos_;
   std::map<std::string, std::string> metadata_;
+  std::map<std::string, std::string> checksums_;  // tensor -> XXH3-128 hex
+  void read_checksums(const std::string& text);
 };
 
 // A checkpoint split over shards, read through its index. A shard's header is parsed
@@ -111,6 +131,7 @@ class Sharded : public Reader {
   Tensor load(const std::string& name, Device device = kCPU) const override;
   void load_into(const std::string& name, const Tensor& dst) const override;
   const std::map<std::string, std::string>& metadata() const override { return metadata_; }
+  std::string checksum(const std::string& name) const override;
   std::string path() const override { return index_path_; }
   // Shard file names in the order they first appear in the weight map.
   const std::vector<std::string>& shard_files() const { return shard_files_; }

@@ -197,11 +197,11 @@ TEST_F(RunSafety, AStopSignalOnlySetsTheFlag) {
 }
 
 TEST_F(RunSafety, FingerprintsFollowTheBytesNotThePath) {
-  EXPECT_EQ(train::content_hash("abc"), train::content_hash("abc"));
-  EXPECT_NE(train::content_hash("abc"), train::content_hash("abd"));
-  EXPECT_EQ(train::content_hash("abc").size(), 32u);
+  EXPECT_EQ(content_hash("abc"), content_hash("abc"));
+  EXPECT_NE(content_hash("abc"), content_hash("abd"));
+  EXPECT_EQ(content_hash("abc").size(), 32u);
   std::ofstream(path("a.txt")) << "abc";
-  EXPECT_EQ(train::file_content_hash(path("a.txt"), "x"), train::content_hash("abc"));
+  EXPECT_EQ(file_content_hash(path("a.txt"), "x"), content_hash("abc"));
   train::TrainConfig c;
   const nlohmann::json before = train::data_fingerprint(c, "corpus one");
   EXPECT_NE(before, train::data_fingerprint(c, "corpus two"));

@@ -177,11 +177,33 @@ class TrainProgram : public ::testing::Test {
   }
   // `file`'s bytes with a NaN (0xFFFFFFFF as f32) written over 4 bytes at `offset` into its
   // safetensors data section.
+  // The bytes of `file` as if its writer had saved a NaN at data-section byte `offset`
+  // (0xFF x 4): the tensor holding it is changed before the file is written again, so its
+  // checksum (Note [Tensor checksums], nn/safetensors.h) matches and the NaN is what a
+  // reader must find.
   static std::string with_nan(const std::string& file, uint64_t offset) {
+    const auto reader = cg::safetensors::open(file);
+    cg::safetensors::NamedTensors tensors;
+    for (const std::string& name : reader->names()) {  // in data order: same offsets
+      cg::Tensor t = reader->load(name);
+      const cg::safetensors::TensorInfo& info = reader->info(name);
+      if (offset >= info.begin && offset + 4 <= info.end)
+        std::memset(static_cast<char*>(t.data_ptr()) + (offset - info.begin), 0xFF, 4);
+      tensors.emplace_back(name, t);
+    }
+    const std::string rewritten = file + ".with_nan";
+    cg::safetensors::save_file(tensors, rewritten, reader->metadata());
+    std::string bytes = slurp(rewritten);
+    std::filesystem::remove(rewritten);
+    return bytes;
+  }
+  // The bytes of `file` with one bit of data-section byte `offset` flipped, as a disk
+  // might: the recorded checksum no longer matches.
+  static std::string with_flipped_bit(const std::string& file, uint64_t offset, int bit) {
     std::string bytes = slurp(file);
     uint64_t header = 0;
     std::memcpy(&header, bytes.data(), 8);
-    std::memset(&bytes[8 + header + offset], 0xFF, 4);
+    bytes[8 + header + offset] = static_cast<char>(bytes[8 + header + offset] ^ (1 << bit));
     return bytes;
   }
   // A corpus file's text: 200 lines "question N: answer 7N".

@@ -86,10 +86,14 @@ TEST_F(TrainResume, ADamagedNewestCheckpointFallsBackToThePreviousOne) {
   ASSERT_EQ(train(args).exit_code, 0);
   ASSERT_EQ(checkpoint_steps(run), (std::vector<int64_t>{2, 4}));
   const std::string good = slurp(checkpoint(run, 4));
-  for (const std::string damage : {"truncated", "nan"}) {
+  // "flipped": one bit of an fp32 weight's exponent, a finite value still (an outside
+  // tester's 0.036 -> 1e37), found by its checksum (Note [Tensor checksums]).
+  for (const std::string damage : {"truncated", "nan", "flipped"}) {
     SCOPED_TRACE(damage);
-    std::ofstream(checkpoint(run, 4), std::ios::binary | std::ios::trunc)
-        << (damage == "nan" ? with_nan(checkpoint(run, 2), 0) : good.substr(0, good.size() / 2));
+    const std::string damaged = damage == "nan"       ? with_nan(checkpoint(run, 2), 0)
+                                : damage == "flipped" ? with_flipped_bit(checkpoint(run, 4), 3, 6)
+                                                      : good.substr(0, good.size() / 2);
+    std::ofstream(checkpoint(run, 4), std::ios::binary | std::ios::trunc) << damaged;
     const TrainRun r = train(args);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(resumed_at(r), 2);
@@ -99,7 +103,11 @@ TEST_F(TrainResume, ADamagedNewestCheckpointFallsBackToThePreviousOne) {
     const std::string said = r.err.substr(at, r.err.find('\n', at) - at);
     EXPECT_NE(said.find("skipped it, resuming from " + checkpoint(run, 2)), std::string::npos)
         << said;
-    EXPECT_NE(said.find(damage == "nan" ? "holds nan" : "unreadable"), std::string::npos) << said;
+    EXPECT_NE(said.find(damage == "nan"       ? "holds nan"
+                        : damage == "flipped" ? "does not match the checksum written with it"
+                                              : "unreadable"),
+              std::string::npos)
+        << said;
     EXPECT_EQ(slurp(checkpoint(run, 4)).size(), good.size());  // saved again by this run
   }
   // A checkpoint the user names is never replaced by another: refused, nothing changed.

@@ -12,14 +12,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/content_hash.h"  // content_hash, file_content_hash
 #include "train/train_config.h"
 
 namespace cg::train {
-
-// XXH3-128 of the bytes, as 32 hex digits.
-std::string content_hash(std::string_view bytes);
-// XXH3-128 of a file's bytes, read in pieces; throws cg::Error naming `what` and the path.
-std::string file_content_hash(const std::string& path, const std::string& what);
 
 // What a run's target and drafter were trained on, by content: the corpus bytes and, when
 // the target comes from target.checkpoint, that file's bytes. Stored with the target cache

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "core/content_hash.h"
 #include "core/factories.h"
 #include "core/views.h"
 #include "ops/shape_ops.h"
@@ -153,8 +154,10 @@ OfflineFeatureSource::OfflineFeatureSource(const std::string& dir,
       SampleFiles f;
       f.seq_len = S;
       f.index = i;
-      f.hidden_states = {static_cast<int>(si), file->data_start() + hs.begin, hs.nbytes()};
-      f.last_hidden = {static_cast<int>(si), file->data_start() + last.begin, last.nbytes()};
+      f.hidden_states = {static_cast<int>(si), file->data_start() + hs.begin, hs.nbytes(),
+                         file->checksum(hs.name)};
+      f.last_hidden = {static_cast<int>(si), file->data_start() + last.begin, last.nbytes(),
+                       file->checksum(last.name)};
       samples_.push_back(f);
       // The ids and the mask, read now: the trainer samples anchors from them.
       const Tensor ids = file->load(ids_name);
@@ -305,6 +308,16 @@ void OfflineFeatureSource::read_batch(HostBatch& b) {
     // NaN at step 1 with nothing to say where it came from.
     for (const auto& [data, part, field] : {std::tuple{hs, &f.hidden_states, "hidden_states"},
                                             std::tuple{last, &f.last_hidden, "last_hidden"}}) {
+      // Note [Tensor checksums] (nn/safetensors.h): these bytes bypass Reader::load.
+      if (!part->checksum.empty()) {
+        const std::string now = content_hash(data, part->nbytes);
+        CG_CHECK(now == part->checksum, "feature files: shard ", shard_path(part->shard),
+                 ": tensor '", feature_tensor_name(f.index, field),
+                 "' does not match the checksum written with it (XXH3-128 ", now, ", recorded ",
+                 part->checksum,
+                 "): the shard was damaged or changed after it was written; "
+                 "write the features again");
+      }
       const int64_t bad = first_non_finite(data, part->nbytes, index_.dtype);
       CG_CHECK(bad < 0, "feature files: shard ", shard_path(part->shard), ": tensor '",
                feature_tensor_name(f.index, field), "' holds a NaN or inf at element ", bad,

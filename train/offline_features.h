@@ -97,6 +97,7 @@ class OfflineFeatureSource : public FeatureSource {
   struct Location {  // where one tensor's bytes are
     int shard = 0;
     uint64_t offset = 0, nbytes = 0;
+    std::string checksum;  // its XXH3-128 hex, "" when the shard records none
   };
   struct SampleFiles {
     Location hidden_states, last_hidden;
