@@ -10,6 +10,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -340,6 +341,10 @@ bool dq_wgmma_enabled() {
   const char* e = std::getenv("CHUNKGRAD_FLASH_DQ_WGMMA");
   return e != nullptr && std::string(e) == "1";
 }
+// Launches of the wgmma dq's kernels, for the tests: the switch falls back to the
+// mma.sync dq silently (no sm_90a build, three stages that do not fit, dq_behind off), and
+// a test of it must know that it ran (an outside review's finding).
+std::atomic<int64_t> dq_wgmma_launches{0};
 
 // Query-tile stages at QT = 32 (Note [dk/dv stages]): 64-key CTAs, two a multiprocessor.
 template <int HD>
@@ -374,6 +379,7 @@ void launch_dkdv_rows(const BwdArgs& a, int64_t key_tiles, cudaStream_t stream) 
         kernel = sl ? flash_dkdv_kernel<T, HD, QT, true, FusedDq, NS, 2, 2, 1>
                     : flash_dkdv_kernel<T, HD, QT, false, FusedDq, NS, 2, 2, 1>;
         if (dq_wgmma_enabled()) {  // Note [wgmma dq]
+          dq_wgmma_launches.fetch_add(1, std::memory_order_relaxed);
           kernel = sl ? flash_dkdv_kernel<T, HD, QT, true, FusedDq, NS, 2, 2, 2>
                       : flash_dkdv_kernel<T, HD, QT, false, FusedDq, NS, 2, 2, 2>;
         }
@@ -469,3 +475,9 @@ void launch_flash_dkdv(DType dtype, const BwdArgs& a, cudaStream_t stream) {
 }
 
 }  // namespace cg::cuda::flash
+
+namespace cg::cuda {
+int64_t flash_dq_wgmma_launches() {
+  return flash::dq_wgmma_launches.load(std::memory_order_relaxed);
+}
+}  // namespace cg::cuda

@@ -88,6 +88,9 @@ bool flash_attention_supports(DType dtype, int64_t head_dim, AttnMaskKind kind);
 const char* flash_forward_kernel_name(DType dtype, int64_t head_dim);
 // Whether this build has the wgmma kernels (CHUNKGRAD_CUDA_ARCHS holds 90a).
 bool flash_wgmma_built();
+// How many times the backward's 128-key CTAs ran the wgmma dq (Note [wgmma dq],
+// cuda/attention_flash_dkdv.cu), counted since the process started.
+int64_t flash_dq_wgmma_launches();
 // Operands: hd stride 1, the other strides multiples of 8 elements, 16-byte aligned data.
 // out (q's dtype): hd stride 1, the others even (each thread stores pairs of elements);
 // lse f32 contiguous.

@@ -5,17 +5,23 @@
 // inside a 32-row tile, context lengths that end inside a 128-key tile, anchors at 0, at
 // the end, repeated and padded, the backward's scratch starting as NaN (the blocks' own
 // key CTAs store dq before the context CTAs add theirs), and atomics instead of bulk
-// reductions. Compiled only in CUDA builds; skipped without a GPU; on a card without the
-// warpgroup MMA the switch changes nothing and these cases run the mma.sync kernels.
+// reductions; and against the mma.sync dq on the same inputs, tightly (both round the same
+// bf16 dS; only their sums' order differs), since a mistake in one k16 step or one row half
+// could hide under the CPU comparison's 3e-2. Each test counts the wgmma dq's launches, so
+// that a silent fallback to mma.sync (no sm_90a build, a card without the warpgroup MMA,
+// three stages that do not fit, an environment switch) fails it instead of passing it.
+// Compiled only in CUDA builds; skipped without a GPU or without the wgmma forward.
 #if defined(CHUNKGRAD_WITH_CUDA)
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "core/factories.h"
+#include "cuda/attention_kernels.h"
 #include "cuda/cuda_attention.h"
 #include "ops/attention_mask.h"
 #include "tests/cuda_attention_test_util.h"
@@ -28,7 +34,43 @@ using testing::check_case;
 using testing::dflash_case;
 using testing::ScopedEnv;
 
-class CudaAttentionDqWgmmaTest : public testing::CudaAttentionTest {};
+class CudaAttentionDqWgmmaTest : public testing::CudaAttentionTest {
+ protected:
+  void SetUp() override {
+    testing::CudaAttentionTest::SetUp();
+    if (IsSkipped()) return;
+    if (std::string(cuda::flash_forward_kernel_name(DType::bf16, 128)) != "wgmma")
+      GTEST_SKIP() << "no warpgroup MMA here (an sm_90a build on a compute capability 9.0 card)";
+    launches_before_ = cuda::flash_dq_wgmma_launches();
+  }
+  void TearDown() override {
+    if (!IsSkipped())
+      EXPECT_GT(cuda::flash_dq_wgmma_launches(), launches_before_)
+          << "the wgmma dq never launched: the cases ran the mma.sync dq";
+  }
+  int64_t launches_before_ = 0;
+};
+
+// dq of the wgmma kernel against the mma.sync kernel's on the same inputs and forward
+// outputs: relative to the largest |dq|, 8e-3 (about two bf16 ulps there).
+void expect_dq_as_mma_sync(const testing::Case& c, const std::string& what) {
+  SCOPED_TRACE(what + " vs mma.sync");
+  const Tensor q = testing::same_view_on_gpu(testing::make_input(c, c.Hq, c.Sq, 11, true));
+  const Tensor k = testing::same_view_on_gpu(testing::make_input(c, c.Hkv, c.Sk, 12, false));
+  const Tensor v = testing::same_view_on_gpu(testing::make_input(c, c.Hkv, c.Sk, 13, false));
+  const Tensor g = testing::same_view_on_gpu(testing::make_input(c, c.Hq, c.Sq, 14, true));
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.hd));
+  const ResolvedAttentionMask m = resolve_attention_mask(
+      testing::mask_on(c.mask, cuda_device(0)), c.B, c.Hq, c.Sq, c.Sk, cuda_device(0), "test");
+  cuda::CudaKernels gpu(AttentionPath::flash);
+  const AttentionForward f = gpu.attention_forward(q, k, v, m, scale);
+  Tensor dq[2];
+  for (int wgmma = 0; wgmma < 2; ++wgmma) {
+    const testing::ScopedEnv on("CHUNKGRAD_FLASH_DQ_WGMMA", wgmma ? "1" : "0");
+    dq[wgmma] = gpu.attention_backward(g, q, k, v, f.out, f.lse, m, scale, true, true, true).dq;
+  }
+  testing::expect_close(dq[1], dq[0], 8e-3, "dq");
+}
 
 std::string name(int64_t hq, int64_t S, int64_t Bs, int64_t W) {
   return "heads " + std::to_string(hq) + "/8 S " + std::to_string(S) + " Bs " + std::to_string(Bs) +
@@ -52,6 +94,7 @@ TEST_F(CudaAttentionDqWgmmaTest, BothRulesEdgeAnchors) {
           const AttentionMask m = AttentionMask::dflash_blocks(S, Bs, anchors, padded, W);
           check_case(dflash_case(dt, 128, hq, 8, 2, S, N, Bs, m), AttentionPath::flash,
                      name(hq, S, Bs, W));
+          expect_dq_as_mma_sync(dflash_case(dt, 128, hq, 8, 2, S, N, Bs, m), name(hq, S, Bs, W));
         }
       }
     }
@@ -69,6 +112,7 @@ TEST_F(CudaAttentionDqWgmmaTest, NearTheRealShapeAndNanScratch) {
     const AttentionMask m = AttentionMask::dflash_blocks(S, Bs, from_ints(a, {N}), Tensor(), W);
     check_case(dflash_case(DType::bf16, 128, 32, 8, 1, S, N, Bs, m), AttentionPath::flash,
                name(32, S, Bs, W));
+    expect_dq_as_mma_sync(dflash_case(DType::bf16, 128, 32, 8, 1, S, N, Bs, m), name(32, S, Bs, W));
   }
   const ScopedEnv nan("CHUNKGRAD_FLASH_SCRATCH_NAN", "1");
   const AttentionMask m = AttentionMask::dflash_blocks(S, Bs, from_ints(a, {N}), Tensor(), 66);
