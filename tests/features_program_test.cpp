@@ -290,6 +290,27 @@ TEST_F(FeaturesProgram, AMismatchedOrDamagedFolderLeavesTheRunDirectoryUnchanged
                "drafter.hidden_size, drafter.vocab_size and drafter.num_target_layers");
 }
 
+// Note [Held-out samples on resume]: an outside tester resumed an offline run with another
+// eval.accuracy_sequences, which holds out another number of samples: the run trained on
+// other samples from the checkpoint on, without a word. Refused now, naming both values;
+// another eval field may still change.
+TEST_F(FeaturesProgram, AResumeMayNotChangeWhichSamplesAreHeldOut) {
+  ASSERT_EQ(features("held").exit_code, 0);
+  const std::string run = at("held_run");
+  const std::string train = "train --config '" + at("toy.json") + "' --run-dir '" + run +
+                            "' --features '" + at("held") + "' --set drafter.optim.steps=";
+  ASSERT_EQ(cli(train + "10").exit_code, 0);
+  const auto before = files_of(run);
+  expect_error(cli(train + "20 --set eval.accuracy_sequences=1"), "train",
+               "was trained with eval.accuracy_sequences 4 and it is 1 now: with "
+               "features.source offline that field also decides how many of the last samples "
+               "are held out of training");
+  EXPECT_EQ(files_of(run), before);
+  const ProgramRun other = cli(train + "20 --set eval.timing_repeats=2 --json");
+  ASSERT_EQ(other.exit_code, 0) << other.err;
+  EXPECT_EQ(nlohmann::json::parse(other.out)["drafter_steps"]["resumed_at"], 10);
+}
+
 // An outside tester: with --features, target.* that disagreed with the features' target
 // trained anyway (on the features' target) and then exported target_layer_ids of the
 // config's; a MASK id that is a byte of the data was accepted; a features --out that this

@@ -165,6 +165,31 @@ Header read_header(const safetensors::Reader& reader, const std::string& path, c
   return h;
 }
 
+// Note [Held-out samples on resume]: a run from feature files (features.source offline or
+// target) holds the last min(eval.accuracy_sequences, a quarter) samples out of training
+// (offline_run.h), so that one eval field also decides what the drafter trains on. A resume
+// with another value would go on training on another set from the checkpoint on, without a
+// word (an outside tester's resume at 1 instead of 4 trained on 23 samples, not 20). Every
+// other eval field only changes the evaluation and may change; this one may not, as the data
+// may not. (A fixed split, independent of the config, would have kept it free, but it would
+// change what every existing offline run trains on.)
+template <typename Fail>
+void check_held_out(const nlohmann::json& was, const TrainConfig& config, Fail fail) {
+  const std::string& source = config.features.source;
+  if (source != "offline" && source != "target") return;
+  const nlohmann::json::json_pointer at("/eval/accuracy_sequences");
+  const nlohmann::json then = was.is_object() && was.contains(at) ? was[at] : nlohmann::json();
+  const int64_t now = config.eval.accuracy_sequences;
+  if (!then.is_number_integer() || then.get<int64_t>() == now) return;
+  const std::string old = std::to_string(then.get<int64_t>());
+  fail("was trained with eval.accuracy_sequences " + old + " and it is " + std::to_string(now) +
+       " now: with features.source " + source +
+       " that field also decides how many of the last samples are held out of training (the "
+       "last min(eval.accuracy_sequences, a quarter of the set)), so the resumed run would "
+       "train on other samples; set it back (--set eval.accuracy_sequences=" +
+       old + ")");
+}
+
 // The header against this run: the same resumable config and the same data, or the refusal.
 void check_header(const Header& h, const std::string& path, const TrainConfig& config,
                   const std::string& data_fingerprint, const char* left) {
@@ -178,6 +203,7 @@ void check_header(const Header& h, const std::string& path, const TrainConfig& c
          "drafter.activation_checkpointing, eval, memory, threads, progress and run_dir may "
          "change on resume)");
   }
+  check_held_out(h.config, config, fail);
   // Checkpoints from before fingerprints have none: accepted, as they were.
   if (by_content) {
     const nlohmann::json here = nlohmann::json::parse(data_fingerprint);

@@ -7,9 +7,10 @@
 // directory.
 //
 // Note [Offline runs]: the last eval.accuracy_sequences samples (at most a quarter of the
-// set) are held out of training for the per-slot accuracy; speculative decoding is
-// skipped (it needs the target to decode prompts, which a feature set does not have), and
-// the summary says so.
+// set) are held out of training for the per-slot accuracy (so a resume may not change that
+// field: Note [Held-out samples on resume], drafter_checkpoints.cpp); speculative decoding
+// is skipped (it needs the target to decode prompts, which a feature set does not have),
+// and the summary says so.
 #pragma once
 
 #include <memory>
