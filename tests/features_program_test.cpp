@@ -311,6 +311,32 @@ TEST_F(FeaturesProgram, AResumeMayNotChangeWhichSamplesAreHeldOut) {
   EXPECT_EQ(nlohmann::json::parse(other.out)["drafter_steps"]["resumed_at"], 10);
 }
 
+// An outside tester: a drafter.* the drafter cannot be built with on the features' target
+// failed after the run directory was written: an earlier run's summary.json was gone and its
+// config.json held the refused config. Refused now before anything is written.
+TEST_F(FeaturesProgram, AnUnbuildableDrafterLeavesTheRunDirectoryAsItWas) {
+  ASSERT_EQ(features("unbuildable").exit_code, 0);
+  const std::string run = at("unbuildable_run");
+  const std::string train = "train --config '" + at("toy.json") + "' --features '" +
+                            at("unbuildable") + "' --set drafter.optim.steps=2 --run-dir '";
+  ASSERT_EQ(cli(train + run + "'").exit_code, 0);
+  const auto before = files_of(run);
+  ASSERT_EQ(before.count(run + "/summary.json"), 1u);
+  for (const auto& [set, what] : std::vector<std::pair<std::string, std::string>>{
+           {"drafter.hidden_size=64", "drafter.hidden_size is 64 but the target's is 32"},
+           {"drafter.num_target_layers=3", "drafter.num_target_layers is 3 but the target's is 2"},
+           {"drafter.num_kv_heads=3", "drafter.num_heads 0 (the target's: 2) is not a multiple"},
+           {"drafter.head_loss_chunk_rows=0 --set drafter.head_loss_chunk_budget_mb=0.0001",
+            "drafter.head_loss_chunk_budget_mb"}}) {
+    SCOPED_TRACE(set);
+    expect_error(cli(train + run + "' --fresh --set " + set), "train", what);
+    EXPECT_EQ(files_of(run), before);
+  }
+  expect_error(cli(train + at("unbuildable_new") + "' --set drafter.hidden_size=64"), "train",
+               "drafter.hidden_size is 64");
+  EXPECT_FALSE(fs::exists(at("unbuildable_new")));
+}
+
 // An outside tester: with --features, target.* that disagreed with the features' target
 // trained anyway (on the features' target) and then exported target_layer_ids of the
 // config's; a MASK id that is a byte of the data was accepted; a features --out that this

@@ -595,8 +595,9 @@ TEST_F(TrainProgram, WhatTheConfigAloneDecidesFailsBeforeTheTargetTrains) {
   const std::string run = path("never");
   const std::string config = "--config " + write("c.json", tiny(run));
   for (const auto& [set, what] : std::vector<std::pair<std::string, std::string>>{
-           {"drafter.num_kv_heads=3", "num_kv_heads (3)"},
-           {"drafter.mask_token_id=100000", "mask_token_id 100000 is not in the vocabulary"},
+           {"drafter.num_kv_heads=3", "drafter.num_kv_heads 3"},
+           {"drafter.mask_token_id=100000",
+            "drafter.mask_token_id 100000 is not in the target's vocabulary"},
            {"drafter.mask_token_id=32", "drafter.mask_token_id is 32, a token of the toy"},
            {"drafter.mask_token_id=256", "drafter.mask_token_id is 256, a token of the toy"},
            {"drafter.hidden_size=5120", "drafter.hidden_size is 5120 but the target's is 16"}}) {

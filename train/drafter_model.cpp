@@ -7,6 +7,7 @@
 #include "core/memory_trace.h"
 #include "core/views.h"
 #include "ops/shape_ops.h"
+#include "train/drafter_step.h"
 #include "train/offline_features.h"
 #include "train/target_lm.h"
 #include "train/tokenizer.h"
@@ -64,6 +65,39 @@ nn::DFlashDrafterConfig drafter_model_config(const nn::Qwen3Config& tc, const Dr
   return dc;
 }
 
+void check_run_drafter(const TrainConfig& config, const nn::Qwen3Config& target, int64_t mask_id,
+                       Device device) {
+  const DrafterConfig& d = config.drafter;
+  const nn::DFlashDrafterConfig dc = drafter_model_config(target, d, mask_id);  // sizes
+  const nn::Qwen3Config& l = dc.layers;
+  // "drafter.num_heads 4", or "drafter.num_heads 0 (the target's: 2)": a value the user
+  // left at 0 is named with the one it took.
+  auto field = [](const char* name, int64_t given, int64_t used) {
+    return std::string("drafter.") + name + " " +
+           (given > 0 ? std::to_string(given) : "0 (the target's: " + std::to_string(used) + ")");
+  };
+  CG_CHECK(l.num_heads % l.num_kv_heads == 0,
+           "train config: ", field("num_heads", d.num_heads, l.num_heads), " is not a multiple of ",
+           field("num_kv_heads", d.num_kv_heads, l.num_kv_heads),
+           " (grouped-query attention shares each KV head among a whole number of query heads); "
+           "set drafter.num_kv_heads to a divisor of ",
+           l.num_heads);
+  CG_CHECK(l.head_dim % 2 == 0, "train config: ", field("head_dim", d.head_dim, l.head_dim),
+           " is odd (RoPE rotates pairs); set drafter.head_dim to an even size");
+  CG_CHECK(dc.mask_token_id >= 0 && dc.mask_token_id < l.vocab_size,
+           "train config: drafter.mask_token_id ", dc.mask_token_id,
+           " is not in the target's vocabulary (0 .. ", l.vocab_size - 1,
+           "); set it to an id the tokenizer never produces");
+  try {
+    dc.validate();
+  } catch (const Error& e) {
+    CG_FAIL("train config: the drafter that drafter.* describes cannot be built on this target: ",
+            e.message());
+  }
+  check_drafter_chunk(drafter_head_loss(d), l.vocab_size, l.hidden_size,
+                      d.dtype == "bf16" ? DType::bf16 : DType::f32, device);
+}
+
 std::string run_target_hf_config(const TrainConfig& config) {
   namespace fs = std::filesystem;
   std::string folder;
@@ -87,18 +121,17 @@ std::string run_target_hf_config(const TrainConfig& config) {
   return config.target.hf_config;
 }
 
-nn::DFlashDrafterConfig run_drafter_config(const TrainConfig& config) {
-  if (config.features.source == "synthetic") {
-    return drafter_model_config(synthetic_target_architecture(config.drafter), config.drafter,
-                                config.drafter.vocab_size - 1);
-  }
+nn::Qwen3Config run_target_architecture(const TrainConfig& config) {
+  if (config.features.source == "synthetic") return synthetic_target_architecture(config.drafter);
   const std::string hf = run_target_hf_config(config);
-  if (hf != config.target.hf_config) {
-    return drafter_model_config(nn::Qwen3Config::from_hf_file(hf), config.drafter,
-                                ByteTokenizer::kMask);
-  }
-  return drafter_model_config(target_architecture(config.target), config.drafter,
-                              ByteTokenizer::kMask);
+  if (hf != config.target.hf_config) return nn::Qwen3Config::from_hf_file(hf);
+  return target_architecture(config.target);
+}
+
+nn::DFlashDrafterConfig run_drafter_config(const TrainConfig& config) {
+  const int64_t mask =
+      config.features.source == "synthetic" ? config.drafter.vocab_size - 1 : ByteTokenizer::kMask;
+  return drafter_model_config(run_target_architecture(config), config.drafter, mask);
 }
 
 nn::Qwen3Config synthetic_target_architecture(const DrafterConfig& config) {
@@ -111,7 +144,8 @@ nn::Qwen3Config synthetic_target_architecture(const DrafterConfig& config) {
   tc.vocab_size = config.vocab_size;
   tc.hidden_size = config.hidden_size;
   tc.num_layers = config.num_target_layers;
-  // No target attention exists: the drafter's own sizes must be given (0 falls back here).
+  // No target attention exists: the drafter's own sizes must be given (TrainConfig::validate
+  // refuses 0 for a synthetic run; the fallback is for configs read from before it did).
   tc.num_heads = config.num_heads > 0 ? config.num_heads : 1;
   tc.num_kv_heads = config.num_kv_heads > 0 ? config.num_kv_heads : 1;
   tc.head_dim = config.head_dim > 0 ? config.head_dim : config.hidden_size;

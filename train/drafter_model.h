@@ -24,6 +24,18 @@ nn::DFlashDrafterConfig drafter_model_config(const nn::Qwen3Config& target,
 // architecture (target_architecture, or synthetic_target_architecture for synthetic
 // features) and the MASK id the run uses (the byte tokenizer's; synthetic: vocab_size - 1).
 nn::DFlashDrafterConfig run_drafter_config(const TrainConfig& config);
+// The target architecture run_drafter_config builds on.
+nn::Qwen3Config run_target_architecture(const TrainConfig& config);
+// The drafter a run will make on `target` (drafter_model_config with `mask_id`), checked
+// from the config alone: its sizes against the target's, its attention sizes (a field at 0
+// named with the target's value it took), its layout, and the head-loss chunk at its
+// vocabulary in drafter.dtype on `device`. Each refusal is one line naming the drafter.*
+// field and what to change. The pipelines call it before the run directory is written
+// (docs/feature_files.md promises it): an outside tester's mismatched drafter.hidden_size
+// failed after this run's config.json had replaced an earlier run's, and its summary.json
+// was gone.
+void check_run_drafter(const TrainConfig& config, const nn::Qwen3Config& target, int64_t mask_id,
+                       Device device);
 // The Hugging Face config.json of the run's target: features.target's (source target), the
 // feature folder's target's when that is a Hugging Face folder (source offline), else
 // target.hf_config ("" for the toy target).

@@ -389,15 +389,7 @@ nlohmann::json run_pipeline(const TrainConfig& config, const PipelineOptions& op
         ", a token of the toy target's data (bytes, BOS, EOS and PAD: 0 .. ",
         ByteTokenizer::kMask - 1, "); its MASK is the byte tokenizer's ", ByteTokenizer::kMask,
         ": leave drafter.mask_token_id at -1");
-    try {
-      run_drafter_config(config).validate();
-    } catch (const Error& e) {
-      if (e.message().rfind("train config: ", 0) == 0) throw;  // names its field already
-      CG_FAIL(
-          "train config: the drafter that drafter.* describes cannot be built on this "
-          "target: ",
-          e.message());
-    }
+    check_run_drafter(config, run_target_architecture(config), ByteTokenizer::kMask, s.device);
   }
   // The configs first: a rank started with another one would otherwise fail its own resume
   // check alone (Note [Ranks started alike], Note [Failing together]).
@@ -410,6 +402,8 @@ nlohmann::json run_pipeline(const TrainConfig& config, const PipelineOptions& op
   } else {
     read_corpus(s);
   }
+  // The drafter on the target just opened, checked before the run directory is written.
+  if (s.offline) check_run_drafter(config, s.lm().config(), ByteTokenizer::kMask, s.device);
   run_on_every_rank(comm, [&] { check_resume(s, options); });  // Note [Failing together]
   // Every rank has chosen before rank 0 writes, and chose alike (Note [Ranks started alike]).
   check_ranks_started_alike(comm, config, s.resume.step);

@@ -21,6 +21,7 @@
 #include "train/data_parallel.h"
 #include "train/drafter_checkpoints.h"
 #include "train/drafter_export.h"
+#include "train/drafter_model.h"
 #include "train/drafter_step.h"
 #include "train/drafter_trainer.h"
 #include "train/flop_count.h"
@@ -122,7 +123,10 @@ nlohmann::json run_synthetic_pipeline(const TrainConfig& config, const PipelineO
            config.features.source, "'");
   const Device device = config.compute_device();
   const auto start = std::chrono::steady_clock::now();
-  check_synthetic_memory(config, device);  // before anything is allocated or written
+  // Before anything is allocated or written: the drafter drafter.* describes, then its memory.
+  check_run_drafter(config, synthetic_target_architecture(config.drafter),
+                    config.drafter.vocab_size - 1, device);
+  check_synthetic_memory(config, device);
   StopSignals signals;  // SIGINT/SIGTERM: finish the step, save, stop (stop_signal.h)
   // Data parallel (docs/data_parallel.md): every rank trains, rank 0 alone writes to the
   // run directory (Note [One lock per run], run_lock.h) and evaluates.

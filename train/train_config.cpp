@@ -299,6 +299,14 @@ void check_synthetic_features(const TrainConfig& c) {
            "sizes as drafter.hidden_size, drafter.vocab_size and drafter.num_target_layers "
            "(got ",
            d.hidden_size, ", ", d.vocab_size, ", ", d.num_target_layers, ")");
+  // 0 means "the target's", and there is no target: an outside tester's num_heads 0 was
+  // taken as 1 and refused as "num_heads (1) must be a multiple of num_kv_heads (2)".
+  CG_CHECK(d.num_heads > 0 && d.num_kv_heads > 0 && d.head_dim > 0,
+           "train config: features.source synthetic has no target model whose attention sizes "
+           "a 0 could take: give drafter.num_heads, drafter.num_kv_heads and drafter.head_dim "
+           "(got ",
+           d.num_heads, ", ", d.num_kv_heads, ", ", d.head_dim,
+           "; the published 27B-class drafter: 32, 8, 128)");
   CG_CHECK(c.target.checkpoint.empty(),
            "train config: target.checkpoint: features.source synthetic uses no target; drop the "
            "checkpoint or use features.source online");

@@ -1,0 +1,71 @@
+// Why this file exists: what an outside tester found training reduced copies of
+// configs/dflash_27b.json on the CPU (synthetic features, and the toy target's), run on the
+// built `chunkgrad train`: config errors that were found only after the run directory was
+// written, a stop signal with checkpoints off, a --memory-limit-mb that was blamed on the
+// host, an out-of-memory that named no phase, and settings that were silently unused.
+#include "tests/train_program_fixture.h"
+
+namespace {
+
+using train_program_fixture::slurp;
+using train_program_fixture::TrainProgram;
+using train_program_fixture::TrainRun;
+
+class SmallFullScale : public TrainProgram {
+ protected:
+  // configs/dflash_27b.json at a CI size, as the tester reduced it: synthetic features,
+  // hidden 32, vocabulary 128, 5 layers (4 sliding of window 8, 1 full), block 4, 4
+  // anchors, f32, no checkpoints, 3 steps.
+  std::string small(const std::string& run_dir) const {
+    return "--config '" + std::string(CHUNKGRAD_SOURCE_DIR) + "/configs/dflash_27b.json'" +
+           " --run-dir '" + run_dir +
+           "' --no-progress --device cpu --set drafter.hidden_size=32"
+           " --set drafter.vocab_size=128 --set drafter.num_heads=2 --set drafter.num_kv_heads=1"
+           " --set drafter.head_dim=16 --set drafter.intermediate_size=32"
+           " --set drafter.mask_token_id=127 --set drafter.sliding_window=8"
+           " --set drafter.block_size=4 --set drafter.max_anchors=4 --set drafter.dtype=f32"
+           " --set data.num_sequences=8 --set data.max_new_tokens=24"
+           " --set eval.accuracy_sequences=2 --set drafter.optim.steps=3";
+  }
+};
+
+// Config errors found after the run directory was written wiped an earlier run's
+// summary.json and replaced its config.json (docs/feature_files.md promised the checks came
+// first): a head-loss chunk budget too small for one row, heads that do not divide, and,
+// for a synthetic run, num_heads 0 -- "the target's", where there is no target -- taken as
+// 1 and refused as "num_heads (1) must be ...", a value the user never gave.
+TEST_F(SmallFullScale, AnUnbuildableDrafterLeavesTheRunDirectoryAsItWas) {
+  const std::string run = path("good");
+  ASSERT_EQ(train(small(run)).exit_code, 0) << slurp(path("err"));
+  const auto before = files_of(run);
+  ASSERT_EQ(before.count(run + "/summary.json"), 1u);
+  expect_error(
+      train(small(run) + " --fresh --set drafter.num_heads=0 --set drafter.num_kv_heads=2"),
+      "features.source synthetic has no target model whose attention sizes a 0 could "
+      "take: give drafter.num_heads, drafter.num_kv_heads and drafter.head_dim (got 0, "
+      "2, 16");
+  EXPECT_EQ(files_of(run), before);
+  expect_error(train(small(run) + " --fresh --set drafter.head_loss_chunk_rows=0" +
+                     " --set drafter.head_loss_chunk_budget_mb=0.0001"),
+               "cannot hold one row of a chunk at V=128");
+  EXPECT_EQ(files_of(run), before);
+  // The toy target's run: the same checks, before the target trains.
+  const std::string toy = path("toy");
+  const std::string config = "--config " + write("c.json", tiny(toy));
+  ASSERT_EQ(train(config).exit_code, 0) << slurp(path("err"));
+  const auto toy_before = files_of(toy);
+  expect_error(train(config + " --fresh --set drafter.head_loss_chunk_rows=0" +
+                     " --set drafter.head_loss_chunk_budget_mb=0.0001"),
+               "drafter.head_loss_chunk_budget_mb");
+  expect_error(train(config + " --fresh --set drafter.num_kv_heads=3"),
+               "drafter.num_heads 0 (the target's: 2) is not a multiple of drafter.num_kv_heads "
+               "3 (grouped-query attention");
+  EXPECT_EQ(files_of(toy), toy_before);
+  // A new run directory is not left behind.
+  expect_error(train(small(path("new")) + " --set drafter.head_loss_chunk_rows=0" +
+                     " --set drafter.head_loss_chunk_budget_mb=0.0001"),
+               "drafter.head_loss_chunk_budget_mb");
+  EXPECT_FALSE(std::filesystem::exists(path("new")));
+}
+
+}  // namespace
