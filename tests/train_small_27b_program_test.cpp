@@ -68,4 +68,33 @@ TEST_F(SmallFullScale, AnUnbuildableDrafterLeavesTheRunDirectoryAsItWas) {
   EXPECT_FALSE(std::filesystem::exists(path("new")));
 }
 
+// Ctrl-C with drafter.checkpoint_every -1 (the full-scale config's) said "training saves a
+// checkpoint first" and "run the same command to resume", saved nothing (a rerun started
+// over), and metrics.jsonl lacked the steps after the last group of 10.
+TEST_F(SmallFullScale, AStopWithoutCheckpointsSaysSoAndLogsEveryStep) {
+  const std::string run = path("run");
+  const pid_t pid = start_train(small(run) + " --set drafter.optim.steps=100000");
+  ASSERT_TRUE(wait_for(run + "/metrics.jsonl", R"("phase":"drafter")")) << slurp(path("err"));
+  const TrainRun r = stop(pid, SIGINT);
+  EXPECT_EQ(r.exit_code, 130) << r.err;
+  EXPECT_NE(r.err.find("chunkgrad: stopping at the next step boundary; drafter.checkpoint_every "
+                       "is -1, so the drafter saves no checkpoint"),
+            std::string::npos)
+      << r.err;
+  const size_t at = r.err.find("drafter training: interrupted at step ");
+  ASSERT_NE(at, std::string::npos) << r.err;
+  const int64_t step = std::stoll(r.err.substr(at + 38));
+  EXPECT_NE(r.err.find("; nothing was saved (drafter.checkpoint_every is -1), so the same "
+                       "command trains the drafter from the start"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("checkpoint first"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("to resume"), std::string::npos) << r.err;
+  const auto steps = steps_logged(run, "drafter");
+  EXPECT_EQ(static_cast<int64_t>(steps.size()), step) << "a finished step is missing from the log";
+  for (const auto& [s, n] : steps) EXPECT_EQ(n, 1) << "drafter step " << s;
+  for (const auto& e : std::filesystem::directory_iterator(run + "/drafter"))
+    ADD_FAILURE() << "saved " << e.path();
+}
+
 }  // namespace

@@ -395,11 +395,13 @@ double DrafterTrainer::run(MetricsLog* log) {
     const bool save =
         d.checkpoint_every >= 0 &&
         (stop || (d.checkpoint_every > 0 && s % d.checkpoint_every == 0) || s == d.optim.steps);
-    if (save || static_cast<int64_t>(queued.size()) >= kFinishEvery) finish_queued();
+    // A stop logs every step it finished, saved or not (with checkpoint_every -1 the steps
+    // since the last group of kFinishEvery were dropped from metrics.jsonl).
+    if (save || stop || static_cast<int64_t>(queued.size()) >= kFinishEvery) finish_queued();
     if (save) save_checkpoint();
     if (stop) {
       bar.finish();  // ends the progress line before the message
-      throw Interrupted("drafter", s);
+      throw Interrupted("drafter", s, save);
     }
   }
   finish_queued();

@@ -339,9 +339,11 @@ nlohmann::json write_summary(RunState& s) {
 }
 
 // Between the stages after training: a stop signal that came during a stage that does
-// not check it ends the run here (the drafter's state is saved at its last checkpoint).
+// not check it ends the run here (the drafter's state is saved at its last checkpoint,
+// unless drafter.checkpoint_every is -1).
 void stop_if_asked(const RunState& s) {
-  if (stop_agreed()) throw Interrupted("drafter", s.final_step);
+  if (stop_agreed())
+    throw Interrupted("drafter", s.final_step, s.config.drafter.checkpoint_every >= 0);
 }
 
 // drafter.init_from is a drafter folder eval would take (an outside tester trained from one
@@ -374,7 +376,8 @@ nlohmann::json run_pipeline(const TrainConfig& config, const PipelineOptions& op
            "or use features.source target or synthetic (docs/data_parallel.md)");
   RunState s(config, config.compute_device());
   check_memory_chunk(config, s.device);  // a chunk budget too small for the large config fails now
-  StopSignals signals;  // SIGINT/SIGTERM: finish the step, save, stop (stop_signal.h)
+  // SIGINT/SIGTERM: finish the step, save (unless checkpoint_every is -1), stop (stop_signal.h)
+  StopSignals signals(config.drafter.checkpoint_every >= 0);
   warn_about_config(config);
   // The toy target's drafter follows from the config alone: a drafter.* value it cannot
   // be built with (num_kv_heads 3 for 2 heads, a MASK id outside the vocabulary, the 27B

@@ -31,6 +31,15 @@ constexpr char kStoppingRank[] =
     "step boundary and rank 0 saves a checkpoint first (signal again to stop at once); if "
     "mpirun is ending the job because a rank failed (that rank's error is printed), nothing "
     "is saved\n";
+// drafter.checkpoint_every -1: nothing is saved, and the lines say so.
+constexpr char kStoppingNoSave[] =
+    "\nchunkgrad: stopping at the next step boundary; drafter.checkpoint_every is -1, so the "
+    "drafter saves no checkpoint and a rerun trains it from the start; signal again to stop "
+    "at once\n";
+constexpr char kStoppingRankNoSave[] =
+    "\nchunkgrad: rank %d got a stop signal: every rank stops at the next step boundary and "
+    "nothing is saved (drafter.checkpoint_every is -1); if mpirun is ending the job because a "
+    "rank failed, that rank's error is printed\n";
 char g_message[512];  // written before the handlers are installed
 size_t g_message_size = 0;
 
@@ -44,15 +53,17 @@ extern "C" void on_stop_signal(int sig) {
 
 }  // namespace
 
-StopSignals::StopSignals() {
+StopSignals::StopSignals(bool saves) {
   g_stop.store(false);
   dist::LaunchInfo launch;  // (a launch environment it cannot read: the one-process line)
   try {
     launch = dist::detect_launch();
   } catch (const Error&) {}
-  const int n = launch.world_size > 1
-                    ? std::snprintf(g_message, sizeof g_message, kStoppingRank, launch.rank)
-                    : std::snprintf(g_message, sizeof g_message, "%s", kStopping);
+  const char* rank_line = saves ? kStoppingRank : kStoppingRankNoSave;
+  const int n =
+      launch.world_size > 1
+          ? std::snprintf(g_message, sizeof g_message, rank_line, launch.rank)
+          : std::snprintf(g_message, sizeof g_message, "%s", saves ? kStopping : kStoppingNoSave);
   g_message_size = std::min(sizeof g_message - 1, static_cast<size_t>(std::max(n, 0)));
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
@@ -74,9 +85,11 @@ bool stop_agreed() { return stop_requested(); }
 
 void request_stop() { g_stop.store(true); }
 
-Interrupted::Interrupted(const std::string& phase, int64_t step)
+Interrupted::Interrupted(const std::string& phase, int64_t step, bool saved)
     : std::runtime_error(phase + " training: interrupted at step " + std::to_string(step) +
-                         "; run the same command to resume"),
+                         (saved ? "; run the same command to resume"
+                                : "; nothing was saved (drafter.checkpoint_every is -1), so the "
+                                  "same command trains the drafter from the start")),
       phase_(phase),
       step_(step) {}
 

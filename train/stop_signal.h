@@ -11,6 +11,11 @@
 //   StopSignals signals;                       // handlers for the run's lifetime
 //   ... after each step: if (stop_agreed()) { save; throw Interrupted("drafter", step); }
 //
+// A run with drafter.checkpoint_every -1 (a benchmark: a full-scale checkpoint is about
+// 24 GB) saves nothing, and both lines say so (StopSignals(false), Interrupted(..., false)):
+// an outside tester was told "training saves a checkpoint first" and "run the same command
+// to resume", and the same command started over.
+//
 // Note [Stopping together]: with several ranks of one data-parallel run, each rank would
 // see the signal at a different moment, and a rank that stops while another takes one more
 // step deadlocks the next collective. So the decision is made at a step boundary by
@@ -29,10 +34,11 @@ namespace cg::train {
 
 // Installs SIGINT and SIGTERM handlers that set the stop flag (the previous handlers come
 // back when it is destroyed). The flag is cleared when the handlers are installed and
-// when they are removed.
+// when they are removed. `saves`: whether the run saves a checkpoint when it stops (false:
+// drafter.checkpoint_every -1), which the line said at the signal tells.
 class StopSignals {
  public:
-  StopSignals();
+  explicit StopSignals(bool saves = true);
   ~StopSignals();
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
@@ -49,11 +55,12 @@ bool stop_agreed();
 // Sets the flag as a signal would (tests; a future rank that learns of the stop otherwise).
 void request_stop();
 
-// Thrown after the checkpoint of an interrupted phase is saved; the programs turn it into
-// the "interrupted" line and exit code kExitInterrupted.
+// Thrown after the checkpoint of an interrupted phase is saved (`saved` false: none was,
+// drafter.checkpoint_every -1); the programs turn it into the "interrupted" line and exit
+// code kExitInterrupted.
 class Interrupted : public std::runtime_error {
  public:
-  Interrupted(const std::string& phase, int64_t step);
+  Interrupted(const std::string& phase, int64_t step, bool saved = true);
   const std::string& phase() const { return phase_; }
   int64_t step() const { return step_; }
 

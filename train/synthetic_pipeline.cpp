@@ -127,7 +127,8 @@ nlohmann::json run_synthetic_pipeline(const TrainConfig& config, const PipelineO
   check_run_drafter(config, synthetic_target_architecture(config.drafter),
                     config.drafter.vocab_size - 1, device);
   check_synthetic_memory(config, device);
-  StopSignals signals;  // SIGINT/SIGTERM: finish the step, save, stop (stop_signal.h)
+  // SIGINT/SIGTERM: finish the step, save (unless checkpoint_every is -1), stop (stop_signal.h)
+  StopSignals signals(config.drafter.checkpoint_every >= 0);
   // Data parallel (docs/data_parallel.md): every rank trains, rank 0 alone writes to the
   // run directory (Note [One lock per run], run_lock.h) and evaluates.
   dist::Communicator* comm = options.comm;
@@ -222,7 +223,7 @@ nlohmann::json run_synthetic_pipeline(const TrainConfig& config, const PipelineO
   const double train_seconds = seconds_since(t_train);
   const int64_t final_step = trainer.step();
   drafter->eval();
-  if (stop_agreed()) throw Interrupted("drafter", final_step);
+  if (stop_agreed()) throw Interrupted("drafter", final_step, d.checkpoint_every >= 0);
   if (!rank0) return nlohmann::json::object();  // rank 0 evaluates and writes the summary
 
   // Evaluation: held-out samples of the same task (another range of sample ids).
