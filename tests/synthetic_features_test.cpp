@@ -11,6 +11,8 @@
 #include <map>
 
 #include "autograd/grad_mode.h"
+#include "core/allocator_stats.h"
+#include "core/caching_allocator.h"
 #include "core/factories.h"
 #include "nn/dflash_drafter.h"
 #include "nn_test_util.h"
@@ -224,6 +226,31 @@ TEST(SyntheticPipeline, The27bConfigIsTheSeedsRun) {
     EXPECT_NE(e.message().find("run it on a GPU"), std::string::npos) << e.message();
   }
   EXPECT_NO_THROW(train::check_synthetic_memory(c, kCPU, int64_t{64} << 30));
+  // An outside tester's --memory-limit-mb 1 was reported as "needs at least 0.0 GiB ... the
+  // host has 0.0 GiB available; run it on a GPU": the cap, not the host, is named now, with
+  // the bytes and the limit to raise it to.
+  train::TrainConfig small = c;
+  small.drafter.vocab_size = 512;
+  small.drafter.hidden_size = 64;
+  CachingAllocator& host = allocator_for(kCPU);
+  host.set_memory_limit(size_t{1} << 20);
+  std::string e;
+  try {
+    train::check_synthetic_memory(small, kCPU, int64_t{23} << 30);
+  } catch (const Error& error) { e = error.message(); }
+  host.set_memory_limit(0);
+  const int64_t need = train::synthetic_static_bytes(small);
+  EXPECT_NE(
+      e.find("needs at least " + format_bytes(need) + " (" + std::to_string(need) + " bytes)"),
+      std::string::npos)
+      << e;
+  EXPECT_NE(e.find("--memory-limit-mb caps the CPU allocator at 1.00 MiB (1048576 bytes); raise "
+                   "--memory-limit-mb to at least " +
+                   std::to_string((need + (1 << 20) - 1) >> 20)),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("the host has 23.00 GiB available"), std::string::npos) << e;
+  EXPECT_EQ(e.find("run it on a GPU"), std::string::npos) << e;
 }
 
 // An outside tester: a toy target of 64 layers at hidden 8192 (about 55B parameters) on the

@@ -39,14 +39,6 @@ using pipeline_stages::say;
 using pipeline_stages::seconds_since;
 using pipeline_stages::warn;
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-
-std::string gib(double bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / kGiB);
-  return buf;
-}
-
 // The drafter's architecture without a target model: the target's sizes from drafter.*,
 // MASK = drafter.mask_token_id or the vocabulary's last id.
 nn::DFlashDrafterConfig synthetic_drafter_config(const TrainConfig& c) {
@@ -66,12 +58,27 @@ int64_t host_available_bytes() {
   return static_cast<int64_t>(sysconf(_SC_AVPHYS_PAGES)) * sysconf(_SC_PAGESIZE);
 }
 
-// What a run on the host may use: MemAvailable, or the CPU allocator's limit
-// (--memory-limit-mb) when that is lower.
-int64_t host_bytes_for_the_run() {
-  const int64_t host = host_available_bytes();
+// "12.34 MiB (12939264 bytes)": a small need is not "0.0 GiB".
+std::string bytes_text(int64_t bytes) {
+  return format_bytes(bytes) + " (" + std::to_string(bytes) + " bytes)";
+}
+
+// The end of a refusal for a run on the host that needs `need` bytes: "" when it fits what
+// the run may use -- MemAvailable (`host`, -1: read it), or the CPU allocator's limit
+// (--memory-limit-mb) when that is lower -- else which of the two it does not fit, and
+// what to change (`advice` for the host's memory). An outside tester's --memory-limit-mb 1
+// was reported as "the host has 0.0 GiB available" on a host with 23 GiB.
+std::string host_shortfall(int64_t need, int64_t host, const std::string& advice) {
+  if (host < 0) host = host_available_bytes();
   const auto limit = static_cast<int64_t>(allocator_for(kCPU).memory_limit());
-  return limit > 0 ? std::min(host, limit) : host;
+  if (need <= (limit > 0 ? std::min(host, limit) : host)) return "";
+  if (limit > 0 && limit < host) {
+    const int64_t mib = (need + (int64_t{1} << 20) - 1) >> 20;
+    return "--memory-limit-mb caps the CPU allocator at " + bytes_text(limit) +
+           "; raise --memory-limit-mb to at least " + std::to_string(mib) +
+           " (or 0, no limit: the host has " + format_bytes(host) + " available)";
+  }
+  return "the host has " + bytes_text(host) + " available; " + advice;
 }
 
 // The data fingerprint saved with each checkpoint: the task is fixed by the config (seed,
@@ -93,14 +100,15 @@ int64_t synthetic_static_bytes(const TrainConfig& config) {
 void check_synthetic_memory(const TrainConfig& config, Device device, int64_t available) {
   if (backend_for(device).capabilities().own_memory) return;  // the device allocator's to say
   const int64_t need = synthetic_static_bytes(config);
-  if (available < 0) available = host_bytes_for_the_run();
-  CG_CHECK(need <= available, "train config: this synthetic run needs at least ", gib(need),
+  const std::string shortfall =
+      host_shortfall(need, available,
+                     "run it on a GPU (--device cuda) or shrink drafter.vocab_size, "
+                     "hidden_size, num_layers or intermediate_size");
+  CG_CHECK(shortfall.empty(), "train config: this synthetic run needs at least ", bytes_text(need),
            " on the ", device.str(),
            " before its first activation (the frozen embedding and lm_head, the drafter's "
-           "weights and gradients, AdamW's masters and moments) and the host has ",
-           gib(available),
-           " available; run it on a GPU (--device cuda) or shrink drafter.vocab_size, "
-           "hidden_size, num_layers or intermediate_size");
+           "weights and gradients, AdamW's masters and moments) and ",
+           shortfall);
 }
 
 void check_online_target_memory(const TrainConfig& config, Device device, int64_t available) {
@@ -109,12 +117,13 @@ void check_online_target_memory(const TrainConfig& config, Device device, int64_
   const int64_t params = t.vocab_size * t.hidden_size * (t.tie_embeddings ? 1 : 2) +
                          t.num_layers * t.layer_parameters() + t.hidden_size;
   const int64_t need = 16 * params;  // fp32 weights, gradients, AdamW's two moments
-  if (available < 0) available = host_bytes_for_the_run();
-  CG_CHECK(need <= available, "train config: the toy target (target.*: ", params,
-           " parameters) needs at least ", gib(static_cast<double>(need)),
-           " to train (fp32 weights, gradients and AdamW's moments) and ", gib(available),
-           " is available on the host; shrink target.hidden_size, num_layers or "
-           "intermediate_size, or train from a target's features (--features, --target)");
+  const std::string shortfall =
+      host_shortfall(need, available,
+                     "shrink target.hidden_size, num_layers or intermediate_size, or train from "
+                     "a target's features (--features, --target)");
+  CG_CHECK(shortfall.empty(), "train config: the toy target (target.*: ", params,
+           " parameters) needs at least ", bytes_text(need),
+           " to train (fp32 weights, gradients and AdamW's moments) and ", shortfall);
 }
 
 nlohmann::json run_synthetic_pipeline(const TrainConfig& config, const PipelineOptions& options) {

@@ -29,14 +29,16 @@ int64_t synthetic_static_bytes(const TrainConfig& config);
 
 // Throws, before anything is allocated or written, when `device` is the host and the
 // static bytes alone exceed the memory the host has available (`available` bytes; -1 =
-// read it: MemAvailable). The seed's run (a 1.73B-parameter drafter in bf16 over a
-// 248320 x 5120 vocabulary) needs about 31 GiB before activations. A GPU's memory is left
-// to its allocator, whose out-of-memory message names what held it.
+// read it: MemAvailable) or the CPU allocator's limit (--memory-limit-mb) when that is
+// lower; the refusal names which, in bytes, and what to change. The seed's run (a
+// 1.73B-parameter drafter in bf16 over a 248320 x 5120 vocabulary) needs about 31 GiB
+// before activations. A GPU's memory is left to its allocator, whose out-of-memory message
+// names what held it.
 void check_synthetic_memory(const TrainConfig& config, Device device, int64_t available = -1);
 
 // The same for a run that trains its toy target first (features.source online): the target's
 // fp32 weights, gradients and AdamW moments (16 bytes a parameter) must fit what the host
-// has (`available`; -1: MemAvailable, or the CPU allocator's --memory-limit-mb when lower).
+// has (`available`; -1: MemAvailable), or the CPU allocator's --memory-limit-mb when lower.
 // A 64-layer target of hidden 8192 filled the host until the kernel would kill it.
 void check_online_target_memory(const TrainConfig& config, Device device, int64_t available = -1);
 
