@@ -144,6 +144,36 @@ std::pair<double, double> first_and_last_loss(const char* kind, double ce_weight
   return {first, last};
 }
 
+// Note [Evaluation in training's blocks]: the held-out evaluation runs in forwards of a
+// training micro-batch's blocks, not of every anchor of a sample at once: the same counts,
+// a fraction of the peak (an outside tester's run trained under --memory-limit-mb and ran
+// out of memory in the evaluation after it).
+TEST(SyntheticFeatures, TheHeldOutEvaluationRunsInATrainingStepsBlocks) {
+  train::SyntheticFeatureSource train_set(small_task());
+  train::SyntheticFeatureSource held(train_set, 1000, 2);
+  train::DrafterConfig d = small_drafter();
+  auto drafter = train::make_drafter(train::synthetic_target_architecture(d),
+                                     train_set.embed_weight(), train_set.head_weight(), d, 511, 7);
+  CachingAllocator& host = allocator_for(kCPU);
+  auto measured = [&](int64_t max_anchors, int64_t* peak) {
+    d.max_anchors = max_anchors;
+    d.optim.batch_size = 1;
+    host.reset_peak_stats();
+    const int64_t before = static_cast<int64_t>(host.stats().allocated_bytes.current);
+    const train::SlotMetrics m = train::held_out_slot_metrics(*drafter, held, d);
+    *peak = static_cast<int64_t>(host.stats().allocated_bytes.peak) - before;
+    return m;
+  };
+  int64_t step_sized = 0, whole = 0;
+  const train::SlotMetrics a = measured(4, &step_sized);
+  const train::SlotMetrics b = measured(256, &whole);  // every anchor of a sample at once
+  EXPECT_EQ(a.total, b.total);
+  EXPECT_EQ(a.correct, b.correct);
+  EXPECT_EQ(a.blocks, b.blocks);
+  EXPECT_GT(a.total[1], 100) << "63 anchors in each of 2 samples";
+  EXPECT_LT(2 * step_sized, whole) << step_sized << " B in blocks of 4, " << whole << " B at once";
+}
+
 TEST(SyntheticFeatures, TheLossFallsOverAShortRun) {
   const auto [ce_first, ce_last] = first_and_last_loss("ce", 0.0);
   EXPECT_NEAR(ce_first, std::log(512.0), 0.5) << "CE starts near chance over the vocabulary";

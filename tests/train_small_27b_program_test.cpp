@@ -5,6 +5,9 @@
 // host, an out-of-memory that named no phase, and settings that were silently unused.
 #include "tests/train_program_fixture.h"
 
+#include "core/error.h"
+#include "train/error_context.h"
+
 namespace {
 
 using train_program_fixture::slurp;
@@ -95,6 +98,22 @@ TEST_F(SmallFullScale, AStopWithoutCheckpointsSaysSoAndLogsEveryStep) {
   for (const auto& [s, n] : steps) EXPECT_EQ(n, 1) << "drafter step " << s;
   for (const auto& e : std::filesystem::directory_iterator(run + "/drafter"))
     ADD_FAILURE() << "saved " << e.path();
+}
+
+// error_context.h: the error rethrown with where it happened said first keeps its type (an
+// out-of-memory is still one) and its location.
+TEST(ErrorContext, AnErrorKeepsItsTypeAndLocation) {
+  std::string what, message;
+  try {
+    try {
+      throw cg::OutOfMemoryError("out of memory", "core/caching_allocator.cpp", 123);
+    } catch (const cg::Error&) { cg::train::rethrow_with_context("at drafter step 21: "); }
+  } catch (const cg::OutOfMemoryError& e) {
+    what = e.what();
+    message = e.message();
+  }
+  EXPECT_EQ(message, "at drafter step 21: out of memory");
+  EXPECT_EQ(what, "at drafter step 21: out of memory (at core/caching_allocator.cpp:123)");
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // Why this file exists: the drafter's forward + loss and slot metrics (drafter_step.h).
 #include "train/drafter_step.h"
 
+#include <algorithm>
+
 #include "autograd/grad_mode.h"
 #include "core/allocator_stats.h"
 #include "core/factories.h"
@@ -188,14 +190,26 @@ SlotMetrics held_out_slot_metrics(const nn::DFlashDrafter& drafter, FeatureSourc
       for (size_t k = 0; k < 256; ++k) spread.push_back(anchors[k * anchors.size() / 256]);
       anchors = std::move(spread);
     }
-    const int64_t n = static_cast<int64_t>(anchors.size());
-    BlockBatch b =
-        build_block_batch({&seqs[i]}, {anchors}, n, block_size, 0.0, drafter.config().mask_token_id,
-                          ByteTokenizer::kPad, source.seq_len());
     const FeatureBatch f = source.fetch({static_cast<int64_t>(i)}, device);
-    HeadLossResult r = drafter_loss(drafter, {&b, f.hidden_states, Tensor()}, ce);
-    const std::vector<double> am = r.argmax.to_vector();
-    m.add(b, std::vector<int64_t>(am.begin(), am.end()));
+    // Note [Evaluation in training's blocks]: the anchors in forwards of at most a training
+    // micro-batch's blocks (max_anchors x batch_size). A block sees the context before its
+    // anchor and itself, never another block, so the grouping changes no prediction; but
+    // one forward of all 256 held a batch 16 times a step's (max_anchors 16, batch 1), and
+    // an outside tester's --memory-limit-mb that held 30 training steps ran out of memory
+    // in the evaluation after them.
+    const size_t group =
+        static_cast<size_t>(std::max<int64_t>(1, d.max_anchors * d.optim.batch_size));
+    for (size_t at = 0; at < anchors.size(); at += group) {
+      const std::vector<int64_t> part(
+          anchors.begin() + static_cast<std::ptrdiff_t>(at),
+          anchors.begin() + static_cast<std::ptrdiff_t>(std::min(anchors.size(), at + group)));
+      BlockBatch b =
+          build_block_batch({&seqs[i]}, {part}, static_cast<int64_t>(part.size()), block_size, 0.0,
+                            drafter.config().mask_token_id, ByteTokenizer::kPad, source.seq_len());
+      HeadLossResult r = drafter_loss(drafter, {&b, f.hidden_states, Tensor()}, ce);
+      const std::vector<double> am = r.argmax.to_vector();
+      m.add(b, std::vector<int64_t>(am.begin(), am.end()));
+    }
   }
   return m;
 }

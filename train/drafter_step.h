@@ -89,7 +89,8 @@ struct SlotMetrics {
 
 // Per-slot accuracy of `drafter` on every sample of `source` (held-out data), with every
 // candidate anchor of each (beyond 256 candidates, 256 spread evenly over them), CE only,
-// no graph.
+// no graph, in forwards of at most d.max_anchors x d.optim.batch_size blocks (Note
+// [Evaluation in training's blocks], drafter_step.cpp).
 SlotMetrics held_out_slot_metrics(const nn::DFlashDrafter& drafter, FeatureSource& source,
                                   const DrafterConfig& d);
 

@@ -19,6 +19,7 @@
 #include "ops/index_ops.h"
 #include "ops/shape_ops.h"
 #include "train/drafter_checkpoints.h"
+#include "train/error_context.h"
 #include "train/flop_count.h"
 #include "train/stop_signal.h"
 #include "train/target_lm.h"
@@ -385,7 +386,13 @@ double DrafterTrainer::run(MetricsLog* log) {
   };
   while (step() < d.optim.steps) {
     if (queued.empty()) group_start = std::chrono::steady_clock::now();
-    queued.push_back(train_step_queued());
+    // An error says which step it came from (error_context.h): an out-of-memory named no
+    // phase. (A step read back later, in finish(), names its own step.)
+    try {
+      queued.push_back(train_step_queued());
+    } catch (const Error&) {
+      rethrow_with_context("at drafter step " + std::to_string(step() + 1) + ": ");
+    }
     const int64_t s = queued.back().step;
     // Note [Stopping together], train/stop_signal.h: any rank's signal stops every rank.
     const bool stop = any_rank(data_.comm, stop_agreed());
@@ -398,7 +405,13 @@ double DrafterTrainer::run(MetricsLog* log) {
     // A stop logs every step it finished, saved or not (with checkpoint_every -1 the steps
     // since the last group of kFinishEvery were dropped from metrics.jsonl).
     if (save || stop || static_cast<int64_t>(queued.size()) >= kFinishEvery) finish_queued();
-    if (save) save_checkpoint();
+    if (save) {
+      try {
+        save_checkpoint();
+      } catch (const Error&) {
+        rethrow_with_context("saving the checkpoint of drafter step " + std::to_string(s) + ": ");
+      }
+    }
     if (stop) {
       bar.finish();  // ends the progress line before the message
       throw Interrupted("drafter", s, save);

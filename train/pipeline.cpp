@@ -31,6 +31,7 @@
 #include "train/drafter_export.h"
 #include "train/drafter_model.h"
 #include "train/drafter_trainer.h"
+#include "train/error_context.h"
 #include "train/eval_inputs.h"
 #include "train/fingerprint.h"
 #include "train/generate.h"
@@ -421,7 +422,12 @@ nlohmann::json run_pipeline(const TrainConfig& config, const PipelineOptions& op
   train_drafter(s);
   stop_if_asked(s);
   if (!rank0) return nlohmann::json::object();  // rank 0 evaluates and writes the summary
-  evaluate_drafter(s);
+  try {
+    evaluate_drafter(s);
+  } catch (const Error&) {  // error_context.h: an out-of-memory here named no phase
+    rethrow_with_context("in the held-out evaluation after drafter step " +
+                         std::to_string(s.final_step) + ": ");
+  }
   stop_if_asked(s);
   measure_memory(s);
   return write_summary(s);

@@ -24,6 +24,7 @@
 #include "train/drafter_model.h"
 #include "train/drafter_step.h"
 #include "train/drafter_trainer.h"
+#include "train/error_context.h"
 #include "train/flop_count.h"
 #include "train/pipeline_stages.h"
 #include "train/progress.h"
@@ -241,7 +242,13 @@ nlohmann::json run_synthetic_pipeline(const TrainConfig& config, const PipelineO
                   " held-out synthetic samples; speculative decoding skipped (no target model "
                   "to verify drafts)");
   SyntheticFeatureSource held(*source, int64_t{1} << 40, config.eval.accuracy_sequences);
-  const SlotMetrics slots = held_out_slot_metrics(*drafter, held, d);
+  SlotMetrics slots;
+  try {
+    slots = held_out_slot_metrics(*drafter, held, d);
+  } catch (const Error&) {  // error_context.h: an out-of-memory here named no phase
+    rethrow_with_context("in the held-out evaluation after drafter step " +
+                         std::to_string(final_step) + ": ");
+  }
 
   nlohmann::json summary;
   summary["features"] = source->describe();
