@@ -140,6 +140,12 @@ TEST_F(TrainResume, ResumeFromANamedCheckpointReplacesTheLaterOnes) {
   EXPECT_EQ(checkpoint_steps(run), (std::vector<int64_t>{1, 2, 4}));
   // Options checked up front: a file that is not there, and --fresh with it.
   expect_error(train(args + " --resume-from " + path("none.safetensors")), "none.safetensors");
+  // A step's checkpoint named as the docs once spelled it names the files there (an outside
+  // tester's step_10.safetensors, where the file is step_00000010.safetensors).
+  expect_error(train(args + " --resume-from " + run + "/drafter/step_2.safetensors"),
+               "drafter/step_2.safetensors; " + run +
+                   "/drafter holds step_00000004.safetensors, step_00000002.safetensors, "
+                   "step_00000001.safetensors (checkpoints are named by their step in 8 digits)");
   expect_error(train(args + " --fresh --resume-from " + saved), "excludes");
   // A checkpoint of another config is refused as a resume is, naming the field.
   expect_error(train(args + " --set drafter.gamma=2 --resume-from " + saved),

@@ -2,8 +2,10 @@
 // DFlash drafter training -> speculative decoding -> the memory story, configured by one
 // JSON file (docs/train_config.md; configs/toy.json is the default). The work is
 // train/pipeline.h's; this file only reads the command line and prints the summary.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
@@ -156,6 +158,32 @@ void check_run_dir_not_input(const train::TrainConfig& config, const std::string
   program::check_inputs_outside(config.run_dir, "run_dir", targets);
 }
 
+// --resume-from: an existing file; a path that is not there names the checkpoints beside it
+// (an outside tester's step_10.safetensors was step_00000010.safetensors).
+CLI::Validator existing_checkpoint() {
+  return CLI::Validator(
+      [](std::string& path) -> std::string {
+        std::string why = CLI::ExistingFile(path);
+        if (why.empty()) return why;
+        namespace fs = std::filesystem;
+        fs::path dir = fs::path(path).parent_path();
+        if (dir.empty()) dir = ".";
+        std::vector<std::string> names;
+        std::error_code ec;
+        for (const auto& e : fs::directory_iterator(dir, ec)) {
+          const std::string name = e.path().filename().string();
+          if (name.starts_with("step_") && name.ends_with(".safetensors")) names.push_back(name);
+        }
+        if (names.empty()) return why;
+        std::sort(names.rbegin(), names.rend());  // newest first
+        why += "; " + dir.string() + " holds ";
+        for (size_t i = 0; i < names.size() && i < 3; ++i) why += (i > 0 ? ", " : "") + names[i];
+        if (names.size() > 3) why += " and " + std::to_string(names.size() - 3) + " more";
+        return why + " (checkpoints are named by their step in 8 digits)";
+      },
+      "FILE");
+}
+
 }  // namespace
 
 void add_train_command(CLI::App& app, CommandBody& run) {
@@ -220,11 +248,11 @@ void add_train_command(CLI::App& app, CommandBody& run) {
   CLI::Option* fresh = sub->add_flag("--fresh", o.fresh,
                                      "do not resume from the run directory's drafter checkpoint");
   sub->add_option("--resume-from", o.resume_from,
-                  "resume from this drafter checkpoint (a step_<N>.safetensors) instead of the run "
-                  "directory's newest; checked as a resume is, and refused rather than replaced "
-                  "when damaged. The run directory's later checkpoints are removed when this run "
-                  "saves its first")
-      ->check(CLI::ExistingFile)
+                  "resume from this drafter checkpoint (RUN_DIR/drafter/step_00000010.safetensors "
+                  "for step 10) instead of the run directory's newest; checked as a resume is, "
+                  "and refused rather than replaced when damaged. The run directory's later "
+                  "checkpoints are removed when this run saves its first")
+      ->check(existing_checkpoint())
       ->excludes(fresh);
   sub->add_flag("--print-config", o.print_config, "print the effective config as JSON and exit");
   sub->add_option("--memory-limit-mb", o.memory_limit_mb, "cap the CPU allocator (0: no limit)")
