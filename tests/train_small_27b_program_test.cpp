@@ -100,6 +100,35 @@ TEST_F(SmallFullScale, AStopWithoutCheckpointsSaysSoAndLogsEveryStep) {
     ADD_FAILURE() << "saved " << e.path();
 }
 
+// Settings the run does not use, set to other than their defaults, trained without a word:
+// now one warning line each (a contradiction stays an error: ce_weight with kind ce).
+TEST_F(SmallFullScale, UnusedSettingsAreWarnedAbout) {
+  const TrainRun clean = train(small(path("clean")));
+  ASSERT_EQ(clean.exit_code, 0) << clean.err;
+  EXPECT_EQ(clean.err.find("warning"), std::string::npos) << clean.err;
+  const TrainRun r = train(small(path("run")) +
+                           " --set 'drafter.target_layers=[1, 2, 4]' --set drafter.loss.kind=ce"
+                           " --set drafter.loss.ce_weight=0 --set drafter.loss.mix_ce_weight=0.3"
+                           " --set drafter.loss.temperature=2 --set 'drafter.layer_types=[]'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* line :
+       {"warning: drafter.num_target_features 5 is unused: drafter.target_layers lists 3 layers "
+        "([1,2,4]) and the drafter reads those 3",
+        "warning: drafter.loss.mix_ce_weight 0.3 is unused: it is the CE weight of kind mix, and "
+        "drafter.loss.kind is ce",
+        "warning: drafter.loss.temperature 2.0 is unused",
+        "warning: drafter.sliding_window 8 is unused: every layer is full_attention"})
+    EXPECT_NE(r.err.find(line), std::string::npos) << line << " in:\n" << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 4) << r.err;
+  // kl: its CE weight is ce_weight; mix_ce_weight is said to be unused.
+  const TrainRun kl = train(small(path("kl")) + " --set drafter.loss.mix_ce_weight=0.3");
+  ASSERT_EQ(kl.exit_code, 0) << kl.err;
+  EXPECT_NE(kl.err.find("drafter.loss.kind is kl; for hard CE in this kind set "
+                        "drafter.loss.ce_weight"),
+            std::string::npos)
+      << kl.err;
+}
+
 // error_context.h: the error rethrown with where it happened said first keeps its type (an
 // out-of-memory is still one) and its location.
 TEST(ErrorContext, AnErrorKeepsItsTypeAndLocation) {

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "core/atomic_file.h"
+#include "ops/loss_config.h"
 #include "ops/threads.h"
 #include "train/corpus.h"
 #include "train/dflash_batch.h"
@@ -136,8 +137,45 @@ void remove_stale_temporaries(const TrainConfig& config) {
   }
 }
 
-// Before any stage: what the config allows but the user probably did not mean.
+// Before any stage: what the config allows but the user probably did not mean. A setting
+// the run does not use, set to other than its default, is one warning line (a setting that
+// contradicts another is an error, TrainConfig::validate): an outside tester's
+// num_target_features 5 beside three target_layers, mix_ce_weight with kind kl, temperature
+// with kind ce and a sliding_window with every layer full all trained without a word.
 void warn_about_config(const TrainConfig& c) {
+  const DrafterConfig& d = c.drafter;
+  const DrafterConfig defaults;
+  auto text = [](double v) { return nlohmann::json(v).dump(); };
+  const auto listed = static_cast<int64_t>(d.target_layers.size());
+  if (listed > 0 && d.num_target_features != listed &&
+      d.num_target_features != defaults.num_target_features) {
+    warn("drafter.num_target_features " + std::to_string(d.num_target_features) +
+         " is unused: drafter.target_layers lists " + std::to_string(listed) + " layers (" +
+         nlohmann::json(d.target_layers).dump() + ") and the drafter reads those " +
+         std::to_string(listed) + "; list " + std::to_string(d.num_target_features) +
+         " layers, or drop num_target_features");
+  }
+  if (d.loss.kind != "mix" && d.loss.mix_ce_weight != defaults.loss.mix_ce_weight) {
+    warn("drafter.loss.mix_ce_weight " + text(d.loss.mix_ce_weight) +
+         " is unused: it is the CE weight of kind mix, and drafter.loss.kind is " + d.loss.kind +
+         (loss_kind_info(d.loss.loss_kind()).needs_teacher
+              ? "; for hard CE in this kind set drafter.loss.ce_weight"
+              : "; drop it"));
+  }
+  if (!loss_kind_info(d.loss.loss_kind()).needs_teacher &&
+      d.loss.temperature != defaults.loss.temperature) {
+    warn("drafter.loss.temperature " + text(d.loss.temperature) +
+         " is unused: it softens the teacher of kl, rkl, soft_ce and mix, and drafter.loss.kind " +
+         d.loss.kind + " has none; drop it, or pick a teacher kind");
+  }
+  const bool slides = std::find(d.layer_types.begin(), d.layer_types.end(), "sliding_attention") !=
+                      d.layer_types.end();
+  if (!slides && d.sliding_window != defaults.sliding_window) {
+    warn("drafter.sliding_window " + std::to_string(d.sliding_window) +
+         " is unused: every layer is full_attention (drafter.layer_types " +
+         nlohmann::json(d.layer_types).dump() +
+         "); make some sliding_attention, or set sliding_window to 0");
+  }
   if (c.eval.block_size > 0 && c.eval.block_size != c.drafter.block_size) {
     warn(
         "eval.block_size " + std::to_string(c.eval.block_size) +

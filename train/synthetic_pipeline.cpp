@@ -146,6 +146,7 @@ nlohmann::json run_synthetic_pipeline(const TrainConfig& config, const PipelineO
   // The configs first: a rank started with another one would otherwise fail its own resume
   // check alone (Note [Ranks started alike], Note [Failing together]).
   check_ranks_started_alike(comm, config, -1);
+  if (rank0) pipeline_stages::warn_about_config(config);  // as run_pipeline does
   std::optional<RunLock> lock;
   if (rank0) {
     std::filesystem::create_directories(config.run_dir);
