@@ -120,11 +120,17 @@ TEST_F(SmallFullScale, UnusedSettingsAreWarnedAbout) {
         "warning: drafter.sliding_window 8 is unused: every layer is full_attention"})
     EXPECT_NE(r.err.find(line), std::string::npos) << line << " in:\n" << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 4) << r.err;
-  // kl: its CE weight is ce_weight; mix_ce_weight is said to be unused.
-  const TrainRun kl = train(small(path("kl")) + " --set drafter.loss.mix_ce_weight=0.3");
+  // kl: its CE weight is ce_weight; mix_ce_weight is said to be unused. A synthetic run
+  // decodes nothing: eval.block_size is unused too.
+  const TrainRun kl =
+      train(small(path("kl")) + " --set drafter.loss.mix_ce_weight=0.3 --set eval.block_size=2");
   ASSERT_EQ(kl.exit_code, 0) << kl.err;
   EXPECT_NE(kl.err.find("drafter.loss.kind is kl; for hard CE in this kind set "
                         "drafter.loss.ce_weight"),
+            std::string::npos)
+      << kl.err;
+  EXPECT_NE(kl.err.find("warning: eval.block_size 2 is unused: features.source synthetic runs "
+                        "no speculative decoding"),
             std::string::npos)
       << kl.err;
 }

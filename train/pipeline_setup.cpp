@@ -176,7 +176,12 @@ void warn_about_config(const TrainConfig& c) {
          nlohmann::json(d.layer_types).dump() +
          "); make some sliding_attention, or set sliding_window to 0");
   }
-  if (c.eval.block_size > 0 && c.eval.block_size != c.drafter.block_size) {
+  if (c.eval.block_size > 0 && c.features.source != "online") {
+    warn("eval.block_size " + std::to_string(c.eval.block_size) + " is unused: features.source " +
+         c.features.source +
+         " runs no speculative decoding, and its per-slot accuracy is at drafter.block_size; "
+         "set it to 0");
+  } else if (c.eval.block_size > 0 && c.eval.block_size != c.drafter.block_size) {
     warn(
         "eval.block_size " + std::to_string(c.eval.block_size) +
         " differs from drafter.block_size " + std::to_string(c.drafter.block_size) +
