@@ -186,8 +186,9 @@ TEST_F(TrainResume, ARunWithOtherStepsSaysWhatItDoesToTheSchedule) {
 }
 
 // Activation checkpointing is a memory switch with the same gradients: a run that ran out
-// of memory turns it on and resumes (and off again), instead of starting over.
-TEST_F(TrainResume, ActivationCheckpointingMayChangeOnResume) {
+// of memory turns it on and resumes (and off again), instead of starting over; so are the
+// head loss's path and chunk.
+TEST_F(TrainResume, MemorySwitchesMayChangeOnResume) {
   const std::string run = path("run");
   const std::string config = write("c.json", tiny(run));
   ASSERT_EQ(train("--json --config " + config).exit_code, 0);
@@ -198,6 +199,13 @@ TEST_F(TrainResume, ActivationCheckpointingMayChangeOnResume) {
   r = train("--json --config " + config + " --set drafter.optim.steps=4");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(resumed_at(r), 3);
+  // The head loss's path and chunk are memory switches too (an outside tester's resume with
+  // a budget-sized chunk was refused as another config).
+  r = train("--json --config " + config +
+            " --set drafter.optim.steps=5 --set drafter.head_loss_path=chunked"
+            " --set drafter.head_loss_chunk_rows=0 --set drafter.head_loss_chunk_budget_mb=1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(resumed_at(r), 4);
 }
 
 }  // namespace

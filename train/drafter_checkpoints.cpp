@@ -51,8 +51,9 @@ Tensor finite_checkpoint_tensor(const safetensors::Reader& reader, const std::st
 namespace {
 
 // The config fields a resumed run may not change: not how long, how often to save, how to
-// show, whether layers are recomputed in backward (a memory switch: out of memory -> turn
-// it on -> resume), and not where the run lives (run_dir: spelled "./runs/x" or absolute, or the
+// show, whether layers are recomputed in backward and how the head loss is chunked (memory
+// switches with the same gradients: out of memory -> turn one on -> resume), and not where
+// the run lives (run_dir: spelled "./runs/x" or absolute, or the
 // folder moved, it is the same run). With content fingerprints on both sides (`by_content`)
 // the corpus and target checkpoint are compared by their bytes, not by their paths.
 nlohmann::json resumable_part(nlohmann::json j, bool by_content) {
@@ -66,6 +67,9 @@ nlohmann::json resumable_part(nlohmann::json j, bool by_content) {
   j["drafter"].erase("checkpoint_every");
   j["drafter"].erase("keep_checkpoints");
   j["drafter"].erase("activation_checkpointing");
+  j["drafter"].erase("head_loss_path");
+  j["drafter"].erase("head_loss_chunk_rows");
+  j["drafter"].erase("head_loss_chunk_budget_mb");
   j.erase("progress");
   j.erase("resume");
   j.erase("threads");
@@ -200,8 +204,9 @@ void check_header(const Header& h, const std::string& path, const TrainConfig& c
   if (was != now) {
     fail("was trained with another config (" + first_difference(was, now) +
          "; only drafter.optim.steps, drafter.checkpoint_every, drafter.keep_checkpoints, "
-         "drafter.activation_checkpointing, eval, memory, threads, progress and run_dir may "
-         "change on resume)");
+         "drafter.activation_checkpointing, drafter.head_loss_path, "
+         "drafter.head_loss_chunk_rows, drafter.head_loss_chunk_budget_mb, eval, memory, "
+         "threads, progress and run_dir may change on resume)");
   }
   check_held_out(h.config, config, fail);
   // Checkpoints from before fingerprints have none: accepted, as they were.
