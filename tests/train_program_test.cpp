@@ -508,6 +508,16 @@ TEST_F(TrainProgram, ConfigMistakesAreNamedNotIgnored) {
       "has the key \"drafter.gamma\" twice");
   expect_error(train("--config " + write("b.json", R"({"drafter": {"target_layers": [0, 0]}})")),
                "drafter.target_layers: layer 0 is listed twice");
+  // An array's bad element is named (an outside tester read "got an array of 5 values").
+  expect_error(
+      train("--print-config --config " +
+            write("f.json", R"({"drafter": {"target_layers": [1.5, 2, 4, 5, 6]}})")),
+      "drafter.target_layers: must be an array of integers, got an array whose element 0 is 1.5");
+  expect_error(
+      train("--print-config --config " +
+            write("g.json", R"({"drafter": {"layer_types": ["full_attention", 3]}})")),
+      "drafter.layer_types: must be an array of strings without NUL characters, got an array "
+      "whose element 1 is 3");
   expect_error(train("--config ''"), "--config: must not be empty");
   expect_error(train("--run-dir '' --print-config"), "--run-dir: must not be empty");
   expect_error(train("--config " + write("c.json", R"({"drafter": {"num_layers": 1e23}})")),

@@ -30,6 +30,15 @@ struct Reader {
     auto it = j.find(name);
     if (it == j.end()) return;
     const std::string where = path + name;
+    // An array's bad element by its index and value: "got an array of 5 values" did not say
+    // which of [1.5, 2, 4, 5, 6] was wrong.
+    std::string element;
+    auto check_elements = [&](auto good) {
+      for (size_t i = 0; i < it->size() && element.empty(); ++i) {
+        if (!good((*it)[i]))
+          element = "element " + std::to_string(i) + " is " + describe_json((*it)[i]);
+      }
+    };
     try {
       if constexpr (std::is_same_v<T, bool>) {
         CG_CHECK(it->is_boolean(), "must be true or false");
@@ -54,18 +63,20 @@ struct Reader {
         }
       } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
         CG_CHECK(it->is_array(), "must be an array of strings");
-        for (const auto& e : *it) {
-          CG_CHECK(e.is_string() &&
-                       e.template get_ref<const std::string&>().find('\0') == std::string::npos,
-                   "must be an array of strings without NUL characters");
-        }
+        check_elements([](const nlohmann::json& e) {
+          return e.is_string() &&
+                 e.template get_ref<const std::string&>().find('\0') == std::string::npos;
+        });
+        CG_CHECK(element.empty(), "must be an array of strings without NUL characters");
       } else {
         CG_CHECK(it->is_array(), "must be an array of integers");
-        for (const auto& e : *it) CG_CHECK(e.is_number_integer(), "must be an array of integers");
+        check_elements([](const nlohmann::json& e) { return e.is_number_integer(); });
+        CG_CHECK(element.empty(), "must be an array of integers");
       }
       value = it->template get<T>();
     } catch (const Error& e) {  // message(): one "(at ...)" in the line, not two
-      CG_FAIL("train config: ", where, ": ", e.message(), ", got ", describe_json(*it));
+      CG_FAIL("train config: ", where, ": ", e.message(), ", got ",
+              element.empty() ? describe_json(*it) : "an array whose " + element);
     }
   }
   template <typename F>
