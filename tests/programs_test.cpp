@@ -415,6 +415,25 @@ TEST(Programs, ChunkgradTargetHelpListsTheFamiliesItReads) {
   }
 }
 
+// An outside tester: `chunkgrad features --help` showed "--batch-tokens INT:from 0 to
+// 1073741824=-1", a default outside the range it names. Every command's shown defaults lie
+// in their ranges.
+TEST(Programs, ChunkgradHelpShowsNoDefaultOutsideItsRange) {
+  const std::regex shown(R"((--[a-z-]+) [A-Z]+:from (-?[0-9]+) to (-?[0-9]+)=(-?[0-9]+))");
+  for (const char* command :
+       {"train", "features", "eval", "regenerate", "export", "tokenize", "trace"}) {
+    const ProgramRun r = chunkgrad(std::string(command) + " --help");
+    ASSERT_EQ(r.exit_code, 0) << command << ": " << r.err;
+    for (std::sregex_iterator m(r.out.begin(), r.out.end(), shown), end; m != end; ++m) {
+      const long long lo = std::stoll((*m)[2]), hi = std::stoll((*m)[3]),
+                      value = std::stoll((*m)[4]);
+      EXPECT_TRUE(lo <= value && value <= hi) << command << " " << m->str();
+    }
+  }
+  const ProgramRun features = chunkgrad("features --help");
+  EXPECT_NE(features.out.find("=16384 on a GPU, 0 on the CPU"), std::string::npos) << features.out;
+}
+
 TEST(Programs, ChunkgradTraceRefusesBadFilesInOneLine) {
   const std::string dir = temp_dir();
   expect_clean_failure(chunkgrad("trace '" + dir + "/missing.json'"), "trace", {"missing.json"});

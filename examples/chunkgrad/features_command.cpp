@@ -138,10 +138,13 @@ void add_features_command(CLI::App& app, CommandBody& run) {
       ->check(program::device_name());
   sub->add_option("--shard-mb", o.shard_mb, "MiB of features per shard (default 1024)")
       ->check(program::integer_in(1, int64_t{1} << 30));
+  // The default (-1) is "by device", outside the range a user may give: --help says it in
+  // words (it showed "from 0 to 1073741824=-1").
   sub->add_option("--batch-tokens", o.batch_tokens,
                   "padded tokens per target forward, samples bucketed by length; 0: one "
-                  "sample a forward (default 16384 on a GPU, 0 on the CPU)")
-      ->check(program::integer_in(0, int64_t{1} << 30));
+                  "sample a forward")
+      ->check(program::integer_in(0, int64_t{1} << 30))
+      ->default_str("16384 on a GPU, 0 on the CPU");
   sub->add_flag("--fresh", o.fresh,
                 "start over: the feature set already in --out (finished or interrupted) is "
                 "removed once the target and the data have loaded; anything else there is "
