@@ -36,8 +36,9 @@ void add_export_command(CLI::App& app, CommandBody& run) {
       ->required()
       ->check(program::not_empty());
   sub->add_option("--max-position-embeddings", o.max_position_embeddings,
-                  "config.json's max_position_embeddings (default: the target's, else 40960)")
-      ->check(program::integer_in(1, int64_t{1} << 40));
+                  "config.json's max_position_embeddings")
+      ->check(program::integer_in(1, int64_t{1} << 40))
+      ->default_str("the target's, else 40960");  // (0 inside: "not given")
   sub->callback([&run] {
     run = [] {
       CG_CHECK(!o.run_dir.empty() || !o.checkpoint.empty(),
