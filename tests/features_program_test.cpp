@@ -257,7 +257,10 @@ TEST_F(FeaturesProgram, AMismatchedOrDamagedFolderLeavesTheRunDirectoryUnchanged
             0);
   const auto before = files_of(run);
   // Other layers than the config's drafter reads.
-  write("layers.json", config(run, R"("target_layers": [0, 1], )"));
+  std::string layers = config(run, R"("target_layers": [0, 1], )");
+  const std::string one = R"("num_target_features": 1)";  // as many as it lists: no warning
+  layers.replace(layers.find(one), one.size(), R"("num_target_features": 2)");
+  write("layers.json", layers);
   expect_error(cli("train --config '" + at("layers.json") + "' --features '" + at("good") + "'"),
                "train", "index.json: field 'num_layers' disagrees with the config");
   EXPECT_EQ(files_of(run), before);

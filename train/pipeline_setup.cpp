@@ -153,7 +153,7 @@ void warn_about_config(const TrainConfig& c) {
          " is unused: drafter.target_layers lists " + std::to_string(listed) + " layers (" +
          nlohmann::json(d.target_layers).dump() + ") and the drafter reads those " +
          std::to_string(listed) + "; list " + std::to_string(d.num_target_features) +
-         " layers, or drop num_target_features");
+         (d.num_target_features == 1 ? " layer" : " layers") + ", or drop num_target_features");
   }
   if (d.loss.kind != "mix" && d.loss.mix_ce_weight != defaults.loss.mix_ce_weight) {
     warn("drafter.loss.mix_ce_weight " + text(d.loss.mix_ce_weight) +
