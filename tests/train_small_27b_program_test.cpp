@@ -135,6 +135,15 @@ TEST_F(SmallFullScale, UnusedSettingsAreWarnedAbout) {
       << kl.err;
 }
 
+// An out-of-memory in training named no phase and no step (error_context.h).
+TEST_F(SmallFullScale, AnOutOfMemorySaysWhereItCameFrom) {
+  const TrainRun r = train(small(path("run")) +
+                           " --set drafter.max_anchors=64 --set data.max_new_tokens=256"
+                           " --memory-limit-mb 2");
+  expect_error(r, "chunkgrad train: error: at drafter step 1: out of memory on cpu");
+  EXPECT_NE(r.err.find("(at core/caching_allocator.cpp:"), std::string::npos) << r.err;
+}
+
 // error_context.h: the error rethrown with where it happened said first keeps its type (an
 // out-of-memory is still one) and its location.
 TEST(ErrorContext, AnErrorKeepsItsTypeAndLocation) {
