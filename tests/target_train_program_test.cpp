@@ -96,6 +96,36 @@ TEST_F(TargetTrainProgram, ExportWithTheTargetGoneIsRefused) {
   ASSERT_EQ(e.exit_code, 0) << e.err;
 }
 
+// An outside tester: export rebuilt target_layer_ids, num_target_layers and rope_theta
+// from whatever config.json sat at the run's --target, so an edited one gave a config.json
+// for another target, exit 0 (Note [Export uses what training used]). Now the checkpoint
+// records them, and export refuses a change, naming each field with both values.
+TEST_F(TargetTrainProgram, ExportRefusesATargetThatChangedSinceTraining) {
+  fs::copy(target(), path("target"), fs::copy_options::recursive);
+  const std::string opts = options("run");
+  const std::string moved = opts.substr(0, opts.find(" --target '")) + " --target '" +
+                            path("target") + opts.substr(opts.find("' --data '"));
+  ASSERT_EQ(train(moved + " --set drafter.mask_token_id=255").exit_code, 0);
+  const std::string original = slurp(path("target/config.json"));
+  auto edited = nlohmann::json::parse(original);
+  edited["num_hidden_layers"] = 3;
+  edited["layer_types"].push_back("full_attention");
+  edited["rope_parameters"]["rope_theta"] = 10000.0;
+  write("target/config.json", edited.dump(2));
+  expect_error(run("export --run-dir '" + path("run") + "' --out '" + path("pub") + "'"),
+               "the run's target changed since training", "export");
+  const TrainRun r = run("export --run-dir '" + path("run") + "' --out '" + path("pub") + "'");
+  EXPECT_NE(r.err.find("num_target_layers: 2 when trained, 3 now"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("rope_theta: 1000000.0 when trained, 10000.0 now"), std::string::npos)
+      << r.err;
+  EXPECT_FALSE(fs::exists(path("pub")));
+  // The file put back, the same checkpoint exports.
+  write("target/config.json", original);
+  const TrainRun e = run("export --run-dir '" + path("run") + "' --out '" + path("pub") + "'");
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  EXPECT_EQ(nlohmann::json::parse(slurp(path("pub/config.json")))["num_target_layers"], 2);
+}
+
 // An outside tester: nothing said when a sample ran past the target's
 // max_position_embeddings (64 here); now one warning line does, and the run goes on.
 TEST_F(TargetTrainProgram, PastTheTargetsContextIsAWarning) {

@@ -176,6 +176,45 @@ std::string shown(const json& v) {
 
 }  // namespace
 
+json run_target_record(const TrainConfig& config) {
+  const nn::DFlashDrafterConfig dc = run_drafter_config(config);
+  const PublicDrafterInfo info = public_drafter_info(config);
+  return {{"architecture", run_target_architecture(config).str()},
+          {"num_target_layers", info.num_target_layers},
+          {"target_layer_ids", dc.target_layers},
+          {"rope_theta", dc.layers.rope_theta},
+          {"max_position_embeddings", info.max_position_embeddings}};
+}
+
+std::vector<std::string> target_record_changes(const json& then, const json& now) {
+  if (!then.is_object()) return {"the checkpoint's record is " + describe_json(then)};
+  // The fields export writes first; the architecture last.
+  std::vector<std::string> fields{"num_target_layers", "target_layer_ids", "rope_theta",
+                                  "max_position_embeddings"};
+  for (const auto& [field, was] : then.items()) {
+    if (std::find(fields.begin(), fields.end(), field) == fields.end()) fields.push_back(field);
+  }
+  // The architecture line in full (it is chunkgrad's own Qwen3Config::str()), when plain.
+  const auto text = [](const json& v) {
+    constexpr size_t kMaxChars = 1024;
+    if (!v.is_string() || v.get_ref<const std::string&>().size() > kMaxChars) return shown(v);
+    const std::string& s = v.get_ref<const std::string&>();
+    const bool plain =
+        std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x20 && c < 0x7F; });
+    return plain ? s : shown(v);
+  };
+  std::vector<std::string> out;
+  for (const std::string& field : fields) {
+    if (!then.contains(field)) continue;
+    // The long architecture line only when no field export writes says the change.
+    if (field == "architecture" && !out.empty()) continue;
+    const json is = now.contains(field) ? now[field] : json(nullptr);
+    if (!same_value(then[field], is))
+      out.push_back(field + ": " + text(then[field]) + " when trained, " + text(is) + " now");
+  }
+  return out;
+}
+
 const json* draft_value(const json& c, const char* name) {
   if (c.contains("dflash_config") && c["dflash_config"].is_object() &&
       c["dflash_config"].contains(name))
@@ -422,6 +461,24 @@ ExportResult export_drafter_checkpoint(const std::string& run_dir, const std::st
             ": the drafter cannot be rebuilt from the run's saved config (", e.message(),
             "); a run on a Hugging Face target needs its config.json where the run "
             "named it: run export from the folder the run started in, or put the target back");
+  }
+  // Note [Export uses what training used].
+  if (meta.count("target")) {
+    std::vector<std::string> changes;
+    try {
+      changes = target_record_changes(parse_untrusted_json(meta.at("target"), "its target record"),
+                                      run_target_record(config));
+    } catch (const Error& e) { CG_FAIL("export: ", r.checkpoint, ": ", e.message()); }
+    if (!changes.empty()) {
+      std::string fields;
+      for (const std::string& c : changes) fields += (fields.empty() ? "" : "; ") + c;
+      const std::string hf = run_target_hf_config(config);
+      CG_FAIL("export: ", r.checkpoint, ": the run's target changed since training (",
+              hf.empty() ? std::string("the train config's target") : hf,
+              " now describes another model): ", fields,
+              "; the export would describe a target the drafter was not trained on: put back the "
+              "config.json the run trained with, or train a drafter for this target");
+    }
   }
   if (max_position_embeddings > 0) info.max_position_embeddings = max_position_embeddings;
   // The drafter is made for its shapes; its frozen tables are stride-0 views of one zero.

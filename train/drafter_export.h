@@ -74,6 +74,23 @@ void check_public_drafter_folder(const std::string& dir,
 void load_public_drafter(nn::DFlashDrafter& drafter, const PublicDrafterInfo& info,
                          const std::string& dir, const std::string& option = "drafter.init_from");
 
+// Note [Export uses what training used]: export rebuilds the drafter's config.json from
+// the run's saved train config and the target's config.json, read where the run named it
+// (Note [Export needs the run's target]). That file may have changed since training (an
+// outside tester edited num_hidden_layers, layer_types and rope_theta: export wrote the new
+// depth, other target_layer_ids and the new theta, exit 0, for a drafter trained on the old
+// target). So each checkpoint records, as metadata "target", what the export takes from the
+// target as the run saw it: the target's architecture (Qwen3Config::str()),
+// num_target_layers, target_layer_ids, rope_theta and max_position_embeddings. Export
+// computes the same record now and refuses any difference, naming each field with both
+// values. Checkpoints from before the record are exported as before, unchecked.
+nlohmann::json run_target_record(const TrainConfig& config);
+// One line per field of `then` (a checkpoint's record) that `now` gives otherwise
+// ("rope_theta: 10000.0 when trained, 1000000.0 now"); the architecture line only when no
+// other field differs. Empty when they agree.
+std::vector<std::string> target_record_changes(const nlohmann::json& then,
+                                               const nlohmann::json& now);
+
 // `chunkgrad export`: the drafter of a chunkgrad checkpoint (`checkpoint`, or the newest
 // of run_dir/drafter/ when checkpoint is ""), rebuilt from the config saved in it, written
 // to out_dir. max_position_embeddings 0 = the target's config.json value, else 40960.

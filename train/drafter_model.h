@@ -24,7 +24,8 @@ nn::DFlashDrafterConfig drafter_model_config(const nn::Qwen3Config& target,
 // architecture (target_architecture, or synthetic_target_architecture for synthetic
 // features) and the MASK id the run uses (the byte tokenizer's; synthetic: vocab_size - 1).
 nn::DFlashDrafterConfig run_drafter_config(const TrainConfig& config);
-// The target architecture run_drafter_config builds on.
+// The target architecture run_drafter_config builds on, read now from where the run names
+// it (run_target_hf_config, else the config's own target sizes).
 nn::Qwen3Config run_target_architecture(const TrainConfig& config);
 // The drafter a run will make on `target` (drafter_model_config with `mask_id`), checked
 // from the config alone: its sizes against the target's, its attention sizes (a field at 0

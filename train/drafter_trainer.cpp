@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <map>
 
 #include "autograd/grad_mode.h"
 #include "core/allocator_stats.h"
@@ -258,11 +259,12 @@ void DrafterTrainer::write_checkpoint(
   std::snprintf(name, sizeof name, "step_%08lld.safetensors", static_cast<long long>(step()));
   const std::filesystem::path final_path = dir / name;
   // save_file writes next to the target and renames (core/atomic_file.h).
-  safetensors::save_file(tensors, final_path.string(),
-                         {{"format", "chunkgrad-dflash-drafter-1"},
-                          {"step", std::to_string(step())},
-                          {"config", config_.to_json().dump()},
-                          {"data", data_.data_fingerprint}});
+  std::map<std::string, std::string> metadata{{"format", "chunkgrad-dflash-drafter-1"},
+                                              {"step", std::to_string(step())},
+                                              {"config", config_.to_json().dump()},
+                                              {"data", data_.data_fingerprint}};
+  if (!data_.target_record.empty()) metadata["target"] = data_.target_record;
+  safetensors::save_file(tensors, final_path.string(), metadata);
   // This run's checkpoint exists: the ones it replaces may go (replace_checkpoints_after),
   // then all but the newest drafter.keep_checkpoints.
   const int64_t keep = config_.drafter.keep_checkpoints;

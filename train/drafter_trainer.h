@@ -7,7 +7,8 @@
 //
 // Checkpoints: <run_dir>/drafter/step_<N>.safetensors, written to a temporary name and
 // renamed, holding "drafter.<param>" and "optim.<state>" tensors and metadata {format,
-// step, config, data} (data: the content fingerprint of train/fingerprint.h). A resume
+// step, config, data, target} (data: the content fingerprint of train/fingerprint.h;
+// target: what export takes from the target, drafter_export.h). A resume
 // with another config or other data is refused by choose_resume_checkpoint() before any
 // stage writes (train/drafter_checkpoints.h: which checkpoint a run resumes from, the
 // fallback past a damaged one, and how many are kept); a checkpoint whose tensors turn out
@@ -44,6 +45,9 @@ struct DrafterTrainData {
       data_fingerprint;  // data_fingerprint(...).dump(): saved with each checkpoint ("": none)
   // The ranks of a data-parallel run (docs/data_parallel.md); nullptr: one process.
   dist::Communicator* comm = nullptr;
+  // run_target_record(...).dump() (Note [Export uses what training used], drafter_export.h):
+  // saved with each checkpoint as metadata "target" ("": none, as for synthetic features).
+  std::string target_record{};
 };
 
 // The step's blocks as this rank trains them (Note [One draw, N slices], data_parallel.h).

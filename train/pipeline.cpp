@@ -122,6 +122,8 @@ void train_drafter(RunState& s) {
     load_public_drafter(*s.drafter, public_drafter_info(config), config.drafter.init_from);
     say(config, "drafter: weights from " + config.drafter.init_from);
   }
+  // Note [Export uses what training used], drafter_export.h.
+  s.data.target_record = run_target_record(config).dump();
   DrafterTrainer trainer(*s.drafter, config, s.data);
   if (!s.resume.path.empty()) {
     trainer.load_checkpoint(s.resume.path);
