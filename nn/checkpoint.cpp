@@ -267,13 +267,12 @@ CheckpointLoadOptions hf_target_load_options(const Qwen3Config& config) {
           }};
 }
 
-void check_finite(const Tensor& cpu, const std::string& tensor, const std::string& file) {
-  if (!is_floating(cpu.dtype()) || cpu.numel() == 0) return;
-  CG_CHECK(cpu.device() == kCPU, "check_finite: '", tensor, "' must be on the host, got ",
+int64_t first_non_finite(const Tensor& cpu, double* value) {
+  if (!is_floating(cpu.dtype()) || cpu.numel() == 0) return -1;
+  CG_CHECK(cpu.device() == kCPU, "first_non_finite: the tensor must be on the host, got ",
            cpu.device().str());
   const Tensor t = raw::contiguous(cpu);
   int64_t bad = -1;
-  double value = 0;
   visit_dtype(t.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_floating_point_v<T> || is_half_type_v<T>) {
@@ -282,16 +281,25 @@ void check_finite(const Tensor& cpu, const std::string& tensor, const std::strin
         const double v = cast_element<double>(p[i]);
         if (!std::isfinite(v)) {
           bad = i;
-          value = v;
+          if (value) *value = v;
           break;
         }
       }
     }
   });
+  return bad;
+}
+
+void check_finite(const Tensor& cpu, const std::string& tensor, const std::string& file) {
+  if (!is_floating(cpu.dtype()) || cpu.numel() == 0) return;
+  CG_CHECK(cpu.device() == kCPU, "check_finite: '", tensor, "' must be on the host, got ",
+           cpu.device().str());
+  double value = 0;
+  const int64_t bad = first_non_finite(cpu, &value);
   CG_CHECK(
       bad < 0, "checkpoint '", file, "': tensor '", tensor, "' holds ",
       std::isnan(value) ? "nan" : (value > 0 ? "inf" : "-inf"), " at element ", bad, " of ",
-      t.numel(),
+      cpu.numel(),
       ": the file is damaged, or was saved after its training diverged; use an intact checkpoint");
 }
 

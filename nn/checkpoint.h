@@ -67,6 +67,9 @@ LoadResult load_checkpoint(Module& module, const safetensors::Reader& reader,
 // tensor as it is read (one pass over bytes already in memory) and names the tensor, the
 // file and what to do. Throws cg::Error when `cpu` (a CPU tensor) holds NaN or inf.
 void check_finite(const Tensor& cpu, const std::string& tensor, const std::string& file);
+// The flat index of the first NaN or inf of `cpu` (a CPU tensor; row-major order), or -1;
+// `*value` (when given) is set to it. -1 for tensors that are not floating.
+int64_t first_non_finite(const Tensor& cpu, double* value = nullptr);
 
 // Every tensor of a checkpoint as a state dict, allocated as MemoryCategory::parameter.
 StateDict read_state_dict(const std::string& path, Device device = {});

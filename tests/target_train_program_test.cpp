@@ -3,6 +3,7 @@
 // Qwen3 folder (tests/data/qwen3_tiny_untied, made by transformers) trains a drafter from
 // features computed each step, the run exports to the public layout, and the options that
 // cannot work together are one error line. About a second at these sizes.
+#include "core/factories.h"
 #include "train_program_fixture.h"
 
 namespace {
@@ -124,6 +125,32 @@ TEST_F(TargetTrainProgram, ExportRefusesATargetThatChangedSinceTraining) {
   const TrainRun e = run("export --run-dir '" + path("run") + "' --out '" + path("pub") + "'");
   ASSERT_EQ(e.exit_code, 0) << e.err;
   EXPECT_EQ(nlohmann::json::parse(slurp(path("pub/config.json")))["num_target_layers"], 2);
+}
+
+// An outside tester: a target whose forward overflows (finite weights of 3e38 in
+// embed_tokens and every down_proj) gave all-inf/NaN features, exit 0; only train noticed.
+// Now features names the sample and the layer, and leaves no feature set behind (Note
+// [Finite features]).
+TEST_F(TargetTrainProgram, FeaturesOfAnOverflowingTargetAreRefused) {
+  fs::copy(target(), path("huge"), fs::copy_options::recursive);
+  cg::safetensors::NamedTensors tensors;
+  for (auto& [name, t] : cg::safetensors::open(target() + "/model.safetensors")->load_all()) {
+    const bool huge = name == "model.embed_tokens.weight" || name.ends_with("mlp.down_proj.weight");
+    tensors.emplace_back(name, huge ? cg::full(t.shape(), 3e38, {.dtype = t.dtype()}) : t);
+  }
+  fs::remove(path("huge/model.safetensors"));
+  cg::safetensors::save_file(tensors, path("huge/model.safetensors"), {{"format", "pt"}});
+  const std::string command = "features --target '" + path("huge") + "' --data '" + samples(3) +
+                              "' --layers 1,0 --no-progress --shard-mb 1 --out ";
+  const TrainRun r = run(command + "'" + path("feats") + "'");
+  expect_error(r, "sample 0: the target's output is not finite (layer 0's output", "features");
+  EXPECT_NE(r.err.find("no feature set was written"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(path("feats")));  // made by the run, and taken away again
+  // A folder that was there stays, empty.
+  fs::create_directories(path("mine"));
+  expect_error(run(command + "'" + path("mine") + "'"), "the target's output is not finite",
+               "features");
+  EXPECT_TRUE(fs::is_empty(path("mine")));
 }
 
 // An outside tester: nothing said when a sample ran past the target's

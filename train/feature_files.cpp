@@ -271,6 +271,23 @@ const FeatureFileIndex& FeatureFileWriter::finish() {
   return index_;
 }
 
+bool FeatureFileWriter::discard() {
+  finished_ = true;
+  pending_.clear();
+  pending_u8_.clear();
+  if (resumed_ > 0) return false;
+  std::vector<fs::path> set;
+  for (const auto& e : fs::directory_iterator(dir_)) {
+    if (e.is_regular_file() && is_feature_set_file(e.path().filename().string()))
+      set.push_back(e.path());
+  }
+  for (const fs::path& p : set) {
+    std::error_code ec;
+    fs::remove(p, ec);
+  }
+  return true;
+}
+
 void FeatureFileWriter::write_partial_index() const {
   FeatureFileIndex partial = index_;
   set_datasets(partial, datasets_);

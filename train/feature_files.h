@@ -99,6 +99,11 @@ class FeatureFileWriter {
   // Writes the last shard, then index.json (atomically: a folder without index.json is
   // not a feature set). Returns the index.
   const FeatureFileIndex& finish();
+  // Ends a run that cannot be finished or resumed (its target's output is not finite,
+  // Note [Finite features], feature_target.cpp): a set this writer began is removed whole
+  // (its shards and index.partial.json); a resumed one is left as it stands (its listed
+  // shards are whole). Nothing can be added after. Returns whether the set was removed.
+  bool discard();
 
  private:
   void flush_shard();

@@ -2,6 +2,8 @@
 #include "train/feature_target.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -10,6 +12,7 @@
 
 #include "core/factories.h"
 #include "core/json_input.h"
+#include "core/views.h"
 #include "nn/checkpoint.h"
 #include "nn/dflash_drafter.h"
 #include "nn/init_mode.h"
@@ -141,6 +144,51 @@ std::string features_data_fingerprint(const std::vector<DrafterSequence>& sequen
   return content_hash(per_sample);
 }
 
+namespace {
+
+Tensor host_copy(const Tensor& t, DType dtype) {
+  return raw::contiguous(raw::to_dtype(raw::to_device(t, kCPU), dtype));
+}
+
+// Note [Finite features]: a target whose forward overflows (finite weights of 3e38 in an
+// outside tester's embed_tokens and down_proj) gives inf and NaN features; written, they
+// surfaced only as train's NaN loss, blaming the learning rate. Each sample's stored
+// features (as stored: bf16 can overflow where f32 did not) are checked on the host before
+// the writer takes them. Said: the shallowest layer id whose output is not finite (where
+// the overflow shows first), else the final norm's output. "" when every value is finite.
+std::string non_finite_feature(const SampleFeatures& f, const std::vector<int64_t>& layers) {
+  const auto name = [](double v) { return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf"; };
+  if (nn::first_non_finite(f.hidden_states) >= 0) {
+    const int64_t S = f.hidden_states.shape()[0], K = static_cast<int64_t>(layers.size());
+    const int64_t H = f.hidden_states.shape()[1] / K;
+    const std::vector<double> v = f.hidden_states.to_vector();
+    int64_t layer = -1, token = 0;
+    double value = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      if (layer >= 0 && layers[static_cast<size_t>(k)] > layer) continue;
+      for (int64_t s = 0; s < S; ++s) {
+        const double* row = v.data() + s * K * H + k * H;
+        const double* bad = std::find_if(row, row + H, [](double x) { return !std::isfinite(x); });
+        if (bad != row + H) {
+          layer = layers[static_cast<size_t>(k)];
+          token = s;
+          value = *bad;
+          break;
+        }
+      }
+    }
+    return "layer " + std::to_string(layer) + "'s output, stored as hidden_states, holds " +
+           name(value) + " at token " + std::to_string(token);
+  }
+  double value = 0;
+  const int64_t bad = nn::first_non_finite(f.last_hidden, &value);
+  if (bad < 0) return "";
+  return std::string("the final norm's output, stored as last_hidden, holds ") + name(value) +
+         " at token " + std::to_string(bad / f.last_hidden.shape()[1]);
+}
+
+}  // namespace
+
 FeatureFileIndex write_feature_files(const FeatureTarget& target,
                                      const std::vector<DrafterSequence>& sequences,
                                      const std::vector<int64_t>& layers, DType dtype,
@@ -178,6 +226,20 @@ FeatureFileIndex write_feature_files(const FeatureTarget& target,
     for (const LengthBucket& b : length_buckets(lengths, buckets)) {
       std::vector<SampleFeatures> got = bucket_features(*target.lm, window, b, layers, dtype);
       for (size_t r = 0; r < b.samples.size(); ++r) features[b.samples[r]] = std::move(got[r]);
+    }
+    for (size_t i = 0; i < window.size(); ++i) {  // on the host, as stored
+      features[i].hidden_states = host_copy(features[i].hidden_states, dtype);
+      features[i].last_hidden = host_copy(features[i].last_hidden, dtype);
+      const std::string bad = non_finite_feature(features[i], layers);
+      if (!bad.empty()) {
+        const bool removed = writer.discard();
+        CG_FAIL("sample ", begin + i, ": the target's output is not finite (", bad,
+                "): its forward overflowed in ", dtype_name(target.dtype),
+                " (weights too large for it, or damaged); ",
+                removed ? "no feature set was written"
+                        : "the interrupted run's feature set is left as it was",
+                ": check the target's weights");
+      }
     }
     for (size_t i = 0; i < window.size(); ++i) {
       const size_t index = begin + i;

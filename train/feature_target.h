@@ -61,6 +61,9 @@ std::vector<DrafterSequence> read_token_jsonl(const std::string& path, int64_t v
 // layers, dtype, tokenizer and samples is resumed (Note [Resuming features],
 // train/feature_files.h): `*resumed` (when given) is how many samples were already there,
 // and on_sample is called for the others only. Another run's partial folder is an error.
+// A sample whose stored features hold NaN or inf (the target's forward overflowed) is an
+// error naming the sample and the layer, and the set this run began is removed (Note
+// [Finite features], feature_target.cpp).
 FeatureFileIndex write_feature_files(const FeatureTarget& target,
                                      const std::vector<DrafterSequence>& sequences,
                                      const std::vector<int64_t>& layers, DType dtype,
