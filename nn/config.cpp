@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/checked_math.h"
 #include "core/error.h"
 #include "core/json_input.h"
 
@@ -105,52 +106,85 @@ std::string Qwen3Config::str() const {
   return out.str();
 }
 
+namespace {
+
+// Note [Checked counts]: the sizes come from config.json. Each is bounded (kMaxModelSize,
+// from_hf_json), but their products are not: 2^24 experts of 2^24 x 2^24 weights is 2^74
+// parameters, which wrapped int64 (signed overflow: undefined, in practice a small or
+// negative count). The counts below multiply and add through Count, which throws instead;
+// from_hf_json calls total_parameters() to say so about the file, naming it.
+struct Count {
+  int64_t v;
+};
+Count operator*(Count a, Count b) {
+  const std::optional<int64_t> r = checked_mul(a.v, b.v);
+  CG_CHECK(r.has_value(), "Qwen3Config: a parameter count overflows 64 bits (", a.v, " x ", b.v,
+           ")");
+  return {*r};
+}
+Count operator+(Count a, Count b) {
+  const std::optional<int64_t> r = checked_add(a.v, b.v);
+  CG_CHECK(r.has_value(), "Qwen3Config: a parameter count overflows 64 bits (", a.v, " + ", b.v,
+           ")");
+  return {*r};
+}
+
+}  // namespace
+
 int64_t Qwen3Config::attention_parameters() const {
+  const Count H{hidden_size}, heads{num_heads}, kv_heads{num_kv_heads}, D{head_dim};
   // A gated q_proj emits a query and a gate per head (Note [Gated attention], attention.h).
-  const int64_t q = hidden_size * num_heads * head_dim * (attn_output_gate ? 2 : 1);
-  const int64_t kv = 2 * hidden_size * num_kv_heads * head_dim;
-  const int64_t o = num_heads * head_dim * hidden_size;
-  return q + kv + o + 2 * head_dim;  // + q_norm, k_norm
+  const Count q = H * heads * D * Count{attn_output_gate ? 2 : 1};
+  const Count kv = Count{2} * H * kv_heads * D;
+  const Count o = heads * D * H;
+  return (q + kv + o + Count{2} * D).v;  // + q_norm, k_norm
 }
 
 int64_t Qwen3Config::mlp_parameters() const {
-  return is_moe() ? moe_parameters() : 3 * hidden_size * intermediate_size;
+  return is_moe() ? moe_parameters() : (Count{3} * Count{hidden_size} * Count{intermediate_size}).v;
 }
 
 int64_t Qwen3Config::moe_parameters() const {
-  return num_experts * hidden_size                                // router
-         + num_experts * 3 * moe_intermediate_size * hidden_size  // gate_up, down
-         + 3 * shared_expert_intermediate_size * hidden_size      // the shared expert
-         + hidden_size;                                           // shared_expert_gate
+  const Count H{hidden_size}, E{num_experts};
+  return (E * H                                                    // router
+          + E * Count{3} * Count{moe_intermediate_size} * H        // gate_up, down
+          + Count{3} * Count{shared_expert_intermediate_size} * H  // the shared expert
+          + H)                                                     // shared_expert_gate
+      .v;
 }
 
 int64_t Qwen3Config::layer_parameters() const {
-  return attention_parameters() + mlp_parameters() + 2 * hidden_size;
+  return (Count{attention_parameters()} + Count{mlp_parameters()} + Count{2} * Count{hidden_size})
+      .v;
 }
 
 int64_t Qwen3Config::linear_attention_parameters() const {
-  const int64_t key_dim = linear_num_key_heads * linear_key_head_dim;
-  const int64_t value_dim = linear_num_value_heads * linear_value_head_dim;
-  const int64_t conv_dim = 2 * key_dim + value_dim;  // q, k, v
-  return hidden_size * conv_dim                      // in_proj_qkv
-         + hidden_size * value_dim                   // in_proj_z
-         + 2 * hidden_size * linear_num_value_heads  // in_proj_b, in_proj_a
-         + conv_dim * linear_conv_kernel_dim         // conv1d (depthwise, no bias)
-         + 2 * linear_num_value_heads                // dt_bias, A_log
-         + linear_value_head_dim                     // the gated norm
-         + value_dim * hidden_size;                  // out_proj
+  const Count H{hidden_size}, value_heads{linear_num_value_heads};
+  const Count key_dim = Count{linear_num_key_heads} * Count{linear_key_head_dim};
+  const Count value_dim = value_heads * Count{linear_value_head_dim};
+  const Count conv_dim = Count{2} * key_dim + value_dim;  // q, k, v
+  return (H * conv_dim                                    // in_proj_qkv
+          + H * value_dim                                 // in_proj_z
+          + Count{2} * H * value_heads                    // in_proj_b, in_proj_a
+          + conv_dim * Count{linear_conv_kernel_dim}      // conv1d (depthwise, no bias)
+          + Count{2} * value_heads                        // dt_bias, A_log
+          + Count{linear_value_head_dim}                  // the gated norm
+          + value_dim * H)                                // out_proj
+      .v;
 }
 
 int64_t Qwen3Config::linear_layer_parameters() const {
-  return linear_attention_parameters() + mlp_parameters() + 2 * hidden_size;
+  return (Count{linear_attention_parameters()} + Count{mlp_parameters()} +
+          Count{2} * Count{hidden_size})
+      .v;
 }
 
 int64_t Qwen3Config::total_parameters() const {
-  const int64_t embed = vocab_size * hidden_size;
-  int64_t layers = 0;
+  const Count embed = Count{vocab_size} * Count{hidden_size};
+  Count layers{0};
   for (int64_t i = 0; i < num_layers; ++i)
-    layers += is_linear_layer(i) ? linear_layer_parameters() : layer_parameters();
-  return embed + layers + hidden_size + (tie_embeddings ? 0 : embed);
+    layers = layers + Count{is_linear_layer(i) ? linear_layer_parameters() : layer_parameters()};
+  return (embed + layers + Count{hidden_size} + (tie_embeddings ? Count{0} : embed)).v;
 }
 
 namespace {
@@ -497,16 +531,45 @@ Qwen3Config Qwen3Config::from_hf_json(const nlohmann::json& j) {
     if (moe) read_moe_fields(t, where, c);
     // Sizes far past any model's are a damaged file, said as one; left to the allocator
     // they were "out of memory ... 4.00 PiB" or a count overflow naming no field.
-    const std::pair<const char*, int64_t> sizes[] = {{"vocab_size", c.vocab_size},
-                                                     {"hidden_size", c.hidden_size},
-                                                     {"num_attention_heads", c.num_heads},
-                                                     {"num_key_value_heads", c.num_kv_heads},
-                                                     {"head_dim", c.head_dim},
-                                                     {"intermediate_size", c.intermediate_size}};
+    // The hybrid and MoE fields too (not read for a dense model: their defaults are small).
+    const std::pair<const char*, int64_t> sizes[] = {
+        {"vocab_size", c.vocab_size},
+        {"hidden_size", c.hidden_size},
+        {"num_attention_heads", c.num_heads},
+        {"num_key_value_heads", c.num_kv_heads},
+        {"head_dim", c.head_dim},
+        {"intermediate_size", c.intermediate_size},
+        {"linear_num_key_heads", c.linear_num_key_heads},
+        {"linear_num_value_heads", c.linear_num_value_heads},
+        {"linear_key_head_dim", c.linear_key_head_dim},
+        {"linear_value_head_dim", c.linear_value_head_dim},
+        {"linear_conv_kernel_dim", c.linear_conv_kernel_dim},
+        {"num_experts", c.num_experts},
+        {"num_experts_per_tok", c.num_experts_per_tok},
+        {"moe_intermediate_size", c.moe_intermediate_size},
+        {"shared_expert_intermediate_size", c.shared_expert_intermediate_size}};
     for (const auto& [key, value] : sizes) {
       CG_CHECK(value <= kMaxModelSize, "Qwen3Config: ", where, " has ", key, " = ", value,
                ", past any model's (at most ", kMaxModelSize,
                " here): the file is damaged, or not a model's config");
+    }
+    if (moe) {
+      CG_CHECK(c.num_experts_per_tok <= c.num_experts, "Qwen3Config: ", where,
+               " has num_experts_per_tok = ", c.num_experts_per_tok,
+               " but num_experts = ", c.num_experts,
+               "; each token picks that many distinct experts, so it must be at "
+               "most num_experts: the file is damaged, or not a model's config");
+    }
+    // Note [Checked counts]: each size is bounded, their products are not. (A layer_types
+    // of the wrong length is validate()'s to refuse, below.)
+    if (c.layer_types.empty() || static_cast<int64_t>(c.layer_types.size()) == c.num_layers) {
+      try {
+        c.total_parameters();
+      } catch (const Error& e) {
+        const std::string why = e.message().substr(std::string("Qwen3Config: ").size());
+        CG_FAIL("Qwen3Config: ", where, "'s sizes together are past any model's: ", why,
+                "; the file is damaged, or not a model's config");
+      }
     }
   } catch (const nlohmann::json::exception& e) {
     CG_FAIL("Qwen3Config: ", where, " has a field of the wrong type (", e.what(), ")");

@@ -323,5 +323,31 @@ TEST(Qwen35Config, RefusesNonIntegerSizes) {
                    "config.json's text_config has vocab_size = 1024.5", "must be an integer");
 }
 
+// An outside tester: the Gated DeltaNet sizes were not bounded (linear_num_value_heads and
+// linear_value_head_dim of 2^40 wrapped their product to 0, signed-overflow UB;
+// linear_conv_kernel_dim = 2^62 gave a raw shape error). Each is bounded, naming
+// config.json and the field, and products past 64 bits are refused (Note [Checked counts]).
+TEST(Qwen35Config, RefusesSizesPastAnyModels) {
+  for (const char* key : {"linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                          "linear_value_head_dim", "linear_conv_kernel_dim"}) {
+    json t = text_config();
+    t[key] = int64_t{1} << 40;
+    const std::string want = "config.json has " + std::string(key) + " = 1099511627776";
+    EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(t), want.c_str(), "past any model's");
+  }
+  json kernel = nested_config();
+  kernel["text_config"]["linear_conv_kernel_dim"] = int64_t{1} << 62;
+  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(kernel),
+                   "text_config has linear_conv_kernel_dim = 4611686018427387904",
+                   "past any model's");
+  json product = text_config();
+  product["hidden_size"] = int64_t{1} << 24;
+  product["linear_num_value_heads"] = int64_t{1} << 24;
+  product["linear_value_head_dim"] = int64_t{1} << 24;
+  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(product),
+                   "config.json's sizes together are past any model's",
+                   "a parameter count overflows 64 bits");
+}
+
 }  // namespace
 }  // namespace cg

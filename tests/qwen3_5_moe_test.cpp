@@ -231,8 +231,9 @@ TEST(Qwen35MoeConfig, RefusesWhatItCannotCompute) {
   }
   json too_many = moe_text_config();
   too_many["num_experts_per_tok"] = 9;
-  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(too_many), "num_experts_per_tok (9)",
-                   "at most num_experts (8)");
+  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(too_many),
+                   "config.json has num_experts_per_tok = 9 but num_experts = 8",
+                   "at most num_experts");
   json zero = moe_text_config();
   zero["moe_intermediate_size"] = 0;
   EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(zero), "moe_intermediate_size must be positive");
@@ -250,6 +251,26 @@ TEST(Qwen35MoeConfig, RefusesWhatItCannotCompute) {
   json not_int = moe_text_config();
   not_int["num_experts"] = "eight";
   EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(not_int), "num_experts", "integer");
+}
+
+// An outside tester: num_experts = 2^40 was a misleading out-of-memory. The MoE sizes are
+// bounded as the others are, naming config.json and the field, and sizes each in bounds
+// whose product overflows are refused too (Note [Checked counts]).
+TEST(Qwen35MoeConfig, RefusesSizesPastAnyModels) {
+  for (const char* key : {"num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                          "shared_expert_intermediate_size"}) {
+    json j = moe_text_config();
+    j[key] = int64_t{1} << 40;
+    const std::string want = "config.json has " + std::string(key) + " = 1099511627776";
+    EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(j), want.c_str(), "past any model's");
+  }
+  json product = moe_text_config();
+  product["hidden_size"] = int64_t{1} << 24;
+  product["num_experts"] = int64_t{1} << 24;
+  product["moe_intermediate_size"] = int64_t{1} << 24;
+  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(product),
+                   "config.json's sizes together are past any model's",
+                   "a parameter count overflows 64 bits", "the file is damaged");
 }
 
 // newuser finding F1: a huge layer count is refused before layer_types is derived from it.
