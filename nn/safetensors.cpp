@@ -437,8 +437,12 @@ void Sharded::load_into(const std::string& name, const Tensor& dst) const {
 std::unique_ptr<Reader> open(const std::string& path) {
   const fs::path p(path);
   if (fs::is_directory(p)) {
+    // transformers' order (modeling_utils _get_resolved_checkpoint_files): model.safetensors
+    // when the folder has one, else the index of a sharded checkpoint. A folder with both
+    // (a re-saved model beside its old shards) loads the single file in either program.
+    if (fs::is_regular_file(p / kSingleName))
+      return std::make_unique<File>((p / kSingleName).string());
     if (fs::exists(p / kIndexName)) return std::make_unique<Sharded>((p / kIndexName).string());
-    if (fs::exists(p / kSingleName)) return std::make_unique<File>((p / kSingleName).string());
     CG_FAIL("safetensors: folder '", path, "' holds neither ", kSingleName, " nor ", kIndexName);
   }
   CG_CHECK(fs::exists(p), "safetensors: '", path, "' does not exist");

@@ -150,7 +150,8 @@ class Sharded : public Reader {
 };
 
 // Opens a .safetensors file, a *.index.json, or a folder holding model.safetensors or
-// model.safetensors.index.json (the Hugging Face layout).
+// model.safetensors.index.json (the Hugging Face layout; with both, model.safetensors, as
+// transformers loads it).
 std::unique_ptr<Reader> open(const std::string& path);
 
 // Tensors to write, in the order they go into the file.

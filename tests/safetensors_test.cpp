@@ -275,5 +275,22 @@ TEST(Safetensors, OneShardIsAPlainFile) {
   EXPECT_EQ(st::open(dir.str())->load("w").to_vector(), (std::vector<double>{1, 1, 1, 1}));
 }
 
+// An outside tester: a folder holding both model.safetensors and an index loaded the
+// index, where transformers loads model.safetensors. Now both programs read the single file.
+TEST(Safetensors, AFolderWithBothReadsTheSingleFileAsTransformersDoes) {
+  TempDir dir;
+  st::NamedTensors old_shards;
+  for (int i = 0; i < 4; ++i) old_shards.emplace_back("w" + std::to_string(i), zeros({16, 8}));
+  ASSERT_GT(st::save_sharded(old_shards, dir.str(), 1000).size(), 1u);
+  st::save_file({{"w0", ones({2})}}, dir.file("model.safetensors"));
+  const auto reader = st::open(dir.str());
+  EXPECT_EQ(reader->names(), std::vector<std::string>{"w0"});
+  EXPECT_EQ(reader->load("w0").to_vector(), (std::vector<double>{1, 1}));
+  // The index is read when it is named, or when the folder has no single file.
+  EXPECT_EQ(st::open(dir.file("model.safetensors.index.json"))->names().size(), 4u);
+  std::filesystem::remove(dir.file("model.safetensors"));
+  EXPECT_EQ(st::open(dir.str())->names().size(), 4u);
+}
+
 }  // namespace
 }  // namespace cg
