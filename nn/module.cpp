@@ -234,11 +234,16 @@ LoadResult Module::load_state_dict(const StateSource& source, bool strict, bool 
       msg << " unexpected " << result.unexpected.size()
           << " key(s): " << list_names(result.unexpected) << ";";
     }
-    // (a checkpoint saved with tied weights has no lm_head.weight of its own)
+    // (a checkpoint saved with tied weights has no lm_head.weight of its own). Where the
+    // field counts: transformers ties by the model's own config, the outer one of a wrapper
+    // (Qwen3_5ForConditionalGeneration), whose text_config may say otherwise unheard (Note
+    // [Qwen3.5 config], nn/config.cpp); an outside tester's text_config said true.
     if (result.unexpected.empty() && result.missing.size() == 1 && result.missing[0].size() >= 14 &&
         result.missing[0].compare(result.missing[0].size() - 14, 14, "lm_head.weight") == 0) {
       msg << " a checkpoint without lm_head.weight ties it to the input embedding: its "
-             "config.json then says \"tie_word_embeddings\": true;";
+             "config.json then says \"tie_word_embeddings\": true at the top level (a wrapper "
+             "model, Qwen3_5ForConditionalGeneration style, ties by its top-level field; "
+             "text_config's is not used, as in transformers);";
     }
     msg << " check that the checkpoint matches this model's config (config.json) and tensor "
            "names";

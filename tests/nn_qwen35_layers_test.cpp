@@ -283,6 +283,18 @@ TEST(Qwen35Layers, CheckpointErrorsNameTheTensor) {
                      "missing 1 key(s): model.language_model.norm.weight",
                      "(the model's model.norm.weight)", "sharded/model.safetensors.index.json");
   }
+  // An untied wrapper without lm_head.weight (an outside tester's text_config said
+  // tie_word_embeddings: true, which transformers does not read): the message says which
+  // field ties, not only "config.json then says true" (it did, in text_config).
+  {
+    safetensors::NamedTensors no_head;
+    for (const auto& [name, p] : source.named_parameters())
+      if (name != "lm_head.weight") no_head.emplace_back(name, p.detach());
+    safetensors::save_file(no_head, path);
+    EXPECT_ERROR_HAS(nn::load_checkpoint(lm, path, nn::hf_target_load_options(c)),
+                     "missing 1 key(s): lm_head.weight", "true at the top level",
+                     "ties by its top-level field; text_config's is not used");
+  }
   // A flat (Qwen3_5ForCausalLM) file keeps the module's names: nothing is added.
   save_as(source, path, "model.", {}, /*drop_first=*/true);
   const std::string flat = ::cg::testing::error_of(
