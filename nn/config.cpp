@@ -216,6 +216,27 @@ int64_t integer_field(const json& text, const char* key, const std::string& wher
   return v.get<int64_t>();
 }
 
+// A number field of `text`, or `fallback` when absent. Anything else (a string "1e-6", null,
+// a boolean) is refused naming the field and the value: nlohmann's own type error named
+// neither ("a field of the wrong type ([json.exception.type_error.302] ...)").
+double number_field(const json& text, const char* key, const std::string& where, double fallback) {
+  if (!text.contains(key)) return fallback;
+  const json& v = text[key];
+  CG_CHECK(v.is_number(), "Qwen3Config: ", where, " has ", key, " = ", describe_json(v),
+           "; it must be a number, so fix the file");
+  return v.get<double>();
+}
+
+// A true/false field of `text`, or `fallback` when absent; anything else ("false", null, 0)
+// is refused naming the field and the value.
+bool bool_field(const json& text, const char* key, const std::string& where, bool fallback) {
+  if (!text.contains(key)) return fallback;
+  const json& v = text[key];
+  CG_CHECK(v.is_boolean(), "Qwen3Config: ", where, " has ", key, " = ", describe_json(v),
+           "; it must be true or false, so fix the file");
+  return v.get<bool>();
+}
+
 // Note [RoPE fields]: transformers up to 4.x writes the RoPE base as a top-level
 // "rope_theta" and its scaling as "rope_scaling" (null, or {"rope_type" (older: "type"):
 // "yarn", "factor": 4.0, ...}); transformers 5 writes both into "rope_parameters":
@@ -294,6 +315,44 @@ double rope_theta_of(const json& j, bool hybrid) {
 
 // Fields chunkgrad's Qwen3 does not implement: when a config asks for them it would compute
 // another model, so it is refused rather than loaded (absent or null means the default).
+// Note [Fields of another family]: a field of the hybrid or MoE family in a config of
+// another model_type was ignored, exit 0 (an outside tester's qwen3 config with
+// partial_rotary_factor 0.5, attn_output_gate true or num_experts 8 ran as dense Qwen3, and
+// a qwen3_5_text one with attn_output_gate false ran gated all the same). Each is refused
+// unless it says what chunkgrad computes for that model_type.
+void check_family_fields(const json& j, const std::string& where, const std::string& model_type,
+                         bool hybrid, bool moe) {
+  const std::string type = model_type.empty() ? std::string("qwen3") : model_type;
+  if (j.contains("attn_output_gate")) {
+    const bool gate = bool_field(j, "attn_output_gate", where, hybrid);
+    CG_CHECK(gate == hybrid, "Qwen3Config: ", where,
+             " has attn_output_gate = ", gate ? "true" : "false", ", but a model_type \"", type,
+             "\" model ",
+             hybrid ? "always gates its attention output (transformers' Qwen3.5 attention has no "
+                      "switch)"
+                    : "has no attention output gate (that is the qwen3_5 family's)",
+             "; remove the field or set it to ", hybrid ? "true" : "false");
+  }
+  if (!hybrid && j.contains("partial_rotary_factor") && !j["partial_rotary_factor"].is_null()) {
+    const double factor = number_field(j, "partial_rotary_factor", where, 1.0);
+    CG_CHECK(factor == 1.0, "Qwen3Config: ", where,
+             " has partial_rotary_factor = ", describe_json(j["partial_rotary_factor"]),
+             ", but a model_type \"", type,
+             "\" model rotates every head dim (partial rotary is the qwen3_5 family's); remove "
+             "the field or set it to 1");
+  }
+  if (!moe) {
+    for (const char* key : {"num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                            "shared_expert_intermediate_size"}) {
+      if (!j.contains(key) || j[key].is_null()) continue;
+      CG_CHECK(j[key] == 0, "Qwen3Config: ", where, " has ", key, " = ", describe_json(j[key]),
+               ", but a model_type \"", type,
+               "\" model has dense MLPs (a mixture of experts is model_type qwen3_5_moe or "
+               "qwen3_5_moe_text; chunkgrad does not read qwen3_moe); remove the field");
+    }
+  }
+}
+
 void check_supported_architecture(const json& j, bool hybrid) {
   auto present = [&](const char* key) { return j.contains(key) && !j[key].is_null(); };
   if (present("hidden_act")) {
@@ -372,11 +431,11 @@ void read_hybrid_fields(const json& text, const std::string& where, Qwen3Config&
   }
   std::optional<double> top, nested;
   if (text.contains("partial_rotary_factor") && !text["partial_rotary_factor"].is_null())
-    top = text["partial_rotary_factor"].get<double>();
+    top = number_field(text, "partial_rotary_factor", where, 0.25);
   if (text.contains("rope_parameters") && text["rope_parameters"].is_object()) {
     const json& rope = text["rope_parameters"];
     if (rope.contains("partial_rotary_factor") && !rope["partial_rotary_factor"].is_null())
-      nested = rope["partial_rotary_factor"].get<double>();
+      nested = number_field(rope, "partial_rotary_factor", where + "'s rope_parameters", 0.25);
     if (rope.contains("mrope_section") && !rope["mrope_section"].is_null()) {
       CG_CHECK(rope["mrope_section"].is_array(), "Qwen3Config: ", where,
                " has rope_parameters.mrope_section = ", describe_json(rope["mrope_section"]),
@@ -524,9 +583,12 @@ Qwen3Config Qwen3Config::from_hf_json(const nlohmann::json& j) {
     c.head_dim = need("head_dim");
     if (!moe) c.intermediate_size = need("intermediate_size");
     c.rope_theta = rope_theta_of(t, hybrid);
-    c.rms_eps = t.value("rms_norm_eps", 1e-6);  // transformers' default (Qwen3 and Qwen3.5)
+    // transformers' default (Qwen3 and Qwen3.5) when absent.
+    c.rms_eps = number_field(t, "rms_norm_eps", where, 1e-6);
     // Note [Qwen3.5 config]: a nested model ties by its outer config.
-    c.tie_embeddings = (nested ? j : t).value("tie_word_embeddings", false);
+    c.tie_embeddings = nested ? bool_field(j, "tie_word_embeddings", "config.json", false)
+                              : bool_field(t, "tie_word_embeddings", where, false);
+    check_family_fields(t, where, model_type, hybrid, moe);
     if (hybrid) read_hybrid_fields(t, where, c);
     if (moe) read_moe_fields(t, where, c);
     // Sizes far past any model's are a damaged file, said as one; left to the allocator

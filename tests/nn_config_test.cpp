@@ -149,6 +149,40 @@ TEST(NnConfig, RefusesWhatAnOutsideTesterSlippedThrough) {
                    "must be positive");
 }
 
+// An outside tester: a qwen3 config with the hybrid or MoE family's fields ran as dense Qwen3,
+// exit 0 (Note [Fields of another family]); and a number or a boolean of the wrong JSON type
+// gave "a field of the wrong type ([json.exception.type_error.302] ...)", naming no field.
+TEST(NnConfig, RefusesFieldsOfAnotherFamilyAndNamesWrongTypes) {
+  json partial = hf4_config();
+  partial["partial_rotary_factor"] = 0.5;
+  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(partial), "partial_rotary_factor = 0.5",
+                   "model_type \"qwen3\" model rotates every head dim");
+  partial["partial_rotary_factor"] = 1.0;
+  EXPECT_EQ(nn::Qwen3Config::from_hf_json(partial).rotary_dim(), 16);
+  json gate = hf4_config();
+  gate["attn_output_gate"] = true;
+  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(gate), "attn_output_gate = true",
+                   "has no attention output gate", "set it to false");
+  gate["attn_output_gate"] = false;
+  EXPECT_FALSE(nn::Qwen3Config::from_hf_json(gate).attn_output_gate);
+  json experts = hf4_config();
+  experts["num_experts"] = 8;
+  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(experts), "num_experts = 8", "dense MLPs");
+  // Wrong JSON types: the field and the value.
+  const std::pair<const char*, json> wrong[] = {{"partial_rotary_factor", "0.5"},
+                                                {"rms_norm_eps", "1e-6"},
+                                                {"rms_norm_eps", nullptr},
+                                                {"tie_word_embeddings", "false"},
+                                                {"attn_output_gate", 1}};
+  for (const auto& [key, value] : wrong) {
+    json j = hf4_config();
+    j[key] = value;
+    const std::string want = std::string(key) + " = " + (value.is_null() ? "null" : value.dump());
+    EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(j), want.c_str(), "config.json has",
+                     "so fix the file");
+  }
+}
+
 // A size written as a non-integer number is refused with one line naming the field and the
 // value: get<int64_t>() truncated vocab_size 1024.5 to 1024 and built another model.
 TEST(NnConfig, RefusesNonIntegerSizes) {

@@ -323,6 +323,33 @@ TEST(Qwen35Config, RefusesNonIntegerSizes) {
                    "config.json's text_config has vocab_size = 1024.5", "must be an integer");
 }
 
+// An outside tester: "attn_output_gate": false (or a non-bool) in a qwen3_5_text config was
+// accepted and the model ran gated all the same; num_experts in a dense one was ignored
+// (Note [Fields of another family]). A wrong JSON type names the field and the value.
+TEST(Qwen35Config, RefusesWhatItCannotHonourAndNamesWrongTypes) {
+  json gate = text_config();
+  gate["attn_output_gate"] = true;  // what the family does: fine
+  EXPECT_TRUE(nn::Qwen3Config::from_hf_json(gate).attn_output_gate);
+  gate["attn_output_gate"] = false;
+  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(gate), "attn_output_gate = false",
+                   "always gates its attention output", "set it to true");
+  gate["attn_output_gate"] = "no";
+  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(gate), "attn_output_gate = \"no\"",
+                   "must be true or false");
+  json experts = nested_config();
+  experts["text_config"]["num_experts"] = 8;
+  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(experts), "text_config has num_experts = 8",
+                   "qwen3_5_moe");
+  json partial = text_config();
+  partial["rope_parameters"]["partial_rotary_factor"] = "0.25";
+  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(partial),
+                   "rope_parameters has partial_rotary_factor = \"0.25\"", "must be a number");
+  json tie = nested_config();
+  tie["tie_word_embeddings"] = "true";
+  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(tie),
+                   "config.json has tie_word_embeddings = \"true\"", "must be true or false");
+}
+
 // An outside tester: the Gated DeltaNet sizes were not bounded (linear_num_value_heads and
 // linear_value_head_dim of 2^40 wrapped their product to 0, signed-overflow UB;
 // linear_conv_kernel_dim = 2^62 gave a raw shape error). Each is bounded, naming
