@@ -25,8 +25,10 @@ namespace {
 // .down_proj.weight [H, I]. The source below offers such a group to the model as the two
 // packed tensors, stacked on copy (gate rows before up rows), so either layout loads into the
 // same parameters. A group must hold all three projections of experts 0 .. E-1, each of one
-// shape; a missing one is an error naming it (an extra expert makes E larger than the
-// model's, and the shape check of load_state_dict names the stacked tensor).
+// shape; a missing one is an error naming it. An expert at or past the model's num_experts
+// (CheckpointLoadOptions::num_experts, which the Hugging Face loaders set) is an error naming
+// it as extra; without the count, an extra expert makes E larger than the model's, and the
+// shape check of load_state_dict names the stacked tensor.
 struct ExpertName {
   std::string base;  // the module name up to and including "experts"
   int64_t expert = -1;
@@ -53,7 +55,7 @@ std::optional<ExpertName> parse_expert_name(const std::string& key) {
 class CheckpointSource : public StateSource {
  public:
   CheckpointSource(const safetensors::Reader& reader, const CheckpointLoadOptions& options)
-      : reader_(reader), prefix_(options.prefix) {
+      : reader_(reader), prefix_(options.prefix), num_experts_(options.num_experts) {
     const std::string& prefix = options.prefix;
     // base -> projection -> expert -> name in the file
     std::map<std::string, std::map<std::string, std::map<int64_t, std::string>>> experts;
@@ -125,6 +127,17 @@ class CheckpointSource : public StateSource {
     int64_t count = 0;
     for (const auto& [projection, by_expert] : projections)
       count = std::max(count, by_expert.rbegin()->first + 1);
+    // An expert past the model's count is extra, whatever else it lacks (an outside tester's
+    // experts.8.* beside 8 experts was called "incomplete").
+    if (num_experts_ > 0 && count > num_experts_) {
+      for (const auto& [projection, by_expert] : projections) {
+        const auto extra = by_expert.lower_bound(num_experts_);
+        if (extra == by_expert.end()) continue;
+        CG_FAIL("checkpoint '", reader_.path(), "': '", extra->second, "' is expert ", extra->first,
+                ", beyond num_experts (", num_experts_, ": experts 0 .. ", num_experts_ - 1,
+                "); the checkpoint is for another config, or config.json's num_experts is wrong");
+      }
+    }
     auto part = [&](const char* projection, int64_t e) -> const std::string& {
       const auto p = projections.find(projection);
       const bool found = p != projections.end() && p->second.count(e) > 0;
@@ -216,6 +229,7 @@ class CheckpointSource : public StateSource {
   std::map<std::string, std::string> file_name_;       // module name -> name in the file
   std::map<std::string, Stacked> stacked_;             // module name -> its per-expert parts
   std::string prefix_;                                 // CheckpointLoadOptions::prefix
+  int64_t num_experts_ = 0;                            // CheckpointLoadOptions::num_experts
   std::map<std::string, std::string> file_prefix_of_;  // Note [Missing names]
 };
 
@@ -262,9 +276,10 @@ std::string hf_target_name(const Qwen3Config& config, const std::string& name) {
 }
 
 CheckpointLoadOptions hf_target_load_options(const Qwen3Config& config) {
-  return {.strict = true, .convert_dtype = true, .rename = [config](const std::string& name) {
-            return hf_target_name(config, name);
-          }};
+  return {.strict = true,
+          .convert_dtype = true,
+          .rename = [config](const std::string& name) { return hf_target_name(config, name); },
+          .num_experts = config.num_experts};
 }
 
 int64_t first_non_finite(const Tensor& cpu, double* value) {

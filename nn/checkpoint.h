@@ -29,6 +29,9 @@ struct CheckpointLoadOptions {
   // the tensor (never loaded, never "unexpected"). Two tensors mapping to one name are an
   // error. Errors name the tensor as the checkpoint does.
   std::function<std::string(const std::string&)> rename{};
+  // Per-expert tensors (Note [Per-expert checkpoints]): the model's expert count, so that an
+  // expert at or past it is named as extra, not as an incomplete one; 0: not known.
+  int64_t num_experts = 0;
 };
 
 // Note [Hugging Face target names]: the module name of checkpoint tensor `name` for a target
@@ -40,7 +43,7 @@ struct CheckpointLoadOptions {
 // Qwen3_5ForCausalLM checkpoints, and chunkgrad's own saves, already use model.*.
 std::string hf_target_name(const Qwen3Config& config, const std::string& name);
 // The strict, dtype-converting load every Hugging Face target loader uses (rename set to
-// hf_target_name for the config's family).
+// hf_target_name for the config's family, num_experts to the config's).
 CheckpointLoadOptions hf_target_load_options(const Qwen3Config& config);
 
 // The module's state (shared parameters once, registration order) as one file, with

@@ -434,6 +434,17 @@ TEST(MoeCheckpoint, IncompleteOrExtraExpertsAreRefused) {
   six.emplace_back("model.layers.1.mlp.experts.5.down_proj.weight", zeros({16, 6}));
   safetensors::save_file(six, path);
   EXPECT_ERROR_HAS(nn::load_checkpoint(lm, path), "experts.gate_up_proj", "[6, 12, 16]");
+  // An outside tester: an extra expert with one projection was "expert 5 has no
+  // gate_proj.weight ... the checkpoint is incomplete". Knowing the model's count (the
+  // Hugging Face loaders do), it is named as extra.
+  safetensors::NamedTensors extra = per_expert_tensors(source);
+  extra.emplace_back("model.layers.1.mlp.experts.5.up_proj.weight", zeros({6, 16}));
+  safetensors::save_file(extra, path);
+  EXPECT_ERROR_HAS(nn::load_checkpoint(lm, path, nn::hf_target_load_options(c)),
+                   "'model.layers.1.mlp.experts.5.up_proj.weight' is expert 5, beyond "
+                   "num_experts (5: experts 0 .. 4)");
+  EXPECT_ERROR_HAS(nn::load_checkpoint(lm, path, nn::hf_target_load_options(c)),
+                   "config.json's num_experts is wrong");
   // Both layouts of one layer in one file.
   safetensors::NamedTensors both = per_expert_tensors(source);
   both.emplace_back("model.layers.0.mlp.experts.gate_up_proj",
