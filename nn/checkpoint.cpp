@@ -94,13 +94,13 @@ class CheckpointSource : public StateSource {
     }
     const std::string name = file(key);
     if (dst.device() == kCPU && dst.is_contiguous() && dst.dtype() == dtype(key)) {
-      reader_.load_into(name, dst);             // straight into the parameter
-      check_finite(dst, name, reader_.path());  // Note [Finite on load]
+      reader_.load_into(name, dst);                    // straight into the parameter
+      check_finite(dst, name, reader_.path_of(name));  // Note [Finite on load]
       return;
     }
     CategoryGuard category(MemoryCategory::temporary);
     const Tensor read = reader_.load(name, kCPU);
-    check_finite(read, name, reader_.path());
+    check_finite(read, name, reader_.path_of(name));
     raw::copy_(dst, read);  // converts dtype / moves to the device
   }
   std::string describe() const override { return "checkpoint '" + reader_.path() + "'"; }
@@ -186,7 +186,7 @@ class CheckpointSource : public StateSource {
       const int64_t e = static_cast<int64_t>(i) / s.parts_per_expert;
       const int64_t row0 = (static_cast<int64_t>(i) % s.parts_per_expert) * rows;
       const Tensor read = reader_.load(s.parts[i], kCPU);
-      check_finite(read, s.parts[i], reader_.path());
+      check_finite(read, s.parts[i], reader_.path_of(s.parts[i]));
       raw::copy_(raw::narrow(raw::squeeze(raw::narrow(dst, 0, e, 1), 0), 0, row0, rows), read);
     }
   }

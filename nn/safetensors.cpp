@@ -380,6 +380,13 @@ Sharded::~Sharded() = default;
 
 bool Sharded::contains(const std::string& name) const { return file_of_.count(name) > 0; }
 
+std::string Sharded::path_of(const std::string& name) const {
+  auto it = file_of_.find(name);
+  CG_CHECK(it != file_of_.end(), "safetensors: the index '", index_path_,
+           "' maps no tensor named '", name, "'");
+  return (fs::path(folder_) / it->second).string();
+}
+
 const File& Sharded::shard_of(const std::string& name) const {
   auto it = file_of_.find(name);
   CG_CHECK(it != file_of_.end(), "safetensors: the index '", index_path_,

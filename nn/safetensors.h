@@ -85,6 +85,9 @@ class Reader {
   // [Tensor checksums]); load and load_into check it themselves.
   virtual std::string checksum(const std::string& name) const = 0;
   virtual std::string path() const = 0;
+  // The file holding `name`: path() for one file, its shard for a sharded checkpoint (what
+  // an error about the tensor's bytes must name; the index holds none of them).
+  virtual std::string path_of(const std::string& name) const = 0;
 
   // Every tensor (or the named ones) read in one go.
   std::map<std::string, Tensor> load_all(Device device = kCPU) const;
@@ -106,6 +109,7 @@ class File : public Reader {
   const std::map<std::string, std::string>& metadata() const override { return metadata_; }
   std::string checksum(const std::string& name) const override;
   std::string path() const override { return path_; }
+  std::string path_of(const std::string&) const override { return path_; }
   uint64_t data_start() const { return data_start_; }  // 8 + N
 
  private:
@@ -133,6 +137,7 @@ class Sharded : public Reader {
   const std::map<std::string, std::string>& metadata() const override { return metadata_; }
   std::string checksum(const std::string& name) const override;
   std::string path() const override { return index_path_; }
+  std::string path_of(const std::string& name) const override;
   // Shard file names in the order they first appear in the weight map.
   const std::vector<std::string>& shard_files() const { return shard_files_; }
 

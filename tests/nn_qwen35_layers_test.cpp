@@ -283,6 +283,24 @@ TEST(Qwen35Layers, CheckpointErrorsNameTheTensor) {
                      "missing 1 key(s): model.language_model.norm.weight",
                      "(the model's model.norm.weight)", "sharded/model.safetensors.index.json");
   }
+  // An outside tester: a NaN in a sharded checkpoint was said to be in the index file. The
+  // error names the shard that holds the tensor's bytes.
+  {
+    safetensors::NamedTensors kept;
+    for (const auto& [name, p] : source.named_parameters())
+      kept.emplace_back(name, name == "model.norm.weight" ? full(p.shape(), NAN) : p.detach());
+    const std::string folder = dir.file("sharded_nan");
+    std::filesystem::create_directories(folder);
+    ASSERT_GT(safetensors::save_sharded(kept, folder, 4096).size(), 1u);
+    const std::string shard = safetensors::open(folder)->path_of("model.norm.weight");
+    EXPECT_NE(shard.find("-of-"), std::string::npos) << shard;  // a shard, not the index
+    const std::string m = ::cg::testing::error_of(
+        [&] { nn::load_checkpoint(lm, folder, nn::hf_target_load_options(c)); });
+    EXPECT_NE(m.find("checkpoint '" + shard + "': tensor 'model.norm.weight' holds nan"),
+              std::string::npos)
+        << m;
+    EXPECT_EQ(m.find("index.json"), std::string::npos) << m;
+  }
   // An untied wrapper without lm_head.weight (an outside tester's text_config said
   // tie_word_embeddings: true, which transformers does not read): the message says which
   // field ties, not only "config.json then says true" (it did, in text_config).

@@ -44,7 +44,7 @@ void refuse_resume(const std::string& path, const std::string& why, const char* 
 
 Tensor finite_checkpoint_tensor(const safetensors::Reader& reader, const std::string& name) {
   Tensor t = reader.load(name);
-  nn::check_finite(t, name, reader.path());  // Note [Finite on load], nn/checkpoint.h
+  nn::check_finite(t, name, reader.path_of(name));  // Note [Finite on load], nn/checkpoint.h
   return t;
 }
 
