@@ -142,6 +142,18 @@ const char* dtype_to_safetensors(DType dtype) {
   CG_FAIL("safetensors: dtype ", dtype_name(dtype), " has no safetensors name");
 }
 
+namespace {
+
+// The dtypes a file may hold, for both errors below (they listed two different sets): the
+// table's, then U8, read as bytes (Note [U8 as bytes]).
+std::string readable_dtypes() {
+  std::string out;
+  for (const auto& d : kDTypeNames) out += std::string(out.empty() ? "" : ", ") + d.name;
+  return out + " and U8";
+}
+
+}  // namespace
+
 DType dtype_from_safetensors(const std::string& name, const std::string& tensor_name) {
   for (const auto& d : kDTypeNames) {
     if (name == d.name) return d.dtype;
@@ -150,10 +162,10 @@ DType dtype_from_safetensors(const std::string& name, const std::string& tensor_
                                                         "U64", "F8_E4M3", "F8_E5M2", "F8_E8M0",
                                                         "F4",  "F6_E2M3", "F6_E3M2", "C64"};
   CG_CHECK(!known_elsewhere.count(name), "safetensors: tensor '", tensor_name, "' has dtype ", name,
-           ", which chunkgrad cannot hold; it reads F32, BF16, F16, F64, I64, I32 and "
-           "BOOL (convert the checkpoint first)");
+           ", which chunkgrad cannot hold; it reads ", readable_dtypes(),
+           " (convert the checkpoint first)");
   CG_FAIL("safetensors: tensor '", tensor_name, "' has unknown dtype '", name,
-          "'; expected one of F32, BF16, F16, F64, I64, I32, U8, BOOL");
+          "'; chunkgrad reads ", readable_dtypes());
 }
 
 // ---- Reader ----------------------------------------------------------------------
