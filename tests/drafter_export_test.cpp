@@ -217,6 +217,20 @@ TEST(DrafterExport, BadFolderIsOneClearError) {
                              std::filesystem::copy_options::overwrite_existing);
   EXPECT_ERROR_HAS(train::load_public_drafter(*d, info, dir.file("wide")),
                    "layers.0.mlp.gate_proj.weight", "[32, 16]", "[24, 16]");
+  // An outside tester: eval's message spoke of "this run's drafter" (eval has no run), and a
+  // wrong fc shape did not say what fc must be.
+  safetensors::NamedTensors three_layers_fc;
+  for (const auto& [n, p] : d->named_parameters())
+    three_layers_fc.emplace_back(n, n == "fc.weight" ? zeros({16, 48}) : p.detach());
+  safetensors::save_file(three_layers_fc, dir.file("ok/model.safetensors"));
+  const std::string fc = ::cg::testing::error_of(
+      [&] { train::load_public_drafter(*d, info, dir.file("ok"), "--drafter"); });
+  EXPECT_NE(fc.find("'fc.weight' is [16, 48] in model.safetensors and [16, 32] in the drafter "
+                    "config.json describes (n target_layer_ids need fc [H, n*H]; 2 ids and "
+                    "H = 16 give [16, 32])"),
+            std::string::npos)
+      << fc;
+  EXPECT_EQ(fc.find("this run"), std::string::npos) << fc;
   // An lm_head in the file is not a drafter's.
   safetensors::NamedTensors extra;
   for (const auto& [n, p] : d->named_parameters()) extra.emplace_back(n, p.detach());

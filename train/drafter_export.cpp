@@ -376,11 +376,11 @@ void load_public_drafter(nn::DFlashDrafter& drafter, const PublicDrafterInfo& in
   check_public_drafter_folder(dir, option);
   const json c = parse_untrusted_json(read_text_file(config_path.string(), where + " config.json"),
                                       where + " config.json");
+  const bool from_train_config = option == "drafter.init_from";
   const std::vector<std::string> bad = public_config_mismatches(c, drafter.config(), info);
   if (!bad.empty()) {
     std::string fields;
     for (const std::string& b : bad) fields += (fields.empty() ? "" : "; ") + b;
-    const bool from_train_config = option == "drafter.init_from";
     CG_FAIL(where, ": config.json does not match ",
             from_train_config ? "this run's drafter" : "what chunkgrad runs", " in ", bad.size(),
             " field(s) (",
@@ -393,12 +393,21 @@ void load_public_drafter(nn::DFlashDrafter& drafter, const PublicDrafterInfo& in
     reader = safetensors::open(weights_path.string());
   } catch (const Error& e) { CG_FAIL(where, ": model.safetensors is unreadable: ", e.message()); }
   const auto params = drafter.named_parameters();
+  // eval's --drafter has no run: its drafter is the one config.json describes.
+  const char* here = from_train_config ? "this run's drafter" : "the drafter config.json describes";
+  const int64_t H = drafter.config().layers.hidden_size;
+  const int64_t n = static_cast<int64_t>(drafter.config().target_layers.size());
   for (const auto& [name, p] : params) {
     CG_CHECK(reader->contains(name), where, ": model.safetensors has no tensor '", name,
              "' (the public names are listed in docs/export.md)");
+    // fc reads the n target layers' features side by side: the likely cause is named.
     CG_CHECK(reader->info(name).shape == p.shape(), where, ": '", name, "' is ",
              shape_str(reader->info(name).shape), " in model.safetensors and ",
-             shape_str(p.shape()), " in this run's drafter");
+             shape_str(p.shape()), " in ", here,
+             name == "fc.weight" ? " (n target_layer_ids need fc [H, n*H]; " + std::to_string(n) +
+                                       " ids and H = " + std::to_string(H) + " give [" +
+                                       std::to_string(H) + ", " + std::to_string(n * H) + "])"
+                                 : std::string());
   }
   for (const std::string& name : reader->names()) {
     const bool known =
