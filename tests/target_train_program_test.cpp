@@ -127,6 +127,19 @@ TEST_F(TargetTrainProgram, ExportRefusesATargetThatChangedSinceTraining) {
   EXPECT_EQ(nlohmann::json::parse(slurp(path("pub/config.json")))["num_target_layers"], 2);
 }
 
+// An outside tester: a resume refused on a --target run blamed "the corpus or
+// target.checkpoint", which such a run does not have. It names what the run used.
+TEST_F(TargetTrainProgram, AResumeOnOtherDataNamesWhatTheRunRead) {
+  const std::string command = options("run") + " --set drafter.mask_token_id=255";
+  ASSERT_EQ(train(command).exit_code, 0);
+  std::string text = slurp(path("samples.jsonl"));
+  text.replace(text.find("20, 30"), 6, "21, 30");
+  write("samples.jsonl", text);
+  expect_error(train(command),
+               "was trained on other data: the content of features.data, of the "
+               "target features.target");
+}
+
 // An outside tester: a target whose forward overflows (finite weights of 3e38 in
 // embed_tokens and every down_proj) gave all-inf/NaN features, exit 0; only train noticed.
 // Now features names the sample and the layer, and leaves no feature set behind (Note

@@ -213,10 +213,17 @@ void check_header(const Header& h, const std::string& path, const TrainConfig& c
   if (by_content) {
     const nlohmann::json here = nlohmann::json::parse(data_fingerprint);
     if (h.data != here) {
-      fail(
-          "was trained on other data: the content of the corpus or of target.checkpoint changed "
-          "since (" +
-          first_difference(h.data, here) + ")");
+      // What this run's fingerprint covers (pipeline_setup.cpp), by the names it was given.
+      const std::string& source = config.features.source;
+      const std::string what =
+          source == "target"
+              ? "of features.data, of the target features.target (its config.json and weights) "
+                "or of its tokenizer"
+          : source == "offline" ? "of the feature folder features.dir (its index.json) or of the "
+                                  "target it names"
+                                : "of the corpus or of target.checkpoint";
+      fail("was trained on other data: the content " + what + " changed since (" +
+           first_difference(h.data, here) + ")");
     }
   }
 }
