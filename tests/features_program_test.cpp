@@ -340,6 +340,22 @@ TEST_F(FeaturesProgram, AnUnbuildableDrafterLeavesTheRunDirectoryAsItWas) {
   EXPECT_FALSE(fs::exists(at("unbuildable_new")));
 }
 
+// Note [Layers from the feature folder]: without drafter.target_layers in the config or a
+// --set, a run from features reads the layers the folder holds (a SpecForge user's
+// expectation; the public rule's one layer failed against these two). Named, they must agree.
+TEST_F(FeaturesProgram, TheFoldersLayersAreTheDefault) {
+  ASSERT_EQ(features("two_layers", "--layers 0,1").exit_code, 0);
+  const std::string run = at("two_layers_run");
+  const std::string train = "train --config '" + at("toy.json") + "' --run-dir '" + run +
+                            "' --features '" + at("two_layers") + "' --set drafter.optim.steps=2";
+  const ProgramRun r = cli(train);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(slurp(run + "/config.json"))["drafter"]["target_layers"],
+            nlohmann::json({0, 1}));
+  expect_error(cli(train + " --fresh --set drafter.target_layers=[1]"), "train",
+               "index.json: field 'num_layers' disagrees with the config");
+}
+
 // An outside tester: with --features, target.* that disagreed with the features' target
 // trained anyway (on the features' target) and then exported target_layer_ids of the
 // config's; a MASK id that is a byte of the data was accepted; a features --out that this

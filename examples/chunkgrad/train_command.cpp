@@ -79,6 +79,18 @@ train::TrainConfig read_config(const std::string& path, const std::vector<std::s
     }
     f["source"] = "offline";
     f["dir"] = features;
+    // Note [Layers from the feature folder]: a SpecForge user expects the features to fix
+    // the layers; the public rule's default failed instead ("drafter.target_layers is
+    // empty, so the layer rule picks ..."). When neither the config nor a --set names
+    // drafter.target_layers, they are the folder's index.json layer_ids. Named (even as [],
+    // the public rule), they stay, and a disagreement is offline_features.h's error.
+    if (!j.contains("drafter")) j["drafter"] = nlohmann::json::object();
+    nlohmann::json& d = j["drafter"];  // (not an object: from_json below says so)
+    if (d.is_object() && !d.contains("target_layers")) {
+      try {
+        d["target_layers"] = train::read_feature_index(features).layer_ids;
+      } catch (const cg::Error&) {}  // a folder that cannot be read: the run's open says why
+    }
   }
   try {
     return train::TrainConfig::from_json(j);
