@@ -640,6 +640,39 @@ Qwen3Config Qwen3Config::from_hf_json(const nlohmann::json& j) {
   return c;
 }
 
+std::string Qwen3Config::ignored_wrapper_fields(const nlohmann::json& j) {
+  if (!j.is_object() || !j.contains("model_type") ||
+      (j["model_type"] != "qwen3_5" && j["model_type"] != "qwen3_5_moe") ||
+      !j.contains("text_config") || !j["text_config"].is_object())
+    return "";
+  const json& t = j["text_config"];
+  // text_config's RoPE base may sit in its rope_parameters (transformers 5).
+  const auto text_value = [&](const char* key) -> json {
+    if (t.contains(key)) return t[key];
+    if (std::string(key) == "rope_theta" && t.contains("rope_parameters") &&
+        t["rope_parameters"].is_object() && t["rope_parameters"].contains("rope_theta"))
+      return t["rope_parameters"]["rope_theta"];
+    return nullptr;
+  };
+  std::string out;
+  int fields = 0;
+  for (const char* key : {"hidden_size", "num_hidden_layers", "layer_types", "rope_theta"}) {
+    if (!j.contains(key) || j[key].is_null()) continue;
+    const json inner = text_value(key);
+    const bool same = j[key].is_number() && inner.is_number()
+                          ? j[key].get<double>() == inner.get<double>()
+                          : j[key] == inner;
+    if (same) continue;
+    ++fields;
+    out += std::string(out.empty() ? "" : ", ") + key + " " + describe_json(j[key]) +
+           " (text_config: " + (inner.is_null() ? std::string("none") : describe_json(inner)) + ")";
+  }
+  if (out.empty()) return "";
+  return "config.json's top-level " + out + (fields > 1 ? " are" : " is") +
+         " not read: a wrapper model (Qwen3_5ForConditionalGeneration style) takes the "
+         "language model from text_config only, as transformers does";
+}
+
 Qwen3Config Qwen3Config::from_hf_file(const std::string& path) {
   // Bounded parse (json_input.h): a hostile config.json is an error, never a crash.
   return from_hf_json(

@@ -93,6 +93,11 @@ struct Qwen3Config {
   // programs' help ("qwen3, qwen3_5, ..."); an absent model_type reads as qwen3.
   static const std::vector<std::string>& hf_model_types();
   static Qwen3Config from_hf_file(const std::string& path);  // a config.json path
+  // A wrapper config (Qwen3_5ForConditionalGeneration: model_type qwen3_5 / qwen3_5_moe)
+  // whose top-level hidden_size, num_hidden_layers, layer_types or rope_theta disagree with
+  // its text_config's: one line naming each, for a warning ("" when none). from_hf_json
+  // reads text_config only, as transformers does (Note [Qwen3.5 config]).
+  static std::string ignored_wrapper_fields(const nlohmann::json& json);
 };
 
 }  // namespace cg::nn

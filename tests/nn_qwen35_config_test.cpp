@@ -350,6 +350,28 @@ TEST(Qwen35Config, RefusesWhatItCannotHonourAndNamesWrongTypes) {
                    "config.json has tie_word_embeddings = \"true\"", "must be true or false");
 }
 
+// An outside tester: a wrapper's top-level sizes that disagree with text_config were
+// ignored without a word (as transformers ignores them). They are still ignored, and named
+// for the loaders' one warning line.
+TEST(Qwen35Config, NamesTheWrappersIgnoredTopLevelFields) {
+  json j = nested_config();
+  EXPECT_EQ(nn::Qwen3Config::ignored_wrapper_fields(j), "");
+  j["hidden_size"] = 32;         // agrees with text_config: nothing to say
+  j["rope_theta"] = 10000000.0;  // agrees with text_config's rope_parameters
+  EXPECT_EQ(nn::Qwen3Config::ignored_wrapper_fields(j), "");
+  j["hidden_size"] = 4096;
+  j["num_hidden_layers"] = 9;
+  j["rope_theta"] = 1e6;
+  const std::string line = nn::Qwen3Config::ignored_wrapper_fields(j);
+  for (const char* part :
+       {"hidden_size 4096 (text_config: 32)", "num_hidden_layers 9 (text_config: 4)",
+        "rope_theta 1000000.0 (text_config: 10000000.0)",
+        "takes the language model from text_config only"})
+    EXPECT_NE(line.find(part), std::string::npos) << part << " in " << line;
+  EXPECT_EQ(nn::Qwen3Config::from_hf_json(j).hidden_size, 32);            // still text_config's
+  EXPECT_EQ(nn::Qwen3Config::ignored_wrapper_fields(text_config()), "");  // flat: nothing
+}
+
 // An outside tester: the Gated DeltaNet sizes were not bounded (linear_num_value_heads and
 // linear_value_head_dim of 2^40 wrapped their product to 0, signed-overflow UB;
 // linear_conv_kernel_dim = 2^62 gave a raw shape error). Each is bounded, naming

@@ -164,6 +164,26 @@ TEST_F(Qwen35Program, FeaturesAndEvalWithAMixtureOfExpertsTarget) {
   check_eval("cpu", kMoe);
 }
 
+// An outside tester: a wrapper's top-level num_hidden_layers that disagreed with its
+// text_config was ignored without a word. Still ignored (as transformers does), now said.
+TEST_F(Qwen35Program, AWrappersIgnoredTopLevelFieldIsAWarning) {
+  SKIP_WITHOUT(kConditional);
+  fs::copy(kGolden + "/" + kConditional.name, path("target"), fs::copy_options::recursive);
+  auto config = nlohmann::json::parse(slurp(path("target/config.json")));
+  config["num_hidden_layers"] = 9;
+  write("target/config.json", config.dump(2));
+  const TrainRun r = run("features --target '" + path("target") + "' --data '" +
+                         write("ids.jsonl", "{\"input_ids\": [5, 6, 7, 8]}\n") + "' --out '" +
+                         path("f") + "' --layers 0 --no-progress");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("warning: --target " + path("target") +
+                       ": config.json's top-level num_hidden_layers 9 (text_config: 6) is not "
+                       "read"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
 TEST_F(Qwen35Program, MixtureOfExpertsFeaturesAndEvalOnTheGpu) {
   SKIP_WITHOUT(kMoe);
   if (!cg::cuda_available()) GTEST_SKIP() << "no GPU";

@@ -82,6 +82,11 @@ FeatureTarget load_feature_target(const std::string& dir, Device device, DType d
     try {  // the folder in the message: the file's fields are named, not where it is
       arch = nn::Qwen3Config::from_hf_file(config_path.string());
     } catch (const Error& e) { CG_FAIL("--target ", dir, ": ", e.message()); }
+    // A wrapper's own sizes that disagree with its text_config: ignored, as transformers
+    // ignores them, but said once (an outside tester's edit went unnoticed).
+    const std::string ignored = nn::Qwen3Config::ignored_wrapper_fields(config);
+    if (!ignored.empty())
+      std::fprintf(stderr, "warning: --target %s: %s\n", dir.c_str(), ignored.c_str());
     load_from = dir;
     for (const auto& e : fs::directory_iterator(dir)) {
       if (e.path().extension() == ".safetensors") weights.push_back(e.path().string());
