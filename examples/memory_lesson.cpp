@@ -22,7 +22,8 @@
 //
 // Bad input (an option out of range, an unwritable --trace-dir, inputs that do not fit
 // under --memory-limit-mb) ends the run with one error line and exit code 1
-// (examples/common/program.h); a path that runs out of memory is a row of the table.
+// (examples/common/program.h); a path that runs out of memory is a row of the table, and
+// its trace (with --trace-dir) holds the step up to the error, the oom event included.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -227,10 +228,18 @@ void run(const Options& o) {
       reports.push_back(run_path(cg::parse_head_loss_path(name), in, hopt, o,
                                  trace == traces.end() ? nullptr : &trace->second));
     } catch (const cg::OutOfMemoryError& e) {
-      cg::MemoryTrace::disable();
       PathReport r;
       r.path = name;
       r.error = e.message();  // "out of memory on cpu (...): tried to allocate ..."
+      // Note [A trace up to the out-of-memory error]: the traced first step failed, so its
+      // trace is written now, the oom event and the frees of the unwinding included. Left
+      // unwritten, a trace of an earlier run in the same folder stayed there, and
+      // `chunkgrad trace` compared it with this run's other paths without a word.
+      if (trace != traces.end() && trace->second.is_open() && cg::MemoryTrace::enabled()) {
+        trace->second.write_json(cg::memory_trace_file());
+        r.trace_until_error = trace->second.path();
+      }
+      cg::MemoryTrace::disable();
       reports.push_back(r);
     }
   }

@@ -219,6 +219,11 @@ void print_table(const std::vector<PathReport>& reports, const Options& o,
   for (const PathReport& r : reports) {
     if (!r.ok()) {
       std::printf("%-8s %s\n", r.path.c_str(), r.error.c_str());
+      if (!r.trace_until_error.empty())
+        std::printf(
+            "%-8s (its trace %s ends at this error: the step up to it, the oom event "
+            "included)\n",
+            "", r.trace_until_error.c_str());
       continue;
     }
     std::printf("%-8s %7lld %14s %14s %14s %14s %14s %11.6f %9.1f\n", r.path.c_str(),
@@ -249,6 +254,7 @@ void print_json(const std::vector<PathReport>& reports, const Options& o,
   for (const PathReport& r : reports) {
     if (!r.ok()) {
       paths[r.path] = {{"error", r.error}};
+      if (!r.trace_until_error.empty()) paths[r.path]["trace_until_error"] = r.trace_until_error;
       continue;
     }
     paths[r.path] = {{"peak_bytes", r.step_peak},

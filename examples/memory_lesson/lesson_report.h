@@ -41,7 +41,8 @@ struct PathReport {
   cg::GraphMemory graph;
   double loss = 0, median_ms = 0;
   int64_t chunk_rows = 0;
-  std::string error;  // out of memory under --memory-limit-mb
+  std::string error;              // out of memory under --memory-limit-mb
+  std::string trace_until_error;  // the trace file written up to that error ("" if none)
   bool ok() const { return error.empty(); }
   int64_t forward_temporaries() const { return forward_peak - forward_kept; }
 };
