@@ -166,6 +166,9 @@ void run(const Options& o) {
   std::vector<std::string> names;
   std::stringstream list(o.paths);
   for (std::string name; std::getline(list, name, ',');) names.push_back(name);
+  // A --trace-dir made here goes again when the run fails before writing a trace into it
+  // (inputs that do not fit under --memory-limit-mb); it outlives the files opened in it.
+  const cg::program::RemoveIfLeftEmpty made_here(o.trace_dir);
   std::map<std::string, cg::program::OutputFile> traces;
   if (!o.trace_dir.empty()) {
     cg::program::make_output_dir(o.trace_dir, "--trace-dir");

@@ -102,4 +102,36 @@ TEST_F(TraceOutputs, APathThatRunsOutOfMemoryWritesItsTraceUpToTheError) {
   EXPECT_TRUE(fs::exists(at("fresh/trace_naive.json")));
 }
 
+TEST_F(TraceOutputs, FoldersAFailedRunMadeAreRemoved) {
+  make_trace();
+  const std::string half = slurp(at("trace_fused.json")).substr(0, 300);
+  std::ofstream(at("trunc.json")) << half;
+  fs::create_directories(at("kept"));
+  expect_error(trace("trunc.json --snapshot-dir snaps --perfetto-dir new/perf --svg-dir svgs "
+                     "--html deep/er/r.html"),
+               "trace", "trunc.json ends in the middle");
+  for (const char* made : {"snaps", "new", "svgs", "deep"})
+    EXPECT_FALSE(fs::exists(at(made))) << made;
+  expect_error(trace("trunc.json --svg-dir kept"), "trace", "trunc.json");
+  EXPECT_TRUE(fs::is_directory(at("kept")));  // it was there before
+  // The lesson's inputs do not fit: no trace was written into the folder it made.
+  expect_error(lesson("--T 256 --D 32 --V 4096 --memory-limit-mb 1 --trace-dir newtd/sub"),
+               "memory_lesson", "do not fit");
+  EXPECT_FALSE(fs::exists(at("newtd")));
+}
+
+TEST_F(TraceOutputs, AnOutputFileAtAnOutputFoldersPathIsRefusedBeforeAnyWork) {
+  make_trace();
+  for (const char* option : {"--svg-dir", "--snapshot-dir", "--perfetto-dir"}) {
+    const ProgramRun r = trace(std::string("trace_fused.json --html same ") + option + " same");
+    expect_error(r, "trace", std::string("--html and ") + option + " would both write same");
+    EXPECT_EQ(r.out, "") << "the report ran before the outputs were checked";
+    EXPECT_FALSE(fs::exists(at("same")));
+  }
+  // --html makes its folder, as the folder options do.
+  const ProgramRun r = trace("trace_fused.json --html made/for/r.html");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(fs::is_regular_file(at("made/for/r.html")));
+}
+
 }  // namespace

@@ -228,14 +228,29 @@ void run_trace(const TraceOptions& o) {
     if (!o.perfetto_dir.empty())
       outputs.emplace_back(o.perfetto_dir + "/" + n + ".perfetto.json", "--perfetto-dir");
   }
-  program::check_outputs_apart(outputs);
+  // (an option's folder: the --html file's, made like the others)
+  const std::string html_dir =
+      o.html.empty() ? std::string() : std::filesystem::path(o.html).parent_path().string();
+  std::vector<std::pair<std::string, std::string>> folders;
+  const std::vector<std::pair<std::string, std::string>> each_folder = {
+      {html_dir, "--html"},
+      {o.svg_dir, "--svg-dir"},
+      {o.snapshot_dir, "--snapshot-dir"},
+      {o.perfetto_dir, "--perfetto-dir"}};
+  for (const auto& [dir, option] : each_folder) {
+    if (!dir.empty()) folders.emplace_back(dir, option);
+  }
+  program::check_outputs_apart(outputs, folders);
+  // A folder made here goes again when the run fails before writing into it (a broken
+  // trace): every guard is taken before any folder is made, and outlives the files below.
+  std::vector<std::unique_ptr<program::RemoveIfLeftEmpty>> made_here;
+  for (const auto& [dir, option] : folders)
+    made_here.push_back(std::make_unique<program::RemoveIfLeftEmpty>(dir));
+  for (const auto& [dir, option] : folders) program::make_output_dir(dir, option);
   // Outputs first: an unwritable path fails before any trace is read.
   std::unique_ptr<TextOut> html;
   if (!o.html.empty()) html = std::make_unique<TextOut>(o.html, "--html", o.files);
   std::vector<std::unique_ptr<TextOut>> svgs, pickles, snapshots, perfettos;
-  if (!o.svg_dir.empty()) program::make_output_dir(o.svg_dir, "--svg-dir");
-  if (!o.snapshot_dir.empty()) program::make_output_dir(o.snapshot_dir, "--snapshot-dir");
-  if (!o.perfetto_dir.empty()) program::make_output_dir(o.perfetto_dir, "--perfetto-dir");
   for (const std::string& n : names) {
     if (!o.svg_dir.empty())
       svgs.push_back(

@@ -306,12 +306,17 @@ bool within(const std::filesystem::path& inner, const std::filesystem::path& out
 
 }  // namespace
 
-void check_outputs_apart(const std::vector<std::pair<std::string, std::string>>& outputs) {
+void check_outputs_apart(const std::vector<std::pair<std::string, std::string>>& outputs,
+                         const std::vector<std::pair<std::string, std::string>>& folders) {
   std::vector<std::string> where;
   for (const auto& [path, option] : outputs) where.push_back(resolved(path).string());
   for (size_t i = 0; i < outputs.size(); ++i) {
     for (size_t k = 0; k < i; ++k) {
       CG_CHECK(where[i] != where[k], outputs[i].second, " and ", outputs[k].second,
+               " would both write ", outputs[i].first, "; give them different paths");
+    }
+    for (const auto& [folder, option] : folders) {
+      CG_CHECK(where[i] != resolved(folder).string(), outputs[i].second, " and ", option,
                " would both write ", outputs[i].first, "; give them different paths");
     }
   }
@@ -345,12 +350,24 @@ void check_inputs_outside(const std::string& folder, const std::string& option,
 }
 
 RemoveIfLeftEmpty::RemoveIfLeftEmpty(const std::string& dir) {
-  std::error_code ec;
-  if (!dir.empty() && !std::filesystem::exists(dir, ec) && !ec) made_ = dir;
+  if (dir.empty()) return;
+  std::filesystem::path at = std::filesystem::path(dir).lexically_normal();
+  if (!at.has_filename()) at = at.parent_path();  // "out/" is "out"
+  for (; !at.empty(); at = at.parent_path()) {
+    std::error_code ec;  // (set for a path that is not there, too)
+    const std::filesystem::file_status status = std::filesystem::symlink_status(at, ec);
+    if (status.type() != std::filesystem::file_type::not_found) break;  // there, or unknown
+    made_.push_back(at.string());
+    if (at == at.parent_path()) break;
+  }
 }
 
 RemoveIfLeftEmpty::~RemoveIfLeftEmpty() {
-  if (!made_.empty()) ::rmdir(made_.c_str());  // (rmdir removes only an empty folder)
+  // rmdir removes only an empty folder: the first that holds anything ends the walk up
+  // (one already gone, removed with another output's folder, does not).
+  for (const std::string& dir : made_) {
+    if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) break;
+  }
 }
 
 CLI::Validator not_empty() {

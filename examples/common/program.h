@@ -112,8 +112,12 @@ class OutputFile {
 
 // Refuses two outputs at one path ((path, option) pairs; `--html` inside `--svg-dir` under
 // an SVG's name, `--svg` and `--trace` the same file): whichever was written last would be
-// all that is left, after the whole run. Call it before making any of them ready.
-void check_outputs_apart(const std::vector<std::pair<std::string, std::string>>& outputs);
+// all that is left, after the whole run. `folders` are output folders the run makes and
+// fills: an output file at one of their paths (`--html out --svg-dir out`) is refused too
+// (the folder was made, filled, and the file's rename failed at the end). Folders may
+// share a path with each other. Call it before making any of them ready.
+void check_outputs_apart(const std::vector<std::pair<std::string, std::string>>& outputs,
+                         const std::vector<std::pair<std::string, std::string>>& folders = {});
 
 // Refuses an output that would write over an input ((path, option) pairs; an input is a
 // file or a folder): the same file (also through a symlink or a hard link), or a path
@@ -129,7 +133,8 @@ void check_inputs_outside(const std::string& folder, const std::string& option,
 
 // A folder a run is about to make (construct it before the folder is made): if the run
 // fails before writing anything into it, the empty folder goes again when this is
-// destroyed. A folder that existed before, or holds anything, is left as it is.
+// destroyed, and so do the parents the run made for it (`--svg-dir new/svg` made new/).
+// A folder that existed before, or holds anything, is left as it is.
 class RemoveIfLeftEmpty {
  public:
   explicit RemoveIfLeftEmpty(const std::string& dir);
@@ -138,7 +143,7 @@ class RemoveIfLeftEmpty {
   RemoveIfLeftEmpty& operator=(const RemoveIfLeftEmpty&) = delete;
 
  private:
-  std::string made_;  // "" when the folder was there already
+  std::vector<std::string> made_;  // the folders not there yet, innermost first
 };
 
 // Makes `dir` (and its parents); throws cg::Error naming the option when it cannot. Open
