@@ -462,10 +462,11 @@ TEST(Programs, ChunkgradTraceSaysWhatItsNumbersMean) {
   std::ofstream(dir + "/tail.json") << R"({"a": 1} x)";
   expect_clean_failure(chunkgrad("trace '" + dir + "/tail.json'"), "trace",
                        {"is not JSON", "at byte 10 of 10"});
-  // One block allocated in no segment the trace knows: reserved 0, allocated 512.
+  // One block allocated in no segment the trace knows: reserved 0, allocated 512. (Without
+  // an end state: with one, such a block is left out, Note [Inconsistent events].)
   std::ofstream(dir + "/neg.json")
       << R"({"format": "chunkgrad.memory_trace", "version": 1, "capacity": 8, "dropped": 0,
-    "segments": [], "events": [{"action": "alloc", "addr": 4096, "category": "activation", "device": "cpu",
+    "events": [{"action": "alloc", "addr": 4096, "category": "activation", "device": "cpu",
     "requested": 512, "scope": "", "size": 512, "stream": 0, "time_us": 10}]})";
   r = chunkgrad("trace '" + dir + "/neg.json' '" + dir + "/neg.json' --names a,b");
   ASSERT_EQ(r.exit_code, 0) << r.err;

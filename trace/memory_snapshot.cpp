@@ -2,6 +2,7 @@
 // trace/memory_snapshot.h).
 #include "trace/memory_snapshot.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <unordered_map>
@@ -153,14 +154,18 @@ std::string to_pickle(const nlohmann::json& j, int protocol) {
 
 nlohmann::json memory_viz_snapshot(const TraceFile& file) {
   const std::vector<uint32_t> holder = holders_by_event(file);
+  const std::vector<bool> left_out = events_left_out(file);
   const size_t devices = std::max<size_t>(1, file.devices.size());
   nlohmann::json traces = nlohmann::json::array();
   for (size_t d = 0; d < devices; ++d) traces.push_back(nlohmann::json::array());
   bool any_category = false, any_unknown = false;
   for (size_t i = 0; i < file.events.size(); ++i) {
     const TraceRecord& e = file.events[i];
+    if (left_out[i]) continue;
+    // Rule 5: an oom's request may pass 2^53 (Note [Trace bounds]); the report prints it.
+    const uint64_t size = std::min(e.size, kMaxTraceInteger - 1);
     nlohmann::json entry = {{"addr", e.addr},
-                            {"size", e.size},
+                            {"size", size},
                             {"stream", e.stream},
                             {"time_us", e.time_us},
                             {"frames", frames(file, e.scope, holder[i], e.category)},

@@ -8,7 +8,9 @@
 // 3. segment.device is the index of that device's list in "device_traces".
 // 4. If any event has a category, one has "unknown": a trailing "snapshot" entry with
 //    category "unknown" is added when no event has it.
-// 5. Integers: pickle writes them exactly at any size; JSON is checked to stay < 2^53.
+// 5. Integers: the reader refuses addresses, sizes and times past 2^53 (Note [Trace
+//    bounds], trace_file.h); an oom's request past it is written as 2^53 - 1.
+// Events of blocks outside every segment are left out (events_left_out, trace_analysis.h).
 // A chunkgrad free becomes free_requested then free_completed (there is one stream and no
 // deferred free). Frames carry the scope path (filename) and the autograd node that saved
 // the block (name), so the viewer's stack column says who held it.

@@ -62,10 +62,18 @@ struct Replay {
   int device;
   std::unordered_set<size_t> saved_allocs;  // ordinals of this device's alloc events
   size_t allocs_applied = 0;
-  std::unordered_map<uint64_t, LiveBlock> live;
+  std::map<uint64_t, LiveBlock> live;     // by address
+  std::map<uint64_t, uint64_t> segments;  // the live segments: address -> size
   int64_t allocated = 0, reserved = 0;
   std::array<int64_t, kNumMemoryCategories> by_category{};
-  size_t inconsistencies = 0;
+  // Note [Inconsistent events]: an event that does not fit the state replayed so far, by
+  // its index in the file, with what is wrong (the first thing found). A block outside
+  // every segment cannot be placed at all: such an event is also `skipped`, by this replay
+  // and by the memory_viz snapshot (whose viewer replays the same way). Segments are only
+  // known with a recorded end state: a rebuilt one lacks the segments of blocks allocated
+  // before tracing began, so the segment checks need it.
+  std::map<size_t, std::string> inconsistent;
+  std::unordered_set<size_t> skipped;
 
   void add(const LiveBlock& b) {
     allocated += static_cast<int64_t>(b.size);
@@ -75,6 +83,43 @@ struct Replay {
     allocated -= static_cast<int64_t>(b.size);
     by_category[static_cast<int>(b.category)] -= static_cast<int64_t>(b.size);
   }
+  // (what the forward replay finds replaces what undoing found: it reads in time order)
+  void flag(size_t i, const std::string& what, bool forward = true) {
+    const TraceRecord& e = file.events[i];
+    std::string text = "event " + std::to_string(i) + ", " + action_name(e.action) + " of " +
+                       format_bytes(static_cast<int64_t>(e.size)) + " at " +
+                       std::to_string(e.addr) + ": " + what;
+    if (forward) {
+      inconsistent.insert_or_assign(i, std::move(text));
+    } else {
+      inconsistent.emplace(i, std::move(text));
+    }
+  }
+  bool check_segments() const { return file.end_state_recorded; }
+  // Whether [addr, addr + size) lies inside one live segment.
+  bool in_a_segment(uint64_t addr, uint64_t size) const {
+    auto it = segments.upper_bound(addr);
+    if (it == segments.begin()) return false;
+    --it;
+    const uint64_t offset = addr - it->first;
+    return offset <= it->second && size <= it->second - offset;
+  }
+  // The first entry of `m` (by address, with its size from `size_of`) that overlaps
+  // [addr, addr + size), other than one starting at addr; m.end() if none.
+  template <typename Map, typename SizeOf>
+  static typename Map::const_iterator overlap(const Map& m, uint64_t addr, uint64_t size,
+                                              SizeOf size_of) {
+    auto it = m.lower_bound(addr);
+    if (it != m.begin()) {
+      auto before = std::prev(it);
+      if (before->first + size_of(before->second) > addr) return before;
+    }
+    if (it != m.end() && it->first == addr) ++it;
+    if (it != m.end() && it->first - addr < size) return it;
+    return m.end();
+  }
+  static uint64_t block_size(const LiveBlock& b) { return b.size; }
+  static uint64_t segment_size(uint64_t s) { return s; }
 
   // The state before the first event: the end state with the events undone, last first
   // (what memory_viz does with a snapshot's segments and trace).
@@ -82,44 +127,80 @@ struct Replay {
     for (const SegmentRecord& s : file.segments) {
       if (s.device != device) continue;
       reserved += static_cast<int64_t>(s.size);
+      segments[s.addr] = s.size;
       for (const BlockRecord& b : s.blocks) {
         if (b.allocated)
           live[b.addr] = LiveBlock{b.addr, b.size, b.requested, b.category, b.scope, {}, true};
       }
     }
-    for (auto it = file.events.rbegin(); it != file.events.rend(); ++it) {
-      const TraceRecord& e = *it;
+    for (size_t i = file.events.size(); i-- > 0;) {
+      const TraceRecord& e = file.events[i];
       if (e.device != device) continue;
       switch (e.action) {
         case TraceAction::free:
-          if (!live.emplace(e.addr,
-                            LiveBlock{e.addr, e.size, e.requested, e.category, e.scope, {}, true})
-                   .second) {
-            ++inconsistencies;
+          if (check_segments() && !in_a_segment(e.addr, e.size)) {
+            flag(i, "outside every segment the trace knows then; left out", false);
+            skipped.insert(i);
+          } else if (live.count(e.addr) > 0) {
+            flag(i, "the block is freed again later without an allocation between", false);
+          } else if (overlap(live, e.addr, e.size, block_size) != live.end()) {
+            flag(i, "it overlaps another block alive then", false);
+          } else {
+            live.emplace(e.addr,
+                         LiveBlock{e.addr, e.size, e.requested, e.category, e.scope, {}, true});
           }
           break;
         case TraceAction::alloc:
+          if (check_segments() && !in_a_segment(e.addr, e.size)) {
+            flag(i, "outside every segment the trace knows then; left out", false);
+            skipped.insert(i);
+            break;
+          }
           // A rebuilt end state lacks blocks outside the segments the trace saw allocated.
-          if (live.erase(e.addr) == 0 && file.end_state_recorded) ++inconsistencies;
+          if (live.erase(e.addr) == 0 && file.end_state_recorded)
+            flag(i, "the block is not alive after it (not in the end state, or freed twice)",
+                 false);
           break;
-        case TraceAction::segment_alloc: reserved -= static_cast<int64_t>(e.size); break;
-        case TraceAction::segment_free: reserved += static_cast<int64_t>(e.size); break;
+        case TraceAction::segment_alloc:
+          reserved -= static_cast<int64_t>(e.size);
+          if (segments.erase(e.addr) == 0)
+            flag(i, "the segment is not alive after it (not in the end state, or freed twice)",
+                 false);
+          break;
+        case TraceAction::segment_free:
+          reserved += static_cast<int64_t>(e.size);
+          if (segments.count(e.addr) > 0 ||
+              overlap(segments, e.addr, e.size, segment_size) != segments.end())
+            flag(i, "it overlaps a segment alive then", false);
+          segments[e.addr] = e.size;
+          break;
         default: break;
       }
     }
     for (const auto& [addr, b] : live) add(b);
   }
 
-  void apply(const TraceRecord& e) {
+  void apply(size_t i) {
+    const TraceRecord& e = file.events[i];
     if (e.device != device) return;
     switch (e.action) {
       case TraceAction::alloc: {
+        const bool saved = saved_allocs.count(allocs_applied++) > 0;
+        if (skipped.count(i) > 0) break;
+        if (check_segments() && !in_a_segment(e.addr, e.size)) {
+          flag(i, "outside every segment the trace knows then; left out");
+          skipped.insert(i);
+          break;
+        }
         auto it = live.find(e.addr);
         if (it != live.end()) {
-          ++inconsistencies;
+          flag(i, "over a block alive at that address");
           remove(it->second);
+        } else {
+          auto other = overlap(live, e.addr, e.size, block_size);
+          if (other != live.end())
+            flag(i, "it overlaps the block alive at " + std::to_string(other->first));
         }
-        const bool saved = saved_allocs.count(allocs_applied++) > 0;
         LiveBlock b{
             e.addr,  e.size, e.requested, saved ? MemoryCategory::autograd_saved : e.category,
             e.scope, {},     false};
@@ -128,17 +209,34 @@ struct Replay {
         break;
       }
       case TraceAction::free: {
+        if (skipped.count(i) > 0) break;
         auto it = live.find(e.addr);
         if (it == live.end()) {
-          ++inconsistencies;
+          flag(i, "no block is alive at that address");
           break;
         }
         remove(it->second);
         live.erase(it);
         break;
       }
-      case TraceAction::segment_alloc: reserved += static_cast<int64_t>(e.size); break;
-      case TraceAction::segment_free: reserved -= static_cast<int64_t>(e.size); break;
+      case TraceAction::segment_alloc:
+        reserved += static_cast<int64_t>(e.size);
+        if (segments.count(e.addr) > 0 ||
+            overlap(segments, e.addr, e.size, segment_size) != segments.end())
+          flag(i, "it overlaps a segment alive then");
+        segments[e.addr] = e.size;
+        break;
+      case TraceAction::segment_free: {
+        reserved -= static_cast<int64_t>(e.size);
+        if (segments.erase(e.addr) == 0) {
+          flag(i, "no segment is alive at that address");
+        } else {
+          auto block = live.lower_bound(e.addr);
+          if (block != live.end() && block->first - e.addr < e.size)
+            flag(i, "the block at " + std::to_string(block->first) + " in it is still alive");
+        }
+        break;
+      }
       case TraceAction::saved: {
         auto it = live.find(e.addr);
         if (it != live.end() && std::find(it->second.holders.begin(), it->second.holders.end(),
@@ -229,7 +327,7 @@ std::vector<LiveBlock> live_blocks_after(const TraceFile& file, int device, size
   if (event != SIZE_MAX) {
     CG_CHECK(event < file.events.size(), "live_blocks_after: event ", event, " of ",
              file.events.size());
-    for (size_t i = 0; i <= event; ++i) r.apply(file.events[i]);
+    for (size_t i = 0; i <= event; ++i) r.apply(i);
     // A node may save a block after this event (fused saves dh once its loop is done):
     // it holds the block for the block's whole life, so later saves count until it is freed.
     std::unordered_set<uint64_t> freed;
@@ -237,13 +335,24 @@ std::vector<LiveBlock> live_blocks_after(const TraceFile& file, int device, size
       const TraceRecord& e = file.events[i];
       if (e.device != device) continue;
       if (e.action == TraceAction::free) freed.insert(e.addr);
-      if (e.action == TraceAction::saved && !freed.count(e.addr)) r.apply(e);
+      if (e.action == TraceAction::saved && !freed.count(e.addr)) r.apply(i);
     }
   }
   std::vector<LiveBlock> out;
   for (const auto& [addr, b] : r.live) out.push_back(b);
   std::sort(out.begin(), out.end(),
             [](const LiveBlock& a, const LiveBlock& b) { return a.addr < b.addr; });
+  return out;
+}
+
+std::vector<bool> events_left_out(const TraceFile& file) {
+  std::vector<bool> out(file.events.size(), false);
+  for (size_t d = 0; d < std::max<size_t>(1, file.devices.size()); ++d) {
+    Replay r(file, static_cast<int>(d));
+    r.start();
+    for (size_t i = 0; i < file.events.size(); ++i) r.apply(i);
+    for (size_t i : r.skipped) out[i] = true;
+  }
   return out;
 }
 
@@ -279,7 +388,7 @@ TraceAnalysis analyse_trace(const TraceFile& file, int device) {
   size_t in_bucket = 0;
   for (size_t i = 0; i < file.events.size(); ++i) {
     const TraceRecord& e = file.events[i];
-    r.apply(e);
+    r.apply(i);
     if (e.device != device) continue;
     if (e.action == TraceAction::oom) a.ooms.push_back(e);
     if (!changes_memory(e.action)) continue;
@@ -295,15 +404,17 @@ TraceAnalysis analyse_trace(const TraceFile& file, int device) {
   const TimelinePoint end =
       r.point(a.end_us, file.events.empty() ? SIZE_MAX : file.events.size() - 1);
   if (a.timeline.back().event != end.event) a.timeline.push_back(end);
-  a.inconsistencies = r.inconsistencies;
+  a.inconsistencies = r.inconsistent.size();
   if (a.inconsistencies > 0) {
     a.notes.push_back(
         std::to_string(a.inconsistencies) +
-        " events do not match the blocks replayed so far (a free of an unknown block or an "
-        "allocation "
-        "over a live one): the file was edited, merged from two runs, or the end state is not this "
-        "trace's; the numbers may be off");
+        (a.inconsistencies == 1 ? " event does" : " events do") +
+        " not match the blocks and segments replayed so far (the first: " +
+        r.inconsistent.begin()->second +
+        "): the file was edited, merged from two runs, or the end state is not this trace's; "
+        "the numbers may be off");
   }
+  for (const std::string& n : file.notes) a.notes.push_back(n);
 
   if (a.cached_unallocated() < 0) {
     a.notes.push_back("at the peak reserved (" + format_bytes(a.peak.reserved) +

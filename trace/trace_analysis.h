@@ -68,7 +68,7 @@ struct TraceAnalysis {
   std::string peak_phase;  // innermost phase around the peak ("" if none)
   std::vector<TraceRecord> ooms;
   size_t events = 0;               // events of this device
-  size_t inconsistencies = 0;      // frees of unknown blocks, allocs over live ones
+  size_t inconsistencies = 0;      // events that do not fit the replay (Note [Inconsistent events])
   std::vector<std::string> notes;  // partial trace, inconsistencies: say them with the answer
   // Reserved minus allocated at the peak: free blocks the cache keeps and the unused ends
   // of segments. People call it fragmentation; mostly it is not (only free blocks too
@@ -94,6 +94,12 @@ extern const char* const kMadeInBackwardGroup;
 
 // device: index into file.devices; -1 picks the device with the most allocations.
 TraceAnalysis analyse_trace(const TraceFile& file, int device = -1);
+
+// For each event of the file: whether the replay leaves it out (Note [Inconsistent events]
+// in trace_analysis.cpp): an allocation or free of a block outside every segment the trace
+// knows at that time. The memory_viz snapshot leaves the same events out, so that its
+// viewer never meets a block outside its segments; analyse_trace's note says they were.
+std::vector<bool> events_left_out(const TraceFile& file);
 
 // The blocks alive right after event `event` (SIZE_MAX: before the first) of `device`,
 // by address: what a viewer shows when it replays to that event. Holders include nodes

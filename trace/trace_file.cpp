@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <fstream>
+#include <limits>
 #include <map>
+#include <set>
 #include <sstream>
 #include <unordered_map>
 
@@ -42,10 +44,39 @@ struct Reader {
   std::unordered_map<std::string, uint32_t> name_ids{{"", 0}};
   std::unordered_map<std::string, int> device_ids;
 
+  std::set<std::string> unknown_categories;
+  size_t over_requested = 0;  // blocks and events that request more than they hold
+  std::string first_over_requested;
+
   uint32_t name_id(const std::string& s) {
     auto [it, inserted] = name_ids.emplace(s, static_cast<uint32_t>(out.names.size()));
     if (inserted) out.names.push_back(s);
     return it->second;
+  }
+  MemoryCategory category(const nlohmann::json& j) {
+    const std::string name = str_or(j, "category", "unknown");
+    const MemoryCategory c = parse_category(name);
+    if (c == MemoryCategory::unknown && name != "unknown") unknown_categories.insert(name);
+    return c;
+  }
+  void check_requested(uint64_t requested, uint64_t size, const std::string& where) {
+    CG_CHECK(requested <= kMaxTraceInteger, where, ": \"requested\" ", requested, " is past 2^53 (",
+             kMaxTraceInteger, "): the file is damaged");
+    if (requested <= size) return;
+    if (over_requested++ == 0) {
+      // ("event 3", not "<the file's path>: event 3": the note is printed under the path)
+      const std::string prefix = out.source + ": ";
+      first_over_requested = (where.rfind(prefix, 0) == 0 ? where.substr(prefix.size()) : where) +
+                             " (" + std::to_string(requested) + " of " + std::to_string(size) +
+                             " bytes)";
+    }
+  }
+  // Note [Trace bounds]: [addr, addr + size) below 2^53.
+  static void check_extent(uint64_t addr, uint64_t size, const std::string& what,
+                           const std::string& where) {
+    CG_CHECK(addr < kMaxTraceInteger && size <= kMaxTraceInteger - addr, where, ": ", what, " at ",
+             addr, " of ", size, " bytes ends past 2^53 (", kMaxTraceInteger,
+             "), beyond any address a trace records: the file is damaged");
   }
   int device_id(const std::string& s, const std::string& where) {
     auto it = device_ids.find(s);
@@ -80,6 +111,13 @@ struct Reader {
              " is larger than any allocation (at most ", kMaxAllocation,
              " bytes): the file is damaged");
     return v;
+  }
+  static StreamId stream(const nlohmann::json& j, const std::string& where) {
+    const uint64_t v = u64(j, "stream", where);
+    CG_CHECK(v <= std::numeric_limits<StreamId>::max(), where, ": \"stream\" ", v,
+             " is not a stream id (at most ", std::numeric_limits<StreamId>::max(),
+             "): the file is damaged");
+    return static_cast<StreamId>(v);
   }
   static std::string str(const nlohmann::json& j, const char* key, const std::string& where) {
     const nlohmann::json& v = field(j, key, where);
@@ -126,6 +164,22 @@ void rebuild_end_state(TraceFile& t) {
     if (at < seg.addr + seg.size)
       seg.blocks.push_back(BlockRecord{at, seg.addr + seg.size - at, 0, false, {}, 0});
     t.segments.push_back(std::move(seg));
+  }
+}
+
+// The end state's segments of one device never overlap (Note [Trace bounds]): a segment
+// listed twice doubled the reserved bytes of every answer.
+void check_segments_apart(const TraceFile& t) {
+  std::vector<size_t> order(t.segments.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  auto key = [&](size_t i) { return std::make_pair(t.segments[i].device, t.segments[i].addr); };
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key(a) < key(b); });
+  for (size_t k = 1; k < order.size(); ++k) {
+    const SegmentRecord &prev = t.segments[order[k - 1]], &next = t.segments[order[k]];
+    CG_CHECK(prev.device != next.device || prev.addr + prev.size <= next.addr, t.source,
+             ": segment ", order[k], " (at ", next.addr, ") overlaps segment ", order[k - 1],
+             " (at ", prev.addr, ", ", prev.size, " bytes) on ", t.devices.at(prev.device),
+             ": the end state is damaged (an allocator's segments never overlap)");
   }
 }
 
@@ -222,6 +276,8 @@ TraceFile parse_trace_file(const nlohmann::json& j, const std::string& source) {
     // made the span printed "over -9223372036854760.00 ms")
     CG_CHECK(rec.time_us >= 0, where, ": time_us ", rec.time_us,
              " is negative: times count from the start of the trace; the file is damaged");
+    CG_CHECK(static_cast<uint64_t>(rec.time_us) < kMaxTraceInteger, where, ": time_us ",
+             rec.time_us, " is past 2^53 microseconds (285 years): the file is damaged");
     CG_CHECK(rec.time_us >= last_time, where, ": time_us ", rec.time_us,
              " goes back in time (previous ", last_time, "): events must be oldest first");
     last_time = rec.time_us;
@@ -232,11 +288,13 @@ TraceFile parse_trace_file(const nlohmann::json& j, const std::string& source) {
     } else {
       rec.size = Reader::bytes(e, "size", where);
       rec.requested = e.contains("requested") ? Reader::bytes(e, "requested", where) : rec.size;
+      Reader::check_extent(rec.addr, rec.size, action_name(rec.action), where);
+      if (rec.action == TraceAction::alloc || rec.action == TraceAction::free)
+        r.check_requested(rec.requested, rec.size, where);
     }
     rec.device = r.device_id(Reader::str_or(e, "device", "cpu"), where);
-    rec.stream = e.contains("stream") ? static_cast<StreamId>(Reader::u64(e, "stream", where))
-                                      : kDefaultStream;
-    rec.category = parse_category(Reader::str_or(e, "category", "unknown"));
+    rec.stream = e.contains("stream") ? Reader::stream(e, where) : kDefaultStream;
+    rec.category = r.category(e);
     rec.scope = r.name_id(Reader::str_or(e, "scope", ""));
     rec.label = r.name_id(Reader::str_or(e, "label", ""));
     t.events.push_back(rec);
@@ -253,8 +311,8 @@ TraceFile parse_trace_file(const nlohmann::json& j, const std::string& source) {
       seg.size = Reader::bytes(s, "size", where);
       seg.small_pool =
           Reader::field(s, "small_pool", where).is_boolean() && s["small_pool"].get<bool>();
-      seg.stream = s.contains("stream") ? static_cast<StreamId>(Reader::u64(s, "stream", where))
-                                        : kDefaultStream;
+      seg.stream = s.contains("stream") ? Reader::stream(s, where) : kDefaultStream;
+      Reader::check_extent(seg.addr, seg.size, "the segment", where);
       const nlohmann::json& blocks = Reader::field(s, "blocks", where);
       CG_CHECK(blocks.is_array(), where, ": \"blocks\" must be a list");
       uint64_t at = seg.addr;
@@ -266,10 +324,13 @@ TraceFile parse_trace_file(const nlohmann::json& j, const std::string& source) {
         const nlohmann::json& allocated = Reader::field(b, "allocated", where);
         CG_CHECK(allocated.is_boolean(), where, ": a block's \"allocated\" must be true or false");
         block.allocated = allocated.get<bool>();
-        block.category = parse_category(Reader::str_or(b, "category", "unknown"));
+        block.category = r.category(b);
         block.scope = r.name_id(Reader::str_or(b, "scope", ""));
         CG_CHECK(block.addr == at, where, ": its blocks do not tile it (a block at ", block.addr,
                  ", expected ", at, ")");
+        CG_CHECK(block.size <= seg.addr + seg.size - at, where, ": a block at ", block.addr, " of ",
+                 block.size, " bytes runs past the segment's end (", seg.addr + seg.size, ")");
+        if (block.allocated) r.check_requested(block.requested, block.size, where);
         at += block.size;
         seg.blocks.push_back(block);
       }
@@ -277,9 +338,30 @@ TraceFile parse_trace_file(const nlohmann::json& j, const std::string& source) {
                seg.size, " bytes");
       t.segments.push_back(std::move(seg));
     }
+    check_segments_apart(t);
     t.end_state_recorded = true;
   } else {
     rebuild_end_state(t);
+  }
+  if (!r.unknown_categories.empty()) {
+    std::string names;
+    int listed = 0;
+    for (const std::string& c : r.unknown_categories) {
+      if (listed++ == 3) {
+        names += ", ...";
+        break;
+      }
+      names += std::string(names.empty() ? "" : ", ") + describe_json(c);
+    }
+    t.notes.push_back("the file names categories this reader does not know (" + names +
+                      "): their blocks are counted as \"unknown\"");
+  }
+  if (r.over_requested > 0) {
+    t.notes.push_back(std::to_string(r.over_requested) +
+                      (r.over_requested == 1 ? " block requests more bytes than it holds"
+                                             : " blocks request more bytes than they hold") +
+                      " (the first: " + r.first_over_requested +
+                      "), which no allocator does: the file was edited or is damaged");
   }
   return t;
 }

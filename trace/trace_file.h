@@ -59,6 +59,9 @@ struct TraceFile {
   bool end_state_recorded = false;      // false: segments were rebuilt from the events
   uint64_t dropped = 0;                 // events the ring buffer overwrote before these
   uint64_t capacity = 0;                // of the ring buffer (0: unknown)
+  // What the reader found odd but could read (categories it does not know, blocks that
+  // ask for more than they hold): said with every answer, as analyse_trace's notes are.
+  std::vector<std::string> notes;
   bool partial() const { return dropped > 0; }
   const std::string& name(uint32_t id) const { return names.at(id); }
   // One line for reports: why the answer covers only part of the run, or "".
@@ -71,10 +74,22 @@ nlohmann::json memory_trace_file();
 void write_memory_trace_file(const std::string& path);
 
 // Throws cg::Error for anything that is not a chunkgrad trace (empty, truncated, foreign
-// JSON, an event without a field), naming `source` and what is wrong.
+// JSON, an event without a field) or cannot be one (Note [Trace bounds]), naming `source`
+// and what is wrong.
 TraceFile parse_trace_file(const nlohmann::json& j, const std::string& source = "<json>");
 TraceFile read_trace_file(const std::string& path);
 
 MemoryCategory parse_category(const std::string& name);  // unknown for an unknown name
+
+// Note [Trace bounds]: every address, address + size, time and requested byte count a
+// trace holds is below 2^53 (kMaxTraceInteger), so that the memory_viz snapshot made from
+// it keeps the viewer's rule 5 (JSON integers below 2^53, docs/allocator_notes.md) and no
+// block wraps past 2^64. Real ones are far below it (user-space addresses are below 2^48;
+// the allocator's largest block is a few TiB on any machine). An "oom" event's size is
+// what was refused and may be larger: it is printed exactly, and capped in the snapshot.
+// Segments of the end state may not overlap, and a segment's blocks tile it. Anything else
+// -- a free of a block the trace never saw, overlapping blocks -- is a note of the
+// analysis (trace/trace_analysis.h), not an error: a partial trace is still worth reading.
+constexpr uint64_t kMaxTraceInteger = uint64_t{1} << 53;
 
 }  // namespace cg
