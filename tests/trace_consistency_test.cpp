@@ -2,8 +2,8 @@
 // runs, damaged -- and the reader promises to say when it does not add up instead of
 // answering with wrong numbers. These are an outside tester's hostile traces, each with
 // what the reader now says: a note beside the answer (Note [Inconsistent events] in
-// trace/trace_analysis.cpp), or an error where the file cannot be a trace (Note [Trace
-// bounds] in trace/trace_file.h).
+// trace/trace_analysis.cpp), an error where the file cannot be a trace (Note [Trace
+// bounds] in trace/trace_file.h), and names that cannot forge a line of the report.
 #include <string>
 #include <vector>
 
@@ -171,6 +171,26 @@ TEST(TraceConsistency, ExtentsPast2To53AreRefused) {
   EXPECT_EQ(oom.events[0].size, ~0ull);
   const nlohmann::json snapshot = memory_viz_snapshot(oom);
   EXPECT_LT(snapshot["device_traces"][0][0]["size"].get<uint64_t>(), 1ull << 53);
+}
+
+// Scope and label names went raw into the report: a terminal escape coloured it, and "\n"
+// and "\r" forged a line of it.
+TEST(TraceConsistency, ControlCharactersInNamesBecomeQuestionMarks) {
+  const TraceFile file = parse_trace_file(trace_of(
+      {event("segment_alloc", kSeg, kSegSize, 1),
+       event("alloc", kSeg, 1024, 2,
+             {{"scope",
+               "a\x1b[31mb\nc\rd\xc2\x9b"
+               "e/\xc3\xa9"}}),
+       event("saved", kSeg, 1024, 2, {{"label", "Node:\x07x"}}), event("free", kSeg, 1024, 3)}));
+  const std::vector<std::string> expected = {"", "a?[31mb?c?d?e/\xc3\xa9", "Node:?x"};
+  for (const std::string& name : expected) {
+    EXPECT_NE(std::find(file.names.begin(), file.names.end(), name), file.names.end()) << name;
+  }
+  for (const std::string& name : file.names) {
+    for (char c : name) EXPECT_GE(static_cast<unsigned char>(c), 0x20) << name;
+  }
+  EXPECT_EQ(printable_name("ok/\xe6\x97\xa5"), "ok/\xe6\x97\xa5");  // UTF-8 letters stay
 }
 
 }  // namespace

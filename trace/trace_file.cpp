@@ -48,7 +48,8 @@ struct Reader {
   size_t over_requested = 0;  // blocks and events that request more than they hold
   std::string first_over_requested;
 
-  uint32_t name_id(const std::string& s) {
+  uint32_t name_id(const std::string& raw) {
+    const std::string s = printable_name(raw);
     auto [it, inserted] = name_ids.emplace(s, static_cast<uint32_t>(out.names.size()));
     if (inserted) out.names.push_back(s);
     return it->second;
@@ -184,6 +185,24 @@ void check_segments_apart(const TraceFile& t) {
 }
 
 }  // namespace
+
+std::string printable_name(const std::string& name) {
+  std::string out;
+  out.reserve(name.size());
+  for (size_t i = 0; i < name.size(); ++i) {
+    const auto c = static_cast<unsigned char>(name[i]);
+    const auto next = i + 1 < name.size() ? static_cast<unsigned char>(name[i + 1]) : 0;
+    if (c < 0x20 || c == 0x7F) {
+      out += '?';
+    } else if (c == 0xC2 && next >= 0x80 && next <= 0x9F) {  // U+0080..U+009F in UTF-8
+      out += '?';
+      ++i;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
 
 MemoryCategory parse_category(const std::string& name) {
   for (int c = 0; c <= static_cast<int>(MemoryCategory::input); ++c) {
@@ -360,7 +379,7 @@ TraceFile parse_trace_file(const nlohmann::json& j, const std::string& source) {
     t.notes.push_back(std::to_string(r.over_requested) +
                       (r.over_requested == 1 ? " block requests more bytes than it holds"
                                              : " blocks request more bytes than they hold") +
-                      " (the first: " + r.first_over_requested +
+                      " (the first: " + printable_name(r.first_over_requested) +
                       "), which no allocator does: the file was edited or is damaged");
   }
   return t;

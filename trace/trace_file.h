@@ -92,4 +92,9 @@ MemoryCategory parse_category(const std::string& name);  // unknown for an unkno
 // analysis (trace/trace_analysis.h), not an error: a partial trace is still worth reading.
 constexpr uint64_t kMaxTraceInteger = uint64_t{1} << 53;
 
+// `name` for a report line: control characters (C0, DEL and the C1 range U+0080..U+009F)
+// become '?', as describe_json shows them, so a scope or label cannot move the cursor,
+// colour the terminal or start a fake line of the report.
+std::string printable_name(const std::string& name);
+
 }  // namespace cg

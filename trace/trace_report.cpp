@@ -19,7 +19,11 @@ std::string xml_escape(const std::string& s) {
       case '<': out += "&lt;"; break;
       case '>': out += "&gt;"; break;
       case '"': out += "&quot;"; break;
-      default: out += c;
+      // (XML 1.0 has no C0 control characters but tab and newlines: a file path holding
+      // one made the SVG unreadable)
+      default:
+        out +=
+            (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n' && c != '\r') ? '?' : c;
     }
   }
   return out;

@@ -126,8 +126,9 @@ void print_groups(const char* title, const std::vector<MemoryGroup>& groups, int
 
 void print_trace(const ReportTrace& t, const TraceFile& file, int top) {
   const TraceAnalysis& a = t.analysis;
-  std::printf("%s (%s): %zu events over %.2f ms on %s\n", t.name.c_str(), t.source.c_str(),
-              a.events, static_cast<double>(a.end_us - a.start_us) / 1000.0, a.device.c_str());
+  std::printf("%s (%s): %zu event%s over %.2f ms on %s\n", t.name.c_str(),
+              printable_name(t.source).c_str(), a.events, a.events == 1 ? "" : "s",
+              static_cast<double>(a.end_us - a.start_us) / 1000.0, a.device.c_str());
   for (const std::string& n : t.notes) std::printf("  NOTE: %s\n", n.c_str());
   std::printf(
       "  peak allocated %s at %.2f ms%s; reserved then %s, of which cached but "
