@@ -23,7 +23,10 @@
 // and K long (a chunk's dh = dlogits W) runs on few threads; chunks of more rows fix that.
 // Within a tile, a converted operand or output is walked in sub-tiles of at most
 // kGemmTileRows x kGemmTileRows: a converted sub-tile is reused for a whole row (or column)
-// of output sub-tiles, so conversion costs O(1/kGemmTileRows) of the multiply.
+// of output sub-tiles, so conversion costs O(1/kGemmTileRows) of the multiply. Each
+// worker converts into sub-tiles of its own: the scratch is min(tiles, threads) sets, so
+// a 16-bit product's scratch (2 x 480 x 480 f32 = 1.76 MiB a worker when both operands
+// convert), and any peak that holds it, grows with the thread count. The bits do not.
 // Note [BLAS threads] (gemm.cpp): the BLAS's own threads are off.
 // Internal to ops/: not a public header.
 #pragma once
