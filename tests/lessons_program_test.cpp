@@ -297,6 +297,17 @@ TEST(Lessons, LessonTextDoesNotSayOnlyWhenDhIsAsLargeAsTheLogits) {
                           cg::format_bytes(naive) + ")");
 }
 
+// An outside tester: the formula "20 T + 4 T D + 4 C V" missed the peak after the chunk
+// loop, which is the larger at tiny shapes (4.00 KiB measured, 3.00 KiB predicted).
+TEST(Lessons, TheByteFormulaIsExactAtTinyShapesToo) {
+  for (const char* shape : {"--T 1 --D 1 --V 1", "--T 10 --D 4 --V 16 --chunk-rows 1000",
+                            "--T 512 --D 64 --V 4096 --chunk-rows 128"}) {
+    const std::string lesson = lesson_text(lesson_json(std::string(shape) + " --paths fused"));
+    expect_says(lesson, "byte formula for fused's forward peak");
+    expect_says(lesson, ": equal.");
+  }
+}
+
 // Every exercise's commands run and print what its Check: line quotes.
 TEST(Lessons, EveryExerciseRunsAndPrintsWhatItsCheckQuotes) {
   const std::string doc = slurp(std::string(CHUNKGRAD_SOURCE_DIR) + "/docs/exercises.md");
