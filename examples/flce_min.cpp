@@ -1,4 +1,4 @@
-// Why this file exists: the fused loss of docs/fused_loss.md in about 100 lines of public
+// Why this file exists: the fused loss of docs/fused_loss.md in about 120 lines of public
 // ops, to read before ops/fused_head_loss.cpp. lm_head + mean cross-entropy over h [T, D]
 // and a frozen head W [V, D], chunk by chunk of rows:
 //   logits_c = h_c W^T            [C, V]   (freed when the chunk ends)
