@@ -292,7 +292,8 @@ TEST(Lessons, LessonTextDoesNotSayOnlyWhenDhIsAsLargeAsTheLogits) {
   ASSERT_GE(fused, naive);  // the case exists at this shape
   const std::string lesson = lesson_text(j);
   expect_says(lesson, "keeps only dh", false);
-  expect_says(lesson, "fused's graph keeps dh [T, D] (" + cg::format_bytes(fused) +
+  expect_says(lesson, "fused's graph keeps dh [T, D] and the mean's [T] scale (" +
+                          cg::format_bytes(fused) +
                           ") and no logits -- not less than naive's graph (" +
                           cg::format_bytes(naive) + ")");
 }
@@ -306,6 +307,28 @@ TEST(Lessons, TheByteFormulaIsExactAtTinyShapesToo) {
     expect_says(lesson, "byte formula for fused's forward peak");
     expect_says(lesson, ": equal.");
   }
+}
+
+// An outside tester: fused 8.13 MiB against naive 8.01 MiB read "1x"; "naive's backward
+// adds a [T, V] gradient that fused never makes" where it made none; "all 1 rows"; dh
+// [T, D] said to be 130.00 KiB (128 KiB and the mean's 2 KiB scale).
+TEST(Lessons, LessonWordsFitOddShapes) {
+  const nlohmann::json j =
+      lesson_json("--T 512 --D 64 --V 4096 --chunk-rows 512 --paths naive,fused");
+  ASSERT_FALSE(j.is_null());
+  const nlohmann::json& p = j["paths"];
+  ASSERT_GT(p["fused"]["forward_peak_bytes"].get<int64_t>(),
+            p["naive"]["forward_peak_bytes"].get<int64_t>());  // the case exists at this shape
+  std::string lesson = lesson_text(j);
+  expect_says(lesson, "forward peaks above the inputs 0.99x");
+  expect_says(lesson, "gradient that fused never makes");  // its step peak is naive's / 2
+  lesson = lesson_text(lesson_json("--T 1 --D 8 --V 64 --paths naive,fused"));
+  expect_says(lesson, "all 1 rows", false);
+  expect_says(lesson, "one chunk holds the one row");
+  expect_says(lesson, "step peaks above the inputs 1x");  // the same bytes: no [T, V] gradient
+  expect_says(lesson, "gradient that fused never makes", false);
+  lesson = lesson_text(lesson_json("--T 512 --D 64 --V 4096 --chunk-rows 128 --paths fused"));
+  expect_says(lesson, "fused's graph keeps only dh [T, D] and the mean's [T] scale (130.00 KiB)");
 }
 
 // Every exercise's commands run and print what its Check: line quotes.
