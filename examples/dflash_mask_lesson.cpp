@@ -66,11 +66,11 @@ int main(int argc, char** argv) {
   CLI::App& app = program.app();
   app.add_option("--context", o.context, "context keys S")->check(cg::program::integer_in(1, 40));
   app.add_option("--block", o.block, "block size")->check(cg::program::integer_in(1, 16));
-  app.add_option("--anchors", o.anchors,
-                 "one anchor per block (at most 26 blocks, a to z), each in 0..S; -1 marks a "
-                 "padded block, whose slots see nothing")
-      ->check(cg::program::integer_in(-1, 40))
-      ->expected(1, 26);
+  program.given_once(app.add_option("--anchors", o.anchors,
+                                    "one anchor per block (at most 26 blocks, a to z), each in "
+                                    "0..S; -1 marks a padded block, whose slots see nothing")
+                         ->check(cg::program::integer_in(-1, 40))
+                         ->expected(1, 26));
   app.add_option("--window", o.window, "0: the block rule; W > 0: the sliding rule")
       ->check(cg::program::integer_in(0, 64));
   return program.run(argc, argv, [&] { draw(o); });

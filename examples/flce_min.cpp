@@ -66,6 +66,12 @@ struct Options {
 };
 
 void run(const Options& o) {
+  // Before any allocation: h, W, and naive's logits with their gradient ([T, V] f32 each).
+  const double T = double(o.T), D = double(o.D), V = double(o.V);
+  cg::program::check_fits_in_memory(4 * T * D + 4 * V * D + 8 * T * V,
+                                    "h [T, D], the head [V, D] and naive's [T, V] logits and "
+                                    "gradient",
+                                    "lower --T, --D or --V");
   cg::Generator gen(1);
   const cg::Tensor h = cg::randn({o.T, o.D}, {}, &gen).requires_grad_();
   const cg::Tensor w = cg::randn({o.V, o.D}, {}, &gen, 0.0, 1.0 / std::sqrt(double(o.D)));

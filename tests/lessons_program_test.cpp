@@ -331,6 +331,26 @@ TEST(Lessons, LessonWordsFitOddShapes) {
   expect_says(lesson, "fused's graph keeps only dh [T, D] and the mean's [T] scale (130.00 KiB)");
 }
 
+// An outside tester: `--anchors 3 --anchors 6` drew two blocks, merged, where any other
+// option given twice is refused; flce_min with its largest sizes filled 4 GiB of h before
+// the 64 GiB head failed to allocate.
+TEST(Lessons, RepeatedAnchorsAndSizesPastTheMachineAreRefusedAtOnce) {
+  const LessonRun twice =
+      run_in_temp_dir("./build/examples/dflash_mask_lesson --anchors 3 --anchors 6");
+  EXPECT_EQ(twice.exit_code, 1) << twice.out;
+  EXPECT_NE(twice.out.find("chunkgrad dflash_mask_lesson: error: --anchors is given 2 times; give "
+                           "all its values after one --anchors"),
+            std::string::npos)
+      << twice.out;
+  const LessonRun huge =
+      run_in_temp_dir("timeout 20 ./build/examples/flce_min --T 65536 --D 16384 --V 1048576");
+  EXPECT_EQ(huge.exit_code, 1) << huge.out;
+  EXPECT_NE(huge.out.find("chunkgrad flce_min: error: h [T, D], the head [V, D] and naive's "
+                          "[T, V] logits and gradient need 580.00 GiB, more than this machine's"),
+            std::string::npos)
+      << huge.out;
+}
+
 // Every exercise's commands run and print what its Check: line quotes.
 TEST(Lessons, EveryExerciseRunsAndPrintsWhatItsCheckQuotes) {
   const std::string doc = slurp(std::string(CHUNKGRAD_SOURCE_DIR) + "/docs/exercises.md");

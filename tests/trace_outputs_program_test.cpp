@@ -134,4 +134,30 @@ TEST_F(TraceOutputs, AnOutputFileAtAnOutputFoldersPathIsRefusedBeforeAnyWork) {
   EXPECT_TRUE(fs::is_regular_file(at("made/for/r.html")));
 }
 
+TEST_F(TraceOutputs, NamesFromFileNamesFollowTheNamesRule) {
+  make_trace();
+  fs::copy_file(at("trace_fused.json"), at("trace_<b>x\".json"));
+  fs::copy_file(at("trace_fused.json"), at(".json"));
+  const ProgramRun r = trace("'trace_<b>x\".json' .json --snapshot-dir snaps");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(at("snaps/_b_x_.pickle")));
+  EXPECT_TRUE(fs::exists(at("snaps/json.pickle")));
+  EXPECT_FALSE(fs::exists(at("snaps/.json.json")));
+  for (const char* bad : {"'<b>'", ".hidden", "a/b", "'a b'"}) {
+    expect_error(trace(std::string("trace_fused.json --names ") + bad), "trace",
+                 "cannot name output files");
+  }
+}
+
+TEST_F(TraceOutputs, SmallWordsAreRight) {
+  std::ofstream(at("one.json"))
+      << R"({"events":[{"action":"alloc","time_us":0,"addr":4096,"size":512}]})";
+  const ProgramRun r = trace("one.json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("one (one.json): 1 event over"), std::string::npos) << r.out;
+  const ProgramRun twice = trace("one.json --html a.html --html b.html");
+  expect_error(twice, "trace", "--html is given 2 times; give it once");
+  EXPECT_EQ(twice.err.find("At Most"), std::string::npos) << twice.err;
+}
+
 }  // namespace

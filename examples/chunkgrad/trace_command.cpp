@@ -73,11 +73,28 @@ class TextOut {
   std::unique_ptr<AtomicFile> out_;
 };
 
-// "traces/trace_naive.json" -> "naive".
+// Note [Trace names]: a trace's name names its output files (<name>.pickle,
+// memory_<name>.svg) and its column: ASCII letters, digits, '-', '_' and '.', but not '.'
+// first (a hidden file, or ".."). --names is held to it, and a name taken from a file
+// name is made to fit: `trace_<b>".json` wrote `<b>".pickle`, `.json` a hidden `.json.json`.
+bool name_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+         c == '_' || c == '.';
+}
+
+bool good_name(const std::string& name) {
+  return !name.empty() && name[0] != '.' && std::all_of(name.begin(), name.end(), name_char);
+}
+
+// "traces/trace_naive.json" -> "naive"; other characters become '_' (Note [Trace names]).
 std::string default_name(const std::string& file) {
   std::string stem = std::filesystem::path(file).stem().string();
   if (stem.rfind("trace_", 0) == 0 && stem.size() > 6) stem = stem.substr(6);
-  return stem;
+  for (char& c : stem) {
+    if (!name_char(c)) c = '_';
+  }
+  stem.erase(0, stem.find_first_not_of('.'));
+  return stem.empty() ? "trace" : stem;
 }
 
 std::vector<std::string> split_names(const TraceOptions& o) {
@@ -101,8 +118,8 @@ std::vector<std::string> split_names(const TraceOptions& o) {
              o.files.size(), " trace files; give one name per file, comma-separated");
   }
   for (size_t i = 0; i < names.size(); ++i) {
-    CG_CHECK(!names[i].empty() && names[i].find_first_of("/\\") == std::string::npos, "--names: \"",
-             names[i], "\" cannot name output files; use letters, digits, - and _");
+    CG_CHECK(good_name(names[i]), "--names: \"", printable_name(names[i]),
+             "\" cannot name output files; use letters, digits, -, _ and . (not first)");
     for (size_t k = 0; k < i; ++k) {
       CG_CHECK(names[k] != names[i], "two traces are both called \"", names[i],
                "\" (their output files would collide); give --names");

@@ -16,11 +16,13 @@
 #include <iostream>
 #include <new>
 #include <optional>
+#include <regex>
 #include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "core/allocator_stats.h"
 #include "core/atomic_file.h"
 #include "core/backend.h"
 #include "core/caching_allocator.h"
@@ -62,6 +64,45 @@ std::optional<int64_t> parse_integer(const std::string& text) {
   const auto [end, ec] = std::from_chars(first, last, value);
   if (ec != std::errc() || end != last || first == last) return std::nullopt;
   return value;
+}
+
+// Note [An option given twice]: CLI11 refuses a one-value option given twice ("--html:
+// At Most 1 required but received 2", reworded below) but merges the values of a list
+// option: `--anchors 3 6 --anchors 1` drew three blocks, as if all had followed one
+// --anchors. A list option that is not meant to repeat (unlike `train --set`) is marked
+// with Program::given_once and refused when named twice: the first such, or "".
+std::string repeated_option(const std::vector<const CLI::Option*>& options, int argc, char** argv) {
+  for (const CLI::Option* option : options) {
+    for (const std::string& name : option->get_lnames()) {
+      const std::string flag = "--" + name;
+      int given = 0;
+      for (int i = 1; i < argc; ++i) {
+        const std::string arg = argv[i];
+        if (arg == "--") break;  // the rest are positionals
+        if (arg == flag || arg.rfind(flag + "=", 0) == 0) ++given;
+      }
+      if (given > 1) {
+        return flag + " is given " + std::to_string(given) +
+               " times; give all its values after one " + flag;
+      }
+    }
+  }
+  return std::string();
+}
+
+// CLI11's count errors in chunkgrad's words: "--html: At Most 1 required but received 2"
+// is an option given twice; other messages are kept.
+std::string reworded_count_error(const std::string& message) {
+  static const std::regex at_most("^(.*): At Most ([0-9]+) required but received ([0-9]+)$");
+  static const std::regex at_least("^(.*): At least ([0-9]+) required but received ([0-9]+)$");
+  std::smatch m;
+  if (std::regex_match(message, m, at_most)) {
+    if (m[2] == "1") return m[1].str() + " is given " + m[3].str() + " times; give it once";
+    return m[1].str() + ": at most " + m[2].str() + " values, got " + m[3].str();
+  }
+  if (std::regex_match(message, m, at_least))
+    return m[1].str() + ": at least " + m[2].str() + " values, got " + m[3].str();
+  return message;
 }
 
 }  // namespace
@@ -132,7 +173,13 @@ int Program::run(int argc, char** argv, const std::function<void()>& body) {
       message = unexpected_arguments(argc, argv);
     if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr)
       message = missing_subcommand(argc, argv, message);
+    if (dynamic_cast<const CLI::ArgumentMismatch*>(&e) != nullptr)
+      message = reworded_count_error(message);
     print_error_line(error_name(), message + " (run with --help to see the options)");
+    return kExitError;
+  }
+  if (const std::string repeated = repeated_option(given_once_, argc, argv); !repeated.empty()) {
+    print_error_line(error_name(), repeated + " (run with --help to see the options)");
     return kExitError;
   }
   try {
@@ -428,6 +475,13 @@ void make_output_dir(const std::string& dir, const std::string& option) {
   CG_CHECK(!ec, option, ": cannot create the directory ", dir, ": ", ec.message(),
            ". Give a writable directory.");
   CG_CHECK(std::filesystem::is_directory(dir, ec), option, ": ", dir, " is not a directory");
+}
+
+void check_fits_in_memory(double bytes, const std::string& what, const std::string& advice) {
+  const double memory = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE));
+  CG_CHECK(memory <= 0 || bytes <= memory, what, " need ",
+           format_bytes(static_cast<int64_t>(std::min(bytes, 9e18))), ", more than this machine's ",
+           format_bytes(static_cast<int64_t>(memory)), " of memory; ", advice);
 }
 
 void check_finite_loss(double loss, const std::string& what, const std::string& advice) {

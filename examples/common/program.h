@@ -44,6 +44,12 @@ class Program {
   Program(std::string name, std::string description);
   CLI::App& app() { return app_; }
   const std::string& name() const { return name_; }
+  // Marks a list option (`--anchors 3 6`) that may be named only once: CLI11 merges the
+  // values of one named twice (Note [An option given twice], program.cpp). Returns it.
+  CLI::Option* given_once(CLI::Option* option) {
+    given_once_.push_back(option);
+    return option;
+  }
 
   // Parses the command line, then runs body. Returns the exit code for main: 0 on
   // success or --help, kExitError after printing one error line for any failure.
@@ -60,6 +66,7 @@ class Program {
 
   std::string name_;
   CLI::App app_;
+  std::vector<const CLI::Option*> given_once_;
 };
 
 // For a program that parses in its own main (the benchmarks in bench/, whose bodies
@@ -149,6 +156,11 @@ class RemoveIfLeftEmpty {
 // Makes `dir` (and its parents); throws cg::Error naming the option when it cannot. Open
 // the files to go in it (OutputFile) before the work starts, too.
 void make_output_dir(const std::string& dir, const std::string& option);
+
+// Throws cg::Error when `bytes` -- what a run will allocate, counted before it starts --
+// are more than the machine's memory: "<what> need 64.00 GiB, more than this machine's
+// 15.60 GiB of memory; <advice>". A run then fails at once, not after filling gigabytes.
+void check_fits_in_memory(double bytes, const std::string& what, const std::string& advice);
 
 // Throws cg::Error when the loss is NaN or inf: "the loss became nan at step 12 ...".
 // what: "step 12", "the fused path", ...; advice: what to change.
