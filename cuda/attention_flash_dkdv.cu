@@ -335,8 +335,15 @@ bool dq_behind_enabled() {
 // bytes; so did issuing it without the branch on whether a tile is behind (136 to 148; the
 // branch costs an injected warpgroup.arrive, C7519), and keeping dq^T's registers live
 // from one product to the next (84, sliding; its first MMA overwrites them: not zeroed).
-// Not yet run on a card: off unless CHUNKGRAD_FLASH_DQ_WGMMA=1 (read at every launch, so
-// that a test may turn it on: tests/cuda_attention_dq_wgmma_test.cpp).
+// First run on a card 2026-12-05 (an H100; no H200 was lent): correct (the CudaAttention*
+// tests with it on, and its own, which count its launches and match the mma.sync dq at
+// 8e-3), but slower: attention_bench --which dflash,sliding --heads 32/8 --path flash
+// --anchors sorted --repeats 20, two alternating rounds, gave the backward 10.30-10.37 ms
+// against the mma.sync dq's 8.70-8.77 (full rule) and 8.40-8.42 against 7.24 (sliding).
+// Not measured why; ptxas injects a warpgroup.wait (C7517) into this variant, which waits
+// for every MMA group in flight where the schedule meant the dq's to run under the softmax
+// math, and that is the first suspect. So it stays off unless CHUNKGRAD_FLASH_DQ_WGMMA=1
+// (read at every launch, so that a test may turn it on: tests/cuda_attention_dq_wgmma_test.cpp).
 bool dq_wgmma_enabled() {
   const char* e = std::getenv("CHUNKGRAD_FLASH_DQ_WGMMA");
   return e != nullptr && std::string(e) == "1";
