@@ -73,6 +73,17 @@ std::string device_names_help() {
   return join_alternatives(words);
 }
 
+namespace {
+// A device string in a message: control characters as '?' (an outside tester's
+// --device $'c\x1bpu' reached the terminal as an escape sequence).
+std::string shown(std::string text) {
+  for (char& c : text) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) c = '?';
+  }
+  return text;
+}
+}  // namespace
+
 Device Device::parse(const std::string& text) {
   const size_t colon = text.find(':');
   const std::string name = text.substr(0, colon);
@@ -85,7 +96,7 @@ Device Device::parse(const std::string& text) {
     if (ok) return Device{row.type, std::stoi(digits)};
     break;
   }
-  CG_FAIL("bad device string '", text, "': give ", device_names_help());
+  CG_FAIL("bad device string '", shown(text), "': give ", device_names_help());
 }
 
 std::string Device::str() const {
@@ -97,7 +108,7 @@ Device resolve_device(const std::string& text, const std::string& what) {
   Device device;
   try {
     device = Device::parse(text);
-  } catch (const Error& e) { CG_FAIL(what, " ", text, ": ", e.message()); }
+  } catch (const Error& e) { CG_FAIL(what, " ", shown(text), ": ", e.message()); }
   try {
     backend_for(device);  // throws naming why: not built in, no driver, no such index
   } catch (const Error& e) { CG_FAIL(what, " ", text, " is not available: ", e.message()); }

@@ -88,8 +88,7 @@ struct OpenLevel {
 
 }  // namespace
 
-nlohmann::json parse_untrusted_json(const std::string& text, const std::string& what) {
-  check_json_depth(text, what);
+nlohmann::json parse_json_without_duplicate_keys(const std::string& text, const std::string& what) {
   std::vector<OpenLevel> open;  // the objects and arrays being read, outermost first
   const nlohmann::json::parser_callback_t no_duplicates =
       [&open](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
@@ -114,6 +113,13 @@ nlohmann::json parse_untrusted_json(const std::string& text, const std::string& 
     CG_FAIL(what, " has the key ", describe_json(nlohmann::json(d.key)),
             " twice in one object; JSON readers "
             "disagree on which one counts, so remove one of them");
+  }
+}
+
+nlohmann::json parse_untrusted_json(const std::string& text, const std::string& what) {
+  check_json_depth(text, what);
+  try {
+    return parse_json_without_duplicate_keys(text, what);
   } catch (const nlohmann::json::exception& e) {
     CG_FAIL(what, " is not valid JSON (", e.what(), ")");
   }

@@ -32,8 +32,11 @@ void check_not_a_device(const std::string& path, const std::string& what);
 std::string read_text_file(const std::string& path, const std::string& what);
 
 // check_json_depth, then nlohmann::json::parse; a parse error becomes a cg::Error naming
-// `what`.
+// `what`, and so does a key twice in one object (Note [Duplicate keys]).
 nlohmann::json parse_untrusted_json(const std::string& text, const std::string& what);
+// nlohmann::json::parse, refusing a key twice in one object with a cg::Error naming `what`
+// and the key's path; parse errors stay nlohmann's, for callers that word them themselves.
+nlohmann::json parse_json_without_duplicate_keys(const std::string& text, const std::string& what);
 
 // A value for an error message: numbers, booleans and null as JSON, strings quoted and cut
 // to 64 characters (non-printable bytes shown as '?'), arrays and objects only by kind and

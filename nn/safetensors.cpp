@@ -83,12 +83,25 @@ uint64_t as_unsigned(const json& v, const std::string& where, const char* what) 
 // than any header needs (json_input.h: a deep value would overflow the stack later).
 json parse_header_json(const std::string& text, const std::string& path) {
   check_json_depth(text, "safetensors: the header of '" + path + "'");
-  std::set<std::string> seen;
-  std::string duplicate;
+  // Note [Duplicate keys] (core/json_input.cpp), at every level: a tensor named twice, and
+  // a key twice inside an entry or __metadata__ (an outside tester's second
+  // "chunkgrad.xxh3" was the one read).
+  std::vector<std::pair<std::set<std::string>, std::string>> open;  // an object's keys, its name
+  std::string duplicate, inner_duplicate;
   auto on_event = [&](int depth, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::key && depth == 1) {
+    using E = json::parse_event_t;
+    if (event == E::object_start || event == E::array_start)
+      open.push_back({{}, open.empty() ? std::string() : open.back().second});
+    if ((event == E::object_end || event == E::array_end) && !open.empty()) open.pop_back();
+    if (event == E::key && !open.empty() && parsed.is_string()) {
       const std::string key = parsed.get<std::string>();
-      if (!seen.insert(key).second && duplicate.empty()) duplicate = key;
+      if (!open.back().first.insert(key).second) {
+        if (depth == 1 && duplicate.empty()) duplicate = key;
+        if (depth > 1 && inner_duplicate.empty())
+          inner_duplicate = "the key " + describe_json(json(key)) + " twice in " +
+                            describe_json(json(open.back().second));
+      }
+      if (depth == 1) open.back().second = key;
     }
     return true;
   };
@@ -101,6 +114,8 @@ json parse_header_json(const std::string& text, const std::string& path) {
   }
   CG_CHECK(duplicate.empty(), "safetensors: the header of '", path, "' names tensor '", duplicate,
            "' twice");
+  CG_CHECK(inner_duplicate.empty(), "safetensors: the header of '", path, "' has ", inner_duplicate,
+           "; readers disagree on which one counts: the file is damaged");
   CG_CHECK(header.is_object(), "safetensors: the header of '", path,
            "' must be a JSON object, got ", header.type_name());
   return header;
@@ -123,6 +138,12 @@ void check_tensor_checksum(const void* data, uint64_t nbytes, const std::string&
            "' does not match the checksum written with it (XXH3-128 ", now, ", recorded ", recorded,
            "): the file was damaged or changed after it was written; restore it "
            "from a copy, or write it again");
+}
+
+// The hash save_file records for the metadata (less the sums): its keys and values, sorted
+// by key, as one JSON object.
+std::string metadata_checksum(const std::map<std::string, std::string>& metadata) {
+  return content_hash(json(metadata).dump());
 }
 
 std::string shard_name(size_t i, size_t count) {
@@ -300,21 +321,33 @@ void File::read_checksums(const std::string& text) {
                             " \"" + kChecksumKey + "\") of '" + path_ + "'";
   json sums;
   try {
-    sums = json::parse(text);
-  } catch (const json::exception&) {
-    CG_FAIL(where, " are not a JSON object; the header is damaged");
-  }
+    sums = parse_untrusted_json(text, where);
+  } catch (const Error& e) { CG_FAIL(e.message(), "; the header is damaged"); }
   CG_CHECK(sums.is_object(), where, " must be a JSON object, got ", describe_json(sums),
            "; the header is damaged");
   for (const auto& [name, hex] : sums.items()) {
-    CG_CHECK(infos_.count(name) > 0, where, " name a tensor the file does not hold, ",
-             describe_json(json(name)), "; the header is damaged");
+    CG_CHECK(name == kMetadataKey || infos_.count(name) > 0, where,
+             " name a tensor the file does not hold, ", describe_json(json(name)),
+             "; the header is damaged");
     CG_CHECK(hex.is_string() && hex.get<std::string>().size() == kChecksumHexDigits &&
                  hex.get<std::string>().find_first_not_of("0123456789abcdef") == std::string::npos,
              where, ": the checksum of '", name, "' must be ", kChecksumHexDigits,
              " lowercase hex digits, got ", describe_json(hex), "; the header is damaged");
-    checksums_[name] = hex.get<std::string>();
+    if (name != kMetadataKey) checksums_[name] = hex.get<std::string>();
   }
+  // save_file records every tensor and the metadata: fewer is a header changed since.
+  for (const std::string& name : names_) {
+    CG_CHECK(checksums_.count(name) > 0, where, " have none for tensor '", name,
+             "', which the writer records for every tensor; the header is damaged");
+  }
+  CG_CHECK(sums.contains(kMetadataKey), where, " have none for the metadata (key \"", kMetadataKey,
+           "\"), which the writer records; the header is damaged");
+  const std::string now = metadata_checksum(metadata_);
+  const std::string recorded = sums[kMetadataKey].get<std::string>();
+  CG_CHECK(now == recorded, "safetensors: the metadata of '", path_,
+           "' does not match the checksum written with it (XXH3-128 ", now, ", recorded ", recorded,
+           "): the file was damaged or changed after it was written; restore it "
+           "from a copy, or write it again");
 }
 
 std::string File::checksum(const std::string& name) const {
@@ -518,6 +551,7 @@ void save_file(const NamedTensors& tensors, const std::string& path,
   std::vector<std::string> sums(infos.size(), std::string(kChecksumHexDigits, '0'));
   auto with_sums = [&] {
     ordered_json j = ordered_json::object();
+    j[kMetadataKey] = metadata_checksum(metadata);
     for (size_t i = 0; i < infos.size(); ++i) j[infos[i].name] = sums[i];
     meta[kChecksumKey] = j.dump();
     return build_header(infos, meta);

@@ -21,8 +21,12 @@
 // word. Every file save_file writes (checkpoints, feature shards, exported drafters) records
 // the XXH3-128 of each tensor's bytes in its metadata, under "chunkgrad.xxh3" (a JSON object
 // of tensor name -> 32 hex digits, as one string: the format's metadata holds strings
-// only, and other readers ignore keys they do not know); every read of a tensor whose
-// file records one checks it, so a damaged tensor is an error naming it and the file. The
+// only, and other readers ignore keys they do not know), and under "__metadata__" there the
+// hash of the other metadata (a checkpoint's step and config: a step "2" -> "3" is one bit);
+// every read of a tensor whose file records one checks it, and opening the file checks the
+// metadata's and that every tensor has one, so a damaged tensor is an error naming it and
+// the file. Per-tensor sums do not catch a whole tensor swapped with its sum from another
+// file by hand; that is not the damage they are for. The
 // header comes before the data, so save_file writes it with zeros in place of the hashes
 // and writes it again, at the same length, once the data is written. Files from before,
 // or from other writers, have no hashes and are read as they were; so are files written

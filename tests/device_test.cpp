@@ -62,6 +62,9 @@ TEST(ResolveDevice, NamesTheOptionAndWhatToChange) {
   TENSOR_EXPECT_ERROR(resolve_device("gpu", "--device"), "--device gpu: bad device string 'gpu'",
                       "give cpu, cuda or cuda:N");
   TENSOR_EXPECT_ERROR(resolve_device("", "--device"), "--device : bad device string ''");
+  // (an outside tester's escape sequence reached the terminal through this message)
+  TENSOR_EXPECT_ERROR(resolve_device("c\x1bpu\n", "--device"),
+                      "--device c?pu?: bad device string 'c?pu?'");
   // Parsed but not built in: the table's hint says what to change.
   TENSOR_EXPECT_ERROR(resolve_device("fake", "train config: device"),
                       "train config: device fake is not available", "no fake backend",

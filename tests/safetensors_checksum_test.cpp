@@ -141,7 +141,9 @@ TEST(TensorChecksums, DamagedSumsAreRefusedWhenTheFileIsOpened) {
   const std::string good = read_bytes(dir.file("m.safetensors"));
   const std::string sum(32, 'a');
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"not json", "are not a JSON object"},
+      {"not json", "is not valid JSON"},
+      {"{}", "have none for tensor 'a'"},
+      {R"({"a": ")" + sum + R"(", "a": ")" + sum + R"("})", "twice in one object"},
       {"[1, 2]", "must be a JSON object"},
       {R"({"zzz": ")" + sum + R"("})", "name a tensor the file does not hold"},
       {R"({"a": "0123"})", "32 lowercase hex digits"},
@@ -154,6 +156,44 @@ TEST(TensorChecksums, DamagedSumsAreRefusedWhenTheFileIsOpened) {
     EXPECT_THROW_WITH(st::open(dir.file("bad.safetensors")),
                       {"chunkgrad.xxh3", dir.file("bad.safetensors"), said, "header is damaged"});
   }
+}
+
+// The sums cover the metadata too (a checkpoint's step "2" -> "3" is one flipped bit, and
+// resumed one step late), and a sum for every tensor must be there: one left out would let
+// that tensor's damage through.
+TEST(TensorChecksums, TheMetadataAndEveryTensorAreCovered) {
+  TempDir dir;
+  st::save_file(three_tensors(), dir.file("m.safetensors"), {{"step", "2"}});
+  const std::string good = read_bytes(dir.file("m.safetensors"));
+  std::string step3 = good;
+  const size_t at = step3.find(R"("step":"2")");
+  ASSERT_NE(at, std::string::npos);
+  step3[at + 8] = '3';
+  write_bytes(dir.file("bad.safetensors"), step3);
+  EXPECT_THROW_WITH(st::open(dir.file("bad.safetensors")),
+                    {"the metadata of", "does not match the checksum written with it"});
+  uint64_t n = 0;
+  std::memcpy(&n, good.data(), 8);
+  nlohmann::json sums =
+      nlohmann::json::parse(header_of(good)["__metadata__"]["chunkgrad.xxh3"].get<std::string>());
+  nlohmann::json without_b = sums, without_metadata = sums;
+  without_b.erase("b");
+  without_metadata.erase("__metadata__");
+  write_bytes(dir.file("bad.safetensors"), with_sums(good, without_b.dump()));
+  EXPECT_THROW_WITH(st::open(dir.file("bad.safetensors")), {"have none for tensor 'b'"});
+  write_bytes(dir.file("bad.safetensors"), with_sums(good, without_metadata.dump()));
+  EXPECT_THROW_WITH(st::open(dir.file("bad.safetensors")), {"have none for the metadata"});
+  // A key twice inside __metadata__ (the second "chunkgrad.xxh3" was the one read).
+  std::string twice = good;
+  const size_t meta = twice.find(R"("__metadata__":{)");
+  ASSERT_NE(meta, std::string::npos);
+  twice.insert(meta + 16, R"("step":"9",)");
+  const std::string text = twice.substr(8, n + 11);
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((text.size() >> (8 * i)) & 0xFF);
+  write_bytes(dir.file("bad.safetensors"), out + text + good.substr(8 + n));
+  EXPECT_THROW_WITH(st::open(dir.file("bad.safetensors")),
+                    {"has the key \"step\" twice in \"__metadata__\"", "damaged"});
 }
 
 // The offline loader reads feature bytes itself (pread into its buffers, not through

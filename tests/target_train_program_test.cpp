@@ -120,6 +120,17 @@ TEST_F(TargetTrainProgram, ExportRefusesATargetThatChangedSinceTraining) {
   EXPECT_NE(r.err.find("rope_theta: 1000000.0 when trained, 10000.0 now"), std::string::npos)
       << r.err;
   EXPECT_FALSE(fs::exists(path("pub")));
+  // A config.json that is there but cannot be read as a target: the hint is about its
+  // content, not about the folder export runs in (a third tester's hidden_act "gelu").
+  auto unreadable = nlohmann::json::parse(original);
+  unreadable["hidden_act"] = "gelu";
+  write("target/config.json", unreadable.dump(2));
+  const TrainRun bad = run("export --run-dir '" + path("run") + "' --out '" + path("pub") + "'");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("if it was edited since training, put the one the run trained with back"),
+            std::string::npos)
+      << bad.err;
+  EXPECT_EQ(bad.err.find("run export from the folder"), std::string::npos) << bad.err;
   // The file put back, the same checkpoint exports.
   write("target/config.json", original);
   const TrainRun e = run("export --run-dir '" + path("run") + "' --out '" + path("pub") + "'");

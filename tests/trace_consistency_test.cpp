@@ -4,6 +4,8 @@
 // what the reader now says: a note beside the answer (Note [Inconsistent events] in
 // trace/trace_analysis.cpp), an error where the file cannot be a trace (Note [Trace
 // bounds] in trace/trace_file.h), and names that cannot forge a line of the report.
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -191,6 +193,38 @@ TEST(TraceConsistency, ControlCharactersInNamesBecomeQuestionMarks) {
     for (char c : name) EXPECT_GE(static_cast<unsigned char>(c), 0x20) << name;
   }
   EXPECT_EQ(printable_name("ok/\xe6\x97\xa5"), "ok/\xe6\x97\xa5");  // UTF-8 letters stay
+}
+
+// A third tester: a device name's escape sequence reached the terminal through the error
+// that refuses it, a "dropped" count of 2^60 was printed as dropped events, and a key given
+// twice ("dropped": 0, "dropped": 5) was read as its last value.
+TEST(TraceConsistency, DeviceNamesCountsAndDuplicateKeysAreChecked) {
+  nlohmann::json bad_device = trace_of({event("alloc", kSeg, 1024, 1)});
+  bad_device["events"][0]["device"] = "cuda:0\x1b[2J\nchunkgrad trace: all good";
+  try {
+    parse_trace_file(bad_device, "t.json");
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("unknown device \"cuda:0?[2J?chunkgrad"), std::string::npos) << msg;
+    for (char c : msg) EXPECT_NE(c, '\x1b') << msg;
+  }
+  nlohmann::json dropped = trace_of({});
+  dropped["dropped"] = 1ull << 60;
+  expect_error(dropped, {"\"dropped\"", "past 2^53", "damaged"});
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "chunkgrad_trace_twice.json").string();
+  std::string text = trace_of({}).dump();
+  text.insert(1, R"("dropped": 0, "dropped": 5, )");
+  std::ofstream(path) << text;
+  try {
+    read_trace_file(path);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("has the key \"dropped\" twice"), std::string::npos)
+        << e.what();
+  }
+  std::filesystem::remove(path);
 }
 
 }  // namespace

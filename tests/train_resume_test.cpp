@@ -152,6 +152,27 @@ TEST_F(TrainResume, ResumeFromANamedCheckpointReplacesTheLaterOnes) {
                "drafter.gamma: 4.0 then, 2.0 now");
 }
 
+// An outside tester flipped a bit in the target cache: the cache was retrained, silently,
+// from the weights read before the damage was found (the damaged tensor among them), so the
+// "same" target differed from a fresh run's and the drafter resumed against another one.
+// Now it is retrained from its seed, with a warning: the cache comes back byte for byte.
+TEST_F(TrainResume, ADamagedTargetCacheIsTrainedAgainFromItsSeed) {
+  const std::string run = path("run");
+  const std::string args = "--config " + write("c.json", tiny(run));
+  ASSERT_EQ(train(args).exit_code, 0);
+  const std::string cache = run + "/target/model.safetensors";
+  const std::string good = slurp(cache);
+  const std::string damaged = with_flipped_bit(cache, 42, 0);
+  std::ofstream(cache, std::ios::binary | std::ios::trunc) << damaged;
+  const TrainRun r = train(args + " --fresh");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("chunkgrad train: warning: the target cache " + cache + " is damaged"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("does not match the checksum written with it"), std::string::npos) << r.err;
+  EXPECT_TRUE(slurp(cache) == good) << "the retrained cache differs from the seeded one";
+}
+
 TEST_F(TrainResume, OnlyTheNewestCheckpointsAreKept) {
   const std::string run = path("run");
   const std::string args = "--config " + write("c.json", tiny(run)) +

@@ -144,6 +144,16 @@ TEST_F(SmallFullScale, AnOutOfMemorySaysWhereItCameFrom) {
   EXPECT_NE(r.err.find("(at core/caching_allocator.cpp:"), std::string::npos) << r.err;
 }
 
+// A third tester's --memory-limit-mb 1 (under the allocator's 2 MiB segment) ran out of
+// memory in the first stage, naming none, after the run directory was written.
+TEST_F(SmallFullScale, AMemoryLimitUnderOneSegmentIsRefusedBeforeAnything) {
+  const TrainRun r = train(small(path("run")) + " --memory-limit-mb 1");
+  expect_error(r,
+               "chunkgrad train: error: --memory-limit-mb 1 is under the CPU allocator's "
+               "smallest segment (2 MiB): give 0 (no limit) or at least 2");
+  EXPECT_FALSE(std::filesystem::exists(path("run")));
+}
+
 // error_context.h: the error rethrown with where it happened said first keeps its type (an
 // out-of-memory is still one) and its location.
 TEST(ErrorContext, AnErrorKeepsItsTypeAndLocation) {

@@ -85,7 +85,8 @@ struct Reader {
     try {
       Device::parse(s);
     } catch (const Error&) {
-      CG_FAIL(where, ": unknown device \"", s, "\" (expected ", device_names_help(), ")");
+      CG_FAIL(where, ": unknown device \"", printable_name(s), "\" (expected ", device_names_help(),
+              ")");
     }
     out.devices.push_back(s);
     return device_ids[s] = static_cast<int>(out.devices.size()) - 1;
@@ -280,6 +281,9 @@ TraceFile parse_trace_file(const nlohmann::json& j, const std::string& source) {
   CG_CHECK(events.is_array(), source, ": \"events\" must be a list");
   if (j.contains("dropped")) t.dropped = Reader::u64(j, "dropped", source);
   if (j.contains("capacity")) t.capacity = Reader::u64(j, "capacity", source);
+  CG_CHECK(t.dropped <= kMaxTraceInteger && t.capacity <= kMaxTraceInteger, source,
+           ": \"dropped\" ", t.dropped, " or \"capacity\" ", t.capacity,
+           " is past 2^53 (Note [Trace bounds]): the file is damaged");
   t.events.reserve(events.size());
   int64_t last_time = INT64_MIN;
   for (size_t i = 0; i < events.size(); ++i) {
@@ -406,7 +410,7 @@ TraceFile read_trace_file(const std::string& path) {
   check_json_depth(text, path);
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text);
+    j = parse_json_without_duplicate_keys(text, path);  // Note [Duplicate keys]
   } catch (const nlohmann::json::parse_error& e) {
     // e.byte counts from 1 and is one past the text when the input ended early ("byte 14
     // of 13"): that case is said in words.

@@ -466,10 +466,20 @@ ExportResult export_drafter_checkpoint(const std::string& run_dir, const std::st
     dc = run_drafter_config(config);
     info = public_drafter_info(config);
   } catch (const Error& e) {
+    // Where the target's config.json is there, what fails is its content, and the hint is
+    // about that (an outside tester's edited config.json was told to run export from the
+    // folder the run started in).
+    const std::string hf = run_target_hf_config(config);
+    std::error_code ec;
+    const bool there = !hf.empty() && std::filesystem::is_regular_file(hf, ec);
     CG_FAIL("export: ", r.checkpoint,
-            ": the drafter cannot be rebuilt from the run's saved config (", e.message(),
-            "); a run on a Hugging Face target needs its config.json where the run "
-            "named it: run export from the folder the run started in, or put the target back");
+            ": the drafter cannot be rebuilt from the run's saved config (", e.message(), ")",
+            there ? "; the target's config.json is read from " + hf +
+                        " as the run read it: if it was edited since training, put the one the "
+                        "run trained with back"
+                  : "; a run on a Hugging Face target needs its config.json where the run "
+                    "named it: run export from the folder the run started in, or put the "
+                    "target back");
   }
   // Note [Export uses what training used].
   if (meta.count("target")) {

@@ -15,6 +15,7 @@
 #include "ops/shape_ops.h"
 #include "train/generate.h"
 #include "train/optimizer.h"
+#include "train/pipeline_stages.h"
 #include "train/stop_signal.h"
 #include "train/tokenizer.h"
 
@@ -169,10 +170,14 @@ TargetResult obtain_target(const TrainConfig& config, const std::vector<int64_t>
   TargetResult r;
   const TargetConfig& t = config.target;
   const nn::Qwen3Config mc = target_architecture(t);
-  Generator init_gen(config.seed);
-  r.lm = std::make_unique<nn::Qwen3ForCausalLM>(mc, nn::InitOptions{.generator = &init_gen});
-  r.lm->to(
-      config.compute_device());  // made on the host (same initial values everywhere), then moved
+  // Made on the host (same initial values everywhere), then moved.
+  auto fresh_model = [&] {
+    Generator init_gen(config.seed);
+    auto lm = std::make_unique<nn::Qwen3ForCausalLM>(mc, nn::InitOptions{.generator = &init_gen});
+    lm->to(config.compute_device());
+    return lm;
+  };
+  r.lm = fresh_model();
   const std::string dir = config.run_dir + "/target";
   const std::string cached = dir + "/model.safetensors";
   if (!t.checkpoint.empty()) {
@@ -188,8 +193,16 @@ TargetResult obtain_target(const TrainConfig& config, const std::vector<int64_t>
           nn::load_checkpoint(*r.lm, *reader);
           hit = true;
         }
-      } catch (const Error&) {
-        hit = false;  // a damaged cache is retrained, not fatal
+      } catch (const Error& e) {
+        // A damaged cache is retrained, not fatal, from the seeded initial weights: the
+        // tensors read before the damage was found (and the damaged one itself, read into
+        // its parameter before its checksum was checked) would otherwise be where training
+        // starts, and the retrained target would not be the one the drafter's checkpoints
+        // were trained against (an outside tester's flipped bit).
+        hit = false;
+        r.lm = fresh_model();
+        pipeline_stages::warn("the target cache " + cached + " is damaged (" + e.message() +
+                              "); training the target again from its seed");
       }
     }
     if (hit) {

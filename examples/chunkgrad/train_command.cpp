@@ -267,10 +267,18 @@ void add_train_command(CLI::App& app, CommandBody& run) {
       ->check(existing_checkpoint())
       ->excludes(fresh);
   sub->add_flag("--print-config", o.print_config, "print the effective config as JSON and exit");
-  sub->add_option("--memory-limit-mb", o.memory_limit_mb, "cap the CPU allocator (0: no limit)")
+  sub->add_option("--memory-limit-mb", o.memory_limit_mb,
+                  "cap the CPU allocator (0: no limit; else at least 2, its smallest segment)")
       ->check(program::integer_in(0, int64_t{1} << 40));
   sub->callback([&run] {
     run = [] {
+      // At least the CPU allocator's small-pool segment: under it the first small tensor
+      // fails wherever it comes (an outside tester's --memory-limit-mb 1 ran out of memory
+      // in the target stage, naming no stage, after the run directory was written).
+      CG_CHECK(o.memory_limit_mb == 0 || o.memory_limit_mb >= 2, "--memory-limit-mb ",
+               o.memory_limit_mb,
+               " is under the CPU allocator's smallest segment (2 MiB): give 0 (no limit) or at "
+               "least 2");
       program::set_cpu_memory_limit_mb(o.memory_limit_mb);
       train::TrainConfig config =
           read_config(o.config, o.sets, o.features, o.target, o.data, o.tokenizer);
