@@ -129,9 +129,11 @@ std::string describe_json(const nlohmann::json& value) {
   constexpr size_t kMaxChars = 64;
   switch (value.type()) {
     case nlohmann::json::value_t::array:
-      return "an array of " + std::to_string(value.size()) + " values";
+      return "an array of " + std::to_string(value.size()) +
+             (value.size() == 1 ? " value" : " values");
     case nlohmann::json::value_t::object:
-      return "an object with " + std::to_string(value.size()) + " keys";
+      return "an object with " + std::to_string(value.size()) +
+             (value.size() == 1 ? " key" : " keys");
     case nlohmann::json::value_t::string: {
       const auto& s = value.get_ref<const std::string&>();
       std::string out = "\"";

@@ -217,7 +217,7 @@ TEST(HfTokenizer, TruncationAndFixedPaddingAreRefused) {
       [](json& j) {
         j["padding"] = {{"strategy", {{"Fixed", 512}}}, {"pad_id", 0}};
       },
-      "padding.strategy: an object with 1 keys is not supported");
+      "padding.strategy: an object with 1 key is not supported");
   expect_error(
       [](json& j) {
         j["padding"] = {{"strategy", "BatchLongest"}, {"pad_to_multiple_of", 8}};

@@ -126,7 +126,7 @@ TEST(JsonHostile, DeeplyNestedIndexAndConfigRaiseErrors) {
   nlohmann::json nest = nlohmann::json::array();
   for (int k = 0; k < 60; ++k) nest = nlohmann::json::array({nest});
   j["hidden_act"] = nest;
-  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(j), "hidden_act is an array of 1 values");
+  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_json(j), "hidden_act is an array of 1 value");
 }
 
 }  // namespace

@@ -119,7 +119,7 @@ TEST_F(TrainResume, ADamagedNewestCheckpointFallsBackToThePreviousOne) {
   EXPECT_EQ(files_of(run), before);
   // Every checkpoint damaged: the newest one's damage is the refusal.
   std::ofstream(checkpoint(run, 4), std::ios::binary | std::ios::trunc) << "garbage";
-  expect_error(train(args), "the 1 earlier checkpoint(s) are damaged too");
+  expect_error(train(args), "the earlier checkpoint is damaged too");
 }
 
 TEST_F(TrainResume, ResumeFromANamedCheckpointReplacesTheLaterOnes) {
@@ -133,7 +133,7 @@ TEST_F(TrainResume, ResumeFromANamedCheckpointReplacesTheLaterOnes) {
   const TrainRun r = train(args + " --resume-from " + saved);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(resumed_at(r), 2);
-  EXPECT_NE(r.err.find("2 later checkpoint(s) are removed when this run saves its first"),
+  EXPECT_NE(r.err.find("2 later checkpoints are removed when this run saves its first"),
             std::string::npos)
       << r.err;
   // This run saved only its last step (checkpoint_every 250): the other run's step 3 went.

@@ -321,8 +321,9 @@ ResumeChoice choose_resume_checkpoint(const TrainConfig& config,
   refuse_resume(
       files.front().second,
       newest + (files.size() == 1 ? std::string("; there is no earlier checkpoint to fall back to")
-                                  : "; the " + std::to_string(files.size() - 1) +
-                                        " earlier checkpoint(s) are damaged too"),
+                : files.size() == 2 ? std::string("; the earlier checkpoint is damaged too")
+                                    : "; the " + std::to_string(files.size() - 1) +
+                                          " earlier checkpoints are damaged too"),
       kRunDirUnchanged);
 }
 

@@ -278,8 +278,10 @@ void check_resume(RunState& s, const PipelineOptions& options) {
       later += step > s.resume.step ? 1 : 0;
     if (later > 0) {
       warn("resume: from " + options.resume_from + " (step " + std::to_string(s.resume.step) +
-           ") as --resume-from asks; the run directory's " + std::to_string(later) +
-           " later checkpoint(s) are removed when this run saves its first checkpoint");
+           ") as --resume-from asks; the run directory's " +
+           (later == 1 ? std::string("later checkpoint is")
+                       : std::to_string(later) + " later checkpoints are") +
+           " removed when this run saves its first checkpoint");
     }
   }
 }
