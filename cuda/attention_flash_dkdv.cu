@@ -340,9 +340,9 @@ bool dq_behind_enabled() {
 // 8e-3), but slower: attention_bench --which dflash,sliding --heads 32/8 --path flash
 // --anchors sorted --repeats 20, two alternating rounds, gave the backward 10.30-10.37 ms
 // against the mma.sync dq's 8.70-8.77 (full rule) and 8.40-8.42 against 7.24 (sliding).
-// Not measured why; ptxas injects a warpgroup.wait (C7517) into this variant, which waits
-// for every MMA group in flight where the schedule meant the dq's to run under the softmax
-// math, and that is the first suspect. So it stays off unless CHUNKGRAD_FLASH_DQ_WGMMA=1
+// Not measured why. ptxas injects one warpgroup.wait (C7517) into every 128-key variant,
+// the default one too; only this one also gets two injected warpgroup.arrive (C7519) at
+// the dq issue's branch. So it stays off unless CHUNKGRAD_FLASH_DQ_WGMMA=1
 // (read at every launch, so that a test may turn it on: tests/cuda_attention_dq_wgmma_test.cpp).
 bool dq_wgmma_enabled() {
   const char* e = std::getenv("CHUNKGRAD_FLASH_DQ_WGMMA");
