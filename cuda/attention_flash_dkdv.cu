@@ -324,8 +324,8 @@ bool dq_behind_enabled() {
 // its 16 accumulators a thread are then staged in the warpgroup's 8 KB of shared memory, in
 // the buffer's order (Note [dq tile order]: a warpgroup's columns are two runs of 1024
 // floats, one a row half), and its first thread adds them with two 4 KB bulk reductions
-// after a barrier of the warpgroup's own; it waits for their reads before the barrier that
-// opens the next step. A step whose CTA has no visible key (its dS all zeros) leaves no
+// after a barrier of the warpgroup's own, from one of two staging buffers (Note [dq staging
+// twice]). A step whose CTA has no visible key (its dS all zeros) leaves no
 // dq behind it, unless its rows must be stored (Note [dq first writers]). The mma.sync dq
 // it replaces issued, a warp and a tile, 32 mma.sync and 24 ldmatrix.x4 reading 12 KB of
 // shared memory (96 KB a tile for the CTA, against 48 KB here), each mma behind its
@@ -337,16 +337,35 @@ bool dq_behind_enabled() {
 // from one product to the next (84, sliding; its first MMA overwrites them: not zeroed).
 // First run on a card 2026-12-05 (an H100; no H200 was lent): correct (the CudaAttention*
 // tests with it on, and its own, which count its launches and match the mma.sync dq at
-// 8e-3), but slower: attention_bench --which dflash,sliding --heads 32/8 --path flash
-// --anchors sorted --repeats 20, two alternating rounds, gave the backward 10.30-10.37 ms
-// against the mma.sync dq's 8.70-8.77 (full rule) and 8.40-8.42 against 7.24 (sliding).
-// Not measured why. ptxas injects one warpgroup.wait (C7517) into every 128-key variant,
-// the default one too; only this one also gets two injected warpgroup.arrive (C7519) at
-// the dq issue's branch. So it stays off unless CHUNKGRAD_FLASH_DQ_WGMMA=1
-// (read at every launch, so that a test may turn it on: tests/cuda_attention_dq_wgmma_test.cpp).
+// 8e-3), but slower: the backward 10.30-10.37 ms against the mma.sync dq's 8.70-8.77 (full
+// rule) and 8.40-8.42 against 7.24 (sliding). ncu on the H200 the day after found why: 17%
+// of its warp samples waited at the barrier that opens a step, behind its first thread's
+// wait for the bulk reductions issued at the end of the step before to read their staging.
+// With the staging twice (Note [dq staging twice] in attention_flash_dkdv_dq_wgmma.cuh;
+// 231 registers under the full rule, 236 sliding, no spills) that share is 2.8%, and it is
+// the faster dq: two alternating rounds of attention_bench --which dflash,sliding --heads
+// 32/8 --path flash --anchors sorted --repeats 20 in one call (H200) gave forward +
+// backward 10.004-10.039 ms (291.2-292.2 TFLOP/s) against 10.144-10.157 (287.8-288.1) under
+// the full rule, and 8.033-8.039 (270.5-270.7) against 8.338-8.364 (260.0-260.8) under the
+// sliding rule; the backward alone 8.16-8.24 against 8.34-8.38 and 6.56-6.57 against
+// 6.88-6.90. So it is the default; CHUNKGRAD_FLASH_DQ_WGMMA=0 keeps the mma.sync dq (read at
+// every launch, so that a test may switch it: tests/cuda_attention_dq_wgmma_test.cpp; ctest
+// attention_dq_mma_sync runs the attention tests on it). ptxas injects a warpgroup.wait
+// (C7517) into every 128-key variant and, into this one, two warpgroup.arrive (C7519) at
+// the dq issue's branch; in the SASS that branch closes its MMA group with an empty
+// HGMMA.64x8x16, where ncu puts 4.2% of the warp samples (3.7% more at the dq's first MMA).
 bool dq_wgmma_enabled() {
   const char* e = std::getenv("CHUNKGRAD_FLASH_DQ_WGMMA");
-  return e != nullptr && std::string(e) == "1";
+  return e == nullptr || std::string(e) != "0";
+}
+
+// Experiment (session 52): the blocks' own key CTAs with three query-tile stages (all of a
+// 96-row block's tiles in flight at once), and with the dq one tile behind.
+// CHUNKGRAD_FLASH_BLOCK_KEYS = 2 (default), 3, or 3b.
+int block_keys_mode() {
+  const char* e = std::getenv("CHUNKGRAD_FLASH_BLOCK_KEYS");
+  const std::string v = e != nullptr ? e : "";
+  return v == "3" ? 3 : v == "3b" ? 4 : 2;
 }
 // Launches of the wgmma dq's kernels, for the tests: the switch falls back to the
 // mma.sync dq silently (no sm_90a build, three stages that do not fit, dq_behind off), and
@@ -364,8 +383,9 @@ int dkdv_stages(const BwdArgs& a) {
 template <int HD>
 int dkdv_wide_stages(const BwdArgs& wide) {
   if (forced_dkdv_stages() != 0) return forced_dkdv_stages();
-  const int bytes = dq_behind_enabled() ? dkdv_launch_smem<HD, 32, true, 3, 2, 1>(wide)
-                                        : dkdv_launch_smem<HD, 32, true, 3, 2>(wide);
+  const int bytes = !dq_behind_enabled() ? dkdv_launch_smem<HD, 32, true, 3, 2>(wide)
+                    : dq_wgmma_enabled() ? dkdv_launch_smem<HD, 32, true, 3, 2, 2>(wide)
+                                         : dkdv_launch_smem<HD, 32, true, 3, 2, 1>(wide);
   return ctas_fit(1, bytes) ? 3 : 2;
 }
 
@@ -385,15 +405,29 @@ void launch_dkdv_rows(const BwdArgs& a, int64_t key_tiles, cudaStream_t stream) 
       if (dq_behind_enabled()) {  // Note [dq one tile behind]
         kernel = sl ? flash_dkdv_kernel<T, HD, QT, true, FusedDq, NS, 2, 2, 1>
                     : flash_dkdv_kernel<T, HD, QT, false, FusedDq, NS, 2, 2, 1>;
+        smem = dkdv_launch_smem<HD, QT, FusedDq, NS, KW, 1>(a);
         if (dq_wgmma_enabled()) {  // Note [wgmma dq]
           dq_wgmma_launches.fetch_add(1, std::memory_order_relaxed);
           kernel = sl ? flash_dkdv_kernel<T, HD, QT, true, FusedDq, NS, 2, 2, 2>
                       : flash_dkdv_kernel<T, HD, QT, false, FusedDq, NS, 2, 2, 2>;
+          smem = dkdv_launch_smem<HD, QT, FusedDq, NS, KW, 2>(a);
         }
-        smem = dkdv_launch_smem<HD, QT, FusedDq, NS, KW, 1>(a);
       }
     }
   } else if constexpr (HD == 128) {
+    if constexpr (NS == 3 && FusedDq && QT == 32) {
+      if (wg == 2 && block_keys_mode() == 4 && a.m.kind == AttnMaskKind::dflash &&
+          a.key_tile_base > 0) {
+        kernel = sl ? flash_dkdv_kernel<T, HD, QT, true, FusedDq, NS, 2, 1, 1>
+                    : flash_dkdv_kernel<T, HD, QT, false, FusedDq, NS, 2, 1, 1>;
+        smem = dkdv_launch_smem<HD, QT, FusedDq, NS, KW, 1>(a);
+        CG_CUDA_CHECK(
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        kernel<<<grid, kThreads * KW, smem, stream>>>(a);
+        CG_CUDA_CHECK(cudaGetLastError());
+        return;
+      }
+    }
     if (wg == 1) {
       kernel = sl ? flash_dkdv_kernel<T, HD, QT, true, FusedDq, NS, 1>
                   : flash_dkdv_kernel<T, HD, QT, false, FusedDq, NS, 1>;
@@ -446,8 +480,13 @@ void launch_dkdv_typed(const BwdArgs& a, cudaStream_t stream) {
         block_args.key_tile_base = ctx_tiles * a.ctx_parts;
         block_args.dq_store = store_first;
         if (key_tiles > block_args.key_tile_base) {
-          launch_dkdv_rows<T, HD, 32, true, 2>(block_args, key_tiles - block_args.key_tile_base,
-                                               stream);
+          if (block_keys_mode() != 2) {
+            launch_dkdv_rows<T, HD, 32, true, 3>(block_args, key_tiles - block_args.key_tile_base,
+                                                 stream);
+          } else {
+            launch_dkdv_rows<T, HD, 32, true, 2>(block_args, key_tiles - block_args.key_tile_base,
+                                                 stream);
+          }
         }
         const int64_t wide_tiles = (a.m.context_len + 2 * kTile - 1) / (2 * kTile) * a.ctx_parts;
         if (dkdv_wide_stages<HD>(wide_args) == 3) {

@@ -77,7 +77,7 @@ __device__ __forceinline__ void issue_dq_t(float (&d)[QT / 2], uint32_t sk, uint
 // half; bulk: staged in sq (the warpgroup's 2048 floats, read by its last reductions
 // already: the caller's barrier) and sent by its first thread as two bulk copies, after a
 // barrier of the warpgroup's own; otherwise atomics (or stores) from registers, skipping
-// rows past packed_rows.
+// rows past packed_rows. (sq: one of the warpgroup's two buffers, Note [dq staging twice].)
 template <int HD, int QT>
 __device__ __forceinline__ void add_dq_t(const BwdArgs& a, const float (&d)[QT / 2], float* sq,
                                          bool bulk, int wg, int64_t b, int64_t hk, int64_t blk,
@@ -132,13 +132,28 @@ __device__ __forceinline__ void add_dq_t(const BwdArgs& a, const float (&d)[QT /
 #endif
 }
 
-// The warpgroup's first thread waits until its bulk copies have read their staging (before
-// the barrier after which the warpgroup writes it again).
+// The warpgroup's first thread commits an empty bulk group (Note [dq staging twice]).
+__device__ __forceinline__ void commit_empty_bulk_group() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const int first = threadIdx.x % 128 == 0;
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p cp.async.bulk.commit_group;\n}\n" ::"r"(first)
+      : "memory");
+#endif
+}
+
+// Note [dq staging twice]: the warpgroup's first thread waits until its bulk copies but the
+// last have read their staging, before the barrier after which the warpgroup writes the
+// other buffer. With one buffer it waited for the copies issued at the end of the step
+// just before, and ncu (H200, full rule, sorted anchors, 2026-12-05) put 17% of the wgmma
+// dq kernel's warp samples at that barrier and 5% at the wait itself, against 1.5% at the
+// barriers of the mma.sync dq's kernel (whose warps wait a step later, before their own
+// staging). Two buffers cost 16 KB of shared memory (one CTA a multiprocessor either way).
 __device__ __forceinline__ void wait_dq_t_staging_read() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const int first = threadIdx.x % 128 == 0;
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p cp.async.bulk.wait_group.read 0;\n}\n" ::"r"(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p cp.async.bulk.wait_group.read 1;\n}\n" ::"r"(
           first)
       : "memory");
 #endif

@@ -77,8 +77,8 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
   static_assert(Behind != 2 || (2 * KT + 2 * NS * QT) * HD * 2 % 1024 == 0,
                 "the dS tiles start 1024-byte aligned (the swizzle's period)");
   static_assert(Behind != 2 || (2 * KT + 2 * NS * QT) * HD * 2 + kDsWg * 2 + 3 * NS * QT * 4 +
-                                       KW * kWarps * kDqWarpFloats<HD, KW> * 4 <=
-                                   dkdv_smem_bytes<HD, QT, FusedDq, NS, KW, true>(),
+                                       2 * KW * kWarps * kDqWarpFloats<HD, KW> * 4 <=
+                                   dkdv_smem_bytes<HD, QT, FusedDq, NS, KW, Behind>(),
                 "the wgmma dq's layout fits the bytes the launch asks for");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const bool bulk = FusedDq && a.dq_bulk;
@@ -281,12 +281,16 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
       wgmma::commit();
     }
   };
+  // (Note [dq staging twice]: the step's dS buffer's parity picks the staging buffer too,
+  // and a step with no dq to add commits an empty bulk group, so that the group before the
+  // last is always the one that read the buffer this step writes)
   [[maybe_unused]] auto dq_add = [&] {
     if constexpr (Behind == 2) {
+      if (!dq_prev && bulk) commit_empty_bulk_group();
       if (dq_prev) {
         wgmma::fence_operands(dqt);
-        add_dq_t<HD, QT>(a, dqt, sdQ + wg * 4 * kDqWarpFloats<HD, KW>, bulk, wg, b, hk, dq_blk,
-                         dq_qt, w.seg_tiles, packed_rows);
+        add_dq_t<HD, QT>(a, dqt, sdQ + (dsb * KW + wg) * 4 * kDqWarpFloats<HD, KW>, bulk, wg, b, hk,
+                         dq_blk, dq_qt, w.seg_tiles, packed_rows);
       }
     }
   };

@@ -79,12 +79,18 @@ __host__ __device__ constexpr int dkdv_smem_bytes() {
   // kPad; two of them when the dq runs a tile behind: Note [dq one tile behind]) and dq (KW
   // kWarps, kDqWarpFloats); every part a multiple of 16 bytes, as the total is, so the row
   // table (Note [Row table]) may follow.
-  return ((2 * KW * kTile + 2 * NS * QT) * (HD + kPad) * 2 + 3 * NS * QT * 4 +
-          (FusedDq ? (Behind ? 2 : 1) * KW * kTile * (QT + kPad) * 2 +
-                         KW * kWarps * kDqWarpFloats<HD, KW> * 4
-                   : 0) +
-          15) /
-         16 * 16;
+  constexpr int padded = ((2 * KW * kTile + 2 * NS * QT) * (HD + kPad) * 2 + 3 * NS * QT * 4 +
+                          (FusedDq ? (Behind ? 2 : 1) * KW * kTile * (QT + kPad) * 2 +
+                                         KW * kWarps * kDqWarpFloats<HD, KW> * 4
+                                   : 0) +
+                          15) /
+                         16 * 16;
+  // Behind 2 (Note [wgmma dq]): the tiles unpadded in the 128-byte swizzle, two dS tiles
+  // (QT, KW kTile), L, D, slot x NS, and the dq staging twice (Note [dq staging twice]).
+  constexpr int wgmma_dq = ((2 * KW * kTile + 2 * NS * QT) * HD * 2 + 2 * QT * KW * kTile * 2 +
+                            3 * NS * QT * 4 + 2 * KW * kWarps * kDqWarpFloats<HD, KW> * 4 + 15) /
+                           16 * 16;
+  return Behind == 2 && wgmma_dq > padded ? wgmma_dq : padded;
 }
 
 // Note [Row table]: under a DFlash mask every block packs its group * block_size query rows
