@@ -322,9 +322,8 @@ bool dq_behind_enabled() {
 // tiles where the mma.sync dq had two padded 10 KB dS^T ones). It is issued behind the
 // step's S^T and dP^T as a third MMA group and waited after dK's issue, where it is done;
 // its 16 accumulators a thread are then staged in the warpgroup's 8 KB of shared memory, in
-// the buffer's order (Note [dq tile order]: a warpgroup's columns are two runs of 1024
-// floats, one a row half), and its first thread adds them with two 4 KB bulk reductions
-// after a barrier of the warpgroup's own, from one of two staging buffers (Note [dq staging
+// the buffer's order (Note [dq tile order]: a warpgroup's columns are one run of 2048
+// floats), and its first thread adds them with one 8 KB bulk reduction after a barrier of the warpgroup's own, from one of two staging buffers (Note [dq staging
 // twice]). A step whose CTA has no visible key (its dS all zeros) leaves no
 // dq behind it, unless its rows must be stored (Note [dq first writers]). The mma.sync dq
 // it replaces issued, a warp and a tile, 32 mma.sync and 24 ldmatrix.x4 reading 12 KB of

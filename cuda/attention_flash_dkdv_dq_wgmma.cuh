@@ -73,10 +73,10 @@ __device__ __forceinline__ void issue_dq_t(float (&d)[QT / 2], uint32_t sk, uint
 // After the wait for issue_dq_t's group: d (rows 16 w + lane / 4 + 8 (e / 2) of the
 // warpgroup's 64 columns, by tile rows 8 t + 2 (lane % 4) + e % 2 at d[4 t + e]) added to
 // (or, dq_store, stored in) query tile cqt of block blk in a.dq_acc. In the buffer's order
-// (Note [dq tile order]) the warpgroup's columns are two runs of 1024 floats, one a row
-// half; bulk: staged in sq (the warpgroup's 2048 floats, read by its last reductions
-// already: the caller's barrier) and sent by its first thread as two bulk copies, after a
-// barrier of the warpgroup's own; otherwise atomics (or stores) from registers, skipping
+// (Note [dq tile order]) the warpgroup's columns are one run of 2048 floats; bulk: staged
+// in sq (read by its reductions before the last already: the caller's barrier) in that
+// order and sent by its first thread as one bulk copy, after a barrier of the warpgroup's
+// own; otherwise atomics (or stores) from registers, skipping
 // rows past packed_rows. (sq: one of the warpgroup's two buffers, Note [dq staging twice].)
 template <int HD, int QT>
 __device__ __forceinline__ void add_dq_t(const BwdArgs& a, const float (&d)[QT / 2], float* sq,
@@ -113,19 +113,17 @@ __device__ __forceinline__ void add_dq_t(const BwdArgs& a, const float (&d)[QT /
   // (predicated, not branched: a branch near wgmma can make ptxas serialize every wgmma
   // of the kernel, C7518)
   const int first = threadIdx.x % 128 == 0, store = a.dq_store ? 1 : 0;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    float* dst = dq_tile + (half * (HD / kDqChunk) + wg * (64 / kDqChunk)) * 512;
-    const uint32_t src = smem_addr(sq + half * 1024);
-    asm volatile(
-        "{\n.reg .pred p, s, r;\nsetp.ne.b32 p, %2, 0;\nsetp.ne.and.b32 s, %3, 0, p;\n"
-        "setp.eq.and.b32 r, %3, 0, p;\n"
-        "@s cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], 4096;\n"
-        "@r cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], 4096;\n}\n" ::
-            "l"(dst),
-        "r"(src), "r"(first), "r"(store)
-        : "memory");
-  }
+  // (the warpgroup's column pair, both row halves: one piece of the buffer, Note [dq tile
+  // order], laid out as the staging is)
+  float* dst = dq_tile + wg * 4 * 16 * kDqChunk;
+  asm volatile(
+      "{\n.reg .pred p, s, r;\nsetp.ne.b32 p, %2, 0;\nsetp.ne.and.b32 s, %3, 0, p;\n"
+      "setp.eq.and.b32 r, %3, 0, p;\n"
+      "@s cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], 8192;\n"
+      "@r cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], 8192;\n}\n" ::"l"(
+          dst),
+      "r"(smem_addr(sq)), "r"(first), "r"(store)
+      : "memory");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p cp.async.bulk.commit_group;\n}\n" ::"r"(first)
       : "memory");

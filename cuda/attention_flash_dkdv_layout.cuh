@@ -29,11 +29,16 @@ namespace cg::cuda::flash {
 // Note [dq tile order]: the fused dq's fp32 buffer (Note [Fused dq]) is not dq's [B, Hq,
 // Sq, hd] but the order the dk/dv pass produces it in, so that a warp adds its whole share
 // of a query tile with one bulk reduction (Note [dq bulk reduce]) instead of one a row:
-//   [B][Hkv][block][tile of 32 packed rows][row half mh][column chunk of 32][16 rows][32]
+//   [B][Hkv][block][tile of 32 packed rows][column pair of 64][row half mh][chunk of 32]
+//   [16 rows][32]
 // where packed row v = head_in_group * block_size + slot (Note [Flash tiles]) and tile
 // t = v / 32 (a block's last tile is padded to 32 rows; its padding stays unread). A warp
 // of the pass holds rows 16 mh .. + 15 of a tile and NC = HD / (2 KW) of its columns, i.e.
-// NC / 32 consecutive chunks: 16 x NC floats in one piece. Inside a 16 x 32 chunk, column
+// NC / 32 consecutive chunks: 16 x NC floats in one piece (NC is 32 or 64, never more: a
+// chunk or a pair), and a warpgroup of the wgmma dq (Note [wgmma dq]) holds a pair's two
+// row halves, 32 x 64 floats in one piece, added with one bulk reduction of 8 KB (two of 4
+// KB when the row halves came first; ncu, H200, 2026-12-05: the issue of each is a loop
+// over the warp's lanes behind a scoreboard wait, 3 to 4% of the pass's warp samples). Inside a 16 x 32 chunk, column
 // c of row r sits at c ^ 8 (r % 4) so that a half-warp's float2 stores of four rows into
 // the shared-memory copy hit distinct banks; the last kernel (dq = scale * buffer) reads
 // through the same map. Measured with ncu before this order: one bulk reduction a row made
@@ -62,9 +67,10 @@ __host__ __device__ inline int64_t dq_tile_base(const AttnShape& s, const AttnMa
 // Row rr (0 .. 31) and column c of a tile, relative to its base.
 template <int HD>
 __host__ __device__ constexpr int dq_tile_offset(int rr, int c) {
+  static_assert(HD % (2 * kDqChunk) == 0, "whole column pairs");
   const int r = rr % 16;
-  return ((rr / 16) * (HD / kDqChunk) + c / kDqChunk) * (16 * kDqChunk) + r * kDqChunk +
-         ((c % kDqChunk) ^ (8 * (r % 4)));
+  return (((c / (2 * kDqChunk)) * 2 + rr / 16) * 2 + (c / kDqChunk) % 2) * (16 * kDqChunk) +
+         r * kDqChunk + ((c % kDqChunk) ^ (8 * (r % 4)));
 }
 
 // A warp's fp32 dq floats in shared memory (Note [dq bulk reduce]): 16 rows x HD / (2 KW)
