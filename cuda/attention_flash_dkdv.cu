@@ -357,15 +357,6 @@ bool dq_wgmma_enabled() {
   const char* e = std::getenv("CHUNKGRAD_FLASH_DQ_WGMMA");
   return e == nullptr || std::string(e) != "0";
 }
-
-// Experiment (session 52): the blocks' own key CTAs with three query-tile stages (all of a
-// 96-row block's tiles in flight at once), and with the dq one tile behind.
-// CHUNKGRAD_FLASH_BLOCK_KEYS = 2 (default), 3, or 3b.
-int block_keys_mode() {
-  const char* e = std::getenv("CHUNKGRAD_FLASH_BLOCK_KEYS");
-  const std::string v = e != nullptr ? e : "";
-  return v == "3" ? 3 : v == "3b" ? 4 : 2;
-}
 // Launches of the wgmma dq's kernels, for the tests: the switch falls back to the
 // mma.sync dq silently (no sm_90a build, three stages that do not fit, dq_behind off), and
 // a test of it must know that it ran (an outside review's finding).
@@ -414,19 +405,6 @@ void launch_dkdv_rows(const BwdArgs& a, int64_t key_tiles, cudaStream_t stream) 
       }
     }
   } else if constexpr (HD == 128) {
-    if constexpr (NS == 3 && FusedDq && QT == 32) {
-      if (wg == 2 && block_keys_mode() == 4 && a.m.kind == AttnMaskKind::dflash &&
-          a.key_tile_base > 0) {
-        kernel = sl ? flash_dkdv_kernel<T, HD, QT, true, FusedDq, NS, 2, 1, 1>
-                    : flash_dkdv_kernel<T, HD, QT, false, FusedDq, NS, 2, 1, 1>;
-        smem = dkdv_launch_smem<HD, QT, FusedDq, NS, KW, 1>(a);
-        CG_CUDA_CHECK(
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        kernel<<<grid, kThreads * KW, smem, stream>>>(a);
-        CG_CUDA_CHECK(cudaGetLastError());
-        return;
-      }
-    }
     if (wg == 1) {
       kernel = sl ? flash_dkdv_kernel<T, HD, QT, true, FusedDq, NS, 1>
                   : flash_dkdv_kernel<T, HD, QT, false, FusedDq, NS, 1>;
@@ -479,13 +457,8 @@ void launch_dkdv_typed(const BwdArgs& a, cudaStream_t stream) {
         block_args.key_tile_base = ctx_tiles * a.ctx_parts;
         block_args.dq_store = store_first;
         if (key_tiles > block_args.key_tile_base) {
-          if (block_keys_mode() != 2) {
-            launch_dkdv_rows<T, HD, 32, true, 3>(block_args, key_tiles - block_args.key_tile_base,
-                                                 stream);
-          } else {
-            launch_dkdv_rows<T, HD, 32, true, 2>(block_args, key_tiles - block_args.key_tile_base,
-                                                 stream);
-          }
+          launch_dkdv_rows<T, HD, 32, true, 2>(block_args, key_tiles - block_args.key_tile_base,
+                                               stream);
         }
         const int64_t wide_tiles = (a.m.context_len + 2 * kTile - 1) / (2 * kTile) * a.ctx_parts;
         if (dkdv_wide_stages<HD>(wide_args) == 3) {
