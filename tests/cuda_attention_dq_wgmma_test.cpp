@@ -1,5 +1,5 @@
 // Why this file exists: the fused dq of the dk/dv pass's 128-key CTAs on the warpgroup MMA
-// (Note [wgmma dq] in cuda/attention_flash_dkdv.cu, CHUNKGRAD_FLASH_DQ_WGMMA=1) against
+// (Note [wgmma dq] in cuda/attention_flash_dkdv.cu; the default, set here explicitly) against
 // the CPU reference, forward and backward, under both DFlash rules: bf16 and f16 at hd 128
 // (the only head dim that takes it), GQA groups 4 and 5, blocks whose packed rows end
 // inside a 32-row tile, context lengths that end inside a 128-key tile, anchors at 0, at
