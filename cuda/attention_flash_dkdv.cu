@@ -118,6 +118,7 @@ bool ctas_fit(int ctas, int bytes) {
 // while dP^T runs; dV += P^T dO runs while dS^T is formed; dK += dS^T Q runs under the
 // fused dq, waited at the tile's end. CHUNKGRAD_FLASH_DKDV_WGMMA=0 keeps mma.sync, =1 the
 // wgmma kernel without the overlap (read once; for benchmarks).
+// (The first version of what is now Note [wgmma dq], the default since 2026-12-05.)
 // Measured and dropped (2026-12-03): the fused dq's own GEMM on the warpgroup MMA too, taken
 // transposed (dq^T = K^T dS^T: 8 m64n32k16 a warpgroup, K read MN-major where it lies, dS
 // stored by stmatrix .trans into a swizzled 32 x 128 tile; the product staged in shared
@@ -212,7 +213,7 @@ bool dq_first_writers(const BwdArgs& a) {
 // own keys (24 a block in the 27B-class step) stay in 64-key CTAs of one warpgroup,
 // launched first as a grid of their own. 256 threads at about 250 registers hold one CTA a
 // multiprocessor, whose shared memory then has room for three query-tile stages (about
-// 150 KB), taken wherever they fit. Both warpgroups compute a tile when either has a
+// 160 KB; 165 KB with the wgmma dq's two staging buffers, Note [dq staging twice]), taken wherever they fit. Both warpgroups compute a tile when either has a
 // visible key (Note [wgmma dk/dv]): when that choice was each warpgroup's own, ptxas
 // serialized every wgmma of the kernel (C7518, "program dependence on compiler-inserted
 // WG.DP in divergent path"), and this CTA measured slower than two of 64 keys (12.44

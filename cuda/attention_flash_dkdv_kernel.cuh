@@ -71,7 +71,8 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
   // Behind 2 the dS tiles above; a dS buffer's elements.
   T* sdS = Behind == 2 ? sG + NS * QT * LDT : reinterpret_cast<T*>(sSlot + NS * QT);
   constexpr int kDsBuf = Behind == 2 ? kDsTileElems<QT, KT> : KT * LDS;
-  // (KW kWarps, kDqWarpFloats) fp32 dq a warp (Note [dq bulk reduce]), 16-byte aligned
+  // (KW kWarps, kDqWarpFloats) fp32 dq a warp (Note [dq bulk reduce]), 16-byte aligned;
+  // Behind 2: two such (Note [dq staging twice])
   float* sdQ = Behind == 2 ? reinterpret_cast<float*>(sSlot + NS * QT)
                            : reinterpret_cast<float*>(sdS + (Behind ? 2 : 1) * KT * LDS);
   static_assert(Behind != 2 || (2 * KT + 2 * NS * QT) * HD * 2 % 1024 == 0,
