@@ -298,3 +298,45 @@ TEST_F(DataParallelProgram, AMetricsLogCutOffMidLineIsWholeAfterResume) {
 }
 
 }  // namespace
+
+// Note [Ranks started alike], data_parallel.h: the same config whose paths hold other bytes
+// on another rank (machines without a shared filesystem, or a relative features.data under
+// another working directory: mpirun's -wdir here) trained each rank on its own samples,
+// exit 0. Now the data's fingerprint is compared with the config, before anything trains.
+TEST_F(DataParallelProgram, RanksThatReadOtherBytesAreRefusedBeforeTraining) {
+  for (const char* rank : {"a", "b"}) {
+    std::filesystem::create_directories(path(rank));
+    std::string samples;
+    for (int i = 0; i < 12; ++i) {
+      samples += "{\"input_ids\": [" + std::to_string(3 + i) + ", 7, 9, " +
+                 std::to_string(rank[0] == 'a' ? 11 + i : 12 + i) +
+                 ", 5, 6], \"loss_mask\": [0, 0, 1, 1, 1, 1]}\n";
+    }
+    write(std::string(rank) + "/samples.jsonl", samples);
+  }
+  const std::string cmd = "train --config '" + std::string(CHUNKGRAD_SOURCE_DIR) +
+                          "/configs/toy.json' --no-progress --run-dir '" + path("run") +
+                          "' --set features.source=target --set features.target='" +
+                          CHUNKGRAD_SOURCE_DIR + "/tests/golden/tiny_qwen3' --set "
+                          "'features.data=[\"samples.jsonl\"]' --set 'drafter.target_layers=[0,1]' "
+                          "--set drafter.mask_token_id=255 --set eval.accuracy_sequences=2 "
+                          "--set drafter.optim.steps=2 --set memory.enabled=false";
+  const std::string cli = std::string("'") + CHUNKGRAD_CLI + "' ";
+  const std::string launch =
+      "mpirun --oversubscribe --allow-run-as-root -x CHUNKGRAD_NUM_THREADS=1 -np 1 -wdir '" +
+      path("a") + "' " + cli + cmd + " : -np 1 -wdir '" + path("b") + "' ";
+  const TrainRun r = run(cmd, launch);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("the ranks read different data (data_bytes.target_features_xxh3 is "),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("on rank 1 and "), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("chunkgrad train: error:"), r.err.rfind("chunkgrad train: error:"))
+      << r.err;                                                    // one line, rank 0's
+  EXPECT_FALSE(std::filesystem::exists(path("run") + "/metrics.jsonl")) << r.err;  // no step
+  // The same bytes on both ranks train (both working directories hold a's samples).
+  std::filesystem::copy_file(path("a/samples.jsonl"), path("b/samples.jsonl"),
+                             std::filesystem::copy_options::overwrite_existing);
+  const TrainRun same = run(cmd, launch);
+  EXPECT_EQ(same.exit_code, 0) << same.err;
+}

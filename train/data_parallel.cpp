@@ -81,12 +81,14 @@ std::string broadcast_text(dist::Communicator* comm, const std::string& text, in
 namespace {
 
 // What must agree across ranks (Note [Ranks started alike]).
-nlohmann::json started_with(const TrainConfig& config, int64_t resume_step) {
+nlohmann::json started_with(const TrainConfig& config, int64_t resume_step,
+                            const std::string& data_fingerprint) {
   nlohmann::json j = config.to_json();
   j.erase("progress");
   const std::string device = j["device"].get<std::string>();
   j["device"] = device.substr(0, device.find(':'));
   j["resume_step"] = resume_step;
+  if (!data_fingerprint.empty()) j["data_bytes"] = nlohmann::json::parse(data_fingerprint);
   return j;
 }
 
@@ -108,6 +110,12 @@ std::string started_unlike(const nlohmann::json& rank0, const nlohmann::json& mi
     if (mine.contains(at)) now = mine[at].dump();
   }
   const std::string ranks = " on rank " + std::to_string(other) + " and " + was + " on rank 0";
+  if (field.rfind("data_bytes", 0) == 0) {
+    return "data parallel: the ranks read different data (" + field + " is " + now + ranks +
+           "): the same config's paths hold other bytes on rank " + std::to_string(other) +
+           "; every rank must read the same files (a shared filesystem, or identical copies at "
+           "the same paths, relative paths resolving alike: docs/data_parallel.md)";
+  }
   if (field == "resume_step") {
     return "data parallel: the ranks resume from different steps (" + now + ranks +
            "): run_dir must be one folder every rank sees (a shared filesystem, the same "
@@ -123,9 +131,9 @@ std::string started_unlike(const nlohmann::json& rank0, const nlohmann::json& mi
 }  // namespace
 
 void check_ranks_started_alike(dist::Communicator* comm, const TrainConfig& config,
-                               int64_t resume_step) {
+                               int64_t resume_step, const std::string& data_fingerprint) {
   if (comm == nullptr || comm->world_size() == 1) return;
-  const std::string mine = started_with(config, resume_step).dump();
+  const std::string mine = started_with(config, resume_step, data_fingerprint).dump();
   const uint64_t hash = fnv1a(mine);
   Tensor local = full({1}, 0.0, {.dtype = DType::i64});
   std::memcpy(local.data_ptr(), &hash, sizeof hash);

@@ -91,9 +91,12 @@ void run_on_every_rank(dist::Communicator* comm, Check&& check) {
 // which is the local rank's) and its resume step, the hashes are gathered, and on a
 // mismatch the first rank that differs from rank 0 and rank 0 broadcast their text: every
 // rank then throws the same EveryRankError naming the first field that differs and both
-// values. Nothing without ranks.
+// values. Nothing without ranks. data_fingerprint (JSON text, a run's fingerprint of the
+// bytes it reads: corpus, target checkpoint, feature index), when given, must agree too:
+// ranks on machines whose files differ at the same paths (or whose relative paths resolve
+// to other files) trained on different data without a word, the config being the same.
 void check_ranks_started_alike(dist::Communicator* comm, const TrainConfig& config,
-                               int64_t resume_step);
+                               int64_t resume_step, const std::string& data_fingerprint = "");
 
 // dist.check_every: a hash of every parameter's bytes, gathered from every rank; throws
 // naming the step and the ranks whose parameters differ from rank 0's.

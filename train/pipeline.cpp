@@ -411,8 +411,9 @@ nlohmann::json run_pipeline(const TrainConfig& config, const PipelineOptions& op
   // The drafter on the target just opened, checked before the run directory is written.
   if (s.offline) check_run_drafter(config, s.lm().config(), ByteTokenizer::kMask, s.device);
   run_on_every_rank(comm, [&] { check_resume(s, options); });  // Note [Failing together]
-  // Every rank has chosen before rank 0 writes, and chose alike (Note [Ranks started alike]).
-  check_ranks_started_alike(comm, config, s.resume.step);
+  // Every rank has chosen before rank 0 writes, and chose alike, from the same data bytes
+  // (Note [Ranks started alike]).
+  check_ranks_started_alike(comm, config, s.resume.step, s.data_fingerprint);
   if (rank0) {
     prepare_run_directory(s);
   } else if (config.threads > 0) {
