@@ -317,7 +317,8 @@ TEST_F(DataParallelProgram, RanksThatReadOtherBytesAreRefusedBeforeTraining) {
   const std::string cmd = "train --config '" + std::string(CHUNKGRAD_SOURCE_DIR) +
                           "/configs/toy.json' --no-progress --run-dir '" + path("run") +
                           "' --set features.source=target --set features.target='" +
-                          CHUNKGRAD_SOURCE_DIR + "/tests/golden/tiny_qwen3' --set "
+                          CHUNKGRAD_SOURCE_DIR +
+                          "/tests/golden/tiny_qwen3' --set "
                           "'features.data=[\"samples.jsonl\"]' --set 'drafter.target_layers=[0,1]' "
                           "--set drafter.mask_token_id=255 --set eval.accuracy_sequences=2 "
                           "--set drafter.optim.steps=2 --set memory.enabled=false";
@@ -332,7 +333,7 @@ TEST_F(DataParallelProgram, RanksThatReadOtherBytesAreRefusedBeforeTraining) {
       << r.err;
   EXPECT_NE(r.err.find("on rank 1 and "), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("chunkgrad train: error:"), r.err.rfind("chunkgrad train: error:"))
-      << r.err;                                                    // one line, rank 0's
+      << r.err;  // one line, rank 0's
   EXPECT_FALSE(std::filesystem::exists(path("run") + "/metrics.jsonl")) << r.err;  // no step
   // The same bytes on both ranks train (both working directories hold a's samples).
   std::filesystem::copy_file(path("a/samples.jsonl"), path("b/samples.jsonl"),
