@@ -1,7 +1,8 @@
 // Why this file exists: `chunkgrad export` and `drafter.init_from` end to end through the
 // built program: a 3-step synthetic run is exported, a second run starts from the folder
 // (its first loss is lower than a random start's), and bad options and a mismatched
-// folder are one error line and exit 1. Runs at CI sizes, about a second in all.
+// folder are one error line and exit 1, as is a damaged checkpoint or folder. Runs at CI
+// sizes, about a second in all.
 #include "train_program_fixture.h"
 
 namespace {
@@ -101,3 +102,26 @@ TEST_F(ExportProgram, BadOptionsAreOneErrorLine) {
 }
 
 }  // namespace
+
+// An outside tester: a checkpoint (or an exported folder) whose bytes fail their checksum
+// was refused by the reader's own line, without the "export: FILE:" every other damage
+// gets, and behind a run on feature folders with a hint about the target's shapes. Now the
+// file is named first and the shapes are left out of it.
+TEST_F(ExportProgram, ADamagedFileIsNamedFirst) {
+  ASSERT_EQ(synthetic_run("a").exit_code, 0);
+  const std::string ckpt = path("a") + "/drafter/step_00000003.safetensors";
+  ASSERT_TRUE(fs::exists(ckpt));
+  ASSERT_EQ(run("export --run-dir '" + path("a") + "' --out '" + path("pub") + "'").exit_code, 0);
+  const std::string flipped = with_flipped_bit(ckpt, 3, 6);  // (read before the truncation)
+  std::ofstream(ckpt, std::ios::binary | std::ios::trunc) << flipped;
+  expect_error(run("export --checkpoint '" + ckpt + "' --out '" + path("pub2") + "'"),
+               "export: " + ckpt + ": safetensors: tensor 'drafter.fc.weight'", "export");
+  EXPECT_FALSE(fs::exists(path("pub2")));
+  const std::string weights = path("pub/model.safetensors");
+  const std::string flipped_weights = with_flipped_bit(weights, 3, 6);
+  std::ofstream(weights, std::ios::binary | std::ios::trunc) << flipped_weights;
+  const TrainRun init = synthetic_run("b", "--set drafter.init_from='" + path("pub") + "'");
+  expect_error(init, "'" + path("pub") + "': model.safetensors: safetensors: tensor '");
+  EXPECT_NE(init.err.find("does not match the checksum written with it"), std::string::npos)
+      << init.err;
+}

@@ -416,7 +416,9 @@ void load_public_drafter(nn::DFlashDrafter& drafter, const PublicDrafterInfo& in
              "', which a DFlash drafter does not have (no embedding, no lm_head: they are the "
              "target's)");
   }
-  nn::load_checkpoint(drafter, *reader, {.strict = true, .convert_dtype = true});
+  try {
+    nn::load_checkpoint(drafter, *reader, {.strict = true, .convert_dtype = true});
+  } catch (const Error& e) { CG_FAIL(where, ": model.safetensors: ", e.message()); }
 }
 
 ExportResult export_drafter_checkpoint(const std::string& run_dir, const std::string& checkpoint,
@@ -509,11 +511,14 @@ ExportResult export_drafter_checkpoint(const std::string& run_dir, const std::st
                         {.strict = true, .convert_dtype = true, .prefix = "drafter."});
   } catch (const Error& e) {
     // The target's shapes come from the folder the run read its features from (its index
-    // names the target); when that is gone, the toy target's description stands in.
+    // names the target); when that is gone, the toy target's description stands in. A
+    // file that cannot be read, or whose bytes fail their checksum (the reader's
+    // "safetensors:" errors), is the checkpoint's damage, not the shapes'.
     const std::string from = config.features.source == "offline"  ? config.features.dir
                              : config.features.source == "target" ? config.features.target
                                                                   : std::string();
-    if (from.empty()) throw;
+    if (from.empty() || e.message().rfind("safetensors: ", 0) == 0)
+      CG_FAIL("export: ", r.checkpoint, ": ", e.message());
     CG_FAIL("export: ", r.checkpoint, ": ", e.message(), "; the run took its target's shapes from ",
             from, " (features.", config.features.source == "offline" ? "dir" : "target",
             "), which must still be there, as the run named it, for the export");
