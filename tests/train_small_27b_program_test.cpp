@@ -144,6 +144,20 @@ TEST_F(SmallFullScale, AnOutOfMemorySaysWhereItCameFrom) {
   EXPECT_NE(r.err.find("(at core/caching_allocator.cpp:"), std::string::npos) << r.err;
 }
 
+// The same before the drafter's loop (a stop-51 tester): an out-of-memory in the toy
+// target's training or in making the drafter's data named no phase.
+TEST_F(SmallFullScale, AnOutOfMemoryBeforeTheDrafterSaysWhereItCameFrom) {
+  const std::string config = "--config " + write("c.json", tiny(path("run")));
+  expect_error(train(config + " --set target.seq_len=256 --set target.optim.batch_size=8"
+                              " --memory-limit-mb 4"),
+               "chunkgrad train: error: at target step 1: out of memory on cpu");
+  std::filesystem::remove_all(path("run"));
+  expect_error(train(config + " --set data.num_sequences=400 --set data.max_new_tokens=32"
+                              " --memory-limit-mb 3"),
+               "chunkgrad train: error: making the drafter's data (the target's continuations "
+               "and features): out of memory on cpu");
+}
+
 // A third tester's --memory-limit-mb 1 (under the allocator's 2 MiB segment) ran out of
 // memory in the first stage, naming none, after the run directory was written.
 TEST_F(SmallFullScale, AMemoryLimitUnderOneSegmentIsRefusedBeforeAnything) {

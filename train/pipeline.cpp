@@ -420,7 +420,11 @@ nlohmann::json run_pipeline(const TrainConfig& config, const PipelineOptions& op
     set_num_threads(static_cast<int>(config.threads));  // as prepare_run_directory does
   }
   obtain_target_model(s);
-  make_drafter_data(s);
+  try {
+    make_drafter_data(s);
+  } catch (const Error&) {  // error_context.h
+    rethrow_with_context("making the drafter's data (the target's continuations and features): ");
+  }
   s.data.comm = comm;
   train_drafter(s);
   stop_if_asked(s);

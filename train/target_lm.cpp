@@ -13,6 +13,7 @@
 #include "ops/elementwise.h"
 #include "ops/head_loss.h"
 #include "ops/shape_ops.h"
+#include "train/error_context.h"
 #include "train/generate.h"
 #include "train/optimizer.h"
 #include "train/pipeline_stages.h"
@@ -129,28 +130,32 @@ double train_target(nn::Qwen3ForCausalLM& lm, const std::vector<int64_t>& tokens
   };
   for (int64_t step = first + 1; step <= o.steps; ++step) {
     Tensor loss_sum;
-    for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
-      std::vector<int64_t> in, lab;
-      for (int64_t b = 0; b < o.batch_size; ++b) {
-        const size_t s0 = static_cast<size_t>(gen.next_u64() % starts);
-        in.insert(in.end(), tokens.begin() + s0, tokens.begin() + s0 + S);
-        lab.insert(lab.end(), tokens.begin() + s0 + 1, tokens.begin() + s0 + S + 1);
+    try {  // error_context.h: an out-of-memory here named no phase
+      for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
+        std::vector<int64_t> in, lab;
+        for (int64_t b = 0; b < o.batch_size; ++b) {
+          const size_t s0 = static_cast<size_t>(gen.next_u64() % starts);
+          in.insert(in.end(), tokens.begin() + s0, tokens.begin() + s0 + S);
+          lab.insert(lab.end(), tokens.begin() + s0 + 1, tokens.begin() + s0 + S + 1);
+        }
+        const Tensor ids = from_ints(in, {o.batch_size, S}, ids_on(lm));
+        nn::DecoderOutput out = lm.forward(ids, {.logits = false});
+        HeadLossOptions hl;
+        hl.with_metrics = false;
+        HeadLossInputs hin;
+        hin.hidden = reshape(out.hidden, {o.batch_size * S, config.hidden_size});
+        hin.head = lm.lm_head->weight;
+        hin.labels = from_ints(lab, {o.batch_size * S}, ids_on(lm));
+        HeadLossResult r = head_loss(hin, hl);
+        r.loss.backward();
+        const Tensor l = r.loss.detach();
+        loss_sum = loss_sum.defined() ? loss_sum + l : l;
       }
-      const Tensor ids = from_ints(in, {o.batch_size, S}, ids_on(lm));
-      nn::DecoderOutput out = lm.forward(ids, {.logits = false});
-      HeadLossOptions hl;
-      hl.with_metrics = false;
-      HeadLossInputs hin;
-      hin.hidden = reshape(out.hidden, {o.batch_size * S, config.hidden_size});
-      hin.head = lm.lm_head->weight;
-      hin.labels = from_ints(lab, {o.batch_size * S}, ids_on(lm));
-      HeadLossResult r = head_loss(hin, hl);
-      r.loss.backward();
-      const Tensor l = r.loss.detach();
-      loss_sum = loss_sum.defined() ? loss_sum + l : l;
+      opt.step(warmup_cosine_lr(step, o.steps, warmup, o.lr, o.min_lr_ratio),
+               1.0 / static_cast<double>(o.grad_accum));
+    } catch (const Error&) {
+      rethrow_with_context("at target step " + std::to_string(step) + ": ");
     }
-    opt.step(warmup_cosine_lr(step, o.steps, warmup, o.lr, o.min_lr_ratio),
-             1.0 / static_cast<double>(o.grad_accum));
     queued.emplace_back(step, loss_sum);
     const bool stop = stop_agreed() && step < o.steps;  // Note [Stopping together]
     if (stop || static_cast<int64_t>(queued.size()) >= 10 || step == o.steps) finish_queued();
