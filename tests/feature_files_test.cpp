@@ -12,6 +12,7 @@
 
 #include "core/backend.h"
 #include "core/factories.h"
+#include "core/json_input.h"
 #include "fake_device.h"
 #include "nn/safetensors.h"
 #include "nn_test_util.h"
@@ -53,11 +54,11 @@ struct Written {
 };
 
 // Five samples of lengths 5..13, over shards of about two samples each.
-Written write_features(const std::string& dir, DType dtype) {
+Written write_features(const std::string& dir, DType dtype, uint64_t seed = 7) {
   Written w;
   train::FeatureFileWriter writer(dir, header(dtype),
                                   2 * train::feature_sample_bytes(9, kK, kH, dtype));
-  Generator gen(7);
+  Generator gen(seed);
   for (int64_t i = 0; i < 5; ++i) {
     const int64_t S = 5 + 2 * i;
     w.seqs.push_back(make_sequence(S, 2, 100 + static_cast<uint64_t>(i)));
@@ -371,6 +372,24 @@ TEST(FeatureFiles, ATruncatedShardIsRefusedNamingItsSize) {
                {"features-00001.safetensors", "'shards.bytes'", "truncated"});
   fs::remove(shard);
   expect_names(open_error(dir.file("f")), {"features-00001.safetensors", "missing"});
+}
+
+// Note [Shard header hashes]: a shard of another feature set of the same shapes (same size,
+// its header and tensors agreeing with each other) is refused, naming it; before, its
+// values were read as this set's.
+TEST(FeatureFiles, AShardOfAnotherSetOfTheSameShapesIsRefused) {
+  TempDir dir;
+  write_features(dir.file("a"), DType::bf16, 7);
+  write_features(dir.file("b"), DType::bf16, 8);
+  const train::FeatureFileIndex index = train::FeatureFileIndex::from_json(
+      read_text_file(dir.file("a") + "/index.json", "index.json"), dir.file("a") + "/index.json");
+  for (const auto& sh : index.shards) EXPECT_EQ(sh.header_xxh3.size(), 32u) << sh.file;
+  const fs::path mine = fs::path(dir.file("a")) / "features-00001.safetensors";
+  const fs::path theirs = fs::path(dir.file("b")) / "features-00001.safetensors";
+  ASSERT_EQ(fs::file_size(mine), fs::file_size(theirs));
+  fs::copy_file(theirs, mine, fs::copy_options::overwrite_existing);
+  expect_names(open_error(dir.file("a")),
+               {"features-00001.safetensors", "'shards.header_xxh3'", "replaced"});
 }
 
 // A one-sample folder whose shard is written by hand with `tensors` (the index right).

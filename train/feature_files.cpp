@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <set>
 
 #include "core/atomic_file.h"
+#include "core/content_hash.h"
 #include "core/factories.h"
 #include "core/json_input.h"
 #include "core/views.h"
@@ -21,6 +23,7 @@ nlohmann::json FeatureFileIndex::to_json() const {
   for (const Shard& s : shards) {
     shard_list.push_back(
         {{"file", s.file}, {"first", s.first}, {"count", s.count}, {"bytes", s.bytes}});
+    if (!s.header_xxh3.empty()) shard_list.back()["header_xxh3"] = s.header_xxh3;
   }
   nlohmann::json j = {{"format", "chunkgrad-features"},
                       {"format_version", kFeatureFormatVersion},
@@ -115,6 +118,13 @@ FeatureFileIndex FeatureFileIndex::from_json(const std::string& text, const std:
     sh.first = f.integer(s["first"], "shards.first", 0);
     sh.count = f.integer(s["count"], "shards.count", 1);
     sh.bytes = static_cast<uint64_t>(f.integer(s["bytes"], "shards.bytes", 8));
+    if (s.contains("header_xxh3")) {  // optional: Note [Shard header hashes]
+      const nlohmann::json& h = s["header_xxh3"];
+      CG_CHECK(h.is_string() && h.get<std::string>().size() == 32, "feature files: ", path,
+               ": field 'shards.header_xxh3' of shard '", sh.file, "' must be 32 hex digits, got ",
+               describe_json(h));
+      sh.header_xxh3 = h.get<std::string>();
+    }
     CG_CHECK(sh.first == next, "feature files: ", path, ": shard '", sh.file, "' starts at sample ",
              sh.first, ", expected ", next, " (shards must cover the samples in order)");
     next += sh.count;
@@ -156,6 +166,26 @@ uint64_t feature_sample_bytes(int64_t seq_len, int64_t num_layers, int64_t hidde
 
 std::string feature_tensor_name(int64_t sample, const char* field) {
   return std::to_string(sample) + "." + field;
+}
+
+std::string shard_header_hash(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  CG_CHECK(in.good(), "feature files: cannot open shard ", path);
+  unsigned char len[8] = {};
+  in.read(reinterpret_cast<char*>(len), 8);
+  CG_CHECK(in.gcount() == 8, "feature files: shard ", path, " is shorter than a header");
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | len[i];  // little-endian
+  std::error_code ec;
+  const uint64_t size = fs::file_size(path, ec);
+  CG_CHECK(!ec && n <= size - 8, "feature files: shard ", path, " has a header of ", n,
+           " bytes in a file of ", size);
+  std::string bytes(8 + n, '\0');
+  std::copy(len, len + 8, bytes.begin());
+  in.read(bytes.data() + 8, static_cast<std::streamsize>(n));
+  CG_CHECK(static_cast<uint64_t>(in.gcount()) == n, "feature files: cannot read the header of ",
+           path);
+  return content_hash(bytes);
 }
 
 namespace {
@@ -250,6 +280,7 @@ void FeatureFileWriter::flush_shard() {
   s.first = pending_first_;
   s.count = index_.num_samples - pending_first_;
   s.bytes = fs::file_size(path);
+  s.header_xxh3 = shard_header_hash(path);
   index_.shards.push_back(s);
   write_partial_index();  // only now is the shard listed: it is whole on disk
   pending_.clear();
@@ -340,6 +371,9 @@ void FeatureFileWriter::resume(const std::string& partial_path) {
     const std::string path = (fs::path(dir_) / sh.file).string();
     std::error_code ec;
     if (fs::file_size(path, ec) != sh.bytes || ec) break;
+    try {  // (Note [Shard header hashes])
+      if (!sh.header_xxh3.empty() && shard_header_hash(path) != sh.header_xxh3) break;
+    } catch (const Error&) { break; }
     int64_t longest = 0;
     bool whole = true;
     try {

@@ -45,6 +45,9 @@ struct FeatureFileIndex {
     std::string file;  // "features-00000.safetensors", in the folder
     int64_t first = 0, count = 0;
     uint64_t bytes = 0;  // the file's size
+    // XXH3-128 hex of the file's header, which records every tensor's own checksum (Note
+    // [Shard header hashes]); "" in indexes written before it was recorded.
+    std::string header_xxh3;
   };
   int64_t num_samples = 0;
   std::vector<Shard> shards;
@@ -74,6 +77,17 @@ uint64_t feature_sample_bytes(int64_t seq_len, int64_t num_layers, int64_t hidde
 
 // The tensor names of sample i.
 std::string feature_tensor_name(int64_t sample, const char* field);
+
+// Note [Shard header hashes]: index.json records, for each shard, the XXH3-128 of the
+// shard's safetensors header (its 8-byte length and JSON), and the reader checks it when it
+// opens the folder. The header holds each tensor's own checksum (Note [Tensor checksums] in
+// nn/safetensors.h), so the index's hash covers the shard's bytes without reading them: a
+// shard copied in from another feature set of the same shapes -- same size, a header and
+// tensors that agree with each other -- is refused, where it used to be read as this set's.
+// And since data-parallel ranks compare the index's bytes (Note [Ranks started alike] in
+// train/data_parallel.h), ranks that read two separately written folders whose shards
+// differ are refused too, not only ranks whose indexes differ.
+std::string shard_header_hash(const std::string& path);
 
 // What else an interrupted folder must agree with to be resumed (Note [Resuming features]).
 struct FeatureRunIdentity {

@@ -105,6 +105,13 @@ OfflineFeatureSource::OfflineFeatureSource(const std::string& dir,
     try {
       file = std::make_unique<safetensors::File>(path);
     } catch (const Error& e) { CG_FAIL("feature files: shard ", path, ": ", e.message()); }
+    if (!sh.header_xxh3.empty()) {  // Note [Shard header hashes] (train/feature_files.h)
+      const std::string got = shard_header_hash(path);
+      CG_CHECK(got == sh.header_xxh3, "feature files: shard ", path, "'s header hashes to ", got,
+               " but field 'shards.header_xxh3' of index.json says ", sh.header_xxh3,
+               " (the shard was replaced, e.g. by one of another feature set of the same shapes)",
+               "; write the features again");
+    }
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     CG_CHECK(fd >= 0, "feature files: cannot open ", path, ": ", std::strerror(errno));
     fds_.push_back(fd);
