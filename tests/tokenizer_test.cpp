@@ -75,5 +75,12 @@ TEST(Tokenizer, IdsOutsideTheVocabularyAreRefused) {
   EXPECT_ERROR_HAS(ByteTokenizer::special_name('a'), "not a special id");
 }
 
+// A target loaded from a checkpoint may have more ids than the bytes' (its output in the
+// run's summary failed to decode): shown, not refused.
+TEST(Tokenizer, DecodeForDisplayShowsIdsPastTheVocabulary) {
+  const ByteTokenizer tok;
+  EXPECT_EQ(tok.decode_for_display({'a', 578, ByteTokenizer::kEos, 'b', -3}), "a<id 578>b<id -3>");
+}
+
 }  // namespace
 }  // namespace cg

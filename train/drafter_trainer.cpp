@@ -353,10 +353,8 @@ double DrafterTrainer::run(MetricsLog* log) {
   const Device device = drafter_.fc->weight.device();
   std::vector<QueuedStep> queued;  // Note [Steps that do not wait]
   auto group_start = std::chrono::steady_clock::now();
-  auto finish_queued = [&] {
-    std::vector<StepRecord> done;
-    for (const QueuedStep& q : queued) done.push_back(finish(q));  // waits for the device
-    queued.clear();
+  std::vector<StepRecord> done;
+  auto log_done = [&] {
     if (done.empty()) return;
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - group_start).count();
@@ -385,6 +383,20 @@ double DrafterTrainer::run(MetricsLog* log) {
         log->write(line);
       }
     }
+    done.clear();
+  };
+  auto finish_queued = [&] {
+    try {
+      for (const QueuedStep& q : queued) done.push_back(finish(q));  // waits for the device
+    } catch (const Error&) {
+      // A loss that is not finite: the steps of the group before it are logged first (the
+      // curve up to a blow-up is what shows its cause; an outside tester's finding).
+      queued.clear();
+      log_done();
+      throw;
+    }
+    queued.clear();
+    log_done();
   };
   while (step() < d.optim.steps) {
     if (queued.empty()) group_start = std::chrono::steady_clock::now();

@@ -18,8 +18,14 @@
 namespace cg::train {
 
 // What a run's target and drafter were trained on, by content: the corpus bytes and, when
-// the target comes from target.checkpoint, that file's bytes. Stored with the target cache
+// the target comes from target.checkpoint, its bytes (a missing one is an error naming the
+// field: this runs before the run directory is written). Stored with the target cache
 // and each drafter checkpoint; a mismatch retrains the target and refuses a resume.
 nlohmann::json data_fingerprint(const TrainConfig& config, std::string_view corpus_text);
+
+// The bytes of a checkpoint: one file's XXH3-128 (as file_content_hash), or for a folder or
+// a sharded checkpoint's *.index.json the hash of every .safetensors and *.index.json file
+// in its folder, by name and content. `what` names the field in errors.
+std::string checkpoint_content_hash(const std::string& path, const std::string& what);
 
 }  // namespace cg::train

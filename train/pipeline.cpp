@@ -305,7 +305,7 @@ nlohmann::json write_summary(RunState& s) {
     const std::vector<int64_t> sample(s.eval_prompt_ids[0].begin(), s.eval_prompt_ids[0].end());
     const Generation g = generate(s.lm(), sample, {.max_new_tokens = config.eval.max_new_tokens});
     summary["sample"] = {{"prompt", printable(s.eval_prompts[0])},
-                         {"target_greedy", printable(s.tok.decode(g.new_tokens()))}};
+                         {"target_greedy", printable(s.tok.decode_for_display(g.new_tokens()))}};
   }
   s.slots.write_to(summary);
   nlohmann::json peaks = nlohmann::json::object();

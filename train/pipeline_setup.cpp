@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "core/atomic_file.h"
+#include "nn/safetensors.h"
 #include "ops/loss_config.h"
 #include "ops/threads.h"
 #include "train/corpus.h"
@@ -200,6 +201,17 @@ void read_corpus(RunState& s) {
                : read_corpus_file(config.corpus.path);
   s.tokens = s.tok.encode(s.text);
   s.data_fingerprint = data_fingerprint(config, s.text).dump();
+  // What the target stage (after the run directory is written) would find wrong, found
+  // here instead: an unreadable target.checkpoint, a corpus too short to train on.
+  if (!config.target.checkpoint.empty()) {
+    try {
+      (void)safetensors::open(config.target.checkpoint);
+    } catch (const Error& e) {
+      CG_FAIL("target.checkpoint '", config.target.checkpoint, "': ", e.message());
+    }
+  } else if (config.features.source == "online") {
+    check_corpus_trains_target(static_cast<int64_t>(s.tokens.size()), config.target.seq_len);
+  }
   say(config, "corpus: " + std::to_string(s.tokens.size()) + " byte tokens (" +
                   (config.corpus.path.empty() ? std::string("generated") : config.corpus.path) +
                   ")");

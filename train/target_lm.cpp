@@ -37,6 +37,13 @@ nn::Qwen3Config target_model_config(const TargetConfig& t, int64_t vocab_size) {
   return c;
 }
 
+void check_corpus_trains_target(int64_t tokens, int64_t seq_len) {
+  CG_CHECK(tokens > seq_len + 1, "target training: the corpus has ", tokens,
+           " tokens, fewer than target.seq_len + 2 = ", seq_len + 2,
+           "; give a longer corpus (corpus.lines, or a larger corpus.path) or a smaller "
+           "target.seq_len");
+}
+
 nn::Qwen3Config target_architecture(const TargetConfig& t) {
   if (t.hf_config.empty()) return target_model_config(t, ByteTokenizer::kVocabSize);
   nn::Qwen3Config mc;
@@ -97,8 +104,7 @@ double train_target(nn::Qwen3ForCausalLM& lm, const std::vector<int64_t>& tokens
   const StepCallback& on_step = hooks.on_step;
   const OptimConfig& o = config.optim;
   const int64_t S = config.seq_len;
-  CG_CHECK(static_cast<int64_t>(tokens.size()) > S + 1, "target training: the corpus has ",
-           tokens.size(), " tokens, fewer than target.seq_len + 2 = ", S + 2);
+  check_corpus_trains_target(static_cast<int64_t>(tokens.size()), S);
   lm.train();
   AdamW opt(lm.parameters(), {.beta1 = o.beta1,
                               .beta2 = o.beta2,

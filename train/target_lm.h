@@ -25,6 +25,10 @@ nn::Qwen3Config target_model_config(const TargetConfig& t, int64_t vocab_size);
 // byte tokens), else target_model_config's. Reads only that file: callable before any stage.
 nn::Qwen3Config target_architecture(const TargetConfig& t);
 
+// Throws, saying what to change, when a corpus of `tokens` byte tokens cannot train a
+// target on windows of seq_len + 1 (checked before the run directory is written too).
+void check_corpus_trains_target(int64_t tokens, int64_t seq_len);
+
 // Called after each step: step (1-based), total, loss, tokens this step.
 using StepCallback = std::function<void(int64_t step, int64_t total, double loss, int64_t tokens)>;
 

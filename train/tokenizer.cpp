@@ -37,6 +37,19 @@ std::string ByteTokenizer::decode(const std::vector<int64_t>& ids, bool keep_spe
   return text;
 }
 
+std::string ByteTokenizer::decode_for_display(const std::vector<int64_t>& ids) const {
+  std::string text;
+  text.reserve(ids.size());
+  for (int64_t id : ids) {
+    if (id >= 0 && id < kNumBytes) {
+      text.push_back(static_cast<char>(static_cast<unsigned char>(id)));
+    } else if (id < 0 || id >= kVocabSize) {
+      text += "<id " + std::to_string(id) + ">";
+    }
+  }
+  return text;
+}
+
 std::string ByteTokenizer::special_name(int64_t id) {
   switch (id) {
     case kBos: return "<|bos|>";

@@ -56,6 +56,11 @@ class ByteTokenizer {
   // id outside [0, vocab_size()).
   std::string decode(const std::vector<int64_t>& ids, bool keep_special = false) const;
 
+  // For display of a target's output, whose vocabulary may be larger than the bytes' (a
+  // loaded checkpoint trained with another tokenizer): the bytes of the byte ids, special
+  // ids skipped, any other id as "<id N>". Never throws.
+  std::string decode_for_display(const std::vector<int64_t>& ids) const;
+
   // A readable form of one id for logs: printable ASCII as itself, other bytes as
   // "<0x0A>", specials as above.
   std::string token_str(int64_t id) const;

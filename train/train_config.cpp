@@ -421,7 +421,7 @@ void TrainConfig::validate() const {
   const int64_t target_depth = d.num_target_layers > 0 ? d.num_target_layers : t.num_layers;
   // Without a list the public rule picks the layers: a target too shallow for it is an
   // error now, not after the target has trained.
-  if (d.target_layers.empty() && features.source == "online") {
+  if (d.target_layers.empty() && features.source == "online" && t.hf_config.empty()) {
     try {
       nn::dflash_target_layers(target_depth, d.num_target_features);
     } catch (const Error& e) {
@@ -431,8 +431,10 @@ void TrainConfig::validate() const {
     }
   }
   // Offline and target runs learn the target's depth when they open it (its folder, not
-  // target.num_layers), and check the ids against it there.
-  const bool depth_known = features.source == "online" || features.source == "synthetic";
+  // target.num_layers), and check the ids against it there; so does an online run whose
+  // target.hf_config describes the target (target.num_layers is not its depth then).
+  const bool depth_known =
+      (features.source == "online" && t.hf_config.empty()) || features.source == "synthetic";
   for (int64_t id : d.target_layers) {
     CG_CHECK(id >= 0 && (!depth_known || id < target_depth),
              "train config: drafter.target_layers: layer ", id, " is not a target layer (0..",
