@@ -2,9 +2,12 @@
 // (docs/train_config.md: "a safetensors file / folder") -- a folder, a sharded checkpoint's
 // index, and a vocabulary larger than the byte tokenizer's -- and what such a run, or any
 // online run, must refuse before its run directory is written; and the drafter's steps
-// logged up to a loss that is not finite. Each case came from an outside tester (stop 52).
+// logged up to a loss that is not finite; a stop signal while the drafter's data is made or
+// while the trained drafter is evaluated. Each case came from an outside tester (stop 52).
+#include <chrono>
 #include <filesystem>
 #include <sstream>
+#include <thread>
 
 #include "tests/train_program_fixture.h"
 
@@ -65,8 +68,7 @@ TEST_F(TargetCheckpointProgram, ABadTargetCheckpointIsNamedBeforeTheRunDirectory
                                                                    dir + "/config.json"))),
                "target.checkpoint '" + path("none.safetensors") + "' does not exist");
   write("junk.safetensors", "not a checkpoint at all");
-  expect_error(train("--config " + write("b.json", with_checkpoint(run,
-                                                                   path("junk.safetensors"),
+  expect_error(train("--config " + write("b.json", with_checkpoint(run, path("junk.safetensors"),
                                                                    dir + "/config.json"))),
                "target.checkpoint '" + path("junk.safetensors") + "': ");
   EXPECT_FALSE(fs::exists(run)) << "the run directory was written before the check";
@@ -109,6 +111,56 @@ TEST_F(TrainProgram, TheStepsBeforeANonFiniteDrafterLossAreLogged) {
     ++next;
   }
   EXPECT_EQ(next, bad) << "steps 1 .. " << bad - 1 << " must each be logged once";
+}
+
+class StopProgram : public TrainProgram {
+ protected:
+  // Whether `phase`'s step `step` is logged in run's metrics.jsonl within a minute.
+  static bool wait_for_step(const std::string& run, const std::string& phase, int64_t step) {
+    for (int i = 0; i < 3000; ++i) {
+      if (steps_logged(run, phase).count(step) > 0) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+};
+
+// A stop signal while the drafter was evaluated let the evaluation run to its end, then
+// said "drafter training: interrupted at step 2" of 2 and wrote nothing; and while the
+// drafter's data was made, every sequence was still made before the run stopped.
+TEST_F(StopProgram, AStopOutsideTheTrainingLoopsEndsItsStageAndSaysWhatIsKept) {
+  const std::string run = path("run");
+  std::string c = tiny(run);
+  const std::string lines = R"("lines": 200)", eval = R"("prompts": 1, "max_new_tokens": 8)";
+  c.replace(c.find(lines), lines.size(), R"("lines": 4000)");
+  c.replace(c.find(eval), eval.size(), R"("prompts": 3000, "max_new_tokens": 24)");
+  const std::string config = write("c.json", c);
+  pid_t pid = start_train("--config " + config);
+  ASSERT_TRUE(wait_for_step(run, "drafter", 2)) << slurp(path("err"));
+  TrainRun r = stop(pid, SIGTERM);
+  EXPECT_EQ(r.exit_code, 130) << r.err;
+  EXPECT_NE(r.err.find("interrupted in the evaluation stage; the drafter's training is complete "
+                       "(step 2, saved): run the same command to evaluate it"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(fs::exists(run + "/summary.json"));
+  // The same command (here with a shorter evaluation) trains no step again.
+  const TrainRun done = train("--config " + config + " --set eval.prompts=1");
+  ASSERT_EQ(done.exit_code, 0) << done.err;
+  EXPECT_TRUE(fs::exists(run + "/summary.json"));
+  for (const auto& [step, n] : steps_logged(run, "drafter")) EXPECT_EQ(n, 1) << "step " << step;
+
+  const std::string data_run = path("data");
+  std::string d = tiny(data_run);
+  const std::string seqs = R"("num_sequences": 2, "max_new_tokens": 12)";
+  d.replace(d.find(lines), lines.size(), R"("lines": 4000)");
+  d.replace(d.find(seqs), seqs.size(), R"("num_sequences": 3000, "max_new_tokens": 24)");
+  pid = start_train("--config " + write("d.json", d));
+  ASSERT_TRUE(wait_for_step(data_run, "target", 3)) << slurp(path("err"));
+  r = stop(pid, SIGTERM);
+  EXPECT_EQ(r.exit_code, 130) << r.err;
+  EXPECT_NE(r.err.find("interrupted while making the drafter's data"), std::string::npos) << r.err;
+  EXPECT_EQ(steps_logged(data_run, "drafter").size(), 0u) << "a step was trained after the stop";
 }
 
 }  // namespace

@@ -101,8 +101,12 @@ void make_drafter_data(RunState& s) {
   say(config, "drafter data: the target continues " + std::to_string(s.train_prompts.size()) +
                   " prompts by up to " + std::to_string(config.data.max_new_tokens) +
                   " tokens each, then its features are computed");
-  s.train_seqs = make_drafter_sequences(s.lm(), s.train_prompts, config.data.max_new_tokens,
-                                        progress_bar("data", s.train_prompts.size(), config));
+  s.train_seqs = make_drafter_sequences(
+      s.lm(), s.train_prompts, config.data.max_new_tokens,
+      progress_bar("data", s.train_prompts.size(), config,
+                   "interrupted while making the drafter's data (the target's continuations); "
+                   "the target is kept in the run directory, the data is not: run the same "
+                   "command to make it again and train"));
   s.drafter = make_drafter(s.lm(), config.drafter, ByteTokenizer::kMask, config.seed + 23);
   const bool teacher = config.drafter.loss.kind != "ce";
   TargetFeatures features = compute_target_features(s.lm(), s.train_seqs, s.target_layers(),
@@ -154,6 +158,20 @@ void train_drafter(RunState& s) {
   s.drafter->eval();
 }
 
+// What a stop signal during the evaluation (or after the training's last step) says: the
+// training is complete, and the same command evaluates it without training a step again
+// (an outside tester was told "drafter training: interrupted at step 30" after step 30 of
+// 30, once the evaluation it had asked to stop had run to its end).
+std::string interrupted_evaluation(const RunState& s) {
+  const bool saved = s.config.drafter.checkpoint_every >= 0;
+  return "interrupted in the evaluation stage; the drafter's training is complete (step " +
+         std::to_string(s.final_step) +
+         (saved ? ", saved): run the same command to evaluate it and write the summary (no "
+                  "step is trained again)"
+                : ", not saved: drafter.checkpoint_every is -1): the same command trains it "
+                  "again");
+}
+
 // Stage 7 of an offline run (Note [Offline runs], offline_run.h): per-slot accuracy on the
 // held-out samples; no decoding.
 void evaluate_offline(RunState& s) {
@@ -186,9 +204,9 @@ void evaluate_drafter(RunState& s) {
   }
   say(config, "evaluation: per-slot accuracy on " + std::to_string(s.accuracy_prompts.size()) +
                   " held-out target generations");
-  std::vector<DrafterSequence> held =
-      make_drafter_sequences(s.lm(), s.accuracy_prompts, config.data.max_new_tokens,
-                             progress_bar("held-out", s.accuracy_prompts.size(), config));
+  std::vector<DrafterSequence> held = make_drafter_sequences(
+      s.lm(), s.accuracy_prompts, config.data.max_new_tokens,
+      progress_bar("held-out", s.accuracy_prompts.size(), config, interrupted_evaluation(s)));
   TargetFeatures held_features =
       compute_target_features(s.lm(), held, s.target_layers(), false, ByteTokenizer::kPad);
   InMemoryFeatureSource held_source(std::move(held), std::move(held_features));
@@ -213,8 +231,8 @@ void evaluate_drafter(RunState& s) {
        .max_new_tokens = config.eval.max_new_tokens,
        .repeats = config.eval.timing_repeats,
        .throw_on_mismatch = false,
-       .on_progress =
-           progress_bar("decoding", s.eval_prompts.size() * config.eval.timing_repeats, config)});
+       .on_progress = progress_bar("decoding", s.eval_prompts.size() * config.eval.timing_repeats,
+                                   config, interrupted_evaluation(s))});
   set_num_threads(training_threads);
   s.eval_seconds = seconds_since(t0);
   say(config, "evaluation: " + seconds_text(s.eval_seconds));
@@ -345,8 +363,10 @@ nlohmann::json write_summary(RunState& s) {
 // not check it ends the run here (the drafter's state is saved at its last checkpoint,
 // unless drafter.checkpoint_every is -1).
 void stop_if_asked(const RunState& s) {
-  if (stop_agreed())
-    throw Interrupted("drafter", s.final_step, s.config.drafter.checkpoint_every >= 0);
+  if (!stop_agreed()) return;
+  if (s.final_step >= s.config.drafter.optim.steps)  // (training is done: say so)
+    throw Interrupted::with_message("evaluation", s.final_step, interrupted_evaluation(s));
+  throw Interrupted("drafter", s.final_step, s.config.drafter.checkpoint_every >= 0);
 }
 
 // drafter.init_from is a drafter folder eval would take (an outside tester trained from one

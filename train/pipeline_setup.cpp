@@ -3,6 +3,7 @@
 // checkpoint chosen -- everything that must hold before a stage writes -- and the helpers
 // every stage prints with. The later stages are in train/pipeline.cpp.
 #include "train/pipeline_stages.h"
+#include "train/stop_signal.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -57,11 +58,16 @@ void warn(const std::string& line) {
 // or evaluate_speculative's callback: prompts done of `total`, tokens/s and an ETA, the
 // line ended when the last prompt is done (Note [Batched generation on a GPU]: on a GPU a
 // batch of prompts ends at once).
-GenerateProgress progress_bar(const std::string& phase, size_t total, const TrainConfig& c) {
+GenerateProgress progress_bar(const std::string& phase, size_t total, const TrainConfig& c,
+                              const std::string& stop_message) {
   auto bar = std::make_shared<ProgressBar>(phase, static_cast<int64_t>(total), c.progress);
-  return [bar](int64_t done, int64_t all, int64_t tokens) {
+  return [bar, phase, stop_message](int64_t done, int64_t all, int64_t tokens) {
     bar->update(done, tokens);
     if (done == all) bar->finish();
+    if (!stop_message.empty() && done < all && stop_agreed()) {
+      bar->finish();  // ends the progress line before the message
+      throw Interrupted::with_message(phase, done, stop_message);
+    }
   };
 }
 

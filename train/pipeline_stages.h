@@ -81,7 +81,10 @@ void say(const TrainConfig& c, const std::string& line);
 void warn(const std::string& line);
 // A progress bar for a stage without a loss (generation, decoding), fed by generate_all's
 // or evaluate_speculative's callback.
-GenerateProgress progress_bar(const std::string& phase, size_t total, const TrainConfig& c);
+// stop_message: when not empty, a stop signal ends the stage after the prompt it is on,
+// with an Interrupted of that message (the stage has no step boundary to wait for).
+GenerateProgress progress_bar(const std::string& phase, size_t total, const TrainConfig& c,
+                              const std::string& stop_message = "");
 // Text for the summary: printable ASCII and newlines as they are, other bytes as \xNN.
 std::string printable(const std::string& text);
 

@@ -93,4 +93,13 @@ Interrupted::Interrupted(const std::string& phase, int64_t step, bool saved)
       phase_(phase),
       step_(step) {}
 
+Interrupted::Interrupted(Message, const std::string& phase, int64_t step,
+                         const std::string& message)
+    : std::runtime_error(message), phase_(phase), step_(step) {}
+
+Interrupted Interrupted::with_message(const std::string& phase, int64_t step,
+                                      const std::string& message) {
+  return Interrupted(Message{}, phase, step, message);
+}
+
 }  // namespace cg::train

@@ -61,10 +61,16 @@ void request_stop();
 class Interrupted : public std::runtime_error {
  public:
   Interrupted(const std::string& phase, int64_t step, bool saved = true);
+  // A stop outside a training loop (making the drafter's data, the evaluation), whose
+  // message says what was kept and what the same command does next.
+  static Interrupted with_message(const std::string& phase, int64_t step,
+                                  const std::string& message);
   const std::string& phase() const { return phase_; }
   int64_t step() const { return step_; }
 
  private:
+  struct Message {};
+  Interrupted(Message, const std::string& phase, int64_t step, const std::string& message);
   std::string phase_;
   int64_t step_;
 };
