@@ -30,6 +30,9 @@ class TrainResume : public TrainProgram {
     std::snprintf(name, sizeof name, "/drafter/step_%08d.safetensors", step);
     return run + name;
   }
+  TrainRun run_export(const std::string& run_dir) const {
+    return run("export --run-dir '" + run_dir + "' --out '" + path("pub") + "'");
+  }
   // The step the summary says the drafter resumed at.
   static int64_t resumed_at(const TrainRun& r) {
     return nlohmann::json::parse(r.out)["drafter_steps"]["resumed_at"].get<int64_t>();
@@ -181,6 +184,22 @@ TEST_F(TrainResume, OnlyTheNewestCheckpointsAreKept) {
   EXPECT_EQ(checkpoint_steps(run), (std::vector<int64_t>{4, 5}));
   expect_error(train(args + " --set drafter.keep_checkpoints=-1 --print-config"),
                "drafter.keep_checkpoints");
+}
+
+// A --fresh run with drafter.checkpoint_every -1 saves nothing, so the earlier run's
+// checkpoints stayed beside its config.json, and export took the newest of them as this
+// run's (an outside tester's finding). They go when such a run completes; an interrupted
+// or failed one leaves them, as before.
+TEST_F(TrainResume, AFreshRunThatSavesNothingLeavesNoCheckpointOfTheRunItReplaced) {
+  const std::string run = path("run");
+  const std::string args = "--config " + write("c.json", tiny(run));
+  ASSERT_EQ(train(args).exit_code, 0);
+  ASSERT_EQ(checkpoint_steps(run), (std::vector<int64_t>{2}));
+  const TrainRun fresh =
+      train(args + " --fresh --set drafter.checkpoint_every=-1 --set drafter.optim.lr=0.01");
+  ASSERT_EQ(fresh.exit_code, 0) << fresh.err;
+  EXPECT_TRUE(checkpoint_steps(run).empty()) << "a checkpoint of the replaced run is left";
+  expect_error(run_export(run), "no drafter checkpoint", "export");
 }
 
 // Note [Resume and the schedule]: the schedule follows the new drafter.optim.steps, and

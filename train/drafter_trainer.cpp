@@ -283,6 +283,21 @@ void DrafterTrainer::write_checkpoint(
   replace_after_.reset();
 }
 
+int64_t DrafterTrainer::drop_replaced_checkpoints() {
+  if (!replace_after_ || config_.drafter.checkpoint_every >= 0) return 0;
+  int64_t removed = 0;
+  if (is_rank0()) {
+    for (const auto& [s, p] : drafter_checkpoint_files(config_.run_dir)) {
+      if (s > *replace_after_) {
+        remove_checkpoint(p, "a checkpoint of the run this one replaced");
+        ++removed;
+      }
+    }
+  }
+  replace_after_.reset();
+  return removed;
+}
+
 void DrafterTrainer::load_checkpoint(const std::string& path) {
   // choose_resume_checkpoint ran before any stage wrote; what can still fail here (the
   // tensors themselves) leaves the drafter and the checkpoints as they were.

@@ -99,6 +99,12 @@ class DrafterTrainer {
   // its step). They stay until this run saves its first checkpoint, and go then: a stale
   // later step_<N> would otherwise be the "newest checkpoint" the next resume loads.
   void replace_checkpoints_after(int64_t step) { replace_after_ = step; }
+  // After a training that completed without saving (drafter.checkpoint_every -1): the
+  // checkpoints replace_checkpoints_after named go now, since run_dir's config.json is
+  // this run's and export would take the newest of them for it (an outside tester's
+  // finding). Rank 0 removes; returns how many went (0 where this run saved, which
+  // removed them already).
+  int64_t drop_replaced_checkpoints();
   // Writes step_<N>.safetensors (atomically), then removes what replace_checkpoints_after
   // named and all but the newest drafter.keep_checkpoints (0: keeps all). With several
   // ranks every rank calls it and returns when rank 0's save is done (Note [Saving

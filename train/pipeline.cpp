@@ -154,6 +154,11 @@ void train_drafter(RunState& s) {
   const auto t0 = std::chrono::steady_clock::now();
   s.train_tokens_per_s = trainer.run(&s.log);
   s.drafter_seconds = seconds_since(t0);
+  if (const int64_t n = trainer.drop_replaced_checkpoints(); n > 0) {
+    say(config, "drafter: removed " + std::to_string(n) +
+                    " checkpoint(s) of the run this one replaced (drafter.checkpoint_every -1: "
+                    "this run saved none)");
+  }
   s.final_step = trainer.step();
   s.drafter->eval();
 }

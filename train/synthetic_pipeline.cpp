@@ -232,6 +232,11 @@ nlohmann::json run_synthetic_pipeline(const TrainConfig& config, const PipelineO
   const auto t_train = std::chrono::steady_clock::now();
   const double tokens_per_s = trainer.run(log ? &*log : nullptr);
   const double train_seconds = seconds_since(t_train);
+  if (const int64_t n = trainer.drop_replaced_checkpoints(); n > 0 && rank0) {
+    say(config, "drafter: removed " + std::to_string(n) +
+                    " checkpoint(s) of the run this one replaced (drafter.checkpoint_every -1: "
+                    "this run saved none)");
+  }
   const int64_t final_step = trainer.step();
   drafter->eval();
   if (stop_agreed()) throw Interrupted("drafter", final_step, d.checkpoint_every >= 0);
