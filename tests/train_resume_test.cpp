@@ -202,6 +202,26 @@ TEST_F(TrainResume, AFreshRunThatSavesNothingLeavesNoCheckpointOfTheRunItReplace
   expect_error(run_export(run), "no drafter checkpoint", "export");
 }
 
+// A field the run warned was unused (mix_ce_weight outside kind mix, sliding_window with
+// every layer full), dropped as the warning said, refused the resume for it (an outside
+// tester's finding); a used one still does.
+TEST_F(TrainResume, AFieldTheRunCalledUnusedMayBeDroppedOnResume) {
+  const std::string run = path("run");
+  const std::string args = "--config " + write("c.json", tiny(run));
+  const TrainRun first = train(args + " --set drafter.loss.mix_ce_weight=0.3" +
+                               " --set drafter.sliding_window=7 --set drafter.loss.kind=ce" +
+                               " --set drafter.loss.temperature=2");
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_NE(first.err.find("drafter.loss.mix_ce_weight 0.3 is unused"), std::string::npos)
+      << first.err;
+  const TrainRun again =
+      train(args + " --set drafter.loss.kind=ce --set drafter.optim.steps=3 --json");
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(resumed_at(again), 2);
+  expect_error(train(args + " --set drafter.loss.kind=kl --set drafter.optim.steps=4"),
+               "drafter.loss.kind");
+}
+
 // Note [Resume and the schedule]: the schedule follows the new drafter.optim.steps, and
 // the resume says so with both learning rates.
 TEST_F(TrainResume, ARunWithOtherStepsSaysWhatItDoesToTheSchedule) {

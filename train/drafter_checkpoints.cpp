@@ -10,6 +10,7 @@
 #include "core/factories.h"
 #include "core/json_input.h"
 #include "nn/checkpoint.h"
+#include "ops/loss_config.h"
 #include "ops/shape_ops.h"
 #include "train/drafter_trainer.h"
 #include "train/optimizer.h"
@@ -56,6 +57,33 @@ namespace {
 // the run lives (run_dir: spelled "./runs/x" or absolute, or the
 // folder moved, it is the same run). With content fingerprints on both sides (`by_content`)
 // the corpus and target checkpoint are compared by their bytes, not by their paths.
+// The drafter fields the run warns are unused (warn_about_config, pipeline_setup.cpp) do
+// not take part in the comparison: a user who dropped one, as the warning said, was refused
+// the resume for it (an outside tester's finding). A field's use is decided by the same
+// config it is in, so each side drops its own.
+void drop_unused_fields(nlohmann::json& d) {
+  if (!d.is_object()) return;
+  auto at = [&](const nlohmann::json& j, const char* key) {
+    return j.contains(key) ? j.at(key) : nlohmann::json();
+  };
+  const nlohmann::json layers = at(d, "target_layers"), types = at(d, "layer_types");
+  if (layers.is_array() && !layers.empty()) d.erase("num_target_features");
+  bool slides = false;
+  if (types.is_array()) {
+    for (const auto& t : types) slides = slides || t == "sliding_attention";
+  }
+  if (!slides) d.erase("sliding_window");
+  if (!d.contains("loss") || !d["loss"].is_object()) return;
+  nlohmann::json& loss = d["loss"];
+  const nlohmann::json kind = at(loss, "kind");
+  if (kind != "mix") loss.erase("mix_ce_weight");
+  try {  // (a kind this build does not know stays as it is: the comparison names it)
+    LossSpec spec;
+    spec.kind = kind.is_string() ? kind.get<std::string>() : std::string();
+    if (!loss_kind_info(spec.loss_kind()).needs_teacher) loss.erase("temperature");
+  } catch (const Error&) {}
+}
+
 nlohmann::json resumable_part(nlohmann::json j, bool by_content) {
   j.erase("run_dir");
   if (by_content) {
@@ -63,6 +91,7 @@ nlohmann::json resumable_part(nlohmann::json j, bool by_content) {
     if (j["target"].is_object()) j["target"].erase("checkpoint");
     if (j["features"].is_object()) j["features"].erase("dir");
   }
+  drop_unused_fields(j["drafter"]);
   j["drafter"]["optim"].erase("steps");
   j["drafter"].erase("checkpoint_every");
   j["drafter"].erase("keep_checkpoints");
