@@ -269,7 +269,8 @@ TEST(SyntheticPipeline, The27bConfigIsTheSeedsRun) {
     train::check_synthetic_memory(small, kCPU, int64_t{23} << 30);
   } catch (const Error& error) { e = error.message(); }
   host.set_memory_limit(0);
-  const int64_t need = train::synthetic_static_bytes(small);
+  const int64_t need = train::synthetic_memory_need(small, kCPU);
+  EXPECT_GT(need, train::synthetic_static_bytes(small)) << "the head loss's chunk is counted";
   EXPECT_NE(
       e.find("needs at least " + format_bytes(need) + " (" + std::to_string(need) + " bytes)"),
       std::string::npos)
@@ -281,6 +282,14 @@ TEST(SyntheticPipeline, The27bConfigIsTheSeedsRun) {
       << e;
   EXPECT_NE(e.find("the host has 23.00 GiB available"), std::string::npos) << e;
   EXPECT_EQ(e.find("run it on a GPU"), std::string::npos) << e;
+  // An outside tester's V = 16777217 at hidden 64 passed the check on the static bytes (8.6
+  // GB) and was killed by the host's OOM killer: a chunk of its logits (256 rows, the toy
+  // config's chunk) is larger still.
+  train::TrainConfig wide = small;
+  wide.drafter.vocab_size = 16777217;
+  wide.drafter.head_loss_chunk_rows = 256;
+  EXPECT_LT(train::synthetic_static_bytes(wide), int64_t{16} << 30);
+  EXPECT_THROW(train::check_synthetic_memory(wide, kCPU, int64_t{16} << 30), Error);
 }
 
 // An outside tester: a toy target of 64 layers at hidden 8192 (about 55B parameters) on the

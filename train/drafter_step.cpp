@@ -49,6 +49,24 @@ DrafterHeadLoss drafter_eval_head_loss(const DrafterConfig& d) {
   return h;
 }
 
+size_t drafter_head_loss_bytes(const DrafterHeadLoss& h, int64_t vocab, int64_t hidden, DType dtype,
+                               Device device, int64_t rows) {
+  // (shapes, dtypes and strides only, as check_drafter_chunk's)
+  HeadLossInputs in;
+  const Tensor one_row = empty({1, hidden}, {.dtype = dtype, .device = device});
+  in.hidden = raw::expand(one_row, {rows, hidden});
+  in.head = raw::expand(one_row, {vocab, hidden});
+  if (loss_needs_teacher(h.loss)) in.teacher_hidden = in.hidden;
+  HeadLossOptions o;
+  o.loss = h.loss;
+  o.path = h.path;
+  o.chunk_rows = h.chunk_rows;
+  o.chunk_budget_bytes = h.chunk_budget_bytes;
+  const int64_t chunk =
+      h.path == HeadLossPath::naive ? rows : std::min(rows, head_loss_chunk_rows(in, o));
+  return head_loss_chunk_bytes(in, o, chunk);
+}
+
 void check_drafter_chunk(const DrafterHeadLoss& h, int64_t vocab, int64_t hidden, DType dtype,
                          Device device) {
   if (h.chunk_rows > 0) return;

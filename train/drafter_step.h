@@ -54,6 +54,12 @@ DrafterHeadLoss drafter_eval_head_loss(const DrafterConfig& config);
 // cannot hold one row of a chunk of a head [vocab, hidden] of `dtype` on `device` (with a
 // teacher's logits when the loss has one). Allocates one row, not the head: called before
 // any work, for every shape the run will step.
+// The head loss's temporaries for a micro-batch of `rows` rows (the fused loop's chunk,
+// chunked or not; the naive path's whole logits): what a memory check before the first
+// step must count beside the weights (an outside tester's synthetic run at V = 16.7M passed
+// its check without it and was killed by the host's OOM killer).
+size_t drafter_head_loss_bytes(const DrafterHeadLoss& head_loss, int64_t vocab, int64_t hidden,
+                               DType dtype, Device device, int64_t rows);
 void check_drafter_chunk(const DrafterHeadLoss& head_loss, int64_t vocab, int64_t hidden,
                          DType dtype, Device device);
 

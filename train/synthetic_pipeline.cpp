@@ -98,9 +98,17 @@ int64_t synthetic_static_bytes(const TrainConfig& config) {
          8 * params /* AdamW moments */;
 }
 
+int64_t synthetic_memory_need(const TrainConfig& config, Device device) {
+  const DrafterConfig& d = config.drafter;
+  const int64_t rows = d.optim.batch_size * d.max_anchors * d.block_size;  // a micro-batch's
+  return synthetic_static_bytes(config) + static_cast<int64_t>(drafter_head_loss_bytes(
+                                              drafter_head_loss(d), d.vocab_size, d.hidden_size,
+                                              parse_dtype(d.dtype), device, rows));
+}
+
 void check_synthetic_memory(const TrainConfig& config, Device device, int64_t available) {
   if (backend_for(device).capabilities().own_memory) return;  // the device allocator's to say
-  const int64_t need = synthetic_static_bytes(config);
+  const int64_t need = synthetic_memory_need(config, device);
   const std::string shortfall =
       host_shortfall(need, available,
                      "run it on a GPU (--device cuda) or shrink drafter.vocab_size, "
@@ -108,7 +116,8 @@ void check_synthetic_memory(const TrainConfig& config, Device device, int64_t av
   CG_CHECK(shortfall.empty(), "train config: this synthetic run needs at least ", bytes_text(need),
            " on the ", device.str(),
            " before its first activation (the frozen embedding and lm_head, the drafter's "
-           "weights and gradients, AdamW's masters and moments) and ",
+           "weights and gradients, AdamW's masters and moments, the head loss's logits for "
+           "one chunk) and ",
            shortfall);
 }
 

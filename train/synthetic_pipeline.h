@@ -26,9 +26,12 @@ nlohmann::json run_synthetic_pipeline(const TrainConfig& config,
 // Bytes the run holds before its first activation: the frozen embedding and lm_head, the
 // drafter's weights, their gradients, AdamW's fp32 masters (bf16 compute) and moments.
 int64_t synthetic_static_bytes(const TrainConfig& config);
+// Those bytes plus the head loss's temporaries for one micro-batch on `device` (a chunk's
+// logits: at a large vocabulary they outgrow the weights; drafter_head_loss_bytes).
+int64_t synthetic_memory_need(const TrainConfig& config, Device device);
 
-// Throws, before anything is allocated or written, when `device` is the host and the
-// static bytes alone exceed the memory the host has available (`available` bytes; -1 =
+// Throws, before anything is allocated or written, when `device` is the host and
+// synthetic_memory_need exceeds the memory the host has available (`available` bytes; -1 =
 // read it: MemAvailable) or the CPU allocator's limit (--memory-limit-mb) when that is
 // lower; the refusal names which, in bytes, and what to change. The seed's run (a
 // 1.73B-parameter drafter in bf16 over a 248320 x 5120 vocabulary) needs about 31 GiB
