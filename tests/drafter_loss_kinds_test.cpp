@@ -236,7 +236,7 @@ TEST(DrafterChunk, ConfigFieldsAreCheckedUpFront) {
   // work, naming the field (one row of V = 65536 in f32 is 256 KiB).
   c.drafter.head_loss_chunk_budget_mb = 0.125;
   e = error_of([&] { train::check_memory_chunk(c, kCPU); });
-  EXPECT_NE(e.find("drafter.head_loss_chunk_budget_mb: 0.125 MiB cannot hold one row"),
+  EXPECT_NE(e.find("drafter.head_loss_chunk_budget_mb: 131072 bytes cannot hold one row"),
             std::string::npos)
       << e;
   c.drafter.head_loss_chunk_budget_mb = 1;

@@ -79,9 +79,10 @@ void check_drafter_chunk(const DrafterHeadLoss& h, int64_t vocab, int64_t hidden
   HeadLossOptions o;
   o.loss = h.loss;
   const size_t one_row = head_loss_chunk_bytes(in, o, 1);
-  CG_CHECK(h.chunk_budget_bytes >= one_row, "train config: drafter.head_loss_chunk_budget_mb: ",
-           static_cast<double>(h.chunk_budget_bytes) / (1 << 20),
-           " MiB cannot hold one row of a chunk at V=", vocab, " (", format_bytes(one_row),
+  // (the budget in bytes, as it is used: 0.0001 MiB is 104 bytes, printed as 9.9e-05 MiB)
+  CG_CHECK(h.chunk_budget_bytes >= one_row,
+           "train config: drafter.head_loss_chunk_budget_mb: ", h.chunk_budget_bytes,
+           " bytes cannot hold one row of a chunk at V=", vocab, " (", format_bytes(one_row),
            " of logits and GEMM scratch); raise it, or set "
            "drafter.head_loss_chunk_rows");
 }

@@ -15,8 +15,10 @@
 // (`input_ids`, optional `loss_mask`, optional `dataset`). The prompt is everything before
 // the last assistant response, which the loss mask marks: the ids before the last run of
 // 1s (its first id, the response's first token, is what the target must produce). With no
-// loss_mask, or a mask without any 1, the whole line is the prompt. A mask whose last run
-// starts at id 0 leaves no prompt: that line is an error naming it. The dataset is the
+// loss_mask, a mask of all 1s (the reader cannot tell it from none: a missing mask reads as
+// all 1s) or a mask without any 1, the whole line is the prompt. A mask whose last run
+// starts at id 0 and is followed by 0s leaves no prompt: that line is an error naming it.
+// The dataset is the
 // line's "dataset" string, else the file's stem (`gsm8k.jsonl` -> gsm8k), so several
 // --data files are several datasets. read_eval_prompts is the one place that reads
 // prompts: chat JSONL (train/chat_data.h) plugs in here.

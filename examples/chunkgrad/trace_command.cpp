@@ -335,7 +335,7 @@ void add_trace_command(CLI::App& app, CommandBody& run) {
          "(traces: its memory.trace_dir; config toy or large_vocab, path naive, chunked or fused, "
          "e.g. "
          "runs/toy/traces/trace_large_vocab_fused.json); also memory_lesson "
-         "--trace-dir, mlp_demo --trace. Two or three are compared side by side")
+         "--trace-dir, mlp_demo --trace. Two or more are compared side by side")
       ->required()
       ->check(CLI::ExistingFile);
   sub->add_option("--names", o->names,
