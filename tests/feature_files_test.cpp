@@ -390,6 +390,18 @@ TEST(FeatureFiles, AShardOfAnotherSetOfTheSameShapesIsRefused) {
   fs::copy_file(theirs, mine, fs::copy_options::overwrite_existing);
   expect_names(open_error(dir.file("a")),
                {"features-00001.safetensors", "'shards.header_xxh3'", "replaced"});
+  // The field dropped from that shard alone (a second tester's edit let it through), or
+  // given in capitals: the index is refused.
+  const std::string index_path = dir.file("a") + "/index.json";
+  nlohmann::json j = nlohmann::json::parse(read_text_file(index_path, "index.json"));
+  j["shards"][1].erase("header_xxh3");
+  std::ofstream(index_path) << j.dump(2);
+  expect_names(open_error(dir.file("a")), {"index.json", "'shards.header_xxh3' is on"});
+  std::string upper = index.shards[1].header_xxh3;
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  j["shards"][1]["header_xxh3"] = upper;
+  std::ofstream(index_path) << j.dump(2);
+  expect_names(open_error(dir.file("a")), {"index.json", "lowercase hex"});
 }
 
 // A one-sample folder whose shard is written by hand with `tensors` (the index right).

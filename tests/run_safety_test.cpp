@@ -23,6 +23,8 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/factories.h"
+#include "nn/safetensors.h"
 #include "train/corpus.h"
 #include "train/fingerprint.h"
 #include "train/pipeline.h"
@@ -205,9 +207,18 @@ TEST_F(RunSafety, FingerprintsFollowTheBytesNotThePath) {
   train::TrainConfig c;
   const nlohmann::json before = train::data_fingerprint(c, "corpus one");
   EXPECT_NE(before, train::data_fingerprint(c, "corpus two"));
-  c.target.checkpoint = path("a.txt");
+  std::filesystem::create_directories(path("ckpt"));
+  const std::string file = path("ckpt/model.safetensors");
+  safetensors::save_file({{"w", from_vector({1, 2, 3}, {3})}}, file);
+  c.target.checkpoint = file;
   const nlohmann::json with_target = train::data_fingerprint(c, "corpus one");
-  std::ofstream(path("a.txt")) << "abd";
+  // The same file named by its folder is the same checkpoint (an outside tester's resume
+  // was refused as "changed"), and a file beside it that the load does not read takes no
+  // part.
+  c.target.checkpoint = path("ckpt");
+  std::ofstream(path("ckpt/other.index.json")) << "{}";
+  EXPECT_EQ(with_target, train::data_fingerprint(c, "corpus one"));
+  safetensors::save_file({{"w", from_vector({1, 2, 4}, {3})}}, file);
   EXPECT_NE(with_target, train::data_fingerprint(c, "corpus one"))
       << "an edited target.checkpoint went unnoticed";
 }

@@ -71,6 +71,19 @@ TEST_F(TargetCheckpointProgram, ABadTargetCheckpointIsNamedBeforeTheRunDirectory
   expect_error(train("--config " + write("b.json", with_checkpoint(run, path("junk.safetensors"),
                                                                    dir + "/config.json"))),
                "target.checkpoint '" + path("junk.safetensors") + "': ");
+  // A shard the index names, missing; a layer past the checkpoint's depth (4 layers; the
+  // config's own target.num_layers says 1): both failed after the run directory was written
+  // (a second tester).
+  fs::copy(dir, path("c3"), fs::copy_options::recursive);
+  fs::remove(path("c3/model-00003-of-00003.safetensors"));
+  const TrainRun missing =
+      train("--config " + write("c.json", with_checkpoint(run, path("c3"), dir + "/config.json")));
+  expect_error(missing, "model-00003-of-00003.safetensors");
+  EXPECT_NE(missing.err.find("target.checkpoint"), std::string::npos) << missing.err;
+  std::string past = with_checkpoint(run, dir, dir + "/config.json");
+  past.replace(past.find("[1, 2]"), 6, "[1, 4]");
+  expect_error(train("--config " + write("d.json", past)),
+               "drafter.target_layers: layer 4 is not a layer of the target (0..3)");
   EXPECT_FALSE(fs::exists(run)) << "the run directory was written before the check";
 }
 

@@ -220,6 +220,13 @@ TEST_F(TrainResume, AFieldTheRunCalledUnusedMayBeDroppedOnResume) {
   EXPECT_EQ(resumed_at(again), 2);
   expect_error(train(args + " --set drafter.loss.kind=kl --set drafter.optim.steps=4"),
                "drafter.loss.kind");
+  // A kind's long name is the same kind; a list that differs is named whole.
+  const TrainRun long_name =
+      train(args + " --set drafter.loss.kind=cross_entropy --set drafter.optim.steps=3");
+  EXPECT_EQ(long_name.exit_code, 0) << long_name.err;
+  expect_error(train(args + " --set drafter.loss.kind=ce --set drafter.optim.steps=4" +
+                     " --set 'drafter.target_layers=[0]'"),
+               "(drafter.target_layers: [] then, [0] now;");
 }
 
 // Note [Resume and the schedule]: the schedule follows the new drafter.optim.steps, and

@@ -67,7 +67,9 @@ void drop_unused_fields(nlohmann::json& d) {
     return j.contains(key) ? j.at(key) : nlohmann::json();
   };
   const nlohmann::json layers = at(d, "target_layers"), types = at(d, "layer_types");
-  if (layers.is_array() && !layers.empty()) d.erase("num_target_features");
+  // (the count the list implies, not erased: a list against none is then named by its
+  // own field, not by this one, which sorts first)
+  if (layers.is_array() && !layers.empty()) d["num_target_features"] = layers.size();
   bool slides = false;
   if (types.is_array()) {
     for (const auto& t : types) slides = slides || t == "sliding_attention";
@@ -80,7 +82,10 @@ void drop_unused_fields(nlohmann::json& d) {
   try {  // (a kind this build does not know stays as it is: the comparison names it)
     LossSpec spec;
     spec.kind = kind.is_string() ? kind.get<std::string>() : std::string();
-    if (!loss_kind_info(spec.loss_kind()).needs_teacher) loss.erase("temperature");
+    const LossKind k = spec.loss_kind();
+    if (!loss_kind_info(k).needs_teacher) loss.erase("temperature");
+    // A kind's long and short names are one kind ("forward_kl" is "kl").
+    if (spec.kind != "mix") loss["kind"] = loss_kind_short_name(k);
   } catch (const Error&) {}
 }
 
@@ -142,11 +147,24 @@ std::string first_difference(const nlohmann::json& was, const nlohmann::json& no
   std::string field = "?", then = "-", here = "-";
   const nlohmann::json patch = nlohmann::json::diff(was, now);
   if (!patch.empty()) {
-    const nlohmann::json::json_pointer at(patch[0]["path"].get<std::string>());
+    nlohmann::json::json_pointer at(patch[0]["path"].get<std::string>());
+    // A list that differs is named whole ("drafter.target_layers: [1, 2] then, [1, 2, 3]
+    // now"), not by the patch's element ("target_layers.-: - then, - now", an outside
+    // tester's finding).
+    auto is_list = [&](const nlohmann::json::json_pointer& p) {
+      return (was.contains(p) && was[p].is_array()) || (now.contains(p) && now[p].is_array());
+    };
+    while (!at.empty() && is_list(at.parent_pointer())) at = at.parent_pointer();
     field = at.to_string().substr(1);
     std::replace(field.begin(), field.end(), '/', '.');
-    if (was.contains(at)) then = describe_json(was[at]);
-    if (now.contains(at)) here = describe_json(now[at]);
+    auto shown = [](const nlohmann::json& v) {  // a short list in full: "[1, 2]"
+      if (!v.is_array() || v.size() > 16) return describe_json(v);
+      std::string out = "[";
+      for (size_t i = 0; i < v.size(); ++i) out += (i > 0 ? ", " : "") + v[i].dump();
+      return out + "]";
+    };
+    if (was.contains(at)) then = shown(was[at]);
+    if (now.contains(at)) here = shown(now[at]);
   }
   return field + ": " + then + " then, " + here + " now";
 }

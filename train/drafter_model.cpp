@@ -82,6 +82,13 @@ void check_run_drafter(const TrainConfig& config, const nn::Qwen3Config& target,
            " (grouped-query attention shares each KV head among a whole number of query heads); "
            "set drafter.num_kv_heads to a divisor of ",
            l.num_heads);
+  // The target's own depth (a checkpoint's hf_config, a feature folder's target), which the
+  // config's validate() cannot know: an id past it failed in the target's forward, after the
+  // run directory was written (an outside tester's finding).
+  for (int64_t id : d.target_layers) {
+    CG_CHECK(id >= 0 && id < target.num_layers, "train config: drafter.target_layers: layer ", id,
+             " is not a layer of the target (0..", target.num_layers - 1, ")");
+  }
   CG_CHECK(l.head_dim % 2 == 0, "train config: ", field("head_dim", d.head_dim, l.head_dim),
            " is odd (RoPE rotates pairs); set drafter.head_dim to an even size");
   CG_CHECK(dc.mask_token_id >= 0 && dc.mask_token_id < l.vocab_size,

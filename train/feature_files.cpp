@@ -120,9 +120,11 @@ FeatureFileIndex FeatureFileIndex::from_json(const std::string& text, const std:
     sh.bytes = static_cast<uint64_t>(f.integer(s["bytes"], "shards.bytes", 8));
     if (s.contains("header_xxh3")) {  // optional: Note [Shard header hashes]
       const nlohmann::json& h = s["header_xxh3"];
-      CG_CHECK(h.is_string() && h.get<std::string>().size() == 32, "feature files: ", path,
-               ": field 'shards.header_xxh3' of shard '", sh.file, "' must be 32 hex digits, got ",
-               describe_json(h));
+      const bool hex =
+          h.is_string() && h.get<std::string>().size() == 32 &&
+          h.get<std::string>().find_first_not_of("0123456789abcdef") == std::string::npos;
+      CG_CHECK(hex, "feature files: ", path, ": field 'shards.header_xxh3' of shard '", sh.file,
+               "' must be 32 lowercase hex digits, got ", describe_json(h));
       sh.header_xxh3 = h.get<std::string>();
     }
     CG_CHECK(sh.first == next, "feature files: ", path, ": shard '", sh.file, "' starts at sample ",
@@ -132,6 +134,15 @@ FeatureFileIndex FeatureFileIndex::from_json(const std::string& text, const std:
   }
   CG_CHECK(next == x.num_samples, "feature files: ", path, ": the shards hold ", next,
            " samples but field 'num_samples' is ", x.num_samples);
+  // A writer records the hash for every shard or (before it did) for none: a mix is an
+  // edited index, which would let an unhashed shard through (an outside tester's finding).
+  const auto hashed = std::count_if(x.shards.begin(), x.shards.end(),
+                                    [](const Shard& sh) { return !sh.header_xxh3.empty(); });
+  CG_CHECK(hashed == 0 || hashed == static_cast<std::ptrdiff_t>(x.shards.size()),
+           "feature files: ", path, ": field 'shards.header_xxh3' is on ", hashed, " of ",
+           x.shards.size(),
+           " shards (a writer records it for every shard: the index was edited); write the "
+           "features again");
   if (j.contains("dataset_names") || j.contains("sample_datasets")) {  // optional: newer files
     const nlohmann::json& names = f.get("dataset_names");
     const nlohmann::json& of = f.get("sample_datasets");
@@ -386,6 +397,9 @@ void FeatureFileWriter::resume(const std::string& partial_path) {
     } catch (const Error&) { whole = false; }
     if (!whole) break;
     index_.shards.push_back(sh);
+    // (a shard listed by a writer from before the hashes: hashed now, so that the index
+    // holds it for every shard)
+    if (sh.header_xxh3.empty()) index_.shards.back().header_xxh3 = shard_header_hash(path);
     kept.insert(sh.file);
     index_.num_samples = sh.first + sh.count;
     index_.max_seq_len = std::max(index_.max_seq_len, longest);

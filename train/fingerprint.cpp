@@ -1,36 +1,32 @@
 // Why this file exists: content fingerprints of the corpus and checkpoints (fingerprint.h).
 #include "train/fingerprint.h"
 
-#include <algorithm>
 #include <filesystem>
-#include <vector>
+#include <memory>
 
 #include "core/error.h"
+#include "nn/safetensors.h"
 
 namespace cg::train {
 
 namespace fs = std::filesystem;
 
 std::string checkpoint_content_hash(const std::string& path, const std::string& what) {
-  std::error_code ec;
-  const bool folder = fs::is_directory(path, ec);
-  const bool index = !folder && path.ends_with(".index.json");
-  if (!folder && !index) return file_content_hash(path, what);  // (one file: as always)
-  // A folder, or a sharded checkpoint's index: every .safetensors file beside it, and the
-  // index files, by name and bytes.
-  const fs::path dir = folder ? fs::path(path) : fs::path(path).parent_path();
-  std::vector<fs::path> files;
-  for (const auto& e : fs::directory_iterator(dir.empty() ? fs::path(".") : dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (e.is_regular_file() && (name.ends_with(".safetensors") || name.ends_with(".index.json")))
-      files.push_back(e.path());
-  }
-  CG_CHECK(!ec, what, " '", path, "': cannot list ", dir.string(), ": ", ec.message());
-  std::sort(files.begin(), files.end());
-  CG_CHECK(!files.empty(), what, " '", path, "' holds no .safetensors file");
-  std::string prints;
-  for (const fs::path& f : files)
-    prints += f.filename().string() + " " + file_content_hash(f.string(), what) + "\n";
+  // What the load reads, found as safetensors::open finds it: one file (a folder's
+  // model.safetensors, as transformers prefers), or an index and the shards it names. So a
+  // file named directly or by its folder has one fingerprint, and files the load never
+  // reads (another index, stray weights) take no part in it.
+  std::unique_ptr<safetensors::Reader> reader;
+  try {
+    reader = safetensors::open(path);
+  } catch (const Error& e) { CG_FAIL(what, " '", path, "': ", e.message()); }
+  const auto* sharded = dynamic_cast<const safetensors::Sharded*>(reader.get());
+  if (sharded == nullptr) return file_content_hash(reader->path(), what);
+  const fs::path dir = fs::path(sharded->path()).parent_path();
+  std::string prints = fs::path(sharded->path()).filename().string() + " " +
+                       file_content_hash(sharded->path(), what) + "\n";
+  for (const std::string& f : sharded->shard_files())
+    prints += f + " " + file_content_hash((dir / f).string(), what) + "\n";
   return content_hash(prints);
 }
 

@@ -23,9 +23,10 @@ namespace cg::train {
 // and each drafter checkpoint; a mismatch retrains the target and refuses a resume.
 nlohmann::json data_fingerprint(const TrainConfig& config, std::string_view corpus_text);
 
-// The bytes of a checkpoint: one file's XXH3-128 (as file_content_hash), or for a folder or
-// a sharded checkpoint's *.index.json the hash of every .safetensors and *.index.json file
-// in its folder, by name and content. `what` names the field in errors.
+// The bytes of a checkpoint, as its load reads them (safetensors::open): one file's
+// XXH3-128 (as file_content_hash; a folder's model.safetensors the same), or for a sharded
+// checkpoint (its *.index.json, or a folder holding one) the hash of the index and of every
+// shard it names. `what` names the field in errors.
 std::string checkpoint_content_hash(const std::string& path, const std::string& what);
 
 }  // namespace cg::train

@@ -104,9 +104,13 @@ void make_drafter_data(RunState& s) {
   s.train_seqs = make_drafter_sequences(
       s.lm(), s.train_prompts, config.data.max_new_tokens,
       progress_bar("data", s.train_prompts.size(), config,
-                   "interrupted while making the drafter's data (the target's continuations); "
-                   "the target is kept in the run directory, the data is not: run the same "
-                   "command to make it again and train"));
+                   std::string("interrupted while making the drafter's data (the target's "
+                               "continuations); ") +
+                       (config.target.checkpoint.empty()
+                            ? "the target is kept in the run directory, the data is not"
+                            : "the data is not kept (the target is read from target.checkpoint "
+                              "again)") +
+                       ": run the same command to make it again and train"));
   s.drafter = make_drafter(s.lm(), config.drafter, ByteTokenizer::kMask, config.seed + 23);
   const bool teacher = config.drafter.loss.kind != "ce";
   TargetFeatures features = compute_target_features(s.lm(), s.train_seqs, s.target_layers(),

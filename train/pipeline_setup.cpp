@@ -210,8 +210,13 @@ void read_corpus(RunState& s) {
   // What the target stage (after the run directory is written) would find wrong, found
   // here instead: an unreadable target.checkpoint, a corpus too short to train on.
   if (!config.target.checkpoint.empty()) {
-    try {
-      (void)safetensors::open(config.target.checkpoint);
+    try {  // (a sharded checkpoint: every shard's header too, not only the index)
+      const std::unique_ptr<safetensors::Reader> r = safetensors::open(config.target.checkpoint);
+      if (const auto* sharded = dynamic_cast<const safetensors::Sharded*>(r.get())) {
+        const std::filesystem::path dir = std::filesystem::path(sharded->path()).parent_path();
+        for (const std::string& f : sharded->shard_files())
+          (void)safetensors::File((dir / f).string());
+      }
     } catch (const Error& e) {
       CG_FAIL("target.checkpoint '", config.target.checkpoint, "': ", e.message());
     }
@@ -279,6 +284,12 @@ void open_target_features(RunState& s, const PipelineOptions& options) {
   say(s.config, "features: " + s.offline_train->describe());
 }
 
+std::string replaced_checkpoints_go(const TrainConfig& config) {
+  return config.drafter.checkpoint_every >= 0
+             ? "when this run saves its first checkpoint"
+             : "when this run's training completes (drafter.checkpoint_every -1 saves none)";
+}
+
 // Stage 2: the resume decision (drafter_checkpoints.h): the newest drafter checkpoint, or
 // the one --resume-from names, its header and its tensors (shapes and finiteness): a run
 // with another config or other data, or a mismatched checkpoint, is refused here, before
@@ -286,9 +297,10 @@ void open_target_features(RunState& s, const PipelineOptions& options) {
 // newest checkpoint is skipped for the one before, in one line each.
 void check_resume(RunState& s, const PipelineOptions& options) {
   s.resume = choose_resume_checkpoint(s.config, s.data_fingerprint, options.resume_from);
+  const std::string when = replaced_checkpoints_go(s.config);
   for (const std::string& skipped : s.resume.skipped) {
     warn("resume: " + skipped + "; skipped it, resuming from " + s.resume.path +
-         " (the skipped one is removed when this run saves its first checkpoint)");
+         " (the skipped one is removed " + when + ")");
   }
   if (!options.resume_from.empty()) {
     int64_t later = 0;
@@ -299,7 +311,7 @@ void check_resume(RunState& s, const PipelineOptions& options) {
            ") as --resume-from asks; the run directory's " +
            (later == 1 ? std::string("later checkpoint is")
                        : std::to_string(later) + " later checkpoints are") +
-           " removed when this run saves its first checkpoint");
+           " removed " + when);
     }
   }
 }

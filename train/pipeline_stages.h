@@ -81,6 +81,10 @@ void say(const TrainConfig& c, const std::string& line);
 void warn(const std::string& line);
 // A progress bar for a stage without a loss (generation, decoding), fed by generate_all's
 // or evaluate_speculative's callback.
+// When the checkpoints a resume or --fresh replaces are removed: "when this run saves its
+// first checkpoint", or with drafter.checkpoint_every -1 when its training completes.
+std::string replaced_checkpoints_go(const TrainConfig& config);
+
 // stop_message: when not empty, a stop signal ends the stage after the prompt it is on,
 // with an Interrupted of that message (the stage has no step boundary to wait for).
 GenerateProgress progress_bar(const std::string& phase, size_t total, const TrainConfig& c,

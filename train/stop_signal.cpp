@@ -21,8 +21,9 @@ std::atomic<bool> g_stop{false};
 // for half a minute): the stop waits for the next step boundary, which the stages before
 // training reach only when training starts.
 constexpr char kStopping[] =
-    "\nchunkgrad: stopping at the next step boundary (training saves a checkpoint first); "
-    "signal again to stop at once\n";
+    "\nchunkgrad: stopping at the next step boundary (training saves a checkpoint first; "
+    "making the drafter's data or evaluating, after the prompt in hand); signal again to stop "
+    "at once\n";
 // Under mpirun a signal may also be mpirun ending the job because a rank failed (MPI_Abort,
 // or a rank that died): the ranks left are then killed within seconds and save nothing, so
 // the line says both (a handler cannot tell which: mpirun sends SIGTERM for either).

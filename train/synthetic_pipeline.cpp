@@ -172,7 +172,8 @@ nlohmann::json run_synthetic_pipeline(const TrainConfig& config, const PipelineO
   for (const std::string& skipped : resume.skipped) {
     if (rank0) {
       warn("resume: " + skipped + "; skipped it, resuming from " + resume.path +
-           " (the skipped one is removed when this run saves its first checkpoint)");
+           " (the skipped one is removed " + pipeline_stages::replaced_checkpoints_go(config) +
+           ")");
     }
   }
   // Every rank has chosen before rank 0 writes, and chose alike (Note [Ranks started alike]).

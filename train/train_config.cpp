@@ -436,9 +436,10 @@ void TrainConfig::validate() const {
   const bool depth_known =
       (features.source == "online" && t.hf_config.empty()) || features.source == "synthetic";
   for (int64_t id : d.target_layers) {
-    CG_CHECK(id >= 0 && (!depth_known || id < target_depth),
-             "train config: drafter.target_layers: layer ", id, " is not a target layer (0..",
-             target_depth - 1, ")");
+    CG_CHECK(id >= 0, "train config: drafter.target_layers: layer ", id,
+             " is not a layer id (ids count from 0)");
+    CG_CHECK(!depth_known || id < target_depth, "train config: drafter.target_layers: layer ", id,
+             " is not a target layer (0..", target_depth - 1, ")");
     // A layer twice would feed the drafter the same features twice under two slots.
     CG_CHECK(listed.insert(id).second, "train config: drafter.target_layers: layer ", id,
              " is listed twice; list each layer once");
