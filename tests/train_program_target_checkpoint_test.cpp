@@ -3,9 +3,12 @@
 // index, and a vocabulary larger than the byte tokenizer's -- and what such a run, or any
 // online run, must refuse before its run directory is written; and the drafter's steps
 // logged up to a loss that is not finite; a stop signal while the drafter's data is made or
-// while the trained drafter is evaluated. Each case came from an outside tester (stop 52).
+// while the trained drafter is evaluated. Most cases came from outside testers (stop 52);
+// the first two (a checkpoint's bytes fingerprinted, not its path; a NaN in one named) came
+// from tests/train_program_test.cpp, which had grown past 600 lines.
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <thread>
 
@@ -41,6 +44,58 @@ class TargetCheckpointProgram : public TrainProgram {
     return c;
   }
 };
+
+// Item 4: the cached target and the drafter checkpoints were keyed by the corpus's path:
+// an edited corpus loaded the target trained on the old text and resumed the drafter.
+TEST_F(TrainProgram, AnEditedCorpusRetrainsTheTargetAndRefusesTheResume) {
+  const std::string run = path("run");
+  std::string text = question_corpus();
+  const std::string corpus = write("corpus.txt", text);
+  const std::string config = write("c.json", tiny(run, corpus));
+  ASSERT_EQ(train("--config " + config).exit_code, 0);
+  text[text.size() - 2] =
+      text[text.size() - 2] == '1' ? '2' : '1';  // same size, same path, other bytes
+  write("corpus.txt", text);
+  const TrainRun refused = train("--config " + config);
+  expect_error(refused, "was trained on other data");
+  EXPECT_NE(refused.err.find("corpus_xxh3"), std::string::npos) << refused.err;
+  const TrainRun fresh = train("--config " + config + " --fresh --json");
+  ASSERT_EQ(fresh.exit_code, 0) << fresh.err;
+  EXPECT_EQ(nlohmann::json::parse(fresh.out)["target_source"], "trained")
+      << "the old text's target was reused";
+  // The file behind target.checkpoint is fingerprinted the same way.
+  const std::string target = path("target.safetensors");
+  std::filesystem::copy_file(run + "/target/model.safetensors", target);
+  const std::string run2 = path("run2");
+  const std::string with_target =
+      write("t.json", replaced(tiny(run2, corpus), R"("target": {)",
+                               R"("target": {"checkpoint": ")" + target + R"(", )"));
+  ASSERT_EQ(train("--config " + with_target).exit_code, 0) << slurp(path("err"));
+  {  // one byte of the last tensor's data changed (the file still opens: the tensor's own
+     // checksum is checked when it is loaded, after the fingerprints are compared)
+    std::fstream f(target, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-1, std::ios::end);
+    const char last = static_cast<char>(f.get());
+    f.seekp(-1, std::ios::end);
+    f.put(static_cast<char>(last ^ 1));
+  }
+  expect_error(train("--config " + with_target), "target_checkpoint_xxh3");
+}
+
+// Item 14: a target.checkpoint with NaN bytes loaded silently, and the drafter's first loss
+// then blamed drafter.optim.lr.
+TEST_F(TrainProgram, ANonFiniteTargetCheckpointNamesTheTensorAndTheFile) {
+  const std::string run = path("run");
+  ASSERT_EQ(train("--config " + write("c.json", tiny(run))).exit_code, 0);
+  const std::string target = path("target.safetensors");
+  std::ofstream(target, std::ios::binary) << with_nan(run + "/target/model.safetensors", 8);
+  const TrainRun r = train(
+      "--config " + write("t.json", replaced(tiny(path("run2")), R"("target": {)",
+                                             R"("target": {"checkpoint": ")" + target + R"(", )")));
+  expect_error(r, "checkpoint '" + target + "': tensor '");
+  EXPECT_NE(r.err.find("holds nan at element 2"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("lr"), std::string::npos) << r.err;
+}
 
 // A target with 1024 ids greedily emits ids past the byte tokenizer's 260: the summary's
 // text sample failed on them ("ByteTokenizer: id 578 ... is not a token id") after the

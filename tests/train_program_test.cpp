@@ -221,43 +221,6 @@ TEST_F(TrainProgram, ALockedRunDirectoryIsRefusedNamingTheHolder) {
   EXPECT_FALSE(std::filesystem::exists(run + "/.lock"));
 }
 
-// Item 4: the cached target and the drafter checkpoints were keyed by the corpus's path:
-// an edited corpus loaded the target trained on the old text and resumed the drafter.
-TEST_F(TrainProgram, AnEditedCorpusRetrainsTheTargetAndRefusesTheResume) {
-  const std::string run = path("run");
-  std::string text = question_corpus();
-  const std::string corpus = write("corpus.txt", text);
-  const std::string config = write("c.json", tiny(run, corpus));
-  ASSERT_EQ(train("--config " + config).exit_code, 0);
-  text[text.size() - 2] =
-      text[text.size() - 2] == '1' ? '2' : '1';  // same size, same path, other bytes
-  write("corpus.txt", text);
-  const TrainRun refused = train("--config " + config);
-  expect_error(refused, "was trained on other data");
-  EXPECT_NE(refused.err.find("corpus_xxh3"), std::string::npos) << refused.err;
-  const TrainRun fresh = train("--config " + config + " --fresh --json");
-  ASSERT_EQ(fresh.exit_code, 0) << fresh.err;
-  EXPECT_EQ(nlohmann::json::parse(fresh.out)["target_source"], "trained")
-      << "the old text's target was reused";
-  // The file behind target.checkpoint is fingerprinted the same way.
-  const std::string target = path("target.safetensors");
-  std::filesystem::copy_file(run + "/target/model.safetensors", target);
-  const std::string run2 = path("run2");
-  const std::string with_target =
-      write("t.json", replaced(tiny(run2, corpus), R"("target": {)",
-                               R"("target": {"checkpoint": ")" + target + R"(", )"));
-  ASSERT_EQ(train("--config " + with_target).exit_code, 0) << slurp(path("err"));
-  {  // one byte of the last tensor's data changed (the file still opens: the tensor's own
-     // checksum is checked when it is loaded, after the fingerprints are compared)
-    std::fstream f(target, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(-1, std::ios::end);
-    const char last = static_cast<char>(f.get());
-    f.seekp(-1, std::ios::end);
-    f.put(static_cast<char>(last ^ 1));
-  }
-  expect_error(train("--config " + with_target), "target_checkpoint_xxh3");
-}
-
 // Item 5: SIGINT killed the run at once: no message, no checkpoint.
 TEST_F(TrainProgram, AnInterruptedDrafterSavesItsStepAndResumesFromIt) {
   const std::string run = path("run");
@@ -461,21 +424,6 @@ TEST_F(TrainProgram, AMismatchedOrNonFiniteDrafterCheckpointIsRefusedBeforeAnySt
   EXPECT_NE(r.err.find("the run directory is unchanged"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("lr"), std::string::npos) << r.err;
   EXPECT_EQ(files_of(run), before);
-}
-
-// Item 14: a target.checkpoint with NaN bytes loaded silently, and the drafter's first loss
-// then blamed drafter.optim.lr.
-TEST_F(TrainProgram, ANonFiniteTargetCheckpointNamesTheTensorAndTheFile) {
-  const std::string run = path("run");
-  ASSERT_EQ(train("--config " + write("c.json", tiny(run))).exit_code, 0);
-  const std::string target = path("target.safetensors");
-  std::ofstream(target, std::ios::binary) << with_nan(run + "/target/model.safetensors", 8);
-  const TrainRun r = train(
-      "--config " + write("t.json", replaced(tiny(path("run2")), R"("target": {)",
-                                             R"("target": {"checkpoint": ")" + target + R"(", )")));
-  expect_error(r, "checkpoint '" + target + "': tensor '");
-  EXPECT_NE(r.err.find("holds nan at element 2"), std::string::npos) << r.err;
-  EXPECT_EQ(r.err.find("lr"), std::string::npos) << r.err;
 }
 
 // ---- issue 18, confusing output ----
