@@ -100,8 +100,16 @@ int dkdv_context_parts(const AttnShape& s, const AttnMaskArgs& m) {
   // tiles]), so that no single tile's CTA outlasts the rest by much. (Counted in 64-key
   // tiles; the 128-key CTAs of Note [128-key CTAs] are half as many at one a
   // multiprocessor, i.e. as many waves, and 8 parts measured the same as these 4 there.)
+  // Under the full rule with ascending anchors (the trainer's), three waves' worth: the
+  // 128-key CTAs on 48-row tiles (Note [48-row query tiles]; H100, 32/8 heads, 1024 x 24
+  // over 4096 keys, two rounds of CHUNKGRAD_FLASH_DKDV_PARTS=1..5 in one call, 2026-12-05)
+  // took the backward in 8.06, 8.00-8.05, 7.91-7.97, 8.14-8.21 and 8.11-8.15 ms with 1 to
+  // 5 parts, and at 40/8 heads (32-row tiles) 10.71-10.73 with 3 against 10.79-10.82 with
+  // 4; with shuffled anchors 4 stayed ahead (7.21-7.23 against 7.35-7.38), as it did under
+  // the sliding rule (6.61-6.63 against 6.75 sorted, 8.93 against 9.00 at 40/8).
+  const int64_t waves = m.anchors_sorted && m.sliding_window == 0 ? 9 : 12;
   const int64_t ctx_ctas = (m.context_len + kTile - 1) / kTile * s.Hkv * s.B;
-  const int64_t wanted = forced != 0 ? forced : (int64_t{12} * sms + ctx_ctas - 1) / ctx_ctas;
+  const int64_t wanted = forced != 0 ? forced : (waves * sms + ctx_ctas - 1) / ctx_ctas;
   return static_cast<int>(std::clamp<int64_t>(wanted, 1, std::min<int64_t>(8, m.num_blocks)));
 }
 

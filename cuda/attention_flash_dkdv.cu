@@ -380,6 +380,46 @@ int dkdv_wide_stages(const BwdArgs& wide) {
   return ctas_fit(1, bytes) ? 3 : 2;
 }
 
+// Note [48-row query tiles]: the 128-key CTAs' step (Note [128-key CTAs]) spends about as
+// many instructions on what it does once a query tile -- the barrier, the walk, the
+// visible-key test, the MMAs' descriptors and issue, the dq's place and its reductions --
+// as on what it does once a row; and S^T, dP^T and the dq^T are m64n32k16 MMAs, whose
+// operands (3 KB from shared memory for 64 K FLOPs) take longer to read than the MMA
+// takes to run. A DFlash block of 4 x 24 = 96 packed rows is two tiles of 48 rows as well
+// as three of 32 (64-row tiles would leave a third of the second one empty, Note [dk/dv
+// query tiles]), so where a group's packed rows are a multiple of 48 and not of 64 the
+// 128-key CTAs walk 48-row tiles: the same work in two thirds of the steps, the three
+// small GEMMs as m64n48k16. Only the kernel of Notes [dq one tile behind] and [wgmma dq]
+// takes them (three stages; its staging is now a warpgroup's QT x 64 floats, 48 KB at 48
+// rows, where it was 64 KB at 32 with half of it unused); the fused dq's buffer keeps
+// 32-row tiles (Note [dq tile order]), so a 48-row tile is added as two runs of 16-row
+// halves. Registers (ptxas, bf16): the 48-row kernel first spilled 12 bytes under the
+// full rule and 568 under the sliding rule at 255; telling the 128-key kernels that their
+// tiles are context tiles (the key-tile mode a constant, no causal rule: they are never
+// launched for anything else) took them to 250 and 253 registers without spills, and the
+// 32-row kernels from 221 and 236 to 218 and 230. Moving the dq^T's issue after P, or
+// taking the dq in its own step after a barrier of the CTA, spilled 350 to 800 bytes.
+// Measured (an H100, no H200 was lent; 32/8 heads, 1024 x 24 over 4096 keys, bf16, sorted
+// anchors; attention_bench --which dflash,sliding --heads 32/8 --path flash --anchors
+// sorted --repeats 20, three rounds alternating =32 and =48 in one call, 2026-12-05): the
+// backward 8.108-8.147 ms against 8.201-8.217 (full rule) and 6.607-6.620 against
+// 6.809-6.880 (sliding); forward + backward 295.4-296.0 TFLOP/s against 292.9-294.0 and
+// 264.3-269.3 against 260.6-263.9; the full-scale step (drafter_step_bench --paths fused
+// --steps 3 --warmup 1) 732.3 against 734.5 ms, within its spread. Elsewhere, and with
+// CHUNKGRAD_FLASH_DKDV_WIDE_ROWS=32 (read at every launch, so that a test may switch it),
+// the tiles stay 32 rows; =48 takes 48 wherever the rows are a multiple of 48 (a test's
+// switch).
+int dkdv_wide_rows(const AttnShape& s, const AttnMaskArgs& m) {
+  const char* e = std::getenv("CHUNKGRAD_FLASH_DKDV_WIDE_ROWS");
+  const std::string v = e != nullptr ? e : "";
+  if (v == "32") return 32;
+  const int64_t packed = (s.Hq / s.Hkv) * m.block_size;
+  if (packed % 48 != 0 || !dq_behind_enabled() || !dq_wgmma_enabled()) return 32;
+  return v == "48" || packed % 64 != 0 ? 48 : 32;
+}
+// Launches of the 48-row kernel, for the tests (as dq_wgmma_launches).
+std::atomic<int64_t> wide48_launches{0};
+
 template <typename T, int HD, int QT, bool FusedDq = false, int NS = 2, int KW = 1>
 void launch_dkdv_rows(const BwdArgs& a, int64_t key_tiles, cudaStream_t stream) {
   // (key_tiles counts every part of a split context tile: Note [Context key parts])
@@ -418,6 +458,21 @@ void launch_dkdv_rows(const BwdArgs& a, int64_t key_tiles, cudaStream_t stream) 
   }
   CG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   kernel<<<grid, kThreads * KW, smem, stream>>>(a);
+  CG_CUDA_CHECK(cudaGetLastError());
+}
+
+// The 128-key CTAs on 48-row tiles (Note [48-row query tiles]): three stages, the dq behind
+// on the warpgroup MMA.
+template <typename T, int HD>
+void launch_dkdv_wide48(const BwdArgs& a, int64_t key_tiles, cudaStream_t stream) {
+  const dim3 grid = batch_grid(key_tiles * a.s.Hkv, a.s.B);  // Note [Batch grid]
+  const int smem = dkdv_launch_smem<HD, 48, true, 3, 2, 2>(a);
+  auto* kernel = a.m.sliding_window > 0 ? flash_dkdv_kernel<T, HD, 48, true, true, 3, 2, 2, 2>
+                                        : flash_dkdv_kernel<T, HD, 48, false, true, 3, 2, 2, 2>;
+  dq_wgmma_launches.fetch_add(1, std::memory_order_relaxed);
+  wide48_launches.fetch_add(1, std::memory_order_relaxed);
+  CG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  kernel<<<grid, kThreads * 2, smem, stream>>>(a);
   CG_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -462,7 +517,10 @@ void launch_dkdv_typed(const BwdArgs& a, cudaStream_t stream) {
                                                stream);
         }
         const int64_t wide_tiles = (a.m.context_len + 2 * kTile - 1) / (2 * kTile) * a.ctx_parts;
-        if (dkdv_wide_stages<HD>(wide_args) == 3) {
+        if (dkdv_wide_rows(s, a.m) == 48 && forced_dkdv_stages() != 2 &&
+            ctas_fit(1, dkdv_launch_smem<HD, 48, true, 3, 2, 2>(wide_args))) {
+          launch_dkdv_wide48<T, HD>(wide_args, wide_tiles, stream);  // Note [48-row query tiles]
+        } else if (dkdv_wide_stages<HD>(wide_args) == 3) {
           launch_dkdv_rows<T, HD, 32, true, 3, 2>(wide_args, wide_tiles, stream);
         } else {
           launch_dkdv_rows<T, HD, 32, true, 2, 2>(wide_args, wide_tiles, stream);
@@ -498,5 +556,8 @@ void launch_flash_dkdv(DType dtype, const BwdArgs& a, cudaStream_t stream) {
 namespace cg::cuda {
 int64_t flash_dq_wgmma_launches() {
   return flash::dq_wgmma_launches.load(std::memory_order_relaxed);
+}
+int64_t flash_dkdv_wide48_launches() {
+  return flash::wide48_launches.load(std::memory_order_relaxed);
 }
 }  // namespace cg::cuda

@@ -34,15 +34,21 @@ __device__ __forceinline__ void store_ds_for_wgmma(uint32_t sds, int key0, int l
   }
 }
 
-// The same keys as zeros (past the tile's end, or dead): lane r clears row r's 32 bytes.
+// The same keys as zeros (past the tile's end, or dead): lane r clears row r's 32 bytes
+// (and with 48 rows, lanes 0 .. 15 rows 32 .. 47 too).
 template <int QT>
 __device__ __forceinline__ void zero_ds_for_wgmma(uint32_t sds, int key0, int lane) {
-  static_assert(QT == 32, "a lane a row");
+  static_assert(QT == 32 || QT == 48, "a lane a row, or two");
   const uint32_t block = sds + (key0 / 64) * QT * 128;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const uint32_t at = block + wgmma::swizzle128_offset(lane, (key0 % 64) / 8 + h);
-    asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};\n" ::"r"(at), "r"(0) : "memory");
+  for (int pass = 0; pass < (QT + 31) / 32; ++pass) {
+    const int row = pass * 32 + lane;
+    if (row >= QT) break;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t at = block + wgmma::swizzle128_offset(row, (key0 % 64) / 8 + h);
+      asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};\n" ::"r"(at), "r"(0) : "memory");
+    }
   }
 }
 
@@ -66,32 +72,39 @@ __device__ __forceinline__ void issue_dq_t(float (&d)[QT / 2], uint32_t sk, uint
     // block ks / 4, 32 bytes a k16 step within it)
     const uint64_t da = wgmma::desc_advance(da0, (ks / 4) * kTile * HD * 2 + (ks % 4) * 2048);
     const uint64_t db = wgmma::desc_advance(db0, (ks / 4) * QT * 128 + (ks % 4) * 32);
-    wgmma::mma_m64n32k16_ss<T, true>(d, da, db, ks > 0 ? 1 : 0);
+    wgmma::mma_m64nQk16_ss<T, true>(d, da, db, ks > 0 ? 1 : 0);
   }
 }
 
 // After the wait for issue_dq_t's group: d (rows 16 w + lane / 4 + 8 (e / 2) of the
 // warpgroup's 64 columns, by tile rows 8 t + 2 (lane % 4) + e % 2 at d[4 t + e]) added to
-// (or, dq_store, stored in) query tile cqt of block blk in a.dq_acc. In the buffer's order
-// (Note [dq tile order]) the warpgroup's columns are one run of 2048 floats; bulk: staged
-// in sq (read by its reductions before the last already: the caller's barrier) in that
-// order and sent by its first thread as one bulk copy, after a barrier of the warpgroup's
-// own; otherwise atomics (or stores) from registers, skipping
-// rows past packed_rows. (sq: one of the warpgroup's two buffers, Note [dq staging twice].)
+// (or, dq_store, stored in) query tile cqt (of QT rows) of block blk in a.dq_acc, whose
+// blocks hold tiles32 tiles of 32 rows (Note [dq tile order]). There the warpgroup's
+// columns of a 16-row half are one run of 1024 floats, and of a 32-row tile's two halves
+// one run of 2048; a tile of 48 rows is three halves, a run of two and one of one (Note
+// [48-row query tiles] in attention_flash_dkdv.cu). bulk: staged in sq (read by its
+// reductions before the last already: the caller's barrier) half after half, and sent by
+// the warpgroup's first thread as one bulk copy a run, after a barrier of the warpgroup's
+// own; otherwise atomics (or stores) from registers, skipping rows past packed_rows. (sq:
+// one of the warpgroup's two buffers, Note [dq staging twice].)
 template <int HD, int QT>
 __device__ __forceinline__ void add_dq_t(const BwdArgs& a, const float (&d)[QT / 2], float* sq,
                                          bool bulk, int wg, int64_t b, int64_t hk, int64_t blk,
-                                         int64_t cqt, int64_t tiles, int packed_rows) {
-  static_assert(QT == kDqTileRows && kDqChunk == 32, "two 16-row halves, 32-column chunks");
+                                         int64_t cqt, int64_t tiles32, int packed_rows) {
+  static_assert((QT == 32 || QT == 48) && kDqTileRows == 32 && kDqChunk == 32,
+                "16-row halves of 32-column chunks");
+  constexpr int kHalf = 16 * 2 * kDqChunk;  // a warpgroup's floats of a 16-row half
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32 % 4;
-  float* dq_tile = a.dq_acc + dq_tile_base<HD>(a.s, a.m, b, hk, blk, cqt, tiles);
+  float* dq_block = a.dq_acc + dq_tile_base<HD>(a.s, a.m, b, hk, blk, 0, tiles32);
+  const int row0 = static_cast<int>(cqt) * QT;  // the tile's first packed row
   if (!bulk) {
 #pragma unroll
     for (int i = 0; i < QT / 2; ++i) {
-      const int row = (i / 4) * 8 + (lane % 4) * 2 + i % 2;
-      if (static_cast<int>(cqt) * QT + row >= packed_rows) continue;
+      const int v = row0 + (i / 4) * 8 + (lane % 4) * 2 + i % 2;
+      if (v >= packed_rows) continue;
       const int col = wg * 64 + w * 16 + lane / 4 + 8 * ((i % 4) / 2);
-      float* dst = dq_tile + dq_tile_offset<HD>(row, col);
+      float* dst = dq_block + (v / kDqTileRows) * (kDqTileRows * HD) +
+                   dq_tile_offset<HD>(v % kDqTileRows, col);
       if (a.dq_store) {  // Note [dq first writers]
         *dst = d[i];
       } else {
@@ -105,7 +118,7 @@ __device__ __forceinline__ void add_dq_t(const BwdArgs& a, const float (&d)[QT /
     const int row = (i / 4) * 8 + (lane % 4) * 2 + i % 2;
     const int col = w * 16 + lane / 4 + 8 * ((i % 4) / 2);  // within the warpgroup's 64
     const int r = row % 16, c = col % kDqChunk;
-    sq[(row / 16) * 1024 + (col / kDqChunk) * 512 + r * kDqChunk + (c ^ (8 * (r % 4)))] = d[i];
+    sq[(row / 16) * kHalf + (col / kDqChunk) * 512 + r * kDqChunk + (c ^ (8 * (r % 4)))] = d[i];
   }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   fence_shared_for_async();
@@ -113,17 +126,24 @@ __device__ __forceinline__ void add_dq_t(const BwdArgs& a, const float (&d)[QT /
   // (predicated, not branched: a branch near wgmma can make ptxas serialize every wgmma
   // of the kernel, C7518)
   const int first = threadIdx.x % 128 == 0, store = a.dq_store ? 1 : 0;
-  // (the warpgroup's column pair, both row halves: one piece of the buffer, Note [dq tile
-  // order], laid out as the staging is)
-  float* dst = dq_tile + wg * 4 * 16 * kDqChunk;
-  asm volatile(
-      "{\n.reg .pred p, s, r;\nsetp.ne.b32 p, %2, 0;\nsetp.ne.and.b32 s, %3, 0, p;\n"
-      "setp.eq.and.b32 r, %3, 0, p;\n"
-      "@s cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], 8192;\n"
-      "@r cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], 8192;\n}\n" ::"l"(
-          dst),
-      "r"(smem_addr(sq)), "r"(first), "r"(store)
-      : "memory");
+  // The runs: halves [h0, h0 + n0) of one 32-row tile, then the rest, [h0 + n0, h0 + QT / 16).
+  const int h0 = row0 / 16;
+  const int n0 = QT == 32 ? 2 : 2 - h0 % 2;
+#pragma unroll
+  for (int run = 0; run < (QT == 32 ? 1 : 2); ++run) {
+    const int h = run == 0 ? h0 : h0 + n0, n = run == 0 ? n0 : QT / 16 - n0;
+    // (the warpgroup's column pair, from row half h % 2 of tile h / 2: laid out as staged)
+    float* dst = dq_block + (h / 2) * (kDqTileRows * HD) + wg * 2 * kHalf + (h % 2) * kHalf;
+    const uint32_t src = smem_addr(sq + (h - h0) * kHalf), bytes = n * kHalf * 4;
+    asm volatile(
+        "{\n.reg .pred p, s, r;\nsetp.ne.b32 p, %2, 0;\nsetp.ne.and.b32 s, %3, 0, p;\n"
+        "setp.eq.and.b32 r, %3, 0, p;\n"
+        "@s cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %4;\n"
+        "@r cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %4;\n}\n" ::"l"(
+            dst),
+        "r"(src), "r"(first), "r"(store), "r"(bytes)
+        : "memory");
+  }
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p cp.async.bulk.commit_group;\n}\n" ::"r"(first)
       : "memory");

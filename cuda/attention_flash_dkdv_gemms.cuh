@@ -34,8 +34,8 @@ __device__ __forceinline__ void dkdv_key_by_row(const T* sA, const T* tB, float 
       const uint32_t col = (ks % 4) * 32u;  // within column block ks / 4
       const uint64_t da = wgmma::desc_advance(da0, (ks / 4) * kTile * 128 + col);
       const uint64_t db = wgmma::desc_advance(db0, (ks / 4) * QT * 128 + col);
-      if constexpr (QT == 32) {
-        wgmma::mma_m64n32k16_ss<T>(d, da, db, 1);
+      if constexpr (QT == 32 || QT == 48) {
+        wgmma::mma_m64nQk16_ss<T>(d, da, db, 1);
       } else {
         wgmma::mma_m64n64k16_ss<T>(d, da, db, 1);
       }

@@ -42,7 +42,8 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
   static_assert(NS == 2 || NS == 3, "two or three query-tile stages");
   static_assert(!Behind || (FusedDq && Wg == 2 && NS == 3),
                 "the dq behind: the overlapped wgmma kernel, three stages");
-  static_assert(!FusedDq || QT == kDqTileRows, "the fused dq splits a 32-row tile over 4 warps");
+  static_assert(!FusedDq || QT == kDqTileRows || (QT == 48 && Behind == 2),
+                "the fused dq splits a 32-row tile over 4 warps (the wgmma dq: also 48 rows)");
   static_assert(HD % (2 * KW * kDqChunk) == 0, "a warp's dq columns are whole chunks");
   static_assert(!Wg || HD == 128, "the wgmma dk/dv takes head dim 128");
   static_assert(KW == 1 || (KW == 2 && Wg && FusedDq), "128-key CTAs: wgmma and the fused dq");
@@ -72,13 +73,13 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
   T* sdS = Behind == 2 ? sG + NS * QT * LDT : reinterpret_cast<T*>(sSlot + NS * QT);
   constexpr int kDsBuf = Behind == 2 ? kDsTileElems<QT, KT> : KT * LDS;
   // (KW kWarps, kDqWarpFloats) fp32 dq a warp (Note [dq bulk reduce]), 16-byte aligned;
-  // Behind 2: two such (Note [dq staging twice])
+  // Behind 2: (2, KW, kDqStagingFloats) a warpgroup's tile twice (Note [dq staging twice])
   float* sdQ = Behind == 2 ? reinterpret_cast<float*>(sSlot + NS * QT)
                            : reinterpret_cast<float*>(sdS + (Behind ? 2 : 1) * KT * LDS);
   static_assert(Behind != 2 || (2 * KT + 2 * NS * QT) * HD * 2 % 1024 == 0,
                 "the dS tiles start 1024-byte aligned (the swizzle's period)");
   static_assert(Behind != 2 || (2 * KT + 2 * NS * QT) * HD * 2 + kDsWg * 2 + 3 * NS * QT * 4 +
-                                       2 * KW * kWarps * kDqWarpFloats<HD, KW> * 4 <=
+                                       2 * KW * kDqStagingFloats<HD, QT, KW> * 4 <=
                                    dkdv_smem_bytes<HD, QT, FusedDq, NS, KW, Behind>(),
                 "the wgmma dq's layout fits the bytes the launch asks for");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -98,8 +99,11 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
   const int64_t b = batch_of_block(), hk = blockIdx.x % s.Hkv;  // Note [Batch grid]
   const AttnMaskArgs& m = a.m;
   const int64_t group = s.Hq / s.Hkv;
-  const KeyTileWork w = key_tile_work<QT>(s, m, a.ctx_parts, a.ctx_key_tile,
-                                          blockIdx.x / s.Hkv + a.key_tile_base, a.ctx_ranges, b);
+  KeyTileWork w = key_tile_work<QT>(s, m, a.ctx_parts, a.ctx_key_tile,
+                                    blockIdx.x / s.Hkv + a.key_tile_base, a.ctx_ranges, b);
+  // The 128-key CTAs take DFlash context keys only (Note [128-key CTAs]): known here, the
+  // other modes' code and registers leave their kernels (Note [48-row query tiles]).
+  if constexpr (KW == 2) w.mode = 2;
   const int64_t kb = w.j0 + wg * kTile;  // this warpgroup's first key
   const T* sKw = sK + wg * kTile * LDT;  // and its rows of K and V
   const T* sVw = sV + wg * kTile * LDT;
@@ -124,6 +128,9 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
   // the slot falls out of it, where i % block_size would be a 64-bit remainder a row.)
   const int64_t packed64 = group * m.block_size;
   const int bs32 = static_cast<int>(m.block_size), packed_rows = static_cast<int>(packed64);
+  // a block's 32-row tiles in the fused dq's buffer (Note [dq tile order])
+  [[maybe_unused]] const int64_t dq_tiles32 =
+      QT == kDqTileRows ? w.seg_tiles : (packed64 + kDqTileRows - 1) / kDqTileRows;
   // Note [Row table]: filled once, before any query tile is loaded.
   RowOffsets* sRows =
       reinterpret_cast<RowOffsets*>(smem_raw + dkdv_smem_bytes<HD, QT, FusedDq, NS, KW, Behind>());
@@ -201,10 +208,12 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
     if (table) segment_bases(seg, bq, bg, bl);
     // (Unrolled: the rows' table entries are read together, not each behind the last one's
     // address arithmetic -- ncu counted those waits at 7% of the pass's warp samples.)
-    static_assert(QT % kRowsPerPass == 0, "whole passes over the tile's rows");
+    // (48-row tiles: the second pass takes rows 32 .. 47, half of the threads)
+    static_assert(QT % kRowsPerPass == 0 || QT == 48, "whole passes over the tile's rows");
 #pragma unroll
-    for (int pass = 0; pass < QT / kRowsPerPass; ++pass) {
+    for (int pass = 0; pass < (QT + kRowsPerPass - 1) / kRowsPerPass; ++pass) {
       const int r = threadIdx.x / kPairs + pass * kRowsPerPass;
+      if (QT % kRowsPerPass != 0 && r >= QT) break;
       int64_t oq = 0, og = 0, row = 0;
       int slot = 0;
       const bool ok = row_at(seg, qt, r, bq, bg, bl, oq, og, row, slot);
@@ -246,7 +255,7 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
   }
 
   const bool warp_active = kb + warp * 16 < w.jend;
-  const CausalRule causal = causal_rule(s, m);
+  const CausalRule causal = KW == 2 ? CausalRule{} : causal_rule(s, m);
   constexpr bool sliding = Sliding;  // Note [Sliding tiles]; Sk < 2^31 (checked at launch)
   [[maybe_unused]] const int w1 = static_cast<int>(min(m.sliding_window - 1, int64_t{INT32_MAX}));
   const int64_t kj0 = kb + warp * 16 + lane / 4;  // this thread's keys: kj0, kj0 + 8
@@ -290,8 +299,8 @@ __global__ void __launch_bounds__(kThreads* KW) flash_dkdv_kernel(BwdArgs a) {
       if (!dq_prev && bulk) commit_empty_bulk_group();
       if (dq_prev) {
         wgmma::fence_operands(dqt);
-        add_dq_t<HD, QT>(a, dqt, sdQ + (dsb * KW + wg) * 4 * kDqWarpFloats<HD, KW>, bulk, wg, b, hk,
-                         dq_blk, dq_qt, w.seg_tiles, packed_rows);
+        add_dq_t<HD, QT>(a, dqt, sdQ + (dsb * KW + wg) * kDqStagingFloats<HD, QT, KW>, bulk, wg, b,
+                         hk, dq_blk, dq_qt, dq_tiles32, packed_rows);
       }
     }
   };

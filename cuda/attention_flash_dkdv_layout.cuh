@@ -79,6 +79,12 @@ __host__ __device__ constexpr int dq_tile_offset(int rr, int c) {
 template <int HD, int KW>
 constexpr int kDqWarpFloats = 16 * (HD / (2 * KW));
 
+// A warpgroup's fp32 dq of one query tile for the wgmma dq (Note [wgmma dq]): QT rows x its
+// HD / KW columns, staged for one bulk reduction a run (one of two buffers: Note [dq
+// staging twice]).
+template <int HD, int QT, int KW>
+constexpr int kDqStagingFloats = QT*(HD / KW);
+
 template <int HD, int QT, bool FusedDq, int NS, int KW = 1, int Behind = 0>
 __host__ __device__ constexpr int dkdv_smem_bytes() {
   // K, V (KW kTile keys); Q, dO x NS; L, D, slot x NS; with FusedDq dS^T (KW kTile, QT +
@@ -94,7 +100,7 @@ __host__ __device__ constexpr int dkdv_smem_bytes() {
   // Behind 2 (Note [wgmma dq]): the tiles unpadded in the 128-byte swizzle, two dS tiles
   // (QT, KW kTile), L, D, slot x NS, and the dq staging twice (Note [dq staging twice]).
   constexpr int wgmma_dq = ((2 * KW * kTile + 2 * NS * QT) * HD * 2 + 2 * QT * KW * kTile * 2 +
-                            3 * NS * QT * 4 + 2 * KW * kWarps * kDqWarpFloats<HD, KW> * 4 + 15) /
+                            3 * NS * QT * 4 + 2 * KW * kDqStagingFloats<HD, QT, KW> * 4 + 15) /
                            16 * 16;
   return Behind == 2 && wgmma_dq > padded ? wgmma_dq : padded;
 }

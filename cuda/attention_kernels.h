@@ -91,6 +91,8 @@ bool flash_wgmma_built();
 // How many times the backward's 128-key CTAs ran the wgmma dq (Note [wgmma dq],
 // cuda/attention_flash_dkdv.cu), counted since the process started.
 int64_t flash_dq_wgmma_launches();
+// and how many times they walked 48-row query tiles (Note [48-row query tiles]).
+int64_t flash_dkdv_wide48_launches();
 // Operands: hd stride 1, the other strides multiples of 8 elements, 16-byte aligned data.
 // out (q's dtype): hd stride 1, the others even (each thread stores pairs of elements);
 // lse f32 contiguous.

@@ -1,6 +1,6 @@
 // Why this file exists: Hopper's warpgroup MMA (wgmma, sm_90a) in inline PTX, for the
 // flash attention kernels that use it (attention_flash_forward_wgmma.cu): the shared-memory
-// matrix descriptor, the 128-byte swizzle the descriptors describe, the two MMA shapes the
+// matrix descriptor, the 128-byte swizzle the descriptors describe, the MMA shapes the
 // kernels issue and the fences around them. No CUTLASS: a handful of instructions, named.
 //
 // Note [wgmma]: a warpgroup (4 consecutive warps, 128 threads) issues one MMA together:
@@ -117,6 +117,7 @@ __device__ __forceinline__ void fence_operands(float (&d)[N]) {
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1))
 // D registers and their operands, 16, 32 or 64 of them (each list extends the last).
 #define CG_WGMMA_D16 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+#define CG_WGMMA_D24 CG_WGMMA_D16 ", %16, %17, %18, %19, %20, %21, %22, %23"
 #define CG_WGMMA_D32 \
   CG_WGMMA_D16 ", %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
 #define CG_WGMMA_D64                                                                        \
@@ -127,6 +128,9 @@ __device__ __forceinline__ void fence_operands(float (&d)[N]) {
   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),    \
       "+f"(d[15])
+#define CG_WGMMA_OUTS24                                                                          \
+  CG_WGMMA_OUTS16, "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), \
+      "+f"(d[22]), "+f"(d[23])
 #define CG_WGMMA_OUTS32                                                                          \
   CG_WGMMA_OUTS16, "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), \
       "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), \
@@ -157,6 +161,37 @@ __device__ __forceinline__ void mma_m64n32k16_ss(float (&d)[16], uint64_t a, uin
 #else
   __trap();
 #endif
+}
+
+// The same with N = 48 (Note [48-row query tiles] in cuda/attention_flash_dkdv.cu).
+template <typename T, bool MnMajorA = false>
+__device__ __forceinline__ void mma_m64n48k16_ss(float (&d)[24], uint64_t a, uint64_t b,
+                                                 int accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  if constexpr (std::is_same_v<T, __nv_bfloat16> && MnMajorA) {
+    CG_WGMMA_SS(48, "bf16", CG_WGMMA_OUTS24, CG_WGMMA_D24, "%24", "%25", "%26", "1");
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    CG_WGMMA_SS(48, "bf16", CG_WGMMA_OUTS24, CG_WGMMA_D24, "%24", "%25", "%26", "0");
+  } else if constexpr (MnMajorA) {
+    CG_WGMMA_SS(48, "f16", CG_WGMMA_OUTS24, CG_WGMMA_D24, "%24", "%25", "%26", "1");
+  } else {
+    CG_WGMMA_SS(48, "f16", CG_WGMMA_OUTS24, CG_WGMMA_D24, "%24", "%25", "%26", "0");
+  }
+#else
+  __trap();
+#endif
+}
+
+// m64n32k16 or m64n48k16, chosen by d's size (a thread holds N / 2 floats of D).
+template <typename T, bool MnMajorA = false, int N>
+__device__ __forceinline__ void mma_m64nQk16_ss(float (&d)[N], uint64_t a, uint64_t b,
+                                                int accumulate) {
+  static_assert(N == 16 || N == 24, "N = 32 or 48");
+  if constexpr (N == 16) {
+    mma_m64n32k16_ss<T, MnMajorA>(d, a, b, accumulate);
+  } else {
+    mma_m64n48k16_ss<T, MnMajorA>(d, a, b, accumulate);
+  }
 }
 
 // d (64 x 64, fp32) = (accumulate ? d : 0) + A (64 x 16, K-major, desc a) * B (16 x 64,
@@ -195,6 +230,8 @@ __device__ __forceinline__ void mma_m64n128k16_rs(float (&d)[64], const uint32_t
 #undef CG_WGMMA_RS
 #undef CG_WGMMA_OUTS16
 #undef CG_WGMMA_D16
+#undef CG_WGMMA_D24
+#undef CG_WGMMA_OUTS24
 #undef CG_WGMMA_D32
 #undef CG_WGMMA_D64
 #undef CG_WGMMA_OUTS32

@@ -1,0 +1,143 @@
+// Why this file exists: the backward's 128-key CTAs on 48-row query tiles (Note [48-row
+// query tiles] in cuda/attention_flash_dkdv.cu; forced on here for both DFlash rules)
+// against the CPU reference, and against the same CTAs on 32-row tiles on the same inputs,
+// tightly (both round the same bf16 P and dS; only their sums' grouping differs), since a
+// mistake in one 16-row half of the dq's runs, in the second load pass's rows 32 .. 47 or
+// in one k16 step could hide under the CPU comparison's tolerance. Groups whose packed rows
+// are 48, 96, 144 and 240 (a 48-row tile starting on either half of a 32-row tile of the
+// dq's buffer), anchors at 0, at the end, repeated and padded, windows smaller and larger
+// than the context, atomics instead of bulk reductions, and the backward's scratch
+// starting as NaN. Each test counts the 48-row kernel's launches, so that a silent fallback
+// to 32 rows fails it. Compiled only in CUDA builds; skipped without a GPU or without the
+// warpgroup MMA.
+#if defined(CHUNKGRAD_WITH_CUDA)
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/factories.h"
+#include "cuda/attention_kernels.h"
+#include "cuda/cuda_attention.h"
+#include "ops/attention_mask.h"
+#include "tests/cuda_attention_test_util.h"
+
+namespace cg {
+namespace {
+
+using cuda::AttentionPath;
+using testing::check_case;
+using testing::dflash_case;
+using testing::ScopedEnv;
+
+class CudaAttentionWide48Test : public testing::CudaAttentionTest {
+ protected:
+  void SetUp() override {
+    testing::CudaAttentionTest::SetUp();
+    if (IsSkipped()) return;
+    if (std::string(cuda::flash_forward_kernel_name(DType::bf16, 128)) != "wgmma")
+      GTEST_SKIP() << "no warpgroup MMA here (an sm_90a build on a compute capability 9.0 card)";
+    launches_before_ = cuda::flash_dkdv_wide48_launches();
+  }
+  void TearDown() override {
+    if (!IsSkipped())
+      EXPECT_GT(cuda::flash_dkdv_wide48_launches(), launches_before_)
+          << "the 48-row kernel never launched: the cases ran 32-row tiles";
+  }
+  int64_t launches_before_ = 0;
+};
+
+// dq, dk and dv with 48-row tiles against 32-row tiles on the same inputs and forward
+// outputs: relative to each one's largest magnitude, 8e-3 (about two bf16 ulps there).
+void expect_as_32_rows(const testing::Case& c, const std::string& what) {
+  SCOPED_TRACE(what + " vs 32-row tiles");
+  const Tensor q = testing::same_view_on_gpu(testing::make_input(c, c.Hq, c.Sq, 11, true));
+  const Tensor k = testing::same_view_on_gpu(testing::make_input(c, c.Hkv, c.Sk, 12, false));
+  const Tensor v = testing::same_view_on_gpu(testing::make_input(c, c.Hkv, c.Sk, 13, false));
+  const Tensor g = testing::same_view_on_gpu(testing::make_input(c, c.Hq, c.Sq, 14, true));
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.hd));
+  const ResolvedAttentionMask m = resolve_attention_mask(
+      testing::mask_on(c.mask, cuda_device(0)), c.B, c.Hq, c.Sq, c.Sk, cuda_device(0), "test");
+  cuda::CudaKernels gpu(AttentionPath::flash);
+  const AttentionForward f = gpu.attention_forward(q, k, v, m, scale);
+  AttentionGrads grads[2];
+  for (int rows48 = 0; rows48 < 2; ++rows48) {
+    const ScopedEnv rows("CHUNKGRAD_FLASH_DKDV_WIDE_ROWS", rows48 ? "48" : "32");
+    grads[rows48] = gpu.attention_backward(g, q, k, v, f.out, f.lse, m, scale, true, true, true);
+  }
+  testing::expect_close(grads[1].dq, grads[0].dq, 8e-3, "dq");
+  testing::expect_close(grads[1].dk, grads[0].dk, 8e-3, "dk");
+  testing::expect_close(grads[1].dv, grads[0].dv, 8e-3, "dv");
+}
+
+std::string name(int64_t hq, int64_t S, int64_t Bs, int64_t W) {
+  return "heads " + std::to_string(hq) + "/8 S " + std::to_string(S) + " Bs " + std::to_string(Bs) +
+         " W " + std::to_string(W);
+}
+
+// Per-batch anchors over S = 300 context keys (three 128-key tiles, the last one partial):
+// at 0, 1, the end, repeated, at tile edges and padded (a negative anchor, and by flag).
+TEST_F(CudaAttentionWide48Test, BothRulesEdgeAnchors) {
+  const ScopedEnv on("CHUNKGRAD_FLASH_DKDV_WIDE_ROWS", "48");
+  const int64_t S = 300, N = 8;
+  const Tensor anchors = from_ints({0, 1, 127, 128, 128, 255, 300, -1,  //
+                                    300, 0, 0, 129, 200, 256, 299, 64},
+                                   {2, N});
+  const Tensor padded = from_vector({0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, {2, N},
+                                    {.dtype = DType::boolean});
+  struct Group {
+    int64_t hq, Bs;  // packed rows (hq / 8) * Bs
+  };
+  for (DType dt : {DType::bf16, DType::f16}) {
+    for (Group gr : {Group{32, 24}, Group{16, 24}, Group{24, 48}, Group{40, 48}}) {
+      for (int64_t W : {0, 5, 66, 1000}) {
+        const AttentionMask m = AttentionMask::dflash_blocks(S, gr.Bs, anchors, padded, W);
+        const testing::Case c = dflash_case(dt, 128, gr.hq, 8, 2, S, N, gr.Bs, m);
+        check_case(c, AttentionPath::flash, name(gr.hq, S, gr.Bs, W));
+        expect_as_32_rows(c, name(gr.hq, S, gr.Bs, W));
+      }
+    }
+  }
+}
+
+// Near the drafter's shape (64 blocks of 24 over 4096 sorted anchors, 32/8 heads), both
+// rules, and once with the backward's scratch starting as NaN.
+TEST_F(CudaAttentionWide48Test, NearTheRealShapeAndNanScratch) {
+  const ScopedEnv on("CHUNKGRAD_FLASH_DKDV_WIDE_ROWS", "48");
+  const int64_t S = 4096, N = 64, Bs = 24;
+  std::vector<int64_t> a(N);
+  for (int64_t b = 0; b < N; ++b) a[b] = b * S / (N - 1);
+  for (int64_t W : {0, 2048}) {
+    const AttentionMask m = AttentionMask::dflash_blocks(S, Bs, from_ints(a, {N}), Tensor(), W);
+    const testing::Case c = dflash_case(DType::bf16, 128, 32, 8, 1, S, N, Bs, m);
+    check_case(c, AttentionPath::flash, name(32, S, Bs, W));
+    expect_as_32_rows(c, name(32, S, Bs, W));
+  }
+  const ScopedEnv nan("CHUNKGRAD_FLASH_SCRATCH_NAN", "1");
+  const AttentionMask m = AttentionMask::dflash_blocks(S, Bs, from_ints(a, {N}), Tensor(), 66);
+  check_case(dflash_case(DType::bf16, 128, 32, 8, 1, S, N, Bs, m), AttentionPath::flash,
+             name(32, S, Bs, 66) + " NaN scratch");
+}
+
+// The fused dq by atomics (CHUNKGRAD_FLASH_DQ_BULK=0) instead of bulk reductions: a row at
+// a time into the 32-row tiles of the buffer, skipping those past a block's packed rows.
+TEST_F(CudaAttentionWide48Test, AtomicsInsteadOfBulkReductions) {
+  const ScopedEnv on("CHUNKGRAD_FLASH_DKDV_WIDE_ROWS", "48");
+  const ScopedEnv atomics("CHUNKGRAD_FLASH_DQ_BULK", "0");
+  const int64_t S = 300, N = 5;
+  const Tensor anchors = from_ints({0, 128, 129, 300, 300}, {N});
+  for (int64_t W : {0, 66}) {
+    for (int64_t hq : {32, 24}) {  // 96 and 72 (not a multiple of 48: 32-row tiles) rows
+      const AttentionMask m = AttentionMask::dflash_blocks(S, 24, anchors, Tensor(), W);
+      check_case(dflash_case(DType::bf16, 128, hq, 8, 1, S, N, 24, m), AttentionPath::flash,
+                 name(hq, S, 24, W) + " atomics");
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cg
+
+#endif  // CHUNKGRAD_WITH_CUDA
