@@ -92,7 +92,8 @@ struct Qwen3Config {
   // The config.json model_types from_hf_json reads, in one place for its error and for the
   // programs' help ("qwen3, qwen3_5, ..."); an absent model_type reads as qwen3.
   static const std::vector<std::string>& hf_model_types();
-  static Qwen3Config from_hf_file(const std::string& path);  // a config.json path
+  // a config.json, or a model's folder holding one
+  static Qwen3Config from_hf_file(const std::string& path);
   // A wrapper config (Qwen3_5ForConditionalGeneration: model_type qwen3_5 / qwen3_5_moe)
   // whose top-level hidden_size, num_hidden_layers, layer_types or rope_theta disagree with
   // its text_config's: one line naming each, for a warning ("" when none). from_hf_json

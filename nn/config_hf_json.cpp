@@ -2,6 +2,7 @@
 // every field typed, bounded and named in its errors, the RoPE and hybrid/MoE fields, and
 // the fields of another family refused. The checks and counts are config.cpp.
 #include <algorithm>
+#include <filesystem>
 #include <limits>
 #include <optional>
 #include <sstream>
@@ -502,9 +503,17 @@ std::string Qwen3Config::ignored_wrapper_fields(const nlohmann::json& j) {
 }
 
 Qwen3Config Qwen3Config::from_hf_file(const std::string& path) {
+  // A model's folder means its config.json, as transformers' from_pretrained reads it.
+  std::error_code ec;
+  std::string file = path;
+  if (std::filesystem::is_directory(path, ec)) {
+    file = (std::filesystem::path(path) / "config.json").string();
+    CG_CHECK(std::filesystem::is_regular_file(file, ec), "Qwen3Config: '", path,
+             "' is a folder without a config.json; give the model's folder or its config.json");
+  }
   // Bounded parse (json_input.h): a hostile config.json is an error, never a crash.
   return from_hf_json(
-      parse_untrusted_json(read_text_file(path, "Qwen3Config"), "Qwen3Config: '" + path + "'"));
+      parse_untrusted_json(read_text_file(file, "Qwen3Config"), "Qwen3Config: '" + file + "'"));
 }
 
 }  // namespace cg::nn

@@ -5,6 +5,8 @@
 // never guessed.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include <limits>
 
 #include <nlohmann/json.hpp>
@@ -69,6 +71,13 @@ TEST(NnConfig, ReadsTransformers4And5Layouts) {
   testing_nn::TempDir dir;
   testing_nn::write_bytes(dir.file("config.json"), from_file.dump(2));
   EXPECT_EQ(nn::Qwen3Config::from_hf_file(dir.file("config.json")).rope_theta, 1e6);
+  // A model's folder means its config.json (target.hf_config may name either); a folder
+  // without one is refused, naming it.
+  EXPECT_EQ(nn::Qwen3Config::from_hf_file(dir.str()).rope_theta, 1e6);
+  const std::string sub = dir.file("no_config");
+  std::filesystem::create_directories(sub);
+  EXPECT_ERROR_HAS(nn::Qwen3Config::from_hf_file(sub), "is a folder without a config.json",
+                   sub.c_str());
 }
 
 TEST(NnConfig, RefusesWhatWouldChangeTheNumbers) {

@@ -36,7 +36,7 @@ struct OptimConfig {
 
 struct TargetConfig {
   std::string checkpoint;  // a safetensors file/folder to load instead of training ("" = train)
-  std::string hf_config;   // its config.json when the checkpoint is a Hugging Face model
+  std::string hf_config;   // its config.json (or its folder) for a Hugging Face checkpoint
   int64_t hidden_size = 64, num_layers = 8, num_heads = 2, num_kv_heads = 1, head_dim = 32;
   int64_t intermediate_size = 192;
   double rope_theta = 10000.0;
