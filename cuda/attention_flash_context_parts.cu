@@ -16,6 +16,7 @@
 #include "cuda/attention_flash_key_tiles.cuh"
 #include "cuda/attention_kernels.h"
 #include "cuda/cuda_check.h"
+#include "cuda/wgmma.cuh"
 
 namespace cg::cuda::flash {
 
@@ -107,7 +108,9 @@ int dkdv_context_parts(const AttnShape& s, const AttnMaskArgs& m) {
   // 5 parts, and at 40/8 heads (32-row tiles) 10.71-10.73 with 3 against 10.79-10.82 with
   // 4; with shuffled anchors 4 stayed ahead (7.21-7.23 against 7.35-7.38), as it did under
   // the sliding rule (6.61-6.63 against 6.75 sorted, 8.93 against 9.00 at 40/8).
-  const int64_t waves = m.anchors_sorted && m.sliding_window == 0 ? 9 : 12;
+  // (Where the 128-key CTAs run: head dim 128 on the warpgroup MMA; measured nowhere else.)
+  const bool wide = s.hd == 128 && wgmma::available();
+  const int64_t waves = wide && m.anchors_sorted && m.sliding_window == 0 ? 9 : 12;
   const int64_t ctx_ctas = (m.context_len + kTile - 1) / kTile * s.Hkv * s.B;
   const int64_t wanted = forced != 0 ? forced : (waves * sms + ctx_ctas - 1) / ctx_ctas;
   return static_cast<int>(std::clamp<int64_t>(wanted, 1, std::min<int64_t>(8, m.num_blocks)));

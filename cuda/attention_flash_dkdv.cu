@@ -213,10 +213,11 @@ bool dq_first_writers(const BwdArgs& a) {
 // own keys (24 a block in the 27B-class step) stay in 64-key CTAs of one warpgroup,
 // launched first as a grid of their own. 256 threads at about 250 registers hold one CTA a
 // multiprocessor, whose shared memory then has room for three query-tile stages (about
-// 160 KB; 165 KB with the wgmma dq's two staging buffers, Note [dq staging twice]), taken wherever they fit. Both warpgroups compute a tile when either has a
-// visible key (Note [wgmma dk/dv]): when that choice was each warpgroup's own, ptxas
-// serialized every wgmma of the kernel (C7518, "program dependence on compiler-inserted
-// WG.DP in divergent path"), and this CTA measured slower than two of 64 keys (12.44
+// 160 KB; 165 KB with the wgmma dq's two staging buffers, Note [dq staging twice]), taken
+// wherever they fit. Both warpgroups compute a tile when either has a visible key (Note
+// [wgmma dk/dv]): when that choice was each warpgroup's own, ptxas serialized every wgmma
+// of the kernel (C7518, "program dependence on compiler-inserted WG.DP in divergent
+// path"), and this CTA measured slower than two of 64 keys (12.44
 // against 11.87 ms; 11.47 with two stages against 10.53 with three of 64 keys). Without
 // the serialization, H200, 32/8 heads, 1024 x 24 over 4096 keys, bf16, the trainer's
 // sorted anchors (bench/attention_bench --anchors sorted), four calls: backward 10.25-10.71
@@ -324,9 +325,10 @@ bool dq_behind_enabled() {
 // step's S^T and dP^T as a third MMA group and waited after dK's issue, where it is done;
 // its 16 accumulators a thread are then staged in the warpgroup's 8 KB of shared memory, in
 // the buffer's order (Note [dq tile order]: a warpgroup's columns are one run of 2048
-// floats), and its first thread adds them with one 8 KB bulk reduction after a barrier of the warpgroup's own, from one of two staging buffers (Note [dq staging
-// twice]). A step whose CTA has no visible key (its dS all zeros) leaves no
-// dq behind it, unless its rows must be stored (Note [dq first writers]). The mma.sync dq
+// floats), and its first thread adds them with one 8 KB bulk reduction after a barrier of
+// the warpgroup's own, from one of two staging buffers (Note [dq staging twice]). A step
+// whose CTA has no visible key (its dS all zeros) leaves no dq behind it, unless its rows
+// must be stored (Note [dq first writers]). The mma.sync dq
 // it replaces issued, a warp and a tile, 32 mma.sync and 24 ldmatrix.x4 reading 12 KB of
 // shared memory (96 KB a tile for the CTA, against 48 KB here), each mma behind its
 // ldmatrix. ptxas (bf16): 230 registers and no spills under the full rule (255 and 12
@@ -390,8 +392,8 @@ int dkdv_wide_stages(const BwdArgs& wide) {
 // query tiles]), so where a group's packed rows are a multiple of 48 and not of 64 the
 // 128-key CTAs walk 48-row tiles: the same work in two thirds of the steps, the three
 // small GEMMs as m64n48k16. Only the kernel of Notes [dq one tile behind] and [wgmma dq]
-// takes them (three stages; its staging is now a warpgroup's QT x 64 floats, 48 KB at 48
-// rows, where it was 64 KB at 32 with half of it unused); the fused dq's buffer keeps
+// takes them (three stages; a warpgroup stages QT x 64 floats, so the CTA's two staging
+// buffers take 48 KB at 48 rows, against 32 KB at 32); the fused dq's buffer keeps
 // 32-row tiles (Note [dq tile order]), so a 48-row tile is added as two runs of 16-row
 // halves. Registers (ptxas, bf16): the 48-row kernel first spilled 12 bytes under the
 // full rule and 568 under the sliding rule at 255; telling the 128-key kernels that their

@@ -166,7 +166,8 @@ __device__ __forceinline__ void commit_empty_bulk_group() {
 // just before, and ncu (H200, full rule, sorted anchors, 2026-12-05) put 17% of the wgmma
 // dq kernel's warp samples at that barrier and 5% at the wait itself, against 1.5% at the
 // barriers of the mma.sync dq's kernel (whose warps wait a step later, before their own
-// staging). Two buffers cost 16 KB of shared memory (one CTA a multiprocessor either way).
+// staging). Two buffers cost 16 KB of shared memory (24 KB on 48-row tiles; one CTA a
+// multiprocessor either way).
 __device__ __forceinline__ void wait_dq_t_staging_read() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const int first = threadIdx.x % 128 == 0;

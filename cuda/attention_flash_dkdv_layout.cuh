@@ -36,10 +36,11 @@ namespace cg::cuda::flash {
 // of the pass holds rows 16 mh .. + 15 of a tile and NC = HD / (2 KW) of its columns, i.e.
 // NC / 32 consecutive chunks: 16 x NC floats in one piece (NC is 32 or 64, never more: a
 // chunk or a pair), and a warpgroup of the wgmma dq (Note [wgmma dq]) holds a pair's two
-// row halves, 32 x 64 floats in one piece, added with one bulk reduction of 8 KB (two of 4
-// KB when the row halves came first; ncu, H200, 2026-12-05: the issue of each is a loop
-// over the warp's lanes behind a scoreboard wait, 3 to 4% of the pass's warp samples). Inside a 16 x 32 chunk, column
-// c of row r sits at c ^ 8 (r % 4) so that a half-warp's float2 stores of four rows into
+// row halves, 32 x 64 floats in one piece, added with one bulk reduction of 8 KB (a 48-row
+// tile, Note [48-row query tiles]: two, of 8 and 4 KB; two of 4 KB when the row halves came
+// first; ncu, H200, 2026-12-05: the issue of each is a loop over the warp's lanes behind a
+// scoreboard wait, 3 to 4% of the pass's warp samples). Inside a 16 x 32 chunk, column c of
+// row r sits at c ^ 8 (r % 4) so that a half-warp's float2 stores of four rows into
 // the shared-memory copy hit distinct banks; the last kernel (dq = scale * buffer) reads
 // through the same map. Measured with ncu before this order: one bulk reduction a row made
 // the compiler loop over the 16 lanes (ELECT, R2UR, UBLKRED a lane), 16% of the pass's

@@ -5,11 +5,12 @@
 // mistake in one 16-row half of the dq's runs, in the second load pass's rows 32 .. 47 or
 // in one k16 step could hide under the CPU comparison's tolerance. Groups whose packed rows
 // are 48, 96, 144 and 240 (a 48-row tile starting on either half of a 32-row tile of the
-// dq's buffer), anchors at 0, at the end, repeated and padded, windows smaller and larger
-// than the context, atomics instead of bulk reductions, and the backward's scratch
-// starting as NaN. Each test counts the 48-row kernel's launches, so that a silent fallback
-// to 32 rows fails it. Compiled only in CUDA builds; skipped without a GPU or without the
-// warpgroup MMA.
+// dq's buffer), 192 (a multiple of 64 too) and 528 (past the row table), anchors at 0, at
+// the end, repeated and padded, windows smaller and larger than the context, atomics
+// instead of bulk reductions, and the backward's scratch starting as NaN. Every comparison
+// with 32-row tiles checks that its 48-row run launched the 48-row kernel and its 32-row
+// run did not, and each test that the kernel ran at all. Compiled only in CUDA builds;
+// skipped without a GPU or without the warpgroup MMA.
 #if defined(CHUNKGRAD_WITH_CUDA)
 
 #include <gtest/gtest.h>
@@ -50,7 +51,9 @@ class CudaAttentionWide48Test : public testing::CudaAttentionTest {
 };
 
 // dq, dk and dv with 48-row tiles against 32-row tiles on the same inputs and forward
-// outputs: relative to each one's largest magnitude, 8e-3 (about two bf16 ulps there).
+// outputs: relative to each one's largest magnitude, 8e-3 (about two bf16 ulps there). The
+// 48-row run must launch the 48-row kernel (a case that fell back to 32 rows would compare
+// 32 rows with 32 rows: an outside review's finding).
 void expect_as_32_rows(const testing::Case& c, const std::string& what) {
   SCOPED_TRACE(what + " vs 32-row tiles");
   const Tensor q = testing::same_view_on_gpu(testing::make_input(c, c.Hq, c.Sq, 11, true));
@@ -65,16 +68,22 @@ void expect_as_32_rows(const testing::Case& c, const std::string& what) {
   AttentionGrads grads[2];
   for (int rows48 = 0; rows48 < 2; ++rows48) {
     const ScopedEnv rows("CHUNKGRAD_FLASH_DKDV_WIDE_ROWS", rows48 ? "48" : "32");
+    const int64_t before = cuda::flash_dkdv_wide48_launches();
     grads[rows48] = gpu.attention_backward(g, q, k, v, f.out, f.lse, m, scale, true, true, true);
+    if (rows48) {
+      EXPECT_GT(cuda::flash_dkdv_wide48_launches(), before) << "the 48-row kernel did not run";
+    } else {
+      EXPECT_EQ(cuda::flash_dkdv_wide48_launches(), before) << "32 rows ran the 48-row kernel";
+    }
   }
   testing::expect_close(grads[1].dq, grads[0].dq, 8e-3, "dq");
   testing::expect_close(grads[1].dk, grads[0].dk, 8e-3, "dk");
   testing::expect_close(grads[1].dv, grads[0].dv, 8e-3, "dv");
 }
 
-std::string name(int64_t hq, int64_t S, int64_t Bs, int64_t W) {
-  return "heads " + std::to_string(hq) + "/8 S " + std::to_string(S) + " Bs " + std::to_string(Bs) +
-         " W " + std::to_string(W);
+std::string name(int64_t hq, int64_t S, int64_t Bs, int64_t W, int64_t hkv = 8) {
+  return "heads " + std::to_string(hq) + "/" + std::to_string(hkv) + " S " + std::to_string(S) +
+         " Bs " + std::to_string(Bs) + " W " + std::to_string(W);
 }
 
 // Per-batch anchors over S = 300 context keys (three 128-key tiles, the last one partial):
@@ -88,15 +97,21 @@ TEST_F(CudaAttentionWide48Test, BothRulesEdgeAnchors) {
   const Tensor padded = from_vector({0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, {2, N},
                                     {.dtype = DType::boolean});
   struct Group {
-    int64_t hq, Bs;  // packed rows (hq / 8) * Bs
+    int64_t hq, hkv, Bs;  // packed rows (hq / hkv) * Bs
   };
+  // 96, 48, 144, 240 packed rows; 192 (a multiple of 64 too: 48 only by the switch); 528
+  // (past the row table's 512 rows: each row worked out in the kernel)
+  const Group groups[] = {{32, 8, 24}, {16, 8, 24}, {24, 8, 48},
+                          {40, 8, 48}, {64, 8, 24}, {22, 1, 24}};
   for (DType dt : {DType::bf16, DType::f16}) {
-    for (Group gr : {Group{32, 24}, Group{16, 24}, Group{24, 48}, Group{40, 48}}) {
+    for (Group gr : groups) {
       for (int64_t W : {0, 5, 66, 1000}) {
+        if (gr.hkv == 1 && (dt == DType::f16 || W == 5)) continue;  // (the largest: fewer)
         const AttentionMask m = AttentionMask::dflash_blocks(S, gr.Bs, anchors, padded, W);
-        const testing::Case c = dflash_case(dt, 128, gr.hq, 8, 2, S, N, gr.Bs, m);
-        check_case(c, AttentionPath::flash, name(gr.hq, S, gr.Bs, W));
-        expect_as_32_rows(c, name(gr.hq, S, gr.Bs, W));
+        const testing::Case c = dflash_case(dt, 128, gr.hq, gr.hkv, 2, S, N, gr.Bs, m);
+        const std::string what = name(gr.hq, S, gr.Bs, W, gr.hkv);
+        check_case(c, AttentionPath::flash, what);
+        expect_as_32_rows(c, what);
       }
     }
   }
@@ -131,8 +146,9 @@ TEST_F(CudaAttentionWide48Test, AtomicsInsteadOfBulkReductions) {
   for (int64_t W : {0, 66}) {
     for (int64_t hq : {32, 24}) {  // 96 and 72 (not a multiple of 48: 32-row tiles) rows
       const AttentionMask m = AttentionMask::dflash_blocks(S, 24, anchors, Tensor(), W);
-      check_case(dflash_case(DType::bf16, 128, hq, 8, 1, S, N, 24, m), AttentionPath::flash,
-                 name(hq, S, 24, W) + " atomics");
+      const testing::Case c = dflash_case(DType::bf16, 128, hq, 8, 1, S, N, 24, m);
+      check_case(c, AttentionPath::flash, name(hq, S, 24, W) + " atomics");
+      if (hq == 32) expect_as_32_rows(c, name(hq, S, 24, W) + " atomics");
     }
   }
 }

@@ -202,6 +202,29 @@ TEST_F(TrainResume, AFreshRunThatSavesNothingLeavesNoCheckpointOfTheRunItReplace
   expect_error(run_export(run), "no drafter checkpoint", "export");
 }
 
+// A resumed run with drafter.checkpoint_every -1 saves nothing, so `export` then took the
+// step it had resumed from, silently (an outside tester's finding): the run now warns which
+// steps went unsaved and which step export takes.
+TEST_F(TrainResume, AResumedRunThatSavesNothingSaysWhichStepExportTakes) {
+  const std::string run = path("run");
+  const std::string args = "--config " + write("c.json", tiny(run));
+  ASSERT_EQ(train(args).exit_code, 0);
+  ASSERT_EQ(checkpoint_steps(run), (std::vector<int64_t>{2}));
+  const TrainRun more =
+      train(args + " --set drafter.checkpoint_every=-1 --set drafter.optim.steps=4");
+  ASSERT_EQ(more.exit_code, 0) << more.err;
+  EXPECT_NE(more.err.find("warning: drafter steps 3..4 were not saved (drafter.checkpoint_every "
+                          "-1); the newest checkpoint, which `chunkgrad export` takes, is still "
+                          "step 2 ("),
+            std::string::npos)
+      << more.err;
+  EXPECT_EQ(checkpoint_steps(run), (std::vector<int64_t>{2}));
+  // A run that saves says nothing of the kind.
+  const TrainRun saving = train(args + " --set drafter.optim.steps=5");
+  ASSERT_EQ(saving.exit_code, 0) << saving.err;
+  EXPECT_EQ(saving.err.find("were not saved"), std::string::npos) << saving.err;
+}
+
 // A field the run warned was unused (mix_ce_weight outside kind mix, sliding_window with
 // every layer full), dropped as the warning said, refused the resume for it (an outside
 // tester's finding); a used one still does.

@@ -283,6 +283,26 @@ void DrafterTrainer::write_checkpoint(
   replace_after_.reset();
 }
 
+std::string DrafterTrainer::unsaved_steps_note(int64_t first_step) const {
+  const int64_t last = step();
+  if (config_.drafter.checkpoint_every >= 0 || last <= first_step) return "";
+  int64_t newest = -1;
+  std::string newest_path;
+  for (const auto& [s, p] : drafter_checkpoint_files(config_.run_dir)) {
+    if (s > newest) {
+      newest = s;
+      newest_path = p;
+    }
+  }
+  if (newest < 0 || newest >= last) return "";
+  // (an outside tester resumed a run with checkpoint_every -1 and exported: the export took
+  // the step it had resumed from, silently)
+  return "drafter steps " + std::to_string(first_step + 1) + ".." + std::to_string(last) +
+         " were not saved (drafter.checkpoint_every -1); the newest checkpoint, which "
+         "`chunkgrad export` takes, is still step " +
+         std::to_string(newest) + " (" + newest_path + ")";
+}
+
 int64_t DrafterTrainer::drop_replaced_checkpoints() {
   if (!replace_after_ || config_.drafter.checkpoint_every >= 0) return 0;
   int64_t removed = 0;

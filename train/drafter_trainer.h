@@ -105,6 +105,10 @@ class DrafterTrainer {
   // finding). Rank 0 removes; returns how many went (0 where this run saved, which
   // removed them already).
   int64_t drop_replaced_checkpoints();
+  // With drafter.checkpoint_every -1, after training from first_step: when the run directory
+  // holds a checkpoint older than the last step trained (a resumed run's), the line that
+  // says which steps went unsaved and which step `chunkgrad export` would take; else "".
+  std::string unsaved_steps_note(int64_t first_step) const;
   // Writes step_<N>.safetensors (atomically), then removes what replace_checkpoints_after
   // named and all but the newest drafter.keep_checkpoints (0: keeps all). With several
   // ranks every rank calls it and returns when rank 0's save is done (Note [Saving

@@ -163,6 +163,7 @@ void train_drafter(RunState& s) {
                     " checkpoint(s) of the run this one replaced (drafter.checkpoint_every -1: "
                     "this run saved none)");
   }
+  if (const std::string note = trainer.unsaved_steps_note(s.first_step); !note.empty()) warn(note);
   s.final_step = trainer.step();
   s.drafter->eval();
 }

@@ -247,6 +247,8 @@ nlohmann::json run_synthetic_pipeline(const TrainConfig& config, const PipelineO
                     " checkpoint(s) of the run this one replaced (drafter.checkpoint_every -1: "
                     "this run saved none)");
   }
+  if (const std::string note = trainer.unsaved_steps_note(first_step); !note.empty() && rank0)
+    warn(note);
   const int64_t final_step = trainer.step();
   drafter->eval();
   if (stop_agreed()) throw Interrupted("drafter", final_step, d.checkpoint_every >= 0);
