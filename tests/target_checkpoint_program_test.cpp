@@ -34,14 +34,10 @@ class TargetCheckpointProgram : public TrainProgram {
   // The small run of tiny(), its target read from `checkpoint` with `hf_config`.
   std::string with_checkpoint(const std::string& run, const std::string& checkpoint,
                               const std::string& hf_config) const {
-    std::string c = tiny(run);
-    const std::string from = R"("target": {)";
-    c.replace(c.find(from), from.size(),
-              R"("target": {"checkpoint": ")" + checkpoint + R"(", "hf_config": ")" + hf_config +
-                  R"(", )");
-    const std::string features = R"("num_target_features": 1)";
-    c.replace(c.find(features), features.size(), R"("target_layers": [1, 2])");
-    return c;
+    const std::string c = replaced(tiny(run), R"("target": {)",
+                                   R"("target": {"checkpoint": ")" + checkpoint +
+                                       R"(", "hf_config": ")" + hf_config + R"(", )");
+    return replaced(c, R"("num_target_features": 1)", R"("target_layers": [1, 2])");
   }
 };
 
@@ -135,8 +131,8 @@ TEST_F(TargetCheckpointProgram, ABadTargetCheckpointIsNamedBeforeTheRunDirectory
       train("--config " + write("c.json", with_checkpoint(run, path("c3"), dir + "/config.json")));
   expect_error(missing, "model-00003-of-00003.safetensors");
   EXPECT_NE(missing.err.find("target.checkpoint"), std::string::npos) << missing.err;
-  std::string past = with_checkpoint(run, dir, dir + "/config.json");
-  past.replace(past.find("[1, 2]"), 6, "[1, 4]");
+  const std::string past =
+      replaced(with_checkpoint(run, dir, dir + "/config.json"), "[1, 2]", "[1, 4]");
   expect_error(train("--config " + write("d.json", past)),
                "drafter.target_layers: layer 4 is not a layer of the target (0..3)");
   EXPECT_FALSE(fs::exists(run)) << "the run directory was written before the check";
@@ -146,9 +142,7 @@ TEST_F(TargetCheckpointProgram, ABadTargetCheckpointIsNamedBeforeTheRunDirectory
 // directory was written, without saying what to change.
 TEST_F(TrainProgram, ACorpusTooShortForTheTargetFailsBeforeTheRunDirectory) {
   const std::string run = path("run");
-  std::string c = tiny(run);
-  const std::string from = R"("lines": 200)";
-  c.replace(c.find(from), from.size(), R"("lines": 1)");
+  const std::string c = replaced(tiny(run), R"("lines": 200)", R"("lines": 1)");
   expect_error(train("--config " + write("c.json", c)),
                "fewer than target.seq_len + 2 = 34; give a longer corpus (corpus.lines");
   EXPECT_FALSE(fs::exists(run)) << "the run directory was written before the check";
@@ -159,10 +153,8 @@ TEST_F(TrainProgram, ACorpusTooShortForTheTargetFailsBeforeTheRunDirectory) {
 // is what a user needs.
 TEST_F(TrainProgram, TheStepsBeforeANonFiniteDrafterLossAreLogged) {
   const std::string run = path("run");
-  std::string c = tiny(run);
-  const std::string from = R"("optim": {"steps": 2, "batch_size": 2})";
-  c.replace(
-      c.find(from), from.size(),
+  const std::string c = replaced(
+      tiny(run), R"("optim": {"steps": 2, "batch_size": 2})",
       R"("optim": {"steps": 40, "batch_size": 2, "lr": 10, "weight_decay": 10, "grad_clip": 0, "warmup_ratio": 0}, "checkpoint_every": 0)");
   const TrainRun r = train("--config " + write("c.json", c));
   expect_error(r, "the drafter loss is");
@@ -198,10 +190,10 @@ class StopProgram : public TrainProgram {
 // drafter's data was made, every sequence was still made before the run stopped.
 TEST_F(StopProgram, AStopOutsideTheTrainingLoopsEndsItsStageAndSaysWhatIsKept) {
   const std::string run = path("run");
-  std::string c = tiny(run);
-  const std::string lines = R"("lines": 200)", eval = R"("prompts": 1, "max_new_tokens": 8)";
-  c.replace(c.find(lines), lines.size(), R"("lines": 4000)");
-  c.replace(c.find(eval), eval.size(), R"("prompts": 3000, "max_new_tokens": 24)");
+  const std::string lines = R"("lines": 200)";
+  const std::string c =
+      replaced(replaced(tiny(run), lines, R"("lines": 4000)"),
+               R"("prompts": 1, "max_new_tokens": 8)", R"("prompts": 3000, "max_new_tokens": 24)");
   const std::string config = write("c.json", c);
   pid_t pid = start_train("--config " + config);
   ASSERT_TRUE(wait_for_step(run, "drafter", 2)) << slurp(path("err"));
@@ -219,10 +211,9 @@ TEST_F(StopProgram, AStopOutsideTheTrainingLoopsEndsItsStageAndSaysWhatIsKept) {
   for (const auto& [step, n] : steps_logged(run, "drafter")) EXPECT_EQ(n, 1) << "step " << step;
 
   const std::string data_run = path("data");
-  std::string d = tiny(data_run);
-  const std::string seqs = R"("num_sequences": 2, "max_new_tokens": 12)";
-  d.replace(d.find(lines), lines.size(), R"("lines": 4000)");
-  d.replace(d.find(seqs), seqs.size(), R"("num_sequences": 3000, "max_new_tokens": 24)");
+  const std::string d = replaced(replaced(tiny(data_run), lines, R"("lines": 4000)"),
+                                 R"("num_sequences": 2, "max_new_tokens": 12)",
+                                 R"("num_sequences": 3000, "max_new_tokens": 24)");
   pid = start_train("--config " + write("d.json", d));
   ASSERT_TRUE(wait_for_step(data_run, "target", 3)) << slurp(path("err"));
   r = stop(pid, SIGTERM);
