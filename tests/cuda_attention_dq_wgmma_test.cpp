@@ -15,8 +15,6 @@
 
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -55,43 +53,30 @@ class CudaAttentionDqWgmmaTest : public testing::CudaAttentionTest {
 // outputs: relative to the largest |dq|, 8e-3 (about two bf16 ulps there).
 void expect_dq_as_mma_sync(const testing::Case& c, const std::string& what) {
   SCOPED_TRACE(what + " vs mma.sync");
-  const Tensor q = testing::same_view_on_gpu(testing::make_input(c, c.Hq, c.Sq, 11, true));
-  const Tensor k = testing::same_view_on_gpu(testing::make_input(c, c.Hkv, c.Sk, 12, false));
-  const Tensor v = testing::same_view_on_gpu(testing::make_input(c, c.Hkv, c.Sk, 13, false));
-  const Tensor g = testing::same_view_on_gpu(testing::make_input(c, c.Hq, c.Sq, 14, true));
-  const double scale = 1.0 / std::sqrt(static_cast<double>(c.hd));
-  const ResolvedAttentionMask m = resolve_attention_mask(
-      testing::mask_on(c.mask, cuda_device(0)), c.B, c.Hq, c.Sq, c.Sk, cuda_device(0), "test");
-  cuda::CudaKernels gpu(AttentionPath::flash);
-  const AttentionForward f = gpu.attention_forward(q, k, v, m, scale);
+  testing::FlashBackwardRig rig(c);
   Tensor dq[2];
   for (int wgmma = 0; wgmma < 2; ++wgmma) {
     const testing::ScopedEnv on("CHUNKGRAD_FLASH_DQ_WGMMA", wgmma ? "1" : "0");
-    dq[wgmma] = gpu.attention_backward(g, q, k, v, f.out, f.lse, m, scale, true, true, true).dq;
+    dq[wgmma] = rig.backward().dq;
   }
   testing::expect_close(dq[1], dq[0], 8e-3, "dq");
 }
 
 std::string name(int64_t hq, int64_t S, int64_t Bs, int64_t W) {
-  return "heads " + std::to_string(hq) + "/8 S " + std::to_string(S) + " Bs " + std::to_string(Bs) +
-         " W " + std::to_string(W);
+  return testing::dflash_name(hq, 8, S, Bs, W);
 }
 
-// Per-batch anchors over S = 300 context keys (three 128-key tiles, the last one partial):
-// at 0, 1, the end, repeated, at tile edges and padded (a negative anchor, and by flag).
+// testing::EdgeAnchors: per-batch anchors at 0, 1, the end, repeated, at tile edges and
+// padded, over 300 context keys.
 TEST_F(CudaAttentionDqWgmmaTest, BothRulesEdgeAnchors) {
   const ScopedEnv on("CHUNKGRAD_FLASH_DQ_WGMMA", "1");
-  const int64_t S = 300, N = 8;
-  const Tensor anchors = from_ints({0, 1, 127, 128, 128, 255, 300, -1,  //
-                                    300, 0, 0, 129, 200, 256, 299, 64},
-                                   {2, N});
-  const Tensor padded = from_vector({0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, {2, N},
-                                    {.dtype = DType::boolean});
+  const testing::EdgeAnchors e;
+  const int64_t S = e.S, N = e.N;
   for (DType dt : {DType::bf16, DType::f16}) {
     for (int64_t hq : {32, 40}) {
       for (int64_t Bs : {24, 16}) {  // 96 or 120, 64 or 80 packed rows
         for (int64_t W : {0, 5, 66, 1000}) {
-          const AttentionMask m = AttentionMask::dflash_blocks(S, Bs, anchors, padded, W);
+          const AttentionMask m = AttentionMask::dflash_blocks(S, Bs, e.anchors, e.padded, W);
           check_case(dflash_case(dt, 128, hq, 8, 2, S, N, Bs, m), AttentionPath::flash,
                      name(hq, S, Bs, W));
           expect_dq_as_mma_sync(dflash_case(dt, 128, hq, 8, 2, S, N, Bs, m), name(hq, S, Bs, W));

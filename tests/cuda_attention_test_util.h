@@ -1,9 +1,11 @@
 // Why this file exists: the harness the CUDA attention tests share (cuda_attention_test.cpp,
-// cuda_attention_sliding_test.cpp, cuda_attention_dq_wgmma_test.cpp): a fixture that skips
-// without a GPU, the per-dtype tolerances, a scoped environment variable (ScopedEnv), a
-// DFlash case's shapes (dflash_case), and check_case / check_paths, which run one attention
-// problem forward and backward on the CPU (the reference, cpu/attention.cpp) and on a CUDA
-// path and compare out, lse, dq, dk and dv. Tolerances are relative to the largest
+// cuda_attention_sliding_test.cpp, cuda_attention_dq_wgmma_test.cpp,
+// cuda_attention_wide48_test.cpp): a fixture that skips without a GPU, the per-dtype
+// tolerances, a scoped environment variable (ScopedEnv), a DFlash case's shapes
+// (dflash_case, dflash_name, edge_anchors), check_case / check_paths, which run one
+// attention problem forward and backward on the CPU (the reference, cpu/attention.cpp) and
+// on a CUDA path and compare out, lse, dq, dk and dv, and FlashBackwardRig, which runs one
+// problem's flash backward again on the same inputs under another kernel switch. Tolerances are relative to the largest
 // reference value: bf16 3e-2 (P and dS are rounded to bf16 as mma operands), f16 6e-3, f32
 // 2e-4, f64 1e-9. Include it only inside `#if defined(CHUNKGRAD_WITH_CUDA)`.
 #pragma once
@@ -187,6 +189,49 @@ inline void check_case(const Case& c, AttentionPath path, const std::string& nam
   expect_close(gg2.dk, rg.dk, tol, "dk");
   expect_close(gg2.dv, rg.dv, tol, "dv");
 }
+
+// One case's inputs on the GPU and its flash forward, kept so that the backward can run
+// again on exactly the same inputs under another environment switch (the kernels read
+// theirs at every launch): two kernels compared tightly, where only their sums' order
+// differs, not through the CPU comparison's tolerance.
+struct FlashBackwardRig {
+  explicit FlashBackwardRig(const Case& c)
+      : q(same_view_on_gpu(make_input(c, c.Hq, c.Sq, 11, true))),
+        k(same_view_on_gpu(make_input(c, c.Hkv, c.Sk, 12, false))),
+        v(same_view_on_gpu(make_input(c, c.Hkv, c.Sk, 13, false))),
+        g(same_view_on_gpu(make_input(c, c.Hq, c.Sq, 14, true))),
+        m(resolve_attention_mask(mask_on(c.mask, cuda_device(0)), c.B, c.Hq, c.Sq, c.Sk,
+                                 cuda_device(0), "test")),
+        scale(c.scale != 0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.hd))),
+        gpu(AttentionPath::flash),
+        f(gpu.attention_forward(q, k, v, m, scale)) {}
+  AttentionGrads backward() {
+    return gpu.attention_backward(g, q, k, v, f.out, f.lse, m, scale, true, true, true);
+  }
+  Tensor q, k, v, g;
+  ResolvedAttentionMask m;
+  double scale;
+  cuda::CudaKernels gpu;
+  AttentionForward f;
+};
+
+// "heads 32/8 S 300 Bs 24 W 66": a DFlash case's name in a trace.
+inline std::string dflash_name(int64_t hq, int64_t hkv, int64_t S, int64_t Bs, int64_t W) {
+  return "heads " + std::to_string(hq) + "/" + std::to_string(hkv) + " S " + std::to_string(S) +
+         " Bs " + std::to_string(Bs) + " W " + std::to_string(W);
+}
+
+// Two batch rows of 8 anchors over S = 300 context keys (three 128-key tiles, the last one
+// partial): at 0, 1, the end, repeated, at tile edges, and padded (a negative anchor, and
+// the last block by flag).
+struct EdgeAnchors {
+  static constexpr int64_t S = 300, N = 8;
+  Tensor anchors = from_ints({0, 1, 127, 128, 128, 255, 300, -1,  //
+                              300, 0, 0, 129, 200, 256, 299, 64},
+                             {2, N});
+  Tensor padded = from_vector({0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, {2, N},
+                              {.dtype = DType::boolean});
+};
 
 // The automatic path, and flash and rows too where the automatic one is cudnn or flash.
 inline void check_paths(const Case& c, const std::string& name) {

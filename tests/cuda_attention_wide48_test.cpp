@@ -15,7 +15,6 @@
 
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <string>
 #include <vector>
 
@@ -56,20 +55,12 @@ class CudaAttentionWide48Test : public testing::CudaAttentionTest {
 // 32 rows with 32 rows: an outside review's finding).
 void expect_as_32_rows(const testing::Case& c, const std::string& what) {
   SCOPED_TRACE(what + " vs 32-row tiles");
-  const Tensor q = testing::same_view_on_gpu(testing::make_input(c, c.Hq, c.Sq, 11, true));
-  const Tensor k = testing::same_view_on_gpu(testing::make_input(c, c.Hkv, c.Sk, 12, false));
-  const Tensor v = testing::same_view_on_gpu(testing::make_input(c, c.Hkv, c.Sk, 13, false));
-  const Tensor g = testing::same_view_on_gpu(testing::make_input(c, c.Hq, c.Sq, 14, true));
-  const double scale = 1.0 / std::sqrt(static_cast<double>(c.hd));
-  const ResolvedAttentionMask m = resolve_attention_mask(
-      testing::mask_on(c.mask, cuda_device(0)), c.B, c.Hq, c.Sq, c.Sk, cuda_device(0), "test");
-  cuda::CudaKernels gpu(AttentionPath::flash);
-  const AttentionForward f = gpu.attention_forward(q, k, v, m, scale);
+  testing::FlashBackwardRig rig(c);
   AttentionGrads grads[2];
   for (int rows48 = 0; rows48 < 2; ++rows48) {
     const ScopedEnv rows("CHUNKGRAD_FLASH_DKDV_WIDE_ROWS", rows48 ? "48" : "32");
     const int64_t before = cuda::flash_dkdv_wide48_launches();
-    grads[rows48] = gpu.attention_backward(g, q, k, v, f.out, f.lse, m, scale, true, true, true);
+    grads[rows48] = rig.backward();
     if (rows48) {
       EXPECT_GT(cuda::flash_dkdv_wide48_launches(), before) << "the 48-row kernel did not run";
     } else {
@@ -82,20 +73,15 @@ void expect_as_32_rows(const testing::Case& c, const std::string& what) {
 }
 
 std::string name(int64_t hq, int64_t S, int64_t Bs, int64_t W, int64_t hkv = 8) {
-  return "heads " + std::to_string(hq) + "/" + std::to_string(hkv) + " S " + std::to_string(S) +
-         " Bs " + std::to_string(Bs) + " W " + std::to_string(W);
+  return testing::dflash_name(hq, hkv, S, Bs, W);
 }
 
-// Per-batch anchors over S = 300 context keys (three 128-key tiles, the last one partial):
-// at 0, 1, the end, repeated, at tile edges and padded (a negative anchor, and by flag).
+// testing::EdgeAnchors: per-batch anchors at 0, 1, the end, repeated, at tile edges and
+// padded, over 300 context keys.
 TEST_F(CudaAttentionWide48Test, BothRulesEdgeAnchors) {
   const ScopedEnv on("CHUNKGRAD_FLASH_DKDV_WIDE_ROWS", "48");
-  const int64_t S = 300, N = 8;
-  const Tensor anchors = from_ints({0, 1, 127, 128, 128, 255, 300, -1,  //
-                                    300, 0, 0, 129, 200, 256, 299, 64},
-                                   {2, N});
-  const Tensor padded = from_vector({0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, {2, N},
-                                    {.dtype = DType::boolean});
+  const testing::EdgeAnchors e;
+  const int64_t S = e.S, N = e.N;
   struct Group {
     int64_t hq, hkv, Bs;  // packed rows (hq / hkv) * Bs
   };
@@ -107,7 +93,7 @@ TEST_F(CudaAttentionWide48Test, BothRulesEdgeAnchors) {
     for (Group gr : groups) {
       for (int64_t W : {0, 5, 66, 1000}) {
         if (gr.hkv == 1 && (dt == DType::f16 || W == 5)) continue;  // (the largest: fewer)
-        const AttentionMask m = AttentionMask::dflash_blocks(S, gr.Bs, anchors, padded, W);
+        const AttentionMask m = AttentionMask::dflash_blocks(S, gr.Bs, e.anchors, e.padded, W);
         const testing::Case c = dflash_case(dt, 128, gr.hq, gr.hkv, 2, S, N, gr.Bs, m);
         const std::string what = name(gr.hq, S, gr.Bs, W, gr.hkv);
         check_case(c, AttentionPath::flash, what);
