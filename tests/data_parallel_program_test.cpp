@@ -4,7 +4,8 @@
 // on 2 ranks, and compare the loss curve and every tensor of the final checkpoint within
 // fp32 summation tolerance; they resume a 2-rank checkpoint on 1 process and the other way
 // round, check weak scaling against the one-process step of twice the batch, and end a
-// job whose rank 1 throws. Skipped when mpirun is not installed or the build has no MPI.
+// job whose rank 1 throws. Skipped when mpirun is not installed or the build has no MPI
+// (all but the one that names the rank on errors met before the ranks connect).
 #include <cmath>
 #include <cstdlib>
 
@@ -14,9 +15,10 @@
 namespace {
 
 using train_program_fixture::slurp;
+using train_program_fixture::TrainProgram;
 using train_program_fixture::TrainRun;
 
-class DataParallelProgram : public train_program_fixture::TrainProgram {
+class DataParallelProgram : public TrainProgram {
  protected:
   void SetUp() override {
     TrainProgram::SetUp();
@@ -194,6 +196,27 @@ TEST_F(DataParallelProgram, ABatchTheRanksCannotSplitIsRefusedNamingBothNumbers)
   const TrainRun again = ranks("done", "--set drafter.optim.batch_size=3");
   EXPECT_NE(again.exit_code, 0);
   EXPECT_EQ(files_of(path("done")), before) << again.err;
+}
+
+// A tester's finding: under mpirun every rank prints the config errors it meets before the
+// ranks connect, and those lines did not say whose they were, as the lines of a rank that
+// fails later do ("rank 1: ..."). mpirun's launch variables alone make it a rank (nothing
+// connects before these errors), so this runs without MPI; a plain run keeps its line.
+TEST_F(TrainProgram, ErrorsBeforeTheRanksConnectSayWhichRank) {
+  const std::string rank1 =
+      "OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_LOCAL_RANK=1 "
+      "OMPI_COMM_WORLD_LOCAL_SIZE=2 ";
+  const std::string bad_config = "train --print-config --config '" +
+                                 std::string(CHUNKGRAD_SOURCE_DIR) +
+                                 "/configs/toy.json' --set drafter.optim.steps=-1";
+  for (const std::string& args : {bad_config, std::string("train --print-config --bogus")}) {
+    const TrainRun ranked = run(args, rank1);
+    EXPECT_EQ(ranked.exit_code, 1) << ranked.err;
+    EXPECT_EQ(ranked.err.rfind("rank 1: chunkgrad train: error: ", 0), 0u) << ranked.err;
+    const TrainRun plain = run(args);
+    EXPECT_EQ(plain.exit_code, 1) << plain.err;
+    EXPECT_EQ(plain.err.rfind("chunkgrad train: error: ", 0), 0u) << plain.err;
+  }
 }
 
 // A rank that throws mid-run ends the whole job, non-zero, with that rank's message.

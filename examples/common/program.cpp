@@ -27,6 +27,7 @@
 #include "core/backend.h"
 #include "core/caching_allocator.h"
 #include "core/error.h"
+#include "dist/communicator.h"
 #include "ops/threads.h"
 #include "train/progress.h"
 #include "train/stop_signal.h"
@@ -42,6 +43,19 @@ std::string number_str(double v) {
   return buf;
 }
 
+// "rank R: " under mpirun with more than one rank, where every rank prints its own error
+// line (a config error before the ranks connect: each meets it), as dist::abort_job's
+// lines start; "" in a plain run, or where the launch environment cannot be read.
+std::string rank_prefix() {
+  try {
+    const dist::LaunchInfo launch = dist::detect_launch();
+    if (launch.under_mpirun && launch.world_size > 1)
+      return "rank " + std::to_string(launch.rank) + ": ";
+  } catch (const Error&) {  // (a malformed mpirun environment: the error is about that)
+  }
+  return "";
+}
+
 void print_error_line(const std::string& program, const std::string& message) {
   cg::train::end_open_progress_line();  // not glued to a progress bar's line
   std::string line = message;
@@ -50,8 +64,8 @@ void print_error_line(const std::string& program, const std::string& message) {
   }
   // `program` is "mlp_demo", or for the one program with subcommands "train" (or "" when
   // no subcommand was chosen): the line starts "chunkgrad train: error:".
-  std::fprintf(stderr, "chunkgrad%s%s: error: %s\n", program.empty() ? "" : " ", program.c_str(),
-               line.c_str());
+  std::fprintf(stderr, "%schunkgrad%s%s: error: %s\n", rank_prefix().c_str(),
+               program.empty() ? "" : " ", program.c_str(), line.c_str());
   std::fflush(stderr);
 }
 
