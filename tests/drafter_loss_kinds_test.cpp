@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <functional>
 #include <iterator>
+#include <limits>
 #include <memory>
 #include <set>
 
@@ -320,6 +321,24 @@ TEST(DrafterTrainer, ASetWithNoLossPositionsIsRefused) {
   const std::string e =
       error_of([&] { train::DrafterTrainer trainer(*drafter, target.config, data); });
   EXPECT_NE(e.find("has two loss positions in a row"), std::string::npos) << e;
+}
+
+// A finite loss whose gradient norm is not (logged as null) is refused at that step,
+// naming the gradient norm, not a step later as a loss that blames the learning rate
+// first (an outside tester's finding); the loss's own check and its step-1 wording stay.
+TEST(DrafterTrainer, ANonFiniteGradientNormIsRefusedAtItsOwnStep) {
+  EXPECT_NO_THROW(train::check_step_is_finite(3, 2.5, 0.7));
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  std::string e = error_of([&] { train::check_step_is_finite(3, 2.5, inf); });
+  EXPECT_NE(e.find("gradient norm is inf at step 3 while its loss is 2.5"), std::string::npos) << e;
+  EXPECT_LT(e.find("the inputs may hold"), e.find("lower drafter.optim.lr")) << e;
+  e = error_of([&] { train::check_step_is_finite(1, 2.5, nan); });
+  EXPECT_NE(e.find("gradient norm is nan at step 1"), std::string::npos) << e;
+  EXPECT_NE(e.find("before any update"), std::string::npos) << e;
+  EXPECT_EQ(e.find("optim.lr"), std::string::npos) << e;
+  e = error_of([&] { train::check_step_is_finite(4, nan, nan); });  // the loss speaks first
+  EXPECT_NE(e.find("the drafter loss is nan at step 4"), std::string::npos) << e;
 }
 
 }  // namespace

@@ -186,6 +186,29 @@ QueuedStep DrafterTrainer::train_step_queued() {
   return q;
 }
 
+void check_step_is_finite(int64_t step, double loss, double grad_norm) {
+  // Step 1's loss comes before any update: a NaN there is in the inputs, not the rate.
+  CG_CHECK(std::isfinite(loss), "the drafter loss is ", loss, " at step ", step,
+           step <= 1
+               ? ", before any update: the inputs hold a NaN or inf (the features or the "
+                 "teacher's hidden states: check the feature files or the target)"
+               : "; lower drafter.optim.lr or raise drafter.optim.warmup_ratio (or the inputs "
+                 "hold a NaN or inf: check the feature files or the target)");
+  // A finite loss with a gradient that is not: the backward overflowed, and this step's
+  // update has made the weights non-finite. Stopping here (before a checkpoint holds them)
+  // names the step where it began; the next step's loss, the first sign before, blamed
+  // the learning rate a step late (an outside tester's finding).
+  CG_CHECK(std::isfinite(grad_norm), "the drafter's gradient norm is ", grad_norm, " at step ",
+           step, " while its loss is ", loss,
+           ": the backward overflowed and the update made the weights non-finite; ",
+           step <= 1 ? "before any update, so the inputs hold a NaN or inf that the loss does not "
+                       "see, or values large enough to overflow (check the feature files or the "
+                       "target)"
+                     : "the inputs may hold a NaN or inf that the loss does not see (check the "
+                       "feature files or the target), or the weights grew: lower drafter.optim.lr "
+                       "or raise drafter.optim.warmup_ratio");
+}
+
 StepRecord DrafterTrainer::finish(const QueuedStep& q) const {
   StepRecord rec;
   rec.step = q.step;
@@ -205,13 +228,7 @@ StepRecord DrafterTrainer::finish(const QueuedStep& q) const {
     slot1 = {static_cast<double>(slots.correct[1]), static_cast<double>(slots.total[1])};
   sum_over_ranks(data_.comm, slot1);
   rec.slot1_accuracy = slot1[1] > 0 ? slot1[0] / slot1[1] : 0.0;
-  // Step 1's loss comes before any update: a NaN there is in the inputs, not the rate.
-  CG_CHECK(std::isfinite(rec.loss), "the drafter loss is ", rec.loss, " at step ", rec.step,
-           rec.step <= 1
-               ? ", before any update: the inputs hold a NaN or inf (the features or the "
-                 "teacher's hidden states: check the feature files or the target)"
-               : "; lower drafter.optim.lr or raise drafter.optim.warmup_ratio (or the inputs "
-                 "hold a NaN or inf: check the feature files or the target)");
+  check_step_is_finite(rec.step, rec.loss, rec.grad_norm);
   return rec;
 }
 

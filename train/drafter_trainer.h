@@ -63,6 +63,12 @@ struct StepRecord {
   int64_t tokens = 0;  // weighted slots (labels) this step
 };
 
+// Throws unless a finished step's loss and gradient norm are finite, naming the step and
+// the likely cause: at step 1 (before any update) the inputs; later the learning rate or
+// the inputs. A finite loss with a gradient norm that is not is refused at that step (its
+// update has just made the weights non-finite), not a step later at the loss.
+void check_step_is_finite(int64_t step, double loss, double grad_norm);
+
 // Note [Steps that do not wait]: a step on a GPU is queued work; reading its loss, grad
 // norm or argmax on the host would make the host wait for the device every step (and the
 // device then idles while the host prepares the next). train_step_queued() queues the
