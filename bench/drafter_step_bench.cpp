@@ -66,6 +66,7 @@ struct Options {
   double budget_mib = 1536;
   int steps = 5, warmup = 2;
   double memory_limit_gb = 0;      // 0 = the card
+  double max_split_mb = 0;         // 0: every block may be split (the allocator's default)
   std::string trace_dir;           // "": no traces; else one traced step per path, analysed
   bool checkpoint_layers = false;  // each path also with activation checkpointing per layer
   std::string offline_dir;         // "": features on the device only; else also from shards here
@@ -145,6 +146,10 @@ int main(int argc, char** argv) {
   app.add_option("--memory-limit-gb", o.memory_limit_gb,
                  "cap the allocator's reserved bytes (GB = 1e9 B; 0 = the card)")
       ->check(CLI::Range(0.0, 1e4));
+  app.add_option("--max-split-mb", o.max_split_mb,
+                 "keep cached blocks of at least this many MiB whole (PyTorch's "
+                 "max_split_size_mb; Note [Large blocks kept whole]); 0: split any block")
+      ->check(CLI::Range(0.0, 1e7));
   app.add_option("--trace-dir", o.trace_dir,
                  "trace the last step of each path into DIR/trace_step_<path>.json and print "
                  "what held the memory at its peak (open it with `chunkgrad trace`)");
@@ -173,6 +178,9 @@ int main(int argc, char** argv) {
     const cg::Device dev = cg::cuda_device(0);
     cg::CachingAllocator& alloc = cg::allocator_for(dev);
     if (o.memory_limit_gb > 0) alloc.set_memory_limit(static_cast<size_t>(o.memory_limit_gb * 1e9));
+    CG_CHECK(o.max_split_mb == 0 || o.max_split_mb >= 1, "--max-split-mb ", o.max_split_mb,
+             " is under the allocator's large pool (1 MiB): give at least 1, or 0 for none");
+    if (o.max_split_mb > 0) alloc.set_max_split_size(static_cast<size_t>(o.max_split_mb * 1048576));
     cg::cuda::EventTimer timer(cg::cuda::compute_stream(0));
     cg::Generator gen(1);
 

@@ -320,6 +320,41 @@ void CachingAllocator::empty_cache() {
   release_cached(false);
 }
 
+// Note [Large blocks kept whole]: a request that would fit under the limit were the cached
+// memory in one piece fails when that memory is split: a large segment freed by one step
+// (a logits tensor's) is cut by the next step's smaller requests (best fit takes it when
+// nothing smaller is free), and the large request then needs a new segment, which the
+// limit refuses, while release_cached() can only return segments that are wholly free.
+// PyTorch's answer is its max_split_size_mb: blocks at least that large are never split
+// and smaller requests never take them. Set here by set_max_split_size(); the OOM message
+// says so when the error is this kind (the full-scale step's naive head loss under the
+// seed's 95e9 bytes: docs/full_scale_log.md).
+std::string CachingAllocator::fragmentation_hint(size_t rounded, size_t segment_size) const {
+  if (rounded <= kSmallSize) return "";  // (the small pool's 2 MiB segments)
+  size_t largest = 0, cached = 0;        // the large pool's free blocks
+  for (const Block* b : large_pool_) {
+    largest = std::max(largest, b->size);
+    cached += b->size;
+  }
+  // What a new segment could still take: the limit's room, or what the source has free.
+  const auto reserved = static_cast<size_t>(stats_.reserved_bytes.current);
+  size_t headroom = 0;
+  if (config_.memory_limit != 0) {
+    headroom = config_.memory_limit > reserved ? config_.memory_limit - reserved : 0;
+  } else if (const int64_t free = source_->free_bytes(); free > 0) {
+    headroom = static_cast<size_t>(free);
+  }
+  if (largest >= rounded || cached + headroom < segment_size) return "";
+  return detail::concat(
+      "The request would fit if the cached memory were whole, but it is in pieces (",
+      format_bytes(uint64_t{cached}), " free in the large pool, the largest block ",
+      format_bytes(uint64_t{largest}), ")",
+      config_.max_split_size == SIZE_MAX
+          ? ": keep large blocks whole with a max split size (set_max_split_size; "
+            "drafter_step_bench --max-split-mb; PyTorch's max_split_size_mb). "
+          : ". ");
+}
+
 void CachingAllocator::throw_oom(size_t nbytes, size_t rounded, size_t segment_size) {
   ++stats_.num_ooms;
   MemoryTrace::record(TraceAction::oom, source_->device(), 0, rounded, nbytes);
@@ -338,8 +373,9 @@ void CachingAllocator::throw_oom(size_t nbytes, size_t rounded, size_t segment_s
                      " bytes), reserved ", format_bytes(reserved), " (", reserved,
                      " bytes, of which ", format_bytes(reserved - allocated),
                      " cached but unallocated), memory limit ", limit, ", source free ",
-                     source_free < 0 ? std::string("unknown") : format_bytes(source_free),
-                     ". Lower the batch, sequence or chunk size, or raise the limit."),
+                     source_free < 0 ? std::string("unknown") : format_bytes(source_free), ". ",
+                     fragmentation_hint(rounded, segment_size),
+                     "Lower the batch, sequence or chunk size, or raise the limit."),
       __FILE__, __LINE__);
 }
 
@@ -375,6 +411,19 @@ void CachingAllocator::set_memory_limit(size_t bytes) {
 size_t CachingAllocator::memory_limit() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return config_.memory_limit;
+}
+
+void CachingAllocator::set_max_split_size(size_t bytes) {
+  CG_CHECK(bytes >= kSmallSize, "CachingAllocator(", source_->name(), "): max_split_size ", bytes,
+           " bytes is under the large pool's ", kSmallSize,
+           " bytes; give at least 1 MiB (or SIZE_MAX to split every block)");
+  std::lock_guard<std::mutex> lock(mutex_);
+  config_.max_split_size = bytes;
+}
+
+size_t CachingAllocator::max_split_size() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return config_.max_split_size;
 }
 
 Device CachingAllocator::device() const { return source_->device(); }

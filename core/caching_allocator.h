@@ -10,7 +10,9 @@
 // small pool; > 1 MiB in the large pool (and only for requests < max_split_size).
 // Note [OOM]: when the source refuses (or the configured limit would be passed), the
 // allocator frees cached oversize blocks, then every fully free segment, and retries;
-// then it throws OutOfMemoryError stating requested, allocated, reserved and the limit.
+// then it throws OutOfMemoryError stating requested, allocated, reserved and the limit,
+// and, where the large pool's free blocks would hold the request were they one block,
+// that the cached memory is in pieces (Note [Large blocks kept whole], the .cpp).
 // A request above kMaxAllocation (which no rounding or int64 stat could hold) is refused
 // with OutOfMemoryError before any arithmetic, so a size that wrapped around 64 bits
 // upstream can never come back as a small block.
@@ -109,6 +111,12 @@ class CachingAllocator {
   void reset_peak_stats();
   void set_memory_limit(size_t bytes);
   size_t memory_limit() const;
+  // AllocatorConfig::max_split_size after construction (SIZE_MAX: split every block); a
+  // value under 1 MiB is refused (the large pool starts there). Cached blocks stay as
+  // they are: call it before the work whose fragmentation it is meant to avoid, or after
+  // empty_cache(). Note [Large blocks kept whole].
+  void set_max_split_size(size_t bytes);
+  size_t max_split_size() const;
   Device device() const;
   SegmentSource& source() { return *source_; }
   std::vector<SegmentInfo> snapshot() const;  // segments ordered by address
@@ -129,6 +137,8 @@ class CachingAllocator {
   // Returns fully free segments to the source (only those >= max_split_size when
   // oversize_only); true when anything was released.
   bool release_cached(bool oversize_only);
+  std::string fragmentation_hint(size_t rounded,
+                                 size_t segment_size) const;  // Note [Large blocks kept whole]
   void release_segment(Block* head);
   void split(Block* block, size_t size, Pool& pool);
   Block* merge_with_free_neighbours(Block* block, Pool& pool);
