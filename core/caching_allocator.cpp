@@ -336,14 +336,15 @@ std::string CachingAllocator::fragmentation_hint(size_t rounded, size_t segment_
     largest = std::max(largest, b->size);
     cached += b->size;
   }
-  // What a new segment could still take: the limit's room, or what the source has free.
+  // What a new segment could still take: the limit's room, and no more than the source
+  // has free (a 95e9-byte limit on an 80 GB card is the card's shortage, not pieces).
   const auto reserved = static_cast<size_t>(stats_.reserved_bytes.current);
-  size_t headroom = 0;
-  if (config_.memory_limit != 0) {
+  size_t headroom = SIZE_MAX;
+  if (config_.memory_limit != 0)
     headroom = config_.memory_limit > reserved ? config_.memory_limit - reserved : 0;
-  } else if (const int64_t free = source_->free_bytes(); free > 0) {
-    headroom = static_cast<size_t>(free);
-  }
+  if (const int64_t free = source_->free_bytes(); free >= 0)
+    headroom = std::min(headroom, static_cast<size_t>(free));
+  if (headroom == SIZE_MAX) headroom = 0;  // neither known: say nothing of pieces
   if (largest >= rounded || cached + headroom < segment_size) return "";
   return detail::concat(
       "The request would fit if the cached memory were whole, but it is in pieces (",

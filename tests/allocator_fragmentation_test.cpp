@@ -17,11 +17,11 @@
 namespace cg::testing {
 namespace {
 
-std::unique_ptr<CachingAllocator> limited(size_t limit) {
+// A fake source of `capacity` bytes under a limit of `limit`.
+std::unique_ptr<CachingAllocator> limited(size_t limit, size_t capacity = size_t{2} << 30) {
   AllocatorConfig config;
   config.memory_limit = limit;
-  return std::make_unique<CachingAllocator>(make_source(SourceKind::fake, size_t{2} << 30),
-                                            config);
+  return std::make_unique<CachingAllocator>(make_source(SourceKind::fake, capacity), config);
 }
 
 std::string oom_of(CachingAllocator& a, size_t bytes) {
@@ -73,6 +73,14 @@ TEST(AllocatorFragmentation, AShortageIsNotCalledFragmentation) {
   e = oom_of(*a, 80 * MiB);         // 30 free + 40 of room < 80
   EXPECT_EQ(e.find("cached memory"), std::string::npos) << e;
   a->free(q);
+  // A limit above what the source has (95e9 bytes on an 80 GB card, seen on an H100): the
+  // source's shortage, not pieces.
+  auto card = limited(100 * MiB, 50 * MiB);
+  card->free(card->allocate(40 * MiB));
+  void* r = card->allocate(10 * MiB);  // cuts the cached 40 MiB: 30 MiB free in it
+  e = oom_of(*card, 44 * MiB);         // 30 free + 10 the source has < 44; the limit has 60
+  EXPECT_EQ(e.find("cached memory"), std::string::npos) << e;
+  card->free(r);
   try {
     a->set_max_split_size(1024);
     ADD_FAILURE() << "a max split size under 1 MiB was taken";
