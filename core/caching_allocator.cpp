@@ -4,7 +4,10 @@
 #include "core/caching_allocator.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <map>
+#include <string>
 
 #include "core/backend.h"
 #include "core/error.h"
@@ -326,8 +329,9 @@ void CachingAllocator::empty_cache() {
 // nothing smaller is free), and the large request then needs a new segment, which the
 // limit refuses, while release_cached() can only return segments that are wholly free.
 // PyTorch's answer is its max_split_size_mb: blocks at least that large are never split
-// and smaller requests never take them. Set here by set_max_split_size(); the OOM message
-// says so when the error is this kind (the full-scale step's naive head loss under the
+// and smaller requests never take them. Set here by set_max_split_size() or, for every
+// allocator a program makes, CHUNKGRAD_MAX_SPLIT_MB; the OOM message says so when the
+// error is this kind (the full-scale step's naive head loss under the
 // seed's 95e9 bytes: docs/full_scale_log.md).
 std::string CachingAllocator::fragmentation_hint(size_t rounded, size_t segment_size) const {
   if (rounded <= kSmallSize) return "";  // (the small pool's 2 MiB segments)
@@ -351,8 +355,8 @@ std::string CachingAllocator::fragmentation_hint(size_t rounded, size_t segment_
       format_bytes(uint64_t{cached}), " free in the large pool, the largest block ",
       format_bytes(uint64_t{largest}), ")",
       config_.max_split_size == SIZE_MAX
-          ? ": keep large blocks whole with a max split size (set_max_split_size; "
-            "drafter_step_bench --max-split-mb; PyTorch's max_split_size_mb). "
+          ? ": keep large blocks whole with a max split size (CHUNKGRAD_MAX_SPLIT_MB=N "
+            "in MiB, or set_max_split_size; PyTorch's max_split_size_mb). "
           : ". ");
 }
 
@@ -472,8 +476,24 @@ CachingAllocator& allocator_for(Device device) {
       device.is_cpu() ? make_host_segment_source()
                       : backend_for(device).make_segment_source(device.index);
   auto* allocator = new CachingAllocator(std::move(source));
+  if (const size_t split = max_split_size_from_env(); split != SIZE_MAX)
+    allocator->set_max_split_size(split);
   r.allocators.emplace(registry_key(device), allocator);
   return *allocator;
+}
+
+size_t max_split_size_from_env() {
+  const char* e = std::getenv("CHUNKGRAD_MAX_SPLIT_MB");
+  if (e == nullptr) return SIZE_MAX;
+  const std::string text = e;
+  char* end = nullptr;
+  const double mb = text.empty() ? NAN : std::strtod(text.c_str(), &end);
+  CG_CHECK(
+      !text.empty() && end != nullptr && *end == '\0' && std::isfinite(mb) && mb >= 1 && mb <= 1e9,
+      "CHUNKGRAD_MAX_SPLIT_MB is \"", text,
+      "\": give a number of MiB of at least 1 (cached blocks that large stay whole), or "
+      "unset it");
+  return static_cast<size_t>(mb * 1048576.0);
 }
 
 void drop_device_allocator(Device device) {

@@ -171,6 +171,13 @@ class CachingAllocator {
 // tensors freed during static destruction stay safe). A device other than the host needs
 // its backend (backend_for).
 CachingAllocator& allocator_for(Device device);
+
+// CHUNKGRAD_MAX_SPLIT_MB=N (N >= 1, in MiB): the max split size of every allocator
+// allocator_for() makes (Note [Large blocks kept whole]; PyTorch's
+// PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:N). SIZE_MAX when it is not set; a value that
+// is not a number of at least 1 throws, naming the variable (programs check it up front).
+size_t max_split_size_from_env();
+
 // Tests only: forgets (and destroys) a GPU device's allocator so that a backend swapped in
 // afterwards gets a fresh one. Every block of it must be free. The CPU's is never dropped.
 void drop_device_allocator(Device device);

@@ -4,6 +4,9 @@
 // whole (the full-scale step's naive head loss under the seed's 95e9 bytes did this). The
 // error must say so; a max split size (set_max_split_size, PyTorch's max_split_size_mb)
 // must avoid it; a plain shortage must not be called fragmentation. On the fake source.
+// And CHUNKGRAD_MAX_SPLIT_MB, which sets the max split size from the environment.
+#include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -87,6 +90,30 @@ TEST(AllocatorFragmentation, AShortageIsNotCalledFragmentation) {
   } catch (const Error& err) {
     EXPECT_NE(std::string(err.what()).find("give at least 1 MiB"), std::string::npos) << err.what();
   }
+}
+
+// CHUNKGRAD_MAX_SPLIT_MB, the environment's max split size for every allocator
+// allocator_for() makes (PyTorch's max_split_size_mb in PYTORCH_CUDA_ALLOC_CONF).
+TEST(AllocatorFragmentation, TheEnvironmentsMaxSplitSize) {
+  const char* old = std::getenv("CHUNKGRAD_MAX_SPLIT_MB");
+  ASSERT_EQ(old, nullptr) << "run this test without CHUNKGRAD_MAX_SPLIT_MB";
+  EXPECT_EQ(max_split_size_from_env(), SIZE_MAX);
+  setenv("CHUNKGRAD_MAX_SPLIT_MB", "1024", 1);
+  EXPECT_EQ(max_split_size_from_env(), 1024 * MiB);
+  setenv("CHUNKGRAD_MAX_SPLIT_MB", "1.5", 1);
+  EXPECT_EQ(max_split_size_from_env(), 3 * MiB / 2);
+  for (const char* bad : {"", "0", "0.5", "-3", "12MB", "nan", "inf"}) {
+    setenv("CHUNKGRAD_MAX_SPLIT_MB", bad, 1);
+    try {
+      (void)max_split_size_from_env();
+      ADD_FAILURE() << "CHUNKGRAD_MAX_SPLIT_MB=\"" << bad << "\" was taken";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("CHUNKGRAD_MAX_SPLIT_MB is \"" + std::string(bad)),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  unsetenv("CHUNKGRAD_MAX_SPLIT_MB");
 }
 
 }  // namespace

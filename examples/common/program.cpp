@@ -197,9 +197,11 @@ int Program::run(int argc, char** argv, const std::function<void()>& body) {
     return kExitError;
   }
   try {
-    // The thread count from the environment is an option too: refuse a bad one before any
-    // work, not when a kernel first starts the pool (or never, in a small run).
+    // The thread count and the allocators' max split size from the environment are options
+    // too: refuse a bad one before any work, not when a kernel first starts the pool or a
+    // device's allocator is first made (or never, in a small run).
     (void)cg::get_num_threads();
+    (void)cg::max_split_size_from_env();
     body();
     // Results go to stdout: a failed write there (a full disk behind "> out.json") is a
     // failed run, not a truncated file and exit 0.
