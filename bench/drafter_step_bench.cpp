@@ -147,8 +147,9 @@ int main(int argc, char** argv) {
                  "cap the allocator's reserved bytes (GB = 1e9 B; 0 = the card)")
       ->check(CLI::Range(0.0, 1e4));
   app.add_option("--max-split-mb", o.max_split_mb,
-                 "keep cached blocks of at least this many MiB whole (PyTorch's "
-                 "max_split_size_mb; Note [Large blocks kept whole]); 0: split any block")
+                 "keep cached blocks of at least this many MiB whole (above 20; PyTorch's "
+                 "max_split_size_mb; Note [Large blocks kept whole]); 0: leave the allocator's "
+                 "setting (CHUNKGRAD_MAX_SPLIT_MB, or none)")
       ->check(CLI::Range(0.0, 1e7));
   app.add_option("--trace-dir", o.trace_dir,
                  "trace the last step of each path into DIR/trace_step_<path>.json and print "
@@ -178,8 +179,9 @@ int main(int argc, char** argv) {
     const cg::Device dev = cg::cuda_device(0);
     cg::CachingAllocator& alloc = cg::allocator_for(dev);
     if (o.memory_limit_gb > 0) alloc.set_memory_limit(static_cast<size_t>(o.memory_limit_gb * 1e9));
-    CG_CHECK(o.max_split_mb == 0 || o.max_split_mb >= 1, "--max-split-mb ", o.max_split_mb,
-             " is under the allocator's large pool (1 MiB): give at least 1, or 0 for none");
+    CG_CHECK(o.max_split_mb == 0 || o.max_split_mb > 20, "--max-split-mb ", o.max_split_mb,
+             " would keep the 20 MiB segments of small requests whole and unused: give more "
+             "than 20, or 0 to leave the allocator's setting");
     if (o.max_split_mb > 0) alloc.set_max_split_size(static_cast<size_t>(o.max_split_mb * 1048576));
     cg::cuda::EventTimer timer(cg::cuda::compute_stream(0));
     cg::Generator gen(1);

@@ -4,7 +4,6 @@
 #include "core/caching_allocator.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <string>
@@ -201,7 +200,7 @@ void* CachingAllocator::allocate(size_t nbytes, StreamId stream) {
         release_cached(false);
         b = alloc_segment(segment_size, small, stream);
       }
-      if (b == nullptr) throw_oom(nbytes, size, segment_size);
+      if (b == nullptr) throw_oom(nbytes, size, segment_size, stream);
     }
   }
 
@@ -323,22 +322,43 @@ void CachingAllocator::empty_cache() {
   release_cached(false);
 }
 
-// Note [Large blocks kept whole]: a request that would fit under the limit were the cached
-// memory in one piece fails when that memory is split: a large segment freed by one step
-// (a logits tensor's) is cut by the next step's smaller requests (best fit takes it when
-// nothing smaller is free), and the large request then needs a new segment, which the
-// limit refuses, while release_cached() can only return segments that are wholly free.
-// PyTorch's answer is its max_split_size_mb: blocks at least that large are never split
-// and smaller requests never take them. Set here by set_max_split_size() or, for every
-// allocator a program makes, CHUNKGRAD_MAX_SPLIT_MB; the OOM message says so when the
-// error is this kind (the full-scale step's naive head loss under the
-// seed's 95e9 bytes: docs/full_scale_log.md).
-std::string CachingAllocator::fragmentation_hint(size_t rounded, size_t segment_size) const {
+// Note [Large blocks kept whole]: a request can fail although the memory cached in
+// partly used segments, given back, would make room for it: release_cached() can only
+// return segments that are wholly free. The usual way there: a large segment freed by one
+// step (a logits tensor's) is cut by the next step's smaller requests (best fit takes it
+// when nothing smaller is free), and the large request then needs a new segment, which
+// the card or the limit refuses. PyTorch's answer is its max_split_size_mb: blocks at
+// least that large are never split and smaller requests never take them. Set here by
+// set_max_split_size() or, for every allocator a program makes, CHUNKGRAD_MAX_SPLIT_MB
+// (above 20 MiB: the 20 MiB segments of 1-10 MiB requests must stay splittable). The OOM
+// message says when its error is this kind, counting the request's stream's free blocks
+// against the room the limit and the source leave, and suggests a max split size only
+// where a segment that could hold the request was cut (the full-scale step's naive head
+// loss under the seed's 95e9 bytes: docs/full_scale_log.md).
+std::string CachingAllocator::fragmentation_hint(size_t rounded, size_t segment_size,
+                                                 StreamId stream) const {
   if (rounded <= kSmallSize) return "";  // (the small pool's 2 MiB segments)
-  size_t largest = 0, cached = 0;        // the large pool's free blocks
+  // The large pool's free blocks this request's stream may take, and the largest segment
+  // such a block lies in (a segment is its chain of blocks).
+  size_t largest = 0, cached = 0, largest_cut = 0;
   for (const Block* b : large_pool_) {
+    if (b->stream != stream) continue;
     largest = std::max(largest, b->size);
     cached += b->size;
+    const Block* head = b;
+    while (head->prev != nullptr) head = head->prev;
+    size_t segment = 0;
+    for (const Block* x = head; x != nullptr; x = x->next) segment += x->size;
+    largest_cut = std::max(largest_cut, segment);
+  }
+  if (largest >= rounded) {  // find_free_block refused it: the max split size's rules
+    if (config_.max_split_size == SIZE_MAX) return "";
+    return detail::concat("A cached block of ", format_bytes(uint64_t{largest}),
+                          " could hold the request, but the max split size (",
+                          format_bytes(uint64_t{config_.max_split_size}), ") keeps it ",
+                          rounded < config_.max_split_size
+                              ? "for requests at least that large. "
+                              : "for requests within 20 MiB of its size. ");
   }
   // What a new segment could still take: the limit's room, and no more than the source
   // has free (a 95e9-byte limit on an 80 GB card is the card's shortage, not pieces).
@@ -349,18 +369,23 @@ std::string CachingAllocator::fragmentation_hint(size_t rounded, size_t segment_
   if (const int64_t free = source_->free_bytes(); free >= 0)
     headroom = std::min(headroom, static_cast<size_t>(free));
   if (headroom == SIZE_MAX) headroom = 0;  // neither known: say nothing of pieces
-  if (largest >= rounded || cached + headroom < segment_size) return "";
-  return detail::concat(
-      "The request would fit if the cached memory were whole, but it is in pieces (",
-      format_bytes(uint64_t{cached}), " free in the large pool, the largest block ",
-      format_bytes(uint64_t{largest}), ")",
-      config_.max_split_size == SIZE_MAX
-          ? ": keep large blocks whole with a max split size (CHUNKGRAD_MAX_SPLIT_MB=N "
-            "in MiB, or set_max_split_size; PyTorch's max_split_size_mb). "
-          : ". ");
+  if (cached + headroom < segment_size) return "";
+  std::string hint =
+      detail::concat("The request would fit were the ", format_bytes(uint64_t{cached}),
+                     " cached in partly used segments given back (the largest free piece is ",
+                     format_bytes(uint64_t{largest}), ")");
+  // A max split size helps only where a segment that could hold the request was cut.
+  if (config_.max_split_size == SIZE_MAX && largest_cut >= rounded) {
+    return hint +
+           ": a segment large enough for it was cut by smaller requests; keep large blocks "
+           "whole with a max split size (CHUNKGRAD_MAX_SPLIT_MB=N, N MiB above 20, or "
+           "set_max_split_size; PyTorch's max_split_size_mb). ";
+  }
+  return hint + ". ";
 }
 
-void CachingAllocator::throw_oom(size_t nbytes, size_t rounded, size_t segment_size) {
+void CachingAllocator::throw_oom(size_t nbytes, size_t rounded, size_t segment_size,
+                                 StreamId stream) {
   ++stats_.num_ooms;
   MemoryTrace::record(TraceAction::oom, source_->device(), 0, rounded, nbytes);
   const int64_t allocated = stats_.allocated_bytes.current;
@@ -379,7 +404,7 @@ void CachingAllocator::throw_oom(size_t nbytes, size_t rounded, size_t segment_s
                      " bytes, of which ", format_bytes(reserved - allocated),
                      " cached but unallocated), memory limit ", limit, ", source free ",
                      source_free < 0 ? std::string("unknown") : format_bytes(source_free), ". ",
-                     fragmentation_hint(rounded, segment_size),
+                     fragmentation_hint(rounded, segment_size, stream),
                      "Lower the batch, sequence or chunk size, or raise the limit."),
       __FILE__, __LINE__);
 }
@@ -419,9 +444,12 @@ size_t CachingAllocator::memory_limit() const {
 }
 
 void CachingAllocator::set_max_split_size(size_t bytes) {
-  CG_CHECK(bytes >= kSmallSize, "CachingAllocator(", source_->name(), "): max_split_size ", bytes,
-           " bytes is under the large pool's ", kSmallSize,
-           " bytes; give at least 1 MiB (or SIZE_MAX to split every block)");
+  // PyTorch refuses max_split_size_mb <= 20 too: the 20 MiB segments of 1-10 MiB requests
+  // would be kept whole and never used again, one more each step.
+  CG_CHECK(bytes > kLargeBuffer, "CachingAllocator(", source_->name(), "): max_split_size ", bytes,
+           " bytes is not above the 20 MiB segments of 1-10 MiB requests (", kLargeBuffer,
+           " bytes), which it would keep whole and never reuse; give more (SIZE_MAX: split "
+           "every block)");
   std::lock_guard<std::mutex> lock(mutex_);
   config_.max_split_size = bytes;
 }
@@ -472,12 +500,12 @@ CachingAllocator& allocator_for(Device device) {
   std::lock_guard<std::mutex> lock(r.mutex);
   auto it = r.allocators.find(registry_key(device));
   if (it != r.allocators.end()) return *it->second;
+  const size_t split = max_split_size_from_env();  // (throws before anything is made)
   std::unique_ptr<SegmentSource> source =
       device.is_cpu() ? make_host_segment_source()
                       : backend_for(device).make_segment_source(device.index);
   auto* allocator = new CachingAllocator(std::move(source));
-  if (const size_t split = max_split_size_from_env(); split != SIZE_MAX)
-    allocator->set_max_split_size(split);
+  if (split != SIZE_MAX) allocator->set_max_split_size(split);
   r.allocators.emplace(registry_key(device), allocator);
   return *allocator;
 }
@@ -486,14 +514,15 @@ size_t max_split_size_from_env() {
   const char* e = std::getenv("CHUNKGRAD_MAX_SPLIT_MB");
   if (e == nullptr) return SIZE_MAX;
   const std::string text = e;
-  char* end = nullptr;
-  const double mb = text.empty() ? NAN : std::strtod(text.c_str(), &end);
-  CG_CHECK(
-      !text.empty() && end != nullptr && *end == '\0' && std::isfinite(mb) && mb >= 1 && mb <= 1e9,
-      "CHUNKGRAD_MAX_SPLIT_MB is \"", text,
-      "\": give a number of MiB of at least 1 (cached blocks that large stay whole), or "
-      "unset it");
-  return static_cast<size_t>(mb * 1048576.0);
+  // A whole number of MiB, as PyTorch's max_split_size_mb takes it: digits only.
+  const bool digits = !text.empty() && text.size() <= 7 &&
+                      text.find_first_not_of("0123456789") == std::string::npos;
+  const int64_t mb = digits ? std::stoll(text) : 0;
+  CG_CHECK(mb > 20, "CHUNKGRAD_MAX_SPLIT_MB is \"", text,
+           "\": give a whole number of MiB from 21 to 9999999 (cached blocks that large stay "
+           "whole; 20 or less would keep the 20 MiB segments of small requests whole and "
+           "unused), or unset it");
+  return static_cast<size_t>(mb) << 20;
 }
 
 void drop_device_allocator(Device device) {

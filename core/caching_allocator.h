@@ -11,8 +11,9 @@
 // Note [OOM]: when the source refuses (or the configured limit would be passed), the
 // allocator frees cached oversize blocks, then every fully free segment, and retries;
 // then it throws OutOfMemoryError stating requested, allocated, reserved and the limit,
-// and, where the large pool's free blocks would hold the request were they one block,
-// that the cached memory is in pieces (Note [Large blocks kept whole], the .cpp).
+// and, where the large pool's free blocks (in partly used segments) would make room for
+// the request if given back, that they are in pieces (Note [Large blocks kept whole], the
+// .cpp).
 // A request above kMaxAllocation (which no rounding or int64 stat could hold) is refused
 // with OutOfMemoryError before any arithmetic, so a size that wrapped around 64 bits
 // upstream can never come back as a small block.
@@ -111,8 +112,10 @@ class CachingAllocator {
   void reset_peak_stats();
   void set_memory_limit(size_t bytes);
   size_t memory_limit() const;
-  // AllocatorConfig::max_split_size after construction (SIZE_MAX: split every block); a
-  // value under 1 MiB is refused (the large pool starts there). Cached blocks stay as
+  // AllocatorConfig::max_split_size after construction (SIZE_MAX: split every block); it
+  // must be above 20 MiB (kLargeBuffer), as PyTorch's max_split_size_mb must: the 20 MiB
+  // segments of 1-10 MiB requests would be kept whole and never reused. (The config
+  // field itself is not checked: tests set small values to see the rules.) Cached blocks stay as
   // they are: call it before the work whose fragmentation it is meant to avoid, or after
   // empty_cache(). Note [Large blocks kept whole].
   void set_max_split_size(size_t bytes);
@@ -137,8 +140,8 @@ class CachingAllocator {
   // Returns fully free segments to the source (only those >= max_split_size when
   // oversize_only); true when anything was released.
   bool release_cached(bool oversize_only);
-  std::string fragmentation_hint(size_t rounded,
-                                 size_t segment_size) const;  // Note [Large blocks kept whole]
+  std::string fragmentation_hint(size_t rounded, size_t segment_size,
+                                 StreamId stream) const;  // Note [Large blocks kept whole]
   void release_segment(Block* head);
   void split(Block* block, size_t size, Pool& pool);
   Block* merge_with_free_neighbours(Block* block, Pool& pool);
@@ -148,7 +151,7 @@ class CachingAllocator {
   void pool_insert(Pool& pool, Block* block);
   void pool_erase(Pool& pool, Block* block);
   Pool& pool_of(const Block* block);
-  [[noreturn]] void throw_oom(size_t nbytes, size_t rounded, size_t segment_size);
+  [[noreturn]] void throw_oom(size_t nbytes, size_t rounded, size_t segment_size, StreamId stream);
   [[noreturn]] void throw_too_large(size_t nbytes);
   static bool is_split(const Block* b);
 
@@ -172,10 +175,10 @@ class CachingAllocator {
 // its backend (backend_for).
 CachingAllocator& allocator_for(Device device);
 
-// CHUNKGRAD_MAX_SPLIT_MB=N (N >= 1, in MiB): the max split size of every allocator
-// allocator_for() makes (Note [Large blocks kept whole]; PyTorch's
-// PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:N). SIZE_MAX when it is not set; a value that
-// is not a number of at least 1 throws, naming the variable (programs check it up front).
+// CHUNKGRAD_MAX_SPLIT_MB=N (a whole number of MiB above 20): the max split size of every
+// allocator allocator_for() makes (Note [Large blocks kept whole]; PyTorch's
+// PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:N). SIZE_MAX when it is not set; any other
+// value throws, naming the variable (programs check it up front).
 size_t max_split_size_from_env();
 
 // Tests only: forgets (and destroys) a GPU device's allocator so that a backend swapped in

@@ -2,12 +2,13 @@
 // cuda_attention_sliding_test.cpp, cuda_attention_dq_wgmma_test.cpp,
 // cuda_attention_wide48_test.cpp): a fixture that skips without a GPU, the per-dtype
 // tolerances, a scoped environment variable (ScopedEnv), a DFlash case's shapes
-// (dflash_case, dflash_name, edge_anchors), check_case / check_paths, which run one
+// (dflash_case, dflash_name, EdgeAnchors), check_case / check_paths, which run one
 // attention problem forward and backward on the CPU (the reference, cpu/attention.cpp) and
 // on a CUDA path and compare out, lse, dq, dk and dv, and FlashBackwardRig, which runs one
-// problem's flash backward again on the same inputs under another kernel switch. Tolerances are relative to the largest
-// reference value: bf16 3e-2 (P and dS are rounded to bf16 as mma operands), f16 6e-3, f32
-// 2e-4, f64 1e-9. Include it only inside `#if defined(CHUNKGRAD_WITH_CUDA)`.
+// problem's flash backward again on the same inputs under another kernel switch.
+// Tolerances are relative to the largest reference value: bf16 3e-2 (P and dS are rounded
+// to bf16 as mma operands), f16 6e-3, f32 2e-4, f64 1e-9. Include it only inside
+// `#if defined(CHUNKGRAD_WITH_CUDA)`.
 #pragma once
 
 #include <gtest/gtest.h>

@@ -66,7 +66,7 @@ struct StepRecord {
 // Throws unless a finished step's loss and gradient norm are finite, naming the step and
 // the likely cause: at step 1 (before any update) the inputs; later the learning rate or
 // the inputs. A finite loss with a gradient norm that is not is refused at that step (its
-// update has just made the weights non-finite), not a step later at the loss.
+// update may have made the weights non-finite), not a step later at the loss.
 void check_step_is_finite(int64_t step, double loss, double grad_norm);
 
 // Note [Steps that do not wait]: a step on a GPU is queued work; reading its loss, grad

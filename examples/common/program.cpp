@@ -56,7 +56,8 @@ std::string rank_prefix() {
   return "";
 }
 
-void print_error_line(const std::string& program, const std::string& message) {
+void print_error_line(const std::string& program, const std::string& message,
+                      bool with_rank = true) {
   cg::train::end_open_progress_line();  // not glued to a progress bar's line
   std::string line = message;
   for (char& c : line) {
@@ -64,7 +65,7 @@ void print_error_line(const std::string& program, const std::string& message) {
   }
   // `program` is "mlp_demo", or for the one program with subcommands "train" (or "" when
   // no subcommand was chosen): the line starts "chunkgrad train: error:".
-  std::fprintf(stderr, "%schunkgrad%s%s: error: %s\n", rank_prefix().c_str(),
+  std::fprintf(stderr, "%schunkgrad%s%s: error: %s\n", with_rank ? rank_prefix().c_str() : "",
                program.empty() ? "" : " ", program.c_str(), line.c_str());
   std::fflush(stderr);
 }
@@ -215,6 +216,10 @@ int Program::run(int argc, char** argv, const std::function<void()>& body) {
     std::fprintf(stderr, "chunkgrad %s: %s\n", error_name().c_str(), e.what());
     std::fflush(stderr);
     return cg::train::kExitInterrupted;
+  } catch (const cg::dist::EveryRankError& e) {
+    // Every rank met it; rank 0 prints it for all (Note [Ending together]), so no "rank 0: "
+    // in front (its text names the rank it came from where that was another).
+    print_error_line(error_name(), e.what(), /*with_rank=*/false);
   } catch (const cg::Error& e) {  // OutOfMemoryError included; what() ends in "(at file:line)"
     print_error_line(error_name(), e.what());
   } catch (const CLI::Error& e) {  // a check made after parsing, on the parsed values
