@@ -269,7 +269,8 @@ TEST_F(DataParallelProgram, RanksStartedUnlikeAreRefusedNamingTheField) {
             std::string::npos)
       << lr.err;
   EXPECT_EQ(lr.err.find("chunkgrad train: error:"), lr.err.rfind("chunkgrad train: error:"))
-      << lr.err;                                                // one line, rank 0's
+      << lr.err;  // one line, rank 0's, for every rank: no "rank 0: " in front of it
+  EXPECT_EQ(lr.err.find("rank 0: chunkgrad"), std::string::npos) << lr.err;
   EXPECT_FALSE(std::filesystem::exists(path("lr"))) << lr.err;  // the folder rank 0 made
   const TrainRun done = ranks("steps");
   ASSERT_EQ(done.exit_code, 0) << done.err;
