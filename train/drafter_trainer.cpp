@@ -196,9 +196,9 @@ void check_step_is_finite(int64_t step, double loss, double grad_norm) {
                  "hold a NaN or inf: check the feature files or the target)");
   // A finite loss with a gradient that is not: the backward overflowed, and this step's
   // update may have made the weights non-finite (not where only the f32 sum of squares
-  // overflowed and clipping scaled the gradients by 0). Stopping here (before a checkpoint holds them)
-  // names the step where it began; the next step's loss, the first sign before, blamed
-  // the learning rate a step late (an outside tester's finding).
+  // overflowed and clipping scaled the gradients by 0). Stopping here (before a checkpoint
+  // holds them) names the step where it began; the next step's loss, the first sign
+  // before, blamed the learning rate a step late (an outside tester's finding).
   CG_CHECK(std::isfinite(grad_norm), "the drafter's gradient norm is ", grad_norm, " at step ",
            step, " while its loss is ", loss,
            ": the backward overflowed, and this step's update may have made the weights "
