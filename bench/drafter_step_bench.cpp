@@ -306,8 +306,13 @@ int main(int argc, char** argv) {
             row.resident = double(alloc.stats().allocated_bytes.current) / kGiB;
             row.new_segments = -alloc.stats().segment.allocated;
           }
+          // Every step is traced when asked, each from its start, so that a step that runs
+          // out of memory leaves its trace; the last step's is the one kept otherwise.
           const bool traced = !o.trace_dir.empty() && s == o.warmup + o.steps - 1;
-          if (traced) cg::MemoryTrace::enable(size_t{1} << 22);
+          if (!o.trace_dir.empty()) {
+            if (s == 0) cg::MemoryTrace::enable(size_t{1} << 22);
+            cg::MemoryTrace::clear();
+          }
           timer.start();
           const auto host_start = std::chrono::steady_clock::now();
           if (offline) feed->before_step(s, o.warmup + o.steps, in);
@@ -352,6 +357,12 @@ int main(int argc, char** argv) {
         row.new_segments += alloc.stats().segment.allocated;
       } catch (const cg::OutOfMemoryError& e) {
         row.error = e.message();
+        if (!o.trace_dir.empty()) {  // the failing step's trace, up to the refused request
+          std::filesystem::create_directories(o.trace_dir);
+          row.trace_file = o.trace_dir + "/trace_step_" + name + (checkpointed ? "_ckpt" : "") +
+                           (offline ? "_offline" : "") + "_oom.json";
+          cg::write_memory_trace_file(row.trace_file);
+        }
         cg::MemoryTrace::disable();
       }
       in.features = device_features;  // the fetched ones go before the next row
@@ -360,6 +371,7 @@ int main(int argc, char** argv) {
       alloc.empty_cache();
       if (!row.error.empty()) {
         std::printf("%-*s out of memory: %s\n", name_width, row.path.c_str(), row.error.c_str());
+        if (!row.trace_file.empty()) print_holders(row.path, row.trace_file);
         continue;
       }
       std::sort(row.ms.begin(), row.ms.end());

@@ -8,6 +8,7 @@
 #include <map>
 #include <string>
 
+#include "core/allocator_holders.h"
 #include "core/backend.h"
 #include "core/error.h"
 
@@ -384,6 +385,17 @@ std::string CachingAllocator::fragmentation_hint(size_t rounded, size_t segment_
   return hint + ". ";
 }
 
+// What the live blocks are, by category and scope, for the out-of-memory message.
+std::string CachingAllocator::held_blocks_sentence() const {
+  std::vector<HeldBlock> held;
+  for (const Block* head : segments_) {
+    for (const Block* b = head; b != nullptr; b = b->next) {
+      if (b->allocated) held.push_back(HeldBlock{b->size, b->category, b->scope_id});
+    }
+  }
+  return describe_holders(held);
+}
+
 void CachingAllocator::throw_oom(size_t nbytes, size_t rounded, size_t segment_size,
                                  StreamId stream) {
   ++stats_.num_ooms;
@@ -404,7 +416,7 @@ void CachingAllocator::throw_oom(size_t nbytes, size_t rounded, size_t segment_s
                      " bytes, of which ", format_bytes(reserved - allocated),
                      " cached but unallocated), memory limit ", limit, ", source free ",
                      source_free < 0 ? std::string("unknown") : format_bytes(source_free), ". ",
-                     fragmentation_hint(rounded, segment_size, stream),
+                     fragmentation_hint(rounded, segment_size, stream), held_blocks_sentence(),
                      "Lower the batch, sequence or chunk size, or raise the limit."),
       __FILE__, __LINE__);
 }

@@ -151,6 +151,7 @@ class CachingAllocator {
   void pool_insert(Pool& pool, Block* block);
   void pool_erase(Pool& pool, Block* block);
   Pool& pool_of(const Block* block);
+  std::string held_blocks_sentence() const;  // "Held: ..." (core/allocator_holders.h)
   [[noreturn]] void throw_oom(size_t nbytes, size_t rounded, size_t segment_size, StreamId stream);
   [[noreturn]] void throw_too_large(size_t nbytes);
   static bool is_split(const Block* b);
