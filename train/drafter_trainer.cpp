@@ -13,6 +13,7 @@
 #include "core/caching_allocator.h"
 #include "core/factories.h"
 #include "core/json_input.h"
+#include "core/memory_trace.h"
 #include "core/views.h"
 #include "nn/checkpoint.h"
 #include "nn/safetensors.h"
@@ -162,7 +163,9 @@ QueuedStep DrafterTrainer::train_step_queued() {
     // Only the last micro-batch's backward reduces, as it finishes each bucket (grad_reducer.h).
     std::optional<GradReducer::Armed> armed;
     if (reducer_ && m + 1 == q.batches.size()) armed.emplace(*reducer_);
+    CategoryGuard inputs(MemoryCategory::input);  // what an out-of-memory error names
     const FeatureBatch f = data_.source->fetch(b.source, device);
+    CategoryGuard activations(MemoryCategory::activation);
     DrafterLossInputs in{&b, f.hidden_states, Tensor()};
     if (loss_needs_teacher(head_loss_.loss)) {
       in.teacher_hidden = reshape(f.last_hidden, {b.batch * b.seq_len, f.last_hidden.size(2)});

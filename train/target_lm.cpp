@@ -8,6 +8,7 @@
 #include "autograd/grad_mode.h"
 #include "core/error.h"
 #include "core/factories.h"
+#include "core/memory_trace.h"
 #include "nn/checkpoint.h"
 #include "nn/safetensors.h"
 #include "ops/elementwise.h"
@@ -145,6 +146,8 @@ double train_target(nn::Qwen3ForCausalLM& lm, const std::vector<int64_t>& tokens
           lab.insert(lab.end(), tokens.begin() + s0 + 1, tokens.begin() + s0 + S + 1);
         }
         const Tensor ids = from_ints(in, {o.batch_size, S}, ids_on(lm));
+        // What the forward allocates is an activation (an out-of-memory error says so).
+        CategoryGuard activations(MemoryCategory::activation);
         nn::DecoderOutput out = lm.forward(ids, {.logits = false});
         HeadLossOptions hl;
         hl.with_metrics = false;
