@@ -19,8 +19,7 @@ struct Sum {
 
 // Largest first; ties by name, so that the sentence is the same from run to run.
 template <typename Key>
-std::vector<std::pair<Key, Sum>> largest_first(const std::map<Key, Sum>& sums,
-                                               auto name_of) {
+std::vector<std::pair<Key, Sum>> largest_first(const std::map<Key, Sum>& sums, auto name_of) {
   std::vector<std::pair<Key, Sum>> out(sums.begin(), sums.end());
   std::sort(out.begin(), out.end(), [&](const auto& a, const auto& b) {
     if (a.second.bytes != b.second.bytes) return a.second.bytes > b.second.bytes;

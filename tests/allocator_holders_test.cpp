@@ -29,12 +29,9 @@ TEST(AllocatorHolders, CategoriesLargestFirstThenTheLargestScopes) {
   const uint32_t attn = scope_id_of("holders_test/attention");
   const uint32_t norm = scope_id_of("holders_test/norm");
   const std::vector<HeldBlock> blocks = {
-      {4 * MiB, MemoryCategory::parameter, 0},
-      {30 * MiB, MemoryCategory::activation, head},
-      {2 * MiB, MemoryCategory::activation, mlp},
-      {8 * MiB, MemoryCategory::activation, mlp},
-      {6 * MiB, MemoryCategory::activation, attn},
-      {1 * MiB, MemoryCategory::temporary, norm},
+      {4 * MiB, MemoryCategory::parameter, 0},     {30 * MiB, MemoryCategory::activation, head},
+      {2 * MiB, MemoryCategory::activation, mlp},  {8 * MiB, MemoryCategory::activation, mlp},
+      {6 * MiB, MemoryCategory::activation, attn}, {1 * MiB, MemoryCategory::temporary, norm},
   };
   EXPECT_EQ(describe_holders(blocks),
             "Held: activation 46.00 MiB (4 blocks), parameter 4.00 MiB (1 block), temporary "
