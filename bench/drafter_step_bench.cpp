@@ -152,7 +152,9 @@ int main(int argc, char** argv) {
                  "setting (CHUNKGRAD_MAX_SPLIT_MB, or none)")
       ->check(CLI::Range(0.0, 1e7));
   app.add_option("--trace-dir", o.trace_dir,
-                 "trace the last step of each path into DIR/trace_step_<path>.json and print "
+                 "trace each step (a ring-buffer entry per allocation; the timed steps "
+                 "include it); keep the last step of each path in DIR/trace_step_<path>.json, "
+                 "or a step that ran out of memory in DIR/trace_step_<path>_oom.json, and print "
                  "what held the memory at its peak (open it with `chunkgrad trace`)");
   app.add_flag("--checkpoint-layers", o.checkpoint_layers,
                "after each path's row, the same path with activation checkpointing per layer "
@@ -296,6 +298,9 @@ int main(int argc, char** argv) {
       cfg.head_loss_path = name;
       cfg.head_loss_chunk_rows = o.chunk_rows;
       cfg.head_loss_chunk_budget_mb = o.budget_mib;
+      // A fresh trace for each row: one that fails before its first step keeps no events
+      // of the row before.
+      if (!o.trace_dir.empty()) cg::MemoryTrace::enable(size_t{1} << 22);
       try {
         const cg::train::DrafterHeadLoss hl = cg::train::drafter_head_loss(cfg);
         for (int s = 0; s < o.warmup + o.steps; ++s) {
@@ -309,10 +314,7 @@ int main(int argc, char** argv) {
           // Every step is traced when asked, each from its start, so that a step that runs
           // out of memory leaves its trace; the last step's is the one kept otherwise.
           const bool traced = !o.trace_dir.empty() && s == o.warmup + o.steps - 1;
-          if (!o.trace_dir.empty()) {
-            if (s == 0) cg::MemoryTrace::enable(size_t{1} << 22);
-            cg::MemoryTrace::clear();
-          }
+          if (!o.trace_dir.empty()) cg::MemoryTrace::clear();
           timer.start();
           const auto host_start = std::chrono::steady_clock::now();
           if (offline) feed->before_step(s, o.warmup + o.steps, in);

@@ -21,10 +21,12 @@ struct HeldBlock {
   uint32_t scope_id = 0;
 };
 
-// "Held: activation 43.21 GiB (812 blocks), optimizer_state 19.34 GiB (30 blocks); the
-// largest scopes: drafter/head_loss 11.37 GiB, ... " -- categories largest first, then at
-// most `most_scopes` named scopes largest first (blocks allocated at top level have no
-// scope and are left out of that list). "" when nothing is held.
+// "Held: activation 43.21 GiB (812 blocks), optimizer_state 19.34 GiB (30 blocks); by the
+// scope each was allocated in, largest first: layers.*/mlp 11.37 GiB (5 blocks), (no
+// scope) 8.10 GiB (40 blocks), ... " -- categories largest first, then at most
+// `most_scopes` scopes largest first. A block counts for the scope it was allocated in,
+// not for the scopes around it; a path's indices are merged ("layers.4" -> "layers.*"),
+// so that a stack's like modules add up. "" when nothing is held.
 std::string describe_holders(const std::vector<HeldBlock>& blocks, int most_scopes = 3);
 
 }  // namespace cg

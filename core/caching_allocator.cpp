@@ -408,16 +408,20 @@ void CachingAllocator::throw_oom(size_t nbytes, size_t rounded, size_t segment_s
                           : format_bytes(uint64_t{config_.memory_limit}) + " (" +
                                 std::to_string(config_.memory_limit) + " bytes)";
   throw OutOfMemoryError(
-      detail::concat("out of memory on ", source_->device().str(), " (", source_->name(),
-                     "): tried to allocate ", format_bytes(uint64_t{nbytes}), " (", nbytes,
-                     " bytes requested, a new segment of ", segment_size,
-                     " bytes needed); allocated ", format_bytes(allocated), " (", allocated,
-                     " bytes), reserved ", format_bytes(reserved), " (", reserved,
-                     " bytes, of which ", format_bytes(reserved - allocated),
-                     " cached but unallocated), memory limit ", limit, ", source free ",
-                     source_free < 0 ? std::string("unknown") : format_bytes(source_free), ". ",
-                     fragmentation_hint(rounded, segment_size, stream), held_blocks_sentence(),
-                     "Lower the batch, sequence or chunk size, or raise the limit."),
+      detail::concat(
+          "out of memory on ", source_->device().str(), " (", source_->name(),
+          "): tried to allocate ", format_bytes(uint64_t{nbytes}), " (", nbytes,
+          " bytes requested, a new segment of ", segment_size, " bytes needed); allocated ",
+          format_bytes(allocated), " (", allocated, " bytes), reserved ", format_bytes(reserved),
+          " (", reserved, " bytes, of which ", format_bytes(reserved - allocated),
+          " cached but unallocated), memory limit ", limit, ", source free ",
+          source_free < 0 ? std::string("unknown") : format_bytes(source_free), ". ",
+          config_.memory_limit != 0 && segment_size > config_.memory_limit
+              ? "The segment this request needs (" + format_bytes(uint64_t{segment_size}) +
+                    ") is alone larger than the memory limit. "
+              : std::string(),
+          fragmentation_hint(rounded, segment_size, stream), held_blocks_sentence(),
+          "Lower the batch, sequence or chunk size, or raise the limit."),
       __FILE__, __LINE__);
 }
 

@@ -15,6 +15,7 @@
 
 #include "core/content_hash.h"
 #include "core/factories.h"
+#include "core/memory_trace.h"
 #include "core/views.h"
 #include "ops/shape_ops.h"
 
@@ -337,6 +338,7 @@ void OfflineFeatureSource::read_batch(HostBatch& b) {
 }
 
 void OfflineFeatureSource::reader_loop() {
+  CategoryGuard inputs(MemoryCategory::input);  // this thread's buffers are the step's inputs
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
     wake_.wait(lock, [&] {
@@ -374,6 +376,7 @@ void OfflineFeatureSource::reader_loop() {
 }
 
 void OfflineFeatureSource::prefetch(const std::vector<int64_t>& ids) {
+  CategoryGuard inputs(MemoryCategory::input);  // the device tensors uploaded ahead
   auto b = std::make_shared<HostBatch>();
   b->ids = ids;
   {

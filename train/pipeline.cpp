@@ -20,6 +20,7 @@
 #include "core/caching_allocator.h"
 #include "core/factories.h"
 #include "core/json_input.h"
+#include "core/memory_trace.h"
 #include "ops/index_ops.h"
 #include "ops/shape_ops.h"
 #include "ops/threads.h"
@@ -451,6 +452,7 @@ nlohmann::json run_pipeline(const TrainConfig& config, const PipelineOptions& op
   }
   obtain_target_model(s);
   try {
+    CategoryGuard inputs(MemoryCategory::input);  // the feature store the steps read
     make_drafter_data(s);
   } catch (const Error&) {  // error_context.h
     rethrow_with_context("making the drafter's data (the target's continuations and features): ");

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 
 #include "autograd/grad_mode.h"
 #include "core/error.h"
@@ -145,16 +146,19 @@ double train_target(nn::Qwen3ForCausalLM& lm, const std::vector<int64_t>& tokens
           in.insert(in.end(), tokens.begin() + s0, tokens.begin() + s0 + S);
           lab.insert(lab.end(), tokens.begin() + s0 + 1, tokens.begin() + s0 + S + 1);
         }
+        // The batch is an input and what the forward allocates an activation (what an
+        // out-of-memory error names).
+        std::optional<CategoryGuard> category(MemoryCategory::input);
         const Tensor ids = from_ints(in, {o.batch_size, S}, ids_on(lm));
-        // What the forward allocates is an activation (an out-of-memory error says so).
-        CategoryGuard activations(MemoryCategory::activation);
+        const Tensor labels = from_ints(lab, {o.batch_size * S}, ids_on(lm));
+        category.emplace(MemoryCategory::activation);
         nn::DecoderOutput out = lm.forward(ids, {.logits = false});
         HeadLossOptions hl;
         hl.with_metrics = false;
         HeadLossInputs hin;
         hin.hidden = reshape(out.hidden, {o.batch_size * S, config.hidden_size});
         hin.head = lm.lm_head->weight;
-        hin.labels = from_ints(lab, {o.batch_size * S}, ids_on(lm));
+        hin.labels = labels;
         HeadLossResult r = head_loss(hin, hl);
         r.loss.backward();
         const Tensor l = r.loss.detach();
