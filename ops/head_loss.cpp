@@ -3,6 +3,7 @@
 #include "ops/head_loss.h"
 
 #include "autograd/grad_mode.h"
+#include "core/memory_trace.h"
 #include "core/views.h"
 #include "ops/fused_head_loss.h"
 #include "ops/join_ops.h"
@@ -175,6 +176,9 @@ int64_t head_loss_chunk_rows(const HeadLossInputs& in, const HeadLossOptions& o)
 
 HeadLossResult head_loss(const HeadLossInputs& in, const HeadLossOptions& o) {
   check_inputs(in, o);
+  // The logits and the loss's other blocks carry this scope into traces and into what an
+  // out-of-memory error says held the memory (core/allocator_holders.h).
+  ScopeGuard scope("head_loss");
   if (in.labels.defined()) {
     // A bad label fails before any GEMM, whichever path runs (checked on its device).
     kernels_for(in.labels.device(), "head_loss")
