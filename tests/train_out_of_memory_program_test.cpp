@@ -14,7 +14,8 @@ using train_program_fixture::TrainRun;
 
 // The default toy run under 82 MiB runs out in the target's first step.
 TEST_F(TrainProgram, OutOfMemoryNamesTheActivationsThatHeldIt) {
-  const TrainRun r = train("--set run_dir=" + path("run") + " --set progress=false --memory-limit-mb 82");
+  const TrainRun r =
+      train("--set run_dir=" + path("run") + " --set progress=false --memory-limit-mb 82");
   expect_error(r, "at target step 1: out of memory");
   EXPECT_NE(r.err.find("Held: activation "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("optimizer_state "), std::string::npos) << r.err;
