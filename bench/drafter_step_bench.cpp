@@ -85,22 +85,38 @@ struct Row {
   std::string trace_file;
 };
 
-// What held the memory at the traced step's peak, by the allocator's categories (the
-// seed's accounting from chunkgrad's own numbers) and by the autograd node that kept it.
-void print_holders(const std::string& path, const std::string& trace_file) {
-  const cg::TraceAnalysis a = cg::analyse_trace(cg::read_trace_file(trace_file));
-  std::printf("  %s, at the traced step's peak (%.2f GiB allocated, %s; %s):\n", path.c_str(),
-              double(a.peak.allocated) / kGiB,
-              a.peak_phase.empty() ? "no phase" : ("in " + a.peak_phase).c_str(),
-              trace_file.c_str());
-  for (const cg::MemoryGroup& g : a.by_category)
+// One moment of a trace: its allocated bytes by the allocator's categories (the seed's
+// accounting from chunkgrad's own numbers) and the four largest autograd holders.
+void print_moment(const std::string& title, const std::vector<cg::MemoryGroup>& by_category,
+                  const std::vector<cg::MemoryGroup>& by_holder) {
+  std::printf("  %s:\n", title.c_str());
+  for (const cg::MemoryGroup& g : by_category)
     std::printf("    %-16s %8.2f GiB  %6lld blocks\n", g.name.c_str(), double(g.bytes) / kGiB,
                 (long long)g.blocks);
   int shown = 0;
-  for (const cg::MemoryGroup& g : a.by_holder) {
+  for (const cg::MemoryGroup& g : by_holder) {
     if (shown++ == 4) break;
     std::printf("    held by %-30s %8.2f GiB\n", g.name.c_str(), double(g.bytes) / kGiB);
   }
+}
+
+// What held the memory at the traced step's peak and, in a failing step's trace, when its
+// request was refused.
+void print_holders(const std::string& path, const std::string& trace_file) {
+  const cg::TraceAnalysis a = cg::analyse_trace(cg::read_trace_file(trace_file));
+  auto when = [&](const char* what, double gib, const std::string& phase) {
+    char head[160];
+    std::snprintf(head, sizeof head, "%s (%.2f GiB allocated, %s; ", what, gib,
+                  phase.empty() ? "no phase" : ("in " + phase).c_str());
+    return path + ", " + head + trace_file + ")";
+  };
+  if (a.at_first_oom) {
+    const cg::TraceAnalysis::AtOom& at = *a.at_first_oom;
+    print_moment(when("when the request was refused", double(at.point.allocated) / kGiB, at.phase),
+                 at.by_category, at.by_holder);
+  }
+  print_moment(when("at the traced step's peak", double(a.peak.allocated) / kGiB, a.peak_phase),
+               a.by_category, a.by_holder);
 }
 
 // The offline row against the on-device one (issue 19: within 3%), and what the loader

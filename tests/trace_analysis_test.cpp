@@ -210,6 +210,42 @@ TEST_F(TraceAnalysisTest, DevicesAreReplayedApart) {
   EXPECT_EQ(covered, 2097152u);
 }
 
+// A failing step's trace peaks in the forward and runs out in the backward: what held the
+// memory at the refused request is answered apart from the peak (at_first_oom).
+TEST_F(TraceAnalysisTest, WhatHeldTheMemoryAtTheFirstOutOfMemory) {
+  const nlohmann::json j = nlohmann::json::parse(R"({"events":[
+    {"action":"segment_alloc","time_us":0,"addr":4096,"size":2097152,"device":"cpu"},
+    {"action":"phase_begin","time_us":1,"addr":0,"size":0,"device":"cpu","label":"forward"},
+    {"action":"alloc","time_us":2,"addr":4096,"size":4096,"device":"cpu","category":"activation"},
+    {"action":"saved","time_us":3,"addr":4096,"size":0,"device":"cpu","label":"RowLossBackward:logits"},
+    {"action":"alloc","time_us":4,"addr":8192,"size":8192,"device":"cpu","category":"temporary"},
+    {"action":"free","time_us":5,"addr":8192,"size":8192,"device":"cpu","category":"temporary"},
+    {"action":"phase_end","time_us":6,"addr":0,"size":0,"device":"cpu","label":"forward"},
+    {"action":"phase_begin","time_us":7,"addr":0,"size":0,"device":"cpu","label":"backward"},
+    {"action":"alloc","time_us":8,"addr":8192,"size":1024,"device":"cpu","category":"gradient"},
+    {"action":"oom","time_us":9,"addr":0,"size":1048576,"requested":1048576,"device":"cpu"},
+    {"action":"oom","time_us":10,"addr":0,"size":2048,"requested":2048,"device":"cpu"},
+    {"action":"phase_end","time_us":11,"addr":0,"size":0,"device":"cpu","label":"backward"}]})");
+  const TraceAnalysis a = analyse_trace(parse_trace_file(j));
+  EXPECT_EQ(a.peak.allocated, 4096 + 8192);
+  EXPECT_EQ(a.peak_phase, "forward");
+  ASSERT_EQ(a.ooms.size(), 2u);
+  ASSERT_TRUE(a.at_first_oom.has_value());
+  const TraceAnalysis::AtOom& at = *a.at_first_oom;
+  EXPECT_EQ(at.event, 9u);
+  EXPECT_EQ(at.point.allocated, 4096 + 1024);
+  EXPECT_EQ(at.phase, "backward");
+  ASSERT_EQ(at.by_holder.size(), 2u);
+  EXPECT_EQ(at.by_holder[0].name, "RowLossBackward:logits");
+  EXPECT_EQ(at.by_holder[0].bytes, 4096);
+  EXPECT_EQ(at.by_holder[1].bytes, 1024);
+  ASSERT_EQ(at.by_category.size(), 2u);
+  EXPECT_EQ(at.by_category[0].name, "autograd_saved");  // a saved block counts as saved
+  EXPECT_EQ(at.by_category[1].name, "gradient");
+  // A trace with no out-of-memory event has no such answer.
+  EXPECT_FALSE(analyse_trace(lesson_trace(HeadLossPath::naive)).at_first_oom.has_value());
+}
+
 // ---- bad input ----
 
 std::string write_temp(const std::string& name, const std::string& text) {

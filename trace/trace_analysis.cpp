@@ -356,6 +356,43 @@ std::vector<bool> events_left_out(const TraceFile& file) {
   return out;
 }
 
+namespace {
+
+struct BlockGroups {
+  std::vector<MemoryGroup> by_category, by_scope, by_holder;  // largest first
+};
+
+// Live blocks summed by category, scope and the node that saved each first.
+BlockGroups groups_of(const TraceFile& file, const std::vector<LiveBlock>& live) {
+  std::map<std::string, MemoryGroup> by_category, by_scope, by_holder;
+  auto count = [](std::map<std::string, MemoryGroup>& groups, const std::string& name,
+                  uint64_t bytes) {
+    MemoryGroup& g = groups[name];
+    g.name = name;
+    g.bytes += static_cast<int64_t>(bytes);
+    g.blocks += 1;
+  };
+  for (const LiveBlock& b : live) {
+    count(by_category, category_name(b.category), b.size);
+    count(by_scope, b.scope == 0 ? "(top level)" : file.name(b.scope), b.size);
+    count(by_holder, b.holders.empty() ? unsaved_group(file, b) : file.name(b.holders.front()),
+          b.size);
+  }
+  return {sorted_groups(by_category), sorted_groups(by_scope), sorted_groups(by_holder)};
+}
+
+// The innermost phase around event `event` ("" if none, or SIZE_MAX).
+std::string innermost_phase(const std::vector<PhaseSpan>& phases, size_t event) {
+  std::string name;
+  for (const PhaseSpan& p : phases) {
+    // Spans are in begin order: the last one that contains the event is the innermost.
+    if (event != SIZE_MAX && p.begin_event <= event && event <= p.end_event) name = p.name;
+  }
+  return name;
+}
+
+}  // namespace
+
 TraceAnalysis analyse_trace(const TraceFile& file, int device) {
   if (device < 0) device = pick_device(file);
   CG_CHECK(file.devices.empty() || device < static_cast<int>(file.devices.size()), file.source,
@@ -390,7 +427,14 @@ TraceAnalysis analyse_trace(const TraceFile& file, int device) {
     const TraceRecord& e = file.events[i];
     r.apply(i);
     if (e.device != device) continue;
-    if (e.action == TraceAction::oom) a.ooms.push_back(e);
+    if (e.action == TraceAction::oom) {
+      if (a.ooms.empty()) {
+        a.at_first_oom.emplace();
+        a.at_first_oom->event = i;
+        a.at_first_oom->point = r.point(e.time_us, i);
+      }
+      a.ooms.push_back(e);
+    }
     if (!changes_memory(e.action)) continue;
     const TimelinePoint p = r.point(e.time_us, i);
     if (p.allocated > a.peak.allocated) a.peak = p;
@@ -427,29 +471,19 @@ TraceAnalysis analyse_trace(const TraceFile& file, int device) {
   a.live_at_peak = live_blocks_after(file, device, a.peak.event);
   std::stable_sort(a.live_at_peak.begin(), a.live_at_peak.end(),
                    [](const LiveBlock& x, const LiveBlock& y) { return x.size > y.size; });
-  std::map<std::string, MemoryGroup> by_category, by_scope, by_holder;
-  auto count = [](std::map<std::string, MemoryGroup>& groups, const std::string& name,
-                  uint64_t bytes) {
-    MemoryGroup& g = groups[name];
-    g.name = name;
-    g.bytes += static_cast<int64_t>(bytes);
-    g.blocks += 1;
-  };
-  for (const LiveBlock& b : a.live_at_peak) {
-    count(by_category, category_name(b.category), b.size);
-    count(by_scope, b.scope == 0 ? "(top level)" : file.name(b.scope), b.size);
-    count(by_holder, b.holders.empty() ? unsaved_group(file, b) : file.name(b.holders.front()),
-          b.size);
-  }
-  a.by_category = sorted_groups(by_category);
-  a.by_scope = sorted_groups(by_scope);
-  a.by_holder = sorted_groups(by_holder);
+  const BlockGroups at_peak = groups_of(file, a.live_at_peak);
+  a.by_category = at_peak.by_category;
+  a.by_scope = at_peak.by_scope;
+  a.by_holder = at_peak.by_holder;
 
   a.phases = phase_spans(file);
-  for (const PhaseSpan& p : a.phases) {
-    const bool contains =
-        a.peak.event != SIZE_MAX && p.begin_event <= a.peak.event && a.peak.event <= p.end_event;
-    if (contains) a.peak_phase = p.name;  // spans are in begin order: the last one is innermost
+  a.peak_phase = innermost_phase(a.phases, a.peak.event);
+  if (a.at_first_oom) {
+    const BlockGroups at_oom =
+        groups_of(file, live_blocks_after(file, device, a.at_first_oom->event));
+    a.at_first_oom->by_category = at_oom.by_category;
+    a.at_first_oom->by_holder = at_oom.by_holder;
+    a.at_first_oom->phase = innermost_phase(a.phases, a.at_first_oom->event);
   }
   return a;
 }

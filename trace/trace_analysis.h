@@ -18,6 +18,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,15 @@ struct TraceAnalysis {
   std::vector<PhaseSpan> phases;
   std::string peak_phase;  // innermost phase around the peak ("" if none)
   std::vector<TraceRecord> ooms;
+  // At the first out-of-memory event, when there is one: what held the memory when the
+  // request was refused (a failing step's trace peaks earlier, often in another phase).
+  struct AtOom {
+    size_t event = SIZE_MAX;                          // index into TraceFile::events
+    TimelinePoint point;                              // allocated and reserved then
+    std::string phase;                                // innermost phase around it ("" if none)
+    std::vector<MemoryGroup> by_category, by_holder;  // largest first
+  };
+  std::optional<AtOom> at_first_oom;
   size_t events = 0;               // events of this device
   size_t inconsistencies = 0;      // events that do not fit the replay (Note [Inconsistent events])
   std::vector<std::string> notes;  // partial trace, inconsistencies: say them with the answer

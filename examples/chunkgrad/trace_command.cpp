@@ -178,6 +178,14 @@ void print_trace(const ReportTrace& t, const TraceFile& file, int top) {
     std::printf("  out of memory at %.2f ms: %s requested\n",
                 static_cast<double>(e.time_us - a.start_us) / 1000.0, asked.c_str());
   }
+  if (a.at_first_oom) {  // what held the memory when the first request was refused
+    const TraceAnalysis::AtOom& at = *a.at_first_oom;
+    std::printf("  at the first out of memory%s: allocated %s, reserved %s\n",
+                at.phase.empty() ? "" : (" (phase " + at.phase + ")").c_str(),
+                format_bytes(at.point.allocated).c_str(), format_bytes(at.point.reserved).c_str());
+    print_groups("live then, by the autograd node that saved them", at.by_holder, top);
+    print_groups("live then, by category", at.by_category, top);
+  }
   std::printf("\n");
 }
 
