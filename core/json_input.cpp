@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <vector>
@@ -88,32 +89,62 @@ struct OpenLevel {
 
 }  // namespace
 
+// The keys as a SAX pass sees them (nlohmann's parse callback would do, but it looks for
+// discarded values in the parent at every object's end: quadratic in an array's length,
+// 100 s for a trace file of 600k events). Stops at the first duplicate; a syntax error
+// is left to the parse that follows, which words it.
+class DuplicateKeyFinder : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  std::optional<DuplicateKey> found;
+
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override {
+    open_.push_back({true, {}, {}});
+    return true;
+  }
+  bool end_object() override { return pop(); }
+  bool start_array(std::size_t) override {
+    open_.push_back({false, {}, {}});
+    return true;
+  }
+  bool end_array() override { return pop(); }
+  bool key(string_t& k) override {
+    if (open_.empty() || !open_.back().object) return true;
+    open_.back().last = k;
+    if (open_.back().keys.insert(k).second) return true;
+    std::string path;
+    for (const OpenLevel& level : open_)
+      path += level.object ? (path.empty() ? "" : ".") + level.last : "[]";
+    found = DuplicateKey{path};
+    return false;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return false;
+  }
+
+ private:
+  bool pop() {
+    if (!open_.empty()) open_.pop_back();
+    return true;
+  }
+  std::vector<OpenLevel> open_;  // the objects and arrays being read, outermost first
+};
+
 nlohmann::json parse_json_without_duplicate_keys(const std::string& text, const std::string& what) {
-  std::vector<OpenLevel> open;  // the objects and arrays being read, outermost first
-  const nlohmann::json::parser_callback_t no_duplicates =
-      [&open](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-        using E = nlohmann::json::parse_event_t;
-        if (event == E::object_start || event == E::array_start)
-          open.push_back({event == E::object_start, {}, {}});
-        if ((event == E::object_end || event == E::array_end) && !open.empty()) open.pop_back();
-        if (event == E::key && !open.empty() && open.back().object && parsed.is_string()) {
-          open.back().last = parsed.get<std::string>();
-          if (!open.back().keys.insert(open.back().last).second) {
-            std::string path;
-            for (const OpenLevel& level : open)
-              path += level.object ? (path.empty() ? "" : ".") + level.last : "[]";
-            throw DuplicateKey{path};
-          }
-        }
-        return true;
-      };
-  try {
-    return nlohmann::json::parse(text, no_duplicates);
-  } catch (const DuplicateKey& d) {
-    CG_FAIL(what, " has the key ", describe_json(nlohmann::json(d.key)),
+  DuplicateKeyFinder finder;
+  nlohmann::json::sax_parse(text, &finder);
+  if (finder.found) {
+    CG_FAIL(what, " has the key ", describe_json(nlohmann::json(finder.found->key)),
             " twice in one object; JSON readers "
             "disagree on which one counts, so remove one of them");
   }
+  return nlohmann::json::parse(text);
 }
 
 nlohmann::json parse_untrusted_json(const std::string& text, const std::string& what) {
