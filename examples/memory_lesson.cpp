@@ -98,7 +98,7 @@ PathReport run_path(cg::HeadLossPath path, const cg::HeadLossInputs& in, cg::Hea
       // What forward makes is activations, unless the op files it otherwise (fused's
       // temporaries and the dh it keeps for backward).
       cg::CategoryGuard category(cg::MemoryCategory::activation);
-      cg::ScopeGuard scope(std::string("head_loss/") + rep.path);
+      cg::ScopeGuard scope(std::string("forward/") + rep.path);  // + "/head_loss" (the op's)
       r = cg::head_loss(in, o);
     }
     if (first) {

@@ -242,6 +242,21 @@ TEST_F(TraceAnalysisTest, WhatHeldTheMemoryAtTheFirstOutOfMemory) {
   ASSERT_EQ(at.by_category.size(), 2u);
   EXPECT_EQ(at.by_category[0].name, "autograd_saved");  // a saved block counts as saved
   EXPECT_EQ(at.by_category[1].name, "gradient");
+  // Interleaved with another device that allocates more, the device that ran out is the
+  // one analysed when none is named.
+  nlohmann::json two = j;
+  for (int k = 0; k < 3; ++k) {
+    two["events"].insert(two["events"].begin() + 1, nlohmann::json{{"action", "alloc"},
+                                                                   {"time_us", 1},
+                                                                   {"addr", (1 << 20) * (k + 1)},
+                                                                   {"size", 512},
+                                                                   {"device", "cuda:0"}});
+  }
+  const TraceAnalysis picked = analyse_trace(parse_trace_file(two));
+  EXPECT_EQ(picked.device, "cpu");
+  ASSERT_TRUE(picked.at_first_oom.has_value());
+  EXPECT_EQ(picked.at_first_oom->point.allocated, 4096 + 1024);
+  EXPECT_EQ(picked.at_first_oom->phase, "backward");
   // A trace with no out-of-memory event has no such answer.
   EXPECT_FALSE(analyse_trace(lesson_trace(HeadLossPath::naive)).at_first_oom.has_value());
 }

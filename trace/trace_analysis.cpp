@@ -262,9 +262,12 @@ std::vector<MemoryGroup> sorted_groups(const std::map<std::string, MemoryGroup>&
   return out;
 }
 
+// The device that ran out of memory first, when one did (the question a failing run's
+// trace is opened for); else the one with the most allocations.
 int pick_device(const TraceFile& file) {
   std::vector<size_t> allocs(file.devices.size(), 0);
   for (const TraceRecord& e : file.events) {
+    if (e.action == TraceAction::oom) return e.device;
     if (e.action == TraceAction::alloc) ++allocs[e.device];
   }
   if (allocs.empty()) return 0;

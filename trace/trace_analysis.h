@@ -102,7 +102,8 @@ extern const char* const kNotSavedGroup;  // by_holder's group of blocks no node
 // by_holder's groups of unsaved blocks a node's backward made: this prefix, the node, ")".
 extern const char* const kMadeInBackwardGroup;
 
-// device: index into file.devices; -1 picks the device with the most allocations.
+// device: index into file.devices; -1 picks the device that ran out of memory first, or
+// without one the device with the most allocations.
 TraceAnalysis analyse_trace(const TraceFile& file, int device = -1);
 
 // For each event of the file: whether the replay leaves it out (Note [Inconsistent events]

@@ -40,7 +40,7 @@ struct TraceOptions {
   std::vector<std::string> files;
   std::string names;
   int top = 5;
-  std::string device;  // "" = the device with the most allocations
+  std::string device;  // "": the device that ran out of memory, else the most allocating one
   std::string html, svg_dir, snapshot_dir, perfetto_dir;
 };
 
@@ -215,6 +215,12 @@ void print_comparison(const std::vector<ReportTrace>& traces) {
     const MemoryGroup* h = a.top_saved_holder();
     return h ? format_bytes(h->bytes) : std::string("-");
   });
+  // A run that failed peaks before its end: say so beside the peaks it is compared by.
+  row("ran out of memory", [](const TraceAnalysis& a) {
+    if (!a.at_first_oom) return std::string("no");
+    const TraceAnalysis::AtOom& at = *a.at_first_oom;
+    return "at " + format_bytes(at.point.allocated) + (at.phase.empty() ? "" : ", " + at.phase);
+  });
   const int64_t base = traces.front().analysis.peak.allocated;
   row("peak vs the first", [&](const TraceAnalysis& a) {
     char buf[32];
@@ -231,7 +237,8 @@ std::string device_list(const TraceFile& file) {
   return all.empty() ? "none" : all;
 }
 
-// --device's index in the file; -1 (the one with the most allocations) when not given.
+// --device's index in the file; -1 (the one that ran out of memory, else the one with the
+// most allocations) when not given.
 int device_index(const TraceFile& file, const std::string& device) {
   if (device.empty()) return -1;
   for (size_t i = 0; i < file.devices.size(); ++i) {
@@ -351,8 +358,8 @@ void add_trace_command(CLI::App& app, CommandBody& run) {
       ->check(program::not_empty());
   sub->add_option("--top", o->top, "rows per table")->check(program::integer_in(1, 1000));
   sub->add_option("--device", o->device,
-                  "the device to report on, as the trace names it (default: the one with "
-                  "the most allocations)")
+                  "the device to report on, as the trace names it (default: the one that ran "
+                  "out of memory, else the one with the most allocations)")
       ->check(program::not_empty());
   sub->add_option("--html", o->html,
                   "write a self-contained HTML report (timelines, holders, comparison) here")
