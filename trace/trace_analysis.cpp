@@ -5,6 +5,7 @@
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "core/allocator_stats.h"
 #include "core/error.h"
@@ -474,18 +475,17 @@ TraceAnalysis analyse_trace(const TraceFile& file, int device) {
   a.live_at_peak = live_blocks_after(file, device, a.peak.event);
   std::stable_sort(a.live_at_peak.begin(), a.live_at_peak.end(),
                    [](const LiveBlock& x, const LiveBlock& y) { return x.size > y.size; });
-  const BlockGroups at_peak = groups_of(file, a.live_at_peak);
-  a.by_category = at_peak.by_category;
-  a.by_scope = at_peak.by_scope;
-  a.by_holder = at_peak.by_holder;
+  BlockGroups at_peak = groups_of(file, a.live_at_peak);
+  a.by_category = std::move(at_peak.by_category);
+  a.by_scope = std::move(at_peak.by_scope);
+  a.by_holder = std::move(at_peak.by_holder);
 
   a.phases = phase_spans(file);
   a.peak_phase = innermost_phase(a.phases, a.peak.event);
   if (a.at_first_oom) {
-    const BlockGroups at_oom =
-        groups_of(file, live_blocks_after(file, device, a.at_first_oom->event));
-    a.at_first_oom->by_category = at_oom.by_category;
-    a.at_first_oom->by_holder = at_oom.by_holder;
+    BlockGroups at_oom = groups_of(file, live_blocks_after(file, device, a.at_first_oom->event));
+    a.at_first_oom->by_category = std::move(at_oom.by_category);
+    a.at_first_oom->by_holder = std::move(at_oom.by_holder);
     a.at_first_oom->phase = innermost_phase(a.phases, a.at_first_oom->event);
   }
   return a;

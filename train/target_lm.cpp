@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <optional>
 
 #include "autograd/grad_mode.h"
 #include "core/error.h"
@@ -148,10 +147,13 @@ double train_target(nn::Qwen3ForCausalLM& lm, const std::vector<int64_t>& tokens
         }
         // The batch is an input and what the forward allocates an activation (what an
         // out-of-memory error names).
-        std::optional<CategoryGuard> category(MemoryCategory::input);
-        const Tensor ids = from_ints(in, {o.batch_size, S}, ids_on(lm));
-        const Tensor labels = from_ints(lab, {o.batch_size * S}, ids_on(lm));
-        category.emplace(MemoryCategory::activation);
+        Tensor ids, labels;
+        {
+          CategoryGuard inputs(MemoryCategory::input);
+          ids = from_ints(in, {o.batch_size, S}, ids_on(lm));
+          labels = from_ints(lab, {o.batch_size * S}, ids_on(lm));
+        }
+        CategoryGuard activations(MemoryCategory::activation);
         nn::DecoderOutput out = lm.forward(ids, {.logits = false});
         HeadLossOptions hl;
         hl.with_metrics = false;
